@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what Hypura needs to build and test, idempotently:
+#   Debian packages (compiler, CMake, libraries) and a project-local Python venv (.venv)
+#   with numpy and the `gguf` package used by cross-check tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev liburing-dev libpcre2-dev
+  libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev python3-venv python3-pip curl
+)
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get install -y --no-install-recommends "${missing[@]}" ||
+    { $SUDO apt-get update && $SUDO apt-get install -y --no-install-recommends "${missing[@]}"; }
+fi
+
+PY_PACKAGES=(numpy "gguf==0.19.0" requests)
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python -c "import numpy, gguf, requests" 2>/dev/null; then
+  .venv/bin/pip install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}"
+fi
+echo "setup: ok"

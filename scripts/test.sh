@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# README command (2): install, build, and run every test (unit, golden, cross-checks,
+# a bounded fuzz run). Exits non-zero on the first failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/fetch-models.sh
+bash scripts/build.sh
+echo "== unit and integration tests =="
+ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600
+echo "== fuzzing (bounded) =="
+bash scripts/fuzz.sh "${HYPURA_FUZZ_SECONDS:-60}"
+echo "all tests passed"

@@ -1,0 +1,37 @@
+// Subcommand registry of the `hypura` binary.
+//
+// Each subcommand lives in its own <name>_cmd.cc and registers itself with a static
+// Registrar, so adding a command touches no other file. The sources are compiled
+// straight into the executable (not a static library) so the registrars are kept.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace hypura::cli {
+
+// Adds the subcommand's options to `app` and returns the action to run when it is chosen.
+// The action returns the process exit code. Option storage must outlive setup: keep it in
+// a shared_ptr captured by the returned action.
+using CommandSetup = std::function<std::function<int()>(CLI::App& app)>;
+
+struct CommandSpec {
+  std::string name;
+  std::string description;
+  int order;  // position in --help
+  CommandSetup setup;
+};
+
+std::vector<CommandSpec>& command_registry();
+
+struct Registrar {
+  explicit Registrar(CommandSpec spec) { command_registry().push_back(std::move(spec)); }
+};
+
+// Resolves the model argument of run/bench/serve/inspect: an explicit path, or the default
+// test model (test-models/, see docs/MODELS.md) when empty. Returns "" when none exists.
+std::string resolve_model_path(const std::string& arg);
+
+}  // namespace hypura::cli

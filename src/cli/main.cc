@@ -1,0 +1,57 @@
+// hypura: one binary, one subcommand per file (see command.h).
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include <spdlog/spdlog.h>
+
+#include "cli/command.h"
+
+namespace hypura::cli {
+
+std::vector<CommandSpec>& command_registry() {
+  static std::vector<CommandSpec> registry;
+  return registry;
+}
+
+std::string resolve_model_path(const std::string& arg) {
+  if (!arg.empty()) return arg;
+  if (const char* env = std::getenv("HYPURA_MODEL")) return env;
+  // The default model: the smallest good chat model that scripts/fetch-models.sh fetches.
+  namespace fs = std::filesystem;
+  for (const char* dir : {"test-models", "../test-models"}) {
+    fs::path candidate = fs::path(dir) / "default.gguf";
+    if (fs::exists(candidate)) return candidate.string();
+  }
+  return "";
+}
+
+}  // namespace hypura::cli
+
+int main(int argc, char** argv) {
+  using namespace hypura::cli;
+  spdlog::set_pattern("%^[%l]%$ %v");
+  if (const char* level = std::getenv("HYPURA_LOG")) {
+    spdlog::set_level(spdlog::level::from_str(level));
+  }
+  CLI::App app{"hypura: run quantized GGUF models across GPU, RAM and NVMe"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "hypura 0.1.0");
+
+  auto& registry = command_registry();
+  std::sort(registry.begin(), registry.end(),
+            [](const CommandSpec& a, const CommandSpec& b) { return a.order < b.order; });
+  std::function<int()> action;
+  for (auto& spec : registry) {
+    CLI::App* sub = app.add_subcommand(spec.name, spec.description);
+    auto run = spec.setup(*sub);
+    sub->callback([&action, run] { action = run; });
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return action ? action() : 1;
+}

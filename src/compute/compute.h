@@ -1,0 +1,86 @@
+// The compute interface the model code uses: quantized matrix products and the F32
+// helpers of a transformer, on a persistent CPU thread pool.
+//
+// Model code calls only this header; SIMD paths live in compute/cpu/ and are picked once
+// at start from CPUID (override: HYPURA_SIMD=scalar|avx2|avx512|avx512vnni).
+//
+// Batch invariance: every output element of matmul() is reduced in the same order
+// whatever n_tokens or the thread count, so a prompt processed in one batch, in chunks
+// or token by token gives bit-identical rows.
+//
+// Thread-safety: a Context is used by one caller at a time (it owns scratch buffers and
+// the pool). No allocation on the per-token path once reserve() has sized the scratch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "gguf/gguf.h"
+
+namespace hypura::compute {
+
+// A weight matrix in GGUF layout: n_rows rows of n_cols elements of `type`, rows contiguous.
+struct WeightView {
+  const void* data = nullptr;
+  gguf::GgmlType type = gguf::GgmlType::F32;
+  int64_t n_cols = 0;  // ne[0], the reduction dimension
+  int64_t n_rows = 0;  // ne[1] (times ne[2] for stacked expert tensors)
+
+  uint64_t row_bytes() const { return gguf::row_bytes(type, n_cols); }
+  const void* row(int64_t r) const {
+    return static_cast<const uint8_t*>(data) + static_cast<uint64_t>(r) * row_bytes();
+  }
+  // Rows [first, first + count) as a matrix of their own (one expert of a stacked tensor).
+  WeightView rows(int64_t first, int64_t count) const {
+    return WeightView{row(first), type, n_cols, count};
+  }
+};
+
+class ThreadPool;  // compute/cpu/thread_pool.h
+
+class Context {
+ public:
+  explicit Context(int n_threads);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int n_threads() const;
+  ThreadPool& pool();
+  const char* simd_name() const;  // the dispatch path in use, e.g. "avx512vnni"
+
+  // Sizes scratch for products with up to max_tokens rows of max_cols columns.
+  void reserve(int64_t max_tokens, int64_t max_cols);
+
+  // y[t, r] = sum_k W[r, k] * x[t, k] for t < n_tokens, r < W.n_rows.
+  // x: (n_tokens, W.n_cols) F32 row-major; y: (n_tokens, W.n_rows) F32 row-major.
+  void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y);
+
+  // out[i, :] = dequantized row ids[i] of W (embedding lookup). out: (n_ids, W.n_cols).
+  void get_rows(const WeightView& w, const int32_t* ids, int64_t n_ids, float* out);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- F32 helpers (single-threaded, vectorisable; called per row) ----
+
+// out = x / sqrt(mean(x^2) + eps) * w   (w may be null: no scale). out may alias x.
+void rms_norm(const float* x, const float* w, int64_t n, float eps, float* out);
+// In-place numerically stable softmax over n values.
+void softmax(float* x, int64_t n);
+// Rotary embedding of one head vector of head_dim values at position pos, in place.
+// neox=false rotates pairs (2i, 2i+1); neox=true rotates (i, i + n_rot/2).
+// freq_scale/ext factors follow ggml's YaRN-free "rope" (llama3 scaling via freq_factors).
+void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float freq_base,
+          float freq_scale, const float* freq_factors, bool neox);
+void silu(float* x, int64_t n);                      // x * sigmoid(x), in place
+void gelu_tanh(float* x, int64_t n);                 // tanh approximation, in place
+void add(float* y, const float* x, int64_t n);       // y += x
+void mul(float* y, const float* x, int64_t n);       // y *= x (elementwise)
+void scale(float* y, float s, int64_t n);            // y *= s
+float dot_f32(const float* a, const float* b, int64_t n);
+
+}  // namespace hypura::compute
