@@ -1,0 +1,62 @@
+// GgufWriter: writes GGUF v3 files in constant memory.
+//
+// Used by tests and by `hypura synth`, which writes files larger than RAM: the header and
+// tensor directory are written first, then each tensor's bytes are produced in chunks by a
+// caller-supplied fill function, in tensor order. Tensor data offsets are aligned to
+// `alignment`; padding is zero bytes. Files are fully written (no sparse holes).
+//
+// Thread-safety: none; one writer per thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+
+namespace hypura::gguf {
+
+class GgufWriter {
+ public:
+  explicit GgufWriter(uint32_t alignment = 32);
+
+  void add_metadata(std::string key, Value value);  // REQUIRES: key not added before
+  // Convenience setters for the common value types.
+  void add_u32(std::string key, uint32_t v);
+  void add_f32(std::string key, float v);
+  void add_bool(std::string key, bool v);
+  void add_string(std::string key, std::string v);
+  void add_string_array(std::string key, const std::vector<std::string>& v);
+
+  // Declares a tensor; its data is produced later by write()'s fill function.
+  // REQUIRES: ne[0] is a multiple of the type's block size; name not added before.
+  void add_tensor(std::string name, GgmlType type, std::vector<int64_t> ne);
+
+  // Fill function: write bytes [offset, offset + out.size()) of tensor `index` into out.
+  using Fill = std::function<Status(size_t index, uint64_t offset, std::span<uint8_t> out)>;
+
+  // Writes the file. Tensor data is requested in chunks of at most chunk_bytes.
+  Status write(const std::string& path, const Fill& fill, uint64_t chunk_bytes = 16 << 20,
+               const std::function<void(uint64_t done, uint64_t total)>& progress = {}) const;
+
+  // Writes the file with tensor data held in memory (tests). data[i] is tensor i's bytes.
+  Status write(const std::string& path, const std::vector<std::vector<uint8_t>>& data) const;
+
+  uint64_t data_bytes() const;  // total tensor bytes, including alignment padding
+
+ private:
+  struct PendingTensor {
+    std::string name;
+    GgmlType type;
+    std::vector<int64_t> ne;
+    uint64_t n_bytes;
+    uint64_t offset;  // relative to the start of the data section
+  };
+  uint32_t alignment_;
+  Metadata metadata_;
+  std::vector<PendingTensor> tensors_;
+};
+
+}  // namespace hypura::gguf
