@@ -1,0 +1,106 @@
+// Engine and Session: what `hypura run`, `bench` and `serve` drive.
+//
+// An Engine owns a loaded model (GGUF directory, tokenizer, weights through a
+// WeightProvider chosen by the planner, compute context). A Session owns one KV cache and
+// turns tokens into logits and sampled tokens. The server holds one Engine and reuses one
+// Session across requests, keeping the KV cache of the longest matching token prefix.
+//
+// Thread-safety: an Engine is shared read-only; a Session is used by one thread at a time.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace hypura::tokenizer { class Tokenizer; }
+namespace hypura::gguf { class GgufFile; }
+
+namespace hypura::runtime {
+
+struct EngineOptions {
+  std::string model_path;
+  int n_threads = 0;            // 0: physical cores
+  int64_t n_ctx = 4096;         // capped by the model's trained length
+  bool kv_f32 = false;          // KV cache type: F16 (default) or F32
+  uint64_t ram_budget = 0;      // bytes, 0: from the hardware profile
+  uint64_t gpu_budget = 0;
+  std::function<void(uint64_t done, uint64_t total)> load_progress;  // bytes loaded
+};
+
+struct SamplingParams {
+  float temperature = 0.8f;     // 0: greedy
+  int top_k = 40;               // 0: off
+  float top_p = 0.95f;          // 1: off
+  float min_p = 0.05f;          // 0: off
+  float repeat_penalty = 1.1f;  // 1: off
+  int repeat_last_n = 64;
+  uint64_t seed = 0;            // same seed, same output
+};
+
+struct GenerateOptions {
+  SamplingParams sampling;
+  int max_tokens = 256;                 // -1: until the context is full
+  std::vector<std::string> stop;        // stop strings (not included in output)
+  const std::atomic<bool>* cancel = nullptr;  // checked before every token
+};
+
+// Why generation ended: "stop" (EOS/EOT/stop string), "length" (max_tokens or context),
+// "cancelled".
+struct GenerateResult {
+  std::string text;
+  std::string done_reason;
+  int prompt_tokens = 0;         // tokens processed for the prompt (after prefix reuse)
+  int prompt_tokens_reused = 0;  // tokens whose KV came from the cache
+  int generated_tokens = 0;
+  double prompt_seconds = 0;
+  double generate_seconds = 0;
+};
+
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant"
+  std::string content;
+};
+
+class Engine;
+
+class Session {
+ public:
+  virtual ~Session() = default;
+  // Generates from `prompt` tokens; on_piece receives valid UTF-8 text as it is produced
+  // and returns false to stop. Reuses the KV cache of the longest common token prefix.
+  virtual Result<GenerateResult> generate(const std::vector<int32_t>& prompt,
+                                          const GenerateOptions& options,
+                                          const std::function<bool(std::string_view)>& on_piece) = 0;
+  // Logits of every position of `tokens` appended to the current cache (tests, bench).
+  // out: (tokens.size(), n_vocab) row-major.
+  virtual Status eval(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) = 0;
+  virtual void reset() = 0;  // clears the KV cache
+  virtual int64_t n_past() const = 0;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  static Result<std::unique_ptr<Engine>> load(const EngineOptions& options);
+
+  virtual const gguf::GgufFile& file() const = 0;
+  virtual const tokenizer::Tokenizer& tokenizer() const = 0;
+  virtual std::unique_ptr<Session> new_session() = 0;
+  virtual int64_t n_ctx() const = 0;
+  virtual int64_t n_vocab() const = 0;
+  virtual std::string architecture() const = 0;
+  virtual std::string mode() const = 0;  // "full-resident", "dense-ffn-streaming", ...
+
+  // Renders a conversation with the model's chat template and tokenizes it.
+  virtual Result<std::vector<int32_t>> tokenize_chat(const std::vector<ChatMessage>& messages,
+                                                     bool add_generation_prompt) const = 0;
+  virtual std::vector<int32_t> tokenize(const std::string& text, bool add_special) const = 0;
+};
+
+}  // namespace hypura::runtime

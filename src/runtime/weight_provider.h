@@ -1,0 +1,54 @@
+// WeightProvider: the one interface that makes tiering possible.
+//
+// The forward pass never asks where a tensor lives; it asks the provider for views of a
+// layer's weights, uses them, and releases the layer. Implementations decide where bytes
+// come from (resident RAM, a streamed pool slot, an expert cache, later GPU memory) but
+// never how they are computed, so every provider yields bit-identical logits.
+//
+//   hint(L + k)            lets a streaming provider start reads for a later layer
+//   acquire(L, ids)        views valid until release(L); may wait for in-flight reads
+//   acquire_experts(L, ..) views of selected experts' slices of the stacked *_exps tensors
+//   release(L)             the layer's compute is done; slots may be reused
+//
+// Layer index -1 addresses tensors outside the layer stack (token_embd, output, norms).
+// Thread-safety: called from the single thread that drives the forward pass.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "compute/compute.h"
+
+namespace hypura::runtime {
+
+// Index into the model's tensor directory (GgufFile::tensors()).
+using TensorId = int32_t;
+
+struct ExpertRequest {
+  TensorId tensor;  // a stacked *_exps tensor: ne = (n_cols, n_rows_per_expert, n_expert)
+  int32_t expert;
+};
+
+class WeightProvider {
+ public:
+  virtual ~WeightProvider() = default;
+
+  // Views of whole tensors, in the order of `ids`. REQUIRES: out.size() == ids.size().
+  // Returns an error only when a read failed; nothing is computed on an incomplete buffer.
+  virtual Status acquire(int layer, std::span<const TensorId> ids,
+                         std::span<compute::WeightView> out) = 0;
+  // Views of single experts (n_rows_per_expert rows each), in request order.
+  virtual Status acquire_experts(int layer, std::span<const ExpertRequest> requests,
+                                 std::span<compute::WeightView> out) = 0;
+  virtual void release(int layer) = 0;
+  virtual void hint(int layer) {}
+
+  // Bytes read from storage so far (0 for a resident provider after load).
+  virtual uint64_t bytes_read() const { return 0; }
+  virtual std::string name() const = 0;
+};
+
+}  // namespace hypura::runtime
