@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -30,7 +32,7 @@ enum class GgmlType : uint32_t {
   Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
   IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22,
   IQ4_XS = 23, I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30,
-  TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39,
+  TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39, NVFP4 = 40, Q1_0 = 41,
 };
 
 struct TypeTraits {
@@ -74,6 +76,7 @@ class Metadata {
   const Value* find(std::string_view key) const;
   const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
   void add(std::string key, Value value);  // REQUIRES: key not present
+  size_t size() const { return entries_.size(); }
 
   // Typed getters: nullopt when missing or of an incompatible type.
   std::optional<uint64_t> get_u64(std::string_view key) const;
@@ -84,6 +87,7 @@ class Metadata {
 
  private:
   std::vector<std::pair<std::string, Value>> entries_;
+  std::map<std::string, size_t, std::less<>> index_;  // key -> position in entries_
 };
 
 struct TensorInfo {
@@ -95,7 +99,7 @@ struct TensorInfo {
   uint64_t n_bytes = 0;      // size of the data
 
   int64_t n_elements() const;
-  int64_t n_rows() const { return ne.empty() ? 0 : n_elements() / ne[0]; }
+  int64_t n_rows() const;  // product of ne[1..]
 };
 
 class GgufFile {
@@ -113,6 +117,13 @@ class GgufFile {
   const TensorInfo* find_tensor(std::string_view name) const;
   const std::vector<std::string>& paths() const { return paths_; }
   uint64_t total_bytes() const;  // sum of the split files' sizes
+  const std::vector<uint64_t>& file_sizes() const { return file_sizes_; }
+  // Absolute offset of the tensor data section in split file `file_index`.
+  uint64_t data_offset(uint32_t file_index = 0) const { return data_offsets_.at(file_index); }
+
+  // Reads one tensor's bytes with pread (tests, tools; the engine streams through io/).
+  // REQUIRES: out.size() == tensor.n_bytes; opened with open(), not parse().
+  Status read_tensor_data(const TensorInfo& tensor, std::span<uint8_t> out) const;
 
   // "general.architecture", or "" when missing.
   std::string architecture() const;
@@ -124,6 +135,10 @@ class GgufFile {
   std::vector<TensorInfo> tensors_;
   std::vector<std::string> paths_;
   std::vector<uint64_t> file_sizes_;
+  std::vector<uint64_t> data_offsets_;  // per split file
+  std::map<std::string, size_t, std::less<>> tensor_index_;  // name -> position in tensors_
+
+  friend struct GgufFileBuilder;  // gguf.cc: fills the fields while parsing
 };
 
 }  // namespace hypura::gguf
