@@ -68,6 +68,9 @@ struct Value {
   std::optional<bool> as_bool() const;
   const std::string* as_string() const;     // nullptr unless STRING
   const std::vector<Value>* as_array() const;  // nullptr unless ARRAY
+
+  // Same stored type(s) and value. array_type is UINT8 on non-arrays from the reader.
+  bool operator==(const Value& other) const = default;
 };
 
 // Metadata key/values in file order, with lookup by key.
