@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "gguf/gguf.h"
 
@@ -42,6 +43,9 @@ class ThreadPool;  // compute/cpu/thread_pool.h
 class Context {
  public:
   explicit Context(int n_threads);
+  // As above with an explicit dispatch path ("scalar", "avx2", "avx512", "avx512vnni";
+  // "" = the default). A path this CPU lacks falls back to the best one below it.
+  Context(int n_threads, std::string_view simd);
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -78,6 +82,9 @@ void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float freq_bas
           float freq_scale, const float* freq_factors, bool neox);
 void silu(float* x, int64_t n);                      // x * sigmoid(x), in place
 void gelu_tanh(float* x, int64_t n);                 // tanh approximation, in place
+// As ggml's CPU GELU: input and result rounded through fp16 (its lookup table), so
+// gemma-style models match llama.cpp's logits closely. x <= -10 -> 0, x >= 10 -> x.
+void gelu_tanh_fp16(float* x, int64_t n);
 void add(float* y, const float* x, int64_t n);       // y += x
 void mul(float* y, const float* x, int64_t n);       // y *= x (elementwise)
 void scale(float* y, float s, int64_t n);            // y *= s

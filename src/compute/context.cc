@@ -1,0 +1,127 @@
+// Context: the thread pool, the kernel table and the activation scratch behind matmul().
+//
+// matmul(W, x) in two parallel steps:
+//   1. quantize each token row of x to the weight type's activation format (scratch);
+//   2. split W's rows into contiguous shares, one per thread; each thread walks its
+//      share in blocks of kRowBlock rows and runs the tile kernel on every token, so a
+//      block of weights is read from memory once per batch and reused from cache.
+// Neither step changes the order in which an output element is reduced, which is what
+// makes results independent of n_tokens and of the thread count.
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include "compute/compute.h"
+#include "compute/cpu/kernels.h"
+#include "compute/cpu/thread_pool.h"
+#include "quant/quant.h"
+
+namespace hypura::compute {
+namespace {
+
+constexpr int64_t kRowBlock = 64;   // weight rows per cache block (a few hundred KiB at most)
+constexpr int64_t kTokBlock = 64;   // activation rows per tile call
+constexpr int64_t kRowAlign = 16;   // thread shares start on multiples of this
+
+SimdLevel level_from_name(std::string_view name) {
+  for (int l = 3; l >= 0; --l) {
+    const auto level = static_cast<SimdLevel>(l);
+    if (name == simd_level_name(level)) {
+      while (!cpu_supports(static_cast<SimdLevel>(l))) --l;
+      return static_cast<SimdLevel>(l);
+    }
+  }
+  return default_simd_level();
+}
+
+}  // namespace
+
+struct Context::Impl {
+  explicit Impl(int n_threads, SimdLevel level) : pool(n_threads), kernels(kernel_table(level)) {}
+
+  ThreadPool pool;
+  const KernelTable* kernels;
+  std::vector<uint8_t> act;  // (n_tokens, activation row bytes): quantized x rows
+  std::vector<float> row;    // (max_cols): one dequantized row for get_rows fallbacks
+
+  void ensure_act(size_t bytes) {
+    if (act.size() < bytes) act.resize(bytes);  // only when reserve() was too small
+  }
+};
+
+Context::Context(int n_threads) : impl_(std::make_unique<Impl>(n_threads, default_simd_level())) {}
+
+Context::Context(int n_threads, std::string_view simd)
+    : impl_(std::make_unique<Impl>(n_threads, simd.empty() ? default_simd_level()
+                                                           : level_from_name(simd))) {}
+
+Context::~Context() = default;
+
+int Context::n_threads() const { return impl_->pool.size(); }
+ThreadPool& Context::pool() { return impl_->pool; }
+const char* Context::simd_name() const { return impl_->kernels->name; }
+
+void Context::reserve(int64_t max_tokens, int64_t max_cols) {
+  // Q8_1 (36 bytes / 32) is the widest activation format; F32 uses x in place.
+  const int64_t blocks = (max_cols + 31) / 32;
+  impl_->ensure_act(static_cast<size_t>(max_tokens * blocks * 36 + 64));
+}
+
+void Context::matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  const gguf::GgmlType act_type = quant::activation_type(w.type);
+  const TileFn tile = tile_fn(*impl_->kernels, w.type);
+  assert(tile != nullptr && "matmul: weight type without kernels");
+  assert(w.n_cols % quant::block_size(w.type) == 0);
+  const size_t w_stride = quant::row_size(w.type, w.n_cols);
+  const int64_t n_cols = w.n_cols, n_rows = w.n_rows;
+
+  const void* xa = x;
+  size_t x_stride = static_cast<size_t>(n_cols) * sizeof(float);
+  if (act_type != gguf::GgmlType::F32) {
+    x_stride = quant::row_size(act_type, n_cols);
+    impl_->ensure_act(x_stride * static_cast<size_t>(n_tokens));
+    uint8_t* act = impl_->act.data();
+    auto quantize = [&](int ith, int nth) {
+      int64_t t0, t1;
+      split_range(n_tokens, ith, nth, 1, &t0, &t1);
+      for (int64_t t = t0; t < t1; ++t) {
+        quant::quantize_activations(act_type, x + t * n_cols, act + t * x_stride, n_cols);
+      }
+    };
+    if (n_tokens == 1) {
+      quantize(0, 1);
+    } else {
+      impl_->pool.run(quantize);
+    }
+    xa = act;
+  }
+
+  const auto* wbytes = static_cast<const uint8_t*>(w.data);
+  const auto* xbytes = static_cast<const uint8_t*>(xa);
+  impl_->pool.run([&](int ith, int nth) {
+    int64_t r_begin, r_end;
+    split_range(n_rows, ith, nth, kRowAlign, &r_begin, &r_end);
+    for (int64_t r0 = r_begin; r0 < r_end; r0 += kRowBlock) {
+      const int nr = static_cast<int>(std::min(kRowBlock, r_end - r0));
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokBlock) {
+        const int nt = static_cast<int>(std::min(kTokBlock, n_tokens - t0));
+        tile(n_cols, wbytes + r0 * w_stride, w_stride, nr, xbytes + t0 * x_stride, x_stride, nt,
+             y + t0 * n_rows + r0, static_cast<size_t>(n_rows));
+      }
+    }
+  });
+}
+
+void Context::get_rows(const WeightView& w, const int32_t* ids, int64_t n_ids, float* out) {
+  const size_t w_stride = quant::row_size(w.type, w.n_cols);
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  for (int64_t i = 0; i < n_ids; ++i) {
+    assert(ids[i] >= 0 && ids[i] < w.n_rows);
+    quant::dequantize_row(w.type, base + static_cast<size_t>(ids[i]) * w_stride, out + i * w.n_cols,
+                          w.n_cols);
+  }
+}
+
+}  // namespace hypura::compute

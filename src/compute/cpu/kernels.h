@@ -1,0 +1,83 @@
+// CPU kernel tables: one per instruction set, chosen once at start (dispatch.cc).
+//
+// The unit of work is a tile: n_rows weight rows against n_tok activation rows,
+//   y[t * y_stride + r] = dot(W row r, X row t)   for r < n_rows, t < n_tok,
+// where W rows are w_stride bytes apart (GGUF layout) and activation rows x_stride bytes
+// apart, already in quant::activation_type(weight type) (F32 for float weights).
+//
+// Batch invariance contract: every kernel computes each output element with the same
+// sequence of floating-point operations whatever n_rows, n_tok and the tile's position,
+// so a row's result does not depend on how the matrix was split or batched.
+//
+// Every SIMD kernel has a scalar twin in kernels_scalar.cc with the same signature;
+// kernel tests compare them with named error bounds.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gguf/gguf.h"
+
+namespace hypura::compute {
+
+using TileFn = void (*)(int64_t n, const void* w, size_t w_stride, int n_rows, const void* x,
+                        size_t x_stride, int n_tok, float* y, size_t y_stride);
+
+enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3 };
+
+constexpr int kMaxTypeId = 40;
+
+struct KernelTable {
+  const char* name = "scalar";
+  SimdLevel level = SimdLevel::kScalar;
+  TileFn tile[kMaxTypeId] = {};  // by GGUF type id; nullptr falls back to scalar
+};
+
+// The table for `level`, or nullptr when this build or this CPU lacks it.
+const KernelTable* kernel_table(SimdLevel level);
+// The best level this CPU supports, or the one HYPURA_SIMD names (scalar|avx2|avx512|
+// avx512vnni; an unsupported request falls back to the best supported level below it).
+SimdLevel default_simd_level();
+const char* simd_level_name(SimdLevel level);
+bool cpu_supports(SimdLevel level);
+
+// The tile function for a weight type at `table`, falling back to the scalar one.
+// Returns nullptr for types without kernels.
+TileFn tile_fn(const KernelTable& table, gguf::GgmlType type);
+
+// Per-ISA tables (defined in the per-ISA files; they only fill what they accelerate).
+const KernelTable& scalar_kernels();
+void fill_avx2_kernels(KernelTable* table);
+void fill_avx512_kernels(KernelTable* table);
+void fill_avx512vnni_kernels(KernelTable* table);
+
+// Scalar dot products (the reference twins): one weight row against one activation row.
+namespace ref {
+float dot_f32(int64_t n, const void* w, const void* x);
+float dot_f16(int64_t n, const void* w, const void* x);
+float dot_bf16(int64_t n, const void* w, const void* x);
+float dot_q4_0(int64_t n, const void* w, const void* x);
+float dot_q4_1(int64_t n, const void* w, const void* x);
+float dot_q5_0(int64_t n, const void* w, const void* x);
+float dot_q5_1(int64_t n, const void* w, const void* x);
+float dot_q8_0(int64_t n, const void* w, const void* x);
+float dot_q2_k(int64_t n, const void* w, const void* x);
+float dot_q3_k(int64_t n, const void* w, const void* x);
+float dot_q4_k(int64_t n, const void* w, const void* x);
+float dot_q5_k(int64_t n, const void* w, const void* x);
+float dot_q6_k(int64_t n, const void* w, const void* x);
+}  // namespace ref
+
+// A tile built from a one-row dot function: loops rows outside, tokens inside.
+template <float (*Dot)(int64_t, const void*, const void*)>
+void tile_from_dot(int64_t n, const void* w, size_t w_stride, int n_rows, const void* x,
+                   size_t x_stride, int n_tok, float* y, size_t y_stride) {
+  for (int r = 0; r < n_rows; ++r) {
+    const void* wr = static_cast<const uint8_t*>(w) + r * w_stride;
+    for (int t = 0; t < n_tok; ++t) {
+      y[t * y_stride + r] = Dot(n, wr, static_cast<const uint8_t*>(x) + t * x_stride);
+    }
+  }
+}
+
+}  // namespace hypura::compute

@@ -1,0 +1,208 @@
+// Kernel tests: every dispatch path this CPU has against a float64 reference built from
+// the dequantized weights and the dequantized (8-bit) activations, batch invariance,
+// odd shapes and poisoned outputs.
+//
+// Error bound (named, per output element): |y - ref| <= kC * eps * sum_k |w_k * x_k|,
+// eps = 2^-24, kC = n_blocks + 64. The integer block sums are exact; what remains is
+// float rounding of the per-block scale products and of the running sum over blocks
+// (SIMD paths sum in lanes and FMA, which stays within the same bound). Float weights
+// (F32/F16/BF16) are summed elementwise, so for them kC = n + 64.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compute/compute.h"
+#include "compute/cpu/kernels.h"
+#include "quant/fp16.h"
+#include "quant/quant.h"
+
+namespace hypura::compute {
+namespace {
+
+using gguf::GgmlType;
+
+const std::vector<GgmlType>& all_types() {
+  static const std::vector<GgmlType> types = {
+      GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
+      GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K,
+      GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+  return types;
+}
+
+
+std::vector<const char*> supported_paths() {
+  std::vector<const char*> paths;
+  for (int l = 0; l <= 3; ++l) {
+    if (cpu_supports(static_cast<SimdLevel>(l))) paths.push_back(simd_level_name(static_cast<SimdLevel>(l)));
+  }
+  return paths;
+}
+
+// A random quantized matrix (n_rows, n_cols) and random activations (n_tok, n_cols).
+struct Problem {
+  GgmlType type;
+  int64_t n_rows, n_cols, n_tok;
+  std::vector<uint8_t> w;  // n_rows * row_size bytes
+  std::vector<float> x;    // (n_tok, n_cols)
+
+  WeightView view() const { return WeightView{w.data(), type, n_cols, n_rows}; }
+};
+
+Problem make_problem(GgmlType type, int64_t n_rows, int64_t n_cols, int64_t n_tok, std::mt19937& rng) {
+  Problem p{type, n_rows, n_cols, n_tok, {}, {}};
+  const size_t rs = quant::row_size(type, n_cols);
+  p.w.resize(rs * n_rows);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> row(n_cols);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (auto& v : row) v = dist(rng) * 0.05f;
+    quant::quantize_row_ref(type, row.data(), p.w.data() + r * rs, n_cols);
+  }
+  p.x.resize(n_tok * n_cols);
+  for (auto& v : p.x) v = dist(rng);
+  return p;
+}
+
+// Float64 reference of one output element and the bound's scale sum |w_k x_k|.
+void reference(const Problem& p, int64_t r, int64_t t, double* ref, double* abs_sum) {
+  const int64_t n = p.n_cols;
+  std::vector<float> w(n), x(n);
+  quant::dequantize_row(p.type, p.w.data() + r * quant::row_size(p.type, n), w.data(), n);
+  const GgmlType act = quant::activation_type(p.type);
+  std::vector<uint8_t> xq(quant::row_size(act == GgmlType::F32 ? GgmlType::F32 : act, n));
+  quant::quantize_activations(act, p.x.data() + t * n, xq.data(), n);
+  if (act == GgmlType::Q8_1) {
+    // dequantize Q8_1 by hand (d * q); the weight's m meets the stored s below.
+    const auto* b = reinterpret_cast<const quant::BlockQ8_1*>(xq.data());
+    for (int64_t k = 0; k < n; ++k) x[k] = quant::fp16_to_f32(b[k / 32].d) * b[k / 32].qs[k % 32];
+  } else {
+    quant::dequantize_row(act, xq.data(), x.data(), n);
+  }
+  double s = 0, a = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    s += static_cast<double>(w[k]) * x[k];
+    a += std::fabs(static_cast<double>(w[k]) * x[k]);
+  }
+  if (act == GgmlType::Q8_1) {  // kernel uses m * s where s = fp16(d * sum q): correct for it
+    const auto* b = reinterpret_cast<const quant::BlockQ8_1*>(xq.data());
+    const uint8_t* wr = p.w.data() + r * quant::row_size(p.type, n);
+    const size_t bs = quant::type_size(p.type);
+    for (int64_t blk = 0; blk < n / 32; ++blk) {
+      uint16_t mh;
+      std::memcpy(&mh, wr + blk * bs + 2, 2);
+      const double m = quant::fp16_to_f32(mh);
+      double sum_q = 0;
+      for (int l = 0; l < 32; ++l) sum_q += b[blk].qs[l];
+      const double exact = quant::fp16_to_f32(b[blk].d) * sum_q;
+      s += m * (quant::fp16_to_f32(b[blk].s) - exact);
+      a += std::fabs(m * quant::fp16_to_f32(b[blk].s));
+    }
+  }
+  *ref = s;
+  *abs_sum = a;
+}
+
+double bound_c(GgmlType type, int64_t n) {
+  const int64_t bs = quant::block_size(type);
+  return static_cast<double>(bs == 1 ? n : n / bs) + 64.0;
+}
+
+std::vector<float> run_matmul(const Problem& p, int n_threads, const char* simd, int64_t chunk) {
+  Context ctx(n_threads, simd);
+  ctx.reserve(p.n_tok, p.n_cols);
+  std::vector<float> y(p.n_tok * p.n_rows, std::numeric_limits<float>::quiet_NaN());
+  for (int64_t t0 = 0; t0 < p.n_tok; t0 += chunk) {
+    const int64_t nt = std::min(chunk, p.n_tok - t0);
+    ctx.matmul(p.view(), p.x.data() + t0 * p.n_cols, nt, y.data() + t0 * p.n_rows);
+  }
+  return y;
+}
+
+void expect_close_to_reference(const Problem& p, const std::vector<float>& y, const std::string& what) {
+  const double eps = std::ldexp(1.0, -24);
+  const double c = bound_c(p.type, p.n_cols);
+  int failures = 0;
+  for (int64_t t = 0; t < p.n_tok; ++t) {
+    for (int64_t r = 0; r < p.n_rows; ++r) {
+      double ref, abs_sum;
+      reference(p, r, t, &ref, &abs_sum);
+      const float got = y[t * p.n_rows + r];
+      const double bound = c * eps * abs_sum + 1e-30;
+      if (!(std::fabs(got - ref) <= bound) && failures++ < 5) {
+        ADD_FAILURE() << what << " " << gguf::type_name(p.type) << " row " << r << " tok " << t << ": got " << got
+                      << " ref " << ref << " bound " << bound;
+      }
+    }
+  }
+}
+
+// Every path x every type: products within the bound of the float64 reference.
+TEST(Matmul, EveryPathMatchesReference) {
+  std::mt19937 rng(std::random_device{}());
+  for (GgmlType type : all_types()) {
+    const int64_t bs = std::max<int64_t>(quant::block_size(type), 32);
+    const Problem p = make_problem(type, 37, bs * 8, 3, rng);
+    for (const char* path : supported_paths()) {
+      expect_close_to_reference(p, run_matmul(p, 2, path, p.n_tok), path);
+    }
+  }
+}
+
+// Shapes that stress tails: one row, rows not a multiple of the thread count or tile,
+// the smallest row length, many tokens; outputs start as NaN to catch unwritten cells.
+TEST(Matmul, OddShapesAndPoisonedOutputs) {
+  std::mt19937 rng(std::random_device{}());
+  const int64_t shapes[][3] = {{1, 1, 1}, {3, 1, 2}, {17, 2, 5}, {130, 1, 67}, {33, 3, 1}};
+  for (GgmlType type : {GgmlType::F32, GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K,
+                        GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q2_K}) {
+    const int64_t bs = std::max<int64_t>(quant::block_size(type), 32);
+    for (const auto& s : shapes) {
+      const Problem p = make_problem(type, s[0], bs * s[1], s[2], rng);
+      for (const char* path : supported_paths()) {
+        for (int threads : {1, 2, 3}) {
+          expect_close_to_reference(p, run_matmul(p, threads, path, p.n_tok),
+                                    std::string(path) + " t" + std::to_string(threads));
+        }
+      }
+    }
+  }
+}
+
+// Batch invariance: the same rows from one batch, from chunks, token by token, and with
+// 1 or 2 threads are bit-identical on every path.
+TEST(Matmul, BatchInvariance) {
+  std::mt19937 rng(std::random_device{}());
+  for (GgmlType type : all_types()) {
+    const int64_t bs = std::max<int64_t>(quant::block_size(type), 32);
+    const Problem p = make_problem(type, 70, bs * 4, 19, rng);
+    for (const char* path : supported_paths()) {
+      const auto whole = run_matmul(p, 2, path, p.n_tok);
+      for (auto [threads, chunk] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{2, 7}, std::pair{1, 19}}) {
+        const auto other = run_matmul(p, threads, path, chunk);
+        EXPECT_EQ(std::memcmp(whole.data(), other.data(), whole.size() * sizeof(float)), 0)
+            << path << " " << gguf::type_name(type) << " threads " << threads << " chunk " << chunk;
+      }
+    }
+  }
+}
+
+TEST(GetRows, DequantizesSelectedRows) {
+  std::mt19937 rng(1);
+  const Problem p = make_problem(GgmlType::Q6_K, 10, 512, 1, rng);
+  Context ctx(2);
+  const int32_t ids[3] = {7, 0, 7};
+  std::vector<float> out(3 * 512), row(512);
+  ctx.get_rows(p.view(), ids, 3, out.data());
+  for (int i = 0; i < 3; ++i) {
+    quant::dequantize_row(p.type, p.w.data() + ids[i] * quant::row_size(p.type, 512), row.data(), 512);
+    EXPECT_EQ(std::memcmp(row.data(), out.data() + i * 512, 512 * sizeof(float)), 0);
+  }
+}
+
+}  // namespace
+}  // namespace hypura::compute

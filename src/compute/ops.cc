@@ -1,0 +1,98 @@
+// F32 helpers of a transformer. Reductions follow ggml's CPU ops where that matters for
+// matching llama.cpp's exact path: RMSNorm and softmax sum in double; RoPE advances
+// theta by repeated multiplication in float.
+#include <cmath>
+
+#include "compute/compute.h"
+#include "quant/fp16.h"
+
+namespace hypura::compute {
+
+void rms_norm(const float* x, const float* w, int64_t n, float eps, float* out) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  const float s = 1.0f / std::sqrt(mean + eps);
+  if (w) {
+    for (int64_t i = 0; i < n; ++i) out[i] = (x[i] * s) * w[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * s;
+  }
+}
+
+void softmax(float* x, int64_t n) {
+  float max = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) max = std::fmax(max, x[i]);
+  if (max == -INFINITY) {  // every entry masked: define the result as uniform zeros
+    for (int64_t i = 0; i < n; ++i) x[i] = 0.0f;
+    return;
+  }
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += static_cast<double>(x[i]);
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float freq_base,
+          float freq_scale, const float* freq_factors, bool neox) {
+  (void)head_dim;  // dims n_rot..head_dim pass through unchanged
+  const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
+  float theta_base = static_cast<float>(pos);
+  for (int64_t i0 = 0; i0 < n_rot; i0 += 2) {
+    const float ff = freq_factors ? freq_factors[i0 / 2] : 1.0f;
+    const float theta = freq_scale * (theta_base / ff);
+    const float c = std::cos(theta), s = std::sin(theta);
+    const int64_t a = neox ? i0 / 2 : i0;
+    const int64_t b = neox ? i0 / 2 + n_rot / 2 : i0 + 1;
+    const float x0 = x[a], x1 = x[b];
+    x[a] = x0 * c - x1 * s;
+    x[b] = x0 * s + x1 * c;
+    theta_base *= theta_scale;
+  }
+}
+
+void silu(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+
+static float gelu_tanh_one(float v) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  constexpr float kCoefA = 0.044715f;
+  return 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * v * (1.0f + kCoefA * v * v)));
+}
+
+void gelu_tanh(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = gelu_tanh_one(x[i]);
+}
+
+void gelu_tanh_fp16(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    if (v <= -10.0f) {
+      x[i] = 0.0f;
+    } else if (v < 10.0f) {
+      const float h = quant::fp16_to_f32(quant::f32_to_fp16(v));
+      x[i] = quant::fp16_to_f32(quant::f32_to_fp16(gelu_tanh_one(h)));
+    }
+  }
+}
+
+void add(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+void mul(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] *= x[i];
+}
+void scale(float* y, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] *= s;
+}
+float dot_f32(const float* a, const float* b, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+}  // namespace hypura::compute
