@@ -1,0 +1,89 @@
+// F32 helpers against float64 formulas (bounds: a few float ulps of the result scale).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "compute/compute.h"
+
+namespace hypura::compute {
+namespace {
+
+std::vector<float> random_vec(int64_t n, float stddev, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+TEST(Ops, RmsNormMatchesFloat64) {
+  const auto x = random_vec(4096, 3.0f, 1), w = random_vec(4096, 1.0f, 2);
+  std::vector<float> out(4096);
+  rms_norm(x.data(), w.data(), 4096, 1e-5f, out.data());
+  double ss = 0;
+  for (float v : x) ss += static_cast<double>(v) * v;
+  const double s = 1.0 / std::sqrt(ss / 4096 + 1e-5);
+  for (int i = 0; i < 4096; ++i) EXPECT_NEAR(out[i], x[i] * s * w[i], 4e-7 * std::fabs(x[i] * s * w[i]) + 1e-30);
+  std::vector<float> in_place = x;  // aliasing allowed
+  rms_norm(in_place.data(), w.data(), 4096, 1e-5f, in_place.data());
+  EXPECT_EQ(in_place, out);
+}
+
+TEST(Ops, SoftmaxIsStableAndNormalised) {
+  std::vector<float> x = {1000.0f, 1001.0f, -INFINITY, 999.0f};
+  softmax(x.data(), 4);
+  const double e0 = std::exp(-1.0), e2 = std::exp(-2.0), z = 1 + e0 + e2;
+  EXPECT_NEAR(x[0], e0 / z, 1e-7);
+  EXPECT_NEAR(x[1], 1 / z, 1e-7);
+  EXPECT_EQ(x[2], 0.0f);
+  EXPECT_NEAR(x[3], e2 / z, 1e-7);
+}
+
+TEST(Ops, RopeNormalAndNeox) {
+  const int64_t head_dim = 64, n_rot = 64, pos = 37;
+  const float base = 10000.0f;
+  for (bool neox : {false, true}) {
+    auto x = random_vec(head_dim, 1.0f, 3);
+    const auto orig = x;
+    rope(x.data(), head_dim, n_rot, pos, base, 1.0f, nullptr, neox);
+    for (int64_t i = 0; i < n_rot / 2; ++i) {
+      const double theta = pos * std::pow(static_cast<double>(base), -2.0 * i / n_rot);
+      const int64_t a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+      const double ra = orig[a] * std::cos(theta) - orig[b] * std::sin(theta);
+      const double rb = orig[a] * std::sin(theta) + orig[b] * std::cos(theta);
+      EXPECT_NEAR(x[a], ra, 2e-5) << neox << " " << i;
+      EXPECT_NEAR(x[b], rb, 2e-5) << neox << " " << i;
+    }
+  }
+}
+
+TEST(Ops, Activations) {
+  auto x = random_vec(1000, 4.0f, 4);
+  auto s = x, g = x, h = x;
+  silu(s.data(), 1000);
+  gelu_tanh(g.data(), 1000);
+  gelu_tanh_fp16(h.data(), 1000);
+  for (int i = 0; i < 1000; ++i) {
+    const double v = x[i];
+    EXPECT_NEAR(s[i], v / (1 + std::exp(-v)), 1e-6 * (1 + std::fabs(v)));
+    const double gr = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    EXPECT_NEAR(g[i], gr, 1e-6 * (1 + std::fabs(v)));
+    EXPECT_NEAR(h[i], gr, 2e-3 * (1 + std::fabs(v)));  // fp16 input and output rounding
+  }
+}
+
+TEST(Ops, Elementwise) {
+  std::vector<float> y = {1, 2, 3}, x = {4, 5, 6};
+  add(y.data(), x.data(), 3);
+  EXPECT_EQ(y, (std::vector<float>{5, 7, 9}));
+  mul(y.data(), x.data(), 3);
+  EXPECT_EQ(y, (std::vector<float>{20, 35, 54}));
+  scale(y.data(), 0.5f, 3);
+  EXPECT_EQ(y, (std::vector<float>{10, 17.5f, 27}));
+  EXPECT_EQ(dot_f32(x.data(), x.data(), 3), 77.0f);
+}
+
+}  // namespace
+}  // namespace hypura::compute
