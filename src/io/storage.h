@@ -1,0 +1,100 @@
+// Storage: read-only, asynchronous, direct-I/O access to one file (a GGUF model, or the
+// profiler's scratch file).
+//
+// Reads are byte ranges into caller memory. Underneath, every range becomes device reads
+// with O_DIRECT: offsets, lengths and buffers aligned to alignment() (4096), each at most
+// request_bytes long, kept queue_depth deep in an IoEngine (io_uring, or a pread thread
+// pool where io_uring is unavailable) by one I/O thread, so a large tensor keeps the
+// device queue full. An unaligned head and tail of a range are read into aligned bounce
+// buffers and copied; so is a whole range whose destination address is not congruent to
+// its file offset modulo alignment() (use aligned_view() to lay out buffers that avoid
+// the copy). Short reads are continued, EINTR/EAGAIN retried, anything else ends the
+// request with a Status naming the file, the offset and the errno text. A failed request
+// leaves its destination in an unspecified state: callers must not compute on it.
+//
+// The file is never written. Page cache: with O_DIRECT the reads bypass it, so figures
+// measured through Storage are the device's; when the filesystem refuses O_DIRECT the
+// file is opened buffered (logged, direct() == false) unless require_direct is set.
+//
+// Threading: submit/wait/done/read may be called from any threads; requests are served in
+// submission order. The destructor waits for reads in flight (their buffers are the
+// callers'), after which all destinations may be freed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "common/status.h"
+#include "io/engine.h"
+
+namespace hypura::io {
+
+struct StorageOptions {
+  uint32_t queue_depth = 32;         // device reads in flight
+  uint64_t request_bytes = 1 << 20;  // largest device read; rounded up to alignment
+  EngineKind engine = EngineKind::kAuto;
+  bool direct = true;                // O_DIRECT (recommended: no page-cache pollution)
+  bool require_direct = false;       // fail rather than fall back to buffered reads
+};
+
+using ReadId = uint64_t;
+
+struct StorageStats {
+  uint64_t requests = 0;        // submit() calls
+  uint64_t bytes_requested = 0; // sum of the requested lengths
+  uint64_t device_reads = 0;    // reads handed to the engine (retries included)
+  uint64_t device_bytes = 0;    // bytes the device returned (alignment padding included)
+  uint64_t bounced_bytes = 0;   // bytes copied out of bounce buffers
+  uint64_t short_reads = 0;
+  uint64_t failed_requests = 0;
+};
+
+class Storage {
+ public:
+  static Result<std::unique_ptr<Storage>> open(const std::string& path,
+                                               const StorageOptions& options = {});
+  // With a given engine (tests pass the fault-injecting one); options.engine is ignored.
+  static Result<std::unique_ptr<Storage>> open(const std::string& path,
+                                               const StorageOptions& options,
+                                               std::unique_ptr<IoEngine> engine);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  const std::string& path() const;
+  uint64_t size() const;        // file size in bytes
+  bool direct() const;          // O_DIRECT in effect
+  uint64_t alignment() const;   // 4096 with O_DIRECT, else 1
+  std::string engine_name() const;
+  const StorageOptions& options() const;
+
+  // Starts reading file bytes [offset, offset + dest.size()) into dest. A range outside
+  // the file makes wait() return kInvalidArgument. REQUIRES: dest valid until wait().
+  ReadId submit(uint64_t offset, std::span<uint8_t> dest);
+  // Blocks until read `id` completed or failed. Call exactly once per id.
+  Status wait(ReadId id);
+  // True once wait(id) would not block.
+  bool done(ReadId id) const;
+  // submit + wait.
+  Status read(uint64_t offset, std::span<uint8_t> dest);
+
+  StorageStats stats() const;
+
+ private:
+  struct Impl;
+  explicit Storage(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Where to put a file range [offset, offset + length) inside an aligned buffer so that
+// Storage reads it with no copy but the head/tail blocks: the data starts `skip` bytes
+// into a buffer of `buffer_bytes` (both derived from the alignment).
+struct AlignedView {
+  uint64_t skip = 0;          // offset % alignment
+  uint64_t buffer_bytes = 0;  // align_up(skip + length, alignment)
+};
+AlignedView aligned_view(uint64_t offset, uint64_t length, uint64_t alignment = 4096);
+
+}  // namespace hypura::io

@@ -1,0 +1,224 @@
+#include "io/storage.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "io/aligned_buffer.h"
+#include "io/fault_engine.h"
+
+namespace hypura::io {
+namespace {
+
+// Byte i of the test file: a cheap hash, so misplaced bytes are caught.
+uint8_t pattern(uint64_t i) { return static_cast<uint8_t>((i * 2654435761u) >> 13); }
+
+class StorageTest : public ::testing::TestWithParam<EngineKind> {
+ protected:
+  static void SetUpTestSuite() {
+    path_ = new std::string(::testing::TempDir() + "hypura_storage_test_" +
+                            std::to_string(::getpid()) + ".bin");
+    std::vector<char> bytes(kFileSize);
+    for (uint64_t i = 0; i < kFileSize; ++i) bytes[i] = static_cast<char>(pattern(i));
+    std::ofstream(*path_, std::ios::binary).write(bytes.data(), kFileSize);
+  }
+  static void TearDownTestSuite() {
+    std::remove(path_->c_str());
+    delete path_;
+  }
+
+  std::unique_ptr<Storage> open(StorageOptions o = {}) {
+    o.engine = GetParam();
+    o.request_bytes = 256 << 10;  // small, so ranges split into many device reads
+    o.queue_depth = 8;
+    auto s = Storage::open(*path_, o);
+    EXPECT_TRUE(s.is_ok()) << s.status().message();
+    return std::move(s).value();
+  }
+
+  // Expects buf[0, len) to hold file bytes [offset, offset + len).
+  static void expect_bytes(const uint8_t* buf, uint64_t offset, uint64_t len) {
+    for (uint64_t i = 0; i < len; ++i) {
+      if (buf[i] != pattern(offset + i)) {
+        FAIL() << "byte " << i << " of read at " << offset << " differs";
+      }
+    }
+  }
+
+  static constexpr uint64_t kFileSize = (5 << 20) + 12345;  // not a multiple of 4096
+  static std::string* path_;
+};
+std::string* StorageTest::path_ = nullptr;
+
+TEST_P(StorageTest, OpensDirectAndReportsSize) {
+  auto s = open();
+  EXPECT_EQ(s->size(), kFileSize);
+  if (s->direct()) {
+    EXPECT_EQ(s->alignment(), 4096u);
+  }
+}
+
+TEST_P(StorageTest, ReadsAnyRangeIntoAnyBuffer) {
+  auto s = open();
+  std::mt19937_64 rng(7);
+  AlignedBuffer buf(3 << 20);
+  for (int i = 0; i < 60; ++i) {
+    uint64_t len = rng() % (2 << 20) + 1;
+    uint64_t offset = rng() % (kFileSize - len);
+    uint64_t shift = i % 3 == 0 ? 0 : rng() % 4096;  // aligned, congruent or not
+    if (i % 3 == 1) shift = offset % 4096;            // congruent: middle read in place
+    ASSERT_TRUE(s->read(offset, {buf.data() + shift, len}).is_ok());
+    expect_bytes(buf.data() + shift, offset, len);
+  }
+}
+
+TEST_P(StorageTest, CongruentBufferCopiesOnlyHeadAndTail) {
+  auto s = open();
+  if (!s->direct()) GTEST_SKIP() << "filesystem refuses O_DIRECT";
+  uint64_t offset = 1000, len = 3 << 20;
+  AlignedView v = aligned_view(offset, len);
+  AlignedBuffer buf(v.buffer_bytes);
+  ASSERT_TRUE(s->read(offset, {buf.data() + v.skip, len}).is_ok());
+  expect_bytes(buf.data() + v.skip, offset, len);
+  EXPECT_LE(s->stats().bounced_bytes, 2 * 4096u);
+}
+
+TEST_P(StorageTest, ReadsTheLastBytesOfTheFile) {
+  auto s = open();
+  std::vector<uint8_t> buf(5000);
+  ASSERT_TRUE(s->read(kFileSize - 5000, buf).is_ok());
+  expect_bytes(buf.data(), kFileSize - 5000, 5000);
+  ASSERT_TRUE(s->read(kFileSize - 1, {buf.data(), 1}).is_ok());
+  EXPECT_EQ(buf[0], pattern(kFileSize - 1));
+}
+
+TEST_P(StorageTest, RejectsRangesOutsideTheFile) {
+  auto s = open();
+  std::vector<uint8_t> buf(10);
+  Status st = s->read(kFileSize - 5, buf);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("outside the file"), std::string::npos);
+}
+
+TEST_P(StorageTest, ManyConcurrentRequestsCompleteInAnyWaitOrder) {
+  auto s = open();
+  constexpr int kN = 40;
+  constexpr uint64_t kLen = 300000;
+  std::vector<std::vector<uint8_t>> bufs(kN, std::vector<uint8_t>(kLen));
+  std::vector<ReadId> ids;
+  for (int i = 0; i < kN; ++i) ids.push_back(s->submit(i * 123457ull, bufs[i]));
+  for (int i = kN - 1; i >= 0; --i) {
+    ASSERT_TRUE(s->wait(ids[i]).is_ok());
+    expect_bytes(bufs[i].data(), i * 123457ull, kLen);
+  }
+  EXPECT_GE(s->stats().device_reads, static_cast<uint64_t>(kN) * 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, StorageTest,
+                         ::testing::Values(EngineKind::kAuto, EngineKind::kThreads),
+                         [](const auto& info) { return std::string(engine_kind_name(info.param)) == "auto" ? "auto" : "threads"; });
+
+class FaultTest : public StorageTest {
+ protected:
+  std::unique_ptr<Storage> open_faulty(FaultPlan plan, std::shared_ptr<const FaultCounts>* counts) {
+    auto inner = make_engine(GetParam(), 8);
+    EXPECT_TRUE(inner.is_ok());
+    auto engine = std::make_unique<FaultInjectingEngine>(std::move(inner).value(), plan);
+    *counts = engine->counts();
+    StorageOptions o;
+    o.request_bytes = 256 << 10;
+    o.queue_depth = 8;
+    auto s = Storage::open(*path_, o, std::move(engine));
+    EXPECT_TRUE(s.is_ok());
+    return std::move(s).value();
+  }
+};
+
+TEST_P(FaultTest, EioFailsOnlyTheRequestsThatTouchTheBadRange) {
+  FaultPlan plan;
+  plan.fail_begin = 2 << 20;
+  plan.fail_end = (2 << 20) + 1;
+  std::shared_ptr<const FaultCounts> counts;
+  auto s = open_faulty(plan, &counts);
+  std::vector<uint8_t> bad(1 << 20), good(1 << 20);
+  ReadId a = s->submit((2 << 20) - 1000, bad);
+  ReadId b = s->submit(3 << 20, good);
+  Status st = s->wait(a);
+  EXPECT_EQ(st.code(), StatusCode::kIoError);
+  EXPECT_NE(st.message().find("Input/output error"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find(*path_), std::string::npos) << st.message();
+  ASSERT_TRUE(s->wait(b).is_ok());
+  expect_bytes(good.data(), 3 << 20, good.size());
+  EXPECT_GE(counts->eio, 1u);
+  EXPECT_EQ(s->stats().failed_requests, 1u);
+}
+
+TEST_P(FaultTest, ShortReadsAndInterruptsAreContinued) {
+  FaultPlan plan;
+  plan.short_probability = 0.4;
+  plan.eintr_probability = 0.2;
+  plan.seed = 42;
+  std::shared_ptr<const FaultCounts> counts;
+  auto s = open_faulty(plan, &counts);
+  AlignedBuffer buf(4 << 20);
+  for (uint64_t offset : {0ull, 4096ull, 777ull}) {
+    ASSERT_TRUE(s->read(offset, {buf.data() + 13, 4000000}).is_ok());
+    expect_bytes(buf.data() + 13, offset, 4000000);
+    ASSERT_TRUE(s->read(offset, {buf.data() + offset % 4096, 4000000}).is_ok());
+    expect_bytes(buf.data() + offset % 4096, offset, 4000000);
+  }
+  EXPECT_GT(counts->short_reads, 0u);
+  EXPECT_GT(counts->eintr, 0u);
+  EXPECT_GT(s->stats().short_reads, 0u);
+}
+
+TEST_P(FaultTest, RandomEioNeverReportsSuccessForABadBuffer) {
+  FaultPlan plan;
+  plan.eio_probability = 0.05;
+  plan.seed = 3;
+  std::shared_ptr<const FaultCounts> counts;
+  auto s = open_faulty(plan, &counts);
+  std::vector<uint8_t> buf(1 << 20);
+  int failed = 0;
+  for (int i = 0; i < 30; ++i) {
+    std::fill(buf.begin(), buf.end(), 0);
+    uint64_t offset = static_cast<uint64_t>(i) * 99991;
+    Status st = s->read(offset, buf);
+    if (st.is_ok()) {
+      expect_bytes(buf.data(), offset, buf.size());  // success means every byte arrived
+    } else {
+      ++failed;
+      EXPECT_EQ(st.code(), StatusCode::kIoError);
+    }
+  }
+  EXPECT_GT(failed, 0);
+  EXPECT_EQ(static_cast<uint64_t>(failed), s->stats().failed_requests);
+}
+
+TEST_P(FaultTest, SlowReadsDelayCompletion) {
+  FaultPlan plan;
+  plan.delay_us = 20000;
+  std::shared_ptr<const FaultCounts> counts;
+  auto s = open_faulty(plan, &counts);
+  std::vector<uint8_t> buf(100000);
+  auto t0 = std::chrono::steady_clock::now();
+  ReadId id = s->submit(5000, buf);
+  EXPECT_FALSE(s->done(id));
+  ASSERT_TRUE(s->wait(id).is_ok());
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(ms, 19.0);
+  expect_bytes(buf.data(), 5000, buf.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, FaultTest,
+                         ::testing::Values(EngineKind::kAuto, EngineKind::kThreads),
+                         [](const auto& info) { return std::string(engine_kind_name(info.param)) == "auto" ? "auto" : "threads"; });
+
+}  // namespace
+}  // namespace hypura::io
