@@ -1,0 +1,255 @@
+#include "tokenizer/tokenizer.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "tokenizer/bpe.h"
+#include "tokenizer/spm.h"
+#include "tokenizer/unicode.h"
+
+namespace hypura::tokenizer {
+namespace {
+
+constexpr std::string_view kSpmSpace = "\xE2\x96\x81";  // U+2581 "▁"
+
+// End-of-turn token texts, in the order we prefer one as *the* EOT id.
+constexpr std::string_view kEotTexts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+    "<|end_of_text|>", "<EOT>", "_<EOT>", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+    "<end_of_utterance>"};
+// Texts of tokens that end generation, whatever the metadata says (llama.cpp's list).
+constexpr std::string_view kEogTexts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>",
+    "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>"};
+
+void replace_all(std::string& s, std::string_view from, std::string_view to) {
+  std::string out;
+  out.reserve(s.size());
+  size_t pos = 0;
+  for (size_t m; (m = s.find(from, pos)) != std::string::npos; pos = m + from.size()) {
+    out.append(s, pos, m - pos);
+    out.append(to);
+  }
+  out.append(s, pos, std::string::npos);
+  s.swap(out);
+}
+
+const std::string& empty_string() {
+  static const std::string kEmpty;
+  return kEmpty;
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) {}
+Tokenizer::~Tokenizer() = default;
+
+Result<std::unique_ptr<Tokenizer>> Tokenizer::from_vocab(Vocab vocab) {
+  std::unique_ptr<Tokenizer> tok(new Tokenizer(std::move(vocab)));
+  HYPURA_RETURN_IF_ERROR(tok->init());
+  return tok;
+}
+
+Status Tokenizer::init() {
+  const size_t n = vocab_.tokens.size();
+  if (n == 0) return invalid_argument("tokenizer: empty vocabulary");
+  if (!vocab_.scores.empty() && vocab_.scores.size() != n) {
+    return invalid_argument("tokenizer: scores length differs from tokens");
+  }
+  if (!vocab_.types.empty() && vocab_.types.size() != n) {
+    return invalid_argument("tokenizer: token types length differs from tokens");
+  }
+  vocab_.types.resize(n, TokenType::kNormal);
+  for (int32_t* id : {&vocab_.bos_id, &vocab_.eos_id, &vocab_.unk_id, &vocab_.pad_id,
+                      &vocab_.eot_id, &vocab_.eom_id}) {
+    if (*id >= static_cast<int32_t>(n)) *id = -1;
+  }
+  index_ = TokenIndex(vocab_.tokens);
+  find_end_of_generation_tokens();
+
+  if (vocab_.model == VocabModel::kSpm) {
+    spm_ = std::make_unique<SpmEncoder>(vocab_, index_);
+  } else {
+    HYPURA_ASSIGN_OR_RETURN(bpe_, BpeEncoder::create(vocab_, index_));
+  }
+
+  for (size_t id = 0; id < n; ++id) {
+    const TokenType t = vocab_.types[id];
+    if ((t == TokenType::kControl || t == TokenType::kUserDefined || t == TokenType::kUnknown) &&
+        !vocab_.tokens[id].empty()) {
+      special_ids_.push_back(static_cast<int32_t>(id));
+    }
+  }
+  std::stable_sort(special_ids_.begin(), special_ids_.end(), [&](int32_t a, int32_t b) {
+    return vocab_.tokens[a].size() > vocab_.tokens[b].size();
+  });
+  build_pieces();
+  return Status::ok();
+}
+
+// Models mark their end-of-turn tokens inconsistently, so (like llama.cpp) we also
+// recognise them by text, and make them control tokens so they are never printed.
+void Tokenizer::find_end_of_generation_tokens() {
+  auto force_control = [&](int32_t id) {
+    if (vocab_.types[id] != TokenType::kControl) {
+      spdlog::debug("tokenizer: treating '{}' ({}) as a control token", vocab_.tokens[id], id);
+      vocab_.types[id] = TokenType::kControl;
+    }
+  };
+  if (vocab_.eot_id < 0) {
+    for (std::string_view text : kEotTexts) {
+      const int32_t id = index_.find(text);
+      if (id >= 0) {
+        vocab_.eot_id = id;
+        force_control(id);
+        break;
+      }
+    }
+  }
+  if (vocab_.eom_id < 0) vocab_.eom_id = index_.find("<|eom_id|>");
+  for (std::string_view text : kEogTexts) {
+    const int32_t id = index_.find(text);
+    if (id >= 0) {
+      eog_ids_.insert(id);
+      force_control(id);
+    }
+  }
+  for (int32_t id : {vocab_.eos_id, vocab_.eot_id, vocab_.eom_id}) {
+    if (id >= 0) eog_ids_.insert(id);
+  }
+}
+
+void Tokenizer::build_pieces() {
+  pieces_.resize(vocab_.tokens.size());
+  for (size_t id = 0; id < pieces_.size(); ++id) {
+    const std::string& text = vocab_.tokens[id];
+    switch (vocab_.types[id]) {
+      case TokenType::kUserDefined:
+        pieces_[id] = text;
+        break;
+      case TokenType::kNormal:
+        if (vocab_.model == VocabModel::kSpm) {
+          pieces_[id] = text;
+          replace_all(pieces_[id], kSpmSpace, " ");
+        } else {
+          pieces_[id] = bpe_text_to_bytes(text);
+        }
+        break;
+      case TokenType::kByte:
+        if (vocab_.model == VocabModel::kSpm && text.size() == 6 && text.starts_with("<0x")) {
+          pieces_[id] = std::string(1, static_cast<char>(std::strtol(text.substr(3, 2).c_str(), nullptr, 16)));
+        } else {
+          pieces_[id] = bpe_text_to_bytes(text);
+        }
+        break;
+      default:  // control, unknown, unused: printed only as special text, if at all
+        break;
+    }
+  }
+}
+
+bool Tokenizer::is_control(int32_t id) const {
+  return id >= 0 && id < n_vocab() && vocab_.types[id] == TokenType::kControl;
+}
+
+const std::string& Tokenizer::token_text(int32_t id) const {
+  return (id >= 0 && id < n_vocab()) ? vocab_.tokens[id] : empty_string();
+}
+
+const std::string& Tokenizer::token_to_piece(int32_t id, bool special) const {
+  if (id < 0 || id >= n_vocab()) return empty_string();
+  const TokenType t = vocab_.types[id];
+  if (special && (t == TokenType::kControl || t == TokenType::kUnknown)) return vocab_.tokens[id];
+  return pieces_[id];
+}
+
+// Splits `text` on special-token texts the way llama.cpp's tokenizer_st_partition does:
+// each special token in turn (longest first) splits every remaining raw-text fragment at
+// each of its occurrences.
+std::vector<Tokenizer::Fragment> Tokenizer::partition_special(std::string_view text,
+                                                              bool parse_special) const {
+  std::vector<Fragment> frags = {{-1, 0, text.size()}};
+  std::vector<Fragment> next;
+  for (int32_t id : special_ids_) {
+    const TokenType t = vocab_.types[id];
+    if (!parse_special && t != TokenType::kUserDefined) continue;
+    const std::string& tok = vocab_.tokens[id];
+    if (text.find(tok) == std::string_view::npos) continue;  // cheap skip for most tokens
+    next.clear();
+    for (const Fragment& f : frags) {
+      if (f.token >= 0) {
+        next.push_back(f);
+        continue;
+      }
+      const size_t end = f.offset + f.length;
+      const std::string_view window = text.substr(0, end);
+      size_t pos = f.offset;
+      for (size_t m; (m = window.find(tok, pos)) != std::string_view::npos; pos = m + tok.size()) {
+        if (m > pos) next.push_back({-1, pos, m - pos});
+        next.push_back({id, m, tok.size()});
+      }
+      if (pos < end) next.push_back({-1, pos, end - pos});
+    }
+    frags.swap(next);
+  }
+  return frags;
+}
+
+void Tokenizer::encode_text(std::string_view text, bool after_special,
+                            std::vector<int32_t>& out) const {
+  if (spm_) {
+    std::string escaped;
+    if (vocab_.add_space_prefix && after_special) escaped = " ";
+    escaped.append(text);
+    replace_all(escaped, " ", kSpmSpace);
+    spm_->encode(escaped, out);
+  } else {
+    // Invalid UTF-8 becomes U+FFFD, as llama.cpp's codepoint decoding does.
+    bpe_->encode(utf8_sanitize(text), out);
+  }
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
+                                       bool parse_special) const {
+  std::vector<int32_t> out;
+  if (add_special && vocab_.add_bos && vocab_.bos_id >= 0) out.push_back(vocab_.bos_id);
+  if (!text.empty()) {
+    bool after_special = true;  // the text start counts as following a special token
+    for (const Fragment& f : partition_special(text, parse_special)) {
+      if (f.token >= 0) {
+        out.push_back(f.token);
+        after_special = true;
+      } else {
+        encode_text(text.substr(f.offset, f.length), after_special, out);
+        after_special = false;
+      }
+    }
+  }
+  if (add_special && vocab_.add_eos && vocab_.eos_id >= 0) out.push_back(vocab_.eos_id);
+  return out;
+}
+
+std::string Tokenizer::detokenize(std::span<const int32_t> ids, bool remove_special,
+                                  bool unparse_special) const {
+  // llama.cpp strips the space add_space_prefix added, except after a removed BOS.
+  bool strip_space = vocab_.add_space_prefix;
+  if (remove_special && vocab_.add_bos && !ids.empty() && ids.front() == vocab_.bos_id) {
+    strip_space = false;
+    ids = ids.subspan(1);
+  }
+  if (remove_special && vocab_.add_eos && !ids.empty() && ids.back() == vocab_.eos_id) {
+    ids = ids.first(ids.size() - 1);
+  }
+  std::string out;
+  for (int32_t id : ids) {
+    std::string_view piece = token_to_piece(id, unparse_special);
+    if (strip_space && piece.starts_with(' ')) piece.remove_prefix(1);
+    strip_space = false;
+    out.append(piece);
+  }
+  return out;
+}
+
+}  // namespace hypura::tokenizer
