@@ -1,0 +1,279 @@
+#include "model/blocks.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+
+#include "compute/cpu/thread_pool.h"
+#include "runtime/weight_provider.h"
+
+namespace hypura::model {
+namespace {
+
+const float* as_floats(const WeightView& w) { return static_cast<const float*>(w.data); }
+
+// Acquires the non-absent ids among `slots` and fills the matching views.
+Status acquire_views(runtime::WeightProvider& provider, int64_t il,
+                     std::initializer_list<std::pair<TensorId, WeightView*>> slots) {
+  TensorId ids[16];
+  WeightView views[16];
+  WeightView* targets[16];
+  size_t n = 0;
+  for (const auto& [id, view] : slots) {
+    *view = WeightView{};
+    if (id == kNone) continue;
+    assert(n < 16);
+    ids[n] = id;
+    targets[n] = view;
+    ++n;
+  }
+  HYPURA_RETURN_IF_ERROR(provider.acquire(static_cast<int>(il), std::span(ids, n),
+                                          std::span(views, n)));
+  for (size_t i = 0; i < n; ++i) *targets[i] = views[i];
+  return Status::ok();
+}
+
+}  // namespace
+
+Blocks::Blocks(const HParams& hp, const WeightMap& weights, compute::Context& ctx,
+               runtime::WeightProvider& provider, int64_t max_batch, int64_t n_ctx)
+    : hp_(hp),
+      weights_(weights),
+      ctx_(ctx),
+      provider_(provider),
+      max_batch_(max_batch),
+      n_ctx_(n_ctx) {
+  const auto rows = [&](int64_t width) { return static_cast<size_t>(max_batch * width); };
+  x_.resize(rows(hp.n_embd));
+  cur_.resize(rows(hp.n_embd));
+  tmp_.resize(rows(hp.n_embd));
+  q_.resize(rows(hp.q_width()));
+  k_.resize(rows(hp.k_width()));
+  v_.resize(rows(hp.v_width()));
+  attn_.resize(rows(hp.n_head * hp.head_dim_v));
+  const int64_t ff = std::max(hp.n_ff, hp.n_ff_expert);
+  ff_gate_.resize(rows(ff));
+  ff_up_.resize(rows(ff));
+  attn_scratch_.resize(static_cast<size_t>(ctx.n_threads()));
+  for (auto& s : attn_scratch_) {
+    s.keys.resize(static_cast<size_t>(n_ctx * hp.head_dim));
+    s.values.resize(static_cast<size_t>(n_ctx * hp.head_dim_v));
+    s.scores.resize(static_cast<size_t>(n_ctx));
+  }
+  if (hp.n_expert > 0) {
+    router_probs_.resize(rows(hp.n_expert));
+    selected_.resize(rows(hp.n_expert_used));
+    selected_w_.resize(rows(hp.n_expert_used));
+    slot_out_.resize(rows(hp.n_expert_used * hp.n_embd));
+    expert_in_.resize(rows(hp.n_embd));
+    expert_out_.resize(rows(hp.n_embd));
+    expert_rows_.resize(rows(hp.n_expert_used));
+    used_experts_.reserve(static_cast<size_t>(hp.n_expert));
+    requests_.reserve(static_cast<size_t>(3 * hp.n_expert));
+    expert_views_.reserve(static_cast<size_t>(3 * hp.n_expert));
+  }
+  ctx.reserve(max_batch, std::max({hp.n_embd, ff, hp.n_head * hp.head_dim_v}));
+}
+
+void Blocks::begin(int64_t pos, int64_t n_tokens, KvCache* kv) {
+  assert(n_tokens > 0 && n_tokens <= max_batch_);
+  pos_ = pos;
+  n_tokens_ = n_tokens;
+  kv_ = kv;
+}
+
+Status Blocks::acquire_attention(int64_t il, AttnViews* out) {
+  const LayerWeights& lw = weights_.layers[il];
+  return acquire_views(provider_, il,
+                       {{lw.attn_norm, &out->norm}, {lw.wq, &out->wq}, {lw.wk, &out->wk},
+                        {lw.wv, &out->wv}, {lw.wo, &out->wo}, {lw.bq, &out->bq},
+                        {lw.bk, &out->bk}, {lw.bv, &out->bv}, {lw.q_norm, &out->q_norm},
+                        {lw.k_norm, &out->k_norm}, {lw.post_attn_norm, &out->post_norm}});
+}
+
+Status Blocks::acquire_ffn(int64_t il, FfnViews* out) {
+  const LayerWeights& lw = weights_.layers[il];
+  out->gate_exps = lw.ffn_gate_exps;
+  out->up_exps = lw.ffn_up_exps;
+  out->down_exps = lw.ffn_down_exps;
+  return acquire_views(provider_, il,
+                       {{lw.ffn_norm, &out->norm}, {lw.post_ffn_norm, &out->post_norm},
+                        {lw.ffn_gate, &out->gate}, {lw.ffn_up, &out->up},
+                        {lw.ffn_down, &out->down}, {lw.ffn_router, &out->router}});
+}
+
+void Blocks::norm(const float* in, const WeightView& w, float* out) {
+  const int64_t width = w.n_cols;
+  for (int64_t t = 0; t < n_tokens_; ++t) {
+    compute::rms_norm(in + t * width, as_floats(w), width, hp_.rms_eps, out + t * width);
+  }
+}
+
+void Blocks::linear(const WeightView& w, const float* in, float* out) {
+  ctx_.matmul(w, in, n_tokens_, out);
+}
+
+void Blocks::add_bias(float* rows, const WeightView& b) {
+  for (int64_t t = 0; t < n_tokens_; ++t) compute::add(rows + t * b.n_cols, as_floats(b), b.n_cols);
+}
+
+void Blocks::head_norm(float* rows, int64_t n_heads, const WeightView& w) {
+  const int64_t d = w.n_cols;
+  for (int64_t i = 0; i < n_tokens_ * n_heads; ++i) {
+    compute::rms_norm(rows + i * d, as_floats(w), d, hp_.rms_eps, rows + i * d);
+  }
+}
+
+void Blocks::rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) {
+  const float* factors = rope_factors_;
+  const int64_t d = hp_.head_dim;
+  for (int64_t t = 0; t < n_tokens_; ++t) {
+    for (int64_t h = 0; h < n_heads; ++h) {
+      compute::rope(rows + (t * n_heads + h) * d, d, hp_.n_rot, pos_ + t, freq_base, freq_scale,
+                    factors, hp_.rope_neox);
+    }
+  }
+}
+
+void Blocks::scale(float* rows, int64_t width, float s) {
+  compute::scale(rows, s, n_tokens_ * width);
+}
+
+void Blocks::residual(float* x, const float* y) { compute::add(x, y, n_tokens_ * hp_.n_embd); }
+
+void Blocks::attention(int64_t il, bool swa, float kq_scale) {
+  kv_->store(il, pos_, n_tokens_, k(), v());
+  const int64_t n_items = n_tokens_ * hp_.n_head_kv;
+  ctx_.pool().run([&](int ith, int nth) {
+    int64_t begin, end;
+    compute::split_range(n_items, ith, nth, 1, &begin, &end);
+    for (int64_t i = begin; i < end; ++i) {
+      attend(il, i / hp_.n_head_kv, i % hp_.n_head_kv, swa, kq_scale, ith);
+    }
+  });
+}
+
+// One query row t against the cached keys of kv head g, for every q head sharing it.
+// The keys and values are widened once and reused by the group's heads (GQA).
+void Blocks::attend(int64_t il, int64_t t, int64_t g, bool swa, float kq_scale, int thread) {
+  AttnScratch& s = attn_scratch_[thread];
+  const int64_t p = pos_ + t;
+  const int64_t first = swa ? std::max<int64_t>(0, p - hp_.n_swa + 1) : 0;
+  const int64_t count = p - first + 1;
+  const int64_t d = hp_.head_dim, dv = hp_.head_dim_v;
+  kv_->read_k(il, g, first, count, s.keys.data());
+  kv_->read_v(il, g, first, count, s.values.data());
+  const int64_t n_gqa = hp_.n_head / hp_.n_head_kv;
+  for (int64_t h = g * n_gqa; h < (g + 1) * n_gqa; ++h) {
+    const float* qh = q() + (t * hp_.n_head + h) * d;
+    for (int64_t j = 0; j < count; ++j) {
+      s.scores[j] = compute::dot_f32(qh, s.keys.data() + j * d, d) * kq_scale;
+    }
+    compute::softmax(s.scores.data(), count);
+    float* out = attn() + (t * hp_.n_head + h) * dv;
+    std::fill(out, out + dv, 0.0f);
+    for (int64_t j = 0; j < count; ++j) {
+      const float pj = s.scores[j];
+      const float* vj = s.values.data() + j * dv;
+      for (int64_t c = 0; c < dv; ++c) out[c] += pj * vj[c];
+    }
+  }
+}
+
+void Blocks::dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) {
+  const int64_t ff = w.gate.n_rows;
+  linear(w.gate, in, ff_gate_.data());
+  linear(w.up, in, ff_up_.data());
+  const int64_t n = n_tokens_ * ff;
+  if (act == FfnAct::kSilu) {
+    compute::silu(ff_gate_.data(), n);
+  } else {
+    compute::gelu_tanh(ff_gate_.data(), n);
+  }
+  compute::mul(ff_gate_.data(), ff_up_.data(), n);
+  linear(w.down, ff_gate_.data(), out);
+}
+
+// Router: probabilities by softmax, the n_expert_used most probable experts (lower id on
+// ties), their probabilities renormalised to sum 1.
+void Blocks::route(const float* in) {
+  const int64_t ne = hp_.n_expert, k = hp_.n_expert_used;
+  for (int64_t t = 0; t < n_tokens_; ++t) {
+    float* probs = router_probs_.data() + t * ne;
+    compute::softmax(probs, ne);
+    int32_t* sel = selected_.data() + t * k;
+    float* wts = selected_w_.data() + t * k;
+    float sum = 0.0f;
+    for (int64_t slot = 0; slot < k; ++slot) {
+      int32_t best = -1;
+      for (int32_t e = 0; e < ne; ++e) {
+        if (std::find(sel, sel + slot, e) != sel + slot) continue;
+        if (best < 0 || probs[e] > probs[best]) best = e;
+      }
+      sel[slot] = best;
+      wts[slot] = probs[best];
+      sum += probs[best];
+    }
+    for (int64_t slot = 0; slot < k; ++slot) wts[slot] /= sum;
+  }
+  (void)in;
+}
+
+Status Blocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) {
+  linear(w.router, in, router_probs_.data());
+  route(in);
+  HYPURA_RETURN_IF_ERROR(run_experts(il, w, in));
+  const int64_t k = hp_.n_expert_used, e = hp_.n_embd;
+  for (int64_t t = 0; t < n_tokens_; ++t) {
+    const float* slots = slot_out_.data() + t * k * e;
+    float* o = out + t * e;
+    std::memcpy(o, slots, static_cast<size_t>(e) * sizeof(float));
+    for (int64_t slot = 1; slot < k; ++slot) compute::add(o, slots + slot * e, e);
+  }
+  return Status::ok();
+}
+
+// Runs each selected expert once on the rows routed to it; results land in slot_out_
+// scaled by their routing weight. The experts of the batch are acquired in one call.
+Status Blocks::run_experts(int64_t il, const FfnViews& w, const float* in) {
+  const int64_t k = hp_.n_expert_used, e = hp_.n_embd;
+  std::vector<int32_t>& used = used_experts_;
+  used.clear();
+  for (int64_t i = 0; i < n_tokens_ * k; ++i) used.push_back(selected_[i]);
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+  requests_.clear();
+  for (int32_t id : used) {
+    requests_.push_back({w.gate_exps, id});
+    requests_.push_back({w.up_exps, id});
+    requests_.push_back({w.down_exps, id});
+  }
+  expert_views_.resize(requests_.size());
+  HYPURA_RETURN_IF_ERROR(provider_.acquire_experts(static_cast<int>(il), requests_, expert_views_));
+  for (size_t u = 0; u < used.size(); ++u) {
+    int64_t m = 0;
+    for (int64_t i = 0; i < n_tokens_ * k; ++i) {
+      if (selected_[i] != used[u]) continue;
+      expert_rows_[m] = static_cast<int32_t>(i);
+      std::memcpy(expert_in_.data() + m * e, in + (i / k) * e, static_cast<size_t>(e) * 4);
+      ++m;
+    }
+    const WeightView& gate = expert_views_[3 * u];
+    const WeightView& up = expert_views_[3 * u + 1];
+    const WeightView& down = expert_views_[3 * u + 2];
+    ctx_.matmul(gate, expert_in_.data(), m, ff_gate_.data());
+    ctx_.matmul(up, expert_in_.data(), m, ff_up_.data());
+    compute::silu(ff_gate_.data(), m * gate.n_rows);
+    compute::mul(ff_gate_.data(), ff_up_.data(), m * gate.n_rows);
+    ctx_.matmul(down, ff_gate_.data(), m, expert_out_.data());
+    for (int64_t r = 0; r < m; ++r) {
+      const int32_t i = expert_rows_[r];  // token * k + slot
+      float* dst = slot_out_.data() + static_cast<int64_t>(i) * e;
+      std::memcpy(dst, expert_out_.data() + r * e, static_cast<size_t>(e) * 4);
+      compute::scale(dst, selected_w_[i], e);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace hypura::model

@@ -1,0 +1,191 @@
+#include "model/hparams.h"
+
+#include <cmath>
+#include <string_view>
+
+#include "gguf/gguf.h"
+
+namespace hypura::model {
+namespace {
+
+struct ArchEntry {
+  const char* name;
+  Arch arch;
+};
+constexpr ArchEntry kArchs[] = {
+    {"llama", Arch::kLlama},   {"qwen2", Arch::kQwen2},       {"qwen3", Arch::kQwen3},
+    {"gemma3", Arch::kGemma3}, {"qwen3moe", Arch::kQwen3Moe},
+};
+
+// Reads "<arch>.<key>" as an integer; arrays (per-layer values) must be uniform.
+class KeyReader {
+ public:
+  KeyReader(const gguf::Metadata& md, std::string arch) : md_(md), arch_(std::move(arch)) {}
+
+  std::string key(std::string_view suffix) const { return arch_ + "." + std::string(suffix); }
+
+  Result<int64_t> require_int(std::string_view suffix) const {
+    auto v = find_int(suffix);
+    if (!v.is_ok()) return v.status();
+    if (!v.value()) return not_found("GGUF metadata key '" + key(suffix) + "' is missing");
+    return *v.value();
+  }
+  // nullopt when missing; error when present but not a usable integer.
+  Result<std::optional<int64_t>> find_int(std::string_view suffix) const {
+    const gguf::Value* v = md_.find(key(suffix));
+    if (v == nullptr) return std::optional<int64_t>();
+    if (const auto* arr = v->as_array()) return uniform_array(suffix, *arr);
+    auto i = v->as_i64();
+    if (!i || *i < 0) return corrupt("GGUF metadata key '" + key(suffix) + "' is not a count");
+    return std::optional<int64_t>(*i);
+  }
+  int64_t int_or(std::string_view suffix, int64_t fallback, Status* st) const {
+    auto v = find_int(suffix);
+    if (!v.is_ok()) {
+      *st = v.status();
+      return fallback;
+    }
+    return v.value() ? *v.value() : fallback;
+  }
+  float float_or(std::string_view suffix, float fallback) const {
+    auto v = md_.get_f64(key(suffix));
+    return v ? static_cast<float>(*v) : fallback;
+  }
+
+ private:
+  Result<std::optional<int64_t>> uniform_array(std::string_view suffix,
+                                               const std::vector<gguf::Value>& arr) const {
+    if (arr.empty()) return corrupt("GGUF metadata key '" + key(suffix) + "' is an empty array");
+    auto first = arr[0].as_i64();
+    for (const auto& e : arr) {
+      if (!e.as_i64() || e.as_i64() != first) {
+        return unsupported("GGUF metadata key '" + key(suffix) +
+                           "' varies per layer, which is not supported");
+      }
+    }
+    return std::optional<int64_t>(*first);
+  }
+
+  const gguf::Metadata& md_;
+  std::string arch_;
+};
+
+Status check_positive(const HParams& hp) {
+  struct Field {
+    const char* name;
+    int64_t value;
+  };
+  const Field fields[] = {{"n_embd", hp.n_embd},       {"n_layer", hp.n_layer},
+                          {"n_head", hp.n_head},       {"n_head_kv", hp.n_head_kv},
+                          {"head_dim", hp.head_dim},   {"n_vocab", hp.n_vocab},
+                          {"n_ctx_train", hp.n_ctx_train}};
+  for (const auto& f : fields) {
+    if (f.value <= 0) return corrupt(std::string("hyperparameter ") + f.name + " must be > 0");
+  }
+  if (hp.n_head % hp.n_head_kv != 0) {
+    return corrupt("n_head (" + std::to_string(hp.n_head) + ") is not a multiple of n_head_kv (" +
+                   std::to_string(hp.n_head_kv) + ")");
+  }
+  if (hp.n_rot <= 0 || hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0) {
+    return corrupt("rope.dimension_count " + std::to_string(hp.n_rot) + " does not fit head_dim " +
+                   std::to_string(hp.head_dim));
+  }
+  if (hp.n_expert > 0 && (hp.n_expert_used <= 0 || hp.n_expert_used > hp.n_expert)) {
+    return corrupt("expert_used_count must be in 1..expert_count");
+  }
+  if (hp.n_layer > 4096 || hp.n_head > 4096 || hp.head_dim > 4096 || hp.n_expert > 4096) {
+    return corrupt("hyperparameters out of range (n_layer, n_head, head_dim or n_expert > 4096)");
+  }
+  return Status::ok();
+}
+
+int64_t vocab_rows(const gguf::GgufFile& file) {
+  const gguf::TensorInfo* t = file.find_tensor("output.weight");
+  if (t == nullptr) t = file.find_tensor("token_embd.weight");
+  return (t != nullptr && t->ne.size() >= 2) ? t->ne[1] : 0;
+}
+
+void set_arch_specifics(HParams& hp, const KeyReader& keys, const gguf::Metadata& md) {
+  hp.rope_neox = hp.arch != Arch::kLlama;  // qwen2/qwen3/gemma3 rotate NeoX-style
+  if (hp.arch == Arch::kGemma3) {
+    hp.embd_scale = std::sqrt(static_cast<float>(hp.n_embd));
+    hp.rope_freq_base_swa = keys.float_or("rope.freq_base_swa", 10000.0f);
+    hp.rope_freq_scale_swa = 1.0f;
+    // Gemma3 27B uses query_pre_attn_scalar = n_embd / n_head; the others head_dim.
+    const bool is_27b = hp.n_layer == 62;
+    const float q_dim = is_27b ? static_cast<float>(hp.n_embd / hp.n_head)
+                               : static_cast<float>(hp.head_dim);
+    hp.q_scale = 1.0f / std::sqrt(q_dim);
+    hp.kq_scale = 1.0f;
+  } else {
+    hp.kq_scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+  }
+  (void)md;
+}
+
+}  // namespace
+
+const char* supported_architectures() {
+  return "llama (incl. Mistral and Mixtral-style MoE), qwen2, qwen3, gemma3, qwen3moe";
+}
+
+const char* arch_name(Arch arch) {
+  for (const auto& e : kArchs) {
+    if (e.arch == arch) return e.name;
+  }
+  return "?";
+}
+
+Result<HParams> read_hparams(const gguf::GgufFile& file) {
+  HParams hp;
+  hp.arch_name = file.architecture();
+  bool known = false;
+  for (const auto& e : kArchs) {
+    if (hp.arch_name == e.name) {
+      hp.arch = e.arch;
+      known = true;
+    }
+  }
+  if (!known) {
+    return unsupported("architecture '" + hp.arch_name + "' is not supported; supported: " +
+                       supported_architectures());
+  }
+  const gguf::Metadata& md = file.metadata();
+  KeyReader keys(md, hp.arch_name);
+  Status st;
+  HYPURA_ASSIGN_OR_RETURN(hp.n_embd, keys.require_int("embedding_length"));
+  HYPURA_ASSIGN_OR_RETURN(hp.n_layer, keys.require_int("block_count"));
+  HYPURA_ASSIGN_OR_RETURN(hp.n_head, keys.require_int("attention.head_count"));
+  hp.n_ctx_train = keys.int_or("context_length", 4096, &st);
+  hp.n_head_kv = keys.int_or("attention.head_count_kv", hp.n_head, &st);
+  const int64_t default_head_dim = hp.n_head > 0 ? hp.n_embd / hp.n_head : 0;
+  hp.head_dim = keys.int_or("attention.key_length", default_head_dim, &st);
+  hp.head_dim_v = keys.int_or("attention.value_length", hp.head_dim, &st);
+  hp.n_ff = keys.int_or("feed_forward_length", 0, &st);
+  hp.n_expert = keys.int_or("expert_count", 0, &st);
+  hp.n_expert_used = keys.int_or("expert_used_count", 0, &st);
+  hp.n_ff_expert = keys.int_or("expert_feed_forward_length", hp.n_ff, &st);
+  hp.n_rot = keys.int_or("rope.dimension_count", hp.head_dim, &st);
+  hp.n_swa = keys.int_or("attention.sliding_window", 0, &st);
+  hp.swa_pattern = keys.int_or("attention.sliding_window_pattern", 6, &st);
+  HYPURA_RETURN_IF_ERROR(st);
+  if (hp.arch != Arch::kGemma3) hp.n_swa = 0;  // others: full attention everywhere
+  hp.rms_eps = keys.float_or("attention.layer_norm_rms_epsilon",
+                             hp.arch == Arch::kGemma3 ? 1e-6f : 1e-5f);
+  hp.rope_freq_base = keys.float_or("rope.freq_base", 10000.0f);
+  auto scaling = md.get_string(keys.key("rope.scaling.type"));
+  const float factor = keys.float_or("rope.scaling.factor", 1.0f);
+  if (scaling && *scaling == "linear" && factor > 0.0f) hp.rope_freq_scale = 1.0f / factor;
+  if (scaling && *scaling != "linear" && *scaling != "none" && *scaling != "") {
+    return unsupported("rope scaling type '" + *scaling + "' is not supported (linear only)");
+  }
+  hp.n_vocab = vocab_rows(file);
+  if (hp.arch == Arch::kQwen3Moe && hp.n_expert == 0) {
+    return corrupt("qwen3moe model without " + keys.key("expert_count"));
+  }
+  set_arch_specifics(hp, keys, md);
+  HYPURA_RETURN_IF_ERROR(check_positive(hp));
+  return hp;
+}
+
+}  // namespace hypura::model

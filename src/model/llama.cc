@@ -1,0 +1,49 @@
+// Llama (Llama 2/3, Mistral) and Mixtral-style MoE:
+//
+//   n   = RMSNorm(x) * attn_norm
+//   x  += Wo . Attention(RoPE(Wq n), RoPE(Wk n), Wv n)       normal (pairwise) RoPE
+//   n   = RMSNorm(x) * ffn_norm
+//   x  += Wdown . (SiLU(Wgate n) * Wup n)                     dense
+//      or sum_k w_k * Expert_k(n)                             top-k softmax router, renormalised
+#include "model/architectures.h"
+
+namespace hypura::model {
+
+Status llama_layer(Blocks& b, int64_t il) {
+  const HParams& hp = b.hp();
+  AttnViews a;
+  HYPURA_RETURN_IF_ERROR(b.acquire_attention(il, &a));
+  b.norm(b.x(), a.norm, b.cur());
+  b.linear(a.wq, b.cur(), b.q());
+  b.linear(a.wk, b.cur(), b.k());
+  b.linear(a.wv, b.cur(), b.v());
+  b.rope(b.q(), hp.n_head, hp.rope_freq_base, hp.rope_freq_scale);
+  b.rope(b.k(), hp.n_head_kv, hp.rope_freq_base, hp.rope_freq_scale);
+  b.attention(il, /*swa=*/false, hp.kq_scale);
+  b.linear(a.wo, b.attn(), b.cur());
+  b.residual(b.x(), b.cur());
+
+  FfnViews f;
+  HYPURA_RETURN_IF_ERROR(b.acquire_ffn(il, &f));
+  b.norm(b.x(), f.norm, b.cur());
+  if (hp.n_expert > 0) {
+    HYPURA_RETURN_IF_ERROR(b.moe_ffn(il, f, b.cur(), b.cur()));
+  } else {
+    b.dense_ffn(f, FfnAct::kSilu, b.cur(), b.cur());
+  }
+  b.residual(b.x(), b.cur());
+  return Status::ok();
+}
+
+LayerFn layer_fn(Arch arch) {
+  switch (arch) {
+    case Arch::kLlama: return llama_layer;
+    case Arch::kQwen2: return qwen2_layer;
+    case Arch::kQwen3: return qwen3_layer;
+    case Arch::kQwen3Moe: return qwen3_layer;
+    case Arch::kGemma3: return gemma3_layer;
+  }
+  return nullptr;
+}
+
+}  // namespace hypura::model

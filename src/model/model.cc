@@ -1,0 +1,86 @@
+#include "model/model.h"
+
+#include "compute/compute.h"
+#include "gguf/gguf.h"
+#include "model/architectures.h"
+#include "model/blocks.h"
+#include "runtime/weight_provider.h"
+
+namespace hypura::model {
+
+Result<std::shared_ptr<const Model>> Model::create(const gguf::GgufFile& file) {
+  auto model = std::make_shared<Model>();
+  HYPURA_ASSIGN_OR_RETURN(model->hp_, read_hparams(file));
+  HYPURA_ASSIGN_OR_RETURN(model->weights_, build_weight_map(file, model->hp_));
+  if (model->weights_.rope_freqs != kNone &&
+      file.tensors()[model->weights_.rope_freqs].type != gguf::GgmlType::F32) {
+    return unsupported("tensor 'rope_freqs.weight' must be F32");
+  }
+  return std::shared_ptr<const Model>(std::move(model));
+}
+
+Forward::Forward(std::shared_ptr<const Model> model, compute::Context& ctx,
+                 runtime::WeightProvider& provider, int64_t max_batch, int64_t n_ctx)
+    : model_(std::move(model)),
+      max_batch_(max_batch),
+      blocks_(std::make_unique<Blocks>(model_->hparams(), model_->weights(), ctx, provider,
+                                       max_batch, n_ctx)) {}
+
+Forward::~Forward() = default;
+
+Status Forward::run(const int32_t* tokens, int64_t n_tokens, int64_t pos, KvCache& kv,
+                    bool all_logits, float* logits) {
+  const HParams& hp = model_->hparams();
+  const WeightMap& wm = model_->weights();
+  if (n_tokens <= 0 || n_tokens > max_batch_) {
+    return invalid_argument("batch of " + std::to_string(n_tokens) + " tokens; expected 1.." +
+                            std::to_string(max_batch_));
+  }
+  if (pos < 0 || pos + n_tokens > kv.n_ctx()) {
+    return resource_exhausted("context full: positions " + std::to_string(pos) + ".." +
+                              std::to_string(pos + n_tokens - 1) + " exceed n_ctx " +
+                              std::to_string(kv.n_ctx()));
+  }
+  for (int64_t i = 0; i < n_tokens; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= hp.n_vocab) {
+      return invalid_argument("token id " + std::to_string(tokens[i]) + " out of range (n_vocab " +
+                              std::to_string(hp.n_vocab) + ")");
+    }
+  }
+  Blocks& b = *blocks_;
+  runtime::WeightProvider& provider = b.provider();
+  b.begin(pos, n_tokens, &kv);
+
+  // Tensors outside the layer stack: layer -1.
+  const runtime::TensorId global_ids[4] = {wm.token_embd, wm.output_norm, wm.output,
+                                           wm.rope_freqs == kNone ? wm.output : wm.rope_freqs};
+  compute::WeightView g[4];
+  HYPURA_RETURN_IF_ERROR(provider.acquire(-1, global_ids, g));
+  const compute::WeightView &embd = g[0], &out_norm = g[1], &output = g[2];
+  b.set_rope_factors(wm.rope_freqs == kNone ? nullptr : static_cast<const float*>(g[3].data));
+
+  b.ctx().get_rows(embd, tokens, n_tokens, b.x());
+  if (hp.embd_scale != 1.0f) b.scale(b.x(), hp.n_embd, hp.embd_scale);
+
+  const LayerFn layer = layer_fn(hp.arch);
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    if (il + 1 < hp.n_layer) provider.hint(static_cast<int>(il + 1));
+    Status st = layer(b, il);
+    provider.release(static_cast<int>(il));
+    if (!st.is_ok()) {
+      provider.release(-1);
+      return st.with_context("layer " + std::to_string(il));
+    }
+  }
+
+  b.norm(b.x(), out_norm, b.cur());
+  if (all_logits) {
+    b.ctx().matmul(output, b.cur(), n_tokens, logits);
+  } else {
+    b.ctx().matmul(output, b.cur() + (n_tokens - 1) * hp.n_embd, 1, logits);
+  }
+  provider.release(-1);
+  return Status::ok();
+}
+
+}  // namespace hypura::model

@@ -1,0 +1,70 @@
+// Model and Forward: a transformer's structure and the computation of its logits.
+//
+// Model is the immutable part read from the GGUF file: hyperparameters and the tensor
+// directory (which tensor id plays which part in each layer). Forward owns the scratch
+// buffers of one forward pass (sized once for a maximum batch, so the token loop does not
+// allocate) and runs tokens through the layers of the model's architecture, getting
+// every weight from a runtime::WeightProvider and keeping keys/values in a KvCache.
+//
+// Batch invariance: a token's logits do not depend on how the sequence is split into
+// calls of run() (one batch, chunks or one token at a time) -- the matmuls reduce each
+// output in a fixed order and attention handles each query row independently, reading
+// keys back from the cache.
+//
+// Thread-safety: Model is shared read-only; a Forward is used by one thread at a time
+// (the compute pool parallelises inside).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+#include "model/hparams.h"
+#include "model/kv_cache.h"
+#include "model/weights.h"
+
+namespace hypura::gguf { class GgufFile; }
+namespace hypura::compute { class Context; }
+namespace hypura::runtime { class WeightProvider; }
+
+namespace hypura::model {
+
+class Model {
+ public:
+  // Reads hyperparameters and finds every tensor; errors name the missing piece.
+  static Result<std::shared_ptr<const Model>> create(const gguf::GgufFile& file);
+
+  const HParams& hparams() const { return hp_; }
+  const WeightMap& weights() const { return weights_; }
+
+ private:
+  HParams hp_;
+  WeightMap weights_;
+};
+
+class Blocks;  // model/blocks.h
+
+class Forward {
+ public:
+  // max_batch: most tokens per run() call; n_ctx: the KV cache's length (attention scratch).
+  Forward(std::shared_ptr<const Model> model, compute::Context& ctx,
+          runtime::WeightProvider& provider, int64_t max_batch, int64_t n_ctx);
+  ~Forward();
+
+  int64_t max_batch() const { return max_batch_; }
+
+  // Processes tokens[0..n_tokens) at positions pos..pos+n_tokens-1, writing their keys
+  // and values into kv. logits: (n_tokens, n_vocab) when all_logits, else (1, n_vocab)
+  // for the last token only. REQUIRES: 0 < n_tokens <= max_batch, pos + n_tokens <=
+  // kv.n_ctx(), every token id < n_vocab (checked: error).
+  Status run(const int32_t* tokens, int64_t n_tokens, int64_t pos, KvCache& kv,
+             bool all_logits, float* logits);
+
+ private:
+  std::shared_ptr<const Model> model_;
+  int64_t max_batch_;
+  std::unique_ptr<Blocks> blocks_;
+};
+
+}  // namespace hypura::model

@@ -1,0 +1,36 @@
+// Qwen2 (Qwen 2 / 2.5): Llama with biases on the q/k/v projections and NeoX RoPE.
+//
+//   n   = RMSNorm(x) * attn_norm
+//   x  += Wo . Attention(RoPE(Wq n + bq), RoPE(Wk n + bk), Wv n + bv)
+//   n   = RMSNorm(x) * ffn_norm
+//   x  += Wdown . (SiLU(Wgate n) * Wup n)
+#include "model/architectures.h"
+
+namespace hypura::model {
+
+Status qwen2_layer(Blocks& b, int64_t il) {
+  const HParams& hp = b.hp();
+  AttnViews a;
+  HYPURA_RETURN_IF_ERROR(b.acquire_attention(il, &a));
+  b.norm(b.x(), a.norm, b.cur());
+  b.linear(a.wq, b.cur(), b.q());
+  b.linear(a.wk, b.cur(), b.k());
+  b.linear(a.wv, b.cur(), b.v());
+  b.add_bias(b.q(), a.bq);
+  b.add_bias(b.k(), a.bk);
+  b.add_bias(b.v(), a.bv);
+  b.rope(b.q(), hp.n_head, hp.rope_freq_base, hp.rope_freq_scale);
+  b.rope(b.k(), hp.n_head_kv, hp.rope_freq_base, hp.rope_freq_scale);
+  b.attention(il, /*swa=*/false, hp.kq_scale);
+  b.linear(a.wo, b.attn(), b.cur());
+  b.residual(b.x(), b.cur());
+
+  FfnViews f;
+  HYPURA_RETURN_IF_ERROR(b.acquire_ffn(il, &f));
+  b.norm(b.x(), f.norm, b.cur());
+  b.dense_ffn(f, FfnAct::kSilu, b.cur(), b.cur());
+  b.residual(b.x(), b.cur());
+  return Status::ok();
+}
+
+}  // namespace hypura::model

@@ -1,0 +1,126 @@
+#include "model/weights.h"
+
+#include <string>
+
+#include "gguf/gguf.h"
+
+namespace hypura::model {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& ne) {
+  std::string s = "(";
+  for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+  return s + ")";
+}
+
+// Looks tensors up by name and checks their ggml shapes (ne order).
+class Finder {
+ public:
+  Finder(const gguf::GgufFile& file) : file_(file) {}
+
+  Status status() const { return status_; }
+
+  TensorId require(const std::string& name, std::vector<int64_t> ne) {
+    TensorId id = lookup(name, ne);
+    if (id == kNone && status_.is_ok()) {
+      status_ = not_found("tensor '" + name + "' is missing (architecture '" +
+                          file_.architecture() + "')");
+    }
+    return id;
+  }
+  TensorId optional(const std::string& name, std::vector<int64_t> ne) { return lookup(name, ne); }
+  // Norm weights and biases are read as float arrays: they must be stored as F32.
+  TensorId require_f32(const std::string& name, std::vector<int64_t> ne) {
+    TensorId id = require(name, std::move(ne));
+    if (id != kNone && file_.tensors()[id].type != gguf::GgmlType::F32 && status_.is_ok()) {
+      status_ = unsupported("tensor '" + name + "' is " +
+                            gguf::type_name(file_.tensors()[id].type) + "; expected F32");
+    }
+    return id;
+  }
+
+ private:
+  TensorId lookup(const std::string& name, const std::vector<int64_t>& ne) {
+    const gguf::TensorInfo* t = file_.find_tensor(name);
+    if (t == nullptr) return kNone;
+    std::vector<int64_t> got = t->ne;
+    while (got.size() > ne.size() && got.back() == 1) got.pop_back();
+    if (got != ne && status_.is_ok()) {
+      status_ = corrupt("tensor '" + name + "' has shape " + shape_str(t->ne) + ", expected " +
+                        shape_str(ne));
+    }
+    return static_cast<TensorId>(t - file_.tensors().data());
+  }
+
+  const gguf::GgufFile& file_;
+  Status status_;
+};
+
+bool has_qk_norm(Arch a) { return a == Arch::kQwen3 || a == Arch::kQwen3Moe || a == Arch::kGemma3; }
+
+void find_attention(Finder& f, const HParams& hp, const std::string& p, LayerWeights& w) {
+  const int64_t e = hp.n_embd;
+  w.attn_norm = f.require_f32(p + "attn_norm.weight", {e});
+  w.wq = f.require(p + "attn_q.weight", {e, hp.q_width()});
+  w.wk = f.require(p + "attn_k.weight", {e, hp.k_width()});
+  w.wv = f.require(p + "attn_v.weight", {e, hp.v_width()});
+  w.wo = f.require(p + "attn_output.weight", {hp.n_head * hp.head_dim_v, e});
+  if (hp.arch == Arch::kQwen2) {
+    w.bq = f.require_f32(p + "attn_q.bias", {hp.q_width()});
+    w.bk = f.require_f32(p + "attn_k.bias", {hp.k_width()});
+    w.bv = f.require_f32(p + "attn_v.bias", {hp.v_width()});
+  }
+  if (has_qk_norm(hp.arch)) {
+    w.q_norm = f.require_f32(p + "attn_q_norm.weight", {hp.head_dim});
+    w.k_norm = f.require_f32(p + "attn_k_norm.weight", {hp.head_dim});
+  }
+  if (hp.arch == Arch::kGemma3) {
+    w.post_attn_norm = f.require_f32(p + "post_attention_norm.weight", {e});
+  }
+}
+
+void find_ffn(Finder& f, const HParams& hp, const std::string& p, LayerWeights& w) {
+  const int64_t e = hp.n_embd;
+  w.ffn_norm = f.require_f32(p + "ffn_norm.weight", {e});
+  if (hp.arch == Arch::kGemma3) w.post_ffn_norm = f.require_f32(p + "post_ffw_norm.weight", {e});
+  if (hp.n_expert > 0) {
+    const int64_t ffe = hp.n_ff_expert, ne = hp.n_expert;
+    w.ffn_router = f.require(p + "ffn_gate_inp.weight", {e, ne});
+    w.ffn_gate_exps = f.require(p + "ffn_gate_exps.weight", {e, ffe, ne});
+    w.ffn_up_exps = f.require(p + "ffn_up_exps.weight", {e, ffe, ne});
+    w.ffn_down_exps = f.require(p + "ffn_down_exps.weight", {ffe, e, ne});
+    return;
+  }
+  w.ffn_gate = f.require(p + "ffn_gate.weight", {e, hp.n_ff});
+  w.ffn_up = f.require(p + "ffn_up.weight", {e, hp.n_ff});
+  w.ffn_down = f.require(p + "ffn_down.weight", {hp.n_ff, e});
+}
+
+}  // namespace
+
+Result<WeightMap> build_weight_map(const gguf::GgufFile& file, const HParams& hp) {
+  Finder f(file);
+  WeightMap m;
+  m.token_embd = f.require("token_embd.weight", {hp.n_embd, hp.n_vocab});
+  m.output_norm = f.require_f32("output_norm.weight", {hp.n_embd});
+  m.output = f.optional("output.weight", {hp.n_embd, hp.n_vocab});
+  if (m.output == kNone) m.output = m.token_embd;  // tied embeddings
+  m.rope_freqs = f.optional("rope_freqs.weight", {hp.n_rot / 2});
+  if (hp.n_expert == 0 && hp.n_ff <= 0) {
+    return corrupt(hp.arch_name + ".feed_forward_length is missing or 0");
+  }
+  if (hp.n_expert > 0 && hp.n_ff_expert <= 0) {
+    return corrupt(hp.arch_name + ".expert_feed_forward_length is missing or 0");
+  }
+  m.layers.resize(static_cast<size_t>(hp.n_layer));
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    find_attention(f, hp, p, m.layers[il]);
+    find_ffn(f, hp, p, m.layers[il]);
+    HYPURA_RETURN_IF_ERROR(f.status());
+  }
+  HYPURA_RETURN_IF_ERROR(f.status());
+  return m;
+}
+
+}  // namespace hypura::model

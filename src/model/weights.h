@@ -1,0 +1,59 @@
+// The tensor directory of a model: which GGUF tensor plays which part in each layer.
+//
+// Built once at load from tensor names, checked against the hyperparameters (every
+// required tensor present with the expected shape), so the forward pass never looks up a
+// name or meets a surprise. Ids index GgufFile::tensors() and are handed to the
+// WeightProvider; kNone marks tensors an architecture or a file does not have.
+//
+// Thread-safety: immutable after build_weight_map().
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "model/hparams.h"
+
+namespace hypura::gguf { class GgufFile; }
+
+namespace hypura::model {
+
+using TensorId = int32_t;
+inline constexpr TensorId kNone = -1;
+
+struct LayerWeights {
+  TensorId attn_norm = kNone;       // (n_embd)
+  TensorId wq = kNone;              // (n_embd) -> (n_head * head_dim)
+  TensorId wk = kNone;              // (n_embd) -> (n_head_kv * head_dim)
+  TensorId wv = kNone;              // (n_embd) -> (n_head_kv * head_dim_v)
+  TensorId wo = kNone;              // (n_head * head_dim_v) -> (n_embd)
+  TensorId bq = kNone, bk = kNone, bv = kNone;  // qwen2 biases, shapes as the rows above
+  TensorId q_norm = kNone;          // (head_dim), applied per head (qwen3, gemma3)
+  TensorId k_norm = kNone;          // (head_dim)
+  TensorId post_attn_norm = kNone;  // (n_embd), gemma3
+  TensorId ffn_norm = kNone;        // (n_embd)
+  TensorId post_ffn_norm = kNone;   // (n_embd), gemma3
+  // Dense FFN.
+  TensorId ffn_gate = kNone;        // (n_embd) -> (n_ff)
+  TensorId ffn_up = kNone;          // (n_embd) -> (n_ff)
+  TensorId ffn_down = kNone;        // (n_ff) -> (n_embd)
+  // MoE FFN.
+  TensorId ffn_router = kNone;      // ffn_gate_inp: (n_embd) -> (n_expert)
+  TensorId ffn_gate_exps = kNone;   // (n_embd, n_ff_expert, n_expert)
+  TensorId ffn_up_exps = kNone;     // (n_embd, n_ff_expert, n_expert)
+  TensorId ffn_down_exps = kNone;   // (n_ff_expert, n_embd, n_expert)
+};
+
+struct WeightMap {
+  TensorId token_embd = kNone;   // (n_embd, n_vocab)
+  TensorId output_norm = kNone;  // (n_embd)
+  TensorId output = kNone;       // (n_embd, n_vocab); token_embd when tied
+  TensorId rope_freqs = kNone;   // (n_rot / 2) llama3 frequency factors, optional
+  std::vector<LayerWeights> layers;
+};
+
+// Finds every tensor the architecture needs. Missing tensors and wrong shapes return an
+// error naming the tensor.
+Result<WeightMap> build_weight_map(const gguf::GgufFile& file, const HParams& hp);
+
+}  // namespace hypura::model
