@@ -191,6 +191,20 @@ TEST(Matmul, BatchInvariance) {
   }
 }
 
+// The SIMD tables really replace the scalar kernels (else the tests above prove little).
+TEST(Dispatch, SimdTablesProvideOwnKernels) {
+  const KernelTable& scalar = *kernel_table(SimdLevel::kScalar);
+  for (int l = 1; l <= 3; ++l) {
+    const KernelTable* t = kernel_table(static_cast<SimdLevel>(l));
+    if (!t) continue;
+    for (GgmlType type : all_types()) {
+      EXPECT_NE(tile_fn(*t, type), tile_fn(scalar, type)) << t->name << " " << gguf::type_name(type);
+    }
+  }
+  Context ctx(1, "scalar");
+  EXPECT_STREQ(ctx.simd_name(), "scalar");
+}
+
 TEST(GetRows, DequantizesSelectedRows) {
   std::mt19937 rng(1);
   const Problem p = make_problem(GgmlType::Q6_K, 10, 512, 1, rng);

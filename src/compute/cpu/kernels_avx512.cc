@@ -1,8 +1,8 @@
-// avx512 kernels (compiled with their own -m flags; see src/compute/CMakeLists.txt).
-#include "compute/cpu/kernels.h"
+// AVX-512 kernels without VNNI (built with -mavx512f/bw/vl/dq; see kernels_avx512_impl.h).
+#include "compute/cpu/kernels_avx512_impl.h"
 
 namespace hypura::compute {
 
-void fill_avx512_kernels(KernelTable* table) { (void)table; }
+void fill_avx512_kernels(KernelTable* table) { fill_avx512_table(table); }
 
 }  // namespace hypura::compute

@@ -1,0 +1,162 @@
+// Kernel benchmarks: matrix-vector products per weight type (weight GB/s, 1 and 2
+// threads) beside the memory read bandwidth measured in the same run, and prompt
+// processing (512 tokens through a 4096 x 14336 Q4_K matrix) in GFLOP/s.
+//
+// Each matvec iteration uses the next of several copies of the matrix, the copies
+// together several times the last-level cache, so weights come from DRAM as in real
+// generation and not from cache.
+//
+//   hypura_bench_kernels [--benchmark_filter=...]   (HYPURA_SIMD=... selects the path)
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compute/compute.h"
+#include "profiler/memory_bandwidth.h"
+#include "quant/quant.h"
+
+namespace {
+
+using hypura::compute::Context;
+using hypura::compute::WeightView;
+using hypura::gguf::GgmlType;
+namespace quant = hypura::quant;
+
+std::map<int, double> g_mem_bw;  // threads -> bytes/s, measured at start
+
+// n_copies copies of an (n_rows, n_cols) matrix of `type` holding quantized N(0,1) data
+// (64 distinct rows tiled; the content does not change the speed).
+struct MatrixSet {
+  GgmlType type;
+  int64_t n_rows, n_cols;
+  size_t matrix_bytes;
+  int n_copies;
+  std::vector<uint8_t, std::allocator<uint8_t>> bytes;
+
+  WeightView view(int copy) const {
+    return WeightView{bytes.data() + matrix_bytes * static_cast<size_t>(copy), type, n_cols, n_rows};
+  }
+};
+
+MatrixSet make_matrices(GgmlType type, int64_t n_rows, int64_t n_cols, size_t working_set) {
+  MatrixSet m{type, n_rows, n_cols, quant::row_size(type, n_cols) * n_rows, 1, {}};
+  m.n_copies = static_cast<int>(std::max<size_t>(1, (working_set + m.matrix_bytes - 1) / m.matrix_bytes));
+  m.bytes.resize(m.matrix_bytes * m.n_copies);
+  const size_t rs = quant::row_size(type, n_cols);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> row(n_cols);
+  for (int r = 0; r < 64; ++r) {
+    for (auto& v : row) v = dist(rng);
+    quant::quantize_row_ref(type, row.data(), m.bytes.data() + r * rs, n_cols);
+  }
+  for (size_t off = 64 * rs; off < m.bytes.size(); off += std::min(64 * rs, m.bytes.size() - off)) {
+    std::memcpy(m.bytes.data() + off, m.bytes.data(), std::min(64 * rs, m.bytes.size() - off));
+  }
+  return m;
+}
+
+size_t working_set_bytes() {
+  return std::max<size_t>(4 * hypura::profiler::last_level_cache_bytes(), size_t{1} << 30);
+}
+
+void BM_Matvec(benchmark::State& state, GgmlType type) {
+  const int64_t n_cols = state.range(0), n_rows = state.range(1);
+  const int threads = static_cast<int>(state.range(2));
+  const MatrixSet m = make_matrices(type, n_rows, n_cols, working_set_bytes());
+  Context ctx(threads);
+  ctx.reserve(1, n_cols);
+  std::vector<float> x(n_cols, 0.5f), y(n_rows);
+  int copy = 0;
+  for (auto _ : state) {
+    ctx.matmul(m.view(copy), x.data(), 1, y.data());
+    benchmark::DoNotOptimize(y.data());
+    copy = (copy + 1) % m.n_copies;
+  }
+  const double bytes = static_cast<double>(m.matrix_bytes) * static_cast<double>(state.iterations());
+  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
+  state.counters["mem_GB/s"] = g_mem_bw[threads] / 1e9;
+  state.SetLabel(std::string(hypura::gguf::type_name(type)) + " " + ctx.simd_name());
+}
+
+// "ratio" column: weight GB/s / memory GB/s, added after the run by the reporter below.
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    std::vector<Run> copy = runs;
+    for (auto& run : copy) {
+      auto gb = run.counters.find("GB/s");
+      auto mem = run.counters.find("mem_GB/s");
+      if (gb != run.counters.end() && mem != run.counters.end() && mem->second.value > 0) {
+        // Both are rates already (GB/s of this run and of the probe).
+        run.counters["ratio"] = gb->second.value / mem->second.value;
+      }
+    }
+    ConsoleReporter::ReportRuns(copy);
+  }
+};
+
+void BM_Prompt(benchmark::State& state, GgmlType type) {
+  const int64_t n_cols = state.range(0), n_rows = state.range(1), n_tok = state.range(2);
+  const int threads = static_cast<int>(state.range(3));
+  const MatrixSet m = make_matrices(type, n_rows, n_cols, 0);
+  Context ctx(threads);
+  ctx.reserve(n_tok, n_cols);
+  std::vector<float> x(n_tok * n_cols), y(n_tok * n_rows);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (auto& v : x) v = dist(rng);
+  for (auto _ : state) {
+    ctx.matmul(m.view(0), x.data(), n_tok, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double flops = 2.0 * n_cols * n_rows * n_tok * static_cast<double>(state.iterations());
+  state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(hypura::gguf::type_name(type)) + " " + ctx.simd_name());
+}
+
+void BM_MemoryBandwidth(benchmark::State& state) {
+  for (auto _ : state) {
+  }
+  state.counters["mem_GB/s"] = g_mem_bw[static_cast<int>(state.range(0))] / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int threads : {1, 2}) {
+    hypura::profiler::MemoryBandwidthOptions opt;
+    opt.n_threads = threads;
+    opt.min_seconds = 1.0;
+    g_mem_bw[threads] = hypura::profiler::measure_memory_read_bandwidth(opt).read_bytes_per_second;
+  }
+  benchmark::RegisterBenchmark("memory_read", BM_MemoryBandwidth)->Arg(1)->Arg(2)->Iterations(1);
+  const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q6_K, GgmlType::Q5_K,
+                            GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q4_1, GgmlType::Q5_1,
+                            GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::F16, GgmlType::BF16,
+                            GgmlType::F32};
+  for (GgmlType type : types) {
+    const std::string name = std::string("matvec/") + hypura::gguf::type_name(type);
+    auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Matvec, type);
+    b->ArgNames({"cols", "rows", "threads"})->UseRealTime()->MinTime(0.5);
+    for (int threads : {1, 2}) {
+      b->Args({4096, 14336, threads});
+      b->Args({14336, 4096, threads});
+    }
+  }
+  auto* p = benchmark::RegisterBenchmark("prompt/Q4_K", BM_Prompt, GgmlType::Q4_K);
+  p->ArgNames({"cols", "rows", "tokens", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+  p->Args({4096, 14336, 512, 1})->Args({4096, 14336, 512, 2});
+  benchmark::Initialize(&argc, argv);
+  RatioReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}

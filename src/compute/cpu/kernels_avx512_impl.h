@@ -1,0 +1,508 @@
+// AVX-512 (BW/VL/DQ) kernels, optionally with VNNI. Included by kernels_avx512.cc and
+// kernels_avx512vnni.cc, compiled with their own -m flags; __AVX512VNNI__ picks
+// vpdpwssd / vpdpbusd over the maddubs + madd pair (same integer results).
+//
+// Layout of the K-quant kernels: a super-block's 256 weights are unpacked into four
+// 64-byte vectors W_k holding elements 64k..64k+63 as unsigned integers, so they meet
+// the activation bytes with plain loads. maddubs(W, y) forms int16 pair sums, a madd
+// (or vpdpwssd) with the sub-block scales as int16 lanes finishes the integer sum;
+// offsets and minimums are applied through the Q8_K per-16 sums. Integer parts are
+// exact; floats enter once per super-block (one cvt + one FMA per token).
+//
+// Every function lives in an anonymous namespace (see tile_common.h).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "compute/cpu/kernels.h"
+#include "compute/cpu/tile_common.h"
+#include "quant/blocks.h"
+
+namespace hypura::compute {
+namespace {
+
+using quant::BlockQ2_K;
+using quant::BlockQ3_K;
+using quant::BlockQ4_0;
+using quant::BlockQ4_1;
+using quant::BlockQ4_K;
+using quant::BlockQ5_0;
+using quant::BlockQ5_1;
+using quant::BlockQ5_K;
+using quant::BlockQ6_K;
+using quant::BlockQ8_0;
+using quant::BlockQ8_1;
+using quant::BlockQ8_K;
+
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+// acc + sum over byte pairs of (u8 w * s8 y), each pair sum times the int16 lane of s.
+inline __m512i dot_scaled(__m512i acc, __m512i w, __m512i y, __m512i s) {
+  const __m512i p = _mm512_maddubs_epi16(w, y);
+#if defined(__AVX512VNNI__)
+  return _mm512_dpwssd_epi32(acc, p, s);
+#else
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(p, s));
+#endif
+}
+
+// Sums of 4 consecutive (u8 w * s8 y) products in 8 int32 lanes.
+inline __m256i dot_u8s8(__m256i w, __m256i y) {
+#if defined(__AVX512VNNI__)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, y);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, y), _mm256_set1_epi16(1));
+#endif
+}
+
+inline float hsum256(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 s2 = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+inline float hsum512(__m512 v) {
+  return hsum256(_mm256_add_ps(_mm512_castps512_ps256(v),
+                               _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+}
+
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+// Word-index vector whose 16-bit lanes select, per 128-bit lane j, word v[j] (vpermw).
+inline __m512i lane_words(int v0, int v1, int v2, int v3) {
+  auto w = [](int v) { return static_cast<int>(static_cast<unsigned>(v) * 0x10001u); };
+  return _mm512_set_epi32(w(v3), w(v3), w(v3), w(v3), w(v2), w(v2), w(v2), w(v2), w(v1), w(v1),
+                          w(v1), w(v1), w(v0), w(v0), w(v0), w(v0));
+}
+
+// Byte vector: b_lo in the low 32 bytes, b_hi in the high 32 bytes.
+inline __m512i halves8(int b_lo, int b_hi) {
+  return _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull, _mm512_set1_epi8(static_cast<char>(b_lo)),
+                                _mm512_set1_epi8(static_cast<char>(b_hi)));
+}
+
+// The eight 6-bit scales and mins of a Q4_K / Q5_K block as bytes.
+inline void unpack_k4(const uint8_t* s, uint64_t* sc, uint64_t* m) {
+  uint32_t a, b, c;
+  std::memcpy(&a, s, 4);
+  std::memcpy(&b, s + 4, 4);
+  std::memcpy(&c, s + 8, 4);
+  const uint32_t sc_hi = (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u);
+  const uint32_t m_hi = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u);
+  *sc = (a & 0x3f3f3f3fu) | (static_cast<uint64_t>(sc_hi) << 32);
+  *m = (b & 0x3f3f3f3fu) | (static_cast<uint64_t>(m_hi) << 32);
+}
+
+// The sixteen 6-bit Q3_K scales, minus 32, as int8 bytes.
+inline __m128i unpack_q3k_scales(const uint8_t* s) {
+  uint32_t a, b, c;
+  std::memcpy(&a, s, 4);
+  std::memcpy(&b, s + 4, 4);
+  std::memcpy(&c, s + 8, 4);
+  const uint32_t lo = 0x0f0f0f0fu, hi = 0x03030303u;
+  const uint32_t o0 = (a & lo) | ((c & hi) << 4);
+  const uint32_t o1 = (b & lo) | (((c >> 2) & hi) << 4);
+  const uint32_t o2 = ((a >> 4) & lo) | (((c >> 4) & hi) << 4);
+  const uint32_t o3 = ((b >> 4) & lo) | (((c >> 6) & hi) << 4);
+  return _mm_sub_epi8(_mm_set_epi32(static_cast<int>(o3), static_cast<int>(o2), static_cast<int>(o1),
+                                    static_cast<int>(o0)),
+                      _mm_set1_epi8(32));
+}
+
+// Elements 64k..64k+63 of a 2-bit plane (Q2_K / Q3_K low bits) as bytes 0..3.
+inline void unpack_2bit(const uint8_t* qs, __m512i* W) {
+  const __m512i q = load512(qs);
+  const __m512i m3 = _mm512_set1_epi8(3);
+  const __m512i s0 = _mm512_and_si512(q, m3);
+  const __m512i s1 = _mm512_and_si512(_mm512_srli_epi16(q, 2), m3);
+  const __m512i s2 = _mm512_and_si512(_mm512_srli_epi16(q, 4), m3);
+  const __m512i s3 = _mm512_and_si512(_mm512_srli_epi16(q, 6), m3);
+  W[0] = _mm512_shuffle_i64x2(s0, s1, 0x44);
+  W[1] = _mm512_shuffle_i64x2(s2, s3, 0x44);
+  W[2] = _mm512_shuffle_i64x2(s0, s1, 0xEE);
+  W[3] = _mm512_shuffle_i64x2(s2, s3, 0xEE);
+}
+
+// Pointers to the T activation rows.
+template <class B, int T>
+inline void act_rows(const uint8_t* x, size_t xs, const B** y) {
+  for (int t = 0; t < T; ++t) y[t] = reinterpret_cast<const B*>(x + t * xs);
+}
+
+// ---- K-quants ----
+
+struct Q4K {
+  template <int T>
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out) {
+    const auto* w = reinterpret_cast<const BlockQ4_K*>(wr);
+    const BlockQ8_K* y[T];
+    act_rows<BlockQ8_K, T>(x, xs, y);
+    __m512 acc[T];
+    __m256 accm[T];
+    for (int t = 0; t < T; ++t) {
+      acc[t] = _mm512_setzero_ps();
+      accm[t] = _mm256_setzero_ps();
+    }
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i idx[4] = {lane_words(0, 0, 1, 1), lane_words(2, 2, 3, 3), lane_words(4, 4, 5, 5),
+                            lane_words(6, 6, 7, 7)};
+    for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
+      uint64_t sc8, m8;
+      unpack_k4(w[i].scales, &sc8, &m8);
+      const __m512i scw = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc8))));
+      const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(m8)));
+      const __m256i mins = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
+      __m512i W[4], S[4];
+      for (int h = 0; h < 2; ++h) {
+        const __m512i q = load512(w[i].qs + 64 * h);
+        const __m512i lo = _mm512_and_si512(q, m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        W[2 * h] = _mm512_shuffle_i64x2(lo, hi, 0x44);
+        W[2 * h + 1] = _mm512_shuffle_i64x2(lo, hi, 0xEE);
+      }
+      for (int k = 0; k < 4; ++k) S[k] = _mm512_permutexvar_epi16(idx[k], scw);
+      const float dw = h2f(w[i].d), dmin = h2f(w[i].dmin);
+      for (int t = 0; t < T; ++t) {
+        const int8_t* yq = y[t][i].qs;
+        __m512i isum = _mm512_setzero_si512();
+        for (int k = 0; k < 4; ++k) isum = dot_scaled(isum, W[k], load512(yq + 64 * k), S[k]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dw * y[t][i].d), acc[t]);
+        const __m256i msum = _mm256_madd_epi16(load256(y[t][i].bsums), mins);
+        accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * y[t][i].d), accm[t]);
+      }
+    }
+    for (int t = 0; t < T; ++t) out[t] = hsum512(acc[t]) - hsum256(accm[t]);
+  }
+};
+
+struct Q5K {
+  template <int T>
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out) {
+    const auto* w = reinterpret_cast<const BlockQ5_K*>(wr);
+    const BlockQ8_K* y[T];
+    act_rows<BlockQ8_K, T>(x, xs, y);
+    __m512 acc[T];
+    __m256 accm[T];
+    for (int t = 0; t < T; ++t) {
+      acc[t] = _mm512_setzero_ps();
+      accm[t] = _mm256_setzero_ps();
+    }
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i bit5 = _mm512_set1_epi8(0x10);
+    const __m512i idx[4] = {lane_words(0, 0, 1, 1), lane_words(2, 2, 3, 3), lane_words(4, 4, 5, 5),
+                            lane_words(6, 6, 7, 7)};
+    const __m512i hbit[4] = {halves8(1, 2), halves8(4, 8), halves8(16, 32), halves8(64, 128)};
+    for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
+      uint64_t sc8, m8;
+      unpack_k4(w[i].scales, &sc8, &m8);
+      const __m512i scw = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc8))));
+      const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(m8)));
+      const __m256i mins = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
+      const __m512i qh = _mm512_broadcast_i64x4(load256(w[i].qh));
+      __m512i W[4], S[4];
+      for (int h = 0; h < 2; ++h) {
+        const __m512i q = load512(w[i].qs + 64 * h);
+        const __m512i lo = _mm512_and_si512(q, m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        W[2 * h] = _mm512_shuffle_i64x2(lo, hi, 0x44);
+        W[2 * h + 1] = _mm512_shuffle_i64x2(lo, hi, 0xEE);
+      }
+      for (int k = 0; k < 4; ++k) {
+        W[k] = _mm512_mask_or_epi32(W[k], 0xFFFF, W[k], _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(qh, hbit[k]), bit5));
+        S[k] = _mm512_permutexvar_epi16(idx[k], scw);
+      }
+      const float dw = h2f(w[i].d), dmin = h2f(w[i].dmin);
+      for (int t = 0; t < T; ++t) {
+        const int8_t* yq = y[t][i].qs;
+        __m512i isum = _mm512_setzero_si512();
+        for (int k = 0; k < 4; ++k) isum = dot_scaled(isum, W[k], load512(yq + 64 * k), S[k]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dw * y[t][i].d), acc[t]);
+        const __m256i msum = _mm256_madd_epi16(load256(y[t][i].bsums), mins);
+        accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * y[t][i].d), accm[t]);
+      }
+    }
+    for (int t = 0; t < T; ++t) out[t] = hsum512(acc[t]) - hsum256(accm[t]);
+  }
+};
+
+// Q6_K and Q3_K: signed quants stored with an offset (32, 4) that is removed through
+// the activation sums: sum sc * (u - off) * y = sum sc * u * y - off * sum sc * bsum.
+struct Q6K {
+  template <int T>
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out) {
+    const auto* w = reinterpret_cast<const BlockQ6_K*>(wr);
+    const BlockQ8_K* y[T];
+    act_rows<BlockQ8_K, T>(x, xs, y);
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
+    const __m512i sh01 = _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(0), _mm512_set1_epi16(2));
+    const __m512i sh23 = _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(6));
+    const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7), lane_words(8, 9, 10, 11),
+                            lane_words(12, 13, 14, 15)};
+    for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
+      const __m256i sc16 = _mm256_cvtepi8_epi16(load128(w[i].scales));
+      const __m512i scw = _mm512_broadcast_i64x4(sc16);
+      __m512i W[4], S[4];
+      for (int c = 0; c < 2; ++c) {
+        const __m512i l = load512(w[i].ql + 64 * c);
+        const __m512i h = _mm512_broadcast_i64x4(load256(w[i].qh + 32 * c));
+        const __m512i h01 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(h, sh01), m2), 4);
+        const __m512i h23 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(h, sh23), m2), 4);
+        W[2 * c] = _mm512_or_si512(_mm512_and_si512(l, m4), h01);
+        W[2 * c + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), h23);
+      }
+      for (int k = 0; k < 4; ++k) S[k] = _mm512_permutexvar_epi16(idx[k], scw);
+      const float dw = h2f(w[i].d);
+      for (int t = 0; t < T; ++t) {
+        const int8_t* yq = y[t][i].qs;
+        __m512i isum = _mm512_setzero_si512();
+        for (int k = 0; k < 4; ++k) isum = dot_scaled(isum, W[k], load512(yq + 64 * k), S[k]);
+        const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(load256(y[t][i].bsums), sc16), 5);
+        isum = _mm512_sub_epi32(isum, _mm512_inserti64x4(_mm512_setzero_si512(), corr, 0));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dw * y[t][i].d), acc[t]);
+      }
+    }
+    for (int t = 0; t < T; ++t) out[t] = hsum512(acc[t]);
+  }
+};
+
+struct Q3K {
+  template <int T>
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out) {
+    const auto* w = reinterpret_cast<const BlockQ3_K*>(wr);
+    const BlockQ8_K* y[T];
+    act_rows<BlockQ8_K, T>(x, xs, y);
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    const __m512i bit3 = _mm512_set1_epi8(4);
+    const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7), lane_words(8, 9, 10, 11),
+                            lane_words(12, 13, 14, 15)};
+    const __m512i hbit[4] = {halves8(1, 2), halves8(4, 8), halves8(16, 32), halves8(64, 128)};
+    for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
+      const __m256i sc16 = _mm256_cvtepi8_epi16(unpack_q3k_scales(w[i].scales));
+      const __m512i scw = _mm512_broadcast_i64x4(sc16);
+      const __m512i hm = _mm512_broadcast_i64x4(load256(w[i].hmask));
+      __m512i W[4], S[4];
+      unpack_2bit(w[i].qs, W);
+      for (int k = 0; k < 4; ++k) {
+        W[k] = _mm512_or_si512(W[k], _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(hm, hbit[k]), bit3));
+        S[k] = _mm512_permutexvar_epi16(idx[k], scw);
+      }
+      const float dw = h2f(w[i].d);
+      for (int t = 0; t < T; ++t) {
+        const int8_t* yq = y[t][i].qs;
+        __m512i isum = _mm512_setzero_si512();
+        for (int k = 0; k < 4; ++k) isum = dot_scaled(isum, W[k], load512(yq + 64 * k), S[k]);
+        const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(load256(y[t][i].bsums), sc16), 2);
+        isum = _mm512_sub_epi32(isum, _mm512_inserti64x4(_mm512_setzero_si512(), corr, 0));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dw * y[t][i].d), acc[t]);
+      }
+    }
+    for (int t = 0; t < T; ++t) out[t] = hsum512(acc[t]);
+  }
+};
+
+struct Q2K {
+  template <int T>
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out) {
+    const auto* w = reinterpret_cast<const BlockQ2_K*>(wr);
+    const BlockQ8_K* y[T];
+    act_rows<BlockQ8_K, T>(x, xs, y);
+    __m512 acc[T];
+    __m256 accm[T];
+    for (int t = 0; t < T; ++t) {
+      acc[t] = _mm512_setzero_ps();
+      accm[t] = _mm256_setzero_ps();
+    }
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7), lane_words(8, 9, 10, 11),
+                            lane_words(12, 13, 14, 15)};
+    for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
+      const __m128i s = load128(w[i].scales);
+      const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(s, m4));
+      const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), m4));
+      const __m512i scw = _mm512_broadcast_i64x4(sc16);
+      __m512i W[4], S[4];
+      unpack_2bit(w[i].qs, W);
+      for (int k = 0; k < 4; ++k) S[k] = _mm512_permutexvar_epi16(idx[k], scw);
+      const float dw = h2f(w[i].d), dmin = h2f(w[i].dmin);
+      for (int t = 0; t < T; ++t) {
+        const int8_t* yq = y[t][i].qs;
+        __m512i isum = _mm512_setzero_si512();
+        for (int k = 0; k < 4; ++k) isum = dot_scaled(isum, W[k], load512(yq + 64 * k), S[k]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dw * y[t][i].d), acc[t]);
+        const __m256i msum = _mm256_madd_epi16(load256(y[t][i].bsums), mins);
+        accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * y[t][i].d), accm[t]);
+      }
+    }
+    for (int t = 0; t < T; ++t) out[t] = hsum512(acc[t]) - hsum256(accm[t]);
+  }
+};
+
+// ---- 32-element formats against Q8_0 / Q8_1 activations (one block per 256-bit op) ----
+
+// Signed weights w (bytes) against signed y: |w| * (y with w's sign), all unsigned-safe.
+inline __m256i dot_s8s8(__m256i w, __m256i y) {
+  const __mmask32 neg = _mm256_movepi8_mask(w);
+  return dot_u8s8(_mm256_abs_epi8(w), _mm256_mask_sub_epi8(y, neg, _mm256_setzero_si256(), y));
+}
+
+inline __m256i unpack_nibbles(const uint8_t* qs) {
+  const __m128i q = load128(qs);
+  const __m128i m4 = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+}
+
+inline __m256i with_bit4(__m256i q, const uint8_t* qh_bytes) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  return _mm256_mask_or_epi32(q, 0xFF, q, _mm256_maskz_mov_epi8(qh, _mm256_set1_epi8(0x10)));
+}
+
+// Weights of block b as signed bytes (legacy formats with a zero point of 8 or 16).
+struct WQ8_0 {
+  using Block = BlockQ8_0;
+  static __m256i weights(const Block& b) { return load256(b.qs); }
+};
+struct WQ4_0 {
+  using Block = BlockQ4_0;
+  static __m256i weights(const Block& b) { return _mm256_sub_epi8(unpack_nibbles(b.qs), _mm256_set1_epi8(8)); }
+};
+struct WQ5_0 {
+  using Block = BlockQ5_0;
+  static __m256i weights(const Block& b) {
+    return _mm256_sub_epi8(with_bit4(unpack_nibbles(b.qs), b.qh), _mm256_set1_epi8(16));
+  }
+};
+// Unsigned weights with a minimum (against Q8_1).
+struct WQ4_1 {
+  using Block = BlockQ4_1;
+  static __m256i weights(const Block& b) { return unpack_nibbles(b.qs); }
+};
+struct WQ5_1 {
+  using Block = BlockQ5_1;
+  static __m256i weights(const Block& b) { return with_bit4(unpack_nibbles(b.qs), b.qh); }
+};
+
+template <class WF>
+struct LegacySigned {
+  template <int T>
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out) {
+    const auto* w = reinterpret_cast<const typename WF::Block*>(wr);
+    const BlockQ8_0* y[T];
+    act_rows<BlockQ8_0, T>(x, xs, y);
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / quant::kQK; ++i) {
+      const __m256i q = WF::weights(w[i]);
+      const __mmask32 neg = _mm256_movepi8_mask(q);
+      const __m256i aq = _mm256_abs_epi8(q);
+      const float dw = h2f(w[i].d);
+      for (int t = 0; t < T; ++t) {
+        const __m256i yq = load256(y[t][i].qs);
+        const __m256i s = dot_u8s8(aq, _mm256_mask_sub_epi8(yq, neg, _mm256_setzero_si256(), yq));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * h2f(y[t][i].d)), acc[t]);
+      }
+    }
+    for (int t = 0; t < T; ++t) out[t] = hsum256(acc[t]);
+  }
+};
+
+template <class WF>
+struct LegacyMin {
+  template <int T>
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out) {
+    const auto* w = reinterpret_cast<const typename WF::Block*>(wr);
+    const BlockQ8_1* y[T];
+    act_rows<BlockQ8_1, T>(x, xs, y);
+    __m256 acc[T];
+    float accm[T];
+    for (int t = 0; t < T; ++t) {
+      acc[t] = _mm256_setzero_ps();
+      accm[t] = 0.0f;
+    }
+    for (int64_t i = 0; i < n / quant::kQK; ++i) {
+      const __m256i q = WF::weights(w[i]);
+      const float dw = h2f(w[i].d), mw = h2f(w[i].m);
+      for (int t = 0; t < T; ++t) {
+        const __m256i s = dot_u8s8(q, load256(y[t][i].qs));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * h2f(y[t][i].d)), acc[t]);
+        accm[t] += mw * h2f(y[t][i].s);
+      }
+    }
+    for (int t = 0; t < T; ++t) out[t] = hsum256(acc[t]) + accm[t];
+  }
+};
+
+// ---- float weights against F32 activations ----
+
+struct LoadF32 {
+  static __m512 load(const uint8_t* w, int64_t i) { return _mm512_loadu_ps(reinterpret_cast<const float*>(w) + i); }
+  static __m512 load_tail(const uint8_t* w, int64_t i, __mmask16 m) {
+    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(w) + i);
+  }
+};
+struct LoadF16 {
+  static __m512 load(const uint8_t* w, int64_t i) { return _mm512_cvtph_ps(load256(w + 2 * i)); }
+  static __m512 load_tail(const uint8_t* w, int64_t i, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, w + 2 * i));
+  }
+};
+struct LoadBF16 {
+  static __m512 widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+  static __m512 load(const uint8_t* w, int64_t i) { return widen(load256(w + 2 * i)); }
+  static __m512 load_tail(const uint8_t* w, int64_t i, __mmask16 m) {
+    return widen(_mm256_maskz_loadu_epi16(m, w + 2 * i));
+  }
+};
+
+// Two accumulators over 32-element steps, then 16-element and masked tails into the first.
+template <class L>
+struct FloatDot {
+  template <int T>
+  static void dot(int64_t n, const uint8_t* w, const uint8_t* x, size_t xs, float* out) {
+    const float* y[T];
+    for (int t = 0; t < T; ++t) y[t] = reinterpret_cast<const float*>(x + t * xs);
+    __m512 a0[T], a1[T];
+    for (int t = 0; t < T; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      const __m512 w0 = L::load(w, i), w1 = L::load(w, i + 16);
+      for (int t = 0; t < T; ++t) {
+        a0[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(y[t] + i), a0[t]);
+        a1[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(y[t] + i + 16), a1[t]);
+      }
+    }
+    for (; i < n; i += 16) {
+      const __mmask16 m = n - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - i)) - 1);
+      const __m512 w0 = L::load_tail(w, i, m);
+      for (int t = 0; t < T; ++t) a0[t] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m, y[t] + i), a0[t]);
+    }
+    for (int t = 0; t < T; ++t) out[t] = hsum512(_mm512_add_ps(a0[t], a1[t]));
+  }
+};
+
+void fill_avx512_table(KernelTable* table) {
+  auto set = [&](gguf::GgmlType type, TileFn fn) { table->tile[static_cast<int>(type)] = fn; };
+  set(gguf::GgmlType::F32, tile_of<FloatDot<LoadF32>>);
+  set(gguf::GgmlType::F16, tile_of<FloatDot<LoadF16>>);
+  set(gguf::GgmlType::BF16, tile_of<FloatDot<LoadBF16>>);
+  set(gguf::GgmlType::Q8_0, tile_of<LegacySigned<WQ8_0>>);
+  set(gguf::GgmlType::Q4_0, tile_of<LegacySigned<WQ4_0>>);
+  set(gguf::GgmlType::Q5_0, tile_of<LegacySigned<WQ5_0>>);
+  set(gguf::GgmlType::Q4_1, tile_of<LegacyMin<WQ4_1>>);
+  set(gguf::GgmlType::Q5_1, tile_of<LegacyMin<WQ5_1>>);
+  set(gguf::GgmlType::Q2_K, tile_of<Q2K>);
+  set(gguf::GgmlType::Q3_K, tile_of<Q3K>);
+  set(gguf::GgmlType::Q4_K, tile_of<Q4K>);
+  set(gguf::GgmlType::Q5_K, tile_of<Q5K>);
+  set(gguf::GgmlType::Q6_K, tile_of<Q6K>);
+}
+
+}  // namespace
+}  // namespace hypura::compute

@@ -1,0 +1,38 @@
+// Shared scaffolding of the SIMD kernel files (included only by per-ISA .cc files).
+//
+// A row kernel K provides `template <int T> static void dot(n, w_row, x, x_stride, out)`
+// computing out[t] = dot(w_row, x row t) for t < T (T <= 4) with the weights unpacked
+// once and reused for the T activation rows. Each token's arithmetic is independent of
+// T, which is what keeps results batch-invariant.
+//
+// Everything here must stay in an anonymous namespace: the same template compiled with
+// different -m flags in two files must not be merged by the linker.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace {
+
+template <class K>
+void tile_of(int64_t n, const void* w, size_t w_stride, int n_rows, const void* x, size_t x_stride,
+             int n_tok, float* y, size_t y_stride) {
+  const auto* xb = static_cast<const uint8_t*>(x);
+  for (int r = 0; r < n_rows; ++r) {
+    const auto* wr = static_cast<const uint8_t*>(w) + r * w_stride;
+    float out[4];
+    int t0 = 0;
+    for (; t0 + 4 <= n_tok; t0 += 4) {
+      K::template dot<4>(n, wr, xb + t0 * x_stride, x_stride, out);
+      for (int t = 0; t < 4; ++t) y[(t0 + t) * y_stride + r] = out[t];
+    }
+    const int rest = n_tok - t0;
+    const uint8_t* xt = xb + t0 * x_stride;
+    if (rest == 3) K::template dot<3>(n, wr, xt, x_stride, out);
+    if (rest == 2) K::template dot<2>(n, wr, xt, x_stride, out);
+    if (rest == 1) K::template dot<1>(n, wr, xt, x_stride, out);
+    for (int t = 0; t < rest; ++t) y[(t0 + t) * y_stride + r] = out[t];
+  }
+}
+
+}  // namespace
