@@ -1,0 +1,85 @@
+// Parsing of generation requests (Ollama and OpenAI dialects) into one plain struct.
+//
+// Every function here is pure: it takes the request body as untrusted bytes and returns
+// either a fully validated GenerationRequest or a Status whose message names the bad
+// field (HTTP 400). They never throw, never allocate without bound beyond the body size,
+// and are the surface that fuzz/http_request_fuzz.cc exercises.
+//
+// Field names follow the upstream APIs:
+//   Ollama  POST /api/generate  model prompt system template raw format images options
+//                               stream keep_alive (suffix, context, think: accepted)
+//   Ollama  POST /api/chat      model messages[{role, content, images}] format options
+//                               stream keep_alive
+//   OpenAI  POST /v1/chat/completions  model messages[{role, content: str | [parts]}]
+//                               temperature top_p max_tokens max_completion_tokens seed
+//                               stop n stream stream_options.include_usage response_format
+//   OpenAI  POST /v1/completions       model prompt (str | [str]) max_tokens ... echo
+// Unknown top-level fields and unknown Ollama option names are ignored (as upstream
+// does); known fields of the wrong JSON type are errors.
+//
+// Thread-safety: stateless functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/session.h"
+
+namespace hypura::server {
+
+enum class Api {
+  kOllamaGenerate,    // POST /api/generate
+  kOllamaChat,        // POST /api/chat
+  kOpenAiChat,        // POST /v1/chat/completions
+  kOpenAiCompletion,  // POST /v1/completions
+};
+
+// Whether the API speaks Ollama's NDJSON or OpenAI's SSE dialect.
+inline bool is_openai(Api api) {
+  return api == Api::kOpenAiChat || api == Api::kOpenAiCompletion;
+}
+
+// A validated generation request, independent of the dialect it came in.
+struct GenerationRequest {
+  Api api = Api::kOllamaGenerate;
+  std::string model;
+  // Chat APIs: the conversation; roles are "system", "user" or "assistant".
+  std::vector<runtime::ChatMessage> messages;
+  // Generate/completion APIs.
+  std::string prompt;
+  std::string system;            // /api/generate "system"
+  std::string prompt_template;   // /api/generate "template" (Ollama Go-template subset)
+  bool raw = false;              // /api/generate "raw": prompt is tokenized as is
+  bool stream = true;            // Ollama default true, OpenAI default false
+  bool include_usage = false;    // OpenAI stream_options.include_usage
+  std::string format;            // "", "json" or "schema" (see docs/SERVER.md)
+
+  runtime::SamplingParams sampling;
+  bool seed_given = false;       // false: the server picks a fresh seed
+  int num_predict = -1;          // tokens to generate; -1: until the context is full
+  int64_t num_ctx = 0;           // context window for this request; 0: the server's
+  std::vector<std::string> stop; // stop strings
+};
+
+// Limits on what a request may contain (besides the body size, enforced by the HTTP layer).
+struct RequestLimits {
+  size_t max_stop_strings = 16;
+  size_t max_stop_length = 256;   // bytes per stop string
+  size_t max_messages = 4096;
+};
+
+// Parses a request body of the given API. Errors are kInvalidArgument with a message
+// fit for the client (e.g. `"options.top_k": expected an integer`).
+Result<GenerationRequest> parse_generation_request(Api api, std::string_view body,
+                                                   const RequestLimits& limits = {});
+
+// POST /api/show body: {"model": "..."} (Ollama also accepts the older "name").
+Result<std::string> parse_show_request(std::string_view body);
+
+// Strips an Ollama ":latest" tag so "m" and "m:latest" name the same model.
+std::string normalize_model_name(std::string_view name);
+
+}  // namespace hypura::server

@@ -1,0 +1,184 @@
+#include "server/api_request.h"
+
+#include <gtest/gtest.h>
+
+namespace hypura::server {
+namespace {
+
+GenerationRequest parse_ok(Api api, const std::string& body) {
+  auto r = parse_generation_request(api, body);
+  EXPECT_TRUE(r.is_ok()) << body << " -> " << r.status().message();
+  return r.is_ok() ? *r : GenerationRequest{};
+}
+
+std::string parse_error(Api api, const std::string& body) {
+  auto r = parse_generation_request(api, body);
+  EXPECT_FALSE(r.is_ok()) << body;
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  return r.status().message();
+}
+
+TEST(ApiRequest, OllamaChatWithOptions) {
+  auto req = parse_ok(Api::kOllamaChat, R"({
+    "model": "m", "stream": false, "keep_alive": "5m", "format": "json",
+    "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
+    "options": {"temperature": 0, "top_k": 5, "top_p": 0.5, "min_p": 0.1, "repeat_penalty": 1.2,
+                "repeat_last_n": 32, "seed": 42, "num_predict": 7, "num_ctx": 128,
+                "stop": ["\n", "END"], "mirostat": 0}})");
+  EXPECT_EQ(req.model, "m");
+  EXPECT_FALSE(req.stream);
+  EXPECT_EQ(req.format, "json");
+  ASSERT_EQ(req.messages.size(), 2u);
+  EXPECT_EQ(req.messages[0].role, "system");
+  EXPECT_EQ(req.messages[1].content, "hi");
+  EXPECT_EQ(req.sampling.temperature, 0.0f);
+  EXPECT_EQ(req.sampling.top_k, 5);
+  EXPECT_FLOAT_EQ(req.sampling.top_p, 0.5f);
+  EXPECT_FLOAT_EQ(req.sampling.min_p, 0.1f);
+  EXPECT_FLOAT_EQ(req.sampling.repeat_penalty, 1.2f);
+  EXPECT_EQ(req.sampling.repeat_last_n, 32);
+  EXPECT_TRUE(req.seed_given);
+  EXPECT_EQ(req.sampling.seed, 42u);
+  EXPECT_EQ(req.num_predict, 7);
+  EXPECT_EQ(req.num_ctx, 128);
+  EXPECT_EQ(req.stop, (std::vector<std::string>{"\n", "END"}));
+}
+
+TEST(ApiRequest, OllamaDefaults) {
+  auto req = parse_ok(Api::kOllamaGenerate, R"({"model": "m", "prompt": "p", "options": null})");
+  runtime::SamplingParams defaults;
+  EXPECT_TRUE(req.stream);
+  EXPECT_EQ(req.num_predict, -1);
+  EXPECT_FALSE(req.seed_given);
+  EXPECT_EQ(req.sampling.temperature, defaults.temperature);
+  EXPECT_EQ(req.sampling.top_k, defaults.top_k);
+  EXPECT_EQ(req.prompt, "p");
+}
+
+TEST(ApiRequest, IntegersMayBeIntegralFloatsAndSeedMinusOneIsRandom) {
+  auto req = parse_ok(Api::kOllamaGenerate,
+                      R"({"model": "m", "options": {"top_k": 40.0, "seed": -1, "num_predict": -2}})");
+  EXPECT_EQ(req.sampling.top_k, 40);
+  EXPECT_FALSE(req.seed_given);
+  EXPECT_EQ(req.num_predict, -1);
+}
+
+TEST(ApiRequest, GenerateFields) {
+  auto req = parse_ok(Api::kOllamaGenerate,
+                      R"({"model": "m", "prompt": "p", "system": "s", "template": "{{ .Prompt }}",
+                          "raw": true, "images": [], "context": [1, 2], "format": {"type": "object"}})");
+  EXPECT_EQ(req.system, "s");
+  EXPECT_EQ(req.prompt_template, "{{ .Prompt }}");
+  EXPECT_TRUE(req.raw);
+  EXPECT_EQ(req.format, "schema");
+}
+
+TEST(ApiRequest, BadRequestsNameTheField) {
+  EXPECT_EQ(parse_error(Api::kOllamaChat, "{not json"), "invalid JSON in request body");
+  EXPECT_EQ(parse_error(Api::kOllamaChat, "[1, 2]"), "request body must be a JSON object");
+  EXPECT_EQ(parse_error(Api::kOllamaChat, R"({"messages": []})"), "model is required");
+  EXPECT_NE(parse_error(Api::kOllamaChat, R"({"model": 3})").find("\"model\""), std::string::npos);
+  EXPECT_NE(parse_error(Api::kOllamaChat, R"({"model": "m", "stream": "yes"})").find("boolean"),
+            std::string::npos);
+  EXPECT_NE(parse_error(Api::kOllamaChat, R"({"model": "m", "options": {"top_k": "5"}})")
+                .find("options.top_k"),
+            std::string::npos);
+  EXPECT_NE(parse_error(Api::kOllamaChat, R"({"model": "m", "options": {"top_k": 1.5}})")
+                .find("integer"),
+            std::string::npos);
+  EXPECT_NE(parse_error(Api::kOllamaChat, R"({"model": "m", "options": {"temperature": -1}})")
+                .find("options.temperature"),
+            std::string::npos);
+  EXPECT_NE(parse_error(Api::kOllamaChat, R"({"model": "m", "options": {"top_p": 2}})")
+                .find("options.top_p"),
+            std::string::npos);
+  EXPECT_NE(parse_error(Api::kOllamaChat, R"({"model": "m", "options": {"stop": [1]}})")
+                .find("options.stop"),
+            std::string::npos);
+  EXPECT_NE(parse_error(Api::kOllamaChat, R"({"model": "m", "messages": {}})").find("messages"),
+            std::string::npos);
+  EXPECT_NE(parse_error(Api::kOllamaChat, R"({"model": "m", "messages": [5]})").find("messages[0]"),
+            std::string::npos);
+  EXPECT_NE(parse_error(Api::kOllamaChat, R"({"model": "m", "format": "xml"})").find("format"),
+            std::string::npos);
+  EXPECT_NE(parse_error(Api::kOllamaChat, R"({"model": "m", "keep_alive": []})").find("keep_alive"),
+            std::string::npos);
+}
+
+TEST(ApiRequest, UnknownRolesAndImagesAreRejected) {
+  std::string msg = parse_error(
+      Api::kOllamaChat, R"({"model": "m", "messages": [{"role": "user"}, {"role": "wizard", "content": "x"}]})");
+  EXPECT_NE(msg.find("messages[1].role"), std::string::npos);
+  EXPECT_NE(msg.find("wizard"), std::string::npos);
+  msg = parse_error(Api::kOllamaChat,
+                    R"({"model": "m", "messages": [{"role": "user", "content": "x", "images": ["aGk="]}]})");
+  EXPECT_NE(msg.find("images are not supported"), std::string::npos);
+  msg = parse_error(Api::kOllamaGenerate, R"({"model": "m", "prompt": "x", "images": ["aGk="]})");
+  EXPECT_NE(msg.find("images are not supported"), std::string::npos);
+  msg = parse_error(Api::kOpenAiChat, R"({"model": "m", "messages": [{"role": "user", "content":
+      [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "x"}}]}]})");
+  EXPECT_NE(msg.find("image_url"), std::string::npos);
+  msg = parse_error(Api::kOpenAiChat, R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})");
+  EXPECT_NE(msg.find("unknown role"), std::string::npos);
+}
+
+TEST(ApiRequest, OpenAiChat) {
+  auto req = parse_ok(Api::kOpenAiChat, R"({
+    "model": "m", "stream": true, "stream_options": {"include_usage": true},
+    "max_tokens": 9, "temperature": 0.2, "seed": 3, "stop": "###", "n": 1,
+    "response_format": {"type": "json_object"}, "presence_penalty": 0.5,
+    "messages": [{"role": "developer", "content": "sys"},
+                 {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                 {"role": "assistant", "content": null}]})");
+  EXPECT_TRUE(req.stream);
+  EXPECT_TRUE(req.include_usage);
+  EXPECT_EQ(req.num_predict, 9);
+  EXPECT_FLOAT_EQ(req.sampling.temperature, 0.2f);
+  EXPECT_EQ(req.sampling.seed, 3u);
+  EXPECT_EQ(req.stop, std::vector<std::string>{"###"});
+  EXPECT_EQ(req.format, "json");
+  ASSERT_EQ(req.messages.size(), 3u);
+  EXPECT_EQ(req.messages[0].role, "system");
+  EXPECT_EQ(req.messages[1].content, "ab");
+  EXPECT_EQ(req.messages[2].content, "");
+}
+
+TEST(ApiRequest, OpenAiDefaultsAndLimits) {
+  auto req = parse_ok(Api::kOpenAiChat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})");
+  EXPECT_FALSE(req.stream);
+  EXPECT_EQ(req.sampling.temperature, 1.0f);
+  EXPECT_EQ(req.sampling.top_p, 1.0f);
+  EXPECT_EQ(req.num_predict, -1);
+  EXPECT_NE(parse_error(Api::kOpenAiChat, R"({"model": "m", "messages": []})").find("empty"),
+            std::string::npos);
+  EXPECT_NE(parse_error(Api::kOpenAiChat, R"({"model": "m", "n": 2, "messages": [{"role": "user"}]})")
+                .find("\"n\""),
+            std::string::npos);
+  auto completion = parse_ok(Api::kOpenAiCompletion, R"({"model": "m", "prompt": ["once"]})");
+  EXPECT_EQ(completion.prompt, "once");
+  EXPECT_EQ(completion.num_predict, 16);
+  EXPECT_TRUE(completion.raw);
+  parse_error(Api::kOpenAiCompletion, R"({"model": "m", "prompt": ["a", "b"]})");
+  parse_error(Api::kOpenAiCompletion, R"({"model": "m", "prompt": "a", "echo": true})");
+}
+
+TEST(ApiRequest, StopStringLimits) {
+  RequestLimits limits;
+  limits.max_stop_strings = 2;
+  auto r = parse_generation_request(Api::kOllamaGenerate,
+                                    R"({"model": "m", "options": {"stop": ["a", "b", "c"]}})", limits);
+  EXPECT_FALSE(r.is_ok());
+}
+
+TEST(ApiRequest, ShowAndNames) {
+  EXPECT_EQ(*parse_show_request(R"({"model": "a:latest"})"), "a:latest");
+  EXPECT_EQ(*parse_show_request(R"({"name": "b"})"), "b");
+  EXPECT_FALSE(parse_show_request("{}").is_ok());
+  EXPECT_FALSE(parse_show_request(R"({"model": 1})").is_ok());
+  EXPECT_EQ(normalize_model_name("x:latest"), "x");
+  EXPECT_EQ(normalize_model_name("x:7b"), "x:7b");
+  EXPECT_EQ(normalize_model_name(":latest"), ":latest");
+}
+
+}  // namespace
+}  // namespace hypura::server

@@ -1,0 +1,253 @@
+#include "server/api_response.h"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+
+namespace hypura::server {
+namespace {
+
+using json = nlohmann::json;
+
+// Ollama's "done_reason": "stop" | "length"; OpenAI's finish_reason uses the same words.
+std::string reason(const runtime::GenerateResult& r) {
+  return r.done_reason == "length" ? "length" : "stop";
+}
+
+json details(const ModelInfo& info) {
+  return {{"parent_model", ""},
+          {"format", "gguf"},
+          {"family", info.family},
+          {"families", json::array({info.family})},
+          {"parameter_size", info.parameter_size},
+          {"quantization_level", info.quantization_level}};
+}
+
+}  // namespace
+
+std::string rfc3339(int64_t unix_ns) {
+  std::time_t secs = static_cast<std::time_t>(unix_ns / 1'000'000'000);
+  std::tm tm {};
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%09lldZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<long long>(unix_ns % 1'000'000'000));
+  return buf;
+}
+
+std::string now_rfc3339() {
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::system_clock::now().time_since_epoch());
+  return rfc3339(ns.count());
+}
+
+int64_t now_unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string dump_json(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string ollama_error(std::string_view message) {
+  return dump_json({{"error", std::string(message)}});
+}
+
+std::string openai_error(std::string_view message, std::string_view type, std::string_view code) {
+  json err = {{"message", std::string(message)}, {"type", std::string(type)}, {"param", nullptr},
+              {"code", nullptr}};
+  if (!code.empty()) err["code"] = std::string(code);
+  return dump_json({{"error", err}});
+}
+
+std::string error_body(Api api, int http_status, std::string_view message) {
+  if (!is_openai(api)) return ollama_error(message);
+  if (http_status == 404) return openai_error(message, "invalid_request_error", "model_not_found");
+  if (http_status >= 500) return openai_error(message, "server_error");
+  return openai_error(message, "invalid_request_error");
+}
+
+ResponseFormatter::ResponseFormatter(Api api, std::string model, bool include_usage,
+                                     std::string id, int64_t created)
+    : api_(api), model_(std::move(model)), include_usage_(include_usage), id_(std::move(id)),
+      created_(created) {}
+
+const char* ResponseFormatter::content_type(bool stream) const {
+  if (!stream) return "application/json";
+  return is_openai(api_) ? "text/event-stream" : "application/x-ndjson";
+}
+
+json ResponseFormatter::ollama_base() const {
+  return {{"model", model_}, {"created_at", now_rfc3339()}};
+}
+
+json ResponseFormatter::openai_base(bool chunk) const {
+  const bool chat = api_ == Api::kOpenAiChat;
+  const char* object = chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                            : "text_completion";
+  return {{"id", id_}, {"object", object}, {"created", created_}, {"model", model_},
+          {"system_fingerprint", "fp_hypura"}};
+}
+
+json ResponseFormatter::ollama_text(std::string_view text) const {
+  json j = ollama_base();
+  if (api_ == Api::kOllamaChat) {
+    j["message"] = {{"role", "assistant"}, {"content", std::string(text)}};
+  } else {
+    j["response"] = std::string(text);
+  }
+  return j;
+}
+
+void ResponseFormatter::add_ollama_stats(const Outcome& o, json* j) const {
+  const auto& r = o.result;
+  (*j)["done"] = true;
+  (*j)["done_reason"] = reason(r);
+  (*j)["total_duration"] = o.total_ns;
+  (*j)["load_duration"] = o.load_ns;
+  (*j)["prompt_eval_count"] = r.prompt_tokens;
+  (*j)["prompt_eval_duration"] = static_cast<int64_t>(r.prompt_seconds * 1e9);
+  (*j)["eval_count"] = r.generated_tokens;
+  (*j)["eval_duration"] = static_cast<int64_t>(r.generate_seconds * 1e9);
+}
+
+json ResponseFormatter::usage(const Outcome& o) const {
+  return {{"prompt_tokens", o.n_prompt},
+          {"completion_tokens", o.result.generated_tokens},
+          {"total_tokens", o.n_prompt + o.result.generated_tokens}};
+}
+
+std::string ResponseFormatter::stream_start() const {
+  if (api_ != Api::kOpenAiChat) return "";
+  json j = openai_base(true);
+  j["choices"] = json::array({{{"index", 0},
+                               {"delta", {{"role", "assistant"}, {"content", ""}}},
+                               {"logprobs", nullptr},
+                               {"finish_reason", nullptr}}});
+  if (include_usage_) j["usage"] = nullptr;
+  return "data: " + dump_json(j) + "\n\n";
+}
+
+std::string ResponseFormatter::stream_piece(std::string_view piece) const {
+  if (!is_openai(api_)) {
+    json j = ollama_text(piece);
+    j["done"] = false;
+    return dump_json(j) + "\n";
+  }
+  json j = openai_base(true);
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+  if (api_ == Api::kOpenAiChat) {
+    choice["delta"] = {{"content", std::string(piece)}};
+  } else {
+    choice["text"] = std::string(piece);
+  }
+  j["choices"] = json::array({choice});
+  if (include_usage_) j["usage"] = nullptr;
+  return "data: " + dump_json(j) + "\n\n";
+}
+
+std::string ResponseFormatter::stream_end(const Outcome& o) const {
+  if (!is_openai(api_)) {
+    json j = ollama_text("");
+    add_ollama_stats(o, &j);
+    return dump_json(j) + "\n";
+  }
+  json j = openai_base(true);
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason(o.result)}};
+  if (api_ == Api::kOpenAiChat) {
+    choice["delta"] = json::object();
+  } else {
+    choice["text"] = "";
+  }
+  j["choices"] = json::array({choice});
+  if (include_usage_) j["usage"] = nullptr;
+  std::string out = "data: " + dump_json(j) + "\n\n";
+  if (include_usage_) {
+    json u = openai_base(true);
+    u["choices"] = json::array();
+    u["usage"] = usage(o);
+    out += "data: " + dump_json(u) + "\n\n";
+  }
+  return out + "data: [DONE]\n\n";
+}
+
+std::string ResponseFormatter::stream_error(std::string_view message) const {
+  if (!is_openai(api_)) return ollama_error(message) + "\n";
+  return "data: " + openai_error(message, "server_error") + "\n\ndata: [DONE]\n\n";
+}
+
+std::string ResponseFormatter::full(const std::string& text, const Outcome& o) const {
+  if (!is_openai(api_)) {
+    json j = ollama_text(text);
+    add_ollama_stats(o, &j);
+    return dump_json(j);
+  }
+  json j = openai_base(false);
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason(o.result)}};
+  if (api_ == Api::kOpenAiChat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  j["choices"] = json::array({choice});
+  j["usage"] = usage(o);
+  return dump_json(j);
+}
+
+std::string ResponseFormatter::load_response() const {
+  json j = ollama_text("");
+  j["done"] = true;
+  j["done_reason"] = "load";
+  return dump_json(j);
+}
+
+std::string version_body(std::string_view version) {
+  return dump_json({{"version", std::string(version)}});
+}
+
+std::string tags_body(const ModelInfo& info) {
+  json m = {{"name", info.name},         {"model", info.name},   {"modified_at", info.modified_at},
+            {"size", info.size_bytes},   {"digest", info.digest}, {"details", details(info)}};
+  return dump_json({{"models", json::array({m})}});
+}
+
+std::string ps_body(const ModelInfo& info) {
+  // Loaded for as long as the server runs: expires_at is far in the future, like Ollama's
+  // keep_alive -1. size_vram is 0 until a GPU tier holds weights.
+  json m = {{"name", info.name},
+            {"model", info.name},
+            {"size", info.size_bytes},
+            {"digest", info.digest},
+            {"details", details(info)},
+            {"expires_at", "2318-01-01T00:00:00Z"},
+            {"size_vram", 0},
+            {"context_length", info.context_length}};
+  return dump_json({{"models", json::array({m})}});
+}
+
+std::string show_body(const ModelInfo& info) {
+  std::string parameters = "num_ctx " + std::to_string(info.context_length);
+  json j = {{"license", ""},
+            {"modelfile", "# Modelfile generated by hypura\nFROM " + info.name + "\n"},
+            {"parameters", parameters},
+            {"template", info.chat_template},
+            {"details", details(info)},
+            {"model_info", info.model_info},
+            {"capabilities", json::array({"completion"})},
+            {"modified_at", info.modified_at}};
+  return dump_json(j);
+}
+
+std::string openai_model_body(const ModelInfo& info) {
+  return dump_json({{"id", info.name}, {"object", "model"}, {"created", 0}, {"owned_by", "hypura"}});
+}
+
+std::string openai_models_body(const ModelInfo& info) {
+  json m = json::parse(openai_model_body(info));
+  return dump_json({{"object", "list"}, {"data", json::array({m})}});
+}
+
+}  // namespace hypura::server

@@ -1,0 +1,97 @@
+// Response bodies, in Ollama's and OpenAI's shapes.
+//
+// Pure functions from values to JSON text; the HTTP layer only moves bytes. Text from the
+// model is valid UTF-8 by the Session's contract; anything else is replaced (U+FFFD)
+// rather than allowed to break a response.
+//
+// Ollama streaming is NDJSON: one object per line per token, then a final object with
+// done: true, done_reason ("stop" | "length") and the durations in nanoseconds:
+//   total_duration        request received -> last token
+//   load_duration         request received -> generation started (queue wait, templating;
+//                         the model is loaded once at start, so this is the wait)
+//   prompt_eval_count / prompt_eval_duration  prompt tokens processed (after KV reuse)
+//   eval_count / eval_duration                generated tokens
+// OpenAI streaming is SSE: "data: {chunk}\n\n" events, then "data: [DONE]\n\n"; with
+// stream_options.include_usage a last chunk with empty choices carries "usage".
+//
+// Thread-safety: a ResponseFormatter is used by one HTTP thread; the rest is stateless.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/session.h"
+#include "server/api_request.h"
+#include "server/model_info.h"
+
+namespace hypura::server {
+
+// RFC 3339 UTC time with nanoseconds ("2026-11-29T17:45:36.123456789Z").
+std::string rfc3339(int64_t unix_ns);
+std::string now_rfc3339();
+int64_t now_unix_seconds();
+
+// Serializes without ever throwing (invalid UTF-8 becomes U+FFFD).
+std::string dump_json(const nlohmann::json& j);
+
+// Error bodies: Ollama {"error": "..."}; OpenAI {"error": {"message", "type", "param", "code"}}.
+std::string ollama_error(std::string_view message);
+std::string openai_error(std::string_view message, std::string_view type,
+                         std::string_view code = {});
+// The body for an error status in the dialect of `api`, e.g. 404 -> model_not_found.
+std::string error_body(Api api, int http_status, std::string_view message);
+
+// How a generation went, for the final chunk / usage block.
+struct Outcome {
+  runtime::GenerateResult result;
+  int64_t n_prompt = 0;   // prompt tokens, including those reused from the KV cache
+  int64_t total_ns = 0;
+  int64_t load_ns = 0;
+};
+
+// Builds the bodies of one generation response.
+class ResponseFormatter {
+ public:
+  // `id` is the OpenAI response id ("chatcmpl-7"), `created` its unix time.
+  ResponseFormatter(Api api, std::string model, bool include_usage, std::string id,
+                    int64_t created);
+
+  const char* content_type(bool stream) const;
+  // Sent once before the first piece ("" for Ollama; the role delta for OpenAI chat).
+  std::string stream_start() const;
+  std::string stream_piece(std::string_view piece) const;
+  // The final chunk(s), including "data: [DONE]" for OpenAI.
+  std::string stream_end(const Outcome& outcome) const;
+  // An error after the stream began (Ollama {"error"} line, OpenAI error event + [DONE]).
+  std::string stream_error(std::string_view message) const;
+  // The one body of a non-streaming response.
+  std::string full(const std::string& text, const Outcome& outcome) const;
+  // Ollama's answer to a request with no prompt/messages: done_reason "load".
+  std::string load_response() const;
+
+ private:
+  nlohmann::json ollama_base() const;
+  nlohmann::json openai_base(bool chunk) const;
+  nlohmann::json ollama_text(std::string_view text) const;  // {"response"} or {"message"}
+  void add_ollama_stats(const Outcome& outcome, nlohmann::json* j) const;
+  nlohmann::json usage(const Outcome& outcome) const;
+
+  Api api_;
+  std::string model_;
+  bool include_usage_;
+  std::string id_;
+  int64_t created_;
+};
+
+// Model listing and metadata bodies.
+std::string version_body(std::string_view version);
+std::string tags_body(const ModelInfo& info);
+std::string ps_body(const ModelInfo& info);
+std::string show_body(const ModelInfo& info);
+std::string openai_models_body(const ModelInfo& info);
+std::string openai_model_body(const ModelInfo& info);
+
+}  // namespace hypura::server

@@ -1,0 +1,154 @@
+#include "server/api_response.h"
+
+#include <gtest/gtest.h>
+
+namespace hypura::server {
+namespace {
+
+using json = nlohmann::json;
+
+Outcome outcome() {
+  Outcome o;
+  o.result.done_reason = "length";
+  o.result.prompt_tokens = 3;
+  o.result.prompt_tokens_reused = 2;
+  o.result.generated_tokens = 4;
+  o.result.prompt_seconds = 0.5;
+  o.result.generate_seconds = 2.0;
+  o.n_prompt = 5;
+  o.total_ns = 3'000'000'000;
+  o.load_ns = 1000;
+  return o;
+}
+
+TEST(ApiResponse, Rfc3339) {
+  EXPECT_EQ(rfc3339(0), "1970-01-01T00:00:00.000000000Z");
+  EXPECT_EQ(rfc3339(1'700'000'000'123'456'789), "2023-11-14T22:13:20.123456789Z");
+}
+
+TEST(ApiResponse, OllamaChatFinalChunkHasEveryStat) {
+  ResponseFormatter f(Api::kOllamaChat, "m", false, "x", 1);
+  json piece = json::parse(f.stream_piece("h\xc3\xa9"));
+  EXPECT_EQ(piece["message"]["content"], "h\xc3\xa9");
+  EXPECT_EQ(piece["message"]["role"], "assistant");
+  EXPECT_EQ(piece["done"], false);
+  std::string end = f.stream_end(outcome());
+  EXPECT_EQ(end.back(), '\n');
+  json fin = json::parse(end);
+  EXPECT_EQ(fin["done"], true);
+  EXPECT_EQ(fin["done_reason"], "length");
+  EXPECT_EQ(fin["total_duration"], 3'000'000'000);
+  EXPECT_EQ(fin["load_duration"], 1000);
+  EXPECT_EQ(fin["prompt_eval_count"], 3);
+  EXPECT_EQ(fin["prompt_eval_duration"], 500'000'000);
+  EXPECT_EQ(fin["eval_count"], 4);
+  EXPECT_EQ(fin["eval_duration"], 2'000'000'000);
+  EXPECT_EQ(fin["model"], "m");
+  EXPECT_TRUE(fin["created_at"].is_string());
+  json full = json::parse(f.full("abc", outcome()));
+  EXPECT_EQ(full["message"]["content"], "abc");
+  EXPECT_EQ(full["eval_count"], 4);
+}
+
+TEST(ApiResponse, OllamaGenerateUsesResponseField) {
+  ResponseFormatter f(Api::kOllamaGenerate, "m", false, "x", 1);
+  EXPECT_EQ(json::parse(f.stream_piece("a"))["response"], "a");
+  EXPECT_EQ(json::parse(f.full("abc", outcome()))["response"], "abc");
+  EXPECT_EQ(json::parse(f.load_response())["done_reason"], "load");
+  EXPECT_STREQ(f.content_type(true), "application/x-ndjson");
+}
+
+TEST(ApiResponse, InvalidUtf8NeverThrows) {
+  ResponseFormatter f(Api::kOllamaGenerate, "m", false, "x", 1);
+  json j = json::parse(f.stream_piece("\xff\xfe"));
+  EXPECT_EQ(j["response"], "\xef\xbf\xbd\xef\xbf\xbd");
+}
+
+std::vector<json> sse_events(const std::string& s, bool* saw_done) {
+  std::vector<json> events;
+  size_t pos = 0;
+  *saw_done = false;
+  while ((pos = s.find("data: ", pos)) != std::string::npos) {
+    size_t end = s.find("\n\n", pos);
+    std::string data = s.substr(pos + 6, end - pos - 6);
+    if (data == "[DONE]") {
+      *saw_done = true;
+      EXPECT_EQ(end + 2, s.size());
+    } else {
+      events.push_back(json::parse(data));
+    }
+    pos = end;
+  }
+  return events;
+}
+
+TEST(ApiResponse, OpenAiChatStreamWithUsage) {
+  ResponseFormatter f(Api::kOpenAiChat, "m", true, "chatcmpl-1", 77);
+  std::string all = f.stream_start() + f.stream_piece("hi") + f.stream_end(outcome());
+  bool done = false;
+  auto events = sse_events(all, &done);
+  EXPECT_TRUE(done);
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(events[1]["choices"][0]["delta"]["content"], "hi");
+  EXPECT_EQ(events[1]["object"], "chat.completion.chunk");
+  EXPECT_EQ(events[1]["id"], "chatcmpl-1");
+  EXPECT_EQ(events[2]["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(events[2]["usage"].is_null());
+  EXPECT_TRUE(events[3]["choices"].empty());
+  EXPECT_EQ(events[3]["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(events[3]["usage"]["completion_tokens"], 4);
+  EXPECT_EQ(events[3]["usage"]["total_tokens"], 9);
+}
+
+TEST(ApiResponse, OpenAiNonStreamAndCompletion) {
+  ResponseFormatter chat(Api::kOpenAiChat, "m", false, "chatcmpl-2", 77);
+  json j = json::parse(chat.full("abc", outcome()));
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "abc");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["total_tokens"], 9);
+  ResponseFormatter cmpl(Api::kOpenAiCompletion, "m", false, "cmpl-3", 77);
+  j = json::parse(cmpl.full("abc", outcome()));
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["choices"][0]["text"], "abc");
+  bool done = false;
+  auto events = sse_events(cmpl.stream_piece("x") + cmpl.stream_end(outcome()), &done);
+  EXPECT_TRUE(done);
+  EXPECT_EQ(events[0]["choices"][0]["text"], "x");
+}
+
+TEST(ApiResponse, ErrorShapes) {
+  EXPECT_EQ(json::parse(ollama_error("boom"))["error"], "boom");
+  json e = json::parse(error_body(Api::kOpenAiChat, 404, "nope"));
+  EXPECT_EQ(e["error"]["message"], "nope");
+  EXPECT_EQ(e["error"]["code"], "model_not_found");
+  EXPECT_EQ(json::parse(error_body(Api::kOllamaGenerate, 404, "nope"))["error"], "nope");
+}
+
+TEST(ApiResponse, Listings) {
+  ModelInfo info;
+  info.name = "m:latest";
+  info.family = "llama";
+  info.parameter_size = "1.1B";
+  info.quantization_level = "Q4_K_M";
+  info.size_bytes = 123;
+  info.context_length = 4096;
+  info.model_info = {{"general.architecture", "llama"}};
+  json tags = json::parse(tags_body(info));
+  EXPECT_EQ(tags["models"][0]["name"], "m:latest");
+  EXPECT_EQ(tags["models"][0]["details"]["quantization_level"], "Q4_K_M");
+  EXPECT_EQ(tags["models"][0]["size"], 123);
+  json ps = json::parse(ps_body(info));
+  EXPECT_EQ(ps["models"][0]["context_length"], 4096);
+  json show = json::parse(show_body(info));
+  EXPECT_EQ(show["model_info"]["general.architecture"], "llama");
+  EXPECT_EQ(show["details"]["family"], "llama");
+  EXPECT_EQ(show["capabilities"][0], "completion");
+  json models = json::parse(openai_models_body(info));
+  EXPECT_EQ(models["object"], "list");
+  EXPECT_EQ(models["data"][0]["id"], "m:latest");
+}
+
+}  // namespace
+}  // namespace hypura::server

@@ -1,0 +1,342 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <random>
+
+#include "server/api_request.h"
+#include "server/api_response.h"
+#include "server/generation_worker.h"
+#include "server/prompt.h"
+
+namespace hypura::server {
+namespace {
+
+constexpr const char* kVersion = "0.1.0";
+constexpr auto kPollInterval = std::chrono::milliseconds(100);  // client-gone checks
+constexpr auto kShutdownGrace = std::chrono::seconds(5);        // for responses to finish
+
+int64_t ns_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
+}
+
+// What the access log line of the request on this HTTP thread says besides the status.
+// Each request is served start to finish (body, content provider, logger) on one thread.
+struct RequestLog {
+  Clock::time_point start;
+  std::string detail;
+};
+thread_local RequestLog t_log;
+
+bool is_openai_path(const std::string& path) { return path.rfind("/v1/", 0) == 0; }
+
+// One streaming or non-streaming generation response in progress.
+struct Exchange {
+  std::shared_ptr<Job> job;
+  ResponseFormatter fmt;
+  bool stream;
+  int64_t n_prompt;
+  bool started = false;
+  std::string text;  // non-streaming: the pieces so far
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Impl(runtime::Engine& engine, ModelInfo info, ServerOptions options)
+      : engine(engine), info(std::move(info)), options(std::move(options)),
+        worker(engine, this->options.max_queue), seeds(std::random_device{}()) {}
+
+  void setup();
+  void setup_hooks();
+  void setup_routes();
+  bool model_matches(const std::string& requested) const;
+  void reply_error(httplib::Response& res, Api api, int status, const std::string& message);
+  void handle_generation(Api api, const httplib::Request& req, httplib::Response& res);
+  void respond_now(const GenerationRequest& request, const ResponseFormatter& fmt,
+                   int64_t n_prompt, httplib::Response& res);
+  void start_exchange(std::shared_ptr<Exchange> ex, httplib::Response& res);
+  bool pump(Exchange& ex, httplib::DataSink& sink);
+  bool finish_exchange(Exchange& ex, httplib::DataSink& sink);
+  uint64_t fresh_seed();
+
+  runtime::Engine& engine;
+  const ModelInfo info;
+  const ServerOptions options;
+  httplib::Server svr;
+  GenerationWorker worker;
+  int port = 0;
+  std::atomic<bool> stopping{false};
+  std::atomic<uint64_t> next_id{1};
+  std::mutex seed_mu;
+  std::mt19937_64 seeds;  // guarded by seed_mu
+  std::mutex active_mu;
+  std::condition_variable active_cv;
+  int active = 0;  // generation responses still writing; guarded by active_mu
+};
+
+HttpServer::HttpServer(runtime::Engine& engine, ModelInfo info, ServerOptions options)
+    : impl_(std::make_unique<Impl>(engine, std::move(info), std::move(options))) {
+  impl_->setup();
+}
+
+HttpServer::~HttpServer() { shutdown(); }
+
+Status HttpServer::bind() {
+  Impl& s = *impl_;
+  if (s.options.port == 0) {
+    s.port = s.svr.bind_to_any_port(s.options.host);
+    if (s.port <= 0) return io_error("cannot bind " + s.options.host + " to any port");
+  } else {
+    if (!s.svr.bind_to_port(s.options.host, s.options.port)) {
+      return io_error("cannot listen on " + s.options.host + ":" +
+                      std::to_string(s.options.port) + " (in use, or not a local address)");
+    }
+    s.port = s.options.port;
+  }
+  return Status::ok();
+}
+
+int HttpServer::port() const { return impl_->port; }
+
+void HttpServer::run() { impl_->svr.listen_after_bind(); }
+
+void HttpServer::shutdown() {
+  Impl& s = *impl_;
+  if (s.stopping.exchange(true)) return;
+  // Cancel first so that every open response ends with an error line, then stop the
+  // listener (which also ends the content providers' write loops).
+  s.worker.shutdown();
+  {
+    std::unique_lock lock(s.active_mu);
+    s.active_cv.wait_for(lock, kShutdownGrace, [&] { return s.active == 0; });
+  }
+  s.svr.stop();
+}
+
+void HttpServer::Impl::setup() {
+  const size_t n_threads = options.max_queue + 1 + static_cast<size_t>(options.extra_http_threads);
+  svr.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
+  svr.set_payload_max_length(options.max_body_bytes);
+  setup_hooks();
+  setup_routes();
+}
+
+void HttpServer::Impl::setup_hooks() {
+  svr.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+    t_log = RequestLog{Clock::now(), {}};
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // Errors that httplib produces itself (unknown path, oversized body, malformed HTTP)
+  // get JSON bodies too; an oversized body is a bad request like any other (400).
+  svr.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const Api dialect = is_openai_path(req.path) ? Api::kOpenAiChat : Api::kOllamaChat;
+    std::string message = "HTTP error " + std::to_string(res.status);
+    if (res.status == 413) {
+      res.status = 400;
+      message = "request body is larger than " + std::to_string(options.max_body_bytes) +
+                " bytes (--max-body)";
+    } else if (res.status == 404) {
+      message = "404 page not found";
+    }
+    res.set_content(error_body(dialect, res.status, message), "application/json");
+  });
+  svr.set_exception_handler([](const httplib::Request& req, httplib::Response& res,
+                               std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    spdlog::error("{} {}: {}", req.method, req.path, what);
+    res.status = 500;
+    res.set_content(ollama_error(what), "application/json");
+  });
+  svr.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+    double ms = std::chrono::duration<double, std::milli>(Clock::now() - t_log.start).count();
+    spdlog::info("{} \"{} {}\" {} {:.1f}ms{}{}", req.remote_addr, req.method, req.path,
+                 res.status, ms, t_log.detail.empty() ? "" : " ", t_log.detail);
+  });
+}
+
+void HttpServer::Impl::setup_routes() {
+  using httplib::Request;
+  using httplib::Response;
+  svr.Get("/", [](const Request&, Response& res) {
+    res.set_content("Hypura is running", "text/plain; charset=utf-8");
+  });
+  svr.Get("/api/version", [](const Request&, Response& res) {
+    res.set_content(version_body(kVersion), "application/json");
+  });
+  svr.Get("/api/tags", [this](const Request&, Response& res) {
+    res.set_content(tags_body(info), "application/json");
+  });
+  svr.Get("/api/ps", [this](const Request&, Response& res) {
+    res.set_content(ps_body(info), "application/json");
+  });
+  svr.Post("/api/show", [this](const Request& req, Response& res) {
+    Result<std::string> model = parse_show_request(req.body);
+    if (!model.is_ok()) return reply_error(res, Api::kOllamaChat, 400, model.status().message());
+    if (!model_matches(*model)) {
+      return reply_error(res, Api::kOllamaChat, 404, "model \"" + *model + "\" not found");
+    }
+    res.set_content(show_body(info), "application/json");
+  });
+  svr.Get("/v1/models", [this](const Request&, Response& res) {
+    res.set_content(openai_models_body(info), "application/json");
+  });
+  svr.Get(R"(/v1/models/(.+))", [this](const Request& req, Response& res) {
+    const std::string id = req.matches[1];
+    if (!model_matches(id)) {
+      return reply_error(res, Api::kOpenAiChat, 404, "The model '" + id + "' does not exist");
+    }
+    res.set_content(openai_model_body(info), "application/json");
+  });
+  const std::pair<const char*, Api> generation_routes[] = {
+      {"/api/generate", Api::kOllamaGenerate},
+      {"/api/chat", Api::kOllamaChat},
+      {"/v1/chat/completions", Api::kOpenAiChat},
+      {"/v1/completions", Api::kOpenAiCompletion},
+  };
+  for (const auto& [path, api] : generation_routes) {
+    svr.Post(path, [this, api = api](const Request& req, Response& res) {
+      handle_generation(api, req, res);
+    });
+  }
+}
+
+bool HttpServer::Impl::model_matches(const std::string& requested) const {
+  return normalize_model_name(requested) == normalize_model_name(info.name);
+}
+
+void HttpServer::Impl::reply_error(httplib::Response& res, Api api, int status,
+                                   const std::string& message) {
+  res.status = status;
+  res.set_content(error_body(api, status, message), "application/json");
+  t_log.detail = message;
+}
+
+uint64_t HttpServer::Impl::fresh_seed() {
+  std::lock_guard lock(seed_mu);
+  return seeds();
+}
+
+void HttpServer::Impl::handle_generation(Api api, const httplib::Request& req,
+                                         httplib::Response& res) {
+  RequestLimits limits;
+  Result<GenerationRequest> parsed = parse_generation_request(api, req.body, limits);
+  if (!parsed.is_ok()) return reply_error(res, api, 400, parsed.status().message());
+  const GenerationRequest& request = *parsed;
+  if (!model_matches(request.model)) {
+    return reply_error(res, api, 404,
+                       "model \"" + request.model + "\" not found, try pulling it first");
+  }
+  const uint64_t id = next_id.fetch_add(1);
+  ResponseFormatter fmt(api, request.model, request.include_usage,
+                        std::string(api == Api::kOpenAiChat ? "chatcmpl-" : "cmpl-") +
+                            std::to_string(id),
+                        now_unix_seconds());
+  const bool load_only = (api == Api::kOllamaChat && request.messages.empty()) ||
+                         (api == Api::kOllamaGenerate && request.prompt.empty() &&
+                          request.system.empty());
+  if (load_only) {  // Ollama clients "load" a model with an empty request
+    res.set_content(fmt.load_response(), "application/json");
+    return;
+  }
+  Result<std::vector<int32_t>> tokens = tokenize_request(engine, request);
+  if (!tokens.is_ok()) return reply_error(res, api, 400, tokens.status().message());
+  const int64_t n_prompt = static_cast<int64_t>(tokens->size());
+  Result<runtime::GenerateOptions> gen = generate_options(request, n_prompt, engine.n_ctx(), fresh_seed());
+  if (!gen.is_ok()) return reply_error(res, api, 400, gen.status().message());
+  if (gen->max_tokens == 0) return respond_now(request, fmt, n_prompt, res);
+
+  auto job = std::make_shared<Job>(req.remote_addr, std::move(tokens).value(), std::move(gen).value());
+  Status submitted = worker.submit(job);
+  if (!submitted.is_ok()) return reply_error(res, api, 503, submitted.message());
+  auto ex = std::make_shared<Exchange>(Exchange{job, std::move(fmt), request.stream, n_prompt, false, {}});
+  start_exchange(std::move(ex), res);
+}
+
+// num_predict 0: nothing to generate, so nothing to queue.
+void HttpServer::Impl::respond_now(const GenerationRequest& request, const ResponseFormatter& fmt,
+                                   int64_t n_prompt, httplib::Response& res) {
+  Outcome outcome;
+  outcome.result.done_reason = "length";
+  outcome.n_prompt = n_prompt;
+  outcome.total_ns = ns_between(t_log.start, Clock::now());
+  if (request.stream) {
+    res.set_content(fmt.stream_start() + fmt.stream_end(outcome), fmt.content_type(true));
+  } else {
+    res.set_content(fmt.full("", outcome), fmt.content_type(false));
+  }
+}
+
+void HttpServer::Impl::start_exchange(std::shared_ptr<Exchange> ex, httplib::Response& res) {
+  {
+    std::lock_guard lock(active_mu);
+    ++active;
+  }
+  const char* content_type = ex->fmt.content_type(ex->stream);
+  res.set_chunked_content_provider(
+      content_type, [this, ex](size_t, httplib::DataSink& sink) { return pump(*ex, sink); },
+      [this, ex](bool) {
+        // Runs however the response ended; a job still running has lost its client.
+        ex->job->cancel("client disconnected");
+        {
+          std::lock_guard lock(active_mu);
+          --active;
+        }
+        active_cv.notify_all();
+      });
+}
+
+// Moves what the job produced since the last call to the client. Returns false to abort
+// the response (the client is gone).
+bool HttpServer::Impl::pump(Exchange& ex, httplib::DataSink& sink) {
+  auto write = [&](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };
+  if (!ex.started) {
+    ex.started = true;
+    if (ex.stream && !write(ex.fmt.stream_start())) return false;
+  }
+  Job::Update update = ex.job->wait(kPollInterval);
+  for (const std::string& piece : update.pieces) {
+    if (!ex.stream) {
+      ex.text += piece;
+    } else if (!write(ex.fmt.stream_piece(piece))) {
+      return false;  // the releaser cancels the job
+    }
+  }
+  if (update.done) return finish_exchange(ex, sink);
+  if (update.pieces.empty() && !sink.is_writable()) return false;
+  return true;
+}
+
+bool HttpServer::Impl::finish_exchange(Exchange& ex, httplib::DataSink& sink) {
+  const Job& job = *ex.job;
+  const Result<runtime::GenerateResult>& result = job.result();
+  std::string body;
+  if (!result.is_ok() || result->done_reason == "cancelled") {
+    std::string message = result.is_ok() ? job.cancel_reason() : result.status().message();
+    body = ex.stream ? ex.fmt.stream_error(message) : ollama_error(message);
+    t_log.detail = "failed: " + message;
+  } else {
+    Outcome outcome{*result, ex.n_prompt, ns_between(t_log.start, job.finished()),
+                    ns_between(t_log.start, job.started())};
+    body = ex.stream ? ex.fmt.stream_end(outcome) : ex.fmt.full(ex.text, outcome);
+    const double tok_s = result->generate_seconds > 0 ? result->generated_tokens / result->generate_seconds : 0;
+    t_log.detail = fmt::format("prompt={} (reused {}) eval={} {:.1f} tok/s done={}",
+                               ex.n_prompt, result->prompt_tokens_reused,
+                               result->generated_tokens, tok_s, result->done_reason);
+  }
+  if (!sink.write(body.data(), body.size())) return false;
+  sink.done();
+  return true;
+}
+
+}  // namespace hypura::server

@@ -1,0 +1,324 @@
+// The HTTP layer end to end over loopback, with the fake engine (deterministic tokens).
+#include "server/http_server.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "server/testing/fake_engine.h"
+
+namespace hypura::server {
+namespace {
+
+using json = nlohmann::json;
+using testing::FakeConfig;
+using testing::FakeEngine;
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void start(FakeConfig config = {}, ServerOptions options = {}) {
+    engine_ = std::make_unique<FakeEngine>(config);
+    ModelInfo info;
+    info.name = "fake:latest";
+    info.family = "fake";
+    info.context_length = config.n_ctx;
+    info.model_info = {{"general.architecture", "fake"}};
+    options.port = 0;
+    server_ = std::make_unique<HttpServer>(*engine_, info, options);
+    ASSERT_TRUE(server_->bind().is_ok());
+    thread_ = std::thread([this] { server_->run(); });
+    for (int i = 0; i < 200 && !client().Get("/"); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  void TearDown() override {
+    if (server_) server_->shutdown();
+    if (thread_.joinable()) thread_.join();
+  }
+  httplib::Client client() {
+    httplib::Client c("127.0.0.1", server_->port());
+    c.set_read_timeout(10, 0);
+    return c;
+  }
+  // POSTs with a callback that sees the body as it arrives; returning false hangs up.
+  httplib::Result post_streaming(const std::string& path, const json& body,
+                                 std::function<bool(const char*, size_t)> on_data) {
+    httplib::Request req;
+    req.method = "POST";
+    req.path = path;
+    req.body = body.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [on_data](const char* data, size_t n, uint64_t, uint64_t) {
+      return on_data(data, n);
+    };
+    return client().send(req);
+  }
+  httplib::Result post(const std::string& path, const json& body) {
+    return client().Post(path.c_str(), body.dump(), "application/json");
+  }
+
+  std::unique_ptr<FakeEngine> engine_;
+  std::unique_ptr<HttpServer> server_;
+  std::thread thread_;
+};
+
+std::vector<json> ndjson(const std::string& body) {
+  std::vector<json> lines;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find('\n', pos);
+    EXPECT_NE(end, std::string::npos) << "NDJSON lines end with a newline";
+    if (end == std::string::npos) break;
+    lines.push_back(json::parse(body.substr(pos, end - pos)));
+    pos = end + 1;
+  }
+  return lines;
+}
+
+json chat_body(bool stream, const std::string& content = "hi") {
+  return {{"model", "fake"}, {"stream", stream}, {"options", {{"temperature", 0}}},
+          {"messages", json::array({{{"role", "user"}, {"content", content}}})}};
+}
+
+TEST_F(ServerTest, StatusAndListings) {
+  start();
+  auto root = client().Get("/");
+  ASSERT_TRUE(root);
+  EXPECT_EQ(root->status, 200);
+  EXPECT_EQ(root->body, "Hypura is running");
+  auto head = client().Head("/");
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->status, 200);
+  EXPECT_EQ(json::parse(client().Get("/api/version")->body)["version"], "0.1.0");
+  EXPECT_EQ(json::parse(client().Get("/api/tags")->body)["models"][0]["name"], "fake:latest");
+  EXPECT_EQ(json::parse(client().Get("/api/ps")->body)["models"][0]["context_length"], 256);
+  EXPECT_EQ(json::parse(client().Get("/v1/models")->body)["data"][0]["id"], "fake:latest");
+  EXPECT_EQ(client().Get("/v1/models/fake")->status, 200);
+  EXPECT_EQ(client().Get("/v1/models/other")->status, 404);
+  auto show = post("/api/show", {{"model", "fake:latest"}});
+  EXPECT_EQ(show->status, 200);
+  EXPECT_EQ(json::parse(show->body)["model_info"]["general.architecture"], "fake");
+  auto missing = post("/api/show", {{"model", "llama3"}});
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_TRUE(json::parse(missing->body)["error"].is_string());
+  auto unknown = client().Get("/api/nothing");
+  EXPECT_EQ(unknown->status, 404);
+  EXPECT_TRUE(json::parse(unknown->body)["error"].is_string());
+}
+
+TEST_F(ServerTest, ChatStreamMatchesNonStreamAndHasStats) {
+  start();
+  auto whole = post("/api/chat", chat_body(false));
+  ASSERT_TRUE(whole);
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  json one = json::parse(whole->body);
+  EXPECT_EQ(one["done"], true);
+  EXPECT_EQ(one["done_reason"], "stop");
+  std::string text = one["message"]["content"];
+  EXPECT_FALSE(text.empty());
+  for (const char* k : {"total_duration", "load_duration", "prompt_eval_count",
+                        "prompt_eval_duration", "eval_count", "eval_duration"}) {
+    ASSERT_TRUE(one[k].is_number_integer()) << k;
+  }
+  EXPECT_GT(one["eval_count"].get<int>(), 0);
+  EXPECT_GE(one["total_duration"].get<int64_t>(), one["eval_duration"].get<int64_t>());
+
+  auto streamed = post("/api/chat", chat_body(true));
+  ASSERT_EQ(streamed->status, 200);
+  EXPECT_EQ(streamed->get_header_value("Content-Type"), "application/x-ndjson");
+  auto lines = ndjson(streamed->body);
+  ASSERT_GE(lines.size(), 2u);
+  std::string joined;
+  for (size_t i = 0; i + 1 < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["done"], false);
+    joined += lines[i]["message"]["content"].get<std::string>();
+  }
+  EXPECT_EQ(joined, text);  // greedy: same answer streamed or not
+  EXPECT_EQ(lines.back()["done"], true);
+  EXPECT_EQ(lines.back()["eval_count"], one["eval_count"]);
+  EXPECT_EQ(static_cast<int>(lines.size()) - 1, one["eval_count"].get<int>());
+}
+
+TEST_F(ServerTest, GenerateHonoursNumPredictStopAndSeed) {
+  start();
+  json body = {{"model", "fake"}, {"prompt", "once"}, {"stream", false},
+               {"options", {{"num_predict", 3}, {"temperature", 0.8}, {"seed", 5}}}};
+  json a = json::parse(post("/api/generate", body)->body);
+  EXPECT_EQ(a["eval_count"], 3);
+  EXPECT_EQ(a["done_reason"], "length");
+  json b = json::parse(post("/api/generate", body)->body);
+  EXPECT_EQ(a["response"], b["response"]);  // same seed, same output
+  body["options"]["seed"] = 6;
+  body["options"]["num_predict"] = 30;
+  json c = json::parse(post("/api/generate", body)->body);
+  body["options"]["seed"] = 7;
+  json d = json::parse(post("/api/generate", body)->body);
+  EXPECT_NE(c["response"], d["response"]);
+  // A stop string taken from the answer ends it there, excluded.
+  std::string full = c["response"];
+  size_t cut = full.find(' ', 3);
+  ASSERT_NE(cut, std::string::npos);
+  body["options"]["seed"] = 6;
+  body["options"]["stop"] = {full.substr(cut, 3)};
+  json e = json::parse(post("/api/generate", body)->body);
+  EXPECT_EQ(e["done_reason"], "stop");
+  EXPECT_EQ(full.substr(0, e["response"].get<std::string>().size()), e["response"]);
+  EXPECT_EQ(e["response"].get<std::string>().find(full.substr(cut, 3)), std::string::npos);
+}
+
+TEST_F(ServerTest, ChatReusesTheKvPrefix) {
+  start();
+  json first = json::parse(post("/api/chat", chat_body(false, "first question"))->body);
+  json body = chat_body(false, "first question");
+  body["messages"].push_back({{"role", "assistant"}, {"content", first["message"]["content"]}});
+  body["messages"].push_back({{"role", "user"}, {"content", "and then?"}});
+  json second = json::parse(post("/api/chat", body)->body);
+  // The whole first prompt is reused (the fake's generated tokens differ from the
+  // re-tokenized answer, so reuse stops there).
+  EXPECT_EQ(engine_->last_session->last_reused.load(), first["prompt_eval_count"].get<int>());
+  json usage = json::parse(post("/v1/chat/completions", body)->body)["usage"];
+  EXPECT_EQ(second["prompt_eval_count"].get<int>() + first["prompt_eval_count"].get<int>(),
+            usage["prompt_tokens"].get<int>());
+}
+
+TEST_F(ServerTest, OpenAiChatSseWithUsage) {
+  start();
+  json body = {{"model", "fake:latest"}, {"stream", true}, {"temperature", 0},
+               {"stream_options", {{"include_usage", true}}},
+               {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}};
+  auto res = post("/v1/chat/completions", body);
+  ASSERT_EQ(res->status, 200);
+  EXPECT_EQ(res->get_header_value("Content-Type"), "text/event-stream");
+  const std::string& s = res->body;
+  ASSERT_GE(s.size(), 14u);
+  EXPECT_EQ(s.substr(s.size() - 14), "data: [DONE]\n\n");
+  body["stream"] = false;
+  json whole = json::parse(post("/v1/chat/completions", body)->body);
+  EXPECT_EQ(whole["object"], "chat.completion");
+  std::string text = whole["choices"][0]["message"]["content"];
+  std::string joined;
+  json usage;
+  for (size_t pos = 0; (pos = s.find("data: {", pos)) != std::string::npos; ++pos) {
+    json ev = json::parse(s.substr(pos + 6, s.find("\n\n", pos) - pos - 6));
+    if (!ev["usage"].is_null()) usage = ev["usage"];
+    if (!ev["choices"].empty() && ev["choices"][0]["delta"].contains("content")) {
+      joined += ev["choices"][0]["delta"]["content"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(joined, text);
+  EXPECT_EQ(usage["completion_tokens"], whole["usage"]["completion_tokens"]);
+  EXPECT_EQ(usage["prompt_tokens"], whole["usage"]["prompt_tokens"]);
+  json cmpl = json::parse(post("/v1/completions", {{"model", "fake"}, {"prompt", "x"}, {"max_tokens", 2}})->body);
+  EXPECT_EQ(cmpl["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(cmpl["usage"]["completion_tokens"], 2);
+}
+
+TEST_F(ServerTest, BadRequestsGet400Json) {
+  ServerOptions options;
+  options.max_body_bytes = 2048;
+  start({}, options);
+  auto check = [&](const std::string& path, const std::string& body, int status) -> json {
+    auto res = client().Post(path.c_str(), body, "application/json");
+    if (!res) {
+      ADD_FAILURE() << "no response to " << body;
+      return json();
+    }
+    EXPECT_EQ(res->status, status) << body;
+    json j = json::parse(res->body, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << res->body;
+    EXPECT_TRUE(j.contains("error")) << res->body;
+    return j;
+  };
+  check("/api/chat", "{oops", 400);
+  check("/api/chat", R"({"model": "fake", "messages": [{"role": "robot", "content": "x"}]})", 400);
+  check("/api/generate", R"({"model": "fake", "prompt": "x", "images": ["AAAA"]})", 400);
+  check("/api/generate", R"({"model": "fake", "prompt": 5})", 400);
+  check("/api/generate", std::string(4096, ' '), 400);  // over --max-body
+  json long_prompt = {{"model", "fake"}, {"prompt", std::string(300, 'a')}, {"raw", true}};
+  json j = check("/api/generate", long_prompt.dump(), 400);  // 301 tokens > 256
+  EXPECT_NE(j["error"].get<std::string>().find("context"), std::string::npos);
+  json other = chat_body(false);
+  other["model"] = "gpt4";
+  j = check("/api/chat", other.dump(), 404);
+  EXPECT_NE(j["error"].get<std::string>().find("not found"), std::string::npos);
+  j = check("/v1/chat/completions", R"({"model": "nope", "messages": [{"role": "user", "content": "x"}]})", 404);
+  EXPECT_EQ(j["error"]["code"], "model_not_found");
+  j = check("/v1/chat/completions", R"({"model": "fake", "messages": "x"})", 400);
+  EXPECT_TRUE(j["error"]["message"].is_string());
+  // Load requests (no prompt) answer at once.
+  auto load = post("/api/generate", {{"model", "fake"}});
+  EXPECT_EQ(json::parse(load->body)["done_reason"], "load");
+}
+
+TEST_F(ServerTest, FullQueueGets503) {
+  FakeConfig config;
+  config.token_delay = std::chrono::milliseconds(30);
+  ServerOptions options;
+  options.max_queue = 1;
+  start(config, options);
+  json body = {{"model", "fake"}, {"prompt", "p"}, {"stream", false},
+               {"options", {{"num_predict", 20}}}};
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 2; ++i) {
+    clients.emplace_back([&] {
+      auto r = post("/api/generate", body);
+      if (r && r->status == 200) ++ok;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  auto busy = post("/api/generate", body);  // one running, one waiting: full
+  ASSERT_TRUE(busy);
+  EXPECT_EQ(busy->status, 503);
+  EXPECT_NE(json::parse(busy->body)["error"].get<std::string>().find("busy"), std::string::npos);
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(ok.load(), 2);
+  EXPECT_EQ(post("/api/generate", body)->status, 200);  // room again
+}
+
+TEST_F(ServerTest, ClientDisconnectCancelsGeneration) {
+  FakeConfig config;
+  config.token_delay = std::chrono::milliseconds(20);
+  start(config);
+  json body = {{"model", "fake"}, {"prompt", "p"}, {"options", {{"num_predict", 200}}}};
+  int chunks = 0;
+  auto res = post_streaming("/api/generate", body, [&](const char*, size_t) { return ++chunks < 3; });
+  EXPECT_FALSE(res);  // we hung up
+  for (int i = 0; i < 100 && engine_->last_session->calls.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(engine_->last_session->calls.load(), 1);
+  EXPECT_TRUE(engine_->last_session->last_cancelled.load());
+  EXPECT_LT(engine_->last_session->last_generated.load(), 20);
+  EXPECT_EQ(post("/api/chat", chat_body(false))->status, 200);  // still serving
+}
+
+TEST_F(ServerTest, ShutdownEndsOpenStreamsWithAnError) {
+  FakeConfig config;
+  config.token_delay = std::chrono::milliseconds(20);
+  config.eos = false;
+  start(config);
+  std::string received;
+  std::thread streamer([&] {
+    json body = {{"model", "fake"}, {"prompt", "p"}, {"options", {{"num_predict", 500}}}};
+    post_streaming("/api/generate", body, [&](const char* data, size_t n) {
+      received.append(data, n);
+      return true;
+    });
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto t0 = std::chrono::steady_clock::now();
+  server_->shutdown();
+  thread_.join();
+  streamer.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+  auto lines = ndjson(received);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back()["error"], "server is shutting down");
+  EXPECT_FALSE(client().Get("/"));  // no longer listening
+}
+
+}  // namespace
+}  // namespace hypura::server

@@ -1,0 +1,83 @@
+// Job: one generation request on its way from an HTTP thread to the generation worker.
+//
+// The HTTP thread builds the Job (prompt tokens, options), queues it and then consumes
+// its output with wait(); the worker thread produces with push_piece() and finish().
+// The Job doubles as the channel between the two, so a piece of text crosses threads
+// exactly once.
+//
+// Thread-safety: every method may be called from any thread. cancel is the flag that
+// GenerateOptions::cancel points to; it is set by the HTTP side (client gone) or by the
+// server at shutdown, and read by the Session before every token.
+// Ownership: shared (std::shared_ptr) by the queue, the worker and the HTTP thread, so a
+// client that disconnects never leaves the worker writing into freed memory.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/session.h"
+
+namespace hypura::server {
+
+using Clock = std::chrono::steady_clock;
+
+class Job {
+ public:
+  Job(std::string client, std::vector<int32_t> prompt, runtime::GenerateOptions options);
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  const std::string& client() const { return client_; }  // fairness key (remote address)
+  const std::vector<int32_t>& prompt() const { return prompt_; }
+  // Options with `cancel` pointing at this job's flag.
+  const runtime::GenerateOptions& options() const { return options_; }
+  Clock::time_point received() const { return received_; }
+
+  // Asks the generation to stop at its next token (or not to start). `reason` is what the
+  // client is told if it is still there ("client disconnected", "server is shutting down").
+  void cancel(std::string reason);
+  bool cancelled() const { return cancel_.load(std::memory_order_relaxed); }
+
+  // Worker side.
+  void mark_started();                      // the worker picked the job
+  void push_piece(std::string_view piece);  // valid UTF-8 text
+  void finish(Result<runtime::GenerateResult> result);
+
+  // HTTP side: what arrived since the last call. Blocks up to `timeout` for news.
+  struct Update {
+    std::vector<std::string> pieces;
+    bool done = false;
+  };
+  Update wait(std::chrono::milliseconds timeout);
+
+  // After done: the outcome. REQUIRES: wait() returned done.
+  const Result<runtime::GenerateResult>& result() const { return result_; }
+  std::string cancel_reason() const;
+  Clock::time_point started() const;        // received() if never started
+  Clock::time_point finished() const;
+
+ private:
+  const std::string client_;
+  const std::vector<int32_t> prompt_;  // (n_prompt) token ids
+  runtime::GenerateOptions options_;
+  const Clock::time_point received_;
+  std::atomic<bool> cancel_{false};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> pending_;  // pieces not yet taken by wait()
+  bool done_ = false;
+  std::string cancel_reason_;
+  Clock::time_point started_;
+  Clock::time_point finished_;
+  Result<runtime::GenerateResult> result_{runtime::GenerateResult{}};
+};
+
+}  // namespace hypura::server
