@@ -1,0 +1,192 @@
+#include "profiler/hardware_profile.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace hypura::profiler {
+namespace {
+
+using nlohmann::json;
+
+json cpu_json(const CpuProfile& c) {
+  return {{"model", c.model}, {"physical_cores", c.physical_cores},
+          {"logical_cores", c.logical_cores}, {"simd", c.simd}, {"flags", c.flags}};
+}
+
+json memory_json(const MemoryProfile& m) {
+  json j = {{"total_bytes", m.total_bytes},
+            {"available_bytes", m.available_bytes},
+            {"cgroup_version", m.cgroup_version},
+            {"cgroup_limit_bytes", nullptr},
+            {"effective_limit_bytes", m.effective_limit_bytes},
+            {"reserve_bytes", m.reserve_bytes},
+            {"usable_bytes", m.usable_bytes},
+            {"read_bandwidth_bps", m.read_bandwidth_bps},
+            {"unified", m.unified}};
+  if (m.cgroup_limit_bytes) j["cgroup_limit_bytes"] = *m.cgroup_limit_bytes;
+  return j;
+}
+
+json gpu_json(const GpuProfile& g) {
+  return {{"name", g.name},
+          {"total_bytes", g.total_bytes},
+          {"free_bytes", g.free_bytes},
+          {"h2d_pinned_bps", g.h2d_pinned_bps},
+          {"h2d_pageable_bps", g.h2d_pageable_bps},
+          {"memory_bandwidth_bps", g.memory_bandwidth_bps}};
+}
+
+json storage_json(const StorageProfile& s) {
+  json seq = json::array(), rnd = json::array();
+  for (const auto& p : s.sequential) {
+    seq.push_back({{"block_bytes", p.block_bytes}, {"queue_depth", p.queue_depth}, {"bps", p.bps}});
+  }
+  for (const auto& p : s.random) {
+    rnd.push_back({{"block_bytes", p.block_bytes}, {"queue_depth", p.queue_depth},
+                   {"iops", p.iops}, {"bps", p.bps}});
+  }
+  return {{"path", s.path}, {"mount_point", s.mount_point}, {"device", s.device},
+          {"device_id", s.device_id}, {"method", s.method}, {"test_bytes", s.test_bytes},
+          {"direct", s.direct}, {"engine", s.engine}, {"seq_read_bps", s.seq_read_bps},
+          {"best_block_bytes", s.best_block_bytes}, {"best_queue_depth", s.best_queue_depth},
+          {"sequential", seq}, {"random", rnd}};
+}
+
+// Optional fields default; required ones throw json::out_of_range naming the key.
+template <typename T>
+void get_opt(const json& j, const char* key, T& out) {
+  if (j.contains(key) && !j[key].is_null()) out = j[key].get<T>();
+}
+
+CpuProfile parse_cpu(const json& j) {
+  CpuProfile c;
+  get_opt(j, "model", c.model);
+  c.physical_cores = j.at("physical_cores").get<int>();
+  get_opt(j, "logical_cores", c.logical_cores);
+  if (c.logical_cores == 0) c.logical_cores = c.physical_cores;
+  get_opt(j, "simd", c.simd);
+  get_opt(j, "flags", c.flags);
+  return c;
+}
+
+MemoryProfile parse_memory(const json& j) {
+  MemoryProfile m;
+  m.total_bytes = j.at("total_bytes").get<uint64_t>();
+  get_opt(j, "available_bytes", m.available_bytes);
+  if (j.contains("cgroup_limit_bytes") && !j["cgroup_limit_bytes"].is_null()) {
+    m.cgroup_limit_bytes = j["cgroup_limit_bytes"].get<uint64_t>();
+  }
+  m.cgroup_version = j.value("cgroup_version", std::string("none"));
+  m.effective_limit_bytes = j.value("effective_limit_bytes", m.total_bytes);
+  if (m.cgroup_limit_bytes && *m.cgroup_limit_bytes < m.effective_limit_bytes) {
+    m.effective_limit_bytes = *m.cgroup_limit_bytes;
+  }
+  get_opt(j, "reserve_bytes", m.reserve_bytes);
+  m.usable_bytes = m.effective_limit_bytes > m.reserve_bytes ? m.effective_limit_bytes - m.reserve_bytes : 0;
+  m.read_bandwidth_bps = j.at("read_bandwidth_bps").get<double>();
+  get_opt(j, "unified", m.unified);
+  return m;
+}
+
+GpuProfile parse_gpu(const json& j) {
+  GpuProfile g;
+  get_opt(j, "name", g.name);
+  g.total_bytes = j.at("total_bytes").get<uint64_t>();
+  g.free_bytes = j.value("free_bytes", g.total_bytes);
+  get_opt(j, "h2d_pinned_bps", g.h2d_pinned_bps);
+  get_opt(j, "h2d_pageable_bps", g.h2d_pageable_bps);
+  get_opt(j, "memory_bandwidth_bps", g.memory_bandwidth_bps);
+  return g;
+}
+
+StorageProfile parse_storage(const json& j) {
+  StorageProfile s;
+  get_opt(j, "path", s.path);
+  get_opt(j, "mount_point", s.mount_point);
+  get_opt(j, "device", s.device);
+  get_opt(j, "device_id", s.device_id);
+  get_opt(j, "method", s.method);
+  get_opt(j, "test_bytes", s.test_bytes);
+  get_opt(j, "direct", s.direct);
+  get_opt(j, "engine", s.engine);
+  s.seq_read_bps = j.at("seq_read_bps").get<double>();
+  s.best_block_bytes = j.value("best_block_bytes", uint64_t{1} << 20);
+  s.best_queue_depth = j.value("best_queue_depth", 32u);
+  for (const auto& p : j.value("sequential", json::array())) {
+    s.sequential.push_back({p.at("block_bytes").get<uint64_t>(), p.at("queue_depth").get<uint32_t>(),
+                            p.at("bps").get<double>()});
+  }
+  for (const auto& p : j.value("random", json::array())) {
+    s.random.push_back({p.at("block_bytes").get<uint64_t>(), p.at("queue_depth").get<uint32_t>(),
+                        p.value("iops", 0.0), p.at("bps").get<double>()});
+  }
+  return s;
+}
+
+}  // namespace
+
+double StorageProfile::random_bps(uint64_t block_bytes, uint32_t max_queue_depth) const {
+  double best = 0;
+  for (const auto& p : random) {
+    if (p.block_bytes == block_bytes && p.queue_depth <= max_queue_depth) best = std::max(best, p.bps);
+  }
+  return best;
+}
+
+std::string profile_to_json(const HardwareProfile& p) {
+  json gpus = json::array();
+  for (const auto& g : p.gpus) gpus.push_back(gpu_json(g));
+  json j = {{"schema_version", p.schema_version}, {"timestamp", p.timestamp},
+            {"fingerprint", p.fingerprint},       {"source", p.source},
+            {"cpu", cpu_json(p.cpu)},             {"memory", memory_json(p.memory)},
+            {"gpus", gpus},                       {"storage", storage_json(p.storage)}};
+  return j.dump(2) + "\n";
+}
+
+Result<HardwareProfile> profile_from_json(const std::string& text) {
+  try {
+    json j = json::parse(text);
+    HardwareProfile p;
+    p.schema_version = j.at("schema_version").get<int>();
+    if (p.schema_version != kProfileSchemaVersion) {
+      return unsupported("profile schema_version " + std::to_string(p.schema_version) +
+                         " (this build reads " + std::to_string(kProfileSchemaVersion) + ")");
+    }
+    get_opt(j, "timestamp", p.timestamp);
+    get_opt(j, "fingerprint", p.fingerprint);
+    get_opt(j, "source", p.source);
+    p.cpu = parse_cpu(j.at("cpu"));
+    p.memory = parse_memory(j.at("memory"));
+    for (const auto& g : j.value("gpus", json::array())) p.gpus.push_back(parse_gpu(g));
+    p.storage = parse_storage(j.at("storage"));
+    return p;
+  } catch (const json::exception& e) {
+    return corrupt(std::string("profile JSON: ") + e.what());
+  }
+}
+
+Result<HardwareProfile> load_profile_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return not_found("cannot read profile " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto p = profile_from_json(ss.str());
+  if (!p.is_ok()) return p.status().with_context(path);
+  return p;
+}
+
+Status save_profile_file(const HardwareProfile& profile, const std::string& path) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return io_error("cannot write " + tmp);
+    out << profile_to_json(profile);
+    if (!out) return io_error("cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return io_error("cannot rename " + tmp + " to " + path);
+  return Status::ok();
+}
+
+}  // namespace hypura::profiler

@@ -1,0 +1,55 @@
+// The hardware profile as the rest of Hypura gets it: measured once, cached as JSON in
+// the user's cache directory, reused until the machine changes.
+//
+//   run/bench/serve/inspect:  profiler::load_or_measure(options)   (--profile FILE wins)
+//   hypura profile:           the same, with refresh = true when --refresh is given
+//
+// A cached profile is reused when its fingerprint (CPU model and cores, RAM size, cgroup
+// limit, GPUs) matches this machine and its storage figures are for the filesystem that
+// holds the model; otherwise the missing parts are measured again and the cache rewritten.
+// Progress goes to stderr. Whole measurement: about 15 s (1 GiB scratch file).
+//
+// Thread-safety: one call at a time per process (the cache file is rewritten atomically).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "profiler/hardware_profile.h"
+
+namespace hypura::profiler {
+
+inline constexpr uint64_t kDefaultReserveBytes = uint64_t{2} << 30;
+
+struct ProfileOptions {
+  std::string profile_file;   // --profile FILE: use this profile, measure nothing
+  bool refresh = false;       // measure everything again
+  std::optional<uint64_t> reserve_bytes;  // --reserve; default 2 GiB (a fixture's own wins)
+  std::string storage_dir;    // filesystem to measure (default: the model's, else ".")
+  std::string storage_file;   // measure read-only on this file instead of a scratch file
+  std::string model_path;     // the model that will run: its filesystem is measured
+  std::string cache_path;     // default: default_cache_path()
+  uint64_t scratch_bytes = uint64_t{1} << 30;
+  bool progress = true;       // progress bar on stderr
+};
+
+// $XDG_CACHE_HOME/hypura/profile.json, or ~/.cache/hypura/profile.json.
+std::string default_cache_path();
+
+// Hash of the machine's identity (not of the measured speeds): CPU model, core counts,
+// RAM total (in 256 MiB steps), cgroup limit, GPU names and memory. Hex string.
+std::string machine_fingerprint(const HardwareProfile& profile);
+
+// Measures everything now (no cache involved).
+Result<HardwareProfile> measure_profile(const ProfileOptions& options);
+
+// The profile to plan with: --profile FILE, else the cache when it fits this machine and
+// the model's filesystem, else a fresh measurement (saved to the cache).
+Result<HardwareProfile> load_or_measure(const ProfileOptions& options);
+
+// A one-screen text summary (what `hypura profile` prints without --json).
+std::string profile_to_text(const HardwareProfile& profile);
+
+}  // namespace hypura::profiler

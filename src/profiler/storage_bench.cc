@@ -1,0 +1,240 @@
+#include "profiler/storage_bench.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <random>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "io/aligned_buffer.h"
+#include "io/storage.h"
+#include "profiler/system_info.h"
+
+namespace hypura::profiler {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Writes `bytes` of pseudo-random data (incompressible, so no layer below can shortcut it)
+// with O_DIRECT where allowed, then fsyncs. The file is the caller's to delete.
+Status write_scratch(const std::string& path, uint64_t bytes) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0600);
+  if (fd < 0 && errno == EINVAL) fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return io_error("cannot create scratch file " + path + ": " + std::strerror(errno));
+  constexpr uint64_t kChunk = 8 << 20;
+  io::AlignedBuffer buf(kChunk);
+  std::mt19937_64 rng(12345);
+  auto* words = reinterpret_cast<uint64_t*>(buf.data());
+  for (uint64_t done = 0; done < bytes; done += kChunk) {
+    for (uint64_t i = 0; i < kChunk / 8; ++i) words[i] = rng();
+    ssize_t n = ::pwrite(fd, buf.data(), kChunk, static_cast<off_t>(done));
+    if (n != static_cast<ssize_t>(kChunk)) {
+      std::string err = n < 0 ? std::strerror(errno) : "short write";
+      ::close(fd);
+      return io_error("writing scratch file " + path + ": " + err);
+    }
+  }
+  ::fsync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  return Status::ok();
+}
+
+void drop_cache(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
+// Keeps `depth` reads of `block` bytes in flight at offsets from next_offset() for
+// `seconds`; returns bytes per second. Each read has its own buffer from a ring of depth.
+template <typename NextOffset>
+double timed_reads(io::Storage& s, uint64_t block, uint32_t depth, double seconds, uint64_t* n_reads,
+                   NextOffset next_offset, Status* error) {
+  std::vector<io::AlignedBuffer> bufs;
+  for (uint32_t i = 0; i < depth; ++i) bufs.emplace_back(block);
+  std::deque<std::pair<io::ReadId, uint32_t>> pending;  // (read, buffer index)
+  uint64_t bytes = 0, reads = 0;
+  auto t0 = Clock::now();
+  for (uint32_t i = 0; i < depth; ++i) pending.emplace_back(s.submit(next_offset(), bufs[i].span()), i);
+  while (!pending.empty()) {
+    auto [id, buf] = pending.front();
+    pending.pop_front();
+    Status st = s.wait(id);
+    if (!st.is_ok() && error->is_ok()) *error = st;
+    bytes += block;
+    ++reads;
+    if (error->is_ok() && seconds_since(t0) < seconds) {
+      pending.emplace_back(s.submit(next_offset(), bufs[buf].span()), buf);
+    }
+  }
+  if (n_reads) *n_reads = reads;
+  return static_cast<double>(bytes) / seconds_since(t0);
+}
+
+Result<std::unique_ptr<io::Storage>> open_for(const std::string& path, uint64_t block, uint32_t depth) {
+  io::StorageOptions o;
+  o.queue_depth = depth;
+  o.request_bytes = block;
+  return io::Storage::open(path, o);
+}
+
+Result<double> sequential_point(const std::string& path, uint64_t block, uint32_t depth,
+                                double seconds, uint64_t* start) {
+  HYPURA_ASSIGN_OR_RETURN(auto s, open_for(path, block, depth));
+  if (!s->direct()) drop_cache(path);
+  uint64_t span = io::align_down(s->size(), block);
+  if (span < block) return invalid_argument(path + " is smaller than one " + std::to_string(block) + "-byte read");
+  uint64_t pos = io::align_down(*start % span, block);
+  auto next = [&] {
+    uint64_t o = pos;
+    pos = (pos + block) % span;
+    return o;
+  };
+  Status err;
+  double bps = timed_reads(*s, block, depth, seconds, nullptr, next, &err);
+  *start = pos;  // the next point continues where this one stopped: no re-reads
+  if (!err.is_ok()) return err;
+  return bps;
+}
+
+Result<RandomReadPoint> random_point(const std::string& path, uint64_t block, uint32_t depth,
+                                     double seconds) {
+  HYPURA_ASSIGN_OR_RETURN(auto s, open_for(path, block, depth));
+  if (!s->direct()) drop_cache(path);
+  uint64_t n_blocks = s->size() / block;
+  if (n_blocks == 0) return invalid_argument(path + " is too small for random reads");
+  std::mt19937_64 rng(block * 31 + depth);
+  auto next = [&] { return (rng() % n_blocks) * block; };
+  Status err;
+  uint64_t reads = 0;
+  double bps = timed_reads(*s, block, depth, seconds, &reads, next, &err);
+  if (!err.is_ok()) return err;
+  return RandomReadPoint{block, depth, bps / static_cast<double>(block), bps};
+}
+
+// The smallest block, then smallest depth, reaching 95% of the best: larger reads only
+// cost memory (pool slots) and latency for no bandwidth.
+void choose_best(StorageProfile& p) {
+  for (const auto& pt : p.sequential) p.seq_read_bps = std::max(p.seq_read_bps, pt.bps);
+  for (const auto& pt : p.sequential) {
+    if (pt.bps < 0.95 * p.seq_read_bps) continue;
+    if (p.best_block_bytes == 0 || pt.block_bytes < p.best_block_bytes ||
+        (pt.block_bytes == p.best_block_bytes && pt.queue_depth < p.best_queue_depth)) {
+      p.best_block_bytes = pt.block_bytes;
+      p.best_queue_depth = pt.queue_depth;
+    }
+  }
+}
+
+}  // namespace
+
+void describe_filesystem(const std::string& path, StorageProfile& out) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) == 0) out.device_id = static_cast<uint64_t>(st.st_dev);
+  std::string mountinfo = read_text_file("/proc/self/mountinfo").value_or("");
+  std::istringstream in(mountinfo);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream f(line);
+    std::string id, parent, majmin, root, point;
+    f >> id >> parent >> majmin >> root >> point;
+    unsigned maj = 0, min = 0;
+    if (std::sscanf(majmin.c_str(), "%u:%u", &maj, &min) != 2) continue;
+    if (makedev(maj, min) != st.st_dev) continue;
+    out.mount_point = point;
+    size_t dash = line.find(" - ");
+    if (dash != std::string::npos) {
+      std::istringstream tail(line.substr(dash + 3));
+      std::string fstype;
+      tail >> fstype >> out.device;
+    }
+  }
+}
+
+Result<double> measure_sequential_bps(const std::string& path, uint64_t block, uint32_t depth,
+                                      double seconds) {
+  uint64_t start = 0;
+  return sequential_point(path, block, depth, seconds, &start);
+}
+
+Result<StorageProfile> measure_storage(const StorageBenchOptions& o) {
+  namespace fs = std::filesystem;
+  StorageProfile p;
+  std::string path = o.file;
+  bool scratch = path.empty();
+  auto progress = [&](const std::string& what, double f) {
+    if (o.progress) o.progress(what, f);
+  };
+  if (scratch) {
+    struct statvfs vfs{};
+    if (::statvfs(o.dir.c_str(), &vfs) != 0) return io_error("cannot stat directory " + o.dir + ": " + std::strerror(errno));
+    uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+    if (avail < o.scratch_bytes + (uint64_t{1} << 30)) {
+      return resource_exhausted("not enough free space in " + o.dir + " for a " +
+                                std::to_string(o.scratch_bytes >> 20) +
+                                " MiB scratch file (plus 1 GiB margin); use --file to measure read-only on an existing file");
+    }
+    path = (fs::path(o.dir) / (".hypura-profile-" + std::to_string(::getpid()) + ".tmp")).string();
+    progress("writing scratch file", 0);
+    Status st = write_scratch(path, o.scratch_bytes);
+    if (!st.is_ok()) {
+      std::remove(path.c_str());
+      return st;
+    }
+  }
+  p.path = scratch ? o.dir : o.file;
+  p.method = scratch ? "scratch" : "file";
+  describe_filesystem(p.path, p);
+  auto run = [&]() -> Status {
+    HYPURA_ASSIGN_OR_RETURN(auto probe, open_for(path, 1 << 20, 1));
+    p.direct = probe->direct();
+    p.engine = probe->engine_name();
+    p.test_bytes = probe->size();
+    probe.reset();
+    size_t n_points = o.block_sizes.size() * o.queue_depths.size() + 4, done = 0;
+    uint64_t cursor = 0;
+    for (uint64_t block : o.block_sizes) {
+      for (uint32_t depth : o.queue_depths) {
+        ++done;
+        if (block * depth > o.max_in_flight_bytes || block > p.test_bytes) continue;
+        progress("sequential " + std::to_string(block >> 10) + " KiB x" + std::to_string(depth),
+                 static_cast<double>(done) / static_cast<double>(n_points));
+        HYPURA_ASSIGN_OR_RETURN(double bps, sequential_point(path, block, depth, o.seconds_per_point, &cursor));
+        p.sequential.push_back({block, depth, bps});
+      }
+    }
+    for (uint64_t block : {uint64_t{4096}, uint64_t{1} << 20}) {
+      for (uint32_t depth : {1u, 32u}) {
+        progress("random " + std::to_string(block >> 10) + " KiB x" + std::to_string(depth),
+                 static_cast<double>(++done) / static_cast<double>(n_points));
+        HYPURA_ASSIGN_OR_RETURN(auto pt, random_point(path, block, depth, o.seconds_per_random_point));
+        p.random.push_back(pt);
+      }
+    }
+    return Status::ok();
+  };
+  Status st = run();
+  if (scratch) std::remove(path.c_str());
+  if (!st.is_ok()) return st;
+  choose_best(p);
+  progress("storage done", 1);
+  return p;
+}
+
+}  // namespace hypura::profiler
