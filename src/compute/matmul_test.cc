@@ -53,15 +53,42 @@ struct Problem {
   WeightView view() const { return WeightView{w.data(), type, n_cols, n_rows}; }
 };
 
+// Byte offsets of the fp16 scale fields in a block (random bytes elsewhere are valid).
+std::vector<int> half_offsets(GgmlType type) {
+  switch (type) {
+    case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
+    case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: return {0};
+    case GgmlType::Q2_K: return {80, 82};
+    case GgmlType::Q3_K: return {108};
+    case GgmlType::Q6_K: return {208};
+    default: return {};
+  }
+}
+
+// Odd rows: quantized N(0, 0.05) data; even rows of block types: random bytes with finite
+// scales, which reach every bit pattern (negative Q3_K scales, -128 quants, high bits).
 Problem make_problem(GgmlType type, int64_t n_rows, int64_t n_cols, int64_t n_tok, std::mt19937& rng) {
   Problem p{type, n_rows, n_cols, n_tok, {}, {}};
   const size_t rs = quant::row_size(type, n_cols);
   p.w.resize(rs * n_rows);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> row(n_cols);
+  const auto halves = half_offsets(type);
+  const size_t bs = quant::type_size(type);
   for (int64_t r = 0; r < n_rows; ++r) {
+    uint8_t* dst = p.w.data() + r * rs;
+    if (r % 2 == 0 && !halves.empty()) {
+      for (size_t k = 0; k < rs; ++k) dst[k] = static_cast<uint8_t>(rng());
+      for (size_t b = 0; b < rs / bs; ++b) {
+        for (int off : halves) {
+          const uint16_t h = quant::f32_to_fp16(std::ldexp(dist(rng), -8));
+          std::memcpy(dst + b * bs + off, &h, 2);
+        }
+      }
+      continue;
+    }
     for (auto& v : row) v = dist(rng) * 0.05f;
-    quant::quantize_row_ref(type, row.data(), p.w.data() + r * rs, n_cols);
+    quant::quantize_row_ref(type, row.data(), dst, n_cols);
   }
   p.x.resize(n_tok * n_cols);
   for (auto& v : p.x) v = dist(rng);
