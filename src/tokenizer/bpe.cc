@@ -42,6 +42,7 @@ Result<std::unique_ptr<BpeEncoder>> BpeEncoder::create(const Vocab& vocab, const
 
   enc->merges_.reserve(vocab.merges.size());
   size_t dropped = 0;
+  std::string joined;  // left + right, reused to avoid an allocation per merge
   for (size_t rank = 0; rank < vocab.merges.size(); ++rank) {
     const std::string& m = vocab.merges[rank];
     const size_t space = m.find(' ', 1);  // a half may itself start with a space byte
@@ -56,7 +57,9 @@ Result<std::unique_ptr<BpeEncoder>> BpeEncoder::create(const Vocab& vocab, const
       ++dropped;
       continue;
     }
-    const int32_t merged = index.find(std::string(sv.substr(0, space)) + std::string(sv.substr(space + 1)));
+    joined.assign(sv.substr(0, space));
+    joined.append(sv.substr(space + 1));
+    const int32_t merged = index.find(joined);
     // emplace keeps the first (lowest) rank when a pair is listed twice.
     enc->merges_.emplace(pair_key(left, right), Merge{static_cast<int32_t>(rank), merged});
   }

@@ -1,10 +1,10 @@
 // TokenIndex: token text -> id, looked up with string_views (no allocation per lookup).
 //
+// Keys are views into the token strings, which must outlive the index and not change.
 // Thread-safety: immutable after construction.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -16,6 +16,7 @@ class TokenIndex {
  public:
   TokenIndex() = default;
   // When a text occurs twice the later id wins, as in llama.cpp.
+  // REQUIRES: `tokens` outlives the index and is not modified.
   explicit TokenIndex(const std::vector<std::string>& tokens) {
     map_.reserve(tokens.size());
     for (size_t i = 0; i < tokens.size(); ++i) map_[tokens[i]] = static_cast<int32_t>(i);
@@ -28,11 +29,7 @@ class TokenIndex {
   }
 
  private:
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-  std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> map_;
+  std::unordered_map<std::string_view, int32_t> map_;
 };
 
 }  // namespace hypura::tokenizer

@@ -1,7 +1,6 @@
 #include "tokenizer/unicode.h"
 
 #include <array>
-#include <unordered_map>
 
 namespace hypura::tokenizer {
 
@@ -31,14 +30,15 @@ bool is_printable_byte(int b) {
 
 struct ByteTables {
   std::array<std::string, 256> byte_to_char;         // UTF-8 text of each byte's codepoint
-  std::unordered_map<uint32_t, uint8_t> cpt_to_byte;  // inverse
+  std::array<int16_t, 512> cpt_to_byte;               // inverse; -1 where unmapped
 
   ByteTables() {
-    uint32_t next = 256;
+    uint32_t next = 256;  // ends at 256 + 68 = 324, inside cpt_to_byte
+    cpt_to_byte.fill(-1);
     for (int b = 0; b < 256; ++b) {
       const uint32_t cpt = is_printable_byte(b) ? static_cast<uint32_t>(b) : next++;
       append_utf8(byte_to_char[b], cpt);
-      cpt_to_byte[cpt] = static_cast<uint8_t>(b);
+      cpt_to_byte[cpt] = static_cast<int16_t>(b);
     }
   }
 };
@@ -86,9 +86,8 @@ std::string bpe_text_to_bytes(std::string_view text) {
       out += text[i++];
       continue;
     }
-    auto it = map.find(cpt);
-    if (it != map.end()) {
-      out += static_cast<char>(it->second);
+    if (cpt < map.size() && map[cpt] >= 0) {
+      out += static_cast<char>(map[cpt]);
     } else {
       out.append(text.substr(i, len));
     }

@@ -1,0 +1,274 @@
+#include "tokenizer/chat_template.h"
+
+#include <spdlog/spdlog.h>
+
+#include <ctime>
+
+#include "tokenizer/tokenizer.h"
+
+namespace hypura::tokenizer {
+namespace {
+
+bool contains(std::string_view haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string_view::npos;
+}
+
+// Jinja's `trim` / Python's str.strip() on ASCII whitespace.
+std::string trim(std::string_view s) {
+  constexpr std::string_view kSpace = " \t\n\r\f\v";
+  const size_t b = s.find_first_not_of(kSpace);
+  if (b == std::string_view::npos) return "";
+  const size_t e = s.find_last_not_of(kSpace);
+  return std::string(s.substr(b, e - b + 1));
+}
+
+// A chatml template's built-in system prompt: a string literal of the form
+// '<|im_start|>system\n<text><|im_end|>' with plain text (no quotes or Jinja) inside.
+std::string find_default_system(std::string_view tmpl) {
+  constexpr std::string_view kOpen = "<|im_start|>system";
+  constexpr std::string_view kClose = "<|im_end|>";
+  for (size_t pos = tmpl.find(kOpen); pos != std::string_view::npos;
+       pos = tmpl.find(kOpen, pos + 1)) {
+    std::string_view rest = tmpl.substr(pos + kOpen.size());
+    if (rest.starts_with("\\n")) {
+      rest.remove_prefix(2);
+    } else if (rest.starts_with("\n")) {
+      rest.remove_prefix(1);
+    } else {
+      continue;
+    }
+    const size_t end = rest.find(kClose);
+    if (end == std::string_view::npos) continue;
+    const std::string_view text = rest.substr(0, end);
+    if (text.empty() || text.find_first_of("'\"{}+\\") != std::string_view::npos) continue;
+    return std::string(text);
+  }
+  return "";
+}
+
+std::string today_for_llama3() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%d %b %Y", &tm);
+  return buf;
+}
+
+// Splits off a leading system message: returns its content (or "") and the rest.
+std::string_view take_system(std::span<const ChatMessage>& m, bool* has_system) {
+  *has_system = !m.empty() && m.front().role == "system";
+  if (!*has_system) return {};
+  std::string_view content = m.front().content;
+  m = m.subspan(1);
+  return content;
+}
+
+}  // namespace
+
+const char* chat_family_name(ChatFamily family) {
+  switch (family) {
+    case ChatFamily::kChatml: return "chatml";
+    case ChatFamily::kLlama3: return "llama3";
+    case ChatFamily::kGemma: return "gemma";
+    case ChatFamily::kLlama2: return "llama2";
+    case ChatFamily::kMistral: return "mistral";
+    case ChatFamily::kPhi3: return "phi3";
+    case ChatFamily::kZephyr: return "zephyr";
+  }
+  return "?";
+}
+
+ChatTemplate ChatTemplate::from_text(std::string_view t, std::string bos_text,
+                                     std::string eos_text, bool add_bos) {
+  ChatTemplate ct;
+  ct.bos_ = std::move(bos_text);
+  ct.eos_ = std::move(eos_text);
+  if (!add_bos && contains(t, "bos_token")) ct.leading_bos_ = ct.bos_;
+  if (contains(t, "<|im_start|>")) {
+    ct.family_ = ChatFamily::kChatml;
+    ct.default_system_ = find_default_system(t);
+  } else if (contains(t, "<|start_header_id|>")) {
+    ct.family_ = ChatFamily::kLlama3;
+    ct.llama3_date_header_ = contains(t, "Cutting Knowledge Date");
+    // Llama 3.1 pins the date unless the template asks for today's (3.2: strftime_now).
+    if (ct.llama3_date_header_ && !contains(t, "strftime_now")) ct.date_ = "26 Jul 2024";
+  } else if (contains(t, "<start_of_turn>")) {
+    ct.family_ = ChatFamily::kGemma;
+  } else if (contains(t, "<|user|>") && contains(t, "<|end|>")) {
+    ct.family_ = ChatFamily::kPhi3;
+    ct.phi3_system_ = contains(t, "<|system|>");
+  } else if (contains(t, "<|user|>")) {
+    ct.family_ = ChatFamily::kZephyr;
+  } else if (contains(t, "[INST]")) {
+    ct.family_ = contains(t, "<<SYS>>") ? ChatFamily::kLlama2 : ChatFamily::kMistral;
+  } else {
+    ct.family_ = ChatFamily::kChatml;
+    ct.fallback_ = true;
+    spdlog::warn("chat template not recognised{}; using chatml",
+                 t.empty() ? " (the model has none)" : "");
+  }
+  return ct;
+}
+
+ChatTemplate ChatTemplate::for_tokenizer(const Tokenizer& tok) {
+  const std::string bos = tok.token_text(tok.bos_id());
+  const std::string eos = tok.token_text(tok.eos_id());
+  const bool add_bos = tok.add_bos();
+  if (!tok.chat_template().empty()) return from_text(tok.chat_template(), bos, eos, add_bos);
+  // No template: the vocabulary's marker tokens tell the family; these synthetic
+  // template texts only carry the markers from_text looks for.
+  for (std::string_view marker : {"<|im_start|>", "<|start_header_id|>", "<start_of_turn>"}) {
+    if (tok.find_token(marker) >= 0) {
+      return from_text(std::string(marker) + "{{ bos_token }}", bos, eos, add_bos);
+    }
+  }
+  if (tok.find_token("<|user|>") >= 0 && tok.find_token("<|end|>") >= 0) {
+    return from_text("<|user|><|end|><|system|>", bos, eos, add_bos);
+  }
+  return from_text("", bos, eos, add_bos);
+}
+
+std::string ChatTemplate::render(std::span<const ChatMessage> m, bool gen) const {
+  switch (family_) {
+    case ChatFamily::kChatml: return render_chatml(m, gen);
+    case ChatFamily::kLlama3: return leading_bos_ + render_llama3(m, gen);
+    case ChatFamily::kGemma: return leading_bos_ + render_gemma(m, gen);
+    case ChatFamily::kLlama2: return leading_bos_ + render_llama2(m, gen);
+    case ChatFamily::kMistral: return leading_bos_ + render_mistral(m, gen);
+    case ChatFamily::kPhi3: return leading_bos_ + render_phi3(m, gen);
+    case ChatFamily::kZephyr: return leading_bos_ + render_zephyr(m, gen);
+  }
+  return "";
+}
+
+std::string ChatTemplate::render_continuation(std::span<const ChatMessage> messages, size_t n_old,
+                                              bool add_generation_prompt, bool* prefix_ok) const {
+  const std::string full = render(messages, add_generation_prompt);
+  const std::string old = render(messages.first(std::min(n_old, messages.size())), false);
+  *prefix_ok = full.starts_with(old);
+  return *prefix_ok ? full.substr(old.size()) : full;
+}
+
+std::string ChatTemplate::end_of_turn() const {
+  switch (family_) {
+    case ChatFamily::kChatml: return "<|im_end|>";
+    case ChatFamily::kLlama3: return "<|eot_id|>";
+    case ChatFamily::kGemma: return "<end_of_turn>";
+    case ChatFamily::kPhi3: return "<|end|>";
+    default: return eos_;
+  }
+}
+
+// <|im_start|>{role}\n{content}<|im_end|>\n per message; the template's default system
+// prompt first when the conversation does not start with a system message.
+std::string ChatTemplate::render_chatml(std::span<const ChatMessage> m, bool gen) const {
+  std::string out;
+  if (!default_system_.empty() && !m.empty() && m.front().role != "system") {
+    out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
+  }
+  for (const auto& msg : m) out += "<|im_start|>" + msg.role + "\n" + msg.content + "<|im_end|>\n";
+  if (gen) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+// Llama 3.0: header + trimmed content + <|eot_id|> per message. Llama 3.1+: the system
+// block always comes first, with the knowledge/today dates before the system text.
+std::string ChatTemplate::render_llama3(std::span<const ChatMessage> m, bool gen) const {
+  std::string out;
+  if (llama3_date_header_) {
+    bool has_system = false;
+    const std::string system = trim(take_system(m, &has_system));
+    out += "<|start_header_id|>system<|end_header_id|>\n\n";
+    out += "Cutting Knowledge Date: December 2023\nToday Date: ";
+    out += date_.empty() ? today_for_llama3() : date_;
+    out += "\n\n" + system + "<|eot_id|>";
+  }
+  for (const auto& msg : m) {
+    out += "<|start_header_id|>" + msg.role + "<|end_header_id|>\n\n" + trim(msg.content) +
+           "<|eot_id|>";
+  }
+  if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+// Gemma 3: system text + "\n\n" opens the first turn; assistant is called "model".
+std::string ChatTemplate::render_gemma(std::span<const ChatMessage> m, bool gen) const {
+  bool has_system = false;
+  const std::string_view system = take_system(m, &has_system);
+  std::string out;
+  for (size_t i = 0; i < m.size(); ++i) {
+    const std::string& role = m[i].role == "assistant" ? "model" : m[i].role;
+    out += "<start_of_turn>" + role + "\n";
+    if (i == 0 && has_system) out += std::string(system) + "\n\n";
+    out += trim(m[i].content) + "<end_of_turn>\n";
+  }
+  if (gen) out += "<start_of_turn>model\n";
+  return out;
+}
+
+// Llama 2: every user turn opens with BOS; the system block sits inside the first one.
+// The template has no generation prompt: "[/INST]" already hands over.
+std::string ChatTemplate::render_llama2(std::span<const ChatMessage> m, bool /*gen*/) const {
+  bool has_system = false;
+  const std::string_view system = take_system(m, &has_system);
+  std::string out;
+  for (size_t i = 0; i < m.size(); ++i) {
+    std::string content = m[i].content;
+    if (i == 0 && has_system) {
+      content = "<<SYS>>\n" + std::string(system) + "\n<</SYS>>\n\n" + content;
+    }
+    if (m[i].role == "user") {
+      out += (out.empty() ? "" : bos_) + "[INST] " + trim(content) + " [/INST]";
+    } else if (m[i].role == "assistant") {
+      out += " " + trim(content) + " " + eos_;
+    }
+  }
+  return out;
+}
+
+// Mistral v0.1 style: [INST] user [/INST]assistant</s>; system joins the first user turn.
+std::string ChatTemplate::render_mistral(std::span<const ChatMessage> m, bool /*gen*/) const {
+  bool has_system = false;
+  const std::string_view system = take_system(m, &has_system);
+  std::string out;
+  for (size_t i = 0; i < m.size(); ++i) {
+    std::string content = m[i].content;
+    if (i == 0 && has_system) content = std::string(system) + "\n\n" + content;
+    if (m[i].role == "user") {
+      out += "[INST] " + content + " [/INST]";
+    } else if (m[i].role == "assistant") {
+      out += content + eos_;
+    }
+  }
+  return out;
+}
+
+// Phi-3: <|role|>\n{content}<|end|>\n. Phi-3-mini's template opens the assistant turn
+// after every user message and ignores system messages; later ones (with <|system|>)
+// render system and use add_generation_prompt.
+std::string ChatTemplate::render_phi3(std::span<const ChatMessage> m, bool gen) const {
+  std::string out;
+  for (const auto& msg : m) {
+    if (msg.role == "system" && phi3_system_ && !msg.content.empty()) {
+      out += "<|system|>\n" + msg.content + "<|end|>\n";
+    } else if (msg.role == "user") {
+      out += "<|user|>\n" + msg.content + "<|end|>\n";
+      if (!phi3_system_) out += "<|assistant|>\n";
+    } else if (msg.role == "assistant") {
+      out += (phi3_system_ ? "<|assistant|>\n" : "") + msg.content + "<|end|>\n";
+    }
+  }
+  if (gen && phi3_system_) out += "<|assistant|>\n";
+  return out;
+}
+
+// Zephyr: <|role|>\n{content}</s>\n per message, then <|assistant|>\n.
+std::string ChatTemplate::render_zephyr(std::span<const ChatMessage> m, bool gen) const {
+  std::string out;
+  for (const auto& msg : m) out += "<|" + msg.role + "|>\n" + msg.content + eos_ + "\n";
+  if (gen) out += "<|assistant|>\n";
+  return out;
+}
+
+}  // namespace hypura::tokenizer

@@ -1,0 +1,95 @@
+// ChatTemplate: renders a conversation into the prompt text a chat model was trained on.
+//
+// Models ship a Jinja template (tokenizer.chat_template). Rather than interpret Jinja,
+// we recognise the template's family from marker strings in its text and render with an
+// explicit renderer per family, written to produce exactly what the family's reference
+// templates produce (tests compare against strings derived from those templates):
+//   chatml   <|im_start|>role\n...<|im_end|>\n    Qwen2/2.5/3, SmolLM2; the template's
+//            built-in default system prompt is used when the conversation has none
+//   llama3   <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>; Llama 3.1+
+//            templates' "Cutting Knowledge Date" system header included
+//   gemma    <start_of_turn>user|model\n...<end_of_turn>\n; system text is prefixed to
+//            the first user turn (Gemma 3)
+//   llama2   [INST] <<SYS>>\n...\n<</SYS>>\n\n... [/INST] ... </s>
+//   mistral  [INST] ... [/INST]...</s> (v0.1 style; system prefixed to the first turn)
+//   phi3     <|user|>\n...<|end|>\n<|assistant|>\n (with <|system|> when the template
+//            has it; Phi-3-mini's template drops system messages, and so do we)
+//   zephyr   <|user|>\n...</s>\n<|assistant|>\n
+// A template we do not recognise falls back to chatml with a warning; a missing template
+// is chosen from the vocabulary's marker tokens.
+//
+// Encode render()'s text with add_special = true and parse_special = true (markers
+// become their control tokens). As in llama.cpp, a BOS the template writes first is
+// left out when the tokenizer adds one itself (add_bos_token), so it is not doubled.
+//
+// Thread-safety: immutable after construction.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hypura::tokenizer {
+
+class Tokenizer;
+
+struct ChatMessage {
+  std::string role;  // "system", "user" or "assistant"
+  std::string content;
+};
+
+enum class ChatFamily { kChatml, kLlama3, kGemma, kLlama2, kMistral, kPhi3, kZephyr };
+const char* chat_family_name(ChatFamily family);
+
+class ChatTemplate {
+ public:
+  // Recognises `template_text`; bos/eos are the texts of the model's BOS and EOS tokens;
+  // add_bos: the tokenizer prepends BOS itself (Tokenizer::add_bos()).
+  static ChatTemplate from_text(std::string_view template_text, std::string bos_text,
+                                std::string eos_text, bool add_bos);
+  // The tokenizer's own template, or (when it has none) a family guessed from its
+  // vocabulary (<|im_start|>, <start_of_turn>, <|start_header_id|>, ...).
+  static ChatTemplate for_tokenizer(const Tokenizer& tokenizer);
+
+  ChatFamily family() const { return family_; }
+  // True when the template was not recognised and chatml is used instead.
+  bool is_fallback() const { return fallback_; }
+
+  std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+
+  // What render(messages) adds to render(messages[0, n_old)) (without generation
+  // prompt): the text to feed after a cached earlier turn. Empty `ok` result when the
+  // earlier rendering is not a prefix (then re-render everything): *prefix_ok says which.
+  std::string render_continuation(std::span<const ChatMessage> messages, size_t n_old,
+                                  bool add_generation_prompt, bool* prefix_ok) const;
+
+  // Text that closes a model turn ("<|im_end|>", "<end_of_turn>", ...), usable as a stop
+  // string when the end-of-turn token is not marked end-of-generation.
+  std::string end_of_turn() const;
+
+  // Llama 3.1+ templates print today's date; tests pin it ("26 Jul 2024" format).
+  void set_date_for_testing(std::string date) { date_ = std::move(date); }
+
+ private:
+  std::string render_chatml(std::span<const ChatMessage> m, bool gen) const;
+  std::string render_llama3(std::span<const ChatMessage> m, bool gen) const;
+  std::string render_gemma(std::span<const ChatMessage> m, bool gen) const;
+  std::string render_llama2(std::span<const ChatMessage> m, bool gen) const;
+  std::string render_mistral(std::span<const ChatMessage> m, bool gen) const;
+  std::string render_phi3(std::span<const ChatMessage> m, bool gen) const;
+  std::string render_zephyr(std::span<const ChatMessage> m, bool gen) const;
+
+  ChatFamily family_ = ChatFamily::kChatml;
+  bool fallback_ = false;
+  std::string bos_;
+  std::string eos_;
+  std::string leading_bos_;        // BOS text the template writes first, unless the
+                                   // tokenizer adds BOS itself; else empty
+  std::string default_system_;     // chatml: the template's default system prompt
+  bool llama3_date_header_ = false;  // Llama 3.1+: "Cutting Knowledge Date" system block
+  std::string date_;                 // llama3 "Today Date"; empty: today
+  bool phi3_system_ = false;         // phi3: the template renders system messages
+};
+
+}  // namespace hypura::tokenizer

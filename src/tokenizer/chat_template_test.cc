@@ -1,0 +1,151 @@
+// Chat templates: each family's renderer against the expected text of a real template
+// (src/tokenizer/testdata/chat/<name>.jinja with <name>.{sys,nosys}.txt). The expected
+// texts were written by reading each template; tests/python/tokenizer_chat_templates.py
+// checks them against jinja2 renderings of the same templates.
+#include "tokenizer/chat_template.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hypura::tokenizer {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kData = fs::path(HYPURA_SOURCE_DIR) / "src/tokenizer/testdata/chat";
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  EXPECT_TRUE(in.good()) << p;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Same conversation as the Python checker; contents carry stray whitespace so the
+// templates' trim / no-trim choices show.
+std::vector<ChatMessage> conversation(bool with_system) {
+  std::vector<ChatMessage> m;
+  if (with_system) m.push_back({"system", "You are terse."});
+  m.push_back({"user", "Hello, who are you?\n"});
+  m.push_back({"assistant", " I am a model. "});
+  m.push_back({"user", "What is 2+2?"});
+  return m;
+}
+
+struct Case {
+  const char* name;  // testdata file stem
+  ChatFamily family;
+  const char* bos;
+  const char* eos;
+  bool add_bos;      // the model's tokenizer.ggml.add_bos_token
+  bool has_system_case;
+};
+
+const Case kCases[] = {
+    {"smollm2", ChatFamily::kChatml, "<|im_start|>", "<|im_end|>", false, true},
+    {"qwen2.5", ChatFamily::kChatml, "<|endoftext|>", "<|im_end|>", false, true},
+    {"llama3", ChatFamily::kLlama3, "<|begin_of_text|>", "<|eot_id|>", true, true},
+    {"llama3.1", ChatFamily::kLlama3, "<|begin_of_text|>", "<|eot_id|>", true, true},
+    {"gemma3", ChatFamily::kGemma, "<bos>", "<eos>", true, true},
+    {"llama2", ChatFamily::kLlama2, "<s>", "</s>", true, true},
+    {"mistral", ChatFamily::kMistral, "<s>", "</s>", true, false},  // template rejects system
+    {"phi3-mini", ChatFamily::kPhi3, "<s>", "<|endoftext|>", true, true},
+    {"phi3.5", ChatFamily::kPhi3, "<s>", "<|endoftext|>", true, true},
+    {"zephyr", ChatFamily::kZephyr, "<s>", "</s>", true, true},
+};
+
+class ChatFamilyTest : public testing::TestWithParam<Case> {};
+
+TEST_P(ChatFamilyTest, RendersLikeTheTemplate) {
+  const Case& c = GetParam();
+  const std::string tmpl = read_file(kData / (std::string(c.name) + ".jinja"));
+  const ChatTemplate ct = ChatTemplate::from_text(tmpl, c.bos, c.eos, c.add_bos);
+  EXPECT_EQ(ct.family(), c.family) << chat_family_name(ct.family());
+  EXPECT_FALSE(ct.is_fallback());
+  for (bool with_system : {false, true}) {
+    if (with_system && !c.has_system_case) continue;
+    const auto expected =
+        read_file(kData / (std::string(c.name) + (with_system ? ".sys.txt" : ".nosys.txt")));
+    EXPECT_EQ(ct.render(conversation(with_system), true), expected)
+        << c.name << (with_system ? " with" : " without") << " system message";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Templates, ChatFamilyTest, testing::ValuesIn(kCases),
+                         [](const testing::TestParamInfo<Case>& info) {
+                           std::string n = info.param.name;
+                           std::replace_if(n.begin(), n.end(), [](char ch) { return !isalnum(ch); }, '_');
+                           return n;
+                         });
+
+TEST(ChatTemplate, GenerationPromptIsTheOnlyDifference) {
+  const ChatTemplate ct = ChatTemplate::from_text(read_file(kData / "gemma3.jinja"), "<bos>",
+                                                  "<eos>", true);
+  const auto m = conversation(false);
+  const std::string with = ct.render(m, true), without = ct.render(m, false);
+  EXPECT_EQ(with, without + "<start_of_turn>model\n");
+}
+
+TEST(ChatTemplate, TemplateBosKeptWhenTokenizerAddsNone) {
+  const ChatTemplate ct = ChatTemplate::from_text(read_file(kData / "llama3.jinja"),
+                                                  "<|begin_of_text|>", "<|eot_id|>", false);
+  EXPECT_TRUE(ct.render(conversation(false), true).starts_with("<|begin_of_text|><|start_header_id|>user"));
+}
+
+TEST(ChatTemplate, LlamaTodayDateWhenTemplateAsksForIt) {
+  ChatTemplate ct = ChatTemplate::from_text(
+      "{{- bos_token }}<|start_header_id|>Cutting Knowledge Date{{ strftime_now('%d %b %Y') }}",
+      "<|begin_of_text|>", "<|eot_id|>", true);
+  ct.set_date_for_testing("01 Jan 2030");
+  EXPECT_NE(ct.render(conversation(false), true).find("Today Date: 01 Jan 2030\n\n<|eot_id|>"),
+            std::string::npos);
+}
+
+TEST(ChatTemplate, UnknownTemplateFallsBackToChatml) {
+  const ChatTemplate ct = ChatTemplate::from_text("{{ messages }}", "<s>", "</s>", true);
+  EXPECT_TRUE(ct.is_fallback());
+  EXPECT_EQ(ct.family(), ChatFamily::kChatml);
+  const std::vector<ChatMessage> m = {{"user", "Hi"}};
+  EXPECT_EQ(ct.render(m, true), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, ContinuationIsTheNewTurnOnly) {
+  const ChatTemplate ct = ChatTemplate::from_text(read_file(kData / "smollm2.jinja"),
+                                                  "<|im_start|>", "<|im_end|>", false);
+  const auto m = conversation(false);
+  bool ok = false;
+  const std::string delta = ct.render_continuation(m, 2, true, &ok);
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(delta, "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, EncodesWithThePhi3Vocab) {
+  auto file = gguf::GgufFile::open(
+      (fs::path(HYPURA_GOLDEN_DIR) / "tokenizer/ggml-vocab-phi-3.gguf").string());
+  ASSERT_TRUE(file.is_ok()) << file.status().message();
+  auto tok = Tokenizer::from_metadata(file->metadata()).value();
+  const ChatTemplate ct = ChatTemplate::for_tokenizer(*tok);
+  EXPECT_EQ(ct.family(), ChatFamily::kPhi3);
+  const std::vector<ChatMessage> m = {{"user", "Hi"}};
+  const std::string text = ct.render(m, true);
+  EXPECT_EQ(text, "<|user|>\nHi<|end|>\n<|assistant|>\n");
+  const auto ids = tok->encode(text, true, true);
+  const int32_t user = tok->find_token("<|user|>"), end = tok->find_token("<|end|>"),
+                assistant = tok->find_token("<|assistant|>");
+  ASSERT_GE(ids.size(), 5u);
+  EXPECT_EQ(ids[0], tok->bos_id());  // one BOS, from the tokenizer
+  EXPECT_EQ(ids[1], user);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), tok->bos_id()), 1);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), end), 1);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), assistant), 1);
+}
+
+}  // namespace
+}  // namespace hypura::tokenizer
