@@ -1,12 +1,13 @@
 // libFuzzer target for the GGUF reader: the bytes are a whole file image.
 //
 // It runs what `hypura inspect` runs on a file: GgufFile::parse (the validation that
-// GgufFile::open applies to a mapped file), then reads every metadata value and tensor
-// and classifies the tensors. A failed parse must come with a message; a successful one
+// GgufFile::open applies to a mapped file), then reads every metadata value and tensor,
+// classifies the tensors and renders the inspect report as JSON and text. A failed parse must come with a message; a successful one
 // must satisfy the invariants the rest of the engine relies on.
 #include <cstdio>
 #include <cstdlib>
 
+#include "cli/inspect_report.h"
 #include "gguf/gguf.h"
 #include "model/tensor_role.h"
 
@@ -52,5 +53,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     sink = sink + static_cast<size_t>(c.layer) + std::string_view(model::role_name(c.role)).size();
     sink = sink + static_cast<size_t>(t.n_elements());
   }
+  // The report inspect prints, in both renderings.
+  cli::InspectReport report = cli::build_inspect_report(*file);
+  cli::InspectOptions options{.tensors = true, .full_metadata = false};
+  sink = sink + cli::report_to_json(report, *file, options)
+                    .dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
+                    .size();
+  sink = sink + cli::report_to_text(report, *file, options).size();
   return 0;
 }
