@@ -11,7 +11,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "gguf/gguf.h"
+#include "tokenizer/test_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hypura::tokenizer {
@@ -127,10 +127,8 @@ TEST(ChatTemplate, ContinuationIsTheNewTurnOnly) {
 }
 
 TEST(ChatTemplate, EncodesWithThePhi3Vocab) {
-  auto file = gguf::GgufFile::open(
-      (fs::path(HYPURA_GOLDEN_DIR) / "tokenizer/ggml-vocab-phi-3.gguf").string());
-  ASSERT_TRUE(file.is_ok()) << file.status().message();
-  auto tok = Tokenizer::from_metadata(file->metadata()).value();
+  const Tokenizer* tok = testing_util::golden_tokenizer("phi-3");
+  ASSERT_NE(tok, nullptr);
   const ChatTemplate ct = ChatTemplate::for_tokenizer(*tok);
   EXPECT_EQ(ct.family(), ChatFamily::kPhi3);
   const std::vector<ChatMessage> m = {{"user", "Hi"}};

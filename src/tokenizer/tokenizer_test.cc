@@ -2,34 +2,28 @@
 // BOS/EOS, pieces, round trips, end-of-generation ids, streaming UTF-8.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <algorithm>
 
 #include "gguf/gguf.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
+#include "tokenizer/test_util.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
 namespace hypura::tokenizer {
 namespace {
 
-namespace fs = std::filesystem;
-const fs::path kGolden = fs::path(HYPURA_GOLDEN_DIR) / "tokenizer";
-
-std::unique_ptr<Tokenizer> golden(const std::string& name) {
-  auto file = gguf::GgufFile::open((kGolden / ("ggml-vocab-" + name + ".gguf")).string());
-  EXPECT_TRUE(file.is_ok()) << file.status().message();
-  auto tok = Tokenizer::from_metadata(file->metadata());
-  EXPECT_TRUE(tok.is_ok()) << tok.status().message();
-  return std::move(tok).value();
+const Tokenizer* golden(const std::string& name) {
+  const Tokenizer* tok = testing_util::golden_tokenizer(name);
+  EXPECT_NE(tok, nullptr) << name;
+  return tok;
 }
 
 std::vector<std::string> golden_texts(const std::string& name) {
-  std::ifstream in(kGolden / ("ggml-vocab-" + name + ".gguf.inp"), std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string inp = ss.str(), sep = "\n__ggml_vocab_test__\n";
+  const std::string inp =
+      testing_util::read_file(testing_util::golden_dir() / ("ggml-vocab-" + name + ".gguf.inp"));
+  const std::string sep = "\n__ggml_vocab_test__\n";
   std::vector<std::string> out;
   for (size_t pos = 0, m; (m = inp.find(sep, pos)) != std::string::npos; pos = m + sep.size()) {
     out.push_back(inp.substr(pos, m - pos));
@@ -105,7 +99,7 @@ TEST(Tokenizer, MetadataErrorsNameTheKey) {
 }
 
 TEST(Tokenizer, SpmGoldenVocabSpecialsAndRoundTrip) {
-  auto tok = golden("llama-spm");
+  const Tokenizer* tok = golden("llama-spm");
   EXPECT_EQ(tok->n_vocab(), 32000);
   EXPECT_EQ(tok->bos_id(), 1);
   EXPECT_TRUE(tok->is_end_of_generation(2));
@@ -122,7 +116,7 @@ TEST(Tokenizer, SpmGoldenVocabSpecialsAndRoundTrip) {
 
 TEST(Tokenizer, BpeGoldenVocabRoundTrip) {
   for (const std::string name : {"gpt-2", "deepseek-llm"}) {
-    auto tok = golden(name);
+    const Tokenizer* tok = golden(name);
     for (const auto& text : golden_texts(name)) {
       EXPECT_EQ(tok->detokenize(tok->encode(text, false, false)), text) << name;
     }
@@ -130,10 +124,10 @@ TEST(Tokenizer, BpeGoldenVocabRoundTrip) {
 }
 
 TEST(Tokenizer, BpeAddsBosOnlyWhenAsked) {
-  auto gpt2 = golden("gpt-2");
+  const Tokenizer* gpt2 = golden("gpt-2");
   EXPECT_FALSE(gpt2->add_bos());
   EXPECT_EQ(gpt2->encode("Hello", true, false), gpt2->encode("Hello", false, false));
-  auto ds = golden("deepseek-llm");
+  const Tokenizer* ds = golden("deepseek-llm");
   EXPECT_TRUE(ds->add_bos());
   EXPECT_EQ(ds->encode("Hello", true, false).front(), 100000);
   // <|endoftext|> is gpt-2's EOS and ends generation.
@@ -141,12 +135,12 @@ TEST(Tokenizer, BpeAddsBosOnlyWhenAsked) {
 }
 
 TEST(Tokenizer, BpeInvalidUtf8BecomesReplacementChar) {
-  auto tok = golden("gpt-2");
+  const Tokenizer* tok = golden("gpt-2");
   EXPECT_EQ(tok->encode("a\xFF" "b", false, false), tok->encode("a\xEF\xBF\xBD" "b", false, false));
 }
 
 TEST(Tokenizer, Phi3EndOfTurnTokens) {
-  auto tok = golden("phi-3");
+  const Tokenizer* tok = golden("phi-3");
   const int32_t end = tok->find_token("<|end|>");
   ASSERT_GE(end, 0);
   EXPECT_TRUE(tok->is_end_of_generation(end));
@@ -181,7 +175,7 @@ TEST(StreamingDetokenizer, ReassemblesByteTokens) {
 }
 
 TEST(StreamingDetokenizer, StreamEqualsWholeDecode) {
-  auto tok = golden("gpt-2");
+  const Tokenizer* tok = golden("gpt-2");
   for (const auto& text : golden_texts("gpt-2")) {
     StreamingDetokenizer detok(*tok);
     std::string streamed;
@@ -193,6 +187,67 @@ TEST(StreamingDetokenizer, StreamEqualsWholeDecode) {
     streamed += detok.flush();
     EXPECT_EQ(streamed, text);
   }
+}
+
+// Real models from test-models/ (skipped when absent): end-of-turn tokens, chat prompts
+// and a few ids. SmolLM2's ids agree with an independent implementation's self-check
+// list (a project that tokenizes SmolLM2 with its own BPE code).
+TEST(RealModels, SmolLm2) {
+  const Tokenizer* tok = testing_util::real_model_tokenizer({"gpt2/smollm"});
+  if (tok == nullptr) GTEST_SKIP() << "SmolLM2 not in test-models/ (scripts/fetch-models.sh)";
+  EXPECT_EQ(tok->encode("Hello, we can use", false, false),
+            (std::vector<int32_t>{19556, 28, 392, 416, 722}));
+  EXPECT_EQ(tok->encode("Hello world! 123", false, false),
+            (std::vector<int32_t>{19556, 905, 17, 216, 33, 34, 35}));
+  EXPECT_EQ(tok->encode("Caf\xC3\xA9 d\xC3\xA9j\xC3\xA0 vu.", false, false),
+            (std::vector<int32_t>{51, 1939, 2756, 32564, 90, 16739, 386, 101, 30}));
+  EXPECT_EQ(tok->encode("  multiple   spaces", false, false),
+            (std::vector<int32_t>{216, 2701, 256, 5600}));
+  EXPECT_TRUE(tok->is_end_of_generation(tok->find_token("<|im_end|>")));
+  const ChatTemplate ct = ChatTemplate::for_tokenizer(*tok);
+  EXPECT_EQ(ct.family(), ChatFamily::kChatml);
+  const std::vector<ChatMessage> m = {{"user", "Hi"}};
+  const auto ids = tok->encode(ct.render(m, true), true, true);
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.front(), tok->find_token("<|im_start|>"));
+}
+
+TEST(RealModels, Qwen25) {
+  const Tokenizer* tok = testing_util::real_model_tokenizer({"gpt2/qwen2"});
+  if (tok == nullptr) GTEST_SKIP() << "no Qwen2 model in test-models/ (scripts/fetch-models.sh)";
+  const int32_t im_start = tok->find_token("<|im_start|>"), im_end = tok->find_token("<|im_end|>");
+  EXPECT_TRUE(tok->is_end_of_generation(im_end));
+  EXPECT_TRUE(tok->is_end_of_generation(tok->find_token("<|endoftext|>")));
+  EXPECT_FALSE(tok->is_end_of_generation(im_start));
+  const ChatTemplate ct = ChatTemplate::for_tokenizer(*tok);
+  EXPECT_EQ(ct.family(), ChatFamily::kChatml);
+  const std::vector<ChatMessage> m = {{"user", "Hi"}};
+  const std::string text = ct.render(m, true);
+  EXPECT_TRUE(text.starts_with("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud."));
+  const auto ids = tok->encode(text, true, true);
+  EXPECT_EQ(ids.front(), im_start);  // no BOS: add_bos_token is false
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), im_start), 3);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), im_end), 2);
+}
+
+TEST(RealModels, Gemma3) {
+  const Tokenizer* tok = testing_util::real_model_tokenizer({"llama/default"});
+  if (tok == nullptr || tok->find_token("<start_of_turn>") < 0) {
+    GTEST_SKIP() << "no Gemma 3 model in test-models/ (scripts/fetch-models.sh)";
+  }
+  EXPECT_TRUE(tok->is_end_of_generation(tok->find_token("<end_of_turn>")));
+  EXPECT_TRUE(tok->is_end_of_generation(tok->eos_id()));
+  // Gemma has no space prefix: "Hello" and " Hello" differ.
+  EXPECT_NE(tok->encode("Hello", false, false), tok->encode(" Hello", false, false));
+  EXPECT_EQ(tok->detokenize(tok->encode("Hello, world", false, false)), "Hello, world");
+  const ChatTemplate ct = ChatTemplate::for_tokenizer(*tok);  // the base model has no template
+  EXPECT_EQ(ct.family(), ChatFamily::kGemma);
+  const std::vector<ChatMessage> m = {{"user", "Hi"}};
+  const auto ids = tok->encode(ct.render(m, true), true, true);
+  ASSERT_GE(ids.size(), 3u);
+  EXPECT_EQ(ids[0], tok->bos_id());
+  EXPECT_EQ(ids[1], tok->find_token("<start_of_turn>"));
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), tok->bos_id()), 1);
 }
 
 }  // namespace
