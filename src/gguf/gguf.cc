@@ -64,7 +64,7 @@ std::string cat(const Args&... args) {
 
 // Quotes a string taken from the file for an error message: printable ASCII kept,
 // other bytes escaped, long strings cut, so a hostile name cannot garble the terminal.
-std::string quoted(std::string_view s) {
+std::string quote_name(std::string_view s) {
   constexpr size_t kMaxShown = 80;
   std::string out = "'";
   for (size_t i = 0; i < s.size() && i < kMaxShown; ++i) {
@@ -180,7 +180,7 @@ Status Parser::parse_header() {
   HYPURA_RETURN_IF_ERROR(cur_.read(&magic, "magic"));
   if (std::memcmp(&magic, "GGUF", 4) != 0) {
     return corrupt(cat("bad magic at offset 0: expected 'GGUF', found ",
-                       quoted(std::string_view(reinterpret_cast<const char*>(&magic), 4))));
+                       quote_name(std::string_view(reinterpret_cast<const char*>(&magic), 4))));
   }
   HYPURA_RETURN_IF_ERROR(cur_.read(&version_, "version"));
   if (version_ != 2 && version_ != 3) {
@@ -244,13 +244,13 @@ Status Parser::parse_scalar(ValueType type, Value* out) {
 
 Status Parser::parse_value(ValueType type, int depth, const std::string& key, Value* out) {
   if (++n_values_ > kMaxMetadataValues) {
-    return corrupt(cat("metadata ", quoted(key), " at offset ", cur_.pos(),
+    return corrupt(cat("metadata ", quote_name(key), " at offset ", cur_.pos(),
                        ": more than ", kMaxMetadataValues, " metadata values in the file"));
   }
   out->type = type;
   if (type == ValueType::STRING) {
     std::string s;
-    HYPURA_RETURN_IF_ERROR(cur_.read_string(&s, cat("string value of ", quoted(key)), UINT64_MAX));
+    HYPURA_RETURN_IF_ERROR(cur_.read_string(&s, cat("string value of ", quote_name(key)), UINT64_MAX));
     out->data = std::move(s);
     return Status::ok();
   }
@@ -261,20 +261,20 @@ Status Parser::parse_value(ValueType type, int depth, const std::string& key, Va
 Status Parser::parse_array(int depth, const std::string& key, Value* out) {
   uint64_t at = cur_.pos();
   if (depth > kMaxArrayDepth) {
-    return corrupt(cat("array of ", quoted(key), " at offset ", at, " nests deeper than ",
+    return corrupt(cat("array of ", quote_name(key), " at offset ", at, " nests deeper than ",
                        kMaxArrayDepth, " levels"));
   }
   uint32_t elem_type = 0;
   uint64_t count = 0;
   HYPURA_RETURN_IF_ERROR(cur_.read(&elem_type, "array element type"));
   if (!known_value_type(elem_type)) {
-    return corrupt(cat("array of ", quoted(key), " at offset ", at,
+    return corrupt(cat("array of ", quote_name(key), " at offset ", at,
                        " has unknown element type ", elem_type));
   }
   HYPURA_RETURN_IF_ERROR(cur_.read(&count, "array length"));
   auto type = static_cast<ValueType>(elem_type);
   if (count > cur_.remaining() / min_value_bytes(type)) {
-    return corrupt(cat("array of ", quoted(key), " at offset ", at, " has ", count, " elements of ",
+    return corrupt(cat("array of ", quote_name(key), " at offset ", at, " has ", count, " elements of ",
                        value_type_name(type), ", which extends past end of file (size ",
                        cur_.size(), ")"));
   }
@@ -296,13 +296,13 @@ Status Parser::parse_metadata() {
     std::string key;
     HYPURA_RETURN_IF_ERROR(cur_.read_string(&key, cat("metadata key ", i), kMaxKeyLength));
     if (metadata_.find(key) != nullptr) {
-      return corrupt(cat("duplicate metadata key ", quoted(key), " at offset ", at));
+      return corrupt(cat("duplicate metadata key ", quote_name(key), " at offset ", at));
     }
     uint32_t type = 0;
     uint64_t type_at = cur_.pos();
     HYPURA_RETURN_IF_ERROR(cur_.read(&type, "metadata value type"));
     if (!known_value_type(type)) {
-      return corrupt(cat("metadata ", quoted(key), " at offset ", type_at,
+      return corrupt(cat("metadata ", quote_name(key), " at offset ", type_at,
                          " has unknown value type ", type));
     }
     if (key == "general.alignment") alignment_at = cur_.pos();
@@ -334,18 +334,18 @@ Status Parser::check_tensor_shape(const TensorInfo& t, uint64_t at, uint64_t* n_
   uint64_t n = 1;
   for (int64_t d : t.ne) {
     if (!checked_mul(n, static_cast<uint64_t>(d), &n) || n > uint64_t(INT64_MAX)) {
-      return corrupt(cat("tensor ", quoted(t.name), " at offset ", at,
+      return corrupt(cat("tensor ", quote_name(t.name), " at offset ", at,
                          ": element count overflows 64 bits"));
     }
   }
   if (t.ne[0] % traits.block_size != 0) {
-    return corrupt(cat("tensor ", quoted(t.name), " at offset ", at, ": row length ", t.ne[0],
+    return corrupt(cat("tensor ", quote_name(t.name), " at offset ", at, ": row length ", t.ne[0],
                        " is not a multiple of the ", traits.name, " block size ",
                        traits.block_size));
   }
   uint64_t blocks = n / static_cast<uint64_t>(traits.block_size);
   if (!checked_mul(blocks, static_cast<uint64_t>(traits.type_size), n_bytes)) {
-    return corrupt(cat("tensor ", quoted(t.name), " at offset ", at,
+    return corrupt(cat("tensor ", quote_name(t.name), " at offset ", at,
                        ": byte size overflows 64 bits"));
   }
   return Status::ok();
@@ -357,19 +357,19 @@ Status Parser::parse_tensor_info(std::unordered_set<std::string>* names) {
   HYPURA_RETURN_IF_ERROR(cur_.read_string(&t.name, "tensor name", kMaxTensorNameLength));
   if (t.name.empty()) return corrupt(cat("empty tensor name at offset ", at));
   if (!names->insert(t.name).second) {
-    return corrupt(cat("duplicate tensor name ", quoted(t.name), " at offset ", at));
+    return corrupt(cat("duplicate tensor name ", quote_name(t.name), " at offset ", at));
   }
   uint32_t n_dims = 0;
   HYPURA_RETURN_IF_ERROR(cur_.read(&n_dims, "tensor dimension count"));
   if (n_dims == 0 || n_dims > kMaxDims) {
-    return corrupt(cat("tensor ", quoted(t.name), " at offset ", at, " has ", n_dims,
+    return corrupt(cat("tensor ", quote_name(t.name), " at offset ", at, " has ", n_dims,
                        " dimensions (allowed 1 to ", kMaxDims, ")"));
   }
   t.ne.resize(n_dims);
   for (uint32_t d = 0; d < n_dims; ++d) {
     HYPURA_RETURN_IF_ERROR(cur_.read(&t.ne[d], "tensor dimension"));
     if (t.ne[d] < 0) {
-      return corrupt(cat("tensor ", quoted(t.name), " at offset ", at, ": dimension ", d,
+      return corrupt(cat("tensor ", quote_name(t.name), " at offset ", at, ": dimension ", d,
                          " is negative (", t.ne[d], ")"));
     }
   }
@@ -377,7 +377,7 @@ Status Parser::parse_tensor_info(std::unordered_set<std::string>* names) {
   uint64_t type_at = cur_.pos();
   HYPURA_RETURN_IF_ERROR(cur_.read(&type_id, "tensor type"));
   if (type_traits(type_id) == nullptr) {
-    return corrupt(cat("tensor ", quoted(t.name), " has unknown ggml type id ", type_id,
+    return corrupt(cat("tensor ", quote_name(t.name), " has unknown ggml type id ", type_id,
                        " at offset ", type_at));
   }
   t.type = static_cast<GgmlType>(type_id);
@@ -385,7 +385,7 @@ Status Parser::parse_tensor_info(std::unordered_set<std::string>* names) {
   uint64_t offset_at = cur_.pos();
   HYPURA_RETURN_IF_ERROR(cur_.read(&t.offset, "tensor data offset"));
   if (t.offset % alignment_ != 0) {
-    return corrupt(cat("tensor ", quoted(t.name), " data offset ", t.offset, " at offset ",
+    return corrupt(cat("tensor ", quote_name(t.name), " data offset ", t.offset, " at offset ",
                        offset_at, " is not a multiple of the alignment ", alignment_));
   }
   tensors_.push_back(std::move(t));
@@ -416,10 +416,12 @@ Status Parser::parse_tensor_infos() {
 Status Parser::check_tensor_ranges() {
   for (TensorInfo& t : tensors_) {
     uint64_t begin = 0, end = 0;
-    if (!checked_add(data_offset_, t.offset, &begin) || !checked_add(begin, t.n_bytes, &end) ||
-        end > cur_.size()) {
-      return corrupt(cat("tensor ", quoted(t.name), " data [offset ", t.offset, " + data section ",
-                         data_offset_, ", ", t.n_bytes,
+    if (!checked_add(data_offset_, t.offset, &begin)) {
+      return corrupt(cat("tensor ", quote_name(t.name), " data offset ", t.offset,
+                         " + data section offset ", data_offset_, " overflows 64 bits"));
+    }
+    if (!checked_add(begin, t.n_bytes, &end) || end > cur_.size()) {
+      return corrupt(cat("tensor ", quote_name(t.name), " data [offset ", begin, ", ", t.n_bytes,
                          " bytes) extends past end of file (size ", cur_.size(), ")"));
     }
     t.offset = begin;
@@ -435,8 +437,8 @@ Status Parser::check_tensor_ranges() {
     const TensorInfo& a = *by_offset[i - 1];
     const TensorInfo& b = *by_offset[i];
     if (a.offset + a.n_bytes > b.offset) {
-      return corrupt(cat("tensors ", quoted(a.name), " [offset ", a.offset, ", ", a.n_bytes,
-                         " bytes) and ", quoted(b.name), " [offset ", b.offset, ", ", b.n_bytes,
+      return corrupt(cat("tensors ", quote_name(a.name), " [offset ", a.offset, ", ", a.n_bytes,
+                         " bytes) and ", quote_name(b.name), " [offset ", b.offset, ", ", b.n_bytes,
                          " bytes) overlap"));
     }
   }
@@ -534,7 +536,7 @@ struct GgufFileBuilder {
     auto file_index = static_cast<uint32_t>(f->paths_.size());
     for (TensorInfo& t : part.tensors_) {
       if (f->find_tensor(t.name) != nullptr) {
-        return corrupt(cat(part.paths_[0], ": duplicate tensor name ", quoted(t.name),
+        return corrupt(cat(part.paths_[0], ": duplicate tensor name ", quote_name(t.name),
                            " (already in an earlier split file)"));
       }
       t.file_index = file_index;
@@ -629,7 +631,7 @@ Status GgufFile::read_tensor_data(const TensorInfo& tensor, std::span<uint8_t> o
     if (n <= 0) {
       std::string why = n == 0 ? "unexpected end of file" : std::strerror(errno);
       close(fd);
-      return io_error(cat(path, ": reading tensor ", quoted(tensor.name), " at offset ",
+      return io_error(cat(path, ": reading tensor ", quote_name(tensor.name), " at offset ",
                           tensor.offset + done, ": ", why));
     }
     done += static_cast<uint64_t>(n);
