@@ -36,6 +36,10 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
   s.swap(out);
 }
 
+bool is_ascii_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
 const std::string& empty_string() {
   static const std::string kEmpty;
   return kEmpty;
@@ -86,7 +90,20 @@ Status Tokenizer::init() {
     return vocab_.tokens[a].size() > vocab_.tokens[b].size();
   });
   build_pieces();
+  set_strip_flags();
   return Status::ok();
+}
+
+// Phi-3's tokenizer strips whitespace to the right of its special tokens (except <unk>,
+// <s>, <|endoftext|>); llama.cpp keys this on the model name, and so do we.
+void Tokenizer::set_strip_flags() {
+  const std::string& name = vocab_.model_name;
+  if (name.find("phi-3") == std::string::npos && name.find("phi3") == std::string::npos) return;
+  rstrip_ids_.insert(special_ids_.begin(), special_ids_.end());
+  if (int32_t id = index_.find("</s>"); id >= 0) rstrip_ids_.insert(id);
+  for (std::string_view keep : {"<unk>", "<s>", "<|endoftext|>"}) {
+    if (int32_t id = index_.find(keep); id >= 0) rstrip_ids_.erase(id);
+  }
 }
 
 // Models mark their end-of-turn tokens inconsistently, so (like llama.cpp) we also
@@ -177,6 +194,7 @@ std::vector<Tokenizer::Fragment> Tokenizer::partition_special(std::string_view t
     if (!parse_special && t != TokenType::kUserDefined) continue;
     const std::string& tok = vocab_.tokens[id];
     if (text.find(tok) == std::string_view::npos) continue;  // cheap skip for most tokens
+    const bool rstrip = rstrip_ids_.count(id) != 0;
     next.clear();
     for (const Fragment& f : frags) {
       if (f.token >= 0) {
@@ -186,9 +204,11 @@ std::vector<Tokenizer::Fragment> Tokenizer::partition_special(std::string_view t
       const size_t end = f.offset + f.length;
       const std::string_view window = text.substr(0, end);
       size_t pos = f.offset;
-      for (size_t m; (m = window.find(tok, pos)) != std::string_view::npos; pos = m + tok.size()) {
+      for (size_t m; (m = window.find(tok, pos)) != std::string_view::npos;) {
         if (m > pos) next.push_back({-1, pos, m - pos});
         next.push_back({id, m, tok.size()});
+        pos = m + tok.size();
+        while (rstrip && pos < end && is_ascii_space(text[pos])) ++pos;
       }
       if (pos < end) next.push_back({-1, pos, end - pos});
     }

@@ -10,7 +10,8 @@
 //
 // Special tokens: before the model's own algorithm runs, text is split on the texts of
 // user-defined tokens and, with parse_special, of control tokens (<|im_start|>, <s>),
-// longest token first; each such match becomes that token's id.
+// longest token first; each such match becomes that token's id. For Phi-3 models (by
+// general.name, as llama.cpp does) whitespace right after a special token is dropped.
 //
 // Thread-safety: immutable after construction; every method may run concurrently.
 // token_to_piece() returns references into a cache built at load, so streaming output
@@ -89,6 +90,7 @@ class Tokenizer {
   Status init();
   void find_end_of_generation_tokens();
   void build_pieces();
+  void set_strip_flags();
 
   struct Fragment {
     int32_t token;  // >= 0: a special token; -1: raw text [offset, offset + length)
@@ -103,6 +105,7 @@ class Tokenizer {
   std::unique_ptr<SpmEncoder> spm_;
   std::unique_ptr<BpeEncoder> bpe_;
   std::vector<int32_t> special_ids_;    // control/user-defined/unknown, longest text first
+  std::unordered_set<int32_t> rstrip_ids_;  // specials that eat the whitespace after them
   std::vector<std::string> pieces_;     // (n_vocab) token_to_piece(id, special = false)
   std::unordered_set<int32_t> eog_ids_;
 };

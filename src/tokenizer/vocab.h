@@ -12,6 +12,7 @@
 //   tokenizer.ggml.{bos,eos,unknown,padding,eot,eom}_token_id
 //   tokenizer.ggml.add_bos_token, add_eos_token, add_space_prefix
 //   tokenizer.chat_template     Jinja text (see chat_template.h)
+//   general.name                model name (Phi-3 strips whitespace after specials)
 // Missing keys take llama.cpp's defaults for the model type.
 #pragma once
 
@@ -57,6 +58,7 @@ struct Vocab {
   bool add_eos = false;
   bool add_space_prefix = false;  // SPM: prepend "▁" to text at start/after a special token
   std::string chat_template;      // empty when the file has none
+  std::string model_name;         // general.name, lowercased: per-model quirks key on it
 
   int32_t n_vocab() const { return static_cast<int32_t>(tokens.size()); }
 };

@@ -1,4 +1,5 @@
 // Vocab from GGUF metadata, with llama.cpp's defaults for keys a file omits.
+#include <cctype>
 #include <string_view>
 
 #include "gguf/gguf.h"
@@ -125,6 +126,10 @@ Result<Vocab> vocab_from_metadata(const gguf::Metadata& md) {
   read_flag(md, "add_eos_token", &v.add_eos);
   read_flag(md, "add_space_prefix", &v.add_space_prefix);
   if (auto t = md.get_string("tokenizer.chat_template")) v.chat_template = *t;
+  if (auto name = md.get_string("general.name")) {
+    v.model_name = *name;
+    for (char& c : v.model_name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
   return v;
 }
 
