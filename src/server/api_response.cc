@@ -209,7 +209,8 @@ std::string version_body(std::string_view version) {
 }
 
 std::string tags_body(const ModelInfo& info) {
-  json m = {{"name", info.name},         {"model", info.name},   {"modified_at", info.modified_at},
+  const std::string modified = info.modified_at.empty() ? rfc3339(0) : info.modified_at;
+  json m = {{"name", info.name},         {"model", info.name},   {"modified_at", modified},
             {"size", info.size_bytes},   {"digest", info.digest}, {"details", details(info)}};
   return dump_json({{"models", json::array({m})}});
 }
@@ -237,7 +238,7 @@ std::string show_body(const ModelInfo& info) {
             {"details", details(info)},
             {"model_info", info.model_info},
             {"capabilities", json::array({"completion"})},
-            {"modified_at", info.modified_at}};
+            {"modified_at", info.modified_at.empty() ? rfc3339(0) : info.modified_at}};
   return dump_json(j);
 }
 

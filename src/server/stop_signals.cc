@@ -1,0 +1,62 @@
+#include "server/stop_signals.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+namespace hypura::server {
+namespace {
+
+int g_stop_pipe[2] = {-1, -1};  // [0]: watcher reads, [1]: handler writes
+
+void on_stop_signal(int signo) {
+  const unsigned char b = static_cast<unsigned char>(signo);
+  [[maybe_unused]] ssize_t n = ::write(g_stop_pipe[1], &b, 1);
+}
+
+// Installs `handler` for SIGINT and SIGTERM; SA_RESTART keeps other threads' blocking
+// calls (accept, recv) from failing with EINTR.
+void install(void (*handler)(int)) {
+  struct sigaction sa {};
+  sa.sa_handler = handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+}  // namespace
+
+int serve_until_stopped(HttpServer& server) {
+  if (::pipe2(g_stop_pipe, O_CLOEXEC) != 0) {
+    spdlog::error("cannot create the stop-signal pipe");
+    return 1;
+  }
+  install(on_stop_signal);
+  std::atomic<bool> signalled{false};
+  std::thread watcher([&] {
+    unsigned char signo = 0;
+    while (::read(g_stop_pipe[0], &signo, 1) < 0 && errno == EINTR) {
+    }
+    if (signo == 0) return;  // woken by serve_until_stopped itself
+    spdlog::info("{}: stopping (cancelling in-flight requests)", strsignal(signo));
+    signalled = true;
+    server.shutdown();
+  });
+  server.run();
+  if (!signalled) {
+    const unsigned char wake = 0;
+    [[maybe_unused]] ssize_t n = ::write(g_stop_pipe[1], &wake, 1);
+  }
+  watcher.join();
+  install(SIG_DFL);
+  ::close(g_stop_pipe[0]);
+  ::close(g_stop_pipe[1]);
+  return signalled ? 0 : 1;
+}
+
+}  // namespace hypura::server
