@@ -3,6 +3,7 @@
 // recorded ids for every test string.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -76,22 +77,44 @@ TEST(TokenizerGolden, LlamaBpeWithRealVocab) {
   check_real_model("llama-bpe", {"gpt2/llama-bpe", "gpt2/llama3", "gpt2/llama-v3"});
 }
 
-// Speed guard, not a benchmark: a few KB must encode in milliseconds (no O(n^2)).
-TEST(TokenizerGolden, EncodesLongTextFast) {
-  for (const std::string name : {"llama-spm", "gpt-2"}) {
-    const Tokenizer* tok = testing_util::golden_tokenizer(name);
-    ASSERT_NE(tok, nullptr);
-    std::string text;
-    for (const auto& c : load_cases(name)) text += c.text;
-    text += std::string(4096, 'a') + std::string(2048, ' ');  // long single words
+// Speed guard and measurement (figures in docs/BENCHMARKS.md): ~64 KB of mixed text,
+// including 4 KB single "words", must encode in milliseconds, not seconds (no O(n^2)).
+// Real models are used when present; parse_special = true exercises the special-token
+// split with Gemma 3's 6,400 special tokens.
+double encode_ms(const Tokenizer& tok, const std::string& text, bool parse_special, size_t* n) {
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {  // best of 3: the machine is shared
     const auto t0 = std::chrono::steady_clock::now();
-    const auto ids = tok->encode(text, true, false);
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    EXPECT_GT(ids.size(), 100u);
-    EXPECT_LT(ms, 100.0) << name << ": " << text.size() << " bytes took " << ms << " ms";
-    std::printf("[ perf ] %s: %zu bytes -> %zu tokens in %.2f ms\n", name.c_str(), text.size(),
-                ids.size(), ms);
+    *n = tok.encode(text, true, parse_special).size();
+    const auto t1 = std::chrono::steady_clock::now();
+    best = std::min(best, std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  return best;
+}
+
+TEST(TokenizerGolden, EncodesLongTextFast) {
+  std::string text;
+  for (const auto& c : load_cases("llama-spm")) text += c.text;
+  text = text + text + text + text;
+  text += std::string(4096, 'a') + std::string(2048, ' ') + "\n";
+  while (text.size() < 60000) text += "The capital of France is Paris. 12345 <|im_start|> ";
+  std::vector<std::pair<std::string, const Tokenizer*>> toks = {
+      {"llama-spm", testing_util::golden_tokenizer("llama-spm")},
+      {"gpt-2", testing_util::golden_tokenizer("gpt-2")},
+      {"deepseek-llm", testing_util::golden_tokenizer("deepseek-llm")},
+      {"smollm2", testing_util::real_model_tokenizer({"gpt2/smollm"})},
+      {"qwen2.5", testing_util::real_model_tokenizer({"gpt2/qwen2"})},
+      {"gemma3", testing_util::real_model_tokenizer({"llama/default"})}};
+  for (const auto& [name, tok] : toks) {
+    if (tok == nullptr) continue;
+    for (bool parse_special : {false, true}) {
+      size_t n = 0;
+      const double ms = encode_ms(*tok, text, parse_special, &n);
+      EXPECT_GT(n, text.size() / 10) << name;
+      EXPECT_LT(ms, 500.0) << name << ": " << text.size() << " bytes took " << ms << " ms";
+      std::printf("[ perf ] %-12s parse_special=%d: %zu bytes -> %zu tokens in %.2f ms (%.1f MB/s)\n",
+                  name.c_str(), parse_special, text.size(), n, ms, text.size() / ms / 1e3);
+    }
   }
 }
 

@@ -89,6 +89,15 @@ Status Tokenizer::init() {
   std::stable_sort(special_ids_.begin(), special_ids_.end(), [&](int32_t a, int32_t b) {
     return vocab_.tokens[a].size() > vocab_.tokens[b].size();
   });
+  for (int32_t id : special_ids_) {
+    const std::string& t = vocab_.tokens[id];
+    special_texts_.insert(t);
+    special_first_byte_[static_cast<uint8_t>(t[0])] = true;
+    special_lengths_.push_back(t.size());
+  }
+  std::sort(special_lengths_.begin(), special_lengths_.end());
+  special_lengths_.erase(std::unique(special_lengths_.begin(), special_lengths_.end()),
+                         special_lengths_.end());
   build_pieces();
   set_strip_flags();
   return Status::ok();
@@ -182,18 +191,34 @@ const std::string& Tokenizer::token_to_piece(int32_t id, bool special) const {
   return pieces_[id];
 }
 
+// The special-token texts that occur somewhere in `text`.
+std::unordered_set<std::string_view> Tokenizer::specials_in(std::string_view text) const {
+  std::unordered_set<std::string_view> found;
+  for (size_t p = 0; p < text.size(); ++p) {
+    if (!special_first_byte_[static_cast<uint8_t>(text[p])]) continue;
+    for (size_t len : special_lengths_) {
+      if (p + len > text.size()) break;
+      auto it = special_texts_.find(text.substr(p, len));
+      if (it != special_texts_.end()) found.insert(*it);
+    }
+  }
+  return found;
+}
+
 // Splits `text` on special-token texts the way llama.cpp's tokenizer_st_partition does:
 // each special token in turn (longest first) splits every remaining raw-text fragment at
 // each of its occurrences.
 std::vector<Tokenizer::Fragment> Tokenizer::partition_special(std::string_view text,
                                                               bool parse_special) const {
   std::vector<Fragment> frags = {{-1, 0, text.size()}};
+  const auto present = specials_in(text);
+  if (present.empty()) return frags;
   std::vector<Fragment> next;
   for (int32_t id : special_ids_) {
     const TokenType t = vocab_.types[id];
     if (!parse_special && t != TokenType::kUserDefined) continue;
     const std::string& tok = vocab_.tokens[id];
-    if (text.find(tok) == std::string_view::npos) continue;  // cheap skip for most tokens
+    if (present.count(tok) == 0) continue;
     const bool rstrip = rstrip_ids_.count(id) != 0;
     next.clear();
     for (const Fragment& f : frags) {

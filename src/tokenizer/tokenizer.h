@@ -18,6 +18,7 @@
 // neither allocates nor recomputes.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -98,6 +99,7 @@ class Tokenizer {
     size_t length;
   };
   std::vector<Fragment> partition_special(std::string_view text, bool parse_special) const;
+  std::unordered_set<std::string_view> specials_in(std::string_view text) const;
   void encode_text(std::string_view text, bool after_special, std::vector<int32_t>& out) const;
 
   Vocab vocab_;
@@ -106,6 +108,11 @@ class Tokenizer {
   std::unique_ptr<BpeEncoder> bpe_;
   std::vector<int32_t> special_ids_;    // control/user-defined/unknown, longest text first
   std::unordered_set<int32_t> rstrip_ids_;  // specials that eat the whitespace after them
+  // Which special texts occur in a text is found in one scan: at each byte that starts
+  // some special text, look up the candidate lengths in this set.
+  std::unordered_set<std::string_view> special_texts_;
+  std::vector<size_t> special_lengths_;          // distinct lengths, ascending
+  std::array<bool, 256> special_first_byte_{};   // byte starts some special text
   std::vector<std::string> pieces_;     // (n_vocab) token_to_piece(id, special = false)
   std::unordered_set<int32_t> eog_ids_;
 };
