@@ -67,10 +67,12 @@ size_t working_set_bytes() {
   return std::max<size_t>(4 * hypura::profiler::last_level_cache_bytes(), size_t{1} << 30);
 }
 
-void BM_Matvec(benchmark::State& state, GgmlType type) {
+// hot = true: one matrix small enough to stay in L2 (4096 x 256), so the figure is
+// the kernel's compute ceiling (evidence for whether cores or memory are the limit).
+void BM_Matvec(benchmark::State& state, GgmlType type, bool hot) {
   const int64_t n_cols = state.range(0), n_rows = state.range(1);
   const int threads = static_cast<int>(state.range(2));
-  const MatrixSet m = make_matrices(type, n_rows, n_cols, working_set_bytes());
+  const MatrixSet m = make_matrices(type, n_rows, n_cols, hot ? 0 : working_set_bytes());
   Context ctx(threads);
   ctx.reserve(1, n_cols);
   std::vector<float> x(n_cols, 0.5f), y(n_rows);
@@ -144,12 +146,17 @@ int main(int argc, char** argv) {
                             GgmlType::F32};
   for (GgmlType type : types) {
     const std::string name = std::string("matvec/") + hypura::gguf::type_name(type);
-    auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Matvec, type);
+    auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Matvec, type, false);
     b->ArgNames({"cols", "rows", "threads"})->UseRealTime()->MinTime(0.5);
     for (int threads : {1, 2}) {
       b->Args({4096, 14336, threads});
       b->Args({14336, 4096, threads});
     }
+  }
+  for (GgmlType type : types) {
+    const std::string name = std::string("matvec_hot/") + hypura::gguf::type_name(type);
+    auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Matvec, type, true);
+    b->ArgNames({"cols", "rows", "threads"})->UseRealTime()->MinTime(0.3)->Args({4096, 256, 1});
   }
   auto* p = benchmark::RegisterBenchmark("prompt/Q4_K", BM_Prompt, GgmlType::Q4_K);
   p->ArgNames({"cols", "rows", "tokens", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -152,6 +152,7 @@ struct QK4 {  // Q4_K (kFive = false) and Q5_K (kFive = true)
     for (int t = 0; t < T; ++t) acc[t] = accm[t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
+      prefetch_ahead(w + i, sizeof(*w));
       uint64_t sc8, m8;
       unpack_k4(w[i].scales, &sc8, &m8);
       __m256i S[8], W[8];
@@ -186,6 +187,7 @@ struct Q6K {
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
+      prefetch_ahead(w + i, sizeof(*w));
       const __m256i sc16 = _mm256_cvtepi8_epi16(load128(w[i].scales));
       __m256i S[8], W[8];
       broadcast16(sc16, S);
@@ -221,6 +223,7 @@ struct Q3K {
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
+      prefetch_ahead(w + i, sizeof(*w));
       const __m256i sc16 = _mm256_cvtepi8_epi16(unpack_q3k_scales(w[i].scales));
       __m256i S[8], W[8];
       broadcast16(sc16, S);
@@ -248,6 +251,7 @@ struct Q2K {
     for (int t = 0; t < T; ++t) acc[t] = accm[t] = _mm256_setzero_ps();
     const __m128i m4 = _mm_set1_epi8(0x0F);
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
+      prefetch_ahead(w + i, sizeof(*w));
       const __m128i s = load128(w[i].scales);
       const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(s, m4));
       const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), m4));
@@ -314,6 +318,7 @@ struct LegacySigned {
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t i = 0; i < n / quant::kQK; ++i) {
+      prefetch_ahead(w + i, sizeof(*w));
       const __m256i q = WF::weights(w[i]);
       const __m256i aq = _mm256_sign_epi8(q, q);
       const float dw = h2f(w[i].d);
@@ -342,6 +347,7 @@ struct LegacyMin {
     }
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t i = 0; i < n / quant::kQK; ++i) {
+      prefetch_ahead(w + i, sizeof(*w));
       const __m256i q = WF::weights(w[i]);
       const float dw = h2f(w[i].d), mw = h2f(w[i].m);
       for (int t = 0; t < T; ++t) {
@@ -357,10 +363,12 @@ struct LegacyMin {
 // ---- float weights ----
 
 struct LoadF32 {
+  static constexpr int kBytes = 4;
   static __m256 load(const uint8_t* w, int64_t i) { return _mm256_loadu_ps(reinterpret_cast<const float*>(w) + i); }
   static float one(const uint8_t* w, int64_t i) { return reinterpret_cast<const float*>(w)[i]; }
 };
 struct LoadF16 {
+  static constexpr int kBytes = 2;
   static __m256 load(const uint8_t* w, int64_t i) { return _mm256_cvtph_ps(load128(w + 2 * i)); }
   static float one(const uint8_t* w, int64_t i) {
     uint16_t h;
@@ -369,6 +377,7 @@ struct LoadF16 {
   }
 };
 struct LoadBF16 {
+  static constexpr int kBytes = 2;
   static __m256 load(const uint8_t* w, int64_t i) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load128(w + 2 * i)), 16));
   }
@@ -396,6 +405,7 @@ struct FloatDot {
     }
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
+      prefetch_ahead(w + i * L::kBytes, 16 * L::kBytes);
       const __m256 w0 = L::load(w, i), w1 = L::load(w, i + 8);
       for (int t = 0; t < T; ++t) {
         a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(y[t] + i), a0[t]);

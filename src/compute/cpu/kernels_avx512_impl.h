@@ -151,6 +151,7 @@ struct Q4K {
     const __m512i idx[4] = {lane_words(0, 0, 1, 1), lane_words(2, 2, 3, 3), lane_words(4, 4, 5, 5),
                             lane_words(6, 6, 7, 7)};
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
+      prefetch_ahead(w + i, sizeof(*w));
       uint64_t sc8, m8;
       unpack_k4(w[i].scales, &sc8, &m8);
       const __m512i scw = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc8))));
@@ -197,6 +198,7 @@ struct Q5K {
                             lane_words(6, 6, 7, 7)};
     const __m512i hbit[4] = {halves8(1, 2), halves8(4, 8), halves8(16, 32), halves8(64, 128)};
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
+      prefetch_ahead(w + i, sizeof(*w));
       uint64_t sc8, m8;
       unpack_k4(w[i].scales, &sc8, &m8);
       const __m512i scw = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc8))));
@@ -245,6 +247,7 @@ struct Q6K {
     const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7), lane_words(8, 9, 10, 11),
                             lane_words(12, 13, 14, 15)};
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
+      prefetch_ahead(w + i, sizeof(*w));
       const __m256i sc16 = _mm256_cvtepi8_epi16(load128(w[i].scales));
       const __m512i scw = _mm512_broadcast_i64x4(sc16);
       __m512i W[4], S[4];
@@ -284,6 +287,7 @@ struct Q3K {
                             lane_words(12, 13, 14, 15)};
     const __m512i hbit[4] = {halves8(1, 2), halves8(4, 8), halves8(16, 32), halves8(64, 128)};
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
+      prefetch_ahead(w + i, sizeof(*w));
       const __m256i sc16 = _mm256_cvtepi8_epi16(unpack_q3k_scales(w[i].scales));
       const __m512i scw = _mm512_broadcast_i64x4(sc16);
       const __m512i hm = _mm512_broadcast_i64x4(load256(w[i].hmask));
@@ -323,6 +327,7 @@ struct Q2K {
     const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7), lane_words(8, 9, 10, 11),
                             lane_words(12, 13, 14, 15)};
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
+      prefetch_ahead(w + i, sizeof(*w));
       const __m128i s = load128(w[i].scales);
       const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(s, m4));
       const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), m4));
@@ -344,51 +349,80 @@ struct Q2K {
   }
 };
 
-// ---- 32-element formats against Q8_0 / Q8_1 activations (one block per 256-bit op) ----
+// ---- 32-element formats against Q8_0 / Q8_1 activations (two blocks per 512-bit op) ----
 
-// Signed weights w (bytes) against signed y: |w| * (y with w's sign), all unsigned-safe.
-inline __m256i dot_s8s8(__m256i w, __m256i y) {
-  const __mmask32 neg = _mm256_movepi8_mask(w);
-  return dot_u8s8(_mm256_abs_epi8(w), _mm256_mask_sub_epi8(y, neg, _mm256_setzero_si256(), y));
+// Weights of blocks b[0], b[1] as bytes in one 512-bit vector (block 0 low, block 1 high):
+// signed for the zero-point formats (Q8_0, Q4_0, Q5_0), unsigned for Q4_1 / Q5_1.
+inline __m512i pair256(__m256i lo, __m256i hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-inline __m256i unpack_nibbles(const uint8_t* qs) {
-  const __m128i q = load128(qs);
-  const __m128i m4 = _mm_set1_epi8(0x0F);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+// Nibbles of two blocks as [lo0, hi0, lo1, hi1] (128-bit lanes) = elements in order.
+inline __m512i unpack_nibbles2(const uint8_t* qs0, const uint8_t* qs1) {
+  const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(qs0)), load128(qs1), 1);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m512i z = pair256(_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+  return _mm512_shuffle_i64x2(z, z, 0xD8);  // lanes (0, 2, 1, 3)
 }
 
-inline __m256i with_bit4(__m256i q, const uint8_t* qh_bytes) {
-  uint32_t qh;
-  std::memcpy(&qh, qh_bytes, 4);
-  return _mm256_mask_or_epi32(q, 0xFF, q, _mm256_maskz_mov_epi8(qh, _mm256_set1_epi8(0x10)));
+inline uint64_t qh_pair(const uint8_t* qh0, const uint8_t* qh1) {
+  uint32_t a, b;
+  std::memcpy(&a, qh0, 4);
+  std::memcpy(&b, qh1, 4);
+  return a | (static_cast<uint64_t>(b) << 32);
 }
 
-// Weights of block b as signed bytes (legacy formats with a zero point of 8 or 16).
+inline __m512i with_bit4_pair(__m512i q, uint64_t qh) {
+  return _mm512_mask_or_epi32(q, 0xFFFF, q, _mm512_maskz_mov_epi8(qh, _mm512_set1_epi8(0x10)));
+}
+
 struct WQ8_0 {
   using Block = BlockQ8_0;
-  static __m256i weights(const Block& b) { return load256(b.qs); }
+  static __m512i weights2(const Block* b) { return pair256(load256(b[0].qs), load256(b[1].qs)); }
 };
 struct WQ4_0 {
   using Block = BlockQ4_0;
-  static __m256i weights(const Block& b) { return _mm256_sub_epi8(unpack_nibbles(b.qs), _mm256_set1_epi8(8)); }
+  static __m512i weights2(const Block* b) {
+    return _mm512_sub_epi8(unpack_nibbles2(b[0].qs, b[1].qs), _mm512_set1_epi8(8));
+  }
 };
 struct WQ5_0 {
   using Block = BlockQ5_0;
-  static __m256i weights(const Block& b) {
-    return _mm256_sub_epi8(with_bit4(unpack_nibbles(b.qs), b.qh), _mm256_set1_epi8(16));
+  static __m512i weights2(const Block* b) {
+    const __m512i q = with_bit4_pair(unpack_nibbles2(b[0].qs, b[1].qs), qh_pair(b[0].qh, b[1].qh));
+    return _mm512_sub_epi8(q, _mm512_set1_epi8(16));
   }
 };
-// Unsigned weights with a minimum (against Q8_1).
 struct WQ4_1 {
   using Block = BlockQ4_1;
-  static __m256i weights(const Block& b) { return unpack_nibbles(b.qs); }
+  static __m512i weights2(const Block* b) { return unpack_nibbles2(b[0].qs, b[1].qs); }
 };
 struct WQ5_1 {
   using Block = BlockQ5_1;
-  static __m256i weights(const Block& b) { return with_bit4(unpack_nibbles(b.qs), b.qh); }
+  static __m512i weights2(const Block* b) {
+    return with_bit4_pair(unpack_nibbles2(b[0].qs, b[1].qs), qh_pair(b[0].qh, b[1].qh));
+  }
 };
 
+// Sums of 4 consecutive (u8 w * s8 y) products in 16 int32 lanes.
+inline __m512i dot_u8s8_512(__m512i w, __m512i y) {
+#if defined(__AVX512VNNI__)
+  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, y);
+#else
+  return _mm512_madd_epi16(_mm512_maddubs_epi16(w, y), _mm512_set1_epi16(1));
+#endif
+}
+
+// [a x8, b x8] from the fp16 pairs (wa, wb) * (ya, yb).
+inline __m512 pair_scales(uint16_t wa, uint16_t wb, uint16_t ya, uint16_t yb) {
+  const __m128 w = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(wa | (static_cast<uint32_t>(wb) << 16))));
+  const __m128 y = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(ya | (static_cast<uint32_t>(yb) << 16))));
+  const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_mul_ps(w, y)));
+}
+
+// Two blocks per step in 512-bit vectors; an odd last block goes through 256-bit ops
+// into its own accumulator (the split depends only on n, so batching cannot change it).
 template <class WF>
 struct LegacySigned {
   template <int T>
@@ -396,20 +430,38 @@ struct LegacySigned {
     const auto* w = reinterpret_cast<const typename WF::Block*>(wr);
     const BlockQ8_0* y[T];
     act_rows<BlockQ8_0, T>(x, xs, y);
-    __m256 acc[T];
-    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / quant::kQK; ++i) {
-      const __m256i q = WF::weights(w[i]);
+    __m512 acc[T];
+    float tail[T];
+    for (int t = 0; t < T; ++t) {
+      acc[t] = _mm512_setzero_ps();
+      tail[t] = 0.0f;
+    }
+    const int64_t nb = n / quant::kQK;
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+      prefetch_ahead(w + i, 2 * sizeof(*w));
+      const __m512i q = WF::weights2(w + i);
+      const __mmask64 neg = _mm512_movepi8_mask(q);
+      const __m512i aq = _mm512_abs_epi8(q);
+      for (int t = 0; t < T; ++t) {
+        const __m512i yq = pair256(load256(y[t][i].qs), load256(y[t][i + 1].qs));
+        const __m512i s = dot_u8s8_512(aq, _mm512_mask_sub_epi8(yq, neg, _mm512_setzero_si512(), yq));
+        const __m512 scale = pair_scales(w[i].d, w[i + 1].d, y[t][i].d, y[t][i + 1].d);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[t]);
+      }
+    }
+    if (i < nb) {  // odd block count: the last block alone
+      typename WF::Block pair[2] = {w[i], w[i]};
+      const __m256i q = _mm512_castsi512_si256(WF::weights2(pair));
       const __mmask32 neg = _mm256_movepi8_mask(q);
       const __m256i aq = _mm256_abs_epi8(q);
-      const float dw = h2f(w[i].d);
       for (int t = 0; t < T; ++t) {
         const __m256i yq = load256(y[t][i].qs);
         const __m256i s = dot_u8s8(aq, _mm256_mask_sub_epi8(yq, neg, _mm256_setzero_si256(), yq));
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * h2f(y[t][i].d)), acc[t]);
+        tail[t] = hsum256(_mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(h2f(w[i].d) * h2f(y[t][i].d))));
       }
     }
-    for (int t = 0; t < T; ++t) out[t] = hsum256(acc[t]);
+    for (int t = 0; t < T; ++t) out[t] = hsum512(acc[t]) + tail[t];
   }
 };
 
@@ -420,40 +472,57 @@ struct LegacyMin {
     const auto* w = reinterpret_cast<const typename WF::Block*>(wr);
     const BlockQ8_1* y[T];
     act_rows<BlockQ8_1, T>(x, xs, y);
-    __m256 acc[T];
-    float accm[T];
+    __m512 acc[T];
+    float accm[T], tail[T];
     for (int t = 0; t < T; ++t) {
-      acc[t] = _mm256_setzero_ps();
-      accm[t] = 0.0f;
+      acc[t] = _mm512_setzero_ps();
+      accm[t] = tail[t] = 0.0f;
     }
-    for (int64_t i = 0; i < n / quant::kQK; ++i) {
-      const __m256i q = WF::weights(w[i]);
-      const float dw = h2f(w[i].d), mw = h2f(w[i].m);
+    const int64_t nb = n / quant::kQK;
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+      prefetch_ahead(w + i, 2 * sizeof(*w));
+      const __m512i q = WF::weights2(w + i);
+      const float m0 = h2f(w[i].m), m1 = h2f(w[i + 1].m);
       for (int t = 0; t < T; ++t) {
-        const __m256i s = dot_u8s8(q, load256(y[t][i].qs));
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * h2f(y[t][i].d)), acc[t]);
-        accm[t] += mw * h2f(y[t][i].s);
+        const __m512i yq = pair256(load256(y[t][i].qs), load256(y[t][i + 1].qs));
+        const __m512 scale = pair_scales(w[i].d, w[i + 1].d, y[t][i].d, y[t][i + 1].d);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot_u8s8_512(q, yq)), scale, acc[t]);
+        accm[t] += m0 * h2f(y[t][i].s);
+        accm[t] += m1 * h2f(y[t][i + 1].s);
       }
     }
-    for (int t = 0; t < T; ++t) out[t] = hsum256(acc[t]) + accm[t];
+    if (i < nb) {
+      typename WF::Block pair[2] = {w[i], w[i]};
+      const __m256i q = _mm512_castsi512_si256(WF::weights2(pair));
+      for (int t = 0; t < T; ++t) {
+        const __m256i s = dot_u8s8(q, load256(y[t][i].qs));
+        tail[t] = hsum256(_mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(h2f(w[i].d) * h2f(y[t][i].d))));
+        accm[t] += h2f(w[i].m) * h2f(y[t][i].s);
+      }
+    }
+    for (int t = 0; t < T; ++t) out[t] = hsum512(acc[t]) + tail[t] + accm[t];
   }
 };
 
 // ---- float weights against F32 activations ----
 
 struct LoadF32 {
+  static constexpr int kBytes = 4;
   static __m512 load(const uint8_t* w, int64_t i) { return _mm512_loadu_ps(reinterpret_cast<const float*>(w) + i); }
   static __m512 load_tail(const uint8_t* w, int64_t i, __mmask16 m) {
     return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(w) + i);
   }
 };
 struct LoadF16 {
+  static constexpr int kBytes = 2;
   static __m512 load(const uint8_t* w, int64_t i) { return _mm512_cvtph_ps(load256(w + 2 * i)); }
   static __m512 load_tail(const uint8_t* w, int64_t i, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, w + 2 * i));
   }
 };
 struct LoadBF16 {
+  static constexpr int kBytes = 2;
   static __m512 widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
   static __m512 load(const uint8_t* w, int64_t i) { return widen(load256(w + 2 * i)); }
   static __m512 load_tail(const uint8_t* w, int64_t i, __mmask16 m) {
@@ -472,6 +541,7 @@ struct FloatDot {
     for (int t = 0; t < T; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
+      prefetch_ahead(w + i * L::kBytes, 32 * L::kBytes);
       const __m512 w0 = L::load(w, i), w1 = L::load(w, i + 16);
       for (int t = 0; t < T; ++t) {
         a0[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(y[t] + i), a0[t]);

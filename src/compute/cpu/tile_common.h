@@ -9,10 +9,34 @@
 // different -m flags in two files must not be merged by the linker.
 #pragma once
 
+#include <immintrin.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 
 namespace {
+
+// Software prefetch distance for weight streams (bytes ahead of the block in use;
+// HYPURA_PREFETCH overrides it, 0 disables). Measured on the Xeon this runs on: 3 KiB
+// took 2-thread Q4_K matvec from ~10 to ~20 GB/s (docs/BENCHMARKS.md).
+// Weights are read once per token: the hardware prefetcher alone leaves a core waiting
+// on DRAM between bursts of compute; asking for lines this far ahead overlaps the two.
+inline int prefetch_distance() {
+  static const int d = [] {
+    const char* e = std::getenv("HYPURA_PREFETCH");
+    return e ? std::atoi(e) : 3072;
+  }();
+  return d;
+}
+
+// Prefetches the lines of [p + distance, p + distance + bytes).
+inline void prefetch_ahead(const void* p, int bytes) {
+  const int d = prefetch_distance();
+  if (d == 0) return;
+  const char* q = static_cast<const char*>(p) + d;
+  for (int off = 0; off < bytes; off += 64) _mm_prefetch(q + off, _MM_HINT_T0);
+}
 
 template <class K>
 void tile_of(int64_t n, const void* w, size_t w_stride, int n_rows, const void* x, size_t x_stride,
