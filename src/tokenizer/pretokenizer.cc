@@ -151,6 +151,13 @@ std::vector<std::pair<size_t, size_t>> PreTokenizer::split(std::string_view text
       while (pos < length) {
         // The text is valid UTF-8 (REQUIRES), so skip PCRE2's O(n) check per call.
         int rc = pcre2_match(re->code, subject, length, pos, PCRE2_NO_UTF_CHECK, md, nullptr);
+        if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
+          // A resource limit (JIT stack, match limit): retry with the interpreter rather
+          // than silently leaving the rest of the piece unsplit.
+          spdlog::warn("tokenizer: regex match failed ({}), retrying without JIT", rc);
+          rc = pcre2_match(re->code, subject, length, pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md,
+                           nullptr);
+        }
         if (rc < 0) break;
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
         if (ov[1] == ov[0]) {  // empty match: step over one character
