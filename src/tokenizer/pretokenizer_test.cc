@@ -59,7 +59,9 @@ TEST(PreTokenizer, LongRunsSplitCompletely) {
       EXPECT_EQ(total, text.size()) << pre;
       // One run is one or two pieces (deepseek splits every newline on its own).
       const bool newline_pieces = pre == "deepseek-llm" && fill.find('\n') != std::string::npos;
-      if (!newline_pieces) EXPECT_LE(pieces.size(), 4u) << pre << " fill " << int(fill[0]);
+      if (!newline_pieces) {
+        EXPECT_LE(pieces.size(), 4u) << pre << " fill " << int(fill[0]);
+      }
     }
   }
 }
