@@ -98,6 +98,90 @@ TEST(Tokenizer, MetadataErrorsNameTheKey) {
   EXPECT_NE(r.status().message().find("t5"), std::string::npos);
 }
 
+// A tiny byte-level BPE vocabulary over "a", "b", "c" with ranked merges.
+Vocab tiny_bpe(const std::string& pre) {
+  Vocab v;
+  v.model = VocabModel::kBpe;
+  v.pre = pre;
+  v.tokens = {"a", "b", "c", "ab", "bc", "abc", "ca", "\xC4\xA0" /* "Ġ": space */,
+              "\xC4\xA0" "a", "<eos>"};
+  v.types.assign(v.tokens.size(), TokenType::kNormal);
+  v.types.back() = TokenType::kControl;
+  v.merges = {"b c", "a b", "\xC4\xA0 a", "a bc", "c a"};  // rank = index
+  v.eos_id = 9;
+  return v;
+}
+
+TEST(Tokenizer, BpeMergesLowestRankFirst) {
+  auto tok = Tokenizer::from_vocab(tiny_bpe("gpt-2")).value();
+  // "abc": "b c" (rank 0) beats "a b" (1), then "a bc" (3) gives "abc".
+  EXPECT_EQ(tok->encode("abc", false, false), (std::vector<int32_t>{5}));
+  // "cab": "c a" (4) vs "a b" (1): "ab" wins, leaving c + ab.
+  EXPECT_EQ(tok->encode("cab", false, false), (std::vector<int32_t>{2, 3}));
+  // " a" is a word of its own: Ġ + a merge.
+  EXPECT_EQ(tok->encode("c a", false, false), (std::vector<int32_t>{2, 8}));
+  // Bytes with no token at all are dropped (llama.cpp does the same).
+  EXPECT_EQ(tok->encode("a!", false, false), (std::vector<int32_t>{0}));
+  EXPECT_TRUE(tok->is_end_of_generation(9));
+  EXPECT_EQ(tok->token_to_piece(8), " a");
+}
+
+TEST(Tokenizer, Llama3TakesWholeWordTokensWithoutMerging) {
+  Vocab v = tiny_bpe("llama-bpe");
+  v.tokens.push_back("cab");  // a whole-word token that the merges cannot build
+  v.types.push_back(TokenType::kNormal);
+  auto llama3 = Tokenizer::from_vocab(v).value();
+  EXPECT_EQ(llama3->encode("cab", false, false), (std::vector<int32_t>{10}));
+  v.pre = "qwen2";  // same regex family, but merges always apply
+  auto qwen2 = Tokenizer::from_vocab(v).value();
+  EXPECT_EQ(qwen2->encode("cab", false, false), (std::vector<int32_t>{2, 3}));
+}
+
+TEST(Tokenizer, MetadataWithBadArraysIsRejected) {
+  auto str = [](std::string s) {
+    gguf::Value v;
+    v.type = gguf::ValueType::STRING;
+    v.data = std::move(s);
+    return v;
+  };
+  auto arr = [](gguf::ValueType t, std::vector<gguf::Value> items) {
+    gguf::Value v;
+    v.type = gguf::ValueType::ARRAY;
+    v.array_type = t;
+    v.data = std::move(items);
+    return v;
+  };
+  gguf::Value one;
+  one.type = gguf::ValueType::INT32;
+  one.data = int64_t{9};
+  {
+    gguf::Metadata md;
+    md.add("tokenizer.ggml.model", str("llama"));
+    md.add("tokenizer.ggml.tokens", arr(gguf::ValueType::STRING, {str("a"), one}));
+    auto r = Tokenizer::from_metadata(md);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("tokenizer.ggml.tokens[1]"), std::string::npos)
+        << r.status().message();
+  }
+  {
+    gguf::Metadata md;
+    md.add("tokenizer.ggml.model", str("llama"));
+    md.add("tokenizer.ggml.tokens", arr(gguf::ValueType::STRING, {str("a"), str("b")}));
+    md.add("tokenizer.ggml.token_type", arr(gguf::ValueType::INT32, {one, one}));
+    auto r = Tokenizer::from_metadata(md);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("token_type[0]"), std::string::npos);
+  }
+  {
+    gguf::Metadata md;  // BPE without merges
+    md.add("tokenizer.ggml.model", str("gpt2"));
+    md.add("tokenizer.ggml.tokens", arr(gguf::ValueType::STRING, {str("a")}));
+    auto r = Tokenizer::from_metadata(md);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("tokenizer.ggml.merges"), std::string::npos);
+  }
+}
+
 TEST(Tokenizer, SpmGoldenVocabSpecialsAndRoundTrip) {
   const Tokenizer* tok = golden("llama-spm");
   EXPECT_EQ(tok->n_vocab(), 32000);
