@@ -88,6 +88,7 @@ ChatTemplate ChatTemplate::from_text(std::string_view t, std::string bos_text,
   if (contains(t, "<|im_start|>")) {
     ct.family_ = ChatFamily::kChatml;
     ct.default_system_ = find_default_system(t);
+    ct.strip_think_ = contains(t, "</think>");
   } else if (contains(t, "<|start_header_id|>")) {
     ct.family_ = ChatFamily::kLlama3;
     ct.llama3_date_header_ = contains(t, "Cutting Knowledge Date");
@@ -161,13 +162,28 @@ std::string ChatTemplate::end_of_turn() const {
 }
 
 // <|im_start|>{role}\n{content}<|im_end|>\n per message; the template's default system
-// prompt first when the conversation does not start with a system message.
+// prompt first when the conversation does not start with a system message. Qwen3-style
+// templates keep only the answer (after </think>) of replies before the last user turn.
 std::string ChatTemplate::render_chatml(std::span<const ChatMessage> m, bool gen) const {
   std::string out;
   if (!default_system_.empty() && !m.empty() && m.front().role != "system") {
     out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
   }
-  for (const auto& msg : m) out += "<|im_start|>" + msg.role + "\n" + msg.content + "<|im_end|>\n";
+  size_t last_user = 0;
+  for (size_t i = 0; i < m.size(); ++i) {
+    if (m[i].role == "user") last_user = i;
+  }
+  for (size_t i = 0; i < m.size(); ++i) {
+    std::string_view content = m[i].content;
+    const size_t think_end = content.rfind("</think>");
+    if (strip_think_ && m[i].role == "assistant" && i < last_user &&
+        think_end != std::string_view::npos) {
+      // Qwen3: content.split('</think>')[-1].lstrip('\n')
+      content.remove_prefix(think_end + 8);
+      while (content.starts_with('\n')) content.remove_prefix(1);
+    }
+    out += "<|im_start|>" + m[i].role + "\n" + std::string(content) + "<|im_end|>\n";
+  }
   if (gen) out += "<|im_start|>assistant\n";
   return out;
 }

@@ -5,7 +5,9 @@
 // explicit renderer per family, written to produce exactly what the family's reference
 // templates produce (tests compare against strings derived from those templates):
 //   chatml   <|im_start|>role\n...<|im_end|>\n    Qwen2/2.5/3, SmolLM2; the template's
-//            built-in default system prompt is used when the conversation has none
+//            built-in default system prompt is used when the conversation has none;
+//            templates that know </think> (Qwen3) drop the reasoning of assistant
+//            turns before the last user message
 //   llama3   <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>; Llama 3.1+
 //            templates' "Cutting Knowledge Date" system header included
 //   gemma    <start_of_turn>user|model\n...<end_of_turn>\n; system text is prefixed to
@@ -90,6 +92,7 @@ class ChatTemplate {
   bool llama3_date_header_ = false;  // Llama 3.1+: "Cutting Knowledge Date" system block
   std::string date_;                 // llama3 "Today Date"; empty: today
   bool phi3_system_ = false;         // phi3: the template renders system messages
+  bool strip_think_ = false;         // chatml: drop "...</think>" from earlier replies
 };
 
 }  // namespace hypura::tokenizer

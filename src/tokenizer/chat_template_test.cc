@@ -126,6 +126,26 @@ TEST(ChatTemplate, ContinuationIsTheNewTurnOnly) {
   EXPECT_EQ(delta, "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n");
 }
 
+// Qwen3's template (which mentions </think>) drops the reasoning of earlier replies:
+// content.split('</think>')[-1].lstrip('\n') for assistant turns before the last query.
+TEST(ChatTemplate, Qwen3DropsEarlierReasoning) {
+  const std::string tmpl =
+      "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' }}"
+      "{%- if '</think>' in content %}{%- set content = content.split('</think>')[-1] %}"
+      "{%- endif %}{%- endfor %}";
+  const ChatTemplate ct = ChatTemplate::from_text(tmpl, "<|endoftext|>", "<|im_end|>", false);
+  const std::vector<ChatMessage> m = {{"user", "2+2?"},
+                                      {"assistant", "<think>\nadd them\n</think>\n\n4"},
+                                      {"user", "3+3?"}};
+  EXPECT_EQ(ct.render(m, true),
+            "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n"
+            "<|im_start|>user\n3+3?<|im_end|>\n<|im_start|>assistant\n");
+  // Other chatml templates keep the reply as it was.
+  const ChatTemplate plain = ChatTemplate::from_text(read_file(kData / "smollm2.jinja"),
+                                                     "<|im_start|>", "<|im_end|>", false);
+  EXPECT_NE(plain.render(m, true).find("<think>"), std::string::npos);
+}
+
 TEST(ChatTemplate, EncodesWithThePhi3Vocab) {
   const Tokenizer* tok = testing_util::golden_tokenizer("phi-3");
   ASSERT_NE(tok, nullptr);
