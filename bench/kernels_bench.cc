@@ -10,6 +10,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "compute/compute.h"
+#include "compute/cpu/thread_pool.h"
 #include "profiler/memory_bandwidth.h"
 #include "quant/quant.h"
 
@@ -124,6 +126,15 @@ void BM_Prompt(benchmark::State& state, GgmlType type) {
   state.SetLabel(std::string(hypura::gguf::type_name(type)) + " " + ctx.simd_name());
 }
 
+// Cost of one empty job on the persistent pool (the floor under every small matmul).
+void BM_PoolRun(benchmark::State& state) {
+  Context ctx(static_cast<int>(state.range(0)));
+  std::atomic<int> sink{0};
+  for (auto _ : state) {
+    ctx.pool().run([&](int ith, int) { sink.fetch_add(ith, std::memory_order_relaxed); });
+  }
+}
+
 void BM_MemoryBandwidth(benchmark::State& state) {
   for (auto _ : state) {
   }
@@ -140,6 +151,7 @@ int main(int argc, char** argv) {
     g_mem_bw[threads] = hypura::profiler::measure_memory_read_bandwidth(opt).read_bytes_per_second;
   }
   benchmark::RegisterBenchmark("memory_read", BM_MemoryBandwidth)->Arg(1)->Arg(2)->Iterations(1);
+  benchmark::RegisterBenchmark("pool_run", BM_PoolRun)->Arg(1)->Arg(2)->UseRealTime();
   const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q6_K, GgmlType::Q5_K,
                             GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q4_1, GgmlType::Q5_1,
                             GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::F16, GgmlType::BF16,

@@ -2,9 +2,10 @@
 //
 // matmul(W, x) in two parallel steps:
 //   1. quantize each token row of x to the weight type's activation format (scratch);
-//   2. split W's rows into contiguous shares, one per thread; each thread walks its
-//      share in blocks of kRowBlock rows and runs the tile kernel on every token, so a
-//      block of weights is read from memory once per batch and reused from cache.
+//   2. split W's rows into items of whole row groups that the threads claim dynamically;
+//      an item is walked in blocks of kRowBlock rows, each run by the tile kernel against
+//      every token, so a block of weights is read from memory once per batch and then
+//      reused from cache.
 // Neither step changes the order in which an output element is reduced, which is what
 // makes results independent of n_tokens and of the thread count.
 #include <algorithm>
@@ -23,7 +24,7 @@ namespace {
 
 constexpr int64_t kRowBlock = 64;   // weight rows per cache block (a few hundred KiB at most)
 constexpr int64_t kTokBlock = 64;   // activation rows per tile call
-constexpr int64_t kRowAlign = 16;   // thread shares start on multiples of this
+constexpr int64_t kRowAlign = 16;   // work items start on multiples of this
 
 SimdLevel level_from_name(std::string_view name) {
   for (int l = 3; l >= 0; --l) {
@@ -83,26 +84,21 @@ void Context::matmul(const WeightView& w, const float* x, int64_t n_tokens, floa
     x_stride = quant::row_size(act_type, n_cols);
     impl_->ensure_act(x_stride * static_cast<size_t>(n_tokens));
     uint8_t* act = impl_->act.data();
-    auto quantize = [&](int ith, int nth) {
-      int64_t t0, t1;
-      split_range(n_tokens, ith, nth, 1, &t0, &t1);
-      for (int64_t t = t0; t < t1; ++t) {
-        quant::quantize_activations(act_type, x + t * n_cols, act + t * x_stride, n_cols);
-      }
+    auto quantize = [&](int64_t t) {
+      quant::quantize_activations(act_type, x + t * n_cols, act + t * x_stride, n_cols);
     };
-    if (n_tokens == 1) {
-      quantize(0, 1);
-    } else {
-      impl_->pool.run(quantize);
-    }
+    impl_->pool.parallel_for(n_tokens, quantize);
     xa = act;
   }
 
   const auto* wbytes = static_cast<const uint8_t*>(w.data);
   const auto* xbytes = static_cast<const uint8_t*>(xa);
-  impl_->pool.run([&](int ith, int nth) {
-    int64_t r_begin, r_end;
-    split_range(n_rows, ith, nth, kRowAlign, &r_begin, &r_end);
+  // Items of kRowAlign-multiple rows, about four per thread, claimed dynamically.
+  const int64_t per_item = std::max<int64_t>(
+      kRowAlign, (n_rows + 4 * n_threads() - 1) / (4 * n_threads()) / kRowAlign * kRowAlign);
+  const int64_t n_items = (n_rows + per_item - 1) / per_item;
+  impl_->pool.parallel_for(n_items, [&](int64_t item) {
+    const int64_t r_begin = item * per_item, r_end = std::min(n_rows, r_begin + per_item);
     for (int64_t r0 = r_begin; r0 < r_end; r0 += kRowBlock) {
       const int nr = static_cast<int>(std::min(kRowBlock, r_end - r0));
       for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokBlock) {

@@ -95,43 +95,62 @@ Problem make_problem(GgmlType type, int64_t n_rows, int64_t n_cols, int64_t n_to
   return p;
 }
 
-// Float64 reference of one output element and the bound's scale sum |w_k x_k|.
-void reference(const Problem& p, int64_t r, int64_t t, double* ref, double* abs_sum) {
+// Float64 reference of every output element and the bound's scale sum |w_k x_k|,
+// (n_tok, n_rows) each, computed once per problem.
+struct Reference {
+  std::vector<double> value, abs_sum;
+};
+
+// x row t as the kernels see it: rounded to the activation format, then widened.
+std::vector<float> activation_row(const Problem& p, int64_t t, std::vector<uint8_t>* xq) {
   const int64_t n = p.n_cols;
-  std::vector<float> w(n), x(n);
-  quant::dequantize_row(p.type, p.w.data() + r * quant::row_size(p.type, n), w.data(), n);
   const GgmlType act = quant::activation_type(p.type);
-  std::vector<uint8_t> xq(quant::row_size(act == GgmlType::F32 ? GgmlType::F32 : act, n));
-  quant::quantize_activations(act, p.x.data() + t * n, xq.data(), n);
-  if (act == GgmlType::Q8_1) {
-    // dequantize Q8_1 by hand (d * q); the weight's m meets the stored s below.
-    const auto* b = reinterpret_cast<const quant::BlockQ8_1*>(xq.data());
+  xq->resize(quant::row_size(act, n));
+  quant::quantize_activations(act, p.x.data() + t * n, xq->data(), n);
+  std::vector<float> x(n);
+  if (act == GgmlType::Q8_1) {  // d * q; the weight's m meets the stored s separately
+    const auto* b = reinterpret_cast<const quant::BlockQ8_1*>(xq->data());
     for (int64_t k = 0; k < n; ++k) x[k] = quant::fp16_to_f32(b[k / 32].d) * b[k / 32].qs[k % 32];
   } else {
-    quant::dequantize_row(act, xq.data(), x.data(), n);
+    quant::dequantize_row(act, xq->data(), x.data(), n);
   }
-  double s = 0, a = 0;
-  for (int64_t k = 0; k < n; ++k) {
-    s += static_cast<double>(w[k]) * x[k];
-    a += std::fabs(static_cast<double>(w[k]) * x[k]);
-  }
-  if (act == GgmlType::Q8_1) {  // kernel uses m * s where s = fp16(d * sum q): correct for it
-    const auto* b = reinterpret_cast<const quant::BlockQ8_1*>(xq.data());
-    const uint8_t* wr = p.w.data() + r * quant::row_size(p.type, n);
-    const size_t bs = quant::type_size(p.type);
-    for (int64_t blk = 0; blk < n / 32; ++blk) {
-      uint16_t mh;
-      std::memcpy(&mh, wr + blk * bs + 2, 2);
-      const double m = quant::fp16_to_f32(mh);
-      double sum_q = 0;
-      for (int l = 0; l < 32; ++l) sum_q += b[blk].qs[l];
-      const double exact = quant::fp16_to_f32(b[blk].d) * sum_q;
-      s += m * (quant::fp16_to_f32(b[blk].s) - exact);
-      a += std::fabs(m * quant::fp16_to_f32(b[blk].s));
+  return x;
+}
+
+Reference reference(const Problem& p) {
+  const int64_t n = p.n_cols;
+  const size_t rs = quant::row_size(p.type, n);
+  std::vector<float> w(p.n_rows * n);
+  for (int64_t r = 0; r < p.n_rows; ++r) quant::dequantize_row(p.type, p.w.data() + r * rs, &w[r * n], n);
+  Reference ref{std::vector<double>(p.n_tok * p.n_rows), std::vector<double>(p.n_tok * p.n_rows)};
+  std::vector<uint8_t> xq;
+  for (int64_t t = 0; t < p.n_tok; ++t) {
+    const std::vector<float> x = activation_row(p, t, &xq);
+    for (int64_t r = 0; r < p.n_rows; ++r) {
+      double s = 0, a = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        s += static_cast<double>(w[r * n + k]) * x[k];
+        a += std::fabs(static_cast<double>(w[r * n + k]) * x[k]);
+      }
+      if (quant::activation_type(p.type) == GgmlType::Q8_1) {
+        // The kernels use m * s with s = fp16(d * sum q): account for that rounding.
+        const auto* b = reinterpret_cast<const quant::BlockQ8_1*>(xq.data());
+        const size_t bs = quant::type_size(p.type);
+        for (int64_t blk = 0; blk < n / 32; ++blk) {
+          uint16_t mh;
+          std::memcpy(&mh, p.w.data() + r * rs + blk * bs + 2, 2);
+          const double m = quant::fp16_to_f32(mh);
+          double sum_q = 0;
+          for (int l = 0; l < 32; ++l) sum_q += b[blk].qs[l];
+          s += m * (quant::fp16_to_f32(b[blk].s) - quant::fp16_to_f32(b[blk].d) * sum_q);
+          a += std::fabs(m * quant::fp16_to_f32(b[blk].s));
+        }
+      }
+      ref.value[t * p.n_rows + r] = s;
+      ref.abs_sum[t * p.n_rows + r] = a;
     }
   }
-  *ref = s;
-  *abs_sum = a;
+  return ref;
 }
 
 double bound_c(GgmlType type, int64_t n) {
@@ -150,20 +169,16 @@ std::vector<float> run_matmul(const Problem& p, int n_threads, const char* simd,
   return y;
 }
 
-void expect_close_to_reference(const Problem& p, const std::vector<float>& y, const std::string& what) {
+void expect_close_to_reference(const Problem& p, const Reference& ref, const std::vector<float>& y,
+                               const std::string& what) {
   const double eps = std::ldexp(1.0, -24);
   const double c = bound_c(p.type, p.n_cols);
   int failures = 0;
-  for (int64_t t = 0; t < p.n_tok; ++t) {
-    for (int64_t r = 0; r < p.n_rows; ++r) {
-      double ref, abs_sum;
-      reference(p, r, t, &ref, &abs_sum);
-      const float got = y[t * p.n_rows + r];
-      const double bound = c * eps * abs_sum + 1e-30;
-      if (!(std::fabs(got - ref) <= bound) && failures++ < 5) {
-        ADD_FAILURE() << what << " " << gguf::type_name(p.type) << " row " << r << " tok " << t << ": got " << got
-                      << " ref " << ref << " bound " << bound;
-      }
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double bound = c * eps * ref.abs_sum[i] + 1e-30;
+    if (!(std::fabs(y[i] - ref.value[i]) <= bound) && failures++ < 5) {
+      ADD_FAILURE() << what << " " << gguf::type_name(p.type) << " row " << i % p.n_rows << " tok "
+                    << i / p.n_rows << ": got " << y[i] << " ref " << ref.value[i] << " bound " << bound;
     }
   }
 }
@@ -174,8 +189,9 @@ TEST(Matmul, EveryPathMatchesReference) {
   for (GgmlType type : all_types()) {
     const int64_t bs = std::max<int64_t>(quant::block_size(type), 32);
     const Problem p = make_problem(type, 37, bs * 9, 3, rng);  // odd block count
+    const Reference ref = reference(p);
     for (const char* path : supported_paths()) {
-      expect_close_to_reference(p, run_matmul(p, 2, path, p.n_tok), path);
+      expect_close_to_reference(p, ref, run_matmul(p, 2, path, p.n_tok), path);
     }
   }
 }
@@ -190,9 +206,10 @@ TEST(Matmul, OddShapesAndPoisonedOutputs) {
     const int64_t bs = std::max<int64_t>(quant::block_size(type), 32);
     for (const auto& s : shapes) {
       const Problem p = make_problem(type, s[0], bs * s[1], s[2], rng);
+      const Reference ref = reference(p);
       for (const char* path : supported_paths()) {
         for (int threads : {1, 2, 3}) {
-          expect_close_to_reference(p, run_matmul(p, threads, path, p.n_tok),
+          expect_close_to_reference(p, ref, run_matmul(p, threads, path, p.n_tok),
                                     std::string(path) + " t" + std::to_string(threads));
         }
       }

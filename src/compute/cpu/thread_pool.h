@@ -1,12 +1,15 @@
 // A persistent pool of compute threads that run one data-parallel job at a time.
 //
-// run(fn) calls fn(thread_index, n_threads) once on every thread (the caller is thread 0)
-// and returns when all calls have finished. Workers are created once, spin briefly
-// after each job (back-to-back matmuls of a forward pass then start in microseconds)
-// and sleep on a condition variable when idle. No thread is created per job and run()
-// does not allocate.
+// parallel_for(n, fn) calls fn(i) once for every i in [0, n). The caller and the workers
+// claim items one at a time from a shared counter, so a worker that the OS has not
+// scheduled yet (other processes on a 2-core machine) never holds the job up: the caller
+// simply does more of the items. Which thread runs an item never changes its result.
 //
-// Thread-safety: run() must be called by one thread at a time (the Context owner).
+// Workers are created once, spin briefly after each job (the matmuls of a forward pass
+// start within microseconds of each other) and then sleep on a condition variable. No
+// thread is created per job and neither call allocates.
+//
+// Thread-safety: jobs must be submitted by one thread at a time (the Context owner).
 #pragma once
 
 #include <atomic>
@@ -14,37 +17,51 @@
 #include <cstdint>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace hypura::compute {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int n_threads);  // REQUIRES: n_threads >= 1
+  explicit ThreadPool(int n_threads);  // caller + n_threads - 1 workers; n_threads >= 1
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
 
-  // Runs fn(thread_index, n_threads) on every thread; fn must not throw.
+  // Calls fn(i) for every i in [0, n_items) (n_items < 2^32), each exactly once; returns
+  // when all calls have finished. fn must not throw.
+  template <class Fn>
+  void parallel_for(int64_t n_items, Fn&& fn) {
+    using F = std::remove_reference_t<Fn>;
+    run_items(n_items, [](void* ctx, int64_t i) { (*static_cast<F*>(ctx))(i); }, &fn);
+  }
+
+  // Calls fn(i, size()) once for every share i < size(). i names a share of the work (and
+  // of per-share scratch), not a physical thread: two shares may run on the same thread
+  // one after the other, never at the same time on two threads.
   template <class Fn>
   void run(Fn&& fn) {
-    run_raw(
-        [](void* ctx, int ith, int nth) { (*static_cast<std::remove_reference_t<Fn>*>(ctx))(ith, nth); },
-        &fn);
+    const int n = n_threads_;
+    parallel_for(n, [&](int64_t i) { fn(static_cast<int>(i), n); });
   }
-  void run_raw(void (*fn)(void*, int, int), void* ctx);
 
  private:
-  void worker_loop(int ith);
+  using ItemFn = void (*)(void*, int64_t);
+  void run_items(int64_t n_items, ItemFn fn, void* ctx);
+  void work_on(uint64_t generation);  // claims and runs items of that job until none remain
+  void worker_loop();
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  void (*fn_)(void*, int, int) = nullptr;
-  void* ctx_ = nullptr;
-  std::atomic<uint64_t> generation_{0};  // bumped once per job
-  std::atomic<int> pending_{0};          // workers still running the current job
+  uint64_t generation_ = 0;            // caller-side job counter
+  std::atomic<uint64_t> state_{0};     // (generation << 32) | next unclaimed item
+  std::atomic<int64_t> n_items_{0};
+  std::atomic<ItemFn> fn_{nullptr};
+  std::atomic<void*> ctx_{nullptr};
+  std::atomic<int64_t> done_{0};       // items finished in the current job
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable cv_;
