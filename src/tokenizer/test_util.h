@@ -56,10 +56,16 @@ inline const Tokenizer* golden_tokenizer(const std::string& name) {
   return load_cached((golden_dir() / ("ggml-vocab-" + name + ".gguf")).string());
 }
 
-// tokenizer.ggml.pre of each real model in test-models/ (scanned once).
-inline const std::vector<std::pair<std::string, std::string>>& real_models() {
+struct RealModel {
+  std::string kind;  // "tokenizer.ggml.model/tokenizer.ggml.pre", e.g. "gpt2/qwen2"
+  std::string path;
+  std::shared_ptr<gguf::GgufFile> file;  // kept so the tokenizer is built only if asked
+};
+
+// The real models in test-models/ (each opened once per test binary).
+inline const std::vector<RealModel>& real_models() {
   static const auto models = [] {
-    std::vector<std::pair<std::string, std::string>> out;  // (pre, path)
+    std::vector<RealModel> out;
     namespace fs = std::filesystem;
     const fs::path dir = fs::path(HYPURA_SOURCE_DIR) / "test-models";
     std::error_code ec;
@@ -73,19 +79,23 @@ inline const std::vector<std::pair<std::string, std::string>>& real_models() {
       if (!file.is_ok()) continue;
       auto model = file->metadata().get_string("tokenizer.ggml.model");
       auto pre = file->metadata().get_string("tokenizer.ggml.pre");
-      out.emplace_back((model ? *model : "") + "/" + (pre ? *pre : ""), p.string());
-      tokenizer_cache().emplace(p.string(), tokenizer_of(*file));
+      out.push_back({(model ? *model : "") + "/" + (pre ? *pre : ""), p.string(),
+                     std::make_shared<gguf::GgufFile>(std::move(file).value())});
     }
     return out;
   }();
   return models;
 }
 
-// The first real model whose "model/pre" (e.g. "gpt2/qwen2", "llama/default") is listed.
+// The first real model whose kind (e.g. "gpt2/qwen2", "llama/default") is listed.
 inline const Tokenizer* real_model_tokenizer(std::initializer_list<std::string_view> kinds) {
-  for (const auto& [kind, path] : real_models()) {
+  for (const auto& m : real_models()) {
     for (auto want : kinds) {
-      if (kind == want) return load_cached(path);
+      if (m.kind != want) continue;
+      auto& cache = tokenizer_cache();
+      auto it = cache.find(m.path);
+      if (it == cache.end()) it = cache.emplace(m.path, tokenizer_of(*m.file)).first;
+      return it->second.get();
     }
   }
   return nullptr;
