@@ -1,5 +1,6 @@
 #include "profiler/hardware_profile.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -84,7 +85,7 @@ MemoryProfile parse_memory(const json& j) {
     m.effective_limit_bytes = *m.cgroup_limit_bytes;
   }
   get_opt(j, "reserve_bytes", m.reserve_bytes);
-  m.usable_bytes = m.effective_limit_bytes > m.reserve_bytes ? m.effective_limit_bytes - m.reserve_bytes : 0;
+  m.usable_bytes = usable_memory(m, m.reserve_bytes);
   m.read_bandwidth_bps = j.at("read_bandwidth_bps").get<double>();
   get_opt(j, "unified", m.unified);
   return m;
@@ -126,6 +127,12 @@ StorageProfile parse_storage(const json& j) {
 }
 
 }  // namespace
+
+uint64_t usable_memory(const MemoryProfile& m, uint64_t reserve) {
+  uint64_t machine = m.total_bytes > reserve ? m.total_bytes - reserve : 0;
+  uint64_t limit = m.cgroup_limit_bytes ? std::min(machine, *m.cgroup_limit_bytes) : machine;
+  return std::min(limit, m.effective_limit_bytes);
+}
 
 double StorageProfile::random_bps(uint64_t block_bytes, uint32_t max_queue_depth) const {
   double best = 0;

@@ -34,7 +34,7 @@ struct MemoryProfile {
   std::string cgroup_version;     // "v1", "v2" or "none"
   uint64_t effective_limit_bytes = 0;  // min(total, cgroup limit)
   uint64_t reserve_bytes = 0;     // kept free for the OS (--reserve, default 2 GiB)
-  uint64_t usable_bytes = 0;      // effective_limit - reserve: what the planner may fill
+  uint64_t usable_bytes = 0;      // usable_memory(*this, reserve): what the planner may fill
   double read_bandwidth_bps = 0;  // memory read bandwidth, all physical cores (B's probe)
   bool unified = false;           // GPU and CPU share this RAM (Apple-style rigs)
 };
@@ -91,6 +91,11 @@ struct HardwareProfile {
   std::vector<GpuProfile> gpus;   // empty: no GPU tier
   StorageProfile storage;
 };
+
+// What Hypura may fill: min(total - reserve, cgroup limit). The reserve protects the rest
+// of the machine (OS, other programs); a cgroup limit is already this process's own cap,
+// so the reserve is not taken from it again (a 3 GiB cgroup gives 3 GiB, not 1 GiB).
+uint64_t usable_memory(const MemoryProfile& memory, uint64_t reserve_bytes);
 
 // JSON text <-> profile. Parsing checks types and required fields and names the field.
 std::string profile_to_json(const HardwareProfile& profile);

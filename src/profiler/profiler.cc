@@ -79,7 +79,7 @@ void refresh_memory(MemoryProfile& m, uint64_t reserve) {
 
 void apply_reserve(MemoryProfile& m, uint64_t reserve) {
   m.reserve_bytes = reserve;
-  m.usable_bytes = m.effective_limit_bytes > reserve ? m.effective_limit_bytes - reserve : 0;
+  m.usable_bytes = usable_memory(m, reserve);
 }
 
 std::string hex64(uint64_t v) {
@@ -196,8 +196,8 @@ std::string profile_to_text(const HardwareProfile& p) {
   out << "  RAM      total " << format_size(m.total_bytes) << ", available "
       << format_size(m.available_bytes) << ", cgroup " << m.cgroup_version << " limit "
       << (m.cgroup_limit_bytes ? format_size(*m.cgroup_limit_bytes) : std::string("none"))
-      << "\n           effective " << format_size(m.effective_limit_bytes) << " - reserve "
-      << format_size(m.reserve_bytes) << " = usable " << format_size(m.usable_bytes)
+      << "\n           usable " << format_size(m.usable_bytes) << " = min(total - reserve "
+      << format_size(m.reserve_bytes) << ", cgroup limit)"
       << (m.unified ? " (unified with GPU)" : "") << "\n";
   std::snprintf(line, sizeof line, "           read bandwidth %.1f GB/s\n", gbps(m.read_bandwidth_bps));
   out << line;

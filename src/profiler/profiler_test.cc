@@ -87,7 +87,7 @@ TEST(SystemInfo, ProbesThisMachine) {
   MemoryProfile m = probe_memory(uint64_t{1} << 30);
   EXPECT_GT(m.total_bytes, 0u);
   EXPECT_LE(m.effective_limit_bytes, m.total_bytes);
-  EXPECT_EQ(m.usable_bytes, m.effective_limit_bytes - (uint64_t{1} << 30));
+  EXPECT_EQ(m.usable_bytes, std::min(m.total_bytes - (uint64_t{1} << 30), m.effective_limit_bytes));
 }
 
 HardwareProfile sample_profile() {
@@ -100,7 +100,7 @@ HardwareProfile sample_profile() {
   p.memory.cgroup_version = "v2";
   p.memory.effective_limit_bytes = 24ull << 30;
   p.memory.reserve_bytes = 2ull << 30;
-  p.memory.usable_bytes = 22ull << 30;
+  p.memory.usable_bytes = 24ull << 30;  // min(32 - 2, 24)
   p.memory.read_bandwidth_bps = 50e9;
   p.gpus.push_back({"Test GPU", 16ull << 30, 15ull << 30, 25e9, 10e9, 900e9});
   p.storage.seq_read_bps = 3e9;
@@ -117,7 +117,7 @@ TEST(ProfileJson, RoundTripsEveryField) {
   auto back = profile_from_json(profile_to_json(p));
   ASSERT_TRUE(back.is_ok()) << back.status().message();
   EXPECT_EQ(profile_to_json(*back), profile_to_json(p));
-  EXPECT_EQ(back->memory.usable_bytes, 22ull << 30);
+  EXPECT_EQ(back->memory.usable_bytes, 24ull << 30);
   EXPECT_DOUBLE_EQ(back->storage.random_bps(4096, 1), 12000 * 4096.0);
   EXPECT_DOUBLE_EQ(back->storage.random_bps(4096), 100000 * 4096.0);
 }
@@ -147,7 +147,9 @@ TEST(LoadOrMeasure, ProfileFileWinsAndReserveApplies) {
   o.reserve_bytes = 4ull << 30;
   auto p = load_or_measure(o);
   ASSERT_TRUE(p.is_ok()) << p.status().message();
-  EXPECT_EQ(p->memory.usable_bytes, 20ull << 30);
+  EXPECT_EQ(p->memory.usable_bytes, 24ull << 30);  // min(32 - 4, cgroup 24)
+  o.reserve_bytes = 10ull << 30;
+  EXPECT_EQ(load_or_measure(o)->memory.usable_bytes, 22ull << 30);  // min(32 - 10, 24)
   EXPECT_EQ(p->gpus.at(0).name, "Test GPU");
   std::remove(path.c_str());
   o.profile_file = path;

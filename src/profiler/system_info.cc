@@ -187,7 +187,7 @@ MemoryProfile probe_memory(uint64_t reserve_bytes) {
   m.cgroup_limit_bytes = cg.limit_bytes;
   m.effective_limit_bytes = std::min(m.total_bytes, cg.limit_bytes.value_or(m.total_bytes));
   m.reserve_bytes = reserve_bytes;
-  m.usable_bytes = m.effective_limit_bytes > reserve_bytes ? m.effective_limit_bytes - reserve_bytes : 0;
+  m.usable_bytes = usable_memory(m, reserve_bytes);
   return m;
 }
 

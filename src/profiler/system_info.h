@@ -34,7 +34,7 @@ CgroupMemoryLimit find_cgroup_memory_limit(std::string_view proc_self_cgroup,
                                            std::string_view mountinfo, const FileReader& read);
 
 // MemTotal/MemAvailable from /proc/meminfo and the cgroup limit of this process;
-// effective = min(total, limit), usable = effective - reserve (floored at 0).
+// effective = min(total, limit), usable = usable_memory(effective, reserve).
 MemoryProfile probe_memory(uint64_t reserve_bytes);
 
 std::optional<std::string> read_text_file(const std::string& path);

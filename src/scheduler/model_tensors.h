@@ -1,0 +1,64 @@
+// ModelTensors: what the planner needs to know about a model, without its bytes.
+//
+// For every tensor: role and layer (model/tensor_role.h), size in bytes, and how much of
+// it one generated token reads (dense weights: all of it; a stacked MoE expert tensor:
+// n_expert_used / n_expert of it; the token embedding: one row). Plus the few dimensions
+// that size the KV cache and the work buffers. Built from a GGUF file's directory, or
+// synthetically from a shape (scheduler/shapes.h) so plans for models that are not on
+// disk (a 1T-parameter MoE) can be made and tested.
+//
+// Thread-safety: plain data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "gguf/gguf.h"
+#include "model/tensor_role.h"
+
+namespace hypura::scheduler {
+
+struct TensorDesc {
+  std::string name;               // GGUF name, "blk.3.ffn_up.weight"
+  model::TensorRole role = model::TensorRole::kOther;
+  int layer = -1;                 // blk index, -1 outside the layer stack
+  uint64_t bytes = 0;             // size of the tensor's data
+  int64_t n_expert = 0;           // experts stacked in this tensor (MoE expert roles), else 0
+  uint64_t row_bytes = 0;         // bytes of one row (the embedding reads one per token)
+  double access_per_token = 1.0;  // fraction of `bytes` one generated token reads
+  int32_t file_index = -1;        // index in GgufFile::tensors() (runtime::TensorId); -1: synthetic
+};
+
+struct ModelTensors {
+  std::string name;               // general.name or the shape's name
+  std::string architecture;       // general.architecture
+  int n_layer = 0;
+  int64_t n_embd = 0;
+  int64_t n_head = 0;
+  int64_t n_vocab = 0;
+  int64_t n_ff = 0;               // widest FFN a token passes through (dense, or experts used)
+  int64_t n_expert = 0;           // 0: dense
+  int64_t n_expert_used = 0;
+  uint64_t kv_elements_per_token = 0;  // K and V values stored per position, all layers
+  std::vector<TensorDesc> tensors;
+
+  uint64_t total_bytes() const;
+  // Bytes one generated token reads if everything is resident (sum of access x bytes).
+  uint64_t bytes_read_per_token() const;
+};
+
+// Reads dimensions from "<arch>.*" metadata and classifies every tensor. Architectures
+// the runtime cannot run still get a plan (roles come from names). Fails only when the
+// layer count or embedding width is missing.
+Result<ModelTensors> model_tensors_from_gguf(const gguf::GgufFile& file);
+
+// Fills access_per_token (and row_bytes for the embedding) from role and the model's
+// expert counts. Used by both builders.
+void set_access_frequencies(ModelTensors& model);
+
+// Optional measured routing: per-expert selection frequency sharpens the uniform
+// n_used/n_expert assumption later (hit rates in the cost model use the uniform one).
+
+}  // namespace hypura::scheduler

@@ -1,0 +1,131 @@
+// The placement plan: for every tensor a tier (GPU, RAM, storage), the streaming pool,
+// the prefetch depth, the expert cache, the predicted speed, and why.
+//
+//   Result<Plan> place(const ModelTensors&, const HardwareProfile&, const Budgets&)
+//
+// place() is a pure, deterministic function: the same inputs give the same plan. The
+// objective (docs/PLANNER.md): minimise the predicted time per generated token, with
+// storage reads overlapped with compute, subject to the memory limits, counting the KV
+// cache, work buffers, pool and runtime overhead. The mode is derived from the placement:
+//   nothing on storage                    -> full-resident
+//   only MoE expert tensors on storage    -> expert-streaming
+//   only dense FFN tensors on storage     -> dense-FFN-streaming
+//   anything else on storage              -> full-streaming
+//
+// Thread-safety: pure functions over plain data.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "profiler/hardware_profile.h"
+#include "scheduler/model_tensors.h"
+
+namespace hypura::scheduler {
+
+enum class Tier { kGpu, kRam, kStorage };
+const char* tier_name(Tier tier);  // "gpu", "ram", "storage"
+
+enum class Mode { kFullResident, kExpertStreaming, kDenseFfnStreaming, kFullStreaming };
+const char* mode_name(Mode mode);  // "full-resident", "expert-streaming", ...
+
+struct Budgets {
+  std::optional<uint64_t> gpu_bytes;      // --gpu-budget: cap on GPU memory used
+  std::optional<uint64_t> ram_bytes;      // --ram-budget: cap on host memory (peak RSS)
+  std::optional<uint64_t> reserve_bytes;  // RAM left to the OS; default: the profile's
+  int64_t n_ctx = 4096;                   // context length: sizes the KV cache
+  int64_t n_batch = 512;                  // prompt tokens per batch: sizes work buffers
+  int kv_bytes_per_element = 2;           // F16 KV cache (4 for F32)
+  bool use_gpu = true;                    // false: plan without the GPU tier
+};
+
+// Constants of the cost model, in one place (docs/PLANNER.md explains each).
+struct CostModel {
+  double cpu_efficiency = 0.6;     // fraction of measured RAM read bandwidth CPU matmuls reach
+  double gpu_efficiency = 0.7;     // same for GPU kernels and device memory bandwidth
+  double per_layer_overhead_s = 20e-6;  // synchronisation, thread wake-ups per layer
+  uint64_t runtime_overhead_bytes = uint64_t{128} << 20;  // binary, tokenizer, allocator slack
+  uint64_t gpu_context_bytes = uint64_t{512} << 20;       // CUDA context, allocator slack
+  int max_prefetch_depth = 8;
+};
+
+// Memory the plan implies, by owner (bytes). Peak host use is ram_total().
+struct MemoryPlan {
+  uint64_t ram_limit = 0, gpu_limit = 0;  // what the plan had to fit in
+  uint64_t ram_weights = 0, gpu_weights = 0;
+  uint64_t kv_ram = 0, kv_gpu = 0;
+  uint64_t work_ram = 0, work_gpu = 0;
+  uint64_t pool = 0;           // streaming slots (RAM)
+  uint64_t expert_cache = 0;   // cached experts (RAM)
+  uint64_t overhead_ram = 0, overhead_gpu = 0;
+  bool unified = false;        // GPU bytes are also RAM bytes
+
+  uint64_t ram_total() const {
+    return ram_weights + kv_ram + work_ram + pool + expert_cache + overhead_ram +
+           (unified ? gpu_total() : 0);
+  }
+  uint64_t gpu_total() const { return gpu_weights + kv_gpu + work_gpu + overhead_gpu; }
+};
+
+struct Prediction {
+  double tok_per_s = 0;
+  double seconds_per_token = 0;
+  double compute_s = 0;            // per token, all tiers, serial
+  double io_s = 0;                 // per token, device busy time
+  double io_demand_s = 0;          // part of io_s that cannot be prefetched (expert misses)
+  uint64_t storage_bytes_per_token = 0;
+  double expert_hit_rate = 0;      // uniform routing assumption; 1 when nothing streams
+  double storage_bound_tok_s = 0;  // seq bandwidth / streamed bytes per token (0: none)
+  bool io_bound = false;
+};
+
+struct Plan {
+  Mode mode = Mode::kFullResident;
+  std::vector<Tier> tiers;         // parallel to ModelTensors::tensors
+  // Streaming pool for dense tensors on storage: one slot per layer in memory (the one
+  // computing plus prefetch_depth being read); a slot holds every streamed tensor of a
+  // layer, each at a 4 KiB-aligned offset with one spare block for its unaligned head/tail
+  // (slot_bytes = max over layers of the sum of align_up(bytes) + 4096).
+  uint32_t pool_slots = 0;
+  uint64_t pool_slot_bytes = 0;
+  int prefetch_depth = 0;          // layers read ahead of the one computing
+  // Expert cache (expert-streaming): capacity in experts (one expert = its gate, up and
+  // down slices in one layer) of expert_slot_bytes each.
+  uint32_t expert_cache_experts = 0;
+  uint64_t expert_slot_bytes = 0;
+  // Storage reads: request size and queue depth (the profile's best).
+  uint64_t io_request_bytes = 0;
+  uint32_t io_queue_depth = 0;
+  int64_t n_ctx = 0;
+  MemoryPlan memory;
+  Prediction prediction;
+  std::vector<std::string> explanation;  // human-readable reasons, in order
+
+  uint64_t bytes_on(const ModelTensors& m, Tier tier) const;
+};
+
+// REQUIRES: model has tensors. Fails (kResourceExhausted, with the numbers) when even
+// streaming everything streamable cannot fit the memory limits.
+Result<Plan> place(const ModelTensors& model, const profiler::HardwareProfile& profile,
+                   const Budgets& budgets, const CostModel& cost = {});
+
+// ---- the cost model, exposed so tests can compare placements ----
+
+// Fills memory, pool, prefetch, expert cache and prediction for given tiers and depth,
+// and the mode. Returns false when the tiers do not fit the limits.
+bool evaluate(const ModelTensors& model, const profiler::HardwareProfile& profile,
+              const Budgets& budgets, const CostModel& cost, Plan& plan);
+
+// Simple alternatives the planner must never lose to (tests):
+// every layer kept whole, layers resident in order until memory is full, the rest streamed.
+Result<Plan> place_layers_in_order(const ModelTensors& model, const profiler::HardwareProfile& profile,
+                                   const Budgets& budgets, const CostModel& cost = {});
+// Everything through mmap and the page cache: resident speed when it fits, else every
+// byte a token touches is faulted in from storage, synchronously.
+Prediction predict_mmap(const ModelTensors& model, const profiler::HardwareProfile& profile,
+                        const Budgets& budgets, const CostModel& cost = {});
+
+}  // namespace hypura::scheduler

@@ -1,0 +1,625 @@
+// place(): choose what streams from storage, then split the resident rest between GPU and
+// RAM; evaluate(): the memory accounting and the cost model (a small pipeline simulation
+// of prefetched reads against per-layer compute). docs/PLANNER.md derives both.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <numeric>
+
+#include "common/size.h"
+#include "scheduler/plan.h"
+
+namespace hypura::scheduler {
+namespace {
+
+using model::TensorRole;
+using profiler::HardwareProfile;
+
+constexpr uint64_t kAlign = 4096;
+uint64_t align_up(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+// Streaming classes, streamed in this order (docs/PLANNER.md: ratio of I/O added per
+// byte of memory freed, lowest first; the embedding last by design).
+enum class StreamClass { kNever = 0, kExperts = 1, kDenseFfn = 2, kAttention = 3, kEmbedding = 4 };
+
+StreamClass stream_class(const TensorDesc& t) {
+  if (model::is_moe_expert(t.role)) return StreamClass::kExperts;
+  if (model::is_dense_ffn(t.role) || t.role == TensorRole::kSharedExpert) {
+    // Shared-expert gates are vectors; only matrices are worth streaming.
+    return t.bytes >= (uint64_t{1} << 20) ? StreamClass::kDenseFfn : StreamClass::kNever;
+  }
+  switch (t.role) {
+    case TensorRole::kAttnQ: case TensorRole::kAttnK: case TensorRole::kAttnV:
+    case TensorRole::kAttnQkv: case TensorRole::kAttnOutput: case TensorRole::kOutput:
+      return StreamClass::kAttention;
+    case TensorRole::kTokenEmbedding:
+      return StreamClass::kEmbedding;
+    case TensorRole::kOther:
+      return t.bytes >= (uint64_t{16} << 20) ? StreamClass::kAttention : StreamClass::kNever;
+    default:
+      return StreamClass::kNever;  // norms, biases, router, rope factors: small, always hot
+  }
+}
+
+// Layer index used for pipelining: the output head computes after the last layer.
+int pipeline_layer(const ModelTensors& m, const TensorDesc& t) {
+  if (t.layer >= 0) return std::min(t.layer, m.n_layer - 1);
+  return t.role == TensorRole::kTokenEmbedding ? 0 : m.n_layer;
+}
+
+// k of n items spread evenly (streamed layers interleaved with resident ones keep the
+// device busy while resident layers compute; a block of them would leave it idle).
+std::vector<int> spread(int k, int n) {
+  std::vector<int> out;
+  for (int i = 0; i < k; ++i) out.push_back(static_cast<int>((2 * static_cast<int64_t>(i) + 1) * n / (2 * k)));
+  return out;
+}
+
+struct Limits {
+  uint64_t ram = 0, gpu = 0;
+  bool has_gpu = false, unified = false;
+};
+
+Limits limits(const HardwareProfile& p, const Budgets& b) {
+  Limits l;
+  l.ram = profiler::usable_memory(p.memory, b.reserve_bytes.value_or(p.memory.reserve_bytes));
+  if (b.ram_bytes) l.ram = std::min(l.ram, *b.ram_bytes);
+  l.unified = p.memory.unified;
+  l.has_gpu = b.use_gpu && !p.gpus.empty();
+  if (l.has_gpu) {
+    const auto& g = p.gpus.front();
+    l.gpu = g.free_bytes > 0 ? g.free_bytes : g.total_bytes;
+    if (b.gpu_bytes) l.gpu = std::min(l.gpu, *b.gpu_bytes);
+  }
+  return l;
+}
+
+uint64_t work_bytes(const ModelTensors& m, const Budgets& b) {
+  uint64_t acts = 4 * static_cast<uint64_t>(b.n_batch) * static_cast<uint64_t>(4 * m.n_embd + 3 * m.n_ff);
+  return acts + 8 * static_cast<uint64_t>(m.n_vocab) + 4 * static_cast<uint64_t>(m.n_head * b.n_ctx);
+}
+
+uint64_t kv_bytes(const ModelTensors& m, const Budgets& b) {
+  return m.kv_elements_per_token * static_cast<uint64_t>(b.n_ctx) * static_cast<uint64_t>(b.kv_bytes_per_element);
+}
+
+// Seconds to read one `bytes` range at queue depth 1 beyond the streaming rate: the
+// latency a demand read cannot hide (from the 1 MiB random figure; 100 us if unmeasured).
+double read_latency_s(const profiler::StorageProfile& s) {
+  double r1m = s.random_bps(1 << 20, 1);
+  if (r1m <= 0 || s.seq_read_bps <= 0) return 100e-6;
+  return std::max(0.0, (1 << 20) / r1m - (1 << 20) / s.seq_read_bps);
+}
+
+double bandwidth(const HardwareProfile& p, const CostModel& c, Tier tier) {
+  double ram = std::max(1e9, p.memory.read_bandwidth_bps) * c.cpu_efficiency;
+  if (tier != Tier::kGpu || p.gpus.empty()) return ram;
+  double gpu = p.gpus.front().memory_bandwidth_bps;
+  return gpu > 0 ? gpu * c.gpu_efficiency : ram;
+}
+
+// Per-layer quantities of the pipeline (index n_layer is the output head).
+struct LayerCosts {
+  std::vector<double> compute_s;   // all tensors of the layer, on their tier's bandwidth
+  std::vector<double> read_s;      // prefetchable storage reads (dense tensors)
+  std::vector<double> demand_s;    // reads known only when the layer runs (experts, embedding)
+};
+
+// Steady-state seconds per token: reads in layer order on one device, at most `slots`
+// streamed layers in memory (read or being computed), compute in order. Four tokens are
+// simulated and the last one timed, so pipeline fill is excluded and reads for the next
+// token overlap the end of the current one, as in the runtime.
+double simulate(const LayerCosts& lc, int slots) {
+  size_t n = lc.compute_s.size();
+  std::vector<double> streamed_end;  // compute end of each streamed layer instance
+  double compute_end = 0, io_free = 0, token_start = 0;
+  constexpr int kTokens = 4;
+  for (int tok = 0; tok < kTokens; ++tok) {
+    token_start = compute_end;
+    for (size_t l = 0; l < n; ++l) {
+      double ready = compute_end;
+      if (lc.read_s[l] > 0) {
+        size_t q = streamed_end.size();
+        double slot_free = q >= static_cast<size_t>(slots) ? streamed_end[q - slots] : 0.0;
+        double read_end = std::max(io_free, slot_free) + lc.read_s[l];
+        io_free = read_end;
+        ready = std::max(ready, read_end);
+      }
+      double start = ready;
+      if (lc.demand_s[l] > 0) io_free = std::max(io_free, start) + lc.demand_s[l];  // same device
+      compute_end = start + lc.compute_s[l] + lc.demand_s[l];
+      if (lc.read_s[l] > 0) streamed_end.push_back(compute_end);
+    }
+  }
+  return compute_end - token_start;
+}
+
+Mode derive_mode(const ModelTensors& m, const std::vector<Tier>& tiers) {
+  bool any = false, only_experts = true, only_dense = true;
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    if (tiers[i] != Tier::kStorage) continue;
+    any = true;
+    only_experts &= model::is_moe_expert(m.tensors[i].role);
+    only_dense &= model::is_dense_ffn(m.tensors[i].role);
+  }
+  if (!any) return Mode::kFullResident;
+  if (only_experts) return Mode::kExpertStreaming;
+  if (only_dense) return Mode::kDenseFfnStreaming;
+  return Mode::kFullStreaming;
+}
+
+// Splits the resident tensors (tiers != storage) between GPU and RAM: the GPU takes what
+// each token reads most per byte first (dense before experts; the embedding, read one
+// row per token, stays in RAM), in layer order with the output head first, first fit.
+// A layer's KV cache lives where its attention computes.
+void assign_gpu(const ModelTensors& m, const Budgets& b, const CostModel& c, const Limits& lim,
+                std::vector<Tier>& tiers) {
+  for (auto& t : tiers) {
+    if (t == Tier::kGpu) t = Tier::kRam;
+  }
+  if (!lim.has_gpu) return;
+  uint64_t fixed = work_bytes(m, b) + c.gpu_context_bytes;
+  if (lim.gpu <= fixed) return;
+  uint64_t room = lim.gpu - fixed;
+  uint64_t kv_layer = kv_bytes(m, b) / std::max(1, m.n_layer);
+  std::vector<size_t> order;
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    if (tiers[i] == Tier::kRam && m.tensors[i].role != TensorRole::kTokenEmbedding) order.push_back(i);
+  }
+  auto key = [&](size_t i) {
+    const TensorDesc& t = m.tensors[i];
+    int layer = t.layer < 0 ? -1 : t.layer;
+    return std::make_tuple(-std::round(t.access_per_token * 1e6), layer, i);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t bb) { return key(a) < key(bb); });
+  std::vector<bool> kv_on_gpu(static_cast<size_t>(std::max(1, m.n_layer)), false);
+  for (size_t i : order) {
+    const TensorDesc& t = m.tensors[i];
+    uint64_t need = t.bytes;
+    bool attn = model::is_attention(t.role) && t.layer >= 0;
+    if (attn && !kv_on_gpu[static_cast<size_t>(t.layer)]) need += kv_layer;
+    if (need > room) continue;
+    room -= need;
+    tiers[i] = Tier::kGpu;
+    if (attn) kv_on_gpu[static_cast<size_t>(t.layer)] = true;
+  }
+}
+
+std::string gib(uint64_t bytes) { return format_size(bytes); }
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+}  // namespace
+
+const char* tier_name(Tier tier) {
+  switch (tier) {
+    case Tier::kGpu: return "gpu";
+    case Tier::kRam: return "ram";
+    case Tier::kStorage: return "storage";
+  }
+  return "?";
+}
+
+const char* mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::kFullResident: return "full-resident";
+    case Mode::kExpertStreaming: return "expert-streaming";
+    case Mode::kDenseFfnStreaming: return "dense-ffn-streaming";
+    case Mode::kFullStreaming: return "full-streaming";
+  }
+  return "?";
+}
+
+uint64_t Plan::bytes_on(const ModelTensors& m, Tier tier) const {
+  uint64_t total = 0;
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    if (tiers[i] == tier) total += m.tensors[i].bytes;
+  }
+  return total;
+}
+
+bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, const CostModel& c,
+              Plan& plan) {
+  const Limits lim = limits(p, b);
+  const profiler::StorageProfile& st = p.storage;
+  const size_t n_pipe = static_cast<size_t>(m.n_layer) + 1;
+  MemoryPlan mem;
+  mem.ram_limit = lim.ram;
+  mem.gpu_limit = lim.gpu;
+  mem.unified = lim.unified;
+  mem.overhead_ram = c.runtime_overhead_bytes;
+  mem.work_ram = work_bytes(m, b);
+
+  LayerCosts lc{std::vector<double>(n_pipe, c.per_layer_overhead_s), std::vector<double>(n_pipe, 0.0),
+                std::vector<double>(n_pipe, 0.0)};
+  std::vector<uint64_t> streamed_bytes(n_pipe, 0);
+  std::vector<uint64_t> slot_need(n_pipe, 0);
+  std::vector<uint64_t> expert_bytes_layer(n_pipe, 0);  // one expert's gate+up+down
+  uint64_t expert_total_bytes = 0, storage_bytes = 0;
+  uint64_t experts_total = 0;
+  bool any_gpu = false;
+  std::vector<bool> kv_gpu(n_pipe, false);
+  double emb_demand = 0;
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    const TensorDesc& t = m.tensors[i];
+    Tier tier = plan.tiers[i];
+    size_t L = static_cast<size_t>(pipeline_layer(m, t));
+    double touched = t.access_per_token * static_cast<double>(t.bytes);
+    // Streamed tensors compute where their slots live: GPU-visible memory on a unified
+    // machine (the original's Metal rig), host RAM for the CPU otherwise.
+    Tier computes_on = tier == Tier::kStorage ? (lim.unified && lim.has_gpu ? Tier::kGpu : Tier::kRam) : tier;
+    lc.compute_s[L] += touched / bandwidth(p, c, computes_on);
+    if (tier == Tier::kGpu) {
+      any_gpu = true;
+      mem.gpu_weights += t.bytes;
+      if (model::is_attention(t.role) && t.layer >= 0) kv_gpu[L] = true;
+    } else if (tier == Tier::kRam) {
+      mem.ram_weights += t.bytes;
+    } else if (model::is_moe_expert(t.role) && t.n_expert > 0) {
+      expert_bytes_layer[L] += t.bytes / static_cast<uint64_t>(t.n_expert);
+      expert_total_bytes += t.bytes;
+    } else if (t.role == TensorRole::kTokenEmbedding) {
+      double iops = 0;
+      for (const auto& r : st.random) {
+        if (r.block_bytes == 4096 && r.queue_depth == 1) iops = r.iops;
+      }
+      emb_demand = iops > 0 ? 1.0 / iops : 100e-6;
+      storage_bytes += align_up(t.row_bytes) + kAlign;
+    } else {
+      streamed_bytes[L] += t.bytes;
+      slot_need[L] += align_up(t.bytes) + kAlign;  // room for an unaligned head and tail block
+    }
+  }
+  // KV cache: per layer, on the GPU when the layer's attention is there.
+  uint64_t kv_layer = kv_bytes(m, b) / std::max(1, m.n_layer);
+  for (size_t L = 0; L < static_cast<size_t>(m.n_layer); ++L) (kv_gpu[L] ? mem.kv_gpu : mem.kv_ram) += kv_layer;
+  if (any_gpu) {
+    mem.work_gpu = work_bytes(m, b);
+    mem.overhead_gpu = c.gpu_context_bytes;
+  }
+
+  // Dense streaming pool: one slot per streamed layer in memory (the one computing and
+  // `depth` being read), each big enough for the largest layer's streamed tensors.
+  int n_streamed_layers = 0;
+  uint64_t slot_bytes = 0;
+  for (size_t L = 0; L < n_pipe; ++L) {
+    if (streamed_bytes[L] == 0) continue;
+    ++n_streamed_layers;
+    slot_bytes = std::max(slot_bytes, slot_need[L]);
+    storage_bytes += streamed_bytes[L];
+    lc.read_s[L] = static_cast<double>(streamed_bytes[L]) / st.seq_read_bps;
+  }
+  int depth = n_streamed_layers == 0 ? 0 : std::clamp(plan.prefetch_depth, 1, std::max(1, n_streamed_layers - 1));
+  if (n_streamed_layers == 1) depth = 1;
+  plan.prefetch_depth = depth;
+  plan.pool_slot_bytes = slot_bytes;
+  plan.pool_slots = n_streamed_layers ? static_cast<uint32_t>(std::min(depth + 1, n_streamed_layers)) : 0;
+  mem.pool = plan.pool_slot_bytes * plan.pool_slots;
+
+  // Expert cache: a byte budget (experts differ in size across layers: Q6_K ffn_down in
+  // some) taking the RAM left over, at least two layers' worth of routed experts.
+  uint64_t expert_max = *std::max_element(expert_bytes_layer.begin(), expert_bytes_layer.end());
+  double hit = 1.0;
+  if (expert_max > 0) {
+    for (size_t L = 0; L < n_pipe; ++L) experts_total += expert_bytes_layer[L] > 0 ? static_cast<uint64_t>(m.n_expert) : 0;
+    uint64_t mean = expert_total_bytes / experts_total;
+    plan.expert_slot_bytes = mean;
+    uint64_t used = mem.ram_total();
+    uint64_t min_bytes = 2 * static_cast<uint64_t>(std::max<int64_t>(m.n_expert_used, 1)) * expert_max;
+    uint64_t cache = used < lim.ram ? lim.ram - used : 0;
+    cache = std::min(std::max(cache, min_bytes), expert_total_bytes);
+    plan.expert_cache_experts = static_cast<uint32_t>(cache / mean);
+    mem.expert_cache = cache;
+    // Uniform routing: an LRU cache holding a fraction f of the expert bytes hits with rate f.
+    hit = static_cast<double>(cache) / static_cast<double>(expert_total_bytes);
+    double lat = read_latency_s(st);
+    for (size_t L = 0; L < n_pipe; ++L) {
+      if (expert_bytes_layer[L] == 0) continue;
+      double miss_bytes = static_cast<double>(m.n_expert_used) * expert_bytes_layer[L] * (1 - hit);
+      lc.demand_s[L] += miss_bytes / st.seq_read_bps + (miss_bytes > 0 ? lat * (1 - hit) : 0);
+      storage_bytes += static_cast<uint64_t>(miss_bytes);
+    }
+  } else {
+    plan.expert_cache_experts = 0;
+  }
+  lc.demand_s[0] += emb_demand;
+  plan.memory = mem;
+
+  Prediction& pr = plan.prediction;
+  pr = Prediction{};
+  pr.compute_s = std::accumulate(lc.compute_s.begin(), lc.compute_s.end(), 0.0);
+  pr.io_demand_s = std::accumulate(lc.demand_s.begin(), lc.demand_s.end(), 0.0);
+  pr.io_s = std::accumulate(lc.read_s.begin(), lc.read_s.end(), 0.0) + pr.io_demand_s;
+  pr.seconds_per_token = simulate(lc, depth + 1);
+  pr.tok_per_s = pr.seconds_per_token > 0 ? 1.0 / pr.seconds_per_token : 0;
+  pr.storage_bytes_per_token = storage_bytes;
+  pr.expert_hit_rate = hit;
+  pr.storage_bound_tok_s = storage_bytes > 0 ? st.seq_read_bps / static_cast<double>(storage_bytes) : 0;
+  pr.io_bound = pr.io_s > pr.compute_s;
+  plan.mode = derive_mode(m, plan.tiers);
+  plan.io_request_bytes = st.best_block_bytes ? st.best_block_bytes : uint64_t{1} << 20;
+  plan.io_queue_depth = st.best_queue_depth ? st.best_queue_depth : 32;
+  plan.n_ctx = b.n_ctx;
+  bool ram_ok = mem.ram_total() <= lim.ram;
+  bool gpu_ok = mem.gpu_total() <= (any_gpu ? lim.gpu : ~uint64_t{0});
+  return ram_ok && gpu_ok;
+}
+
+namespace {
+
+// Tiers with the given tensors streamed and the rest resident, split between GPU and RAM.
+std::vector<Tier> with_streamed(const ModelTensors& m, const std::vector<bool>& streamed, const Budgets& b,
+                                const CostModel& c, const Limits& lim) {
+  std::vector<Tier> tiers(m.tensors.size(), Tier::kRam);
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    if (streamed[i]) tiers[i] = Tier::kStorage;
+  }
+  assign_gpu(m, b, c, lim, tiers);
+  return tiers;
+}
+
+// Groups of one class: the tensors of that class in each pipeline layer, in layer order.
+std::vector<std::vector<size_t>> class_groups(const ModelTensors& m, StreamClass cls) {
+  std::map<int, std::vector<size_t>> by_layer;
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    if (stream_class(m.tensors[i]) == cls) by_layer[pipeline_layer(m, m.tensors[i])].push_back(i);
+  }
+  std::vector<std::vector<size_t>> out;
+  for (auto& [layer, idx] : by_layer) out.push_back(idx);
+  return out;
+}
+
+struct Candidate {
+  bool found = false;
+  Plan plan;
+};
+
+// Extra streaming must buy at least kMinGain: between near-equal plans the simpler one
+// (fewer classes on storage, a purer mode) wins. The cost model is not more accurate
+// than this, so the choice costs nothing measurable.
+constexpr double kMinGain = 0.05;
+
+struct Search {
+  const ModelTensors& m;
+  const HardwareProfile& p;
+  const Budgets& b;
+  const CostModel& c;
+  const Limits& lim;
+  int depth;
+
+  // Evaluates `streamed`; true (and the plan in `out`) when it fits.
+  bool attempt(const std::vector<bool>& streamed, Plan& out) const {
+    out = Plan{};
+    out.tiers = with_streamed(m, streamed, b, c, lim);
+    out.prefetch_depth = depth;
+    return evaluate(m, p, b, c, out);
+  }
+
+  // `base` plus k groups of `groups`, spread over the layers.
+  static std::vector<bool> plus(std::vector<bool> base, const std::vector<std::vector<size_t>>& groups, int k) {
+    for (int g : spread(k, static_cast<int>(groups.size()))) {
+      for (size_t i : groups[static_cast<size_t>(g)]) base[i] = true;
+    }
+    return base;
+  }
+
+  // The (dense FFN groups, attention groups) frontier on top of `base`: for each number of
+  // FFN groups the fewest attention groups that fit (a count whose maximum does not fit
+  // is skipped after one evaluation). With `keep_going` (experts stream and the cache
+  // takes what is left, so streaming more can buy cache hits) the chain "k FFN groups,
+  // then all FFN and k attention groups" is tried instead, keeping the fastest.
+  // Pure-FFN plans win unless a mixed one is kMinGain faster.
+  void frontier(const std::vector<bool>& base, bool keep_going, Candidate& best) const {
+    auto ffn = class_groups(m, StreamClass::kDenseFfn);
+    auto attn = class_groups(m, StreamClass::kAttention);
+    Candidate pure, mixed;
+    int n2 = static_cast<int>(ffn.size()), n3 = static_cast<int>(attn.size());
+    auto consider = [&](const std::vector<bool>& streamed, bool is_pure) {
+      Plan plan;
+      if (!attempt(streamed, plan)) return false;
+      Candidate& slot = is_pure ? pure : mixed;
+      if (!slot.found || plan.prediction.seconds_per_token < slot.plan.prediction.seconds_per_token * (1 - 1e-9)) {
+        slot.found = true;
+        slot.plan = std::move(plan);
+      }
+      return true;
+    };
+    if (keep_going) {
+      for (int k2 = 0; k2 <= n2; ++k2) consider(plus(base, ffn, k2), true);
+      for (int k3 = 1; k3 <= n3; ++k3) consider(plus(plus(base, ffn, n2), attn, k3), false);
+    } else {
+      Plan probe;
+      for (int k2 = 0; k2 <= n2; ++k2) {
+        std::vector<bool> with_ffn = plus(base, ffn, k2);
+        if (n3 > 0 && !attempt(plus(with_ffn, attn, n3), probe)) continue;
+        for (int k3 = 0; k3 <= n3; ++k3) {
+          if (consider(plus(with_ffn, attn, k3), k3 == 0)) break;
+        }
+        if (pure.found) break;  // more FFN streaming only adds reads
+      }
+    }
+    for (Candidate* cand : {&pure, &mixed}) {
+      if (!cand->found) continue;
+      double bar = best.found ? best.plan.prediction.seconds_per_token * (1 - kMinGain) : 1e300;
+      if (cand->plan.prediction.seconds_per_token < bar) best = std::move(*cand);
+    }
+  }
+
+  // The least streaming that fits at this depth: nothing; else every expert tensor (the
+  // cache then holds any fraction of them) and the best dense frontier on top; else the
+  // dense frontier alone; else everything streamable, the token embedding included.
+  Candidate run() const {
+    std::vector<bool> none(m.tensors.size(), false);
+    Candidate best;
+    if (attempt(none, best.plan)) {
+      best.found = true;
+      return best;
+    }
+    auto experts = class_groups(m, StreamClass::kExperts);
+    if (!experts.empty()) {
+      std::vector<bool> base = plus(none, experts, static_cast<int>(experts.size()));
+      if (attempt(base, best.plan)) best.found = true;
+      frontier(base, /*keep_going=*/true, best);
+      if (best.found) return best;
+      frontier(base, false, best);
+      if (best.found) return best;
+      none = base;
+    }
+    frontier(none, false, best);
+    if (best.found) return best;
+    std::vector<bool> all(m.tensors.size(), false);
+    for (size_t i = 0; i < all.size(); ++i) all[i] = stream_class(m.tensors[i]) != StreamClass::kNever;
+    if (attempt(all, best.plan)) best.found = true;
+    return best;
+  }
+};
+
+void explain(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, const Limits& lim, Plan& plan) {
+  auto& e = plan.explanation;
+  const MemoryPlan& mem = plan.memory;
+  uint64_t reserve = b.reserve_bytes.value_or(p.memory.reserve_bytes);
+  std::string limit_src = "RAM " + gib(p.memory.total_bytes) + " - reserve " + gib(reserve);
+  if (p.memory.cgroup_limit_bytes && *p.memory.cgroup_limit_bytes <= p.memory.total_bytes - std::min(reserve, p.memory.total_bytes)) {
+    limit_src = "cgroup " + p.memory.cgroup_version + " memory limit " + gib(*p.memory.cgroup_limit_bytes);
+  }
+  if (b.ram_bytes && *b.ram_bytes == lim.ram) limit_src = "--ram-budget " + gib(*b.ram_bytes);
+  e.push_back("Host memory limit " + gib(lim.ram) + ": " + limit_src + ".");
+  if (lim.has_gpu) {
+    e.push_back("GPU " + p.gpus.front().name + ": " + gib(lim.gpu) + " usable" +
+                (lim.unified ? " (unified memory: GPU bytes count against the host limit too)." : "."));
+  } else {
+    e.push_back("No GPU tier: tiers are RAM and storage.");
+  }
+  e.push_back("Fixed costs: KV cache " + gib(mem.kv_ram + mem.kv_gpu) + " (" + std::to_string(b.n_ctx) +
+              " tokens), work buffers " + gib(mem.work_ram + mem.work_gpu) + ", runtime " +
+              gib(mem.overhead_ram + mem.overhead_gpu) + ".");
+  uint64_t total = m.total_bytes();
+  uint64_t on_storage = plan.bytes_on(m, Tier::kStorage);
+  if (on_storage == 0) {
+    e.push_back("Model " + gib(total) + " fits: every tensor resident, no storage reads.");
+  } else {
+    e.push_back("Model " + gib(total) + " does not fit: " + gib(on_storage) + " stays on storage (" +
+                mode_name(plan.mode) + "), chosen as the tensors that add the least storage traffic per byte "
+                "of memory freed (MoE experts, then dense FFN, then attention and the output head).");
+  }
+  if (plan.pool_slots > 0) {
+    e.push_back("Pool: " + std::to_string(plan.pool_slots) + " layer slots of " + gib(plan.pool_slot_bytes) +
+                " = " + gib(mem.pool) + "; prefetch " + std::to_string(plan.prefetch_depth) +
+                " layers ahead (the depth with the lowest predicted time: each extra layer of prefetch "
+                "costs its slots in memory, i.e. more streamed bytes).");
+  }
+  if (plan.expert_cache_experts > 0) {
+    e.push_back("Expert cache: " + std::to_string(plan.expert_cache_experts) + " experts of " +
+                gib(plan.expert_slot_bytes) + " = " + gib(mem.expert_cache) + "; uniform-routing hit rate " +
+                fmt("%.1f%%", 100 * plan.prediction.expert_hit_rate) + " (real routing is more local: a lower bound).");
+  }
+  const Prediction& pr = plan.prediction;
+  std::string bound = pr.io_bound ? "storage-bound" : "compute-bound";
+  e.push_back("Predicted " + fmt("%.2f", pr.tok_per_s) + " tok/s (" + bound + ": compute " +
+              fmt("%.3f", pr.compute_s) + " s/token, storage reads " + fmt("%.3f", pr.io_s) + " s/token, " +
+              gib(pr.storage_bytes_per_token) + " read per token at " +
+              fmt("%.2f", p.storage.seq_read_bps / 1e9) + " GB/s).");
+  e.push_back("Peak memory: host " + gib(mem.ram_total()) + " of " + gib(lim.ram) +
+              (lim.has_gpu ? ", GPU " + gib(mem.gpu_total()) + " of " + gib(lim.gpu) : std::string()) + ".");
+}
+
+}  // namespace
+
+Result<Plan> place(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, const CostModel& c) {
+  if (m.tensors.empty() || m.n_layer <= 0) return invalid_argument("model has no tensors or layers to place");
+  if (p.storage.seq_read_bps <= 0) return invalid_argument("profile has no storage read bandwidth");
+  const Limits lim = limits(p, b);
+  Candidate best;
+  int worse = 0;
+  for (int depth = 1; depth <= c.max_prefetch_depth; ++depth) {
+    Candidate cand = Search{m, p, b, c, lim, depth}.run();
+    if (!cand.found) continue;
+    // Strictly better only: ties keep the shallower depth (less memory, same speed).
+    if (!best.found || cand.plan.prediction.seconds_per_token < best.plan.prediction.seconds_per_token * (1 - 1e-9)) {
+      best = std::move(cand);
+      worse = 0;
+    } else if (++worse == 2) {
+      break;  // deeper prefetch only costs more memory from here on
+    }
+    if (best.plan.pool_slots == 0) break;  // nothing dense streams: depth is irrelevant
+  }
+  if (!best.found) {
+    Plan probe;
+    probe.tiers.assign(m.tensors.size(), Tier::kStorage);
+    for (size_t i = 0; i < m.tensors.size(); ++i) {
+      if (stream_class(m.tensors[i]) == StreamClass::kNever) probe.tiers[i] = Tier::kRam;
+    }
+    probe.prefetch_depth = 1;
+    evaluate(m, p, b, c, probe);
+    return resource_exhausted("no placement fits: even streaming every large tensor needs " +
+                              gib(probe.memory.ram_total()) + " of host memory (limit " + gib(lim.ram) +
+                              ": KV cache " + gib(probe.memory.kv_ram) + ", work buffers " +
+                              gib(probe.memory.work_ram) + ", pool " + gib(probe.memory.pool) +
+                              "); lower --context or raise the budget");
+  }
+  // The layer-prefix placement (whole layers resident in order) is a candidate too: the
+  // class order above is within one group of the best for dense models, but for MoE
+  // models a whole resident layer can beat spreading the cache (docs/PLANNER.md).
+  auto prefix = place_layers_in_order(m, p, b, c);
+  bool prefix_won = prefix.is_ok() &&
+                    prefix->prediction.seconds_per_token < best.plan.prediction.seconds_per_token * (1 - 1e-9);
+  if (prefix_won) best.plan = std::move(prefix).value();
+  explain(m, p, b, lim, best.plan);
+  if (prefix_won) {
+    best.plan.explanation.push_back("Chosen over the class-ordered placement: keeping whole layers resident in "
+                                    "order predicts a faster token here.");
+  }
+  return std::move(best.plan);
+}
+
+Result<Plan> place_layers_in_order(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
+                                   const CostModel& c) {
+  const Limits lim = limits(p, b);
+  Plan best;
+  bool found = false;
+  for (int depth = 1; depth <= c.max_prefetch_depth; ++depth) {
+    for (int resident = m.n_layer; resident >= 0; --resident) {
+      std::vector<bool> streamed(m.tensors.size(), false);
+      for (size_t i = 0; i < m.tensors.size(); ++i) {
+        const TensorDesc& t = m.tensors[i];
+        streamed[i] = t.layer >= resident && stream_class(t) != StreamClass::kNever;
+      }
+      Plan plan;
+      plan.tiers = with_streamed(m, streamed, b, c, lim);
+      plan.prefetch_depth = depth;
+      if (!evaluate(m, p, b, c, plan)) continue;
+      if (!found || plan.prediction.seconds_per_token < best.prediction.seconds_per_token) best = plan;
+      found = true;
+      break;
+    }
+  }
+  if (!found) return resource_exhausted("layers-in-order placement does not fit");
+  return best;
+}
+
+Prediction predict_mmap(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, const CostModel& c) {
+  const Limits lim = limits(p, b);
+  Plan resident;
+  resident.tiers.assign(m.tensors.size(), Tier::kRam);
+  bool fits = evaluate(m, p, b, c, resident);
+  if (fits) return resident.prediction;
+  // The page cache holds less than one token's working set: a cyclic scan through an LRU
+  // cache smaller than it misses every time, and each fault waits for its read.
+  Prediction pr = resident.prediction;
+  double touched = static_cast<double>(m.bytes_read_per_token());
+  pr.storage_bytes_per_token = static_cast<uint64_t>(touched);
+  pr.io_s = touched / p.storage.seq_read_bps;
+  pr.io_demand_s = pr.io_s;
+  pr.seconds_per_token = pr.compute_s + pr.io_s;
+  pr.tok_per_s = 1.0 / pr.seconds_per_token;
+  pr.io_bound = true;
+  (void)lim;
+  return pr;
+}
+
+}  // namespace hypura::scheduler
