@@ -25,7 +25,7 @@ if ((${#missing[@]})); then
     { $SUDO apt-get update && $SUDO apt-get install -y --no-install-recommends "${missing[@]}"; }
 fi
 
-PY_PACKAGES=(numpy "gguf==0.19.0" requests ollama openai)
+PY_PACKAGES=(numpy "gguf==0.19.0" requests ollama openai jinja2)
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv

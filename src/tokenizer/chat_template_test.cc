@@ -6,7 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -144,6 +147,19 @@ TEST(ChatTemplate, Qwen3DropsEarlierReasoning) {
   const ChatTemplate plain = ChatTemplate::from_text(read_file(kData / "smollm2.jinja"),
                                                      "<|im_start|>", "<|im_end|>", false);
   EXPECT_NE(plain.render(m, true).find("<think>"), std::string::npos);
+}
+
+// The expected texts above are what the templates themselves render (jinja2, as
+// transformers runs it): an independent check of the hand-written expectations.
+TEST(ChatTemplate, ExpectedTextsMatchJinja2) {
+  const std::string script =
+      (fs::path(HYPURA_SOURCE_DIR) / "tests/python/tokenizer_chat_templates.py").string();
+  if (!fs::exists(HYPURA_PYTHON)) GTEST_SKIP() << "no Python at " << HYPURA_PYTHON;
+  const std::string cmd = std::string(HYPURA_PYTHON) + " " + script + " > /dev/null 2>&1";
+  const int rc = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(rc)) << cmd;
+  if (WEXITSTATUS(rc) == 77) GTEST_SKIP() << "jinja2 not installed (scripts/setup.sh)";
+  EXPECT_EQ(WEXITSTATUS(rc), 0) << "run " << script << " to see the mismatches";
 }
 
 TEST(ChatTemplate, EncodesWithThePhi3Vocab) {
