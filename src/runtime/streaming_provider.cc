@@ -1,0 +1,419 @@
+#include "runtime/streaming_provider.h"
+
+#include <algorithm>
+#include <cassert>
+#include <chrono>
+#include <deque>
+
+#include <spdlog/spdlog.h>
+
+#include "common/size.h"
+#include "io/aligned_buffer.h"
+
+namespace hypura::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t kAlign = io::kDirectAlignment;
+constexpr uint64_t kMergeGap = kAlign;      // resident tensors this close: one read
+constexpr uint64_t kLoadChunk = 64 << 20;   // bytes per load request: progress granularity
+constexpr int kLoadChunksInFlight = 4;      // keeps the device queue full between chunks
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// "blk.12.ffn_up.weight" -> 12; -1 for tensors outside the layer stack.
+int layer_of(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  int layer = 0;
+  size_t i = 4;
+  if (i >= name.size() || !std::isdigit(static_cast<unsigned char>(name[i]))) return -1;
+  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) {
+    layer = layer * 10 + (name[i++] - '0');
+  }
+  return (i < name.size() && name[i] == '.') ? layer : -1;
+}
+
+// A file range of resident tensors read with one aligned request sequence.
+struct Run {
+  uint32_t file_index = 0;
+  uint64_t begin = 0, end = 0;  // tensor bytes covered, [begin, end)
+  uint64_t buffer_offset = 0;   // where align_down(begin) lands in the resident buffer
+  std::vector<TensorId> tensors;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<StreamingProvider>> StreamingProvider::create(const gguf::GgufFile& file,
+                                                                     StreamingConfig config,
+                                                                     MemoryLedger& ledger,
+                                                                     const Progress& progress) {
+  if (config.streamed.size() != file.tensors().size()) {
+    return invalid_argument("streaming config covers " + std::to_string(config.streamed.size()) +
+                            " tensors; the model has " + std::to_string(file.tensors().size()));
+  }
+  std::unique_ptr<StreamingProvider> p(new StreamingProvider(file, ledger));
+  HYPURA_RETURN_IF_ERROR(p->build_layout(config));
+  HYPURA_RETURN_IF_ERROR(p->open_storage(config));
+  const int n_slots = p->stream_layers_.empty() ? 0 : std::max(2, config.n_slots);
+  p->depth_ = std::clamp(config.prefetch_depth, 1, std::max(1, n_slots - 1));
+  // The pool first: it is small, and a budget refusal should come before a long load.
+  HYPURA_RETURN_IF_ERROR(p->allocate_pool(n_slots));
+  HYPURA_RETURN_IF_ERROR(p->load_resident(progress));
+  if (config.lock_resident) p->stats_.resident_locked = p->resident_.lock();
+  return p;
+}
+
+StreamingProvider::~StreamingProvider() {
+  // Reads in flight write into slots: wait for them before the buffers go.
+  for (Slot& s : slots_) {
+    for (const PendingRead& r : s.reads) (void)storages_[r.file_index]->wait(r.id);
+    s.reads.clear();
+  }
+}
+
+std::string StreamingProvider::name() const {
+  return stream_layers_.empty() ? "resident(direct-io)" : "streaming";
+}
+
+Status StreamingProvider::build_layout(const StreamingConfig& config) {
+  const auto& tensors = file_.tensors();
+  locations_.assign(tensors.size(), Location{});
+  int n_layer = 0;
+  for (const auto& t : tensors) n_layer = std::max(n_layer, layer_of(t.name) + 1);
+  stream_of_layer_.assign(static_cast<size_t>(n_layer), -1);
+  for (size_t id = 0; id < tensors.size(); ++id) {
+    if (!config.streamed[id]) continue;
+    const int layer = layer_of(tensors[id].name);
+    if (layer < 0) {
+      return invalid_argument("tensor '" + tensors[id].name +
+                              "' is outside the layer stack and cannot be streamed");
+    }
+    if (stream_of_layer_[layer] < 0) {
+      stream_of_layer_[layer] = 0;  // marked; numbered below in layer order
+    }
+  }
+  for (int layer = 0; layer < n_layer; ++layer) {
+    if (stream_of_layer_[layer] < 0) continue;
+    stream_of_layer_[layer] = static_cast<int>(stream_layers_.size());
+    stream_layers_.push_back(StreamLayer{layer, {}, 0});
+  }
+  // Each tensor sits in its slot at the file offset's residue modulo the alignment, so
+  // Storage reads it straight into place (only head and tail blocks are bounced).
+  std::vector<uint64_t> cursor(stream_layers_.size(), 0);
+  for (size_t id = 0; id < tensors.size(); ++id) {
+    if (!config.streamed[id]) continue;
+    const int s = stream_of_layer_[layer_of(tensors[id].name)];
+    StreamLayer& sl = stream_layers_[s];
+    const uint64_t off = io::align_up(cursor[s], kAlign) + tensors[id].offset % kAlign;
+    locations_[id].stream = s;
+    locations_[id].slot_offset = off;
+    cursor[s] = off + tensors[id].n_bytes;
+    sl.tensors.push_back(static_cast<TensorId>(id));
+    sl.bytes += tensors[id].n_bytes;
+    bytes_per_pass_ += tensors[id].n_bytes;
+  }
+  for (uint64_t c : cursor) slot_bytes_ = std::max(slot_bytes_, io::align_up(c, kAlign));
+  return Status::ok();
+}
+
+Status StreamingProvider::open_storage(const StreamingConfig& config) {
+  for (const std::string& path : file_.paths()) {
+    std::unique_ptr<io::Storage> storage;
+    if (config.make_engine) {
+      HYPURA_ASSIGN_OR_RETURN(storage, io::Storage::open(path, config.storage, config.make_engine()));
+    } else {
+      HYPURA_ASSIGN_OR_RETURN(storage, io::Storage::open(path, config.storage));
+    }
+    storages_.push_back(std::move(storage));
+  }
+  return Status::ok();
+}
+
+Status StreamingProvider::allocate_pool(int n_slots) {
+  slots_.resize(static_cast<size_t>(n_slots));
+  for (int i = 0; i < n_slots; ++i) {
+    HYPURA_ASSIGN_OR_RETURN(slots_[i].buffer,
+                            ledger_.allocate(MemoryKind::kStreamPool, slot_bytes_,
+                                             "stream pool slot " + std::to_string(i)));
+  }
+  return Status::ok();
+}
+
+Status StreamingProvider::load_resident(const Progress& progress) {
+  const auto& tensors = file_.tensors();
+  std::vector<TensorId> ids;
+  for (size_t id = 0; id < tensors.size(); ++id) {
+    if (locations_[id].stream < 0) ids.push_back(static_cast<TensorId>(id));
+  }
+  std::sort(ids.begin(), ids.end(), [&](TensorId a, TensorId b) {
+    const auto &ta = tensors[a], &tb = tensors[b];
+    return ta.file_index != tb.file_index ? ta.file_index < tb.file_index : ta.offset < tb.offset;
+  });
+  // Merge neighbours into runs; lay the runs out aligned in one buffer.
+  std::vector<Run> runs;
+  for (TensorId id : ids) {
+    const auto& t = tensors[id];
+    if (runs.empty() || runs.back().file_index != t.file_index ||
+        t.offset > runs.back().end + kMergeGap) {
+      runs.push_back(Run{t.file_index, t.offset, t.offset, 0, {}});
+    }
+    runs.back().end = std::max(runs.back().end, t.offset + t.n_bytes);
+    runs.back().tensors.push_back(id);
+  }
+  uint64_t total = 0;
+  for (Run& r : runs) {
+    r.buffer_offset = total;
+    total += io::align_up(r.end, kAlign) - io::align_down(r.begin, kAlign);
+  }
+  HYPURA_ASSIGN_OR_RETURN(resident_, ledger_.allocate(MemoryKind::kResidentWeights, total,
+                                                      "resident weights"));
+  for (const Run& r : runs) {
+    for (TensorId id : r.tensors) {
+      locations_[id].resident =
+          resident_.data() + r.buffer_offset + (tensors[id].offset - io::align_down(r.begin, kAlign));
+    }
+  }
+  // Read every run in chunks, a few in flight, in file order.
+  struct Chunk {
+    uint32_t file_index;
+    io::ReadId id;
+    uint64_t bytes;
+  };
+  std::deque<Chunk> in_flight;
+  uint64_t done = 0;
+  Status failed = Status::ok();
+  const auto retire = [&]() {
+    Chunk c = in_flight.front();
+    in_flight.pop_front();
+    Status st = storages_[c.file_index]->wait(c.id);
+    if (!st.is_ok() && failed.is_ok()) failed = st;
+    done += c.bytes;
+    if (progress) progress(done, total);
+  };
+  const auto t0 = Clock::now();
+  for (const Run& r : runs) {
+    const uint64_t file_size = file_.file_sizes()[r.file_index];
+    const uint64_t a0 = io::align_down(r.begin, kAlign);
+    const uint64_t a1 = std::min(io::align_up(r.end, kAlign), file_size);
+    for (uint64_t off = a0; off < a1 && failed.is_ok(); off += kLoadChunk) {
+      const uint64_t n = std::min(kLoadChunk, a1 - off);
+      uint8_t* dst = resident_.data() + r.buffer_offset + (off - a0);
+      in_flight.push_back({r.file_index, storages_[r.file_index]->submit(off, {dst, n}), n});
+      if (static_cast<int>(in_flight.size()) >= kLoadChunksInFlight) retire();
+    }
+  }
+  while (!in_flight.empty()) retire();
+  stats_.load_seconds = seconds_since(t0);
+  stats_.resident_bytes = total;
+  if (!failed.is_ok()) return failed.with_context("loading resident weights");
+  return Status::ok();
+}
+
+// ---- the pool ------------------------------------------------------------------------
+
+int StreamingProvider::find_slot(int stream) const {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].stream == stream && slots_[i].state != SlotState::kFree) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+bool StreamingProvider::is_held(int stream) const { return find_slot(stream) >= 0; }
+
+int StreamingProvider::count_ahead() const {
+  int n = 0;
+  for (const Slot& s : slots_) {
+    n += s.state == SlotState::kReading || s.state == SlotState::kReady;
+  }
+  return n;
+}
+
+void StreamingProvider::issue(int slot, int stream) {
+  Slot& s = slots_[slot];
+  assert(s.state == SlotState::kFree && s.reads.empty());
+  s.stream = stream;
+  s.state = SlotState::kReading;
+  const StreamLayer& sl = stream_layers_[stream];
+  for (TensorId id : sl.tensors) {
+    const gguf::TensorInfo& t = file_.tensors()[id];
+    std::span<uint8_t> dst(s.buffer.data() + locations_[id].slot_offset, t.n_bytes);
+    s.reads.push_back({t.file_index, storages_[t.file_index]->submit(t.offset, dst)});
+  }
+  stats_.bytes_read += sl.bytes;
+  stats_.layers_read++;
+}
+
+// Starts reads for the next layers in cyclic order while a free slot is next in the ring
+// and fewer than depth_ layers are read ahead. Never touches a slot in use or reading.
+void StreamingProvider::top_up() {
+  if (slots_.empty()) return;
+  while (count_ahead() < depth_) {
+    Slot& next = slots_[next_slot_];
+    if (next.state != SlotState::kFree) return;  // reuse strictly in ring order
+    if (is_held(next_stream_)) return;           // already read ahead (tiny pools)
+    issue(next_slot_, next_stream_);
+    next_slot_ = (next_slot_ + 1) % static_cast<int>(slots_.size());
+    next_stream_ = (next_stream_ + 1) % static_cast<int>(stream_layers_.size());
+  }
+}
+
+Status StreamingProvider::wait_slot(int slot) {
+  Slot& s = slots_[slot];
+  Status first = Status::ok();
+  for (const PendingRead& r : s.reads) {
+    Status st = storages_[r.file_index]->wait(r.id);
+    if (!st.is_ok() && first.is_ok()) first = st;
+  }
+  s.reads.clear();
+  if (!first.is_ok()) {
+    s.state = SlotState::kFree;
+    s.stream = -1;
+    return first;
+  }
+  if (s.state == SlotState::kReading) s.state = SlotState::kReady;
+  return Status::ok();
+}
+
+// Forgets every read-ahead slot (waiting for its reads first): the pass went off the
+// expected order, e.g. after an error.
+void StreamingProvider::drain_unused() {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (s.state != SlotState::kReading && s.state != SlotState::kReady) continue;
+    (void)wait_slot(static_cast<int>(i));
+    s.state = SlotState::kFree;
+    s.stream = -1;
+  }
+}
+
+Status StreamingProvider::ensure_ready(int layer, int* slot_out) {
+  const int stream = stream_of_layer_[layer];
+  int slot = find_slot(stream);
+  if (slot >= 0 && slots_[slot].state == SlotState::kInUse) {
+    *slot_out = slot;
+    return Status::ok();
+  }
+  if (slot < 0) {
+    // Not read ahead: restart the cyclic order at this layer.
+    stats_.demand_reads++;
+    drain_unused();
+    int free_slot = -1;
+    for (size_t k = 0; k < slots_.size() && free_slot < 0; ++k) {
+      const int i = static_cast<int>((next_slot_ + k) % slots_.size());
+      if (slots_[i].state == SlotState::kFree) free_slot = i;
+    }
+    if (free_slot < 0) {
+      return resource_exhausted("stream pool: all " + std::to_string(slots_.size()) +
+                                " slots are in use when layer " + std::to_string(layer) +
+                                " needs one");
+    }
+    next_slot_ = free_slot;
+    next_stream_ = stream;
+    top_up();
+    slot = find_slot(stream);
+    assert(slot >= 0);
+  }
+  const auto t0 = Clock::now();
+  Status st = wait_slot(slot);
+  stats_.stall_seconds += seconds_since(t0);
+  if (!st.is_ok()) {
+    return st.with_context("streaming layer " + std::to_string(layer));
+  }
+  slots_[slot].state = SlotState::kInUse;
+  top_up();
+  *slot_out = slot;
+  return Status::ok();
+}
+
+compute::WeightView StreamingProvider::view_of(TensorId id, const uint8_t* data) const {
+  const gguf::TensorInfo& t = file_.tensors()[static_cast<size_t>(id)];
+  compute::WeightView v;
+  v.data = data;
+  v.type = t.type;
+  v.n_cols = t.ne.empty() ? 1 : t.ne[0];
+  v.n_rows = t.n_rows();
+  return v;
+}
+
+Status StreamingProvider::view(int layer, TensorId id, compute::WeightView* out) {
+  const Location& loc = locations_[static_cast<size_t>(id)];
+  if (loc.stream < 0) {
+    *out = view_of(id, loc.resident);
+    return Status::ok();
+  }
+  const int owner = stream_layers_[loc.stream].layer;
+  if (owner != layer) {
+    return invalid_argument("tensor '" + file_.tensors()[id].name + "' requested for layer " +
+                            std::to_string(layer) + " but it streams with layer " +
+                            std::to_string(owner));
+  }
+  int slot = -1;
+  HYPURA_RETURN_IF_ERROR(ensure_ready(layer, &slot));
+  *out = view_of(id, slots_[slot].buffer.data() + loc.slot_offset);
+  return Status::ok();
+}
+
+Status StreamingProvider::acquire(int layer, std::span<const TensorId> ids,
+                                  std::span<compute::WeightView> out) {
+  if (layer < 0) {
+    stats_.passes++;
+    top_up();  // the first layers of this pass, if not already read ahead
+  }
+  for (size_t i = 0; i < ids.size(); ++i) HYPURA_RETURN_IF_ERROR(view(layer, ids[i], &out[i]));
+  return Status::ok();
+}
+
+Status StreamingProvider::acquire_experts(int layer, std::span<const ExpertRequest> requests,
+                                          std::span<compute::WeightView> out) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const gguf::TensorInfo& t = file_.tensors()[static_cast<size_t>(requests[i].tensor)];
+    const int64_t rows_per_expert = t.ne.size() > 1 ? t.ne[1] : 1;
+    compute::WeightView whole;
+    HYPURA_RETURN_IF_ERROR(view(layer, requests[i].tensor, &whole));
+    out[i] = whole.rows(requests[i].expert * rows_per_expert, rows_per_expert);
+  }
+  return Status::ok();
+}
+
+void StreamingProvider::release(int layer) {
+  if (layer >= 0 && layer < static_cast<int>(stream_of_layer_.size()) &&
+      stream_of_layer_[layer] >= 0) {
+    const int slot = find_slot(stream_of_layer_[layer]);
+    if (slot >= 0 && slots_[slot].state == SlotState::kInUse) {
+      slots_[slot].state = SlotState::kFree;
+      slots_[slot].stream = -1;
+    }
+  }
+  top_up();
+}
+
+void StreamingProvider::hint(int layer) { top_up(); }
+
+StreamingStats StreamingProvider::stats() const {
+  StreamingStats s = stats_;
+  s.unconsumed_bytes = 0;
+  for (const Slot& slot : slots_) {
+    if (slot.state == SlotState::kReading || slot.state == SlotState::kReady) {
+      s.unconsumed_bytes += stream_layers_[slot.stream].bytes;
+    }
+  }
+  return s;
+}
+
+std::vector<StreamingProvider::SlotInfo> StreamingProvider::slot_info() const {
+  std::vector<SlotInfo> out;
+  for (const Slot& s : slots_) {
+    SlotInfo info;
+    info.layer = s.state == SlotState::kFree ? -1 : stream_layers_[s.stream].layer;
+    info.in_use = s.state == SlotState::kInUse;
+    info.reading = s.state == SlotState::kReading;
+    out.push_back(info);
+  }
+  return out;
+}
+
+}  // namespace hypura::runtime

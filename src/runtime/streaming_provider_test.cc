@@ -1,0 +1,395 @@
+// StreamingProvider: bit-identity with the resident provider (three architectures,
+// dense and MoE), bytes read per pass, the memory budget, slot safety under slow reads,
+// and failed reads ending the request with a clear error. Uses the small golden models.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "compute/compute.h"
+#include "gguf/gguf.h"
+#include "gguf/writer.h"
+#include "io/fault_engine.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "runtime/resident_provider.h"
+#include "runtime/streaming_provider.h"
+
+namespace hypura::runtime {
+namespace {
+
+const std::string kGolden = HYPURA_GOLDEN_DIR;
+constexpr int64_t kNCtx = 128;
+
+std::vector<int32_t> sequence(const std::string& name) {
+  std::ifstream in(kGolden + "/manifest.json");
+  const auto m = nlohmann::json::parse(in);
+  return m["sequences"][name].get<std::vector<int32_t>>();
+}
+
+struct Model {
+  gguf::GgufFile file;
+  std::shared_ptr<const model::Model> model;
+};
+
+Model open_model(const std::string& name) {
+  Model m;
+  auto file = gguf::GgufFile::open(kGolden + "/" + name + ".gguf");
+  EXPECT_TRUE(file.is_ok()) << file.status().message();
+  m.file = std::move(file).value();
+  auto model = model::Model::create(m.file);
+  EXPECT_TRUE(model.is_ok()) << model.status().message();
+  m.model = model.value();
+  return m;
+}
+
+// The FFN tensors (dense or expert) of every `stride`-th layer, as a per-tensor mask.
+std::vector<bool> ffn_mask(const Model& m, int stride) {
+  std::vector<bool> streamed(m.file.tensors().size(), false);
+  const auto& layers = m.model->weights().layers;
+  for (size_t il = 0; il < layers.size(); il += stride) {
+    const auto& lw = layers[il];
+    for (model::TensorId id : {lw.ffn_gate, lw.ffn_up, lw.ffn_down, lw.ffn_gate_exps,
+                               lw.ffn_up_exps, lw.ffn_down_exps}) {
+      if (id != model::kNone) streamed[id] = true;
+    }
+  }
+  return streamed;
+}
+
+uint64_t masked_bytes(const Model& m, const std::vector<bool>& mask) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < mask.size(); ++i) n += mask[i] ? m.file.tensors()[i].n_bytes : 0;
+  return n;
+}
+
+// Logits of `tokens`: the first `n_batch` as one batch, the rest one token at a time
+// (a prompt, then generation). Returns the number of forward passes through *n_passes.
+std::vector<float> run(const Model& m, WeightProvider& provider, const std::vector<int32_t>& tokens,
+                       int64_t n_batch, uint64_t* n_passes) {
+  const int64_t n_vocab = m.model->hparams().n_vocab;
+  compute::Context ctx(2);
+  model::KvCache kv(m.model->hparams(), kNCtx, false);
+  model::Forward fwd(m.model, ctx, provider, 64, kNCtx);
+  std::vector<float> logits(tokens.size() * n_vocab);
+  *n_passes = 0;
+  for (size_t i = 0; i < tokens.size();) {
+    const int64_t n = i == 0 ? n_batch : 1;
+    Status st = fwd.run(tokens.data() + i, n, i, kv, true, logits.data() + i * n_vocab);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    ++*n_passes;
+    i += n;
+  }
+  return logits;
+}
+
+struct StreamCase {
+  const char* model;
+  int stride;  // stream the FFN of every stride-th layer (the rest stays resident)
+  int n_slots;
+};
+
+class StreamedLogits : public testing::TestWithParam<StreamCase> {};
+
+// A streamed run gives bit-identical logits, reads exactly the streamed bytes once per
+// forward pass (the prompt batch is one pass) and stays inside its memory budget.
+TEST_P(StreamedLogits, BitIdenticalAndReadsPlannedBytes) {
+  const StreamCase c = GetParam();
+  Model m = open_model(c.model);
+  const std::vector<int32_t> tokens = sequence("B");
+  ASSERT_GE(tokens.size(), 8u);
+
+  auto resident = ResidentProvider::load(m.file, nullptr);
+  ASSERT_TRUE(resident.is_ok()) << resident.status().message();
+  uint64_t resident_passes = 0;
+  const std::vector<float> want = run(m, *resident.value(), tokens, 5, &resident_passes);
+
+  StreamingConfig config;
+  config.streamed = ffn_mask(m, c.stride);
+  config.n_slots = c.n_slots;
+  config.prefetch_depth = c.n_slots - 1;
+  // The budget: the whole file minus what streams, plus the pool and some alignment slack.
+  const uint64_t streamed_bytes = masked_bytes(m, config.streamed);
+  ASSERT_GT(streamed_bytes, 0u);
+  MemoryLedger unlimited(0);
+  uint64_t needed = 0;
+  {
+    auto probe = StreamingProvider::create(m.file, config, unlimited, nullptr);
+    ASSERT_TRUE(probe.is_ok()) << probe.status().message();
+    needed = unlimited.used();
+  }
+  MemoryLedger too_small(needed - 1);
+  EXPECT_EQ(StreamingProvider::create(m.file, config, too_small, nullptr).status().code(),
+            StatusCode::kResourceExhausted);
+
+  MemoryLedger ledger(needed);
+  auto streaming = StreamingProvider::create(m.file, config, ledger, nullptr);
+  ASSERT_TRUE(streaming.is_ok()) << streaming.status().message();
+  StreamingProvider& sp = *streaming.value();
+  EXPECT_EQ(sp.bytes_per_pass(), streamed_bytes);
+  uint64_t passes = 0;
+  const std::vector<float> got = run(m, sp, tokens, 5, &passes);
+
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+      << "streamed logits differ from resident ones";
+  const StreamingStats s = sp.stats();
+  EXPECT_EQ(passes, tokens.size() - 4);
+  EXPECT_EQ(s.passes, passes);
+  // Reads ahead into the next pass are not yet consumed; everything else was used once.
+  EXPECT_EQ(s.bytes_read - s.unconsumed_bytes, streamed_bytes * passes);
+  EXPECT_LE(s.unconsumed_bytes, streamed_bytes);
+  EXPECT_EQ(s.demand_reads, 0u) << "every layer should have been read ahead";
+  EXPECT_LE(ledger.snapshot().peak, ledger.budget());
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, StreamedLogits,
+                         testing::Values(StreamCase{"llama-q4_k_m", 1, 3},
+                                         StreamCase{"qwen2-q4_k_m", 2, 2},
+                                         StreamCase{"gemma3-q4_k_m", 1, 4},
+                                         StreamCase{"mixtral-q4_k_m", 1, 3}),
+                         [](const auto& info) {
+                           std::string n = info.param.model;
+                           for (char& ch : n) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+                           return n;
+                         });
+
+// Builds a provider whose reads go through a fault-injecting engine.
+Result<std::unique_ptr<StreamingProvider>> faulty(const Model& m, io::FaultPlan plan, int n_slots,
+                                                  MemoryLedger& ledger) {
+  StreamingConfig config;
+  config.streamed = ffn_mask(m, 1);
+  config.n_slots = n_slots;
+  config.prefetch_depth = n_slots - 1;
+  config.storage.queue_depth = 4;
+  config.make_engine = [plan] {
+    return std::make_unique<io::FaultInjectingEngine>(io::make_thread_engine(4, 2), plan);
+  };
+  return StreamingProvider::create(m.file, config, ledger, nullptr);
+}
+
+std::vector<TensorId> ffn_ids(const Model& m, int layer) {
+  const auto& lw = m.model->weights().layers[layer];
+  return {lw.ffn_gate, lw.ffn_up, lw.ffn_down};
+}
+
+// A file of kLayers layers, each with one streamed F32 tensor "blk.N.ffn_up.weight" of
+// a size that is no multiple of 4096 (so heads and tails are unaligned), plus a resident
+// "token_embd.weight". Bytes are a function of (tensor, position) so any misplaced or
+// stale byte shows.
+constexpr int kLayers = 8;
+constexpr int64_t kCols = 1000, kRows = 3;  // 12000 bytes per tensor
+
+uint8_t pattern(size_t tensor, uint64_t i) { return static_cast<uint8_t>(tensor * 131 + i * 7 + (i >> 9)); }
+
+struct Layered {
+  std::string path;
+  gguf::GgufFile file;
+};
+
+Layered write_layered() {
+  Layered l;
+  l.path = testing::TempDir() + "/hypura_layered.gguf";
+  gguf::GgufWriter w;
+  w.add_string("general.architecture", "test");
+  w.add_tensor("token_embd.weight", gguf::GgmlType::F32, {kCols, kRows});
+  for (int i = 0; i < kLayers; ++i) {
+    w.add_tensor("blk." + std::to_string(i) + ".ffn_up.weight", gguf::GgmlType::F32, {kCols, kRows});
+  }
+  std::vector<std::vector<uint8_t>> data(kLayers + 1, std::vector<uint8_t>(kCols * kRows * 4));
+  for (size_t t = 0; t < data.size(); ++t) {
+    for (size_t i = 0; i < data[t].size(); ++i) data[t][i] = pattern(t, i);
+  }
+  EXPECT_TRUE(w.write(l.path, data).is_ok());
+  auto file = gguf::GgufFile::open(l.path);
+  EXPECT_TRUE(file.is_ok()) << file.status().message();
+  l.file = std::move(file).value();
+  return l;
+}
+
+TensorId layer_tensor(int layer) { return layer + 1; }
+
+bool holds_pattern(const compute::WeightView& v, size_t tensor) {
+  const auto* p = static_cast<const uint8_t*>(v.data);
+  for (uint64_t i = 0; i < kCols * kRows * 4; ++i) {
+    if (p[i] != pattern(tensor, i)) return false;
+  }
+  return true;
+}
+
+Result<std::unique_ptr<StreamingProvider>> layered_provider(const Layered& l, int n_slots,
+                                                            int64_t delay_us, MemoryLedger& ledger) {
+  StreamingConfig config;
+  config.streamed.assign(l.file.tensors().size(), true);
+  config.streamed[0] = false;
+  config.n_slots = n_slots;
+  config.prefetch_depth = n_slots - 1;
+  config.storage.queue_depth = 4;
+  io::FaultPlan plan;
+  plan.delay_us = delay_us;
+  config.make_engine = [plan] {
+    return std::make_unique<io::FaultInjectingEngine>(io::make_thread_engine(4, 2), plan);
+  };
+  return StreamingProvider::create(l.file, config, ledger, nullptr);
+}
+
+// Three passes over the layers, as the forward pass drives the provider: every layer's
+// bytes are right every time, the ring reuses slots in order and reads each layer once
+// per pass (plus the read-ahead into the next pass).
+TEST(StreamingProvider, RingReadsEveryLayerOncePerPass) {
+  Layered l = write_layered();
+  MemoryLedger ledger(0);
+  auto p = layered_provider(l, 3, 0, ledger);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  StreamingProvider& sp = *p.value();
+  EXPECT_EQ(sp.n_streamed_layers(), kLayers);
+  EXPECT_EQ(sp.bytes_per_pass(), uint64_t{kLayers} * kCols * kRows * 4);
+  for (int pass = 0; pass < 3; ++pass) {
+    compute::WeightView g;
+    const TensorId embd = 0;
+    ASSERT_TRUE(sp.acquire(-1, std::span(&embd, 1), std::span(&g, 1)).is_ok());
+    EXPECT_TRUE(holds_pattern(g, 0));
+    for (int layer = 0; layer < kLayers; ++layer) {
+      if (layer + 1 < kLayers) sp.hint(layer + 1);
+      const TensorId id = layer_tensor(layer);
+      compute::WeightView v;
+      ASSERT_TRUE(sp.acquire(layer, std::span(&id, 1), std::span(&v, 1)).is_ok());
+      EXPECT_TRUE(holds_pattern(v, static_cast<size_t>(id))) << "pass " << pass << " layer " << layer;
+      sp.release(layer);
+    }
+    sp.release(-1);
+  }
+  const StreamingStats s = sp.stats();
+  EXPECT_EQ(s.passes, 3u);
+  EXPECT_EQ(s.demand_reads, 0u);
+  EXPECT_EQ(s.bytes_read - s.unconsumed_bytes, 3 * sp.bytes_per_pass());
+  EXPECT_EQ(s.unconsumed_bytes, 2u * kCols * kRows * 4) << "depth 2 reads into the next pass";
+}
+
+// With slow reads, the slot of a layer in use keeps its layer and its bytes while the
+// read-ahead fills the other slots, and no slot is reused before its layer is released.
+TEST(StreamingProvider, NeverEvictsSlotInUseOrReading) {
+  Layered l = write_layered();
+  MemoryLedger ledger(0);
+  auto p = layered_provider(l, 3, 20000, ledger);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  StreamingProvider& sp = *p.value();
+
+  compute::WeightView g;
+  const TensorId embd = 0;
+  ASSERT_TRUE(sp.acquire(-1, std::span(&embd, 1), std::span(&g, 1)).is_ok());
+  // Right after the pass begins, reads are in flight for layers 0 and 1 (depth 2).
+  auto info = sp.slot_info();
+  EXPECT_EQ(info[0].layer, 0);
+  EXPECT_EQ(info[1].layer, 1);
+  EXPECT_TRUE(info[0].reading && info[1].reading);
+  EXPECT_EQ(info[2].layer, -1);
+
+  const TensorId id0 = layer_tensor(0), id1 = layer_tensor(1);
+  compute::WeightView v0, v1;
+  ASSERT_TRUE(sp.acquire(0, std::span(&id0, 1), std::span(&v0, 1)).is_ok());
+  EXPECT_GT(sp.stats().stall_seconds, 0.0) << "the slow read must have been waited for";
+  // Hints must not touch the slot in use; the ring has room for exactly one more layer.
+  for (int k = 0; k < 10; ++k) sp.hint(1);
+  info = sp.slot_info();
+  EXPECT_TRUE(info[0].in_use);
+  EXPECT_EQ(info[0].layer, 0);
+  EXPECT_EQ(info[1].layer, 1);
+  EXPECT_EQ(info[2].layer, 2);
+  EXPECT_TRUE(info[2].reading);
+  ASSERT_TRUE(sp.acquire(1, std::span(&id1, 1), std::span(&v1, 1)).is_ok());
+  // Two slots in use, one reading: nothing is free, so nothing new is issued...
+  const uint64_t layers_before = sp.stats().layers_read;
+  for (int k = 0; k < 10; ++k) sp.hint(2);
+  EXPECT_EQ(sp.stats().layers_read, layers_before);
+  info = sp.slot_info();
+  EXPECT_TRUE(info[2].reading) << "a read in flight is never replaced";
+  EXPECT_EQ(info[2].layer, 2);
+  // ... and the layers in use kept their bytes while layer 2's read went on.
+  EXPECT_TRUE(holds_pattern(v0, static_cast<size_t>(id0)));
+  EXPECT_TRUE(holds_pattern(v1, static_cast<size_t>(id1)));
+  // Releasing layer 0 frees the oldest slot of the ring, which takes layer 3.
+  sp.release(0);
+  EXPECT_EQ(sp.stats().layers_read, layers_before + 1);
+  info = sp.slot_info();
+  EXPECT_EQ(info[0].layer, 3);
+  EXPECT_TRUE(holds_pattern(v1, static_cast<size_t>(id1)));
+  sp.release(1);
+  sp.release(-1);
+}
+
+// Acquiring a layer out of the cyclic order (a pass restarted after an error) reads it
+// on demand and carries on from there.
+TEST(StreamingProvider, OutOfOrderAcquireReadsOnDemand) {
+  Layered l = write_layered();
+  MemoryLedger ledger(0);
+  auto p = layered_provider(l, 2, 0, ledger);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  StreamingProvider& sp = *p.value();
+  for (int layer : {5, 6, 2, 3}) {
+    const TensorId id = layer_tensor(layer);
+    compute::WeightView v;
+    ASSERT_TRUE(sp.acquire(layer, std::span(&id, 1), std::span(&v, 1)).is_ok());
+    EXPECT_TRUE(holds_pattern(v, static_cast<size_t>(id))) << "layer " << layer;
+    sp.release(layer);
+  }
+  EXPECT_EQ(sp.stats().demand_reads, 2u);  // layers 5 and 2
+}
+
+// A read that fails with EIO ends the forward pass with an error naming the layer and
+// the file; the provider stays usable (the error repeats, nothing crashes or hangs).
+TEST(StreamingProvider, FailedReadEndsRequestWithClearError) {
+  Model m = open_model("llama-q4_k_m");
+  const auto& t = m.file.tensors()[ffn_ids(m, 1)[0]];
+  io::FaultPlan plan;
+  plan.fail_begin = t.offset;
+  plan.fail_end = t.offset + 1;
+  MemoryLedger ledger(0);
+  auto p = faulty(m, plan, 3, ledger);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  const std::vector<int32_t> tokens = sequence("A");
+  compute::Context ctx(2);
+  model::KvCache kv(m.model->hparams(), kNCtx, false);
+  model::Forward fwd(m.model, ctx, *p.value(), 64, kNCtx);
+  std::vector<float> logits(m.model->hparams().n_vocab);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    Status st = fwd.run(tokens.data(), 1, 0, kv, false, logits.data());
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_EQ(st.code(), StatusCode::kIoError) << st.message();
+    EXPECT_NE(st.message().find("layer 1"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("llama-q4_k_m.gguf"), std::string::npos) << st.message();
+  }
+}
+
+// A failed read of a resident tensor fails the load.
+TEST(StreamingProvider, FailedResidentLoadIsAnError) {
+  Model m = open_model("llama-q4_k_m");
+  const auto& t = m.file.tensors()[m.model->weights().token_embd];
+  io::FaultPlan plan;
+  plan.fail_begin = t.offset;
+  plan.fail_end = t.offset + t.n_bytes;
+  MemoryLedger ledger(0);
+  auto p = faulty(m, plan, 3, ledger);
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_NE(p.status().message().find("resident"), std::string::npos) << p.status().message();
+  EXPECT_EQ(ledger.used(), 0u) << "a failed load gives its memory back";
+}
+
+// Non-layer tensors cannot stream; a config of the wrong size is refused.
+TEST(StreamingProvider, RejectsBadConfig) {
+  Model m = open_model("llama-q4_k_m");
+  MemoryLedger ledger(0);
+  StreamingConfig config;
+  config.streamed.assign(3, false);
+  EXPECT_EQ(StreamingProvider::create(m.file, config, ledger, nullptr).status().code(),
+            StatusCode::kInvalidArgument);
+  config.streamed.assign(m.file.tensors().size(), false);
+  config.streamed[m.model->weights().token_embd] = true;
+  EXPECT_EQ(StreamingProvider::create(m.file, config, ledger, nullptr).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace hypura::runtime
