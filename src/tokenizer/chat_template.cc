@@ -275,7 +275,8 @@ std::string ChatTemplate::render_phi3(std::span<const ChatMessage> m, bool gen) 
       out += (phi3_system_ ? "<|assistant|>\n" : "") + msg.content + "<|end|>\n";
     }
   }
-  if (gen && phi3_system_) out += "<|assistant|>\n";
+  // Phi-3.5's template ends a conversation without generation prompt with EOS.
+  if (phi3_system_) out += gen ? "<|assistant|>\n" : eos_;
   return out;
 }
 

@@ -7,12 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "tokenizer/test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -160,6 +163,70 @@ TEST(ChatTemplate, ExpectedTextsMatchJinja2) {
   ASSERT_TRUE(WIFEXITED(rc)) << cmd;
   if (WEXITSTATUS(rc) == 77) GTEST_SKIP() << "jinja2 not installed (scripts/setup.sh)";
   EXPECT_EQ(WEXITSTATUS(rc), 0) << "run " << script << " to see the mismatches";
+}
+
+// Differential test: our renderer against jinja2 rendering the template itself, for
+// every template we have (testdata and the real models' own) and conversations with
+// stray whitespace, empty and non-ASCII contents, with and without generation prompt.
+std::vector<std::vector<ChatMessage>> varied_conversations() {
+  return {
+      {{"user", "Hi"}},
+      {{"system", "Be brief."}, {"user", "  Hi  "}},
+      {{"user", "a\n"}, {"assistant", "b "}, {"user", " c"}},
+      {{"system", "\nS\n"}, {"user", "x"}, {"assistant", "y"}, {"user", "z"}},
+      {{"user", "Tell me about <b>HTML</b> & \"quotes\" 'single'"},
+       {"assistant", "Sure.\n\n- one\n- two"}},
+      {{"system", ""}, {"user", "h\xC3\xA9llo \xF0\x9F\x8C\x8D"}},
+  };
+}
+
+TEST(ChatTemplate, MatchesJinja2OnVariedConversations) {
+  if (!fs::exists(HYPURA_PYTHON)) GTEST_SKIP() << "no Python at " << HYPURA_PYTHON;
+  struct Source {
+    std::string name, tmpl, bos, eos;
+    bool add_bos;
+  };
+  std::vector<Source> sources;
+  for (const Case& c : kCases) {
+    sources.push_back({c.name, read_file(kData / (std::string(c.name) + ".jinja")), c.bos, c.eos,
+                       c.add_bos});
+  }
+  for (const Tokenizer* tok : {testing_util::golden_tokenizer("phi-3"),
+                               testing_util::real_model_tokenizer({"gpt2/smollm"}),
+                               testing_util::real_model_tokenizer({"gpt2/qwen2"})}) {
+    if (tok == nullptr || tok->chat_template().empty()) continue;
+    sources.push_back({"model " + tok->token_text(tok->eos_id()), tok->chat_template(),
+                       tok->token_text(tok->bos_id()), tok->token_text(tok->eos_id()),
+                       tok->add_bos()});
+  }
+  nlohmann::json cases = nlohmann::json::array();
+  for (const auto& src : sources) {
+    const ChatTemplate ct = ChatTemplate::from_text(src.tmpl, src.bos, src.eos, src.add_bos);
+    for (const auto& conv : varied_conversations()) {
+      for (bool gen : {false, true}) {
+        nlohmann::json messages = nlohmann::json::array();
+        for (const auto& m : conv) messages.push_back({{"role", m.role}, {"content", m.content}});
+        cases.push_back({{"name", src.name}, {"template", src.tmpl}, {"bos", src.bos},
+                         {"eos", src.eos}, {"add_bos", src.add_bos}, {"messages", messages},
+                         {"add_generation_prompt", gen}, {"ours", ct.render(conv, gen)}});
+      }
+    }
+  }
+  const fs::path path = fs::temp_directory_path() /
+                        ("hypura_chat_cases_" + std::to_string(getpid()) + ".json");
+  std::ofstream(path) << cases.dump();
+  const std::string script =
+      (fs::path(HYPURA_SOURCE_DIR) / "tests/python/tokenizer_chat_templates.py").string();
+  const std::string log = path.string() + ".log";
+  const int rc = std::system((std::string(HYPURA_PYTHON) + " " + script + " " + path.string() +
+                              " > " + log + " 2>&1").c_str());
+  const std::string output = read_file(log);
+  fs::remove(path);
+  fs::remove(log);
+  ASSERT_TRUE(WIFEXITED(rc));
+  if (WEXITSTATUS(rc) == 77) GTEST_SKIP() << "jinja2 not installed (scripts/setup.sh)";
+  EXPECT_EQ(WEXITSTATUS(rc), 0) << output;
+  std::printf("%s", output.c_str());
 }
 
 TEST(ChatTemplate, EncodesWithThePhi3Vocab) {
