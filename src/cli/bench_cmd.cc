@@ -1,0 +1,201 @@
+// `hypura bench [MODEL] [-p N] [-n N] [-r N] [--json]`: prompt and generation speed.
+//
+// Like llama-bench: "pp N" processes N random tokens as one prompt from an empty cache,
+// "tg N" generates N tokens one at a time from an empty cache; each test runs once to
+// warm up, then -r times, and reports mean ± standard deviation of tok/s. Beside the
+// figures it prints a same-run reference: the memory read bandwidth measured just
+// before, divided by the weight bytes one generated token must read (the memory-bound
+// ceiling of tg).
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "gguf/gguf.h"
+#include "profiler/memory_bandwidth.h"
+#include "runtime/engine.h"
+#include "runtime/session.h"
+
+namespace hypura::cli {
+namespace {
+
+struct BenchArgs {
+  std::string model;
+  int n_prompt = 512;
+  int n_gen = 128;
+  int reps = 5;
+  int threads = 0;
+  std::string kv_type = "f16";
+  bool json = false;
+  bool no_reference = false;
+};
+
+struct Stats {
+  double mean = 0, stddev = 0;
+};
+
+Stats stats(const std::vector<double>& v) {
+  Stats s;
+  if (v.empty()) return s;
+  for (double x : v) s.mean += x;
+  s.mean /= static_cast<double>(v.size());
+  if (v.size() > 1) {
+    double ss = 0;
+    for (double x : v) ss += (x - s.mean) * (x - s.mean);
+    s.stddev = std::sqrt(ss / static_cast<double>(v.size() - 1));
+  }
+  return s;
+}
+
+// Weight bytes one generated token reads: every tensor except the embedding table (one row)
+// and, in MoE models, only n_expert_used / n_expert of the stacked expert tensors.
+double bytes_per_token(const gguf::GgufFile& file) {
+  const std::string arch = file.architecture();
+  const auto n_expert = file.metadata().get_u64(arch + ".expert_count").value_or(0);
+  const auto n_used = file.metadata().get_u64(arch + ".expert_used_count").value_or(0);
+  const bool tied = file.find_tensor("output.weight") == nullptr;
+  double total = 0;
+  for (const auto& t : file.tensors()) {
+    if (t.name == "token_embd.weight" && !tied) continue;
+    double b = static_cast<double>(t.n_bytes);
+    if (n_expert > 0 && t.name.find("_exps") != std::string::npos) {
+      b *= static_cast<double>(n_used) / static_cast<double>(n_expert);
+    }
+    total += b;
+  }
+  return total;
+}
+
+using Clock = std::chrono::steady_clock;
+
+// One timed run: tok/s of processing `n` tokens as a prompt (pp) or one by one (tg).
+Result<double> time_run(runtime::Session& session, const std::vector<int32_t>& tokens, bool tg) {
+  session.reset();
+  std::vector<float> logits;
+  const auto t0 = Clock::now();
+  if (tg) {
+    for (int32_t id : tokens) HYPURA_RETURN_IF_ERROR(session.eval({id}, &logits));
+  } else {
+    HYPURA_RETURN_IF_ERROR(session.eval(tokens, &logits));
+  }
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return static_cast<double>(tokens.size()) / s;
+}
+
+Result<Stats> run_test(runtime::Engine& engine, runtime::Session& session, int n, bool tg,
+                       int reps) {
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(engine.n_vocab() - 1));
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  for (auto& t : tokens) t = dist(rng);
+  HYPURA_RETURN_IF_ERROR(time_run(session, tokens, tg).status());  // warm-up
+  std::vector<double> tps;
+  for (int r = 0; r < reps; ++r) {
+    HYPURA_ASSIGN_OR_RETURN(double v, time_run(session, tokens, tg));
+    tps.push_back(v);
+  }
+  return stats(tps);
+}
+
+int run_bench(const BenchArgs& a) {
+  const std::string path = resolve_model_path(a.model);
+  if (path.empty()) {
+    std::cerr << "hypura bench: no model given and no default model in test-models/\n";
+    return 2;
+  }
+  runtime::EngineOptions eo;
+  eo.model_path = path;
+  eo.n_threads = a.threads;
+  eo.n_ctx = std::max(a.n_prompt, a.n_gen) + 1;
+  eo.kv_f32 = a.kv_type == "f32";
+  auto engine = runtime::Engine::load(eo);
+  if (!engine.is_ok()) {
+    std::cerr << "hypura bench: " << path << ": " << engine.status().message() << "\n";
+    return 1;
+  }
+  const int threads = a.threads > 0 ? a.threads : runtime::physical_cores();
+  auto session = (*engine)->new_session();
+  const gguf::GgufFile& file = (*engine)->file();
+  const double bpt = bytes_per_token(file);
+  double bandwidth = 0;
+  if (!a.no_reference) {
+    profiler::MemoryBandwidthOptions mo;
+    mo.n_threads = threads;
+    bandwidth = profiler::measure_memory_read_bandwidth(mo).read_bytes_per_second;
+  }
+  struct Row {
+    std::string test;
+    Stats s;
+  };
+  std::vector<Row> rows;
+  for (bool tg : {false, true}) {
+    const int n = tg ? a.n_gen : a.n_prompt;
+    if (n <= 0) continue;
+    auto s = run_test(**engine, *session, n, tg, a.reps);
+    if (!s.is_ok()) {
+      std::cerr << "hypura bench: " << s.status().message() << "\n";
+      return 1;
+    }
+    rows.push_back({(tg ? "tg" : "pp") + std::to_string(n), *s});
+  }
+  const double file_gib = static_cast<double>(file.total_bytes()) / (1 << 30);
+  const double ref_tg = bandwidth > 0 ? bandwidth / bpt : 0;
+  if (a.json) {
+    nlohmann::json j;
+    j["model"] = path;
+    j["arch"] = (*engine)->architecture();
+    j["mode"] = (*engine)->mode();
+    j["size_bytes"] = file.total_bytes();
+    j["threads"] = threads;
+    j["kv_type"] = a.kv_type;
+    j["reps"] = a.reps;
+    j["bytes_per_token"] = bpt;
+    j["memory_read_bandwidth_bps"] = bandwidth;
+    j["tg_memory_bound_tps"] = ref_tg;
+    for (const auto& r : rows) {
+      j["tests"].push_back({{"test", r.test}, {"tps_mean", r.s.mean}, {"tps_stddev", r.s.stddev}});
+    }
+    std::cout << j.dump(1) << "\n";
+    return 0;
+  }
+  std::printf("| model | arch | size | mode | threads | test | t/s |\n");
+  std::printf("| --- | --- | ---: | --- | ---: | ---: | ---: |\n");
+  for (const auto& r : rows) {
+    std::printf("| %s | %s | %.2f GiB | %s | %d | %s | %.2f ± %.2f |\n", path.c_str(),
+                (*engine)->architecture().c_str(), file_gib, (*engine)->mode().c_str(), threads,
+                r.test.c_str(), r.s.mean, r.s.stddev);
+  }
+  if (bandwidth > 0) {
+    std::printf("\nreference: memory read bandwidth %.2f GB/s / %.1f MiB read per token = "
+                "%.2f tok/s (tg ceiling)\n",
+                bandwidth / 1e9, bpt / 1048576.0, ref_tg);
+  }
+  return 0;
+}
+
+std::function<int()> setup_bench(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  app.add_option("model", a->model, "GGUF file; default: the default test model");
+  app.add_option("-p,--n-prompt", a->n_prompt, "prompt tokens (pp test; 0: skip)")
+      ->capture_default_str();
+  app.add_option("-n,--n-gen", a->n_gen, "generated tokens (tg test; 0: skip)")
+      ->capture_default_str();
+  app.add_option("-r,--repetitions", a->reps, "timed runs per test")->capture_default_str();
+  app.add_option("-t,--threads", a->threads, "compute threads (default: physical cores)");
+  app.add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32")->capture_default_str();
+  app.add_flag("--json", a->json, "one JSON record instead of the table");
+  app.add_flag("--no-reference", a->no_reference, "skip the memory bandwidth measurement");
+  return [a] { return run_bench(*a); };
+}
+
+const Registrar kRegistrar({"bench", "measure prompt and generation speed", 40, setup_bench});
+
+}  // namespace
+}  // namespace hypura::cli

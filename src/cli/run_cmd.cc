@@ -1,0 +1,237 @@
+// `hypura run [MODEL] --prompt TEXT | --interactive`: generate text with a model.
+//
+// Streams the reply to stdout as it is generated; load time, prompt and generation speed
+// go to stderr (with a progress bar while the weights load, when stderr is a terminal).
+// The prompt is wrapped in the model's chat template unless --no-chat. --interactive is
+// a chat REPL: the conversation (and the KV cache, so earlier turns are not processed
+// again) is kept between turns, Ctrl-C stops the current reply, /exit or end of input
+// quits.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <string>
+
+#include "cli/command.h"
+#include "runtime/session.h"
+
+namespace hypura::cli {
+namespace {
+
+struct RunArgs {
+  std::string model;
+  std::string prompt;
+  std::string system;
+  int max_tokens = 256;
+  float temperature = 0.8f;
+  int top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.1f;
+  int64_t seed = -1;
+  int64_t context = 4096;
+  int threads = 0;
+  std::string kv_type = "f16";
+  std::vector<std::string> stop;
+  bool no_chat = false;
+  bool interactive = false;
+};
+
+std::atomic<bool> g_cancel{false};
+std::atomic<bool> g_generating{false};
+
+// Ctrl-C while a reply is generated stops that reply; otherwise it quits.
+void on_sigint(int) {
+  if (g_generating.load()) {
+    g_cancel.store(true);
+  } else {
+    std::_Exit(130);
+  }
+}
+
+void draw_progress(uint64_t done, uint64_t total) {
+  static int last = -1;
+  const int pct = total ? static_cast<int>(done * 100 / total) : 100;
+  if (pct == last) return;
+  last = pct;
+  const int width = 40, filled = pct * width / 100;
+  std::fprintf(stderr, "\rloading [%.*s%*s] %3d%% (%.0f / %.0f MiB)", filled,
+               "########################################", width - filled, "", pct,
+               done / 1048576.0, total / 1048576.0);
+  if (done >= total) std::fprintf(stderr, "\n");
+  std::fflush(stderr);
+}
+
+void print_stats(const runtime::GenerateResult& r) {
+  const double pp = r.prompt_seconds > 0 ? r.prompt_tokens / r.prompt_seconds : 0;
+  const double tg = r.generate_seconds > 0 ? r.generated_tokens / r.generate_seconds : 0;
+  std::fprintf(stderr, "\nprompt: %d tokens (%d cached), %.1f tok/s | generation: %d tokens, "
+               "%.1f tok/s | %s\n",
+               r.prompt_tokens, r.prompt_tokens_reused, pp, r.generated_tokens, tg,
+               r.done_reason.c_str());
+}
+
+runtime::GenerateOptions generate_options(const RunArgs& a) {
+  runtime::GenerateOptions o;
+  o.max_tokens = a.max_tokens;
+  o.stop = a.stop;
+  o.cancel = &g_cancel;
+  auto& s = o.sampling;
+  s.temperature = a.temperature;
+  s.top_k = a.top_k;
+  s.top_p = a.top_p;
+  s.min_p = a.min_p;
+  s.repeat_penalty = a.repeat_penalty;
+  s.seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed) : std::random_device{}();
+  return o;
+}
+
+// Generates one reply to `prompt` tokens, streaming it to stdout.
+Result<runtime::GenerateResult> reply(runtime::Session& session,
+                                      const std::vector<int32_t>& prompt,
+                                      const runtime::GenerateOptions& options) {
+  g_cancel.store(false);
+  g_generating.store(true);
+  auto result = session.generate(prompt, options, [](std::string_view piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  });
+  g_generating.store(false);
+  return result;
+}
+
+Result<std::vector<int32_t>> tokenize_turn(runtime::Engine& engine, const RunArgs& a,
+                                           const std::vector<runtime::ChatMessage>& chat,
+                                           const std::string& raw) {
+  if (a.no_chat) return engine.tokenize(raw, /*add_special=*/true);
+  return engine.tokenize_chat(chat, /*add_generation_prompt=*/true);
+}
+
+int run_once(runtime::Engine& engine, const RunArgs& a) {
+  std::vector<runtime::ChatMessage> chat;
+  if (!a.system.empty()) chat.push_back({"system", a.system});
+  chat.push_back({"user", a.prompt});
+  auto prompt = tokenize_turn(engine, a, chat, a.prompt);
+  if (!prompt.is_ok()) {
+    std::cerr << "hypura run: " << prompt.status().message() << "\n";
+    return 1;
+  }
+  auto session = engine.new_session();
+  auto result = reply(*session, *prompt, generate_options(a));
+  if (!result.is_ok()) {
+    std::cerr << "\nhypura run: " << result.status().message() << "\n";
+    return 1;
+  }
+  std::fputs("\n", stdout);
+  print_stats(*result);
+  return 0;
+}
+
+int run_interactive(runtime::Engine& engine, const RunArgs& a) {
+  auto session = engine.new_session();
+  const runtime::GenerateOptions options = generate_options(a);
+  std::vector<runtime::ChatMessage> chat;
+  if (!a.system.empty()) chat.push_back({"system", a.system});
+  std::string raw_so_far;  // --no-chat: the whole text so far
+  std::string first = a.prompt;
+  std::fprintf(stderr, "interactive chat: /exit or end of input quits, Ctrl-C stops a reply\n");
+  while (true) {
+    std::string line;
+    if (!first.empty()) {
+      line = std::exchange(first, "");
+      std::printf("> %s\n", line.c_str());
+    } else {
+      std::printf("> ");
+      std::fflush(stdout);
+      if (!std::getline(std::cin, line)) break;
+    }
+    if (line == "/exit" || line == "/quit") break;
+    if (line.empty()) continue;
+    chat.push_back({"user", line});
+    raw_so_far += line;
+    auto prompt = tokenize_turn(engine, a, chat, raw_so_far);
+    if (!prompt.is_ok()) {
+      std::cerr << "hypura run: " << prompt.status().message() << "\n";
+      return 1;
+    }
+    auto result = reply(*session, *prompt, options);
+    if (!result.is_ok()) {
+      std::cerr << "\nhypura run: " << result.status().message() << "\n";
+      return 1;
+    }
+    chat.push_back({"assistant", result->text});
+    raw_so_far += result->text;
+    print_stats(*result);
+  }
+  std::printf("\n");
+  return 0;
+}
+
+int run_run(const RunArgs& a) {
+  const std::string path = resolve_model_path(a.model);
+  if (path.empty()) {
+    std::cerr << "hypura run: no model given and no default model in test-models/ "
+                 "(run scripts/fetch-models.sh)\n";
+    return 2;
+  }
+  if (a.prompt.empty() && !a.interactive) {
+    std::cerr << "hypura run: give --prompt TEXT or --interactive\n";
+    return 2;
+  }
+  if (a.kv_type != "f16" && a.kv_type != "f32") {
+    std::cerr << "hypura run: --kv-type must be f16 or f32\n";
+    return 2;
+  }
+  runtime::EngineOptions eo;
+  eo.model_path = path;
+  eo.n_threads = a.threads;
+  eo.n_ctx = a.context;
+  eo.kv_f32 = a.kv_type == "f32";
+  if (isatty(STDERR_FILENO)) eo.load_progress = draw_progress;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto engine = runtime::Engine::load(eo);
+  if (!engine.is_ok()) {
+    std::cerr << "hypura run: " << path << ": " << engine.status().message() << "\n";
+    return 1;
+  }
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "loaded %s (%s, %s, context %lld) in %.2f s\n", path.c_str(),
+               (*engine)->architecture().c_str(), (*engine)->mode().c_str(),
+               static_cast<long long>((*engine)->n_ctx()), load_s);
+  std::signal(SIGINT, on_sigint);
+  return a.interactive ? run_interactive(**engine, a) : run_once(**engine, a);
+}
+
+std::function<int()> setup_run(CLI::App& app) {
+  auto a = std::make_shared<RunArgs>();
+  app.add_option("model", a->model, "GGUF file; default: the default test model");
+  app.add_option("-p,--prompt", a->prompt, "prompt text (the first turn with --interactive)");
+  app.add_option("--system", a->system, "system message (chat mode)");
+  app.add_option("-n,--max-tokens", a->max_tokens, "tokens to generate at most (-1: until the "
+                                                   "context is full)")->capture_default_str();
+  app.add_option("--temperature,--temp", a->temperature, "0: greedy")->capture_default_str();
+  app.add_option("--top-k", a->top_k, "0: off")->capture_default_str();
+  app.add_option("--top-p", a->top_p, "1: off")->capture_default_str();
+  app.add_option("--min-p", a->min_p, "0: off")->capture_default_str();
+  app.add_option("--repeat-penalty", a->repeat_penalty, "1: off")->capture_default_str();
+  app.add_option("--seed", a->seed, "sampling seed (default: random)");
+  app.add_option("-c,--context", a->context, "context length in tokens (capped by the model's "
+                                             "trained length)")->capture_default_str();
+  app.add_option("-t,--threads", a->threads, "compute threads (default: physical cores)");
+  app.add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32")->capture_default_str();
+  app.add_option("--stop", a->stop, "stop string (repeatable)");
+  app.add_flag("--no-chat", a->no_chat, "feed the prompt as raw text, without the chat template");
+  app.add_flag("-i,--interactive", a->interactive, "chat REPL");
+  return [a] { return run_run(*a); };
+}
+
+const Registrar kRegistrar({"run", "generate text (prompt or interactive chat)", 30, setup_run});
+
+}  // namespace
+}  // namespace hypura::cli

@@ -1,0 +1,303 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "compute/compute.h"
+#include "gguf/gguf.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "runtime/resident_provider.h"
+#include "runtime/sampler.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hypura::runtime {
+
+int physical_cores() {
+  namespace fs = std::filesystem;
+  std::set<std::string> cores;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/sys/devices/system/cpu", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("cpu", 0) != 0 || name.size() < 4 || !std::isdigit(name[3])) continue;
+    std::ifstream in(entry.path() / "topology" / "thread_siblings_list");
+    std::string siblings;
+    if (in >> siblings) cores.insert(siblings);
+  }
+  if (!cores.empty()) return static_cast<int>(cores.size());
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+std::string StopMatcher::push(std::string_view text, bool* stopped) {
+  pending_.append(text);
+  *stopped = false;
+  size_t cut = std::string::npos;
+  for (const auto& s : stops_) {
+    if (s.empty()) continue;
+    const size_t at = pending_.find(s);
+    if (at != std::string::npos) cut = std::min(cut, at);
+  }
+  if (cut != std::string::npos) {
+    *stopped = true;
+    std::string out = pending_.substr(0, cut);
+    pending_.clear();
+    return out;
+  }
+  // Keep the longest suffix that is a prefix of some stop string.
+  size_t keep = 0;
+  for (const auto& s : stops_) {
+    for (size_t len = std::min(s.size() - 1 + (s.empty() ? 1 : 0), pending_.size()); len > keep;
+         --len) {
+      if (pending_.compare(pending_.size() - len, len, s, 0, len) == 0) {
+        keep = len;
+        break;
+      }
+    }
+  }
+  std::string out = pending_.substr(0, pending_.size() - keep);
+  pending_.erase(0, pending_.size() - keep);
+  return out;
+}
+
+std::string StopMatcher::flush() {
+  std::string out;
+  out.swap(pending_);
+  return out;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+class ResidentEngine;
+
+class ResidentSession final : public Session {
+ public:
+  explicit ResidentSession(ResidentEngine& engine);
+
+  Result<GenerateResult> generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                                  const std::function<bool(std::string_view)>& on_piece) override;
+  Status eval(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) override;
+  void reset() override { history_.clear(); }
+  int64_t n_past() const override { return static_cast<int64_t>(history_.size()); }
+
+ private:
+  // Runs tokens at the end of the cache in batches; logits of the last token (or of all
+  // when `all` is set) land in logits_ / *all.
+  Status feed(std::span<const int32_t> tokens, std::vector<float>* all);
+  Status check_fits(size_t n_prompt, int max_tokens) const;
+
+  ResidentEngine& engine_;
+  model::KvCache kv_;
+  std::unique_ptr<model::Forward> forward_;
+  std::vector<int32_t> history_;  // tokens whose keys/values the cache holds, in order
+  std::vector<float> logits_;     // (n_vocab) of the last fed token
+};
+
+class ResidentEngine final : public Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> create(const EngineOptions& options);
+
+  const gguf::GgufFile& file() const override { return file_; }
+  const tokenizer::Tokenizer& tokenizer() const override { return *tokenizer_; }
+  std::unique_ptr<Session> new_session() override {
+    return std::make_unique<ResidentSession>(*this);
+  }
+  int64_t n_ctx() const override { return n_ctx_; }
+  int64_t n_vocab() const override { return model_->hparams().n_vocab; }
+  std::string architecture() const override { return model_->hparams().arch_name; }
+  std::string mode() const override { return "full-resident"; }
+
+  Result<std::vector<int32_t>> tokenize_chat(const std::vector<ChatMessage>& messages,
+                                             bool add_generation_prompt) const override;
+  std::vector<int32_t> tokenize(const std::string& text, bool add_special) const override {
+    return tokenizer_->encode(text, add_special, /*parse_special=*/true);
+  }
+
+  const std::shared_ptr<const model::Model>& model() const { return model_; }
+  compute::Context& ctx() { return *ctx_; }
+  WeightProvider& provider() { return *provider_; }
+  bool kv_f32() const { return kv_f32_; }
+  std::mutex& compute_mutex() { return compute_mutex_; }
+
+ private:
+  gguf::GgufFile file_;
+  std::shared_ptr<const model::Model> model_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<tokenizer::ChatTemplate> chat_;
+  std::unique_ptr<ResidentProvider> provider_;
+  std::unique_ptr<compute::Context> ctx_;
+  int64_t n_ctx_ = 0;
+  bool kv_f32_ = false;
+  std::mutex compute_mutex_;
+};
+
+Result<std::unique_ptr<Engine>> ResidentEngine::create(const EngineOptions& options) {
+  auto e = std::make_unique<ResidentEngine>();
+  HYPURA_ASSIGN_OR_RETURN(e->file_, gguf::GgufFile::open(options.model_path));
+  HYPURA_ASSIGN_OR_RETURN(e->model_, model::Model::create(e->file_));
+  HYPURA_ASSIGN_OR_RETURN(e->tokenizer_, tokenizer::Tokenizer::from_metadata(e->file_.metadata()));
+  if (e->tokenizer_->n_vocab() > e->model_->hparams().n_vocab) {
+    return corrupt("tokenizer has " + std::to_string(e->tokenizer_->n_vocab()) +
+                   " tokens but the output layer only " +
+                   std::to_string(e->model_->hparams().n_vocab));
+  }
+  e->chat_ = std::make_unique<tokenizer::ChatTemplate>(
+      tokenizer::ChatTemplate::for_tokenizer(*e->tokenizer_));
+  const int64_t n_train = e->model_->hparams().n_ctx_train;
+  const int64_t want = options.n_ctx > 0 ? options.n_ctx : 4096;
+  e->n_ctx_ = std::min(want, n_train);
+  if (want > n_train) {
+    spdlog::info("context {} capped to the model's trained length {}", want, n_train);
+  }
+  e->kv_f32_ = options.kv_f32;
+  HYPURA_ASSIGN_OR_RETURN(e->provider_, ResidentProvider::load(e->file_, options.load_progress));
+  const int n_threads = options.n_threads > 0 ? options.n_threads : physical_cores();
+  e->ctx_ = std::make_unique<compute::Context>(n_threads);
+  return std::unique_ptr<Engine>(std::move(e));
+}
+
+Result<std::vector<int32_t>> ResidentEngine::tokenize_chat(const std::vector<ChatMessage>& messages,
+                                                           bool add_generation_prompt) const {
+  std::vector<tokenizer::ChatMessage> msgs;
+  msgs.reserve(messages.size());
+  for (const auto& m : messages) {
+    if (m.role != "system" && m.role != "user" && m.role != "assistant") {
+      return invalid_argument("unknown chat role '" + m.role +
+                              "' (expected system, user or assistant)");
+    }
+    msgs.push_back({m.role, m.content});
+  }
+  const std::string text = chat_->render(msgs, add_generation_prompt);
+  return tokenizer_->encode(text, /*add_special=*/true, /*parse_special=*/true);
+}
+
+ResidentSession::ResidentSession(ResidentEngine& engine)
+    : engine_(engine),
+      kv_(engine.model()->hparams(), engine.n_ctx(), engine.kv_f32()),
+      forward_(std::make_unique<model::Forward>(engine.model(), engine.ctx(), engine.provider(),
+                                                kMaxBatch, engine.n_ctx())),
+      logits_(static_cast<size_t>(engine.n_vocab())) {
+  history_.reserve(static_cast<size_t>(engine.n_ctx()));
+}
+
+Status ResidentSession::feed(std::span<const int32_t> tokens, std::vector<float>* all) {
+  const int64_t n_vocab = engine_.n_vocab();
+  std::lock_guard<std::mutex> lock(engine_.compute_mutex());
+  for (size_t i = 0; i < tokens.size(); i += kMaxBatch) {
+    const int64_t n = std::min<int64_t>(kMaxBatch, tokens.size() - i);
+    float* out = all != nullptr ? all->data() + i * n_vocab : logits_.data();
+    const int64_t pos = static_cast<int64_t>(history_.size());
+    HYPURA_RETURN_IF_ERROR(forward_->run(tokens.data() + i, n, pos, kv_, all != nullptr, out));
+    history_.insert(history_.end(), tokens.begin() + i, tokens.begin() + i + n);
+  }
+  if (all != nullptr && !tokens.empty()) {
+    std::copy_n(all->data() + (tokens.size() - 1) * n_vocab, n_vocab, logits_.data());
+  }
+  return Status::ok();
+}
+
+Status ResidentSession::eval(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) {
+  if (static_cast<int64_t>(history_.size() + tokens.size()) > engine_.n_ctx()) {
+    return resource_exhausted("eval of " + std::to_string(tokens.size()) + " tokens after " +
+                              std::to_string(history_.size()) + " exceeds the context of " +
+                              std::to_string(engine_.n_ctx()));
+  }
+  out_logits->resize(tokens.size() * engine_.n_vocab());
+  return feed(tokens, out_logits);
+}
+
+Status ResidentSession::check_fits(size_t n_prompt, int max_tokens) const {
+  const int64_t n_ctx = engine_.n_ctx();
+  if (n_prompt == 0) return invalid_argument("empty prompt");
+  const int64_t need = static_cast<int64_t>(n_prompt) + std::max(max_tokens, 0);
+  if (need > n_ctx) {
+    return resource_exhausted("prompt of " + std::to_string(n_prompt) + " tokens plus " +
+                              std::to_string(std::max(max_tokens, 0)) +
+                              " to generate exceeds the context of " + std::to_string(n_ctx) +
+                              " tokens (raise --context or lower --max-tokens)");
+  }
+  return Status::ok();
+}
+
+Result<GenerateResult> ResidentSession::generate(
+    const std::vector<int32_t>& prompt, const GenerateOptions& options,
+    const std::function<bool(std::string_view)>& on_piece) {
+  HYPURA_RETURN_IF_ERROR(check_fits(prompt.size(), options.max_tokens));
+  GenerateResult result;
+  // Reuse the cached prefix; at least one token is fed to get fresh logits.
+  size_t common = 0;
+  while (common < history_.size() && common < prompt.size() && history_[common] == prompt[common]) {
+    ++common;
+  }
+  common = std::min(common, prompt.size() - 1);
+  history_.resize(common);
+  result.prompt_tokens_reused = static_cast<int>(common);
+  result.prompt_tokens = static_cast<int>(prompt.size() - common);
+  auto t0 = Clock::now();
+  HYPURA_RETURN_IF_ERROR(feed(std::span(prompt).subspan(common), nullptr));
+  result.prompt_seconds = seconds_since(t0);
+
+  const tokenizer::Tokenizer& tok = engine_.tokenizer();
+  tokenizer::StreamingDetokenizer detok(tok);
+  StopMatcher stops(options.stop);
+  Sampler sampler(options.sampling, engine_.n_vocab());
+  const int64_t limit = options.max_tokens < 0 ? engine_.n_ctx() - n_past()
+                                               : options.max_tokens;
+  result.done_reason = "length";
+  bool listening = true;  // on_piece has not asked to stop
+  const auto emit = [&](const std::string& text) {
+    if (text.empty() || !listening) return listening;
+    result.text += text;
+    listening = on_piece ? on_piece(text) : true;
+    return listening;
+  };
+  t0 = Clock::now();
+  bool stopped = false;
+  for (int64_t i = 0; i < limit; ++i) {
+    if (options.cancel != nullptr && options.cancel->load()) {
+      result.done_reason = "cancelled";
+      break;
+    }
+    const int32_t id = sampler.sample(logits_.data(), history_);
+    if (tok.is_end_of_generation(id)) {
+      result.done_reason = "stop";
+      break;
+    }
+    result.generated_tokens++;
+    const std::string text = stops.push(detok.push(id), &stopped);
+    if (!emit(text)) {
+      result.done_reason = "cancelled";
+      break;
+    }
+    if (stopped) {
+      result.done_reason = "stop";
+      break;
+    }
+    if (n_past() >= engine_.n_ctx()) break;  // context full: "length"
+    HYPURA_RETURN_IF_ERROR(feed(std::span(&id, 1), nullptr));
+  }
+  if (!stopped) emit(stops.push(detok.flush(), &stopped) + stops.flush());
+  result.generate_seconds = seconds_since(t0);
+  return result;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options) {
+  return ResidentEngine::create(options);
+}
+
+}  // namespace hypura::runtime

@@ -1,0 +1,40 @@
+// The Engine and Session of session.h over the resident provider and the CPU forward pass.
+//
+// ResidentEngine loads a model (GGUF directory, hyperparameters and tensor map,
+// tokenizer and chat template, every weight in RAM) and owns the compute context;
+// ResidentSession owns a KV cache and a Forward (scratch) and remembers which tokens its
+// cache holds, so generate() reuses the longest common prefix.
+//
+// Thread-safety: sessions of one engine share its compute pool; a mutex serialises their
+// forward passes, so sessions may be used from different threads.
+#pragma once
+
+#include <string>
+
+#include "runtime/session.h"
+
+namespace hypura::runtime {
+
+// Physical cores of this machine (hyper-thread siblings counted once); at least 1.
+int physical_cores();
+
+// Prompt tokens per forward call (matrix-matrix products of up to this many rows).
+inline constexpr int64_t kMaxBatch = 512;
+
+// The keep-back logic of stop strings: text that might begin a stop string is held until
+// it is known not to. Exposed for tests.
+class StopMatcher {
+ public:
+  explicit StopMatcher(const std::vector<std::string>& stops) : stops_(stops) {}
+  // Appends text; returns what can be printed now. Sets *stopped when a stop string was
+  // found (the returned text then ends right before it; the rest is dropped).
+  std::string push(std::string_view text, bool* stopped);
+  // The held-back text when generation ends for another reason.
+  std::string flush();
+
+ private:
+  const std::vector<std::string>& stops_;
+  std::string pending_;
+};
+
+}  // namespace hypura::runtime

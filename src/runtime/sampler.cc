@@ -1,0 +1,99 @@
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace hypura::runtime {
+
+Sampler::Sampler(const SamplingParams& params, int64_t n_vocab)
+    : params_(params),
+      n_vocab_(n_vocab),
+      rng_(params.seed),
+      candidates_(static_cast<size_t>(n_vocab)),
+      probs_(static_cast<size_t>(n_vocab)),
+      seen_(static_cast<size_t>(n_vocab)) {}
+
+int32_t Sampler::argmax(const float* logits, int64_t n_vocab) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n_vocab; ++i) {
+    if (logits[i] > logits[best]) best = i;
+  }
+  return static_cast<int32_t>(best);
+}
+
+void Sampler::penalize(float* logits, std::span<const int32_t> history) {
+  if (params_.repeat_penalty == 1.0f || params_.repeat_last_n == 0) return;
+  const size_t n = params_.repeat_last_n < 0
+                       ? history.size()
+                       : std::min(history.size(), static_cast<size_t>(params_.repeat_last_n));
+  const auto recent = history.subspan(history.size() - n);
+  // Each distinct token is penalised once, however often it occurred.
+  for (int32_t id : recent) {
+    if (id < 0 || id >= n_vocab_ || seen_[id]) continue;
+    seen_[id] = 1;
+    float& l = logits[id];
+    l = l > 0 ? l / params_.repeat_penalty : l * params_.repeat_penalty;
+  }
+  for (int32_t id : recent) {
+    if (id >= 0 && id < n_vocab_) seen_[id] = 0;
+  }
+}
+
+void Sampler::truncate() {
+  size_t n = candidates_.size();
+  if (params_.top_k > 0) n = std::min(n, static_cast<size_t>(params_.top_k));
+  // Probabilities at temperature 1 decide top-p and min-p, as in llama.cpp's chain.
+  const float max_logit = candidates_[0].logit;
+  float sum = 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    probs_[i] = std::exp(candidates_[i].logit - max_logit);
+    sum += probs_[i];
+  }
+  if (params_.top_p < 1.0f) {
+    float cum = 0.0f;
+    for (size_t i = 0; i < n; ++i) {
+      cum += probs_[i] / sum;
+      if (cum >= params_.top_p) {
+        n = i + 1;
+        break;
+      }
+    }
+  }
+  if (params_.min_p > 0.0f) {
+    size_t keep = 1;  // probs_[0] is the maximum (exp(0) = 1)
+    while (keep < n && probs_[keep] >= params_.min_p) ++keep;
+    n = keep;
+  }
+  candidates_.resize(n);
+}
+
+int32_t Sampler::sample(float* logits, std::span<const int32_t> history) {
+  penalize(logits, history);
+  if (params_.temperature <= 0.0f) return argmax(logits, n_vocab_);
+  candidates_.resize(static_cast<size_t>(n_vocab_));
+  for (int64_t i = 0; i < n_vocab_; ++i) candidates_[i] = {static_cast<int32_t>(i), logits[i]};
+  const auto by_logit = [](const Candidate& a, const Candidate& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  };
+  const size_t k = params_.top_k > 0 ? std::min(candidates_.size(), static_cast<size_t>(params_.top_k))
+                                     : candidates_.size();
+  std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(), by_logit);
+  candidates_.resize(k);
+  truncate();
+  const float max_logit = candidates_[0].logit;
+  float sum = 0.0f;
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    probs_[i] = std::exp((candidates_[i].logit - max_logit) / params_.temperature);
+    sum += probs_[i];
+  }
+  // Uniform in [0, sum) from 53 random bits: portable, unlike std::uniform_real_distribution.
+  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * sum;
+  double cum = 0.0;
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    cum += probs_[i];
+    if (u < cum) return candidates_[i].id;
+  }
+  return candidates_.back().id;
+}
+
+}  // namespace hypura::runtime

@@ -1,0 +1,48 @@
+// Sampler: picks the next token from a row of logits.
+//
+// Greedy when temperature <= 0 (argmax, lowest id on ties). Otherwise llama.cpp's default
+// chain, in its order: repetition penalty over the last repeat_last_n tokens (positive
+// logits divided, negative multiplied), top-k, top-p (nucleus), min-p (relative to the
+// most probable token), temperature, then a draw from the remaining distribution with a
+// 64-bit Mersenne Twister seeded by SamplingParams::seed (same seed, same tokens).
+//
+// Thread-safety: one instance per generation stream. Buffers are sized at construction;
+// sample() does not allocate.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "runtime/session.h"
+
+namespace hypura::runtime {
+
+class Sampler {
+ public:
+  Sampler(const SamplingParams& params, int64_t n_vocab);
+
+  // logits: (n_vocab), modified in place by the penalty. history: tokens so far (prompt
+  // and generated), the last repeat_last_n of which are penalised.
+  int32_t sample(float* logits, std::span<const int32_t> history);
+
+  static int32_t argmax(const float* logits, int64_t n_vocab);
+
+ private:
+  struct Candidate {
+    int32_t id;
+    float logit;
+  };
+  void penalize(float* logits, std::span<const int32_t> history);
+  void truncate();  // top-k, top-p, min-p on candidates_ (sorted by logit, descending)
+
+  SamplingParams params_;
+  int64_t n_vocab_;
+  std::mt19937_64 rng_;
+  std::vector<Candidate> candidates_;  // (n_vocab)
+  std::vector<float> probs_;           // (n_vocab)
+  std::vector<uint8_t> seen_;          // (n_vocab) marks of penalised tokens
+};
+
+}  // namespace hypura::runtime
