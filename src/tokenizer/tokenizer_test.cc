@@ -275,7 +275,8 @@ TEST(StreamingDetokenizer, StreamEqualsWholeDecode) {
 
 // Real models from test-models/ (skipped when absent): end-of-turn tokens, chat prompts
 // and a few ids. SmolLM2's ids agree with an independent implementation's self-check
-// list (a project that tokenizes SmolLM2 with its own BPE code).
+// list (a project that tokenizes SmolLM2 with its own BPE code); Gemma 3's with
+// transformers' GGUF tokenizer converter (see docs/TOKENIZER.md, "Verification").
 TEST(RealModels, SmolLm2) {
   const Tokenizer* tok = testing_util::real_model_tokenizer({"gpt2/smollm"});
   if (tok == nullptr) GTEST_SKIP() << "SmolLM2 not in test-models/ (scripts/fetch-models.sh)";
@@ -321,6 +322,13 @@ TEST(RealModels, Gemma3) {
   }
   EXPECT_TRUE(tok->is_end_of_generation(tok->find_token("<end_of_turn>")));
   EXPECT_TRUE(tok->is_end_of_generation(tok->eos_id()));
+  // Ids that transformers' GGUF tokenizer converter (5.24) also gives for this file.
+  EXPECT_EQ(tok->encode("Hello, we can use", false, false),
+            (std::vector<int32_t>{9259, 236764, 692, 740, 1161}));
+  EXPECT_EQ(tok->encode("\xC3\x85\xC3\x84\xC3\x96 fa\xC3\xA7" "ade na\xC3\xAFve", false, false),
+            (std::vector<int32_t>{239685, 239122, 238255, 96008, 120362}));
+  EXPECT_EQ(tok->encode("    indented code\n        more", false, false),
+            (std::vector<int32_t>{140, 724, 16764, 3393, 107, 144, 5576}));
   // Gemma has no space prefix: "Hello" and " Hello" differ.
   EXPECT_NE(tok->encode("Hello", false, false), tok->encode(" Hello", false, false));
   EXPECT_EQ(tok->detokenize(tok->encode("Hello, world", false, false)), "Hello, world");
