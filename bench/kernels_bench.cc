@@ -93,6 +93,7 @@ void BM_Matvec(benchmark::State& state, GgmlType type, bool hot) {
 // "ratio" column: weight GB/s / memory GB/s, added after the run by the reporter below.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
+  RatioReporter() : ConsoleReporter(OO_Tabular) {}  // plain text: tables go into docs
   void ReportRuns(const std::vector<Run>& runs) override {
     std::vector<Run> copy = runs;
     for (auto& run : copy) {

@@ -144,7 +144,7 @@ template <bool kFive>
 struct QK4 {  // Q4_K (kFive = false) and Q5_K (kFive = true)
   using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
     const auto* w = reinterpret_cast<const Block*>(wr);
     const BlockQ8_K* y[T];
     act_rows<BlockQ8_K, T>(x, xs, y);
@@ -152,7 +152,7 @@ struct QK4 {  // Q4_K (kFive = false) and Q5_K (kFive = true)
     for (int t = 0; t < T; ++t) acc[t] = accm[t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
-      prefetch_ahead(w + i, sizeof(*w));
+      if (prefetch) prefetch_ahead(w + i, sizeof(*w));
       uint64_t sc8, m8;
       unpack_k4(w[i].scales, &sc8, &m8);
       __m256i S[8], W[8];
@@ -179,7 +179,7 @@ struct QK4 {  // Q4_K (kFive = false) and Q5_K (kFive = true)
 
 struct Q6K {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
     const auto* w = reinterpret_cast<const BlockQ6_K*>(wr);
     const BlockQ8_K* y[T];
     act_rows<BlockQ8_K, T>(x, xs, y);
@@ -187,7 +187,7 @@ struct Q6K {
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
-      prefetch_ahead(w + i, sizeof(*w));
+      if (prefetch) prefetch_ahead(w + i, sizeof(*w));
       const __m256i sc16 = _mm256_cvtepi8_epi16(load128(w[i].scales));
       __m256i S[8], W[8];
       broadcast16(sc16, S);
@@ -216,14 +216,14 @@ struct Q6K {
 
 struct Q3K {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
     const auto* w = reinterpret_cast<const BlockQ3_K*>(wr);
     const BlockQ8_K* y[T];
     act_rows<BlockQ8_K, T>(x, xs, y);
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
-      prefetch_ahead(w + i, sizeof(*w));
+      if (prefetch) prefetch_ahead(w + i, sizeof(*w));
       const __m256i sc16 = _mm256_cvtepi8_epi16(unpack_q3k_scales(w[i].scales));
       __m256i S[8], W[8];
       broadcast16(sc16, S);
@@ -243,7 +243,7 @@ struct Q3K {
 
 struct Q2K {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
     const auto* w = reinterpret_cast<const BlockQ2_K*>(wr);
     const BlockQ8_K* y[T];
     act_rows<BlockQ8_K, T>(x, xs, y);
@@ -251,7 +251,7 @@ struct Q2K {
     for (int t = 0; t < T; ++t) acc[t] = accm[t] = _mm256_setzero_ps();
     const __m128i m4 = _mm_set1_epi8(0x0F);
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
-      prefetch_ahead(w + i, sizeof(*w));
+      if (prefetch) prefetch_ahead(w + i, sizeof(*w));
       const __m128i s = load128(w[i].scales);
       const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(s, m4));
       const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), m4));
@@ -310,7 +310,7 @@ struct WQ5_1 {
 template <class WF>
 struct LegacySigned {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
     const auto* w = reinterpret_cast<const typename WF::Block*>(wr);
     const BlockQ8_0* y[T];
     act_rows<BlockQ8_0, T>(x, xs, y);
@@ -318,7 +318,7 @@ struct LegacySigned {
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t i = 0; i < n / quant::kQK; ++i) {
-      prefetch_ahead(w + i, sizeof(*w));
+      if (prefetch) prefetch_ahead(w + i, sizeof(*w));
       const __m256i q = WF::weights(w[i]);
       const __m256i aq = _mm256_sign_epi8(q, q);
       const float dw = h2f(w[i].d);
@@ -335,7 +335,7 @@ struct LegacySigned {
 template <class WF>
 struct LegacyMin {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
     const auto* w = reinterpret_cast<const typename WF::Block*>(wr);
     const BlockQ8_1* y[T];
     act_rows<BlockQ8_1, T>(x, xs, y);
@@ -347,7 +347,7 @@ struct LegacyMin {
     }
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t i = 0; i < n / quant::kQK; ++i) {
-      prefetch_ahead(w + i, sizeof(*w));
+      if (prefetch) prefetch_ahead(w + i, sizeof(*w));
       const __m256i q = WF::weights(w[i]);
       const float dw = h2f(w[i].d), mw = h2f(w[i].m);
       for (int t = 0; t < T; ++t) {
@@ -394,7 +394,7 @@ struct LoadBF16 {
 template <class L>
 struct FloatDot {
   template <int T>
-  static void dot(int64_t n, const uint8_t* w, const uint8_t* x, size_t xs, float* out) {
+  static void dot(int64_t n, const uint8_t* w, const uint8_t* x, size_t xs, float* out, bool prefetch) {
     const float* y[T];
     for (int t = 0; t < T; ++t) y[t] = reinterpret_cast<const float*>(x + t * xs);
     __m256 a0[T], a1[T];
@@ -405,7 +405,7 @@ struct FloatDot {
     }
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-      prefetch_ahead(w + i * L::kBytes, 16 * L::kBytes);
+      if (prefetch) prefetch_ahead(w + i * L::kBytes, 16 * L::kBytes);
       const __m256 w0 = L::load(w, i), w1 = L::load(w, i + 8);
       for (int t = 0; t < T; ++t) {
         a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(y[t] + i), a0[t]);

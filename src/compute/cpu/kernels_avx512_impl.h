@@ -137,7 +137,7 @@ inline void act_rows(const uint8_t* x, size_t xs, const B** y) {
 
 struct Q4K {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
     const auto* w = reinterpret_cast<const BlockQ4_K*>(wr);
     const BlockQ8_K* y[T];
     act_rows<BlockQ8_K, T>(x, xs, y);
@@ -151,7 +151,7 @@ struct Q4K {
     const __m512i idx[4] = {lane_words(0, 0, 1, 1), lane_words(2, 2, 3, 3), lane_words(4, 4, 5, 5),
                             lane_words(6, 6, 7, 7)};
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
-      prefetch_ahead(w + i, sizeof(*w));
+      if (prefetch) prefetch_ahead(w + i, sizeof(*w));
       uint64_t sc8, m8;
       unpack_k4(w[i].scales, &sc8, &m8);
       const __m512i scw = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc8))));
@@ -182,7 +182,7 @@ struct Q4K {
 
 struct Q5K {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
     const auto* w = reinterpret_cast<const BlockQ5_K*>(wr);
     const BlockQ8_K* y[T];
     act_rows<BlockQ8_K, T>(x, xs, y);
@@ -198,7 +198,7 @@ struct Q5K {
                             lane_words(6, 6, 7, 7)};
     const __m512i hbit[4] = {halves8(1, 2), halves8(4, 8), halves8(16, 32), halves8(64, 128)};
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
-      prefetch_ahead(w + i, sizeof(*w));
+      if (prefetch) prefetch_ahead(w + i, sizeof(*w));
       uint64_t sc8, m8;
       unpack_k4(w[i].scales, &sc8, &m8);
       const __m512i scw = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc8))));
@@ -235,7 +235,7 @@ struct Q5K {
 // the activation sums: sum sc * (u - off) * y = sum sc * u * y - off * sum sc * bsum.
 struct Q6K {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
     const auto* w = reinterpret_cast<const BlockQ6_K*>(wr);
     const BlockQ8_K* y[T];
     act_rows<BlockQ8_K, T>(x, xs, y);
@@ -247,7 +247,7 @@ struct Q6K {
     const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7), lane_words(8, 9, 10, 11),
                             lane_words(12, 13, 14, 15)};
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
-      prefetch_ahead(w + i, sizeof(*w));
+      if (prefetch) prefetch_ahead(w + i, sizeof(*w));
       const __m256i sc16 = _mm256_cvtepi8_epi16(load128(w[i].scales));
       const __m512i scw = _mm512_broadcast_i64x4(sc16);
       __m512i W[4], S[4];
@@ -276,7 +276,7 @@ struct Q6K {
 
 struct Q3K {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
     const auto* w = reinterpret_cast<const BlockQ3_K*>(wr);
     const BlockQ8_K* y[T];
     act_rows<BlockQ8_K, T>(x, xs, y);
@@ -287,7 +287,7 @@ struct Q3K {
                             lane_words(12, 13, 14, 15)};
     const __m512i hbit[4] = {halves8(1, 2), halves8(4, 8), halves8(16, 32), halves8(64, 128)};
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
-      prefetch_ahead(w + i, sizeof(*w));
+      if (prefetch) prefetch_ahead(w + i, sizeof(*w));
       const __m256i sc16 = _mm256_cvtepi8_epi16(unpack_q3k_scales(w[i].scales));
       const __m512i scw = _mm512_broadcast_i64x4(sc16);
       const __m512i hm = _mm512_broadcast_i64x4(load256(w[i].hmask));
@@ -313,7 +313,7 @@ struct Q3K {
 
 struct Q2K {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
     const auto* w = reinterpret_cast<const BlockQ2_K*>(wr);
     const BlockQ8_K* y[T];
     act_rows<BlockQ8_K, T>(x, xs, y);
@@ -327,7 +327,7 @@ struct Q2K {
     const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7), lane_words(8, 9, 10, 11),
                             lane_words(12, 13, 14, 15)};
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
-      prefetch_ahead(w + i, sizeof(*w));
+      if (prefetch) prefetch_ahead(w + i, sizeof(*w));
       const __m128i s = load128(w[i].scales);
       const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(s, m4));
       const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), m4));
@@ -426,7 +426,7 @@ inline __m512 pair_scales(uint16_t wa, uint16_t wb, uint16_t ya, uint16_t yb) {
 template <class WF>
 struct LegacySigned {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
     const auto* w = reinterpret_cast<const typename WF::Block*>(wr);
     const BlockQ8_0* y[T];
     act_rows<BlockQ8_0, T>(x, xs, y);
@@ -439,7 +439,7 @@ struct LegacySigned {
     const int64_t nb = n / quant::kQK;
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
-      prefetch_ahead(w + i, 2 * sizeof(*w));
+      if (prefetch) prefetch_ahead(w + i, 2 * sizeof(*w));
       const __m512i q = WF::weights2(w + i);
       const __mmask64 neg = _mm512_movepi8_mask(q);
       const __m512i aq = _mm512_abs_epi8(q);
@@ -468,7 +468,7 @@ struct LegacySigned {
 template <class WF>
 struct LegacyMin {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
     const auto* w = reinterpret_cast<const typename WF::Block*>(wr);
     const BlockQ8_1* y[T];
     act_rows<BlockQ8_1, T>(x, xs, y);
@@ -481,7 +481,7 @@ struct LegacyMin {
     const int64_t nb = n / quant::kQK;
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
-      prefetch_ahead(w + i, 2 * sizeof(*w));
+      if (prefetch) prefetch_ahead(w + i, 2 * sizeof(*w));
       const __m512i q = WF::weights2(w + i);
       const float m0 = h2f(w[i].m), m1 = h2f(w[i + 1].m);
       for (int t = 0; t < T; ++t) {
@@ -534,14 +534,14 @@ struct LoadBF16 {
 template <class L>
 struct FloatDot {
   template <int T>
-  static void dot(int64_t n, const uint8_t* w, const uint8_t* x, size_t xs, float* out) {
+  static void dot(int64_t n, const uint8_t* w, const uint8_t* x, size_t xs, float* out, bool prefetch) {
     const float* y[T];
     for (int t = 0; t < T; ++t) y[t] = reinterpret_cast<const float*>(x + t * xs);
     __m512 a0[T], a1[T];
     for (int t = 0; t < T; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-      prefetch_ahead(w + i * L::kBytes, 32 * L::kBytes);
+      if (prefetch) prefetch_ahead(w + i * L::kBytes, 32 * L::kBytes);
       const __m512 w0 = L::load(w, i), w1 = L::load(w, i + 16);
       for (int t = 0; t < T; ++t) {
         a0[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(y[t] + i), a0[t]);

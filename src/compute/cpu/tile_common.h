@@ -1,9 +1,11 @@
 // Shared scaffolding of the SIMD kernel files (included only by per-ISA .cc files).
 //
-// A row kernel K provides `template <int T> static void dot(n, w_row, x, x_stride, out)`
+// A row kernel K provides
+//   template <int T> static void dot(n, w_row, x, x_stride, out, prefetch)
 // computing out[t] = dot(w_row, x row t) for t < T (T <= 4) with the weights unpacked
 // once and reused for the T activation rows. Each token's arithmetic is independent of
-// T, which is what keeps results batch-invariant.
+// T, which is what keeps results batch-invariant. `prefetch` asks for the weight lines
+// ahead of the row; only the first pass over a row (first token group) does that.
 //
 // Everything here must stay in an anonymous namespace: the same template compiled with
 // different -m flags in two files must not be merged by the linker.
@@ -30,32 +32,37 @@ inline int prefetch_distance() {
   return d;
 }
 
-// Prefetches the lines of [p + distance, p + distance + bytes).
+// Prefetches about bytes / 64 lines from p + distance on: called once per block of a
+// contiguous stream, it asks for each line of the stream about once (rounding to the
+// nearest line count keeps the extra instructions low for 34- or 144-byte blocks).
 inline void prefetch_ahead(const void* p, int bytes) {
   const int d = prefetch_distance();
   if (d == 0) return;
   const char* q = static_cast<const char*>(p) + d;
-  for (int off = 0; off < bytes; off += 64) _mm_prefetch(q + off, _MM_HINT_T0);
+  const int lines = bytes < 96 ? 1 : (bytes + 32) / 64;
+  for (int l = 0; l < lines; ++l) _mm_prefetch(q + 64 * l, _MM_HINT_T0);
 }
 
+// Token groups outside, rows inside: a group's activation rows (up to 4 x ~4.6 KiB for
+// 4096 columns) stay in L1 while the tile's weight rows stream from L2.
 template <class K>
 void tile_of(int64_t n, const void* w, size_t w_stride, int n_rows, const void* x, size_t x_stride,
              int n_tok, float* y, size_t y_stride) {
   const auto* xb = static_cast<const uint8_t*>(x);
-  for (int r = 0; r < n_rows; ++r) {
-    const auto* wr = static_cast<const uint8_t*>(w) + r * w_stride;
-    float out[4];
-    int t0 = 0;
-    for (; t0 + 4 <= n_tok; t0 += 4) {
-      K::template dot<4>(n, wr, xb + t0 * x_stride, x_stride, out);
-      for (int t = 0; t < 4; ++t) y[(t0 + t) * y_stride + r] = out[t];
-    }
-    const int rest = n_tok - t0;
+  float out[4];
+  for (int t0 = 0; t0 < n_tok; t0 += 4) {
+    const int nt = n_tok - t0 < 4 ? n_tok - t0 : 4;
     const uint8_t* xt = xb + t0 * x_stride;
-    if (rest == 3) K::template dot<3>(n, wr, xt, x_stride, out);
-    if (rest == 2) K::template dot<2>(n, wr, xt, x_stride, out);
-    if (rest == 1) K::template dot<1>(n, wr, xt, x_stride, out);
-    for (int t = 0; t < rest; ++t) y[(t0 + t) * y_stride + r] = out[t];
+    for (int r = 0; r < n_rows; ++r) {
+      const auto* wr = static_cast<const uint8_t*>(w) + r * w_stride;
+      switch (nt) {
+        case 4: K::template dot<4>(n, wr, xt, x_stride, out, t0 == 0); break;
+        case 3: K::template dot<3>(n, wr, xt, x_stride, out, t0 == 0); break;
+        case 2: K::template dot<2>(n, wr, xt, x_stride, out, t0 == 0); break;
+        default: K::template dot<1>(n, wr, xt, x_stride, out, t0 == 0); break;
+      }
+      for (int t = 0; t < nt; ++t) y[(t0 + t) * y_stride + r] = out[t];
+    }
   }
 }
 
