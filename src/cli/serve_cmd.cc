@@ -1,0 +1,96 @@
+// `hypura serve [MODEL]`: an Ollama-compatible HTTP server, plus OpenAI-style endpoints.
+//
+// Loads the model once (through the same Engine as `hypura run`, in whichever mode the
+// planner picks) and serves it until SIGINT/SIGTERM, which stop it gracefully (exit 0).
+// The API, limits and client setup are in docs/SERVER.md; the HTTP layer in src/server.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "cli/command.h"
+#include "gguf/gguf.h"
+#include "runtime/session.h"
+#include "server/http_server.h"
+#include "server/model_info.h"
+#include "server/stop_signals.h"
+
+namespace hypura::cli {
+namespace {
+
+struct ServeArgs {
+  std::string model;
+  std::string alias;
+  server::ServerOptions server;
+  int64_t context = 4096;
+  int threads = 0;
+  std::string kv_type = "f16";
+};
+
+int run_serve(ServeArgs a) {
+  const std::string path = resolve_model_path(a.model);
+  if (path.empty()) {
+    std::cerr << "hypura serve: no model given and no default model in test-models/ "
+                 "(run scripts/fetch-models.sh)\n";
+    return 2;
+  }
+  if (a.kv_type != "f16" && a.kv_type != "f32") {
+    std::cerr << "hypura serve: --kv-type must be f16 or f32\n";
+    return 2;
+  }
+  runtime::EngineOptions eo;
+  eo.model_path = path;
+  eo.n_threads = a.threads;
+  eo.n_ctx = a.context;
+  eo.kv_f32 = a.kv_type == "f32";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto engine = runtime::Engine::load(eo);
+  if (!engine.is_ok()) {
+    std::cerr << "hypura serve: " << path << ": " << engine.status().message() << "\n";
+    return 1;
+  }
+  runtime::Engine& e = **engine;
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  server::ModelInfo info = server::model_info_from_gguf(e.file(), path, a.alias, e.n_ctx());
+  info.mode = e.mode();
+  server::HttpServer http(e, info, a.server);
+  if (Status st = http.bind(); !st.is_ok()) {
+    std::cerr << "hypura serve: " << st.message() << "\n";
+    return 1;
+  }
+  spdlog::info("loaded {} ({}, {}, context {}) in {:.2f} s", path, e.architecture(), e.mode(),
+               e.n_ctx(), load_s);
+  spdlog::info("serving \"{}\" on http://{}:{} (Ollama API at /api, OpenAI API at /v1)",
+               info.name, a.server.host, http.port());
+  std::fflush(stdout);
+  return server::serve_until_stopped(http);
+}
+
+std::function<int()> setup_serve(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  app.add_option("model", a->model, "GGUF file; default: the default test model");
+  app.add_option("--host", a->server.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", a->server.port, "port (11434 is Ollama's; 0: any free port)")
+      ->capture_default_str();
+  app.add_option("-c,--context", a->context, "context length in tokens (capped by the model's "
+                                             "trained length)")->capture_default_str();
+  app.add_option("--max-queue", a->server.max_queue,
+                 "requests that may wait behind the running one; more get 503")
+      ->capture_default_str();
+  app.add_option("--max-body", a->server.max_body_bytes,
+                 "largest request body in bytes; larger ones get 400")->capture_default_str();
+  app.add_option("--alias", a->alias, "model name to serve under (default: the file name)");
+  app.add_option("-t,--threads", a->threads, "compute threads (default: physical cores)");
+  app.add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32")->capture_default_str();
+  return [a] { return run_serve(*a); };
+}
+
+const Registrar kRegistrar({"serve", "Ollama-compatible HTTP server (plus OpenAI-style /v1)", 50,
+                           setup_serve});
+
+}  // namespace
+}  // namespace hypura::cli
