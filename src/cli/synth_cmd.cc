@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -88,6 +89,8 @@ class ProgressBar {
   ProgressBar() : start_(Clock::now()), tty_(isatty(STDERR_FILENO)) {}
 
   void update(uint64_t done, uint64_t total) {
+    if (done == last_done_) return;  // the writer reports the end twice (data, padding)
+    last_done_ = done;
     Clock::time_point now = Clock::now();
     int decile = total ? static_cast<int>(10 * done / total) : 10;
     bool due = tty_ ? now - last_ >= std::chrono::milliseconds(100) : decile != last_decile_;
@@ -110,10 +113,15 @@ class ProgressBar {
   Clock::time_point start_;
   Clock::time_point last_{};
   int last_decile_ = -1;
+  uint64_t last_done_ = UINT64_MAX;
   bool tty_;
 };
 
 Status check_free_space(const std::string& path, uint64_t need) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    return Status::ok();  // a device such as /dev/null (generator speed runs)
+  }
   std::filesystem::path dir = std::filesystem::absolute(path).parent_path();
   struct statvfs vfs;
   if (::statvfs(dir.c_str(), &vfs) != 0) return Status::ok();  // let the write report it
@@ -179,16 +187,20 @@ int run_synth(const SynthArgs& args) {
     st = synth::write_model(*spec, *vocab, args.output, progress);
   }
   double write_s = std::chrono::duration<double>(Clock::now() - start).count();
-  if (st.is_ok() && !args.no_sync) st = sync_file(args.output);
+  const bool sync = !args.no_sync && std::filesystem::is_regular_file(args.output);
+  if (st.is_ok() && sync) st = sync_file(args.output);
   if (!st.is_ok()) {
     std::cerr << "hypura synth: " << st.message() << "\n";
     return 1;
   }
   double total_s = std::chrono::duration<double>(Clock::now() - start).count();
-  uint64_t size = std::filesystem::file_size(args.output);
+  std::error_code ec;  // /dev/null and pipes have no size: report the data bytes then
+  uint64_t size = std::filesystem::is_regular_file(args.output, ec)
+                      ? std::filesystem::file_size(args.output, ec)
+                      : sum.data_bytes;
   std::printf("wrote %s: %s in %.2f s (%.0f MB/s%s; write %.2f s)\n", args.output.c_str(),
               format_size(size).c_str(), total_s, static_cast<double>(size) / 1e6 / total_s,
-              args.no_sync ? ", not synced" : " including fdatasync", write_s);
+              sync ? " including fdatasync" : ", not synced", write_s);
   return 0;
 }
 

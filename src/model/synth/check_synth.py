@@ -120,7 +120,8 @@ def check_metadata(reader, arch):
 def check_values(t):
     """Statistics of the first rows of a tensor, dequantized by gguf-py."""
     ne0 = int(t.shape[0])
-    rows = gguf.dequantize(t.data, t.tensor_type).reshape(-1, ne0)[:MAX_SAMPLE_ROWS]
+    raw = t.data.reshape(-1, t.data.shape[-1])[:MAX_SAMPLE_ROWS]  # rows of raw bytes/values
+    rows = gguf.dequantize(raw, t.tensor_type).reshape(-1, ne0)
     x = rows.astype(np.float64).ravel()
     if not np.all(np.isfinite(x)):
         fail(f"{t.name}: non-finite values")
