@@ -313,7 +313,9 @@ bool HttpServer::Impl::pump(Exchange& ex, httplib::DataSink& sink) {
     }
   }
   if (update.done) return finish_exchange(ex, sink);
-  if (update.pieces.empty() && !sink.is_writable()) return false;
+  // A stream notices a departed client when a write fails; a non-streamed answer writes
+  // nothing until the end, so it asks the socket (a poll and a peek) on every wake-up.
+  if ((!ex.stream || update.pieces.empty()) && !sink.is_writable()) return false;
   return true;
 }
 

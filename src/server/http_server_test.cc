@@ -295,6 +295,24 @@ TEST_F(ServerTest, ClientDisconnectCancelsGeneration) {
   EXPECT_EQ(post("/api/chat", chat_body(false))->status, 200);  // still serving
 }
 
+TEST_F(ServerTest, ClientGivingUpOnNonStreamedAnswerCancelsIt) {
+  FakeConfig config;
+  config.token_delay = std::chrono::milliseconds(10);
+  config.eos = false;
+  start(config);
+  httplib::Client c = client();
+  c.set_read_timeout(0, 200'000);  // gives up after 200 ms
+  json body = {{"model", "fake"}, {"prompt", "p"}, {"stream", false},
+               {"options", {{"num_predict", 200}}}};
+  EXPECT_FALSE(c.Post("/api/generate", body.dump(), "application/json"));
+  for (int i = 0; i < 200 && engine_->last_session->calls.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(engine_->last_session->calls.load(), 1);
+  EXPECT_TRUE(engine_->last_session->last_cancelled.load());
+  EXPECT_LT(engine_->last_session->last_generated.load(), 100);
+}
+
 TEST_F(ServerTest, ShutdownEndsOpenStreamsWithAnError) {
   FakeConfig config;
   config.token_delay = std::chrono::milliseconds(20);
