@@ -40,12 +40,17 @@ struct SynthArgs {
 // Explicit dimension flags, each overriding one field of the preset's shape.
 const std::vector<std::pair<const char*, int64_t synth::Shape::*>>& dim_flags() {
   static const std::vector<std::pair<const char*, int64_t synth::Shape::*>> kFlags = {
-      {"n-vocab", &synth::Shape::n_vocab},     {"n-embd", &synth::Shape::n_embd},
-      {"n-layer", &synth::Shape::n_layer},     {"n-head", &synth::Shape::n_head},
-      {"n-head-kv", &synth::Shape::n_head_kv}, {"head-dim", &synth::Shape::head_dim},
-      {"n-ff", &synth::Shape::n_ff},           {"n-expert", &synth::Shape::n_expert},
+      {"n-vocab", &synth::Shape::n_vocab},
+      {"n-embd", &synth::Shape::n_embd},
+      {"n-layer", &synth::Shape::n_layer},
+      {"n-head", &synth::Shape::n_head},
+      {"n-head-kv", &synth::Shape::n_head_kv},
+      {"head-dim", &synth::Shape::head_dim},
+      {"n-ff", &synth::Shape::n_ff},
+      {"n-expert", &synth::Shape::n_expert},
       {"n-expert-used", &synth::Shape::n_expert_used},
-      {"n-ff-exp", &synth::Shape::n_ff_exp},   {"n-ctx", &synth::Shape::n_ctx},
+      {"n-ff-exp", &synth::Shape::n_ff_exp},
+      {"n-ctx", &synth::Shape::n_ctx},
   };
   return kFlags;
 }
@@ -153,10 +158,12 @@ void print_plan(const synth::SynthSpec& spec, const synth::SynthSummary& sum) {
                static_cast<long long>(s.head_dim), static_cast<long long>(s.n_ff),
                static_cast<long long>(s.n_vocab));
   if (s.n_expert > 0) {
-    std::fprintf(stderr, " experts %lld (%lld used) n_ff_exp %lld", static_cast<long long>(s.n_expert),
-                 static_cast<long long>(s.n_expert_used), static_cast<long long>(s.n_ff_exp));
+    std::fprintf(stderr, " experts %lld (%lld used) n_ff_exp %lld",
+                 static_cast<long long>(s.n_expert), static_cast<long long>(s.n_expert_used),
+                 static_cast<long long>(s.n_ff_exp));
   }
-  std::fprintf(stderr, "\nsynth: %zu tensors, %.3f B parameters, %s of tensor data; vocab from %s\n",
+  std::fprintf(stderr,
+               "\nsynth: %zu tensors, %.3f B parameters, %s of tensor data; vocab from %s\n",
                sum.n_tensors, static_cast<double>(sum.n_params) / 1e9,
                format_size(sum.data_bytes).c_str(), spec.vocab_from.c_str());
 }
@@ -231,8 +238,8 @@ std::function<int()> setup_synth(CLI::App& app) {
   return [args] { return run_synth(*args); };
 }
 
-const Registrar kRegistrar({"synth", "write a synthetic GGUF model (any architecture and size)",
-                            90, setup_synth});
+const Registrar kRegistrar({"synth", "write a synthetic GGUF model (any architecture and size)", 90,
+                            setup_synth});
 
 }  // namespace
 }  // namespace hypura::cli

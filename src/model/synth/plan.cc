@@ -11,8 +11,17 @@ using gguf::GgmlType;
 
 // What a tensor is, as far as llama-quantize's type choice is concerned.
 enum class Kind {
-  kTokenEmbd, kOutput, kAttnQ, kAttnK, kAttnV, kAttnOut, kFfnGateUp, kFfnDown, kRouter,
-  kNorm, kBias,
+  kTokenEmbd,
+  kOutput,
+  kAttnQ,
+  kAttnK,
+  kAttnV,
+  kAttnOut,
+  kFfnGateUp,
+  kFfnDown,
+  kRouter,
+  kNorm,
+  kBias,
 };
 
 // llama.cpp's use_more_bits(): the first and last eighth of the layers, and every third
@@ -25,10 +34,14 @@ bool use_more_bits(int64_t layer, int64_t n_layer) {
 GgmlType fallback(GgmlType type, int64_t row) {
   if (row % 256 == 0) return type;
   switch (type) {
-    case GgmlType::Q4_K: return GgmlType::Q5_0;
-    case GgmlType::Q5_K: return GgmlType::Q5_1;
-    case GgmlType::Q6_K: return GgmlType::Q8_0;
-    default: return type;
+    case GgmlType::Q4_K:
+      return GgmlType::Q5_0;
+    case GgmlType::Q5_K:
+      return GgmlType::Q5_1;
+    case GgmlType::Q6_K:
+      return GgmlType::Q8_0;
+    default:
+      return type;
   }
 }
 
@@ -44,8 +57,10 @@ GgmlType k_mix_type(const Context& c, Kind kind, int64_t layer) {
   const int64_t n_layer = c.spec.shape.n_layer;
   const bool eight_experts = c.spec.shape.n_expert == 8;
   switch (kind) {
-    case Kind::kOutput: return GgmlType::Q6_K;
-    case Kind::kTokenEmbd: return c.has_output ? base : GgmlType::Q6_K;
+    case Kind::kOutput:
+      return GgmlType::Q6_K;
+    case Kind::kTokenEmbd:
+      return c.has_output ? base : GgmlType::Q6_K;
     case Kind::kAttnV: {
       if (eight_experts) return GgmlType::Q8_0;
       GgmlType t = use_more_bits(layer, n_layer) ? GgmlType::Q6_K : base;
@@ -53,27 +68,37 @@ GgmlType k_mix_type(const Context& c, Kind kind, int64_t layer) {
       if (n_layer == 80 && c.spec.arch == Arch::kLlama && t == GgmlType::Q4_K) t = GgmlType::Q5_K;
       return t;
     }
-    case Kind::kAttnK: return eight_experts ? GgmlType::Q8_0 : base;
-    case Kind::kAttnOut: return eight_experts && q4 ? GgmlType::Q5_K : base;
-    case Kind::kFfnDown: return use_more_bits(layer, n_layer) ? GgmlType::Q6_K : base;
-    default: return base;
+    case Kind::kAttnK:
+      return eight_experts ? GgmlType::Q8_0 : base;
+    case Kind::kAttnOut:
+      return eight_experts && q4 ? GgmlType::Q5_K : base;
+    case Kind::kFfnDown:
+      return use_more_bits(layer, n_layer) ? GgmlType::Q6_K : base;
+    default:
+      return base;
   }
 }
 
 GgmlType choose_type(const Context& c, Kind kind, int64_t layer, int64_t row) {
   if (kind == Kind::kNorm || kind == Kind::kBias || kind == Kind::kRouter) return GgmlType::F32;
   switch (c.spec.mix) {
-    case QuantMix::kF16: return GgmlType::F16;
-    case QuantMix::kQ8_0: return GgmlType::Q8_0;
-    default: return fallback(k_mix_type(c, kind, layer), row);
+    case QuantMix::kF16:
+      return GgmlType::F16;
+    case QuantMix::kQ8_0:
+      return GgmlType::Q8_0;
+    default:
+      return fallback(k_mix_type(c, kind, layer), row);
   }
 }
 
 ValueSpec values_for(Kind kind, int64_t fan_in) {
   switch (kind) {
-    case Kind::kNorm: return {1.0f, 0.02f};  // gains near 1 (gemma's are stored with the +1)
-    case Kind::kBias: return {0.0f, 0.02f};
-    default: return {0.0f, 1.0f / std::sqrt(static_cast<float>(fan_in))};
+    case Kind::kNorm:
+      return {1.0f, 0.02f};  // gains near 1 (gemma's are stored with the +1)
+    case Kind::kBias:
+      return {0.0f, 0.02f};
+    default:
+      return {0.0f, 1.0f / std::sqrt(static_cast<float>(fan_in))};
   }
 }
 
@@ -147,7 +172,9 @@ class Planner {
 
 }  // namespace
 
-std::vector<TensorPlan> plan_tensors(const SynthSpec& spec) { return Planner(spec).run(); }
+std::vector<TensorPlan> plan_tensors(const SynthSpec& spec) {
+  return Planner(spec).run();
+}
 
 SynthSummary summarize(const std::vector<TensorPlan>& tensors) {
   SynthSummary sum;

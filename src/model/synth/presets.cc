@@ -14,9 +14,9 @@ struct ArchName {
   bool moe;
 };
 constexpr ArchName kArchNames[] = {
-    {Arch::kLlama, "llama", "llama", false},     {Arch::kQwen2, "qwen2", "qwen2", false},
-    {Arch::kQwen3, "qwen3", "qwen3", false},     {Arch::kGemma3, "gemma3", "gemma3", false},
-    {Arch::kMixtral, "mixtral", "llama", true},  {Arch::kQwen3Moe, "qwen3moe", "qwen3moe", true},
+    {Arch::kLlama, "llama", "llama", false},    {Arch::kQwen2, "qwen2", "qwen2", false},
+    {Arch::kQwen3, "qwen3", "qwen3", false},    {Arch::kGemma3, "gemma3", "gemma3", false},
+    {Arch::kMixtral, "mixtral", "llama", true}, {Arch::kQwen3Moe, "qwen3moe", "qwen3moe", true},
 };
 
 const ArchName& arch_entry(Arch arch) {
@@ -87,7 +87,8 @@ Status check_shape(Arch arch, Shape& s) {
   HYPURA_RETURN_IF_ERROR(check_range("n_layer", s.n_layer, 1, kMaxLayers));
   HYPURA_RETURN_IF_ERROR(check_range("n_head", s.n_head, 1, kMaxDim));
   HYPURA_RETURN_IF_ERROR(check_range("n_head_kv", s.n_head_kv, 1, s.n_head));
-  if (s.n_head % s.n_head_kv != 0) return invalid_argument("n_head must be a multiple of n_head_kv");
+  if (s.n_head % s.n_head_kv != 0)
+    return invalid_argument("n_head must be a multiple of n_head_kv");
   if (s.head_dim == 0) {
     if (s.n_embd % s.n_head != 0) return invalid_argument("n_embd must be a multiple of n_head");
     s.head_dim = s.n_embd / s.n_head;
@@ -122,9 +123,15 @@ Shape with_experts(Shape s, int64_t n_expert, int64_t n_expert_used, int64_t n_f
 
 }  // namespace
 
-const char* arch_gguf_name(Arch arch) { return arch_entry(arch).gguf; }
-const char* arch_cli_name(Arch arch) { return arch_entry(arch).cli; }
-bool arch_is_moe(Arch arch) { return arch_entry(arch).moe; }
+const char* arch_gguf_name(Arch arch) {
+  return arch_entry(arch).gguf;
+}
+const char* arch_cli_name(Arch arch) {
+  return arch_entry(arch).cli;
+}
+bool arch_is_moe(Arch arch) {
+  return arch_entry(arch).moe;
+}
 
 Result<Arch> parse_arch(std::string_view name) {
   std::string n = lower(name);
@@ -137,20 +144,28 @@ Result<Arch> parse_arch(std::string_view name) {
 
 const char* mix_name(QuantMix mix) {
   switch (mix) {
-    case QuantMix::kF16: return "F16";
-    case QuantMix::kQ8_0: return "Q8_0";
-    case QuantMix::kQ4_K_M: return "Q4_K_M";
-    case QuantMix::kQ5_K_M: return "Q5_K_M";
+    case QuantMix::kF16:
+      return "F16";
+    case QuantMix::kQ8_0:
+      return "Q8_0";
+    case QuantMix::kQ4_K_M:
+      return "Q4_K_M";
+    case QuantMix::kQ5_K_M:
+      return "Q5_K_M";
   }
   return "?";
 }
 
 uint32_t mix_file_type(QuantMix mix) {
   switch (mix) {  // llama_ftype: MOSTLY_F16 = 1, MOSTLY_Q8_0 = 7, Q4_K_M = 15, Q5_K_M = 17
-    case QuantMix::kF16: return 1;
-    case QuantMix::kQ8_0: return 7;
-    case QuantMix::kQ4_K_M: return 15;
-    case QuantMix::kQ5_K_M: return 17;
+    case QuantMix::kF16:
+      return 1;
+    case QuantMix::kQ8_0:
+      return 7;
+    case QuantMix::kQ4_K_M:
+      return 15;
+    case QuantMix::kQ5_K_M:
+      return 17;
   }
   return 0;
 }
@@ -174,7 +189,8 @@ const std::vector<Preset>& presets() {
         {"tiny", Arch::kLlama, tiny},
         {"1b", Arch::kLlama, dense(32000, 2048, 22, 32, 4, 5632, 2048)},
         {"8b", Arch::kLlama, dense(128256, 4096, 32, 32, 8, 14336, 8192, 500000)},
-        {"moe", Arch::kMixtral, with_experts(dense(32000, 2048, 24, 32, 8, 0, 4096, 1e6), 8, 2, 5632)},
+        {"moe", Arch::kMixtral,
+         with_experts(dense(32000, 2048, 24, 32, 8, 0, 4096, 1e6), 8, 2, 5632)},
         {"70b", Arch::kLlama, dense(128256, 8192, 80, 64, 8, 28672, 131072, 500000)},
         {"mixtral-8x7b", Arch::kMixtral,
          with_experts(dense(32000, 4096, 32, 32, 8, 0, 32768, 1e6), 8, 2, 14336)},
@@ -197,7 +213,8 @@ Result<Shape> preset_shape(const Preset& preset, Arch arch) {
   Shape s = preset.shape;
   if (!arch_is_moe(arch)) {
     if (arch_is_moe(preset.default_arch)) {
-      return invalid_argument("preset " + preset.name + " has experts; use --arch mixtral or qwen3moe");
+      return invalid_argument("preset " + preset.name +
+                              " has experts; use --arch mixtral or qwen3moe");
     }
     s.n_expert = s.n_expert_used = s.n_ff_exp = 0;
   } else if (s.n_expert == 0) {
@@ -211,8 +228,9 @@ Result<SynthSpec> validate(SynthSpec spec) {
   HYPURA_RETURN_IF_ERROR(check_shape(spec.arch, spec.shape));
   HYPURA_RETURN_IF_ERROR(check_row_lengths(spec));
   if (spec.vocab_from.empty()) {
-    return invalid_argument("no vocabulary source: pass --vocab-from FILE (a GGUF with a "
-                            "tokenizer) or run scripts/fetch-models.sh");
+    return invalid_argument(
+        "no vocabulary source: pass --vocab-from FILE (a GGUF with a "
+        "tokenizer) or run scripts/fetch-models.sh");
   }
   return spec;
 }

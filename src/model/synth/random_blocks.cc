@@ -70,7 +70,9 @@ constexpr float kScaleMean = 0.5f * (kScaleLo + kScaleHi);
 constexpr float kJitterLo = 0.8f;
 constexpr float kJitterHi = 1.2f;
 
-int even_scale(Rng& rng) { return kScaleLo + 2 * rng.range(0, (kScaleHi - kScaleLo) / 2); }
+int even_scale(Rng& rng) {
+  return kScaleLo + 2 * rng.range(0, (kScaleHi - kScaleLo) / 2);
+}
 
 // Q4_K / Q5_K pack eight 6-bit scales and eight 6-bit mins in 12 bytes (the inverse of
 // ggml's get_scale_min_k4): j < 4 in the low 6 bits of bytes j and j + 4; j >= 4 in the
@@ -139,13 +141,19 @@ void make_q5_1(Rng& rng, float d_base, uint8_t* dst) {
 // Block scale d that gives the requested std for each type (see the layouts above).
 float base_scale(GgmlType type, float std) {
   switch (type) {
-    case GgmlType::Q4_K: return std / (kScaleMean * uniform_int_std(16));
-    case GgmlType::Q5_K: return std / (kScaleMean * uniform_int_std(32));
-    case GgmlType::Q6_K: return std / (kScaleMean * uniform_int_std(64));
-    case GgmlType::Q8_0: return std / uniform_int_std(255);
+    case GgmlType::Q4_K:
+      return std / (kScaleMean * uniform_int_std(16));
+    case GgmlType::Q5_K:
+      return std / (kScaleMean * uniform_int_std(32));
+    case GgmlType::Q6_K:
+      return std / (kScaleMean * uniform_int_std(64));
+    case GgmlType::Q8_0:
+      return std / uniform_int_std(255);
     case GgmlType::Q5_0:
-    case GgmlType::Q5_1: return std / uniform_int_std(32);
-    default: return 0.0f;
+    case GgmlType::Q5_1:
+      return std / uniform_int_std(32);
+    default:
+      return 0.0f;
   }
 }
 
@@ -153,8 +161,14 @@ float base_scale(GgmlType type, float std) {
 
 bool can_generate(GgmlType type) {
   switch (type) {
-    case GgmlType::F32: case GgmlType::F16: case GgmlType::Q8_0: case GgmlType::Q5_0:
-    case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::Q8_0:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
       return true;
     default:
       return false;
@@ -200,13 +214,26 @@ void TensorBytes::make_unit(uint64_t unit, uint8_t* dst) const {
       for (int i = 0; i < kFloatUnit; ++i) std::memcpy(dst + 2 * i, &f16_table_[r[i]], 2);
       break;
     }
-    case GgmlType::Q4_K: make_k4_k5(rng, d_base_, 16, dst, 128); break;
-    case GgmlType::Q5_K: make_k4_k5(rng, d_base_, 32, dst, 160); break;
-    case GgmlType::Q6_K: make_q6_k(rng, d_base_, dst); break;
-    case GgmlType::Q8_0: make_q8_0(rng, d_base_, dst); break;
-    case GgmlType::Q5_0: make_q5_0(rng, d_base_, dst); break;
-    case GgmlType::Q5_1: make_q5_1(rng, d_base_, dst); break;
-    default: assert(false && "type not generated");
+    case GgmlType::Q4_K:
+      make_k4_k5(rng, d_base_, 16, dst, 128);
+      break;
+    case GgmlType::Q5_K:
+      make_k4_k5(rng, d_base_, 32, dst, 160);
+      break;
+    case GgmlType::Q6_K:
+      make_q6_k(rng, d_base_, dst);
+      break;
+    case GgmlType::Q8_0:
+      make_q8_0(rng, d_base_, dst);
+      break;
+    case GgmlType::Q5_0:
+      make_q5_0(rng, d_base_, dst);
+      break;
+    case GgmlType::Q5_1:
+      make_q5_1(rng, d_base_, dst);
+      break;
+    default:
+      assert(false && "type not generated");
   }
 }
 

@@ -50,7 +50,7 @@ class TensorBytes {
   ValueSpec values_;
   uint64_t seed_;
   uint64_t unit_bytes_;
-  float d_base_ = 0.0f;  // quant types: the block scale before per-block jitter
+  float d_base_ = 0.0f;                    // quant types: the block scale before per-block jitter
   std::array<uint16_t, 256> f16_table_{};  // F16: value for each random byte
   std::array<float, 256> f32_table_{};     // F32: value for each random byte
 };

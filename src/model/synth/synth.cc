@@ -14,9 +14,12 @@ struct ArchDefaults {
 
 ArchDefaults arch_defaults(Arch arch) {
   switch (arch) {
-    case Arch::kLlama: return {1e-5f, 10000.0};
-    case Arch::kMixtral: return {1e-5f, 1e6};
-    default: return {1e-6f, 1e6};  // qwen2, qwen3, qwen3moe, gemma3
+    case Arch::kLlama:
+      return {1e-5f, 10000.0};
+    case Arch::kMixtral:
+      return {1e-5f, 1e6};
+    default:
+      return {1e-6f, 1e6};  // qwen2, qwen3, qwen3moe, gemma3
   }
 }
 

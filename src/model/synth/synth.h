@@ -36,8 +36,8 @@ Result<Arch> parse_arch(std::string_view name);
 
 // Quant mixes named as llama-quantize's file types.
 enum class QuantMix { kF16, kQ8_0, kQ4_K_M, kQ5_K_M };
-const char* mix_name(QuantMix mix);  // "F16", "Q8_0", "Q4_K_M", "Q5_K_M"
-uint32_t mix_file_type(QuantMix mix);  // general.file_type (llama_ftype numbering)
+const char* mix_name(QuantMix mix);                 // "F16", "Q8_0", "Q4_K_M", "Q5_K_M"
+uint32_t mix_file_type(QuantMix mix);               // general.file_type (llama_ftype numbering)
 Result<QuantMix> parse_mix(std::string_view name);  // case-insensitive
 
 // Model dimensions, in the project's one vocabulary. 0 in n_vocab means "the vocabulary
@@ -49,8 +49,8 @@ struct Shape {
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
-  int64_t n_ff = 0;           // dense FFN width (for qwen3moe: metadata only)
-  int64_t n_expert = 0;       // 0 for dense models
+  int64_t n_ff = 0;      // dense FFN width (for qwen3moe: metadata only)
+  int64_t n_expert = 0;  // 0 for dense models
   int64_t n_expert_used = 0;
   int64_t n_ff_exp = 0;       // width of one expert's FFN
   int64_t n_ctx = 4096;       // context_length written to metadata
@@ -73,7 +73,7 @@ struct SynthSpec {
   Arch arch = Arch::kLlama;
   Shape shape;
   QuantMix mix = QuantMix::kQ4_K_M;
-  std::string vocab_from;   // a GGUF whose tokenizer.* metadata is copied
+  std::string vocab_from;  // a GGUF whose tokenizer.* metadata is copied
   uint64_t seed = 42;
   bool tied_embeddings = false;    // no output.weight: the head reuses token_embd (gemma3 always)
   std::string name = "synthetic";  // general.name
@@ -84,7 +84,7 @@ Result<SynthSpec> validate(SynthSpec spec);
 
 // One tensor of the planned file.
 struct TensorPlan {
-  std::string name;         // llama.cpp's name, e.g. "blk.3.ffn_down.weight"
+  std::string name;  // llama.cpp's name, e.g. "blk.3.ffn_down.weight"
   gguf::GgmlType type;
   std::vector<int64_t> ne;  // ggml order: ne[0] is the row length (fan-in)
   ValueSpec values;         // distribution of the dequantized values

@@ -30,8 +30,8 @@ const std::string kSource = HYPURA_SOURCE_DIR;
 class TempDir {
  public:
   TempDir() {
-    path_ = fs::temp_directory_path() / ("hypura-synth-" + std::to_string(::getpid()) + "-" +
-                                         std::to_string(counter_++));
+    path_ = fs::temp_directory_path() /
+            ("hypura-synth-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
     fs::create_directories(path_);
   }
   ~TempDir() { fs::remove_all(path_); }
@@ -66,7 +66,8 @@ std::string write_test_vocab(const TempDir& dir) {
   w.add_string_array("tokenizer.ggml.tokens", tokens);
   std::vector<gguf::Value> types;
   for (size_t i = 0; i < tokens.size(); ++i) {
-    types.push_back(gguf::Value{gguf::ValueType::INT32, gguf::ValueType::UINT8, int64_t{i < 2 ? 3 : 1}});
+    types.push_back(
+        gguf::Value{gguf::ValueType::INT32, gguf::ValueType::UINT8, int64_t{i < 2 ? 3 : 1}});
   }
   w.add_metadata("tokenizer.ggml.token_type",
                  gguf::Value{gguf::ValueType::ARRAY, gguf::ValueType::INT32, std::move(types)});
@@ -135,7 +136,10 @@ TEST(SynthPlan, PresetParameterCounts) {
   struct Case {
     const char* preset;
     double params;  // public figure
-  } cases[] = {{"1b", 1.100e9}, {"8b", 8.030e9}, {"70b", 70.55e9}, {"mixtral-8x7b", 46.70e9},
+  } cases[] = {{"1b", 1.100e9},
+               {"8b", 8.030e9},
+               {"70b", 70.55e9},
+               {"mixtral-8x7b", 46.70e9},
                {"qwen3-30b-a3b", 30.53e9}};
   for (const Case& c : cases) {
     Preset p = find_preset(c.preset).value();
@@ -306,9 +310,10 @@ Status synth_file(const SynthSpec& spec, const std::string& path) {
 TEST(SynthFile, EveryArchitectureReadsBack) {
   TempDir dir;
   std::string vocab = write_test_vocab(dir);
-  std::string check = std::string(HYPURA_PYTHON) + " " + kSource + "/src/model/synth/check_synth.py";
-  for (Arch arch : {Arch::kLlama, Arch::kQwen2, Arch::kQwen3, Arch::kGemma3, Arch::kMixtral,
-                    Arch::kQwen3Moe}) {
+  std::string check =
+      std::string(HYPURA_PYTHON) + " " + kSource + "/src/model/synth/check_synth.py";
+  for (Arch arch :
+       {Arch::kLlama, Arch::kQwen2, Arch::kQwen3, Arch::kGemma3, Arch::kMixtral, Arch::kQwen3Moe}) {
     for (QuantMix mix : {QuantMix::kF16, QuantMix::kQ8_0, QuantMix::kQ4_K_M, QuantMix::kQ5_K_M}) {
       SynthSpec spec = tiny_spec(arch, vocab, mix);
       std::string path = dir.file(std::string(arch_cli_name(arch)) + "-" + mix_name(mix) + ".gguf");
@@ -328,7 +333,8 @@ TEST(SynthFile, EveryArchitectureReadsBack) {
     }
   }
   // One Python run for all files: its start-up (numpy, gguf) costs most of the time.
-  if (!fs::exists(HYPURA_PYTHON)) GTEST_SKIP() << "no " << HYPURA_PYTHON << ": gguf cross-check skipped";
+  if (!fs::exists(HYPURA_PYTHON))
+    GTEST_SKIP() << "no " << HYPURA_PYTHON << ": gguf cross-check skipped";
   EXPECT_EQ(std::system(check.c_str()), 0) << check;
 }
 

@@ -11,7 +11,7 @@ namespace {
 using gguf::Value;
 using gguf::ValueType;
 
-constexpr int32_t kTokenTypeUnused = 5;  // llama_token_type: UNUSED
+constexpr int32_t kTokenTypeUnused = 5;   // llama_token_type: UNUSED
 constexpr float kUnusedScore = -1000.0f;  // never preferred by a SentencePiece search
 
 bool starts_with(std::string_view s, std::string_view prefix) {
@@ -31,10 +31,13 @@ Value scalar(ValueType type, auto v) {
 // The value a padding token gets in a per-token array of element type `type`.
 Value padding_value(ValueType type, const std::string& token) {
   switch (type) {
-    case ValueType::STRING: return scalar(type, token);
+    case ValueType::STRING:
+      return scalar(type, token);
     case ValueType::FLOAT32:
-    case ValueType::FLOAT64: return scalar(type, double{kUnusedScore});
-    default: return scalar(type, int64_t{kTokenTypeUnused});
+    case ValueType::FLOAT64:
+      return scalar(type, double{kUnusedScore});
+    default:
+      return scalar(type, int64_t{kTokenTypeUnused});
   }
 }
 
@@ -121,7 +124,8 @@ Status check_special_ids(const std::vector<std::pair<std::string, Value>>& entri
     std::optional<uint64_t> id = value.as_u64();
     if (id && *id >= n) {
       return invalid_argument(key + " = " + std::to_string(*id) + " does not fit a vocabulary of " +
-                              std::to_string(n) + " tokens; choose a larger --n-vocab or "
+                              std::to_string(n) +
+                              " tokens; choose a larger --n-vocab or "
                               "another --vocab-from");
     }
   }
