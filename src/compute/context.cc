@@ -84,8 +84,13 @@ void Context::matmul(const WeightView& w, const float* x, int64_t n_tokens, floa
     x_stride = quant::row_size(act_type, n_cols);
     impl_->ensure_act(x_stride * static_cast<size_t>(n_tokens));
     uint8_t* act = impl_->act.data();
+    const QuantizeActFn own = quantize_act_fn(*impl_->kernels, w.type);
     auto quantize = [&](int64_t t) {
-      quant::quantize_activations(act_type, x + t * n_cols, act + t * x_stride, n_cols);
+      if (own) {
+        own(x + t * n_cols, act + t * x_stride, n_cols);
+      } else {
+        quant::quantize_activations(act_type, x + t * n_cols, act + t * x_stride, n_cols);
+      }
     };
     impl_->pool.parallel_for(n_tokens, quantize);
     xa = act;

@@ -95,4 +95,10 @@ TileFn tile_fn(const KernelTable& table, gguf::GgmlType type) {
   return table.tile[id] ? table.tile[id] : scalar_kernels().tile[id];
 }
 
+QuantizeActFn quantize_act_fn(const KernelTable& table, gguf::GgmlType type) {
+  const int id = static_cast<int>(type);
+  if (id < 0 || id >= kMaxTypeId || !table.tile[id]) return nullptr;
+  return table.quantize_act[id];
+}
+
 }  // namespace hypura::compute

@@ -22,6 +22,9 @@ namespace hypura::compute {
 
 using TileFn = void (*)(int64_t n, const void* w, size_t w_stride, int n_rows, const void* x,
                         size_t x_stride, int n_tok, float* y, size_t y_stride);
+// Rounds n floats of x to the activation format a tile function expects (same size as
+// quant::activation_type's format; a kernel may reorder elements inside a block).
+using QuantizeActFn = void (*)(const float* x, void* y, int64_t n);
 
 enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3 };
 
@@ -31,6 +34,9 @@ struct KernelTable {
   const char* name = "scalar";
   SimdLevel level = SimdLevel::kScalar;
   TileFn tile[kMaxTypeId] = {};  // by GGUF type id; nullptr falls back to scalar
+  // By weight type id; nullptr: quant::quantize_activations(activation_type(type)).
+  // Only set together with the matching tile (a table's own layout never leaks out).
+  QuantizeActFn quantize_act[kMaxTypeId] = {};
 };
 
 // The table for `level`, or nullptr when this build or this CPU lacks it.
@@ -44,6 +50,8 @@ bool cpu_supports(SimdLevel level);
 // The tile function for a weight type at `table`, falling back to the scalar one.
 // Returns nullptr for types without kernels.
 TileFn tile_fn(const KernelTable& table, gguf::GgmlType type);
+// The activation quantizer that goes with tile_fn(table, type); nullptr: the standard one.
+QuantizeActFn quantize_act_fn(const KernelTable& table, gguf::GgmlType type);
 
 // Per-ISA tables (defined in the per-ISA files; they only fill what they accelerate).
 const KernelTable& scalar_kernels();

@@ -15,10 +15,12 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "compute/cpu/kernels.h"
 #include "compute/cpu/tile_common.h"
 #include "quant/blocks.h"
+#include "quant/quant.h"
 
 namespace hypura::compute {
 namespace {
@@ -135,55 +137,39 @@ inline void act_rows(const uint8_t* x, size_t xs, const B** y) {
 
 // ---- K-quants ----
 
-struct Q4K {
-  template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
-    const auto* w = reinterpret_cast<const BlockQ4_K*>(wr);
-    const BlockQ8_K* y[T];
-    act_rows<BlockQ8_K, T>(x, xs, y);
-    __m512 acc[T];
-    __m256 accm[T];
-    for (int t = 0; t < T; ++t) {
-      acc[t] = _mm512_setzero_ps();
-      accm[t] = _mm256_setzero_ps();
-    }
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i idx[4] = {lane_words(0, 0, 1, 1), lane_words(2, 2, 3, 3), lane_words(4, 4, 5, 5),
-                            lane_words(6, 6, 7, 7)};
-    for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
-      if (prefetch) prefetch_ahead(w + i, sizeof(*w));
-      uint64_t sc8, m8;
-      unpack_k4(w[i].scales, &sc8, &m8);
-      const __m512i scw = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc8))));
-      const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(m8)));
-      const __m256i mins = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
-      __m512i W[4], S[4];
-      for (int h = 0; h < 2; ++h) {
-        const __m512i q = load512(w[i].qs + 64 * h);
-        const __m512i lo = _mm512_and_si512(q, m4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-        W[2 * h] = _mm512_shuffle_i64x2(lo, hi, 0x44);
-        W[2 * h + 1] = _mm512_shuffle_i64x2(lo, hi, 0xEE);
-      }
-      for (int k = 0; k < 4; ++k) S[k] = _mm512_permutexvar_epi16(idx[k], scw);
-      const float dw = h2f(w[i].d), dmin = h2f(w[i].dmin);
-      for (int t = 0; t < T; ++t) {
-        const int8_t* yq = y[t][i].qs;
-        __m512i isum = _mm512_setzero_si512();
-        for (int k = 0; k < 4; ++k) isum = dot_scaled(isum, W[k], load512(yq + 64 * k), S[k]);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dw * y[t][i].d), acc[t]);
-        const __m256i msum = _mm256_madd_epi16(load256(y[t][i].bsums), mins);
-        accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * y[t][i].d), accm[t]);
-      }
-    }
-    for (int t = 0; t < T; ++t) out[t] = hsum512(acc[t]) - hsum256(accm[t]);
-  }
-};
+// Q4_K / Q5_K read their activations in "nibble order": the eight 32-element sub-blocks
+// of each Q8_K block stored as 0, 2, 1, 3, 4, 6, 5, 7 (bsums moved with them). A 64-byte
+// load of the weights' low nibbles is then sub-blocks (0 | 2), the high nibbles (1 | 3),
+// which meet the activations without a lane shuffle. The reorder is part of this table's
+// activation quantizer (quantize_q8_k_nibble_order), done once per token row.
+constexpr int kNibbleOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
 
-struct Q5K {
+void quantize_q8_k_nibble_order(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<BlockQ8_K*>(vy);
+  for (int64_t b = 0; b < n / quant::kQK_K; ++b) {
+    BlockQ8_K std_block;
+    quant::quantize_row_q8_k(x + b * quant::kQK_K, &std_block, quant::kQK_K);
+    y[b].d = std_block.d;
+    for (int s = 0; s < 8; ++s) {
+      std::memcpy(y[b].qs + 32 * s, std_block.qs + 32 * kNibbleOrder[s], 32);
+      y[b].bsums[2 * s] = std_block.bsums[2 * kNibbleOrder[s]];
+      y[b].bsums[2 * s + 1] = std_block.bsums[2 * kNibbleOrder[s] + 1];
+    }
+  }
+}
+
+// Bytes 0..7 of v reordered as 0, 2, 1, 3, 4, 6, 5, 7.
+inline uint64_t nibble_order_bytes(uint64_t v) {
+  return (v & 0xFF0000FFFF0000FFull) | ((v & 0x0000FF000000FF00ull) << 8) |
+         ((v & 0x00FF000000FF0000ull) >> 8);
+}
+
+template <bool kFive>
+struct QK4 {  // Q4_K (kFive = false) and Q5_K (kFive = true)
+  using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
   template <int T>
   static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
-    const auto* w = reinterpret_cast<const BlockQ5_K*>(wr);
+    const auto* w = reinterpret_cast<const Block*>(wr);
     const BlockQ8_K* y[T];
     act_rows<BlockQ8_K, T>(x, xs, y);
     __m512 acc[T];
@@ -194,30 +180,35 @@ struct Q5K {
     }
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i bit5 = _mm512_set1_epi8(0x10);
-    const __m512i idx[4] = {lane_words(0, 0, 1, 1), lane_words(2, 2, 3, 3), lane_words(4, 4, 5, 5),
-                            lane_words(6, 6, 7, 7)};
-    const __m512i hbit[4] = {halves8(1, 2), halves8(4, 8), halves8(16, 32), halves8(64, 128)};
+    // W[k] holds sub-blocks (0|2), (1|3), (4|6), (5|7): scale word indices and qh bits.
+    const __m512i idx[4] = {lane_words(0, 0, 2, 2), lane_words(1, 1, 3, 3), lane_words(4, 4, 6, 6),
+                            lane_words(5, 5, 7, 7)};
+    const __m512i hbit[4] = {halves8(1, 4), halves8(2, 8), halves8(16, 64), halves8(32, 128)};
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
       if (prefetch) prefetch_ahead(w + i, sizeof(*w));
       uint64_t sc8, m8;
       unpack_k4(w[i].scales, &sc8, &m8);
-      const __m512i scw = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc8))));
-      const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(m8)));
-      const __m256i mins = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
-      const __m512i qh = _mm512_broadcast_i64x4(load256(w[i].qh));
+      // vpermw only reads words 0..7, so the upper lanes of the source may be anything.
+      const __m512i scw = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc8))));
+      const __m128i mb = _mm_cvtsi64_si128(static_cast<long long>(nibble_order_bytes(m8)));
+      const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mb, mb));  // m pairs
       __m512i W[4], S[4];
       for (int h = 0; h < 2; ++h) {
         const __m512i q = load512(w[i].qs + 64 * h);
-        const __m512i lo = _mm512_and_si512(q, m4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-        W[2 * h] = _mm512_shuffle_i64x2(lo, hi, 0x44);
-        W[2 * h + 1] = _mm512_shuffle_i64x2(lo, hi, 0xEE);
+        W[2 * h] = _mm512_and_si512(q, m4);
+        W[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
       }
-      for (int k = 0; k < 4; ++k) {
-        W[k] = _mm512_mask_or_epi32(W[k], 0xFFFF, W[k], _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(qh, hbit[k]), bit5));
-        S[k] = _mm512_permutexvar_epi16(idx[k], scw);
+      if constexpr (kFive) {
+        const __m512i qh = _mm512_broadcast_i64x4(load256(w[i].qh));
+        for (int k = 0; k < 4; ++k) {
+          W[k] = _mm512_or_si512(W[k], _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(qh, hbit[k]), bit5));
+        }
       }
-      const float dw = h2f(w[i].d), dmin = h2f(w[i].dmin);
+      for (int k = 0; k < 4; ++k) S[k] = _mm512_permutexvar_epi16(idx[k], scw);
+      uint32_t dd;
+      std::memcpy(&dd, &w[i].d, 4);  // d and dmin are adjacent halves
+      const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd)));
+      const float dw = _mm_cvtss_f32(dm), dmin = _mm_cvtss_f32(_mm_movehdup_ps(dm));
       for (int t = 0; t < T; ++t) {
         const int8_t* yq = y[t][i].qs;
         __m512i isum = _mm512_setzero_si512();
@@ -569,8 +560,10 @@ void fill_avx512_table(KernelTable* table) {
   set(gguf::GgmlType::Q5_1, tile_of<LegacyMin<WQ5_1>>);
   set(gguf::GgmlType::Q2_K, tile_of<Q2K>);
   set(gguf::GgmlType::Q3_K, tile_of<Q3K>);
-  set(gguf::GgmlType::Q4_K, tile_of<Q4K>);
-  set(gguf::GgmlType::Q5_K, tile_of<Q5K>);
+  set(gguf::GgmlType::Q4_K, tile_of<QK4<false>>);
+  set(gguf::GgmlType::Q5_K, tile_of<QK4<true>>);
+  table->quantize_act[static_cast<int>(gguf::GgmlType::Q4_K)] = quantize_q8_k_nibble_order;
+  table->quantize_act[static_cast<int>(gguf::GgmlType::Q5_K)] = quantize_q8_k_nibble_order;
   set(gguf::GgmlType::Q6_K, tile_of<Q6K>);
 }
 
