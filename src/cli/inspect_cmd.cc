@@ -5,10 +5,13 @@
 // which names the problem and its byte offset, on stderr and exits with status 1.
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "cli/command.h"
 #include "cli/inspect_report.h"
 #include "gguf/gguf.h"
+#include "scheduler/plan_request.h"
+#include "scheduler/render.h"
 
 namespace hypura::cli {
 namespace {
@@ -18,6 +21,8 @@ struct InspectArgs {
   bool tensors = false;
   bool json = false;
   bool full_metadata = false;
+  bool plan = false;                // --plan: where this machine would put each tensor
+  scheduler::PlanRequest plan_request;
 };
 
 int run_inspect(const InspectArgs& args) {
@@ -35,18 +40,28 @@ int run_inspect(const InspectArgs& args) {
   InspectReport report = build_inspect_report(*file);
   InspectOptions options{.tensors = args.tensors, .full_metadata = args.full_metadata};
 
-  // ---- PLAN HOOK (scheduler engineer) ------------------------------------------------
-  // `--plan` belongs here: add the flag in setup_inspect() below, build the Plan from
-  // `*file` and the cached HardwareProfile, then print it after the report (text) or
-  // store it as json["plan"] (JSON) before the dump. Nothing else here needs to change.
-  // -------------------------------------------------------------------------------------
+  // --plan: the placement this machine would use (scheduler/plan_request.h).
+  std::optional<scheduler::PlannedModel> planned;
+  if (args.plan) {
+    auto pm = scheduler::plan_model(*file, path, args.plan_request);
+    if (!pm.is_ok()) {
+      std::cerr << "hypura inspect: plan: " << pm.status().message() << "\n";
+      return 1;
+    }
+    planned = std::move(pm).value();
+  }
 
   if (args.json) {
     nlohmann::ordered_json j = report_to_json(report, *file, options);
+    if (planned) {
+      j["plan"] = nlohmann::ordered_json::parse(
+          scheduler::plan_to_json(planned->plan, planned->tensors, args.tensors).dump());
+    }
     // Metadata strings are untrusted bytes: invalid UTF-8 is replaced, never fatal.
     std::cout << j.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   } else {
     std::cout << report_to_text(report, *file, options);
+    if (planned) std::cout << "\n" << scheduler::plan_to_text(planned->plan, planned->tensors);
   }
   return 0;
 }
@@ -58,6 +73,12 @@ std::function<int()> setup_inspect(CLI::App& app) {
   app.add_flag("--tensors", args->tensors, "list every tensor");
   app.add_flag("--json", args->json, "machine-readable output (schema in docs/GGUF.md)");
   app.add_flag("--full-metadata", args->full_metadata, "print long metadata arrays in full");
+  app.add_flag("--plan", args->plan, "also print the placement plan for this machine (docs/PLANNER.md)");
+  app.add_option("--profile", args->plan_request.profile_file, "hardware profile JSON to plan with");
+  app.add_option("--ram-budget", args->plan_request.ram_budget, "host memory budget for --plan, e.g. 3G");
+  app.add_option("--gpu-budget", args->plan_request.gpu_budget, "GPU memory budget for --plan");
+  app.add_option("--reserve", args->plan_request.reserve, "RAM left to the OS (default 2G)");
+  app.add_option("--context", args->plan_request.n_ctx, "context length for --plan (KV cache), default 4096");
   return [args] { return run_inspect(*args); };
 }
 

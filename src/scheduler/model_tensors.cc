@@ -36,11 +36,14 @@ uint64_t ModelTensors::bytes_read_per_token() const {
 }
 
 void set_access_frequencies(ModelTensors& m) {
+  // Tied embeddings: the token embedding is also the output head, read whole every token.
+  bool tied = std::none_of(m.tensors.begin(), m.tensors.end(),
+                           [](const TensorDesc& t) { return t.role == model::TensorRole::kOutput; });
   for (auto& t : m.tensors) {
     if (model::is_moe_expert(t.role) && t.n_expert > 0) {
       int64_t used = m.n_expert_used > 0 ? m.n_expert_used : 1;
       t.access_per_token = std::min(1.0, static_cast<double>(used) / static_cast<double>(t.n_expert));
-    } else if (t.role == model::TensorRole::kTokenEmbedding && t.row_bytes > 0) {
+    } else if (t.role == model::TensorRole::kTokenEmbedding && t.row_bytes > 0 && !tied) {
       t.access_per_token = static_cast<double>(t.row_bytes) / static_cast<double>(std::max<uint64_t>(t.bytes, 1));
     } else {
       t.access_per_token = 1.0;

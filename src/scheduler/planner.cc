@@ -33,8 +33,8 @@ StreamClass stream_class(const TensorDesc& t) {
     case TensorRole::kAttnQ: case TensorRole::kAttnK: case TensorRole::kAttnV:
     case TensorRole::kAttnQkv: case TensorRole::kAttnOutput: case TensorRole::kOutput:
       return StreamClass::kAttention;
-    case TensorRole::kTokenEmbedding:
-      return StreamClass::kEmbedding;
+    case TensorRole::kTokenEmbedding:  // tied embeddings are the output head too
+      return t.access_per_token < 1.0 ? StreamClass::kEmbedding : StreamClass::kAttention;
     case TensorRole::kOther:
       return t.bytes >= (uint64_t{16} << 20) ? StreamClass::kAttention : StreamClass::kNever;
     default:
@@ -263,7 +263,7 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
     } else if (model::is_moe_expert(t.role) && t.n_expert > 0) {
       expert_bytes_layer[L] += t.bytes / static_cast<uint64_t>(t.n_expert);
       expert_total_bytes += t.bytes;
-    } else if (t.role == TensorRole::kTokenEmbedding) {
+    } else if (t.role == TensorRole::kTokenEmbedding && t.access_per_token < 1.0) {
       double iops = 0;
       for (const auto& r : st.random) {
         if (r.block_bytes == 4096 && r.queue_depth == 1) iops = r.iops;

@@ -48,6 +48,17 @@ TEST(Shapes, SizesMatchThePublishedFiles) {
   EXPECT_LT(kimi, 640);
 }
 
+TEST(Shapes, TiedEmbeddingsAreReadWholeEveryToken) {
+  ShapeSpec s = llama3_8b_q4km();
+  s.tied_embeddings = true;
+  ModelTensors m = synthetic_model(s);
+  for (const auto& t : m.tensors) {
+    if (t.role == model::TensorRole::kTokenEmbedding) {
+      EXPECT_DOUBLE_EQ(t.access_per_token, 1.0);
+    }
+  }
+}
+
 TEST(Shapes, ExpertAccessIsUsedOverTotal) {
   ModelTensors m = synthetic_model(mixtral_8x7b_q5km());
   for (const auto& t : m.tensors) {
