@@ -4,6 +4,7 @@
 
 #include <ctime>
 
+#include "tokenizer/jinja.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hypura::tokenizer {
@@ -75,6 +76,7 @@ const char* chat_family_name(ChatFamily family) {
     case ChatFamily::kMistral: return "mistral";
     case ChatFamily::kPhi3: return "phi3";
     case ChatFamily::kZephyr: return "zephyr";
+    case ChatFamily::kJinja: return "jinja";
   }
   return "?";
 }
@@ -84,6 +86,7 @@ ChatTemplate ChatTemplate::from_text(std::string_view t, std::string bos_text,
   ChatTemplate ct;
   ct.bos_ = std::move(bos_text);
   ct.eos_ = std::move(eos_text);
+  ct.add_bos_ = add_bos;
   if (!add_bos && contains(t, "bos_token")) ct.leading_bos_ = ct.bos_;
   if (contains(t, "<|im_start|>")) {
     ct.family_ = ChatFamily::kChatml;
@@ -103,11 +106,16 @@ ChatTemplate ChatTemplate::from_text(std::string_view t, std::string bos_text,
     ct.family_ = ChatFamily::kZephyr;
   } else if (contains(t, "[INST]")) {
     ct.family_ = contains(t, "<<SYS>>") ? ChatFamily::kLlama2 : ChatFamily::kMistral;
+  } else if (auto jinja = t.empty() ? Result<JinjaTemplate>(not_found("no template"))
+                                    : JinjaTemplate::parse(t);
+             jinja.is_ok()) {
+    ct.family_ = ChatFamily::kJinja;
+    ct.jinja_ = std::make_shared<const JinjaTemplate>(std::move(jinja).value());
   } else {
     ct.family_ = ChatFamily::kChatml;
     ct.fallback_ = true;
-    spdlog::warn("chat template not recognised{}; using chatml",
-                 t.empty() ? " (the model has none)" : "");
+    spdlog::warn("chat template not usable ({}); using chatml",
+                 t.empty() ? "the model has none" : jinja.status().message());
   }
   return ct;
 }
@@ -139,6 +147,7 @@ std::string ChatTemplate::render(std::span<const ChatMessage> m, bool gen) const
     case ChatFamily::kMistral: return leading_bos_ + render_mistral(m, gen);
     case ChatFamily::kPhi3: return leading_bos_ + render_phi3(m, gen);
     case ChatFamily::kZephyr: return leading_bos_ + render_zephyr(m, gen);
+    case ChatFamily::kJinja: return render_jinja(m, gen);
   }
   return "";
 }
@@ -286,6 +295,24 @@ std::string ChatTemplate::render_zephyr(std::span<const ChatMessage> m, bool gen
   for (const auto& msg : m) out += "<|" + msg.role + "|>\n" + msg.content + eos_ + "\n";
   if (gen) out += "<|assistant|>\n";
   return out;
+}
+
+// The template itself, interpreted with transformers' context (messages,
+// add_generation_prompt, bos_token, eos_token); a leading BOS is dropped when the tokenizer
+// adds one. A template that fails at render time (e.g. its raise_exception for a role it
+// rejects) falls back to chatml for this conversation, with a warning.
+std::string ChatTemplate::render_jinja(std::span<const ChatMessage> m, bool gen) const {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  for (const auto& msg : m) messages.push_back({{"role", msg.role}, {"content", msg.content}});
+  auto out = jinja_->render({{"messages", messages}, {"add_generation_prompt", gen},
+                             {"bos_token", bos_}, {"eos_token", eos_}});
+  if (!out.is_ok()) {
+    spdlog::warn("{}; using chatml for this conversation", out.status().message());
+    return render_chatml(m, gen);
+  }
+  std::string text = std::move(out).value();
+  if (add_bos_ && !bos_.empty() && text.starts_with(bos_)) text.erase(0, bos_.size());
+  return text;
 }
 
 }  // namespace hypura::tokenizer

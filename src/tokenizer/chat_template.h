@@ -17,8 +17,9 @@
 //   phi3     <|user|>\n...<|end|>\n<|assistant|>\n (with <|system|> when the template
 //            has it; Phi-3-mini's template drops system messages, and so do we)
 //   zephyr   <|user|>\n...</s>\n<|assistant|>\n
-// A template we do not recognise falls back to chatml with a warning; a missing template
-// is chosen from the vocabulary's marker tokens.
+// A template we do not recognise is run by a small Jinja interpreter (jinja.h); only if
+// that cannot parse or render it do we fall back to chatml, with a warning. A missing
+// template is chosen from the vocabulary's marker tokens.
 //
 // Encode render()'s text with add_special = true and parse_special = true (markers
 // become their control tokens). As in llama.cpp, a BOS the template writes first is
@@ -27,6 +28,7 @@
 // Thread-safety: immutable after construction.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -35,13 +37,15 @@
 namespace hypura::tokenizer {
 
 class Tokenizer;
+class JinjaTemplate;
 
 struct ChatMessage {
   std::string role;  // "system", "user" or "assistant"
   std::string content;
 };
 
-enum class ChatFamily { kChatml, kLlama3, kGemma, kLlama2, kMistral, kPhi3, kZephyr };
+// kJinja: not a known family; the template itself is interpreted.
+enum class ChatFamily { kChatml, kLlama3, kGemma, kLlama2, kMistral, kPhi3, kZephyr, kJinja };
 const char* chat_family_name(ChatFamily family);
 
 class ChatTemplate {
@@ -55,7 +59,8 @@ class ChatTemplate {
   static ChatTemplate for_tokenizer(const Tokenizer& tokenizer);
 
   ChatFamily family() const { return family_; }
-  // True when the template was not recognised and chatml is used instead.
+  // True when the template could neither be recognised nor interpreted, so chatml is
+  // used instead.
   bool is_fallback() const { return fallback_; }
 
   std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
@@ -81,8 +86,11 @@ class ChatTemplate {
   std::string render_mistral(std::span<const ChatMessage> m, bool gen) const;
   std::string render_phi3(std::span<const ChatMessage> m, bool gen) const;
   std::string render_zephyr(std::span<const ChatMessage> m, bool gen) const;
+  std::string render_jinja(std::span<const ChatMessage> m, bool gen) const;
 
   ChatFamily family_ = ChatFamily::kChatml;
+  std::shared_ptr<const JinjaTemplate> jinja_;  // kJinja only
+  bool add_bos_ = false;
   bool fallback_ = false;
   std::string bos_;
   std::string eos_;

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/jinja.h"
 #include "tokenizer/test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -114,12 +115,36 @@ TEST(ChatTemplate, LlamaTodayDateWhenTemplateAsksForIt) {
             std::string::npos);
 }
 
-TEST(ChatTemplate, UnknownTemplateFallsBackToChatml) {
-  const ChatTemplate ct = ChatTemplate::from_text("{{ messages }}", "<s>", "</s>", true);
+// A template of no known family (Alpaca-like "### Role:" turns) is interpreted.
+constexpr const char* kAlpacaTemplate =
+    "{% for m in messages %}{% if m.role == 'system' %}{{ m.content }}\n\n{% else %}"
+    "### {{ m.role | capitalize }}:\n{{ m.content | trim }}\n\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}### Assistant:\n{% endif %}";
+
+TEST(ChatTemplate, UnknownTemplateIsInterpreted) {
+  const ChatTemplate ct = ChatTemplate::from_text(kAlpacaTemplate, "<s>", "</s>", true);
+  EXPECT_EQ(ct.family(), ChatFamily::kJinja);
+  EXPECT_FALSE(ct.is_fallback());
+  const std::vector<ChatMessage> m = {{"system", "Be nice."}, {"user", " Hi "}, {"assistant", "Hello!"}};
+  EXPECT_EQ(ct.render(m, true), "Be nice.\n\n### User:\nHi\n\n### Assistant:\nHello!\n\n### Assistant:\n");
+}
+
+TEST(ChatTemplate, UnusableTemplateFallsBackToChatml) {
+  const ChatTemplate ct = ChatTemplate::from_text("{% macro turn(m) %}{{ m }}{% endmacro %}",
+                                                  "<s>", "</s>", true);
   EXPECT_TRUE(ct.is_fallback());
   EXPECT_EQ(ct.family(), ChatFamily::kChatml);
   const std::vector<ChatMessage> m = {{"user", "Hi"}};
   EXPECT_EQ(ct.render(m, true), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  // A template that raises for this conversation also falls back (for that render).
+  const ChatTemplate strict = ChatTemplate::from_text(
+      "{% if messages[0].role == 'system' %}{{ raise_exception('no system') }}{% endif %}ok",
+      "<s>", "</s>", true);
+  EXPECT_EQ(strict.family(), ChatFamily::kJinja);
+  EXPECT_EQ(strict.render(m, false), "ok");
+  const std::vector<ChatMessage> with_system = {{"system", "S"}, {"user", "Hi"}};
+  EXPECT_EQ(strict.render(with_system, false),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
 }
 
 TEST(ChatTemplate, ContinuationIsTheNewTurnOnly) {
@@ -177,8 +202,33 @@ std::vector<std::vector<ChatMessage>> varied_conversations() {
       {{"user", "Tell me about <b>HTML</b> & \"quotes\" 'single'"},
        {"assistant", "Sure.\n\n- one\n- two"}},
       {{"system", ""}, {"user", "h\xC3\xA9llo \xF0\x9F\x8C\x8D"}},
+      {{"user", "\xC3\x80\xC3\xBF\xC5\xB8\xC4\x80\xC4\x81\xC4\xB9\xC4\xBA\xC5\x81\xC5\x82 "
+                "\xCE\xA3\xCF\x83\xCF\x82 \xD0\x9F\xD1\x80\xD0\xB8\xD0\x92\xD0\x95\xD0\xA2 "
+                "\xD0\x81\xD1\x91"}},  // "ÀÿŸĀāĹĺŁł Σσς ПриВЕТ Ёё"
   };
 }
+
+// Exercises the interpreter's Jinja features (whitespace control, trim/lstrip blocks,
+// comments, namespace, loop variables, slices, filters, tests, methods, operators); the
+// differential test below renders it with jinja2 too.
+constexpr const char* kFeatureTemplate = R"({#- comment -#}
+{%- set ns = namespace(n=0, seen=[]) -%}
+{% for m in messages[::-1] if m.role != 'system' %}
+  {%- set ns.n = ns.n + 1 %}
+  {{ loop.index }}/{{ loop.length }}{{ '*' if loop.first }}{{ '$' if loop.last else '' }}
+    {% if m.content is string and m.content | length > 3 %}long{% elif m.content %}short{% else %}empty{% endif %}
+  [{{ m.content.strip().upper()[:4] }}|{{ m.content.split()|join('_') }}|{{ m.role|title }}]
+{% else %}
+nothing
+{% endfor %}
+{{- ns.n ~ ' ' ~ (messages|length) ~ ' ' ~ (7 // 2) ~ ' ' ~ (7 % 3) ~ ' ' ~ (-7 // 2) ~ ' ' ~ (1.5 * 2) }}
+{{ messages[0] | tojson }} {{ {'a': [1, 2.5, none, true], 'b': 'x"y'} | tojson }}
+{{ (messages | selectattr('role', 'equalto', 'user') | list | length) }} {{ undefined_var | default('dflt') }}
+{%- for k, v in {'x': 1, 'y': 2}.items() %} {{ k }}={{ v }}{% endfor %}
+{{ 'yes' if 'sys' in (messages[0].role) else 'no' }} {{ messages[-1].content.startswith('h') }} {{ range(3) | list }}
+{{ messages[-1].content | upper }} {{ messages[-1].content | lower }} {{ messages[-1].content | title }} {{ messages[-1].content[::-1] }}
+{%- if add_generation_prompt %}{{ '
+<gen>' }}{% endif %})";
 
 TEST(ChatTemplate, MatchesJinja2OnVariedConversations) {
   if (!fs::exists(HYPURA_PYTHON)) GTEST_SKIP() << "no Python at " << HYPURA_PYTHON;
@@ -191,6 +241,8 @@ TEST(ChatTemplate, MatchesJinja2OnVariedConversations) {
     sources.push_back({c.name, read_file(kData / (std::string(c.name) + ".jinja")), c.bos, c.eos,
                        c.add_bos});
   }
+  sources.push_back({"alpaca", kAlpacaTemplate, "<s>", "</s>", true});
+  sources.push_back({"features", kFeatureTemplate, "<s>", "</s>", false});
   for (const Tokenizer* tok : {testing_util::golden_tokenizer("phi-3"),
                                testing_util::real_model_tokenizer({"gpt2/smollm"}),
                                testing_util::real_model_tokenizer({"gpt2/qwen2"})}) {
@@ -199,16 +251,33 @@ TEST(ChatTemplate, MatchesJinja2OnVariedConversations) {
                        tok->token_text(tok->bos_id()), tok->token_text(tok->eos_id()),
                        tok->add_bos()});
   }
-  nlohmann::json cases = nlohmann::json::array();
+  // ordered_json keeps each message's keys as written (role, content), as Python will see them.
+  nlohmann::ordered_json cases = nlohmann::ordered_json::array();
   for (const auto& src : sources) {
     const ChatTemplate ct = ChatTemplate::from_text(src.tmpl, src.bos, src.eos, src.add_bos);
+    auto jinja = JinjaTemplate::parse(src.tmpl);
+    ASSERT_TRUE(jinja.is_ok()) << src.name << ": " << jinja.status().message();
     for (const auto& conv : varied_conversations()) {
       for (bool gen : {false, true}) {
-        nlohmann::json messages = nlohmann::json::array();
+        nlohmann::ordered_json messages = nlohmann::ordered_json::array();
         for (const auto& m : conv) messages.push_back({{"role", m.role}, {"content", m.content}});
-        cases.push_back({{"name", src.name}, {"template", src.tmpl}, {"bos", src.bos},
-                         {"eos", src.eos}, {"add_bos", src.add_bos}, {"messages", messages},
-                         {"add_generation_prompt", gen}, {"ours", ct.render(conv, gen)}});
+        nlohmann::ordered_json base = {{"template", src.tmpl}, {"bos", src.bos}, {"eos", src.eos},
+                               {"add_bos", src.add_bos}, {"messages", messages},
+                               {"add_generation_prompt", gen}};
+        nlohmann::ordered_json explicit_case = base;
+        explicit_case["name"] = src.name;
+        explicit_case["ours"] = ct.render(conv, gen);
+        cases.push_back(explicit_case);
+        // Our Jinja interpreter on the same template (errors show as the message text,
+        // which the comparison then reports; templates that raise are skipped there).
+        auto rendered = jinja->render({{"messages", messages}, {"add_generation_prompt", gen},
+                                       {"bos_token", src.bos}, {"eos_token", src.eos}});
+        std::string text = rendered.is_ok() ? *rendered : rendered.status().message();
+        if (src.add_bos && text.starts_with(src.bos)) text.erase(0, src.bos.size());
+        nlohmann::ordered_json jinja_case = base;
+        jinja_case["name"] = "jinja " + src.name;
+        jinja_case["ours"] = text;
+        cases.push_back(jinja_case);
       }
     }
   }

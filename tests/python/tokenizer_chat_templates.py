@@ -45,9 +45,20 @@ def make_env():
     def raise_exception(msg):
         raise jinja2.exceptions.TemplateError(msg)
 
+    # transformers' own tojson (keys kept in order, no HTML escaping) and strftime_now.
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    def strftime_now(fmt):
+        import datetime
+        return datetime.datetime.now().strftime(fmt)
+
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
     return env
 
 
