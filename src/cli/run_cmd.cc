@@ -18,6 +18,7 @@
 
 #include "cli/command.h"
 #include "runtime/session.h"
+#include "tokenizer/tokenizer.h"
 
 namespace hypura::cli {
 namespace {
@@ -39,6 +40,7 @@ struct RunArgs {
   std::vector<std::string> stop;
   bool no_chat = false;
   bool interactive = false;
+  bool show_tokens = false;
 };
 
 std::atomic<bool> g_cancel{false};
@@ -120,6 +122,13 @@ int run_once(runtime::Engine& engine, const RunArgs& a) {
   if (!prompt.is_ok()) {
     std::cerr << "hypura run: " << prompt.status().message() << "\n";
     return 1;
+  }
+  if (a.show_tokens) {
+    std::fprintf(stderr, "prompt tokens:");
+    for (int32_t id : *prompt) {
+      std::fprintf(stderr, " %d:'%s'", id, engine.tokenizer().token_text(id).c_str());
+    }
+    std::fprintf(stderr, "\n");
   }
   auto session = engine.new_session();
   auto result = reply(*session, *prompt, generate_options(a));
@@ -228,6 +237,7 @@ std::function<int()> setup_run(CLI::App& app) {
   app.add_option("--stop", a->stop, "stop string (repeatable)");
   app.add_flag("--no-chat", a->no_chat, "feed the prompt as raw text, without the chat template");
   app.add_flag("-i,--interactive", a->interactive, "chat REPL");
+  app.add_flag("--show-tokens", a->show_tokens, "print the prompt's token ids to stderr");
   return [a] { return run_run(*a); };
 }
 
