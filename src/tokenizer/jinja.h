@@ -35,7 +35,7 @@ class JinjaTemplate {
   // bos_token, eos_token, ...).
   Result<std::string> render(const nlohmann::ordered_json& context) const;
 
-  struct Node;  // AST, defined in jinja.cc
+  struct Node;  // statement tree, defined in jinja_internal.h
 
  private:
   std::shared_ptr<const Node> root_;

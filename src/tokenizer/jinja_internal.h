@@ -1,0 +1,72 @@
+// Internals of the Jinja interpreter (jinja.h), shared by its parser (jinja_parse.cc)
+// and renderer (jinja_render.cc): the syntax trees and the error type.
+#pragma once
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/jinja.h"
+
+namespace hypura::tokenizer {
+
+using Json = nlohmann::ordered_json;
+
+namespace jinja_detail {
+
+// Thrown inside the interpreter, turned into a Status at the API boundary.
+struct JinjaError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] inline void fail(const std::string& msg) { throw JinjaError(msg); }
+
+inline bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+// An expression tree node.
+struct Expr;
+using ExprPtr = std::shared_ptr<const Expr>;
+
+struct Expr {
+  enum class Kind {
+    kLiteral, kName, kList, kDict, kAttr, kIndex, kSlice, kCall, kFilter, kTest, kNot, kNeg,
+    kBinary, kAnd, kOr, kCond
+  } kind;
+  Json literal;
+  std::string name;                 // name, attribute, function/filter/test, operator
+  std::vector<ExprPtr> args;        // operands (nullptr allowed for slice parts)
+  std::vector<std::string> kwargs;  // keyword names for call args ("" = positional)
+  bool negate = false;              // "is not"
+};
+
+}  // namespace jinja_detail
+
+// A statement tree node; a template is a list of these.
+struct JinjaTemplate::Node {
+  enum class Kind { kText, kOutput, kIf, kFor, kSet, kBreak, kContinue } kind;
+  std::string text;                 // kText
+  jinja_detail::ExprPtr expr;                     // kOutput, kFor iterable, kSet value
+  jinja_detail::ExprPtr filter;                   // kFor "if" filter
+  std::vector<std::string> targets; // kFor loop variables; kSet name [, attribute]
+  std::vector<std::pair<jinja_detail::ExprPtr, std::vector<std::shared_ptr<const Node>>>> branches;  // kIf
+  std::vector<std::shared_ptr<const Node>> body, else_body;  // kFor
+};
+
+namespace jinja_detail {
+
+using Node = JinjaTemplate::Node;
+using NodePtr = std::shared_ptr<const Node>;
+using NodeList = std::vector<NodePtr>;
+
+// Parses a template into statement nodes (jinja_parse.cc). Throws JinjaError.
+NodeList parse_template(std::string_view source);
+
+}  // namespace jinja_detail
+}  // namespace hypura::tokenizer
