@@ -35,6 +35,7 @@
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <type_traits>
 #include <unordered_set>
 
 #include "gguf/gguf.h"
@@ -82,6 +83,15 @@ std::string quote_name(std::string_view s) {
   return out + "'";
 }
 
+template <typename Label>
+std::string label(const Label& what) {
+  if constexpr (std::is_invocable_v<Label>) {
+    return what();
+  } else {
+    return std::string(what);
+  }
+}
+
 bool checked_add(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_add_overflow(a, b, out); }
 bool checked_mul(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }
 
@@ -102,17 +112,21 @@ class Cursor {
     return Status::ok();
   }
 
-  // Reads a u64 length then that many bytes; rejects lengths above max_length.
-  Status read_string(std::string* out, std::string_view what, uint64_t max_length) {
+  // Reads a u64 length then that many bytes; rejects lengths above max_length. `what`
+  // names the field in errors: a string, or a callable that builds one, so the hot path
+  // (hundreds of thousands of vocabulary strings) formats nothing.
+  template <typename Label>
+  Status read_string(std::string* out, const Label& what, uint64_t max_length) {
     uint64_t at = pos_;
     uint64_t length = 0;
-    HYPURA_RETURN_IF_ERROR(read(&length, what));
+    if (remaining() < sizeof(length)) return truncated(label(what), sizeof(length));
+    HYPURA_RETURN_IF_ERROR(read(&length, "string length"));
     if (length > max_length) {
-      return corrupt(cat(what, " at offset ", at, " has length ", length, ", above the limit of ",
-                         max_length));
+      return corrupt(cat(label(what), " at offset ", at, " has length ", length,
+                         ", above the limit of ", max_length));
     }
     if (length > remaining()) {
-      return corrupt(cat(what, " at offset ", at, " has length ", length,
+      return corrupt(cat(label(what), " at offset ", at, " has length ", length,
                          " which extends past end of file (size ", size(), ")"));
     }
     out->assign(reinterpret_cast<const char*>(bytes_.data() + pos_), length);
@@ -250,7 +264,8 @@ Status Parser::parse_value(ValueType type, int depth, const std::string& key, Va
   out->type = type;
   if (type == ValueType::STRING) {
     std::string s;
-    HYPURA_RETURN_IF_ERROR(cur_.read_string(&s, cat("string value of ", quote_name(key)), UINT64_MAX));
+    auto what = [&] { return cat("string value of ", quote_name(key)); };
+    HYPURA_RETURN_IF_ERROR(cur_.read_string(&s, what, UINT64_MAX));
     out->data = std::move(s);
     return Status::ok();
   }
@@ -294,7 +309,8 @@ Status Parser::parse_metadata() {
   for (uint64_t i = 0; i < n_kv_; ++i) {
     uint64_t at = cur_.pos();
     std::string key;
-    HYPURA_RETURN_IF_ERROR(cur_.read_string(&key, cat("metadata key ", i), kMaxKeyLength));
+    auto what = [i] { return cat("metadata key ", i); };
+    HYPURA_RETURN_IF_ERROR(cur_.read_string(&key, what, kMaxKeyLength));
     if (metadata_.find(key) != nullptr) {
       return corrupt(cat("duplicate metadata key ", quote_name(key), " at offset ", at));
     }
