@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -296,6 +297,52 @@ TEST(ChatTemplate, MatchesJinja2OnVariedConversations) {
   if (WEXITSTATUS(rc) == 77) GTEST_SKIP() << "jinja2 not installed (scripts/setup.sh)";
   EXPECT_EQ(WEXITSTATUS(rc), 0) << output;
   std::printf("%s", output.c_str());
+}
+
+// Templates come from untrusted files: mutated real templates and hostile ones must
+// parse-or-fail and render-or-fail without crashing, hanging or exhausting memory.
+TEST(JinjaTemplate, SurvivesMutatedAndHostileTemplates) {
+  std::vector<std::string> seeds;
+  for (const Case& c : kCases) seeds.push_back(read_file(kData / (std::string(c.name) + ".jinja")));
+  const nlohmann::ordered_json context = {
+      {"messages", {{{"role", "system"}, {"content", "S"}}, {{"role", "user"}, {"content", "U"}}}},
+      {"add_generation_prompt", true}, {"bos_token", "<s>"}, {"eos_token", "</s>"}};
+  std::mt19937 rng(7);
+  const std::string alphabet = "{}%#-+|.'\"()[]:,=~ abcnotifendforset\n";
+  int parsed = 0;
+  for (int iter = 0; iter < 3000; ++iter) {
+    std::string t = seeds[rng() % seeds.size()];
+    for (int k = 0, n = 1 + rng() % 4; k < n && !t.empty(); ++k) {
+      const size_t pos = rng() % t.size();
+      switch (rng() % 3) {
+        case 0: t.erase(pos, 1 + rng() % 8); break;
+        case 1: t.insert(pos, 1, alphabet[rng() % alphabet.size()]); break;
+        default: t[pos] = alphabet[rng() % alphabet.size()]; break;
+      }
+    }
+    auto tmpl = JinjaTemplate::parse(t);
+    if (!tmpl.is_ok()) continue;
+    ++parsed;
+    (void)tmpl->render(context);
+  }
+  EXPECT_GT(parsed, 100);
+  const std::string deep_parens = std::string(100000, '(') + "1" + std::string(100000, ')');
+  const std::string long_chain = [] {
+    std::string s = "'a'";
+    for (int i = 0; i < 100000; ++i) s += " ~ 'a'";
+    return s;
+  }();
+  for (const std::string& hostile :
+       {"{{ " + deep_parens + " }}", "{{ " + long_chain + " }}", std::string(100000, '{'),
+        std::string("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"),
+        std::string("{{ 'x' * 1000000000 }}"), std::string("{{ range(1000000000) | length }}"),
+        std::string("{% if 1 %}") + std::string(1000, ' '), std::string("{{ 'unterminated }}")}) {
+    auto tmpl = JinjaTemplate::parse(hostile);
+    if (tmpl.is_ok()) {
+      auto out = tmpl->render(context);
+      EXPECT_FALSE(out.is_ok()) << hostile.substr(0, 60);
+    }
+  }
 }
 
 TEST(ChatTemplate, EncodesWithThePhi3Vocab) {

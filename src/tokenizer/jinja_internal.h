@@ -2,6 +2,8 @@
 // and renderer (jinja_render.cc): the syntax trees and the error type.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -25,6 +27,33 @@ struct JinjaError : std::runtime_error {
 };
 
 [[noreturn]] inline void fail(const std::string& msg) { throw JinjaError(msg); }
+
+// Limits that keep a hostile template (GGUF metadata is untrusted) from exhausting the
+// stack, memory or time.
+constexpr int kMaxNesting = 256;                  // expression and block nesting depth
+constexpr int kMaxEvalDepth = 2000;               // evaluation recursion
+constexpr size_t kMaxOutputBytes = 16u << 20;     // rendered text and built strings
+constexpr int64_t kMaxLoopIterations = 100000;    // per render, all loops together
+constexpr int64_t kMaxRange = 100000;             // elements of range()
+
+// Counts nesting on construction; fails past `limit`. Parsing recurses once per
+// nesting level; evaluation also once per operator in a chain like a + b + c, hence a
+// larger limit there.
+class DepthGuard {
+ public:
+  explicit DepthGuard(int& depth, int limit = kMaxNesting) : depth_(depth) {
+    if (++depth_ > limit) {
+      --depth_;
+      fail("template nests too deeply");
+    }
+  }
+  ~DepthGuard() { --depth_; }
+  DepthGuard(const DepthGuard&) = delete;
+  DepthGuard& operator=(const DepthGuard&) = delete;
+
+ private:
+  int& depth_;
+};
 
 inline bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';

@@ -218,6 +218,7 @@ class ExprParser {
   static ExprPtr make(Expr e) { return std::make_shared<const Expr>(std::move(e)); }
 
   ExprPtr parse_cond() {
+    DepthGuard guard(depth_);
     ExprPtr value = parse_or();
     if (is_name("if")) {
       skip();
@@ -248,6 +249,7 @@ class ExprParser {
     return left;
   }
   ExprPtr parse_not() {
+    DepthGuard guard(depth_);
     if (is_name("not")) {
       skip();
       return make({Expr::Kind::kNot, {}, "", {parse_not()}, {}});
@@ -302,6 +304,7 @@ class ExprParser {
     return left;
   }
   ExprPtr parse_unary() {
+    DepthGuard guard(depth_);
     if (is_op("-")) {
       skip();
       return make({Expr::Kind::kNeg, {}, "", {parse_unary()}, {}});
@@ -452,6 +455,7 @@ class ExprParser {
 
   std::vector<Tok> toks_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 
@@ -470,6 +474,7 @@ class StmtParser {
   // Parses nodes until a statement whose keyword is in `stops` (returned in *stop, its
   // parser left positioned after the keyword in *rest).
   NodeList parse_until(std::initializer_list<std::string_view> stops, std::string* stop) {
+    DepthGuard guard(depth_);
     NodeList nodes;
     while (pos_ < pieces_.size()) {
       const Piece& p = pieces_[pos_++];
@@ -562,6 +567,7 @@ class StmtParser {
 
   std::vector<Piece> pieces_;
   size_t pos_ = 0;
+  int depth_ = 0;
   std::unique_ptr<ExprParser> rest_;  // the stop statement's remaining tokens
 };
 

@@ -267,7 +267,10 @@ class Renderer {
   Flow render_node(const Node& n) {
     switch (n.kind) {
       case Node::Kind::kText: out_ += n.text; return Flow::kNormal;
-      case Node::Kind::kOutput: out_ += output_text(eval(*n.expr)); return Flow::kNormal;
+      case Node::Kind::kOutput:
+        out_ += output_text(eval(*n.expr));
+        if (out_.size() > kMaxOutputBytes) fail("rendered text too large");
+        return Flow::kNormal;
       case Node::Kind::kIf:
         for (const auto& [cond, body] : n.branches) {
           if (!cond || truthy(eval(*cond))) return render_nodes(body);
@@ -335,6 +338,7 @@ class Renderer {
     }
     const auto len = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < len; ++i) {
+      if (++iterations_ > kMaxLoopIterations) fail("template loops too long");
       scopes_.emplace_back();
       bind_targets(n, items[i]);
       Json loop = {{"index", i + 1}, {"index0", i}, {"revindex", len - i}, {"revindex0", len - i - 1},
@@ -366,6 +370,7 @@ class Renderer {
   }
 
   Value eval(const Expr& e) {
+    DepthGuard guard(eval_depth_, kMaxEvalDepth);
     switch (e.kind) {
       case Expr::Kind::kLiteral: return Value{e.literal, false, ""};
       case Expr::Kind::kName: return lookup(e.name);
@@ -528,6 +533,7 @@ class Renderer {
         if (args.size() > 2) step = to_int(args[2]);
       }
       if (step == 0) fail("range step 0");
+      if ((stop - start) / step > kMaxRange) fail("range too large");
       Json out = Json::array();
       for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(i);
       return Value{out, false, ""};
@@ -728,6 +734,10 @@ class Renderer {
       }
     }
     if (op == "*" && l.j.is_string() && r.j.is_number_integer()) {
+      const int64_t n = r.j.get<int64_t>();
+      if (n > 0 && l.j.get_ref<const std::string&>().size() * static_cast<uint64_t>(n) > kMaxOutputBytes) {
+        fail("string repetition too large");
+      }
       std::string out;
       for (int64_t i = 0; i < r.j.get<int64_t>(); ++i) out += l.j.get<std::string>();
       return str(out);
@@ -767,6 +777,8 @@ class Renderer {
 
   std::vector<std::map<std::string, Value>> scopes_;
   std::string out_;
+  int64_t iterations_ = 0;  // loop iterations so far (kMaxLoopIterations)
+  int eval_depth_ = 0;
 };
 
 }  // namespace
