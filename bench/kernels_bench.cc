@@ -43,13 +43,15 @@ struct MatrixSet {
   std::vector<uint8_t, std::allocator<uint8_t>> bytes;
 
   WeightView view(int copy) const {
-    return WeightView{bytes.data() + matrix_bytes * static_cast<size_t>(copy), type, n_cols, n_rows};
+    return WeightView{bytes.data() + matrix_bytes * static_cast<size_t>(copy), type, n_cols,
+                      n_rows};
   }
 };
 
 MatrixSet make_matrices(GgmlType type, int64_t n_rows, int64_t n_cols, size_t working_set) {
   MatrixSet m{type, n_rows, n_cols, quant::row_size(type, n_cols) * n_rows, 1, {}};
-  m.n_copies = static_cast<int>(std::max<size_t>(1, (working_set + m.matrix_bytes - 1) / m.matrix_bytes));
+  m.n_copies =
+      static_cast<int>(std::max<size_t>(1, (working_set + m.matrix_bytes - 1) / m.matrix_bytes));
   m.bytes.resize(m.matrix_bytes * m.n_copies);
   const size_t rs = quant::row_size(type, n_cols);
   std::mt19937 rng(7);
@@ -84,7 +86,8 @@ void BM_Matvec(benchmark::State& state, GgmlType type, bool hot) {
     benchmark::DoNotOptimize(y.data());
     copy = (copy + 1) % m.n_copies;
   }
-  const double bytes = static_cast<double>(m.matrix_bytes) * static_cast<double>(state.iterations());
+  const double bytes =
+      static_cast<double>(m.matrix_bytes) * static_cast<double>(state.iterations());
   state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
   state.counters["mem_GB/s"] = g_mem_bw[threads] / 1e9;
   state.SetLabel(std::string(hypura::gguf::type_name(type)) + " " + ctx.simd_name());
@@ -155,7 +158,7 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("pool_run", BM_PoolRun)->Arg(1)->Arg(2)->UseRealTime();
   const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q6_K, GgmlType::Q5_K,
                             GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q4_1, GgmlType::Q5_1,
-                            GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::F16, GgmlType::BF16,
+                            GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::F16,  GgmlType::BF16,
                             GgmlType::F32};
   for (GgmlType type : types) {
     const std::string name = std::string("matvec/") + hypura::gguf::type_name(type);
@@ -170,8 +173,8 @@ int main(int argc, char** argv) {
     const std::string name = std::string("matvec_hot/") + hypura::gguf::type_name(type);
     // As many rows as fit in ~1.5 MiB (inside the 2 MiB L2), so the per-call activation
     // quantization of x is amortised as in the big matrices.
-    const int64_t rows = std::clamp<int64_t>((int64_t{3} << 19) / static_cast<int64_t>(quant::row_size(type, 4096)),
-                                             64, 4096);
+    const int64_t rows = std::clamp<int64_t>(
+        (int64_t{3} << 19) / static_cast<int64_t>(quant::row_size(type, 4096)), 64, 4096);
     auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Matvec, type, true);
     b->ArgNames({"cols", "rows", "threads"})->UseRealTime()->MinTime(0.3)->Args({4096, rows, 1});
   }

@@ -78,16 +78,16 @@ void softmax(float* x, int64_t n);
 // Rotary embedding of one head vector of head_dim values at position pos, in place.
 // neox=false rotates pairs (2i, 2i+1); neox=true rotates (i, i + n_rot/2).
 // freq_scale/ext factors follow ggml's YaRN-free "rope" (llama3 scaling via freq_factors).
-void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float freq_base,
-          float freq_scale, const float* freq_factors, bool neox);
-void silu(float* x, int64_t n);                      // x * sigmoid(x), in place
-void gelu_tanh(float* x, int64_t n);                 // tanh approximation, in place
+void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float freq_base, float freq_scale,
+          const float* freq_factors, bool neox);
+void silu(float* x, int64_t n);       // x * sigmoid(x), in place
+void gelu_tanh(float* x, int64_t n);  // tanh approximation, in place
 // As ggml's CPU GELU: input and result rounded through fp16 (its lookup table), so
 // gemma-style models match llama.cpp's logits closely. x <= -10 -> 0, x >= 10 -> x.
 void gelu_tanh_fp16(float* x, int64_t n);
-void add(float* y, const float* x, int64_t n);       // y += x
-void mul(float* y, const float* x, int64_t n);       // y *= x (elementwise)
-void scale(float* y, float s, int64_t n);            // y *= s
+void add(float* y, const float* x, int64_t n);  // y += x
+void mul(float* y, const float* x, int64_t n);  // y *= x (elementwise)
+void scale(float* y, float s, int64_t n);       // y *= s
 float dot_f32(const float* a, const float* b, int64_t n);
 
 }  // namespace hypura::compute

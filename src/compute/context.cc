@@ -22,9 +22,9 @@
 namespace hypura::compute {
 namespace {
 
-constexpr int64_t kRowBlock = 64;   // weight rows per cache block (a few hundred KiB at most)
-constexpr int64_t kTokBlock = 64;   // activation rows per tile call
-constexpr int64_t kRowAlign = 16;   // work items start on multiples of this
+constexpr int64_t kRowBlock = 64;  // weight rows per cache block (a few hundred KiB at most)
+constexpr int64_t kTokBlock = 64;  // activation rows per tile call
+constexpr int64_t kRowAlign = 16;  // work items start on multiples of this
 
 SimdLevel level_from_name(std::string_view name) {
   for (int l = 3; l >= 0; --l) {
@@ -55,14 +55,20 @@ struct Context::Impl {
 Context::Context(int n_threads) : impl_(std::make_unique<Impl>(n_threads, default_simd_level())) {}
 
 Context::Context(int n_threads, std::string_view simd)
-    : impl_(std::make_unique<Impl>(n_threads, simd.empty() ? default_simd_level()
-                                                           : level_from_name(simd))) {}
+    : impl_(std::make_unique<Impl>(n_threads,
+                                   simd.empty() ? default_simd_level() : level_from_name(simd))) {}
 
 Context::~Context() = default;
 
-int Context::n_threads() const { return impl_->pool.size(); }
-ThreadPool& Context::pool() { return impl_->pool; }
-const char* Context::simd_name() const { return impl_->kernels->name; }
+int Context::n_threads() const {
+  return impl_->pool.size();
+}
+ThreadPool& Context::pool() {
+  return impl_->pool;
+}
+const char* Context::simd_name() const {
+  return impl_->kernels->name;
+}
 
 void Context::reserve(int64_t max_tokens, int64_t max_cols) {
   // Q8_1 (36 bytes / 32) is the widest activation format; F32 uses x in place.

@@ -34,11 +34,11 @@ const std::vector<GgmlType>& all_types() {
   return types;
 }
 
-
 std::vector<const char*> supported_paths() {
   std::vector<const char*> paths;
   for (int l = 0; l <= 3; ++l) {
-    if (cpu_supports(static_cast<SimdLevel>(l))) paths.push_back(simd_level_name(static_cast<SimdLevel>(l)));
+    if (cpu_supports(static_cast<SimdLevel>(l)))
+      paths.push_back(simd_level_name(static_cast<SimdLevel>(l)));
   }
   return paths;
 }
@@ -56,18 +56,30 @@ struct Problem {
 // Byte offsets of the fp16 scale fields in a block (random bytes elsewhere are valid).
 std::vector<int> half_offsets(GgmlType type) {
   switch (type) {
-    case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
-    case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: return {0};
-    case GgmlType::Q2_K: return {80, 82};
-    case GgmlType::Q3_K: return {108};
-    case GgmlType::Q6_K: return {208};
-    default: return {};
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+      return {0, 2};
+    case GgmlType::Q4_0:
+    case GgmlType::Q5_0:
+    case GgmlType::Q8_0:
+      return {0};
+    case GgmlType::Q2_K:
+      return {80, 82};
+    case GgmlType::Q3_K:
+      return {108};
+    case GgmlType::Q6_K:
+      return {208};
+    default:
+      return {};
   }
 }
 
 // Odd rows: quantized N(0, 0.05) data; even rows of block types: random bytes with finite
 // scales, which reach every bit pattern (negative Q3_K scales, -128 quants, high bits).
-Problem make_problem(GgmlType type, int64_t n_rows, int64_t n_cols, int64_t n_tok, std::mt19937& rng) {
+Problem make_problem(GgmlType type, int64_t n_rows, int64_t n_cols, int64_t n_tok,
+                     std::mt19937& rng) {
   Problem p{type, n_rows, n_cols, n_tok, {}, {}};
   const size_t rs = quant::row_size(type, n_cols);
   p.w.resize(rs * n_rows);
@@ -121,7 +133,8 @@ Reference reference(const Problem& p) {
   const int64_t n = p.n_cols;
   const size_t rs = quant::row_size(p.type, n);
   std::vector<float> w(p.n_rows * n);
-  for (int64_t r = 0; r < p.n_rows; ++r) quant::dequantize_row(p.type, p.w.data() + r * rs, &w[r * n], n);
+  for (int64_t r = 0; r < p.n_rows; ++r)
+    quant::dequantize_row(p.type, p.w.data() + r * rs, &w[r * n], n);
   Reference ref{std::vector<double>(p.n_tok * p.n_rows), std::vector<double>(p.n_tok * p.n_rows)};
   std::vector<uint8_t> xq;
   for (int64_t t = 0; t < p.n_tok; ++t) {
@@ -178,7 +191,8 @@ void expect_close_to_reference(const Problem& p, const Reference& ref, const std
     const double bound = c * eps * ref.abs_sum[i] + 1e-30;
     if (!(std::fabs(y[i] - ref.value[i]) <= bound) && failures++ < 5) {
       ADD_FAILURE() << what << " " << gguf::type_name(p.type) << " row " << i % p.n_rows << " tok "
-                    << i / p.n_rows << ": got " << y[i] << " ref " << ref.value[i] << " bound " << bound;
+                    << i / p.n_rows << ": got " << y[i] << " ref " << ref.value[i] << " bound "
+                    << bound;
     }
   }
 }
@@ -226,7 +240,8 @@ TEST(Matmul, BatchInvariance) {
     const Problem p = make_problem(type, 70, bs * 4, 19, rng);
     for (const char* path : supported_paths()) {
       const auto whole = run_matmul(p, 2, path, p.n_tok);
-      for (auto [threads, chunk] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{2, 7}, std::pair{1, 19}}) {
+      for (auto [threads, chunk] :
+           {std::pair{1, 1}, std::pair{2, 1}, std::pair{2, 7}, std::pair{1, 19}}) {
         const auto other = run_matmul(p, threads, path, chunk);
         EXPECT_EQ(std::memcmp(whole.data(), other.data(), whole.size() * sizeof(float)), 0)
             << path << " " << gguf::type_name(type) << " threads " << threads << " chunk " << chunk;
@@ -242,7 +257,8 @@ TEST(Dispatch, SimdTablesProvideOwnKernels) {
     const KernelTable* t = kernel_table(static_cast<SimdLevel>(l));
     if (!t) continue;
     for (GgmlType type : all_types()) {
-      EXPECT_NE(tile_fn(*t, type), tile_fn(scalar, type)) << t->name << " " << gguf::type_name(type);
+      EXPECT_NE(tile_fn(*t, type), tile_fn(scalar, type))
+          << t->name << " " << gguf::type_name(type);
     }
   }
   Context ctx(1, "scalar");
@@ -257,7 +273,8 @@ TEST(GetRows, DequantizesSelectedRows) {
   std::vector<float> out(3 * 512), row(512);
   ctx.get_rows(p.view(), ids, 3, out.data());
   for (int i = 0; i < 3; ++i) {
-    quant::dequantize_row(p.type, p.w.data() + ids[i] * quant::row_size(p.type, 512), row.data(), 512);
+    quant::dequantize_row(p.type, p.w.data() + ids[i] * quant::row_size(p.type, 512), row.data(),
+                          512);
     EXPECT_EQ(std::memcmp(row.data(), out.data() + i * 512, 512 * sizeof(float)), 0);
   }
 }

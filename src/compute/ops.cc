@@ -36,8 +36,8 @@ void softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
-void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float freq_base,
-          float freq_scale, const float* freq_factors, bool neox) {
+void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float freq_base, float freq_scale,
+          const float* freq_factors, bool neox) {
   (void)head_dim;  // dims n_rot..head_dim pass through unchanged
   const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
   float theta_base = static_cast<float>(pos);

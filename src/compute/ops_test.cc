@@ -25,7 +25,8 @@ TEST(Ops, RmsNormMatchesFloat64) {
   double ss = 0;
   for (float v : x) ss += static_cast<double>(v) * v;
   const double s = 1.0 / std::sqrt(ss / 4096 + 1e-5);
-  for (int i = 0; i < 4096; ++i) EXPECT_NEAR(out[i], x[i] * s * w[i], 4e-7 * std::fabs(x[i] * s * w[i]) + 1e-30);
+  for (int i = 0; i < 4096; ++i)
+    EXPECT_NEAR(out[i], x[i] * s * w[i], 4e-7 * std::fabs(x[i] * s * w[i]) + 1e-30);
   std::vector<float> in_place = x;  // aliasing allowed
   rms_norm(in_place.data(), w.data(), 4096, 1e-5f, in_place.data());
   EXPECT_EQ(in_place, out);

@@ -31,8 +31,14 @@ uint64_t read_words(const uint64_t* p, size_t n) {
   const size_t ahead = prefetch_bytes() / sizeof(uint64_t);
   for (size_t i = 0; i + 8 <= n; i += 8) {
     if (ahead) __builtin_prefetch(p + i + ahead);
-    a0 += p[i]; a1 += p[i + 1]; a2 += p[i + 2]; a3 += p[i + 3];
-    a4 += p[i + 4]; a5 += p[i + 5]; a6 += p[i + 6]; a7 += p[i + 7];
+    a0 += p[i];
+    a1 += p[i + 1];
+    a2 += p[i + 2];
+    a3 += p[i + 3];
+    a4 += p[i + 4];
+    a5 += p[i + 5];
+    a6 += p[i + 6];
+    a7 += p[i + 7];
   }
   return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
 }

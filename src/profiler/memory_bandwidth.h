@@ -15,7 +15,7 @@
 namespace hypura::profiler {
 
 struct MemoryBandwidthOptions {
-  size_t buffer_bytes = 0;   // 0: max(4 x last-level cache, 1 GiB)
+  size_t buffer_bytes = 0;  // 0: max(4 x last-level cache, 1 GiB)
   int n_threads = 1;
   double min_seconds = 0.5;  // total measuring time; the best pass is reported
 };

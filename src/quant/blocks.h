@@ -15,7 +15,7 @@
 
 namespace hypura::quant {
 
-constexpr int kQK = 32;    // elements per legacy block
+constexpr int kQK = 32;     // elements per legacy block
 constexpr int kQK_K = 256;  // elements per K-quant super-block
 
 // x = d * (q - 8), q in 0..15; qs[j] holds element j (low nibble) and j + 16 (high).

@@ -164,18 +164,30 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(h[i]);
       return;
     }
-    case GgmlType::Q4_0: return dequantize_row_q4_0(static_cast<const BlockQ4_0*>(src), dst, n);
-    case GgmlType::Q4_1: return dequantize_row_q4_1(static_cast<const BlockQ4_1*>(src), dst, n);
-    case GgmlType::Q5_0: return dequantize_row_q5_0(static_cast<const BlockQ5_0*>(src), dst, n);
-    case GgmlType::Q5_1: return dequantize_row_q5_1(static_cast<const BlockQ5_1*>(src), dst, n);
-    case GgmlType::Q8_0: return dequantize_row_q8_0(static_cast<const BlockQ8_0*>(src), dst, n);
-    case GgmlType::Q2_K: return dequantize_row_q2_k(static_cast<const BlockQ2_K*>(src), dst, n);
-    case GgmlType::Q3_K: return dequantize_row_q3_k(static_cast<const BlockQ3_K*>(src), dst, n);
-    case GgmlType::Q4_K: return dequantize_row_q4_k(static_cast<const BlockQ4_K*>(src), dst, n);
-    case GgmlType::Q5_K: return dequantize_row_q5_k(static_cast<const BlockQ5_K*>(src), dst, n);
-    case GgmlType::Q6_K: return dequantize_row_q6_k(static_cast<const BlockQ6_K*>(src), dst, n);
-    case GgmlType::Q8_K: return dequantize_row_q8_k(static_cast<const BlockQ8_K*>(src), dst, n);
-    default: assert(false && "dequantize_row: unsupported type");
+    case GgmlType::Q4_0:
+      return dequantize_row_q4_0(static_cast<const BlockQ4_0*>(src), dst, n);
+    case GgmlType::Q4_1:
+      return dequantize_row_q4_1(static_cast<const BlockQ4_1*>(src), dst, n);
+    case GgmlType::Q5_0:
+      return dequantize_row_q5_0(static_cast<const BlockQ5_0*>(src), dst, n);
+    case GgmlType::Q5_1:
+      return dequantize_row_q5_1(static_cast<const BlockQ5_1*>(src), dst, n);
+    case GgmlType::Q8_0:
+      return dequantize_row_q8_0(static_cast<const BlockQ8_0*>(src), dst, n);
+    case GgmlType::Q2_K:
+      return dequantize_row_q2_k(static_cast<const BlockQ2_K*>(src), dst, n);
+    case GgmlType::Q3_K:
+      return dequantize_row_q3_k(static_cast<const BlockQ3_K*>(src), dst, n);
+    case GgmlType::Q4_K:
+      return dequantize_row_q4_k(static_cast<const BlockQ4_K*>(src), dst, n);
+    case GgmlType::Q5_K:
+      return dequantize_row_q5_k(static_cast<const BlockQ5_K*>(src), dst, n);
+    case GgmlType::Q6_K:
+      return dequantize_row_q6_k(static_cast<const BlockQ6_K*>(src), dst, n);
+    case GgmlType::Q8_K:
+      return dequantize_row_q8_k(static_cast<const BlockQ8_K*>(src), dst, n);
+    default:
+      assert(false && "dequantize_row: unsupported type");
   }
 }
 

@@ -38,7 +38,7 @@ inline uint16_t f32_to_fp16(float f) {
   const uint32_t x = float_bits(f);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
   const uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00;  // nan stays nan (quiet)
+  if (abs > 0x7f800000u) return sign | 0x7e00;   // nan stays nan (quiet)
   if (abs >= 0x477ff000u) return sign | 0x7c00;  // >= 65520 rounds to inf
   if (abs < 0x38800000u) {                       // below 2^-14: subnormal half
     // |f| * 2^24 is exact; rint rounds half to even like the bit path below.
@@ -50,7 +50,9 @@ inline uint16_t f32_to_fp16(float f) {
   return sign | static_cast<uint16_t>(r >> 13);
 }
 
-inline float bf16_to_f32(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
+inline float bf16_to_f32(uint16_t h) {
+  return bits_float(static_cast<uint32_t>(h) << 16);
+}
 
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u = float_bits(f);

@@ -1,6 +1,8 @@
 // Tests of the block formats: dequantization and the legacy quantizers against gguf-py's
 // numpy implementation (bit-exact), K-quant quantizers by round-trip error bounds, and
 // the activation quantizers' invariants.
+#include "quant/quant.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,7 +16,6 @@
 #include <vector>
 
 #include "quant/fp16.h"
-#include "quant/quant.h"
 
 namespace hypura::quant {
 namespace {
@@ -29,11 +30,11 @@ struct TypeCase {
 
 const std::vector<TypeCase>& all_cases() {
   static const std::vector<TypeCase> cases = {
-      {GgmlType::F16, "F16", {}},      {GgmlType::BF16, "BF16", {}},
-      {GgmlType::Q4_0, "Q4_0", {0}},   {GgmlType::Q4_1, "Q4_1", {0, 2}},
-      {GgmlType::Q5_0, "Q5_0", {0}},   {GgmlType::Q5_1, "Q5_1", {0, 2}},
-      {GgmlType::Q8_0, "Q8_0", {0}},   {GgmlType::Q2_K, "Q2_K", {80, 82}},
-      {GgmlType::Q3_K, "Q3_K", {108}}, {GgmlType::Q4_K, "Q4_K", {0, 2}},
+      {GgmlType::F16, "F16", {}},       {GgmlType::BF16, "BF16", {}},
+      {GgmlType::Q4_0, "Q4_0", {0}},    {GgmlType::Q4_1, "Q4_1", {0, 2}},
+      {GgmlType::Q5_0, "Q5_0", {0}},    {GgmlType::Q5_1, "Q5_1", {0, 2}},
+      {GgmlType::Q8_0, "Q8_0", {0}},    {GgmlType::Q2_K, "Q2_K", {80, 82}},
+      {GgmlType::Q3_K, "Q3_K", {108}},  {GgmlType::Q4_K, "Q4_K", {0, 2}},
       {GgmlType::Q5_K, "Q5_K", {0, 2}}, {GgmlType::Q6_K, "Q6_K", {208}},
   };
   return cases;
@@ -52,10 +53,10 @@ std::vector<uint8_t> random_blocks(const TypeCase& c, int64_t n_elems, std::mt19
   for (auto& b : bytes) b = static_cast<uint8_t>(rng());
   if (c.type == GgmlType::F16 || c.type == GgmlType::BF16) {
     for (int64_t i = 0; i < n_elems; ++i) {
-      const uint16_t h = c.type == GgmlType::F16 ? random_half(rng)
-                                                 : f32_to_bf16(std::ldexp(
-                                                       static_cast<float>(rng() % 2000) - 1000.0f,
-                                                       static_cast<int>(rng() % 60) - 40));
+      const uint16_t h = c.type == GgmlType::F16
+                             ? random_half(rng)
+                             : f32_to_bf16(std::ldexp(static_cast<float>(rng() % 2000) - 1000.0f,
+                                                      static_cast<int>(rng() % 60) - 40));
       std::memcpy(&bytes[static_cast<size_t>(i) * 2], &h, 2);
     }
     return bytes;
@@ -73,7 +74,8 @@ std::vector<uint8_t> random_blocks(const TypeCase& c, int64_t n_elems, std::mt19
 template <class T>
 void write_file(const fs::path& p, const std::vector<T>& v) {
   std::ofstream f(p, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(T)));
+  f.write(reinterpret_cast<const char*>(v.data()),
+          static_cast<std::streamsize>(v.size() * sizeof(T)));
 }
 
 template <class T>
@@ -85,7 +87,9 @@ std::vector<T> read_file(const fs::path& p) {
   return v;
 }
 
-bool python_available() { return fs::exists(HYPURA_PYTHON); }
+bool python_available() {
+  return fs::exists(HYPURA_PYTHON);
+}
 
 int run_crosscheck(const fs::path& dir, const std::string& types) {
   const std::string cmd = std::string(HYPURA_PYTHON) + " " + HYPURA_SOURCE_DIR +
@@ -110,12 +114,12 @@ TEST(Fp16, RoundTripsEveryHalf) {
 }
 
 TEST(Fp16, RoundsToNearestEven) {
-  EXPECT_EQ(f32_to_fp16(1.0f + 1.0f / 2048), 0x3c00);           // tie -> even (down)
-  EXPECT_EQ(f32_to_fp16(1.0f + 3.0f / 2048), 0x3c02);           // tie -> even (up)
-  EXPECT_EQ(f32_to_fp16(65520.0f), 0x7c00);                     // overflow to inf
+  EXPECT_EQ(f32_to_fp16(1.0f + 1.0f / 2048), 0x3c00);  // tie -> even (down)
+  EXPECT_EQ(f32_to_fp16(1.0f + 3.0f / 2048), 0x3c02);  // tie -> even (up)
+  EXPECT_EQ(f32_to_fp16(65520.0f), 0x7c00);            // overflow to inf
   EXPECT_EQ(f32_to_fp16(65519.0f), 0x7bff);
-  EXPECT_EQ(f32_to_fp16(std::ldexp(1.0f, -25)), 0x0000);       // tie below smallest subnormal
-  EXPECT_EQ(f32_to_fp16(std::ldexp(1.5f, -24)), 0x0002);       // tie between 1 and 2 -> 2
+  EXPECT_EQ(f32_to_fp16(std::ldexp(1.0f, -25)), 0x0000);  // tie below smallest subnormal
+  EXPECT_EQ(f32_to_fp16(std::ldexp(1.5f, -24)), 0x0002);  // tie between 1 and 2 -> 2
 }
 
 // Every supported type: our dequantize_row == gguf-py's numpy dequantize, bit for bit.
@@ -141,7 +145,8 @@ TEST(Dequantize, MatchesGgufPyBitExact) {
     int mismatches = 0;
     for (int64_t k = 0; k < n; ++k) {
       if (float_bits(ours[k]) != float_bits(theirs[k]) && mismatches++ < 5) {
-        ADD_FAILURE() << c.name << " element " << k << ": ours " << ours[k] << " gguf-py " << theirs[k];
+        ADD_FAILURE() << c.name << " element " << k << ": ours " << ours[k] << " gguf-py "
+                      << theirs[k];
       }
     }
     EXPECT_EQ(mismatches, 0) << c.name;
@@ -183,24 +188,25 @@ TEST(QuantizeLegacy, MatchesGgufPyBitExact) {
 // keeps a relative RMS error typical of its bit width.
 struct KCase {
   GgmlType type;
-  int sub_len;       // elements per sub-block
-  int nmax;          // largest quant value after offset (range / step)
+  int sub_len;  // elements per sub-block
+  int nmax;     // largest quant value after offset (range / step)
   bool asym;
   double max_rel_rms;  // RMS error / RMS of x for N(0,1) data
 };
 
 TEST(QuantizeK, RoundTripWithinBound) {
   std::mt19937 rng(std::random_device{}());
-  const std::vector<KCase> cases = {
-      {GgmlType::Q2_K, 16, 3, true, 0.45},  {GgmlType::Q3_K, 16, 7, false, 0.25},
-      {GgmlType::Q4_K, 32, 15, true, 0.12}, {GgmlType::Q5_K, 32, 31, true, 0.06},
-      {GgmlType::Q6_K, 16, 63, false, 0.03}};
+  const std::vector<KCase> cases = {{GgmlType::Q2_K, 16, 3, true, 0.45},
+                                    {GgmlType::Q3_K, 16, 7, false, 0.25},
+                                    {GgmlType::Q4_K, 32, 15, true, 0.12},
+                                    {GgmlType::Q5_K, 32, 31, true, 0.06},
+                                    {GgmlType::Q6_K, 16, 63, false, 0.03}};
   const int64_t n = 256 * 64;
   std::vector<float> x(n), back(n);
   for (const auto& c : cases) {
     std::normal_distribution<float> dist(0.3f, 1.0f);
     for (auto& v : x) v = dist(rng);
-    for (int i = 0; i < 256; ++i) x[i] = 0.0f;          // an all-zero block
+    for (int i = 0; i < 256; ++i) x[i] = 0.0f;                 // an all-zero block
     for (int i = 256; i < 512; ++i) x[i] = 1e-3f * dist(rng);  // a tiny block
     std::vector<uint8_t> q(row_size(c.type, n));
     quantize_row_ref(c.type, x.data(), q.data(), n);

@@ -12,10 +12,19 @@ namespace hypura::quant {
 
 bool is_supported(GgmlType type) {
   switch (type) {
-    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16:
-    case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
-    case GgmlType::Q8_0: case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K:
-    case GgmlType::Q5_K: case GgmlType::Q6_K:
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16:
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
+    case GgmlType::Q8_0:
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
       return true;
     default:
       return false;
@@ -24,30 +33,56 @@ bool is_supported(GgmlType type) {
 
 int64_t block_size(GgmlType type) {
   switch (type) {
-    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: return 1;
-    case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K:
-    case GgmlType::Q6_K: case GgmlType::Q8_K: return kQK_K;
-    default: return kQK;
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16:
+      return 1;
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+    case GgmlType::Q8_K:
+      return kQK_K;
+    default:
+      return kQK;
   }
 }
 
 int64_t type_size(GgmlType type) {
   switch (type) {
-    case GgmlType::F32: return 4;
-    case GgmlType::F16: case GgmlType::BF16: return 2;
-    case GgmlType::Q4_0: return sizeof(BlockQ4_0);
-    case GgmlType::Q4_1: return sizeof(BlockQ4_1);
-    case GgmlType::Q5_0: return sizeof(BlockQ5_0);
-    case GgmlType::Q5_1: return sizeof(BlockQ5_1);
-    case GgmlType::Q8_0: return sizeof(BlockQ8_0);
-    case GgmlType::Q8_1: return sizeof(BlockQ8_1);
-    case GgmlType::Q2_K: return sizeof(BlockQ2_K);
-    case GgmlType::Q3_K: return sizeof(BlockQ3_K);
-    case GgmlType::Q4_K: return sizeof(BlockQ4_K);
-    case GgmlType::Q5_K: return sizeof(BlockQ5_K);
-    case GgmlType::Q6_K: return sizeof(BlockQ6_K);
-    case GgmlType::Q8_K: return sizeof(BlockQ8_K);
-    default: assert(false && "type_size: unsupported type"); return 0;
+    case GgmlType::F32:
+      return 4;
+    case GgmlType::F16:
+    case GgmlType::BF16:
+      return 2;
+    case GgmlType::Q4_0:
+      return sizeof(BlockQ4_0);
+    case GgmlType::Q4_1:
+      return sizeof(BlockQ4_1);
+    case GgmlType::Q5_0:
+      return sizeof(BlockQ5_0);
+    case GgmlType::Q5_1:
+      return sizeof(BlockQ5_1);
+    case GgmlType::Q8_0:
+      return sizeof(BlockQ8_0);
+    case GgmlType::Q8_1:
+      return sizeof(BlockQ8_1);
+    case GgmlType::Q2_K:
+      return sizeof(BlockQ2_K);
+    case GgmlType::Q3_K:
+      return sizeof(BlockQ3_K);
+    case GgmlType::Q4_K:
+      return sizeof(BlockQ4_K);
+    case GgmlType::Q5_K:
+      return sizeof(BlockQ5_K);
+    case GgmlType::Q6_K:
+      return sizeof(BlockQ6_K);
+    case GgmlType::Q8_K:
+      return sizeof(BlockQ8_K);
+    default:
+      assert(false && "type_size: unsupported type");
+      return 0;
   }
 }
 
@@ -58,11 +93,21 @@ uint64_t row_size(GgmlType type, int64_t n) {
 
 GgmlType activation_type(GgmlType weight_type) {
   switch (weight_type) {
-    case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: return GgmlType::Q8_0;
-    case GgmlType::Q4_1: case GgmlType::Q5_1: return GgmlType::Q8_1;
-    case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K:
-    case GgmlType::Q6_K: return GgmlType::Q8_K;
-    default: return GgmlType::F32;
+    case GgmlType::Q4_0:
+    case GgmlType::Q5_0:
+    case GgmlType::Q8_0:
+      return GgmlType::Q8_0;
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1:
+      return GgmlType::Q8_1;
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+      return GgmlType::Q8_K;
+    default:
+      return GgmlType::F32;
   }
 }
 
@@ -225,13 +270,17 @@ void quantize_row_q8_k(const float* x, BlockQ8_K* y, int64_t n) {
 
 void quantize_activations(GgmlType act_type, const float* x, void* y, int64_t n) {
   switch (act_type) {
-    case GgmlType::Q8_0: return quantize_row_q8_0(x, static_cast<BlockQ8_0*>(y), n);
-    case GgmlType::Q8_1: return quantize_row_q8_1(x, static_cast<BlockQ8_1*>(y), n);
-    case GgmlType::Q8_K: return quantize_row_q8_k(x, static_cast<BlockQ8_K*>(y), n);
+    case GgmlType::Q8_0:
+      return quantize_row_q8_0(x, static_cast<BlockQ8_0*>(y), n);
+    case GgmlType::Q8_1:
+      return quantize_row_q8_1(x, static_cast<BlockQ8_1*>(y), n);
+    case GgmlType::Q8_K:
+      return quantize_row_q8_k(x, static_cast<BlockQ8_K*>(y), n);
     case GgmlType::F32:
       std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float));
       return;
-    default: assert(false && "quantize_activations: not an activation type");
+    default:
+      assert(false && "quantize_activations: not an activation type");
   }
 }
 
@@ -246,17 +295,28 @@ void quantize_row_ref(GgmlType type, const float* src, void* dst, int64_t n) {
     case GgmlType::BF16:
       for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_bf16(src[i]);
       return;
-    case GgmlType::Q4_0: return quantize_row_q4_0_ref(src, static_cast<BlockQ4_0*>(dst), n);
-    case GgmlType::Q4_1: return quantize_row_q4_1_ref(src, static_cast<BlockQ4_1*>(dst), n);
-    case GgmlType::Q5_0: return quantize_row_q5_0_ref(src, static_cast<BlockQ5_0*>(dst), n);
-    case GgmlType::Q5_1: return quantize_row_q5_1_ref(src, static_cast<BlockQ5_1*>(dst), n);
-    case GgmlType::Q8_0: return quantize_row_q8_0_ref(src, static_cast<BlockQ8_0*>(dst), n);
-    case GgmlType::Q2_K: return quantize_row_q2_k_ref(src, static_cast<BlockQ2_K*>(dst), n);
-    case GgmlType::Q3_K: return quantize_row_q3_k_ref(src, static_cast<BlockQ3_K*>(dst), n);
-    case GgmlType::Q4_K: return quantize_row_q4_k_ref(src, static_cast<BlockQ4_K*>(dst), n);
-    case GgmlType::Q5_K: return quantize_row_q5_k_ref(src, static_cast<BlockQ5_K*>(dst), n);
-    case GgmlType::Q6_K: return quantize_row_q6_k_ref(src, static_cast<BlockQ6_K*>(dst), n);
-    default: assert(false && "quantize_row_ref: unsupported type");
+    case GgmlType::Q4_0:
+      return quantize_row_q4_0_ref(src, static_cast<BlockQ4_0*>(dst), n);
+    case GgmlType::Q4_1:
+      return quantize_row_q4_1_ref(src, static_cast<BlockQ4_1*>(dst), n);
+    case GgmlType::Q5_0:
+      return quantize_row_q5_0_ref(src, static_cast<BlockQ5_0*>(dst), n);
+    case GgmlType::Q5_1:
+      return quantize_row_q5_1_ref(src, static_cast<BlockQ5_1*>(dst), n);
+    case GgmlType::Q8_0:
+      return quantize_row_q8_0_ref(src, static_cast<BlockQ8_0*>(dst), n);
+    case GgmlType::Q2_K:
+      return quantize_row_q2_k_ref(src, static_cast<BlockQ2_K*>(dst), n);
+    case GgmlType::Q3_K:
+      return quantize_row_q3_k_ref(src, static_cast<BlockQ3_K*>(dst), n);
+    case GgmlType::Q4_K:
+      return quantize_row_q4_k_ref(src, static_cast<BlockQ4_K*>(dst), n);
+    case GgmlType::Q5_K:
+      return quantize_row_q5_k_ref(src, static_cast<BlockQ5_K*>(dst), n);
+    case GgmlType::Q6_K:
+      return quantize_row_q6_k_ref(src, static_cast<BlockQ6_K*>(dst), n);
+    default:
+      assert(false && "quantize_row_ref: unsupported type");
   }
 }
 

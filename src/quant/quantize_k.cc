@@ -35,8 +35,8 @@ int round_clamp(float v, int lo, int hi) {
 
 // Asymmetric sub-block scaling: x ~= d * sc[j] * q - dmin * m[j], q in 0..nmax.
 // Fills q (n_sub * sub_len values), sc, m (n_sub each, in 0..scale_max) and the halves.
-void quantize_asym(const float* x, int n_sub, int sub_len, int nmax, int scale_max,
-                   int* q, int* sc, int* m, uint16_t* d_out, uint16_t* dmin_out) {
+void quantize_asym(const float* x, int n_sub, int sub_len, int nmax, int scale_max, int* q, int* sc,
+                   int* m, uint16_t* d_out, uint16_t* dmin_out) {
   float scale[16], min[16];
   float max_scale = 0.0f, max_min = 0.0f;
   for (int j = 0; j < n_sub; ++j) {
@@ -67,8 +67,8 @@ void quantize_asym(const float* x, int n_sub, int sub_len, int nmax, int scale_m
 }
 
 // Symmetric sub-block scaling: x ~= d * sc[j] * q, q in -(qmax+1)..qmax, sc in 1..scale_max.
-void quantize_sym(const float* x, int n_sub, int sub_len, int qmax, int scale_max, int* q,
-                  int* sc, uint16_t* d_out) {
+void quantize_sym(const float* x, int n_sub, int sub_len, int qmax, int scale_max, int* q, int* sc,
+                  uint16_t* d_out) {
   float scale[16];
   float max_scale = 0.0f;
   for (int j = 0; j < n_sub; ++j) {
@@ -174,8 +174,8 @@ void quantize_row_q6_k_ref(const float* x, BlockQ6_K* y, int64_t n) {
         const int u0 = v[0] + 32, u1 = v[32] + 32, u2 = v[64] + 32, u3 = v[96] + 32;
         y[b].ql[c * 64 + l] = static_cast<uint8_t>((u0 & 0xF) | ((u2 & 0xF) << 4));
         y[b].ql[c * 64 + 32 + l] = static_cast<uint8_t>((u1 & 0xF) | ((u3 & 0xF) << 4));
-        y[b].qh[c * 32 + l] =
-            static_cast<uint8_t>((u0 >> 4) | ((u1 >> 4) << 2) | ((u2 >> 4) << 4) | ((u3 >> 4) << 6));
+        y[b].qh[c * 32 + l] = static_cast<uint8_t>((u0 >> 4) | ((u1 >> 4) << 2) | ((u2 >> 4) << 4) |
+                                                   ((u3 >> 4) << 6));
       }
     }
   }

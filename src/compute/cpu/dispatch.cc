@@ -11,7 +11,8 @@ bool cpu_supports(SimdLevel level) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   switch (level) {
-    case SimdLevel::kScalar: return true;
+    case SimdLevel::kScalar:
+      return true;
     case SimdLevel::kAvx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
              __builtin_cpu_supports("f16c");
@@ -28,10 +29,14 @@ bool cpu_supports(SimdLevel level) {
 
 const char* simd_level_name(SimdLevel level) {
   switch (level) {
-    case SimdLevel::kScalar: return "scalar";
-    case SimdLevel::kAvx2: return "avx2";
-    case SimdLevel::kAvx512: return "avx512";
-    case SimdLevel::kAvx512Vnni: return "avx512vnni";
+    case SimdLevel::kScalar:
+      return "scalar";
+    case SimdLevel::kAvx2:
+      return "avx2";
+    case SimdLevel::kAvx512:
+      return "avx512";
+    case SimdLevel::kAvx512Vnni:
+      return "avx512vnni";
   }
   return "?";
 }
@@ -57,10 +62,17 @@ KernelTable make_table(SimdLevel level) {
   t.level = level;
   t.name = simd_level_name(level);
   switch (level) {
-    case SimdLevel::kScalar: break;
-    case SimdLevel::kAvx2: fill_avx2_kernels(&t); break;
-    case SimdLevel::kAvx512: fill_avx512_kernels(&t); break;
-    case SimdLevel::kAvx512Vnni: fill_avx512vnni_kernels(&t); break;
+    case SimdLevel::kScalar:
+      break;
+    case SimdLevel::kAvx2:
+      fill_avx2_kernels(&t);
+      break;
+    case SimdLevel::kAvx512:
+      fill_avx512_kernels(&t);
+      break;
+    case SimdLevel::kAvx512Vnni:
+      fill_avx512vnni_kernels(&t);
+      break;
   }
   return t;
 }
@@ -72,7 +84,8 @@ const KernelTable* kernel_table(SimdLevel level) {
   // Built only for supported levels: the fill functions are compiled with ISA flags and
   // may themselves use those instructions.
   switch (level) {
-    case SimdLevel::kScalar: return &scalar_kernels();
+    case SimdLevel::kScalar:
+      return &scalar_kernels();
     case SimdLevel::kAvx2: {
       static const KernelTable t = make_table(level);
       return &t;

@@ -29,9 +29,15 @@ using quant::BlockQ8_0;
 using quant::BlockQ8_1;
 using quant::BlockQ8_K;
 
-inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+inline float h2f(uint16_t h) {
+  return _cvtsh_ss(h);
+}
+inline __m256i load256(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+inline __m128i load128(const void* p) {
+  return _mm_loadu_si128(static_cast<const __m128i*>(p));
+}
 
 inline float hsum256(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -70,15 +76,17 @@ inline __m128i unpack_q3k_scales(const uint8_t* s) {
   const uint32_t o1 = (b & lo) | (((c >> 2) & hi) << 4);
   const uint32_t o2 = ((a >> 4) & lo) | (((c >> 4) & hi) << 4);
   const uint32_t o3 = ((b >> 4) & lo) | (((c >> 6) & hi) << 4);
-  return _mm_sub_epi8(_mm_set_epi32(static_cast<int>(o3), static_cast<int>(o2), static_cast<int>(o1),
-                                    static_cast<int>(o0)),
+  return _mm_sub_epi8(_mm_set_epi32(static_cast<int>(o3), static_cast<int>(o2),
+                                    static_cast<int>(o1), static_cast<int>(o0)),
                       _mm_set1_epi8(32));
 }
 
 // Eight-scale blocks (Q4_K/Q5_K): S[j] = scale j in every int16 lane.
 inline void broadcast8(uint64_t sc8, __m256i* S) {
-  const __m256i v = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc8))));
-  for (int j = 0; j < 8; ++j) S[j] = _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<short>(0x0100 + 0x0202 * j)));
+  const __m256i v = _mm256_broadcastsi128_si256(
+      _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc8))));
+  for (int j = 0; j < 8; ++j)
+    S[j] = _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<short>(0x0100 + 0x0202 * j)));
 }
 
 // Sixteen-scale blocks (Q2_K/Q3_K/Q6_K): S[k] = scale 2k in the low 128 bits, 2k+1 in
@@ -102,10 +110,11 @@ inline void broadcast16(__m256i sc16, __m256i* S) {
 
 // Bytes 0xFF where bit j of x is set (j < 32).
 inline __m256i bytes_from_bits(uint32_t x) {
-  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
-                                          0x0303030303030303);
+  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                          0x0202020202020202, 0x0303030303030303);
   const __m256i bits = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
-  const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x)), shuf), bits);
+  const __m256i v =
+      _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x)), shuf), bits);
   return _mm256_cmpeq_epi8(v, bits);
 }
 
@@ -144,7 +153,8 @@ template <bool kFive>
 struct QK4 {  // Q4_K (kFive = false) and Q5_K (kFive = true)
   using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out,
+                  bool prefetch) {
     const auto* w = reinterpret_cast<const Block*>(wr);
     const BlockQ8_K* y[T];
     act_rows<BlockQ8_K, T>(x, xs, y);
@@ -158,7 +168,8 @@ struct QK4 {  // Q4_K (kFive = false) and Q5_K (kFive = true)
       __m256i S[8], W[8];
       broadcast8(sc8, S);
       const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(m8)));
-      const __m256i mins = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
+      const __m256i mins =
+          _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
       for (int c = 0; c < 4; ++c) {
         const __m256i q = load256(w[i].qs + 32 * c);
         W[2 * c] = _mm256_and_si256(q, m4);
@@ -170,7 +181,8 @@ struct QK4 {  // Q4_K (kFive = false) and Q5_K (kFive = true)
         const __m256i isum = chunk_sum(W, S, y[t][i].qs);
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * y[t][i].d), acc[t]);
         const __m256i msum = _mm256_madd_epi16(load256(y[t][i].bsums), mins);
-        accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * y[t][i].d), accm[t]);
+        accm[t] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * y[t][i].d), accm[t]);
       }
     }
     for (int t = 0; t < T; ++t) out[t] = hsum256(acc[t]) - hsum256(accm[t]);
@@ -179,7 +191,8 @@ struct QK4 {  // Q4_K (kFive = false) and Q5_K (kFive = true)
 
 struct Q6K {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out,
+                  bool prefetch) {
     const auto* w = reinterpret_cast<const BlockQ6_K*>(wr);
     const BlockQ8_K* y[T];
     act_rows<BlockQ8_K, T>(x, xs, y);
@@ -216,7 +229,8 @@ struct Q6K {
 
 struct Q3K {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out,
+                  bool prefetch) {
     const auto* w = reinterpret_cast<const BlockQ3_K*>(wr);
     const BlockQ8_K* y[T];
     act_rows<BlockQ8_K, T>(x, xs, y);
@@ -243,7 +257,8 @@ struct Q3K {
 
 struct Q2K {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out,
+                  bool prefetch) {
     const auto* w = reinterpret_cast<const BlockQ2_K*>(wr);
     const BlockQ8_K* y[T];
     act_rows<BlockQ8_K, T>(x, xs, y);
@@ -263,7 +278,8 @@ struct Q2K {
         const __m256i isum = chunk_sum(W, S, y[t][i].qs);
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * y[t][i].d), acc[t]);
         const __m256i msum = _mm256_madd_epi16(load256(y[t][i].bsums), mins);
-        accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * y[t][i].d), accm[t]);
+        accm[t] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * y[t][i].d), accm[t]);
       }
     }
     for (int t = 0; t < T; ++t) out[t] = hsum256(acc[t]) - hsum256(accm[t]);
@@ -290,7 +306,9 @@ struct WQ8_0 {
 };
 struct WQ4_0 {
   using Block = BlockQ4_0;
-  static __m256i weights(const Block& b) { return _mm256_sub_epi8(unpack_nibbles(b.qs), _mm256_set1_epi8(8)); }
+  static __m256i weights(const Block& b) {
+    return _mm256_sub_epi8(unpack_nibbles(b.qs), _mm256_set1_epi8(8));
+  }
 };
 struct WQ5_0 {
   using Block = BlockQ5_0;
@@ -310,7 +328,8 @@ struct WQ5_1 {
 template <class WF>
 struct LegacySigned {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out,
+                  bool prefetch) {
     const auto* w = reinterpret_cast<const typename WF::Block*>(wr);
     const BlockQ8_0* y[T];
     act_rows<BlockQ8_0, T>(x, xs, y);
@@ -325,7 +344,8 @@ struct LegacySigned {
       for (int t = 0; t < T; ++t) {
         const __m256i ys = _mm256_sign_epi8(load256(y[t][i].qs), q);
         const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, ys), ones);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * h2f(y[t][i].d)), acc[t]);
+        acc[t] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * h2f(y[t][i].d)), acc[t]);
       }
     }
     for (int t = 0; t < T; ++t) out[t] = hsum256(acc[t]);
@@ -335,7 +355,8 @@ struct LegacySigned {
 template <class WF>
 struct LegacyMin {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out,
+                  bool prefetch) {
     const auto* w = reinterpret_cast<const typename WF::Block*>(wr);
     const BlockQ8_1* y[T];
     act_rows<BlockQ8_1, T>(x, xs, y);
@@ -352,7 +373,8 @@ struct LegacyMin {
       const float dw = h2f(w[i].d), mw = h2f(w[i].m);
       for (int t = 0; t < T; ++t) {
         const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(q, load256(y[t][i].qs)), ones);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * h2f(y[t][i].d)), acc[t]);
+        acc[t] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * h2f(y[t][i].d)), acc[t]);
         accm[t] += mw * h2f(y[t][i].s);
       }
     }
@@ -364,7 +386,9 @@ struct LegacyMin {
 
 struct LoadF32 {
   static constexpr int kBytes = 4;
-  static __m256 load(const uint8_t* w, int64_t i) { return _mm256_loadu_ps(reinterpret_cast<const float*>(w) + i); }
+  static __m256 load(const uint8_t* w, int64_t i) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(w) + i);
+  }
   static float one(const uint8_t* w, int64_t i) { return reinterpret_cast<const float*>(w)[i]; }
 };
 struct LoadF16 {
@@ -394,7 +418,8 @@ struct LoadBF16 {
 template <class L>
 struct FloatDot {
   template <int T>
-  static void dot(int64_t n, const uint8_t* w, const uint8_t* x, size_t xs, float* out, bool prefetch) {
+  static void dot(int64_t n, const uint8_t* w, const uint8_t* x, size_t xs, float* out,
+                  bool prefetch) {
     const float* y[T];
     for (int t = 0; t < T; ++t) y[t] = reinterpret_cast<const float*>(x + t * xs);
     __m256 a0[T], a1[T];

@@ -38,7 +38,9 @@ using quant::BlockQ8_0;
 using quant::BlockQ8_1;
 using quant::BlockQ8_K;
 
-inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+inline float h2f(uint16_t h) {
+  return _cvtsh_ss(h);
+}
 
 // acc + sum over byte pairs of (u8 w * s8 y), each pair sum times the int16 lane of s.
 inline __m512i dot_scaled(__m512i acc, __m512i w, __m512i y, __m512i s) {
@@ -70,9 +72,15 @@ inline float hsum512(__m512 v) {
                                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
 }
 
-inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
-inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+inline __m512i load512(const void* p) {
+  return _mm512_loadu_si512(p);
+}
+inline __m256i load256(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+inline __m128i load128(const void* p) {
+  return _mm_loadu_si128(static_cast<const __m128i*>(p));
+}
 
 // Word-index vector whose 16-bit lanes select, per 128-bit lane j, word v[j] (vpermw).
 inline __m512i lane_words(int v0, int v1, int v2, int v3) {
@@ -110,8 +118,8 @@ inline __m128i unpack_q3k_scales(const uint8_t* s) {
   const uint32_t o1 = (b & lo) | (((c >> 2) & hi) << 4);
   const uint32_t o2 = ((a >> 4) & lo) | (((c >> 4) & hi) << 4);
   const uint32_t o3 = ((b >> 4) & lo) | (((c >> 6) & hi) << 4);
-  return _mm_sub_epi8(_mm_set_epi32(static_cast<int>(o3), static_cast<int>(o2), static_cast<int>(o1),
-                                    static_cast<int>(o0)),
+  return _mm_sub_epi8(_mm_set_epi32(static_cast<int>(o3), static_cast<int>(o2),
+                                    static_cast<int>(o1), static_cast<int>(o0)),
                       _mm_set1_epi8(32));
 }
 
@@ -168,7 +176,8 @@ template <bool kFive>
 struct QK4 {  // Q4_K (kFive = false) and Q5_K (kFive = true)
   using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out,
+                  bool prefetch) {
     const auto* w = reinterpret_cast<const Block*>(wr);
     const BlockQ8_K* y[T];
     act_rows<BlockQ8_K, T>(x, xs, y);
@@ -189,7 +198,8 @@ struct QK4 {  // Q4_K (kFive = false) and Q5_K (kFive = true)
       uint64_t sc8, m8;
       unpack_k4(w[i].scales, &sc8, &m8);
       // vpermw only reads words 0..7, so the upper lanes of the source may be anything.
-      const __m512i scw = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc8))));
+      const __m512i scw =
+          _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc8))));
       const __m128i mb = _mm_cvtsi64_si128(static_cast<long long>(nibble_order_bytes(m8)));
       const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mb, mb));  // m pairs
       __m512i W[4], S[4];
@@ -201,7 +211,8 @@ struct QK4 {  // Q4_K (kFive = false) and Q5_K (kFive = true)
       if constexpr (kFive) {
         const __m512i qh = _mm512_broadcast_i64x4(load256(w[i].qh));
         for (int k = 0; k < 4; ++k) {
-          W[k] = _mm512_or_si512(W[k], _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(qh, hbit[k]), bit5));
+          W[k] = _mm512_or_si512(W[k],
+                                 _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(qh, hbit[k]), bit5));
         }
       }
       for (int k = 0; k < 4; ++k) S[k] = _mm512_permutexvar_epi16(idx[k], scw);
@@ -215,7 +226,8 @@ struct QK4 {  // Q4_K (kFive = false) and Q5_K (kFive = true)
         for (int k = 0; k < 4; ++k) isum = dot_scaled(isum, W[k], load512(yq + 64 * k), S[k]);
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dw * y[t][i].d), acc[t]);
         const __m256i msum = _mm256_madd_epi16(load256(y[t][i].bsums), mins);
-        accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * y[t][i].d), accm[t]);
+        accm[t] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * y[t][i].d), accm[t]);
       }
     }
     for (int t = 0; t < T; ++t) out[t] = hsum512(acc[t]) - hsum256(accm[t]);
@@ -226,17 +238,20 @@ struct QK4 {  // Q4_K (kFive = false) and Q5_K (kFive = true)
 // the activation sums: sum sc * (u - off) * y = sum sc * u * y - off * sum sc * bsum.
 struct Q6K {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out,
+                  bool prefetch) {
     const auto* w = reinterpret_cast<const BlockQ6_K*>(wr);
     const BlockQ8_K* y[T];
     act_rows<BlockQ8_K, T>(x, xs, y);
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
-    const __m512i sh01 = _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(0), _mm512_set1_epi16(2));
-    const __m512i sh23 = _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(6));
-    const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7), lane_words(8, 9, 10, 11),
-                            lane_words(12, 13, 14, 15)};
+    const __m512i sh01 =
+        _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(0), _mm512_set1_epi16(2));
+    const __m512i sh23 =
+        _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(6));
+    const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7),
+                            lane_words(8, 9, 10, 11), lane_words(12, 13, 14, 15)};
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
       if (prefetch) prefetch_ahead(w + i, sizeof(*w));
       const __m256i sc16 = _mm256_cvtepi8_epi16(load128(w[i].scales));
@@ -267,15 +282,16 @@ struct Q6K {
 
 struct Q3K {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out,
+                  bool prefetch) {
     const auto* w = reinterpret_cast<const BlockQ3_K*>(wr);
     const BlockQ8_K* y[T];
     act_rows<BlockQ8_K, T>(x, xs, y);
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     const __m512i bit3 = _mm512_set1_epi8(4);
-    const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7), lane_words(8, 9, 10, 11),
-                            lane_words(12, 13, 14, 15)};
+    const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7),
+                            lane_words(8, 9, 10, 11), lane_words(12, 13, 14, 15)};
     const __m512i hbit[4] = {halves8(1, 2), halves8(4, 8), halves8(16, 32), halves8(64, 128)};
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
       if (prefetch) prefetch_ahead(w + i, sizeof(*w));
@@ -285,7 +301,8 @@ struct Q3K {
       __m512i W[4], S[4];
       unpack_2bit(w[i].qs, W);
       for (int k = 0; k < 4; ++k) {
-        W[k] = _mm512_or_si512(W[k], _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(hm, hbit[k]), bit3));
+        W[k] =
+            _mm512_or_si512(W[k], _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(hm, hbit[k]), bit3));
         S[k] = _mm512_permutexvar_epi16(idx[k], scw);
       }
       const float dw = h2f(w[i].d);
@@ -304,7 +321,8 @@ struct Q3K {
 
 struct Q2K {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out,
+                  bool prefetch) {
     const auto* w = reinterpret_cast<const BlockQ2_K*>(wr);
     const BlockQ8_K* y[T];
     act_rows<BlockQ8_K, T>(x, xs, y);
@@ -315,8 +333,8 @@ struct Q2K {
       accm[t] = _mm256_setzero_ps();
     }
     const __m128i m4 = _mm_set1_epi8(0x0F);
-    const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7), lane_words(8, 9, 10, 11),
-                            lane_words(12, 13, 14, 15)};
+    const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7),
+                            lane_words(8, 9, 10, 11), lane_words(12, 13, 14, 15)};
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
       if (prefetch) prefetch_ahead(w + i, sizeof(*w));
       const __m128i s = load128(w[i].scales);
@@ -333,7 +351,8 @@ struct Q2K {
         for (int k = 0; k < 4; ++k) isum = dot_scaled(isum, W[k], load512(yq + 64 * k), S[k]);
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dw * y[t][i].d), acc[t]);
         const __m256i msum = _mm256_madd_epi16(load256(y[t][i].bsums), mins);
-        accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * y[t][i].d), accm[t]);
+        accm[t] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * y[t][i].d), accm[t]);
       }
     }
     for (int t = 0; t < T; ++t) out[t] = hsum512(acc[t]) - hsum256(accm[t]);
@@ -406,8 +425,10 @@ inline __m512i dot_u8s8_512(__m512i w, __m512i y) {
 
 // [a x8, b x8] from the fp16 pairs (wa, wb) * (ya, yb).
 inline __m512 pair_scales(uint16_t wa, uint16_t wb, uint16_t ya, uint16_t yb) {
-  const __m128 w = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(wa | (static_cast<uint32_t>(wb) << 16))));
-  const __m128 y = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(ya | (static_cast<uint32_t>(yb) << 16))));
+  const __m128 w =
+      _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(wa | (static_cast<uint32_t>(wb) << 16))));
+  const __m128 y =
+      _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(ya | (static_cast<uint32_t>(yb) << 16))));
   const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_mul_ps(w, y)));
 }
@@ -417,7 +438,8 @@ inline __m512 pair_scales(uint16_t wa, uint16_t wb, uint16_t ya, uint16_t yb) {
 template <class WF>
 struct LegacySigned {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out,
+                  bool prefetch) {
     const auto* w = reinterpret_cast<const typename WF::Block*>(wr);
     const BlockQ8_0* y[T];
     act_rows<BlockQ8_0, T>(x, xs, y);
@@ -436,7 +458,8 @@ struct LegacySigned {
       const __m512i aq = _mm512_abs_epi8(q);
       for (int t = 0; t < T; ++t) {
         const __m512i yq = pair256(load256(y[t][i].qs), load256(y[t][i + 1].qs));
-        const __m512i s = dot_u8s8_512(aq, _mm512_mask_sub_epi8(yq, neg, _mm512_setzero_si512(), yq));
+        const __m512i s =
+            dot_u8s8_512(aq, _mm512_mask_sub_epi8(yq, neg, _mm512_setzero_si512(), yq));
         const __m512 scale = pair_scales(w[i].d, w[i + 1].d, y[t][i].d, y[t][i + 1].d);
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[t]);
       }
@@ -449,7 +472,8 @@ struct LegacySigned {
       for (int t = 0; t < T; ++t) {
         const __m256i yq = load256(y[t][i].qs);
         const __m256i s = dot_u8s8(aq, _mm256_mask_sub_epi8(yq, neg, _mm256_setzero_si256(), yq));
-        tail[t] = hsum256(_mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(h2f(w[i].d) * h2f(y[t][i].d))));
+        tail[t] = hsum256(
+            _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(h2f(w[i].d) * h2f(y[t][i].d))));
       }
     }
     for (int t = 0; t < T; ++t) out[t] = hsum512(acc[t]) + tail[t];
@@ -459,7 +483,8 @@ struct LegacySigned {
 template <class WF>
 struct LegacyMin {
   template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out, bool prefetch) {
+  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out,
+                  bool prefetch) {
     const auto* w = reinterpret_cast<const typename WF::Block*>(wr);
     const BlockQ8_1* y[T];
     act_rows<BlockQ8_1, T>(x, xs, y);
@@ -488,7 +513,8 @@ struct LegacyMin {
       const __m256i q = _mm512_castsi512_si256(WF::weights2(pair));
       for (int t = 0; t < T; ++t) {
         const __m256i s = dot_u8s8(q, load256(y[t][i].qs));
-        tail[t] = hsum256(_mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(h2f(w[i].d) * h2f(y[t][i].d))));
+        tail[t] = hsum256(
+            _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(h2f(w[i].d) * h2f(y[t][i].d))));
         accm[t] += h2f(w[i].m) * h2f(y[t][i].s);
       }
     }
@@ -500,7 +526,9 @@ struct LegacyMin {
 
 struct LoadF32 {
   static constexpr int kBytes = 4;
-  static __m512 load(const uint8_t* w, int64_t i) { return _mm512_loadu_ps(reinterpret_cast<const float*>(w) + i); }
+  static __m512 load(const uint8_t* w, int64_t i) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(w) + i);
+  }
   static __m512 load_tail(const uint8_t* w, int64_t i, __mmask16 m) {
     return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(w) + i);
   }
@@ -514,7 +542,9 @@ struct LoadF16 {
 };
 struct LoadBF16 {
   static constexpr int kBytes = 2;
-  static __m512 widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+  static __m512 widen(__m256i h) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
   static __m512 load(const uint8_t* w, int64_t i) { return widen(load256(w + 2 * i)); }
   static __m512 load_tail(const uint8_t* w, int64_t i, __mmask16 m) {
     return widen(_mm256_maskz_loadu_epi16(m, w + 2 * i));
@@ -525,7 +555,8 @@ struct LoadBF16 {
 template <class L>
 struct FloatDot {
   template <int T>
-  static void dot(int64_t n, const uint8_t* w, const uint8_t* x, size_t xs, float* out, bool prefetch) {
+  static void dot(int64_t n, const uint8_t* w, const uint8_t* x, size_t xs, float* out,
+                  bool prefetch) {
     const float* y[T];
     for (int t = 0; t < T; ++t) y[t] = reinterpret_cast<const float*>(x + t * xs);
     __m512 a0[T], a1[T];
@@ -542,7 +573,8 @@ struct FloatDot {
     for (; i < n; i += 16) {
       const __mmask16 m = n - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - i)) - 1);
       const __m512 w0 = L::load_tail(w, i, m);
-      for (int t = 0; t < T; ++t) a0[t] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m, y[t] + i), a0[t]);
+      for (int t = 0; t < T; ++t)
+        a0[t] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m, y[t] + i), a0[t]);
     }
     for (int t = 0; t < T; ++t) out[t] = hsum512(_mm512_add_ps(a0[t], a1[t]));
   }

@@ -3,6 +3,8 @@
 
 namespace hypura::compute {
 
-void fill_avx512vnni_kernels(KernelTable* table) { fill_avx512_table(table); }
+void fill_avx512vnni_kernels(KernelTable* table) {
+  fill_avx512_table(table);
+}
 
 }  // namespace hypura::compute

@@ -133,7 +133,9 @@ float dot_q2_k(int64_t n, const void* w, const void* x) {
   const auto* b = static_cast<const BlockQ8_K*>(x);
   float sum = 0.0f;
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    auto q = [&](int e) { return (a[i].qs[(e / 128) * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3; };
+    auto q = [&](int e) {
+      return (a[i].qs[(e / 128) * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+    };
     int isum = 0, summs = 0;
     for (int j = 0; j < 16; ++j) {
       isum += (a[i].scales[j] & 0xF) * sub_dot16(j, b[i].qs, q);

@@ -18,7 +18,9 @@ inline void cpu_relax() {
 // someone else needs when the engine is idle.
 constexpr int kSpinIterations = 1 << 12;
 
-inline uint64_t job_of(uint64_t state) { return state >> 32; }
+inline uint64_t job_of(uint64_t state) {
+  return state >> 32;
+}
 constexpr uint64_t kClosed = 0xffffffffu;  // item index meaning "no items to claim"
 
 }  // namespace

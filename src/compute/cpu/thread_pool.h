@@ -36,7 +36,8 @@ class ThreadPool {
   template <class Fn>
   void parallel_for(int64_t n_items, Fn&& fn) {
     using F = std::remove_reference_t<Fn>;
-    run_items(n_items, [](void* ctx, int64_t i) { (*static_cast<F*>(ctx))(i); }, &fn);
+    run_items(
+        n_items, [](void* ctx, int64_t i) { (*static_cast<F*>(ctx))(i); }, &fn);
   }
 
   // Calls fn(i, size()) once for every share i < size(). i names a share of the work (and
@@ -56,12 +57,12 @@ class ThreadPool {
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  uint64_t generation_ = 0;            // caller-side job counter
-  std::atomic<uint64_t> state_{0};     // (generation << 32) | next unclaimed item
+  uint64_t generation_ = 0;         // caller-side job counter
+  std::atomic<uint64_t> state_{0};  // (generation << 32) | next unclaimed item
   std::atomic<int64_t> n_items_{0};
   std::atomic<ItemFn> fn_{nullptr};
   std::atomic<void*> ctx_{nullptr};
-  std::atomic<int64_t> done_{0};       // items finished in the current job
+  std::atomic<int64_t> done_{0};  // items finished in the current job
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable cv_;

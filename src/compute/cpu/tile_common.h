@@ -56,10 +56,18 @@ void tile_of(int64_t n, const void* w, size_t w_stride, int n_rows, const void* 
     for (int r = 0; r < n_rows; ++r) {
       const auto* wr = static_cast<const uint8_t*>(w) + r * w_stride;
       switch (nt) {
-        case 4: K::template dot<4>(n, wr, xt, x_stride, out, t0 == 0); break;
-        case 3: K::template dot<3>(n, wr, xt, x_stride, out, t0 == 0); break;
-        case 2: K::template dot<2>(n, wr, xt, x_stride, out, t0 == 0); break;
-        default: K::template dot<1>(n, wr, xt, x_stride, out, t0 == 0); break;
+        case 4:
+          K::template dot<4>(n, wr, xt, x_stride, out, t0 == 0);
+          break;
+        case 3:
+          K::template dot<3>(n, wr, xt, x_stride, out, t0 == 0);
+          break;
+        case 2:
+          K::template dot<2>(n, wr, xt, x_stride, out, t0 == 0);
+          break;
+        default:
+          K::template dot<1>(n, wr, xt, x_stride, out, t0 == 0);
+          break;
       }
       for (int t = 0; t < nt; ++t) y[(t0 + t) * y_stride + r] = out[t];
     }
