@@ -3,7 +3,12 @@
 # (default 60), seeded with the golden models (../shared/golden/*.gguf, when present) and
 # the hostile corpus (tests/hostile/*.gguf). New inputs accumulate in fuzz-out/corpus;
 # crashes are written to fuzz-out/ and make this script fail.
-#   bash scripts/fuzz.sh [SECONDS]        env: FUZZ_JOBS (parallel workers, default 1)
+#   bash scripts/fuzz.sh [SECONDS]
+# env: FUZZ_JOBS     parallel workers (default 1)
+#      FUZZ_TIMEOUT  seconds one input may take before it counts as a hang (default 10;
+#                    raise it on a loaded machine, where a starved process looks hung)
+#      FUZZ_COVERAGE=1  afterwards, replay the corpus through a source-coverage build
+#                    (build-fuzz-cov) and print line/branch coverage of the parser files
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
@@ -22,10 +27,27 @@ done
 # max_len: the golden headers are ~11 KB; longer inputs only add tensor bytes the parser
 # never reads. rss_limit guards against allocations sized by the input.
 args=(fuzz-out/corpus fuzz-out/seeds -max_total_time="$seconds" -max_len=16384
-      -rss_limit_mb=2048 -timeout=10 -artifact_prefix=fuzz-out/ -print_final_stats=1)
+      -rss_limit_mb=2048 -timeout="${FUZZ_TIMEOUT:-10}" -artifact_prefix=fuzz-out/
+      -print_final_stats=1)
 if ((jobs > 1)); then
   args+=(-jobs="$jobs" -workers="$jobs")
 fi
 echo "fuzz: running gguf_fuzz for ${seconds}s"
 "$build_dir/fuzz/gguf_fuzz" "${args[@]}"
 echo "fuzz: no crash in ${seconds}s"
+
+if [ "${FUZZ_COVERAGE:-0}" = 1 ]; then
+  cov_dir="${build_dir}-cov"
+  CC=clang CXX=clang++ cmake -S . -B "$cov_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DHYPURA_FUZZ=ON -DHYPURA_BUILD_TESTS=OFF -DHYPURA_BUILD_BENCH=OFF \
+    -DCMAKE_CXX_FLAGS="-fprofile-instr-generate -fcoverage-mapping" \
+    -DCMAKE_EXE_LINKER_FLAGS="-fprofile-instr-generate" >/dev/null
+  cmake --build "$cov_dir" --target gguf_fuzz -j"$(nproc)"
+  llvm_bin=$(dirname "$(readlink -f "$(command -v clang)")")
+  rm -f fuzz-out/cov.profraw
+  LLVM_PROFILE_FILE=fuzz-out/cov.profraw "$cov_dir/fuzz/gguf_fuzz" -runs=0 -max_len=16384 \
+    fuzz-out/corpus fuzz-out/seeds >/dev/null 2>&1
+  "$llvm_bin/llvm-profdata" merge -sparse fuzz-out/cov.profraw -o fuzz-out/cov.profdata
+  "$llvm_bin/llvm-cov" report "$cov_dir/fuzz/gguf_fuzz" -instr-profile=fuzz-out/cov.profdata \
+    src/gguf/gguf.cc src/gguf/types.cc src/model/tensor_role.cc src/cli/inspect_report.cc
+fi

@@ -54,6 +54,26 @@ def model(tensors, data_bytes, kvs=(ARCH,), alignment=32):
     return pad(body, alignment) + bytes((i * 7) & 0xFF for i in range(data_bytes))
 
 
+def arr(sub, fmt, values):
+    return struct.pack("<IQ", sub, len(values)) + b"".join(struct.pack(fmt, v) for v in values)
+
+
+# Every value type, nested arrays, alignment 64 and quantized tensors: a valid file that
+# reaches the parser's less common paths (a seed for the fuzzer).
+ALL_TYPES_KVS = (
+    ARCH, kv_u32("general.alignment", 64),
+    kv("u8", U8, b"\xff"), kv("i8", I8, b"\x80"), kv("u16", U16, struct.pack("<H", 65535)),
+    kv("i16", I16, struct.pack("<h", -2)), kv("i32", I32, struct.pack("<i", -3)),
+    kv("f32", F32, struct.pack("<f", 0.5)), kv("bool", BOOL, b"\x01"),
+    kv("u64", U64, struct.pack("<Q", 2**64 - 1)), kv("i64", I64, struct.pack("<q", -2**63)),
+    kv("f64", F64, struct.pack("<d", 1e-300)),
+    kv("u64s", ARRAY, arr(U64, "<Q", [1, 2])), kv("i64s", ARRAY, arr(I64, "<q", [-1])),
+    kv("f64s", ARRAY, arr(F64, "<d", [0.25])), kv("bools", ARRAY, arr(BOOL, "<B", [0, 1])),
+    kv("i16s", ARRAY, arr(I16, "<h", [-7, 7])), kv("u8s", ARRAY, arr(U8, "<B", [])),
+    kv("nested", ARRAY, struct.pack("<IQ", ARRAY, 2) + arr(U32, "<I", [1, 2])
+       + struct.pack("<IQ", STRING, 1) + s("x")),
+)
+
 CASES = {
     # A valid two-tensor model: must open. Also a small seed for the fuzzer.
     "valid_tiny.gguf": model(
@@ -62,6 +82,11 @@ CASES = {
         128 + 256,
         kvs=(ARCH, kv_u32("llama.block_count", 1), kv_u32("llama.context_length", 64),
              kv("tokenizer.ggml.tokens", ARRAY, struct.pack("<IQ", STRING, 2) + s("a") + s("b")))),
+    "valid_all_types.gguf": model(
+        [tensor_info("blk.0.ffn_up.weight", [256, 2], GGML_Q4_K, offset=0),
+         tensor_info("blk.0.ffn_down.weight", [32, 3], 8, offset=320),
+         tensor_info("output_norm.weight", [4], 1, offset=448)],
+        512, kvs=ALL_TYPES_KVS, alignment=64),
     "empty.gguf": b"",
     "bad_magic.gguf": header(0, 0, magic=b"GGML"),
     "version1.gguf": header(0, 0, version=1),
