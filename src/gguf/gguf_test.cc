@@ -167,6 +167,20 @@ TEST(Truncation, EveryHeaderPrefixFailsCleanly) {
       << cut.status().message();
 }
 
+// Version 2 has the same layout as 3; a golden file relabelled as v2 parses the same.
+TEST(Versions, Version2ParsesLikeVersion3) {
+  std::vector<uint8_t> bytes = read_file(kGolden + "/qwen3-q4_k_m.gguf");
+  bytes[4] = 2;
+  auto f = GgufFile::parse(bytes);
+  ASSERT_TRUE(f.is_ok()) << f.status().message();
+  EXPECT_EQ(f->version(), 2u);
+  EXPECT_EQ(f->tensors().size(), 24u);
+  bytes[4] = 4;
+  auto v4 = GgufFile::parse(bytes);
+  ASSERT_FALSE(v4.is_ok());
+  EXPECT_EQ(v4.status().code(), StatusCode::kUnsupported);
+}
+
 TEST(Open, MissingFileIsNotFound) {
   auto r = GgufFile::open("/nonexistent/model.gguf");
   ASSERT_FALSE(r.is_ok());
