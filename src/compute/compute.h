@@ -10,6 +10,12 @@
 //
 // Thread-safety: a Context is used by one caller at a time (it owns scratch buffers and
 // the pool). No allocation on the per-token path once reserve() has sized the scratch.
+//
+// Weights: W.type must satisfy quant::is_supported() and W.n_cols must be a multiple of
+// its block size; callers validate untrusted files before building views (matmul only
+// asserts). Activations are rounded as llama.cpp's CPU backend rounds them (Q8_K for
+// K-quants, Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1); F32/F16/BF16 weights multiply
+// float activations directly.
 #pragma once
 
 #include <cstddef>
@@ -51,6 +57,9 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   int n_threads() const;
+  // The persistent pool (compute/cpu/thread_pool.h): parallel_for(n, fn(i)) hands items
+  // out dynamically; run(fn(i, n)) calls fn once per share i < n_threads() (i indexes
+  // per-share scratch; a share may run on any thread, never on two at once).
   ThreadPool& pool();
   const char* simd_name() const;  // the dispatch path in use, e.g. "avx512vnni"
 
