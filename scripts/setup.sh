@@ -30,7 +30,7 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import numpy, gguf, requests" 2>/dev/null; then
+if ! .venv/bin/python -c "import numpy, gguf, requests, ollama, openai" 2>/dev/null; then
   .venv/bin/pip install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}"
 fi
 echo "setup: ok"

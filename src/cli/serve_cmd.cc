@@ -75,14 +75,18 @@ std::function<int()> setup_serve(CLI::App& app) {
   app.add_option("model", a->model, "GGUF file; default: the default test model");
   app.add_option("--host", a->server.host, "address to listen on")->capture_default_str();
   app.add_option("--port", a->server.port, "port (11434 is Ollama's; 0: any free port)")
+      ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   app.add_option("-c,--context", a->context, "context length in tokens (capped by the model's "
                                              "trained length)")->capture_default_str();
   app.add_option("--max-queue", a->server.max_queue,
                  "requests that may wait behind the running one; more get 503")
+      ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   app.add_option("--max-body", a->server.max_body_bytes,
-                 "largest request body in bytes; larger ones get 400")->capture_default_str();
+                 "largest request body in bytes; larger ones get 400")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30))
+      ->capture_default_str();
   app.add_option("--alias", a->alias, "model name to serve under (default: the file name)");
   app.add_option("-t,--threads", a->threads, "compute threads (default: physical cores)");
   app.add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32")->capture_default_str();
