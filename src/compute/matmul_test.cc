@@ -265,6 +265,54 @@ TEST(Dispatch, SimdTablesProvideOwnKernels) {
   EXPECT_STREQ(ctx.simd_name(), "scalar");
 }
 
+// A table's own activation quantizer gives exactly the reference bytes: same scales, same
+// rounding. AVX-512 Q4_K / Q5_K store the 32-value sub-blocks of each Q8_K block in nibble
+// order 0, 2, 1, 3, 4, 6, 5, 7 (kernels_avx512_impl.h); the comparison undoes that.
+TEST(Activations, TableQuantizersMatchReference) {
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> dist(0.0f, 3.0f);
+  const int64_t n = 256 * 6;
+  std::vector<float> x(n);
+  for (auto& v : x) v = dist(rng);
+  for (int i = 0; i < 256; ++i) x[i] = 0.0f;                   // all-zero block
+  for (int i = 256; i < 512; ++i) x[i] = 1e-30f * dist(rng);   // tiny values
+  for (int i = 768; i < 1280; ++i) x[i] = 0.1f * dist(rng);   // |x| < 5 almost surely
+  x[780] = 5.0f;   // block 3: equal magnitudes, the first (+5) sets the sign of the scale
+  x[790] = -5.0f;
+  x[1030] = -5.0f;  // block 4: the first is -5
+  x[1100] = 5.0f;
+  for (int i = 1280; i < 1312; ++i) x[i] = (i % 2 ? 0.5f : -0.5f);  // exact .5 products
+  const int kNibble[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+  for (int l = 1; l <= 3; ++l) {
+    const KernelTable* t = kernel_table(static_cast<SimdLevel>(l));
+    if (!t) continue;
+    for (GgmlType type : all_types()) {
+      const QuantizeActFn fn = quantize_act_fn(*t, type);
+      if (!fn) continue;
+      const GgmlType act = quant::activation_type(type);
+      std::vector<uint8_t> ref(quant::row_size(act, n)), got(ref.size(), 0xCD);
+      quant::quantize_activations(act, x.data(), ref.data(), n);
+      fn(x.data(), got.data(), n);
+      const bool nibble = std::string(t->name).rfind("avx512", 0) == 0 &&
+                          (type == GgmlType::Q4_K || type == GgmlType::Q5_K);
+      if (!nibble) {
+        EXPECT_EQ(std::memcmp(ref.data(), got.data(), ref.size()), 0) << t->name << " " << gguf::type_name(type);
+        continue;
+      }
+      const auto* r = reinterpret_cast<const quant::BlockQ8_K*>(ref.data());
+      const auto* g = reinterpret_cast<const quant::BlockQ8_K*>(got.data());
+      for (int64_t b = 0; b < n / 256; ++b) {
+        EXPECT_EQ(quant::float_bits(r[b].d), quant::float_bits(g[b].d)) << "block " << b;
+        for (int s = 0; s < 8; ++s) {
+          EXPECT_EQ(std::memcmp(g[b].qs + 32 * s, r[b].qs + 32 * kNibble[s], 32), 0) << b << " " << s;
+          EXPECT_EQ(g[b].bsums[2 * s], r[b].bsums[2 * kNibble[s]]);
+          EXPECT_EQ(g[b].bsums[2 * s + 1], r[b].bsums[2 * kNibble[s] + 1]);
+        }
+      }
+    }
+  }
+}
+
 TEST(GetRows, DequantizesSelectedRows) {
   std::mt19937 rng(1);
   const Problem p = make_problem(GgmlType::Q6_K, 10, 512, 1, rng);

@@ -20,7 +20,6 @@
 #include "compute/cpu/kernels.h"
 #include "compute/cpu/tile_common.h"
 #include "quant/blocks.h"
-#include "quant/quant.h"
 
 namespace hypura::compute {
 namespace {
@@ -152,17 +151,74 @@ inline void act_rows(const uint8_t* x, size_t xs, const B** y) {
 // activation quantizer (quantize_q8_k_nibble_order), done once per token row.
 constexpr int kNibbleOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
 
+// ---- activation quantizers: bit-identical to quant::quantize_row_q8_k / _q8_0 ----
+// (same float products, round-half-even conversions, first-of-ties signed maximum).
+
+// One 256-value block to Q8_K; sub-block s (32 values) is written at position order[s].
+inline void quantize_block_q8_k(const float* x, BlockQ8_K* y, const int* order) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  __m512 v[16];
+  __m512 vmax = _mm512_setzero_ps();
+  for (int j = 0; j < 16; ++j) {
+    v[j] = _mm512_loadu_ps(x + 16 * j);
+    vmax = _mm512_max_ps(vmax, _mm512_and_ps(v[j], abs_mask));
+  }
+  const float amax = _mm512_reduce_max_ps(vmax);
+  if (amax == 0.0f) {
+    std::memset(y, 0, sizeof(*y));
+    return;
+  }
+  float max = 0.0f;  // the signed value of the first element with |x| == amax
+  for (int j = 0; j < 16; ++j) {
+    const __mmask16 hit =
+        _mm512_cmp_ps_mask(_mm512_and_ps(v[j], abs_mask), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+    if (hit) {
+      max = x[16 * j + __builtin_ctz(hit)];
+      break;
+    }
+  }
+  const float iscale = -127.0f / max;
+  const __m512 is = _mm512_set1_ps(iscale);
+  for (int j = 0; j < 16; ++j) {
+    const __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v[j], is)),
+                                       _mm512_set1_epi32(127));
+    const int pos = 2 * order[j / 2] + j % 2;  // destination 16-value chunk
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y->qs + 16 * pos), _mm512_cvtsepi32_epi8(q));
+    y->bsums[pos] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+  }
+  y->d = 1.0f / iscale;
+}
+
+constexpr int kNaturalOrder[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+
+void quantize_q8_k_avx512(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<BlockQ8_K*>(vy);
+  for (int64_t b = 0; b < n / quant::kQK_K; ++b) {
+    quantize_block_q8_k(x + b * quant::kQK_K, y + b, kNaturalOrder);
+  }
+}
+
 void quantize_q8_k_nibble_order(const float* x, void* vy, int64_t n) {
   auto* y = static_cast<BlockQ8_K*>(vy);
   for (int64_t b = 0; b < n / quant::kQK_K; ++b) {
-    BlockQ8_K std_block;
-    quant::quantize_row_q8_k(x + b * quant::kQK_K, &std_block, quant::kQK_K);
-    y[b].d = std_block.d;
-    for (int s = 0; s < 8; ++s) {
-      std::memcpy(y[b].qs + 32 * s, std_block.qs + 32 * kNibbleOrder[s], 32);
-      y[b].bsums[2 * s] = std_block.bsums[2 * kNibbleOrder[s]];
-      y[b].bsums[2 * s + 1] = std_block.bsums[2 * kNibbleOrder[s] + 1];
-    }
+    quantize_block_q8_k(x + b * quant::kQK_K, y + b, kNibbleOrder);
+  }
+}
+
+// Q8_0 as llama.cpp's x86 backend: d = amax / 127, q = rint(x * (127 / amax)).
+void quantize_q8_0_avx512(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<BlockQ8_0*>(vy);
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (int64_t b = 0; b < n / quant::kQK; ++b) {
+    const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+    const float amax = _mm512_reduce_max_ps(
+        _mm512_max_ps(_mm512_and_ps(v0, abs_mask), _mm512_and_ps(v1, abs_mask)));
+    const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    y[b].d = _cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT);
+    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
+    const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs), _mm512_cvtsepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16), _mm512_cvtsepi32_epi8(q1));
   }
 }
 
@@ -594,8 +650,17 @@ void fill_avx512_table(KernelTable* table) {
   set(gguf::GgmlType::Q3_K, tile_of<Q3K>);
   set(gguf::GgmlType::Q4_K, tile_of<QK4<false>>);
   set(gguf::GgmlType::Q5_K, tile_of<QK4<true>>);
-  table->quantize_act[static_cast<int>(gguf::GgmlType::Q4_K)] = quantize_q8_k_nibble_order;
-  table->quantize_act[static_cast<int>(gguf::GgmlType::Q5_K)] = quantize_q8_k_nibble_order;
+  auto act = [&](gguf::GgmlType type, QuantizeActFn fn) {
+    table->quantize_act[static_cast<int>(type)] = fn;
+  };
+  act(gguf::GgmlType::Q4_K, quantize_q8_k_nibble_order);
+  act(gguf::GgmlType::Q5_K, quantize_q8_k_nibble_order);
+  act(gguf::GgmlType::Q2_K, quantize_q8_k_avx512);
+  act(gguf::GgmlType::Q3_K, quantize_q8_k_avx512);
+  act(gguf::GgmlType::Q6_K, quantize_q8_k_avx512);
+  act(gguf::GgmlType::Q8_0, quantize_q8_0_avx512);
+  act(gguf::GgmlType::Q4_0, quantize_q8_0_avx512);
+  act(gguf::GgmlType::Q5_0, quantize_q8_0_avx512);
   set(gguf::GgmlType::Q6_K, tile_of<Q6K>);
 }
 
