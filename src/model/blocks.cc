@@ -102,11 +102,26 @@ Status Blocks::acquire_ffn(int64_t il, FfnViews* out) {
                         {lw.ffn_down, &out->down}, {lw.ffn_router, &out->router}});
 }
 
+template <class Fn>
+void Blocks::parallel_for(int64_t n, Fn&& fn) {
+  if (n < 2 || ctx_.n_threads() == 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  ctx_.pool().run([&](int ith, int nth) {
+    int64_t begin, end;
+    compute::split_range(n, ith, nth, 1, &begin, &end);
+    if (begin < end) fn(begin, end);
+  });
+}
+
 void Blocks::norm(const float* in, const WeightView& w, float* out) {
   const int64_t width = w.n_cols;
-  for (int64_t t = 0; t < n_tokens_; ++t) {
-    compute::rms_norm(in + t * width, as_floats(w), width, hp_.rms_eps, out + t * width);
-  }
+  parallel_for(n_tokens_, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      compute::rms_norm(in + t * width, as_floats(w), width, hp_.rms_eps, out + t * width);
+    }
+  });
 }
 
 void Blocks::linear(const WeightView& w, const float* in, float* out) {
@@ -119,20 +134,24 @@ void Blocks::add_bias(float* rows, const WeightView& b) {
 
 void Blocks::head_norm(float* rows, int64_t n_heads, const WeightView& w) {
   const int64_t d = w.n_cols;
-  for (int64_t i = 0; i < n_tokens_ * n_heads; ++i) {
-    compute::rms_norm(rows + i * d, as_floats(w), d, hp_.rms_eps, rows + i * d);
-  }
+  parallel_for(n_tokens_, [&](int64_t t0, int64_t t1) {
+    for (int64_t i = t0 * n_heads; i < t1 * n_heads; ++i) {
+      compute::rms_norm(rows + i * d, as_floats(w), d, hp_.rms_eps, rows + i * d);
+    }
+  });
 }
 
 void Blocks::rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) {
   const float* factors = rope_factors_;
   const int64_t d = hp_.head_dim;
-  for (int64_t t = 0; t < n_tokens_; ++t) {
-    for (int64_t h = 0; h < n_heads; ++h) {
-      compute::rope(rows + (t * n_heads + h) * d, d, hp_.n_rot, pos_ + t, freq_base, freq_scale,
-                    factors, hp_.rope_neox);
+  parallel_for(n_tokens_, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t h = 0; h < n_heads; ++h) {
+        compute::rope(rows + (t * n_heads + h) * d, d, hp_.n_rot, pos_ + t, freq_base,
+                      freq_scale, factors, hp_.rope_neox);
+      }
     }
-  }
+  });
 }
 
 void Blocks::scale(float* rows, int64_t width, float s) {
@@ -184,14 +203,24 @@ void Blocks::dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* ou
   const int64_t ff = w.gate.n_rows;
   linear(w.gate, in, ff_gate_.data());
   linear(w.up, in, ff_up_.data());
-  const int64_t n = n_tokens_ * ff;
-  if (act == FfnAct::kSilu) {
-    compute::silu(ff_gate_.data(), n);
-  } else {
-    compute::gelu_tanh(ff_gate_.data(), n);
-  }
-  compute::mul(ff_gate_.data(), ff_up_.data(), n);
+  gated_activation(act, n_tokens_ * ff);
   linear(w.down, ff_gate_.data(), out);
+}
+
+// ff_gate_[0..n) = act(ff_gate_) * ff_up_, in chunks across the pool.
+void Blocks::gated_activation(FfnAct act, int64_t n) {
+  constexpr int64_t kChunk = 1024;
+  parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c0, int64_t c1) {
+    const int64_t begin = c0 * kChunk, len = std::min(c1 * kChunk, n) - begin;
+    float* g = ff_gate_.data() + begin;
+    if (act == FfnAct::kSilu) {
+      compute::silu(g, len);
+    } else {
+      // ggml's CPU GELU rounds input and output through fp16; so do we, to match it.
+      compute::gelu_tanh_fp16(g, len);
+    }
+    compute::mul(g, ff_up_.data() + begin, len);
+  });
 }
 
 // Router: probabilities by softmax, the n_expert_used most probable experts (lower id on
@@ -234,46 +263,52 @@ Status Blocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float* ou
 }
 
 // Runs each selected expert once on the rows routed to it; results land in slot_out_
-// scaled by their routing weight. The experts of the batch are acquired in one call.
+// scaled by their routing weight. The provider sees the routing first (route()), then
+// the experts are acquired and computed one at a time, in ascending id order, so an
+// expert computes as soon as its bytes are there while later ones are still being read.
 Status Blocks::run_experts(int64_t il, const FfnViews& w, const float* in) {
-  const int64_t k = hp_.n_expert_used, e = hp_.n_embd;
+  const int64_t k = hp_.n_expert_used;
   std::vector<int32_t>& used = used_experts_;
   used.clear();
   for (int64_t i = 0; i < n_tokens_ * k; ++i) used.push_back(selected_[i]);
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
-  requests_.clear();
+  provider_.route(static_cast<int>(il),
+                  std::span<const int32_t>(selected_.data(), static_cast<size_t>(n_tokens_ * k)),
+                  static_cast<int>(k));
   for (int32_t id : used) {
-    requests_.push_back({w.gate_exps, id});
-    requests_.push_back({w.up_exps, id});
-    requests_.push_back({w.down_exps, id});
-  }
-  expert_views_.resize(requests_.size());
-  HYPURA_RETURN_IF_ERROR(provider_.acquire_experts(static_cast<int>(il), requests_, expert_views_));
-  for (size_t u = 0; u < used.size(); ++u) {
-    int64_t m = 0;
-    for (int64_t i = 0; i < n_tokens_ * k; ++i) {
-      if (selected_[i] != used[u]) continue;
-      expert_rows_[m] = static_cast<int32_t>(i);
-      std::memcpy(expert_in_.data() + m * e, in + (i / k) * e, static_cast<size_t>(e) * 4);
-      ++m;
-    }
-    const WeightView& gate = expert_views_[3 * u];
-    const WeightView& up = expert_views_[3 * u + 1];
-    const WeightView& down = expert_views_[3 * u + 2];
-    ctx_.matmul(gate, expert_in_.data(), m, ff_gate_.data());
-    ctx_.matmul(up, expert_in_.data(), m, ff_up_.data());
-    compute::silu(ff_gate_.data(), m * gate.n_rows);
-    compute::mul(ff_gate_.data(), ff_up_.data(), m * gate.n_rows);
-    ctx_.matmul(down, ff_gate_.data(), m, expert_out_.data());
-    for (int64_t r = 0; r < m; ++r) {
-      const int32_t i = expert_rows_[r];  // token * k + slot
-      float* dst = slot_out_.data() + static_cast<int64_t>(i) * e;
-      std::memcpy(dst, expert_out_.data() + r * e, static_cast<size_t>(e) * 4);
-      compute::scale(dst, selected_w_[i], e);
-    }
+    requests_.assign({{w.gate_exps, id}, {w.up_exps, id}, {w.down_exps, id}});
+    expert_views_.resize(3);
+    HYPURA_RETURN_IF_ERROR(provider_.acquire_experts(static_cast<int>(il), requests_, expert_views_));
+    run_expert(id, in);
   }
   return Status::ok();
+}
+
+// One expert (views in expert_views_[0..2]) on the batch rows that selected `id`.
+void Blocks::run_expert(int32_t id, const float* in) {
+  const int64_t k = hp_.n_expert_used, e = hp_.n_embd;
+  int64_t m = 0;
+  for (int64_t i = 0; i < n_tokens_ * k; ++i) {
+    if (selected_[i] != id) continue;
+    expert_rows_[m] = static_cast<int32_t>(i);
+    std::memcpy(expert_in_.data() + m * e, in + (i / k) * e, static_cast<size_t>(e) * 4);
+    ++m;
+  }
+  const WeightView& gate = expert_views_[0];
+  const WeightView& up = expert_views_[1];
+  const WeightView& down = expert_views_[2];
+  ctx_.matmul(gate, expert_in_.data(), m, ff_gate_.data());
+  ctx_.matmul(up, expert_in_.data(), m, ff_up_.data());
+  compute::silu(ff_gate_.data(), m * gate.n_rows);
+  compute::mul(ff_gate_.data(), ff_up_.data(), m * gate.n_rows);
+  ctx_.matmul(down, ff_gate_.data(), m, expert_out_.data());
+  for (int64_t r = 0; r < m; ++r) {
+    const int32_t i = expert_rows_[r];  // token * k + slot
+    float* dst = slot_out_.data() + static_cast<int64_t>(i) * e;
+    std::memcpy(dst, expert_out_.data() + r * e, static_cast<size_t>(e) * 4);
+    compute::scale(dst, selected_w_[i], e);
+  }
 }
 
 }  // namespace hypura::model

@@ -101,8 +101,14 @@ class Blocks {
 
  private:
   void attend(int64_t il, int64_t t, int64_t g, bool swa, float kq_scale, int thread);
+  // Runs fn(begin, end) over [0, n) split across the compute pool (inline when n < 2).
+  // Elementwise and row-wise work only: results do not depend on the split.
+  template <class Fn>
+  void parallel_for(int64_t n, Fn&& fn);
   void route(const float* in);
+  void gated_activation(FfnAct act, int64_t n);
   Status run_experts(int64_t il, const FfnViews& w, const float* in);
+  void run_expert(int32_t id, const float* in);
 
   const HParams& hp_;
   const WeightMap& weights_;

@@ -140,7 +140,9 @@ TEST_P(GoldenF32, ExactPathWithF32Kv) {
   auto l = load(name);
   ASSERT_TRUE(l);
   const int64_t n_vocab = l->model->hparams().n_vocab;
-  const double tol_rel = is_gemma(name) ? 1e-3 : 1e-5, tol_abs = is_gemma(name) ? 1e-2 : 2e-4;
+  // gemma3: we emulate ggml's fp16 GELU table, so the README's "tight bound if you emulate
+  // it" applies (its own emulating reference lands at 2.8e-5 / 1.4e-3).
+  const double tol_rel = is_gemma(name) ? 1e-4 : 1e-5, tol_abs = is_gemma(name) ? 5e-3 : 2e-4;
   for (const char* seq : {"A", "B", "C"}) {
     const auto want = read_logits(name + "." + seq + ".kvf32_fa_off.logits.f32");
     const auto got = eval(*l, sequence(seq), /*kv_f32=*/true, 64);
