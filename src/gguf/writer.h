@@ -3,7 +3,10 @@
 // Used by tests and by `hypura synth`, which writes files larger than RAM: the header and
 // tensor directory are written first, then each tensor's bytes are produced in chunks by a
 // caller-supplied fill function, in tensor order. Tensor data offsets are aligned to
-// `alignment`; padding is zero bytes. Files are fully written (no sparse holes).
+// `alignment`; padding is zero bytes, after every tensor including the last (as gguf-py
+// does, so a golden model read and written back is byte-identical). Files are fully
+// written (no sparse holes); general.alignment is added when alignment != 32. Memory: the
+// serialized header plus one chunk buffer. A failed write removes the partial file.
 //
 // Thread-safety: none; one writer per thread.
 #pragma once
