@@ -77,34 +77,28 @@ std::string StreamingProvider::name() const {
   return stream_layers_.empty() ? "resident(direct-io)" : "streaming";
 }
 
+// Stream groups are indexed by layer + 1: group 0 holds streamed tensors outside the
+// layer stack (acquired as layer -1 at the start of a pass and held to its end).
 Status StreamingProvider::build_layout(const StreamingConfig& config) {
   const auto& tensors = file_.tensors();
   locations_.assign(tensors.size(), Location{});
   int n_layer = 0;
   for (const auto& t : tensors) n_layer = std::max(n_layer, layer_of(t.name) + 1);
-  stream_of_layer_.assign(static_cast<size_t>(n_layer), -1);
+  stream_of_layer_.assign(static_cast<size_t>(n_layer) + 1, -1);
   for (size_t id = 0; id < tensors.size(); ++id) {
-    if (!config.streamed[id]) continue;
-    const int layer = layer_of(tensors[id].name);
-    if (layer < 0) {
-      return invalid_argument("tensor '" + tensors[id].name +
-                              "' is outside the layer stack and cannot be streamed");
-    }
-    if (stream_of_layer_[layer] < 0) {
-      stream_of_layer_[layer] = 0;  // marked; numbered below in layer order
-    }
+    if (config.streamed[id]) stream_of_layer_[layer_of(tensors[id].name) + 1] = 0;
   }
-  for (int layer = 0; layer < n_layer; ++layer) {
-    if (stream_of_layer_[layer] < 0) continue;
-    stream_of_layer_[layer] = static_cast<int>(stream_layers_.size());
-    stream_layers_.push_back(StreamLayer{layer, {}, 0});
+  for (int key = 0; key <= n_layer; ++key) {
+    if (stream_of_layer_[key] < 0) continue;
+    stream_of_layer_[key] = static_cast<int>(stream_layers_.size());
+    stream_layers_.push_back(StreamLayer{key - 1, {}, 0});
   }
   // Each tensor sits in its slot at the file offset's residue modulo the alignment, so
   // Storage reads it straight into place (only head and tail blocks are bounced).
   std::vector<uint64_t> cursor(stream_layers_.size(), 0);
   for (size_t id = 0; id < tensors.size(); ++id) {
     if (!config.streamed[id]) continue;
-    const int s = stream_of_layer_[layer_of(tensors[id].name)];
+    const int s = stream_of_layer_[layer_of(tensors[id].name) + 1];
     StreamLayer& sl = stream_layers_[s];
     const uint64_t off = io::align_up(cursor[s], kAlign) + tensors[id].offset % kAlign;
     locations_[id].stream = s;
@@ -291,7 +285,7 @@ void StreamingProvider::drain_unused() {
 }
 
 Status StreamingProvider::ensure_ready(int layer, int* slot_out) {
-  const int stream = stream_of_layer_[layer];
+  const int stream = stream_of_layer_[layer + 1];
   int slot = find_slot(stream);
   if (slot >= 0 && slots_[slot].state == SlotState::kInUse) {
     *slot_out = slot;
@@ -380,9 +374,9 @@ Status StreamingProvider::acquire_experts(int layer, std::span<const ExpertReque
 }
 
 void StreamingProvider::release(int layer) {
-  if (layer >= 0 && layer < static_cast<int>(stream_of_layer_.size()) &&
-      stream_of_layer_[layer] >= 0) {
-    const int slot = find_slot(stream_of_layer_[layer]);
+  const int key = layer + 1;
+  if (key >= 0 && key < static_cast<int>(stream_of_layer_.size()) && stream_of_layer_[key] >= 0) {
+    const int slot = find_slot(stream_of_layer_[key]);
     if (slot >= 0 && slots_[slot].state == SlotState::kInUse) {
       slots_[slot].state = SlotState::kFree;
       slots_[slot].stream = -1;

@@ -2,7 +2,8 @@
 //
 // Resident tensors are read once at load with direct I/O (io::Storage, O_DIRECT, the
 // device queue kept full) into one ledger-charged allocation, locked in memory where
-// RLIMIT_MEMLOCK allows. Streamed tensors are grouped by layer ("blk.N.") and read every
+// RLIMIT_MEMLOCK allows. Streamed tensors are grouped by layer ("blk.N."; tensors outside
+// the stack form group -1, read first and held for the whole pass) and read every
 // forward pass into a pool of aligned slots, one layer per slot (docs/STREAMING.md):
 //
 //   slots are a ring: layers are read in layer order (cyclically: after the last streamed
@@ -61,8 +62,8 @@ class StreamingProvider final : public WeightProvider {
   using Progress = std::function<void(uint64_t done, uint64_t total)>;  // bytes
 
   // Loads the resident tensors and allocates the pool, all charged to `ledger`.
-  // `file` and `ledger` must outlive the provider. Errors: a streamed tensor outside the
-  // layer stack, a budget refusal, an unreadable file.
+  // `file` and `ledger` must outlive the provider. Errors: a budget refusal, an
+  // unreadable file.
   static Result<std::unique_ptr<StreamingProvider>> create(const gguf::GgufFile& file,
                                                            StreamingConfig config,
                                                            MemoryLedger& ledger,
@@ -141,7 +142,7 @@ class StreamingProvider final : public WeightProvider {
   std::vector<std::unique_ptr<io::Storage>> storages_;  // one per split file
   std::vector<Location> locations_;                     // (n_tensors)
   std::vector<StreamLayer> stream_layers_;              // ascending layer
-  std::vector<int> stream_of_layer_;                    // (n_layer): index or -1
+  std::vector<int> stream_of_layer_;                    // (n_layer + 1) by layer + 1: index or -1
   LedgerBuffer resident_;
   std::vector<Slot> slots_;
   uint64_t slot_bytes_ = 0;

@@ -377,7 +377,7 @@ TEST(StreamingProvider, FailedResidentLoadIsAnError) {
   EXPECT_EQ(ledger.used(), 0u) << "a failed load gives its memory back";
 }
 
-// Non-layer tensors cannot stream; a config of the wrong size is refused.
+// A config of the wrong size is refused.
 TEST(StreamingProvider, RejectsBadConfig) {
   Model m = open_model("llama-q4_k_m");
   MemoryLedger ledger(0);
@@ -385,10 +385,29 @@ TEST(StreamingProvider, RejectsBadConfig) {
   config.streamed.assign(3, false);
   EXPECT_EQ(StreamingProvider::create(m.file, config, ledger, nullptr).status().code(),
             StatusCode::kInvalidArgument);
-  config.streamed.assign(m.file.tensors().size(), false);
+}
+
+// Tensors outside the layer stack (output head, embeddings) may stream too: they are read
+// at the start of each pass and held to its end. Logits stay bit-identical.
+TEST(StreamingProvider, StreamsGlobalTensorsToo) {
+  Model m = open_model("llama-q4_k_m");
+  const std::vector<int32_t> tokens = sequence("B");
+  auto resident = ResidentProvider::load(m.file, nullptr);
+  ASSERT_TRUE(resident.is_ok());
+  uint64_t passes = 0;
+  const std::vector<float> want = run(m, *resident.value(), tokens, 2, &passes);
+  StreamingConfig config;
+  config.streamed = ffn_mask(m, 1);
+  config.streamed[m.model->weights().output] = true;
   config.streamed[m.model->weights().token_embd] = true;
-  EXPECT_EQ(StreamingProvider::create(m.file, config, ledger, nullptr).status().code(),
-            StatusCode::kInvalidArgument);
+  MemoryLedger ledger(0);
+  auto p = StreamingProvider::create(m.file, config, ledger, nullptr);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p.value()->n_streamed_layers(), m.model->hparams().n_layer + 1);
+  const std::vector<float> got = run(m, *p.value(), tokens, 2, &passes);
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  const StreamingStats s = p.value()->stats();
+  EXPECT_EQ(s.bytes_read - s.unconsumed_bytes, masked_bytes(m, config.streamed) * passes);
 }
 
 }  // namespace

@@ -1,0 +1,57 @@
+#include "runtime/mmap_provider.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace hypura::runtime {
+
+Result<std::unique_ptr<MmapProvider>> MmapProvider::open(const gguf::GgufFile& file) {
+  std::unique_ptr<MmapProvider> p(new MmapProvider(file));
+  for (size_t i = 0; i < file.paths().size(); ++i) {
+    const std::string& path = file.paths()[i];
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return io_error("cannot open " + path + ": " + std::strerror(errno));
+    const size_t size = file.file_sizes()[i];
+    void* base = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (base == MAP_FAILED) return io_error("cannot mmap " + path + ": " + std::strerror(errno));
+    p->maps_.push_back({static_cast<uint8_t*>(base), size});
+  }
+  return p;
+}
+
+MmapProvider::~MmapProvider() {
+  for (const Mapping& m : maps_) munmap(m.base, m.size);
+}
+
+compute::WeightView MmapProvider::view(TensorId id) const {
+  const gguf::TensorInfo& t = file_.tensors()[static_cast<size_t>(id)];
+  compute::WeightView v;
+  v.data = maps_[t.file_index].base + t.offset;
+  v.type = t.type;
+  v.n_cols = t.ne.empty() ? 1 : t.ne[0];
+  v.n_rows = t.n_rows();
+  return v;
+}
+
+Status MmapProvider::acquire(int layer, std::span<const TensorId> ids,
+                             std::span<compute::WeightView> out) {
+  for (size_t i = 0; i < ids.size(); ++i) out[i] = view(ids[i]);
+  return Status::ok();
+}
+
+Status MmapProvider::acquire_experts(int layer, std::span<const ExpertRequest> requests,
+                                     std::span<compute::WeightView> out) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const gguf::TensorInfo& t = file_.tensors()[static_cast<size_t>(requests[i].tensor)];
+    const int64_t rows_per_expert = t.ne.size() > 1 ? t.ne[1] : 1;
+    out[i] = view(requests[i].tensor).rows(requests[i].expert * rows_per_expert, rows_per_expert);
+  }
+  return Status::ok();
+}
+
+}  // namespace hypura::runtime
