@@ -47,6 +47,10 @@ class IoEngine {
   virtual size_t reap(std::span<IoResult> out, int64_t timeout_us) = 0;
   virtual uint32_t in_flight() const = 0;
   virtual std::string name() const = 0;
+  // Makes a reap() that is waiting (or the next one) return early. The only method that
+  // may be called from another thread: Storage calls it when new requests arrive, so they
+  // are issued at once instead of after the next completion.
+  virtual void wake() {}
 };
 
 enum class EngineKind { kAuto, kUring, kThreads };

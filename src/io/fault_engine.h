@@ -38,6 +38,7 @@ class FaultInjectingEngine final : public IoEngine {
   uint32_t in_flight() const override;
   std::string name() const override { return "faulty(" + inner_->name() + ")"; }
   Status submit(std::span<const IoOp> ops) override;
+  void wake() override { inner_->wake(); }
   size_t reap(std::span<IoResult> out, int64_t timeout_us) override;
 
   // Shared so a test can read the counts after Storage took ownership of the engine.

@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include <spdlog/spdlog.h>
+#include "common/log.h"
 
 #include "io/aligned_buffer.h"
 
@@ -290,7 +290,7 @@ Result<std::unique_ptr<Storage>> Storage::open(const std::string& path,
   bool direct = options.direct;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
   if (fd < 0 && direct && errno == EINVAL && !options.require_direct) {
-    spdlog::warn("io: {} does not allow O_DIRECT; reading it through the page cache", path);
+    log().warn("io: {} does not allow O_DIRECT; reading it through the page cache", path);
     direct = false;
     fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   }
@@ -340,7 +340,8 @@ ReadId Storage::submit(uint64_t offset, std::span<uint8_t> dest) {
   }
   ReadId id = r->id;
   m.requests.emplace(id, std::move(r));
-  m.work_cv.notify_one();
+  m.work_cv.notify_one();  // an idle I/O thread waits here...
+  m.engine->wake();        // ...a busy one in reap()
   return id;
 }
 

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include <spdlog/spdlog.h>
+#include "common/log.h"
 
 #include "io/engine.h"
 
@@ -32,6 +32,13 @@ class ThreadEngine final : public IoEngine {
   }
 
   uint32_t capacity() const override { return capacity_; }
+  void wake() override {
+    {
+      std::lock_guard lock(mu_);
+      woken_ = true;
+    }
+    done_cv_.notify_all();
+  }
   uint32_t in_flight() const override { return in_flight_; }
   std::string name() const override { return "threads"; }
 
@@ -48,7 +55,8 @@ class ThreadEngine final : public IoEngine {
   size_t reap(std::span<IoResult> out, int64_t timeout_us) override {
     if (out.empty() || in_flight_ == 0) return 0;
     std::unique_lock lock(mu_);
-    done_cv_.wait_for(lock, std::chrono::microseconds(timeout_us), [&] { return !done_.empty(); });
+    done_cv_.wait_for(lock, std::chrono::microseconds(timeout_us), [&] { return !done_.empty() || woken_; });
+    woken_ = false;
     size_t n = 0;
     while (n < out.size() && !done_.empty()) {
       out[n++] = done_.front();
@@ -89,6 +97,7 @@ class ThreadEngine final : public IoEngine {
   std::deque<IoOp> todo_;
   std::deque<IoResult> done_;
   bool stop_ = false;
+  bool woken_ = false;  // wake() called: end the current reap() wait
   std::vector<std::thread> workers_;
 };
 
@@ -103,7 +112,7 @@ Result<std::unique_ptr<IoEngine>> make_engine(EngineKind kind, uint32_t queue_de
   if (kind == EngineKind::kThreads) return make_thread_engine(queue_depth, queue_depth);
   auto uring = make_uring_engine(queue_depth);
   if (uring.is_ok() || kind == EngineKind::kUring) return uring;
-  spdlog::info("io: io_uring unavailable ({}); using a pread thread pool",
+  log().info("io: io_uring unavailable ({}); using a pread thread pool",
                uring.status().message());
   return make_thread_engine(queue_depth, queue_depth);
 }

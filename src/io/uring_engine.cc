@@ -1,5 +1,8 @@
 // io_uring engine: one ring, reads submitted in batches, completions reaped with a timeout.
 #include <liburing.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -8,18 +11,30 @@
 namespace hypura::io {
 namespace {
 
+constexpr uint64_t kWakeCookie = ~uint64_t{0};  // the eventfd poll's completion
+
 class UringEngine final : public IoEngine {
  public:
   explicit UringEngine(uint32_t queue_depth) : capacity_(queue_depth) {}
   ~UringEngine() override {
     if (initialised_) io_uring_queue_exit(&ring_);
+    if (wake_fd_ >= 0) ::close(wake_fd_);
   }
 
+  // One extra entry for the poll on the wake-up eventfd.
   Status init() {
-    int rc = io_uring_queue_init(capacity_, &ring_, 0);
+    int rc = io_uring_queue_init(capacity_ + 1, &ring_, 0);
     if (rc < 0) return unsupported(std::string("io_uring_queue_init: ") + std::strerror(-rc));
     initialised_ = true;
-    return Status::ok();
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) return unsupported(std::string("eventfd: ") + std::strerror(errno));
+    return arm_wake();
+  }
+
+  void wake() override {
+    uint64_t one = 1;
+    ssize_t n = ::write(wake_fd_, &one, sizeof one);
+    (void)n;  // EAGAIN means a wake-up is already pending
   }
 
   uint32_t capacity() const override { return capacity_; }
@@ -50,19 +65,42 @@ class UringEngine final : public IoEngine {
     __kernel_timespec ts{timeout_us / 1000000, (timeout_us % 1000000) * 1000};
     int rc = io_uring_wait_cqe_timeout(&ring_, &cqe, &ts);
     if (rc < 0) return 0;  // -ETIME or -EINTR: nothing yet
-    size_t n = 0;
+    size_t n = 0, seen = 0;
+    bool woken = false;
     unsigned head;
     io_uring_for_each_cqe(&ring_, head, cqe) {
       if (n == out.size()) break;
+      ++seen;
+      if (io_uring_cqe_get_data64(cqe) == kWakeCookie) {
+        woken = true;
+        continue;
+      }
       out[n++] = IoResult{io_uring_cqe_get_data64(cqe), cqe->res};
     }
-    io_uring_cq_advance(&ring_, static_cast<unsigned>(n));
+    io_uring_cq_advance(&ring_, static_cast<unsigned>(seen));
     in_flight_ -= static_cast<uint32_t>(n);
+    if (woken) {
+      uint64_t count;
+      ssize_t r = ::read(wake_fd_, &count, sizeof count);  // drain, then listen again
+      (void)r;
+      (void)arm_wake();
+    }
     return n;
   }
 
  private:
+  // A one-shot poll on the eventfd: wake() makes it complete, ending a waiting reap().
+  Status arm_wake() {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) return io_error("io_uring submission queue full");
+    io_uring_prep_poll_add(sqe, wake_fd_, POLLIN);
+    io_uring_sqe_set_data64(sqe, kWakeCookie);
+    int rc = io_uring_submit(&ring_);
+    return rc < 0 ? io_error(std::string("io_uring_submit: ") + std::strerror(-rc)) : Status::ok();
+  }
+
   io_uring ring_{};
+  int wake_fd_ = -1;
   uint32_t capacity_;
   uint32_t in_flight_ = 0;
   bool initialised_ = false;

@@ -12,7 +12,7 @@
 #include <sstream>
 #include <vector>
 
-#include <spdlog/spdlog.h>
+#include "common/log.h"
 
 #include "common/size.h"
 #include "profiler/gpu_probe.h"
@@ -132,10 +132,10 @@ Result<HardwareProfile> measure_profile(const ProfileOptions& o) {
   if (o.progress) show_progress("gpu", 0.08);
   GpuProbeResult gpu = probe_gpus();
   p.gpus = gpu.gpus;
-  if (p.gpus.empty()) spdlog::info("profile: no GPU tier ({})", gpu.note);
+  if (p.gpus.empty()) log().info("profile: no GPU tier ({})", gpu.note);
   HYPURA_ASSIGN_OR_RETURN(p.storage, measure_storage_for(o));
   p.fingerprint = machine_fingerprint(p);
-  spdlog::info("profile: measured in {:.1f} s",
+  log().info("profile: measured in {:.1f} s",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return p;
 }
@@ -159,11 +159,11 @@ Result<HardwareProfile> load_or_measure(const ProfileOptions& o) {
     now.memory = probe_memory(reserve);
     now.gpus = probe_gpus(0).gpus;  // names and memory only: no copies timed
     if (machine_fingerprint(now) != p.fingerprint) {
-      spdlog::info("profile: this machine differs from the cached profile; measuring again");
+      log().info("profile: this machine differs from the cached profile; measuring again");
       cached = not_found("machine changed");
     }
   } else if (!o.refresh && cached.status().code() != StatusCode::kNotFound) {
-    spdlog::warn("profile: ignoring unreadable cache: {}", cached.status().message());
+    log().warn("profile: ignoring unreadable cache: {}", cached.status().message());
   }
   if (!cached.is_ok()) {
     HYPURA_ASSIGN_OR_RETURN(p, measure_profile(o));
@@ -171,7 +171,7 @@ Result<HardwareProfile> load_or_measure(const ProfileOptions& o) {
   } else {
     refresh_memory(p.memory, reserve);
     if (device_of(storage_target(o)) != p.storage.device_id || !o.storage_file.empty()) {
-      spdlog::info("profile: measuring the storage that holds {}", storage_target(o));
+      log().info("profile: measuring the storage that holds {}", storage_target(o));
       HYPURA_ASSIGN_OR_RETURN(p.storage, measure_storage_for(o));
       dirty = true;
     }
@@ -180,7 +180,7 @@ Result<HardwareProfile> load_or_measure(const ProfileOptions& o) {
     std::error_code ec;
     fs::create_directories(fs::path(cache).parent_path(), ec);
     Status st = save_profile_file(p, cache);
-    if (!st.is_ok()) spdlog::warn("profile: not cached: {}", st.message());
+    if (!st.is_ok()) log().warn("profile: not cached: {}", st.message());
   }
   return p;
 }
@@ -213,7 +213,7 @@ std::string profile_to_text(const HardwareProfile& p) {
   out << "  Storage  " << s.path << " on " << s.device << " (" << s.mount_point << "), "
       << (s.direct ? "O_DIRECT" : "buffered") << " via " << s.engine << ", " << s.method << " "
       << format_size(s.test_bytes) << "\n";
-  std::snprintf(line, sizeof line, "           sequential best %.2f GB/s at %s x%u\n", gbps(s.seq_read_bps),
+  std::snprintf(line, sizeof line, "           sequential %.2f GB/s at the best point, %s x%u (re-measured for 2 s)\n", gbps(s.seq_read_bps),
                 format_size(s.best_block_bytes).c_str(), s.best_queue_depth);
   out << line;
   if (!s.sequential.empty()) {

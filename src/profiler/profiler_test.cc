@@ -211,6 +211,7 @@ TEST_F(StorageBenchTest, SmallBenchmarkFillsEveryField) {
   o.queue_depths = {1, 4};
   o.seconds_per_point = 0.05;
   o.seconds_per_random_point = 0.05;
+  o.seconds_confirm = 0.05;
   int calls = 0;
   o.progress = [&](const std::string&, double) { ++calls; };
   auto p = measure_storage(o);

@@ -132,9 +132,11 @@ Result<RandomReadPoint> random_point(const std::string& path, uint64_t block, ui
 // The smallest block, then smallest depth, reaching 95% of the best: larger reads only
 // cost memory (pool slots) and latency for no bandwidth.
 void choose_best(StorageProfile& p) {
-  for (const auto& pt : p.sequential) p.seq_read_bps = std::max(p.seq_read_bps, pt.bps);
+  double top = 0;
+  for (const auto& pt : p.sequential) top = std::max(top, pt.bps);
+  p.seq_read_bps = top;
   for (const auto& pt : p.sequential) {
-    if (pt.bps < 0.95 * p.seq_read_bps) continue;
+    if (pt.bps < 0.95 * top) continue;
     if (p.best_block_bytes == 0 || pt.block_bytes < p.best_block_bytes ||
         (pt.block_bytes == p.best_block_bytes && pt.queue_depth < p.best_queue_depth)) {
       p.best_block_bytes = pt.block_bytes;
@@ -227,12 +229,17 @@ Result<StorageProfile> measure_storage(const StorageBenchOptions& o) {
         p.random.push_back(pt);
       }
     }
+    choose_best(p);
+    if (o.seconds_confirm > 0 && p.best_block_bytes > 0) {
+      progress("confirming the best point", static_cast<double>(n_points - 1) / static_cast<double>(n_points));
+      HYPURA_ASSIGN_OR_RETURN(p.seq_read_bps, sequential_point(path, p.best_block_bytes, p.best_queue_depth,
+                                                              o.seconds_confirm, &cursor));
+    }
     return Status::ok();
   };
   Status st = run();
   if (scratch) std::remove(path.c_str());
   if (!st.is_ok()) return st;
-  choose_best(p);
   progress("storage done", 1);
   return p;
 }

@@ -28,8 +28,11 @@ struct StorageBenchOptions {
   std::vector<uint64_t> block_sizes = {128 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20};
   std::vector<uint32_t> queue_depths = {1, 2, 4, 8, 16, 32};
   uint64_t max_in_flight_bytes = uint64_t{256} << 20;  // skips block x depth above this
-  double seconds_per_point = 0.2;
+  double seconds_per_point = 0.3;
   double seconds_per_random_point = 0.4;
+  // The headline figure (seq_read_bps) is measured again at the chosen (block, depth) for
+  // this long: the best of 30 short noisy points would overstate a drifting disk.
+  double seconds_confirm = 2.0;
   // Called with (what, fraction done in [0, 1]) between points.
   std::function<void(const std::string&, double)> progress;
 };

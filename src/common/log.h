@@ -1,0 +1,25 @@
+// log(): the logger library code writes to. It goes to stderr, so commands that print
+// JSON on stdout (`profile --json`, `inspect --plan --json`) stay parseable whatever the
+// default spdlog logger is. The level follows the default logger (HYPURA_LOG in main.cc).
+// Thread-safety: spdlog loggers are thread-safe; creation is guarded by a static.
+#pragma once
+
+#include <memory>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+namespace hypura {
+
+inline spdlog::logger& log() {
+  static std::shared_ptr<spdlog::logger> logger = [] {
+    auto l = spdlog::get("hypura.stderr");
+    if (!l) l = spdlog::stderr_color_mt("hypura.stderr");
+    l->set_pattern("%^[%l]%$ %v");
+    return l;
+  }();
+  logger->set_level(spdlog::default_logger()->level());
+  return *logger;
+}
+
+}  // namespace hypura
