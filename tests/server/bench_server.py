@@ -95,6 +95,9 @@ def main():
         mc, me, mcl = statistics.median(cli), statistics.median(engine), statistics.median(client)
         print(f"median: hypura run {mc:.2f} tok/s | /api/chat {me:.2f} tok/s engine "
               f"({me / mc:.3f}x), {mcl:.2f} tok/s client ({mcl / mc:.3f}x)")
+        # Each chat against the run just before it: robust to load that drifts slowly.
+        pairs = statistics.median(c / r for c, r in zip(client, cli))
+        print(f"median of per-pair ratios (client / run): {pairs:.3f}")
     finally:
         proc.send_signal(signal.SIGTERM)
         print(f"server exit status: {proc.wait(30)}")
