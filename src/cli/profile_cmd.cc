@@ -26,6 +26,8 @@ int run_profile(const ProfileArgs& args) {
   profiler::ProfileOptions o;
   o.refresh = args.refresh;
   o.storage_dir = args.dir;
+  // The filesystem that matters is the one holding the models: the default model's.
+  if (args.dir.empty() && args.file.empty()) o.model_path = resolve_model_path("");
   o.storage_file = args.file;
   o.profile_file = args.profile;
   o.cache_path = args.cache;
