@@ -65,6 +65,8 @@ class Context {
 
   // Sizes scratch for products with up to max_tokens rows of max_cols columns.
   void reserve(int64_t max_tokens, int64_t max_cols);
+  // Bytes of activation scratch held (matmul within reserve()'s sizes never grows it).
+  size_t scratch_bytes() const;
 
   // y[t, r] = sum_k W[r, k] * x[t, k] for t < n_tokens, r < W.n_rows.
   // x: (n_tokens, W.n_cols) F32 row-major; y: (n_tokens, W.n_rows) F32 row-major.

@@ -70,10 +70,16 @@ const char* Context::simd_name() const {
   return impl_->kernels->name;
 }
 
+size_t Context::scratch_bytes() const {
+  return impl_->act.size();
+}
+
 void Context::reserve(int64_t max_tokens, int64_t max_cols) {
-  // Q8_1 (36 bytes / 32) is the widest activation format; F32 uses x in place.
-  const int64_t blocks = (max_cols + 31) / 32;
-  impl_->ensure_act(static_cast<size_t>(max_tokens * blocks * 36 + 64));
+  // The widest activation row: Q8_K (292 bytes / 256) or Q8_1 (36 bytes / 32), whichever
+  // is larger for this width; F32 activations are used in place.
+  const int64_t q8k = (max_cols + 255) / 256 * static_cast<int64_t>(sizeof(quant::BlockQ8_K));
+  const int64_t q81 = (max_cols + 31) / 32 * static_cast<int64_t>(sizeof(quant::BlockQ8_1));
+  impl_->ensure_act(static_cast<size_t>(max_tokens * std::max(q8k, q81)));
 }
 
 void Context::matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) {

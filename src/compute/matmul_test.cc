@@ -274,10 +274,10 @@ TEST(Activations, TableQuantizersMatchReference) {
   const int64_t n = 256 * 6;
   std::vector<float> x(n);
   for (auto& v : x) v = dist(rng);
-  for (int i = 0; i < 256; ++i) x[i] = 0.0f;                   // all-zero block
-  for (int i = 256; i < 512; ++i) x[i] = 1e-30f * dist(rng);   // tiny values
+  for (int i = 0; i < 256; ++i) x[i] = 0.0f;                  // all-zero block
+  for (int i = 256; i < 512; ++i) x[i] = 1e-30f * dist(rng);  // tiny values
   for (int i = 768; i < 1280; ++i) x[i] = 0.1f * dist(rng);   // |x| < 5 almost surely
-  x[780] = 5.0f;   // block 3: equal magnitudes, the first (+5) sets the sign of the scale
+  x[780] = 5.0f;  // block 3: equal magnitudes, the first (+5) sets the sign of the scale
   x[790] = -5.0f;
   x[1030] = -5.0f;  // block 4: the first is -5
   x[1100] = 5.0f;
@@ -296,7 +296,8 @@ TEST(Activations, TableQuantizersMatchReference) {
       const bool nibble = std::string(t->name).rfind("avx512", 0) == 0 &&
                           (type == GgmlType::Q4_K || type == GgmlType::Q5_K);
       if (!nibble) {
-        EXPECT_EQ(std::memcmp(ref.data(), got.data(), ref.size()), 0) << t->name << " " << gguf::type_name(type);
+        EXPECT_EQ(std::memcmp(ref.data(), got.data(), ref.size()), 0)
+            << t->name << " " << gguf::type_name(type);
         continue;
       }
       const auto* r = reinterpret_cast<const quant::BlockQ8_K*>(ref.data());
@@ -304,11 +305,28 @@ TEST(Activations, TableQuantizersMatchReference) {
       for (int64_t b = 0; b < n / 256; ++b) {
         EXPECT_EQ(quant::float_bits(r[b].d), quant::float_bits(g[b].d)) << "block " << b;
         for (int s = 0; s < 8; ++s) {
-          EXPECT_EQ(std::memcmp(g[b].qs + 32 * s, r[b].qs + 32 * kNibble[s], 32), 0) << b << " " << s;
+          EXPECT_EQ(std::memcmp(g[b].qs + 32 * s, r[b].qs + 32 * kNibble[s], 32), 0)
+              << b << " " << s;
           EXPECT_EQ(g[b].bsums[2 * s], r[b].bsums[2 * kNibble[s]]);
           EXPECT_EQ(g[b].bsums[2 * s + 1], r[b].bsums[2 * kNibble[s] + 1]);
         }
       }
+    }
+  }
+}
+
+// reserve() is enough for every weight type: matmul never grows the scratch afterwards.
+TEST(Context, ReserveCoversEveryActivationFormat) {
+  std::mt19937 rng(5);
+  for (const char* path : supported_paths()) {
+    Context ctx(2, path);
+    ctx.reserve(9, 768);
+    const size_t reserved = ctx.scratch_bytes();
+    for (GgmlType type : all_types()) {
+      const Problem p = make_problem(type, 8, 768, 9, rng);
+      std::vector<float> y(9 * 8);
+      ctx.matmul(p.view(), p.x.data(), 9, y.data());
+      EXPECT_EQ(ctx.scratch_bytes(), reserved) << path << " " << gguf::type_name(type);
     }
   }
 }

@@ -180,8 +180,8 @@ inline void quantize_block_q8_k(const float* x, BlockQ8_K* y, const int* order) 
   const float iscale = -127.0f / max;
   const __m512 is = _mm512_set1_ps(iscale);
   for (int j = 0; j < 16; ++j) {
-    const __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v[j], is)),
-                                       _mm512_set1_epi32(127));
+    const __m512i q =
+        _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v[j], is)), _mm512_set1_epi32(127));
     const int pos = 2 * order[j / 2] + j % 2;  // destination 16-value chunk
     _mm_storeu_si128(reinterpret_cast<__m128i*>(y->qs + 16 * pos), _mm512_cvtsepi32_epi8(q));
     y->bsums[pos] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
