@@ -73,7 +73,7 @@ struct StorageProfile {
   std::string engine;             // "io_uring" or "threads"
   std::vector<SeqReadPoint> sequential;
   std::vector<RandomReadPoint> random;
-  double seq_read_bps = 0;        // sequential figure at the best point, re-measured for 2 s
+  double seq_read_bps = 0;        // sequential figure at the best point, re-measured for 1.5 s
   uint64_t best_block_bytes = 0;  // smallest (block, depth) within 5% of the best
   uint32_t best_queue_depth = 0;
 

@@ -95,20 +95,28 @@ Result<std::unique_ptr<io::Storage>> open_for(const std::string& path, uint64_t 
   return io::Storage::open(path, o);
 }
 
+// Sequential reads are submitted the way the streaming engine submits a tensor: large
+// ranges (at least 32 MiB, two in flight) that Storage splits into `block`-byte device
+// reads kept `depth` deep, so the figure is the device's and not the cost of handing
+// every read between threads.
 Result<double> sequential_point(const std::string& path, uint64_t block, uint32_t depth,
                                 double seconds, uint64_t* start) {
   HYPURA_ASSIGN_OR_RETURN(auto s, open_for(path, block, depth));
   if (!s->direct()) drop_cache(path);
-  uint64_t span = io::align_down(s->size(), block);
-  if (span < block) return invalid_argument(path + " is smaller than one " + std::to_string(block) + "-byte read");
-  uint64_t pos = io::align_down(*start % span, block);
+  uint64_t chunk = std::max<uint64_t>(block * depth, 32 << 20);
+  chunk = std::min(chunk, io::align_down(s->size() / 2, block));
+  uint64_t span = io::align_down(s->size(), chunk);
+  if (chunk < block || span < chunk) {
+    return invalid_argument(path + " is too small for " + std::to_string(block) + "-byte reads");
+  }
+  uint64_t pos = io::align_down(*start % span, chunk);
   auto next = [&] {
     uint64_t o = pos;
-    pos = (pos + block) % span;
+    pos = (pos + chunk) % span;
     return o;
   };
   Status err;
-  double bps = timed_reads(*s, block, depth, seconds, nullptr, next, &err);
+  double bps = timed_reads(*s, chunk, 2, seconds, nullptr, next, &err);
   *start = pos;  // the next point continues where this one stopped: no re-reads
   if (!err.is_ok()) return err;
   return bps;

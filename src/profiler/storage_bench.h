@@ -2,7 +2,8 @@
 // same direct-I/O reader (io::Storage) the streaming engine uses.
 //
 // Sequential: reads of each block size (128 KiB .. 16 MiB) with 1 .. 32 of them in flight,
-// walking the file in order. Random: 4 KiB and 1 MiB reads at block-aligned random
+// walking the file in order (submitted as large ranges that Storage splits, as the
+// streaming engine does). Random: 4 KiB and 1 MiB reads at block-aligned random
 // offsets, at depth 1 and 32. Either on a scratch file written once with real
 // (pseudo-random) bytes and deleted afterwards, or read-only on an existing file (the
 // model). O_DIRECT keeps the page cache out of the figures; when the filesystem refuses
@@ -27,12 +28,12 @@ struct StorageBenchOptions {
   uint64_t scratch_bytes = uint64_t{1} << 30;
   std::vector<uint64_t> block_sizes = {128 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20};
   std::vector<uint32_t> queue_depths = {1, 2, 4, 8, 16, 32};
-  uint64_t max_in_flight_bytes = uint64_t{256} << 20;  // skips block x depth above this
-  double seconds_per_point = 0.3;
+  uint64_t max_in_flight_bytes = uint64_t{128} << 20;  // skips block x depth above this
+  double seconds_per_point = 0.25;
   double seconds_per_random_point = 0.4;
   // The headline figure (seq_read_bps) is measured again at the chosen (block, depth) for
   // this long: the best of 30 short noisy points would overstate a drifting disk.
-  double seconds_confirm = 2.0;
+  double seconds_confirm = 1.5;
   // Called with (what, fraction done in [0, 1]) between points.
   std::function<void(const std::string&, double)> progress;
 };
