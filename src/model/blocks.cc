@@ -69,8 +69,6 @@ Blocks::Blocks(const HParams& hp, const WeightMap& weights, compute::Context& ct
     expert_out_.resize(rows(hp.n_embd));
     expert_rows_.resize(rows(hp.n_expert_used));
     used_experts_.reserve(static_cast<size_t>(hp.n_expert));
-    requests_.reserve(static_cast<size_t>(3 * hp.n_expert));
-    expert_views_.reserve(static_cast<size_t>(3 * hp.n_expert));
   }
   ctx.reserve(max_batch, std::max({hp.n_embd, ff, hp.n_head * hp.head_dim_v}));
 }
@@ -263,52 +261,42 @@ Status Blocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float* ou
 }
 
 // Runs each selected expert once on the rows routed to it; results land in slot_out_
-// scaled by their routing weight. The provider sees the routing first (route()), then
-// the experts are acquired and computed one at a time, in ascending id order, so an
-// expert computes as soon as its bytes are there while later ones are still being read.
+// scaled by their routing weight. The provider learns the routing first (route()), then
+// the experts are acquired one at a time in ascending id order and computed before the
+// next is asked for, so a streaming provider overlaps later reads with earlier compute.
 Status Blocks::run_experts(int64_t il, const FfnViews& w, const float* in) {
-  const int64_t k = hp_.n_expert_used;
+  const int64_t k = hp_.n_expert_used, e = hp_.n_embd;
   std::vector<int32_t>& used = used_experts_;
   used.clear();
   for (int64_t i = 0; i < n_tokens_ * k; ++i) used.push_back(selected_[i]);
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
-  provider_.route(static_cast<int>(il),
-                  std::span<const int32_t>(selected_.data(), static_cast<size_t>(n_tokens_ * k)),
+  provider_.route(static_cast<int>(il), std::span(selected_.data(), n_tokens_ * k),
                   static_cast<int>(k));
   for (int32_t id : used) {
-    requests_.assign({{w.gate_exps, id}, {w.up_exps, id}, {w.down_exps, id}});
-    expert_views_.resize(3);
-    HYPURA_RETURN_IF_ERROR(provider_.acquire_experts(static_cast<int>(il), requests_, expert_views_));
-    run_expert(id, in);
+    const ExpertRequest requests[3] = {{w.gate_exps, id}, {w.up_exps, id}, {w.down_exps, id}};
+    WeightView views[3];
+    HYPURA_RETURN_IF_ERROR(provider_.acquire_experts(static_cast<int>(il), requests, views));
+    int64_t m = 0;
+    for (int64_t i = 0; i < n_tokens_ * k; ++i) {
+      if (selected_[i] != id) continue;
+      expert_rows_[m] = static_cast<int32_t>(i);
+      std::memcpy(expert_in_.data() + m * e, in + (i / k) * e, static_cast<size_t>(e) * 4);
+      ++m;
+    }
+    const WeightView &gate = views[0], &up = views[1], &down = views[2];
+    ctx_.matmul(gate, expert_in_.data(), m, ff_gate_.data());
+    ctx_.matmul(up, expert_in_.data(), m, ff_up_.data());
+    gated_activation(FfnAct::kSilu, m * gate.n_rows);
+    ctx_.matmul(down, ff_gate_.data(), m, expert_out_.data());
+    for (int64_t r = 0; r < m; ++r) {
+      const int32_t i = expert_rows_[r];  // token * k + slot
+      float* dst = slot_out_.data() + static_cast<int64_t>(i) * e;
+      std::memcpy(dst, expert_out_.data() + r * e, static_cast<size_t>(e) * 4);
+      compute::scale(dst, selected_w_[i], e);
+    }
   }
   return Status::ok();
-}
-
-// One expert (views in expert_views_[0..2]) on the batch rows that selected `id`.
-void Blocks::run_expert(int32_t id, const float* in) {
-  const int64_t k = hp_.n_expert_used, e = hp_.n_embd;
-  int64_t m = 0;
-  for (int64_t i = 0; i < n_tokens_ * k; ++i) {
-    if (selected_[i] != id) continue;
-    expert_rows_[m] = static_cast<int32_t>(i);
-    std::memcpy(expert_in_.data() + m * e, in + (i / k) * e, static_cast<size_t>(e) * 4);
-    ++m;
-  }
-  const WeightView& gate = expert_views_[0];
-  const WeightView& up = expert_views_[1];
-  const WeightView& down = expert_views_[2];
-  ctx_.matmul(gate, expert_in_.data(), m, ff_gate_.data());
-  ctx_.matmul(up, expert_in_.data(), m, ff_up_.data());
-  compute::silu(ff_gate_.data(), m * gate.n_rows);
-  compute::mul(ff_gate_.data(), ff_up_.data(), m * gate.n_rows);
-  ctx_.matmul(down, ff_gate_.data(), m, expert_out_.data());
-  for (int64_t r = 0; r < m; ++r) {
-    const int32_t i = expert_rows_[r];  // token * k + slot
-    float* dst = slot_out_.data() + static_cast<int64_t>(i) * e;
-    std::memcpy(dst, expert_out_.data() + r * e, static_cast<size_t>(e) * 4);
-    compute::scale(dst, selected_w_[i], e);
-  }
 }
 
 }  // namespace hypura::model

@@ -27,6 +27,7 @@
 namespace hypura::model {
 
 using compute::WeightView;
+using runtime::ExpertRequest;
 
 // Views of one layer's attention weights; absent tensors have data == nullptr.
 struct AttnViews {
@@ -141,8 +142,6 @@ class Blocks {
   std::vector<float> expert_out_;       // (max_batch, n_embd)
   std::vector<int32_t> expert_rows_;    // (max_batch * n_expert_used) token*K+slot per expert
   std::vector<int32_t> used_experts_;   // distinct experts of the batch (capacity n_expert)
-  std::vector<runtime::ExpertRequest> requests_;  // (3 * n_expert) capacity
-  std::vector<WeightView> expert_views_;          // (3 * n_expert) capacity
 };
 
 }  // namespace hypura::model

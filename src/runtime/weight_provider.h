@@ -7,6 +7,8 @@
 //
 //   hint(L + k)            lets a streaming provider start reads for a later layer
 //   acquire(L, ids)        views valid until release(L); may wait for in-flight reads
+//   route(L, selected)     router interception: the experts layer L's batch selected,
+//                          before its expert matmuls (an expert provider starts reads here)
 //   acquire_experts(L, ..) views of selected experts' slices of the stacked *_exps tensors
 //   release(L)             the layer's compute is done; slots may be reused
 //
@@ -40,7 +42,14 @@ class WeightProvider {
   // Returns an error only when a read failed; nothing is computed on an incomplete buffer.
   virtual Status acquire(int layer, std::span<const TensorId> ids,
                          std::span<compute::WeightView> out) = 0;
-  // Views of single experts (n_rows_per_expert rows each), in request order.
+  // Router interception. `selected` is (n_tokens, n_expert_used): each token's expert ids
+  // by slot. The model then acquires the batch's distinct experts in ascending id order,
+  // one expert (its gate, up, down slices) per acquire_experts call, computing each before
+  // asking for the next, so a provider that started every read here overlaps the reads of
+  // later experts with the compute of earlier ones.
+  virtual void route(int layer, std::span<const int32_t> selected, int n_expert_used) {}
+  // Views of single experts (n_rows_per_expert rows each), in request order. Expert views
+  // stay valid until the next acquire_experts call of the same layer or release(layer).
   virtual Status acquire_experts(int layer, std::span<const ExpertRequest> requests,
                                  std::span<compute::WeightView> out) = 0;
   virtual void release(int layer) = 0;

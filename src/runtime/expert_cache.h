@@ -1,0 +1,80 @@
+// ExpertCache: which (layer, expert) pairs occupy the expert provider's RAM slots, and
+// which one to evict next (the replacement policy).
+//
+// The cache only keeps bookkeeping: keys, slot numbers and per-slot policy state. The
+// expert provider owns the slot memory and decides which slots may be evicted at all
+// (pinned, read in flight, wanted by the batch being computed); victim() picks among
+// those. `hypura trace-replay` drives the same class over recorded routing traces, so the
+// policy measured offline is the policy that runs.
+//
+// Policies (docs/MOE.md has the measurements that chose the default):
+//   kLru      least recently used
+//   kLfu      least frequently used since insertion (ties: least recent)
+//   kAgedLfu  frequency with exponential aging: each access adds 1 to a score that halves
+//             every `half_life` accesses of the cache (ties: least recent)
+//
+// Thread-safety: none; one owner (the forward-pass thread, or the replay tool).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace hypura::runtime {
+
+enum class CachePolicy { kLru, kLfu, kAgedLfu };
+const char* cache_policy_name(CachePolicy policy);  // "lru", "lfu", "aged-lfu"
+Result<CachePolicy> parse_cache_policy(const std::string& name);
+
+// The policy the expert provider uses unless told otherwise (chosen on traces, MOE.md).
+inline constexpr CachePolicy kDefaultCachePolicy = CachePolicy::kAgedLfu;
+
+class ExpertCache {
+ public:
+  // capacity slots for keys (layer in [0, n_layer), expert in [0, n_expert)).
+  // half_life: kAgedLfu's aging, in cache accesses; 0 picks n_layer * 8 (about 8 tokens
+  // of generation, every layer accessed once per token).
+  ExpertCache(uint32_t capacity, int n_layer, int n_expert, CachePolicy policy,
+              double half_life = 0);
+
+  uint32_t capacity() const { return static_cast<uint32_t>(slots_.size()); }
+  CachePolicy policy() const { return policy_; }
+
+  // The slot holding (layer, expert), or -1.
+  int lookup(int layer, int expert) const {
+    return index_[static_cast<size_t>(layer) * n_expert_ + expert];
+  }
+  // Records an access of the entry in `slot` (a hit, or the use after an insert).
+  void touch(int slot);
+  // A slot for a new entry: an empty slot if any, else the policy's victim among occupied
+  // slots for which evictable(slot) is true; -1 when there is none.
+  int victim(const std::function<bool(int)>& evictable) const;
+  // Puts (layer, expert) into `slot`, dropping whatever it held; counts as an access.
+  void assign(int slot, int layer, int expert);
+  // Empties `slot` (e.g. its read failed).
+  void erase(int slot);
+
+  bool occupied(int slot) const { return slots_[slot].layer >= 0; }
+  int layer_of(int slot) const { return slots_[slot].layer; }
+  int expert_of(int slot) const { return slots_[slot].expert; }
+
+ private:
+  struct Entry {
+    int layer = -1, expert = -1;
+    uint64_t last = 0;     // clock_ at the last access
+    double score = 0;      // kLfu: accesses; kAgedLfu: aged accesses as of `last`
+  };
+  double value(const Entry& e) const;  // the policy's keep-worthiness now (higher: keep)
+
+  CachePolicy policy_;
+  int n_expert_;
+  double half_life_;
+  uint64_t clock_ = 0;
+  std::vector<Entry> slots_;  // (capacity)
+  std::vector<int> index_;    // (n_layer * n_expert): slot or -1
+};
+
+}  // namespace hypura::runtime

@@ -1,0 +1,77 @@
+#include "runtime/expert_metrics.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace hypura::runtime {
+namespace {
+double ratio(double a, double b) { return b > 0 ? a / b : 0; }
+}  // namespace
+
+ExpertRunMetrics expert_run_metrics(const ExpertProvider& p, const ExpertStats& before,
+                                    const ExpertStats& after, int tokens) {
+  ExpertRunMetrics m;
+  const double n = tokens > 0 ? tokens : 1;
+  m.hit_rate = ratio(static_cast<double>(after.hits - before.hits), static_cast<double>(after.lookups - before.lookups));
+  m.bytes_per_token = static_cast<double>(after.bytes_read - before.bytes_read) / n;
+  m.misses_per_token = static_cast<double>(after.misses - before.misses) / n;
+  m.speculative_per_token = static_cast<double>(after.speculative_reads - before.speculative_reads) / n;
+  m.precision = ratio(static_cast<double>(after.predicted_correct - before.predicted_correct),
+                      static_cast<double>(after.predicted - before.predicted));
+  m.recall = ratio(static_cast<double>(after.predicted_correct - before.predicted_correct),
+                   static_cast<double>(after.routed_after_prediction - before.routed_after_prediction));
+  m.wasted_bytes = after.wasted_bytes;
+  m.stall_s_per_token = (after.stall_seconds - before.stall_seconds) / n;
+  m.cache_experts = p.cache_experts();
+  m.slot_bytes = p.slot_bytes();
+  return m;
+}
+
+void set_expert_bound(ExpertRunMetrics& m, double tg_tps, double direct_read_bps, double compute_s_per_token) {
+  m.tg_tps = tg_tps;
+  m.direct_read_bps = direct_read_bps;
+  const double io_s = ratio(m.bytes_per_token, direct_read_bps);
+  m.io_bound_tps = ratio(1.0, io_s);
+  m.bound_tps = ratio(1.0, std::max(io_s, compute_s_per_token));
+  m.tg_bound_ratio = ratio(tg_tps, m.bound_tps);
+}
+
+nlohmann::json expert_run_json(const ExpertRunMetrics& m) {
+  return nlohmann::json{{"expert_hit_rate", m.hit_rate},
+                        {"expert_bytes_per_token", m.bytes_per_token},
+                        {"expert_misses_per_token", m.misses_per_token},
+                        {"speculative_reads_per_token", m.speculative_per_token},
+                        {"prefetch_precision", m.precision},
+                        {"prefetch_recall", m.recall},
+                        {"prefetch_wasted_bytes", m.wasted_bytes},
+                        {"expert_stall_s_per_token", m.stall_s_per_token},
+                        {"expert_cache_experts", m.cache_experts},
+                        {"expert_slot_bytes", m.slot_bytes},
+                        {"direct_read_bps", m.direct_read_bps},
+                        {"io_bound_tps", m.io_bound_tps},
+                        {"bound_tps", m.bound_tps},
+                        {"tg_tps", m.tg_tps},
+                        {"tg_bound_ratio", m.tg_bound_ratio}};
+}
+
+std::string expert_run_text(const ExpertRunMetrics& m) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "experts: cache %u x %.2f MiB, hit rate %.1f%%, %.1f misses + %.2f speculative reads = "
+                "%.1f MiB/token; prediction precision %.1f%% recall %.1f%%, wasted %.1f MiB; stalled "
+                "%.3f s/token\n",
+                m.cache_experts, m.slot_bytes / 1048576.0, 100 * m.hit_rate, m.misses_per_token,
+                m.speculative_per_token, m.bytes_per_token / 1048576.0, 100 * m.precision, 100 * m.recall,
+                m.wasted_bytes / 1048576.0, m.stall_s_per_token);
+  std::string out = buf;
+  if (m.direct_read_bps > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "bound: same-run direct-I/O %.2f GB/s -> %.3f tok/s I/O-bound, %.3f tok/s with compute "
+                  "overlapped; tg %.3f tok/s = %.2f x bound\n",
+                  m.direct_read_bps / 1e9, m.io_bound_tps, m.bound_tps, m.tg_tps, m.tg_bound_ratio);
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace hypura::runtime

@@ -1,0 +1,46 @@
+// Expert-streaming figures for `hypura bench`, from two ExpertStats snapshots around a
+// timed run of `tokens` generated tokens (after warm-up, so the cache is warm):
+//
+//   hit_rate              cache hits / distinct experts routed
+//   bytes_per_token       storage bytes read (demand + speculative) / tokens
+//   precision, recall     of the co-activation prediction (experts predicted for a layer
+//                         that its router then chose / predicted; / chosen)
+//   wasted_bytes          speculative reads evicted before use (whole run, at the end)
+//   stall_s_per_token     time acquire_experts waited for reads / tokens
+//   bound_tps             the storage bound: 1 / max(bytes_per_token / direct-I/O read
+//                         bandwidth measured in the same run, compute seconds per token
+//                         (the planner's estimate)); tg_bound_ratio = tg tok/s / bound_tps
+//
+// Thread-safety: plain functions over snapshots.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/expert_provider.h"
+
+namespace hypura::runtime {
+
+struct ExpertRunMetrics {
+  double hit_rate = 0;
+  double bytes_per_token = 0;
+  double misses_per_token = 0;
+  double speculative_per_token = 0;
+  double precision = 0, recall = 0;
+  uint64_t wasted_bytes = 0;
+  double stall_s_per_token = 0;
+  uint32_t cache_experts = 0;
+  uint64_t slot_bytes = 0;
+  double tg_tps = 0, direct_read_bps = 0, io_bound_tps = 0, bound_tps = 0, tg_bound_ratio = 0;
+};
+
+// Fills the bound figures (see above).
+void set_expert_bound(ExpertRunMetrics& m, double tg_tps, double direct_read_bps, double compute_s_per_token);
+
+ExpertRunMetrics expert_run_metrics(const ExpertProvider& p, const ExpertStats& before,
+                                    const ExpertStats& after, int tokens);
+nlohmann::json expert_run_json(const ExpertRunMetrics& m);
+std::string expert_run_text(const ExpertRunMetrics& m);
+
+}  // namespace hypura::runtime

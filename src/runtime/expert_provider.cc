@@ -1,0 +1,453 @@
+#include "runtime/expert_provider.h"
+
+#include <algorithm>
+#include <cassert>
+#include <chrono>
+#include <deque>
+
+#include <spdlog/spdlog.h>
+
+#include "common/size.h"
+#include "io/aligned_buffer.h"
+
+namespace hypura::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t kAlign = io::kDirectAlignment;
+constexpr uint64_t kMergeGap = kAlign;     // resident tensors this close: one read
+constexpr uint64_t kLoadChunk = 64 << 20;  // bytes per load request
+constexpr int kLoadChunksInFlight = 4;
+const char* const kPartNames[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// "blk.12.ffn_up_exps.weight" -> (12, 1); (-1, -1) for any other tensor.
+std::pair<int, int> expert_tensor(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return {-1, -1};
+  size_t i = 4;
+  int layer = 0;
+  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) layer = layer * 10 + (name[i++] - '0');
+  if (i == 4 || i >= name.size() || name[i] != '.') return {-1, -1};
+  const std::string rest = name.substr(i + 1);
+  for (int p = 0; p < 3; ++p) {
+    if (rest == std::string(kPartNames[p]) + ".weight") return {layer, p};
+  }
+  return {-1, -1};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufFile& file,
+                                                               ExpertConfig config, MemoryLedger& ledger,
+                                                               const Progress& progress) {
+  std::unique_ptr<ExpertProvider> p(new ExpertProvider(file, ledger));
+  p->config_ = std::move(config);
+  HYPURA_RETURN_IF_ERROR(p->build_layout());
+  HYPURA_RETURN_IF_ERROR(p->open_storage(p->config_));
+  const uint32_t n_slots = std::max<uint32_t>(p->config_.cache_experts, 1);
+  // The cache first: a budget refusal should come before a long load.
+  HYPURA_ASSIGN_OR_RETURN(p->cache_memory_,
+                          ledger.allocate(MemoryKind::kExpertCache, n_slots * p->slot_bytes_,
+                                          "expert cache (" + std::to_string(n_slots) + " experts)"));
+  p->slots_.resize(n_slots);
+  const int n_layer = p->n_layer();
+  p->cache_ = std::make_unique<ExpertCache>(n_slots, n_layer, p->n_expert_, p->config_.policy);
+  p->predicted_.resize(static_cast<size_t>(n_layer));
+  p->wanted_.resize(static_cast<size_t>(n_layer));
+  p->coact_ = std::make_unique<CoactivationStats>(n_layer, p->n_expert_);
+  if (!p->config_.stats_path.empty()) {
+    auto loaded = CoactivationStats::load(p->config_.stats_path, n_layer, p->n_expert_);
+    if (loaded.is_ok()) {
+      *p->coact_ = std::move(loaded).value();
+      spdlog::info("expert statistics of {} tokens loaded from {}", p->coact_->tokens(),
+                   p->config_.stats_path);
+    } else if (loaded.status().code() != StatusCode::kNotFound) {
+      spdlog::warn("{} (starting without)", loaded.status().message());
+    }
+  }
+  HYPURA_RETURN_IF_ERROR(p->load_resident(progress));
+  if (p->config_.lock_resident) p->stats_.resident_locked = p->resident_.lock();
+  p->resident_storage_bytes_ = p->storage_bytes_since_load();
+  return p;
+}
+
+ExpertProvider::~ExpertProvider() {
+  for (Slot& s : slots_) {
+    for (const PendingRead& r : s.reads) (void)storages_[r.file_index]->wait(r.id);
+    s.reads.clear();
+  }
+}
+
+Status ExpertProvider::build_layout() {
+  const auto& tensors = file_.tensors();
+  part_of_tensor_.assign(tensors.size(), -1);
+  layer_of_tensor_.assign(tensors.size(), -1);
+  for (size_t id = 0; id < tensors.size(); ++id) {
+    const auto [layer, part] = expert_tensor(tensors[id].name);
+    if (layer < 0) continue;
+    const auto& t = tensors[id];
+    if (t.ne.size() != 3 || t.ne[2] < 1) {
+      return invalid_argument("'" + t.name + "' is not a stacked (n_cols, n_rows, n_expert) tensor");
+    }
+    if (n_expert_ != 0 && t.ne[2] != n_expert_) {
+      return invalid_argument("'" + t.name + "' has " + std::to_string(t.ne[2]) + " experts, others " +
+                              std::to_string(n_expert_));
+    }
+    n_expert_ = static_cast<int>(t.ne[2]);
+    if (layer >= static_cast<int>(layers_.size())) layers_.resize(static_cast<size_t>(layer) + 1);
+    layers_[layer].tensors[part] = static_cast<TensorId>(id);
+    layers_[layer].slice_bytes[part] = t.n_bytes / static_cast<uint64_t>(n_expert_);
+    part_of_tensor_[id] = part;
+    layer_of_tensor_[id] = layer;
+  }
+  if (layers_.empty()) return invalid_argument("expert streaming needs stacked *_exps tensors; the model has none");
+  // A slot holds the three slices, each in a part of align_up(slice) + one spare block, at
+  // the slice's file-offset residue, so Storage reads straight into place.
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    ExpertLayer& el = layers_[l];
+    uint64_t cursor = 0;
+    for (int p = 0; p < 3; ++p) {
+      if (el.tensors[p] < 0) {
+        return invalid_argument("layer " + std::to_string(l) + " lacks " + kPartNames[p]);
+      }
+      el.part_offset[p] = cursor;
+      cursor += io::align_up(el.slice_bytes[p], kAlign) + kAlign;
+      el.expert_bytes += el.slice_bytes[p];
+    }
+    slot_bytes_ = std::max(slot_bytes_, cursor);
+  }
+  return Status::ok();
+}
+
+Status ExpertProvider::open_storage(const ExpertConfig& config) {
+  for (const std::string& path : file_.paths()) {
+    std::unique_ptr<io::Storage> storage;
+    if (config.make_engine) {
+      HYPURA_ASSIGN_OR_RETURN(storage, io::Storage::open(path, config.storage, config.make_engine()));
+    } else {
+      HYPURA_ASSIGN_OR_RETURN(storage, io::Storage::open(path, config.storage));
+    }
+    storages_.push_back(std::move(storage));
+  }
+  return Status::ok();
+}
+
+// Every non-expert tensor, in file order, merged into runs read in large chunks.
+Status ExpertProvider::load_resident(const Progress& progress) {
+  const auto& tensors = file_.tensors();
+  resident_at_.assign(tensors.size(), nullptr);
+  std::vector<TensorId> ids;
+  for (size_t id = 0; id < tensors.size(); ++id) {
+    if (part_of_tensor_[id] < 0) ids.push_back(static_cast<TensorId>(id));
+  }
+  std::sort(ids.begin(), ids.end(), [&](TensorId a, TensorId b) {
+    const auto &ta = tensors[a], &tb = tensors[b];
+    return ta.file_index != tb.file_index ? ta.file_index < tb.file_index : ta.offset < tb.offset;
+  });
+  struct Run {
+    uint32_t file_index;
+    uint64_t begin, end, buffer_offset;
+    std::vector<TensorId> tensors;
+  };
+  std::vector<Run> runs;
+  for (TensorId id : ids) {
+    const auto& t = tensors[id];
+    if (runs.empty() || runs.back().file_index != t.file_index || t.offset > runs.back().end + kMergeGap) {
+      runs.push_back(Run{t.file_index, t.offset, t.offset, 0, {}});
+    }
+    runs.back().end = std::max(runs.back().end, t.offset + t.n_bytes);
+    runs.back().tensors.push_back(id);
+  }
+  uint64_t total = 0;
+  for (Run& r : runs) {
+    r.buffer_offset = total;
+    total += io::align_up(r.end, kAlign) - io::align_down(r.begin, kAlign);
+  }
+  HYPURA_ASSIGN_OR_RETURN(resident_, ledger_.allocate(MemoryKind::kResidentWeights, total,
+                                                      "resident weights (all but experts)"));
+  for (const Run& r : runs) {
+    for (TensorId id : r.tensors) {
+      resident_at_[id] = resident_.data() + r.buffer_offset + (tensors[id].offset - io::align_down(r.begin, kAlign));
+    }
+  }
+  struct Chunk {
+    uint32_t file_index;
+    io::ReadId id;
+    uint64_t bytes;
+  };
+  std::deque<Chunk> in_flight;
+  uint64_t done = 0;
+  Status failed = Status::ok();
+  const auto retire = [&]() {
+    const Chunk c = in_flight.front();
+    in_flight.pop_front();
+    Status st = storages_[c.file_index]->wait(c.id);
+    if (!st.is_ok() && failed.is_ok()) failed = st;
+    done += c.bytes;
+    if (progress) progress(done, total);
+  };
+  const auto t0 = Clock::now();
+  for (const Run& r : runs) {
+    const uint64_t a0 = io::align_down(r.begin, kAlign);
+    const uint64_t a1 = std::min(io::align_up(r.end, kAlign), file_.file_sizes()[r.file_index]);
+    for (uint64_t off = a0; off < a1 && failed.is_ok(); off += kLoadChunk) {
+      const uint64_t n = std::min(kLoadChunk, a1 - off);
+      uint8_t* dst = resident_.data() + r.buffer_offset + (off - a0);
+      in_flight.push_back({r.file_index, storages_[r.file_index]->submit(off, {dst, n}), n});
+      if (static_cast<int>(in_flight.size()) >= kLoadChunksInFlight) retire();
+    }
+  }
+  while (!in_flight.empty()) retire();
+  stats_.load_seconds = seconds_since(t0);
+  stats_.resident_bytes = total;
+  if (!failed.is_ok()) return failed.with_context("loading resident weights");
+  return Status::ok();
+}
+
+uint64_t ExpertProvider::storage_bytes_since_load() const {
+  uint64_t n = 0;
+  for (const auto& s : storages_) n += s->stats().bytes_requested;
+  return n - resident_storage_bytes_;
+}
+
+uint64_t ExpertProvider::slice_offset(int layer, int part, int expert) const {
+  const ExpertLayer& el = layers_[layer];
+  return file_.tensors()[el.tensors[part]].offset + static_cast<uint64_t>(expert) * el.slice_bytes[part];
+}
+
+// ---- the cache ------------------------------------------------------------------------
+
+bool ExpertProvider::evictable(int slot) const {
+  const Slot& s = slots_[slot];
+  return s.state == SlotState::kReady && !s.pinned && !s.wanted;
+}
+
+// Puts (layer, expert) into a slot the policy frees and starts its three reads. False
+// when every slot is pinned, reading or wanted.
+bool ExpertProvider::start_read(int layer, int expert, bool speculative) {
+  const int slot = cache_->victim([this](int s) { return evictable(s); });
+  if (slot < 0) return false;
+  Slot& s = slots_[slot];
+  if (cache_->occupied(slot) && s.speculative) stats_.wasted_bytes += expert_bytes(cache_->layer_of(slot));
+  cache_->assign(slot, layer, expert);
+  s.state = SlotState::kReading;
+  s.speculative = speculative;
+  s.wanted = !speculative;
+  const ExpertLayer& el = layers_[layer];
+  uint8_t* base = cache_memory_.data() + static_cast<uint64_t>(slot) * slot_bytes_;
+  for (int p = 0; p < 3; ++p) {
+    const uint64_t off = slice_offset(layer, p, expert);
+    const uint32_t fi = file_.tensors()[el.tensors[p]].file_index;
+    std::span<uint8_t> dst(base + el.part_offset[p] + off % kAlign, el.slice_bytes[p]);
+    s.reads.push_back({fi, storages_[fi]->submit(off, dst)});
+  }
+  (speculative ? stats_.speculative_bytes : stats_.demand_bytes) += el.expert_bytes;
+  (speculative ? stats_.speculative_reads : stats_.misses) += 1;
+  stats_.bytes_read += el.expert_bytes;
+  return true;
+}
+
+Status ExpertProvider::wait_slot(int slot) {
+  Slot& s = slots_[slot];
+  Status first = Status::ok();
+  for (const PendingRead& r : s.reads) {
+    Status st = storages_[r.file_index]->wait(r.id);
+    if (!st.is_ok() && first.is_ok()) first = st;
+  }
+  s.reads.clear();
+  if (!first.is_ok()) {
+    const int layer = cache_->layer_of(slot), expert = cache_->expert_of(slot);
+    cache_->erase(slot);
+    s = Slot{};
+    return first.with_context("reading expert " + std::to_string(expert) + " of layer " + std::to_string(layer));
+  }
+  s.state = SlotState::kReady;
+  return Status::ok();
+}
+
+// Starts demand reads for the layer's routed experts still waiting for a slot, in order.
+void ExpertProvider::start_wanted(int layer) {
+  auto& w = wanted_[layer];
+  size_t started = 0;
+  while (started < w.size() && start_read(layer, w[started], false)) ++started;
+  w.erase(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(started));
+}
+
+// Waits for one speculative read (a failure just empties its slot), so that its slot
+// becomes evictable. False when no speculative read is in flight.
+bool ExpertProvider::finish_speculative() {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (s.state != SlotState::kReading || !s.speculative) continue;
+    (void)wait_slot(static_cast<int>(i));
+    return true;
+  }
+  return false;
+}
+
+void ExpertProvider::check_prediction(int layer, std::span<const int32_t> experts) {
+  auto& pred = predicted_[layer];
+  if (pred.empty()) return;
+  stats_.predicted += pred.size();
+  stats_.routed_after_prediction += experts.size();
+  for (int32_t e : pred) {
+    stats_.predicted_correct += std::binary_search(experts.begin(), experts.end(), e);
+  }
+  pred.clear();
+}
+
+void ExpertProvider::speculate(int layer, std::span<const int32_t> experts) {
+  if (layer + 1 >= n_layer()) return;
+  const int k_max = config_.max_speculative > 0 ? config_.max_speculative : static_cast<int>(experts.size());
+  coact_->predict(layer, experts, k_max, config_.min_confidence, &predicted_[layer + 1]);
+  if (!config_.speculate) return;
+  for (int32_t e : predicted_[layer + 1]) {
+    if (cache_->lookup(layer + 1, e) >= 0) continue;
+    if (!start_read(layer + 1, e, true)) break;
+  }
+}
+
+void ExpertProvider::route(int layer, std::span<const int32_t> selected, int n_expert_used) {
+  if (layer <= last_routed_layer_) ++pass_;
+  last_routed_layer_ = layer;
+  for (Slot& s : slots_) s.wanted = false;  // the previous batch's experts are all computed
+  if (trace_ != nullptr && trace_->n_expert_used == 0) trace_->n_expert_used = n_expert_used;
+  if (trace_ != nullptr) trace_->add(pass_, layer, selected.data(), static_cast<int64_t>(selected.size()));
+  if (layer == 0) stats_.routed_tokens += selected.size() / n_expert_used;
+  coact_->observe(layer, selected, n_expert_used);
+  distinct_.assign(selected.begin(), selected.end());
+  std::sort(distinct_.begin(), distinct_.end());
+  distinct_.erase(std::unique(distinct_.begin(), distinct_.end()), distinct_.end());
+  check_prediction(layer, distinct_);
+  wanted_[layer].clear();
+  for (int32_t e : distinct_) {
+    stats_.lookups++;
+    const int slot = cache_->lookup(layer, e);
+    if (slot < 0) {
+      wanted_[layer].push_back(e);
+      continue;
+    }
+    stats_.hits++;
+    Slot& s = slots_[slot];
+    if (s.speculative) stats_.speculative_used++;
+    s.speculative = false;
+    s.wanted = true;
+    cache_->touch(slot);
+  }
+  start_wanted(layer);
+  speculate(layer, distinct_);
+}
+
+Status ExpertProvider::ensure(int layer, int expert, int* slot_out) {
+  int slot = cache_->lookup(layer, expert);
+  if (slot < 0) {
+    // Not routed through route(), or no slot was free then: read it now.
+    auto& w = wanted_[layer];
+    const auto it = std::find(w.begin(), w.end(), expert);
+    if (it != w.end()) {
+      w.erase(it);
+    } else {
+      stats_.lookups++;
+    }
+    while (!start_read(layer, expert, false)) {
+      if (!finish_speculative()) return resource_exhausted("expert cache: all " + std::to_string(slots_.size()) +
+                                " slots are pinned or being read when layer " + std::to_string(layer) +
+                                " needs expert " + std::to_string(expert));
+    }
+    slot = cache_->lookup(layer, expert);
+  }
+  if (slots_[slot].state == SlotState::kReading) {
+    const auto t0 = Clock::now();
+    Status st = wait_slot(slot);
+    stats_.stall_seconds += seconds_since(t0);
+    HYPURA_RETURN_IF_ERROR(st);
+  }
+  *slot_out = slot;
+  return Status::ok();
+}
+
+void ExpertProvider::unpin(int layer) {
+  for (int slot : pinned_) slots_[slot].pinned = false;
+  pinned_.clear();
+  (void)layer;
+}
+
+compute::WeightView ExpertProvider::expert_view(int slot, int layer, int part, int expert) const {
+  const ExpertLayer& el = layers_[layer];
+  const gguf::TensorInfo& t = file_.tensors()[el.tensors[part]];
+  compute::WeightView v;
+  v.data = cache_memory_.data() + static_cast<uint64_t>(slot) * slot_bytes_ + el.part_offset[part] +
+           slice_offset(layer, part, expert) % kAlign;
+  v.type = t.type;
+  v.n_cols = t.ne[0];
+  v.n_rows = t.ne[1];
+  return v;
+}
+
+Status ExpertProvider::acquire_experts(int layer, std::span<const ExpertRequest> requests,
+                                       std::span<compute::WeightView> out) {
+  unpin(layer);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const TensorId id = requests[i].tensor;
+    const int part = id >= 0 && static_cast<size_t>(id) < part_of_tensor_.size() ? part_of_tensor_[id] : -1;
+    if (part < 0 || layer_of_tensor_[id] != layer || requests[i].expert < 0 || requests[i].expert >= n_expert_) {
+      return invalid_argument("acquire_experts: request " + std::to_string(i) +
+                              " is not an expert of a stacked tensor of layer " + std::to_string(layer));
+    }
+    int slot = -1;
+    HYPURA_RETURN_IF_ERROR(ensure(layer, requests[i].expert, &slot));
+    Slot& s = slots_[slot];
+    if (!s.pinned) pinned_.push_back(slot);
+    s.pinned = true;
+    s.wanted = false;
+    out[i] = expert_view(slot, layer, part, requests[i].expert);
+  }
+  start_wanted(layer);  // slots consumed since route() may take the rest of the batch now
+  return Status::ok();
+}
+
+Status ExpertProvider::acquire(int layer, std::span<const TensorId> ids,
+                               std::span<compute::WeightView> out) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const TensorId id = ids[i];
+    if (id < 0 || static_cast<size_t>(id) >= resident_at_.size() || resident_at_[id] == nullptr) {
+      return invalid_argument("tensor " + std::to_string(id) + " requested for layer " + std::to_string(layer) +
+                              " is an expert tensor (use acquire_experts) or unknown");
+    }
+    const gguf::TensorInfo& t = file_.tensors()[id];
+    out[i] = compute::WeightView{resident_at_[id], t.type, t.ne.empty() ? 1 : t.ne[0], t.n_rows()};
+  }
+  return Status::ok();
+}
+
+void ExpertProvider::release(int layer) {
+  if (layer >= 0) unpin(layer);
+}
+
+void ExpertProvider::record_trace(RoutingTrace* trace) {
+  trace_ = trace;
+  if (trace_ != nullptr && trace_->n_layer == 0) {
+    trace_->n_layer = n_layer();
+    trace_->n_expert = n_expert_;
+  }
+}
+
+Status ExpertProvider::save_stats() const {
+  if (config_.stats_path.empty() || coact_->tokens() == 0) return Status::ok();
+  return coact_->save(config_.stats_path);
+}
+
+ExpertStats ExpertProvider::stats() const {
+  ExpertStats s = stats_;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].speculative && cache_->occupied(static_cast<int>(i))) {
+      s.wasted_bytes += expert_bytes(cache_->layer_of(static_cast<int>(i)));
+    }
+  }
+  return s;
+}
+
+}  // namespace hypura::runtime
