@@ -325,3 +325,38 @@ TEST(Render, TextAndJsonCarryThePlan) {
 
 }  // namespace
 }  // namespace hypura::scheduler
+
+namespace hypura::scheduler {
+namespace {
+
+// A real file's directory: roles, expert fractions and a plan with a fixture profile.
+TEST(FromGguf, GoldenMixtralGetsRolesAndAPlan) {
+  auto file = gguf::GgufFile::open(std::string(HYPURA_GOLDEN_DIR) + "/mixtral-q4_k_m.gguf");
+  if (!file.is_ok()) GTEST_SKIP() << file.status().message();
+  auto m = model_tensors_from_gguf(*file);
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  EXPECT_EQ(m->architecture, "llama");
+  EXPECT_GT(m->n_layer, 0);
+  EXPECT_GT(m->n_expert, 0);
+  EXPECT_EQ(m->total_bytes(), [&] {
+    uint64_t t = 0;
+    for (const auto& ti : file->tensors()) t += ti.n_bytes;
+    return t;
+  }());
+  int experts = 0;
+  for (const auto& t : m->tensors) {
+    EXPECT_GE(t.file_index, 0);
+    if (model::is_moe_expert(t.role)) {
+      ++experts;
+      EXPECT_DOUBLE_EQ(t.access_per_token, static_cast<double>(m->n_expert_used) / m->n_expert);
+    }
+  }
+  EXPECT_GT(experts, 0);
+  EXPECT_GT(m->kv_elements_per_token, 0u);
+  auto plan = place(*m, fixture("cpu_24g.json"), Budgets{});
+  ASSERT_TRUE(plan.is_ok());
+  EXPECT_EQ(plan->mode, Mode::kFullResident);
+}
+
+}  // namespace
+}  // namespace hypura::scheduler
