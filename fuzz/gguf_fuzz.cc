@@ -2,8 +2,8 @@
 //
 // It runs what `hypura inspect` runs on a file: GgufFile::parse (the validation that
 // GgufFile::open applies to a mapped file), then reads every metadata value and tensor,
-// classifies the tensors and renders the inspect report as JSON and text. A failed parse must come with a message; a successful one
-// must satisfy the invariants the rest of the engine relies on.
+// classifies the tensors and renders the inspect report as JSON and text. A failed parse must come
+// with a message; a successful one must satisfy the invariants the rest of the engine relies on.
 #include <cstdio>
 #include <cstdlib>
 

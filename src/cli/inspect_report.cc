@@ -97,6 +97,16 @@ std::string value_to_text(const Value& v) {
   return value_to_json(v, kMaxArrayShown).dump();
 }
 
+// Text from the file, safe for a terminal: control bytes (escape sequences) become '?'.
+std::string printable(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) c = '?';
+  }
+  return out;
+}
+
 std::string opt(const std::optional<uint64_t>& v) { return v ? std::to_string(*v) : "?"; }
 
 void print_totals_table(std::ostream& out, const std::map<std::string, TensorTotals>& rows,
@@ -267,7 +277,8 @@ nlohmann::ordered_json report_to_json(const InspectReport& r, const GgufFile& fi
   for (const auto& [key, value] : file.metadata().entries()) {
     j["metadata"][key] = value_to_json(value, max_array);
     std::string type = gguf::value_type_name(value.type);
-    if (value.type == ValueType::ARRAY) type += std::string("[") + gguf::value_type_name(value.array_type) + "]";
+    if (value.type == ValueType::ARRAY)
+      type += std::string("[") + gguf::value_type_name(value.array_type) + "]";
     j["metadata_types"][key] = type;
   }
   if (options.tensors) j["tensors"] = tensors_json(file, r.architecture);
@@ -282,8 +293,8 @@ std::string report_to_text(const InspectReport& r, const GgufFile& file,
   out << "\nsize:          " << format_size(r.file_bytes) << " (" << with_commas(r.file_bytes)
       << " bytes), GGUF v" << r.gguf_version << ", alignment " << r.alignment
       << ", tensor data at offset " << r.data_offset << "\n";
-  out << "architecture:  " << (r.architecture.empty() ? "(none)" : r.architecture);
-  if (!r.name.empty()) out << "   name: " << r.name;
+  out << "architecture:  " << (r.architecture.empty() ? "(none)" : printable(r.architecture));
+  if (!r.name.empty()) out << "   name: " << printable(r.name);
   double bpw = r.all.n_params ? 8.0 * static_cast<double>(r.all.n_bytes) / r.all.n_params : 0.0;
   char bpw_text[32];
   std::snprintf(bpw_text, sizeof(bpw_text), "%.2f", bpw);
@@ -303,7 +314,7 @@ std::string report_to_text(const InspectReport& r, const GgufFile& file,
   print_layer_table(out, r);
   out << "\nmetadata:\n";
   for (const auto& [key, value] : file.metadata().entries()) {
-    out << "  " << key << " = " << value_to_text(value) << "\n";
+    out << "  " << printable(key) << " = " << value_to_text(value) << "\n";
   }
   if (options.tensors) {
     out << "\ntensors:\n";
@@ -311,7 +322,7 @@ std::string report_to_text(const InspectReport& r, const GgufFile& file,
     for (const TensorInfo& t : file.tensors()) {
       model::TensorClass c = model::classify_tensor(t.name, r.architecture);
       std::snprintf(line, sizeof(line), "  %-40s %-8s %-24s %12s  @%-12" PRIu64 " %s\n",
-                    t.name.c_str(), gguf::type_name(t.type), shape_string(t.ne).c_str(),
+                    printable(t.name).c_str(), gguf::type_name(t.type), shape_string(t.ne).c_str(),
                     format_size(t.n_bytes).c_str(), t.offset, model::role_name(c.role));
       out << line;
     }

@@ -92,8 +92,12 @@ std::string label(const Label& what) {
   }
 }
 
-bool checked_add(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_add_overflow(a, b, out); }
-bool checked_mul(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }
+bool checked_add(uint64_t a, uint64_t b, uint64_t* out) {
+  return !__builtin_add_overflow(a, b, out);
+}
+bool checked_mul(uint64_t a, uint64_t b, uint64_t* out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
 
 // Reads little-endian fields from the file image; never past its end.
 class Cursor {
@@ -289,9 +293,9 @@ Status Parser::parse_array(int depth, const std::string& key, Value* out) {
   HYPURA_RETURN_IF_ERROR(cur_.read(&count, "array length"));
   auto type = static_cast<ValueType>(elem_type);
   if (count > cur_.remaining() / min_value_bytes(type)) {
-    return corrupt(cat("array of ", quote_name(key), " at offset ", at, " has ", count, " elements of ",
-                       value_type_name(type), ", which extends past end of file (size ",
-                       cur_.size(), ")"));
+    return corrupt(cat("array of ", quote_name(key), " at offset ", at, " has ", count,
+                       " elements of ", value_type_name(type),
+                       ", which extends past end of file (size ", cur_.size(), ")"));
   }
   out->array_type = type;
   std::vector<Value> elements;
@@ -590,7 +594,8 @@ Status check_split_keys(const GgufFile& part, int index, int count) {
   auto no = md.get_u64("split.no");
   auto n = md.get_u64("split.count");
   if (n && *n != static_cast<uint64_t>(count)) {
-    return corrupt(cat(part.paths()[0], ": split.count is ", *n, " but the file name says ", count));
+    return corrupt(
+        cat(part.paths()[0], ": split.count is ", *n, " but the file name says ", count));
   }
   if (no && *no != static_cast<uint64_t>(index - 1)) {
     return corrupt(cat(part.paths()[0], ": split.no is ", *no, " but the file name says ",

@@ -43,7 +43,8 @@ TEST(HostileCorpus, EveryFileGetsItsError) {
     EXPECT_EQ(opened.status().message(), path + ": " + expected);
 
     std::ifstream in(path, std::ios::binary);
-    std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in),
+                               std::istreambuf_iterator<char>()};
     auto parsed = GgufFile::parse(bytes, file);
     ASSERT_FALSE(parsed.is_ok());
     EXPECT_EQ(parsed.status().message(), file + ": " + expected);

@@ -202,7 +202,8 @@ Status GgufWriter::write(const std::string& path, const Fill& fill, uint64_t chu
     if (progress) progress(total, total);
     return Status::ok();
   }();
-  if (::close(fd) != 0 && st.is_ok()) st = io_error(path + ": close failed: " + std::strerror(errno));
+  if (::close(fd) != 0 && st.is_ok())
+    st = io_error(path + ": close failed: " + std::strerror(errno));
   if (!st.is_ok()) ::unlink(path.c_str());  // no half-written model left behind
   return st;
 }

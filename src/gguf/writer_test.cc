@@ -20,8 +20,9 @@ const std::string kGolden = HYPURA_GOLDEN_DIR;
 class TempDir {
  public:
   TempDir() {
-    path_ = fs::temp_directory_path() / ("hypura_gguf_" + std::to_string(getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    path_ = fs::temp_directory_path() /
+            ("hypura_gguf_" + std::to_string(getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(path_);
   }
   ~TempDir() { fs::remove_all(path_); }
@@ -46,7 +47,9 @@ Value array(ValueType elem, std::vector<Value> v) {
 }
 
 // Deterministic bytes for tensor i at byte offset o.
-uint8_t pattern(size_t i, uint64_t o) { return static_cast<uint8_t>((i * 131 + o * 7 + (o >> 9)) & 0xff); }
+uint8_t pattern(size_t i, uint64_t o) {
+  return static_cast<uint8_t>((i * 131 + o * 7 + (o >> 9)) & 0xff);
+}
 
 TEST(Writer, RoundTripsEveryValueType) {
   TempDir dir;
