@@ -31,7 +31,8 @@ std::string layer_line(const Plan& plan, const ModelTensors& m, int layer) {
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     const TensorDesc& t = m.tensors[i];
     if (t.layer != layer) continue;
-    std::string g = model::is_moe_expert(t.role) ? "experts"
+    std::string g = layer < 0                     ? std::string(model::role_name(t.role))
+                    : model::is_moe_expert(t.role) ? "experts"
                     : model::is_dense_ffn(t.role) || t.role == model::TensorRole::kSharedExpert ? "ffn"
                     : model::is_attention(t.role) ? "attn"
                                                   : "other";
