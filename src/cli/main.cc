@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "cli/command.h"
@@ -31,6 +32,8 @@ std::string resolve_model_path(const std::string& arg) {
 
 int main(int argc, char** argv) {
   using namespace hypura::cli;
+  // Logs go to stderr so stdout carries only generated text and --json output.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("hypura"));
   spdlog::set_pattern("%^[%l]%$ %v");
   if (const char* level = std::getenv("HYPURA_LOG")) {
     spdlog::set_level(spdlog::level::from_str(level));
