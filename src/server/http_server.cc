@@ -162,6 +162,9 @@ void HttpServer::Impl::setup_hooks() {
     double ms = std::chrono::duration<double, std::milli>(Clock::now() - t_log.start).count();
     spdlog::info("{} \"{} {}\" {} {:.1f}ms{}{}", req.remote_addr, req.method, req.path,
                  res.status, ms, t_log.detail.empty() ? "" : " ", t_log.detail);
+    // Requests httplib rejects before routing (malformed HTTP) skip the pre-routing hook:
+    // start them clean.
+    t_log = RequestLog{Clock::now(), {}};
   });
 }
 
