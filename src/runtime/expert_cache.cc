@@ -9,15 +9,16 @@ const char* cache_policy_name(CachePolicy policy) {
     case CachePolicy::kLru: return "lru";
     case CachePolicy::kLfu: return "lfu";
     case CachePolicy::kAgedLfu: return "aged-lfu";
+    case CachePolicy::kLayerAware: return "layer-aware";
   }
   return "?";
 }
 
 Result<CachePolicy> parse_cache_policy(const std::string& name) {
-  for (CachePolicy p : {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kAgedLfu}) {
+  for (CachePolicy p : {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kAgedLfu, CachePolicy::kLayerAware}) {
     if (name == cache_policy_name(p)) return p;
   }
-  return invalid_argument("unknown cache policy '" + name + "' (lru, lfu, aged-lfu)");
+  return invalid_argument("unknown cache policy '" + name + "' (lru, lfu, aged-lfu, layer-aware)");
 }
 
 ExpertCache::ExpertCache(uint32_t capacity, int n_layer, int n_expert, CachePolicy policy,
@@ -25,6 +26,7 @@ ExpertCache::ExpertCache(uint32_t capacity, int n_layer, int n_expert, CachePoli
     : policy_(policy),
       n_expert_(n_expert),
       half_life_(half_life > 0 ? half_life : 8.0 * n_layer),
+      n_layer_(n_layer),
       slots_(capacity),
       index_(static_cast<size_t>(n_layer) * n_expert, -1) {}
 
@@ -34,6 +36,12 @@ double ExpertCache::value(const Entry& e) const {
     case CachePolicy::kLfu: return e.score;
     case CachePolicy::kAgedLfu:
       return e.score * std::exp2(-static_cast<double>(clock_ - e.last) / half_life_);
+    case CachePolicy::kLayerAware: {
+      // Layers until the entry's layer is routed again: 1 for the next one, n_layer for
+      // the current one (its batch is protected by the provider; next use: next token).
+      const int distance = (e.layer - current_layer_ + n_layer_ - 1) % n_layer_ + 1;
+      return e.score * std::exp2(-static_cast<double>(clock_ - e.last) / half_life_) / distance;
+    }
   }
   return 0;
 }
@@ -41,7 +49,7 @@ double ExpertCache::value(const Entry& e) const {
 void ExpertCache::touch(int slot) {
   Entry& e = slots_[slot];
   ++clock_;
-  if (policy_ == CachePolicy::kAgedLfu) {
+  if (policy_ == CachePolicy::kAgedLfu || policy_ == CachePolicy::kLayerAware) {
     e.score = e.score * std::exp2(-static_cast<double>(clock_ - e.last) / half_life_) + 1.0;
   } else {
     e.score += 1.0;

@@ -12,6 +12,12 @@
 //   kLfu      least frequently used since insertion (ties: least recent)
 //   kAgedLfu  frequency with exponential aging: each access adds 1 to a score that halves
 //             every `half_life` accesses of the cache (ties: least recent)
+//   kLayerAware  the aged frequency divided by how many layers away the entry's next
+//             possible use is: layers are routed in order, so an expert of the layer
+//             just computed cannot be needed before a whole token has passed, while one
+//             of the next layer may be needed at once. This is the part of Belady's
+//             knowledge an online cache has for free; it keeps caches smaller than one
+//             token's working set from thrashing the way LRU does. Needs set_layer().
 //
 // Thread-safety: none; one owner (the forward-pass thread, or the replay tool).
 #pragma once
@@ -25,12 +31,12 @@
 
 namespace hypura::runtime {
 
-enum class CachePolicy { kLru, kLfu, kAgedLfu };
-const char* cache_policy_name(CachePolicy policy);  // "lru", "lfu", "aged-lfu"
+enum class CachePolicy { kLru, kLfu, kAgedLfu, kLayerAware };
+const char* cache_policy_name(CachePolicy policy);  // "lru", "lfu", "aged-lfu", "layer-aware"
 Result<CachePolicy> parse_cache_policy(const std::string& name);
 
 // The policy the expert provider uses unless told otherwise (chosen on traces, MOE.md).
-inline constexpr CachePolicy kDefaultCachePolicy = CachePolicy::kAgedLfu;
+inline constexpr CachePolicy kDefaultCachePolicy = CachePolicy::kLayerAware;
 
 class ExpertCache {
  public:
@@ -47,6 +53,8 @@ class ExpertCache {
   int lookup(int layer, int expert) const {
     return index_[static_cast<size_t>(layer) * n_expert_ + expert];
   }
+  // The layer being routed now (kLayerAware's position in the layer cycle).
+  void set_layer(int layer) { current_layer_ = layer; }
   // Records an access of the entry in `slot` (a hit, or the use after an insert).
   void touch(int slot);
   // A slot for a new entry: an empty slot if any, else the policy's victim among occupied
@@ -73,6 +81,8 @@ class ExpertCache {
   int n_expert_;
   double half_life_;
   uint64_t clock_ = 0;
+  int n_layer_;
+  int current_layer_ = 0;
   std::vector<Entry> slots_;  // (capacity)
   std::vector<int> index_;    // (n_layer * n_expert): slot or -1
 };

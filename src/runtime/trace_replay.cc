@@ -40,6 +40,7 @@ ReplayResult replay_online(const RoutingTrace& trace, const std::vector<Access>&
   ExpertCache cache(capacity, trace.n_layer, trace.n_expert, policy);
   ReplayResult res;
   for (const Access& a : stream) {
+    cache.set_layer(a.layer);
     const int slot = cache.lookup(a.layer, a.expert);
     count(res, a, slot >= 0);
     if (slot >= 0) {

@@ -1,0 +1,139 @@
+// `hypura trace-replay [TRACE] [--generate N | --uniform N] [--sizes F,F..] [--capacity N]
+//                      [--warmup T] [--save FILE] [--json]`
+//
+// Replays a routing trace (recorded with `hypura run|bench --trace FILE`, or generated)
+// against the expert-cache policies at several cache sizes and against Belady's optimal
+// offline policy, and prints each policy's hit rate after warm-up and its ratio to
+// Belady's. --generate makes a trace with locality calibrated to Qwen3-30B-A3B
+// (routing_trace.h; its locality figures are printed too); --uniform one with random
+// routing. Sizes are fractions of all (layer, expert) pairs; --capacity adds an absolute
+// size (e.g. the planner's expert_cache_experts).
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "runtime/routing_trace.h"
+#include "runtime/trace_replay.h"
+
+namespace hypura::cli {
+namespace {
+
+using runtime::CachePolicy;
+
+struct ReplayArgs {
+  std::string trace_path, save_path;
+  int generate = 0, uniform = 0;
+  int n_layer = 48, n_expert = 128, n_expert_used = 8;
+  uint64_t seed = 1;
+  std::vector<double> sizes{0.1, 0.25, 0.4, 0.6};
+  std::vector<uint32_t> capacities;
+  int warmup = 64;
+  bool json = false;
+};
+
+Result<runtime::RoutingTrace> obtain_trace(const ReplayArgs& a) {
+  if (a.generate > 0) {
+    runtime::TraceGenerator g;
+    g.n_layer = a.n_layer;
+    g.n_expert = a.n_expert;
+    g.n_expert_used = a.n_expert_used;
+    g.seed = a.seed;
+    return g.generate(a.generate);
+  }
+  if (a.uniform > 0) return runtime::uniform_trace(a.n_layer, a.n_expert, a.n_expert_used, a.uniform, a.seed);
+  if (a.trace_path.empty()) return invalid_argument("give a trace file, --generate N or --uniform N");
+  return runtime::RoutingTrace::read(a.trace_path);
+}
+
+int run_replay(const ReplayArgs& a) {
+  auto trace = obtain_trace(a);
+  if (!trace.is_ok()) {
+    std::cerr << "hypura trace-replay: " << trace.status().message() << "\n";
+    return trace.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  const runtime::RoutingTrace& t = *trace;
+  if (!a.save_path.empty()) {
+    if (Status st = t.write(a.save_path); !st.is_ok()) {
+      std::cerr << "hypura trace-replay: " << st.message() << "\n";
+      return 1;
+    }
+  }
+  const uint64_t all = static_cast<uint64_t>(t.n_layer) * t.n_expert;
+  std::vector<uint32_t> caps = a.capacities;
+  for (double f : a.sizes) caps.push_back(static_cast<uint32_t>(std::max(1.0, f * all)));
+  const runtime::TraceLocality loc = runtime::measure_locality(t, 8);
+  nlohmann::json out;
+  out["trace"] = {{"n_layer", t.n_layer}, {"n_expert", t.n_expert}, {"n_expert_used", t.n_expert_used},
+                  {"records", t.records.size()}, {"tokens", loc.tokens},
+                  {"repeat_next", loc.repeat_next}, {"recur_within_8", loc.recur_within}};
+  out["warmup_tokens"] = a.warmup;
+  out["results"] = nlohmann::json::array();
+  const CachePolicy policies[] = {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kAgedLfu};
+  for (uint32_t cap : caps) {
+    nlohmann::json row;
+    row["capacity"] = cap;
+    row["fraction"] = static_cast<double>(cap) / all;
+    const double best = runtime::replay(t, cap, std::nullopt, a.warmup).hit_rate();
+    row["belady"] = best;
+    for (CachePolicy p : policies) {
+      const double h = runtime::replay(t, cap, p, a.warmup).hit_rate();
+      row[runtime::cache_policy_name(p)] = {{"hit_rate", h}, {"ratio_to_belady", best > 0 ? h / best : 0}};
+    }
+    out["results"].push_back(row);
+  }
+  if (a.json) {
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("trace: %d layers, %d experts, %d used, %llu tokens; repeat at next token %.1f%%, "
+              "recur within 8 tokens %.1f%%; hits counted after %d tokens\n",
+              t.n_layer, t.n_expert, t.n_expert_used, static_cast<unsigned long long>(loc.tokens),
+              100 * loc.repeat_next, 100 * loc.recur_within, a.warmup);
+  std::printf("%10s %7s | %8s | %-16s %-16s %-16s\n", "capacity", "of all", "belady", "lru (ratio)",
+              "lfu (ratio)", "aged-lfu (ratio)");
+  for (const auto& row : out["results"]) {
+    std::printf("%10u %6.1f%% | %7.2f%% |", row["capacity"].get<uint32_t>(), 100 * row["fraction"].get<double>(),
+                100 * row["belady"].get<double>());
+    for (CachePolicy p : policies) {
+      const auto& r = row[runtime::cache_policy_name(p)];
+      std::printf(" %6.2f%% (%.3f) ", 100 * r["hit_rate"].get<double>(), r["ratio_to_belady"].get<double>());
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
+
+std::function<int()> setup_replay(CLI::App& app) {
+  auto a = std::make_shared<ReplayArgs>();
+  app.add_option("trace", a->trace_path, "routing trace file (hypura run|bench --trace FILE)");
+  app.add_option("--generate", a->generate, "generate N tokens of a trace calibrated to Qwen3-30B-A3B locality");
+  app.add_option("--uniform", a->uniform, "generate N tokens of uniformly random routing");
+  app.add_option("--layers", a->n_layer, "generated traces: MoE layers (default 48)")->check(CLI::Range(1, 1024));
+  app.add_option("--experts", a->n_expert, "generated traces: experts per layer (default 128)")->check(CLI::Range(2, 4096));
+  app.add_option("--used", a->n_expert_used, "generated traces: experts per token (default 8)")->check(CLI::Range(1, 64));
+  app.add_option("--seed", a->seed, "generated traces: random seed");
+  app.add_option("--sizes", a->sizes, "cache sizes as fractions of all experts (default 0.1 0.25 0.4 0.6)")
+      ->delimiter(',');
+  app.add_option("--capacity", a->capacities, "cache sizes in experts (e.g. the planner's)")->delimiter(',');
+  app.add_option("--warmup", a->warmup, "tokens before hits are counted (default 64)");
+  app.add_option("--save", a->save_path, "write the (generated) trace to FILE");
+  app.add_flag("--json", a->json, "print JSON");
+  return [a] {
+    if (a->n_expert_used > a->n_expert) {
+      std::cerr << "hypura trace-replay: --used must not exceed --experts\n";
+      return 2;
+    }
+    return run_replay(*a);
+  };
+}
+
+const Registrar kRegistrar({"trace-replay", "replay a routing trace against expert-cache policies and Belady's optimum",
+                           75, setup_replay});
+
+}  // namespace
+}  // namespace hypura::cli
