@@ -73,7 +73,8 @@ int run_replay(const ReplayArgs& a) {
                   {"repeat_next", loc.repeat_next}, {"recur_within_8", loc.recur_within}};
   out["warmup_tokens"] = a.warmup;
   out["results"] = nlohmann::json::array();
-  const CachePolicy policies[] = {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kAgedLfu};
+  const CachePolicy policies[] = {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kAgedLfu,
+                                  CachePolicy::kLayerAware};
   for (uint32_t cap : caps) {
     nlohmann::json row;
     row["capacity"] = cap;
@@ -94,8 +95,8 @@ int run_replay(const ReplayArgs& a) {
               "recur within 8 tokens %.1f%%; hits counted after %d tokens\n",
               t.n_layer, t.n_expert, t.n_expert_used, static_cast<unsigned long long>(loc.tokens),
               100 * loc.repeat_next, 100 * loc.recur_within, a.warmup);
-  std::printf("%10s %7s | %8s | %-16s %-16s %-16s\n", "capacity", "of all", "belady", "lru (ratio)",
-              "lfu (ratio)", "aged-lfu (ratio)");
+  std::printf("%10s %7s | %8s | %-16s %-16s %-16s %-16s\n", "capacity", "of all", "belady", "lru (ratio)",
+              "lfu (ratio)", "aged-lfu (ratio)", "layer-aware");
   for (const auto& row : out["results"]) {
     std::printf("%10u %6.1f%% | %7.2f%% |", row["capacity"].get<uint32_t>(), 100 * row["fraction"].get<double>(),
                 100 * row["belady"].get<double>());
