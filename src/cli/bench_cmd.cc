@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -20,7 +21,12 @@
 #include "cli/command.h"
 #include "gguf/gguf.h"
 #include "profiler/memory_bandwidth.h"
+#include "common/size.h"
 #include "runtime/engine.h"
+#include "runtime/mmap_baseline.h"
+#include "runtime/expert_metrics.h"
+#include "runtime/tier_metrics.h"
+#include "runtime/tiered_weights.h"
 #include "runtime/session.h"
 
 namespace hypura::cli {
@@ -35,6 +41,11 @@ struct BenchArgs {
   std::string kv_type = "f16";
   bool json = false;
   bool no_reference = false;
+  std::string trace;       // expert-streaming routing trace file
+  std::string ram_budget;  // e.g. 3G; empty: the profile's usable memory
+  int64_t context = 0;     // --context: KV cache length (0: just enough for the tests)
+  bool baseline = false;   // also run the plain mmap way (tg only) and print the speed-up
+  bool force = false;      // run --baseline even when the model exceeds RAM - 4 GiB
 };
 
 struct Stats {
@@ -90,12 +101,13 @@ Result<double> time_run(runtime::Session& session, const std::vector<int32_t>& t
 }
 
 Result<Stats> run_test(runtime::Engine& engine, runtime::Session& session, int n, bool tg,
-                       int reps) {
+                       int reps, const std::function<void()>& after_warmup = nullptr) {
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(engine.n_vocab() - 1));
   std::vector<int32_t> tokens(static_cast<size_t>(n));
   for (auto& t : tokens) t = dist(rng);
   HYPURA_RETURN_IF_ERROR(time_run(session, tokens, tg).status());  // warm-up
+  if (after_warmup) after_warmup();
   std::vector<double> tps;
   for (int r = 0; r < reps; ++r) {
     HYPURA_ASSIGN_OR_RETURN(double v, time_run(session, tokens, tg));
@@ -113,8 +125,17 @@ int run_bench(const BenchArgs& a) {
   runtime::EngineOptions eo;
   eo.model_path = path;
   eo.n_threads = a.threads;
-  eo.n_ctx = std::max(a.n_prompt, a.n_gen) + 1;
+  eo.n_ctx = a.context > 0 ? a.context : std::max(a.n_prompt, a.n_gen) + 1;
   eo.kv_f32 = a.kv_type == "f32";
+  eo.trace_path = a.trace;
+  if (!a.ram_budget.empty()) {
+    auto b = parse_size(a.ram_budget);
+    if (!b.is_ok()) {
+      std::cerr << "hypura bench: --ram-budget: " << b.status().message() << "\n";
+      return 2;
+    }
+    eo.ram_budget = *b;
+  }
   auto engine = runtime::Engine::load(eo);
   if (!engine.is_ok()) {
     std::cerr << "hypura bench: " << path << ": " << engine.status().message() << "\n";
@@ -135,30 +156,90 @@ int run_bench(const BenchArgs& a) {
     Stats s;
   };
   std::vector<Row> rows;
+  // Expert-streaming figures over the timed tg runs (after the warm-up run).
+  const runtime::ExpertProvider* experts = (*engine)->tiers() ? (*engine)->tiers()->experts() : nullptr;
+  runtime::ExpertStats experts_before;
+  // Tier figures (H): a direct-I/O read bandwidth measured in this run, and the streaming
+  // counters over the timed tg runs.
+  const runtime::TieredWeights* tiers = (*engine)->tiers();
+  const double direct_bps =
+      tiers != nullptr && !a.no_reference ? runtime::measure_direct_read_bps(*tiers, path, 2.0) : 0;
+  runtime::TierCounters tier_before;
+  Clock::time_point tier_t0;
   for (bool tg : {false, true}) {
     const int n = tg ? a.n_gen : a.n_prompt;
     if (n <= 0) continue;
-    auto s = run_test(**engine, *session, n, tg, a.reps);
+    const auto snapshot = [&] {
+      if (experts != nullptr && tg) experts_before = experts->stats();
+      if (tiers != nullptr && tg) {
+        tier_before = runtime::TierCounters::take(*tiers);
+        tier_t0 = Clock::now();
+      }
+    };
+    auto s = run_test(**engine, *session, n, tg, a.reps, snapshot);
     if (!s.is_ok()) {
       std::cerr << "hypura bench: " << s.status().message() << "\n";
       return 1;
     }
     rows.push_back({(tg ? "tg" : "pp") + std::to_string(n), *s});
   }
-  const double file_gib = static_cast<double>(file.total_bytes()) / (1 << 30);
+  std::optional<runtime::TierMetrics> tier;
+  if (tiers != nullptr && a.n_gen > 0) {
+    const double secs = std::chrono::duration<double>(Clock::now() - tier_t0).count();
+    tier = runtime::tier_metrics(*tiers, tier_before, runtime::TierCounters::take(*tiers),
+                                 a.n_gen * a.reps, secs, direct_bps);
+  }
+  runtime::ExpertRunMetrics expert_metrics;
+  if (experts != nullptr && a.n_gen > 0) {
+    expert_metrics = runtime::expert_run_metrics(*experts, experts_before, experts->stats(), a.n_gen * a.reps);
+    const runtime::TieredWeights& w = *(*engine)->tiers();
+    set_expert_bound(expert_metrics, rows.back().s.mean, runtime::measure_direct_read_bps(w, path, 3.0),
+                     w.plan().prediction.compute_s);
+  }
+  const std::string arch = (*engine)->architecture(), mode = (*engine)->mode();
+  const uint64_t file_bytes = file.total_bytes();
+  // --baseline: the plain mmap run, after this engine's memory is given back (H).
+  std::optional<runtime::BaselineResult> baseline;
+  std::string baseline_refused;
+  if (a.baseline && a.n_gen > 0) {
+    Status allowed = runtime::mmap_baseline_allowed(file, a.force);
+    if (!allowed.is_ok()) {
+      baseline_refused = allowed.message();
+      std::cerr << "hypura bench: " << baseline_refused << "\n";
+    } else {
+      auto plain_file = gguf::GgufFile::open(path);
+      session.reset();
+      engine.value().reset();
+      if (plain_file.is_ok()) {
+        auto r = runtime::run_mmap_baseline(*plain_file, a.n_gen, threads, eo.n_ctx);
+        if (r.is_ok()) baseline = *r;
+        else baseline_refused = r.status().message();
+      }
+    }
+  }
+  const double file_gib = static_cast<double>(file_bytes) / (1 << 30);
   const double ref_tg = bandwidth > 0 ? bandwidth / bpt : 0;
   if (a.json) {
     nlohmann::json j;
     j["model"] = path;
-    j["arch"] = (*engine)->architecture();
-    j["mode"] = (*engine)->mode();
-    j["size_bytes"] = file.total_bytes();
+    j["arch"] = arch;
+    j["mode"] = mode;
+    j["size_bytes"] = file_bytes;
     j["threads"] = threads;
     j["kv_type"] = a.kv_type;
     j["reps"] = a.reps;
     j["bytes_per_token"] = bpt;
     j["memory_read_bandwidth_bps"] = bandwidth;
     j["tg_memory_bound_tps"] = ref_tg;
+    if (experts != nullptr && a.n_gen > 0) j["experts"] = runtime::expert_run_json(expert_metrics);
+    if (tier) j["tiers"] = runtime::tier_metrics_json(*tier);
+    if (baseline) {
+      j["baseline"] = {{"method", "mmap"}, {"tg_tps", baseline->tg_tok_s},
+                       {"tokens", baseline->tokens}, {"peak_rss_bytes", baseline->peak_rss},
+                       {"speedup", baseline->tg_tok_s > 0 && tier ? tier->tok_s / baseline->tg_tok_s : 0}};
+    } else if (!baseline_refused.empty()) {
+      j["baseline"] = {{"refused", baseline_refused}};
+    }
     for (const auto& r : rows) {
       j["tests"].push_back({{"test", r.test}, {"tps_mean", r.s.mean}, {"tps_stddev", r.s.stddev}});
     }
@@ -169,8 +250,15 @@ int run_bench(const BenchArgs& a) {
   std::printf("| --- | --- | ---: | --- | ---: | ---: | ---: |\n");
   for (const auto& r : rows) {
     std::printf("| %s | %s | %.2f GiB | %s | %d | %s | %.2f ± %.2f |\n", path.c_str(),
-                (*engine)->architecture().c_str(), file_gib, (*engine)->mode().c_str(), threads,
+                arch.c_str(), file_gib, mode.c_str(), threads,
                 r.test.c_str(), r.s.mean, r.s.stddev);
+  }
+  if (experts != nullptr && a.n_gen > 0) std::printf("\n%s", runtime::expert_run_text(expert_metrics).c_str());
+  if (tier) std::printf("\n%s", runtime::tier_metrics_text(*tier).c_str());
+  if (baseline) {
+    std::printf("baseline (plain mmap): tg %.3f tok/s over %d tokens; hypura is %.2fx faster\n",
+                baseline->tg_tok_s, baseline->tokens,
+                baseline->tg_tok_s > 0 && tier ? tier->tok_s / baseline->tg_tok_s : 0.0);
   }
   if (bandwidth > 0) {
     std::printf("\nreference: memory read bandwidth %.2f GB/s / %.1f MiB read per token = "
@@ -191,7 +279,13 @@ std::function<int()> setup_bench(CLI::App& app) {
   app.add_option("-t,--threads", a->threads, "compute threads (default: physical cores)");
   app.add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32")->capture_default_str();
   app.add_flag("--json", a->json, "one JSON record instead of the table");
-  app.add_flag("--no-reference", a->no_reference, "skip the memory bandwidth measurement");
+  app.add_option("--trace", a->trace, "expert-streaming mode: record the routing trace to FILE");
+  app.add_option("--ram-budget", a->ram_budget, "cap on host memory, e.g. 3G (default: the profile's usable RAM)");
+  app.add_flag("--no-reference", a->no_reference, "skip the memory and direct-I/O bandwidth measurements");
+  app.add_option("--context", a->context, "KV cache length (default: just enough for the tests)");
+  app.add_flag("--baseline", a->baseline,
+               "also generate the plain way (weights through mmap, no planner) and print the speed-up");
+  app.add_flag("--force", a->force, "run --baseline even when the model exceeds RAM minus 4 GiB");
   return [a] { return run_bench(*a); };
 }
 

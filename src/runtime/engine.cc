@@ -14,7 +14,7 @@
 #include "gguf/gguf.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
-#include "runtime/resident_provider.h"
+#include "runtime/tiered_weights.h"
 #include "runtime/sampler.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
@@ -118,7 +118,8 @@ class ResidentEngine final : public Engine {
   int64_t n_ctx() const override { return n_ctx_; }
   int64_t n_vocab() const override { return model_->hparams().n_vocab; }
   std::string architecture() const override { return model_->hparams().arch_name; }
-  std::string mode() const override { return "full-resident"; }
+  std::string mode() const override { return weights_->mode(); }
+  const TieredWeights* tiers() const override { return weights_.get(); }
 
   Result<std::vector<int32_t>> tokenize_chat(const std::vector<ChatMessage>& messages,
                                              bool add_generation_prompt) const override;
@@ -128,7 +129,7 @@ class ResidentEngine final : public Engine {
 
   const std::shared_ptr<const model::Model>& model() const { return model_; }
   compute::Context& ctx() { return *ctx_; }
-  WeightProvider& provider() { return *provider_; }
+  WeightProvider& provider() { return weights_->provider(); }
   bool kv_f32() const { return kv_f32_; }
   std::mutex& compute_mutex() { return compute_mutex_; }
 
@@ -137,7 +138,7 @@ class ResidentEngine final : public Engine {
   std::shared_ptr<const model::Model> model_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<tokenizer::ChatTemplate> chat_;
-  std::unique_ptr<ResidentProvider> provider_;
+  std::unique_ptr<TieredWeights> weights_;  // placed by the planner (tiered_weights.h)
   std::unique_ptr<compute::Context> ctx_;
   int64_t n_ctx_ = 0;
   bool kv_f32_ = false;
@@ -163,7 +164,14 @@ Result<std::unique_ptr<Engine>> ResidentEngine::create(const EngineOptions& opti
     spdlog::info("context {} capped to the model's trained length {}", want, n_train);
   }
   e->kv_f32_ = options.kv_f32;
-  HYPURA_ASSIGN_OR_RETURN(e->provider_, ResidentProvider::load(e->file_, options.load_progress));
+  TierOptions tier;
+  tier.ram_budget = options.ram_budget;
+  tier.n_ctx = e->n_ctx_;
+  tier.n_batch = kMaxBatch;
+  tier.kv_f32 = options.kv_f32;
+  tier.progress = options.load_progress;
+  tier.trace_path = options.trace_path;
+  HYPURA_ASSIGN_OR_RETURN(e->weights_, TieredWeights::load(e->file_, tier));
   const int n_threads = options.n_threads > 0 ? options.n_threads : physical_cores();
   e->ctx_ = std::make_unique<compute::Context>(n_threads);
   return std::unique_ptr<Engine>(std::move(e));

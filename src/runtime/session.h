@@ -23,6 +23,8 @@ namespace hypura::gguf { class GgufFile; }
 
 namespace hypura::runtime {
 
+class TieredWeights;  // runtime/tiered_weights.h
+
 struct EngineOptions {
   std::string model_path;
   int n_threads = 0;            // 0: physical cores
@@ -30,6 +32,7 @@ struct EngineOptions {
   bool kv_f32 = false;          // KV cache type: F16 (default) or F32
   uint64_t ram_budget = 0;      // bytes, 0: from the hardware profile
   uint64_t gpu_budget = 0;
+  std::string trace_path;       // expert-streaming: write the routing trace here at unload
   std::function<void(uint64_t done, uint64_t total)> load_progress;  // bytes loaded
 };
 
@@ -96,6 +99,8 @@ class Engine {
   virtual int64_t n_vocab() const = 0;
   virtual std::string architecture() const = 0;
   virtual std::string mode() const = 0;  // "full-resident", "dense-ffn-streaming", ...
+  // The planner's placement, the memory ledger and the streaming counters (bench).
+  virtual const TieredWeights* tiers() const { return nullptr; }
 
   // Renders a conversation with the model's chat template and tokenizes it.
   virtual Result<std::vector<int32_t>> tokenize_chat(const std::vector<ChatMessage>& messages,

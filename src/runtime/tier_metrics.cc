@@ -1,0 +1,145 @@
+#include "runtime/tier_metrics.h"
+
+#include <cstdio>
+
+#include "profiler/storage_bench.h"
+
+namespace hypura::runtime {
+namespace {
+
+double ratio(double a, double b) { return b > 0 ? a / b : 0; }
+
+// The streaming counters, or in expert-streaming mode the expert provider's equivalents
+// (passes: tokens through the first MoE layer).
+StreamingStats streaming_stats(const TieredWeights& w) {
+  if (w.experts() == nullptr) return w.streaming().stats();
+  const ExpertStats e = w.experts()->stats();
+  StreamingStats s;
+  s.bytes_read = e.bytes_read;
+  s.stall_seconds = e.stall_seconds;
+  s.passes = e.routed_tokens;
+  s.resident_bytes = e.resident_bytes;
+  s.load_seconds = e.load_seconds;
+  s.resident_locked = e.resident_locked;
+  return s;
+}
+
+}  // namespace
+
+TierCounters TierCounters::take(const TieredWeights& w) {
+  const StreamingStats s = streaming_stats(w);
+  return TierCounters{s.bytes_read, s.stall_seconds, s.passes};
+}
+
+TierMetrics tier_metrics(const TieredWeights& w, const TierCounters& before,
+                         const TierCounters& after, int tokens, double seconds,
+                         double direct_read_bps) {
+  TierMetrics m;
+  const StreamingStats s = streaming_stats(w);
+  const scheduler::Plan& plan = w.plan();
+  m.mode = w.mode();
+  m.streamed_bytes_per_token = w.streamed_bytes_per_pass();
+  const double n = tokens > 0 ? tokens : 1;
+  const double bytes = static_cast<double>(after.bytes_read - before.bytes_read);
+  m.bytes_read_per_token = bytes / n;
+  // Expert streaming reads what routing and the cache decide: its bound uses the bytes
+  // actually read per token.
+  if (w.experts() != nullptr) m.streamed_bytes_per_token = static_cast<uint64_t>(m.bytes_read_per_token);
+  m.read_bps = ratio(bytes, seconds);
+  m.direct_read_bps = direct_read_bps;
+  m.read_ratio = ratio(m.read_bps, direct_read_bps);
+  m.storage_bound_tok_s =
+      m.streamed_bytes_per_token > 0 ? ratio(direct_read_bps, m.streamed_bytes_per_token) : 0;
+  m.tok_s = ratio(tokens, seconds);
+  m.tg_bound_ratio = ratio(m.tok_s, m.storage_bound_tok_s);
+  m.stall_s_per_token = (after.stall_seconds - before.stall_seconds) / n;
+  m.predicted_tok_s = plan.prediction.tok_per_s;
+  m.prediction_ratio = ratio(m.tok_s, m.predicted_tok_s);
+  m.peak_rss = peak_rss_bytes();
+  const LedgerSnapshot l = w.ledger().snapshot();
+  m.budget = l.budget;
+  m.ledger_peak = l.peak;
+  m.resident_bytes = s.resident_bytes;
+  m.load_bps = ratio(static_cast<double>(s.resident_bytes), s.load_seconds);
+  m.load_ratio = ratio(m.load_bps, direct_read_bps);
+  if (w.experts() != nullptr) {  // the pool is the expert cache
+    m.pool_slots = static_cast<int>(w.experts()->cache_experts());
+    m.slot_bytes = w.experts()->slot_bytes();
+  } else {
+    m.pool_slots = w.streaming().n_slots();
+    m.slot_bytes = w.streaming().slot_bytes();
+    m.prefetch_depth = w.streaming().prefetch_depth();
+  }
+  m.resident_locked = s.resident_locked;
+  return m;
+}
+
+nlohmann::json tier_metrics_json(const TierMetrics& m) {
+  return nlohmann::json{
+      {"mode", m.mode},
+      {"streamed_bytes_per_token", m.streamed_bytes_per_token},
+      {"bytes_read_per_token", m.bytes_read_per_token},
+      {"read_bps", m.read_bps},
+      {"direct_read_bps", m.direct_read_bps},
+      {"read_ratio", m.read_ratio},
+      {"storage_bound_tps", m.storage_bound_tok_s},
+      {"tg_tps", m.tok_s},
+      {"tg_bound_ratio", m.tg_bound_ratio},
+      {"stall_s_per_token", m.stall_s_per_token},
+      {"predicted_tps", m.predicted_tok_s},
+      {"prediction_ratio", m.prediction_ratio},
+      {"peak_rss_bytes", m.peak_rss},
+      {"ram_budget_bytes", m.budget},
+      {"ledger_peak_bytes", m.ledger_peak},
+      {"resident_bytes", m.resident_bytes},
+      {"load_bps", m.load_bps},
+      {"load_ratio", m.load_ratio},
+      {"pool_slots", m.pool_slots},
+      {"pool_slot_bytes", m.slot_bytes},
+      {"prefetch_depth", m.prefetch_depth},
+      {"resident_locked", m.resident_locked},
+  };
+}
+
+std::string tier_metrics_text(const TierMetrics& m) {
+  char buf[1024];
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  std::string out;
+  std::snprintf(buf, sizeof buf,
+                "mode %s: %.1f MiB streamed per token (read %.1f MiB/token), pool %d x %.1f MiB, "
+                "prefetch %d\n",
+                m.mode.c_str(), m.streamed_bytes_per_token / 1048576.0,
+                m.bytes_read_per_token / 1048576.0, m.pool_slots, m.slot_bytes / 1048576.0,
+                m.prefetch_depth);
+  out += buf;
+  if (m.streamed_bytes_per_token > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "storage: read %.2f GB/s = %.2f x same-run direct-I/O %.2f GB/s; bound %.3f "
+                  "tok/s, tg %.3f tok/s = %.2f x bound; stalled %.3f s/token\n",
+                  m.read_bps / 1e9, m.read_ratio, m.direct_read_bps / 1e9, m.storage_bound_tok_s,
+                  m.tok_s, m.tg_bound_ratio, m.stall_s_per_token);
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf,
+                "planner predicted %.3f tok/s (measured/predicted %.2f); peak RSS %.2f GiB of "
+                "budget %.2f GiB (ledger peak %.2f GiB)\n",
+                m.predicted_tok_s, m.prediction_ratio, m.peak_rss / gib, m.budget / gib,
+                m.ledger_peak / gib);
+  out += buf;
+  std::snprintf(buf, sizeof buf,
+                "resident load: %.2f GiB at %.2f GB/s = %.2f x direct-I/O%s\n",
+                m.resident_bytes / gib, m.load_bps / 1e9, m.load_ratio,
+                m.resident_locked ? " (locked)" : "");
+  out += buf;
+  return out;
+}
+
+double measure_direct_read_bps(const TieredWeights& w, const std::string& path, double seconds) {
+  const auto& st = w.profile().storage;
+  const uint64_t block = st.best_block_bytes > 0 ? st.best_block_bytes : (4u << 20);
+  const uint32_t depth = st.best_queue_depth > 0 ? st.best_queue_depth : 8;
+  auto bps = profiler::measure_sequential_bps(path, block, depth, seconds);
+  return bps.is_ok() ? bps.value() : 0;
+}
+
+}  // namespace hypura::runtime
