@@ -35,6 +35,7 @@ struct RunArgs {
   float repeat_penalty = 1.1f;
   int64_t seed = -1;
   int64_t context = 4096;
+  std::string trace;  // expert-streaming routing trace file
   int threads = 0;
   std::string kv_type = "f16";
   std::vector<std::string> stop;
@@ -201,6 +202,7 @@ int run_run(const RunArgs& a) {
   eo.n_threads = a.threads;
   eo.n_ctx = a.context;
   eo.kv_f32 = a.kv_type == "f32";
+  eo.trace_path = a.trace;
   if (isatty(STDERR_FILENO)) eo.load_progress = draw_progress;
   const auto t0 = std::chrono::steady_clock::now();
   auto engine = runtime::Engine::load(eo);
@@ -230,6 +232,8 @@ std::function<int()> setup_run(CLI::App& app) {
   app.add_option("--min-p", a->min_p, "0: off")->capture_default_str();
   app.add_option("--repeat-penalty", a->repeat_penalty, "1: off")->capture_default_str();
   app.add_option("--seed", a->seed, "sampling seed (default: random)");
+  app.add_option("--trace", a->trace, "expert-streaming mode: record the routing trace to FILE "
+                 "(hypura trace-replay reads it)");
   app.add_option("-c,--context", a->context, "context length in tokens (capped by the model's "
                                              "trained length)")->capture_default_str();
   app.add_option("-t,--threads", a->threads, "compute threads (default: physical cores)");
