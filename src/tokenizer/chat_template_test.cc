@@ -245,8 +245,8 @@ TEST(ChatTemplate, MatchesJinja2OnVariedConversations) {
   sources.push_back({"alpaca", kAlpacaTemplate, "<s>", "</s>", true});
   sources.push_back({"features", kFeatureTemplate, "<s>", "</s>", false});
   for (const Tokenizer* tok : {testing_util::golden_tokenizer("phi-3"),
-                               testing_util::real_model_tokenizer({"gpt2/smollm"}),
-                               testing_util::real_model_tokenizer({"gpt2/qwen2"})}) {
+                               testing_util::real_model_tokenizer({"gpt2/smollm"}, "smollm2"),
+                               testing_util::real_model_tokenizer({"gpt2/qwen2"}, "qwen2")}) {
     if (tok == nullptr || tok->chat_template().empty()) continue;
     sources.push_back({"model " + tok->token_text(tok->eos_id()), tok->chat_template(),
                        tok->token_text(tok->bos_id()), tok->token_text(tok->eos_id()),

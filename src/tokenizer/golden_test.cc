@@ -63,8 +63,9 @@ TEST(TokenizerGolden, Phi3) { check_vocab_file("phi-3"); }
 TEST(TokenizerGolden, Gpt2) { check_vocab_file("gpt-2"); }
 TEST(TokenizerGolden, DeepseekLlm) { check_vocab_file("deepseek-llm"); }
 
-void check_real_model(const std::string& name, std::initializer_list<std::string_view> kinds) {
-  const Tokenizer* tok = testing_util::real_model_tokenizer(kinds);
+void check_real_model(const std::string& name, std::initializer_list<std::string_view> kinds,
+                      std::string_view file_prefix = "") {
+  const Tokenizer* tok = testing_util::real_model_tokenizer(kinds, file_prefix);
   if (tok == nullptr) {
     GTEST_SKIP() << "no model with a " << name
                  << " tokenizer in test-models/ (run scripts/fetch-models.sh)";
@@ -72,7 +73,7 @@ void check_real_model(const std::string& name, std::initializer_list<std::string
   check_golden(*tok, name);
 }
 
-TEST(TokenizerGolden, Qwen2WithRealVocab) { check_real_model("qwen2", {"gpt2/qwen2"}); }
+TEST(TokenizerGolden, Qwen2WithRealVocab) { check_real_model("qwen2", {"gpt2/qwen2"}, "qwen2"); }
 TEST(TokenizerGolden, LlamaBpeWithRealVocab) {
   check_real_model("llama-bpe", {"gpt2/llama-bpe", "gpt2/llama3", "gpt2/llama-v3"});
 }
@@ -102,9 +103,9 @@ TEST(TokenizerGolden, EncodesLongTextFast) {
       {"llama-spm", testing_util::golden_tokenizer("llama-spm")},
       {"gpt-2", testing_util::golden_tokenizer("gpt-2")},
       {"deepseek-llm", testing_util::golden_tokenizer("deepseek-llm")},
-      {"smollm2", testing_util::real_model_tokenizer({"gpt2/smollm"})},
-      {"qwen2.5", testing_util::real_model_tokenizer({"gpt2/qwen2"})},
-      {"gemma3", testing_util::real_model_tokenizer({"llama/default"})}};
+      {"smollm2", testing_util::real_model_tokenizer({"gpt2/smollm"}, "smollm2")},
+      {"qwen2.5", testing_util::real_model_tokenizer({"gpt2/qwen2"}, "qwen2")},
+      {"gemma3", testing_util::real_model_tokenizer({"llama/default"}, "gemma")}};
   for (const auto& [name, tok] : toks) {
     if (tok == nullptr) continue;
     for (bool parse_special : {false, true}) {

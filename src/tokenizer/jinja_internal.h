@@ -30,8 +30,8 @@ struct JinjaError : std::runtime_error {
 
 // Limits that keep a hostile template (GGUF metadata is untrusted) from exhausting the
 // stack, memory or time.
-constexpr int kMaxNesting = 256;                  // expression and block nesting depth
-constexpr int kMaxEvalDepth = 2000;               // evaluation recursion
+constexpr int kMaxNesting = 64;                   // expression and block nesting depth
+constexpr int kMaxEvalDepth = 256;                // evaluation recursion (a + b + ... terms)
 constexpr size_t kMaxOutputBytes = 16u << 20;     // rendered text and built strings
 constexpr int64_t kMaxLoopIterations = 100000;    // per render, all loops together
 constexpr int64_t kMaxRange = 100000;             // elements of range()

@@ -234,7 +234,7 @@ class ExprParser {
   }
   ExprPtr parse_or() {
     ExprPtr left = parse_and();
-    while (is_name("or")) {
+    for (int links = 0; is_name("or"); check_chain(++links)) {
       skip();
       left = make({Expr::Kind::kOr, {}, "", {left, parse_and()}, {}});
     }
@@ -242,7 +242,7 @@ class ExprParser {
   }
   ExprPtr parse_and() {
     ExprPtr left = parse_not();
-    while (is_name("and")) {
+    for (int links = 0; is_name("and"); check_chain(++links)) {
       skip();
       left = make({Expr::Kind::kAnd, {}, "", {left, parse_not()}, {}});
     }
@@ -258,7 +258,7 @@ class ExprParser {
   }
   ExprPtr parse_compare() {
     ExprPtr left = parse_math1();
-    for (;;) {
+    for (int links = 0;; check_chain(++links)) {
       std::string op;
       if (peek().kind == Tok::Kind::kOp &&
           (is_op("==") || is_op("!=") || is_op("<") || is_op(">") || is_op("<=") || is_op(">="))) {
@@ -279,7 +279,7 @@ class ExprParser {
   }
   ExprPtr parse_math1() {
     ExprPtr left = parse_concat();
-    while (is_op("+") || is_op("-")) {
+    for (int links = 0; is_op("+") || is_op("-"); check_chain(++links)) {
       const std::string op = peek().text;
       skip();
       left = make({Expr::Kind::kBinary, {}, op, {left, parse_concat()}, {}});
@@ -288,7 +288,7 @@ class ExprParser {
   }
   ExprPtr parse_concat() {
     ExprPtr left = parse_math2();
-    while (is_op("~")) {
+    for (int links = 0; is_op("~"); check_chain(++links)) {
       skip();
       left = make({Expr::Kind::kBinary, {}, "~", {left, parse_math2()}, {}});
     }
@@ -296,7 +296,7 @@ class ExprParser {
   }
   ExprPtr parse_math2() {
     ExprPtr left = parse_unary();
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+    for (int links = 0; is_op("*") || is_op("/") || is_op("//") || is_op("%"); check_chain(++links)) {
       const std::string op = peek().text;
       skip();
       left = make({Expr::Kind::kBinary, {}, op, {left, parse_unary()}, {}});
@@ -386,7 +386,7 @@ class ExprParser {
   }
 
   ExprPtr parse_postfix(ExprPtr e) {
-    for (;;) {
+    for (int links = 0;; check_chain(++links)) {
       if (is_op(".")) {
         skip();
         const std::string attr = expect_name();
@@ -425,7 +425,7 @@ class ExprParser {
   }
 
   ExprPtr parse_filters(ExprPtr e) {
-    for (;;) {
+    for (int links = 0;; check_chain(++links)) {
       if (is_op("|")) {
         skip();
         Expr f{Expr::Kind::kFilter, {}, expect_name(), {e}, {""}};
@@ -451,6 +451,12 @@ class ExprParser {
         return e;
       }
     }
+  }
+
+  // Operator chains (a + b + c ...) build left-nested trees whose evaluation and
+  // destruction recurse once per link: bound them like nesting.
+  static void check_chain(int links) {
+    if (links > kMaxEvalDepth) fail("expression too long");
   }
 
   std::vector<Tok> toks_;

@@ -87,9 +87,14 @@ inline const std::vector<RealModel>& real_models() {
   return models;
 }
 
-// The first real model whose kind (e.g. "gpt2/qwen2", "llama/default") is listed.
-inline const Tokenizer* real_model_tokenizer(std::initializer_list<std::string_view> kinds) {
+// The first real model whose kind (e.g. "gpt2/qwen2", "llama/default") is listed and
+// whose file name starts with `file_prefix` (test-models/ also holds synthetic models
+// with copied vocabularies, so tests that check a model's own ids name its file).
+inline const Tokenizer* real_model_tokenizer(std::initializer_list<std::string_view> kinds,
+                                             std::string_view file_prefix = "") {
   for (const auto& m : real_models()) {
+    const std::string file = std::filesystem::path(m.path).filename().string();
+    if (!file.starts_with(file_prefix)) continue;
     for (auto want : kinds) {
       if (m.kind != want) continue;
       auto& cache = tokenizer_cache();

@@ -246,7 +246,9 @@ void Tokenizer::encode_text(std::string_view text, bool after_special,
                             std::vector<int32_t>& out) const {
   if (spm_) {
     std::string escaped;
-    if (vocab_.add_space_prefix && after_special) escaped = " ";
+    escaped.reserve(text.size() + 1);
+    // push_back, not = " ": GCC 12 reports a false -Wrestrict for that under sanitizers.
+    if (vocab_.add_space_prefix && after_special) escaped.push_back(' ');
     escaped.append(text);
     replace_all(escaped, " ", kSpmSpace);
     spm_->encode(escaped, out);

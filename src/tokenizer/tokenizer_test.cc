@@ -278,7 +278,7 @@ TEST(StreamingDetokenizer, StreamEqualsWholeDecode) {
 // list (a project that tokenizes SmolLM2 with its own BPE code); Gemma 3's with
 // transformers' GGUF tokenizer converter (see docs/TOKENIZER.md, "Verification").
 TEST(RealModels, SmolLm2) {
-  const Tokenizer* tok = testing_util::real_model_tokenizer({"gpt2/smollm"});
+  const Tokenizer* tok = testing_util::real_model_tokenizer({"gpt2/smollm"}, "smollm2");
   if (tok == nullptr) GTEST_SKIP() << "SmolLM2 not in test-models/ (scripts/fetch-models.sh)";
   EXPECT_EQ(tok->encode("Hello, we can use", false, false),
             (std::vector<int32_t>{19556, 28, 392, 416, 722}));
@@ -298,7 +298,7 @@ TEST(RealModels, SmolLm2) {
 }
 
 TEST(RealModels, Qwen25) {
-  const Tokenizer* tok = testing_util::real_model_tokenizer({"gpt2/qwen2"});
+  const Tokenizer* tok = testing_util::real_model_tokenizer({"gpt2/qwen2"}, "qwen2");
   if (tok == nullptr) GTEST_SKIP() << "no Qwen2 model in test-models/ (scripts/fetch-models.sh)";
   const int32_t im_start = tok->find_token("<|im_start|>"), im_end = tok->find_token("<|im_end|>");
   EXPECT_TRUE(tok->is_end_of_generation(im_end));
@@ -316,7 +316,7 @@ TEST(RealModels, Qwen25) {
 }
 
 TEST(RealModels, Gemma3) {
-  const Tokenizer* tok = testing_util::real_model_tokenizer({"llama/default"});
+  const Tokenizer* tok = testing_util::real_model_tokenizer({"llama/default"}, "gemma");
   if (tok == nullptr || tok->find_token("<start_of_turn>") < 0) {
     GTEST_SKIP() << "no Gemma 3 model in test-models/ (scripts/fetch-models.sh)";
   }
