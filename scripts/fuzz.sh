@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the GGUF libFuzzer target with clang into build-fuzz and runs it for $1 seconds
-# (default 60), seeded with the golden models (../shared/golden/*.gguf, when present) and
+# Builds the libFuzzer targets with clang into build-fuzz and runs the GGUF parser target
+# for $1 seconds (default 60), then the HTTP request parser target for half that. GGUF is seeded with the golden models (../shared/golden/*.gguf, when present) and
 # the hostile corpus (tests/hostile/*.gguf). New inputs accumulate in fuzz-out/corpus;
 # crashes are written to fuzz-out/ and make this script fail.
 #   bash scripts/fuzz.sh [SECONDS]
@@ -17,7 +17,7 @@ jobs=${FUZZ_JOBS:-1}
 
 CC=clang CXX=clang++ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DHYPURA_FUZZ=ON -DHYPURA_WERROR=ON -DHYPURA_BUILD_TESTS=OFF -DHYPURA_BUILD_BENCH=OFF >/dev/null
-cmake --build "$build_dir" --target gguf_fuzz -j"$(nproc)"
+cmake --build "$build_dir" --target gguf_fuzz http_request_fuzz -j"$(nproc)"
 
 mkdir -p fuzz-out/corpus fuzz-out/seeds
 for seed in ../shared/golden/*.gguf tests/hostile/*.gguf; do
@@ -35,6 +35,21 @@ fi
 echo "fuzz: running gguf_fuzz for ${seconds}s"
 "$build_dir/fuzz/gguf_fuzz" "${args[@]}"
 echo "fuzz: no crash in ${seconds}s"
+
+# The HTTP target: the first byte picks the API, the rest is the request body.
+http_seconds=$(( (seconds + 1) / 2 ))
+mkdir -p fuzz-out/http-corpus fuzz-out/http-seeds
+printf '\x00{"model":"m","prompt":"hi","options":{"temperature":0.5,"stop":["x"]}}' \
+  >fuzz-out/http-seeds/generate.json
+printf '\x01{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":false}' \
+  >fuzz-out/http-seeds/chat.json
+printf '\x02{"model":"m","messages":[{"role":"system","content":"s"}],"stream":true,"stream_options":{"include_usage":true}}' \
+  >fuzz-out/http-seeds/openai_chat.json
+echo "fuzz: running http_request_fuzz for ${http_seconds}s"
+"$build_dir/fuzz/http_request_fuzz" fuzz-out/http-corpus fuzz-out/http-seeds \
+  -max_total_time="$http_seconds" -max_len=4096 -rss_limit_mb=2048 \
+  -timeout="${FUZZ_TIMEOUT:-10}" -artifact_prefix=fuzz-out/http- -print_final_stats=1
+echo "fuzz: no crash in ${http_seconds}s (http)"
 
 if [ "${FUZZ_COVERAGE:-0}" = 1 ]; then
   cov_dir="${build_dir}-cov"

@@ -27,7 +27,8 @@ def expect(cond, msg):
 
 def main():
     hypura, source = sys.argv[1], sys.argv[2]
-    vocab = os.path.join(source, "..", "shared", "golden", "llama-f32.gguf")
+    golden = os.environ.get("HYPURA_GOLDEN_DIR") or os.path.join(source, "..", "shared", "golden")
+    vocab = os.path.join(golden, "llama-f32.gguf")
     check = os.path.join(source, "src", "model", "synth", "check_synth.py")
     with tempfile.TemporaryDirectory(prefix="hypura-synth-cli-") as tmp:
         pairs = []
