@@ -377,4 +377,20 @@ AlignedView aligned_view(uint64_t offset, uint64_t length, uint64_t alignment) {
   return v;
 }
 
+Result<std::vector<std::unique_ptr<Storage>>> Storage::open_all(
+    const std::vector<std::string>& paths, const StorageOptions& options,
+    const std::function<std::unique_ptr<IoEngine>()>& make_engine) {
+  std::vector<std::unique_ptr<Storage>> storages;
+  for (const std::string& path : paths) {
+    std::unique_ptr<Storage> storage;
+    if (make_engine) {
+      HYPURA_ASSIGN_OR_RETURN(storage, open(path, options, make_engine()));
+    } else {
+      HYPURA_ASSIGN_OR_RETURN(storage, open(path, options));
+    }
+    storages.push_back(std::move(storage));
+  }
+  return storages;
+}
+
 }  // namespace hypura::io

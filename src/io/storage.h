@@ -22,9 +22,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "io/engine.h"
@@ -59,6 +61,11 @@ class Storage {
   static Result<std::unique_ptr<Storage>> open(const std::string& path,
                                                const StorageOptions& options,
                                                std::unique_ptr<IoEngine> engine);
+  // One Storage per path (the files of a split model). make_engine, when given, supplies
+  // each one's engine (tests inject faults); otherwise options.engine picks it.
+  static Result<std::vector<std::unique_ptr<Storage>>> open_all(
+      const std::vector<std::string>& paths, const StorageOptions& options,
+      const std::function<std::unique_ptr<IoEngine>()>& make_engine = {});
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;

@@ -46,7 +46,8 @@ Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufF
   std::unique_ptr<ExpertProvider> p(new ExpertProvider(file, ledger));
   p->config_ = std::move(config);
   HYPURA_RETURN_IF_ERROR(p->build_layout());
-  HYPURA_RETURN_IF_ERROR(p->open_storage(p->config_));
+  HYPURA_ASSIGN_OR_RETURN(p->storages_, io::Storage::open_all(p->file_.paths(), p->config_.storage,
+                                                              p->config_.make_engine));
   const uint32_t n_slots = std::max<uint32_t>(p->config_.cache_experts, 1);
   // The cache first: a budget refusal should come before a long load.
   HYPURA_ASSIGN_OR_RETURN(p->cache_memory_,
@@ -118,19 +119,6 @@ Status ExpertProvider::build_layout() {
       el.expert_bytes += el.slice_bytes[p];
     }
     slot_bytes_ = std::max(slot_bytes_, cursor);
-  }
-  return Status::ok();
-}
-
-Status ExpertProvider::open_storage(const ExpertConfig& config) {
-  for (const std::string& path : file_.paths()) {
-    std::unique_ptr<io::Storage> storage;
-    if (config.make_engine) {
-      HYPURA_ASSIGN_OR_RETURN(storage, io::Storage::open(path, config.storage, config.make_engine()));
-    } else {
-      HYPURA_ASSIGN_OR_RETURN(storage, io::Storage::open(path, config.storage));
-    }
-    storages_.push_back(std::move(storage));
   }
   return Status::ok();
 }

@@ -140,7 +140,6 @@ class ExpertProvider final : public WeightProvider {
 
   ExpertProvider(const gguf::GgufFile& file, MemoryLedger& ledger) : file_(file), ledger_(ledger) {}
   Status build_layout();
-  Status open_storage(const ExpertConfig& config);
   Status load_resident(const Progress& progress);
   uint64_t slice_offset(int layer, int part, int expert) const;
 

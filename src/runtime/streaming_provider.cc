@@ -55,7 +55,8 @@ Result<std::unique_ptr<StreamingProvider>> StreamingProvider::create(const gguf:
   }
   std::unique_ptr<StreamingProvider> p(new StreamingProvider(file, ledger));
   HYPURA_RETURN_IF_ERROR(p->build_layout(config));
-  HYPURA_RETURN_IF_ERROR(p->open_storage(config));
+  HYPURA_ASSIGN_OR_RETURN(p->storages_,
+                          io::Storage::open_all(file.paths(), config.storage, config.make_engine));
   const int n_slots = p->stream_layers_.empty() ? 0 : std::max(2, config.n_slots);
   p->depth_ = std::clamp(config.prefetch_depth, 1, std::max(1, n_slots - 1));
   // The pool first: it is small, and a budget refusal should come before a long load.
@@ -109,19 +110,6 @@ Status StreamingProvider::build_layout(const StreamingConfig& config) {
     bytes_per_pass_ += tensors[id].n_bytes;
   }
   for (uint64_t c : cursor) slot_bytes_ = std::max(slot_bytes_, io::align_up(c, kAlign));
-  return Status::ok();
-}
-
-Status StreamingProvider::open_storage(const StreamingConfig& config) {
-  for (const std::string& path : file_.paths()) {
-    std::unique_ptr<io::Storage> storage;
-    if (config.make_engine) {
-      HYPURA_ASSIGN_OR_RETURN(storage, io::Storage::open(path, config.storage, config.make_engine()));
-    } else {
-      HYPURA_ASSIGN_OR_RETURN(storage, io::Storage::open(path, config.storage));
-    }
-    storages_.push_back(std::move(storage));
-  }
   return Status::ok();
 }
 

@@ -122,7 +122,6 @@ class StreamingProvider final : public WeightProvider {
   StreamingProvider(const gguf::GgufFile& file, MemoryLedger& ledger)
       : file_(file), ledger_(ledger) {}
   Status build_layout(const StreamingConfig& config);
-  Status open_storage(const StreamingConfig& config);
   Status load_resident(const Progress& progress);
   Status allocate_pool(int n_slots);
 
