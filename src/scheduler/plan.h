@@ -50,6 +50,10 @@ struct CostModel {
   uint64_t runtime_overhead_bytes = uint64_t{128} << 20;  // binary, tokenizer, allocator slack
   uint64_t gpu_context_bytes = uint64_t{512} << 20;       // CUDA context, allocator slack
   int max_prefetch_depth = 8;
+  // Expert-streaming: the cache takes the host memory left over except this margin,
+  // max(min bytes, fraction x the RAM limit), for memory the ledger does not see.
+  double expert_cache_margin = 0.03;
+  uint64_t expert_cache_margin_min_bytes = uint64_t{64} << 20;
 };
 
 // Memory the plan implies, by owner (bytes). Peak host use is ram_total().
@@ -78,6 +82,7 @@ struct Prediction {
   double io_demand_s = 0;          // part of io_s that cannot be prefetched (expert misses)
   uint64_t storage_bytes_per_token = 0;
   double expert_hit_rate = 0;      // uniform routing assumption; 1 when nothing streams
+  double expert_misses_per_token = 0;  // experts read per generated token (expert-streaming)
   double storage_bound_tok_s = 0;  // seq bandwidth / streamed bytes per token (0: none)
   bool io_bound = false;
 };
@@ -93,7 +98,8 @@ struct Plan {
   uint64_t pool_slot_bytes = 0;
   int prefetch_depth = 0;          // layers read ahead of the one computing
   // Expert cache (expert-streaming): capacity in experts (one expert = its gate, up and
-  // down slices in one layer) of expert_slot_bytes each.
+  // down slices in one layer) of expert_slot_bytes each: the runtime's slot, the largest
+  // layer's three slices each rounded up to 4 KiB plus one spare block (ExpertProvider).
   uint32_t expert_cache_experts = 0;
   uint64_t expert_slot_bytes = 0;
   // Storage reads: request size and queue depth (the profile's best).

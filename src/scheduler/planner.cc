@@ -103,7 +103,9 @@ double bandwidth(const HardwareProfile& p, const CostModel& c, Tier tier) {
 struct LayerCosts {
   std::vector<double> compute_s;   // all tensors of the layer, on their tier's bandwidth
   std::vector<double> read_s;      // prefetchable storage reads (dense tensors)
-  std::vector<double> demand_s;    // reads known only when the layer runs (experts, embedding)
+  std::vector<double> demand_s;    // stall of reads known only when the layer runs (experts,
+                                   // embedding): the part the layer's own compute cannot hide
+  std::vector<double> demand_io_s; // device busy time of those reads (>= demand_s)
 };
 
 // Steady-state seconds per token: reads in layer order on one device, at most `slots`
@@ -127,12 +129,20 @@ double simulate(const LayerCosts& lc, int slots) {
         ready = std::max(ready, read_end);
       }
       double start = ready;
-      if (lc.demand_s[l] > 0) io_free = std::max(io_free, start) + lc.demand_s[l];  // same device
+      if (lc.demand_io_s[l] > 0) io_free = std::max(io_free, start) + lc.demand_io_s[l];  // same device
       compute_end = start + lc.compute_s[l] + lc.demand_s[l];
       if (lc.read_s[l] > 0) streamed_end.push_back(compute_end);
     }
   }
   return compute_end - token_start;
+}
+
+// Host memory the expert cache leaves unallocated: the cache takes everything else, so
+// what the ledger does not see (allocator slack, I/O rings, thread stacks, page tables)
+// must fit here.
+uint64_t expert_cache_margin(const CostModel& c, uint64_t ram_limit) {
+  return std::max(c.expert_cache_margin_min_bytes,
+                  static_cast<uint64_t>(c.expert_cache_margin * static_cast<double>(ram_limit)));
 }
 
 Mode derive_mode(const ModelTensors& m, const std::vector<Tier>& tiers) {
@@ -236,10 +246,16 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   mem.work_ram = work_bytes(m, b);
 
   LayerCosts lc{std::vector<double>(n_pipe, c.per_layer_overhead_s), std::vector<double>(n_pipe, 0.0),
-                std::vector<double>(n_pipe, 0.0)};
+                std::vector<double>(n_pipe, 0.0), std::vector<double>(n_pipe, 0.0)};
+  // Only expert-streaming mode reads single experts through the cache (ExpertProvider); in
+  // the other modes the streaming provider reads a streamed expert tensor whole, so it is
+  // costed as a dense streamed tensor (all n_expert experts per token).
+  const bool expert_mode = derive_mode(m, plan.tiers) == Mode::kExpertStreaming;
   std::vector<uint64_t> streamed_bytes(n_pipe, 0);
   std::vector<uint64_t> slot_need(n_pipe, 0);
   std::vector<uint64_t> expert_bytes_layer(n_pipe, 0);  // one expert's gate+up+down
+  std::vector<uint64_t> expert_slot_layer(n_pipe, 0);   // the same in an ExpertProvider slot
+  std::vector<double> expert_compute_s(n_pipe, 0.0);    // the routed experts' compute
   uint64_t expert_total_bytes = 0, storage_bytes = 0;
   uint64_t experts_total = 0;
   bool any_gpu = false;
@@ -254,14 +270,17 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
     // machine (the original's Metal rig), host RAM for the CPU otherwise.
     Tier computes_on = tier == Tier::kStorage ? (lim.unified && lim.has_gpu ? Tier::kGpu : Tier::kRam) : tier;
     lc.compute_s[L] += touched / bandwidth(p, c, computes_on);
+    if (model::is_moe_expert(t.role)) expert_compute_s[L] += touched / bandwidth(p, c, computes_on);
     if (tier == Tier::kGpu) {
       any_gpu = true;
       mem.gpu_weights += t.bytes;
       if (model::is_attention(t.role) && t.layer >= 0) kv_gpu[L] = true;
     } else if (tier == Tier::kRam) {
       mem.ram_weights += t.bytes;
-    } else if (model::is_moe_expert(t.role) && t.n_expert > 0) {
-      expert_bytes_layer[L] += t.bytes / static_cast<uint64_t>(t.n_expert);
+    } else if (expert_mode && model::is_moe_expert(t.role) && t.n_expert > 0) {
+      const uint64_t slice = t.bytes / static_cast<uint64_t>(t.n_expert);
+      expert_bytes_layer[L] += slice;
+      expert_slot_layer[L] += align_up(slice) + kAlign;  // as ExpertProvider lays out a slot
       expert_total_bytes += t.bytes;
     } else if (t.role == TensorRole::kTokenEmbedding && t.access_per_token < 1.0) {
       double iops = 0;
@@ -301,44 +320,52 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   plan.pool_slots = n_streamed_layers ? static_cast<uint32_t>(std::min(depth + 1, n_streamed_layers)) : 0;
   mem.pool = plan.pool_slot_bytes * plan.pool_slots;
 
-  // Expert cache: a byte budget (experts differ in size across layers: Q6_K ffn_down in
-  // some) taking the RAM left over, at least two layers' worth of routed experts.
-  uint64_t expert_max = *std::max_element(expert_bytes_layer.begin(), expert_bytes_layer.end());
-  double hit = 1.0;
-  if (expert_max > 0) {
+  // Expert cache (expert-streaming): slots of the provider's layout (the largest layer's
+  // three aligned slices), as many as fit in the RAM left over less a margin for what the
+  // ledger does not see (allocator slack, I/O rings, thread stacks), at least two layers'
+  // worth of routed experts.
+  double hit = 1.0, misses_per_token = 0;
+  if (expert_total_bytes > 0) {
     for (size_t L = 0; L < n_pipe; ++L) experts_total += expert_bytes_layer[L] > 0 ? static_cast<uint64_t>(m.n_expert) : 0;
-    uint64_t mean = expert_total_bytes / experts_total;
-    plan.expert_slot_bytes = mean;
-    uint64_t used = mem.ram_total();
-    uint64_t min_bytes = 2 * static_cast<uint64_t>(std::max<int64_t>(m.n_expert_used, 1)) * expert_max;
-    uint64_t cache = used < lim.ram ? lim.ram - used : 0;
-    cache = std::min(std::max(cache, min_bytes), expert_total_bytes);
-    plan.expert_cache_experts = static_cast<uint32_t>(cache / mean);
-    mem.expert_cache = cache;
-    // Uniform routing: an LRU cache holding a fraction f of the expert bytes hits with rate f.
-    hit = static_cast<double>(cache) / static_cast<double>(expert_total_bytes);
-    double lat = read_latency_s(st);
+    const uint64_t slot = *std::max_element(expert_slot_layer.begin(), expert_slot_layer.end());
+    plan.expert_slot_bytes = slot;
+    const uint64_t used = mem.ram_total() + expert_cache_margin(c, lim.ram);
+    const uint64_t min_slots = 2 * static_cast<uint64_t>(std::max<int64_t>(m.n_expert_used, 1));
+    uint64_t slots = used < lim.ram ? (lim.ram - used) / slot : 0;
+    slots = std::min(std::max(slots, min_slots), experts_total);
+    plan.expert_cache_experts = static_cast<uint32_t>(slots);
+    mem.expert_cache = slots * slot;
+    // Uniform routing: a cache holding a fraction f of the experts hits with rate f.
+    hit = static_cast<double>(slots) / static_cast<double>(experts_total);
+    const double lat = read_latency_s(st);
     for (size_t L = 0; L < n_pipe; ++L) {
       if (expert_bytes_layer[L] == 0) continue;
-      double miss_bytes = static_cast<double>(m.n_expert_used) * expert_bytes_layer[L] * (1 - hit);
-      lc.demand_s[L] += miss_bytes / st.seq_read_bps + (miss_bytes > 0 ? lat * (1 - hit) : 0);
+      // One token routes n_used experts; their reads start together at route() and each
+      // expert computes as its bytes arrive, so the layer's expert compute hides reads.
+      const double miss_bytes = static_cast<double>(m.n_expert_used) * expert_bytes_layer[L] * (1 - hit);
+      const double io = miss_bytes / st.seq_read_bps + (miss_bytes > 0 ? lat * (1 - hit) : 0);
+      lc.demand_io_s[L] += io;
+      lc.demand_s[L] += std::max(0.0, io - expert_compute_s[L]);
       storage_bytes += static_cast<uint64_t>(miss_bytes);
+      misses_per_token += static_cast<double>(m.n_expert_used) * (1 - hit);
     }
   } else {
     plan.expert_cache_experts = 0;
   }
   lc.demand_s[0] += emb_demand;
+  lc.demand_io_s[0] += emb_demand;
   plan.memory = mem;
 
   Prediction& pr = plan.prediction;
   pr = Prediction{};
   pr.compute_s = std::accumulate(lc.compute_s.begin(), lc.compute_s.end(), 0.0);
-  pr.io_demand_s = std::accumulate(lc.demand_s.begin(), lc.demand_s.end(), 0.0);
+  pr.io_demand_s = std::accumulate(lc.demand_io_s.begin(), lc.demand_io_s.end(), 0.0);
   pr.io_s = std::accumulate(lc.read_s.begin(), lc.read_s.end(), 0.0) + pr.io_demand_s;
   pr.seconds_per_token = simulate(lc, depth + 1);
   pr.tok_per_s = pr.seconds_per_token > 0 ? 1.0 / pr.seconds_per_token : 0;
   pr.storage_bytes_per_token = storage_bytes;
   pr.expert_hit_rate = hit;
+  pr.expert_misses_per_token = misses_per_token;
   pr.storage_bound_tok_s = storage_bytes > 0 ? st.seq_read_bps / static_cast<double>(storage_bytes) : 0;
   pr.io_bound = pr.io_s > pr.compute_s;
   plan.mode = derive_mode(m, plan.tiers);
@@ -410,11 +437,9 @@ struct Search {
 
   // The (dense FFN groups, attention groups) frontier on top of `base`: for each number of
   // FFN groups the fewest attention groups that fit (a count whose maximum does not fit
-  // is skipped after one evaluation). With `keep_going` (experts stream and the cache
-  // takes what is left, so streaming more can buy cache hits) the chain "k FFN groups,
-  // then all FFN and k attention groups" is tried instead, keeping the fastest.
-  // Pure-FFN plans win unless a mixed one is kMinGain faster.
-  void frontier(const std::vector<bool>& base, bool keep_going, Candidate& best) const {
+  // is skipped after one evaluation). Pure-FFN plans win unless a mixed one is kMinGain
+  // faster.
+  void frontier(const std::vector<bool>& base, Candidate& best) const {
     auto ffn = class_groups(m, StreamClass::kDenseFfn);
     auto attn = class_groups(m, StreamClass::kAttention);
     Candidate pure, mixed;
@@ -429,19 +454,14 @@ struct Search {
       }
       return true;
     };
-    if (keep_going) {
-      for (int k2 = 0; k2 <= n2; ++k2) consider(plus(base, ffn, k2), true);
-      for (int k3 = 1; k3 <= n3; ++k3) consider(plus(plus(base, ffn, n2), attn, k3), false);
-    } else {
-      Plan probe;
-      for (int k2 = 0; k2 <= n2; ++k2) {
-        std::vector<bool> with_ffn = plus(base, ffn, k2);
-        if (n3 > 0 && !attempt(plus(with_ffn, attn, n3), probe)) continue;
-        for (int k3 = 0; k3 <= n3; ++k3) {
-          if (consider(plus(with_ffn, attn, k3), k3 == 0)) break;
-        }
-        if (pure.found) break;  // more FFN streaming only adds reads
+    Plan probe;
+    for (int k2 = 0; k2 <= n2; ++k2) {
+      std::vector<bool> with_ffn = plus(base, ffn, k2);
+      if (n3 > 0 && !attempt(plus(with_ffn, attn, n3), probe)) continue;
+      for (int k3 = 0; k3 <= n3; ++k3) {
+        if (consider(plus(with_ffn, attn, k3), k3 == 0)) break;
       }
+      if (pure.found) break;  // more FFN streaming only adds reads
     }
     for (Candidate* cand : {&pure, &mixed}) {
       if (!cand->found) continue;
@@ -450,9 +470,10 @@ struct Search {
     }
   }
 
-  // The least streaming that fits at this depth: nothing; else every expert tensor (the
-  // cache then holds any fraction of them) and the best dense frontier on top; else the
-  // dense frontier alone; else everything streamable, the token embedding included.
+  // The least streaming that fits at this depth: nothing; else every expert tensor (expert
+  // streaming: the cache then holds any fraction of them); else the best dense frontier
+  // with or without the expert tensors streamed; else everything streamable, the token
+  // embedding included.
   Candidate run() const {
     std::vector<bool> none(m.tensors.size(), false);
     Candidate best;
@@ -462,15 +483,19 @@ struct Search {
     }
     auto experts = class_groups(m, StreamClass::kExperts);
     if (!experts.empty()) {
+      // Expert streaming whenever it fits: the cache takes whatever memory is left, which
+      // serves any routing better than pinning whole layers, and the runtime's expert
+      // provider reads single experts only in this mode.
       std::vector<bool> base = plus(none, experts, static_cast<int>(experts.size()));
-      if (attempt(base, best.plan)) best.found = true;
-      frontier(base, /*keep_going=*/true, best);
-      if (best.found) return best;
-      frontier(base, false, best);
-      if (best.found) return best;
-      none = base;
+      if (attempt(base, best.plan)) {
+        best.found = true;
+        return best;
+      }
+      // Expert tensors streamed whole with the dense frontier (full-streaming), or kept
+      // resident while the dense frontier streams, whichever is faster.
+      frontier(base, best);
     }
-    frontier(none, false, best);
+    frontier(none, best);
     if (best.found) return best;
     std::vector<bool> all(m.tensors.size(), false);
     for (size_t i = 0; i < all.size(); ++i) all[i] = stream_class(m.tensors[i]) != StreamClass::kNever;
@@ -479,7 +504,8 @@ struct Search {
   }
 };
 
-void explain(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, const Limits& lim, Plan& plan) {
+void explain(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, const CostModel& c,
+             const Limits& lim, Plan& plan) {
   auto& e = plan.explanation;
   const MemoryPlan& mem = plan.memory;
   uint64_t reserve = b.reserve_bytes.value_or(p.memory.reserve_bytes);
@@ -513,10 +539,18 @@ void explain(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, 
                 " layers ahead (the depth with the lowest predicted time: each extra layer of prefetch "
                 "costs its slots in memory, i.e. more streamed bytes).");
   }
-  if (plan.expert_cache_experts > 0) {
+  if (plan.mode == Mode::kExpertStreaming) {
+    e.push_back("Expert streaming: every non-expert tensor resident (" + gib(mem.ram_weights + mem.gpu_weights) +
+                "); the stacked expert tensors (" + gib(on_storage) + ") stay on storage and only the experts the "
+                "routers select are read, into an expert cache that takes the host memory left after the "
+                "fixed costs, less a margin of " + gib(expert_cache_margin(c, lim.ram)) + ".");
     e.push_back("Expert cache: " + std::to_string(plan.expert_cache_experts) + " experts of " +
                 gib(plan.expert_slot_bytes) + " = " + gib(mem.expert_cache) + "; uniform-routing hit rate " +
-                fmt("%.1f%%", 100 * plan.prediction.expert_hit_rate) + " (real routing is more local: a lower bound).");
+                fmt("%.1f%%", 100 * plan.prediction.expert_hit_rate) + " (real routing is more local: a lower bound); "
+                "expected misses " + fmt("%.1f", plan.prediction.expert_misses_per_token) + " experts per token.");
+  } else if (on_storage > 0 && m.n_expert > 0) {
+    e.push_back("Expert streaming does not fit (the non-expert tensors, fixed costs and a cache of two "
+                "layers' routed experts exceed the limit): expert tensors on storage are read whole.");
   }
   const Prediction& pr = plan.prediction;
   std::string bound = pr.io_bound ? "storage-bound" : "compute-bound";
@@ -565,11 +599,13 @@ Result<Plan> place(const ModelTensors& m, const HardwareProfile& p, const Budget
   // The layer-prefix placement (whole layers resident in order) is a candidate too: the
   // class order above is within one group of the best for dense models, but for MoE
   // models a whole resident layer can beat spreading the cache (docs/PLANNER.md).
-  auto prefix = place_layers_in_order(m, p, b, c);
+  // Not for expert streaming: there the cache already holds what whole layers would.
+  auto prefix = best.plan.mode == Mode::kExpertStreaming ? Result<Plan>(resource_exhausted("expert streaming"))
+                                                         : place_layers_in_order(m, p, b, c);
   bool prefix_won = prefix.is_ok() &&
                     prefix->prediction.seconds_per_token < best.plan.prediction.seconds_per_token * (1 - 1e-9);
   if (prefix_won) best.plan = std::move(prefix).value();
-  explain(m, p, b, lim, best.plan);
+  explain(m, p, b, c, lim, best.plan);
   if (prefix_won) {
     best.plan.explanation.push_back("Chosen over the class-ordered placement: keeping whole layers resident in "
                                     "order predicts a faster token here.");

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -256,6 +257,103 @@ TEST(Planner, WithinOneGroupOfTheExhaustiveOptimum) {
     EXPECT_LE(plan->prediction.seconds_per_token, best + bound + 1e-9);
   }
   EXPECT_GE(planned, 3);
+}
+
+// Issue 8: a MoE model that does not fit but whose non-expert tensors, fixed costs and a
+// small cache do gets expert streaming: every non-expert tensor resident, every expert
+// tensor on storage, and the cache taking the rest of the budget less the margin.
+TEST(ExpertStreaming, ChosenUnderTightBudgetsForMoeShapes) {
+  HardwareProfile p = fixture("cpu_24g.json");
+  const CostModel cost;
+  for (const ShapeSpec& shape : {moe_preset_q4km(), mixtral_8x7b_q4km(), qwen3_30b_a3b_q4km()}) {
+    ModelTensors m = synthetic_model(shape);
+    for (uint64_t budget_gib : {2, 3}) {
+      Budgets b;
+      b.ram_bytes = budget_gib << 30;
+      b.n_ctx = 1024;
+      Plan plan = must_place(m, p, b);
+      char what[96];
+      std::snprintf(what, sizeof what, "%s --ram-budget %lluG", shape.name.c_str(),
+                    static_cast<unsigned long long>(budget_gib));
+      print_plan(what, plan);
+      ASSERT_EQ(plan.mode, Mode::kExpertStreaming) << what;
+      for (size_t i = 0; i < m.tensors.size(); ++i) {
+        const bool expert = model::is_moe_expert(m.tensors[i].role);
+        EXPECT_EQ(plan.tiers[i] == Tier::kStorage, expert) << m.tensors[i].name << " " << what;
+      }
+      const MemoryPlan& mem = plan.memory;
+      EXPECT_EQ(mem.pool, 0u);
+      EXPECT_LE(mem.ram_total(), *b.ram_bytes) << what;
+      // The cache takes the rest: less than one slot more would break the margin.
+      const uint64_t margin = std::max(cost.expert_cache_margin_min_bytes,
+                                       static_cast<uint64_t>(cost.expert_cache_margin * *b.ram_bytes));
+      EXPECT_LE(mem.ram_total() + margin, *b.ram_bytes) << what;
+      EXPECT_GT(mem.ram_total() + margin + plan.expert_slot_bytes, *b.ram_bytes) << what;
+      EXPECT_EQ(mem.expert_cache, plan.expert_cache_experts * plan.expert_slot_bytes);
+      // Uniform hit rate: cached experts over all experts; misses n_used x (1 - hit) per layer.
+      const double all = static_cast<double>(m.n_expert * m.n_layer);
+      EXPECT_NEAR(plan.prediction.expert_hit_rate, plan.expert_cache_experts / all, 1e-9);
+      EXPECT_NEAR(plan.prediction.expert_misses_per_token,
+                  m.n_layer * m.n_expert_used * (1 - plan.prediction.expert_hit_rate), 1e-6);
+      EXPECT_GT(plan.prediction.tok_per_s, 0);
+      const std::string text = plan_to_text(plan, m);
+      EXPECT_NE(text.find("Expert streaming: every non-expert tensor resident"), std::string::npos);
+    }
+  }
+}
+
+// Slots are laid out as ExpertProvider lays them out: each of the three slices rounded
+// up to 4 KiB plus one spare block, in the layer with the largest experts.
+TEST(ExpertStreaming, SlotBytesMatchTheProviderLayout) {
+  ModelTensors m = synthetic_model(moe_preset_q4km());
+  Budgets b;
+  b.ram_bytes = 3ull << 30;
+  b.n_ctx = 1024;
+  Plan plan = must_place(m, fixture("cpu_24g.json"), b);
+  std::vector<uint64_t> per_layer(static_cast<size_t>(m.n_layer), 0);
+  for (const TensorDesc& t : m.tensors) {
+    if (!model::is_moe_expert(t.role)) continue;
+    per_layer[static_cast<size_t>(t.layer)] += (t.bytes / t.n_expert + 4095) / 4096 * 4096 + 4096;
+  }
+  EXPECT_EQ(plan.expert_slot_bytes, *std::max_element(per_layer.begin(), per_layer.end()));
+}
+
+// Misses are read at storage speed while the routed experts compute: with compute free,
+// time per token is the expected miss bytes over the bandwidth (plus request latency);
+// with storage free, it is the compute.
+TEST(ExpertStreaming, PredictionOverlapsMissesWithExpertCompute) {
+  ModelTensors m = synthetic_model(moe_preset_q4km());
+  Budgets b;
+  b.ram_bytes = 2ull << 30;
+  b.n_ctx = 1024;
+  HardwareProfile fast_ram = fixture("cpu_24g.json");
+  fast_ram.memory.read_bandwidth_bps = 1e15;
+  Plan io = must_place(m, fast_ram, b);
+  const double miss_s = io.prediction.storage_bytes_per_token / fast_ram.storage.seq_read_bps;
+  EXPECT_GE(io.prediction.seconds_per_token, miss_s);
+  EXPECT_LE(io.prediction.seconds_per_token, miss_s * 1.1 + m.n_layer * 25e-6);
+  EXPECT_TRUE(io.prediction.io_bound);
+  HardwareProfile fast_disk = fixture("cpu_24g.json");
+  fast_disk.storage.seq_read_bps = 1e15;
+  fast_disk.storage.random.clear();
+  Plan cpu = must_place(m, fast_disk, b);
+  EXPECT_NEAR(cpu.prediction.seconds_per_token, cpu.prediction.compute_s, cpu.prediction.compute_s * 0.02);
+}
+
+// When even the non-expert tensors and a minimal cache do not fit, the planner falls
+// back (expert tensors then stream whole, costed as such) or refuses with the numbers.
+TEST(ExpertStreaming, FallsBackOnlyWhenTheMinimalCacheDoesNotFit) {
+  ModelTensors m = synthetic_model(mixtral_8x7b_q4km());
+  Budgets b;
+  b.ram_bytes = 1536ull << 20;
+  b.n_ctx = 1024;
+  auto plan = place(m, fixture("cpu_24g.json"), b);
+  if (plan.is_ok()) {
+    EXPECT_NE(plan->mode, Mode::kExpertStreaming);
+    EXPECT_LE(plan->memory.ram_total(), *b.ram_bytes);
+  } else {
+    EXPECT_EQ(plan.status().code(), StatusCode::kResourceExhausted);
+  }
 }
 
 TEST(Evaluate, ModeFollowsWhatIsOnStorage) {

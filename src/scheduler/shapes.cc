@@ -148,6 +148,21 @@ ShapeSpec mixtral_8x7b_q5km() {
   return s;
 }
 
+ShapeSpec mixtral_8x7b_q4km() {
+  ShapeSpec s = mixtral_8x7b_q5km();
+  s.name = "Mixtral-8x7B Q4_K_M (shape)";
+  s.mix = QuantMix::kQ4_K_M;
+  return s;
+}
+
+ShapeSpec moe_preset_q4km() {
+  ShapeSpec s;
+  s.name = "moe preset Q4_K_M (shape)";
+  s.n_vocab = 32000; s.n_embd = 2048; s.n_layer = 24; s.n_head = 32; s.n_head_kv = 8;
+  s.n_ff = 5632; s.n_expert = 8; s.n_expert_used = 2; s.n_ff_exp = 5632;
+  return s;
+}
+
 ShapeSpec llama33_70b_q4km() {
   ShapeSpec s;
   s.name = "Llama-3.3-70B Q4_K_M (shape)";

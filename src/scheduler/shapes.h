@@ -46,6 +46,8 @@ ModelTensors synthetic_model(const ShapeSpec& spec);
 // SPEC.md section 5 and issue 5's shapes.
 ShapeSpec qwen25_14b_q4km();      // 8.4 GiB, dense
 ShapeSpec mixtral_8x7b_q5km();    // ~30.9 GiB, 8 experts (2 used)
+ShapeSpec mixtral_8x7b_q4km();    // ~26 GB: the "mixtral-8x7b" synthetic preset
+ShapeSpec moe_preset_q4km();      // 4.0 GiB: the "moe" synthetic preset, 8 experts (2 used)
 ShapeSpec llama33_70b_q4km();     // 39.6 GiB, dense
 ShapeSpec qwen3_30b_a3b_q4km();   // 128 experts (8 used)
 ShapeSpec kimi_k2_q4km();         // ~1T parameters: 61 layers, 384 experts of 2048 (8 used) + 1 shared
