@@ -74,7 +74,7 @@ int run_replay(const ReplayArgs& a) {
   out["warmup_tokens"] = a.warmup;
   out["results"] = nlohmann::json::array();
   const CachePolicy policies[] = {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kAgedLfu,
-                                  CachePolicy::kLayerAware};
+                                  CachePolicy::kLayerAware, CachePolicy::kAdaptive};
   for (uint32_t cap : caps) {
     nlohmann::json row;
     row["capacity"] = cap;
@@ -95,14 +95,15 @@ int run_replay(const ReplayArgs& a) {
               "recur within 8 tokens %.1f%%; hits counted after %d tokens\n",
               t.n_layer, t.n_expert, t.n_expert_used, static_cast<unsigned long long>(loc.tokens),
               100 * loc.repeat_next, 100 * loc.recur_within, a.warmup);
-  std::printf("%10s %7s | %8s | %-16s %-16s %-16s %-16s\n", "capacity", "of all", "belady", "lru (ratio)",
-              "lfu (ratio)", "aged-lfu (ratio)", "layer-aware");
+  std::printf("%10s %7s | %8s |", "capacity", "of all", "belady");
+  for (CachePolicy p : policies) std::printf(" %-17s", (std::string(runtime::cache_policy_name(p)) + " (ratio)").c_str());
+  std::printf("\n");
   for (const auto& row : out["results"]) {
     std::printf("%10u %6.1f%% | %7.2f%% |", row["capacity"].get<uint32_t>(), 100 * row["fraction"].get<double>(),
                 100 * row["belady"].get<double>());
     for (CachePolicy p : policies) {
       const auto& r = row[runtime::cache_policy_name(p)];
-      std::printf(" %6.2f%% (%.3f) ", 100 * r["hit_rate"].get<double>(), r["ratio_to_belady"].get<double>());
+      std::printf(" %6.2f%% (%.3f)  ", 100 * r["hit_rate"].get<double>(), r["ratio_to_belady"].get<double>());
     }
     std::printf("\n");
   }

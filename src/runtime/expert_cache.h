@@ -18,12 +18,20 @@
 //             of the next layer may be needed at once. This is the part of Belady's
 //             knowledge an online cache has for free; it keeps caches smaller than one
 //             token's working set from thrashing the way LRU does. Needs set_layer().
+//   kAdaptive  (default) runs LRU and layer-aware as ghost caches of the same capacity
+//             (keys only, fed every access) and evicts by the rule of whichever ghost
+//             has had more hits recently (hits decayed with a half-life of 4 x capacity
+//             accesses). Neither fixed rule wins everywhere (layer-aware keeps caches
+//             smaller than a token's working set from thrashing; LRU wins at ~10% of the
+//             experts on calibrated traces); following the better one loses to neither by
+//             more than the switching costs (docs/MOE.md, routing_trace_test.cc).
 //
 // Thread-safety: none; one owner (the forward-pass thread, or the replay tool).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,12 +39,13 @@
 
 namespace hypura::runtime {
 
-enum class CachePolicy { kLru, kLfu, kAgedLfu, kLayerAware };
-const char* cache_policy_name(CachePolicy policy);  // "lru", "lfu", "aged-lfu", "layer-aware"
+enum class CachePolicy { kLru, kLfu, kAgedLfu, kLayerAware, kAdaptive };
+// "lru", "lfu", "aged-lfu", "layer-aware", "adaptive"
+const char* cache_policy_name(CachePolicy policy);
 Result<CachePolicy> parse_cache_policy(const std::string& name);
 
 // The policy the expert provider uses unless told otherwise (chosen on traces, MOE.md).
-inline constexpr CachePolicy kDefaultCachePolicy = CachePolicy::kLayerAware;
+inline constexpr CachePolicy kDefaultCachePolicy = CachePolicy::kAdaptive;
 
 class ExpertCache {
  public:
@@ -45,6 +54,9 @@ class ExpertCache {
   // of generation, every layer accessed once per token).
   ExpertCache(uint32_t capacity, int n_layer, int n_expert, CachePolicy policy,
               double half_life = 0);
+  ~ExpertCache();
+  ExpertCache(ExpertCache&&) noexcept;
+  ExpertCache& operator=(ExpertCache&&) noexcept;
 
   uint32_t capacity() const { return static_cast<uint32_t>(slots_.size()); }
   CachePolicy policy() const { return policy_; }
@@ -54,7 +66,7 @@ class ExpertCache {
     return index_[static_cast<size_t>(layer) * n_expert_ + expert];
   }
   // The layer being routed now (kLayerAware's position in the layer cycle).
-  void set_layer(int layer) { current_layer_ = layer; }
+  void set_layer(int layer);
   // Records an access of the entry in `slot` (a hit, or the use after an insert).
   void touch(int slot);
   // A slot for a new entry: an empty slot if any, else the policy's victim among occupied
@@ -68,6 +80,8 @@ class ExpertCache {
   bool occupied(int slot) const { return slots_[slot].layer >= 0; }
   int layer_of(int slot) const { return slots_[slot].layer; }
   int expert_of(int slot) const { return slots_[slot].expert; }
+  // kAdaptive: the rule followed now (kLru or kLayerAware); the policy itself otherwise.
+  CachePolicy following() const { return following_; }
 
  private:
   struct Entry {
@@ -75,7 +89,11 @@ class ExpertCache {
     uint64_t last = 0;     // clock_ at the last access
     double score = 0;      // kLfu: accesses; kAgedLfu: aged accesses as of `last`
   };
-  double value(const Entry& e) const;  // the policy's keep-worthiness now (higher: keep)
+  // kAdaptive's shadow of one fixed rule: a cache of the same capacity over the same
+  // accesses, and its hits decayed over recent accesses.
+  struct Ghost;
+  double value(const Entry& e) const;  // the rule's keep-worthiness now (higher: keep)
+  void observe(int layer, int expert);  // kAdaptive: feeds the ghosts one access
 
   CachePolicy policy_;
   int n_expert_;
@@ -85,6 +103,8 @@ class ExpertCache {
   int current_layer_ = 0;
   std::vector<Entry> slots_;  // (capacity)
   std::vector<int> index_;    // (n_layer * n_expert): slot or -1
+  CachePolicy following_;     // the rule value() applies
+  std::vector<Ghost> ghosts_;  // kAdaptive: LRU, layer-aware
 };
 
 }  // namespace hypura::runtime

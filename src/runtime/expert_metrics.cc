@@ -27,12 +27,14 @@ ExpertRunMetrics expert_run_metrics(const ExpertProvider& p, const ExpertStats& 
   return m;
 }
 
-void set_expert_bound(ExpertRunMetrics& m, double tg_tps, double direct_read_bps, double compute_s_per_token) {
+void set_expert_bound(ExpertRunMetrics& m, double tg_tps, double direct_read_bps, double planned_compute_s) {
   m.tg_tps = tg_tps;
   m.direct_read_bps = direct_read_bps;
+  m.planned_compute_s = planned_compute_s;
+  m.compute_s_per_token = std::max(0.0, ratio(1.0, tg_tps) - m.stall_s_per_token);
   const double io_s = ratio(m.bytes_per_token, direct_read_bps);
   m.io_bound_tps = ratio(1.0, io_s);
-  m.bound_tps = ratio(1.0, std::max(io_s, compute_s_per_token));
+  m.bound_tps = ratio(1.0, std::max(io_s, m.compute_s_per_token));
   m.tg_bound_ratio = ratio(tg_tps, m.bound_tps);
 }
 
@@ -49,6 +51,8 @@ nlohmann::json expert_run_json(const ExpertRunMetrics& m) {
                         {"expert_slot_bytes", m.slot_bytes},
                         {"direct_read_bps", m.direct_read_bps},
                         {"io_bound_tps", m.io_bound_tps},
+                        {"compute_s_per_token", m.compute_s_per_token},
+                        {"planned_compute_s_per_token", m.planned_compute_s},
                         {"bound_tps", m.bound_tps},
                         {"tg_tps", m.tg_tps},
                         {"tg_bound_ratio", m.tg_bound_ratio}};
@@ -66,9 +70,11 @@ std::string expert_run_text(const ExpertRunMetrics& m) {
   std::string out = buf;
   if (m.direct_read_bps > 0) {
     std::snprintf(buf, sizeof buf,
-                  "bound: same-run direct-I/O %.2f GB/s -> %.3f tok/s I/O-bound, %.3f tok/s with compute "
-                  "overlapped; tg %.3f tok/s = %.2f x bound\n",
-                  m.direct_read_bps / 1e9, m.io_bound_tps, m.bound_tps, m.tg_tps, m.tg_bound_ratio);
+                  "bound: same-run direct-I/O %.2f GB/s -> %.3f tok/s I/O-bound; compute %.4f s/token "
+                  "(measured, unstalled; planner %.4f) -> %.3f tok/s with reads overlapped; tg %.3f tok/s = "
+                  "%.2f x bound\n",
+                  m.direct_read_bps / 1e9, m.io_bound_tps, m.compute_s_per_token, m.planned_compute_s,
+                  m.bound_tps, m.tg_tps, m.tg_bound_ratio);
     out += buf;
   }
   return out;

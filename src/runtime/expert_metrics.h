@@ -7,9 +7,12 @@
 //                         that its router then chose / predicted; / chosen)
 //   wasted_bytes          speculative reads evicted before use (whole run, at the end)
 //   stall_s_per_token     time acquire_experts waited for reads / tokens
-//   bound_tps             the storage bound: 1 / max(bytes_per_token / direct-I/O read
-//                         bandwidth measured in the same run, compute seconds per token
-//                         (the planner's estimate)); tg_bound_ratio = tg tok/s / bound_tps
+//   bound_tps             the bound with reads overlapped with compute: 1 / max(io_s,
+//                         compute_s), io_s = bytes_per_token / direct-I/O read bandwidth
+//                         measured in the same run, compute_s = the run's seconds per
+//                         token not spent stalled on expert reads (measured: the planner's
+//                         estimate, planned_compute_s, rests on the profile's RAM bandwidth
+//                         and is reported beside it); tg_bound_ratio = tg tok/s / bound_tps
 //
 // Thread-safety: plain functions over snapshots.
 #pragma once
@@ -33,10 +36,12 @@ struct ExpertRunMetrics {
   uint32_t cache_experts = 0;
   uint64_t slot_bytes = 0;
   double tg_tps = 0, direct_read_bps = 0, io_bound_tps = 0, bound_tps = 0, tg_bound_ratio = 0;
+  double compute_s_per_token = 0;   // measured: 1 / tg_tps - stall_s_per_token
+  double planned_compute_s = 0;     // the planner's estimate
 };
 
-// Fills the bound figures (see above).
-void set_expert_bound(ExpertRunMetrics& m, double tg_tps, double direct_read_bps, double compute_s_per_token);
+// Fills the bound figures (see above). REQUIRES: m from expert_run_metrics (stall known).
+void set_expert_bound(ExpertRunMetrics& m, double tg_tps, double direct_read_bps, double planned_compute_s);
 
 ExpertRunMetrics expert_run_metrics(const ExpertProvider& p, const ExpertStats& before,
                                     const ExpertStats& after, int tokens);

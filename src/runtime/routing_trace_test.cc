@@ -3,8 +3,10 @@
 // and the cache policies against LRU and Belady's optimum on generated traces.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <vector>
 
 #include "runtime/routing_trace.h"
 #include "runtime/trace_replay.h"
@@ -66,33 +68,67 @@ TEST(TraceReplay, BeladyBoundsEveryPolicyAndIsExactOnATinyTrace) {
   for (double f : {0.1, 0.25, 0.5}) {
     const uint32_t cap = fraction_of_experts(g, f);
     const double best = replay(g, cap, std::nullopt, 16).hit_rate();
-    for (CachePolicy p : {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kAgedLfu}) {
+    for (CachePolicy p : {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kAgedLfu, CachePolicy::kLayerAware,
+                          CachePolicy::kAdaptive}) {
       EXPECT_LE(replay(g, cap, p, 16).hit_rate(), best + 1e-12) << cache_policy_name(p);
     }
   }
 }
 
-// The default policy does not lose to LRU (calibrated and uniform traces, several sizes)
-// and reaches 0.9 of Belady's hit rate on calibrated traces at 40% of the experts.
-// Known exception, not asserted: calibrated traces at 10% of the experts, where
-// layer-aware trails LRU by ~1.7 points (docs/MOE.md); at 5% LRU thrashes to 0% and
-// layer-aware keeps ~22%.
-TEST(TraceReplay, DefaultPolicyAgainstLruAndBelady) {
+// The default (adaptive) policy never loses to plain LRU, on calibrated traces (exactly:
+// within 0.2 points, replay noise) and on uniform traces (within 0.5 points: with no
+// locality to exploit the two ghost rules tie and the switching between them costs a
+// few hits), across cache sizes from 5% to 90% of the experts. On the calibrated traces
+// it reaches 0.9 of Belady's hit rate at 40% of the experts (the size the issue's
+// published LRU figure is for); smaller caches are reported in docs/MOE.md, not asserted.
+TEST(TraceReplay, DefaultPolicyNeverLosesToLru) {
+  ASSERT_EQ(kDefaultCachePolicy, CachePolicy::kAdaptive);
   const RoutingTrace calibrated = TraceGenerator{}.generate(kTokens);
+  const RoutingTrace calibrated2 = TraceGenerator{.seed = 7}.generate(kTokens);
   const RoutingTrace uniform = uniform_trace(16, 64, 4, kTokens, 3);
-  for (const RoutingTrace* t : {&calibrated, &uniform}) {
-    for (double f : {0.05, 0.1, 0.25, 0.4, 0.6}) {
-      if (t == &calibrated && f == 0.1) continue;  // the known exception above
-      const uint32_t cap = fraction_of_experts(*t, f);
-      const double lru = replay(*t, cap, CachePolicy::kLru, kWarmup).hit_rate();
-      const double ours = replay(*t, cap, kDefaultCachePolicy, kWarmup).hit_rate();
-      EXPECT_GE(ours, lru - 0.002) << "fraction " << f;  // within replay noise of equal
+  const RoutingTrace uniform_moe = uniform_trace(24, 8, 2, kTokens, 5);  // the "moe" preset's shape
+  struct Case {
+    const RoutingTrace* trace;
+    double tolerance;
+    std::vector<double> fractions;
+  };
+  const std::vector<double> sizes = {0.05, 0.1, 0.25, 0.4, 0.6, 0.9};  // replays of 6144 experts are slow
+  const std::vector<double> fine = {0.05, 0.1, 0.15, 0.25, 0.4, 0.6, 0.75, 0.9};
+  for (const Case& c : {Case{&calibrated, 0.002, sizes}, Case{&calibrated2, 0.002, {0.1, 0.15}},
+                        Case{&uniform, 0.005, fine}, Case{&uniform_moe, 0.005, fine}}) {
+    for (double f : c.fractions) {
+      const uint32_t cap = std::max<uint32_t>(1, fraction_of_experts(*c.trace, f));
+      const double lru = replay(*c.trace, cap, CachePolicy::kLru, kWarmup).hit_rate();
+      const double ours = replay(*c.trace, cap, kDefaultCachePolicy, kWarmup).hit_rate();
+      EXPECT_GE(ours, lru - c.tolerance) << "fraction " << f << " of " << c.trace->n_layer << "x"
+                                         << c.trace->n_expert;
     }
   }
-  const uint32_t cap = fraction_of_experts(calibrated, 0.4);
-  const double best = replay(calibrated, cap, std::nullopt, kWarmup).hit_rate();
-  const double ours = replay(calibrated, cap, kDefaultCachePolicy, kWarmup).hit_rate();
-  EXPECT_GE(ours, 0.9 * best);
+  for (const RoutingTrace* t : {&calibrated, &calibrated2}) {
+    const uint32_t cap = fraction_of_experts(*t, 0.4);
+    const double best = replay(*t, cap, std::nullopt, kWarmup).hit_rate();
+    EXPECT_GE(replay(*t, cap, kDefaultCachePolicy, kWarmup).hit_rate(), 0.9 * best);
+  }
+}
+
+// The adaptive policy follows whichever rule its ghosts score better: layer-aware on a
+// cache far smaller than a token's working set (LRU thrashes to 0 there).
+TEST(ExpertCache, AdaptiveFollowsTheBetterGhost) {
+  const RoutingTrace t = TraceGenerator{}.generate(80);
+  ExpertCache cache(fraction_of_experts(t, 0.05), t.n_layer, t.n_expert, CachePolicy::kAdaptive);
+  for (const RoutingRecord& r : t.records) {
+    cache.set_layer(r.layer);
+    for (int32_t e : r.selected) {
+      const int slot = cache.lookup(r.layer, e);
+      if (slot >= 0) {
+        cache.touch(slot);
+      } else {
+        cache.assign(cache.victim([](int) { return true; }), r.layer, e);
+      }
+    }
+  }
+  EXPECT_EQ(cache.following(), CachePolicy::kLayerAware);
+  EXPECT_EQ(parse_cache_policy("adaptive").value(), CachePolicy::kAdaptive);
 }
 
 }  // namespace
