@@ -325,11 +325,15 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   // ledger does not see (allocator slack, I/O rings, thread stacks), at least two layers'
   // worth of routed experts.
   double hit = 1.0, misses_per_token = 0;
+  // The expert provider loads the resident tensors in 4 KiB-aligned runs: up to one block
+  // at each end of every tensor beyond their bytes. Not a plan figure, but it must fit.
+  uint64_t resident_slack = 0;
   if (expert_total_bytes > 0) {
+    for (Tier t : plan.tiers) resident_slack += t == Tier::kRam ? 2 * kAlign : 0;
     for (size_t L = 0; L < n_pipe; ++L) experts_total += expert_bytes_layer[L] > 0 ? static_cast<uint64_t>(m.n_expert) : 0;
     const uint64_t slot = *std::max_element(expert_slot_layer.begin(), expert_slot_layer.end());
     plan.expert_slot_bytes = slot;
-    const uint64_t used = mem.ram_total() + expert_cache_margin(c, lim.ram);
+    const uint64_t used = mem.ram_total() + resident_slack + expert_cache_margin(c, lim.ram);
     const uint64_t min_slots = 2 * static_cast<uint64_t>(std::max<int64_t>(m.n_expert_used, 1));
     uint64_t slots = used < lim.ram ? (lim.ram - used) / slot : 0;
     slots = std::min(std::max(slots, min_slots), experts_total);
@@ -372,7 +376,7 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   plan.io_request_bytes = st.best_block_bytes ? st.best_block_bytes : uint64_t{1} << 20;
   plan.io_queue_depth = st.best_queue_depth ? st.best_queue_depth : 32;
   plan.n_ctx = b.n_ctx;
-  bool ram_ok = mem.ram_total() <= lim.ram;
+  bool ram_ok = mem.ram_total() + resident_slack <= lim.ram;
   bool gpu_ok = mem.gpu_total() <= (any_gpu ? lim.gpu : ~uint64_t{0});
   return ram_ok && gpu_ok;
 }
