@@ -8,6 +8,11 @@
 // (routing_trace.h; its locality figures are printed too); --uniform one with random
 // routing. Sizes are fractions of all (layer, expert) pairs; --capacity adds an absolute
 // size (e.g. the planner's expert_cache_experts).
+//
+// `hypura trace-replay --predictors MODEL [--tokens N]` instead measures the two
+// next-layer expert predictors (layer L+1's router on layer L's hidden state, and the
+// co-activation statistics) on a forward pass of N tokens through MODEL
+// (runtime/expert_predictor_eval.h): precision, recall and the bytes wrong guesses waste.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -17,6 +22,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "runtime/expert_predictor_eval.h"
 #include "runtime/routing_trace.h"
 #include "runtime/trace_replay.h"
 
@@ -34,7 +42,65 @@ struct ReplayArgs {
   std::vector<uint32_t> capacities;
   int warmup = 64;
   bool json = false;
+  std::string predictors_model;  // --predictors
+  int predictor_tokens = 64;
 };
+
+// Token ids for the predictor pass: a fixed pseudo-random sequence (xorshift), so runs
+// are comparable; ids 1..n_vocab-1.
+std::vector<int32_t> predictor_tokens(int n, int64_t n_vocab, uint64_t seed) {
+  std::vector<int32_t> out;
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    out.push_back(static_cast<int32_t>(1 + x % static_cast<uint64_t>(n_vocab - 1)));
+  }
+  return out;
+}
+
+int run_predictors(const ReplayArgs& a) {
+  auto file = gguf::GgufFile::open(a.predictors_model);
+  if (!file.is_ok()) {
+    std::cerr << "hypura trace-replay: " << file.status().message() << "\n";
+    return 1;
+  }
+  auto model = model::Model::create(*file);
+  if (!model.is_ok()) {
+    std::cerr << "hypura trace-replay: " << model.status().message() << "\n";
+    return 1;
+  }
+  const std::vector<int32_t> tokens = predictor_tokens(a.predictor_tokens, (*model)->hparams().n_vocab, a.seed);
+  auto ev = runtime::evaluate_expert_predictors(*file, *model, tokens);
+  if (!ev.is_ok()) {
+    std::cerr << "hypura trace-replay: " << ev.status().message() << "\n";
+    return 1;
+  }
+  const auto row = [](const runtime::PredictorScore& s) {
+    return nlohmann::json{{"predicted", s.predicted}, {"correct", s.correct}, {"chosen", s.chosen},
+                          {"precision", s.precision()}, {"recall", s.recall()}, {"wasted_bytes", s.wasted_bytes}};
+  };
+  if (a.json) {
+    std::cout << nlohmann::json{{"tokens", ev->n_tokens}, {"n_layer", ev->n_layer}, {"n_expert", ev->n_expert},
+                                {"n_expert_used", ev->n_expert_used}, {"router", row(ev->router)},
+                                {"coactivation", row(ev->coact)}}.dump(2)
+              << "\n";
+    return 0;
+  }
+  std::printf("%lld tokens x %d layer pairs, %d experts (%d used): chance precision %.3f\n",
+              static_cast<long long>(ev->n_tokens), ev->n_layer - 1, ev->n_expert, ev->n_expert_used,
+              static_cast<double>(ev->n_expert_used) / ev->n_expert);
+  std::printf("%-34s %10s %10s %9s %7s %16s\n", "predictor of layer L+1", "predicted", "precision", "recall",
+              "", "wasted MiB/token");
+  for (const auto& [label, s] : {std::pair<const char*, const runtime::PredictorScore*>{
+                                     "router(L+1) on hidden(L)", &ev->router},
+                                 {"co-activation (online, >= 0.5)", &ev->coact}}) {
+    std::printf("%-34s %10llu %9.1f%% %8.1f%% %7s %16.2f\n", label, static_cast<unsigned long long>(s->predicted),
+                100 * s->precision(), 100 * s->recall(), "", s->wasted_bytes / 1048576.0 / ev->n_tokens);
+  }
+  return 0;
+}
 
 Result<runtime::RoutingTrace> obtain_trace(const ReplayArgs& a) {
   if (a.generate > 0) {
@@ -125,11 +191,16 @@ std::function<int()> setup_replay(CLI::App& app) {
   app.add_option("--warmup", a->warmup, "tokens before hits are counted (default 64)");
   app.add_option("--save", a->save_path, "write the (generated) trace to FILE");
   app.add_flag("--json", a->json, "print JSON");
+  app.add_option("--predictors", a->predictors_model,
+                 "measure the next-layer expert predictors on a forward pass of MODEL instead");
+  app.add_option("--tokens", a->predictor_tokens, "--predictors: tokens in the pass (default 64)")
+      ->check(CLI::Range(1, 4096));
   return [a] {
     if (a->n_expert_used > a->n_expert) {
       std::cerr << "hypura trace-replay: --used must not exceed --experts\n";
       return 2;
     }
+    if (!a->predictors_model.empty()) return run_predictors(*a);
     return run_replay(*a);
   };
 }
