@@ -78,9 +78,16 @@ std::string plan_to_text(const Plan& plan, const ModelTensors& m) {
       << "; KV ram " << format_size(mem.kv_ram) << ", gpu " << format_size(mem.kv_gpu) << "; work "
       << format_size(mem.work_ram + mem.work_gpu) << "; pool " << format_size(mem.pool) << "; expert cache "
       << format_size(mem.expert_cache) << "; runtime " << format_size(mem.overhead_ram + mem.overhead_gpu) << "\n";
-  out << "Streaming: pool " << plan.pool_slots << " x " << format_size(plan.pool_slot_bytes) << ", prefetch depth "
-      << plan.prefetch_depth << " layers, expert cache " << plan.expert_cache_experts << " experts, reads of "
-      << format_size(plan.io_request_bytes) << " x" << plan.io_queue_depth << "\n";
+  if (plan.mode == Mode::kExpertStreaming) {
+    out << "Experts: cache " << plan.expert_cache_experts << " x " << format_size(plan.expert_slot_bytes)
+        << ", uniform-routing hit rate " << f2(100 * pr.expert_hit_rate) << "%, " << f2(pr.expert_misses_per_token)
+        << " experts read per token, reads of " << format_size(plan.io_request_bytes) << " x" << plan.io_queue_depth
+        << "\n";
+  } else {
+    out << "Streaming: pool " << plan.pool_slots << " x " << format_size(plan.pool_slot_bytes) << ", prefetch depth "
+        << plan.prefetch_depth << " layers, expert cache " << plan.expert_cache_experts << " experts, reads of "
+        << format_size(plan.io_request_bytes) << " x" << plan.io_queue_depth << "\n";
+  }
   out << "Prediction: " << f2(pr.tok_per_s) << " tok/s, " << format_size(pr.storage_bytes_per_token)
       << " read from storage per token";
   if (pr.storage_bound_tok_s > 0) out << " (storage bound " << f2(pr.storage_bound_tok_s) << " tok/s)";
@@ -131,7 +138,8 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelTensors& m, bool tensor
       {"prediction",
        {{"tok_per_s", pr.tok_per_s}, {"seconds_per_token", pr.seconds_per_token}, {"compute_s", pr.compute_s},
         {"io_s", pr.io_s}, {"io_demand_s", pr.io_demand_s}, {"storage_bytes_per_token", pr.storage_bytes_per_token},
-        {"expert_hit_rate", pr.expert_hit_rate}, {"storage_bound_tok_s", pr.storage_bound_tok_s},
+        {"expert_hit_rate", pr.expert_hit_rate}, {"expert_misses_per_token", pr.expert_misses_per_token},
+        {"storage_bound_tok_s", pr.storage_bound_tok_s},
         {"io_bound", pr.io_bound}}},
       {"explanation", plan.explanation},
   };
