@@ -17,6 +17,7 @@
 #include <string>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "cli/command.h"
 #include "gguf/gguf.h"
@@ -86,6 +87,13 @@ double bytes_per_token(const gguf::GgufFile& file) {
 
 using Clock = std::chrono::steady_clock;
 
+// A same-run reference figure, or 0 (printed as such) when its reads failed.
+double reference_or_zero(const Result<double>& bps) {
+  if (bps.is_ok()) return bps.value();
+  spdlog::warn("bench reference not measured: {}", bps.status().message());
+  return 0;
+}
+
 // One timed run: tok/s of processing `n` tokens as a prompt (pp) or one by one (tg).
 Result<double> time_run(runtime::Session& session, const std::vector<int32_t>& tokens, bool tg) {
   session.reset();
@@ -145,12 +153,6 @@ int run_bench(const BenchArgs& a) {
   auto session = (*engine)->new_session();
   const gguf::GgufFile& file = (*engine)->file();
   const double bpt = bytes_per_token(file);
-  double bandwidth = 0;
-  if (!a.no_reference) {
-    profiler::MemoryBandwidthOptions mo;
-    mo.n_threads = threads;
-    bandwidth = profiler::measure_memory_read_bandwidth(mo).read_bytes_per_second;
-  }
   struct Row {
     std::string test;
     Stats s;
@@ -162,8 +164,24 @@ int run_bench(const BenchArgs& a) {
   // Tier figures (H): a direct-I/O read bandwidth measured in this run, and the streaming
   // counters over the timed tg runs.
   const runtime::TieredWeights* tiers = (*engine)->tiers();
-  const double direct_bps =
-      tiers != nullptr && !a.no_reference ? runtime::measure_direct_read_bps(*tiers, path, 2.0) : 0;
+  double bandwidth = 0;
+  if (!a.no_reference) {
+    // Read the loaded weights when they are large enough: a buffer of its own would raise
+    // the peak RSS past a --ram-budget, and freed pages are slow to fault back in (VM).
+    profiler::MemoryBandwidthOptions mo;
+    mo.n_threads = threads;
+    if (tiers != nullptr) {
+      mo.existing = tiers->resident().buffer.data();
+      mo.existing_bytes = tiers->resident().bytes;
+    }
+    bandwidth = profiler::measure_memory_read_bandwidth(mo).read_bytes_per_second;
+  }
+  const bool references = tiers != nullptr && !a.no_reference;
+  runtime::TieredWeights* io_tiers = (*engine)->mutable_tiers();
+  const double load_ref_bps = references ? reference_or_zero(io_tiers->reload_resident_bps()) : 0;
+  // I/O-only passes just before and just after the tests, averaged: the disk's speed
+  // drifts, and this brackets the runs it is compared with.
+  double direct_bps = references ? reference_or_zero(io_tiers->io_only_stream_bps(2.0)) : 0;
   runtime::TierCounters tier_before;
   Clock::time_point tier_t0;
   for (bool tg : {false, true}) {
@@ -186,8 +204,10 @@ int run_bench(const BenchArgs& a) {
   std::optional<runtime::TierMetrics> tier;
   if (tiers != nullptr && a.n_gen > 0) {
     const double secs = std::chrono::duration<double>(Clock::now() - tier_t0).count();
-    tier = runtime::tier_metrics(*tiers, tier_before, runtime::TierCounters::take(*tiers),
-                                 a.n_gen * a.reps, secs, direct_bps);
+    const runtime::TierCounters tier_after = runtime::TierCounters::take(*tiers);
+    if (direct_bps > 0) direct_bps = (direct_bps + reference_or_zero(io_tiers->io_only_stream_bps(2.0))) / 2;
+    tier = runtime::tier_metrics(*tiers, tier_before, tier_after, a.n_gen * a.reps, secs, direct_bps,
+                                 load_ref_bps);
   }
   runtime::ExpertRunMetrics expert_metrics;
   if (experts != nullptr && a.n_gen > 0) {

@@ -115,6 +115,7 @@ StorageProfile parse_storage(const json& j) {
   s.seq_read_bps = j.at("seq_read_bps").get<double>();
   s.best_block_bytes = j.value("best_block_bytes", uint64_t{1} << 20);
   s.best_queue_depth = j.value("best_queue_depth", 32u);
+  s.apply_min_in_flight();  // profiles cached before the rule existed
   for (const auto& p : j.value("sequential", json::array())) {
     s.sequential.push_back({p.at("block_bytes").get<uint64_t>(), p.at("queue_depth").get<uint32_t>(),
                             p.at("bps").get<double>()});
@@ -132,6 +133,12 @@ uint64_t usable_memory(const MemoryProfile& m, uint64_t reserve) {
   uint64_t machine = m.total_bytes > reserve ? m.total_bytes - reserve : 0;
   uint64_t limit = m.cgroup_limit_bytes ? std::min(machine, *m.cgroup_limit_bytes) : machine;
   return std::min(limit, m.effective_limit_bytes);
+}
+
+void StorageProfile::apply_min_in_flight() {
+  if (best_block_bytes == 0) return;
+  const uint64_t depth = (kMinBytesInFlight + best_block_bytes - 1) / best_block_bytes;
+  best_queue_depth = static_cast<uint32_t>(std::max<uint64_t>(best_queue_depth, depth));
 }
 
 double StorageProfile::random_bps(uint64_t block_bytes, uint32_t max_queue_depth) const {

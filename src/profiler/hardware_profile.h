@@ -73,9 +73,18 @@ struct StorageProfile {
   std::string engine;             // "io_uring" or "threads"
   std::vector<SeqReadPoint> sequential;
   std::vector<RandomReadPoint> random;
-  double seq_read_bps = 0;        // sequential figure at the best point, re-measured for 1.5 s
-  uint64_t best_block_bytes = 0;  // smallest (block, depth) within 5% of the best
-  uint32_t best_queue_depth = 0;
+  double seq_read_bps = 0;        // mean of the 3 best points and a 1.5 s re-measure of the best
+  uint64_t best_block_bytes = 0;  // smallest (block, depth) within 5% of the best,
+  uint32_t best_queue_depth = 0;  // the depth raised to keep kMinBytesInFlight queued
+
+  // Streaming and loading keep at least this many bytes of reads queued, whatever depth
+  // the grid's best point had: at depth 1 the device idles during every submission and
+  // every page fault on a fresh destination (4 MiB reads into new memory measured
+  // 0.2-0.5 GB/s at depth 1 against 1.5-1.9 GB/s at depth 8 on the same disk), and on a
+  // noisy virtual disk a depth-1 point often wins the grid by chance.
+  static constexpr uint64_t kMinBytesInFlight = 32ull << 20;
+  // Raises best_queue_depth to kMinBytesInFlight / best_block_bytes.
+  void apply_min_in_flight();
 
   // Best measured random-read figure for this block size (any depth <= queue_depth), or 0.
   double random_bps(uint64_t block_bytes, uint32_t max_queue_depth = 1024) const;

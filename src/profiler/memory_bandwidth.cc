@@ -64,10 +64,13 @@ size_t last_level_cache_bytes() {
 
 MemoryBandwidth measure_memory_read_bandwidth(const MemoryBandwidthOptions& options) {
   const int nth = std::max(1, options.n_threads);
-  size_t bytes = options.buffer_bytes;
+  const bool reuse = options.existing != nullptr && options.existing_bytes > 4 * last_level_cache_bytes();
+  size_t bytes = reuse ? options.existing_bytes : options.buffer_bytes;
   if (bytes == 0) bytes = std::max<size_t>(4 * last_level_cache_bytes(), size_t{1} << 30);
   const size_t words_per_thread = bytes / sizeof(uint64_t) / nth / 8 * 8;
-  std::vector<uint64_t> buffer(words_per_thread * nth);  // zero-filled: pages are touched
+  std::vector<uint64_t> owned;
+  if (!reuse) owned.resize(words_per_thread * nth);  // zero-filled: pages are touched
+  const uint64_t* words = reuse ? static_cast<const uint64_t*>(options.existing) : owned.data();
 
   std::atomic<uint64_t> sink{0};
   std::barrier sync(nth + 1);
@@ -75,7 +78,7 @@ MemoryBandwidth measure_memory_read_bandwidth(const MemoryBandwidthOptions& opti
   std::vector<std::thread> threads;
   for (int t = 0; t < nth; ++t) {
     threads.emplace_back([&, t] {
-      const uint64_t* mine = buffer.data() + static_cast<size_t>(t) * words_per_thread;
+      const uint64_t* mine = words + static_cast<size_t>(t) * words_per_thread;
       for (;;) {
         sync.arrive_and_wait();  // start of a pass
         if (stop.load()) return;

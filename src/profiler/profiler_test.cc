@@ -106,8 +106,8 @@ HardwareProfile sample_profile() {
   p.gpus.push_back({"Test GPU", 16ull << 30, 15ull << 30, 25e9, 10e9, 900e9});
   p.storage.seq_read_bps = 3e9;
   p.storage.best_block_bytes = 1 << 20;
-  p.storage.best_queue_depth = 8;
-  p.storage.sequential = {{1 << 20, 8, 3e9}, {1 << 20, 1, 1e9}};
+  p.storage.best_queue_depth = 32;  // 32 MiB in flight: kMinBytesInFlight
+  p.storage.sequential = {{1 << 20, 32, 3e9}, {1 << 20, 1, 1e9}};
   p.storage.random = {{4096, 1, 12000, 12000 * 4096.0}, {4096, 32, 100000, 100000 * 4096.0}};
   p.fingerprint = machine_fingerprint(p);
   return p;
@@ -222,6 +222,21 @@ TEST_F(StorageBenchTest, PageCacheDoesNotInflateTheFigure) {
   }
 }
 
+// A depth-1 best point (a noisy disk, or a profile cached before the rule) is raised so
+// streaming keeps kMinBytesInFlight queued; deeper ones are kept.
+TEST(ProfileJson, RaisesShallowQueueDepthsOnLoad) {
+  HardwareProfile p = sample_profile();
+  p.storage.best_block_bytes = 4 << 20;
+  p.storage.best_queue_depth = 1;
+  auto back = profile_from_json(profile_to_json(p));
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->storage.best_queue_depth, StorageProfile::kMinBytesInFlight / (4 << 20));
+  p.storage.best_queue_depth = 64;
+  back = profile_from_json(profile_to_json(p));
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(back->storage.best_queue_depth, 64u);
+}
+
 TEST_F(StorageBenchTest, SmallBenchmarkFillsEveryField) {
   StorageBenchOptions o;
   o.file = path_;
@@ -240,7 +255,7 @@ TEST_F(StorageBenchTest, SmallBenchmarkFillsEveryField) {
   EXPECT_EQ(p->random.size(), 4u);
   EXPECT_GT(p->seq_read_bps, 0);
   EXPECT_FALSE(p->mount_point.empty());
-  EXPECT_GT(p->best_queue_depth, 0u);
+  EXPECT_GE(uint64_t{p->best_queue_depth} * p->best_block_bytes, StorageProfile::kMinBytesInFlight);
   for (const auto& r : p->random) EXPECT_NEAR(r.iops * r.block_bytes, r.bps, r.bps * 1e-9);
   EXPECT_GT(calls, 8);
 }

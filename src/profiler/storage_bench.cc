@@ -137,6 +137,18 @@ Result<RandomReadPoint> random_point(const std::string& path, uint64_t block, ui
   return RandomReadPoint{block, depth, bps / static_cast<double>(block), bps};
 }
 
+// The headline sequential figure: the mean of the three best grid points and the
+// confirmation run. The best single point of ~30 short ones overstates a drifting disk;
+// one 1.5 s run that lands in a slow moment understates it (on our VM it read 1.45 GB/s
+// while the grid's best three and dense streaming itself read 1.9-2.1 GB/s).
+double headline_bps(std::vector<SeqReadPoint> points, double confirmed) {
+  std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.bps > b.bps; });
+  double sum = confirmed;
+  size_t n = 1;
+  for (size_t i = 0; i < points.size() && i < 3; ++i, ++n) sum += points[i].bps;
+  return sum / static_cast<double>(n);
+}
+
 // The smallest block, then smallest depth, reaching 95% of the best: larger reads only
 // cost memory (pool slots) and latency for no bandwidth.
 void choose_best(StorageProfile& p) {
@@ -151,6 +163,7 @@ void choose_best(StorageProfile& p) {
       p.best_queue_depth = pt.queue_depth;
     }
   }
+  p.apply_min_in_flight();
 }
 
 }  // namespace
@@ -240,8 +253,10 @@ Result<StorageProfile> measure_storage(const StorageBenchOptions& o) {
     choose_best(p);
     if (o.seconds_confirm > 0 && p.best_block_bytes > 0) {
       progress("confirming the best point", static_cast<double>(n_points - 1) / static_cast<double>(n_points));
-      HYPURA_ASSIGN_OR_RETURN(p.seq_read_bps, sequential_point(path, p.best_block_bytes, p.best_queue_depth,
-                                                              o.seconds_confirm, &cursor));
+      HYPURA_ASSIGN_OR_RETURN(const double confirmed,
+                              sequential_point(path, p.best_block_bytes, p.best_queue_depth,
+                                               o.seconds_confirm, &cursor));
+      p.seq_read_bps = headline_bps(p.sequential, confirmed);
     }
     return Status::ok();
   };

@@ -31,8 +31,8 @@ struct StorageBenchOptions {
   uint64_t max_in_flight_bytes = uint64_t{128} << 20;  // skips block x depth above this
   double seconds_per_point = 0.25;
   double seconds_per_random_point = 0.4;
-  // The headline figure (seq_read_bps) is measured again at the chosen (block, depth) for
-  // this long: the best of 30 short noisy points would overstate a drifting disk.
+  // The chosen (block, depth) is measured again for this long; the headline figure
+  // (seq_read_bps) is the mean of that and the three best grid points (storage_bench.cc).
   double seconds_confirm = 1.5;
   // Called with (what, fraction done in [0, 1]) between points.
   std::function<void(const std::string&, double)> progress;

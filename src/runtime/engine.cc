@@ -120,6 +120,7 @@ class ResidentEngine final : public Engine {
   std::string architecture() const override { return model_->hparams().arch_name; }
   std::string mode() const override { return weights_->mode(); }
   const TieredWeights* tiers() const override { return weights_.get(); }
+  TieredWeights* mutable_tiers() override { return weights_.get(); }
 
   Result<std::vector<int32_t>> tokenize_chat(const std::vector<ChatMessage>& messages,
                                              bool add_generation_prompt) const override;

@@ -15,9 +15,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kAlign = io::kDirectAlignment;
-constexpr uint64_t kMergeGap = kAlign;     // resident tensors this close: one read
-constexpr uint64_t kLoadChunk = 64 << 20;  // bytes per load request
-constexpr int kLoadChunksInFlight = 4;
 const char* const kPartNames[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
 
 double seconds_since(Clock::time_point t0) {
@@ -69,8 +66,7 @@ Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufF
       spdlog::warn("{} (starting without)", loaded.status().message());
     }
   }
-  HYPURA_RETURN_IF_ERROR(p->load_resident(progress));
-  if (p->config_.lock_resident) p->stats_.resident_locked = p->resident_.lock();
+  HYPURA_RETURN_IF_ERROR(p->load_resident(p->config_.lock_resident, progress));
   p->resident_storage_bytes_ = p->storage_bytes_since_load();
   return p;
 }
@@ -123,75 +119,16 @@ Status ExpertProvider::build_layout() {
   return Status::ok();
 }
 
-// Every non-expert tensor, in file order, merged into runs read in large chunks.
-Status ExpertProvider::load_resident(const Progress& progress) {
-  const auto& tensors = file_.tensors();
-  resident_at_.assign(tensors.size(), nullptr);
-  std::vector<TensorId> ids;
-  for (size_t id = 0; id < tensors.size(); ++id) {
-    if (part_of_tensor_[id] < 0) ids.push_back(static_cast<TensorId>(id));
-  }
-  std::sort(ids.begin(), ids.end(), [&](TensorId a, TensorId b) {
-    const auto &ta = tensors[a], &tb = tensors[b];
-    return ta.file_index != tb.file_index ? ta.file_index < tb.file_index : ta.offset < tb.offset;
-  });
-  struct Run {
-    uint32_t file_index;
-    uint64_t begin, end, buffer_offset;
-    std::vector<TensorId> tensors;
-  };
-  std::vector<Run> runs;
-  for (TensorId id : ids) {
-    const auto& t = tensors[id];
-    if (runs.empty() || runs.back().file_index != t.file_index || t.offset > runs.back().end + kMergeGap) {
-      runs.push_back(Run{t.file_index, t.offset, t.offset, 0, {}});
-    }
-    runs.back().end = std::max(runs.back().end, t.offset + t.n_bytes);
-    runs.back().tensors.push_back(id);
-  }
-  uint64_t total = 0;
-  for (Run& r : runs) {
-    r.buffer_offset = total;
-    total += io::align_up(r.end, kAlign) - io::align_down(r.begin, kAlign);
-  }
-  HYPURA_ASSIGN_OR_RETURN(resident_, ledger_.allocate(MemoryKind::kResidentWeights, total,
-                                                      "resident weights (all but experts)"));
-  for (const Run& r : runs) {
-    for (TensorId id : r.tensors) {
-      resident_at_[id] = resident_.data() + r.buffer_offset + (tensors[id].offset - io::align_down(r.begin, kAlign));
-    }
-  }
-  struct Chunk {
-    uint32_t file_index;
-    io::ReadId id;
-    uint64_t bytes;
-  };
-  std::deque<Chunk> in_flight;
-  uint64_t done = 0;
-  Status failed = Status::ok();
-  const auto retire = [&]() {
-    const Chunk c = in_flight.front();
-    in_flight.pop_front();
-    Status st = storages_[c.file_index]->wait(c.id);
-    if (!st.is_ok() && failed.is_ok()) failed = st;
-    done += c.bytes;
-    if (progress) progress(done, total);
-  };
-  const auto t0 = Clock::now();
-  for (const Run& r : runs) {
-    const uint64_t a0 = io::align_down(r.begin, kAlign);
-    const uint64_t a1 = std::min(io::align_up(r.end, kAlign), file_.file_sizes()[r.file_index]);
-    for (uint64_t off = a0; off < a1 && failed.is_ok(); off += kLoadChunk) {
-      const uint64_t n = std::min(kLoadChunk, a1 - off);
-      uint8_t* dst = resident_.data() + r.buffer_offset + (off - a0);
-      in_flight.push_back({r.file_index, storages_[r.file_index]->submit(off, {dst, n}), n});
-      if (static_cast<int>(in_flight.size()) >= kLoadChunksInFlight) retire();
-    }
-  }
-  while (!in_flight.empty()) retire();
-  stats_.load_seconds = seconds_since(t0);
-  stats_.resident_bytes = total;
-  if (!failed.is_ok()) return failed.with_context("loading resident weights");
+// Every non-expert tensor, read once (resident_loader.h).
+Status ExpertProvider::load_resident(bool lock, const Progress& progress) {
+  std::vector<bool> wanted(file_.tensors().size());
+  for (size_t id = 0; id < wanted.size(); ++id) wanted[id] = part_of_tensor_[id] < 0;
+  HYPURA_ASSIGN_OR_RETURN(resident_, load_resident_tensors(file_, wanted, storages_, ledger_,
+                                                           "resident weights (all but experts)", lock,
+                                                           progress));
+  stats_.load_seconds = resident_.seconds;
+  stats_.resident_bytes = resident_.bytes;
+  stats_.resident_locked = resident_.locked;
   return Status::ok();
 }
 
@@ -402,12 +339,12 @@ Status ExpertProvider::acquire(int layer, std::span<const TensorId> ids,
                                std::span<compute::WeightView> out) {
   for (size_t i = 0; i < ids.size(); ++i) {
     const TensorId id = ids[i];
-    if (id < 0 || static_cast<size_t>(id) >= resident_at_.size() || resident_at_[id] == nullptr) {
+    if (id < 0 || static_cast<size_t>(id) >= resident_.data.size() || resident_.data[id] == nullptr) {
       return invalid_argument("tensor " + std::to_string(id) + " requested for layer " + std::to_string(layer) +
                               " is an expert tensor (use acquire_experts) or unknown");
     }
     const gguf::TensorInfo& t = file_.tensors()[id];
-    out[i] = compute::WeightView{resident_at_[id], t.type, t.ne.empty() ? 1 : t.ne[0], t.n_rows()};
+    out[i] = compute::WeightView{resident_.data[id], t.type, t.ne.empty() ? 1 : t.ne[0], t.n_rows()};
   }
   return Status::ok();
 }

@@ -40,6 +40,7 @@
 #include "runtime/coactivation.h"
 #include "runtime/expert_cache.h"
 #include "runtime/memory_ledger.h"
+#include "runtime/resident_loader.h"
 #include "runtime/routing_trace.h"
 #include "runtime/weight_provider.h"
 
@@ -110,6 +111,10 @@ class ExpertProvider final : public WeightProvider {
   ExpertStats stats() const;
   uint32_t cache_experts() const { return static_cast<uint32_t>(slots_.size()); }
   uint64_t slot_bytes() const { return slot_bytes_; }
+  // The resident load (its memory and file ranges).
+  const ResidentTensors& resident() const { return resident_; }
+  // Bench's same-run load reference (resident_loader.h). REQUIRES: no forward pass running.
+  Result<double> reload_resident_bps() { return runtime::reload_resident_bps(storages_, resident_); }
   // Bytes of one expert (gate + up + down slices) of `layer`.
   uint64_t expert_bytes(int layer) const { return layers_[layer].expert_bytes; }
   int n_layer() const { return static_cast<int>(layers_.size()); }
@@ -140,7 +145,7 @@ class ExpertProvider final : public WeightProvider {
 
   ExpertProvider(const gguf::GgufFile& file, MemoryLedger& ledger) : file_(file), ledger_(ledger) {}
   Status build_layout();
-  Status load_resident(const Progress& progress);
+  Status load_resident(bool lock, const Progress& progress);
   uint64_t slice_offset(int layer, int part, int expert) const;
 
   bool evictable(int slot) const;
@@ -162,8 +167,7 @@ class ExpertProvider final : public WeightProvider {
   std::vector<ExpertLayer> layers_;                     // (n_layer)
   std::vector<int> part_of_tensor_;                     // (n_tensors): 0..2, or -1
   std::vector<int> layer_of_tensor_;                    // (n_tensors): expert tensors' layer
-  std::vector<const uint8_t*> resident_at_;             // (n_tensors): null for experts
-  LedgerBuffer resident_;
+  ResidentTensors resident_;                            // .data (n_tensors): null for experts
   LedgerBuffer cache_memory_;                           // (n_slots * slot_bytes_)
   uint64_t slot_bytes_ = 0;
   std::vector<Slot> slots_;

@@ -101,6 +101,8 @@ class Engine {
   virtual std::string mode() const = 0;  // "full-resident", "dense-ffn-streaming", ...
   // The planner's placement, the memory ledger and the streaming counters (bench).
   virtual const TieredWeights* tiers() const { return nullptr; }
+  // For bench's I/O-only reference passes; REQUIRES: no session is evaluating.
+  virtual TieredWeights* mutable_tiers() { return nullptr; }
 
   // Renders a conversation with the model's chat template and tokenizes it.
   virtual Result<std::vector<int32_t>> tokenize_chat(const std::vector<ChatMessage>& messages,

@@ -15,9 +15,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kAlign = io::kDirectAlignment;
-constexpr uint64_t kMergeGap = kAlign;      // resident tensors this close: one read
-constexpr uint64_t kLoadChunk = 64 << 20;   // bytes per load request: progress granularity
-constexpr int kLoadChunksInFlight = 4;      // keeps the device queue full between chunks
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -34,14 +31,6 @@ int layer_of(const std::string& name) {
   }
   return (i < name.size() && name[i] == '.') ? layer : -1;
 }
-
-// A file range of resident tensors read with one aligned request sequence.
-struct Run {
-  uint32_t file_index = 0;
-  uint64_t begin = 0, end = 0;  // tensor bytes covered, [begin, end)
-  uint64_t buffer_offset = 0;   // where align_down(begin) lands in the resident buffer
-  std::vector<TensorId> tensors;
-};
 
 }  // namespace
 
@@ -61,8 +50,7 @@ Result<std::unique_ptr<StreamingProvider>> StreamingProvider::create(const gguf:
   p->depth_ = std::clamp(config.prefetch_depth, 1, std::max(1, n_slots - 1));
   // The pool first: it is small, and a budget refusal should come before a long load.
   HYPURA_RETURN_IF_ERROR(p->allocate_pool(n_slots));
-  HYPURA_RETURN_IF_ERROR(p->load_resident(progress));
-  if (config.lock_resident) p->stats_.resident_locked = p->resident_.lock();
+  HYPURA_RETURN_IF_ERROR(p->load_resident(config.lock_resident, progress));
   return p;
 }
 
@@ -123,73 +111,15 @@ Status StreamingProvider::allocate_pool(int n_slots) {
   return Status::ok();
 }
 
-Status StreamingProvider::load_resident(const Progress& progress) {
-  const auto& tensors = file_.tensors();
-  std::vector<TensorId> ids;
-  for (size_t id = 0; id < tensors.size(); ++id) {
-    if (locations_[id].stream < 0) ids.push_back(static_cast<TensorId>(id));
-  }
-  std::sort(ids.begin(), ids.end(), [&](TensorId a, TensorId b) {
-    const auto &ta = tensors[a], &tb = tensors[b];
-    return ta.file_index != tb.file_index ? ta.file_index < tb.file_index : ta.offset < tb.offset;
-  });
-  // Merge neighbours into runs; lay the runs out aligned in one buffer.
-  std::vector<Run> runs;
-  for (TensorId id : ids) {
-    const auto& t = tensors[id];
-    if (runs.empty() || runs.back().file_index != t.file_index ||
-        t.offset > runs.back().end + kMergeGap) {
-      runs.push_back(Run{t.file_index, t.offset, t.offset, 0, {}});
-    }
-    runs.back().end = std::max(runs.back().end, t.offset + t.n_bytes);
-    runs.back().tensors.push_back(id);
-  }
-  uint64_t total = 0;
-  for (Run& r : runs) {
-    r.buffer_offset = total;
-    total += io::align_up(r.end, kAlign) - io::align_down(r.begin, kAlign);
-  }
-  HYPURA_ASSIGN_OR_RETURN(resident_, ledger_.allocate(MemoryKind::kResidentWeights, total,
-                                                      "resident weights"));
-  for (const Run& r : runs) {
-    for (TensorId id : r.tensors) {
-      locations_[id].resident =
-          resident_.data() + r.buffer_offset + (tensors[id].offset - io::align_down(r.begin, kAlign));
-    }
-  }
-  // Read every run in chunks, a few in flight, in file order.
-  struct Chunk {
-    uint32_t file_index;
-    io::ReadId id;
-    uint64_t bytes;
-  };
-  std::deque<Chunk> in_flight;
-  uint64_t done = 0;
-  Status failed = Status::ok();
-  const auto retire = [&]() {
-    Chunk c = in_flight.front();
-    in_flight.pop_front();
-    Status st = storages_[c.file_index]->wait(c.id);
-    if (!st.is_ok() && failed.is_ok()) failed = st;
-    done += c.bytes;
-    if (progress) progress(done, total);
-  };
-  const auto t0 = Clock::now();
-  for (const Run& r : runs) {
-    const uint64_t file_size = file_.file_sizes()[r.file_index];
-    const uint64_t a0 = io::align_down(r.begin, kAlign);
-    const uint64_t a1 = std::min(io::align_up(r.end, kAlign), file_size);
-    for (uint64_t off = a0; off < a1 && failed.is_ok(); off += kLoadChunk) {
-      const uint64_t n = std::min(kLoadChunk, a1 - off);
-      uint8_t* dst = resident_.data() + r.buffer_offset + (off - a0);
-      in_flight.push_back({r.file_index, storages_[r.file_index]->submit(off, {dst, n}), n});
-      if (static_cast<int>(in_flight.size()) >= kLoadChunksInFlight) retire();
-    }
-  }
-  while (!in_flight.empty()) retire();
-  stats_.load_seconds = seconds_since(t0);
-  stats_.resident_bytes = total;
-  if (!failed.is_ok()) return failed.with_context("loading resident weights");
+Status StreamingProvider::load_resident(bool lock, const Progress& progress) {
+  std::vector<bool> wanted(file_.tensors().size());
+  for (size_t id = 0; id < wanted.size(); ++id) wanted[id] = locations_[id].stream < 0;
+  HYPURA_ASSIGN_OR_RETURN(resident_, load_resident_tensors(file_, wanted, storages_, ledger_,
+                                                           "resident weights", lock, progress));
+  for (size_t id = 0; id < wanted.size(); ++id) locations_[id].resident = resident_.data[id];
+  stats_.load_seconds = resident_.seconds;
+  stats_.resident_bytes = resident_.bytes;
+  stats_.resident_locked = resident_.locked;
   return Status::ok();
 }
 
@@ -374,6 +304,23 @@ void StreamingProvider::release(int layer) {
 }
 
 void StreamingProvider::hint(int layer) { top_up(); }
+
+Result<double> StreamingProvider::measure_io_only_bps(double seconds) {
+  if (stream_layers_.empty()) return 0.0;
+  std::vector<compute::WeightView> views;
+  uint64_t bytes = 0;
+  const auto t0 = Clock::now();
+  do {
+    if (stream_layers_.front().layer >= 0) HYPURA_RETURN_IF_ERROR(acquire(-1, {}, {}));  // a pass begins
+    for (const StreamLayer& sl : stream_layers_) {
+      views.resize(sl.tensors.size());
+      HYPURA_RETURN_IF_ERROR(acquire(sl.layer, sl.tensors, views));
+      release(sl.layer);
+      bytes += sl.bytes;
+    }
+  } while (seconds_since(t0) < seconds);
+  return static_cast<double>(bytes) / seconds_since(t0);
+}
 
 StreamingStats StreamingProvider::stats() const {
   StreamingStats s = stats_;

@@ -31,6 +31,7 @@
 #include "gguf/gguf.h"
 #include "io/storage.h"
 #include "runtime/memory_ledger.h"
+#include "runtime/resident_loader.h"
 #include "runtime/weight_provider.h"
 
 namespace hypura::runtime {
@@ -80,11 +81,21 @@ class StreamingProvider final : public WeightProvider {
   std::string name() const override;
 
   StreamingStats stats() const;
+
+  // Bench's same-run storage reference: whole passes with no compute, each streamed layer
+  // acquired and released in order with the usual read-ahead, i.e. this provider's own
+  // reads as fast as the disk delivers them. Returns streamed bytes per second over about
+  // `seconds` (whole passes). The passes count in stats() like any other.
+  Result<double> measure_io_only_bps(double seconds);
   uint64_t bytes_per_pass() const { return bytes_per_pass_; }  // streamed bytes a pass reads
   uint64_t slot_bytes() const { return slot_bytes_; }
   int n_slots() const { return static_cast<int>(slots_.size()); }
   int prefetch_depth() const { return depth_; }
   int n_streamed_layers() const { return static_cast<int>(stream_layers_.size()); }
+  // The resident load (its memory and file ranges).
+  const ResidentTensors& resident() const { return resident_; }
+  // Bench's same-run load reference (resident_loader.h). REQUIRES: no forward pass running.
+  Result<double> reload_resident_bps() { return runtime::reload_resident_bps(storages_, resident_); }
 
   // Slot states for tests: which layer each slot holds (-1: none) and whether it is in
   // use or reading.
@@ -122,7 +133,7 @@ class StreamingProvider final : public WeightProvider {
   StreamingProvider(const gguf::GgufFile& file, MemoryLedger& ledger)
       : file_(file), ledger_(ledger) {}
   Status build_layout(const StreamingConfig& config);
-  Status load_resident(const Progress& progress);
+  Status load_resident(bool lock, const Progress& progress);
   Status allocate_pool(int n_slots);
 
   int find_slot(int stream) const;
@@ -142,7 +153,7 @@ class StreamingProvider final : public WeightProvider {
   std::vector<Location> locations_;                     // (n_tensors)
   std::vector<StreamLayer> stream_layers_;              // ascending layer
   std::vector<int> stream_of_layer_;                    // (n_layer + 1) by layer + 1: index or -1
-  LedgerBuffer resident_;
+  ResidentTensors resident_;
   std::vector<Slot> slots_;
   uint64_t slot_bytes_ = 0;
   uint64_t bytes_per_pass_ = 0;

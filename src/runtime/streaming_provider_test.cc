@@ -156,6 +156,40 @@ INSTANTIATE_TEST_SUITE_P(Archs, StreamedLogits,
                            return n;
                          });
 
+// Bench's same-run references run the provider's own reads with no compute: I/O-only
+// passes read whole passes (counted like any pass) and re-reading the resident tensors
+// into their memory leaves them as they were, so the next run's logits are unchanged.
+TEST(StreamingReferences, IoOnlyPassesAndReloadKeepTheWeights) {
+  Model m = open_model("llama-q4_k_m");
+  const std::vector<int32_t> tokens = sequence("B");
+  StreamingConfig config;
+  config.streamed = ffn_mask(m, 2);
+  MemoryLedger ledger(0);
+  auto created = StreamingProvider::create(m.file, config, ledger, nullptr);
+  ASSERT_TRUE(created.is_ok()) << created.status().message();
+  StreamingProvider& sp = *created.value();
+  uint64_t passes = 0;
+  const std::vector<float> want = run(m, sp, tokens, 5, &passes);
+  const std::vector<uint8_t> resident_before(sp.resident().buffer.data(),
+                                             sp.resident().buffer.data() + sp.resident().bytes);
+
+  const StreamingStats before = sp.stats();
+  auto bps = sp.measure_io_only_bps(0);  // at least one whole pass
+  ASSERT_TRUE(bps.is_ok()) << bps.status().message();
+  EXPECT_GT(bps.value(), 0);
+  const StreamingStats after = sp.stats();
+  EXPECT_GE(after.passes, before.passes + 1);
+  EXPECT_EQ((after.bytes_read - after.unconsumed_bytes) - (before.bytes_read - before.unconsumed_bytes),
+            sp.bytes_per_pass() * (after.passes - before.passes));
+
+  auto reload = sp.reload_resident_bps();
+  ASSERT_TRUE(reload.is_ok()) << reload.status().message();
+  EXPECT_GT(reload.value(), 0);
+  EXPECT_EQ(std::memcmp(resident_before.data(), sp.resident().buffer.data(), resident_before.size()), 0);
+  EXPECT_EQ(std::memcmp(run(m, sp, tokens, 5, &passes).data(), want.data(), want.size() * sizeof(float)), 0)
+      << "logits changed after the reference reads";
+}
+
 // Builds a provider whose reads go through a fault-injecting engine.
 Result<std::unique_ptr<StreamingProvider>> faulty(const Model& m, io::FaultPlan plan, int n_slots,
                                                   MemoryLedger& ledger) {

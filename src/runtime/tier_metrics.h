@@ -12,7 +12,14 @@
 //   stall_s_per_token      time acquire() waited for reads / tokens
 //   predicted_tok_s        the planner's prediction; prediction_ratio = tok/s / it
 //   peak_rss, budget       VmHWM and the ledger's budget
-//   load_bps, load_ratio   resident-part load bandwidth and its ratio to direct_read_bps
+//   load_bps, load_ratio   resident-part load bandwidth and its ratio to load_reference_bps
+//
+// The references repeat the provider's own reads in the same process (TieredWeights::
+// io_only_stream_bps, reload_resident_bps): direct_read_bps is dense-streaming passes
+// with no compute (the same slots, order and read-ahead), load_reference_bps the resident
+// load again into its already faulted-in memory. So "x bound" compares with reading those
+// very bytes on this disk right now, not another region or another day (a virtual disk's
+// speed drifts by 2x between runs).
 //
 // Thread-safety: plain functions over snapshots.
 #pragma once
@@ -52,6 +59,9 @@ struct TierMetrics {
   uint64_t resident_bytes = 0;
   double load_bps = 0;
   double load_ratio = 0;
+  double load_reference_bps = 0;
+  double load_seconds = 0;
+  double load_populate_seconds = 0;       // faulting in the fresh pages (overlaps the reads)
   int pool_slots = 0;
   uint64_t slot_bytes = 0;
   int prefetch_depth = 0;
@@ -61,7 +71,7 @@ struct TierMetrics {
 // `tokens` generated one per forward pass in `seconds`, between `before` and `after`.
 TierMetrics tier_metrics(const TieredWeights& w, const TierCounters& before,
                          const TierCounters& after, int tokens, double seconds,
-                         double direct_read_bps);
+                         double direct_read_bps, double load_reference_bps);
 
 nlohmann::json tier_metrics_json(const TierMetrics& m);
 std::string tier_metrics_text(const TierMetrics& m);  // a few lines for the terminal
@@ -69,5 +79,6 @@ std::string tier_metrics_text(const TierMetrics& m);  // a few lines for the ter
 // Sequential direct-I/O read bandwidth of the model file right now (the profile's best
 // block size and queue depth), for about `seconds`; 0 when it cannot be measured.
 double measure_direct_read_bps(const TieredWeights& w, const std::string& path, double seconds);
+
 
 }  // namespace hypura::runtime
