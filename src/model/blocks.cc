@@ -247,6 +247,7 @@ void Blocks::route(const float* in) {
 }
 
 Status Blocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) {
+  provider_.observe_hidden(static_cast<int>(il), std::span(in, n_tokens_ * hp_.n_embd), n_tokens_);
   linear(w.router, in, router_probs_.data());
   route(in);
   HYPURA_RETURN_IF_ERROR(run_experts(il, w, in));

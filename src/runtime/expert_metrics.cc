@@ -6,6 +6,26 @@
 namespace hypura::runtime {
 namespace {
 double ratio(double a, double b) { return b > 0 ? a / b : 0; }
+
+PredictorRunMetrics predictor_metrics(const PredictorStats& before, const PredictorStats& after, double tokens) {
+  PredictorRunMetrics m;
+  const auto correct = static_cast<double>(after.correct - before.correct);
+  m.precision = ratio(correct, static_cast<double>(after.predicted - before.predicted));
+  m.recall = ratio(correct, static_cast<double>(after.routed - before.routed));
+  m.reads_per_token = static_cast<double>(after.reads - before.reads) / tokens;
+  m.used_fraction = ratio(static_cast<double>(after.reads_used - before.reads_used),
+                          static_cast<double>(after.reads - before.reads));
+  m.wasted_bytes = after.wasted_bytes;
+  return m;
+}
+
+nlohmann::json predictor_json(const PredictorRunMetrics& m) {
+  return nlohmann::json{{"precision", m.precision},
+                        {"recall", m.recall},
+                        {"reads_per_token", m.reads_per_token},
+                        {"reads_used_fraction", m.used_fraction},
+                        {"wasted_bytes", m.wasted_bytes}};
+}
 }  // namespace
 
 ExpertRunMetrics expert_run_metrics(const ExpertProvider& p, const ExpertStats& before,
@@ -16,10 +36,10 @@ ExpertRunMetrics expert_run_metrics(const ExpertProvider& p, const ExpertStats& 
   m.bytes_per_token = static_cast<double>(after.bytes_read - before.bytes_read) / n;
   m.misses_per_token = static_cast<double>(after.misses - before.misses) / n;
   m.speculative_per_token = static_cast<double>(after.speculative_reads - before.speculative_reads) / n;
-  m.precision = ratio(static_cast<double>(after.predicted_correct - before.predicted_correct),
-                      static_cast<double>(after.predicted - before.predicted));
-  m.recall = ratio(static_cast<double>(after.predicted_correct - before.predicted_correct),
-                   static_cast<double>(after.routed_after_prediction - before.routed_after_prediction));
+  m.predictor = expert_predictor_name(p.predictor());
+  m.router_lookahead = p.router_lookahead();
+  m.coact = predictor_metrics(before.coact, after.coact, n);
+  m.router = predictor_metrics(before.router, after.router, n);
   m.wasted_bytes = after.wasted_bytes;
   m.stall_s_per_token = (after.stall_seconds - before.stall_seconds) / n;
   m.cache_experts = p.cache_experts();
@@ -43,8 +63,10 @@ nlohmann::json expert_run_json(const ExpertRunMetrics& m) {
                         {"expert_bytes_per_token", m.bytes_per_token},
                         {"expert_misses_per_token", m.misses_per_token},
                         {"speculative_reads_per_token", m.speculative_per_token},
-                        {"prefetch_precision", m.precision},
-                        {"prefetch_recall", m.recall},
+                        {"prefetch_predictor", m.predictor},
+                        {"router_lookahead", m.router_lookahead},
+                        {"coactivation_prediction", predictor_json(m.coact)},
+                        {"router_prediction", predictor_json(m.router)},
                         {"prefetch_wasted_bytes", m.wasted_bytes},
                         {"expert_stall_s_per_token", m.stall_s_per_token},
                         {"expert_cache_experts", m.cache_experts},
@@ -62,12 +84,20 @@ std::string expert_run_text(const ExpertRunMetrics& m) {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "experts: cache %u x %.2f MiB, hit rate %.1f%%, %.1f misses + %.2f speculative reads = "
-                "%.1f MiB/token; prediction precision %.1f%% recall %.1f%%, wasted %.1f MiB; stalled "
-                "%.3f s/token\n",
+                "%.1f MiB/token, wasted %.1f MiB; stalled %.3f s/token\n",
                 m.cache_experts, m.slot_bytes / 1048576.0, 100 * m.hit_rate, m.misses_per_token,
-                m.speculative_per_token, m.bytes_per_token / 1048576.0, 100 * m.precision, 100 * m.recall,
-                m.wasted_bytes / 1048576.0, m.stall_s_per_token);
+                m.speculative_per_token, m.bytes_per_token / 1048576.0, m.wasted_bytes / 1048576.0,
+                m.stall_s_per_token);
   std::string out = buf;
+  std::snprintf(buf, sizeof buf, "prefetch by %s (router lookahead %d):\n", m.predictor.c_str(), m.router_lookahead);
+  out += buf;
+  for (auto [label, p] : {std::pair{"co-activation", &m.coact}, std::pair{"router on hidden", &m.router}}) {
+    std::snprintf(buf, sizeof buf,
+                  "  %-16s precision %.1f%% recall %.1f%%; asked %.2f reads/token, %.0f%% used, wasted %.1f MiB\n",
+                  label, 100 * p->precision, 100 * p->recall, p->reads_per_token, 100 * p->used_fraction,
+                  p->wasted_bytes / 1048576.0);
+    out += buf;
+  }
   if (m.direct_read_bps > 0) {
     std::snprintf(buf, sizeof buf,
                   "bound: same-run direct-I/O %.2f GB/s -> %.3f tok/s I/O-bound; compute %.4f s/token "

@@ -3,8 +3,11 @@
 //
 //   hit_rate              cache hits / distinct experts routed
 //   bytes_per_token       storage bytes read (demand + speculative) / tokens
-//   precision, recall     of the co-activation prediction (experts predicted for a layer
-//                         that its router then chose / predicted; / chosen)
+//   coact, router         per next-layer predictor (both are scored; `predictor` names the
+//                         ones that read): precision (experts predicted for a layer that
+//                         its router then chose / predicted), recall (/ chosen), the
+//                         speculative reads it asked for per token and the share of them
+//                         later routed to, and its wasted bytes (whole run, at the end)
 //   wasted_bytes          speculative reads evicted before use (whole run, at the end)
 //   stall_s_per_token     time acquire_experts waited for reads / tokens
 //   bound_tps             the bound with reads overlapped with compute: 1 / max(io_s,
@@ -25,12 +28,20 @@
 
 namespace hypura::runtime {
 
+struct PredictorRunMetrics {
+  double precision = 0, recall = 0;
+  double reads_per_token = 0, used_fraction = 0;
+  uint64_t wasted_bytes = 0;
+};
+
 struct ExpertRunMetrics {
   double hit_rate = 0;
   double bytes_per_token = 0;
   double misses_per_token = 0;
   double speculative_per_token = 0;
-  double precision = 0, recall = 0;
+  std::string predictor;            // expert_predictor_name of the reading predictors
+  int router_lookahead = 0;
+  PredictorRunMetrics coact, router;
   uint64_t wasted_bytes = 0;
   double stall_s_per_token = 0;
   uint32_t cache_experts = 0;

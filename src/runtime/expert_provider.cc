@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <chrono>
+#include <cstdlib>
 #include <deque>
 
 #include <spdlog/spdlog.h>
@@ -35,13 +36,49 @@ std::pair<int, int> expert_tensor(const std::string& name) {
   return {-1, -1};
 }
 
+// A/B switches for benchmarks (expert_provider.h).
+void apply_environment(ExpertConfig& c) {
+  if (const char* e = std::getenv("HYPURA_EXPERT_PREDICTOR")) {
+    if (!parse_expert_predictor(e, &c.predictor)) {
+      spdlog::warn("HYPURA_EXPERT_PREDICTOR={} is not none|coact|router|both; using {}", e,
+                   expert_predictor_name(c.predictor));
+    }
+  }
+  if (const char* e = std::getenv("HYPURA_EXPERT_LOOKAHEAD")) {
+    const int n = std::atoi(e);
+    if (n >= 1) c.router_lookahead = n;
+  }
+}
+
 }  // namespace
+
+const char* expert_predictor_name(ExpertPredictor p) {
+  switch (p) {
+    case ExpertPredictor::kNone: return "none";
+    case ExpertPredictor::kCoactivation: return "coact";
+    case ExpertPredictor::kRouter: return "router";
+    case ExpertPredictor::kBoth: return "both";
+  }
+  return "?";
+}
+
+bool parse_expert_predictor(const std::string& s, ExpertPredictor* out) {
+  for (ExpertPredictor p : {ExpertPredictor::kNone, ExpertPredictor::kCoactivation, ExpertPredictor::kRouter,
+                            ExpertPredictor::kBoth}) {
+    if (s == expert_predictor_name(p)) {
+      *out = p;
+      return true;
+    }
+  }
+  return false;
+}
 
 Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufFile& file,
                                                                ExpertConfig config, MemoryLedger& ledger,
                                                                const Progress& progress) {
   std::unique_ptr<ExpertProvider> p(new ExpertProvider(file, ledger));
   p->config_ = std::move(config);
+  apply_environment(p->config_);
   HYPURA_RETURN_IF_ERROR(p->build_layout());
   HYPURA_ASSIGN_OR_RETURN(p->storages_, io::Storage::open_all(p->file_.paths(), p->config_.storage,
                                                               p->config_.make_engine));
@@ -53,7 +90,8 @@ Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufF
   p->slots_.resize(n_slots);
   const int n_layer = p->n_layer();
   p->cache_ = std::make_unique<ExpertCache>(n_slots, n_layer, p->n_expert_, p->config_.policy);
-  p->predicted_.resize(static_cast<size_t>(n_layer));
+  p->coact_pred_.resize(static_cast<size_t>(n_layer));
+  p->router_pred_.resize(static_cast<size_t>(n_layer));
   p->wanted_.resize(static_cast<size_t>(n_layer));
   p->coact_ = std::make_unique<CoactivationStats>(n_layer, p->n_expert_);
   if (!p->config_.stats_path.empty()) {
@@ -68,6 +106,8 @@ Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufF
   }
   HYPURA_RETURN_IF_ERROR(p->load_resident(p->config_.lock_resident, progress));
   p->resident_storage_bytes_ = p->storage_bytes_since_load();
+  spdlog::info("expert prefetch: {} (router lookahead {} layers)", expert_predictor_name(p->predictor()),
+               p->config_.router_lookahead);
   return p;
 }
 
@@ -101,6 +141,7 @@ Status ExpertProvider::build_layout() {
     layer_of_tensor_[id] = layer;
   }
   if (layers_.empty()) return invalid_argument("expert streaming needs stacked *_exps tensors; the model has none");
+  find_routers();
   // A slot holds the three slices, each in a part of align_up(slice) + one spare block, at
   // the slice's file-offset residue, so Storage reads straight into place.
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -117,6 +158,26 @@ Status ExpertProvider::build_layout() {
     slot_bytes_ = std::max(slot_bytes_, cursor);
   }
   return Status::ok();
+}
+
+// Each layer's router (ffn_gate_inp, (n_embd, n_expert), resident) and the model's
+// n_expert_used, for the router predictor; without them that predictor stays off.
+void ExpertProvider::find_routers() {
+  routers_.assign(layers_.size(), -1);
+  const auto& tensors = file_.tensors();
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const gguf::TensorInfo* t = file_.find_tensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight");
+    if (t == nullptr || t->ne.size() < 2 || t->ne[1] != n_expert_ || (n_embd_ != 0 && t->ne[0] != n_embd_)) continue;
+    routers_[l] = static_cast<TensorId>(t - tensors.data());
+    n_embd_ = t->ne[0];
+  }
+  const auto k = file_.metadata().get_u64(file_.architecture() + ".expert_used_count");
+  if (k && *k >= 1 && *k <= static_cast<uint64_t>(n_expert_)) n_expert_used_ = static_cast<int>(*k);
+  if (n_embd_ > 0 && n_expert_used_ > 0) {
+    router_ctx_ = std::make_unique<compute::Context>(1);
+    router_ctx_->reserve(1, n_embd_);
+    router_logits_.resize(static_cast<size_t>(n_expert_));
+  }
 }
 
 // Every non-expert tensor, read once (resident_loader.h).
@@ -152,15 +213,24 @@ bool ExpertProvider::evictable(int slot) const {
 
 // Puts (layer, expert) into a slot the policy frees and starts its three reads. False
 // when every slot is pinned, reading or wanted.
-bool ExpertProvider::start_read(int layer, int expert, bool speculative) {
+// `sources`: 0 for a demand read, else the predictors that asked for it.
+bool ExpertProvider::start_read(int layer, int expert, uint8_t sources) {
   const int slot = cache_->victim([this](int s) { return evictable(s); });
   if (slot < 0) return false;
   Slot& s = slots_[slot];
-  if (cache_->occupied(slot) && s.speculative) stats_.wasted_bytes += expert_bytes(cache_->layer_of(slot));
+  if (cache_->occupied(slot) && s.speculative) {
+    const uint64_t bytes = expert_bytes(cache_->layer_of(slot));
+    stats_.wasted_bytes += bytes;
+    count_speculative(s, false, bytes);
+  }
   cache_->assign(slot, layer, expert);
+  const bool speculative = sources != 0;
   s.state = SlotState::kReading;
   s.speculative = speculative;
+  s.sources = sources;
   s.wanted = !speculative;
+  if ((sources & kFromCoact) != 0) stats_.coact.reads++;
+  if ((sources & kFromRouter) != 0) stats_.router.reads++;
   const ExpertLayer& el = layers_[layer];
   uint8_t* base = cache_memory_.data() + static_cast<uint64_t>(slot) * slot_bytes_;
   for (int p = 0; p < 3; ++p) {
@@ -197,7 +267,7 @@ Status ExpertProvider::wait_slot(int slot) {
 void ExpertProvider::start_wanted(int layer) {
   auto& w = wanted_[layer];
   size_t started = 0;
-  while (started < w.size() && start_read(layer, w[started], false)) ++started;
+  while (started < w.size() && start_read(layer, w[started], 0)) ++started;
   w.erase(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(started));
 }
 
@@ -213,25 +283,91 @@ bool ExpertProvider::finish_speculative() {
   return false;
 }
 
-void ExpertProvider::check_prediction(int layer, std::span<const int32_t> experts) {
-  auto& pred = predicted_[layer];
-  if (pred.empty()) return;
-  stats_.predicted += pred.size();
-  stats_.routed_after_prediction += experts.size();
-  for (int32_t e : pred) {
-    stats_.predicted_correct += std::binary_search(experts.begin(), experts.end(), e);
+// Resolves a speculative read of `bytes` for each predictor that asked for it: routed to
+// (used) or evicted unused (wasted).
+void ExpertProvider::count_speculative(const Slot& s, bool used, uint64_t bytes) {
+  for (auto [bit, st] : {std::pair{kFromCoact, &stats_.coact}, std::pair{kFromRouter, &stats_.router}}) {
+    if ((s.sources & bit) == 0) continue;
+    if (used) {
+      st->reads_used++;
+    } else {
+      st->wasted_bytes += bytes;
+    }
   }
-  pred.clear();
 }
 
+// Scores the guesses made for `layer` against its routed experts (sorted), then drops them.
+void ExpertProvider::check_predictions(int layer, std::span<const int32_t> experts) {
+  auto score = [&](std::vector<int32_t>& pred, PredictorStats& st) {
+    if (pred.empty()) return;
+    st.predicted += pred.size();
+    st.routed += experts.size();
+    for (int32_t e : pred) st.correct += std::binary_search(experts.begin(), experts.end(), e);
+    pred.clear();
+  };
+  score(coact_pred_[layer], stats_.coact);
+  score(router_pred_[layer], stats_.router);
+}
+
+// The router predictor: top-k of layer L+d's router on `x` (one token's FFN input of
+// layer L, (n_embd)), best first, lower id on ties as the model routes.
+void ExpertProvider::predict_router(int layer, const float* x) {
+  for (int d = 1; d <= std::max(config_.router_lookahead, 1); ++d) {
+    const int target = layer + d;
+    if (target >= n_layer()) break;
+    const TensorId id = routers_[target];
+    if (id < 0) continue;
+    const gguf::TensorInfo& t = file_.tensors()[id];
+    const compute::WeightView router{resident_.data[id], t.type, t.ne[0], t.n_rows()};
+    router_ctx_->matmul(router, x, 1, router_logits_.data());
+    std::vector<int32_t>& pred = router_pred_[target];
+    pred.clear();
+    for (int slot = 0; slot < n_expert_used_; ++slot) {
+      int32_t best = -1;
+      for (int32_t e = 0; e < n_expert_; ++e) {
+        if (std::find(pred.begin(), pred.end(), e) != pred.end()) continue;
+        if (best < 0 || router_logits_[e] > router_logits_[best]) best = e;
+      }
+      pred.push_back(best);
+    }
+  }
+}
+
+void ExpertProvider::observe_hidden(int layer, std::span<const float> x, int64_t n_tokens) {
+  if (router_ctx_ == nullptr || n_tokens < 1 || layer < 0 || layer >= n_layer()) return;
+  if (x.size() != static_cast<size_t>(n_tokens * n_embd_)) return;
+  predict_router(layer, x.data() + (n_tokens - 1) * n_embd_);  // a batch: its last token
+}
+
+// Reads the not yet cached guesses for `layer` speculatively, best first, while slots can
+// be freed; a guess already being read speculatively is credited to this predictor too.
+void ExpertProvider::speculate_layer(int layer, std::span<const int32_t> guesses, uint8_t source) {
+  for (int32_t e : guesses) {
+    const int slot = cache_->lookup(layer, e);
+    if (slot >= 0) {
+      Slot& s = slots_[slot];
+      if (s.speculative && (s.sources & source) == 0) {
+        s.sources |= source;
+        (source == kFromCoact ? stats_.coact : stats_.router).reads++;
+      }
+      continue;
+    }
+    if (!start_read(layer, e, source)) return;
+  }
+}
+
+// After layer `layer`'s demand reads: the co-activation guess for layer + 1 (always made,
+// for its score), then the enabled predictors' reads, nearest layer first.
 void ExpertProvider::speculate(int layer, std::span<const int32_t> experts) {
   if (layer + 1 >= n_layer()) return;
   const int k_max = config_.max_speculative > 0 ? config_.max_speculative : static_cast<int>(experts.size());
-  coact_->predict(layer, experts, k_max, config_.min_confidence, &predicted_[layer + 1]);
-  if (!config_.speculate) return;
-  for (int32_t e : predicted_[layer + 1]) {
-    if (cache_->lookup(layer + 1, e) >= 0) continue;
-    if (!start_read(layer + 1, e, true)) break;
+  coact_->predict(layer, experts, k_max, config_.min_confidence, &coact_pred_[layer + 1]);
+  const ExpertPredictor p = predictor();
+  const bool use_router = p == ExpertPredictor::kRouter || p == ExpertPredictor::kBoth;
+  const bool use_coact = p == ExpertPredictor::kCoactivation || p == ExpertPredictor::kBoth;
+  for (int d = 1; d <= std::max(config_.router_lookahead, 1) && layer + d < n_layer(); ++d) {
+    if (use_router) speculate_layer(layer + d, router_pred_[layer + d], kFromRouter);
+    if (use_coact && d == 1) speculate_layer(layer + 1, coact_pred_[layer + 1], kFromCoact);
   }
 }
 
@@ -247,7 +383,7 @@ void ExpertProvider::route(int layer, std::span<const int32_t> selected, int n_e
   distinct_.assign(selected.begin(), selected.end());
   std::sort(distinct_.begin(), distinct_.end());
   distinct_.erase(std::unique(distinct_.begin(), distinct_.end()), distinct_.end());
-  check_prediction(layer, distinct_);
+  check_predictions(layer, distinct_);
   wanted_[layer].clear();
   for (int32_t e : distinct_) {
     stats_.lookups++;
@@ -258,8 +394,12 @@ void ExpertProvider::route(int layer, std::span<const int32_t> selected, int n_e
     }
     stats_.hits++;
     Slot& s = slots_[slot];
-    if (s.speculative) stats_.speculative_used++;
+    if (s.speculative) {
+      stats_.speculative_used++;
+      count_speculative(s, true, 0);
+    }
     s.speculative = false;
+    s.sources = 0;
     s.wanted = true;
     cache_->touch(slot);
   }
@@ -278,7 +418,7 @@ Status ExpertProvider::ensure(int layer, int expert, int* slot_out) {
     } else {
       stats_.lookups++;
     }
-    while (!start_read(layer, expert, false)) {
+    while (!start_read(layer, expert, 0)) {
       if (!finish_speculative()) return resource_exhausted("expert cache: all " + std::to_string(slots_.size()) +
                                 " slots are pinned or being read when layer " + std::to_string(layer) +
                                 " needs expert " + std::to_string(expert));
@@ -370,7 +510,10 @@ ExpertStats ExpertProvider::stats() const {
   ExpertStats s = stats_;
   for (size_t i = 0; i < slots_.size(); ++i) {
     if (slots_[i].speculative && cache_->occupied(static_cast<int>(i))) {
-      s.wasted_bytes += expert_bytes(cache_->layer_of(static_cast<int>(i)));
+      const uint64_t bytes = expert_bytes(cache_->layer_of(static_cast<int>(i)));
+      s.wasted_bytes += bytes;
+      if ((slots_[i].sources & kFromCoact) != 0) s.coact.wasted_bytes += bytes;
+      if ((slots_[i].sources & kFromRouter) != 0) s.router.wasted_bytes += bytes;
     }
   }
   return s;

@@ -4,12 +4,16 @@
 // read, each expert's gate, up and down slices (three contiguous byte ranges) into one
 // slot of an expert cache in RAM (docs/MOE.md):
 //
+//   observe_hidden(L, x) the router predictor: layer L+d's router (resident) applied to
+//                        the last token's FFN input of layer L gives a guess of L+d's
+//                        top-k, for d = 1..router_lookahead (the nearest guess wins);
 //   route(L, selected)   router interception: every distinct expert of the batch is looked
 //                        up (a hit touches it); reads start at once for the misses, in
 //                        ascending id order, as far as slots can be freed; then the
-//                        co-activation predictor's experts for layer L+1 are read
-//                        speculatively into further evictable slots (after the demand
-//                        reads in the device queue, so they never delay them);
+//                        enabled predictors' guesses for layers L+1..L+lookahead that are
+//                        not cached are read speculatively into further evictable slots
+//                        (after the demand reads in the device queue, so they never
+//                        delay them), nearest layer first;
 //   acquire_experts(L)   waits for that expert's reads only (its wait is the stall), pins
 //                        its slot and unpins the layer's previous one, so the model
 //                        computes each expert while the next ones are still arriving;
@@ -46,17 +50,44 @@
 
 namespace hypura::runtime {
 
+// Which next-layer predictors drive speculative reads (both are always scored):
+//   kCoactivation  co-activation statistics (coactivation.h), one layer ahead
+//   kRouter        layer L+d's router on layer L's FFN input (observe_hidden)
+enum class ExpertPredictor : uint8_t { kNone, kCoactivation, kRouter, kBoth };
+const char* expert_predictor_name(ExpertPredictor p);
+// "none", "coact", "router", "both"; false for anything else.
+bool parse_expert_predictor(const std::string& s, ExpertPredictor* out);
+inline constexpr ExpertPredictor kDefaultExpertPredictor = ExpertPredictor::kBoth;
+inline constexpr int kDefaultRouterLookahead = 2;
+
 struct ExpertConfig {
   uint32_t cache_experts = 0;      // slots (>= 1), each one expert of one layer
   CachePolicy policy = kDefaultCachePolicy;
-  bool speculate = true;           // co-activation prefetch into spare slots
-  int max_speculative = 0;         // experts per layer; 0: n_expert_used
-  double min_confidence = 0.5;     // predictor score needed to read speculatively
+  bool speculate = true;           // speculative prefetch into spare slots at all
+  // Overridable by the environment for A/B runs: HYPURA_EXPERT_PREDICTOR=none|coact|
+  // router|both and HYPURA_EXPERT_LOOKAHEAD=N (read by create()).
+  ExpertPredictor predictor = kDefaultExpertPredictor;
+  int router_lookahead = kDefaultRouterLookahead;  // layers ahead the router predictor guesses
+  int max_speculative = 0;         // co-activation experts per layer; 0: n_expert_used
+  double min_confidence = 0.5;     // co-activation score needed to read speculatively
   std::string stats_path;          // co-activation statistics (load/save); empty: none
   bool lock_resident = true;
   io::StorageOptions storage;
   // Tests: builds the engine of each split file's Storage (e.g. fault-injecting).
   std::function<std::unique_ptr<io::IoEngine>()> make_engine;
+};
+
+// One next-layer predictor's record. A prediction for a layer is scored when its router
+// runs (the router predictor's nearest guess only).
+struct PredictorStats {
+  uint64_t predicted = 0;          // experts predicted for a layer before its router ran
+  uint64_t correct = 0;            // of those, routed to
+  uint64_t routed = 0;             // distinct experts of layers that had a prediction
+  uint64_t reads = 0;              // speculative reads it asked for (a read both asked for counts in both)
+  uint64_t reads_used = 0;         // of those, routed to before eviction
+  uint64_t wasted_bytes = 0;       // of those, evicted unused (+ unused now)
+  double precision() const { return predicted ? static_cast<double>(correct) / predicted : 0; }
+  double recall() const { return routed ? static_cast<double>(correct) / routed : 0; }
 };
 
 struct ExpertStats {
@@ -68,9 +99,7 @@ struct ExpertStats {
   uint64_t wasted_bytes = 0;       // speculative reads evicted unused (+ unused now)
   uint64_t demand_bytes = 0, speculative_bytes = 0;
   uint64_t bytes_read = 0;         // demand_bytes + speculative_bytes
-  uint64_t predicted = 0;          // experts predicted for a layer before its router ran
-  uint64_t predicted_correct = 0;  // of those, routed to
-  uint64_t routed_after_prediction = 0;  // distinct experts of layers that had a prediction
+  PredictorStats coact, router;    // per predictor
   uint64_t routed_tokens = 0;      // tokens through layer 0
   double stall_seconds = 0;        // acquire_experts waiting for reads
   uint64_t resident_bytes = 0;
@@ -78,10 +107,6 @@ struct ExpertStats {
   bool resident_locked = false;
 
   double hit_rate() const { return lookups ? static_cast<double>(hits) / lookups : 0; }
-  double precision() const { return predicted ? static_cast<double>(predicted_correct) / predicted : 0; }
-  double recall() const {
-    return routed_after_prediction ? static_cast<double>(predicted_correct) / routed_after_prediction : 0;
-  }
 };
 
 class ExpertProvider final : public WeightProvider {
@@ -97,6 +122,7 @@ class ExpertProvider final : public WeightProvider {
 
   Status acquire(int layer, std::span<const TensorId> ids,
                  std::span<compute::WeightView> out) override;
+  void observe_hidden(int layer, std::span<const float> x, int64_t n_tokens) override;
   void route(int layer, std::span<const int32_t> selected, int n_expert_used) override;
   Status acquire_experts(int layer, std::span<const ExpertRequest> requests,
                          std::span<compute::WeightView> out) override;
@@ -109,6 +135,8 @@ class ExpertProvider final : public WeightProvider {
   Status save_stats() const;  // to config.stats_path; ok when that is empty
 
   ExpertStats stats() const;
+  ExpertPredictor predictor() const { return config_.speculate ? config_.predictor : ExpertPredictor::kNone; }
+  int router_lookahead() const { return config_.router_lookahead; }
   uint32_t cache_experts() const { return static_cast<uint32_t>(slots_.size()); }
   uint64_t slot_bytes() const { return slot_bytes_; }
   // The resident load (its memory and file ranges).
@@ -132,6 +160,7 @@ class ExpertProvider final : public WeightProvider {
     bool pinned = false;
     bool wanted = false;        // routed in the current batch, not yet acquired
     bool speculative = false;   // read speculatively and not routed to since
+    uint8_t sources = 0;        // speculative: kFromCoact | kFromRouter
     std::vector<PendingRead> reads;
   };
   // The stacked expert tensors of one layer: ids, bytes per expert slice, and where each
@@ -145,17 +174,23 @@ class ExpertProvider final : public WeightProvider {
 
   ExpertProvider(const gguf::GgufFile& file, MemoryLedger& ledger) : file_(file), ledger_(ledger) {}
   Status build_layout();
+  void find_routers();
   Status load_resident(bool lock, const Progress& progress);
   uint64_t slice_offset(int layer, int part, int expert) const;
 
   bool evictable(int slot) const;
-  bool start_read(int layer, int expert, bool speculative);
+  static constexpr uint8_t kFromCoact = 1, kFromRouter = 2;
+
+  bool start_read(int layer, int expert, uint8_t speculative_sources);
   Status wait_slot(int slot);
   bool finish_speculative();
   Status ensure(int layer, int expert, int* slot_out);
   void start_wanted(int layer);
   void speculate(int layer, std::span<const int32_t> experts);
-  void check_prediction(int layer, std::span<const int32_t> experts);
+  void speculate_layer(int layer, std::span<const int32_t> guesses, uint8_t source);
+  void check_predictions(int layer, std::span<const int32_t> experts);
+  void predict_router(int layer, const float* x);
+  void count_speculative(const Slot& s, bool used, uint64_t bytes);
   void unpin(int layer);
   compute::WeightView expert_view(int slot, int layer, int part, int expert) const;
 
@@ -163,6 +198,8 @@ class ExpertProvider final : public WeightProvider {
   MemoryLedger& ledger_;
   ExpertConfig config_;
   int n_expert_ = 0;
+  int n_expert_used_ = 0;  // from the file's metadata; 0: router predictor off
+  int64_t n_embd_ = 0;
   std::vector<std::unique_ptr<io::Storage>> storages_;  // one per split file
   std::vector<ExpertLayer> layers_;                     // (n_layer)
   std::vector<int> part_of_tensor_;                     // (n_tensors): 0..2, or -1
@@ -173,7 +210,11 @@ class ExpertProvider final : public WeightProvider {
   std::vector<Slot> slots_;
   std::unique_ptr<ExpertCache> cache_;
   std::unique_ptr<CoactivationStats> coact_;
-  std::vector<std::vector<int32_t>> predicted_;         // (n_layer): prediction made for it
+  std::vector<std::vector<int32_t>> coact_pred_;        // (n_layer): co-activation guess for it
+  std::vector<std::vector<int32_t>> router_pred_;       // (n_layer): nearest router guess for it
+  std::vector<TensorId> routers_;                       // (n_layer): ffn_gate_inp, or -1
+  std::unique_ptr<compute::Context> router_ctx_;        // one thread: the router products
+  std::vector<float> router_logits_;                    // (n_expert)
   std::vector<std::vector<int32_t>> wanted_;            // (n_layer): routed, not yet started
   std::vector<int> pinned_;                             // slots pinned, any layer
   std::vector<int32_t> distinct_, scratch_;

@@ -1,13 +1,16 @@
 // ExpertProvider: bit-identical logits to the resident provider on the golden MoE models
 // (mixtral-style llama and qwen3moe, F32 and Q4_K_M) for several cache sizes down to one
-// slot, with and without speculative prefetch; bytes read equal (misses + speculative
-// reads) x expert bytes, counted independently by Storage; the ledger budget holds; a
-// failed expert read ends the forward pass with a clear error.
+// slot, with and without speculative prefetch by either predictor; bytes read equal
+// (misses + speculative reads) x expert bytes, counted independently by Storage; the
+// ledger budget holds; a failed expert read ends the forward pass with a clear error; the
+// router predictor guesses the next router's top-k on the observed hidden state.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
+#include <random>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -68,6 +71,7 @@ struct Case {
   const char* model;
   int slots_per_layer;  // 0: one slot in all
   bool speculate;
+  ExpertPredictor predictor = kDefaultExpertPredictor;
 };
 
 class ExpertLogits : public testing::TestWithParam<Case> {};
@@ -85,6 +89,7 @@ TEST_P(ExpertLogits, BitIdenticalAndReadsOnlyMisses) {
   ExpertConfig config;
   config.cache_experts = c.slots_per_layer == 0 ? 1 : c.slots_per_layer * static_cast<uint32_t>(hp.n_layer);
   config.speculate = c.speculate;
+  config.predictor = c.predictor;
   config.min_confidence = 0.0;  // speculate whenever the predictor has support
   config.storage.queue_depth = 8;
   MemoryLedger probe(0);
@@ -116,9 +121,20 @@ TEST_P(ExpertLogits, BitIdenticalAndReadsOnlyMisses) {
     EXPECT_EQ(s.bytes_read, (s.misses + s.speculative_reads) * ep.expert_bytes(0));
   }
   EXPECT_EQ(s.lookups, s.hits + s.misses);
-  if (!c.speculate) {
+  if (!c.speculate || c.predictor == ExpertPredictor::kNone) {
     EXPECT_EQ(s.speculative_reads, 0u);
   }
+  // Both predictors are scored whatever reads; the router one guesses every layer after
+  // the first of every pass (a batch by its last token).
+  EXPECT_EQ(s.router.predicted, static_cast<uint64_t>(hp.n_layer - 1) * (tokens.size() - 4) * hp.n_expert_used);
+  EXPECT_LE(s.router.correct, s.router.predicted);
+  if (c.predictor == ExpertPredictor::kCoactivation) {
+    EXPECT_EQ(s.router.reads, 0u);
+  }
+  if (c.predictor == ExpertPredictor::kRouter) {
+    EXPECT_EQ(s.coact.reads, 0u);
+  }
+  EXPECT_LE(s.router.reads_used + s.coact.reads_used, s.router.reads + s.coact.reads);
   // The trace holds every routed (layer, batch); with a cache of every expert, each
   // routed pair is read exactly once (no re-reads, no preloading).
   EXPECT_EQ(trace.records.size(), static_cast<size_t>(hp.n_layer) * (tokens.size() - 4));
@@ -140,13 +156,74 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{"mixtral-q4_k_m", 1, true}, Case{"mixtral-q4_k_m", 2, false},
                     Case{"qwen3moe-f32", 1, false}, Case{"qwen3moe-f32", 16, false},
                     Case{"qwen3moe-f32", 6, true}, Case{"qwen3moe-f32", 0, true},
-                    Case{"qwen3moe-q4_k_m", 4, true}, Case{"qwen3moe-q4_k_m", 1, false}),
+                    Case{"qwen3moe-q4_k_m", 4, true}, Case{"qwen3moe-q4_k_m", 1, false},
+                    Case{"mixtral-f32", 1, true, ExpertPredictor::kRouter},
+                    Case{"mixtral-q4_k_m", 3, true, ExpertPredictor::kCoactivation},
+                    Case{"qwen3moe-f32", 2, true, ExpertPredictor::kRouter},
+                    Case{"qwen3moe-q4_k_m", 0, true, ExpertPredictor::kRouter}),
     [](const auto& info) {
       std::string n = std::string(info.param.model) + "_" + std::to_string(info.param.slots_per_layer) +
-                      (info.param.speculate ? "_spec" : "");
+                      (info.param.speculate ? std::string("_spec_") + expert_predictor_name(info.param.predictor) : "");
       for (char& ch : n) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
       return n;
     });
+
+// observe_hidden(0, x) makes layer 1's guess the top-k of layer 1's router on x, read
+// speculatively after layer 0's routing; layer 1 then routed to exactly those finds them.
+TEST(ExpertProvider, RouterPredictorReadsTheNextRoutersTopK) {
+  Model m = open_model("mixtral-f32");
+  const auto& hp = m.model->hparams();
+  ExpertConfig config;
+  config.cache_experts = static_cast<uint32_t>(hp.n_layer * hp.n_expert);  // nothing evicted
+  config.predictor = ExpertPredictor::kRouter;
+  config.router_lookahead = 1;
+  MemoryLedger ledger(0);
+  auto created = ExpertProvider::create(m.file, config, ledger, nullptr);
+  ASSERT_TRUE(created.is_ok()) << created.status().message();
+  ExpertProvider& ep = *created.value();
+
+  std::vector<float> x(static_cast<size_t>(hp.n_embd));  // (n_embd): one token
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  for (float& v : x) v = normal(rng);
+  const gguf::TensorInfo* t = m.file.find_tensor("blk.1.ffn_gate_inp.weight");
+  ASSERT_NE(t, nullptr);
+  const TensorId router_id = static_cast<TensorId>(t - m.file.tensors().data());
+  compute::WeightView router;
+  ASSERT_TRUE(ep.acquire(1, std::span(&router_id, 1), std::span(&router, 1)).is_ok());
+  std::vector<float> logits(static_cast<size_t>(hp.n_expert));  // (n_expert)
+  compute::Context ctx(1);
+  ctx.matmul(router, x.data(), 1, logits.data());
+  std::vector<int32_t> want(static_cast<size_t>(hp.n_expert));
+  std::iota(want.begin(), want.end(), 0);
+  std::stable_sort(want.begin(), want.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  want.resize(static_cast<size_t>(hp.n_expert_used));
+  std::sort(want.begin(), want.end());
+
+  ep.observe_hidden(0, x, 1);
+  const std::vector<int32_t> layer0 = {0, 1};  // (1 token, n_expert_used = 2)
+  ASSERT_EQ(hp.n_expert_used, 2);
+  ep.route(0, layer0, 2);
+  EXPECT_EQ(ep.stats().router.reads, want.size()) << "the guess is read before layer 1 routes";
+  ep.route(1, want, 2);
+  const ExpertStats s = ep.stats();
+  EXPECT_EQ(s.router.predicted, want.size());
+  EXPECT_EQ(s.router.correct, want.size());
+  EXPECT_EQ(s.router.reads_used, want.size());
+  EXPECT_EQ(s.router.wasted_bytes, 0u);
+  EXPECT_EQ(s.hits, want.size());                 // layer 1's experts were already there
+  EXPECT_EQ(s.misses, layer0.size());
+  EXPECT_EQ(s.bytes_read, (s.misses + s.speculative_reads) * ep.expert_bytes(0));
+  for (int32_t e : want) {
+    const ExpertRequest r[3] = {{m.model->weights().layers[1].ffn_gate_exps, e},
+                                {m.model->weights().layers[1].ffn_up_exps, e},
+                                {m.model->weights().layers[1].ffn_down_exps, e}};
+    compute::WeightView v[3];
+    ASSERT_TRUE(ep.acquire_experts(1, r, v).is_ok());
+  }
+  ep.release(1);
+  EXPECT_EQ(ep.storage_bytes_since_load(), ep.stats().bytes_read);
+}
 
 // Every read of one layer's up experts fails: the pass ends with an error naming the
 // expert and the file; the resident weights loaded fine.

@@ -6,6 +6,8 @@
 // never how they are computed, so every provider yields bit-identical logits.
 //
 //   hint(L + k)            lets a streaming provider start reads for a later layer
+//   observe_hidden(L, x)   a MoE layer's FFN input, before its router (an expert provider
+//                          may guess later layers' experts from it)
 //   acquire(L, ids)        views valid until release(L); may wait for in-flight reads
 //   route(L, selected)     router interception: the experts layer L's batch selected,
 //                          before its expert matmuls (an expert provider starts reads here)
@@ -48,6 +50,11 @@ class WeightProvider {
   // asking for the next, so a provider that started every read here overlaps the reads of
   // later experts with the compute of earlier ones.
   virtual void route(int layer, std::span<const int32_t> selected, int n_expert_used) {}
+  // A MoE layer's normalized FFN input `x`, (n_tokens, n_embd) row-major, the vector its
+  // router is applied to; called right before that layer's routing and valid only during
+  // the call. Only a hint: a provider may compute on it (e.g. later layers' routers, to
+  // read their likely experts early) but must not change what it serves.
+  virtual void observe_hidden(int layer, std::span<const float> x, int64_t n_tokens) {}
   // Views of single experts (n_rows_per_expert rows each), in request order. Expert views
   // stay valid until the next acquire_experts call of the same layer or release(layer).
   virtual Status acquire_experts(int layer, std::span<const ExpertRequest> requests,
