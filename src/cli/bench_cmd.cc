@@ -43,7 +43,7 @@ struct BenchArgs {
   bool json = false;
   bool no_reference = false;
   std::string trace;       // expert-streaming routing trace file
-  std::string ram_budget;  // e.g. 3G; empty: the profile's usable memory
+  uint64_t ram_budget = 0;  // --ram-budget; 0: the profile's usable memory
   int64_t context = 0;     // --context: KV cache length (0: just enough for the tests)
   bool baseline = false;   // also run the plain mmap way (tg only) and print the speed-up
   bool force = false;      // run --baseline even when the model exceeds RAM - 4 GiB
@@ -136,14 +136,7 @@ int run_bench(const BenchArgs& a) {
   eo.n_ctx = a.context > 0 ? a.context : std::max(a.n_prompt, a.n_gen) + 1;
   eo.kv_f32 = a.kv_type == "f32";
   eo.trace_path = a.trace;
-  if (!a.ram_budget.empty()) {
-    auto b = parse_size(a.ram_budget);
-    if (!b.is_ok()) {
-      std::cerr << "hypura bench: --ram-budget: " << b.status().message() << "\n";
-      return 2;
-    }
-    eo.ram_budget = *b;
-  }
+  eo.ram_budget = a.ram_budget;
   auto engine = runtime::Engine::load(eo);
   if (!engine.is_ok()) {
     std::cerr << "hypura bench: " << path << ": " << engine.status().message() << "\n";
@@ -300,7 +293,7 @@ std::function<int()> setup_bench(CLI::App& app) {
   app.add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32")->capture_default_str();
   app.add_flag("--json", a->json, "one JSON record instead of the table");
   app.add_option("--trace", a->trace, "expert-streaming mode: record the routing trace to FILE");
-  app.add_option("--ram-budget", a->ram_budget, "cap on host memory, e.g. 3G (default: the profile's usable RAM)");
+  add_ram_budget_option(app, &a->ram_budget);
   app.add_flag("--no-reference", a->no_reference, "skip the memory and direct-I/O bandwidth measurements");
   app.add_option("--context", a->context, "KV cache length (default: just enough for the tests)");
   app.add_flag("--baseline", a->baseline,

@@ -34,4 +34,9 @@ struct Registrar {
 // test model (test-models/, see docs/MODELS.md) when empty. Returns "" when none exists.
 std::string resolve_model_path(const std::string& arg);
 
+// --ram-budget SIZE (e.g. 3G, 2.5GiB): a cap on host memory for the planner and the memory
+// ledger; a model that does not fit under it streams. A malformed size is a usage error.
+// run, bench and serve share it; *bytes stays 0 (the profile's usable RAM) when absent.
+CLI::Option* add_ram_budget_option(CLI::App& app, uint64_t* bytes);
+
 }  // namespace hypura::cli

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/command.h"
+#include "common/size.h"
 
 namespace hypura::cli {
 
@@ -26,6 +27,17 @@ std::string resolve_model_path(const std::string& arg) {
     if (fs::exists(candidate)) return candidate.string();
   }
   return "";
+}
+
+CLI::Option* add_ram_budget_option(CLI::App& app, uint64_t* bytes) {
+  return app.add_option_function<std::string>(
+      "--ram-budget",
+      [bytes](const std::string& text) {
+        auto parsed = parse_size(text);
+        if (!parsed.is_ok()) throw CLI::ValidationError("--ram-budget", parsed.status().message());
+        *bytes = parsed.value();
+      },
+      "cap on host memory, e.g. 3G (default: the profile's usable RAM); what does not fit streams");
 }
 
 }  // namespace hypura::cli

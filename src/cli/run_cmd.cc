@@ -38,6 +38,7 @@ struct RunArgs {
   std::string trace;  // expert-streaming routing trace file
   int threads = 0;
   std::string kv_type = "f16";
+  uint64_t ram_budget = 0;  // --ram-budget; 0: the profile's usable memory
   std::vector<std::string> stop;
   bool no_chat = false;
   bool interactive = false;
@@ -202,6 +203,7 @@ int run_run(const RunArgs& a) {
   eo.n_threads = a.threads;
   eo.n_ctx = a.context;
   eo.kv_f32 = a.kv_type == "f32";
+  eo.ram_budget = a.ram_budget;
   eo.trace_path = a.trace;
   if (isatty(STDERR_FILENO)) eo.load_progress = draw_progress;
   const auto t0 = std::chrono::steady_clock::now();
@@ -238,6 +240,7 @@ std::function<int()> setup_run(CLI::App& app) {
                                              "trained length)")->capture_default_str();
   app.add_option("-t,--threads", a->threads, "compute threads (default: physical cores)");
   app.add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32")->capture_default_str();
+  add_ram_budget_option(app, &a->ram_budget);
   app.add_option("--stop", a->stop, "stop string (repeatable)");
   app.add_flag("--no-chat", a->no_chat, "feed the prompt as raw text, without the chat template");
   app.add_flag("-i,--interactive", a->interactive, "chat REPL");

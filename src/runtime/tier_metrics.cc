@@ -2,12 +2,22 @@
 
 #include <cstdio>
 
+#include "common/size.h"
 #include "profiler/storage_bench.h"
 
 namespace hypura::runtime {
 namespace {
 
 double ratio(double a, double b) { return b > 0 ? a / b : 0; }
+
+// The plan's RAM in the ledger's kinds, for the two to be read side by side.
+std::string planned_text(const scheduler::MemoryPlan& m) {
+  std::string out = format_size(m.ram_total()) + ": process " + format_size(m.overhead_ram) +
+                    ", resident_weights " + format_size(m.ram_weights);
+  if (m.pool > 0) out += ", stream_pool " + format_size(m.pool);
+  if (m.expert_cache > 0) out += ", expert_cache " + format_size(m.expert_cache);
+  return out + ", kv_cache " + format_size(m.kv_ram) + ", work_buffers " + format_size(m.work_ram);
+}
 
 // The streaming counters, or in expert-streaming mode the expert provider's equivalents
 // (passes: tokens through the first MoE layer).
@@ -59,6 +69,10 @@ TierMetrics tier_metrics(const TieredWeights& w, const TierCounters& before,
   const LedgerSnapshot l = w.ledger().snapshot();
   m.budget = l.budget;
   m.ledger_peak = l.peak;
+  m.ledger_by_kind = w.ledger().summary();
+  const scheduler::MemoryPlan& mp = plan.memory;
+  m.planned_ram = mp.ram_total();
+  m.planned_by_kind = planned_text(mp);
   m.resident_bytes = s.resident_bytes;
   m.load_bps = ratio(static_cast<double>(s.resident_bytes), s.load_seconds);
   m.load_reference_bps = load_reference_bps;
@@ -94,6 +108,9 @@ nlohmann::json tier_metrics_json(const TierMetrics& m) {
       {"peak_rss_bytes", m.peak_rss},
       {"ram_budget_bytes", m.budget},
       {"ledger_peak_bytes", m.ledger_peak},
+      {"planned_ram_bytes", m.planned_ram},
+      {"ledger", m.ledger_by_kind},
+      {"planned", m.planned_by_kind},
       {"resident_bytes", m.resident_bytes},
       {"load_bps", m.load_bps},
       {"load_ratio", m.load_ratio},
@@ -111,21 +128,26 @@ std::string tier_metrics_text(const TierMetrics& m) {
   char buf[1024];
   const double gib = 1024.0 * 1024.0 * 1024.0;
   std::string out;
-  std::snprintf(buf, sizeof buf,
-                "mode %s: %.1f MiB streamed per token (read %.1f MiB/token), pool %d x %.1f MiB, "
-                "prefetch %d\n",
-                m.mode.c_str(), m.streamed_bytes_per_token / 1048576.0,
-                m.bytes_read_per_token / 1048576.0, m.pool_slots, m.slot_bytes / 1048576.0,
-                m.prefetch_depth);
-  out += buf;
-  if (m.streamed_bytes_per_token > 0) {
+  // Expert streaming has its own figures (expert_metrics.h): cache, hits, bound.
+  const bool dense = m.mode != "expert-streaming";
+  if (dense) {
     std::snprintf(buf, sizeof buf,
-                  "storage: read %.2f GB/s = %.2f x same-run replay of a pass's reads %.2f GB/s; bound %.3f "
+                  "mode %s: %.1f MiB streamed per token (read %.1f MiB/token), pool %d x %.1f MiB, "
+                  "prefetch %d\n",
+                  m.mode.c_str(), m.streamed_bytes_per_token / 1048576.0,
+                  m.bytes_read_per_token / 1048576.0, m.pool_slots, m.slot_bytes / 1048576.0,
+                  m.prefetch_depth);
+    out += buf;
+  }
+  if (dense && m.streamed_bytes_per_token > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "storage: read %.2f GB/s = %.2f x same-run I/O-only passes %.2f GB/s; bound %.3f "
                   "tok/s, tg %.3f tok/s = %.2f x bound; stalled %.3f s/token\n",
                   m.read_bps / 1e9, m.read_ratio, m.direct_read_bps / 1e9, m.storage_bound_tok_s,
                   m.tok_s, m.tg_bound_ratio, m.stall_s_per_token);
     out += buf;
   }
+  out += "memory: planned " + m.planned_by_kind + "\n        ledger " + m.ledger_by_kind + "\n";
   std::snprintf(buf, sizeof buf,
                 "planner predicted %.3f tok/s (measured/predicted %.2f); peak RSS %.2f GiB of "
                 "budget %.2f GiB (ledger peak %.2f GiB)\n",

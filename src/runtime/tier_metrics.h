@@ -11,7 +11,7 @@
 //   tg_bound_ratio         tok/s / storage_bound_tok_s
 //   stall_s_per_token      time acquire() waited for reads / tokens
 //   predicted_tok_s        the planner's prediction; prediction_ratio = tok/s / it
-//   peak_rss, budget       VmHWM and the ledger's budget
+//   peak_rss, budget       VmHWM and the ledger's budget; planned_ram beside ledger_peak
 //   load_bps, load_ratio   resident-part load bandwidth and its ratio to load_reference_bps
 //
 // The references repeat the provider's own reads in the same process (TieredWeights::
@@ -56,6 +56,9 @@ struct TierMetrics {
   uint64_t peak_rss = 0;
   uint64_t budget = 0;                    // ledger budget (0: none)
   uint64_t ledger_peak = 0;
+  uint64_t planned_ram = 0;               // the plan's RAM total (MemoryPlan::ram_total)
+  std::string ledger_by_kind;             // the ledger now, per kind (MemoryLedger::summary)
+  std::string planned_by_kind;            // the plan's RAM, in the same kinds
   uint64_t resident_bytes = 0;
   double load_bps = 0;
   double load_ratio = 0;
