@@ -10,6 +10,7 @@
 #include "cli/command.h"
 #include "cli/inspect_report.h"
 #include "gguf/gguf.h"
+#include "runtime/tiered_weights.h"
 #include "scheduler/plan_request.h"
 #include "scheduler/render.h"
 
@@ -56,12 +57,17 @@ int run_inspect(const InspectArgs& args) {
     if (planned) {
       j["plan"] = nlohmann::ordered_json::parse(
           scheduler::plan_to_json(planned->plan, planned->tensors, args.tensors).dump());
+      j["plan"]["ledger_dry_run"] = runtime::ledger_dry_run(planned->plan.memory);
     }
     // Metadata strings are untrusted bytes: invalid UTF-8 is replaced, never fatal.
     std::cout << j.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   } else {
     std::cout << report_to_text(report, *file, options);
-    if (planned) std::cout << "\n" << scheduler::plan_to_text(planned->plan, planned->tensors);
+    if (planned) {
+      std::cout << "\n" << scheduler::plan_to_text(planned->plan, planned->tensors)
+                << "Ledger (dry run of the plan's allocations): "
+                << runtime::ledger_dry_run(planned->plan.memory) << "\n";
+    }
   }
   return 0;
 }

@@ -33,6 +33,22 @@ profiler::HardwareProfile quick_profile() {
 
 }  // namespace
 
+std::string ledger_dry_run(const scheduler::MemoryPlan& m) {
+  MemoryLedger ledger(m.ram_limit);
+  const std::pair<MemoryKind, uint64_t> charges[] = {
+      {MemoryKind::kProcess, m.overhead_ram},     {MemoryKind::kKvCache, m.kv_ram},
+      {MemoryKind::kWork, m.work_ram},            {MemoryKind::kStreamPool, m.pool},
+      {MemoryKind::kExpertCache, m.expert_cache}, {MemoryKind::kResidentWeights, m.ram_weights}};
+  std::vector<Reservation> held;
+  for (const auto& [kind, bytes] : charges) {
+    if (bytes == 0) continue;
+    auto r = ledger.reserve(kind, bytes, memory_kind_name(kind));
+    if (!r.is_ok()) return "would refuse: " + r.status().message();
+    held.push_back(std::move(r).value());
+  }
+  return ledger.summary();
+}
+
 Result<std::unique_ptr<TieredWeights>> TieredWeights::load(const gguf::GgufFile& file,
                                                            const TierOptions& options) {
   std::unique_ptr<TieredWeights> w(new TieredWeights());

@@ -46,6 +46,12 @@ struct TierOptions {
   std::string trace_path;
 };
 
+// `inspect --plan`'s ledger figures: the plan's RAM allocations charged, in load order,
+// to a MemoryLedger with the plan's budget (the same ledger that refuses at load time),
+// without allocating. Returns the ledger's summary, or its refusal. A dry run: the real
+// load adds a little alignment slack per resident run.
+std::string ledger_dry_run(const scheduler::MemoryPlan& plan);
+
 class TieredWeights {
  public:
   static Result<std::unique_ptr<TieredWeights>> load(const gguf::GgufFile& file,
