@@ -48,6 +48,11 @@ void apply_environment(ExpertConfig& c) {
     const int n = std::atoi(e);
     if (n >= 1) c.router_lookahead = n;
   }
+  if (const char* e = std::getenv("HYPURA_EXPERT_ROUTER_MIN_PROB")) c.router_min_prob = std::atof(e);
+  if (const char* e = std::getenv("HYPURA_EXPERT_MAX_INFLIGHT")) {
+    const int n = std::atoi(e);
+    if (n >= 1) c.max_speculative_inflight = n;
+  }
 }
 
 }  // namespace
@@ -92,6 +97,7 @@ Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufF
   p->cache_ = std::make_unique<ExpertCache>(n_slots, n_layer, p->n_expert_, p->config_.policy);
   p->coact_pred_.resize(static_cast<size_t>(n_layer));
   p->router_pred_.resize(static_cast<size_t>(n_layer));
+  p->router_read_.resize(static_cast<size_t>(n_layer));
   p->wanted_.resize(static_cast<size_t>(n_layer));
   p->coact_ = std::make_unique<CoactivationStats>(n_layer, p->n_expert_);
   if (!p->config_.stats_path.empty()) {
@@ -106,8 +112,9 @@ Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufF
   }
   HYPURA_RETURN_IF_ERROR(p->load_resident(p->config_.lock_resident, progress));
   p->resident_storage_bytes_ = p->storage_bytes_since_load();
-  spdlog::info("expert prefetch: {} (router lookahead {} layers)", expert_predictor_name(p->predictor()),
-               p->config_.router_lookahead);
+  spdlog::info("expert prefetch: {} (router lookahead {} layers, min probability {}, {} in flight at most)",
+               expert_predictor_name(p->predictor()), p->config_.router_lookahead, p->config_.router_min_prob,
+               p->config_.max_speculative_inflight);
   return p;
 }
 
@@ -271,6 +278,25 @@ void ExpertProvider::start_wanted(int layer) {
   w.erase(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(started));
 }
 
+// Marks speculative reads that have completed ready (a failure empties the slot), so a
+// wrong guess's slot becomes evictable without anyone waiting on it.
+// Returns the speculative reads still in flight.
+int ExpertProvider::reap_speculative() {
+  int in_flight = 0;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (s.state != SlotState::kReading || !s.speculative) continue;
+    const bool done = std::all_of(s.reads.begin(), s.reads.end(),
+                                  [this](const PendingRead& r) { return storages_[r.file_index]->done(r.id); });
+    if (done) {
+      (void)wait_slot(static_cast<int>(i));
+    } else {
+      ++in_flight;
+    }
+  }
+  return in_flight;
+}
+
 // Waits for one speculative read (a failure just empties its slot), so that its slot
 // becomes evictable. False when no speculative read is in flight.
 bool ExpertProvider::finish_speculative() {
@@ -307,10 +333,12 @@ void ExpertProvider::check_predictions(int layer, std::span<const int32_t> exper
   };
   score(coact_pred_[layer], stats_.coact);
   score(router_pred_[layer], stats_.router);
+  router_read_[layer].clear();
 }
 
 // The router predictor: top-k of layer L+d's router on `x` (one token's FFN input of
-// layer L, (n_embd)), best first, lower id on ties as the model routes.
+// layer L, (n_embd)), best first, lower id on ties as the model routes; those whose
+// softmax probability reaches router_min_prob are the ones to read.
 void ExpertProvider::predict_router(int layer, const float* x) {
   for (int d = 1; d <= std::max(config_.router_lookahead, 1); ++d) {
     const int target = layer + d;
@@ -320,8 +348,11 @@ void ExpertProvider::predict_router(int layer, const float* x) {
     const gguf::TensorInfo& t = file_.tensors()[id];
     const compute::WeightView router{resident_.data[id], t.type, t.ne[0], t.n_rows()};
     router_ctx_->matmul(router, x, 1, router_logits_.data());
+    compute::softmax(router_logits_.data(), n_expert_);
     std::vector<int32_t>& pred = router_pred_[target];
+    std::vector<int32_t>& read = router_read_[target];
     pred.clear();
+    read.clear();
     for (int slot = 0; slot < n_expert_used_; ++slot) {
       int32_t best = -1;
       for (int32_t e = 0; e < n_expert_; ++e) {
@@ -329,6 +360,7 @@ void ExpertProvider::predict_router(int layer, const float* x) {
         if (best < 0 || router_logits_[e] > router_logits_[best]) best = e;
       }
       pred.push_back(best);
+      if (router_logits_[best] >= config_.router_min_prob) read.push_back(best);
     }
   }
 }
@@ -343,6 +375,7 @@ void ExpertProvider::observe_hidden(int layer, std::span<const float> x, int64_t
 // be freed; a guess already being read speculatively is credited to this predictor too.
 void ExpertProvider::speculate_layer(int layer, std::span<const int32_t> guesses, uint8_t source) {
   for (int32_t e : guesses) {
+    if (spec_in_flight_ >= config_.max_speculative_inflight) return;
     const int slot = cache_->lookup(layer, e);
     if (slot >= 0) {
       Slot& s = slots_[slot];
@@ -353,6 +386,7 @@ void ExpertProvider::speculate_layer(int layer, std::span<const int32_t> guesses
       continue;
     }
     if (!start_read(layer, e, source)) return;
+    ++spec_in_flight_;
   }
 }
 
@@ -366,7 +400,7 @@ void ExpertProvider::speculate(int layer, std::span<const int32_t> experts) {
   const bool use_router = p == ExpertPredictor::kRouter || p == ExpertPredictor::kBoth;
   const bool use_coact = p == ExpertPredictor::kCoactivation || p == ExpertPredictor::kBoth;
   for (int d = 1; d <= std::max(config_.router_lookahead, 1) && layer + d < n_layer(); ++d) {
-    if (use_router) speculate_layer(layer + d, router_pred_[layer + d], kFromRouter);
+    if (use_router) speculate_layer(layer + d, router_read_[layer + d], kFromRouter);
     if (use_coact && d == 1) speculate_layer(layer + 1, coact_pred_[layer + 1], kFromCoact);
   }
 }
@@ -375,6 +409,7 @@ void ExpertProvider::route(int layer, std::span<const int32_t> selected, int n_e
   if (layer <= last_routed_layer_) ++pass_;
   last_routed_layer_ = layer;
   for (Slot& s : slots_) s.wanted = false;  // the previous batch's experts are all computed
+  spec_in_flight_ = reap_speculative();
   if (trace_ != nullptr && trace_->n_expert_used == 0) trace_->n_expert_used = n_expert_used;
   if (trace_ != nullptr) trace_->add(pass_, layer, selected.data(), static_cast<int64_t>(selected.size()));
   if (layer == 0) stats_.routed_tokens += selected.size() / n_expert_used;
@@ -395,13 +430,15 @@ void ExpertProvider::route(int layer, std::span<const int32_t> selected, int n_e
     stats_.hits++;
     Slot& s = slots_[slot];
     if (s.speculative) {
+      // Its read already counted as the access (as a demand read's does).
       stats_.speculative_used++;
       count_speculative(s, true, 0);
+    } else {
+      cache_->touch(slot);
     }
     s.speculative = false;
     s.sources = 0;
     s.wanted = true;
-    cache_->touch(slot);
   }
   start_wanted(layer);
   speculate(layer, distinct_);

@@ -57,8 +57,14 @@ enum class ExpertPredictor : uint8_t { kNone, kCoactivation, kRouter, kBoth };
 const char* expert_predictor_name(ExpertPredictor p);
 // "none", "coact", "router", "both"; false for anything else.
 bool parse_expert_predictor(const std::string& s, ExpertPredictor* out);
+// Defaults chosen by measurement on the "moe" synthetic model (docs/MOE.md): both
+// predictors, the router one a layer ahead and only for guesses of probability >= 0.3
+// (reading every guess, or guessing 2-3 layers ahead, wasted more disk time than the
+// misses it saved); no cap on speculative reads in flight.
 inline constexpr ExpertPredictor kDefaultExpertPredictor = ExpertPredictor::kBoth;
-inline constexpr int kDefaultRouterLookahead = 2;
+inline constexpr int kDefaultRouterLookahead = 1;
+inline constexpr double kDefaultRouterMinProb = 0.3;
+inline constexpr int kDefaultMaxSpeculativeInflight = 1 << 20;
 
 struct ExpertConfig {
   uint32_t cache_experts = 0;      // slots (>= 1), each one expert of one layer
@@ -68,6 +74,12 @@ struct ExpertConfig {
   // router|both and HYPURA_EXPERT_LOOKAHEAD=N (read by create()).
   ExpertPredictor predictor = kDefaultExpertPredictor;
   int router_lookahead = kDefaultRouterLookahead;  // layers ahead the router predictor guesses
+  // A router guess is read only when its softmax probability reaches this (all top-k
+  // guesses are scored); HYPURA_EXPERT_ROUTER_MIN_PROB overrides.
+  double router_min_prob = kDefaultRouterMinProb;
+  // Speculative reads in flight at most (Storage serves in submission order, so each one
+  // queued can delay a later demand read); HYPURA_EXPERT_MAX_INFLIGHT overrides.
+  int max_speculative_inflight = kDefaultMaxSpeculativeInflight;
   int max_speculative = 0;         // co-activation experts per layer; 0: n_expert_used
   double min_confidence = 0.5;     // co-activation score needed to read speculatively
   std::string stats_path;          // co-activation statistics (load/save); empty: none
@@ -184,6 +196,7 @@ class ExpertProvider final : public WeightProvider {
   bool start_read(int layer, int expert, uint8_t speculative_sources);
   Status wait_slot(int slot);
   bool finish_speculative();
+  int reap_speculative();
   Status ensure(int layer, int expert, int* slot_out);
   void start_wanted(int layer);
   void speculate(int layer, std::span<const int32_t> experts);
@@ -212,6 +225,7 @@ class ExpertProvider final : public WeightProvider {
   std::unique_ptr<CoactivationStats> coact_;
   std::vector<std::vector<int32_t>> coact_pred_;        // (n_layer): co-activation guess for it
   std::vector<std::vector<int32_t>> router_pred_;       // (n_layer): nearest router guess for it
+  std::vector<std::vector<int32_t>> router_read_;       // (n_layer): of those, confident enough to read
   std::vector<TensorId> routers_;                       // (n_layer): ffn_gate_inp, or -1
   std::unique_ptr<compute::Context> router_ctx_;        // one thread: the router products
   std::vector<float> router_logits_;                    // (n_expert)
@@ -221,6 +235,7 @@ class ExpertProvider final : public WeightProvider {
   RoutingTrace* trace_ = nullptr;
   uint32_t pass_ = 0;
   int last_routed_layer_ = -1;
+  int spec_in_flight_ = 0;                              // as of the last route(), plus those started
   uint64_t resident_storage_bytes_ = 0;                 // Storage bytes of the resident load
   ExpertStats stats_;
 };

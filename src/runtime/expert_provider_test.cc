@@ -177,6 +177,7 @@ TEST(ExpertProvider, RouterPredictorReadsTheNextRoutersTopK) {
   config.cache_experts = static_cast<uint32_t>(hp.n_layer * hp.n_expert);  // nothing evicted
   config.predictor = ExpertPredictor::kRouter;
   config.router_lookahead = 1;
+  config.router_min_prob = 0.0;  // read every guess
   MemoryLedger ledger(0);
   auto created = ExpertProvider::create(m.file, config, ledger, nullptr);
   ASSERT_TRUE(created.is_ok()) << created.status().message();
@@ -223,6 +224,17 @@ TEST(ExpertProvider, RouterPredictorReadsTheNextRoutersTopK) {
   }
   ep.release(1);
   EXPECT_EQ(ep.storage_bytes_since_load(), ep.stats().bytes_read);
+
+  // A probability no guess reaches: guesses are still made and scored, none is read.
+  config.router_min_prob = 1.01;
+  auto strict = ExpertProvider::create(m.file, config, ledger, nullptr);
+  ASSERT_TRUE(strict.is_ok()) << strict.status().message();
+  strict.value()->observe_hidden(0, x, 1);
+  strict.value()->route(0, layer0, 2);
+  strict.value()->route(1, want, 2);
+  EXPECT_EQ(strict.value()->stats().router.correct, want.size());
+  EXPECT_EQ(strict.value()->stats().router.reads, 0u);
+  EXPECT_EQ(strict.value()->stats().speculative_reads, 0u);
 }
 
 // Every read of one layer's up experts fails: the pass ends with an error naming the
