@@ -44,6 +44,7 @@ struct BenchArgs {
   bool no_reference = false;
   std::string trace;       // expert-streaming routing trace file
   uint64_t ram_budget = 0;  // --ram-budget; 0: the profile's usable memory
+  std::string profile;      // --profile FILE
   int64_t context = 0;     // --context: KV cache length (0: just enough for the tests)
   bool baseline = false;   // also run the plain mmap way (tg only) and print the speed-up
   bool force = false;      // run --baseline even when the model exceeds RAM - 4 GiB
@@ -137,12 +138,21 @@ int run_bench(const BenchArgs& a) {
   eo.kv_f32 = a.kv_type == "f32";
   eo.trace_path = a.trace;
   eo.ram_budget = a.ram_budget;
+  eo.profile_path = a.profile;
+  // The memory reference first, in a child process: its 1 GiB buffer must not count in
+  // this process's peak RSS, which bench compares with --ram-budget.
+  const int threads = a.threads > 0 ? a.threads : runtime::physical_cores();
+  double bandwidth = 0;
+  if (!a.no_reference) {
+    profiler::MemoryBandwidthOptions mo;
+    mo.n_threads = threads;
+    bandwidth = profiler::measure_memory_read_bandwidth_in_child(mo).read_bytes_per_second;
+  }
   auto engine = runtime::Engine::load(eo);
   if (!engine.is_ok()) {
     std::cerr << "hypura bench: " << path << ": " << engine.status().message() << "\n";
     return 1;
   }
-  const int threads = a.threads > 0 ? a.threads : runtime::physical_cores();
   auto session = (*engine)->new_session();
   const gguf::GgufFile& file = (*engine)->file();
   const double bpt = bytes_per_token(file);
@@ -157,18 +167,6 @@ int run_bench(const BenchArgs& a) {
   // Tier figures (H): a direct-I/O read bandwidth measured in this run, and the streaming
   // counters over the timed tg runs.
   const runtime::TieredWeights* tiers = (*engine)->tiers();
-  double bandwidth = 0;
-  if (!a.no_reference) {
-    // Read the loaded weights when they are large enough: a buffer of its own would raise
-    // the peak RSS past a --ram-budget, and freed pages are slow to fault back in (VM).
-    profiler::MemoryBandwidthOptions mo;
-    mo.n_threads = threads;
-    if (tiers != nullptr) {
-      mo.existing = tiers->resident().buffer.data();
-      mo.existing_bytes = tiers->resident().bytes;
-    }
-    bandwidth = profiler::measure_memory_read_bandwidth(mo).read_bytes_per_second;
-  }
   const bool references = tiers != nullptr && !a.no_reference;
   runtime::TieredWeights* io_tiers = (*engine)->mutable_tiers();
   const double load_ref_bps = references ? reference_or_zero(io_tiers->reload_resident_bps()) : 0;
@@ -294,6 +292,7 @@ std::function<int()> setup_bench(CLI::App& app) {
   app.add_flag("--json", a->json, "one JSON record instead of the table");
   app.add_option("--trace", a->trace, "expert-streaming mode: record the routing trace to FILE");
   add_ram_budget_option(app, &a->ram_budget);
+  add_profile_option(app, &a->profile);
   app.add_flag("--no-reference", a->no_reference, "skip the memory and direct-I/O bandwidth measurements");
   app.add_option("--context", a->context, "KV cache length (default: just enough for the tests)");
   app.add_flag("--baseline", a->baseline,

@@ -39,4 +39,8 @@ std::string resolve_model_path(const std::string& arg);
 // run, bench and serve share it; *bytes stays 0 (the profile's usable RAM) when absent.
 CLI::Option* add_ram_budget_option(CLI::App& app, uint64_t* bytes);
 
+// --profile FILE: plan with this hardware profile (`hypura profile --json` output) instead
+// of the cached one or a fresh measurement: reproducible plans, and no storage benchmark.
+CLI::Option* add_profile_option(CLI::App& app, std::string* path);
+
 }  // namespace hypura::cli

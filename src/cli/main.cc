@@ -40,6 +40,12 @@ CLI::Option* add_ram_budget_option(CLI::App& app, uint64_t* bytes) {
       "cap on host memory, e.g. 3G (default: the profile's usable RAM); what does not fit streams");
 }
 
+CLI::Option* add_profile_option(CLI::App& app, std::string* path) {
+  return app.add_option("--profile", *path,
+                        "plan with this hardware profile JSON instead of the cached one or a measurement")
+      ->check(CLI::ExistingFile);
+}
+
 }  // namespace hypura::cli
 
 int main(int argc, char** argv) {

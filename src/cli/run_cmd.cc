@@ -39,6 +39,7 @@ struct RunArgs {
   int threads = 0;
   std::string kv_type = "f16";
   uint64_t ram_budget = 0;  // --ram-budget; 0: the profile's usable memory
+  std::string profile;      // --profile FILE
   std::vector<std::string> stop;
   bool no_chat = false;
   bool interactive = false;
@@ -204,6 +205,7 @@ int run_run(const RunArgs& a) {
   eo.n_ctx = a.context;
   eo.kv_f32 = a.kv_type == "f32";
   eo.ram_budget = a.ram_budget;
+  eo.profile_path = a.profile;
   eo.trace_path = a.trace;
   if (isatty(STDERR_FILENO)) eo.load_progress = draw_progress;
   const auto t0 = std::chrono::steady_clock::now();
@@ -241,6 +243,7 @@ std::function<int()> setup_run(CLI::App& app) {
   app.add_option("-t,--threads", a->threads, "compute threads (default: physical cores)");
   app.add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32")->capture_default_str();
   add_ram_budget_option(app, &a->ram_budget);
+  add_profile_option(app, &a->profile);
   app.add_option("--stop", a->stop, "stop string (repeatable)");
   app.add_flag("--no-chat", a->no_chat, "feed the prompt as raw text, without the chat template");
   app.add_flag("-i,--interactive", a->interactive, "chat REPL");

@@ -30,6 +30,7 @@ struct ServeArgs {
   int threads = 0;
   std::string kv_type = "f16";
   uint64_t ram_budget = 0;  // --ram-budget; 0: the profile's usable memory
+  std::string profile;      // --profile FILE
 };
 
 int run_serve(ServeArgs a) {
@@ -49,6 +50,7 @@ int run_serve(ServeArgs a) {
   eo.n_ctx = a.context;
   eo.kv_f32 = a.kv_type == "f32";
   eo.ram_budget = a.ram_budget;
+  eo.profile_path = a.profile;
   const auto t0 = std::chrono::steady_clock::now();
   auto engine = runtime::Engine::load(eo);
   if (!engine.is_ok()) {
@@ -93,6 +95,7 @@ std::function<int()> setup_serve(CLI::App& app) {
   app.add_option("-t,--threads", a->threads, "compute threads (default: physical cores)");
   app.add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32")->capture_default_str();
   add_ram_budget_option(app, &a->ram_budget);
+  add_profile_option(app, &a->profile);
   return [a] { return run_serve(*a); };
 }
 

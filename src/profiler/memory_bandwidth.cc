@@ -1,6 +1,10 @@
 #include "profiler/memory_bandwidth.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <barrier>
 #include <chrono>
@@ -64,13 +68,10 @@ size_t last_level_cache_bytes() {
 
 MemoryBandwidth measure_memory_read_bandwidth(const MemoryBandwidthOptions& options) {
   const int nth = std::max(1, options.n_threads);
-  const bool reuse = options.existing != nullptr && options.existing_bytes > 4 * last_level_cache_bytes();
-  size_t bytes = reuse ? options.existing_bytes : options.buffer_bytes;
+  size_t bytes = options.buffer_bytes;
   if (bytes == 0) bytes = std::max<size_t>(4 * last_level_cache_bytes(), size_t{1} << 30);
   const size_t words_per_thread = bytes / sizeof(uint64_t) / nth / 8 * 8;
-  std::vector<uint64_t> owned;
-  if (!reuse) owned.resize(words_per_thread * nth);  // zero-filled: pages are touched
-  const uint64_t* words = reuse ? static_cast<const uint64_t*>(options.existing) : owned.data();
+  std::vector<uint64_t> buffer(words_per_thread * nth);  // zero-filled: pages are touched
 
   std::atomic<uint64_t> sink{0};
   std::barrier sync(nth + 1);
@@ -78,7 +79,7 @@ MemoryBandwidth measure_memory_read_bandwidth(const MemoryBandwidthOptions& opti
   std::vector<std::thread> threads;
   for (int t = 0; t < nth; ++t) {
     threads.emplace_back([&, t] {
-      const uint64_t* mine = words + static_cast<size_t>(t) * words_per_thread;
+      const uint64_t* mine = buffer.data() + static_cast<size_t>(t) * words_per_thread;
       for (;;) {
         sync.arrive_and_wait();  // start of a pass
         if (stop.load()) return;
@@ -103,6 +104,37 @@ MemoryBandwidth measure_memory_read_bandwidth(const MemoryBandwidthOptions& opti
   sync.arrive_and_wait();
   for (auto& th : threads) th.join();
   return MemoryBandwidth{best, words_per_thread * nth * sizeof(uint64_t), nth};
+}
+
+MemoryBandwidth measure_memory_read_bandwidth_in_child(const MemoryBandwidthOptions& options) {
+  int fds[2];
+  if (::pipe(fds) != 0) return measure_memory_read_bandwidth(options);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return measure_memory_read_bandwidth(options);
+  }
+  if (pid == 0) {  // the child: measure, write the result, leave without running atexit
+    ::close(fds[0]);
+    const MemoryBandwidth m = measure_memory_read_bandwidth(options);
+    const ssize_t n = ::write(fds[1], &m, sizeof m);
+    ::_exit(n == static_cast<ssize_t>(sizeof m) ? 0 : 1);
+  }
+  ::close(fds[1]);
+  MemoryBandwidth m;
+  size_t got = 0;
+  while (got < sizeof m) {
+    const ssize_t n = ::read(fds[0], reinterpret_cast<char*>(&m) + got, sizeof m - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return got == sizeof m ? m : MemoryBandwidth{};
 }
 
 }  // namespace hypura::profiler

@@ -6,7 +6,7 @@
 // the best pass of at least min_seconds is reported as bytes read per second.
 //
 // Thread-safety: a free function with no shared state; it allocates and touches its own
-// buffer (buffer_bytes of RAM for the duration of the call) unless given one to read.
+// buffer (buffer_bytes of RAM for the duration of the call).
 #pragma once
 
 #include <cstddef>
@@ -16,12 +16,7 @@ namespace hypura::profiler {
 
 struct MemoryBandwidthOptions {
   size_t buffer_bytes = 0;  // 0: max(4 x last-level cache, 1 GiB)
-  // Read this memory instead of allocating (bench passes the loaded weights): no new
-  // pages, so the probe neither raises peak RSS nor leaves freed pages that the next
-  // large allocation must fault back in (slow in a VM). Used when it is larger than
-  // 4 x the last-level cache; buffer_bytes is then ignored.
-  const void* existing = nullptr;
-  size_t existing_bytes = 0;
+
   int n_threads = 1;
   double min_seconds = 0.5;  // total measuring time; the best pass is reported
 };
@@ -36,5 +31,10 @@ struct MemoryBandwidth {
 size_t last_level_cache_bytes();
 
 MemoryBandwidth measure_memory_read_bandwidth(const MemoryBandwidthOptions& options);
+
+// The same, run in a child process (fork), so its buffer never counts in this process's
+// peak RSS (VmHWM) or against a memory budget that bench checks afterwards. Falls back
+// to measuring in this process when fork fails. Call it before starting threads.
+MemoryBandwidth measure_memory_read_bandwidth_in_child(const MemoryBandwidthOptions& options);
 
 }  // namespace hypura::profiler

@@ -167,6 +167,7 @@ Result<std::unique_ptr<Engine>> ResidentEngine::create(const EngineOptions& opti
   e->kv_f32_ = options.kv_f32;
   TierOptions tier;
   tier.ram_budget = options.ram_budget;
+  tier.profile_path = options.profile_path;
   tier.n_ctx = e->n_ctx_;
   tier.n_batch = kMaxBatch;
   tier.kv_f32 = options.kv_f32;

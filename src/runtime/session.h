@@ -32,6 +32,7 @@ struct EngineOptions {
   bool kv_f32 = false;          // KV cache type: F16 (default) or F32
   uint64_t ram_budget = 0;      // bytes, 0: from the hardware profile
   uint64_t gpu_budget = 0;
+  std::string profile_path;     // plan with this profile JSON; empty: the cache or a measurement
   std::string trace_path;       // expert-streaming: write the routing trace here at unload
   std::function<void(uint64_t done, uint64_t total)> load_progress;  // bytes loaded
 };

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""End-to-end test of streaming under a memory budget (run by ctest as streaming_cli).
+
+Usage: check_streaming_cli.py HYPURA_BINARY SOURCE_DIR
+
+Writes a "1b"-shaped synthetic Q4_K_M model (~640 MiB, the golden llama's 384-token
+vocabulary) and runs the real binary on it with a fixture hardware profile, so the plan
+is the same on every machine and no storage benchmark runs:
+  - bench --ram-budget 400M streams, its peak RSS (VmHWM of the process) and the ledger's
+    peak stay within the budget, the plan's RAM equals the ledger's, and the bytes read
+    from storage per generated token equal the plan's streamed bytes per token;
+  - run --temp 0 generates the same text under the budget as with no budget;
+  - a budget with no placement and a malformed budget fail with a clear message.
+Prints one line per failure; exits 1 if any.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+failures = []
+BUDGET = 400 << 20
+
+
+def run(cmd, timeout=120):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def expect(cond, msg):
+    if not cond:
+        failures.append(msg)
+
+
+def main():
+    hypura, source = sys.argv[1], sys.argv[2]
+    golden = os.environ.get("HYPURA_GOLDEN_DIR") or os.path.join(source, "..", "shared", "golden")
+    profile = os.path.join(source, "src", "scheduler", "testdata", "cpu_24g.json")
+    with tempfile.TemporaryDirectory(prefix="hypura-streaming-cli-") as tmp:
+        model = os.path.join(tmp, "1b.gguf")
+        r = run([hypura, "synth", "-q", "--preset", "1b", "--no-sync", "-o", model,
+                 "--vocab-from", os.path.join(golden, "llama-f32.gguf")])
+        if r.returncode != 0:
+            print(f"synth failed: {r.stderr}")
+            return 1
+        common = ["--profile", profile, "--context", "256"]
+
+        r = run([hypura, "bench", model, "--ram-budget", "400M", "-p", "8", "-n", "4", "-r", "1",
+                 "--no-reference", "--json"] + common)
+        expect(r.returncode == 0, f"bench under 400M: exit {r.returncode}: {r.stderr[-500:]}")
+        if r.returncode == 0:
+            j = json.loads(r.stdout)
+            t = j["tiers"]
+            expect(j["mode"] in ("dense-ffn-streaming", "full-streaming"), f"mode {j['mode']}")
+            expect(t["ram_budget_bytes"] == BUDGET, f"ledger budget {t['ram_budget_bytes']}")
+            expect(0 < t["peak_rss_bytes"] <= BUDGET, f"peak RSS {t['peak_rss_bytes']} > budget {BUDGET}")
+            expect(t["ledger_peak_bytes"] <= BUDGET, f"ledger peak {t['ledger_peak_bytes']} > budget")
+            expect(t["planned_ram_bytes"] <= BUDGET, f"plan {t['planned_ram_bytes']} > budget")
+            streamed = t["streamed_bytes_per_token"]
+            expect(streamed > 0, "nothing streamed")
+            # Every generated token is one forward pass reading each streamed tensor once.
+            expect(abs(t["bytes_read_per_token"] - streamed) <= 1e-6 * streamed,
+                   f"read {t['bytes_read_per_token']} bytes per token, plan streams {streamed}")
+
+        prompt = ["-p", "The quick brown fox", "--no-chat", "--temp", "0", "-n", "12"]
+        roomy = run([hypura, "run", model] + prompt + common)
+        tight = run([hypura, "run", model, "--ram-budget", "400M"] + prompt + common)
+        expect(roomy.returncode == 0 and tight.returncode == 0,
+               f"run: exit {roomy.returncode}/{tight.returncode}: {roomy.stderr[-300:]} {tight.stderr[-300:]}")
+        expect("full-resident" in roomy.stderr, f"roomy run not resident: {roomy.stderr[-300:]}")
+        expect("streaming" in tight.stderr, f"budget run not streaming: {tight.stderr[-300:]}")
+        expect(roomy.stdout == tight.stdout and roomy.stdout.strip() != "",
+               f"streamed text differs: {tight.stdout!r} vs resident {roomy.stdout!r}")
+
+        r = run([hypura, "run", model, "--ram-budget", "50M"] + prompt + common)
+        expect(r.returncode == 1 and "no placement fits" in r.stderr,
+               f"50M budget: exit {r.returncode}: {r.stderr[-300:]}")
+        r = run([hypura, "bench", model, "--ram-budget", "lots"] + common)
+        expect(r.returncode != 0 and "--ram-budget" in r.stderr, f"bad budget: exit {r.returncode}: {r.stderr}")
+
+    for f in failures:
+        print(f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
