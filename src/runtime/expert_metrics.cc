@@ -26,6 +26,19 @@ nlohmann::json predictor_json(const PredictorRunMetrics& m) {
                         {"reads_used_fraction", m.used_fraction},
                         {"wasted_bytes", m.wasted_bytes}};
 }
+
+// [{"layers_ahead", "precision", "recall", "confident_per_token", "confident_precision"}]
+nlohmann::json router_distance_json(const ExpertRunMetrics& m) {
+  nlohmann::json out = nlohmann::json::array();
+  for (int d = 0; d < m.router_lookahead && d < kMaxRouterLookahead; ++d) {
+    out.push_back({{"layers_ahead", d + 1},
+                   {"precision", m.router_at[d].precision},
+                   {"recall", m.router_at[d].recall},
+                   {"confident_per_token", m.router_confident_at[d].reads_per_token},
+                   {"confident_precision", m.router_confident_at[d].precision}});
+  }
+  return out;
+}
 }  // namespace
 
 ExpertRunMetrics expert_run_metrics(const ExpertProvider& p, const ExpertStats& before,
@@ -40,6 +53,13 @@ ExpertRunMetrics expert_run_metrics(const ExpertProvider& p, const ExpertStats& 
   m.router_lookahead = p.router_lookahead();
   m.coact = predictor_metrics(before.coact, after.coact, n);
   m.router = predictor_metrics(before.router, after.router, n);
+  for (int d = 0; d < kMaxRouterLookahead; ++d) {
+    m.router_at[d] = predictor_metrics(before.router_at[d], after.router_at[d], n);
+    m.router_confident_at[d] = predictor_metrics(before.router_confident_at[d], after.router_confident_at[d], n);
+    // Guesses per token, not reads: these are scores only.
+    m.router_confident_at[d].reads_per_token =
+        static_cast<double>(after.router_confident_at[d].predicted - before.router_confident_at[d].predicted) / n;
+  }
   m.wasted_bytes = after.wasted_bytes;
   m.stall_s_per_token = (after.stall_seconds - before.stall_seconds) / n;
   m.cache_experts = p.cache_experts();
@@ -67,6 +87,7 @@ nlohmann::json expert_run_json(const ExpertRunMetrics& m) {
                         {"router_lookahead", m.router_lookahead},
                         {"coactivation_prediction", predictor_json(m.coact)},
                         {"router_prediction", predictor_json(m.router)},
+                        {"router_prediction_by_distance", router_distance_json(m)},
                         {"prefetch_wasted_bytes", m.wasted_bytes},
                         {"expert_stall_s_per_token", m.stall_s_per_token},
                         {"expert_cache_experts", m.cache_experts},
@@ -96,6 +117,14 @@ std::string expert_run_text(const ExpertRunMetrics& m) {
                   "  %-16s precision %.1f%% recall %.1f%%; asked %.2f reads/token, %.0f%% used, wasted %.1f MiB\n",
                   label, 100 * p->precision, 100 * p->recall, p->reads_per_token, 100 * p->used_fraction,
                   p->wasted_bytes / 1048576.0);
+    out += buf;
+  }
+  for (int d = 0; d < m.router_lookahead && d < kMaxRouterLookahead; ++d) {
+    std::snprintf(buf, sizeof buf,
+                  "  router %d layer(s) ahead: precision %.1f%% recall %.1f%%; confident guesses %.2f/token, "
+                  "precision %.1f%%\n",
+                  d + 1, 100 * m.router_at[d].precision, 100 * m.router_at[d].recall,
+                  m.router_confident_at[d].reads_per_token, 100 * m.router_confident_at[d].precision);
     out += buf;
   }
   if (m.direct_read_bps > 0) {

@@ -8,6 +8,10 @@
 //                         its router then chose / predicted), recall (/ chosen), the
 //                         speculative reads it asked for per token and the share of them
 //                         later routed to, and its wasted bytes (whole run, at the end)
+//   router_at[d-1]        the router predictor's guesses made d layers ahead (d up to the
+//                         lookahead): precision and recall of all top-k, and of those
+//                         reaching its read threshold (confident; reads_per_token = how
+//                         many such guesses per token)
 //   wasted_bytes          speculative reads evicted before use (whole run, at the end)
 //   stall_s_per_token     time acquire_experts waited for reads / tokens
 //   bound_tps             the bound with reads overlapped with compute: 1 / max(io_s,
@@ -42,6 +46,7 @@ struct ExpertRunMetrics {
   std::string predictor;            // expert_predictor_name of the reading predictors
   int router_lookahead = 0;
   PredictorRunMetrics coact, router;
+  std::array<PredictorRunMetrics, kMaxRouterLookahead> router_at, router_confident_at;
   uint64_t wasted_bytes = 0;
   double stall_s_per_token = 0;
   uint32_t cache_experts = 0;

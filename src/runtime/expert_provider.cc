@@ -98,6 +98,11 @@ Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufF
   p->coact_pred_.resize(static_cast<size_t>(n_layer));
   p->router_pred_.resize(static_cast<size_t>(n_layer));
   p->router_read_.resize(static_cast<size_t>(n_layer));
+  p->config_.router_lookahead = std::clamp(p->config_.router_lookahead, 1, kMaxRouterLookahead);
+  for (int d = 0; d < kMaxRouterLookahead; ++d) {
+    p->router_at_[d].resize(static_cast<size_t>(n_layer));
+    p->router_confident_at_[d].resize(static_cast<size_t>(n_layer));
+  }
   p->wanted_.resize(static_cast<size_t>(n_layer));
   p->coact_ = std::make_unique<CoactivationStats>(n_layer, p->n_expert_);
   if (!p->config_.stats_path.empty()) {
@@ -334,13 +339,17 @@ void ExpertProvider::check_predictions(int layer, std::span<const int32_t> exper
   score(coact_pred_[layer], stats_.coact);
   score(router_pred_[layer], stats_.router);
   router_read_[layer].clear();
+  for (int d = 0; d < kMaxRouterLookahead; ++d) {
+    score(router_at_[d][layer], stats_.router_at[d]);
+    score(router_confident_at_[d][layer], stats_.router_confident_at[d]);
+  }
 }
 
 // The router predictor: top-k of layer L+d's router on `x` (one token's FFN input of
 // layer L, (n_embd)), best first, lower id on ties as the model routes; those whose
 // softmax probability reaches router_min_prob are the ones to read.
 void ExpertProvider::predict_router(int layer, const float* x) {
-  for (int d = 1; d <= std::max(config_.router_lookahead, 1); ++d) {
+  for (int d = 1; d <= config_.router_lookahead; ++d) {
     const int target = layer + d;
     if (target >= n_layer()) break;
     const TensorId id = routers_[target];
@@ -362,6 +371,8 @@ void ExpertProvider::predict_router(int layer, const float* x) {
       pred.push_back(best);
       if (router_logits_[best] >= config_.router_min_prob) read.push_back(best);
     }
+    router_at_[d - 1][target] = pred;
+    router_confident_at_[d - 1][target] = read;
   }
 }
 
@@ -399,7 +410,7 @@ void ExpertProvider::speculate(int layer, std::span<const int32_t> experts) {
   const ExpertPredictor p = predictor();
   const bool use_router = p == ExpertPredictor::kRouter || p == ExpertPredictor::kBoth;
   const bool use_coact = p == ExpertPredictor::kCoactivation || p == ExpertPredictor::kBoth;
-  for (int d = 1; d <= std::max(config_.router_lookahead, 1) && layer + d < n_layer(); ++d) {
+  for (int d = 1; d <= config_.router_lookahead && layer + d < n_layer(); ++d) {
     if (use_router) speculate_layer(layer + d, router_read_[layer + d], kFromRouter);
     if (use_coact && d == 1) speculate_layer(layer + 1, coact_pred_[layer + 1], kFromCoact);
   }

@@ -33,6 +33,7 @@
 // concurrently, and slot bytes are touched only after waiting for their reads.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -65,6 +66,7 @@ inline constexpr ExpertPredictor kDefaultExpertPredictor = ExpertPredictor::kBot
 inline constexpr int kDefaultRouterLookahead = 1;
 inline constexpr double kDefaultRouterMinProb = 0.3;
 inline constexpr int kDefaultMaxSpeculativeInflight = 1 << 20;
+inline constexpr int kMaxRouterLookahead = 4;  // router_lookahead is clamped to 1..this
 
 struct ExpertConfig {
   uint32_t cache_experts = 0;      // slots (>= 1), each one expert of one layer
@@ -112,6 +114,9 @@ struct ExpertStats {
   uint64_t demand_bytes = 0, speculative_bytes = 0;
   uint64_t bytes_read = 0;         // demand_bytes + speculative_bytes
   PredictorStats coact, router;    // per predictor
+  // The router predictor's guesses by distance d (index d - 1): made from layer L - d's
+  // hidden state for layer L, all top-k / only those reaching router_min_prob (scores only).
+  std::array<PredictorStats, kMaxRouterLookahead> router_at{}, router_confident_at{};
   uint64_t routed_tokens = 0;      // tokens through layer 0
   double stall_seconds = 0;        // acquire_experts waiting for reads
   uint64_t resident_bytes = 0;
@@ -226,6 +231,8 @@ class ExpertProvider final : public WeightProvider {
   std::vector<std::vector<int32_t>> coact_pred_;        // (n_layer): co-activation guess for it
   std::vector<std::vector<int32_t>> router_pred_;       // (n_layer): nearest router guess for it
   std::vector<std::vector<int32_t>> router_read_;       // (n_layer): of those, confident enough to read
+  // [d - 1][layer]: the guess for `layer` made d layers before it, all / confident.
+  std::array<std::vector<std::vector<int32_t>>, kMaxRouterLookahead> router_at_, router_confident_at_;
   std::vector<TensorId> routers_;                       // (n_layer): ffn_gate_inp, or -1
   std::unique_ptr<compute::Context> router_ctx_;        // one thread: the router products
   std::vector<float> router_logits_;                    // (n_expert)

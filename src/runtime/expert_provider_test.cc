@@ -128,6 +128,10 @@ TEST_P(ExpertLogits, BitIdenticalAndReadsOnlyMisses) {
   // the first of every pass (a batch by its last token).
   EXPECT_EQ(s.router.predicted, static_cast<uint64_t>(hp.n_layer - 1) * (tokens.size() - 4) * hp.n_expert_used);
   EXPECT_LE(s.router.correct, s.router.predicted);
+  // Two layers: every guess is made one layer ahead, the nearest.
+  EXPECT_EQ(s.router_at[0].predicted, s.router.predicted);
+  EXPECT_EQ(s.router_at[0].correct, s.router.correct);
+  EXPECT_LE(s.router_confident_at[0].predicted, s.router_at[0].predicted);
   if (c.predictor == ExpertPredictor::kCoactivation) {
     EXPECT_EQ(s.router.reads, 0u);
   }
