@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "runtime/tensor_view.h"
+
 namespace hypura::runtime {
 
 Result<std::unique_ptr<MmapProvider>> MmapProvider::open(const gguf::GgufFile& file) {
@@ -30,12 +32,7 @@ MmapProvider::~MmapProvider() {
 
 compute::WeightView MmapProvider::view(TensorId id) const {
   const gguf::TensorInfo& t = file_.tensors()[static_cast<size_t>(id)];
-  compute::WeightView v;
-  v.data = maps_[t.file_index].base + t.offset;
-  v.type = t.type;
-  v.n_cols = t.ne.empty() ? 1 : t.ne[0];
-  v.n_rows = t.n_rows();
-  return v;
+  return tensor_view(t, maps_[t.file_index].base + t.offset);
 }
 
 Status MmapProvider::acquire(int layer, std::span<const TensorId> ids,
@@ -48,8 +45,7 @@ Status MmapProvider::acquire_experts(int layer, std::span<const ExpertRequest> r
                                      std::span<compute::WeightView> out) {
   for (size_t i = 0; i < requests.size(); ++i) {
     const gguf::TensorInfo& t = file_.tensors()[static_cast<size_t>(requests[i].tensor)];
-    const int64_t rows_per_expert = t.ne.size() > 1 ? t.ne[1] : 1;
-    out[i] = view(requests[i].tensor).rows(requests[i].expert * rows_per_expert, rows_per_expert);
+    out[i] = expert_view(t, view(requests[i].tensor), requests[i].expert);
   }
   return Status::ok();
 }

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "runtime/tensor_view.h"
+
 namespace hypura::runtime {
 namespace {
 
@@ -75,12 +77,7 @@ Status ResidentProvider::read_section(uint32_t file_index, uint8_t* dst, uint64_
 compute::WeightView ResidentProvider::view(TensorId id) const {
   const gguf::TensorInfo& t = file_.tensors()[static_cast<size_t>(id)];
   const Section& s = sections_[t.file_index];
-  compute::WeightView v;
-  v.data = s.base + (t.offset - s.data_offset);
-  v.type = t.type;
-  v.n_cols = t.ne.empty() ? 1 : t.ne[0];
-  v.n_rows = t.n_rows();
-  return v;
+  return tensor_view(t, s.base + (t.offset - s.data_offset));
 }
 
 Status ResidentProvider::acquire(int layer, std::span<const TensorId> ids,
@@ -93,8 +90,7 @@ Status ResidentProvider::acquire_experts(int layer, std::span<const ExpertReques
                                          std::span<compute::WeightView> out) {
   for (size_t i = 0; i < requests.size(); ++i) {
     const gguf::TensorInfo& t = file_.tensors()[static_cast<size_t>(requests[i].tensor)];
-    const int64_t rows_per_expert = t.ne.size() > 1 ? t.ne[1] : 1;
-    out[i] = view(requests[i].tensor).rows(requests[i].expert * rows_per_expert, rows_per_expert);
+    out[i] = expert_view(t, view(requests[i].tensor), requests[i].expert);
   }
   return Status::ok();
 }

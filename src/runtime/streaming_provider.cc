@@ -9,6 +9,7 @@
 
 #include "common/size.h"
 #include "io/aligned_buffer.h"
+#include "runtime/tensor_view.h"
 
 namespace hypura::runtime {
 namespace {
@@ -241,20 +242,10 @@ Status StreamingProvider::ensure_ready(int layer, int* slot_out) {
   return Status::ok();
 }
 
-compute::WeightView StreamingProvider::view_of(TensorId id, const uint8_t* data) const {
-  const gguf::TensorInfo& t = file_.tensors()[static_cast<size_t>(id)];
-  compute::WeightView v;
-  v.data = data;
-  v.type = t.type;
-  v.n_cols = t.ne.empty() ? 1 : t.ne[0];
-  v.n_rows = t.n_rows();
-  return v;
-}
-
 Status StreamingProvider::view(int layer, TensorId id, compute::WeightView* out) {
   const Location& loc = locations_[static_cast<size_t>(id)];
   if (loc.stream < 0) {
-    *out = view_of(id, loc.resident);
+    *out = tensor_view(file_.tensors()[id], loc.resident);
     return Status::ok();
   }
   const int owner = stream_layers_[loc.stream].layer;
@@ -265,7 +256,7 @@ Status StreamingProvider::view(int layer, TensorId id, compute::WeightView* out)
   }
   int slot = -1;
   HYPURA_RETURN_IF_ERROR(ensure_ready(layer, &slot));
-  *out = view_of(id, slots_[slot].buffer.data() + loc.slot_offset);
+  *out = tensor_view(file_.tensors()[id], slots_[slot].buffer.data() + loc.slot_offset);
   return Status::ok();
 }
 
@@ -282,11 +273,9 @@ Status StreamingProvider::acquire(int layer, std::span<const TensorId> ids,
 Status StreamingProvider::acquire_experts(int layer, std::span<const ExpertRequest> requests,
                                           std::span<compute::WeightView> out) {
   for (size_t i = 0; i < requests.size(); ++i) {
-    const gguf::TensorInfo& t = file_.tensors()[static_cast<size_t>(requests[i].tensor)];
-    const int64_t rows_per_expert = t.ne.size() > 1 ? t.ne[1] : 1;
     compute::WeightView whole;
     HYPURA_RETURN_IF_ERROR(view(layer, requests[i].tensor, &whole));
-    out[i] = whole.rows(requests[i].expert * rows_per_expert, rows_per_expert);
+    out[i] = expert_view(file_.tensors()[requests[i].tensor], whole, requests[i].expert);
   }
   return Status::ok();
 }

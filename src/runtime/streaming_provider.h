@@ -144,7 +144,6 @@ class StreamingProvider final : public WeightProvider {
   Status wait_slot(int slot);
   void drain_unused();
   Status ensure_ready(int layer, int* slot_out);
-  compute::WeightView view_of(TensorId id, const uint8_t* data) const;
   Status view(int layer, TensorId id, compute::WeightView* out);
 
   const gguf::GgufFile& file_;
