@@ -143,7 +143,11 @@ Status TieredWeights::make_plan(const gguf::GgufFile& file, const TierOptions& o
       HYPURA_ASSIGN_OR_RETURN(profile_, profiler::load_or_measure(po));
     }
   }
-  HYPURA_ASSIGN_OR_RETURN(plan_, scheduler::place(tensors_, profile_, budgets));
+  // The ledger charges the process as what it holds now when that exceeds the planned
+  // overhead (charge_fixed); plan with the same figure so plan and ledger agree.
+  scheduler::CostModel cost;
+  cost.runtime_overhead_bytes = std::max(cost.runtime_overhead_bytes, current_rss_bytes());
+  HYPURA_ASSIGN_OR_RETURN(plan_, scheduler::place(tensors_, profile_, budgets, cost));
   return Status::ok();
 }
 
