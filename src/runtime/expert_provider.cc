@@ -10,6 +10,7 @@
 
 #include "common/size.h"
 #include "io/aligned_buffer.h"
+#include "runtime/tensor_view.h"
 
 namespace hypura::runtime {
 namespace {
@@ -531,8 +532,7 @@ Status ExpertProvider::acquire(int layer, std::span<const TensorId> ids,
       return invalid_argument("tensor " + std::to_string(id) + " requested for layer " + std::to_string(layer) +
                               " is an expert tensor (use acquire_experts) or unknown");
     }
-    const gguf::TensorInfo& t = file_.tensors()[id];
-    out[i] = compute::WeightView{resident_.data[id], t.type, t.ne.empty() ? 1 : t.ne[0], t.n_rows()};
+    out[i] = tensor_view(file_.tensors()[id], resident_.data[id]);
   }
   return Status::ok();
 }
