@@ -73,7 +73,7 @@ struct StorageProfile {
   std::string engine;             // "io_uring" or "threads"
   std::vector<SeqReadPoint> sequential;
   std::vector<RandomReadPoint> random;
-  double seq_read_bps = 0;        // mean of the 3 best points and a 1.5 s re-measure of the best
+  double seq_read_bps = 0;        // best of the grid and a 1.5 s re-measure of its chosen point
   uint64_t best_block_bytes = 0;  // smallest (block, depth) within 5% of the best,
   uint32_t best_queue_depth = 0;  // the depth raised to keep kMinBytesInFlight queued
 

@@ -213,7 +213,7 @@ std::string profile_to_text(const HardwareProfile& p) {
   out << "  Storage  " << s.path << " on " << s.device << " (" << s.mount_point << "), "
       << (s.direct ? "O_DIRECT" : "buffered") << " via " << s.engine << ", " << s.method << " "
       << format_size(s.test_bytes) << "\n";
-  std::snprintf(line, sizeof line, "           sequential %.2f GB/s (3 best points and a 1.5 s re-measure), best point %s x%u\n", gbps(s.seq_read_bps),
+  std::snprintf(line, sizeof line, "           sequential %.2f GB/s (best of the grid and a 1.5 s re-measure), chosen point %s x%u\n", gbps(s.seq_read_bps),
                 format_size(s.best_block_bytes).c_str(), s.best_queue_depth);
   out << line;
   if (!s.sequential.empty()) {

@@ -32,7 +32,7 @@ struct StorageBenchOptions {
   double seconds_per_point = 0.25;
   double seconds_per_random_point = 0.4;
   // The chosen (block, depth) is measured again for this long; the headline figure
-  // (seq_read_bps) is the mean of that and the three best grid points (storage_bench.cc).
+  // (seq_read_bps) is the best of that and the grid's points (storage_bench.cc).
   double seconds_confirm = 1.5;
   // Called with (what, fraction done in [0, 1]) between points.
   std::function<void(const std::string&, double)> progress;
