@@ -393,4 +393,14 @@ Result<std::vector<std::unique_ptr<Storage>>> Storage::open_all(
   return storages;
 }
 
+Status wait_all(std::span<const std::unique_ptr<Storage>> storages, std::vector<PendingRead>& reads) {
+  Status first = Status::ok();
+  for (const PendingRead& r : reads) {
+    Status st = storages[r.file_index]->wait(r.id);
+    if (!st.is_ok() && first.is_ok()) first = std::move(st);
+  }
+  reads.clear();
+  return first;
+}
+
 }  // namespace hypura::io

@@ -95,6 +95,17 @@ class Storage {
   std::unique_ptr<Impl> impl_;
 };
 
+// A read in flight on one file of a split model: the index of its Storage among the
+// model's (open_all) and the read's id.
+struct PendingRead {
+  uint32_t file_index = 0;
+  ReadId id = 0;
+};
+
+// Waits for every read in `reads` (each once), clears it, and returns the first failure:
+// a buffer is usable only when all of its reads succeeded.
+Status wait_all(std::span<const std::unique_ptr<Storage>> storages, std::vector<PendingRead>& reads);
+
 // Where to put a file range [offset, offset + length) inside an aligned buffer so that
 // Storage reads it with no copy but the head/tail blocks: the data starts `skip` bytes
 // into a buffer of `buffer_bytes` (both derived from the alignment).

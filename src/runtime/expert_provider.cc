@@ -125,10 +125,7 @@ Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufF
 }
 
 ExpertProvider::~ExpertProvider() {
-  for (Slot& s : slots_) {
-    for (const PendingRead& r : s.reads) (void)storages_[r.file_index]->wait(r.id);
-    s.reads.clear();
-  }
+  for (Slot& s : slots_) (void)io::wait_all(storages_, s.reads);
 }
 
 Status ExpertProvider::build_layout() {
@@ -260,12 +257,7 @@ bool ExpertProvider::start_read(int layer, int expert, uint8_t sources) {
 
 Status ExpertProvider::wait_slot(int slot) {
   Slot& s = slots_[slot];
-  Status first = Status::ok();
-  for (const PendingRead& r : s.reads) {
-    Status st = storages_[r.file_index]->wait(r.id);
-    if (!st.is_ok() && first.is_ok()) first = st;
-  }
-  s.reads.clear();
+  Status first = io::wait_all(storages_, s.reads);
   if (!first.is_ok()) {
     const int layer = cache_->layer_of(slot), expert = cache_->expert_of(slot);
     cache_->erase(slot);
@@ -293,7 +285,7 @@ int ExpertProvider::reap_speculative() {
     Slot& s = slots_[i];
     if (s.state != SlotState::kReading || !s.speculative) continue;
     const bool done = std::all_of(s.reads.begin(), s.reads.end(),
-                                  [this](const PendingRead& r) { return storages_[r.file_index]->done(r.id); });
+                                  [this](const io::PendingRead& r) { return storages_[r.file_index]->done(r.id); });
     if (done) {
       (void)wait_slot(static_cast<int>(i));
     } else {

@@ -168,17 +168,13 @@ class ExpertProvider final : public WeightProvider {
 
  private:
   enum class SlotState { kEmpty, kReading, kReady };
-  struct PendingRead {
-    uint32_t file_index = 0;
-    io::ReadId id = 0;
-  };
   struct Slot {
     SlotState state = SlotState::kEmpty;
     bool pinned = false;
     bool wanted = false;        // routed in the current batch, not yet acquired
     bool speculative = false;   // read speculatively and not routed to since
     uint8_t sources = 0;        // speculative: kFromCoact | kFromRouter
-    std::vector<PendingRead> reads;
+    std::vector<io::PendingRead> reads;
   };
   // The stacked expert tensors of one layer: ids, bytes per expert slice, and where each
   // slice goes inside a slot (part_offset + the slice's file offset modulo 4096).

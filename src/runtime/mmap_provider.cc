@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include "runtime/tensor_view.h"
 
 namespace hypura::runtime {
 
@@ -33,21 +32,6 @@ MmapProvider::~MmapProvider() {
 compute::WeightView MmapProvider::view(TensorId id) const {
   const gguf::TensorInfo& t = file_.tensors()[static_cast<size_t>(id)];
   return tensor_view(t, maps_[t.file_index].base + t.offset);
-}
-
-Status MmapProvider::acquire(int layer, std::span<const TensorId> ids,
-                             std::span<compute::WeightView> out) {
-  for (size_t i = 0; i < ids.size(); ++i) out[i] = view(ids[i]);
-  return Status::ok();
-}
-
-Status MmapProvider::acquire_experts(int layer, std::span<const ExpertRequest> requests,
-                                     std::span<compute::WeightView> out) {
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const gguf::TensorInfo& t = file_.tensors()[static_cast<size_t>(requests[i].tensor)];
-    out[i] = expert_view(t, view(requests[i].tensor), requests[i].expert);
-  }
-  return Status::ok();
 }
 
 }  // namespace hypura::runtime

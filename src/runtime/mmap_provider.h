@@ -10,31 +10,24 @@
 #include <vector>
 
 #include "gguf/gguf.h"
-#include "runtime/weight_provider.h"
+#include "runtime/tensor_view.h"
 
 namespace hypura::runtime {
 
-class MmapProvider final : public WeightProvider {
+class MmapProvider final : public AddressableProvider {
  public:
   static Result<std::unique_ptr<MmapProvider>> open(const gguf::GgufFile& file);
   ~MmapProvider() override;
 
-  Status acquire(int layer, std::span<const TensorId> ids,
-                 std::span<compute::WeightView> out) override;
-  Status acquire_experts(int layer, std::span<const ExpertRequest> requests,
-                         std::span<compute::WeightView> out) override;
-  void release(int layer) override {}
   std::string name() const override { return "mmap"; }
+  compute::WeightView view(TensorId id) const override;
 
  private:
-  explicit MmapProvider(const gguf::GgufFile& file) : file_(file) {}
-  compute::WeightView view(TensorId id) const;
-
+  explicit MmapProvider(const gguf::GgufFile& file) : AddressableProvider(file) {}
   struct Mapping {
     uint8_t* base = nullptr;  // (size) bytes: the whole split file
     size_t size = 0;
   };
-  const gguf::GgufFile& file_;
   std::vector<Mapping> maps_;
 };
 

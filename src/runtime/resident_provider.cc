@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "runtime/tensor_view.h"
 
 namespace hypura::runtime {
 namespace {
@@ -78,21 +77,6 @@ compute::WeightView ResidentProvider::view(TensorId id) const {
   const gguf::TensorInfo& t = file_.tensors()[static_cast<size_t>(id)];
   const Section& s = sections_[t.file_index];
   return tensor_view(t, s.base + (t.offset - s.data_offset));
-}
-
-Status ResidentProvider::acquire(int layer, std::span<const TensorId> ids,
-                                 std::span<compute::WeightView> out) {
-  for (size_t i = 0; i < ids.size(); ++i) out[i] = view(ids[i]);
-  return Status::ok();
-}
-
-Status ResidentProvider::acquire_experts(int layer, std::span<const ExpertRequest> requests,
-                                         std::span<compute::WeightView> out) {
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const gguf::TensorInfo& t = file_.tensors()[static_cast<size_t>(requests[i].tensor)];
-    out[i] = expert_view(t, view(requests[i].tensor), requests[i].expert);
-  }
-  return Status::ok();
 }
 
 }  // namespace hypura::runtime

@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "gguf/gguf.h"
-#include "runtime/weight_provider.h"
+#include "runtime/tensor_view.h"
 
 namespace hypura::runtime {
 
-class ResidentProvider final : public WeightProvider {
+class ResidentProvider final : public AddressableProvider {
  public:
   using Progress = std::function<void(uint64_t done, uint64_t total)>;  // bytes
 
@@ -29,19 +29,13 @@ class ResidentProvider final : public WeightProvider {
                                                         const Progress& progress);
   ~ResidentProvider() override;
 
-  Status acquire(int layer, std::span<const TensorId> ids,
-                 std::span<compute::WeightView> out) override;
-  Status acquire_experts(int layer, std::span<const ExpertRequest> requests,
-                         std::span<compute::WeightView> out) override;
-  void release(int layer) override {}
   std::string name() const override { return "resident"; }
 
   uint64_t resident_bytes() const { return total_bytes_; }
-  // The view of a whole tensor (also for callers outside the forward pass).
-  compute::WeightView view(TensorId id) const;
+  compute::WeightView view(TensorId id) const override;
 
  private:
-  explicit ResidentProvider(const gguf::GgufFile& file) : file_(file) {}
+  explicit ResidentProvider(const gguf::GgufFile& file) : AddressableProvider(file) {}
   Status read_section(uint32_t file_index, uint8_t* dst, uint64_t begin, uint64_t end,
                       uint64_t* done, uint64_t total, const Progress& progress);
 
@@ -49,7 +43,6 @@ class ResidentProvider final : public WeightProvider {
     uint8_t* base = nullptr;  // holds bytes [data_offset, file end) of one split file
     uint64_t data_offset = 0;
   };
-  const gguf::GgufFile& file_;
   std::vector<Section> sections_;  // one per split file
   void* memory_ = nullptr;         // one allocation for all sections
   uint64_t total_bytes_ = 0;

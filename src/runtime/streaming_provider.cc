@@ -57,10 +57,7 @@ Result<std::unique_ptr<StreamingProvider>> StreamingProvider::create(const gguf:
 
 StreamingProvider::~StreamingProvider() {
   // Reads in flight write into slots: wait for them before the buffers go.
-  for (Slot& s : slots_) {
-    for (const PendingRead& r : s.reads) (void)storages_[r.file_index]->wait(r.id);
-    s.reads.clear();
-  }
+  for (Slot& s : slots_) (void)io::wait_all(storages_, s.reads);
 }
 
 std::string StreamingProvider::name() const {
@@ -176,12 +173,7 @@ void StreamingProvider::top_up() {
 
 Status StreamingProvider::wait_slot(int slot) {
   Slot& s = slots_[slot];
-  Status first = Status::ok();
-  for (const PendingRead& r : s.reads) {
-    Status st = storages_[r.file_index]->wait(r.id);
-    if (!st.is_ok() && first.is_ok()) first = st;
-  }
-  s.reads.clear();
+  Status first = io::wait_all(storages_, s.reads);
   if (!first.is_ok()) {
     s.state = SlotState::kFree;
     s.stream = -1;

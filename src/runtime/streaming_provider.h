@@ -108,15 +108,11 @@ class StreamingProvider final : public WeightProvider {
 
  private:
   enum class SlotState { kFree, kReading, kReady, kInUse };
-  struct PendingRead {
-    uint32_t file_index = 0;
-    io::ReadId id = 0;
-  };
   struct Slot {
     LedgerBuffer buffer;                // (slot_bytes_)
     int stream = -1;                    // index into stream_layers_, -1: none
     SlotState state = SlotState::kFree;
-    std::vector<PendingRead> reads;     // issued, not yet waited for
+    std::vector<io::PendingRead> reads;     // issued, not yet waited for
   };
   struct StreamLayer {
     int layer = 0;

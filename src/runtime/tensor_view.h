@@ -7,6 +7,7 @@
 
 #include "compute/compute.h"
 #include "gguf/gguf.h"
+#include "runtime/weight_provider.h"
 
 namespace hypura::runtime {
 
@@ -27,5 +28,24 @@ inline compute::WeightView expert_view(const gguf::TensorInfo& t, const compute:
   const int64_t rows_per_expert = t.ne.size() > 1 ? t.ne[1] : 1;
   return whole.rows(expert * rows_per_expert, rows_per_expert);
 }
+
+// A provider whose every tensor is one contiguous view that is always present (owned RAM,
+// an mmap): acquire and acquire_experts are pointer arithmetic over view() and never fail.
+// Thread-safety: as the subclass's view().
+class AddressableProvider : public WeightProvider {
+ public:
+  // The view of a whole tensor (also for callers outside the forward pass).
+  virtual compute::WeightView view(TensorId id) const = 0;
+
+  Status acquire(int layer, std::span<const TensorId> ids,
+                 std::span<compute::WeightView> out) final;
+  Status acquire_experts(int layer, std::span<const ExpertRequest> requests,
+                         std::span<compute::WeightView> out) final;
+  void release(int layer) final {}
+
+ protected:
+  explicit AddressableProvider(const gguf::GgufFile& file) : file_(file) {}
+  const gguf::GgufFile& file_;  // must outlive the provider
+};
 
 }  // namespace hypura::runtime
