@@ -21,51 +21,15 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "runtime/expert_provider.h"
+#include "runtime/golden_fixtures.h"
 #include "runtime/resident_provider.h"
 
 namespace hypura::runtime {
 namespace {
 
-const std::string kGolden = HYPURA_GOLDEN_DIR;
-constexpr int64_t kNCtx = 128;
-
-std::vector<int32_t> sequence(const std::string& name) {
-  std::ifstream in(kGolden + "/manifest.json");
-  const auto m = nlohmann::json::parse(in);
-  return m["sequences"][name].get<std::vector<int32_t>>();
-}
-
-struct Model {
-  gguf::GgufFile file;
-  std::shared_ptr<const model::Model> model;
-};
-
-Model open_model(const std::string& name) {
-  Model m;
-  auto file = gguf::GgufFile::open(kGolden + "/" + name + ".gguf");
-  EXPECT_TRUE(file.is_ok()) << file.status().message();
-  m.file = std::move(file).value();
-  auto model = model::Model::create(m.file);
-  EXPECT_TRUE(model.is_ok()) << model.status().message();
-  m.model = model.value();
-  return m;
-}
-
-// Logits of `tokens`: the first `n_batch` as one batch, the rest one at a time.
-Status run(const Model& m, WeightProvider& provider, const std::vector<int32_t>& tokens,
-           int64_t n_batch, std::vector<float>* logits) {
-  const int64_t n_vocab = m.model->hparams().n_vocab;
-  compute::Context ctx(2);
-  model::KvCache kv(m.model->hparams(), kNCtx, false);
-  model::Forward fwd(m.model, ctx, provider, 64, kNCtx);
-  logits->assign(tokens.size() * n_vocab, 0.0f);
-  for (size_t i = 0; i < tokens.size();) {
-    const int64_t n = i == 0 ? n_batch : 1;
-    HYPURA_RETURN_IF_ERROR(fwd.run(tokens.data() + i, n, i, kv, true, logits->data() + i * n_vocab));
-    i += n;
-  }
-  return Status::ok();
-}
+using golden::Model;
+using golden::open_model;
+using golden::sequence;
 
 struct Case {
   const char* model;
@@ -84,7 +48,7 @@ TEST_P(ExpertLogits, BitIdenticalAndReadsOnlyMisses) {
   auto resident = ResidentProvider::load(m.file, nullptr);
   ASSERT_TRUE(resident.is_ok()) << resident.status().message();
   std::vector<float> want;
-  ASSERT_TRUE(run(m, *resident.value(), tokens, 5, &want).is_ok());
+  ASSERT_TRUE(golden::forward_logits(m.model, *resident.value(), tokens, 5, &want).is_ok());
 
   ExpertConfig config;
   config.cache_experts = c.slots_per_layer == 0 ? 1 : c.slots_per_layer * static_cast<uint32_t>(hp.n_layer);
@@ -108,7 +72,7 @@ TEST_P(ExpertLogits, BitIdenticalAndReadsOnlyMisses) {
   RoutingTrace trace;
   ep.record_trace(&trace);
   std::vector<float> got;
-  Status st = run(m, ep, tokens, 5, &got);
+  Status st = golden::forward_logits(m.model, ep, tokens, 5, &got);
   ASSERT_TRUE(st.is_ok()) << st.message();
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
@@ -260,7 +224,7 @@ TEST(ExpertProvider, FailedExpertReadEndsThePassWithAClearError) {
   auto p = ExpertProvider::create(m.file, config, ledger, nullptr);
   ASSERT_TRUE(p.is_ok()) << p.status().message();
   std::vector<float> logits;
-  const Status st = run(m, *p.value(), sequence("B"), 3, &logits);
+  const Status st = golden::forward_logits(m.model, *p.value(), sequence("B"), 3, &logits);
   ASSERT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("of layer 1"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("qwen3moe-f32.gguf"), std::string::npos) << st.message();
@@ -279,7 +243,7 @@ TEST(ExpertProvider, CoactivationStatisticsPersist) {
     auto p = ExpertProvider::create(m.file, config, ledger, nullptr);
     ASSERT_TRUE(p.is_ok());
     std::vector<float> logits;
-    ASSERT_TRUE(run(m, *p.value(), sequence("C"), 5, &logits).is_ok());
+    ASSERT_TRUE(golden::forward_logits(m.model, *p.value(), sequence("C"), 5, &logits).is_ok());
     ASSERT_TRUE(p.value()->save_stats().is_ok());
   }
   auto loaded = CoactivationStats::load(path, 2, 8);

@@ -14,35 +14,25 @@
 #include "io/fault_engine.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "runtime/golden_fixtures.h"
 #include "runtime/resident_provider.h"
 #include "runtime/streaming_provider.h"
 
 namespace hypura::runtime {
 namespace {
 
-const std::string kGolden = HYPURA_GOLDEN_DIR;
 constexpr int64_t kNCtx = 128;
+using golden::Model;
+using golden::open_model;
+using golden::sequence;
 
-std::vector<int32_t> sequence(const std::string& name) {
-  std::ifstream in(kGolden + "/manifest.json");
-  const auto m = nlohmann::json::parse(in);
-  return m["sequences"][name].get<std::vector<int32_t>>();
-}
-
-struct Model {
-  gguf::GgufFile file;
-  std::shared_ptr<const model::Model> model;
-};
-
-Model open_model(const std::string& name) {
-  Model m;
-  auto file = gguf::GgufFile::open(kGolden + "/" + name + ".gguf");
-  EXPECT_TRUE(file.is_ok()) << file.status().message();
-  m.file = std::move(file).value();
-  auto model = model::Model::create(m.file);
-  EXPECT_TRUE(model.is_ok()) << model.status().message();
-  m.model = model.value();
-  return m;
+// golden::forward_logits, expecting every pass to succeed.
+std::vector<float> run(const Model& m, WeightProvider& provider, const std::vector<int32_t>& tokens,
+                       int64_t n_batch, uint64_t* n_passes) {
+  std::vector<float> logits;
+  Status st = golden::forward_logits(m.model, provider, tokens, n_batch, &logits, n_passes);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  return logits;
 }
 
 // The FFN tensors (dense or expert) of every `stride`-th layer, as a per-tensor mask.
@@ -63,26 +53,6 @@ uint64_t masked_bytes(const Model& m, const std::vector<bool>& mask) {
   uint64_t n = 0;
   for (size_t i = 0; i < mask.size(); ++i) n += mask[i] ? m.file.tensors()[i].n_bytes : 0;
   return n;
-}
-
-// Logits of `tokens`: the first `n_batch` as one batch, the rest one token at a time
-// (a prompt, then generation). Returns the number of forward passes through *n_passes.
-std::vector<float> run(const Model& m, WeightProvider& provider, const std::vector<int32_t>& tokens,
-                       int64_t n_batch, uint64_t* n_passes) {
-  const int64_t n_vocab = m.model->hparams().n_vocab;
-  compute::Context ctx(2);
-  model::KvCache kv(m.model->hparams(), kNCtx, false);
-  model::Forward fwd(m.model, ctx, provider, 64, kNCtx);
-  std::vector<float> logits(tokens.size() * n_vocab);
-  *n_passes = 0;
-  for (size_t i = 0; i < tokens.size();) {
-    const int64_t n = i == 0 ? n_batch : 1;
-    Status st = fwd.run(tokens.data() + i, n, i, kv, true, logits.data() + i * n_vocab);
-    EXPECT_TRUE(st.is_ok()) << st.message();
-    ++*n_passes;
-    i += n;
-  }
-  return logits;
 }
 
 struct StreamCase {

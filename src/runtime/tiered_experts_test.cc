@@ -19,42 +19,21 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "runtime/expert_predictor_eval.h"
+#include "runtime/golden_fixtures.h"
 #include "runtime/mmap_provider.h"
 #include "runtime/tiered_weights.h"
 
 namespace hypura::runtime {
 namespace {
 
-const std::string kGolden = HYPURA_GOLDEN_DIR;
 const std::string kProfile = std::string(HYPURA_SOURCE_DIR) + "/src/scheduler/testdata/cpu_24g.json";
 constexpr int64_t kNCtx = 64;
-
-std::vector<int32_t> sequence(const std::string& name) {
-  std::ifstream in(kGolden + "/manifest.json");
-  return nlohmann::json::parse(in)["sequences"][name].get<std::vector<int32_t>>();
-}
-
-// Logits (n_tokens, n_vocab) of a 4-token prompt batch, then one token per pass.
-std::vector<float> run(std::shared_ptr<const model::Model> m, WeightProvider& provider,
-                       const std::vector<int32_t>& tokens) {
-  const int64_t n_vocab = m->hparams().n_vocab;
-  compute::Context ctx(2);
-  model::KvCache kv(m->hparams(), kNCtx, false);
-  model::Forward fwd(m, ctx, provider, 16, kNCtx);
-  std::vector<float> logits(tokens.size() * n_vocab);
-  for (size_t i = 0; i < tokens.size();) {
-    const int64_t n = i == 0 ? 4 : 1;
-    Status st = fwd.run(tokens.data() + i, n, static_cast<int64_t>(i), kv, true, logits.data() + i * n_vocab);
-    EXPECT_TRUE(st.is_ok()) << st.message();
-    i += static_cast<size_t>(n);
-  }
-  return logits;
-}
+using golden::sequence;
 
 class TieredExperts : public testing::TestWithParam<const char*> {};
 
 TEST_P(TieredExperts, PlanLedgerAndProviderAgree) {
-  auto file = gguf::GgufFile::open(kGolden + "/" + GetParam() + ".gguf");
+  auto file = gguf::GgufFile::open(golden::kDir + "/" + GetParam() + ".gguf");
   ASSERT_TRUE(file.is_ok()) << file.status().message();
   auto model = model::Model::create(*file);
   ASSERT_TRUE(model.is_ok()) << model.status().message();
@@ -96,8 +75,9 @@ TEST_P(TieredExperts, PlanLedgerAndProviderAgree) {
 
   auto mmap = MmapProvider::open(*file);
   ASSERT_TRUE(mmap.is_ok());
-  const std::vector<float> want = run(*model, *mmap.value(), tokens);
-  const std::vector<float> got = run(*model, w.provider(), tokens);
+  std::vector<float> want, got;
+  ASSERT_TRUE(golden::forward_logits(*model, *mmap.value(), tokens, 4, &want).is_ok());
+  ASSERT_TRUE(golden::forward_logits(*model, w.provider(), tokens, 4, &got).is_ok());
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
   const ExpertStats s = w.experts()->stats();
@@ -114,7 +94,7 @@ INSTANTIATE_TEST_SUITE_P(Golden, TieredExperts, testing::Values("mixtral-f32", "
 // printed for docs/MOE.md.
 TEST(ExpertPredictors, RouterAndCoactivationMeasuredOnGoldenModels) {
   for (const char* name : {"mixtral-f32", "qwen3moe-f32"}) {
-    auto file = gguf::GgufFile::open(kGolden + "/" + name + ".gguf");
+    auto file = gguf::GgufFile::open(golden::kDir + "/" + name + ".gguf");
     ASSERT_TRUE(file.is_ok()) << file.status().message();
     auto model = model::Model::create(*file);
     ASSERT_TRUE(model.is_ok()) << model.status().message();

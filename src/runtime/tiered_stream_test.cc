@@ -16,6 +16,7 @@
 #include "gguf/gguf.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "runtime/golden_fixtures.h"
 #include "runtime/mmap_provider.h"
 #include "runtime/resident_provider.h"
 #include "runtime/tiered_weights.h"
@@ -23,38 +24,14 @@
 namespace hypura::runtime {
 namespace {
 
-const std::string kGolden = HYPURA_GOLDEN_DIR;
 const std::string kProfile = std::string(HYPURA_SOURCE_DIR) + "/src/scheduler/testdata/cpu_24g.json";
 constexpr int64_t kNCtx = 64;
-
-std::vector<int32_t> sequence(const std::string& name) {
-  std::ifstream in(kGolden + "/manifest.json");
-  return nlohmann::json::parse(in)["sequences"][name].get<std::vector<int32_t>>();
-}
-
-// Logits of a 4-token prompt batch, then one token per pass.
-std::vector<float> run(const model::Model& m0, std::shared_ptr<const model::Model> m,
-                       WeightProvider& provider, const std::vector<int32_t>& tokens, int* passes) {
-  const int64_t n_vocab = m->hparams().n_vocab;
-  compute::Context ctx(2);
-  model::KvCache kv(m->hparams(), kNCtx, false);
-  model::Forward fwd(m, ctx, provider, 16, kNCtx);
-  std::vector<float> logits(tokens.size() * n_vocab);
-  *passes = 0;
-  for (size_t i = 0; i < tokens.size();) {
-    const int64_t n = i == 0 ? 4 : 1;
-    Status st = fwd.run(tokens.data() + i, n, i, kv, true, logits.data() + i * n_vocab);
-    EXPECT_TRUE(st.is_ok()) << st.message();
-    ++*passes;
-    i += n;
-  }
-  return logits;
-}
+using golden::sequence;
 
 class TieredStream : public testing::TestWithParam<const char*> {};
 
 TEST_P(TieredStream, BudgetForcesStreamingWithIdenticalLogits) {
-  auto file = gguf::GgufFile::open(kGolden + "/" + GetParam() + ".gguf");
+  auto file = gguf::GgufFile::open(golden::kDir + "/" + GetParam() + ".gguf");
   ASSERT_TRUE(file.is_ok()) << file.status().message();
   auto model = model::Model::create(*file);
   ASSERT_TRUE(model.is_ok()) << model.status().message();
@@ -102,15 +79,16 @@ TEST_P(TieredStream, BudgetForcesStreamingWithIdenticalLogits) {
 
   auto mmap = MmapProvider::open(*file);
   ASSERT_TRUE(mmap.is_ok());
-  int passes_ref = 0, passes = 0;
-  const std::vector<float> want = run(**model, *model, *mmap.value(), tokens, &passes_ref);
-  const std::vector<float> got = run(**model, *model, w.provider(), tokens, &passes);
+  uint64_t passes = 0;
+  std::vector<float> want, got;
+  ASSERT_TRUE(golden::forward_logits(*model, *mmap.value(), tokens, 4, &want).is_ok());
+  ASSERT_TRUE(golden::forward_logits(*model, w.provider(), tokens, 4, &got, &passes).is_ok());
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
   const StreamingStats s = w.streaming().stats();
-  EXPECT_EQ(passes, 7);
+  EXPECT_EQ(passes, 7u);
   EXPECT_EQ(s.bytes_read - s.unconsumed_bytes,
-            planned * static_cast<uint64_t>(passes));
+            planned * passes);
   EXPECT_LE(w.ledger().snapshot().peak, opts.ram_budget);
   EXPECT_EQ(w.ledger().budget(), opts.ram_budget);
 }

@@ -1,0 +1,78 @@
+// Test fixtures over the golden models of ../shared/golden (llama.cpp's reference
+// outputs): their token sequences, the models opened, and logits through any
+// WeightProvider. For the runtime's tests only (needs HYPURA_GOLDEN_DIR).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "compute/compute.h"
+#include "gguf/gguf.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "runtime/weight_provider.h"
+
+namespace hypura::runtime::golden {
+
+inline const std::string kDir = HYPURA_GOLDEN_DIR;
+
+// A token sequence of manifest.json ("A", "B", ...).
+inline std::vector<int32_t> sequence(const std::string& name) {
+  std::ifstream in(kDir + "/manifest.json");
+  return nlohmann::json::parse(in)["sequences"][name].get<std::vector<int32_t>>();
+}
+
+struct Model {
+  gguf::GgufFile file;
+  std::shared_ptr<const model::Model> model;
+};
+
+// Opens <name>.gguf; a failure fails the test and leaves `model` null.
+inline Model open_model(const std::string& name) {
+  Model m;
+  auto file = gguf::GgufFile::open(kDir + "/" + name + ".gguf");
+  if (!file.is_ok()) {
+    ADD_FAILURE() << file.status().message();
+    return m;
+  }
+  m.file = std::move(file).value();
+  auto model = model::Model::create(m.file);
+  if (!model.is_ok()) {
+    ADD_FAILURE() << model.status().message();
+    return m;
+  }
+  m.model = model.value();
+  return m;
+}
+
+// Logits (n_tokens, n_vocab) of `tokens` through `provider`: the first `first_batch` as one
+// forward pass (a prompt), then one token per pass (generation). Stops at the first failed
+// pass and returns its Status. *n_passes (when given) counts the passes run.
+inline Status forward_logits(const std::shared_ptr<const model::Model>& m, WeightProvider& provider,
+                             const std::vector<int32_t>& tokens, int64_t first_batch,
+                             std::vector<float>* logits, uint64_t* n_passes = nullptr) {
+  const int64_t n_vocab = m->hparams().n_vocab;
+  const auto n_ctx = static_cast<int64_t>(tokens.size());
+  compute::Context ctx(2);
+  model::KvCache kv(m->hparams(), n_ctx, false);
+  model::Forward fwd(m, ctx, provider, std::max<int64_t>(first_batch, 1), n_ctx);
+  logits->assign(tokens.size() * n_vocab, 0.0f);
+  if (n_passes != nullptr) *n_passes = 0;
+  for (size_t i = 0; i < tokens.size();) {
+    const int64_t n = std::min<int64_t>(i == 0 ? first_batch : 1, static_cast<int64_t>(tokens.size() - i));
+    HYPURA_RETURN_IF_ERROR(fwd.run(tokens.data() + i, n, static_cast<int64_t>(i), kv, true,
+                                   logits->data() + i * n_vocab));
+    if (n_passes != nullptr) ++*n_passes;
+    i += static_cast<size_t>(n);
+  }
+  return Status::ok();
+}
+
+}  // namespace hypura::runtime::golden
