@@ -66,7 +66,9 @@ struct Storage::Impl {
   std::condition_variable work_cv;  // I/O thread: new requests or stop
   mutable std::condition_variable done_cv;  // waiters: a request finished
   std::unordered_map<ReadId, std::unique_ptr<Request>> requests;
-  std::deque<Request*> to_cut;      // requests with segments not yet issued, FIFO
+  std::deque<Request*> to_cut;      // normal requests with segments not yet issued, FIFO
+  std::deque<Request*> to_cut_background;  // the same for background requests
+  uint32_t background_depth = 1;    // in-flight reads at most while serving background
   std::deque<uint64_t> retry;       // segment slots to reissue (short reads, EINTR)
   std::vector<Segment> slots;       // in-flight segments, indexed by IoOp cookie
   std::vector<uint64_t> free_slots;
@@ -141,11 +143,19 @@ struct Storage::Impl {
       retry.pop_front();
       ops.push_back(op_for(slot));
     }
-    while (ops.size() < room && !to_cut.empty()) {
-      Request& r = *to_cut.front();
+    cut_from(to_cut, room, ops);
+    if (!to_cut.empty()) return;  // background waits while a normal request does
+    const uint32_t in_flight = engine->in_flight() + static_cast<uint32_t>(ops.size());
+    if (in_flight < background_depth) cut_from(to_cut_background, ops.size() + background_depth - in_flight, ops);
+  }
+
+  // Cuts segments off the front of `queue` until `ops` holds `room` reads or it is empty.
+  void cut_from(std::deque<Request*>& queue, size_t room, std::vector<IoOp>& ops) {
+    while (ops.size() < room && !queue.empty()) {
+      Request& r = *queue.front();
       Segment s;
       if (!cut(r, s)) {
-        to_cut.pop_front();
+        queue.pop_front();
         maybe_finish(r);
         continue;
       }
@@ -155,6 +165,8 @@ struct Storage::Impl {
       ops.push_back(op_for(slot));
     }
   }
+
+  bool idle() const { return to_cut.empty() && to_cut_background.empty() && retry.empty(); }
 
   IoOp op_for(uint64_t slot) {
     Segment& s = slots[slot];
@@ -228,8 +240,10 @@ struct Storage::Impl {
     if (r.done || r.outstanding > 0 || !exhausted) return;
     // A failed request may still sit in to_cut; drop it so nothing dangles after wait().
     if (!r.status.is_ok()) {
-      auto it = std::find(to_cut.begin(), to_cut.end(), &r);
-      if (it != to_cut.end()) to_cut.erase(it);
+      for (auto* queue : {&to_cut, &to_cut_background}) {
+        auto it = std::find(queue->begin(), queue->end(), &r);
+        if (it != queue->end()) queue->erase(it);
+      }
     }
     r.done = true;
     done_cv.notify_all();
@@ -245,8 +259,8 @@ struct Storage::Impl {
       {
         std::unique_lock lock(mu);
         if (engine->in_flight() == 0) {
-          work_cv.wait(lock, [&] { return stop || !to_cut.empty() || !retry.empty(); });
-          if (stop && to_cut.empty() && retry.empty()) return;
+          work_cv.wait(lock, [&] { return stop || !idle(); });
+          if (stop && idle()) return;
         }
         collect(ops);
       }
@@ -302,6 +316,9 @@ Result<std::unique_ptr<Storage>> Storage::open(const std::string& path,
   impl->align = direct ? kDirectAlignment : 1;
   impl->options.direct = direct;
   impl->options.request_bytes = align_up(std::max<uint64_t>(options.request_bytes, 4096), 4096);
+  impl->background_depth = options.background_queue_depth > 0 ? options.background_queue_depth
+                                                                 : std::max<uint32_t>(1, options.queue_depth / 8);
+  impl->background_depth = std::min(impl->background_depth, engine->capacity());
   impl->engine = std::move(engine);
   impl->start();
   return std::unique_ptr<Storage>(new Storage(std::move(impl)));
@@ -314,7 +331,7 @@ uint64_t Storage::alignment() const { return impl_->align; }
 std::string Storage::engine_name() const { return impl_->engine->name(); }
 const StorageOptions& Storage::options() const { return impl_->options; }
 
-ReadId Storage::submit(uint64_t offset, std::span<uint8_t> dest) {
+ReadId Storage::submit(uint64_t offset, std::span<uint8_t> dest, Priority priority) {
   Impl& m = *impl_;
   auto r = std::make_unique<Request>();
   r->offset = offset;
@@ -336,13 +353,25 @@ ReadId Storage::submit(uint64_t offset, std::span<uint8_t> dest) {
   } else if (dest.empty()) {
     r->done = true;
   } else {
-    m.to_cut.push_back(r.get());
+    (priority == Priority::kBackground ? m.to_cut_background : m.to_cut).push_back(r.get());
   }
   ReadId id = r->id;
   m.requests.emplace(id, std::move(r));
   m.work_cv.notify_one();  // an idle I/O thread waits here...
   m.engine->wake();        // ...a busy one in reap()
   return id;
+}
+
+void Storage::expedite(ReadId id) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mu);
+  auto it = m.requests.find(id);
+  if (it == m.requests.end()) return;
+  auto queued = std::find(m.to_cut_background.begin(), m.to_cut_background.end(), it->second.get());
+  if (queued == m.to_cut_background.end()) return;
+  m.to_cut_background.erase(queued);
+  m.to_cut.push_back(it->second.get());
+  m.engine->wake();
 }
 
 Status Storage::wait(ReadId id) {

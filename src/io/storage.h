@@ -16,8 +16,14 @@
 // measured through Storage are the device's; when the filesystem refuses O_DIRECT the
 // file is opened buffered (logged, direct() == false) unless require_direct is set.
 //
-// Threading: submit/wait/done/read may be called from any threads; requests are served in
-// submission order. The destructor waits for reads in flight (their buffers are the
+// Priority: a request is kNormal or kBackground (speculative work). Normal requests are
+// served in submission order, each ahead of every background request not yet issued;
+// background ones are issued only while no normal request waits and fewer than
+// background_queue_depth device reads are in flight, so a normal request that arrives
+// later finds the device queue nearly free instead of behind megabytes of speculation
+// (device reads already issued cannot be recalled).
+//
+// Threading: submit/wait/done/read may be called from any threads. The destructor waits for reads in flight (their buffers are the
 // callers'), after which all destinations may be freed.
 #pragma once
 
@@ -39,7 +45,12 @@ struct StorageOptions {
   EngineKind engine = EngineKind::kAuto;
   bool direct = true;                // O_DIRECT (recommended: no page-cache pollution)
   bool require_direct = false;       // fail rather than fall back to buffered reads
+  // Device reads in flight at most while only background requests are being served;
+  // 0 picks max(1, queue_depth / 8).
+  uint32_t background_queue_depth = 0;
 };
+
+enum class Priority : uint8_t { kNormal, kBackground };
 
 using ReadId = uint64_t;
 
@@ -79,7 +90,11 @@ class Storage {
 
   // Starts reading file bytes [offset, offset + dest.size()) into dest. A range outside
   // the file makes wait() return kInvalidArgument. REQUIRES: dest valid until wait().
-  ReadId submit(uint64_t offset, std::span<uint8_t> dest);
+  ReadId submit(uint64_t offset, std::span<uint8_t> dest, Priority priority = Priority::kNormal);
+  // Makes a kBackground read kNormal (e.g. a speculative read that became needed): its
+  // segments not yet issued queue behind the normal requests already waiting. No effect
+  // on other reads.
+  void expedite(ReadId id);
   // Blocks until read `id` completed or failed. Call exactly once per id.
   Status wait(ReadId id);
   // True once wait(id) would not block.

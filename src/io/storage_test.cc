@@ -216,6 +216,42 @@ TEST_P(FaultTest, SlowReadsDelayCompletion) {
   expect_bytes(buf.data(), 5000, buf.size());
 }
 
+// Background reads go one device read at a time (queue_depth 8 / 8) and yield to normal
+// ones: a normal read submitted after a long background one finishes first, and both
+// deliver their bytes.
+TEST_P(FaultTest, NormalReadsOvertakeBackgroundReads) {
+  FaultPlan plan;
+  plan.delay_us = 20000;
+  std::shared_ptr<const FaultCounts> counts;
+  auto s = open_faulty(plan, &counts);
+  std::vector<uint8_t> background(2 << 20), normal(100000);  // 8 device reads, and 1
+  ReadId bg = s->submit(4096, background, Priority::kBackground);
+  ReadId id = s->submit(3 << 20, normal);
+  ASSERT_TRUE(s->wait(id).is_ok());
+  EXPECT_FALSE(s->done(bg)) << "8 background reads of >= 20 ms each, one at a time, cannot be done";
+  expect_bytes(normal.data(), 3 << 20, normal.size());
+  ASSERT_TRUE(s->wait(bg).is_ok());
+  expect_bytes(background.data(), 4096, background.size());
+}
+
+// An expedited background read is served as a normal one: ahead of the background read
+// submitted before it.
+TEST_P(FaultTest, ExpeditedBackgroundReadOvertakesOtherBackgroundReads) {
+  FaultPlan plan;
+  plan.delay_us = 20000;
+  std::shared_ptr<const FaultCounts> counts;
+  auto s = open_faulty(plan, &counts);
+  std::vector<uint8_t> first(2 << 20), second(100000);
+  ReadId a = s->submit(4096, first, Priority::kBackground);
+  ReadId b = s->submit(3 << 20, second, Priority::kBackground);
+  s->expedite(b);
+  ASSERT_TRUE(s->wait(b).is_ok());
+  EXPECT_FALSE(s->done(a));
+  expect_bytes(second.data(), 3 << 20, second.size());
+  ASSERT_TRUE(s->wait(a).is_ok());
+  expect_bytes(first.data(), 4096, first.size());
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, FaultTest,
                          ::testing::Values(EngineKind::kAuto, EngineKind::kThreads),
                          [](const auto& info) { return std::string(engine_kind_name(info.param)) == "auto" ? "auto" : "threads"; });
