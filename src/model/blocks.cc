@@ -262,9 +262,10 @@ Status Blocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float* ou
 }
 
 // Runs each selected expert once on the rows routed to it; results land in slot_out_
-// scaled by their routing weight. The provider learns the routing first (route()), then
-// the experts are acquired one at a time in ascending id order and computed before the
-// next is asked for, so a streaming provider overlaps later reads with earlier compute.
+// scaled by their routing weight. The provider learns the routing first (route()) and
+// picks the order (order_experts(): what is in RAM first), then the experts are acquired
+// one at a time and computed before the next is asked for, so a streaming provider
+// overlaps later reads with earlier compute.
 Status Blocks::run_experts(int64_t il, const FfnViews& w, const float* in) {
   const int64_t k = hp_.n_expert_used, e = hp_.n_embd;
   std::vector<int32_t>& used = used_experts_;
@@ -274,6 +275,7 @@ Status Blocks::run_experts(int64_t il, const FfnViews& w, const float* in) {
   used.erase(std::unique(used.begin(), used.end()), used.end());
   provider_.route(static_cast<int>(il), std::span(selected_.data(), n_tokens_ * k),
                   static_cast<int>(k));
+  provider_.order_experts(static_cast<int>(il), used);  // outputs go to per-slot rows: any order
   for (int32_t id : used) {
     const ExpertRequest requests[3] = {{w.gate_exps, id}, {w.up_exps, id}, {w.down_exps, id}};
     WeightView views[3];

@@ -19,6 +19,21 @@ PredictorRunMetrics predictor_metrics(const PredictorStats& before, const Predic
   return m;
 }
 
+StallRunMetrics stall_metrics(const StallStats& before, const StallStats& after, double tokens) {
+  StallRunMetrics m;
+  const auto waits = static_cast<double>(after.waits - before.waits);
+  m.waits_per_token = waits / tokens;
+  m.s_per_token = (after.seconds - before.seconds) / tokens;
+  m.mean_read_s = ratio(after.read_seconds - before.read_seconds, waits);
+  return m;
+}
+
+nlohmann::json stall_json(const StallRunMetrics& m) {
+  return nlohmann::json{{"waits_per_token", m.waits_per_token},
+                        {"s_per_token", m.s_per_token},
+                        {"mean_read_s", m.mean_read_s}};
+}
+
 nlohmann::json predictor_json(const PredictorRunMetrics& m) {
   return nlohmann::json{{"precision", m.precision},
                         {"recall", m.recall},
@@ -62,6 +77,8 @@ ExpertRunMetrics expert_run_metrics(const ExpertProvider& p, const ExpertStats& 
   }
   m.wasted_bytes = after.wasted_bytes;
   m.stall_s_per_token = (after.stall_seconds - before.stall_seconds) / n;
+  m.stall_miss = stall_metrics(before.stall_miss, after.stall_miss, n);
+  m.stall_prefetched = stall_metrics(before.stall_prefetched, after.stall_prefetched, n);
   m.cache_experts = p.cache_experts();
   m.slot_bytes = p.slot_bytes();
   return m;
@@ -90,6 +107,8 @@ nlohmann::json expert_run_json(const ExpertRunMetrics& m) {
                         {"router_prediction_by_distance", router_distance_json(m)},
                         {"prefetch_wasted_bytes", m.wasted_bytes},
                         {"expert_stall_s_per_token", m.stall_s_per_token},
+                        {"stall_on_misses", stall_json(m.stall_miss)},
+                        {"stall_on_prefetched", stall_json(m.stall_prefetched)},
                         {"expert_cache_experts", m.cache_experts},
                         {"expert_slot_bytes", m.slot_bytes},
                         {"direct_read_bps", m.direct_read_bps},
@@ -110,6 +129,13 @@ std::string expert_run_text(const ExpertRunMetrics& m) {
                 m.speculative_per_token, m.bytes_per_token / 1048576.0, m.wasted_bytes / 1048576.0,
                 m.stall_s_per_token);
   std::string out = buf;
+  std::snprintf(buf, sizeof buf,
+                "stall: %.3f s/token in %.2f waits for misses (reads arrived %.1f ms after submit), "
+                "%.3f s/token in %.2f waits for prefetched experts (%.1f ms)\n",
+                m.stall_miss.s_per_token, m.stall_miss.waits_per_token, 1e3 * m.stall_miss.mean_read_s,
+                m.stall_prefetched.s_per_token, m.stall_prefetched.waits_per_token,
+                1e3 * m.stall_prefetched.mean_read_s);
+  out += buf;
   std::snprintf(buf, sizeof buf, "prefetch by %s (router lookahead %d):\n", m.predictor.c_str(), m.router_lookahead);
   out += buf;
   for (auto [label, p] : {std::pair{"co-activation", &m.coact}, std::pair{"router on hidden", &m.router}}) {

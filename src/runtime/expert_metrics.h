@@ -13,7 +13,10 @@
 //                         reaching its read threshold (confident; reads_per_token = how
 //                         many such guesses per token)
 //   wasted_bytes          speculative reads evicted before use (whole run, at the end)
-//   stall_s_per_token     time acquire_experts waited for reads / tokens
+//   stall_s_per_token     time acquire_experts waited for reads / tokens, split into
+//                         waits for misses and for prefetched experts still arriving
+//                         (StallRunMetrics: waits per token, s per token, mean age of the
+//                         read when it arrived, i.e. how long it took since its submit)
 //   bound_tps             the bound with reads overlapped with compute: 1 / max(io_s,
 //                         compute_s), io_s = bytes_per_token / direct-I/O read bandwidth
 //                         measured in the same run, compute_s = the run's seconds per
@@ -38,6 +41,10 @@ struct PredictorRunMetrics {
   uint64_t wasted_bytes = 0;
 };
 
+struct StallRunMetrics {
+  double waits_per_token = 0, s_per_token = 0, mean_read_s = 0;
+};
+
 struct ExpertRunMetrics {
   double hit_rate = 0;
   double bytes_per_token = 0;
@@ -49,6 +56,7 @@ struct ExpertRunMetrics {
   std::array<PredictorRunMetrics, kMaxRouterLookahead> router_at, router_confident_at;
   uint64_t wasted_bytes = 0;
   double stall_s_per_token = 0;
+  StallRunMetrics stall_miss, stall_prefetched;
   uint32_t cache_experts = 0;
   uint64_t slot_bytes = 0;
   double tg_tps = 0, direct_read_bps = 0, io_bound_tps = 0, bound_tps = 0, tg_bound_ratio = 0;

@@ -54,6 +54,8 @@ void apply_environment(ExpertConfig& c) {
     const int n = std::atoi(e);
     if (n >= 1) c.max_speculative_inflight = n;
   }
+  if (const char* e = std::getenv("HYPURA_EXPERT_BACKGROUND")) c.background_speculation = std::atoi(e) != 0;
+  if (const char* e = std::getenv("HYPURA_EXPERT_ORDER")) c.order_by_arrival = std::string(e) != "id";
 }
 
 }  // namespace
@@ -118,9 +120,11 @@ Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufF
   }
   HYPURA_RETURN_IF_ERROR(p->load_resident(p->config_.lock_resident, progress));
   p->resident_storage_bytes_ = p->storage_bytes_since_load();
-  spdlog::info("expert prefetch: {} (router lookahead {} layers, min probability {}, {} in flight at most)",
+  spdlog::info("expert prefetch: {} (router lookahead {} layers, min probability {}, {} in flight at most, "
+               "{} priority); experts computed in {} order",
                expert_predictor_name(p->predictor()), p->config_.router_lookahead, p->config_.router_min_prob,
-               p->config_.max_speculative_inflight);
+               p->config_.max_speculative_inflight, p->config_.background_speculation ? "background" : "normal",
+               p->config_.order_by_arrival ? "arrival" : "id");
   return p;
 }
 
@@ -237,6 +241,9 @@ bool ExpertProvider::start_read(int layer, int expert, uint8_t sources) {
   const bool speculative = sources != 0;
   s.state = SlotState::kReading;
   s.speculative = speculative;
+  s.read_as_speculative = speculative;
+  s.read_seq = ++reads_started_;
+  s.submitted = Clock::now();
   s.sources = sources;
   s.wanted = !speculative;
   if ((sources & kFromCoact) != 0) stats_.coact.reads++;
@@ -247,7 +254,9 @@ bool ExpertProvider::start_read(int layer, int expert, uint8_t sources) {
     const uint64_t off = slice_offset(layer, p, expert);
     const uint32_t fi = file_.tensors()[el.tensors[p]].file_index;
     std::span<uint8_t> dst(base + el.part_offset[p] + off % kAlign, el.slice_bytes[p]);
-    s.reads.push_back({fi, storages_[fi]->submit(off, dst)});
+    const bool background = speculative && config_.background_speculation;
+    s.reads.push_back({fi, storages_[fi]->submit(off, dst, background ? io::Priority::kBackground
+                                                                       : io::Priority::kNormal)});
   }
   (speculative ? stats_.speculative_bytes : stats_.demand_bytes) += el.expert_bytes;
   (speculative ? stats_.speculative_reads : stats_.misses) += 1;
@@ -437,6 +446,7 @@ void ExpertProvider::route(int layer, std::span<const int32_t> selected, int n_e
       // Its read already counted as the access (as a demand read's does).
       stats_.speculative_used++;
       count_speculative(s, true, 0);
+      for (const io::PendingRead& r : s.reads) storages_[r.file_index]->expedite(r.id);
     } else {
       cache_->touch(slot);
     }
@@ -446,6 +456,19 @@ void ExpertProvider::route(int layer, std::span<const int32_t> selected, int n_e
   }
   start_wanted(layer);
   speculate(layer, distinct_);
+}
+
+// Cached experts first (ascending id), then those being read in the order their reads
+// started (the device serves normal reads in order, expedited ones behind them), then any
+// still waiting for a slot.
+void ExpertProvider::order_experts(int layer, std::span<int32_t> experts) {
+  if (!config_.order_by_arrival) return;
+  auto rank = [&](int32_t e) -> uint64_t {
+    const int slot = cache_->lookup(layer, e);
+    if (slot < 0) return UINT64_MAX;
+    return slots_[slot].state == SlotState::kReady ? 0 : slots_[slot].read_seq;
+  };
+  std::stable_sort(experts.begin(), experts.end(), [&](int32_t a, int32_t b) { return rank(a) < rank(b); });
 }
 
 Status ExpertProvider::ensure(int layer, int expert, int* slot_out) {
@@ -468,8 +491,14 @@ Status ExpertProvider::ensure(int layer, int expert, int* slot_out) {
   }
   if (slots_[slot].state == SlotState::kReading) {
     const auto t0 = Clock::now();
+    const auto submitted = slots_[slot].submitted;
+    StallStats& by = slots_[slot].read_as_speculative ? stats_.stall_prefetched : stats_.stall_miss;
     Status st = wait_slot(slot);
-    stats_.stall_seconds += seconds_since(t0);
+    const double waited = seconds_since(t0);
+    stats_.stall_seconds += waited;
+    by.waits++;
+    by.seconds += waited;
+    by.read_seconds += seconds_since(submitted);
     HYPURA_RETURN_IF_ERROR(st);
   }
   *slot_out = slot;

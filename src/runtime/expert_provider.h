@@ -12,8 +12,10 @@
 //                        ascending id order, as far as slots can be freed; then the
 //                        enabled predictors' guesses for layers L+1..L+lookahead that are
 //                        not cached are read speculatively into further evictable slots
-//                        (after the demand reads in the device queue, so they never
-//                        delay them), nearest layer first;
+//                        as background reads (io::Priority: a demand read issued later
+//                        overtakes them; one routed to is expedited), nearest layer first;
+//   order_experts(L)     the batch's experts in the order they can be computed: cached
+//                        ones first, then reads in the order the device serves them;
 //   acquire_experts(L)   waits for that expert's reads only (its wait is the stall), pins
 //                        its slot and unpins the layer's previous one, so the model
 //                        computes each expert while the next ones are still arriving;
@@ -34,6 +36,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -79,9 +82,15 @@ struct ExpertConfig {
   // A router guess is read only when its softmax probability reaches this (all top-k
   // guesses are scored); HYPURA_EXPERT_ROUTER_MIN_PROB overrides.
   double router_min_prob = kDefaultRouterMinProb;
-  // Speculative reads in flight at most (Storage serves in submission order, so each one
-  // queued can delay a later demand read); HYPURA_EXPERT_MAX_INFLIGHT overrides.
+  // Speculative reads in flight at most (each one started takes a slot that could hold a
+  // cached expert until it arrives or is evicted); HYPURA_EXPERT_MAX_INFLIGHT overrides.
   int max_speculative_inflight = kDefaultMaxSpeculativeInflight;
+  // Speculative reads as io::Priority::kBackground (demand reads overtake them);
+  // HYPURA_EXPERT_BACKGROUND=0 makes them normal reads (A/B runs).
+  bool background_speculation = true;
+  // order_experts() puts cached experts first, then reads by arrival;
+  // HYPURA_EXPERT_ORDER=id keeps ascending ids (A/B runs).
+  bool order_by_arrival = true;
   int max_speculative = 0;         // co-activation experts per layer; 0: n_expert_used
   double min_confidence = 0.5;     // co-activation score needed to read speculatively
   std::string stats_path;          // co-activation statistics (load/save); empty: none
@@ -104,6 +113,12 @@ struct PredictorStats {
   double recall() const { return routed ? static_cast<double>(correct) / routed : 0; }
 };
 
+struct StallStats {
+  uint64_t waits = 0;              // acquire_experts calls that had to wait
+  double seconds = 0;              // time waited
+  double read_seconds = 0;         // sum over those waits of submit-to-arrival time
+};
+
 struct ExpertStats {
   uint64_t lookups = 0;            // distinct experts routed (one per expert per batch and layer)
   uint64_t hits = 0;               // found in the cache (including speculatively read ones)
@@ -118,7 +133,11 @@ struct ExpertStats {
   // hidden state for layer L, all top-k / only those reaching router_min_prob (scores only).
   std::array<PredictorStats, kMaxRouterLookahead> router_at{}, router_confident_at{};
   uint64_t routed_tokens = 0;      // tokens through layer 0
-  double stall_seconds = 0;        // acquire_experts waiting for reads
+  double stall_seconds = 0;        // acquire_experts waiting for reads (= the two below)
+  // The stall by what was waited for: a demand read (a miss), or a speculative read that
+  // was routed to before it arrived; with how many waits, and the reads' ages (submit to
+  // arrival) of those waits.
+  StallStats stall_miss, stall_prefetched;
   uint64_t resident_bytes = 0;
   double load_seconds = 0;
   bool resident_locked = false;
@@ -141,6 +160,7 @@ class ExpertProvider final : public WeightProvider {
                  std::span<compute::WeightView> out) override;
   void observe_hidden(int layer, std::span<const float> x, int64_t n_tokens) override;
   void route(int layer, std::span<const int32_t> selected, int n_expert_used) override;
+  void order_experts(int layer, std::span<int32_t> experts) override;
   Status acquire_experts(int layer, std::span<const ExpertRequest> requests,
                          std::span<compute::WeightView> out) override;
   void release(int layer) override;
@@ -174,6 +194,9 @@ class ExpertProvider final : public WeightProvider {
     bool wanted = false;        // routed in the current batch, not yet acquired
     bool speculative = false;   // read speculatively and not routed to since
     uint8_t sources = 0;        // speculative: kFromCoact | kFromRouter
+    bool read_as_speculative = false;  // the read in flight was started speculatively
+    uint64_t read_seq = 0;      // start order of the read (reads arrive in about this order)
+    std::chrono::steady_clock::time_point submitted;
     std::vector<io::PendingRead> reads;
   };
   // The stacked expert tensors of one layer: ids, bytes per expert slice, and where each
@@ -239,6 +262,7 @@ class ExpertProvider final : public WeightProvider {
   uint32_t pass_ = 0;
   int last_routed_layer_ = -1;
   int spec_in_flight_ = 0;                              // as of the last route(), plus those started
+  uint64_t reads_started_ = 0;                          // Slot::read_seq source
   uint64_t resident_storage_bytes_ = 0;                 // Storage bytes of the resident load
   ExpertStats stats_;
 };

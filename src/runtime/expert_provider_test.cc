@@ -85,6 +85,10 @@ TEST_P(ExpertLogits, BitIdenticalAndReadsOnlyMisses) {
     EXPECT_EQ(s.bytes_read, (s.misses + s.speculative_reads) * ep.expert_bytes(0));
   }
   EXPECT_EQ(s.lookups, s.hits + s.misses);
+  // The stall is split by what was waited for; each read is waited for at most once.
+  EXPECT_DOUBLE_EQ(s.stall_seconds, s.stall_miss.seconds + s.stall_prefetched.seconds);
+  EXPECT_LE(s.stall_miss.waits, s.misses);
+  EXPECT_LE(s.stall_prefetched.waits, s.speculative_used);
   if (!c.speculate || c.predictor == ExpertPredictor::kNone) {
     EXPECT_EQ(s.speculative_reads, 0u);
   }
@@ -203,6 +207,37 @@ TEST(ExpertProvider, RouterPredictorReadsTheNextRoutersTopK) {
   EXPECT_EQ(strict.value()->stats().router.correct, want.size());
   EXPECT_EQ(strict.value()->stats().router.reads, 0u);
   EXPECT_EQ(strict.value()->stats().speculative_reads, 0u);
+}
+
+// order_experts puts the batch's cached experts before those still to be read (the model
+// computes in that order); with order_by_arrival off it keeps ascending ids.
+TEST(ExpertProvider, OrdersCachedExpertsBeforeReads) {
+  Model m = open_model("mixtral-f32");
+  const auto& hp = m.model->hparams();
+  const auto& layer0 = m.model->weights().layers[0];
+  for (bool by_arrival : {true, false}) {
+    ExpertConfig config;
+    config.cache_experts = static_cast<uint32_t>(hp.n_layer * hp.n_expert);
+    config.speculate = false;
+    config.order_by_arrival = by_arrival;
+    MemoryLedger ledger(0);
+    auto created = ExpertProvider::create(m.file, config, ledger, nullptr);
+    ASSERT_TRUE(created.is_ok()) << created.status().message();
+    ExpertProvider& ep = *created.value();
+    const std::vector<int32_t> first = {5, 6};  // (1 token, n_expert_used = 2)
+    ep.route(0, first, 2);
+    for (int32_t e : first) {
+      const ExpertRequest r[3] = {{layer0.ffn_gate_exps, e}, {layer0.ffn_up_exps, e}, {layer0.ffn_down_exps, e}};
+      compute::WeightView v[3];
+      ASSERT_TRUE(ep.acquire_experts(0, r, v).is_ok());
+    }
+    ep.release(0);
+    const std::vector<int32_t> second = {2, 6};  // 2 is a miss, 6 cached
+    ep.route(0, second, 2);
+    std::vector<int32_t> order = second;
+    ep.order_experts(0, order);
+    EXPECT_EQ(order, (by_arrival ? std::vector<int32_t>{6, 2} : second));
+  }
 }
 
 // Every read of one layer's up experts fails: the pass ends with an error naming the

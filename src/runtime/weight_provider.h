@@ -11,6 +11,7 @@
 //   acquire(L, ids)        views valid until release(L); may wait for in-flight reads
 //   route(L, selected)     router interception: the experts layer L's batch selected,
 //                          before its expert matmuls (an expert provider starts reads here)
+//   order_experts(L, ids)  the order to compute them in (those already in RAM first)
 //   acquire_experts(L, ..) views of selected experts' slices of the stacked *_exps tensors
 //   release(L)             the layer's compute is done; slots may be reused
 //
@@ -45,11 +46,16 @@ class WeightProvider {
   virtual Status acquire(int layer, std::span<const TensorId> ids,
                          std::span<compute::WeightView> out) = 0;
   // Router interception. `selected` is (n_tokens, n_expert_used): each token's expert ids
-  // by slot. The model then acquires the batch's distinct experts in ascending id order,
-  // one expert (its gate, up, down slices) per acquire_experts call, computing each before
-  // asking for the next, so a provider that started every read here overlaps the reads of
-  // later experts with the compute of earlier ones.
+  // by slot. The model then acquires the batch's distinct experts in the order of
+  // order_experts(), one expert (its gate, up, down slices) per acquire_experts call,
+  // computing each before asking for the next, so a provider that started every read here
+  // overlaps the reads of later experts with the compute of earlier ones.
   virtual void route(int layer, std::span<const int32_t> selected, int n_expert_used) {}
+  // Called after route(L) with the batch's distinct experts in ascending id order; may
+  // permute them into the order it can serve soonest (e.g. cached ones first, then reads
+  // in the order they will arrive). The model keeps each expert's output per (token, slot)
+  // and sums them in slot order, so the order never changes the result.
+  virtual void order_experts(int layer, std::span<int32_t> experts) {}
   // A MoE layer's normalized FFN input `x`, (n_tokens, n_embd) row-major, the vector its
   // router is applied to; called right before that layer's routing and valid only during
   // the call. Only a hint: a provider may compute on it (e.g. later layers' routers, to
