@@ -102,18 +102,41 @@ int run_predictors(const ReplayArgs& a) {
   return 0;
 }
 
+runtime::TraceGenerator generator_of(const ReplayArgs& a) {
+  runtime::TraceGenerator g;
+  g.n_layer = a.n_layer;
+  g.n_expert = a.n_expert;
+  g.n_expert_used = a.n_expert_used;
+  g.seed = a.seed;
+  return g;
+}
+
 Result<runtime::RoutingTrace> obtain_trace(const ReplayArgs& a) {
-  if (a.generate > 0) {
-    runtime::TraceGenerator g;
-    g.n_layer = a.n_layer;
-    g.n_expert = a.n_expert;
-    g.n_expert_used = a.n_expert_used;
-    g.seed = a.seed;
-    return g.generate(a.generate);
-  }
+  if (a.generate > 0) return generator_of(a).generate(a.generate);
   if (a.uniform > 0) return runtime::uniform_trace(a.n_layer, a.n_expert, a.n_expert_used, a.uniform, a.seed);
   if (a.trace_path.empty()) return invalid_argument("give a trace file, --generate N or --uniform N");
   return runtime::RoutingTrace::read(a.trace_path);
+}
+
+// The distribution oracle's three rules; the best is the ceiling.
+nlohmann::json oracle_row(const runtime::RoutingTrace& t, const runtime::TraceGenerator& gen, uint32_t cap,
+                          int warmup, double best) {
+  using runtime::OracleRule;
+  nlohmann::json row;
+  double top = -1;
+  for (const auto& [rule, name] : {std::pair{OracleRule::kExpectedWait, "expected-wait"},
+                                   std::pair{OracleRule::kNextToken, "next-token"},
+                                   std::pair{OracleRule::kPerLayer, "per-layer"}}) {
+    const double h = runtime::replay_oracle(t, gen, cap, warmup, rule).hit_rate();
+    row["rules"][name] = h;
+    if (h > top) {
+      top = h;
+      row["rule"] = name;
+    }
+  }
+  row["hit_rate"] = top;
+  row["ratio_to_belady"] = best > 0 ? top / best : 0;
+  return row;
 }
 
 int run_replay(const ReplayArgs& a) {
@@ -139,8 +162,12 @@ int run_replay(const ReplayArgs& a) {
                   {"repeat_next", loc.repeat_next}, {"recur_within_8", loc.recur_within}};
   out["warmup_tokens"] = a.warmup;
   out["results"] = nlohmann::json::array();
-  const CachePolicy policies[] = {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kAgedLfu,
-                                  CachePolicy::kLayerAware, CachePolicy::kAdaptive};
+  const CachePolicy policies[] = {CachePolicy::kLru,        CachePolicy::kLfu,     CachePolicy::kAgedLfu,
+                                  CachePolicy::kLayerAware, CachePolicy::kLearned, CachePolicy::kAdaptive};
+  // Generated traces also get the distribution oracle (trace_replay.h): the ceiling of
+  // online policies, its best rule reported.
+  const bool oracle = a.generate > 0;
+  const runtime::TraceGenerator gen = generator_of(a);
   for (uint32_t cap : caps) {
     nlohmann::json row;
     row["capacity"] = cap;
@@ -151,6 +178,7 @@ int run_replay(const ReplayArgs& a) {
       const double h = runtime::replay(t, cap, p, a.warmup).hit_rate();
       row[runtime::cache_policy_name(p)] = {{"hit_rate", h}, {"ratio_to_belady", best > 0 ? h / best : 0}};
     }
+    if (oracle) row["oracle"] = oracle_row(t, gen, cap, a.warmup, best);
     out["results"].push_back(row);
   }
   if (a.json) {
@@ -163,6 +191,7 @@ int run_replay(const ReplayArgs& a) {
               100 * loc.repeat_next, 100 * loc.recur_within, a.warmup);
   std::printf("%10s %7s | %8s |", "capacity", "of all", "belady");
   for (CachePolicy p : policies) std::printf(" %-17s", (std::string(runtime::cache_policy_name(p)) + " (ratio)").c_str());
+  if (oracle) std::printf(" %-17s", "oracle (ratio)");
   std::printf("\n");
   for (const auto& row : out["results"]) {
     std::printf("%10u %6.1f%% | %7.2f%% |", row["capacity"].get<uint32_t>(), 100 * row["fraction"].get<double>(),
@@ -170,6 +199,11 @@ int run_replay(const ReplayArgs& a) {
     for (CachePolicy p : policies) {
       const auto& r = row[runtime::cache_policy_name(p)];
       std::printf(" %6.2f%% (%.3f)  ", 100 * r["hit_rate"].get<double>(), r["ratio_to_belady"].get<double>());
+    }
+    if (oracle) {
+      const auto& r = row["oracle"];
+      std::printf(" %6.2f%% (%.3f) %s", 100 * r["hit_rate"].get<double>(), r["ratio_to_belady"].get<double>(),
+                  r["rule"].get<std::string>().c_str());
     }
     std::printf("\n");
   }

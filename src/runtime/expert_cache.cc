@@ -1,6 +1,8 @@
 #include "runtime/expert_cache.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 
 namespace hypura::runtime {
@@ -11,6 +13,7 @@ const char* cache_policy_name(CachePolicy policy) {
     case CachePolicy::kLfu: return "lfu";
     case CachePolicy::kAgedLfu: return "aged-lfu";
     case CachePolicy::kLayerAware: return "layer-aware";
+    case CachePolicy::kLearned: return "learned";
     case CachePolicy::kAdaptive: return "adaptive";
   }
   return "?";
@@ -18,25 +21,156 @@ const char* cache_policy_name(CachePolicy policy) {
 
 Result<CachePolicy> parse_cache_policy(const std::string& name) {
   for (CachePolicy p : {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kAgedLfu, CachePolicy::kLayerAware,
-                        CachePolicy::kAdaptive}) {
+                        CachePolicy::kLearned, CachePolicy::kAdaptive}) {
     if (name == cache_policy_name(p)) return p;
   }
-  return invalid_argument("unknown cache policy '" + name + "' (lru, lfu, aged-lfu, layer-aware, adaptive)");
+  return invalid_argument("unknown cache policy '" + name +
+                          "' (lru, lfu, aged-lfu, layer-aware, learned, adaptive)");
 }
+
+// kLearned's model. A key's history is a bit mask over its layer's routings (bit i: used
+// by the routing i+1 back), so its features cost a shift and two popcounts: used at the
+// previous routing, how many of the 7 before used it, and how many of the 56 before those
+// (bucketed by powers of two). For each of the 2 x 8 x 8 feature states it counts, over
+// every key of each finished routing, how often a key in that state was used: the
+// empirical probability of use at the next routing, learned from the stream alone.
+// Sparse states borrow strength from coarser ones (previous; previous and recent).
+class ExpertCache::Usage {
+ public:
+  Usage(int n_layer, int n_expert)
+      : n_layer_(n_layer), n_expert_(n_expert), history_(static_cast<size_t>(n_layer) * n_expert, 0),
+        next_state_(history_.size(), static_cast<uint8_t>(state(0))), in_routing_(static_cast<size_t>(n_expert), 0) {
+    refresh();
+  }
+
+  void begin(int layer) {
+    if (routing_layer_ >= 0) finish();
+    routing_layer_ = layer;
+    const size_t base = static_cast<size_t>(layer) * n_expert_;
+    for (int e = 0; e < n_expert_; ++e) next_state_[base + e] = static_cast<uint8_t>(state(history_[base + e] << 1));
+  }
+  void mark(int layer, int expert) {
+    if (layer != routing_layer_ || in_routing_[expert]) return;
+    in_routing_[expert] = 1;
+    const size_t k = static_cast<size_t>(layer) * n_expert_ + expert;
+    next_state_[k] = static_cast<uint8_t>(state((history_[k] << 1) | 1));
+  }
+  // The learned probability that the key's next routing uses it (the routing in progress
+  // counts as its previous one).
+  double next_use(int layer, int expert) const {
+    return p_[next_state_[static_cast<size_t>(layer) * n_expert_ + expert]];
+  }
+
+ private:
+  static constexpr int kStates = 2 * 8 * 8;
+  // Pseudo-observations a state borrows from its parent: enough that sampling noise in
+  // sparse states (few experts, uniform routing) does not outweigh the layer distance.
+  static constexpr double kPrior = 64;
+
+  static int state(uint64_t h) {
+    const int older = std::popcount(h & ~0xFFull);
+    const int bucket = older == 0 ? 0 : 1 + std::bit_width(static_cast<unsigned>(older - 1));
+    return static_cast<int>(h & 1) * 64 + std::popcount(h & 0xFEull) * 8 + bucket;
+  }
+  // Learns from the finished routing of routing_layer_ and shifts its keys' histories.
+  void finish() {
+    uint64_t* h = &history_[static_cast<size_t>(routing_layer_) * n_expert_];
+    // Counts age (half-life 64 routings of every layer) so the model follows phase changes.
+    const double decay = std::exp2(-1.0 / (64.0 * n_layer_));
+    for (int s = 0; s < kStates; ++s) {
+      seen_[s] *= decay;
+      used_[s] *= decay;
+    }
+    for (int e = 0; e < n_expert_; ++e) {
+      const int s = state(h[e]);
+      seen_[s] += 1;
+      used_[s] += in_routing_[e];
+      h[e] = (h[e] << 1) | in_routing_[e];  // next_state_ already describes it
+      in_routing_[e] = 0;
+    }
+    refresh();
+  }
+  void refresh();
+
+  int n_layer_, n_expert_;
+  std::vector<uint64_t> history_;    // (n_layer * n_expert)
+  // (n_layer * n_expert): state() of the key's history as of its layer's next routing,
+  // kept current so that victim() scans cost a table lookup per entry.
+  std::vector<uint8_t> next_state_;
+  std::vector<uint8_t> in_routing_;  // (n_expert): used by the routing in progress
+  int routing_layer_ = -1;
+  std::array<double, kStates> seen_{}, used_{};  // aged counts per state
+  std::array<double, kStates> p_{};              // probability of use at the next routing
+};
+
+void ExpertCache::Usage::refresh() {
+  double seen = 0, used = 0;
+  std::array<double, 2> seen1{}, used1{};
+  std::array<double, 16> seen2{}, used2{};
+  for (int s = 0; s < kStates; ++s) {
+    seen += seen_[s], used += used_[s];
+    seen1[s / 64] += seen_[s], used1[s / 64] += used_[s];
+    seen2[s / 8] += seen_[s], used2[s / 8] += used_[s];
+  }
+  const double base = (used + 1.0) / (seen + static_cast<double>(n_expert_));
+  for (int s = 0; s < kStates; ++s) {
+    const double p1 = (used1[s / 64] + kPrior * base) / (seen1[s / 64] + kPrior);
+    const double p2 = (used2[s / 8] + kPrior * p1) / (seen2[s / 8] + kPrior);
+    p_[s] = (used_[s] + kPrior * p2) / (seen_[s] + kPrior);
+  }
+}
+
+// A ghost sees the owner's accesses of a routing in the owner's order (the provider
+// touches the batch's hits, then reads its misses). It counts its own hits and misses as
+// they come, but inserts its misses only when the routing ends, into victims that the
+// routing did not use: as the provider does, so a ghost never evicts an expert that the
+// batch still needs, which would understate the rule's hits.
+namespace {
+
+// inv_distance[l]: 1 / the layers until layer l is routed again, now that `layer` is: 1
+// for the next one, n_layer for `layer` itself (its batch is protected by the provider;
+// its next use is a token away).
+void set_distances(std::vector<double>& inv_distance, int layer) {
+  const int n_layer = static_cast<int>(inv_distance.size());
+  for (int l = layer + 1; l < n_layer; ++l) inv_distance[l] = 1.0 / (l - layer);
+  for (int l = 0; l <= layer; ++l) inv_distance[l] = 1.0 / (l - layer + n_layer);
+}
+
+}  // namespace
 
 struct ExpertCache::Ghost {
   std::unique_ptr<ExpertCache> cache;
   double hits = 0;  // decayed: each access multiplies by the decay, a hit adds 1
+  std::vector<std::pair<int, int>> missed;  // (layer, expert) misses of this routing
+  std::vector<char> used;                   // (capacity): slot used by this routing
+  std::vector<int> used_slots;
 
   void access(int layer, int expert, double decay) {
-    cache->set_layer(layer);
     const int slot = cache->lookup(layer, expert);
     hits = hits * decay + (slot >= 0 ? 1.0 : 0.0);
-    if (slot >= 0) {
-      cache->touch(slot);
-    } else {
-      cache->assign(cache->victim([](int) { return true; }), layer, expert);
+    if (slot < 0) {
+      missed.emplace_back(layer, expert);
+      return;
     }
+    cache->touch(slot);
+    use(slot);
+  }
+  // Ends the routing: reads its misses.
+  void flush() {
+    for (const auto& [layer, expert] : missed) {
+      if (cache->lookup(layer, expert) >= 0) continue;  // missed twice in one routing
+      int slot = cache->victim([this](int s) { return !used[s]; });
+      if (slot < 0) slot = cache->victim([](int) { return true; });  // smaller than one batch
+      cache->assign(slot, layer, expert);
+      use(slot);
+    }
+    missed.clear();
+    for (int s : used_slots) used[s] = 0;
+    used_slots.clear();
+  }
+  void use(int slot) {
+    if (!used[slot]) used_slots.push_back(slot);
+    used[slot] = 1;
   }
 };
 
@@ -48,10 +182,16 @@ ExpertCache::ExpertCache(uint32_t capacity, int n_layer, int n_expert, CachePoli
       n_layer_(n_layer),
       slots_(capacity),
       index_(static_cast<size_t>(n_layer) * n_expert, -1),
-      following_(policy == CachePolicy::kAdaptive ? CachePolicy::kLayerAware : policy) {
+      inv_distance_(static_cast<size_t>(n_layer), 1.0),
+      following_(policy == CachePolicy::kAdaptive ? CachePolicy::kLearned : policy) {
+  set_distances(inv_distance_, 0);
+  if (policy == CachePolicy::kLearned || policy == CachePolicy::kAdaptive) {
+    usage_ = std::make_unique<Usage>(n_layer, n_expert);
+  }
   if (policy != CachePolicy::kAdaptive) return;
-  for (CachePolicy rule : {CachePolicy::kLayerAware, CachePolicy::kLru}) {
-    ghosts_.push_back(Ghost{std::make_unique<ExpertCache>(capacity, n_layer, n_expert, rule, half_life), 0.0});
+  for (CachePolicy rule : {CachePolicy::kLearned, CachePolicy::kLru}) {
+    ghosts_.push_back(Ghost{std::make_unique<ExpertCache>(capacity, n_layer, n_expert, rule, half_life), 0.0, {},
+                            std::vector<char>(capacity, 0), {}});
   }
 }
 
@@ -60,14 +200,19 @@ ExpertCache::ExpertCache(ExpertCache&&) noexcept = default;
 ExpertCache& ExpertCache::operator=(ExpertCache&&) noexcept = default;
 
 void ExpertCache::set_layer(int layer) {
-  current_layer_ = layer;
+  set_distances(inv_distance_, layer);
+  if (usage_) usage_->begin(layer);
+  for (Ghost& g : ghosts_) {
+    g.flush();
+    g.cache->set_layer(layer);
+  }
 }
 
 // One access of (layer, expert) by the owner: each ghost replays it, and the rule of the
-// ghost with more recent hits is followed (layer-aware on ties: it is first).
+// ghost with more recent hits is followed (learned on ties: it is first).
 void ExpertCache::observe(int layer, int expert) {
   if (ghosts_.empty()) return;
-  const double decay = std::exp2(-1.0 / (4.0 * std::max<double>(capacity(), 16)));
+  const double decay = std::exp2(-1.0 / (64.0 * std::max<double>(capacity(), 16)));
   for (Ghost& g : ghosts_) g.access(layer, expert, decay);
   const Ghost* best = &ghosts_.front();
   for (const Ghost& g : ghosts_) {
@@ -82,12 +227,13 @@ double ExpertCache::value(const Entry& e) const {
     case CachePolicy::kLfu: return e.score;
     case CachePolicy::kAgedLfu:
       return e.score * std::exp2(-static_cast<double>(clock_ - e.last) / half_life_);
-    case CachePolicy::kLayerAware: {
-      // Layers until the entry's layer is routed again: 1 for the next one, n_layer for
-      // the current one (its batch is protected by the provider; next use: next token).
-      const int distance = (e.layer - current_layer_ + n_layer_ - 1) % n_layer_ + 1;
-      return e.score * std::exp2(-static_cast<double>(clock_ - e.last) / half_life_) / distance;
-    }
+    case CachePolicy::kLayerAware:
+      return e.score * std::exp2(-static_cast<double>(clock_ - e.last) / half_life_) * inv_distance_[e.layer];
+    case CachePolicy::kLearned:
+      // The learned probability of use at the entry's layer's next routing, per layer
+      // until then: an entry of the next layer that may well be needed outranks one of
+      // the layer just routed that cannot be needed for a whole token.
+      return usage_->next_use(e.layer, e.expert) * inv_distance_[e.layer];
     case CachePolicy::kAdaptive: break;  // following_ is always a fixed rule
   }
   return 0;
@@ -102,21 +248,26 @@ void ExpertCache::touch(int slot) {
     e.score += 1.0;
   }
   e.last = clock_;
+  if (usage_) usage_->mark(e.layer, e.expert);
   observe(e.layer, e.expert);
 }
 
 int ExpertCache::victim(const std::function<bool(int)>& evictable) const {
+  if (n_occupied_ < slots_.size()) {
+    // Every slot below the hint is occupied, so filling the cache costs O(capacity) in all.
+    while (slots_[free_hint_].layer >= 0) ++free_hint_;
+    return free_hint_;
+  }
   int best = -1;
   double best_value = 0;
   for (int s = 0; s < static_cast<int>(slots_.size()); ++s) {
-    if (slots_[s].layer < 0) return s;
-    if (!evictable(s)) continue;
     const double v = value(slots_[s]);
-    // Lower value goes first; on ties the least recently used.
-    if (best < 0 || v < best_value || (v == best_value && slots_[s].last < slots_[best].last)) {
-      best = s;
-      best_value = v;
-    }
+    // Lower value goes first; on ties the least recently used. Only a candidate that would
+    // win is checked against `evictable` (a call through std::function).
+    const bool better = best < 0 || v < best_value || (v == best_value && slots_[s].last < slots_[best].last);
+    if (!better || !evictable(s)) continue;
+    best = s;
+    best_value = v;
   }
   return best;
 }
@@ -129,13 +280,17 @@ void ExpertCache::assign(int slot, int layer, int expert) {
   e.score = 0;
   e.last = clock_;
   index_[static_cast<size_t>(layer) * n_expert_ + expert] = slot;
+  ++n_occupied_;
   touch(slot);
 }
 
 void ExpertCache::erase(int slot) {
   Entry& e = slots_[slot];
-  if (e.layer >= 0) index_[static_cast<size_t>(e.layer) * n_expert_ + e.expert] = -1;
+  if (e.layer < 0) return;
+  index_[static_cast<size_t>(e.layer) * n_expert_ + e.expert] = -1;
   e = Entry{};
+  --n_occupied_;
+  free_hint_ = std::min(free_hint_, slot);
 }
 
 }  // namespace hypura::runtime

@@ -39,8 +39,8 @@
 
 namespace hypura::runtime {
 
-enum class CachePolicy { kLru, kLfu, kAgedLfu, kLayerAware, kAdaptive };
-// "lru", "lfu", "aged-lfu", "layer-aware", "adaptive"
+enum class CachePolicy { kLru, kLfu, kAgedLfu, kLayerAware, kLearned, kAdaptive };
+// "lru", "lfu", "aged-lfu", "layer-aware", "learned", "adaptive"
 const char* cache_policy_name(CachePolicy policy);
 Result<CachePolicy> parse_cache_policy(const std::string& name);
 
@@ -65,9 +65,14 @@ class ExpertCache {
   int lookup(int layer, int expert) const {
     return index_[static_cast<size_t>(layer) * n_expert_ + expert];
   }
-  // The layer being routed now (kLayerAware's position in the layer cycle).
+  // Starts a routing of `layer` (one token, or one batch of tokens, through that layer's
+  // router): the position in the layer cycle (kLayerAware, kLearned), and for kLearned
+  // the end of the previous routing, whose accesses it learns from. Call once per routing,
+  // before its touch()/assign() calls.
   void set_layer(int layer);
-  // Records an access of the entry in `slot` (a hit, or the use after an insert).
+  // Records an access of the entry in `slot` (a hit, or the use after an insert). For
+  // kLearned an access of the layer being routed is a use by that routing; an access of
+  // another layer (a speculative read) is not.
   void touch(int slot);
   // A slot for a new entry: an empty slot if any, else the policy's victim among occupied
   // slots for which evictable(slot) is true; -1 when there is none.
@@ -89,6 +94,9 @@ class ExpertCache {
     uint64_t last = 0;     // clock_ at the last access
     double score = 0;      // kLfu: accesses; kAgedLfu: aged accesses as of `last`
   };
+  // kLearned's model: each key's usage history over its layer's routings and how often
+  // keys with each history were used at the next routing (expert_cache.cc).
+  class Usage;
   // kAdaptive's shadow of one fixed rule: a cache of the same capacity over the same
   // accesses, and its hits decayed over recent accesses.
   struct Ghost;
@@ -100,11 +108,14 @@ class ExpertCache {
   double half_life_;
   uint64_t clock_ = 0;
   int n_layer_;
-  int current_layer_ = 0;
   std::vector<Entry> slots_;  // (capacity)
+  size_t n_occupied_ = 0;
+  mutable int free_hint_ = 0;  // every slot below it is occupied
   std::vector<int> index_;    // (n_layer * n_expert): slot or -1
+  std::vector<double> inv_distance_;  // (n_layer): 1 / layers until routed again
   CachePolicy following_;     // the rule value() applies
   std::vector<Ghost> ghosts_;  // kAdaptive: LRU, layer-aware
+  std::unique_ptr<Usage> usage_;  // kLearned
 };
 
 }  // namespace hypura::runtime

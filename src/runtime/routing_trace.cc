@@ -1,6 +1,7 @@
 #include "runtime/routing_trace.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <fstream>
 #include <random>
@@ -20,6 +21,18 @@ std::vector<std::vector<const int32_t*>> per_layer_tokens(const RoutingTrace& tr
     }
   }
   return out;
+}
+
+// Each layer ranks its experts by a private random order, so hot sets differ per layer:
+// (n_layer, n_expert), rank -> expert. Consumes `rng` exactly as generate() relies on.
+std::vector<std::vector<int32_t>> layer_ranks(int n_layer, int n_expert, std::mt19937_64& rng) {
+  std::vector<std::vector<int32_t>> rank(static_cast<size_t>(n_layer));
+  for (auto& r : rank) {
+    r.resize(static_cast<size_t>(n_expert));
+    for (int e = 0; e < n_expert; ++e) r[e] = e;
+    std::shuffle(r.begin(), r.end(), rng);
+  }
+  return rank;
 }
 
 }  // namespace
@@ -114,13 +127,7 @@ RoutingTrace TraceGenerator::generate(int n_tokens) const {
   std::vector<double> zipf(static_cast<size_t>(n_hot));
   for (int i = 0; i < n_hot; ++i) zipf[i] = 1.0 / std::pow(i + 1.0, zipf_s);
   std::discrete_distribution<int> popular(zipf.begin(), zipf.end());
-  // Each layer ranks its experts by a private random order: hot sets differ per layer.
-  std::vector<std::vector<int32_t>> rank(static_cast<size_t>(n_layer));
-  for (auto& r : rank) {
-    r.resize(static_cast<size_t>(n_expert));
-    for (int e = 0; e < n_expert; ++e) r[e] = e;
-    std::shuffle(r.begin(), r.end(), rng);
-  }
+  const std::vector<std::vector<int32_t>> rank = layer_ranks(n_layer, n_expert, rng);
   // history[layer]: the last 8 tokens' selections, newest last.
   std::vector<std::vector<std::vector<int32_t>>> history(static_cast<size_t>(n_layer));
   std::vector<int32_t> sel, recent;
@@ -150,6 +157,29 @@ RoutingTrace TraceGenerator::generate(int n_tokens) const {
     }
   }
   return trace;
+}
+
+std::vector<std::vector<double>> TraceGenerator::popularity() const {
+  std::mt19937_64 rng(seed);
+  const std::vector<std::vector<int32_t>> rank = layer_ranks(n_layer, n_expert, rng);
+  const int n_hot = std::clamp(static_cast<int>(std::lround(hot_fraction * n_expert)),
+                               n_expert_used, n_expert);
+  double total = 0;
+  for (int i = 0; i < n_hot; ++i) total += 1.0 / std::pow(i + 1.0, zipf_s);
+  const double share = std::max(0.0, 1.0 - p_previous - p_recent - p_cold);
+  std::vector<std::vector<double>> out(static_cast<size_t>(n_layer), std::vector<double>(n_expert, 0.0));
+  for (int l = 0; l < n_layer; ++l) {
+    for (int i = 0; i < n_hot; ++i) out[l][rank[l][i]] = share / std::pow(i + 1.0, zipf_s) / total;
+  }
+  return out;
+}
+
+double TraceGenerator::slot_probability(uint64_t history, double popularity) const {
+  // generate(): a previous-token draw picks one of that token's n_expert_used experts; a
+  // recent draw one of the 7 tokens before it, 7 * n_expert_used selections in all.
+  const double previous = (history & 1) ? p_previous / n_expert_used : 0.0;
+  const double recent = p_recent * std::popcount(history & 0xFEull) / (7.0 * n_expert_used);
+  return previous + recent + p_cold / n_expert + popularity;
 }
 
 RoutingTrace uniform_trace(int n_layer, int n_expert, int n_expert_used, int n_tokens, uint64_t seed) {

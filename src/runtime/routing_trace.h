@@ -62,6 +62,16 @@ struct TraceGenerator {
 
   // n_tokens tokens of generation: one record per (token, layer), pass = token.
   RoutingTrace generate(int n_tokens) const;
+
+  // What only the generator knows, for the distribution oracle (trace_replay.h) that
+  // measures the ceiling of online policies. Each layer's per-slot probability of drawing
+  // each expert through its popularity (the Zipf hot set, weighted by its share of the
+  // mixture), as generate() with this seed draws them: (n_layer, n_expert).
+  std::vector<std::vector<double>> popularity() const;
+  // The per-slot probability that a layer's next token draws an expert, given which of the
+  // layer's last 8 tokens selected it (`history` bit i: the token i+1 back) and its
+  // popularity(). Ignores the first 8 tokens' shorter history.
+  double slot_probability(uint64_t history, double popularity) const;
 };
 
 // A trace with uniform random routing (what random-weight synthetic models show).

@@ -69,7 +69,7 @@ TEST(TraceReplay, BeladyBoundsEveryPolicyAndIsExactOnATinyTrace) {
     const uint32_t cap = fraction_of_experts(g, f);
     const double best = replay(g, cap, std::nullopt, 16).hit_rate();
     for (CachePolicy p : {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kAgedLfu, CachePolicy::kLayerAware,
-                          CachePolicy::kAdaptive}) {
+                          CachePolicy::kLearned, CachePolicy::kAdaptive}) {
       EXPECT_LE(replay(g, cap, p, 16).hit_rate(), best + 1e-12) << cache_policy_name(p);
     }
   }
@@ -78,9 +78,7 @@ TEST(TraceReplay, BeladyBoundsEveryPolicyAndIsExactOnATinyTrace) {
 // The default (adaptive) policy never loses to plain LRU, on calibrated traces (exactly:
 // within 0.2 points, replay noise) and on uniform traces (within 0.5 points: with no
 // locality to exploit the two ghost rules tie and the switching between them costs a
-// few hits), across cache sizes from 5% to 90% of the experts. On the calibrated traces
-// it reaches 0.9 of Belady's hit rate at 40% of the experts (the size the issue's
-// published LRU figure is for); smaller caches are reported in docs/MOE.md, not asserted.
+// few hits), across cache sizes from 5% to 90% of the experts.
 TEST(TraceReplay, DefaultPolicyNeverLosesToLru) {
   ASSERT_EQ(kDefaultCachePolicy, CachePolicy::kAdaptive);
   const RoutingTrace calibrated = TraceGenerator{}.generate(kTokens);
@@ -104,15 +102,41 @@ TEST(TraceReplay, DefaultPolicyNeverLosesToLru) {
                                          << c.trace->n_expert;
     }
   }
-  for (const RoutingTrace* t : {&calibrated, &calibrated2}) {
-    const uint32_t cap = fraction_of_experts(*t, 0.4);
-    const double best = replay(*t, cap, std::nullopt, kWarmup).hit_rate();
-    EXPECT_GE(replay(*t, cap, kDefaultCachePolicy, kWarmup).hit_rate(), 0.9 * best);
+}
+
+// On the calibrated traces (two seeds) the default policy's ratio to Belady's, with a
+// margin of about 0.015 under what docs/MOE.md records (0.77 at 10% of the experts, 0.82
+// at 15%, 0.89 at 25%, 0.95 at 40%), and its distance to the distribution oracle: the
+// ceiling of online policies, which knows the generator's true mixture. The oracle itself
+// stays under 0.9 x Belady's at 10% (0.79): the target is out of reach of any
+// online policy at the planner's cache size for Qwen3-30B-A3B, and the policy that
+// learns from the accesses alone comes within 2 points of the ceiling.
+TEST(TraceReplay, DefaultPolicyNearTheOnlineCeiling) {
+  struct Size {
+    double fraction, min_ratio;
+  };
+  for (uint64_t seed : {1, 7}) {
+    const TraceGenerator gen{.seed = seed};
+    const RoutingTrace t = gen.generate(kTokens);
+    for (const Size& s : {Size{0.1, 0.76}, Size{0.15, 0.80}, Size{0.25, 0.87}, Size{0.4, 0.94}}) {
+      const uint32_t cap = fraction_of_experts(t, s.fraction);
+      const double best = replay(t, cap, std::nullopt, kWarmup).hit_rate();
+      const double ours = replay(t, cap, kDefaultCachePolicy, kWarmup).hit_rate();
+      EXPECT_GE(ours, s.min_ratio * best) << "seed " << seed << ", fraction " << s.fraction;
+      if (seed != 1 || s.fraction > 0.25) continue;  // the oracle once per size
+      const double ceiling = replay_oracle(t, gen, cap, kWarmup, OracleRule::kPerLayer).hit_rate();
+      EXPECT_GE(ours, ceiling - 0.02) << "fraction " << s.fraction;
+      EXPECT_LE(ours, ceiling + 0.005) << "fraction " << s.fraction;
+      if (s.fraction == 0.1) {
+        EXPECT_LT(ceiling, 0.9 * best);
+      }
+    }
   }
 }
 
-// The adaptive policy follows whichever rule its ghosts score better: layer-aware on a
-// cache far smaller than a token's working set (LRU thrashes to 0 there).
+// The adaptive policy follows whichever rule its ghosts score better: the learned one on a
+// calibrated trace with a cache far smaller than a token's working set (LRU thrashes to 0
+// there), and the learned rule alone is as good as the default there.
 TEST(ExpertCache, AdaptiveFollowsTheBetterGhost) {
   const RoutingTrace t = TraceGenerator{}.generate(80);
   ExpertCache cache(fraction_of_experts(t, 0.05), t.n_layer, t.n_expert, CachePolicy::kAdaptive);
@@ -127,8 +151,9 @@ TEST(ExpertCache, AdaptiveFollowsTheBetterGhost) {
       }
     }
   }
-  EXPECT_EQ(cache.following(), CachePolicy::kLayerAware);
+  EXPECT_EQ(cache.following(), CachePolicy::kLearned);
   EXPECT_EQ(parse_cache_policy("adaptive").value(), CachePolicy::kAdaptive);
+  EXPECT_EQ(parse_cache_policy("learned").value(), CachePolicy::kLearned);
 }
 
 }  // namespace

@@ -4,8 +4,10 @@
 //
 // The access stream is what the expert provider sees: for each record (pass, layer), the
 // distinct experts of the batch in ascending id order, each one access of key
-// (layer, expert). Hits are counted only for records whose first token comes at or after
-// `warmup_tokens` of that layer (the cache starts empty).
+// (layer, expert). As in the provider, a record's hits are touched before its misses are
+// read, and a miss never evicts an expert the same record needs (unless the cache is too
+// small to hold one record). Hits are counted only for records whose first token comes at
+// or after `warmup_tokens` of that layer (the cache starts empty).
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -28,5 +30,18 @@ struct ReplayResult {
 // policy empty: Belady's optimal. REQUIRES: capacity >= 1.
 ReplayResult replay(const RoutingTrace& trace, uint32_t capacity, std::optional<CachePolicy> policy,
                     int warmup_tokens);
+
+// The distribution oracle: an online cache that knows the generator's true mixture (its
+// parameters and each layer's hot set) and so each cached expert's probability of being
+// selected at each of its layer's next tokens, given the routing seen so far. It evicts
+// the expert with the longest expected time to its next use (kExpectedWait), the lowest
+// probability of use at its layer's next token (kNextToken), or that probability divided
+// by the layers until then (kPerLayer). No policy that learns from the accesses alone can
+// know more, so the best of these rules is the ceiling measured for online policies on
+// generated traces (Belady's knows the draws themselves). REQUIRES: `trace` made by
+// `generator` (same shape and seed), capacity >= 1.
+enum class OracleRule { kExpectedWait, kNextToken, kPerLayer };
+ReplayResult replay_oracle(const RoutingTrace& trace, const TraceGenerator& generator, uint32_t capacity,
+                           int warmup_tokens, OracleRule rule = OracleRule::kExpectedWait);
 
 }  // namespace hypura::runtime
