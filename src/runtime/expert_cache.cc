@@ -239,6 +239,10 @@ double ExpertCache::value(const Entry& e) const {
   return 0;
 }
 
+void ExpertCache::note_use(int layer, int expert) const {
+  usage_->mark(layer, expert);
+}
+
 void ExpertCache::touch(int slot) {
   Entry& e = slots_[slot];
   ++clock_;

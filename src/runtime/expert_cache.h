@@ -61,8 +61,12 @@ class ExpertCache {
   uint32_t capacity() const { return static_cast<uint32_t>(slots_.size()); }
   CachePolicy policy() const { return policy_; }
 
-  // The slot holding (layer, expert), or -1.
+  // The slot holding (layer, expert), or -1. For kLearned and kAdaptive a lookup of the
+  // layer being routed also records that the routing uses the expert: the provider looks
+  // up every expert a routing selects, but touches only hits that no speculative read
+  // brought in, and the model must learn what the routers select, not what was read.
   int lookup(int layer, int expert) const {
+    if (usage_) note_use(layer, expert);
     return index_[static_cast<size_t>(layer) * n_expert_ + expert];
   }
   // Starts a routing of `layer` (one token, or one batch of tokens, through that layer's
@@ -102,6 +106,7 @@ class ExpertCache {
   struct Ghost;
   double value(const Entry& e) const;  // the rule's keep-worthiness now (higher: keep)
   void observe(int layer, int expert);  // kAdaptive: feeds the ghosts one access
+  void note_use(int layer, int expert) const;  // lookup(): usage_, which is not cache state
 
   CachePolicy policy_;
   int n_expert_;
