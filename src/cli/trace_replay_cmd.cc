@@ -108,6 +108,11 @@ runtime::TraceGenerator generator_of(const ReplayArgs& a) {
   g.n_expert = a.n_expert;
   g.n_expert_used = a.n_expert_used;
   g.seed = a.seed;
+  if (a.uniform > 0) {  // the generator's mixture with only random draws: uniform routing
+    g.p_previous = 0;
+    g.p_recent = 0;
+    g.p_cold = 1;
+  }
   return g;
 }
 
@@ -166,7 +171,7 @@ int run_replay(const ReplayArgs& a) {
                                   CachePolicy::kLayerAware, CachePolicy::kLearned, CachePolicy::kAdaptive};
   // Generated traces also get the distribution oracle (trace_replay.h): the ceiling of
   // online policies, its best rule reported.
-  const bool oracle = a.generate > 0;
+  const bool oracle = a.generate > 0 || a.uniform > 0;
   const runtime::TraceGenerator gen = generator_of(a);
   for (uint32_t cap : caps) {
     nlohmann::json row;
