@@ -120,11 +120,6 @@ void ExpertCache::Usage::refresh() {
   }
 }
 
-// A ghost sees the owner's accesses of a routing in the owner's order (the provider
-// touches the batch's hits, then reads its misses). It counts its own hits and misses as
-// they come, but inserts its misses only when the routing ends, into victims that the
-// routing did not use: as the provider does, so a ghost never evicts an expert that the
-// batch still needs, which would understate the rule's hits.
 namespace {
 
 // inv_distance[l]: 1 / the layers until layer l is routed again, now that `layer` is: 1
@@ -138,6 +133,11 @@ void set_distances(std::vector<double>& inv_distance, int layer) {
 
 }  // namespace
 
+// A ghost sees the owner's accesses of a routing in the owner's order (the provider
+// touches the batch's hits, then reads its misses). It counts its own hits and misses as
+// they come, but inserts its misses only when the routing ends, into victims that the
+// routing did not use: as the provider does, so a ghost never evicts an expert that the
+// batch still needs, which would understate the rule's hits.
 struct ExpertCache::Ghost {
   std::unique_ptr<ExpertCache> cache;
   double hits = 0;  // decayed: each access multiplies by the decay, a hit adds 1
