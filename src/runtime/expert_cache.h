@@ -20,12 +20,11 @@
 //             token's working set from thrashing the way LRU does. Needs set_layer().
 //   kLearned  evicts the entry least likely to be used at its layer's next routing, per
 //             layer until then. The likelihood is learned from the access stream alone:
-//             each key's usage over its layer's last 64 routings is a bit mask, reduced
-//             to a feature state (used at the previous routing; how many of the 7 before;
-//             how many of the 56 before those, bucketed), and for every state the cache
-//             counts how often keys in it were used at the next routing (aged counts over
-//             all keys of each finished routing, sparse states shrunk toward coarser
-//             ones). On traces calibrated to Qwen3-30B-A3B it comes within 1-2 points of
+//             each key has a feature state (used at its layer's previous routing; how
+//             many of the 7 routings before; its aged frequency of use, half-life 128
+//             routings, in half-octave buckets), and for every state the cache counts
+//             how often keys in it were used at the next routing (aged counts over all
+//             keys of each finished routing, sparse states shrunk toward coarser ones). On traces calibrated to Qwen3-30B-A3B it comes within 1-2 points of
 //             an oracle that knows the generator's true probabilities (docs/MOE.md).
 //             Needs set_layer() once per routing.
 //   kAdaptive  (default) runs learned and LRU as ghost caches of the same capacity (keys
