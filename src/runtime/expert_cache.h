@@ -30,10 +30,10 @@
 //   kAdaptive  (default) runs learned and LRU as ghost caches of the same capacity (keys
 //             only, fed every access) and evicts by the rule of whichever ghost has had
 //             more hits recently (hits decayed with a half-life of 64 x capacity
-//             accesses; learned on ties). Learned wins wherever routing has locality;
-//             on uniform routing, where no online rule beats the cache fraction, its
-//             sampling noise can cost it ~0.5 points against LRU, and the LRU ghost
-//             bounds that loss (docs/MOE.md, routing_trace_test.cc).
+//             accesses; learned on ties). Learned wins wherever routing has locality
+//             and ties LRU (within 0.22 points) on uniform routing; the LRU ghost is
+//             the guard for routing its features do not describe (docs/MOE.md,
+//             routing_trace_test.cc).
 //
 // Cost: victim() is one pass over the occupied slots (a table lookup each for kLearned);
 // kAdaptive adds a pass per ghost that misses. set_layer() is O(n_expert + n_layer) for
