@@ -7,7 +7,9 @@
 // Belady's. --generate makes a trace with locality calibrated to Qwen3-30B-A3B
 // (routing_trace.h; its locality figures are printed too); --uniform one with random
 // routing. Sizes are fractions of all (layer, expert) pairs; --capacity adds an absolute
-// size (e.g. the planner's expert_cache_experts).
+// size (e.g. the planner's expert_cache_experts). Generated traces also get the
+// distribution oracle's hit rate (trace_replay.h: an online cache that knows the
+// generator's probabilities, the ceiling of online policies) and the rule that reached it.
 //
 // `hypura trace-replay --predictors MODEL [--tokens N]` instead measures the two
 // next-layer expert predictors (layer L+1's router on layer L's hidden state, and the
