@@ -204,8 +204,7 @@ int run_bench(const BenchArgs& a) {
   if (experts != nullptr && a.n_gen > 0) {
     expert_metrics = runtime::expert_run_metrics(*experts, experts_before, experts->stats(), a.n_gen * a.reps);
     const runtime::TieredWeights& w = *(*engine)->tiers();
-    set_expert_bound(expert_metrics, rows.back().s.mean, runtime::measure_direct_read_bps(w, path, 3.0),
-                     w.plan().prediction.compute_s);
+    set_expert_bound(expert_metrics, rows.back().s.mean, direct_bps, w.plan().prediction.compute_s);
   }
   const std::string arch = (*engine)->architecture(), mode = (*engine)->mode();
   const uint64_t file_bytes = file.total_bytes();

@@ -19,7 +19,9 @@
 //                         read when it arrived, i.e. how long it took since its submit)
 //   bound_tps             the bound with reads overlapped with compute: 1 / max(io_s,
 //                         compute_s), io_s = bytes_per_token / direct-I/O read bandwidth
-//                         measured in the same run, compute_s = the run's seconds per
+//                         measured in the same run (ExpertProvider::measure_io_only_bps:
+//                         random experts read into the cache's own slots with no compute,
+//                         before and after the tests, averaged), compute_s = the run's seconds per
 //                         token not spent stalled on expert reads (measured: the planner's
 //                         estimate, planned_compute_s, rests on the profile's RAM bandwidth
 //                         and is reported beside it); tg_bound_ratio = tg tok/s / bound_tps

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <deque>
+#include <random>
 
 #include <spdlog/spdlog.h>
 
@@ -210,7 +211,7 @@ Status ExpertProvider::load_resident(bool lock, const Progress& progress) {
 uint64_t ExpertProvider::storage_bytes_since_load() const {
   uint64_t n = 0;
   for (const auto& s : storages_) n += s->stats().bytes_requested;
-  return n - resident_storage_bytes_;
+  return n - resident_storage_bytes_ - reference_storage_bytes_;
 }
 
 uint64_t ExpertProvider::slice_offset(int layer, int part, int expert) const {
@@ -232,11 +233,7 @@ bool ExpertProvider::start_read(int layer, int expert, uint8_t sources) {
   const int slot = cache_->victim([this](int s) { return evictable(s); });
   if (slot < 0) return false;
   Slot& s = slots_[slot];
-  if (cache_->occupied(slot) && s.speculative) {
-    const uint64_t bytes = expert_bytes(cache_->layer_of(slot));
-    stats_.wasted_bytes += bytes;
-    count_speculative(s, false, bytes);
-  }
+  count_eviction(slot);
   cache_->assign(slot, layer, expert);
   const bool speculative = sources != 0;
   s.state = SlotState::kReading;
@@ -249,19 +246,56 @@ bool ExpertProvider::start_read(int layer, int expert, uint8_t sources) {
   if ((sources & kFromCoact) != 0) stats_.coact.reads++;
   if ((sources & kFromRouter) != 0) stats_.router.reads++;
   const ExpertLayer& el = layers_[layer];
+  const bool background = speculative && config_.background_speculation;
+  submit_expert(slot, layer, expert, background ? io::Priority::kBackground : io::Priority::kNormal);
+  (speculative ? stats_.speculative_bytes : stats_.demand_bytes) += el.expert_bytes;
+  (speculative ? stats_.speculative_reads : stats_.misses) += 1;
+  stats_.bytes_read += el.expert_bytes;
+  return true;
+}
+
+// Starts the three slice reads of (layer, expert) into `slot`'s memory (slots_[slot].reads).
+void ExpertProvider::submit_expert(int slot, int layer, int expert, io::Priority priority) {
+  const ExpertLayer& el = layers_[layer];
   uint8_t* base = cache_memory_.data() + static_cast<uint64_t>(slot) * slot_bytes_;
   for (int p = 0; p < 3; ++p) {
     const uint64_t off = slice_offset(layer, p, expert);
     const uint32_t fi = file_.tensors()[el.tensors[p]].file_index;
     std::span<uint8_t> dst(base + el.part_offset[p] + off % kAlign, el.slice_bytes[p]);
-    const bool background = speculative && config_.background_speculation;
-    s.reads.push_back({fi, storages_[fi]->submit(off, dst, background ? io::Priority::kBackground
-                                                                       : io::Priority::kNormal)});
+    slots_[slot].reads.push_back({fi, storages_[fi]->submit(off, dst, priority)});
   }
-  (speculative ? stats_.speculative_bytes : stats_.demand_bytes) += el.expert_bytes;
-  (speculative ? stats_.speculative_reads : stats_.misses) += 1;
-  stats_.bytes_read += el.expert_bytes;
-  return true;
+}
+
+// Reads random experts (uniform over layers and experts) into two emptied slots, two in
+// flight as a layer's misses are, and nothing is computed: the disk's rate for this
+// provider's own reads, measured in the run it is compared with.
+Result<double> ExpertProvider::measure_io_only_bps(double seconds) {
+  std::vector<int> use;
+  for (size_t i = 0; i < slots_.size() && use.size() < 2; ++i) {
+    const int slot = static_cast<int>(i);
+    if (slots_[i].state == SlotState::kReading || slots_[i].pinned) continue;
+    count_eviction(slot);
+    cache_->erase(slot);
+    slots_[i] = Slot{};
+    use.push_back(slot);
+  }
+  if (use.empty()) return resource_exhausted("expert I/O reference: every slot is pinned or being read");
+  const uint64_t storage_before = storage_bytes_since_load();
+  std::mt19937_64 rng(static_cast<uint64_t>(slots_.size()) * 7919 + reads_started_);
+  std::uniform_int_distribution<int> pick_layer(0, n_layer() - 1), pick_expert(0, n_expert_ - 1);
+  uint64_t bytes = 0;
+  const auto t0 = Clock::now();
+  for (size_t i = 0; seconds_since(t0) < seconds || i % use.size() != 0; ++i) {
+    const int slot = use[i % use.size()];
+    HYPURA_RETURN_IF_ERROR(io::wait_all(storages_, slots_[slot].reads));  // this slot's previous read
+    const int layer = pick_layer(rng);
+    submit_expert(slot, layer, pick_expert(rng), io::Priority::kNormal);
+    bytes += expert_bytes(layer);
+  }
+  for (int slot : use) HYPURA_RETURN_IF_ERROR(io::wait_all(storages_, slots_[slot].reads));
+  const double elapsed = seconds_since(t0);
+  reference_storage_bytes_ += storage_bytes_since_load() - storage_before;
+  return static_cast<double>(bytes) / elapsed;
 }
 
 Status ExpertProvider::wait_slot(int slot) {
@@ -314,6 +348,14 @@ bool ExpertProvider::finish_speculative() {
     return true;
   }
   return false;
+}
+
+// The entry in `slot` is about to be dropped: a speculative read never routed to is wasted.
+void ExpertProvider::count_eviction(int slot) {
+  if (!cache_->occupied(slot) || !slots_[slot].speculative) return;
+  const uint64_t bytes = expert_bytes(cache_->layer_of(slot));
+  stats_.wasted_bytes += bytes;
+  count_speculative(slots_[slot], false, bytes);
 }
 
 // Resolves a speculative read of `bytes` for each predictor that asked for it: routed to

@@ -180,6 +180,11 @@ class ExpertProvider final : public WeightProvider {
   const ResidentTensors& resident() const { return resident_; }
   // Bench's same-run load reference (resident_loader.h). REQUIRES: no forward pass running.
   Result<double> reload_resident_bps() { return runtime::reload_resident_bps(storages_, resident_); }
+  // Bench's same-run I/O reference for the bound: random experts read into two emptied
+  // slots (two in flight, like a layer's misses) for `seconds`, nothing computed; bytes
+  // per second. Not counted in stats() or storage_bytes_since_load(). REQUIRES: no
+  // forward pass running.
+  Result<double> measure_io_only_bps(double seconds);
   // Bytes of one expert (gate + up + down slices) of `layer`.
   uint64_t expert_bytes(int layer) const { return layers_[layer].expert_bytes; }
   int n_layer() const { return static_cast<int>(layers_.size()); }
@@ -228,6 +233,8 @@ class ExpertProvider final : public WeightProvider {
   void check_predictions(int layer, std::span<const int32_t> experts);
   void predict_router(int layer, const float* x);
   void count_speculative(const Slot& s, bool used, uint64_t bytes);
+  void count_eviction(int slot);
+  void submit_expert(int slot, int layer, int expert, io::Priority priority);
   void unpin(int layer);
   compute::WeightView expert_view(int slot, int layer, int part, int expert) const;
 
@@ -264,6 +271,7 @@ class ExpertProvider final : public WeightProvider {
   int spec_in_flight_ = 0;                              // as of the last route(), plus those started
   uint64_t reads_started_ = 0;                          // Slot::read_seq source
   uint64_t resident_storage_bytes_ = 0;                 // Storage bytes of the resident load
+  uint64_t reference_storage_bytes_ = 0;                // Storage bytes of measure_io_only_bps
   ExpertStats stats_;
 };
 

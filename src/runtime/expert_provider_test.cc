@@ -240,6 +240,35 @@ TEST(ExpertProvider, OrdersCachedExpertsBeforeReads) {
   }
 }
 
+// Bench's I/O reference reads into cache slots: it reports a rate, stays out of the
+// read accounting, and leaves a cache that still serves bit-identical logits.
+TEST(ExpertProvider, IoReferenceLeavesTheCacheCorrect) {
+  Model m = open_model("mixtral-f32");
+  const std::vector<int32_t> tokens = sequence("B");
+  auto resident = ResidentProvider::load(m.file, nullptr);
+  ASSERT_TRUE(resident.is_ok()) << resident.status().message();
+  std::vector<float> want;
+  ASSERT_TRUE(golden::forward_logits(m.model, *resident.value(), tokens, 3, &want).is_ok());
+  ExpertConfig config;
+  config.cache_experts = 6;
+  MemoryLedger ledger(0);
+  auto created = ExpertProvider::create(m.file, config, ledger, nullptr);
+  ASSERT_TRUE(created.is_ok()) << created.status().message();
+  ExpertProvider& ep = *created.value();
+  std::vector<float> got;
+  ASSERT_TRUE(golden::forward_logits(m.model, ep, tokens, 3, &got).is_ok());
+  const ExpertStats before = ep.stats();
+  auto bps = ep.measure_io_only_bps(0.05);
+  ASSERT_TRUE(bps.is_ok()) << bps.status().message();
+  EXPECT_GT(bps.value(), 0);
+  EXPECT_EQ(ep.stats().bytes_read, before.bytes_read);
+  EXPECT_EQ(ep.storage_bytes_since_load(), before.bytes_read) << "reference reads counted as the model's";
+  ASSERT_TRUE(golden::forward_logits(m.model, ep, tokens, 3, &got).is_ok());
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  EXPECT_EQ(ep.storage_bytes_since_load(), ep.stats().bytes_read);
+}
+
 // Every read of one layer's up experts fails: the pass ends with an error naming the
 // expert and the file; the resident weights loaded fine.
 TEST(ExpertProvider, FailedExpertReadEndsThePassWithAClearError) {

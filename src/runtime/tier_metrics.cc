@@ -3,7 +3,6 @@
 #include <cstdio>
 
 #include "common/size.h"
-#include "profiler/storage_bench.h"
 
 namespace hypura::runtime {
 namespace {
@@ -161,14 +160,6 @@ std::string tier_metrics_text(const TierMetrics& m) {
                 m.resident_locked ? " (locked)" : "", m.load_populate_seconds, m.load_seconds);
   out += buf;
   return out;
-}
-
-double measure_direct_read_bps(const TieredWeights& w, const std::string& path, double seconds) {
-  const auto& st = w.profile().storage;
-  const uint64_t block = st.best_block_bytes > 0 ? st.best_block_bytes : (4u << 20);
-  const uint32_t depth = st.best_queue_depth > 0 ? st.best_queue_depth : 8;
-  auto bps = profiler::measure_sequential_bps(path, block, depth, seconds);
-  return bps.is_ok() ? bps.value() : 0;
 }
 
 }  // namespace hypura::runtime

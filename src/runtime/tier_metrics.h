@@ -79,9 +79,4 @@ TierMetrics tier_metrics(const TieredWeights& w, const TierCounters& before,
 nlohmann::json tier_metrics_json(const TierMetrics& m);
 std::string tier_metrics_text(const TierMetrics& m);  // a few lines for the terminal
 
-// Sequential direct-I/O read bandwidth of the model file right now (the profile's best
-// block size and queue depth), for about `seconds`; 0 when it cannot be measured.
-double measure_direct_read_bps(const TieredWeights& w, const std::string& path, double seconds);
-
-
 }  // namespace hypura::runtime

@@ -64,13 +64,14 @@ class TieredWeights {
   ~TieredWeights();
   const StreamingProvider& streaming() const { return *provider_; }
   // Bench's same-run references (REQUIRE: no forward pass running): the resident load
-  // read again into its memory, and dense-streaming passes with no compute (0 in the
-  // other modes). Bytes per second.
+  // read again into its memory, and the provider's own reads with no compute (dense-
+  // streaming passes, or random experts into expert slots; 0 in resident modes). Bytes
+  // per second.
   Result<double> reload_resident_bps() {
     return experts_ ? experts_->reload_resident_bps() : provider_->reload_resident_bps();
   }
   Result<double> io_only_stream_bps(double seconds) {
-    return experts_ ? 0.0 : provider_->measure_io_only_bps(seconds);
+    return experts_ ? experts_->measure_io_only_bps(seconds) : provider_->measure_io_only_bps(seconds);
   }
   // The tensors loaded into RAM at start, whichever provider holds them.
   const ResidentTensors& resident() const { return experts_ ? experts_->resident() : provider_->resident(); }
