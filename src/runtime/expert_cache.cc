@@ -211,21 +211,26 @@ ExpertCache::~ExpertCache() = default;
 ExpertCache::ExpertCache(ExpertCache&&) noexcept = default;
 ExpertCache& ExpertCache::operator=(ExpertCache&&) noexcept = default;
 
-void ExpertCache::set_layer(int layer) {
+void ExpertCache::begin_routing(int layer, std::span<const int32_t> selected) {
   set_distances(inv_distance_, layer);
-  if (usage_) usage_->begin(layer);
-  for (Ghost& g : ghosts_) {
-    g.flush();
-    g.cache->set_layer(layer);
+  if (usage_) {
+    usage_->begin(layer);
+    for (int32_t e : selected) usage_->mark(layer, e);
   }
+  replay_in_ghosts(layer, selected);
 }
 
-// One access of (layer, expert) by the owner: each ghost replays it, and the rule of the
-// ghost with more recent hits is followed (learned on ties: it is first).
-void ExpertCache::observe(int layer, int expert) {
+// The routing's accesses, replayed by each ghost (the previous routing's misses are read
+// first); the rule of the ghost with more recent hits is followed (learned on ties: it is
+// first).
+void ExpertCache::replay_in_ghosts(int layer, std::span<const int32_t> selected) {
   if (ghosts_.empty()) return;
   const double decay = std::exp2(-1.0 / (64.0 * std::max<double>(capacity(), 16)));
-  for (Ghost& g : ghosts_) g.access(layer, expert, decay);
+  for (Ghost& g : ghosts_) {
+    g.flush();
+    g.cache->begin_routing(layer, selected);
+    for (int32_t e : selected) g.access(layer, e, decay);
+  }
   const Ghost* best = &ghosts_.front();
   for (const Ghost& g : ghosts_) {
     if (g.hits > best->hits) best = &g;
@@ -251,10 +256,6 @@ double ExpertCache::value(const Entry& e) const {
   return 0;
 }
 
-void ExpertCache::note_use(int layer, int expert) const {
-  usage_->mark(layer, expert);
-}
-
 void ExpertCache::touch(int slot) {
   Entry& e = slots_[slot];
   ++clock_;
@@ -264,8 +265,6 @@ void ExpertCache::touch(int slot) {
     e.score += 1.0;
   }
   e.last = clock_;
-  if (usage_) usage_->mark(e.layer, e.expert);
-  observe(e.layer, e.expert);
 }
 
 int ExpertCache::victim(const std::function<bool(int)>& evictable) const {

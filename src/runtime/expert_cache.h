@@ -17,7 +17,7 @@
 //             just computed cannot be needed before a whole token has passed, while one
 //             of the next layer may be needed at once. This is the part of Belady's
 //             knowledge an online cache has for free; it keeps caches smaller than one
-//             token's working set from thrashing the way LRU does. Needs set_layer().
+//             token's working set from thrashing the way LRU does. Needs begin_routing().
 //   kLearned  evicts the entry least likely to be used at its layer's next routing, per
 //             layer until then. The likelihood is learned from the access stream alone:
 //             each key has a feature state (used at its layer's previous routing; how
@@ -26,7 +26,7 @@
 //             how often keys in it were used at the next routing (aged counts over all
 //             keys of each finished routing, sparse states shrunk toward coarser ones). On traces calibrated to Qwen3-30B-A3B it comes within 1-2 points of
 //             an oracle that knows the generator's true probabilities (docs/MOE.md).
-//             Needs set_layer() once per routing.
+//             Needs begin_routing() once per routing.
 //   kAdaptive  (default) runs learned and LRU as ghost caches of the same capacity (keys
 //             only, fed every access) and evicts by the rule of whichever ghost has had
 //             more hits recently (hits decayed with a half-life of 64 x capacity
@@ -36,8 +36,8 @@
 //             routing_trace_test.cc).
 //
 // Cost: victim() is one pass over the occupied slots (a table lookup each for kLearned);
-// kAdaptive adds a pass per ghost that misses. set_layer() is O(n_expert + n_layer) for
-// kLearned and kAdaptive. No allocation once every ghost has seen its largest routing.
+// kAdaptive adds a pass per ghost that misses. begin_routing() is O(n_expert + n_layer)
+// for kLearned and kAdaptive (plus the ghosts' replay of the routing's experts). No allocation once every ghost has seen its largest routing.
 //
 // Thread-safety: none; one owner (the forward-pass thread, or the replay tool).
 #pragma once
@@ -45,6 +45,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -74,22 +75,16 @@ class ExpertCache {
   uint32_t capacity() const { return static_cast<uint32_t>(slots_.size()); }
   CachePolicy policy() const { return policy_; }
 
-  // The slot holding (layer, expert), or -1. For kLearned and kAdaptive a lookup of the
-  // layer being routed also records that the routing uses the expert: the provider looks
-  // up every expert a routing selects, but touches only hits that no speculative read
-  // brought in, and the model must learn what the routers select, not what was read.
-  int lookup(int layer, int expert) const {
-    if (usage_) note_use(layer, expert);
-    return index_[static_cast<size_t>(layer) * n_expert_ + expert];
-  }
-  // Starts a routing of `layer` (one token, or one batch of tokens, through that layer's
-  // router): the position in the layer cycle (kLayerAware, kLearned), and for kLearned
-  // the end of the previous routing, whose accesses it learns from. Call once per routing,
+  // The slot holding (layer, expert), or -1.
+  int lookup(int layer, int expert) const { return index_[static_cast<size_t>(layer) * n_expert_ + expert]; }
+  // Starts a routing of `layer` (one token, or one batch, through that layer's router)
+  // that selected the distinct experts `selected`: the position in the layer cycle
+  // (kLayerAware, kLearned), and what the routing uses, whether the owner then finds each
+  // expert cached, reads it, or finds it brought in by a speculative read: kLearned learns
+  // from it, and kAdaptive's ghosts replay exactly these accesses. Call once per routing,
   // before its touch()/assign() calls.
-  void set_layer(int layer);
-  // Records an access of the entry in `slot` (a hit, or the use after an insert). For
-  // kLearned an access of the layer being routed is a use by that routing; an access of
-  // another layer (a speculative read) is not.
+  void begin_routing(int layer, std::span<const int32_t> selected);
+  // Records an access of the entry in `slot` (a hit, or the use after an insert).
   void touch(int slot);
   // A slot for a new entry: an empty slot if any, else the policy's victim among occupied
   // slots for which evictable(slot) is true; -1 when there is none.
@@ -118,8 +113,7 @@ class ExpertCache {
   // accesses, and its hits decayed over recent accesses.
   struct Ghost;
   double value(const Entry& e) const;  // the rule's keep-worthiness now (higher: keep)
-  void observe(int layer, int expert);  // kAdaptive: feeds the ghosts one access
-  void note_use(int layer, int expert) const;  // lookup(): usage_, which is not cache state
+  void replay_in_ghosts(int layer, std::span<const int32_t> selected);  // kAdaptive
 
   CachePolicy policy_;
   int n_expert_;

@@ -468,11 +468,11 @@ void ExpertProvider::route(int layer, std::span<const int32_t> selected, int n_e
   if (trace_ != nullptr && trace_->n_expert_used == 0) trace_->n_expert_used = n_expert_used;
   if (trace_ != nullptr) trace_->add(pass_, layer, selected.data(), static_cast<int64_t>(selected.size()));
   if (layer == 0) stats_.routed_tokens += selected.size() / n_expert_used;
-  cache_->set_layer(layer);
   coact_->observe(layer, selected, n_expert_used);
   distinct_.assign(selected.begin(), selected.end());
   std::sort(distinct_.begin(), distinct_.end());
   distinct_.erase(std::unique(distinct_.begin(), distinct_.end()), distinct_.end());
+  cache_->begin_routing(layer, distinct_);
   check_predictions(layer, distinct_);
   wanted_[layer].clear();
   for (int32_t e : distinct_) {

@@ -141,8 +141,11 @@ TEST(ExpertCache, AdaptiveFollowsTheBetterGhost) {
   const RoutingTrace t = TraceGenerator{}.generate(80);
   ExpertCache cache(fraction_of_experts(t, 0.05), t.n_layer, t.n_expert, CachePolicy::kAdaptive);
   for (const RoutingRecord& r : t.records) {
-    cache.set_layer(r.layer);
-    for (int32_t e : r.selected) {
+    std::vector<int32_t> distinct(r.selected.begin(), r.selected.end());
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    cache.begin_routing(r.layer, distinct);
+    for (int32_t e : distinct) {
       const int slot = cache.lookup(r.layer, e);
       if (slot >= 0) {
         cache.touch(slot);

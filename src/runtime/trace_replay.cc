@@ -90,7 +90,7 @@ ReplayResult replay_records(const RoutingTrace& trace, int warmup_tokens, Cache&
 struct OnlineCache {
   ExpertCache cache;
   uint32_t capacity() const { return cache.capacity(); }
-  void begin(int layer, const std::vector<int32_t>&) { cache.set_layer(layer); }
+  void begin(int layer, const std::vector<int32_t>& distinct) { cache.begin_routing(layer, distinct); }
   int lookup(int layer, int expert) const { return cache.lookup(layer, expert); }
   void touch(int slot) { cache.touch(slot); }
   int victim(const std::function<bool(int)>& evictable) const { return cache.victim(evictable); }
