@@ -5,6 +5,7 @@
 // ledger budget holds; a failed expert read ends the forward pass with a clear error; the
 // router predictor guesses the next router's top-k on the observed hidden state.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -297,7 +298,8 @@ TEST(ExpertProvider, FailedExpertReadEndsThePassWithAClearError) {
 // Statistics learned in one run are saved and loaded by the next provider of the file.
 TEST(ExpertProvider, CoactivationStatisticsPersist) {
   Model m = open_model("mixtral-f32");
-  const std::string path = testing::TempDir() + "/hypura_coact_test/stats.json";
+  const std::string dir = testing::TempDir() + "/hypura_coact_test_" + std::to_string(::getpid());
+  const std::string path = dir + "/stats.json";
   std::filesystem::remove(path);
   ExpertConfig config;
   config.cache_experts = 4;
@@ -317,7 +319,7 @@ TEST(ExpertProvider, CoactivationStatisticsPersist) {
   for (int e = 0; e < 8; ++e) layer0 += loaded->frequency(0, e);
   EXPECT_EQ(layer0, sequence("C").size() * 2);  // top-2 per token
   EXPECT_FALSE(CoactivationStats::load(path, 2, 16).is_ok());  // another geometry
-  std::filesystem::remove_all(testing::TempDir() + "/hypura_coact_test");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -3,6 +3,9 @@
 // and failed reads ending the request with a clear error. Uses the small golden models.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 
@@ -188,14 +191,22 @@ constexpr int64_t kCols = 1000, kRows = 3;  // 12000 bytes per tensor
 
 uint8_t pattern(size_t tensor, uint64_t i) { return static_cast<uint8_t>(tensor * 131 + i * 7 + (i >> 9)); }
 
+// Removes its file at the end: each test writes its own (ctest runs tests as parallel
+// processes, and one shared path let one test rewrite the file another was reading).
 struct Layered {
   std::string path;
   gguf::GgufFile file;
+  Layered() = default;
+  Layered(Layered&& o) noexcept : path(std::move(o.path)), file(std::move(o.file)) { o.path.clear(); }
+  ~Layered() {
+    if (!path.empty()) std::remove(path.c_str());
+  }
 };
 
 Layered write_layered() {
   Layered l;
-  l.path = testing::TempDir() + "/hypura_layered.gguf";
+  l.path = testing::TempDir() + "/hypura_layered_" + std::to_string(::getpid()) + "_" +
+           testing::UnitTest::GetInstance()->current_test_info()->name() + ".gguf";
   gguf::GgufWriter w;
   w.add_string("general.architecture", "test");
   w.add_tensor("token_embd.weight", gguf::GgmlType::F32, {kCols, kRows});
