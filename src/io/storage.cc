@@ -238,7 +238,7 @@ struct Storage::Impl {
   void maybe_finish(Request& r) {
     bool exhausted = r.cursor >= r.cursor_end || !r.status.is_ok();
     if (r.done || r.outstanding > 0 || !exhausted) return;
-    // A failed request may still sit in to_cut; drop it so nothing dangles after wait().
+    // A failed request may still sit in a queue; drop it so nothing dangles after wait().
     if (!r.status.is_ok()) {
       for (auto* queue : {&to_cut, &to_cut_background}) {
         auto it = std::find(queue->begin(), queue->end(), &r);

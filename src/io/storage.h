@@ -23,8 +23,9 @@
 // later finds the device queue nearly free instead of behind megabytes of speculation
 // (device reads already issued cannot be recalled).
 //
-// Threading: submit/wait/done/read may be called from any threads. The destructor waits for reads in flight (their buffers are the
-// callers'), after which all destinations may be freed.
+// Threading: submit/wait/done/read/expedite may be called from any threads. The
+// destructor waits for reads in flight (their buffers are the callers'), after which all
+// destinations may be freed.
 #pragma once
 
 #include <cstdint>
