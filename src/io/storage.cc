@@ -150,6 +150,8 @@ struct Storage::Impl {
   }
 
   // Cuts segments off the front of `queue` until `ops` holds `room` reads or it is empty.
+  // A request leaves the queue as soon as its last segment is cut: its reads may finish
+  // and its waiter free it before the next collect(), so it must not linger there.
   void cut_from(std::deque<Request*>& queue, size_t room, std::vector<IoOp>& ops) {
     while (ops.size() < room && !queue.empty()) {
       Request& r = *queue.front();
@@ -159,6 +161,7 @@ struct Storage::Impl {
         maybe_finish(r);
         continue;
       }
+      if (r.cursor >= r.cursor_end) queue.pop_front();
       uint64_t slot = free_slots.back();
       free_slots.pop_back();
       slots[slot] = s;

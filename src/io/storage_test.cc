@@ -234,6 +234,21 @@ TEST_P(FaultTest, NormalReadsOvertakeBackgroundReads) {
   expect_bytes(background.data(), 4096, background.size());
 }
 
+// A request whose last segment was cut just as the in-flight limit was reached may
+// finish, and be freed by its waiter, before the I/O thread looks at its queue again
+// (this was a use after free; ASan builds catch it): one-segment background reads, each
+// waited for before the next is submitted, alternating with normal ones.
+TEST_P(FaultTest, FinishedRequestsLeaveTheirQueue) {
+  std::shared_ptr<const FaultCounts> counts;
+  auto s = open_faulty(FaultPlan{}, &counts);
+  std::vector<uint8_t> buf(4096);
+  for (int i = 0; i < 200; ++i) {
+    const uint64_t offset = static_cast<uint64_t>(i) * 4096;
+    ASSERT_TRUE(s->wait(s->submit(offset, buf, i % 2 ? Priority::kNormal : Priority::kBackground)).is_ok());
+    expect_bytes(buf.data(), offset, buf.size());
+  }
+}
+
 // An expedited background read is served as a normal one: ahead of the background read
 // submitted before it.
 TEST_P(FaultTest, ExpeditedBackgroundReadOvertakesOtherBackgroundReads) {
