@@ -10,6 +10,7 @@
 #include "cli/command.h"
 #include "cli/inspect_report.h"
 #include "gguf/gguf.h"
+#include "runtime/coactivation.h"
 #include "runtime/tiered_weights.h"
 #include "scheduler/plan_request.h"
 #include "scheduler/render.h"
@@ -44,7 +45,12 @@ int run_inspect(const InspectArgs& args) {
   // --plan: the placement this machine would use (scheduler/plan_request.h).
   std::optional<scheduler::PlannedModel> planned;
   if (args.plan) {
-    auto pm = scheduler::plan_model(*file, path, args.plan_request);
+    scheduler::PlanRequest request = args.plan_request;
+    if (auto shape = scheduler::model_tensors_from_gguf(*file); shape.is_ok() && shape->n_expert > 0) {
+      request.expert_frequency = runtime::CoactivationStats::recorded_frequency(
+          path, file->total_bytes(), shape->n_layer, static_cast<int>(shape->n_expert));
+    }
+    auto pm = scheduler::plan_model(*file, path, request);
     if (!pm.is_ok()) {
       std::cerr << "hypura inspect: plan: " << pm.status().message() << "\n";
       return 1;

@@ -139,6 +139,20 @@ Result<CoactivationStats> CoactivationStats::load(const std::string& path, int n
   return s;
 }
 
+std::vector<double> CoactivationStats::recorded_frequency(const std::string& model_path, uint64_t model_bytes,
+                                                         int n_layer, int n_expert) {
+  if (n_layer <= 0 || n_expert <= 0) return {};
+  const std::string path = default_path(model_path, model_bytes);
+  if (!std::filesystem::exists(path)) return {};
+  auto stats = load(path, n_layer, n_expert);
+  if (!stats.is_ok()) return {};
+  std::vector<double> out;
+  for (int l = 0; l < n_layer; ++l) {
+    for (int e = 0; e < n_expert; ++e) out.push_back(static_cast<double>(stats->frequency(l, e)));
+  }
+  return out;
+}
+
 std::string CoactivationStats::default_path(const std::string& model_path, uint64_t model_bytes) {
   std::filesystem::path dir;
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {

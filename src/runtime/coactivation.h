@@ -48,6 +48,11 @@ class CoactivationStats {
   static Result<CoactivationStats> load(const std::string& path, int n_layer, int n_expert);
   // $XDG_CACHE_HOME/hypura/experts (or ~/.cache/...)/<file name>-<size>.json.
   static std::string default_path(const std::string& model_path, uint64_t model_bytes);
+  // The routing counts earlier runs of the model saved at default_path, (n_layer *
+  // n_expert) layer-major, for the planner (scheduler::ModelTensors::expert_frequency);
+  // empty when there are none (or for another geometry).
+  static std::vector<double> recorded_frequency(const std::string& model_path, uint64_t model_bytes,
+                                                int n_layer, int n_expert);
 
   static constexpr uint64_t kMinSupport = 8;
 

@@ -147,6 +147,8 @@ Status TieredWeights::make_plan(const gguf::GgufFile& file, const TierOptions& o
   // overhead (charge_fixed); plan with the same figure so plan and ledger agree.
   scheduler::CostModel cost;
   cost.runtime_overhead_bytes = std::max(cost.runtime_overhead_bytes, current_rss_bytes());
+  tensors_.expert_frequency = CoactivationStats::recorded_frequency(
+      file.paths().front(), file.total_bytes(), tensors_.n_layer, static_cast<int>(tensors_.n_expert));
   HYPURA_ASSIGN_OR_RETURN(plan_, scheduler::place(tensors_, profile_, budgets, cost));
   return Status::ok();
 }

@@ -43,6 +43,10 @@ struct ModelTensors {
   int64_t n_expert_used = 0;
   uint64_t kv_elements_per_token = 0;  // K and V values stored per position, all layers
   std::vector<TensorDesc> tensors;
+  // How often each expert was routed in earlier runs, (n_layer * n_expert) layer-major
+  // (the runtime's persisted routing statistics, runtime/coactivation.h); empty when none
+  // were recorded, and the planner then assumes uniform routing.
+  std::vector<double> expert_frequency;
 
   uint64_t total_bytes() const;
   // Bytes one generated token reads if everything is resident (sum of access x bytes).

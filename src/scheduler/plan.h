@@ -81,7 +81,11 @@ struct Prediction {
   double io_s = 0;                 // per token, device busy time
   double io_demand_s = 0;          // part of io_s that cannot be prefetched (expert misses)
   uint64_t storage_bytes_per_token = 0;
-  double expert_hit_rate = 0;      // uniform routing assumption; 1 when nothing streams
+  // Expected expert-cache hit rate: from ModelTensors::expert_frequency when recorded (the
+  // cache holding the most often routed experts), else uniform routing; 1 when nothing
+  // streams.
+  double expert_hit_rate = 0;
+  bool expert_hit_rate_recorded = false;  // expert_hit_rate came from recorded routing
   double expert_misses_per_token = 0;  // experts read per generated token (expert-streaming)
   double storage_bound_tok_s = 0;  // seq bandwidth / streamed bytes per token (0: none)
   bool io_bound = false;

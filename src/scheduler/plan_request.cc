@@ -32,6 +32,7 @@ Result<PlannedModel> plan_model(const gguf::GgufFile& file, const std::string& m
   PlannedModel pm;
   HYPURA_ASSIGN_OR_RETURN(pm.budgets, budgets_from(r));
   HYPURA_ASSIGN_OR_RETURN(pm.tensors, model_tensors_from_gguf(file));
+  pm.tensors.expert_frequency = r.expert_frequency;
   profiler::ProfileOptions po;
   po.profile_file = r.profile_file;
   po.model_path = model_path;

@@ -12,6 +12,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "gguf/gguf.h"
@@ -29,6 +30,8 @@ struct PlanRequest {
   int64_t n_ctx = 4096;      // --context
   bool use_gpu = true;
   bool progress = true;      // profiling progress on stderr if a measurement is needed
+  // Routing recorded in earlier runs (ModelTensors::expert_frequency); empty: uniform.
+  std::vector<double> expert_frequency;
 };
 
 // Budgets from the string options; kInvalidArgument names the bad flag.

@@ -304,6 +304,47 @@ TEST(ExpertStreaming, ChosenUnderTightBudgetsForMoeShapes) {
   }
 }
 
+// With routing recorded in earlier runs the expected hit rate is the share of routings
+// that went to the most often routed experts the cache can hold; equal frequencies give
+// the uniform figure, skewed ones more hits and a faster prediction.
+TEST(ExpertStreaming, HitRateFromRecordedRouting) {
+  HardwareProfile p = fixture("cpu_24g.json");
+  ModelTensors m = synthetic_model(moe_preset_q4km());
+  Budgets b;
+  b.ram_bytes = uint64_t{3} << 30;
+  b.n_ctx = 1024;
+  const Plan uniform = must_place(m, p, b);
+  ASSERT_EQ(uniform.mode, Mode::kExpertStreaming);
+  EXPECT_FALSE(uniform.prediction.expert_hit_rate_recorded);
+  const size_t n = static_cast<size_t>(m.n_layer * m.n_expert);
+
+  m.expert_frequency.assign(n, 7.0);
+  const Plan equal = must_place(m, p, b);
+  EXPECT_TRUE(equal.prediction.expert_hit_rate_recorded);
+  EXPECT_NEAR(equal.prediction.expert_hit_rate, uniform.prediction.expert_hit_rate, 0.5 / m.n_expert);
+
+  // Every layer routes to experts 0 and 1 nine times as often as to each of the others:
+  // a cache of c experts per layer (c >= 2) holds 0, 1 and c - 2 others.
+  for (size_t i = 0; i < n; ++i) m.expert_frequency[i] = i % m.n_expert < 2 ? 9.0 : 1.0;
+  const Plan skewed = must_place(m, p, b);
+  ASSERT_EQ(skewed.expert_cache_experts, uniform.expert_cache_experts);
+  const double per_layer = static_cast<double>(skewed.expert_cache_experts) / m.n_layer;
+  const double total = 2 * 9.0 + (m.n_expert - 2);
+  const int whole = static_cast<int>(per_layer);
+  // The greedy cache takes the hot pairs of every layer first, then the cold ones in
+  // layer order: `whole` or `whole + 1` per layer; on average per_layer.
+  const double want = (2 * 9.0 + (per_layer - 2)) / total;
+  EXPECT_GE(whole, 2);
+  EXPECT_NEAR(skewed.prediction.expert_hit_rate, want, 1e-9);
+  EXPECT_GT(skewed.prediction.expert_hit_rate, uniform.prediction.expert_hit_rate + 0.05);
+  EXPECT_LT(skewed.prediction.expert_misses_per_token, uniform.prediction.expert_misses_per_token);
+  EXPECT_GE(skewed.prediction.tok_per_s, uniform.prediction.tok_per_s);
+  EXPECT_NE(plan_to_text(skewed, m).find("recorded in earlier runs"), std::string::npos);
+
+  m.expert_frequency.resize(n - 1);  // another geometry: ignored
+  EXPECT_FALSE(must_place(m, p, b).prediction.expert_hit_rate_recorded);
+}
+
 // Slots are laid out as ExpertProvider lays them out: each of the three slices rounded
 // up to 4 KiB plus one spare block, in the layer with the largest experts.
 TEST(ExpertStreaming, SlotBytesMatchTheProviderLayout) {

@@ -80,7 +80,8 @@ std::string plan_to_text(const Plan& plan, const ModelTensors& m) {
       << format_size(mem.expert_cache) << "; runtime " << format_size(mem.overhead_ram + mem.overhead_gpu) << "\n";
   if (plan.mode == Mode::kExpertStreaming) {
     out << "Experts: cache " << plan.expert_cache_experts << " x " << format_size(plan.expert_slot_bytes)
-        << ", uniform-routing hit rate " << f2(100 * pr.expert_hit_rate) << "%, " << f2(pr.expert_misses_per_token)
+        << (pr.expert_hit_rate_recorded ? ", hit rate (recorded routing) " : ", uniform-routing hit rate ")
+        << f2(100 * pr.expert_hit_rate) << "%, " << f2(pr.expert_misses_per_token)
         << " experts read per token, reads of " << format_size(plan.io_request_bytes) << " x" << plan.io_queue_depth
         << "\n";
   } else {
@@ -138,7 +139,8 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelTensors& m, bool tensor
       {"prediction",
        {{"tok_per_s", pr.tok_per_s}, {"seconds_per_token", pr.seconds_per_token}, {"compute_s", pr.compute_s},
         {"io_s", pr.io_s}, {"io_demand_s", pr.io_demand_s}, {"storage_bytes_per_token", pr.storage_bytes_per_token},
-        {"expert_hit_rate", pr.expert_hit_rate}, {"expert_misses_per_token", pr.expert_misses_per_token},
+        {"expert_hit_rate", pr.expert_hit_rate}, {"expert_hit_rate_recorded", pr.expert_hit_rate_recorded},
+        {"expert_misses_per_token", pr.expert_misses_per_token},
         {"storage_bound_tok_s", pr.storage_bound_tok_s},
         {"io_bound", pr.io_bound}}},
       {"explanation", plan.explanation},
