@@ -17,6 +17,7 @@
 #include "gguf/gguf.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "runtime/tiered_weights.h"
 #include "runtime/weight_provider.h"
 
 namespace hypura::runtime::golden {
@@ -50,6 +51,17 @@ inline Model open_model(const std::string& name) {
   }
   m.model = model.value();
   return m;
+}
+
+// TieredWeights options of the tiered tests: the fixture profile (the same plan on every
+// machine, no storage benchmark), a small context and batch, no mlock.
+inline TierOptions fixture_tier_options() {
+  TierOptions opts;
+  opts.profile_path = std::string(HYPURA_SOURCE_DIR) + "/src/scheduler/testdata/cpu_24g.json";
+  opts.n_ctx = 64;
+  opts.n_batch = 16;
+  opts.lock_resident = false;
+  return opts;
 }
 
 // Logits (n_tokens, n_vocab) of `tokens` through `provider`: the first `first_batch` as one

@@ -26,40 +26,33 @@
 namespace hypura::runtime {
 namespace {
 
-const std::string kProfile = std::string(HYPURA_SOURCE_DIR) + "/src/scheduler/testdata/cpu_24g.json";
-constexpr int64_t kNCtx = 64;
 using golden::sequence;
 
 class TieredExperts : public testing::TestWithParam<const char*> {};
 
 TEST_P(TieredExperts, PlanLedgerAndProviderAgree) {
-  auto file = gguf::GgufFile::open(golden::kDir + "/" + GetParam() + ".gguf");
-  ASSERT_TRUE(file.is_ok()) << file.status().message();
-  auto model = model::Model::create(*file);
-  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  const golden::Model m = golden::open_model(GetParam());
+  ASSERT_NE(m.model, nullptr);
+  const gguf::GgufFile& file = m.file;
+  const auto& model = m.model;
   std::vector<int32_t> tokens = sequence("B");
   tokens.resize(10);
-
-  TierOptions opts;
-  opts.profile_path = kProfile;
-  opts.n_ctx = kNCtx;
-  opts.n_batch = 16;
-  opts.lock_resident = false;
+  TierOptions opts = golden::fixture_tier_options();
   uint64_t need = 0;
   {
-    auto roomy = TieredWeights::load(*file, opts);
+    auto roomy = TieredWeights::load(file, opts);
     ASSERT_TRUE(roomy.is_ok()) << roomy.status().message();
     ASSERT_EQ(roomy.value()->mode(), "full-resident");
     need = roomy.value()->plan().memory.ram_total();
   }
   // Short of the resident plan by part of the expert bytes: the cache takes the rest.
-  auto tensors = scheduler::model_tensors_from_gguf(*file);
+  auto tensors = scheduler::model_tensors_from_gguf(file);
   ASSERT_TRUE(tensors.is_ok());
   uint64_t expert_bytes = 0;
   for (const auto& t : tensors->tensors) expert_bytes += model::is_moe_expert(t.role) ? t.bytes : 0;
   ASSERT_GT(expert_bytes, 0u);
   opts.ram_budget = need - expert_bytes / 3;
-  auto loaded = TieredWeights::load(*file, opts);
+  auto loaded = TieredWeights::load(file, opts);
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();  // no ledger refusal
   TieredWeights& w = *loaded.value();
   ASSERT_EQ(w.mode(), "expert-streaming");
@@ -73,11 +66,11 @@ TEST_P(TieredExperts, PlanLedgerAndProviderAgree) {
   EXPECT_LE(ledger.peak, opts.ram_budget);
   EXPECT_EQ(w.ledger().budget(), opts.ram_budget);
 
-  auto mmap = MmapProvider::open(*file);
+  auto mmap = MmapProvider::open(file);
   ASSERT_TRUE(mmap.is_ok());
   std::vector<float> want, got;
-  ASSERT_TRUE(golden::forward_logits(*model, *mmap.value(), tokens, 4, &want).is_ok());
-  ASSERT_TRUE(golden::forward_logits(*model, w.provider(), tokens, 4, &got).is_ok());
+  ASSERT_TRUE(golden::forward_logits(model, *mmap.value(), tokens, 4, &want).is_ok());
+  ASSERT_TRUE(golden::forward_logits(model, w.provider(), tokens, 4, &got).is_ok());
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
   const ExpertStats s = w.experts()->stats();
@@ -94,13 +87,13 @@ INSTANTIATE_TEST_SUITE_P(Golden, TieredExperts, testing::Values("mixtral-f32", "
 // printed for docs/MOE.md.
 TEST(ExpertPredictors, RouterAndCoactivationMeasuredOnGoldenModels) {
   for (const char* name : {"mixtral-f32", "qwen3moe-f32"}) {
-    auto file = gguf::GgufFile::open(golden::kDir + "/" + name + ".gguf");
-    ASSERT_TRUE(file.is_ok()) << file.status().message();
-    auto model = model::Model::create(*file);
-    ASSERT_TRUE(model.is_ok()) << model.status().message();
+    const golden::Model m = golden::open_model(name);
+    ASSERT_NE(m.model, nullptr);
+    const gguf::GgufFile& file = m.file;
+    const auto& model = m.model;
     std::vector<int32_t> tokens = sequence("B");
     tokens.resize(std::min<size_t>(tokens.size(), 32));
-    auto ev = evaluate_expert_predictors(*file, *model, tokens);
+    auto ev = evaluate_expert_predictors(file, model, tokens);
     ASSERT_TRUE(ev.is_ok()) << ev.status().message();
     const uint64_t pairs = static_cast<uint64_t>(ev->n_tokens) * (ev->n_layer - 1);
     EXPECT_EQ(ev->router.predicted, pairs * ev->n_expert_used);

@@ -24,26 +24,19 @@
 namespace hypura::runtime {
 namespace {
 
-const std::string kProfile = std::string(HYPURA_SOURCE_DIR) + "/src/scheduler/testdata/cpu_24g.json";
-constexpr int64_t kNCtx = 64;
 using golden::sequence;
 
 class TieredStream : public testing::TestWithParam<const char*> {};
 
 TEST_P(TieredStream, BudgetForcesStreamingWithIdenticalLogits) {
-  auto file = gguf::GgufFile::open(golden::kDir + "/" + GetParam() + ".gguf");
-  ASSERT_TRUE(file.is_ok()) << file.status().message();
-  auto model = model::Model::create(*file);
-  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  const golden::Model m = golden::open_model(GetParam());
+  ASSERT_NE(m.model, nullptr);
+  const gguf::GgufFile& file = m.file;
+  const auto& model = m.model;
   std::vector<int32_t> tokens = sequence("B");
   tokens.resize(10);
-
-  TierOptions opts;
-  opts.profile_path = kProfile;
-  opts.n_ctx = kNCtx;
-  opts.n_batch = 16;
-  opts.lock_resident = false;
-  auto roomy = TieredWeights::load(*file, opts);
+  TierOptions opts = golden::fixture_tier_options();
+  auto roomy = TieredWeights::load(file, opts);
   ASSERT_TRUE(roomy.is_ok()) << roomy.status().message();
   EXPECT_EQ(roomy.value()->mode(), "full-resident");
   EXPECT_EQ(roomy.value()->streamed_bytes_per_pass(), 0u);
@@ -54,7 +47,7 @@ TEST_P(TieredStream, BudgetForcesStreamingWithIdenticalLogits) {
   Result<std::unique_ptr<TieredWeights>> tight = invalid_argument("no budget tried");
   for (uint64_t shortfall : {400000, 300000, 200000, 120000, 80000, 40000, 20000, 10000, 5000}) {
     opts.ram_budget = need - shortfall;
-    tight = TieredWeights::load(*file, opts);
+    tight = TieredWeights::load(file, opts);
     if (tight.is_ok()) break;
   }
   ASSERT_TRUE(tight.is_ok()) << tight.status().message();
@@ -64,7 +57,7 @@ TEST_P(TieredStream, BudgetForcesStreamingWithIdenticalLogits) {
   // The streamed bytes are the plan's storage tensors (a token embedding stays resident).
   uint64_t planned = 0;
   const auto& plan = w.plan();
-  auto tensors = scheduler::model_tensors_from_gguf(*file);
+  auto tensors = scheduler::model_tensors_from_gguf(file);
   ASSERT_TRUE(tensors.is_ok());
   for (size_t i = 0; i < plan.tiers.size(); ++i) {
     const auto& t = tensors->tensors[i];
@@ -77,12 +70,12 @@ TEST_P(TieredStream, BudgetForcesStreamingWithIdenticalLogits) {
     EXPECT_EQ(w.streamed_bytes_per_pass(), plan.prediction.storage_bytes_per_token);
   }
 
-  auto mmap = MmapProvider::open(*file);
+  auto mmap = MmapProvider::open(file);
   ASSERT_TRUE(mmap.is_ok());
   uint64_t passes = 0;
   std::vector<float> want, got;
-  ASSERT_TRUE(golden::forward_logits(*model, *mmap.value(), tokens, 4, &want).is_ok());
-  ASSERT_TRUE(golden::forward_logits(*model, w.provider(), tokens, 4, &got, &passes).is_ok());
+  ASSERT_TRUE(golden::forward_logits(model, *mmap.value(), tokens, 4, &want).is_ok());
+  ASSERT_TRUE(golden::forward_logits(model, w.provider(), tokens, 4, &got, &passes).is_ok());
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
   const StreamingStats s = w.streaming().stats();
