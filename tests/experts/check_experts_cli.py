@@ -18,11 +18,11 @@ Prints one line per failure; exits 1 if any.
 import glob
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
-failures = []
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from cli_check import expect, failures, golden_dir, report, run  # noqa: E402
 
 # name, synth arguments, budget (bytes) that leaves room for only part of the experts
 SHAPES = [
@@ -33,20 +33,11 @@ SHAPES = [
 ]
 
 
-def run(cmd, env, timeout=120):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def expect(cond, msg):
-    if not cond:
-        failures.append(msg)
-
-
 def check_shape(hypura, golden, profile, tmp, name, synth_args, budget):
     env = dict(os.environ, XDG_CACHE_HOME=os.path.join(tmp, name + "-cache"))
     model = os.path.join(tmp, name + ".gguf")
     r = run([hypura, "synth", "-q", "--no-sync", "--preset", "tiny", "-o", model,
-             "--vocab-from", os.path.join(golden, "llama-f32.gguf")] + synth_args, env)
+             "--vocab-from", os.path.join(golden, "llama-f32.gguf")] + synth_args, env=env)
     if r.returncode != 0:
         failures.append(f"{name}: synth failed: {r.stderr[-500:]}")
         return
@@ -54,7 +45,7 @@ def check_shape(hypura, golden, profile, tmp, name, synth_args, budget):
     budget_flag = ["--ram-budget", str(budget)]
 
     r = run([hypura, "bench", model, "-p", "8", "-n", "8", "-r", "1", "--no-reference", "--json"]
-            + budget_flag + common, env)
+            + budget_flag + common, env=env)
     expect(r.returncode == 0, f"{name}: bench: exit {r.returncode}: {r.stderr[-500:]}")
     if r.returncode == 0:
         j = json.loads(r.stdout)
@@ -67,8 +58,8 @@ def check_shape(hypura, golden, profile, tmp, name, synth_args, budget):
         expect(0 <= e.get("expert_hit_rate", -1) <= 1, f"{name}: hit rate {e.get('expert_hit_rate')}")
 
     prompt = ["-p", "The quick brown fox", "--no-chat", "--temp", "0", "-n", "12"]
-    roomy = run([hypura, "run", model] + prompt + common, env)
-    tight = run([hypura, "run", model] + budget_flag + prompt + common, env)
+    roomy = run([hypura, "run", model] + prompt + common, env=env)
+    tight = run([hypura, "run", model] + budget_flag + prompt + common, env=env)
     expect(roomy.returncode == 0 and tight.returncode == 0,
            f"{name}: run: exit {roomy.returncode}/{tight.returncode}: {roomy.stderr[-300:]} {tight.stderr[-300:]}")
     expect("full-resident" in roomy.stderr, f"{name}: roomy run not resident: {roomy.stderr[-300:]}")
@@ -82,14 +73,12 @@ def check_shape(hypura, golden, profile, tmp, name, synth_args, budget):
 
 def main():
     hypura, source = sys.argv[1], sys.argv[2]
-    golden = os.environ.get("HYPURA_GOLDEN_DIR") or os.path.join(source, "..", "shared", "golden")
+    golden = golden_dir(source)
     profile = os.path.join(source, "src", "scheduler", "testdata", "cpu_24g.json")
     with tempfile.TemporaryDirectory(prefix="hypura-experts-cli-") as tmp:
         for name, synth_args, budget in SHAPES:
             check_shape(hypura, golden, profile, tmp, name, synth_args, budget)
-    for f in failures:
-        print(f)
-    return 1 if failures else 0
+    return report()
 
 
 if __name__ == "__main__":

@@ -15,26 +15,18 @@ Prints one line per failure; exits 1 if any.
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
-failures = []
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from cli_check import expect, failures, golden_dir, report, run  # noqa: E402
+
 BUDGET = 400 << 20
-
-
-def run(cmd, timeout=120):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-
-
-def expect(cond, msg):
-    if not cond:
-        failures.append(msg)
 
 
 def main():
     hypura, source = sys.argv[1], sys.argv[2]
-    golden = os.environ.get("HYPURA_GOLDEN_DIR") or os.path.join(source, "..", "shared", "golden")
+    golden = golden_dir(source)
     profile = os.path.join(source, "src", "scheduler", "testdata", "cpu_24g.json")
     with tempfile.TemporaryDirectory(prefix="hypura-streaming-cli-") as tmp:
         model = os.path.join(tmp, "1b.gguf")
@@ -78,9 +70,7 @@ def main():
         r = run([hypura, "bench", model, "--ram-budget", "lots"] + common)
         expect(r.returncode != 0 and "--ram-budget" in r.stderr, f"bad budget: exit {r.returncode}: {r.stderr}")
 
-    for f in failures:
-        print(f)
-    return 1 if failures else 0
+    return report()
 
 
 if __name__ == "__main__":

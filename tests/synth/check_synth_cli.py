@@ -12,23 +12,15 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from cli_check import expect, failures, golden_dir, report, run  # noqa: E402
+
 ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "mixtral", "qwen3moe"]
-failures = []
-
-
-def run(cmd):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-
-
-def expect(cond, msg):
-    if not cond:
-        failures.append(msg)
 
 
 def main():
     hypura, source = sys.argv[1], sys.argv[2]
-    golden = os.environ.get("HYPURA_GOLDEN_DIR") or os.path.join(source, "..", "shared", "golden")
-    vocab = os.path.join(golden, "llama-f32.gguf")
+    vocab = os.path.join(golden_dir(source), "llama-f32.gguf")
     check = os.path.join(source, "src", "model", "synth", "check_synth.py")
     with tempfile.TemporaryDirectory(prefix="hypura-synth-cli-") as tmp:
         pairs = []
@@ -78,10 +70,7 @@ def main():
                    f"synth {' '.join(flags)}: exit {r.returncode}, stderr {r.stderr!r}; "
                    f"want exit {code} and {text!r}")
             expect(not os.path.exists(out), f"synth {' '.join(flags)} left a file behind")
-    for f in failures:
-        print(f)
-    print(f"synth_cli: {len(failures)} failures")
-    return 1 if failures else 0
+    return report("synth_cli")
 
 
 if __name__ == "__main__":
