@@ -145,10 +145,9 @@ void set_distances(std::vector<double>& inv_distance, int layer) {
 
 }  // namespace
 
-// A ghost sees the owner's accesses of a routing in the owner's order (the provider
-// touches the batch's hits, then reads its misses). It counts its own hits and misses as
-// they come, but inserts its misses only when the routing ends, into victims that the
-// routing did not use: as the provider does, so a ghost never evicts an expert that the
+// A ghost sees each routing's selected experts (begin_routing()), hits and misses alike.
+// It counts its own hits and misses as they come, but inserts its misses only when the
+// routing ends (at the next begin_routing()), into victims that the routing did not use: as the provider does, so a ghost never evicts an expert that the
 // batch still needs, which would understate the rule's hits.
 struct ExpertCache::Ghost {
   std::unique_ptr<ExpertCache> cache;
