@@ -286,14 +286,15 @@ std::function<int()> setup_bench(CLI::App& app) {
   app.add_option("-n,--n-gen", a->n_gen, "generated tokens (tg test; 0: skip)")
       ->capture_default_str();
   app.add_option("-r,--repetitions", a->reps, "timed runs per test")->capture_default_str();
-  app.add_option("-t,--threads", a->threads, "compute threads (default: physical cores)");
+  add_threads_option(app, &a->threads);
   app.add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32")->capture_default_str();
   app.add_flag("--json", a->json, "one JSON record instead of the table");
   app.add_option("--trace", a->trace, "expert-streaming mode: record the routing trace to FILE");
   add_ram_budget_option(app, &a->ram_budget);
   add_profile_option(app, &a->profile);
   app.add_flag("--no-reference", a->no_reference, "skip the memory and direct-I/O bandwidth measurements");
-  app.add_option("--context", a->context, "KV cache length (default: just enough for the tests)");
+  app.add_option("--context", a->context, "KV cache length (default: just enough for the tests)")
+      ->check(CLI::Range(int64_t{0}, kMaxContextTokens));
   app.add_flag("--baseline", a->baseline,
                "also generate the plain way (weights through mmap, no planner) and print the speed-up");
   app.add_flag("--force", a->force, "run --baseline even when the model exceeds RAM minus 4 GiB");

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -42,5 +43,17 @@ CLI::Option* add_ram_budget_option(CLI::App& app, uint64_t* bytes);
 // --profile FILE: plan with this hardware profile (`hypura profile --json` output) instead
 // of the cached one or a fresh measurement: reproducible plans, and no storage benchmark.
 CLI::Option* add_profile_option(CLI::App& app, std::string* path);
+
+// -t,--threads N: compute threads, 0 (the default) for the physical cores. Capped at
+// kMaxThreads: `run -t 100000` used to abort creating the pool; now it is a usage error.
+constexpr int kMaxThreads = 1024;
+CLI::Option* add_threads_option(CLI::App& app, int* threads);
+
+// Largest --context accepted (16M tokens): the KV cache of anything larger cannot be
+// allocated on any machine, and the planner's size arithmetic stays far from overflow.
+constexpr int64_t kMaxContextTokens = int64_t{1} << 24;
+
+// -c,--context N of run and serve: context length in tokens, 1..kMaxContextTokens.
+CLI::Option* add_context_option(CLI::App& app, int64_t* n_ctx);
 
 }  // namespace hypura::cli

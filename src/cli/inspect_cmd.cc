@@ -90,7 +90,8 @@ std::function<int()> setup_inspect(CLI::App& app) {
   app.add_option("--ram-budget", args->plan_request.ram_budget, "host memory budget for --plan, e.g. 3G");
   app.add_option("--gpu-budget", args->plan_request.gpu_budget, "GPU memory budget for --plan");
   app.add_option("--reserve", args->plan_request.reserve, "RAM left to the OS (default 2G)");
-  app.add_option("--context", args->plan_request.n_ctx, "context length for --plan (KV cache), default 4096");
+  app.add_option("--context", args->plan_request.n_ctx, "context length for --plan (KV cache), default 4096")
+      ->check(CLI::Range(int64_t{1}, kMaxContextTokens));
   return [args] { return run_inspect(*args); };
 }
 

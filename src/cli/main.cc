@@ -46,6 +46,17 @@ CLI::Option* add_profile_option(CLI::App& app, std::string* path) {
       ->check(CLI::ExistingFile);
 }
 
+CLI::Option* add_threads_option(CLI::App& app, int* threads) {
+  return app.add_option("-t,--threads", *threads, "compute threads (default: physical cores)")
+      ->check(CLI::Range(0, kMaxThreads));
+}
+
+CLI::Option* add_context_option(CLI::App& app, int64_t* n_ctx) {
+  return app.add_option("-c,--context", *n_ctx, "context length in tokens (capped by the model's trained length)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, kMaxContextTokens));
+}
+
 }  // namespace hypura::cli
 
 int main(int argc, char** argv) {

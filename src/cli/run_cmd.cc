@@ -238,9 +238,8 @@ std::function<int()> setup_run(CLI::App& app) {
   app.add_option("--seed", a->seed, "sampling seed (default: random)");
   app.add_option("--trace", a->trace, "expert-streaming mode: record the routing trace to FILE "
                  "(hypura trace-replay reads it)");
-  app.add_option("-c,--context", a->context, "context length in tokens (capped by the model's "
-                                             "trained length)")->capture_default_str();
-  app.add_option("-t,--threads", a->threads, "compute threads (default: physical cores)");
+  add_context_option(app, &a->context);
+  add_threads_option(app, &a->threads);
   app.add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32")->capture_default_str();
   add_ram_budget_option(app, &a->ram_budget);
   add_profile_option(app, &a->profile);

@@ -297,9 +297,16 @@ Status Parser::parse_array(int depth, const std::string& key, Value* out) {
                        " elements of ", value_type_name(type),
                        ", which extends past end of file (size ", cur_.size(), ")"));
   }
+  // Each element costs a 48-byte Value whatever its size in the file (48x for u8), so the
+  // count must fit the value budget before anything is reserved.
+  if (count > kMaxMetadataValues - std::min(n_values_, kMaxMetadataValues)) {
+    return corrupt(cat("array of ", quote_name(key), " at offset ", at, " has ", count,
+                       " elements: more than ", kMaxMetadataValues,
+                       " metadata values in the file"));
+  }
   out->array_type = type;
   std::vector<Value> elements;
-  elements.reserve(count);  // bounded by the file size just above
+  elements.reserve(count);  // bounded by the file size and the value budget just above
   for (uint64_t i = 0; i < count; ++i) {
     Value& v = elements.emplace_back();
     HYPURA_RETURN_IF_ERROR(parse_value(type, depth, key, &v));

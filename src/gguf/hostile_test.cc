@@ -1,6 +1,7 @@
 // The hand-made hostile corpus (tests/hostile/): every file gets exactly its expected
 // error (tests/hostile/expected.tsv), whether opened from disk or parsed from memory.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstring>
@@ -66,12 +67,9 @@ TEST(HostileCorpus, EveryFileIsListed) {
   EXPECT_EQ(n_files, cases.size());
 }
 
-// The metadata value budget stops files whose small values would cost far more memory
-// than their bytes (48-byte Values for 1-byte u8 elements).
-TEST(HostileCorpus, MetadataValueBudget) {
-  const uint64_t n = (1ull << 22) + 1;
-  // Header, one key "big" holding an array of n u8 zeros. Sized once up front (GCC 12
-  // misreports growing a vector here).
+// Header, one key "big" holding an array of n u8 zeros. Sized once up front (GCC 12
+// misreports growing a vector here).
+std::vector<uint8_t> big_u8_array_file(uint64_t n) {
   const size_t header = 24 + 8 + 3 + 4 + 4 + 8;
   std::vector<uint8_t> bytes(header + n, 0);
   size_t at = 0;
@@ -88,10 +86,38 @@ TEST(HostileCorpus, MetadataValueBudget) {
                             static_cast<uint32_t>(ValueType::UINT8)};
   put(types, sizeof(types));
   put(&n, 8);
-  auto r = GgufFile::parse(bytes, "big");
+  return bytes;
+}
+
+// The metadata value budget stops files whose small values would cost far more memory
+// than their bytes (48-byte Values for 1-byte u8 elements).
+TEST(HostileCorpus, MetadataValueBudget) {
+  auto r = GgufFile::parse(big_u8_array_file((1ull << 22) + 1), "big");
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("more than 4194304 metadata values"), std::string::npos)
       << r.status().message();
+}
+
+// In a child process: whether parsing `bytes` with `bytes_limit` of address space ends in
+// the value-budget error rather than an allocation failure.
+bool parse_fails_cleanly_within(const std::vector<uint8_t>& bytes, uint64_t bytes_limit) {
+  const rlimit limit{bytes_limit, bytes_limit};
+  setrlimit(RLIMIT_AS, &limit);
+  auto r = GgufFile::parse(bytes, "big");
+  return !r.is_ok() &&
+         r.status().message().find("30000000 elements: more than 4194304 metadata values") != std::string::npos;
+}
+
+// Issue 14: a 30M-element u8 array (30 MB of file) made the reader reserve 30M 48-byte
+// Values (1.4 GB) before the budget check, which aborted under `ulimit -v 1G`. The count
+// is now checked first: the parse fails cleanly inside a 1 GiB address space.
+TEST(HostileCorpus, HugeArrayFailsWithinOneGiB) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves more address space than the limit";
+#endif
+  const std::vector<uint8_t> bytes = big_u8_array_file(30'000'000);
+  EXPECT_EXIT(std::exit(parse_fails_cleanly_within(bytes, 1ull << 30) ? 0 : 1),
+      ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

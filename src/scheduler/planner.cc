@@ -84,6 +84,26 @@ uint64_t kv_bytes(const ModelTensors& m, const Budgets& b) {
   return m.kv_elements_per_token * static_cast<uint64_t>(b.n_ctx) * static_cast<uint64_t>(b.kv_bytes_per_element);
 }
 
+// The KV cache and work buffers grow with n_ctx, which comes from flags and the model's
+// metadata (both untrusted): a context of 2^62 tokens wrapped the products above to small
+// numbers, the plan "fit", and the allocation aborted. Refuse sizes past 2^60 bytes (far
+// beyond any machine, and sums of a few of them still cannot wrap).
+Status check_context_sizes(const ModelTensors& m, const Budgets& b) {
+  constexpr uint64_t kMaxBytes = uint64_t{1} << 60;
+  if (b.n_ctx <= 0) return invalid_argument("context length must be positive");
+  const auto n_ctx = static_cast<uint64_t>(b.n_ctx);
+  uint64_t per_token = 0, kv = 0, scores = 0;
+  const bool overflow =
+      __builtin_mul_overflow(m.kv_elements_per_token, static_cast<uint64_t>(b.kv_bytes_per_element), &per_token) ||
+      __builtin_mul_overflow(per_token, n_ctx, &kv) ||
+      __builtin_mul_overflow(static_cast<uint64_t>(std::max<int64_t>(1, m.n_head)) * 4, n_ctx, &scores);
+  if (overflow || kv > kMaxBytes || scores > kMaxBytes) {
+    return invalid_argument("context length " + std::to_string(b.n_ctx) +
+                            " is too large: its KV cache would exceed 2^60 bytes (lower --context)");
+  }
+  return Status::ok();
+}
+
 // Seconds to read one `bytes` range at queue depth 1 beyond the streaming rate: the
 // latency a demand read cannot hide (from the 1 MiB random figure; 100 us if unmeasured).
 double read_latency_s(const profiler::StorageProfile& s) {
@@ -623,6 +643,7 @@ void explain(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, 
 Result<Plan> place(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, const CostModel& c) {
   if (m.tensors.empty() || m.n_layer <= 0) return invalid_argument("model has no tensors or layers to place");
   if (p.storage.seq_read_bps <= 0) return invalid_argument("profile has no storage read bandwidth");
+  HYPURA_RETURN_IF_ERROR(check_context_sizes(m, b));
   const Limits lim = limits(p, b);
   Candidate best;
   int worse = 0;
@@ -671,6 +692,7 @@ Result<Plan> place(const ModelTensors& m, const HardwareProfile& p, const Budget
 
 Result<Plan> place_layers_in_order(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
                                    const CostModel& c) {
+  HYPURA_RETURN_IF_ERROR(check_context_sizes(m, b));
   const Limits lim = limits(p, b);
   Plan best;
   bool found = false;

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -497,6 +498,21 @@ TEST(FromGguf, GoldenMixtralGetsRolesAndAPlan) {
   auto plan = place(*m, fixture("cpu_24g.json"), Budgets{});
   ASSERT_TRUE(plan.is_ok());
   EXPECT_EQ(plan->mode, Mode::kFullResident);
+}
+
+// Issue 14: a context of 2^62 tokens (a model's context length with -c INT64_MAX) wrapped
+// the KV size to a small number, so the plan "fit" and the allocation aborted.
+TEST(Limits, HugeContextIsAnErrorNotAWrappedSize) {
+  const ModelTensors m = synthetic_model(qwen25_14b_q4km());
+  for (int64_t n_ctx : {int64_t{1} << 62, std::numeric_limits<int64_t>::max(), int64_t{1} << 50}) {
+    Budgets b;
+    b.n_ctx = n_ctx;
+    for (auto r : {place(m, fixture("cpu_24g.json"), b), place_layers_in_order(m, fixture("cpu_24g.json"), b)}) {
+      ASSERT_FALSE(r.is_ok()) << n_ctx;
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(r.status().message().find("is too large"), std::string::npos) << r.status().message();
+    }
+  }
 }
 
 }  // namespace
