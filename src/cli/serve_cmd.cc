@@ -81,8 +81,7 @@ std::function<int()> setup_serve(CLI::App& app) {
   app.add_option("--port", a->server.port, "port (11434 is Ollama's; 0: any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  app.add_option("-c,--context", a->context, "context length in tokens (capped by the model's "
-                                             "trained length)")->capture_default_str();
+  add_context_option(app, &a->context);
   app.add_option("--max-queue", a->server.max_queue,
                  "requests that may wait behind the running one; more get 503")
       ->check(CLI::Range(1, 4096))
@@ -91,8 +90,19 @@ std::function<int()> setup_serve(CLI::App& app) {
                  "largest request body in bytes; larger ones get 400")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30))
       ->capture_default_str();
+  app.add_option("--max-connections", a->server.connections.max_connections,
+                 "connections served at once (at least --max-queue + 9); idle and slow ones "
+                 "make way for new ones, and beyond that new ones get 503")
+      ->check(CLI::Range(size_t{1}, size_t{4096}))
+      ->capture_default_str();
+  app.add_option("--allow-host", a->server.allowed_hosts,
+                 "also answer requests whose Host is NAME (repeatable; '*': any). Default: IP "
+                 "addresses, localhost and --host");
+  app.add_option("--allow-origin", a->server.allowed_origins,
+                 "also answer browsers from ORIGIN, e.g. https://app.example (repeatable; '*': "
+                 "any). Default: http(s) pages on localhost and --host");
   app.add_option("--alias", a->alias, "model name to serve under (default: the file name)");
-  app.add_option("-t,--threads", a->threads, "compute threads (default: physical cores)");
+  add_threads_option(app, &a->threads);
   app.add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32")->capture_default_str();
   add_ram_budget_option(app, &a->ram_budget);
   add_profile_option(app, &a->profile);

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -21,5 +23,12 @@ inline spdlog::logger& log() {
   logger->set_level(spdlog::default_logger()->level());
   return *logger;
 }
+
+// `text` made safe for one log line: control characters (newlines, ESC and the rest of
+// C0, DEL, and C1 written in UTF-8) and bytes that are not UTF-8 become \n, \t, \xNN or
+// \u00NN escapes, and backslashes double. Wrap every user-controlled string (request
+// paths, model names, error messages quoting input) so that a client cannot forge log
+// lines or send escape sequences to an operator's terminal.
+std::string log_escape(std::string_view text);
 
 }  // namespace hypura

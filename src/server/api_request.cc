@@ -412,13 +412,45 @@ Status parse_openai_completion(const json& body, const RequestLimits& limits,
   return get_int(body, "best_of", "", 1, 1, &best_of);
 }
 
-}  // namespace
-
-Result<GenerationRequest> parse_generation_request(Api api, std::string_view body,
-                                                   const RequestLimits& limits) {
+// The body as a JSON object, or the 400 that says why not.
+Result<json> parse_body_object(std::string_view body) {
+  if (!json_depth_within(body, kMaxJsonDepth)) {
+    return invalid_argument("request body nests deeper than " + std::to_string(kMaxJsonDepth) +
+                            " levels");
+  }
   json doc = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return invalid_argument("invalid JSON in request body");
   if (!doc.is_object()) return invalid_argument("request body must be a JSON object");
+  return doc;
+}
+
+}  // namespace
+
+bool json_depth_within(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character cannot end the string
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return false;
+    } else if (c == ']' || c == '}') {
+      --depth;  // unbalanced text is the parser's to reject
+    }
+  }
+  return true;
+}
+
+Result<GenerationRequest> parse_generation_request(Api api, std::string_view body,
+                                                   const RequestLimits& limits) {
+  HYPURA_ASSIGN_OR_RETURN(json doc, parse_body_object(body));
   GenerationRequest req;
   req.api = api;
   Status st;
@@ -433,9 +465,7 @@ Result<GenerationRequest> parse_generation_request(Api api, std::string_view bod
 }
 
 Result<std::string> parse_show_request(std::string_view body) {
-  json doc = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return invalid_argument("invalid JSON in request body");
-  if (!doc.is_object()) return invalid_argument("request body must be a JSON object");
+  HYPURA_ASSIGN_OR_RETURN(json doc, parse_body_object(body));
   std::string model;
   HYPURA_RETURN_IF_ERROR(get_string(doc, "name", "", &model));
   HYPURA_RETURN_IF_ERROR(get_string(doc, "model", "", &model));

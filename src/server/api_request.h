@@ -71,6 +71,14 @@ struct RequestLimits {
   size_t max_messages = 4096;
 };
 
+// Deepest nesting of arrays and objects a body may have. nlohmann's parser builds a value
+// per bracket: 4 MB of '[' cost ~90x its size, so deeper bodies are refused before parsing.
+constexpr int kMaxJsonDepth = 64;
+
+// Whether `text`'s arrays and objects nest at most max_depth deep. A scan of brackets
+// outside strings, no allocation; says nothing else about the text's validity.
+bool json_depth_within(std::string_view text, int max_depth);
+
 // Parses a request body of the given API. Errors are kInvalidArgument with a message
 // fit for the client (e.g. `"options.top_k": expected an integer`).
 Result<GenerationRequest> parse_generation_request(Api api, std::string_view body,

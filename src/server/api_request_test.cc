@@ -180,5 +180,25 @@ TEST(ApiRequest, ShowAndNames) {
   EXPECT_EQ(normalize_model_name(":latest"), ":latest");
 }
 
+// Issue 14: 4 MB of '[' made nlohmann's parser build millions of nested values (~90x the
+// body) before failing. Nesting is bounded before parsing, on both parsers.
+TEST(ApiRequest, DeepNestingIsRefusedBeforeParsing) {
+  const std::string brackets(4u << 20, '[');
+  EXPECT_NE(parse_error(Api::kOllamaChat, brackets).find("nests deeper than 64 levels"), std::string::npos);
+  auto show = parse_show_request(brackets);
+  ASSERT_FALSE(show.is_ok());
+  EXPECT_NE(show.status().message().find("nests deeper"), std::string::npos);
+
+  auto nested = [](int depth) {
+    return R"({"model": "m", "prompt": "hi", "x": )" + std::string(depth - 1, '[') +
+           std::string(depth - 1, ']') + "}";
+  };
+  parse_ok(Api::kOllamaGenerate, nested(kMaxJsonDepth));
+  EXPECT_NE(parse_error(Api::kOllamaGenerate, nested(kMaxJsonDepth + 1)).find("nests deeper"),
+            std::string::npos);
+  // Brackets inside strings (escaped quotes included) are text, not nesting.
+  parse_ok(Api::kOllamaGenerate, R"({"model": "m", "prompt": "\"[[[)" + std::string(100, '[') + "\"}");
+}
+
 }  // namespace
 }  // namespace hypura::server

@@ -3,13 +3,16 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <random>
 
+#include "common/log.h"
 #include "server/api_request.h"
 #include "server/api_response.h"
 #include "server/generation_worker.h"
+#include "server/host_policy.h"
 #include "server/prompt.h"
 
 namespace hypura::server {
@@ -29,9 +32,17 @@ struct RequestLog {
   Clock::time_point start;
   std::string detail;
 };
-thread_local RequestLog t_log;
+thread_local RequestLog t_log{Clock::now(), {}};  // reset after each request by the logger
 
 bool is_openai_path(const std::string& path) { return path.rfind("/v1/", 0) == 0; }
+
+// The server's ConnectionLimits: enough connections for every request that can be in
+// flight (queue + running) plus a few for listings and health checks.
+ConnectionLimits connection_limits(const ServerOptions& o) {
+  ConnectionLimits limits = o.connections;
+  limits.max_connections = std::max(limits.max_connections, o.max_queue + 1 + 8);
+  return limits;
+}
 
 // One streaming or non-streaming generation response in progress.
 struct Exchange {
@@ -48,10 +59,13 @@ struct Exchange {
 struct HttpServer::Impl {
   Impl(runtime::Engine& engine, ModelInfo info, ServerOptions options)
       : engine(engine), info(std::move(info)), options(std::move(options)),
-        worker(engine, this->options.max_queue), seeds(std::random_device{}()) {}
+        policy{this->options.host, this->options.allowed_hosts, this->options.allowed_origins},
+        svr(connection_limits(this->options)), worker(engine, this->options.max_queue),
+        seeds(std::random_device{}()) {}
 
   void setup();
   void setup_hooks();
+  bool refuse_foreign(const httplib::Request& req, httplib::Response& res);
   void setup_routes();
   bool model_matches(const std::string& requested) const;
   void reply_error(httplib::Response& res, Api api, int status, const std::string& message);
@@ -66,7 +80,8 @@ struct HttpServer::Impl {
   runtime::Engine& engine;
   const ModelInfo info;
   const ServerOptions options;
-  httplib::Server svr;
+  const HostPolicy policy;
+  GuardedServer svr;
   GenerationWorker worker;
   int port = 0;
   std::atomic<bool> stopping{false};
@@ -97,6 +112,7 @@ Status HttpServer::bind() {
     }
     s.port = s.options.port;
   }
+  if (!s.svr.raise_listen_backlog()) return io_error("cannot listen on " + s.options.host);
   return Status::ok();
 }
 
@@ -118,17 +134,16 @@ void HttpServer::shutdown() {
 }
 
 void HttpServer::Impl::setup() {
-  const size_t n_threads = options.max_queue + 1 + static_cast<size_t>(options.extra_http_threads);
-  svr.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
   svr.set_payload_max_length(options.max_body_bytes);
   setup_hooks();
   setup_routes();
 }
 
 void HttpServer::Impl::setup_hooks() {
-  svr.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     t_log = RequestLog{Clock::now(), {}};
-    return httplib::Server::HandlerResponse::Unhandled;
+    return refuse_foreign(req, res) ? httplib::Server::HandlerResponse::Handled
+                                    : httplib::Server::HandlerResponse::Unhandled;
   });
   // Errors that httplib produces itself (unknown path, oversized body, malformed HTTP)
   // get JSON bodies too; an oversized body is a bad request like any other (400).
@@ -136,7 +151,15 @@ void HttpServer::Impl::setup_hooks() {
     if (!res.body.empty()) return;
     const Api dialect = is_openai_path(req.path) ? Api::kOpenAiChat : Api::kOllamaChat;
     std::string message = "HTTP error " + std::to_string(res.status);
-    if (res.status == 413) {
+    if (GuardedServer::request_fault() == RequestFault::kHeadersTooLarge) {
+      res.status = 431;
+      message = "request headers are larger than " + std::to_string(options.connections.max_header_bytes) +
+                " bytes or " + std::to_string(options.connections.max_header_count) + " lines";
+    } else if (GuardedServer::request_fault() == RequestFault::kTimeout) {
+      res.status = 408;
+      message = "request not received in time";
+      res.set_header("Connection", "close");
+    } else if (res.status == 413) {
       res.status = 400;
       message = "request body is larger than " + std::to_string(options.max_body_bytes) +
                 " bytes (--max-body)";
@@ -154,18 +177,36 @@ void HttpServer::Impl::setup_hooks() {
       what = e.what();
     } catch (...) {
     }
-    spdlog::error("{} {}: {}", req.method, req.path, what);
+    spdlog::error("{} {}: {}", req.method, log_escape(req.path), log_escape(what));
     res.status = 500;
     res.set_content(ollama_error(what), "application/json");
   });
   svr.set_logger([](const httplib::Request& req, const httplib::Response& res) {
     double ms = std::chrono::duration<double, std::milli>(Clock::now() - t_log.start).count();
-    spdlog::info("{} \"{} {}\" {} {:.1f}ms{}{}", req.remote_addr, req.method, req.path,
-                 res.status, ms, t_log.detail.empty() ? "" : " ", t_log.detail);
+    spdlog::info("{} \"{} {}\" {} {:.1f}ms{}{}", req.remote_addr, log_escape(req.method),
+                 log_escape(req.path), res.status, ms, t_log.detail.empty() ? "" : " ",
+                 log_escape(t_log.detail));
     // Requests httplib rejects before routing (malformed HTTP) skip the pre-routing hook:
     // start them clean.
     t_log = RequestLog{Clock::now(), {}};
   });
+}
+
+// 403 for a Host other than ours (DNS rebinding) or a browser Origin we do not trust
+// (cross-site requests), before the body is read. host_policy.h has the rules.
+bool HttpServer::Impl::refuse_foreign(const httplib::Request& req, httplib::Response& res) {
+  const Api dialect = is_openai_path(req.path) ? Api::kOpenAiChat : Api::kOllamaChat;
+  if (!host_allowed(policy, req.get_header_value("Host"))) {
+    reply_error(res, dialect, 403, "Host \"" + req.get_header_value("Host") +
+                                       "\" is not allowed (hypura serve --allow-host NAME)");
+    return true;
+  }
+  if (!origin_allowed(policy, req.get_header_value("Origin"))) {
+    reply_error(res, dialect, 403, "Origin \"" + req.get_header_value("Origin") +
+                                       "\" is not allowed (hypura serve --allow-origin ORIGIN)");
+    return true;
+  }
+  return false;
 }
 
 void HttpServer::Impl::setup_routes() {

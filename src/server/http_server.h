@@ -18,9 +18,12 @@
 // chunked too, so the same check covers them (the status line is sent only after every
 // check that can fail has passed).
 //
-// Limits (ServerOptions): body size (default 4 MiB: 400 beyond), queue depth (default 16
-// waiting requests: 503 beyond). HTTP threads: one per request that can be in flight
-// (queue + running) plus a few for listings, created at start.
+// Limits (ServerOptions; docs/SERVER.md "HTTP limits"): body size (default 4 MiB: 400
+// beyond), queue depth (default 16 waiting requests: 503 beyond), connections, header
+// size and timeouts (ConnectionLimits, enforced by GuardedServer: connection_guard.h),
+// JSON nesting (api_request.h), and the Host / Origin policy (host_policy.h: 403).
+// HTTP threads: max_connections, at least one per request that can be in flight (queue +
+// running) plus a few for listings, created at start.
 //
 // Thread-safety: run() blocks on one thread; shutdown() may be called from any thread
 // (a signal-watching thread, a test). The Engine must outlive the server.
@@ -30,9 +33,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "runtime/session.h"
+#include "server/connection_guard.h"
 #include "server/model_info.h"
 
 namespace hypura::server {
@@ -42,7 +47,9 @@ struct ServerOptions {
   int port = 8080;                        // 0: any free port (tests)
   size_t max_queue = 16;                  // requests waiting behind the running one
   size_t max_body_bytes = 4u << 20;       // larger request bodies get 400
-  int extra_http_threads = 8;             // for listings and rejections beyond the queue
+  ConnectionLimits connections;           // raised to max_queue + 9 connections if lower
+  std::vector<std::string> allowed_hosts;    // --allow-host: more Host names ("*": any)
+  std::vector<std::string> allowed_origins;  // --allow-origin: more Origins ("*": any)
 };
 
 class HttpServer {

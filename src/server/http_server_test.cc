@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "server/testing/fake_engine.h"
+#include "server/testing/server_fixture.h"
 
 namespace hypura::server {
 namespace {
@@ -15,54 +16,7 @@ namespace {
 using json = nlohmann::json;
 using testing::FakeConfig;
 using testing::FakeEngine;
-
-class ServerTest : public ::testing::Test {
- protected:
-  void start(FakeConfig config = {}, ServerOptions options = {}) {
-    engine_ = std::make_unique<FakeEngine>(config);
-    ModelInfo info;
-    info.name = "fake:latest";
-    info.family = "fake";
-    info.context_length = config.n_ctx;
-    info.model_info = {{"general.architecture", "fake"}};
-    options.port = 0;
-    server_ = std::make_unique<HttpServer>(*engine_, info, options);
-    ASSERT_TRUE(server_->bind().is_ok());
-    thread_ = std::thread([this] { server_->run(); });
-    for (int i = 0; i < 200 && !client().Get("/"); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  }
-  void TearDown() override {
-    if (server_) server_->shutdown();
-    if (thread_.joinable()) thread_.join();
-  }
-  httplib::Client client() {
-    httplib::Client c("127.0.0.1", server_->port());
-    c.set_read_timeout(10, 0);
-    return c;
-  }
-  // POSTs with a callback that sees the body as it arrives; returning false hangs up.
-  httplib::Result post_streaming(const std::string& path, const json& body,
-                                 std::function<bool(const char*, size_t)> on_data) {
-    httplib::Request req;
-    req.method = "POST";
-    req.path = path;
-    req.body = body.dump();
-    req.set_header("Content-Type", "application/json");
-    req.content_receiver = [on_data](const char* data, size_t n, uint64_t, uint64_t) {
-      return on_data(data, n);
-    };
-    return client().send(req);
-  }
-  httplib::Result post(const std::string& path, const json& body) {
-    return client().Post(path.c_str(), body.dump(), "application/json");
-  }
-
-  std::unique_ptr<FakeEngine> engine_;
-  std::unique_ptr<HttpServer> server_;
-  std::thread thread_;
-};
+using testing::ServerTest;
 
 std::vector<json> ndjson(const std::string& body) {
   std::vector<json> lines;

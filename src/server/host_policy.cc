@@ -1,0 +1,93 @@
+#include "server/host_policy.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+
+namespace hypura::server {
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  return out;
+}
+
+// Whether `list` holds `item`, ignoring case.
+bool contains(const std::vector<std::string>& list, const std::string& item) {
+  return std::any_of(list.begin(), list.end(), [&](const std::string& e) { return lower(e) == item; });
+}
+
+// The host part of "host", "host:port", "[v6]" or "[v6]:port", lower case, brackets
+// and a trailing dot removed. An unbracketed address with several colons is an IPv6
+// literal without a port.
+std::string host_part(std::string_view authority) {
+  std::string_view host = authority;
+  if (!host.empty() && host.front() == '[') {
+    const size_t close = host.find(']');
+    host = close == std::string_view::npos ? host.substr(1) : host.substr(1, close - 1);
+  } else if (const size_t colon = host.find(':'); colon != std::string_view::npos &&
+                                                  host.find(':', colon + 1) == std::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  if (!host.empty() && host.back() == '.') host.remove_suffix(1);
+  return lower(host);
+}
+
+bool is_ip_literal(const std::string& host, bool* loopback) {
+  std::array<unsigned char, 16> addr{};
+  if (inet_pton(AF_INET, host.c_str(), addr.data()) == 1) {
+    *loopback = addr[0] == 127;
+    return true;
+  }
+  if (inet_pton(AF_INET6, host.c_str(), addr.data()) == 1) {
+    static constexpr std::array<unsigned char, 16> kV6Loopback{0, 0, 0, 0, 0, 0, 0, 0,
+                                                                0, 0, 0, 0, 0, 0, 0, 1};
+    *loopback = addr == kV6Loopback;
+    return true;
+  }
+  return false;
+}
+
+bool is_localhost_name(const std::string& host) {
+  constexpr std::string_view kSuffix = ".localhost";
+  return host == "localhost" ||
+         (host.size() > kSuffix.size() && host.compare(host.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0);
+}
+
+bool is_bind_host(const HostPolicy& policy, const std::string& host) {
+  const std::string bind = host_part(policy.bind_host);
+  return !bind.empty() && bind != "0.0.0.0" && bind != "::" && host == bind;
+}
+
+}  // namespace
+
+bool host_allowed(const HostPolicy& policy, std::string_view host_header) {
+  if (host_header.empty() || contains(policy.allowed_hosts, "*")) return true;
+  const std::string host = host_part(host_header);
+  bool loopback = false;
+  return is_ip_literal(host, &loopback) || is_localhost_name(host) || is_bind_host(policy, host) ||
+         contains(policy.allowed_hosts, host);
+}
+
+bool origin_allowed(const HostPolicy& policy, std::string_view origin_header) {
+  const std::string origin = lower(origin_header);
+  if (origin.empty() || contains(policy.allowed_origins, "*") || contains(policy.allowed_origins, origin)) {
+    return true;
+  }
+  size_t authority = 0;
+  if (origin.rfind("http://", 0) == 0) {
+    authority = 7;
+  } else if (origin.rfind("https://", 0) == 0) {
+    authority = 8;
+  } else {
+    return false;  // "null", file:, extensions' schemes: only by --allow-origin
+  }
+  const std::string host = host_part(std::string_view(origin).substr(authority));
+  bool loopback = false;
+  return (is_ip_literal(host, &loopback) && loopback) || is_localhost_name(host) || is_bind_host(policy, host);
+}
+
+}  // namespace hypura::server

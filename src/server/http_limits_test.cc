@@ -1,0 +1,211 @@
+// The HTTP limits of issue 14 over loopback (docs/SERVER.md "HTTP limits"): slow and idle
+// clients, header budget and deadlines, connection admission, Host and Origin.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "server/host_policy.h"
+#include "server/testing/server_fixture.h"
+
+namespace hypura::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using testing::ServerTest;
+
+// A raw client socket, for requests httplib's client will not send.
+class RawConnection {
+ public:
+  explicit RawConnection(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  }
+  ~RawConnection() { ::close(fd_); }
+  RawConnection(RawConnection&& o) noexcept : fd_(o.fd_), connected_(o.connected_) { o.fd_ = -1; }
+
+  bool connected() const { return connected_; }
+  void send(const std::string& s) { (void)!::send(fd_, s.data(), s.size(), MSG_NOSIGNAL); }
+  // What the server sends until it closes or `wait` passes.
+  std::string receive(milliseconds wait) {
+    std::string out;
+    const auto deadline = Clock::now() + wait;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+      pollfd p{fd_, POLLIN, 0};
+      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return out;
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        closed_ = true;
+        return out;
+      }
+      out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  bool closed() const { return closed_; }
+
+ private:
+  int fd_;
+  bool connected_ = false;
+  bool closed_ = false;
+};
+
+std::string status_line(const std::string& reply) { return reply.substr(0, reply.find("\r\n")); }
+
+class LimitsTest : public ServerTest {
+ protected:
+  // Seconds /api/version takes to answer; fails the test when it does not.
+  double version_seconds() {
+    const auto t0 = Clock::now();
+    auto res = client().Get("/api/version");
+    EXPECT_TRUE(res && res->status == 200);
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  std::vector<RawConnection> open(size_t n, const std::string& first_bytes = "") {
+    std::vector<RawConnection> conns;
+    for (size_t i = 0; i < n; ++i) {
+      conns.emplace_back(server_->port());
+      EXPECT_TRUE(conns.back().connected());
+      if (!first_bytes.empty()) conns.back().send(first_bytes);
+    }
+    return conns;
+  }
+};
+
+// Issue 14: 30 connections sending headers slowly kept /api/version unanswered for 25 s,
+// 100 idle connections delayed it 19.5 s. With the default limits it answers at once.
+TEST_F(LimitsTest, SlowAndIdleClientsDoNotDelayHealthChecks) {
+  start();
+  auto idle = open(100);
+  auto slow = open(30, "GET /api/version HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a");
+  std::this_thread::sleep_for(milliseconds(200));  // all accepted
+  double worst = 0;
+  for (int i = 0; i < 5; ++i) worst = std::max(worst, version_seconds());
+  EXPECT_LT(worst, 0.5);
+}
+
+// A connection evicted or timed out ends; a full server of busy connections answers 503.
+TEST_F(LimitsTest, HeaderAndIdleDeadlines) {
+  ServerOptions options;
+  options.connections.header_timeout = milliseconds(300);
+  options.connections.idle_timeout = milliseconds(300);
+  start({}, options);
+  RawConnection slow(server_->port()), idle(server_->port());
+  slow.send("GET /api/version HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a");
+  const auto t0 = Clock::now();
+  const std::string reply = slow.receive(milliseconds(3000));
+  EXPECT_EQ(status_line(reply), "HTTP/1.1 408 Request Timeout");
+  EXPECT_TRUE(slow.closed());
+  EXPECT_EQ(idle.receive(milliseconds(3000)), "");
+  EXPECT_TRUE(idle.closed());
+  EXPECT_LT(Clock::now() - t0, milliseconds(2000));
+}
+
+// Issue 14: a million headers took 250 MB. The line and header budget gives 431.
+TEST_F(LimitsTest, TooManyOrTooLargeHeadersGet431) {
+  start();
+  for (auto [count, size] : {std::pair{1000, 8}, std::pair{20, 8000}}) {
+    RawConnection c(server_->port());
+    std::string request = "GET /api/version HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    for (int i = 0; i < count; ++i) request += "X-H" + std::to_string(i) + ": " + std::string(size, 'b') + "\r\n";
+    c.send(request + "\r\n");
+    const std::string reply = c.receive(milliseconds(3000));
+    EXPECT_EQ(status_line(reply), "HTTP/1.1 431 Request Header Fields Too Large") << count;
+    EXPECT_NE(reply.find("request headers are larger than 65536 bytes or 100 lines"), std::string::npos);
+  }
+  // Within the budget: fine.
+  RawConnection ok(server_->port());
+  std::string request = "GET /api/version HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+  for (int i = 0; i < 90; ++i) request += "X-H" + std::to_string(i) + ": v\r\n";
+  ok.send(request + "\r\n");
+  EXPECT_EQ(status_line(ok.receive(milliseconds(3000))), "HTTP/1.1 200 OK");
+}
+
+// More connections than threads: idle ones make way; when every connection is busy
+// (here: sending a body) a newcomer gets 503 at once instead of waiting in a queue.
+TEST_F(LimitsTest, FullServerEvictsIdleConnectionsThenAnswers503) {
+  ServerOptions options;
+  options.max_queue = 1;
+  options.connections.max_connections = 10;  // the least max_queue allows
+  start({}, options);
+  {
+    auto idle = open(40);
+    std::this_thread::sleep_for(milliseconds(200));
+    EXPECT_LT(version_seconds(), 0.5);
+  }
+  auto busy = open(10, "POST /api/show HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{");
+  std::this_thread::sleep_for(milliseconds(200));
+  RawConnection late(server_->port());
+  late.send("GET /api/version HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  const std::string reply = late.receive(milliseconds(2000));
+  EXPECT_EQ(status_line(reply), "HTTP/1.1 503 Service Unavailable");
+  EXPECT_NE(reply.find("too many connections"), std::string::npos);
+}
+
+// Issue 14: any web page could POST to /api/generate, and DNS rebinding could read replies.
+TEST_F(LimitsTest, ForeignHostOrOriginGets403) {
+  start();
+  auto get = [&](httplib::Headers headers) {
+    auto res = client().Get("/api/version", headers);
+    return res ? res->status : -1;
+  };
+  const std::string port = std::to_string(server_->port());
+  EXPECT_EQ(get({{"Host", "localhost:" + port}}), 200);
+  EXPECT_EQ(get({{"Host", "evil.example:" + port}}), 403);
+  EXPECT_EQ(get({{"Origin", "http://127.0.0.1:" + port}}), 200);
+  EXPECT_EQ(get({{"Origin", "https://evil.example"}}), 403);
+  auto res = client().Post("/api/generate", {{"Origin", "https://evil.example"}},
+                           R"({"model": "fake", "prompt": "hi"})", "text/plain");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 403);
+  EXPECT_NE(res->body.find("--allow-origin"), std::string::npos);
+}
+
+TEST_F(LimitsTest, AllowFlagsWidenTheHostAndOriginPolicy) {
+  ServerOptions options;
+  options.allowed_hosts = {"box.lan"};
+  options.allowed_origins = {"https://App.Example"};
+  start({}, options);
+  auto res = client().Get("/api/version", {{"Host", "BOX.lan:8080"}, {"Origin", "https://app.example"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+}
+
+TEST(HostPolicy, Hosts) {
+  HostPolicy p{"myhost", {}, {}};
+  for (const char* ok : {"", "127.0.0.1", "127.0.0.1:8080", "[::1]:80", "::1", "localhost",
+                         "LOCALHOST:1", "a.localhost", "localhost.", "192.168.1.5:11434", "myhost:1"}) {
+    EXPECT_TRUE(host_allowed(p, ok)) << ok;
+  }
+  for (const char* bad : {"evil.example", "evil.example:8080", "localhost.evil.example", "myhost.evil",
+                          "127.0.0.1.nip.io"}) {
+    EXPECT_FALSE(host_allowed(p, bad)) << bad;
+  }
+  EXPECT_TRUE(host_allowed(HostPolicy{"127.0.0.1", {"*"}, {}}, "evil.example"));
+}
+
+TEST(HostPolicy, Origins) {
+  HostPolicy p{"0.0.0.0", {}, {"vscode-webview://abc"}};
+  for (const char* ok : {"", "http://localhost:3000", "https://127.0.0.1", "http://[::1]:8080",
+                         "http://app.localhost", "vscode-webview://abc"}) {
+    EXPECT_TRUE(origin_allowed(p, ok)) << ok;
+  }
+  for (const char* bad : {"null", "https://evil.example", "http://192.168.1.5", "file://", "http://0.0.0.0",
+                          "http://localhost.evil.example"}) {
+    EXPECT_FALSE(origin_allowed(p, bad)) << bad;
+  }
+  EXPECT_TRUE(origin_allowed(HostPolicy{"10.0.0.2", {}, {}}, "http://10.0.0.2:8080"));
+}
+
+}  // namespace
+}  // namespace hypura::server
