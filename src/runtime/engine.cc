@@ -190,8 +190,9 @@ Result<std::vector<int32_t>> ResidentEngine::tokenize_chat(const std::vector<Cha
     }
     msgs.push_back({m.role, m.content});
   }
-  const std::string text = chat_->render(msgs, add_generation_prompt);
-  return tokenizer_->encode(text, /*add_special=*/true, /*parse_special=*/true);
+  // Special tokens are parsed in the template's text only, never inside a message.
+  HYPURA_ASSIGN_OR_RETURN(tokenizer::PromptText prompt, chat_->render(msgs, add_generation_prompt));
+  return tokenizer_->encode(prompt, /*add_special=*/true);
 }
 
 ResidentSession::ResidentSession(ResidentEngine& engine)

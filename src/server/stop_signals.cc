@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -29,6 +31,21 @@ void install(void (*handler)(int)) {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
+// The graceful stop waits for the running generation to reach its next token and for
+// open responses to end; a prompt's prefill or a chat-template render can take longer
+// than that (a hostile template is bounded by RenderLimits, not by the signal). So the
+// signal also arms this: whatever still runs after kHardStop, the process exits 0.
+constexpr auto kHardStop = std::chrono::milliseconds(4500);
+
+void arm_hard_stop() {
+  std::thread([] {
+    std::this_thread::sleep_for(kHardStop);
+    constexpr char kMsg[] = "stop signal: still busy after 4.5 s; exiting now\n";
+    [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
+    std::_Exit(0);
+  }).detach();
+}
+
 }  // namespace
 
 int serve_until_stopped(HttpServer& server) {
@@ -45,6 +62,7 @@ int serve_until_stopped(HttpServer& server) {
     if (signo == 0) return;  // woken by serve_until_stopped itself
     spdlog::info("{}: stopping (cancelling in-flight requests)", strsignal(signo));
     signalled = true;
+    arm_hard_stop();
     server.shutdown();
   });
   server.run();

@@ -5,6 +5,8 @@
 // earlier), serves, and on a signal calls HttpServer::shutdown() from a watcher thread:
 // stop accepting, cancel in-flight generations, let open responses end, return. The
 // handler only writes one byte to a pipe (async-signal-safe); the watcher does the rest.
+// Whatever still runs 4.5 s after the signal (a long prefill, a slow template render),
+// the process then exits 0 at once: a stop signal always ends it within 5 s.
 //
 // Thread-safety: call from the main thread, once per process at a time.
 #pragma once

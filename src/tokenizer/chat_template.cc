@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <ctime>
 
 #include "tokenizer/jinja.h"
@@ -54,6 +55,25 @@ std::string today_for_llama3() {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%d %b %Y", &tm);
   return buf;
+}
+
+// trim() of a text that mixes template text and data.
+PromptText trim(const PromptText& p) {
+  constexpr std::string_view kSpace = " \t\n\r\f\v";
+  const size_t b = p.text.find_first_not_of(kSpace);
+  if (b == std::string::npos) return {};
+  return p.slice(b, p.text.find_last_not_of(kSpace) + 1);
+}
+
+bool is_known_role(std::string_view role) {
+  return role == "system" || role == "user" || role == "assistant";
+}
+
+// The roles callers validate are template text (they make up markers like <|user|>);
+// any other role string came from outside and is data.
+void append_role(PromptText& out, std::string_view role) {
+  if (is_known_role(role)) out.append_template(role);
+  else out.append_data(role);
 }
 
 // Splits off a leading system message: returns its content (or "") and the rest.
@@ -138,26 +158,29 @@ ChatTemplate ChatTemplate::for_tokenizer(const Tokenizer& tok) {
   return from_text("", bos, eos, add_bos);
 }
 
-std::string ChatTemplate::render(std::span<const ChatMessage> m, bool gen) const {
+Result<PromptText> ChatTemplate::render(std::span<const ChatMessage> m, bool gen) const {
+  PromptText out;
+  if (family_ != ChatFamily::kChatml && family_ != ChatFamily::kJinja) out.append_template(leading_bos_);
   switch (family_) {
-    case ChatFamily::kChatml: return render_chatml(m, gen);
-    case ChatFamily::kLlama3: return leading_bos_ + render_llama3(m, gen);
-    case ChatFamily::kGemma: return leading_bos_ + render_gemma(m, gen);
-    case ChatFamily::kLlama2: return leading_bos_ + render_llama2(m, gen);
-    case ChatFamily::kMistral: return leading_bos_ + render_mistral(m, gen);
-    case ChatFamily::kPhi3: return leading_bos_ + render_phi3(m, gen);
-    case ChatFamily::kZephyr: return leading_bos_ + render_zephyr(m, gen);
+    case ChatFamily::kChatml: render_chatml(m, gen, out); break;
+    case ChatFamily::kLlama3: render_llama3(m, gen, out); break;
+    case ChatFamily::kGemma: render_gemma(m, gen, out); break;
+    case ChatFamily::kLlama2: render_llama2(m, gen, out); break;
+    case ChatFamily::kMistral: render_mistral(m, gen, out); break;
+    case ChatFamily::kPhi3: render_phi3(m, gen, out); break;
+    case ChatFamily::kZephyr: render_zephyr(m, gen, out); break;
     case ChatFamily::kJinja: return render_jinja(m, gen);
   }
-  return "";
+  return out;
 }
 
-std::string ChatTemplate::render_continuation(std::span<const ChatMessage> messages, size_t n_old,
-                                              bool add_generation_prompt, bool* prefix_ok) const {
-  const std::string full = render(messages, add_generation_prompt);
-  const std::string old = render(messages.first(std::min(n_old, messages.size())), false);
-  *prefix_ok = full.starts_with(old);
-  return *prefix_ok ? full.substr(old.size()) : full;
+Result<PromptText> ChatTemplate::render_continuation(std::span<const ChatMessage> messages,
+                                                     size_t n_old, bool add_generation_prompt,
+                                                     bool* prefix_ok) const {
+  HYPURA_ASSIGN_OR_RETURN(PromptText full, render(messages, add_generation_prompt));
+  HYPURA_ASSIGN_OR_RETURN(PromptText old, render(messages.first(std::min(n_old, messages.size())), false));
+  *prefix_ok = full.text.starts_with(old.text);
+  return *prefix_ok ? full.slice(old.text.size()) : full;
 }
 
 std::string ChatTemplate::end_of_turn() const {
@@ -170,13 +193,15 @@ std::string ChatTemplate::end_of_turn() const {
   }
 }
 
+// The renderers below write the template's markers with append_template and everything
+// that comes from a message (role, content) with append_data.
+
 // <|im_start|>{role}\n{content}<|im_end|>\n per message; the template's default system
 // prompt first when the conversation does not start with a system message. Qwen3-style
 // templates keep only the answer (after </think>) of replies before the last user turn.
-std::string ChatTemplate::render_chatml(std::span<const ChatMessage> m, bool gen) const {
-  std::string out;
+void ChatTemplate::render_chatml(std::span<const ChatMessage> m, bool gen, PromptText& out) const {
   if (!default_system_.empty() && !m.empty() && m.front().role != "system") {
-    out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
+    out.append_template("<|im_start|>system\n" + default_system_ + "<|im_end|>\n");
   }
   size_t last_user = 0;
   for (size_t i = 0; i < m.size(); ++i) {
@@ -191,127 +216,163 @@ std::string ChatTemplate::render_chatml(std::span<const ChatMessage> m, bool gen
       content.remove_prefix(think_end + 8);
       while (content.starts_with('\n')) content.remove_prefix(1);
     }
-    out += "<|im_start|>" + m[i].role + "\n" + std::string(content) + "<|im_end|>\n";
+    out.append_template("<|im_start|>");
+    append_role(out, m[i].role);
+    out.append_template("\n");
+    out.append_data(content);
+    out.append_template("<|im_end|>\n");
   }
-  if (gen) out += "<|im_start|>assistant\n";
-  return out;
+  if (gen) out.append_template("<|im_start|>assistant\n");
 }
 
 // Llama 3.0: header + trimmed content + <|eot_id|> per message. Llama 3.1+: the system
 // block always comes first, with the knowledge/today dates before the system text.
-std::string ChatTemplate::render_llama3(std::span<const ChatMessage> m, bool gen) const {
-  std::string out;
+void ChatTemplate::render_llama3(std::span<const ChatMessage> m, bool gen, PromptText& out) const {
   if (llama3_date_header_) {
     bool has_system = false;
     const std::string system = trim(take_system(m, &has_system));
-    out += "<|start_header_id|>system<|end_header_id|>\n\n";
-    out += "Cutting Knowledge Date: December 2023\nToday Date: ";
-    out += date_.empty() ? today_for_llama3() : date_;
-    out += "\n\n" + system + "<|eot_id|>";
+    out.append_template("<|start_header_id|>system<|end_header_id|>\n\n");
+    out.append_template("Cutting Knowledge Date: December 2023\nToday Date: ");
+    out.append_template(date_.empty() ? today_for_llama3() : date_);
+    out.append_template("\n\n");
+    out.append_data(system);
+    out.append_template("<|eot_id|>");
   }
   for (const auto& msg : m) {
-    out += "<|start_header_id|>" + msg.role + "<|end_header_id|>\n\n" + trim(msg.content) +
-           "<|eot_id|>";
+    out.append_template("<|start_header_id|>");
+    append_role(out, msg.role);
+    out.append_template("<|end_header_id|>\n\n");
+    out.append_data(trim(msg.content));
+    out.append_template("<|eot_id|>");
   }
-  if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-  return out;
+  if (gen) out.append_template("<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 // Gemma 3: system text + "\n\n" opens the first turn; assistant is called "model".
-std::string ChatTemplate::render_gemma(std::span<const ChatMessage> m, bool gen) const {
+void ChatTemplate::render_gemma(std::span<const ChatMessage> m, bool gen, PromptText& out) const {
   bool has_system = false;
   const std::string_view system = take_system(m, &has_system);
-  std::string out;
   for (size_t i = 0; i < m.size(); ++i) {
-    const std::string& role = m[i].role == "assistant" ? "model" : m[i].role;
-    out += "<start_of_turn>" + role + "\n";
-    if (i == 0 && has_system) out += std::string(system) + "\n\n";
-    out += trim(m[i].content) + "<end_of_turn>\n";
+    out.append_template("<start_of_turn>");
+    if (m[i].role == "assistant") out.append_template("model");
+    else append_role(out, m[i].role);
+    out.append_template("\n");
+    if (i == 0 && has_system) {
+      out.append_data(system);
+      out.append_template("\n\n");
+    }
+    out.append_data(trim(m[i].content));
+    out.append_template("<end_of_turn>\n");
   }
-  if (gen) out += "<start_of_turn>model\n";
-  return out;
+  if (gen) out.append_template("<start_of_turn>model\n");
 }
 
 // Llama 2: every user turn opens with BOS; the system block sits inside the first one.
 // The template has no generation prompt: "[/INST]" already hands over.
-std::string ChatTemplate::render_llama2(std::span<const ChatMessage> m, bool /*gen*/) const {
+void ChatTemplate::render_llama2(std::span<const ChatMessage> m, bool /*gen*/, PromptText& out) const {
   bool has_system = false;
   const std::string_view system = take_system(m, &has_system);
-  std::string out;
+  const size_t start = out.text.size();
   for (size_t i = 0; i < m.size(); ++i) {
-    std::string content = m[i].content;
+    if (m[i].role != "user" && m[i].role != "assistant") continue;
+    PromptText turn;
     if (i == 0 && has_system) {
-      content = "<<SYS>>\n" + std::string(system) + "\n<</SYS>>\n\n" + content;
+      turn.append_template("<<SYS>>\n");
+      turn.append_data(system);
+      turn.append_template("\n<</SYS>>\n\n");
     }
+    turn.append_data(m[i].content);
+    turn = trim(turn);
     if (m[i].role == "user") {
-      out += (out.empty() ? "" : bos_) + "[INST] " + trim(content) + " [/INST]";
-    } else if (m[i].role == "assistant") {
-      out += " " + trim(content) + " " + eos_;
+      if (out.text.size() > start) out.append_template(bos_);
+      out.append_template("[INST] ");
+      out.append(turn);
+      out.append_template(" [/INST]");
+    } else {
+      out.append_template(" ");
+      out.append(turn);
+      out.append_template(" " + eos_);
     }
   }
-  return out;
 }
 
 // Mistral v0.1 style: [INST] user [/INST]assistant</s>; system joins the first user turn.
-std::string ChatTemplate::render_mistral(std::span<const ChatMessage> m, bool /*gen*/) const {
+void ChatTemplate::render_mistral(std::span<const ChatMessage> m, bool /*gen*/, PromptText& out) const {
   bool has_system = false;
   const std::string_view system = take_system(m, &has_system);
-  std::string out;
   for (size_t i = 0; i < m.size(); ++i) {
-    std::string content = m[i].content;
-    if (i == 0 && has_system) content = std::string(system) + "\n\n" + content;
-    if (m[i].role == "user") {
-      out += "[INST] " + content + " [/INST]";
-    } else if (m[i].role == "assistant") {
-      out += content + eos_;
+    const bool known = m[i].role == "user" || m[i].role == "assistant";
+    if (!known) continue;
+    if (m[i].role == "user") out.append_template("[INST] ");
+    if (i == 0 && has_system) {
+      out.append_data(system);
+      out.append_data("\n\n");
     }
+    out.append_data(m[i].content);
+    out.append_template(m[i].role == "user" ? " [/INST]" : eos_);
   }
-  return out;
 }
 
 // Phi-3: <|role|>\n{content}<|end|>\n. Phi-3-mini's template opens the assistant turn
 // after every user message and ignores system messages; later ones (with <|system|>)
 // render system and use add_generation_prompt.
-std::string ChatTemplate::render_phi3(std::span<const ChatMessage> m, bool gen) const {
-  std::string out;
+void ChatTemplate::render_phi3(std::span<const ChatMessage> m, bool gen, PromptText& out) const {
   for (const auto& msg : m) {
     if (msg.role == "system" && phi3_system_ && !msg.content.empty()) {
-      out += "<|system|>\n" + msg.content + "<|end|>\n";
+      out.append_template("<|system|>\n");
+      out.append_data(msg.content);
+      out.append_template("<|end|>\n");
     } else if (msg.role == "user") {
-      out += "<|user|>\n" + msg.content + "<|end|>\n";
-      if (!phi3_system_) out += "<|assistant|>\n";
+      out.append_template("<|user|>\n");
+      out.append_data(msg.content);
+      out.append_template(phi3_system_ ? "<|end|>\n" : "<|end|>\n<|assistant|>\n");
     } else if (msg.role == "assistant") {
-      out += (phi3_system_ ? "<|assistant|>\n" : "") + msg.content + "<|end|>\n";
+      if (phi3_system_) out.append_template("<|assistant|>\n");
+      out.append_data(msg.content);
+      out.append_template("<|end|>\n");
     }
   }
   // Phi-3.5's template ends a conversation without generation prompt with EOS.
-  if (phi3_system_) out += gen ? "<|assistant|>\n" : eos_;
-  return out;
+  if (phi3_system_) out.append_template(gen ? "<|assistant|>\n" : eos_);
 }
 
 // Zephyr: <|role|>\n{content}</s>\n per message, then <|assistant|>\n.
-std::string ChatTemplate::render_zephyr(std::span<const ChatMessage> m, bool gen) const {
-  std::string out;
-  for (const auto& msg : m) out += "<|" + msg.role + "|>\n" + msg.content + eos_ + "\n";
-  if (gen) out += "<|assistant|>\n";
-  return out;
+void ChatTemplate::render_zephyr(std::span<const ChatMessage> m, bool gen, PromptText& out) const {
+  for (const auto& msg : m) {
+    out.append_template("<|");
+    append_role(out, msg.role);
+    out.append_template("|>\n");
+    out.append_data(msg.content);
+    out.append_template(eos_ + "\n");
+  }
+  if (gen) out.append_template("<|assistant|>\n");
 }
 
 // The template itself, interpreted with transformers' context (messages,
-// add_generation_prompt, bos_token, eos_token); a leading BOS is dropped when the tokenizer
-// adds one. A template that fails at render time (e.g. its raise_exception for a role it
-// rejects) falls back to chatml for this conversation, with a warning.
-std::string ChatTemplate::render_jinja(std::span<const ChatMessage> m, bool gen) const {
+// add_generation_prompt, bos_token, eos_token), the messages as data; a leading BOS is
+// dropped when the tokenizer adds one. A template that fails at render time (e.g. its
+// raise_exception for a role it rejects) falls back to chatml for this conversation, with
+// a warning; one that goes over its limits (RenderLimits) is an error.
+Result<PromptText> ChatTemplate::render_jinja(std::span<const ChatMessage> m, bool gen) const {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   for (const auto& msg : m) messages.push_back({{"role", msg.role}, {"content", msg.content}});
+  RenderOptions options;
+  options.data_vars = {"messages"};
+  if (std::all_of(m.begin(), m.end(), [](const ChatMessage& x) { return is_known_role(x.role); })) {
+    options.trusted_keys = {"role"};
+  }
+  options.limits = limits_;
   auto out = jinja_->render({{"messages", messages}, {"add_generation_prompt", gen},
-                             {"bos_token", bos_}, {"eos_token", eos_}});
+                             {"bos_token", bos_}, {"eos_token", eos_}}, options);
+  if (out.status().code() == StatusCode::kResourceExhausted) return out.status();
   if (!out.is_ok()) {
     spdlog::warn("{}; using chatml for this conversation", out.status().message());
-    return render_chatml(m, gen);
+    PromptText chatml;
+    render_chatml(m, gen, chatml);
+    return chatml;
   }
-  std::string text = std::move(out).value();
-  if (add_bos_ && !bos_.empty() && text.starts_with(bos_)) text.erase(0, bos_.size());
+  PromptText text = std::move(out).value();
+  if (add_bos_ && !bos_.empty() && text.text.starts_with(bos_)) text.erase_prefix(bos_.size());
   return text;
 }
 

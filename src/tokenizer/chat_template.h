@@ -21,9 +21,13 @@
 // that cannot parse or render it do we fall back to chatml, with a warning. A missing
 // template is chosen from the vocabulary's marker tokens.
 //
-// Encode render()'s text with add_special = true and parse_special = true (markers
-// become their control tokens). As in llama.cpp, a BOS the template writes first is
-// left out when the tokenizer adds one itself (add_bos_token), so it is not doubled.
+// render() returns a PromptText: the text with the bytes that came from messages (roles
+// and contents) marked as data. Encode it with Tokenizer::encode(PromptText, true): the
+// template's markers become their control tokens, while marker texts inside messages
+// stay text, so a message cannot forge a turn. As in llama.cpp, a BOS the template writes
+// first is left out when the tokenizer adds one itself (add_bos_token), so it is not
+// doubled. An interpreted template runs within RenderLimits (jinja.h); going over them
+// is kResourceExhausted.
 //
 // Thread-safety: immutable after construction.
 #pragma once
@@ -34,10 +38,13 @@
 #include <string_view>
 #include <vector>
 
+#include "common/status.h"
+#include "tokenizer/jinja.h"
+#include "tokenizer/prompt_text.h"
+
 namespace hypura::tokenizer {
 
 class Tokenizer;
-class JinjaTemplate;
 
 struct ChatMessage {
   std::string role;  // "system", "user" or "assistant"
@@ -63,13 +70,13 @@ class ChatTemplate {
   // used instead.
   bool is_fallback() const { return fallback_; }
 
-  std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+  Result<PromptText> render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
 
   // What render(messages) adds to render(messages[0, n_old)) (without generation
   // prompt): the text to feed after a cached earlier turn. Empty `ok` result when the
   // earlier rendering is not a prefix (then re-render everything): *prefix_ok says which.
-  std::string render_continuation(std::span<const ChatMessage> messages, size_t n_old,
-                                  bool add_generation_prompt, bool* prefix_ok) const;
+  Result<PromptText> render_continuation(std::span<const ChatMessage> messages, size_t n_old,
+                                         bool add_generation_prompt, bool* prefix_ok) const;
 
   // Text that closes a model turn ("<|im_end|>", "<end_of_turn>", ...), usable as a stop
   // string when the end-of-turn token is not marked end-of-generation.
@@ -77,19 +84,22 @@ class ChatTemplate {
 
   // Llama 3.1+ templates print today's date; tests pin it ("26 Jul 2024" format).
   void set_date_for_testing(std::string date) { date_ = std::move(date); }
+  // Bounds for interpreted templates (kJinja); the defaults suit a server.
+  void set_limits(const RenderLimits& limits) { limits_ = limits; }
 
  private:
-  std::string render_chatml(std::span<const ChatMessage> m, bool gen) const;
-  std::string render_llama3(std::span<const ChatMessage> m, bool gen) const;
-  std::string render_gemma(std::span<const ChatMessage> m, bool gen) const;
-  std::string render_llama2(std::span<const ChatMessage> m, bool gen) const;
-  std::string render_mistral(std::span<const ChatMessage> m, bool gen) const;
-  std::string render_phi3(std::span<const ChatMessage> m, bool gen) const;
-  std::string render_zephyr(std::span<const ChatMessage> m, bool gen) const;
-  std::string render_jinja(std::span<const ChatMessage> m, bool gen) const;
+  void render_chatml(std::span<const ChatMessage> m, bool gen, PromptText& out) const;
+  void render_llama3(std::span<const ChatMessage> m, bool gen, PromptText& out) const;
+  void render_gemma(std::span<const ChatMessage> m, bool gen, PromptText& out) const;
+  void render_llama2(std::span<const ChatMessage> m, bool gen, PromptText& out) const;
+  void render_mistral(std::span<const ChatMessage> m, bool gen, PromptText& out) const;
+  void render_phi3(std::span<const ChatMessage> m, bool gen, PromptText& out) const;
+  void render_zephyr(std::span<const ChatMessage> m, bool gen, PromptText& out) const;
+  Result<PromptText> render_jinja(std::span<const ChatMessage> m, bool gen) const;
 
   ChatFamily family_ = ChatFamily::kChatml;
   std::shared_ptr<const JinjaTemplate> jinja_;  // kJinja only
+  RenderLimits limits_;
   bool add_bos_ = false;
   bool fallback_ = false;
   std::string bos_;

@@ -26,15 +26,22 @@ struct JinjaError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Thrown when a render goes over one of its RenderLimits (kResourceExhausted).
+struct LimitError : JinjaError {
+  using JinjaError::JinjaError;
+};
+
 [[noreturn]] inline void fail(const std::string& msg) { throw JinjaError(msg); }
+[[noreturn]] void fail_limit(const std::string& msg);
 
 // Limits that keep a hostile template (GGUF metadata is untrusted) from exhausting the
-// stack, memory or time.
+// stack, memory or time; work, bytes and time are in RenderLimits.
 constexpr int kMaxNesting = 64;                   // expression and block nesting depth
 constexpr int kMaxEvalDepth = 256;                // evaluation recursion (a + b + ... terms)
-constexpr size_t kMaxOutputBytes = 16u << 20;     // rendered text and built strings
+constexpr int kMaxValueDepth = 128;               // nesting of lists and dicts in a value
 constexpr int64_t kMaxLoopIterations = 100000;    // per render, all loops together
 constexpr int64_t kMaxRange = 100000;             // elements of range()
+constexpr uint64_t kValueCost = 32;               // work units per JSON value (vs 1 per byte)
 
 // Counts nesting on construction; fails past `limit`. Parsing recurses once per
 // nesting level; evaluation also once per operator in a chain like a + b + c, hence a
@@ -96,6 +103,17 @@ using NodeList = std::vector<NodePtr>;
 
 // Parses a template into statement nodes (jinja_parse.cc). Throws JinjaError.
 NodeList parse_template(std::string_view source);
+
+// Text helpers (jinja_text.cc). Builders throw LimitError past max_bytes.
+// Python strings index, slice and measure by codepoint.
+std::vector<uint32_t> to_cps(std::string_view s);
+std::string from_cps(const std::vector<uint32_t>& cps, size_t begin = 0, size_t end = SIZE_MAX);
+uint32_t case_map(uint32_t c, bool upper);
+std::string python_float(double d);
+std::string py_repr(const Json& j, size_t max_bytes);
+std::string to_text(const Json& j, size_t max_bytes);  // str(x): strings as they are
+// indent < 0: compact. REQUIRES: indent < 2^31, j nested at most kMaxValueDepth deep.
+void dump_json(const Json& j, int64_t indent, size_t depth, size_t max_bytes, std::string& out);
 
 }  // namespace jinja_detail
 }  // namespace hypura::tokenizer

@@ -1,106 +1,52 @@
 // Jinja subset, rendering: a tree walk over JSON values with Python's semantics for
 // strings (codepoints), truthiness, operators and the filters/tests/methods chat
-// templates use.
+// templates use. Every step is charged to a Budget (RenderLimits); every string built is
+// capped; integer arithmetic is checked.
 #include <algorithm>
 #include <cctype>
-#include <charconv>
+#include <chrono>
 #include <cmath>
 #include <ctime>
+#include <limits>
 #include <map>
-#include <optional>
 
 #include "tokenizer/jinja.h"
 #include "tokenizer/jinja_internal.h"
-#include "tokenizer/unicode.h"
 
 namespace hypura::tokenizer {
 namespace jinja_detail {
 namespace {
 
-// ---------------------------------------------------------------- strings as codepoints
+using Clock = std::chrono::steady_clock;
 
-// Python strings index, slice and measure by codepoint. Invalid UTF-8 bytes map to
-// U+DC80..U+DCFF and back (Python's surrogateescape), so content survives unchanged.
-std::vector<uint32_t> to_cps(std::string_view s) {
-  std::vector<uint32_t> cps;
-  cps.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    const auto b = static_cast<uint8_t>(s[i]);
-    const size_t len = utf8_len(b);
-    bool ok = len > 1 && i + len <= s.size();
-    uint32_t cp = b & (0xFF >> (len + 1));
-    for (size_t k = 1; ok && k < len; ++k) {
-      const auto c = static_cast<uint8_t>(s[i + k]);
-      ok = (c & 0xC0) == 0x80;
-      cp = (cp << 6) | (c & 0x3F);
-    }
-    if (len == 1 && b < 0x80) {
-      cps.push_back(b);
-      ++i;
-    } else if (ok) {
-      cps.push_back(cp);
-      i += len;
-    } else {
-      cps.push_back(0xDC00 + b);
-      ++i;
-    }
-  }
-  return cps;
-}
+// ---------------------------------------------------------------- values
 
-std::string from_cps(const std::vector<uint32_t>& cps, size_t begin = 0, size_t end = SIZE_MAX) {
-  std::string out;
-  for (size_t i = begin; i < std::min(end, cps.size()); ++i) {
-    if (cps[i] >= 0xDC80 && cps[i] <= 0xDCFF) out += static_cast<char>(cps[i] - 0xDC00);
-    else append_utf8(out, cps[i]);
-  }
-  return out;
-}
-
-// Case mapping for ASCII, Latin-1, Latin Extended-A pairs, Greek and Cyrillic; other
-// scripts are left unchanged.
-uint32_t case_map(uint32_t c, bool upper) {
-  auto shift = [&](uint32_t lo_first, uint32_t lo_last, int32_t delta) -> std::optional<uint32_t> {
-    if (upper && c >= lo_first && c <= lo_last) return c - delta;
-    if (!upper && c >= lo_first - delta && c <= lo_last - delta) return c + delta;
-    return std::nullopt;
-  };
-  if (c < 0x80) {
-    if (upper && c >= 'a' && c <= 'z') return c - 32;
-    if (!upper && c >= 'A' && c <= 'Z') return c + 32;
-    return c;
-  }
-  if (c == 0xD7 || c == 0xF7) return c;
-  if (auto r = shift(0xE0, 0xFE, 32)) return *r;
-  if (c == 0xFF && upper) return 0x178;
-  if (c == 0x178 && !upper) return 0xFF;
-  if (c >= 0x100 && c <= 0x17F) {  // Latin Extended-A: adjacent upper/lower pairs
-    const bool odd_upper = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
-    const bool paired = (c <= 0x137 && c != 0x130 && c != 0x131) || odd_upper ||
-                        (c >= 0x14A && c <= 0x177);
-    if (!paired) return c;
-    const bool is_upper = (c % 2 == 1) == odd_upper;
-    if (upper && !is_upper) return c - 1;
-    if (!upper && is_upper) return c + 1;
-    return c;
-  }
-  if (c == 0x3C2) return upper ? 0x3A3 : c;  // final sigma
-  if (auto r = shift(0x3B1, 0x3C9, 32)) return *r;
-  if (auto r = shift(0x430, 0x44F, 32)) return *r;
-  if (auto r = shift(0x450, 0x45F, 80)) return *r;
-  return c;
-}
-
-// ---------------------------------------------------------------- values and rendering
+// Which parts of a value are data (RenderOptions::data_vars): a string lists its data
+// byte ranges; `all` marks a value that is data as a whole (a list or dict: every string
+// inside it). Only strings, lists and dicts carry it; numbers cannot hold token text.
+struct Taint {
+  bool all = false;
+  std::vector<TextRange> ranges;  // strings only; ascending, disjoint
+  bool any() const { return all || !ranges.empty(); }
+};
 
 // A value: JSON, or undefined, or a builtin function (by name).
 struct Value {
   Json j;
   bool undefined = false;
   std::string func;
+  Taint taint;
 
-  static Value undef() { return {Json(), true, ""}; }
+  static Value undef() { return {Json(), true, "", {}}; }
 };
+
+Value json_value(Json j) { return Value{std::move(j), false, "", {}}; }
+
+// `v` as data as a whole when `data` is set.
+Value with_data(Value v, bool data) {
+  if (data) v.taint.all = true;
+  return v;
+}
 
 bool truthy(const Value& v) {
   if (v.undefined) return false;
@@ -114,141 +60,122 @@ bool truthy(const Value& v) {
   return !j.empty();
 }
 
-std::string python_float(double d) {
-  if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 1e16) {
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), "%.1f", d);
-    return buf;
+// The ranges of a string's taint, with `all` spelled out as [0, size).
+std::vector<TextRange> data_ranges(const Value& v, size_t size) {
+  if (v.taint.all) return size > 0 ? std::vector<TextRange>{{0, size}} : std::vector<TextRange>{};
+  return v.taint.ranges;
+}
+
+// Taint of l + r (strings of l_size and r_size bytes): exact ranges.
+Taint concat_taint(const Value& l, size_t l_size, const Value& r, size_t r_size) {
+  Taint t;
+  if (l.taint.all && r.taint.all) {
+    t.all = true;
+    return t;
   }
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof(buf), d);
-  return std::string(buf, r.ptr);
-}
-
-std::string py_repr(const Json& j);
-
-std::string to_text(const Json& j) {
-  if (j.is_string()) return j.get<std::string>();
-  return py_repr(j);
-}
-
-std::string py_repr(const Json& j) {
-  if (j.is_null()) return "None";
-  if (j.is_boolean()) return j.get<bool>() ? "True" : "False";
-  if (j.is_number_integer()) return std::to_string(j.get<int64_t>());
-  if (j.is_number()) return python_float(j.get<double>());
-  if (j.is_string()) {
-    std::string s = "'";
-    for (char c : j.get_ref<const std::string&>()) {
-      if (c == '\'' || c == '\\') s += '\\';
-      if (c == '\n') { s += "\\n"; continue; }
-      s += c;
-    }
-    return s + "'";
+  t.ranges = data_ranges(l, l_size);
+  for (TextRange x : data_ranges(r, r_size)) {
+    x.begin += l_size;
+    x.end += l_size;
+    if (!t.ranges.empty() && t.ranges.back().end == x.begin) t.ranges.back().end = x.end;
+    else t.ranges.push_back(x);
   }
-  std::string s = j.is_array() ? "[" : "{";
-  bool first = true;
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    if (!first) s += ", ";
-    first = false;
-    if (j.is_object()) s += py_repr(Json(it.key())) + ": ";
-    s += py_repr(*it);
-  }
-  return s + (j.is_array() ? "]" : "}");
+  return t;
 }
 
-std::string output_text(const Value& v) {
-  if (v.undefined) return "";
-  return to_text(v.j);
-}
-
-// json.dumps(x, ensure_ascii=False, indent=indent) as transformers' tojson filter does.
-void dump_json(const Json& j, int indent, int depth, std::string& out) {
-  const std::string item_sep = indent >= 0 ? "," : ", ";
-  auto newline = [&](int d) {
-    if (indent < 0) return;
-    out += '\n';
-    out.append(static_cast<size_t>(indent * d), ' ');
-  };
-  if (j.is_object() || j.is_array()) {
-    if (j.empty()) {
-      out += j.is_object() ? "{}" : "[]";
-      return;
-    }
-    out += j.is_object() ? '{' : '[';
-    bool first = true;
-    for (auto it = j.begin(); it != j.end(); ++it) {
-      if (!first) out += item_sep;
-      first = false;
-      newline(depth + 1);
-      if (j.is_object()) out += Json(it.key()).dump(-1, ' ', false) + ": ";
-      dump_json(*it, indent, depth + 1, out);
-    }
-    newline(depth);
-    out += j.is_object() ? '}' : ']';
-  } else if (j.is_number_float()) {
-    out += python_float(j.get<double>());
-  } else {
-    out += j.dump(-1, ' ', false, Json::error_handler_t::replace);
-  }
-}
-
-int64_t to_int(const Value& v) {
-  if (v.j.is_number_integer()) return v.j.get<int64_t>();
-  if (v.j.is_number()) return static_cast<int64_t>(v.j.get<double>());
-  if (v.j.is_boolean()) return v.j.get<bool>() ? 1 : 0;
-  fail("expected a number, got " + py_repr(v.j));
-}
-
-// Python-style index normalisation for sequences of length n.
+// Python-style index normalisation for sequences of length n (n >= 0, so no overflow).
 int64_t norm_index(int64_t i, int64_t n) { return i < 0 ? i + n : i; }
 
-std::vector<std::string> split_string(const std::string& s, const Value* sep, int64_t maxsplit) {
-  std::vector<std::string> parts;
-  if (sep == nullptr || sep->undefined || sep->j.is_null()) {  // split on whitespace runs
-    size_t i = 0;
-    while (i < s.size()) {
-      while (i < s.size() && is_space(s[i])) ++i;
-      if (i >= s.size()) break;
-      if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
-        parts.push_back(s.substr(i));
-        return parts;
-      }
-      size_t j = i;
-      while (j < s.size() && !is_space(s[j])) ++j;
-      parts.push_back(s.substr(i, j - i));
-      i = j;
-    }
-    return parts;
-  }
-  const std::string d = to_text(sep->j);
-  if (d.empty()) fail("empty separator");
-  size_t pos = 0;
-  for (size_t m; (maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit) &&
-                 (m = s.find(d, pos)) != std::string::npos;
-       pos = m + d.size()) {
-    parts.push_back(s.substr(pos, m - pos));
-  }
-  parts.push_back(s.substr(pos));
-  return parts;
+// x op y for op in + - *, failing on overflow (Python ints do not wrap; ours must not
+// be undefined behaviour).
+int64_t checked(char op, int64_t x, int64_t y) {
+  int64_t z = 0;
+  const bool overflow = op == '+' ? __builtin_add_overflow(x, y, &z)
+                        : op == '-' ? __builtin_sub_overflow(x, y, &z)
+                                    : __builtin_mul_overflow(x, y, &z);
+  if (overflow) fail("integer overflow");
+  return z;
 }
 
-std::string strip_chars(const std::string& s, const Value* chars, bool left, bool right) {
-  const std::string set = (chars && !chars->undefined && chars->j.is_string()) ? chars->j.get<std::string>() : " \t\n\r\f\v";
-  size_t b = 0, e = s.size();
-  if (left) while (b < e && set.find(s[b]) != std::string::npos) ++b;
-  if (right) while (e > b && set.find(s[e - 1]) != std::string::npos) --e;
-  return s.substr(b, e - b);
+// Python's // and % for ints, which round toward negative infinity. REQUIRES: y != 0.
+int64_t floor_div(int64_t x, int64_t y) {
+  if (x == std::numeric_limits<int64_t>::min() && y == -1) fail("integer overflow");
+  return x / y - ((x % y != 0) && ((x < 0) != (y < 0)));
 }
+int64_t floor_mod(int64_t x, int64_t y) {
+  if (y == -1) return 0;  // x % -1 traps for INT64_MIN on x86
+  const int64_t r = x % y;
+  return (r != 0 && (r < 0) != (y < 0)) ? r + y : r;  // opposite signs: cannot overflow
+}
+
+// Elements of range(start, stop, step), computed without overflow. REQUIRES: step != 0.
+__int128 range_count(int64_t start, int64_t stop, int64_t step) {
+  const __int128 span = step > 0 ? __int128{stop} - start : __int128{start} - stop;
+  const __int128 s = step > 0 ? __int128{step} : -__int128{step};
+  return span <= 0 ? 0 : (span + s - 1) / s;
+}
+
+// Saturating a * b for work estimates.
+uint64_t sat_mul(uint64_t a, uint64_t b) {
+  return (b != 0 && a > std::numeric_limits<uint64_t>::max() / b) ? std::numeric_limits<uint64_t>::max() : a * b;
+}
+
+// ---------------------------------------------------------------- work and time
+
+// Charges the work of a render against RenderLimits and checks the clock now and then.
+class Budget {
+ public:
+  explicit Budget(const RenderLimits& limits)
+      : limits_(limits), deadline_(Clock::now() + limits.max_time) {}
+
+  void charge(uint64_t units) {
+    work_ = units > limits_.max_work - std::min(work_, limits_.max_work) ? limits_.max_work + 1 : work_ + units;
+    if (work_ > limits_.max_work) {
+      fail_limit("rendering took more than its work limit (" + std::to_string(limits_.max_work) + " units)");
+    }
+    if (++calls_ % 1024 == 0 && Clock::now() > deadline_) {
+      fail_limit("rendering took more than " + std::to_string(limits_.max_time.count()) + " ms");
+    }
+  }
+
+  // Bytes plus kValueCost per value, as a copy of `j` costs; fails on values nested past
+  // kMaxValueDepth (copying, comparing and printing them recurse).
+  uint64_t weight(const Json& j, int depth = 0) const {
+    if (depth > kMaxValueDepth) fail_limit("a value nests too deeply");
+    if (j.is_string()) return kValueCost + j.get_ref<const std::string&>().size();
+    if (!j.is_structured()) return kValueCost;
+    uint64_t w = kValueCost;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      w += weight(*it, depth + 1) + (j.is_object() ? it.key().size() : 0);
+    }
+    return w;
+  }
+
+  size_t max_bytes() const { return limits_.max_bytes; }
+
+ private:
+  const RenderLimits& limits_;
+  const Clock::time_point deadline_;
+  uint64_t work_ = 0;
+  uint64_t calls_ = 0;
+};
+
+// ---------------------------------------------------------------- rendering
 
 class Renderer {
  public:
-  explicit Renderer(const Json& context) {
+  Renderer(const Json& context, const RenderOptions& options)
+      : budget_(options.limits), trusted_keys_(options.trusted_keys) {
     scopes_.emplace_back();
-    for (auto it = context.begin(); it != context.end(); ++it) scopes_.back()[it.key()] = Value{*it, false, ""};
+    const auto& data = options.data_vars;
+    for (auto it = context.begin(); it != context.end(); ++it) {
+      const bool is_data = std::find(data.begin(), data.end(), it.key()) != data.end();
+      budget_.weight(*it);  // rejects a context nested too deeply to copy safely
+      scopes_.back()[it.key()] = with_data(json_value(*it), is_data);
+    }
   }
 
-  std::string run(const NodeList& nodes) {
+  PromptText run(const NodeList& nodes) {
     render_nodes(nodes);
     return std::move(out_);
   }
@@ -265,12 +192,13 @@ class Renderer {
   }
 
   Flow render_node(const Node& n) {
+    budget_.charge(1);
     switch (n.kind) {
-      case Node::Kind::kText: out_ += n.text; return Flow::kNormal;
-      case Node::Kind::kOutput:
-        out_ += output_text(eval(*n.expr));
-        if (out_.size() > kMaxOutputBytes) fail("rendered text too large");
+      case Node::Kind::kText:
+        check_output(n.text.size());
+        out_.append_template(n.text);
         return Flow::kNormal;
+      case Node::Kind::kOutput: emit(eval(*n.expr)); return Flow::kNormal;
       case Node::Kind::kIf:
         for (const auto& [cond, body] : n.branches) {
           if (!cond || truthy(eval(*cond))) return render_nodes(body);
@@ -284,6 +212,26 @@ class Renderer {
     return Flow::kNormal;
   }
 
+  void check_output(size_t more) {
+    budget_.charge(more);
+    if (more > budget_.max_bytes() - std::min(budget_.max_bytes(), out_.text.size())) {
+      fail_limit("rendered text larger than " + std::to_string(budget_.max_bytes()) + " bytes");
+    }
+  }
+
+  // Appends a value's text, its data ranges marked as data.
+  void emit(const Value& v) {
+    const std::string text = output_text(v);
+    check_output(text.size());
+    size_t pos = 0;
+    for (const TextRange& r : data_ranges(v, text.size())) {
+      out_.append_template(std::string_view(text).substr(pos, r.begin - pos));
+      out_.append_data(std::string_view(text).substr(r.begin, r.end - r.begin));
+      pos = r.end;
+    }
+    out_.append_template(std::string_view(text).substr(pos));
+  }
+
   void render_set(const Node& n) {
     Value v = eval(*n.expr);
     if (n.targets.size() == 1) {
@@ -292,41 +240,50 @@ class Renderer {
     }
     Value* ns = lookup_ref(n.targets[0]);
     if (ns == nullptr || !ns->j.is_object()) fail("set on a non-namespace '" + n.targets[0] + "'");
-    ns->j[n.targets[1]] = v.j;
+    // A namespace is one dict value, so data stored in it makes all of it data.
+    if (v.taint.any()) ns->taint.all = true;
+    ns->j[n.targets[1]] = std::move(v.j);
   }
 
   std::vector<Json> items_of(const Value& v) {
     std::vector<Json> items;
     if (v.undefined || v.j.is_null()) return items;
     if (v.j.is_array()) {
-      for (const auto& x : v.j) items.push_back(x);
+      budget_.charge(budget_.weight(v.j));
+      items.assign(v.j.begin(), v.j.end());
     } else if (v.j.is_object()) {
+      budget_.charge(budget_.weight(v.j));
       for (auto it = v.j.begin(); it != v.j.end(); ++it) items.push_back(Json(it.key()));
     } else if (v.j.is_string()) {
-      const auto cps = to_cps(v.j.get_ref<const std::string&>());
+      const auto cps = codepoints(v.j.get_ref<const std::string&>());
+      budget_.charge(sat_mul(cps.size(), kValueCost));  // before building one value each
       for (size_t k = 0; k < cps.size(); ++k) items.push_back(Json(from_cps(cps, k, k + 1)));
     } else {
-      fail("cannot iterate over " + py_repr(v.j));
+      fail("cannot iterate over " + repr(v.j));
     }
     return items;
   }
 
-  void bind_targets(const Node& n, const Json& item) {
+  void bind_targets(const Node& n, const Json& item, bool data) {
     if (n.targets.size() == 1) {
-      scopes_.back()[n.targets[0]] = Value{item, false, ""};
+      scopes_.back()[n.targets[0]] = with_data(json_value(item), data);
       return;
     }
     if (!item.is_array() || item.size() != n.targets.size()) fail("cannot unpack loop item");
-    for (size_t k = 0; k < n.targets.size(); ++k) scopes_.back()[n.targets[k]] = Value{item[k], false, ""};
+    for (size_t k = 0; k < n.targets.size(); ++k) {
+      scopes_.back()[n.targets[k]] = with_data(json_value(item[k]), data);
+    }
   }
 
   Flow render_for(const Node& n) {
-    std::vector<Json> items = items_of(eval(*n.expr));
+    const Value iterable = eval(*n.expr);
+    const bool data = iterable.taint.any();
+    std::vector<Json> items = items_of(iterable);
     if (n.filter) {
       std::vector<Json> kept;
       for (const auto& item : items) {
         scopes_.emplace_back();
-        bind_targets(n, item);
+        bind_targets(n, item, data);
         if (truthy(eval(*n.filter))) kept.push_back(item);
         scopes_.pop_back();
       }
@@ -338,14 +295,15 @@ class Renderer {
     }
     const auto len = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < len; ++i) {
-      if (++iterations_ > kMaxLoopIterations) fail("template loops too long");
+      if (++iterations_ > kMaxLoopIterations) fail_limit("template loops too long");
       scopes_.emplace_back();
-      bind_targets(n, items[i]);
+      bind_targets(n, items[i], data);
       Json loop = {{"index", i + 1}, {"index0", i}, {"revindex", len - i}, {"revindex0", len - i - 1},
                    {"first", i == 0}, {"last", i == len - 1}, {"length", len}};
       loop["previtem"] = i > 0 ? items[i - 1] : Json();
       loop["nextitem"] = i + 1 < len ? items[i + 1] : Json();
-      scopes_.back()["loop"] = Value{loop, false, ""};
+      budget_.charge(budget_.weight(loop));
+      scopes_.back()["loop"] = with_data(json_value(std::move(loop)), data);
       const Flow f = render_nodes(n.body);
       scopes_.pop_back();
       if (f == Flow::kBreak) break;
@@ -364,42 +322,51 @@ class Renderer {
   Value lookup(const std::string& name) {
     if (Value* v = lookup_ref(name)) return *v;
     if (name == "raise_exception" || name == "namespace" || name == "range" || name == "strftime_now") {
-      return Value{Json(), false, name};
+      return Value{Json(), false, name, {}};
     }
     return Value::undef();
   }
 
+  // The value of `e` without copying it when it is a variable (a template that reads
+  // messages|length in a loop must not copy all messages each time); else `holder`.
+  // The reference stays valid while the expression is evaluated (expressions do not
+  // assign variables).
+  const Value& view(const Expr& e, Value& holder) {
+    if (e.kind == Expr::Kind::kName) {
+      budget_.charge(1);
+      if (const Value* v = lookup_ref(e.name)) return *v;
+    }
+    holder = eval(e);
+    return holder;
+  }
+
+  // Evaluates `e`, charging a step plus the size of the value it yields (a copy).
   Value eval(const Expr& e) {
     DepthGuard guard(eval_depth_, kMaxEvalDepth);
+    Value v = eval_uncharged(e);
+    budget_.charge(1 + (v.j.is_structured() || v.j.is_string() ? budget_.weight(v.j) : 0));
+    if (!v.j.is_structured() && !v.j.is_string()) v.taint = {};
+    return v;
+  }
+
+  Value eval_uncharged(const Expr& e) {
+    Value h0, h1;
     switch (e.kind) {
-      case Expr::Kind::kLiteral: return Value{e.literal, false, ""};
+      case Expr::Kind::kLiteral: return json_value(e.literal);
       case Expr::Kind::kName: return lookup(e.name);
-      case Expr::Kind::kList: {
-        Json arr = Json::array();
-        for (const auto& a : e.args) arr.push_back(eval(*a).j);
-        return Value{arr, false, ""};
-      }
-      case Expr::Kind::kDict: {
-        Json obj = Json::object();
-        for (size_t i = 0; i + 1 < e.args.size(); i += 2) obj[to_text(eval(*e.args[i]).j)] = eval(*e.args[i + 1]).j;
-        return Value{obj, false, ""};
-      }
-      case Expr::Kind::kAttr: return attribute(eval(*e.args[0]), e.name);
-      case Expr::Kind::kIndex: return index(eval(*e.args[0]), eval(*e.args[1]));
+      case Expr::Kind::kList:
+      case Expr::Kind::kDict: return collection(e);
+      case Expr::Kind::kAttr: return attribute(view(*e.args[0], h0), e.name);
+      case Expr::Kind::kIndex: return index(view(*e.args[0], h0), view(*e.args[1], h1));
       case Expr::Kind::kSlice: return slice(e);
       case Expr::Kind::kCall: return call(e);
       case Expr::Kind::kFilter: return filter(e);
       case Expr::Kind::kTest: {
         const bool r = test(e);
-        return Value{Json(e.negate ? !r : r), false, ""};
+        return json_value(Json(e.negate ? !r : r));
       }
-      case Expr::Kind::kNot: return Value{Json(!truthy(eval(*e.args[0]))), false, ""};
-      case Expr::Kind::kNeg: {
-        Value v = eval(*e.args[0]);
-        if (v.j.is_number_integer()) return Value{Json(-v.j.get<int64_t>()), false, ""};
-        if (v.j.is_number()) return Value{Json(-v.j.get<double>()), false, ""};
-        fail("cannot negate " + py_repr(v.j));
-      }
+      case Expr::Kind::kNot: return json_value(Json(!truthy(view(*e.args[0], h0))));
+      case Expr::Kind::kNeg: return negate(view(*e.args[0], h0));
       case Expr::Kind::kAnd: {
         Value l = eval(*e.args[0]);
         return truthy(l) ? eval(*e.args[1]) : l;
@@ -411,41 +378,79 @@ class Renderer {
       case Expr::Kind::kCond:
         if (truthy(eval(*e.args[0]))) return eval(*e.args[1]);
         return e.args[2] ? eval(*e.args[2]) : Value::undef();
-      case Expr::Kind::kBinary: return binary(e.name, eval(*e.args[0]), eval(*e.args[1]));
+      case Expr::Kind::kBinary: return binary(e.name, view(*e.args[0], h0), view(*e.args[1], h1));
     }
     fail("bad expression");
+  }
+
+  // [a, b] and {k: v}: data as a whole when any part is.
+  Value collection(const Expr& e) {
+    bool data = false;
+    if (e.kind == Expr::Kind::kList) {
+      Json arr = Json::array();
+      for (const auto& a : e.args) {
+        Value v = eval(*a);
+        data = data || v.taint.any();
+        arr.push_back(std::move(v.j));
+      }
+      return with_data(json_value(std::move(arr)), data);
+    }
+    Json obj = Json::object();
+    for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+      Value k = eval(*e.args[i]);
+      Value v = eval(*e.args[i + 1]);
+      data = data || k.taint.any() || v.taint.any();
+      obj[text(k.j)] = std::move(v.j);
+    }
+    return with_data(json_value(std::move(obj)), data);
+  }
+
+  Value negate(const Value& v) {
+    if (v.j.is_number_integer()) {
+      const int64_t x = v.j.get<int64_t>();
+      if (x == std::numeric_limits<int64_t>::min()) fail("integer overflow");
+      return json_value(Json(-x));
+    }
+    if (v.j.is_number()) return json_value(Json(-v.j.get<double>()));
+    fail("cannot negate " + repr(v.j));
   }
 
   Value attribute(const Value& obj, const std::string& name) {
     if (obj.j.is_object()) {
       auto it = obj.j.find(name);
-      if (it != obj.j.end()) return Value{*it, false, ""};
+      if (it != obj.j.end()) return with_data(json_value(*it), obj.taint.any() && !trusted(name, *it));
     }
     return Value::undef();
   }
 
+  bool trusted(const std::string& key, const Json& value) const {
+    return value.is_string() && std::find(trusted_keys_.begin(), trusted_keys_.end(), key) != trusted_keys_.end();
+  }
+
   Value index(const Value& obj, const Value& key) {
+    const bool data = obj.taint.any();
     if (obj.j.is_array() && key.j.is_number_integer()) {
       const int64_t n = static_cast<int64_t>(obj.j.size());
       const int64_t i = norm_index(key.j.get<int64_t>(), n);
       if (i < 0 || i >= n) return Value::undef();
-      return Value{obj.j[static_cast<size_t>(i)], false, ""};
+      return with_data(json_value(obj.j[static_cast<size_t>(i)]), data);
     }
     if (obj.j.is_string() && key.j.is_number_integer()) {
-      const auto cps = to_cps(obj.j.get_ref<const std::string&>());
+      const auto cps = codepoints(obj.j.get_ref<const std::string&>());
       const int64_t i = norm_index(key.j.get<int64_t>(), static_cast<int64_t>(cps.size()));
       if (i < 0 || i >= static_cast<int64_t>(cps.size())) return Value::undef();
-      return str(from_cps(cps, static_cast<size_t>(i), static_cast<size_t>(i) + 1));
+      return with_data(str(from_cps(cps, static_cast<size_t>(i), static_cast<size_t>(i) + 1)), data);
     }
     if (obj.j.is_object() && key.j.is_string()) return attribute(obj, key.j.get<std::string>());
     return Value::undef();
   }
 
   Value slice(const Expr& e) {
-    const Value obj = eval(*e.args[0]);
+    Value holder;
+    const Value& obj = view(*e.args[0], holder);
     const bool is_str = obj.j.is_string();
-    if (!is_str && !obj.j.is_array()) fail("cannot slice " + py_repr(obj.j));
-    const std::vector<uint32_t> cps = is_str ? to_cps(obj.j.get_ref<const std::string&>()) : std::vector<uint32_t>();
+    if (!is_str && !obj.j.is_array()) fail("cannot slice " + repr(obj.j));
+    const std::vector<uint32_t> cps = is_str ? codepoints(obj.j.get_ref<const std::string&>()) : std::vector<uint32_t>();
     const int64_t n = is_str ? static_cast<int64_t>(cps.size()) : static_cast<int64_t>(obj.j.size());
     const int64_t step = e.args[3] ? to_int(eval(*e.args[3])) : 1;
     if (step == 0) fail("slice step 0");
@@ -458,11 +463,12 @@ class Renderer {
     const int64_t stop = bound(e.args[2], step > 0 ? n : -1);
     Json out = Json::array();
     std::vector<uint32_t> picked;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+    // 128-bit index: start + step may pass INT64_MAX for a huge step.
+    for (__int128 i = start; step > 0 ? i < stop : i > stop; i += step) {
       if (is_str) picked.push_back(cps[static_cast<size_t>(i)]);
       else out.push_back(obj.j[static_cast<size_t>(i)]);
     }
-    return is_str ? str(from_cps(picked)) : Value{out, false, ""};
+    return with_data(is_str ? str(from_cps(picked)) : json_value(std::move(out)), obj.taint.any());
   }
 
   std::vector<Value> eval_args(const Expr& e, size_t first) {
@@ -471,49 +477,57 @@ class Renderer {
     return args;
   }
 
+  static bool any_data(const std::vector<Value>& values) {
+    return std::any_of(values.begin(), values.end(), [](const Value& v) { return v.taint.any(); });
+  }
+
   Value call(const Expr& e) {
     std::vector<Value> args = eval_args(e, 1);
+    if (!e.args[0]) return with_data(call_global(e, args), any_data(args));
+    Value holder;
+    const Value& self = view(*e.args[0], holder);
+    return with_data(call_method(self, e.name, args), self.taint.any() || any_data(args));
+  }
+
+  Value call_method(const Value& self, const std::string& m, const std::vector<Value>& args) {
     auto arg = [&](size_t i) -> const Value* { return i < args.size() ? &args[i] : nullptr; };
-    if (!e.args[0]) return call_global(e, args);
-    const Value self = eval(*e.args[0]);
-    const std::string& m = e.name;
     if (self.j.is_string()) {
       const std::string& s = self.j.get_ref<const std::string&>();
       if (m == "strip") return str(strip_chars(s, arg(0), true, true));
       if (m == "lstrip") return str(strip_chars(s, arg(0), true, false));
       if (m == "rstrip") return str(strip_chars(s, arg(0), false, true));
       if (m == "upper" || m == "lower") return str(change_case(s, m == "upper"));
-      if (m == "startswith") return Value{Json(s.starts_with(to_text(args.at(0).j))), false, ""};
-      if (m == "endswith") return Value{Json(s.ends_with(to_text(args.at(0).j))), false, ""};
-      if (m == "split") {
-        Json parts = Json::array();
-        for (auto& p : split_string(s, arg(0), arg(1) ? to_int(*arg(1)) : -1)) parts.push_back(p);
-        return Value{parts, false, ""};
+      if (m == "startswith" || m == "endswith") {
+        const std::string x = text(args.at(0).j);
+        budget_.charge(x.size());
+        return json_value(Json(m == "startswith" ? s.starts_with(x) : s.ends_with(x)));
       }
-      if (m == "replace") return str(replace_all(s, to_text(args.at(0).j), to_text(args.at(1).j)));
+      if (m == "split") return split(s, arg(0), arg(1) ? to_int(*arg(1)) : -1);
+      if (m == "replace") return str(replace_all(s, text(args.at(0).j), text(args.at(1).j)));
       if (m == "title" || m == "capitalize") return str(titlecase(s, m == "title"));
       if (m == "find") {
-        const size_t p = s.find(to_text(args.at(0).j));
-        return Value{Json(p == std::string::npos ? int64_t{-1} : static_cast<int64_t>(p)), false, ""};
+        const size_t p = find(s, text(args.at(0).j));
+        return json_value(Json(p == std::string::npos ? int64_t{-1} : static_cast<int64_t>(p)));
       }
     }
     if (self.j.is_object()) {
       if (m == "get") {
-        Value v = attribute(self, to_text(args.at(0).j));
-        return v.undefined ? (arg(1) ? *arg(1) : Value{Json(), false, ""}) : v;
+        Value v = attribute(self, text(args.at(0).j));
+        return v.undefined ? (arg(1) ? *arg(1) : json_value(Json())) : v;
       }
-      if (m == "items") {
-        Json out = Json::array();
-        for (auto it = self.j.begin(); it != self.j.end(); ++it) out.push_back(Json::array({it.key(), *it}));
-        return Value{out, false, ""};
-      }
-      if (m == "keys" || m == "values") {
-        Json out = Json::array();
-        for (auto it = self.j.begin(); it != self.j.end(); ++it) out.push_back(m == "keys" ? Json(it.key()) : *it);
-        return Value{out, false, ""};
-      }
+      if (m == "items" || m == "keys" || m == "values") return dict_view(self.j, m);
     }
-    fail("unsupported method '" + m + "' on " + py_repr(self.j));
+    fail("unsupported method '" + m + "' on " + repr(self.j));
+  }
+
+  Value dict_view(const Json& obj, const std::string& which) {
+    budget_.charge(budget_.weight(obj));
+    Json out = Json::array();
+    for (auto it = obj.begin(); it != obj.end(); ++it) {
+      if (which == "items") out.push_back(Json::array({it.key(), *it}));
+      else out.push_back(which == "keys" ? Json(it.key()) : *it);
+    }
+    return json_value(std::move(out));
   }
 
   Value call_global(const Expr& e, const std::vector<Value>& args) {
@@ -522,44 +536,89 @@ class Renderer {
     if (f == "namespace") {
       Json obj = Json::object();
       for (size_t i = 0; i < args.size(); ++i) obj[e.kwargs[i + 1]] = args[i].j;
-      return Value{obj, false, ""};
+      return json_value(std::move(obj));
     }
-    if (f == "range") {
-      int64_t start = 0, stop = 0, step = 1;
-      if (args.size() == 1) stop = to_int(args[0]);
-      else if (args.size() >= 2) {
-        start = to_int(args[0]);
-        stop = to_int(args[1]);
-        if (args.size() > 2) step = to_int(args[2]);
-      }
-      if (step == 0) fail("range step 0");
-      if ((stop - start) / step > kMaxRange) fail("range too large");
-      Json out = Json::array();
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(i);
-      return Value{out, false, ""};
-    }
-    if (f == "strftime_now") {
-      const std::time_t now = std::time(nullptr);
-      std::tm tm{};
-      localtime_r(&now, &tm);
-      char buf[128];
-      std::strftime(buf, sizeof(buf), args.empty() ? "%Y-%m-%d" : output_text(args[0]).c_str(), &tm);
-      return str(buf);
-    }
+    if (f == "range") return range(args);
+    if (f == "strftime_now") return str(strftime_now(args.empty() ? "%Y-%m-%d" : output_text(args[0])));
     fail("unknown function '" + f + "'");
   }
 
-  static Value str(std::string s) { return Value{Json(std::move(s)), false, ""}; }
+  Value range(const std::vector<Value>& args) {
+    int64_t start = 0, stop = 0, step = 1;
+    if (args.size() == 1) stop = to_int(args[0]);
+    else if (args.size() >= 2) {
+      start = to_int(args[0]);
+      stop = to_int(args[1]);
+      if (args.size() > 2) step = to_int(args[2]);
+    }
+    if (step == 0) fail("range step 0");
+    const __int128 count = range_count(start, stop, step);
+    if (count > kMaxRange) fail_limit("range too large");
+    budget_.charge(static_cast<uint64_t>(count) * kValueCost);
+    Json out = Json::array();
+    for (__int128 k = 0; k < count; ++k) out.push_back(static_cast<int64_t>(start + k * step));
+    return json_value(std::move(out));
+  }
 
-  static std::string change_case(const std::string& s, bool upper) {
-    auto cps = to_cps(s);
+  // strftime with the buffer grown until the text fits. A trailing space makes a
+  // successful result non-empty, so strftime's 0 always means "too small" (its buffer is
+  // then indeterminate and must not be read).
+  std::string strftime_now(const std::string& format) {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&now, &tm);
+    const std::string fmt = format + ' ';
+    for (size_t size = 128; size <= budget_.max_bytes(); size *= 4) {
+      budget_.charge(size);
+      std::string buf(size, '\0');
+      const size_t n = std::strftime(buf.data(), buf.size(), fmt.c_str(), &tm);
+      if (n > 0) {
+        buf.resize(n - 1);
+        return buf;
+      }
+    }
+    fail_limit("strftime_now text too long");
+  }
+
+  // ------------------------------------------------ strings (capped and charged)
+
+  Value str(std::string s) {
+    if (s.size() > budget_.max_bytes()) fail_limit("a string grew past " + std::to_string(budget_.max_bytes()) + " bytes");
+    return json_value(Json(std::move(s)));
+  }
+  std::string text(const Json& j) { return to_text(j, budget_.max_bytes()); }
+  std::string repr(const Json& j) { return py_repr(j, 200); }  // for error messages
+  std::string output_text(const Value& v) { return v.undefined ? "" : text(v.j); }
+
+  std::vector<uint32_t> codepoints(const std::string& s) {
+    budget_.charge(s.size());
+    return to_cps(s);
+  }
+
+  // std::string::find compares the needle at each candidate: up to n * m steps.
+  size_t find(const std::string& haystack, const std::string& needle, size_t pos = 0) {
+    budget_.charge(sat_mul(haystack.size() - std::min(pos, haystack.size()) + 1, needle.size() + 1));
+    return haystack.find(needle, pos);
+  }
+
+  std::string strip_chars(const std::string& s, const Value* chars, bool left, bool right) {
+    const std::string set = (chars && !chars->undefined && chars->j.is_string()) ? chars->j.get<std::string>() : " \t\n\r\f\v";
+    budget_.charge(sat_mul(s.size(), set.size()));
+    size_t b = 0, e = s.size();
+    if (left) while (b < e && set.find(s[b]) != std::string::npos) ++b;
+    if (right) while (e > b && set.find(s[e - 1]) != std::string::npos) --e;
+    return s.substr(b, e - b);
+  }
+
+  std::string change_case(const std::string& s, bool upper) {
+    auto cps = codepoints(s);
     for (auto& c : cps) c = case_map(c, upper);
     return from_cps(cps);
   }
 
   // Python's str.title() (every_word) / str.capitalize().
-  static std::string titlecase(const std::string& s, bool every_word) {
-    auto cps = to_cps(s);
+  std::string titlecase(const std::string& s, bool every_word) {
+    auto cps = codepoints(s);
     bool start = true;
     for (auto& c : cps) {
       const bool alnum = (c < 0x80 && std::isalnum(static_cast<int>(c))) || c >= 0xC0;
@@ -569,21 +628,76 @@ class Renderer {
     return from_cps(cps);
   }
 
-  static std::string replace_all(const std::string& s, const std::string& from, const std::string& to) {
+  std::string replace_all(const std::string& s, const std::string& from, const std::string& to) {
     if (from.empty()) return s;
     std::string out;
     size_t pos = 0;
-    for (size_t m; (m = s.find(from, pos)) != std::string::npos; pos = m + from.size()) {
+    for (size_t m; (m = find(s, from, pos)) != std::string::npos; pos = m + from.size()) {
       out.append(s, pos, m - pos);
       out += to;
+      if (out.size() > budget_.max_bytes()) str(std::move(out));  // fails
     }
     out.append(s, pos, std::string::npos);
     return out;
   }
 
+  Value split(const std::string& s, const Value* sep, int64_t maxsplit) {
+    Json parts = Json::array();
+    auto add = [&](std::string part) {
+      budget_.charge(kValueCost + part.size());
+      parts.push_back(std::move(part));
+    };
+    if (sep == nullptr || sep->undefined || sep->j.is_null()) {  // split on whitespace runs
+      budget_.charge(s.size());
+      size_t i = 0;
+      while (i < s.size()) {
+        while (i < s.size() && is_space(s[i])) ++i;
+        if (i >= s.size()) break;
+        if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
+          add(s.substr(i));
+          break;
+        }
+        size_t j = i;
+        while (j < s.size() && !is_space(s[j])) ++j;
+        add(s.substr(i, j - i));
+        i = j;
+      }
+      return json_value(std::move(parts));
+    }
+    const std::string d = text(sep->j);
+    if (d.empty()) fail("empty separator");
+    size_t pos = 0;
+    for (size_t m; (maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit) &&
+                   (m = find(s, d, pos)) != std::string::npos;
+         pos = m + d.size()) {
+      add(s.substr(pos, m - pos));
+    }
+    add(s.substr(pos));
+    return json_value(std::move(parts));
+  }
+
+  int64_t to_int(const Value& v) {
+    if (v.j.is_number_integer()) return v.j.get<int64_t>();
+    if (v.j.is_number()) {
+      const double d = v.j.get<double>();
+      // [-2^63, 2^63): the doubles that convert without UB.
+      if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) fail("integer overflow");
+      return static_cast<int64_t>(d);
+    }
+    if (v.j.is_boolean()) return v.j.get<bool>() ? 1 : 0;
+    fail("expected a number, got " + repr(v.j));
+  }
+
+  // ------------------------------------------------ filters and tests
+
   Value filter(const Expr& e) {
-    const Value v = eval(*e.args[0]);
+    Value holder;
+    const Value& v = view(*e.args[0], holder);
     std::vector<Value> args = eval_args(e, 1);
+    return with_data(apply_filter(e, v, args), v.taint.any() || any_data(args));
+  }
+
+  Value apply_filter(const Expr& e, const Value& v, const std::vector<Value>& args) {
     const std::string& f = e.name;
     auto kwarg = [&](std::string_view name, size_t pos) -> const Value* {
       for (size_t i = 0; i < args.size(); ++i) {
@@ -593,15 +707,10 @@ class Renderer {
     };
     if (f == "trim") return str(strip_chars(output_text(v), nullptr, true, true));
     if (f == "length" || f == "count") {
-      if (v.j.is_string()) return Value{Json(static_cast<int64_t>(to_cps(v.j.get_ref<const std::string&>()).size())), false, ""};
-      return Value{Json(static_cast<int64_t>(v.undefined ? 0 : v.j.size())), false, ""};
+      if (v.j.is_string()) return json_value(Json(static_cast<int64_t>(codepoints(v.j.get_ref<const std::string&>()).size())));
+      return json_value(Json(static_cast<int64_t>(v.undefined ? 0 : v.j.size())));
     }
-    if (f == "tojson") {
-      const Value* indent = kwarg("indent", 0);
-      std::string out;
-      dump_json(v.j, indent && !indent->j.is_null() ? static_cast<int>(to_int(*indent)) : -1, 0, out);
-      return str(out);
-    }
+    if (f == "tojson") return tojson(v, kwarg("indent", 0));
     if (f == "string") return str(output_text(v));
     if (f == "upper" || f == "lower") return str(change_case(output_text(v), f == "upper"));
     if (f == "capitalize" || f == "title") return str(titlecase(output_text(v), f == "title"));
@@ -612,60 +721,67 @@ class Renderer {
       const bool use = v.undefined || (boolean && truthy(*boolean) && !truthy(v));
       return use ? (dflt ? *dflt : str("")) : v;
     }
-    if (f == "join") {
-      const Value* sep = kwarg("d", 0);
-      std::string out;
-      bool first = true;
-      for (const auto& item : items_of(v)) {
-        if (!first && sep) out += output_text(*sep);
-        first = false;
-        out += to_text(item);
-      }
-      return str(out);
-    }
+    if (f == "join") return join(v, kwarg("d", 0));
     if (f == "first" || f == "last") {
       const auto items = items_of(v);
       if (items.empty()) return Value::undef();
-      return Value{f == "first" ? items.front() : items.back(), false, ""};
+      return json_value(f == "first" ? items.front() : items.back());
     }
-    if (f == "list") {
-      Json arr = Json::array();
-      for (auto& x : items_of(v)) arr.push_back(x);
-      return Value{arr, false, ""};
-    }
-    if (f == "items") {
-      Json out = Json::array();
-      if (v.j.is_object()) {
-        for (auto it = v.j.begin(); it != v.j.end(); ++it) out.push_back(Json::array({it.key(), *it}));
-      }
-      return Value{out, false, ""};
-    }
+    if (f == "list") return json_value(Json(items_of(v)));
+    if (f == "items") return v.j.is_object() ? dict_view(v.j, "items") : json_value(Json::array());
     if (f == "replace") return str(replace_all(output_text(v), output_text(args.at(0)), output_text(args.at(1))));
-    if (f == "int") return Value{Json(v.j.is_string() ? std::stoll(v.j.get<std::string>()) : to_int(v)), false, ""};
+    if (f == "int") {
+      if (!v.j.is_string()) return json_value(Json(to_int(v)));
+      return json_value(Json(std::stoll(v.j.get<std::string>())));  // std::out_of_range past int64
+    }
     if (f == "abs") {
-      if (v.j.is_number_integer()) return Value{Json(std::llabs(v.j.get<int64_t>())), false, ""};
-      return Value{Json(std::fabs(v.j.get<double>())), false, ""};
+      if (v.j.is_number_integer()) return v.j.get<int64_t>() < 0 ? negate(v) : v;
+      if (v.j.is_number()) return json_value(Json(std::fabs(v.j.get<double>())));
+      fail("abs of " + repr(v.j));
     }
     if (f == "reverse") {
       if (v.j.is_string()) {
-        auto cps = to_cps(v.j.get_ref<const std::string&>());
+        auto cps = codepoints(v.j.get_ref<const std::string&>());
         std::reverse(cps.begin(), cps.end());
         return str(from_cps(cps));
       }
       auto items = items_of(v);
-      Json arr = Json::array();
-      for (auto it = items.rbegin(); it != items.rend(); ++it) arr.push_back(*it);
-      return Value{arr, false, ""};
+      std::reverse(items.begin(), items.end());
+      return json_value(Json(std::move(items)));
     }
     if (f == "selectattr" || f == "rejectattr") return select_attr(v, args, f == "selectattr");
     if (f == "map") {
       const Value* attr = kwarg("attribute", 99);
       if (attr == nullptr) fail("map() needs attribute=");
       Json arr = Json::array();
-      for (const auto& item : items_of(v)) arr.push_back(attribute(Value{item, false, ""}, output_text(*attr)).j);
-      return Value{arr, false, ""};
+      for (const auto& item : items_of(v)) arr.push_back(attribute(json_value(item), output_text(*attr)).j);
+      return json_value(std::move(arr));
     }
     fail("unsupported filter '" + f + "'");
+  }
+
+  Value tojson(const Value& v, const Value* indent_arg) {
+    const int64_t indent = indent_arg && !indent_arg->j.is_null() ? to_int(*indent_arg) : -1;
+    if (indent > static_cast<int64_t>(budget_.max_bytes())) fail_limit("tojson indent too large");
+    budget_.weight(v.j);  // rejects values nested too deeply to print
+    std::string out;
+    dump_json(v.j, indent, 0, budget_.max_bytes(), out);
+    budget_.charge(out.size());
+    return str(std::move(out));
+  }
+
+  Value join(const Value& v, const Value* sep_arg) {
+    const std::string sep = sep_arg ? output_text(*sep_arg) : "";
+    std::string out;
+    bool first = true;
+    for (const auto& item : items_of(v)) {
+      if (!first) out += sep;
+      first = false;
+      out += text(item);
+      budget_.charge(sep.size() + 1);
+      if (out.size() > budget_.max_bytes()) return str(std::move(out));  // fails
+    }
+    return str(std::move(out));
   }
 
   Value select_attr(const Value& v, const std::vector<Value>& args, bool keep_matching) {
@@ -673,11 +789,11 @@ class Renderer {
     const std::string attr = output_text(args[0]);
     Json arr = Json::array();
     for (const auto& item : items_of(v)) {
-      const Value a = attribute(Value{item, false, ""}, attr);
+      const Value a = attribute(json_value(item), attr);
       bool match = truthy(a);
       if (args.size() >= 2) {
         const std::string t = output_text(args[1]);
-        if (t == "equalto" || t == "eq" || t == "==") match = args.size() >= 3 && !a.undefined && a.j == args[2].j;
+        if (t == "equalto" || t == "eq" || t == "==") match = args.size() >= 3 && !a.undefined && equal(a, args[2]);
         else if (t == "defined") match = !a.undefined;
         else if (t == "undefined") match = a.undefined;
         else if (t == "none") match = !a.undefined && a.j.is_null();
@@ -686,11 +802,12 @@ class Renderer {
       }
       if (match == keep_matching) arr.push_back(item);
     }
-    return Value{arr, false, ""};
+    return json_value(std::move(arr));
   }
 
   bool test(const Expr& e) {
-    const Value v = eval(*e.args[0]);
+    Value holder;
+    const Value& v = view(*e.args[0], holder);
     const std::string& t = e.name;
     if (t == "defined") return !v.undefined;
     if (t == "undefined") return v.undefined;
@@ -706,77 +823,107 @@ class Renderer {
     if (t == "true") return v.j.is_boolean() && v.j.get<bool>();
     if (t == "false") return v.j.is_boolean() && !v.j.get<bool>();
     if (t == "callable") return !v.func.empty();
-    if (t == "odd" || t == "even") return (to_int(v) % 2 != 0) == (t == "odd");
+    if (t == "odd" || t == "even") return (floor_mod(to_int(v), 2) != 0) == (t == "odd");
     if (t == "equalto" || t == "eq" || t == "sameas") {
       if (e.args.size() < 2) fail("test '" + t + "' needs an argument");
-      return !v.undefined && v.j == eval(*e.args[1]).j;
+      return !v.undefined && equal(v, eval(*e.args[1]));
     }
     fail("unsupported test '" + t + "'");
   }
 
+  // ------------------------------------------------ operators
+
   Value binary(const std::string& op, const Value& l, const Value& r) {
-    if (op == "==") return Value{Json(equal(l, r)), false, ""};
-    if (op == "!=") return Value{Json(!equal(l, r)), false, ""};
+    if (op == "==") return json_value(Json(equal(l, r)));
+    if (op == "!=") return json_value(Json(!equal(l, r)));
     if (op == "in" || op == "not in") {
-      bool found = false;
-      if (r.j.is_string()) found = r.j.get_ref<const std::string&>().find(output_text(l)) != std::string::npos;
-      else if (r.j.is_array()) for (const auto& x : r.j) found = found || x == l.j;
-      else if (r.j.is_object()) found = l.j.is_string() && r.j.contains(l.j.get<std::string>());
-      return Value{Json(op == "in" ? found : !found), false, ""};
+      const bool found = contains(r, l);
+      return json_value(Json(op == "in" ? found : !found));
     }
-    if (op == "~") return str(output_text(l) + output_text(r));
-    if (op == "+") {
-      if (l.j.is_string() && r.j.is_string()) return str(l.j.get<std::string>() + r.j.get<std::string>());
-      if (l.j.is_array() && r.j.is_array()) {
-        Json out = l.j;
-        for (const auto& x : r.j) out.push_back(x);
-        return Value{out, false, ""};
-      }
+    if (op == "~") return concat(l, output_text(l), r, output_text(r));
+    if (op == "+" && l.j.is_string() && r.j.is_string()) {
+      return concat(l, l.j.get_ref<const std::string&>(), r, r.j.get_ref<const std::string&>());
     }
-    if (op == "*" && l.j.is_string() && r.j.is_number_integer()) {
-      const int64_t n = r.j.get<int64_t>();
-      if (n > 0 && l.j.get_ref<const std::string&>().size() * static_cast<uint64_t>(n) > kMaxOutputBytes) {
-        fail("string repetition too large");
-      }
-      std::string out;
-      for (int64_t i = 0; i < r.j.get<int64_t>(); ++i) out += l.j.get<std::string>();
-      return str(out);
+    if (op == "+" && l.j.is_array() && r.j.is_array()) {
+      budget_.charge(budget_.weight(l.j) + budget_.weight(r.j));
+      Json out = l.j;
+      out.insert(out.end(), r.j.begin(), r.j.end());
+      return with_data(json_value(std::move(out)), l.taint.any() || r.taint.any());
     }
+    if (op == "*" && l.j.is_string() && r.j.is_number_integer()) return repeat(l, r.j.get<int64_t>());
     if (!l.j.is_number() || !r.j.is_number() || l.undefined || r.undefined) {
-      fail("unsupported operands for '" + op + "': " + py_repr(l.j) + ", " + py_repr(r.j));
+      fail("unsupported operands for '" + op + "': " + repr(l.j) + ", " + repr(r.j));
     }
-    const bool ints = l.j.is_number_integer() && r.j.is_number_integer();
-    const double a = l.j.get<double>(), b = r.j.get<double>();
-    if (op == "<") return Value{Json(a < b), false, ""};
-    if (op == ">") return Value{Json(a > b), false, ""};
-    if (op == "<=") return Value{Json(a <= b), false, ""};
-    if (op == ">=") return Value{Json(a >= b), false, ""};
+    return arithmetic(op, l.j, r.j);
+  }
+
+  // l ~ r: the data ranges of both sides, in place.
+  Value concat(const Value& l, const std::string& ls, const Value& r, const std::string& rs) {
+    if (ls.size() + rs.size() > budget_.max_bytes()) fail_limit("a string grew past " + std::to_string(budget_.max_bytes()) + " bytes");
+    budget_.charge(ls.size() + rs.size());
+    Value out = str(ls + rs);
+    out.taint = concat_taint(l, ls.size(), r, rs.size());
+    return out;
+  }
+
+  Value repeat(const Value& l, int64_t n) {
+    const std::string& s = l.j.get_ref<const std::string&>();
+    if (n <= 0 || s.empty()) return str("");
+    // Divide rather than multiply: s.size() * n can wrap.
+    if (static_cast<uint64_t>(n) > budget_.max_bytes() / s.size()) fail_limit("string repetition too large");
+    budget_.charge(s.size() * static_cast<uint64_t>(n));
+    std::string out;
+    out.reserve(s.size() * static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) out += s;
+    return with_data(str(std::move(out)), l.taint.any());
+  }
+
+  Value arithmetic(const std::string& op, const Json& lj, const Json& rj) {
+    const bool ints = lj.is_number_integer() && rj.is_number_integer();
+    const double a = lj.get<double>(), b = rj.get<double>();
+    if (op == "<") return json_value(Json(a < b));
+    if (op == ">") return json_value(Json(a > b));
+    if (op == "<=") return json_value(Json(a <= b));
+    if (op == ">=") return json_value(Json(a >= b));
     if (ints && op != "/") {
-      const int64_t x = l.j.get<int64_t>(), y = r.j.get<int64_t>();
-      if (op == "+") return Value{Json(x + y), false, ""};
-      if (op == "-") return Value{Json(x - y), false, ""};
-      if (op == "*") return Value{Json(x * y), false, ""};
+      const int64_t x = lj.get<int64_t>(), y = rj.get<int64_t>();
+      if (op == "+" || op == "-" || op == "*") return json_value(Json(checked(op[0], x, y)));
       if (y == 0) fail("division by zero");
-      if (op == "//") return Value{Json(x / y - ((x % y != 0) && ((x < 0) != (y < 0)))), false, ""};
-      if (op == "%") return Value{Json(((x % y) + y) % y), false, ""};
+      if (op == "//") return json_value(Json(floor_div(x, y)));
+      if (op == "%") return json_value(Json(floor_mod(x, y)));
     }
-    if (op == "+") return Value{Json(a + b), false, ""};
-    if (op == "-") return Value{Json(a - b), false, ""};
-    if (op == "*") return Value{Json(a * b), false, ""};
+    if (op == "+") return json_value(Json(a + b));
+    if (op == "-") return json_value(Json(a - b));
+    if (op == "*") return json_value(Json(a * b));
     if (b == 0) fail("division by zero");
-    if (op == "/") return Value{Json(a / b), false, ""};
-    if (op == "//") return Value{Json(std::floor(a / b)), false, ""};
-    if (op == "%") return Value{Json(std::fmod(a, b)), false, ""};
+    if (op == "/") return json_value(Json(a / b));
+    if (op == "//") return json_value(Json(std::floor(a / b)));
+    if (op == "%") return json_value(Json(std::fmod(a, b)));
     fail("unknown operator '" + op + "'");
   }
 
-  static bool equal(const Value& l, const Value& r) {
+  bool contains(const Value& haystack, const Value& needle) {
+    const Json& r = haystack.j;
+    if (r.is_string()) return find(r.get_ref<const std::string&>(), output_text(needle)) != std::string::npos;
+    if (r.is_array()) {
+      budget_.charge(budget_.weight(r));
+      return std::any_of(r.begin(), r.end(), [&](const Json& x) { return x == needle.j; });
+    }
+    if (r.is_object()) return needle.j.is_string() && r.contains(needle.j.get<std::string>());
+    return false;
+  }
+
+  // Comparing costs what walking both values costs.
+  bool equal(const Value& l, const Value& r) {
     if (l.undefined || r.undefined) return l.undefined && r.undefined;
+    budget_.charge(budget_.weight(l.j) + budget_.weight(r.j));
     return l.j == r.j;
   }
 
+  Budget budget_;
+  const std::vector<std::string>& trusted_keys_;
   std::vector<std::map<std::string, Value>> scopes_;
-  std::string out_;
+  PromptText out_;
   int64_t iterations_ = 0;  // loop iterations so far (kMaxLoopIterations)
   int eval_depth_ = 0;
 };
@@ -784,12 +931,15 @@ class Renderer {
 }  // namespace
 }  // namespace jinja_detail
 
-Result<std::string> JinjaTemplate::render(const nlohmann::ordered_json& context) const {
+Result<PromptText> JinjaTemplate::render(const nlohmann::ordered_json& context,
+                                         const RenderOptions& options) const {
   try {
-    jinja_detail::Renderer r(context);
+    jinja_detail::Renderer r(context, options);
     return r.run(root_->branches.front().second);
-  } catch (const jinja_detail::JinjaError& e) {
-    return invalid_argument(std::string("chat template: ") + e.what());
+  } catch (const jinja_detail::LimitError& e) {
+    return resource_exhausted(std::string("chat template: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("chat template: out of memory");
   } catch (const std::exception& e) {
     return invalid_argument(std::string("chat template: ") + e.what());
   }

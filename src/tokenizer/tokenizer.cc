@@ -40,6 +40,13 @@ bool is_ascii_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
 }
 
+// Whether [begin, end) overlaps a range of `data` (ascending, disjoint).
+bool touches(std::span<const TextRange> data, size_t begin, size_t end) {
+  auto it = std::upper_bound(data.begin(), data.end(), begin,
+                             [](size_t pos, const TextRange& r) { return pos < r.end; });
+  return it != data.end() && it->begin < end;
+}
+
 const std::string& empty_string() {
   static const std::string kEmpty;
   return kEmpty;
@@ -208,8 +215,8 @@ std::unordered_set<std::string_view> Tokenizer::specials_in(std::string_view tex
 // Splits `text` on special-token texts the way llama.cpp's tokenizer_st_partition does:
 // each special token in turn (longest first) splits every remaining raw-text fragment at
 // each of its occurrences.
-std::vector<Tokenizer::Fragment> Tokenizer::partition_special(std::string_view text,
-                                                              bool parse_special) const {
+std::vector<Tokenizer::Fragment> Tokenizer::partition_special(
+    std::string_view text, bool parse_special, std::span<const TextRange> data) const {
   std::vector<Fragment> frags = {{-1, 0, text.size()}};
   const auto present = specials_in(text);
   if (present.empty()) return frags;
@@ -220,6 +227,7 @@ std::vector<Tokenizer::Fragment> Tokenizer::partition_special(std::string_view t
     const std::string& tok = vocab_.tokens[id];
     if (present.count(tok) == 0) continue;
     const bool rstrip = rstrip_ids_.count(id) != 0;
+    const bool in_data_too = t == TokenType::kUserDefined;  // as without parse_special
     next.clear();
     for (const Fragment& f : frags) {
       if (f.token >= 0) {
@@ -229,11 +237,16 @@ std::vector<Tokenizer::Fragment> Tokenizer::partition_special(std::string_view t
       const size_t end = f.offset + f.length;
       const std::string_view window = text.substr(0, end);
       size_t pos = f.offset;
-      for (size_t m; (m = window.find(tok, pos)) != std::string_view::npos;) {
+      for (size_t m = pos; (m = window.find(tok, m)) != std::string_view::npos;) {
+        if (!in_data_too && touches(data, m, m + tok.size())) {
+          ++m;  // text inside a message: not a token
+          continue;
+        }
         if (m > pos) next.push_back({-1, pos, m - pos});
         next.push_back({id, m, tok.size()});
         pos = m + tok.size();
         while (rstrip && pos < end && is_ascii_space(text[pos])) ++pos;
+        m = pos;
       }
       if (pos < end) next.push_back({-1, pos, end - pos});
     }
@@ -260,11 +273,20 @@ void Tokenizer::encode_text(std::string_view text, bool after_special,
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
                                        bool parse_special) const {
+  return encode(text, add_special, parse_special, {});
+}
+
+std::vector<int32_t> Tokenizer::encode(const PromptText& prompt, bool add_special) const {
+  return encode(prompt.text, add_special, /*parse_special=*/true, prompt.data);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
+                                       bool parse_special, std::span<const TextRange> data) const {
   std::vector<int32_t> out;
   if (add_special && vocab_.add_bos && vocab_.bos_id >= 0) out.push_back(vocab_.bos_id);
   if (!text.empty()) {
     bool after_special = true;  // the text start counts as following a special token
-    for (const Fragment& f : partition_special(text, parse_special)) {
+    for (const Fragment& f : partition_special(text, parse_special, data)) {
       if (f.token >= 0) {
         out.push_back(f.token);
         after_special = true;

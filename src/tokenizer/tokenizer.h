@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "tokenizer/prompt_text.h"
 #include "tokenizer/token_index.h"
 #include "tokenizer/vocab.h"
 
@@ -51,8 +52,11 @@ class Tokenizer {
   // Token ids of `text`. add_special: prepend BOS / append EOS as the model's
   // add_bos_token / add_eos_token say. parse_special: control-token texts in `text`
   // (e.g. "<|im_start|>") become those tokens; otherwise they are tokenized as plain
-  // text. Prompts rendered by a chat template need parse_special = true.
+  // text. Chat prompts use the PromptText overload instead.
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+  // A rendered chat prompt: control tokens are parsed in the template's text only, never
+  // where a match would touch a data range (a message), where they are plain text.
+  std::vector<int32_t> encode(const PromptText& prompt, bool add_special) const;
 
   // The bytes token `id` stands for (possibly an incomplete UTF-8 sequence: byte tokens
   // and byte-level BPE pieces split characters; StreamingDetokenizer reassembles them).
@@ -98,7 +102,12 @@ class Tokenizer {
     size_t offset;
     size_t length;
   };
-  std::vector<Fragment> partition_special(std::string_view text, bool parse_special) const;
+  // Control tokens are matched with parse_special, and only where they touch no range of
+  // `data`; user-defined tokens everywhere.
+  std::vector<Fragment> partition_special(std::string_view text, bool parse_special,
+                                          std::span<const TextRange> data) const;
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special,
+                              std::span<const TextRange> data) const;
   std::unordered_set<std::string_view> specials_in(std::string_view text) const;
   void encode_text(std::string_view text, bool after_special, std::vector<int32_t>& out) const;
 

@@ -51,6 +51,41 @@ Vocab tiny_spm() {
   return v;
 }
 
+// Issue 14.5: in a PromptText, control tokens are parsed only where no data range is
+// touched; user-defined tokens and plain text behave as before.
+TEST(Tokenizer, ControlTokensAreNotParsedInData) {
+  auto tok = Tokenizer::from_vocab(tiny_spm()).value();
+  PromptText p;
+  p.append_template("a<ctl>");
+  p.append_data("a<ctl>");
+  p.append_template("<ct");
+  p.append_data("l>");  // a token split across template text and data is not one
+  p.append_template("<ctl>");
+  auto n_ctl = [](const std::vector<int32_t>& ids) { return std::count(ids.begin(), ids.end(), 12); };
+  EXPECT_EQ(n_ctl(tok->encode(p, false)), 2);
+  EXPECT_EQ(n_ctl(tok->encode(p.text, false, true)), 4);
+  // No data: the same as parse_special everywhere.
+  PromptText plain;
+  plain.append_template("a<ctl>a");
+  EXPECT_EQ(tok->encode(plain, true), tok->encode("a<ctl>a", true, true));
+}
+
+TEST(PromptText, SliceAndAppendKeepTheRanges) {
+  PromptText p;
+  p.append_template("ab");
+  p.append_data("cd");
+  p.append_data("ef");
+  p.append_template("gh");
+  EXPECT_EQ(p.data, (std::vector<TextRange>{{2, 6}}));
+  EXPECT_EQ(p.slice(3, 7).data, (std::vector<TextRange>{{0, 3}}));
+  PromptText q = p.slice(4);
+  q.append(p);
+  EXPECT_EQ(q.text, "efghabcdefgh");
+  EXPECT_EQ(q.data, (std::vector<TextRange>{{0, 2}, {6, 10}}));
+  p.erase_prefix(100);
+  EXPECT_TRUE(p.text.empty() && p.data.empty());
+}
+
 TEST(Tokenizer, SpmMergesByScoreAndFallsBackToBytes) {
   auto tok = Tokenizer::from_vocab(tiny_spm());
   ASSERT_TRUE(tok.is_ok()) << tok.status().message();
@@ -292,7 +327,7 @@ TEST(RealModels, SmolLm2) {
   const ChatTemplate ct = ChatTemplate::for_tokenizer(*tok);
   EXPECT_EQ(ct.family(), ChatFamily::kChatml);
   const std::vector<ChatMessage> m = {{"user", "Hi"}};
-  const auto ids = tok->encode(ct.render(m, true), true, true);
+  const auto ids = tok->encode(*ct.render(m, true), true);
   ASSERT_FALSE(ids.empty());
   EXPECT_EQ(ids.front(), tok->find_token("<|im_start|>"));
 }
@@ -307,7 +342,7 @@ TEST(RealModels, Qwen25) {
   const ChatTemplate ct = ChatTemplate::for_tokenizer(*tok);
   EXPECT_EQ(ct.family(), ChatFamily::kChatml);
   const std::vector<ChatMessage> m = {{"user", "Hi"}};
-  const std::string text = ct.render(m, true);
+  const std::string text = ct.render(m, true)->text;
   EXPECT_TRUE(text.starts_with("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud."));
   const auto ids = tok->encode(text, true, true);
   EXPECT_EQ(ids.front(), im_start);  // no BOS: add_bos_token is false
@@ -335,7 +370,7 @@ TEST(RealModels, Gemma3) {
   const ChatTemplate ct = ChatTemplate::for_tokenizer(*tok);  // the base model has no template
   EXPECT_EQ(ct.family(), ChatFamily::kGemma);
   const std::vector<ChatMessage> m = {{"user", "Hi"}};
-  const auto ids = tok->encode(ct.render(m, true), true, true);
+  const auto ids = tok->encode(*ct.render(m, true), true);
   ASSERT_GE(ids.size(), 3u);
   EXPECT_EQ(ids[0], tok->bos_id());
   EXPECT_EQ(ids[1], tok->find_token("<start_of_turn>"));
