@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang into build-fuzz and runs the GGUF parser target
-# for $1 seconds (default 60), then the HTTP request parser target for half that. GGUF is seeded with the golden models (../shared/golden/*.gguf, when present) and
+# for $1 seconds (default 60), then the HTTP request parser target for half that, then
+# the chat-template interpreter (jinja_fuzz) for a third (seeded with the chat templates
+# in src/tokenizer/testdata/chat and the hostile templates of issue 14). GGUF is seeded with the golden models (../shared/golden/*.gguf, when present) and
 # the hostile corpus (tests/hostile/*.gguf). New inputs accumulate in fuzz-out/corpus;
 # crashes are written to fuzz-out/ and make this script fail.
 #   bash scripts/fuzz.sh [SECONDS]
@@ -17,7 +19,7 @@ jobs=${FUZZ_JOBS:-1}
 
 CC=clang CXX=clang++ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DHYPURA_FUZZ=ON -DHYPURA_WERROR=ON -DHYPURA_BUILD_TESTS=OFF -DHYPURA_BUILD_BENCH=OFF >/dev/null
-cmake --build "$build_dir" --target gguf_fuzz http_request_fuzz -j"$(nproc)"
+cmake --build "$build_dir" --target gguf_fuzz http_request_fuzz jinja_fuzz -j"$(nproc)"
 
 mkdir -p fuzz-out/corpus fuzz-out/seeds
 for seed in ../shared/golden/*.gguf tests/hostile/*.gguf; do
@@ -50,6 +52,28 @@ echo "fuzz: running http_request_fuzz for ${http_seconds}s"
   -max_total_time="$http_seconds" -max_len=4096 -rss_limit_mb=2048 \
   -timeout="${FUZZ_TIMEOUT:-10}" -artifact_prefix=fuzz-out/http- -print_final_stats=1
 echo "fuzz: no crash in ${http_seconds}s (http)"
+
+# The template target: one input is one template. UBSan must stop at its first report,
+# or integer overflow would pass unseen.
+jinja_seconds=$(( (seconds + 2) / 3 ))
+mkdir -p fuzz-out/jinja-corpus fuzz-out/jinja-seeds
+cp -f src/tokenizer/testdata/chat/*.jinja fuzz-out/jinja-seeds/
+printf '%s' '{{ (-9223372036854775807 - 1) // -1 }}{{ 7 % -3 }}' >fuzz-out/jinja-seeds/intmin.txt
+printf '%s' "{% set s='a'*16000000 %}{% for i in range(100000) %}{% if s|length>0 %}{% endif %}{% endfor %}" \
+  >fuzz-out/jinja-seeds/slow.txt
+printf '%s' "{{ 'abcd' * 4611686018427387904 }}{{ range(-9223372036854775807, 9223372036854775807) }}" \
+  >fuzz-out/jinja-seeds/sizes.txt
+printf '%s' "{% set ns = namespace(s=messages[0].content) %}{% for m in messages[::-1] %}{% set ns.s = ns.s ~ m.content|trim %}{{ m.content.split('<')[0] ~ strftime_now('%Y') }}{% endfor %}{{ ns.s | tojson(indent=2) }}" \
+  >fuzz-out/jinja-seeds/data.txt
+jinja_args=(fuzz-out/jinja-corpus fuzz-out/jinja-seeds -max_total_time="$jinja_seconds"
+            -max_len=8192 -rss_limit_mb=2048 -timeout="${FUZZ_TIMEOUT:-10}"
+            -artifact_prefix=fuzz-out/jinja- -print_final_stats=1)
+if ((jobs > 1)); then
+  jinja_args+=(-jobs="$jobs" -workers="$jobs")
+fi
+echo "fuzz: running jinja_fuzz for ${jinja_seconds}s"
+UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 "$build_dir/fuzz/jinja_fuzz" "${jinja_args[@]}"
+echo "fuzz: no crash in ${jinja_seconds}s (jinja)"
 
 if [ "${FUZZ_COVERAGE:-0}" = 1 ]; then
   cov_dir="${build_dir}-cov"
