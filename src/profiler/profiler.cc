@@ -12,6 +12,7 @@
 #include <sstream>
 #include <vector>
 
+#include "common/cache_dir.h"
 #include "common/log.h"
 
 #include "common/size.h"
@@ -91,16 +92,12 @@ std::string hex64(uint64_t v) {
 }  // namespace
 
 std::string default_cache_path() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  fs::path base;
-  if (xdg && *xdg) {
-    base = xdg;
-  } else if (const char* home = std::getenv("HOME"); home && *home) {
-    base = fs::path(home) / ".cache";
-  } else {
-    base = fs::temp_directory_path();
+  Result<std::string> dir = cache_dir();
+  if (!dir.is_ok()) {
+    log().warn("profile: no cache: {}", dir.status().message());
+    return "";
   }
-  return (base / "hypura" / "profile.json").string();
+  return (fs::path(*dir) / "profile.json").string();
 }
 
 std::string machine_fingerprint(const HardwareProfile& p) {
@@ -149,8 +146,8 @@ Result<HardwareProfile> load_or_measure(const ProfileOptions& o) {
   std::string cache = o.cache_path.empty() ? default_cache_path() : o.cache_path;
   uint64_t reserve = o.reserve_bytes.value_or(kDefaultReserveBytes);
   bool dirty = false;
-  Result<HardwareProfile> cached = o.refresh ? Result<HardwareProfile>(not_found("refresh"))
-                                             : load_profile_file(cache);
+  Result<HardwareProfile> cached = o.refresh || cache.empty() ? Result<HardwareProfile>(not_found("no cache"))
+                                                              : load_profile_file(cache);
   HardwareProfile p;
   if (cached.is_ok()) {
     p = std::move(cached).value();
@@ -176,7 +173,7 @@ Result<HardwareProfile> load_or_measure(const ProfileOptions& o) {
       dirty = true;
     }
   }
-  if (dirty) {
+  if (dirty && !cache.empty()) {
     std::error_code ec;
     fs::create_directories(fs::path(cache).parent_path(), ec);
     Status st = save_profile_file(p, cache);

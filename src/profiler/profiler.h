@@ -35,7 +35,9 @@ struct ProfileOptions {
   bool progress = true;       // progress bar on stderr
 };
 
-// $XDG_CACHE_HOME/hypura/profile.json, or ~/.cache/hypura/profile.json.
+// profile.json in cache_dir() (common/cache_dir.h): $XDG_CACHE_HOME/hypura, else
+// ~/.cache/hypura, else a private /tmp/hypura-<uid>. "" (and a warning) when no safe
+// directory exists: profiles are then measured but not cached.
 std::string default_cache_path();
 
 // Hash of the machine's identity (not of the measured speeds): CPU model, core counts,

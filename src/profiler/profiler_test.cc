@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
@@ -267,6 +268,35 @@ TEST(StorageBench, RefusesWhenTheDiskIsTooSmall) {
   auto p = measure_storage(o);
   ASSERT_FALSE(p.is_ok());
   EXPECT_EQ(p.status().code(), StatusCode::kResourceExhausted);
+}
+
+// Issue 14: the scratch file had a predictable name (.hypura-profile-<pid>.tmp) and was
+// opened with O_CREAT | O_TRUNC, following links: in a shared directory another user could
+// plant a link there and have a file of ours truncated and overwritten. Now the name is
+// random and the open exclusive, and the planted link's target is untouched.
+TEST(StorageBench, ScratchFileNeverFollowsAPlantedLink) {
+  char tmpl[] = "/tmp/hypura-scratch-test-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  const std::string victim = dir + "/victim";
+  std::ofstream(victim) << "keep";
+  const std::string planted = dir + "/.hypura-profile-" + std::to_string(::getpid()) + ".tmp";
+  std::filesystem::create_symlink(victim, planted);
+  StorageBenchOptions o;
+  o.dir = dir;
+  o.scratch_bytes = 16 << 20;
+  o.block_sizes = {1 << 20};
+  o.queue_depths = {1};
+  o.seconds_per_point = o.seconds_per_random_point = o.seconds_confirm = 0.02;
+  auto p = measure_storage(o);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  std::string content;
+  std::getline(std::ifstream(victim), content);
+  EXPECT_EQ(content, "keep");
+  EXPECT_EQ(std::filesystem::file_size(victim), 4u);
+  size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++entries;
+  EXPECT_EQ(entries, 2u) << "the scratch file was not removed";
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -29,12 +30,31 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// Creates a new scratch file in `dir` under an unpredictable name and returns its
+// descriptor (O_DIRECT where the filesystem allows). O_EXCL | O_NOFOLLOW: the directory
+// may be shared (/tmp), and a name someone else created first, or a link planted there,
+// must never be opened, let alone truncated and filled with a gigabyte.
+Result<int> create_scratch(const std::string& dir, std::string* path) {
+  std::random_device random;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    char name[64];
+    std::snprintf(name, sizeof name, ".hypura-profile-%08x%08x.tmp", random(), random());
+    *path = (std::filesystem::path(dir) / name).string();
+    const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    int fd = ::open(path->c_str(), flags | O_DIRECT, 0600);
+    if (fd < 0 && errno == EINVAL) fd = ::open(path->c_str(), flags, 0600);
+    if (fd >= 0) return fd;
+    if (errno != EEXIST) return io_error("cannot create scratch file " + *path + ": " + std::strerror(errno));
+  }
+  return io_error("cannot create a scratch file in " + dir + ": every name tried exists");
+}
+
 // Writes `bytes` of pseudo-random data (incompressible, so no layer below can shortcut it)
-// with O_DIRECT where allowed, then fsyncs. The file is the caller's to delete.
-Status write_scratch(const std::string& path, uint64_t bytes) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0600);
-  if (fd < 0 && errno == EINVAL) fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return io_error("cannot create scratch file " + path + ": " + std::strerror(errno));
+// to a new scratch file in `dir`, then fsyncs. Returns its path; the file is the caller's
+// to delete (on failure it is already deleted).
+Result<std::string> write_scratch(const std::string& dir, uint64_t bytes) {
+  std::string path;
+  HYPURA_ASSIGN_OR_RETURN(const int fd, create_scratch(dir, &path));
   constexpr uint64_t kChunk = 8 << 20;
   io::AlignedBuffer buf(kChunk);
   std::mt19937_64 rng(12345);
@@ -45,13 +65,14 @@ Status write_scratch(const std::string& path, uint64_t bytes) {
     if (n != static_cast<ssize_t>(kChunk)) {
       std::string err = n < 0 ? std::strerror(errno) : "short write";
       ::close(fd);
+      std::remove(path.c_str());
       return io_error("writing scratch file " + path + ": " + err);
     }
   }
   ::fsync(fd);
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   ::close(fd);
-  return Status::ok();
+  return path;
 }
 
 void drop_cache(const std::string& path) {
@@ -213,13 +234,8 @@ Result<StorageProfile> measure_storage(const StorageBenchOptions& o) {
                                 std::to_string(o.scratch_bytes >> 20) +
                                 " MiB scratch file (plus 1 GiB margin); use --file to measure read-only on an existing file");
     }
-    path = (fs::path(o.dir) / (".hypura-profile-" + std::to_string(::getpid()) + ".tmp")).string();
     progress("writing scratch file", 0);
-    Status st = write_scratch(path, o.scratch_bytes);
-    if (!st.is_ok()) {
-      std::remove(path.c_str());
-      return st;
-    }
+    HYPURA_ASSIGN_OR_RETURN(path, write_scratch(o.dir, o.scratch_bytes));
   }
   p.path = scratch ? o.dir : o.file;
   p.method = scratch ? "scratch" : "file";

@@ -7,6 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/cache_dir.h"
+#include "common/log.h"
+
 namespace hypura::runtime {
 namespace {
 constexpr size_t kSavedSuccessors = 32;
@@ -154,16 +157,13 @@ std::vector<double> CoactivationStats::recorded_frequency(const std::string& mod
 }
 
 std::string CoactivationStats::default_path(const std::string& model_path, uint64_t model_bytes) {
-  std::filesystem::path dir;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
-    dir = xdg;
-  } else if (const char* home = std::getenv("HOME"); home && *home) {
-    dir = std::filesystem::path(home) / ".cache";
-  } else {
-    dir = std::filesystem::temp_directory_path();
+  Result<std::string> dir = cache_dir();
+  if (!dir.is_ok()) {
+    log().warn("expert statistics not kept: {}", dir.status().message());
+    return "";
   }
   const std::string name = std::filesystem::path(model_path).filename().string();
-  return (dir / "hypura" / "experts" / (name + "-" + std::to_string(model_bytes) + ".json")).string();
+  return (std::filesystem::path(*dir) / "experts" / (name + "-" + std::to_string(model_bytes) + ".json")).string();
 }
 
 }  // namespace hypura::runtime

@@ -46,7 +46,8 @@ class CoactivationStats {
   Status save(const std::string& path) const;
   // Fails when the file is missing, malformed, or for another expert geometry.
   static Result<CoactivationStats> load(const std::string& path, int n_layer, int n_expert);
-  // $XDG_CACHE_HOME/hypura/experts (or ~/.cache/...)/<file name>-<size>.json.
+  // cache_dir()/experts/<file name>-<size>.json (common/cache_dir.h); "" when no safe
+  // cache directory exists (statistics are then neither loaded nor saved).
   static std::string default_path(const std::string& model_path, uint64_t model_bytes);
   // The routing counts earlier runs of the model saved at default_path, (n_layer *
   // n_expert) layer-major, for the planner (scheduler::ModelTensors::expert_frequency);
