@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <ctime>
 
 #include "tokenizer/jinja.h"
@@ -358,9 +357,7 @@ Result<PromptText> ChatTemplate::render_jinja(std::span<const ChatMessage> m, bo
   for (const auto& msg : m) messages.push_back({{"role", msg.role}, {"content", msg.content}});
   RenderOptions options;
   options.data_vars = {"messages"};
-  if (std::all_of(m.begin(), m.end(), [](const ChatMessage& x) { return is_known_role(x.role); })) {
-    options.trusted_keys = {"role"};
-  }
+  options.trusted_strings = {"system", "user", "assistant"};  // is_known_role
   options.limits = limits_;
   auto out = jinja_->render({{"messages", messages}, {"add_generation_prompt", gen},
                              {"bos_token", bos_}, {"eos_token", eos_}}, options);

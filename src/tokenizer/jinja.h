@@ -54,9 +54,10 @@ struct RenderLimits {
 
 struct RenderOptions {
   std::vector<std::string> data_vars;  // context variables whose strings are data
-  // Keys whose string values are not data even inside data, for fields the caller has
-  // validated (roles: "<|" + message.role + "|>" must still make a control token).
-  std::vector<std::string> trusted_keys;
+  // Strings that are template text even when read from data: values the caller has
+  // validated and that hold no special token (roles: "<|" + message.role + "|>" must
+  // still make a control token).
+  std::vector<std::string> trusted_strings;
   RenderLimits limits;
 };
 

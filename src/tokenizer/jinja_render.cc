@@ -165,7 +165,7 @@ class Budget {
 class Renderer {
  public:
   Renderer(const Json& context, const RenderOptions& options)
-      : budget_(options.limits), trusted_keys_(options.trusted_keys) {
+      : budget_(options.limits), trusted_strings_(options.trusted_strings) {
     scopes_.emplace_back();
     const auto& data = options.data_vars;
     for (auto it = context.begin(); it != context.end(); ++it) {
@@ -418,13 +418,14 @@ class Renderer {
   Value attribute(const Value& obj, const std::string& name) {
     if (obj.j.is_object()) {
       auto it = obj.j.find(name);
-      if (it != obj.j.end()) return with_data(json_value(*it), obj.taint.any() && !trusted(name, *it));
+      if (it != obj.j.end()) return with_data(json_value(*it), obj.taint.any() && !trusted(*it));
     }
     return Value::undef();
   }
 
-  bool trusted(const std::string& key, const Json& value) const {
-    return value.is_string() && std::find(trusted_keys_.begin(), trusted_keys_.end(), key) != trusted_keys_.end();
+  bool trusted(const Json& value) const {
+    return value.is_string() && std::find(trusted_strings_.begin(), trusted_strings_.end(),
+                                          value.get_ref<const std::string&>()) != trusted_strings_.end();
   }
 
   Value index(const Value& obj, const Value& key) {
@@ -587,7 +588,14 @@ class Renderer {
     return json_value(Json(std::move(s)));
   }
   std::string text(const Json& j) { return to_text(j, budget_.max_bytes()); }
-  std::string repr(const Json& j) { return py_repr(j, 200); }  // for error messages
+  // For error messages: short, and never a limit error itself.
+  static std::string repr(const Json& j) {
+    try {
+      return py_repr(j, 200);
+    } catch (const LimitError&) {
+      return "(a large value)";
+    }
+  }
   std::string output_text(const Value& v) { return v.undefined ? "" : text(v.j); }
 
   std::vector<uint32_t> codepoints(const std::string& s) {
@@ -921,7 +929,7 @@ class Renderer {
   }
 
   Budget budget_;
-  const std::vector<std::string>& trusted_keys_;
+  const std::vector<std::string>& trusted_strings_;
   std::vector<std::map<std::string, Value>> scopes_;
   PromptText out_;
   int64_t iterations_ = 0;  // loop iterations so far (kMaxLoopIterations)
