@@ -46,6 +46,10 @@ struct WeightView {
 
 class ThreadPool;  // compute/cpu/thread_pool.h
 
+// The dispatch path a Context made with the default gets on this CPU (HYPURA_SIMD
+// honoured), e.g. "avx512vnni": for reports that say which kernels produced a figure.
+const char* default_simd_name();
+
 class Context {
  public:
   explicit Context(int n_threads);

@@ -39,6 +39,10 @@ SimdLevel level_from_name(std::string_view name) {
 
 }  // namespace
 
+const char* default_simd_name() {
+  return simd_level_name(default_simd_level());
+}
+
 struct Context::Impl {
   explicit Impl(int n_threads, SimdLevel level) : pool(n_threads), kernels(kernel_table(level)) {}
 

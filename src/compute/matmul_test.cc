@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -206,6 +207,54 @@ TEST(Matmul, EveryPathMatchesReference) {
     const Reference ref = reference(p);
     for (const char* path : supported_paths()) {
       expect_close_to_reference(p, ref, run_matmul(p, 2, path, p.n_tok), path);
+    }
+  }
+}
+
+// What real models contain (gemma-3, SmolLM2, Qwen2.5 rows are 576, 640, 896, 960, 4864...
+// wide): row lengths that are not multiples of 256 or of any SIMD unroll, odd block counts,
+// and activations as large as gemma-3's (its residual stream reaches 1e5; normed inputs
+// of the projections carry outliers of 1e3). Every path against the float64 reference and
+// against its scalar twin, within twice the named bound (both are within it of the
+// reference).
+//
+// Q4_1 / Q5_1 take Q8_1 activations, whose per-block sum s = d * sum(q) is an fp16 (as in
+// llama.cpp): it overflows when a block's |x| sums past 65504, so their activations stay
+// below that here; the other formats get the full range.
+TEST(Matmul, RealModelRowLengthsAndLargeActivations) {
+  std::mt19937 rng(std::random_device{}());
+  const int64_t legacy_lengths[] = {576, 608, 640, 896, 960, 1056, 4864};
+  const int64_t k_lengths[] = {768, 1280, 2304, 4864};
+  for (GgmlType type : all_types()) {
+    const int64_t bs = quant::block_size(type);
+    const bool k_quant = bs == 256;
+    const bool q8_1 = quant::activation_type(type) == GgmlType::Q8_1;
+    for (int64_t n : k_quant ? std::vector<int64_t>(std::begin(k_lengths), std::end(k_lengths))
+                             : std::vector<int64_t>(std::begin(legacy_lengths),
+                                                    std::end(legacy_lengths))) {
+      for (float scale : {1.0f, 30.0f, 1000.0f}) {
+        if (q8_1 && scale > 30.0f) continue;
+        Problem p = make_problem(type, 19, n, 5, rng);
+        for (size_t i = 0; i < p.x.size(); ++i) p.x[i] *= scale;
+        p.x[7] = 60.0f * scale;        // an outlier channel, as gemma's
+        p.x[n + 3] = -45.0f * scale;
+        const Reference ref = reference(p);
+        const std::vector<float> scalar = run_matmul(p, 1, "scalar", p.n_tok);
+        expect_close_to_reference(p, ref, scalar, "scalar");
+        const double c = 2 * bound_c(type, n) * std::ldexp(1.0, -24);
+        for (const char* path : supported_paths()) {
+          const std::vector<float> y = run_matmul(p, 2, path, p.n_tok);
+          expect_close_to_reference(p, ref, y, path);
+          int failures = 0;
+          for (size_t i = 0; i < y.size(); ++i) {
+            if (!(std::fabs(y[i] - scalar[i]) <= c * ref.abs_sum[i] + 1e-30) && failures++ < 3) {
+              ADD_FAILURE() << path << " vs scalar " << gguf::type_name(type) << " n " << n
+                            << " scale " << scale << " element " << i << ": " << y[i] << " vs "
+                            << scalar[i];
+            }
+          }
+        }
+      }
     }
   }
 }
