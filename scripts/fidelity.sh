@@ -71,45 +71,10 @@ for name in "${names[@]}"; do
   fi
   for level in "${levels[@]}"; do
     log "$name: $level"
-    HYPURA_SIMD=$level "$BIN" perplexity "$model" --kl-divergence "$logp" --json \
+    HYPURA_SIMD=$level "$BIN" perplexity "$model" --kl-divergence "$logp" --json --per-token \
       >"$OUT/$name.$level.json"
   done
 done
 
-# Summary table and the agreement check (levels this CPU lacks report the level they fell
-# back to and are skipped as duplicates).
-"$PY" - "$OUT" "${names[@]}" <<'EOF'
-import json, os, sys
-out, names = sys.argv[1], sys.argv[2:]
-failures = []
-lines = ["| model | SIMD | PPL | KL mean | KL median | KL p99 | same top-1 | vs scalar |",
-         "|---|---|---|---|---|---|---|---|"]
-for name in names:
-    seen, base = set(), None
-    for level in ["scalar", "avx2", "avx512", "avx512vnni"]:
-        r = json.load(open(os.path.join(out, f"{name}.{level}.json")))
-        if r["simd"] in seen:
-            continue
-        seen.add(r["simd"])
-        k = r["kl_divergence"]
-        verdict = "-"
-        if base is None:
-            base = k
-        else:
-            d_top1 = 100 * (k["top1_agreement"] - base["top1_agreement"])
-            d_kl = k["mean"] / base["mean"] - 1 if base["mean"] > 0 else 0.0
-            ok = abs(d_top1) <= 0.5 and abs(d_kl) <= 0.02
-            verdict = f"{d_top1:+.2f} pt, KL {100 * d_kl:+.2f}% {'ok' if ok else 'FAIL'}"
-            if not ok:
-                failures.append(f"{name} {r['simd']}: {verdict}")
-        lines.append(f"| {name} | {r['simd']} | {r['perplexity']:.4f} | {k['mean']:.5f} "
-                     f"| {k['median']:.5f} | {k['p99']:.5f} | {100 * k['top1_agreement']:.2f}% "
-                     f"| {verdict} |")
-summary = "\n".join(lines)
-print(summary)
-open(os.path.join(out, "summary.md"), "w").write(summary + "\n")
-if failures:
-    print("fidelity: levels that disagree with scalar:\n  " + "\n  ".join(failures), file=sys.stderr)
-    sys.exit(1)
-print("fidelity: every SIMD level agrees with scalar", file=sys.stderr)
-EOF
+# Summary table and the agreement check: scripts/fidelity_summary.py.
+"$PY" scripts/fidelity_summary.py "$OUT" "${names[@]}"

@@ -59,12 +59,14 @@ def main() -> int:
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
-    done = 0
+    done, shown = 0, -1
     for t in reader.tensors:
         writer.write_tensor_data(dequantized(t))
         done += int(np.prod(t.shape))
-        print(f"\rmake_f32_reference: {100 * done // total:3d}% ({t.name})".ljust(72), end="",
-              file=sys.stderr, flush=True)
+        pct = 100 * done // total
+        if pct // 10 != shown:  # a line per tenth: readable in CI logs as on a terminal
+            shown = pct // 10
+            print(f"make_f32_reference: {pct:3d}%", file=sys.stderr, flush=True)
     writer.close()
     os.replace(tmp, out)
     print(f"\nmake_f32_reference: wrote {out} ({os.path.getsize(out) >> 20} MiB)", file=sys.stderr)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # README command (2): install, build, and run every test (unit, golden, cross-checks,
-# a bounded fuzz run). Exits non-zero on the first failure.
+# the fidelity suite on the smallest real model, a bounded fuzz run). Exits non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -8,6 +8,8 @@ bash scripts/fetch-models.sh
 bash scripts/build.sh
 echo "== unit and integration tests =="
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600
+echo "== fidelity against the exact model (smallest real model, every SIMD level) =="
+FIDELITY_CHUNKS=${HYPURA_FIDELITY_CHUNKS:-4} bash scripts/fidelity.sh smollm2
 echo "== fuzzing (bounded) =="
 bash scripts/fuzz.sh "${HYPURA_FUZZ_SECONDS:-60}"
 echo "all tests passed"

@@ -38,6 +38,7 @@ struct PerplexityArgs {
   std::string save_logits;
   std::string kl_divergence;
   bool json = false;
+  bool per_token = false;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -116,6 +117,9 @@ nlohmann::json report_json(const PerplexityArgs& a, const std::string& path,
                           {"top1_agreement_stderr", k.top1_agreement_stderr()},
                           {"reference_perplexity", k.reference_nll.perplexity()},
                           {"ln_ppl_ratio", n.mean() - k.reference_nll.mean()}};
+    if (a.per_token) {
+      j["kl_divergence"]["per_token"] = {{"kl", k.kl}, {"top1_agree", k.top1_matches}};
+    }
   }
   return j;
 }
@@ -230,6 +234,9 @@ std::function<int()> setup_perplexity(CLI::App& app) {
                  "compare against FILE of --save-logits: KL divergence and top-1 agreement")
       ->check(CLI::ExistingFile);
   app.add_flag("--json", a->json, "print the report as JSON");
+  app.add_flag("--per-token", a->per_token,
+               "with --kl-divergence --json: every scored token's KL and top-1 match (for "
+               "paired comparisons of two runs, as scripts/fidelity.sh makes)");
   return [a] { return run_perplexity(*a); };
 }
 

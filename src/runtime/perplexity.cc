@@ -56,7 +56,9 @@ void KlStats::add(const std::vector<double>& ref_lp, const std::vector<double>& 
     if (p > 0) kl_sum += p * (ref_lp[i] - lp[i]);
   }
   kl.push_back(std::max(0.0, kl_sum));  // rounding can leave a tiny negative for equal rows
-  if (argmax(ref_lp) == argmax(lp)) ++top1_agree;
+  const bool same = argmax(ref_lp) == argmax(lp);
+  top1_matches.push_back(same ? 1 : 0);
+  top1_agree += same;
   reference_nll.add(-ref_lp[static_cast<size_t>(next_token)]);
 }
 

@@ -56,6 +56,7 @@ struct NllStats {
 // Per-token KL divergences and top-1 agreement against saved log-probabilities.
 struct KlStats {
   std::vector<double> kl;  // one per scored token, KL(reference || model) in nats
+  std::vector<uint8_t> top1_matches;  // one per scored token: 1 when both argmaxes agree
   int64_t top1_agree = 0;
   NllStats reference_nll;  // the reference model's NLL on the same tokens
 
