@@ -1,6 +1,7 @@
 #include "model/blocks.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cassert>
 #include <cstring>
 
@@ -55,10 +56,14 @@ Blocks::Blocks(const HParams& hp, const WeightMap& weights, compute::Context& ct
   ff_gate_.resize(rows(ff));
   ff_up_.resize(rows(ff));
   attn_scratch_.resize(static_cast<size_t>(ctx.n_threads()));
+  const auto block_rows = static_cast<size_t>(kQueryBlock * (hp.n_head / hp.n_head_kv));
   for (auto& s : attn_scratch_) {
-    s.keys.resize(static_cast<size_t>(n_ctx * hp.head_dim));
-    s.values.resize(static_cast<size_t>(n_ctx * hp.head_dim_v));
-    s.scores.resize(static_cast<size_t>(n_ctx));
+    s.keys.resize(static_cast<size_t>(kKeyBlock * hp.head_dim));
+    s.values.resize(static_cast<size_t>(kKeyBlock * hp.head_dim_v));
+    s.scores.resize(static_cast<size_t>(kKeyBlock));
+    s.m.resize(block_rows);
+    s.l.resize(block_rows);
+    s.acc.resize(block_rows * static_cast<size_t>(hp.head_dim_v));
   }
   if (hp.n_expert > 0) {
     router_probs_.resize(rows(hp.n_expert));
@@ -158,42 +163,95 @@ void Blocks::scale(float* rows, int64_t width, float s) {
 
 void Blocks::residual(float* x, const float* y) { compute::add(x, y, n_tokens_ * hp_.n_embd); }
 
+// Attention, flash-attention style: query rows are taken in blocks of kQueryBlock tokens
+// (times the q heads sharing a kv head), keys and values in blocks of kKeyBlock positions
+// aligned to absolute positions. Each key block is widened from the cache once and used
+// by every query row of the block, with an online softmax (running max m, running sum l,
+// rescaled accumulator), so the cost per prompt token grows only with the attention
+// arithmetic itself. Work items are (kv head, query block) pairs.
+//
+// Batch invariance: a query row meets the same aligned key blocks in the same order, and
+// each score and update is computed the same way, whichever block of queries it is in,
+// so a prompt split into any batches gives bit-identical rows.
 void Blocks::attention(int64_t il, bool swa, float kq_scale) {
   kv_->store(il, pos_, n_tokens_, k(), v());
-  const int64_t n_items = n_tokens_ * hp_.n_head_kv;
+  const int64_t n_qblocks = (n_tokens_ + kQueryBlock - 1) / kQueryBlock;
+  const int64_t n_items = n_qblocks * hp_.n_head_kv;
   ctx_.pool().run([&](int ith, int nth) {
     int64_t begin, end;
     compute::split_range(n_items, ith, nth, 1, &begin, &end);
     for (int64_t i = begin; i < end; ++i) {
-      attend(il, i / hp_.n_head_kv, i % hp_.n_head_kv, swa, kq_scale, ith);
+      const int64_t t0 = (i / hp_.n_head_kv) * kQueryBlock;
+      attend_block(il, i % hp_.n_head_kv, t0, std::min(n_tokens_, t0 + kQueryBlock), swa,
+                   kq_scale, ith);
     }
   });
 }
 
-// One query row t against the cached keys of kv head g, for every q head sharing it.
-// The keys and values are widened once and reused by the group's heads (GQA).
-void Blocks::attend(int64_t il, int64_t t, int64_t g, bool swa, float kq_scale, int thread) {
+namespace {
+
+// q . k in 8 fixed lanes, then a fixed pairwise sum: vectorisable without reassociation
+// flags, and one order for every caller.
+float dot_lanes(const float* a, const float* b, int64_t n) {
+  float acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+  }
+  float tail = 0.0f;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+}
+
+}  // namespace
+
+// Query rows t in [t0, t1) of every q head of kv head g, against the cached keys.
+void Blocks::attend_block(int64_t il, int64_t g, int64_t t0, int64_t t1, bool swa,
+                          float kq_scale, int thread) {
   AttnScratch& s = attn_scratch_[thread];
-  const int64_t p = pos_ + t;
-  const int64_t first = swa ? std::max<int64_t>(0, p - hp_.n_swa + 1) : 0;
-  const int64_t count = p - first + 1;
   const int64_t d = hp_.head_dim, dv = hp_.head_dim_v;
-  kv_->read_k(il, g, first, count, s.keys.data());
-  kv_->read_v(il, g, first, count, s.values.data());
   const int64_t n_gqa = hp_.n_head / hp_.n_head_kv;
-  for (int64_t h = g * n_gqa; h < (g + 1) * n_gqa; ++h) {
-    const float* qh = q() + (t * hp_.n_head + h) * d;
-    for (int64_t j = 0; j < count; ++j) {
-      s.scores[j] = compute::dot_f32(qh, s.keys.data() + j * d, d) * kq_scale;
+  const int64_t n_rows = (t1 - t0) * n_gqa;  // row r: token t0 + r / n_gqa, head g*n_gqa + r % n_gqa
+  auto first_key = [&](int64_t p) { return swa ? std::max<int64_t>(0, p - hp_.n_swa + 1) : 0; };
+  std::fill(s.m.begin(), s.m.begin() + n_rows, -INFINITY);
+  std::fill(s.l.begin(), s.l.begin() + n_rows, 0.0);
+  std::fill(s.acc.begin(), s.acc.begin() + n_rows * dv, 0.0f);
+  const int64_t lo = first_key(pos_ + t0), hi = pos_ + t1 - 1;  // keys any row may see
+  for (int64_t kb = lo / kKeyBlock * kKeyBlock; kb <= hi; kb += kKeyBlock) {
+    const int64_t k0 = std::max(kb, lo), k1 = std::min(kb + kKeyBlock, hi + 1);
+    kv_->read_k(il, g, k0, k1 - k0, s.keys.data());
+    kv_->read_v(il, g, k0, k1 - k0, s.values.data());
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const int64_t t = t0 + r / n_gqa, h = g * n_gqa + r % n_gqa, p = pos_ + t;
+      const int64_t j0 = std::max(k0, first_key(p)), j1 = std::min(k1, p + 1);
+      if (j0 >= j1) continue;
+      const float* qh = q() + (t * hp_.n_head + h) * d;
+      float block_max = -INFINITY;
+      for (int64_t j = j0; j < j1; ++j) {
+        s.scores[j - k0] = dot_lanes(qh, s.keys.data() + (j - k0) * d, d) * kq_scale;
+        block_max = std::fmax(block_max, s.scores[j - k0]);
+      }
+      float* acc = s.acc.data() + r * dv;
+      const float m_new = std::fmax(s.m[r], block_max);
+      if (m_new > s.m[r] && s.l[r] > 0) {  // a larger maximum: rescale what is summed
+        const float shrink = std::exp(s.m[r] - m_new);
+        s.l[r] *= shrink;
+        for (int64_t c = 0; c < dv; ++c) acc[c] *= shrink;
+      }
+      s.m[r] = m_new;
+      for (int64_t j = j0; j < j1; ++j) {
+        const float e = std::exp(s.scores[j - k0] - m_new);
+        s.l[r] += e;
+        const float* vj = s.values.data() + (j - k0) * dv;
+        for (int64_t c = 0; c < dv; ++c) acc[c] += e * vj[c];
+      }
     }
-    compute::softmax(s.scores.data(), count);
+  }
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const int64_t t = t0 + r / n_gqa, h = g * n_gqa + r % n_gqa;
     float* out = attn() + (t * hp_.n_head + h) * dv;
-    std::fill(out, out + dv, 0.0f);
-    for (int64_t j = 0; j < count; ++j) {
-      const float pj = s.scores[j];
-      const float* vj = s.values.data() + j * dv;
-      for (int64_t c = 0; c < dv; ++c) out[c] += pj * vj[c];
-    }
+    const float inv = s.l[r] > 0 ? static_cast<float>(1.0 / s.l[r]) : 0.0f;
+    for (int64_t c = 0; c < dv; ++c) out[c] = s.acc[r * dv + c] * inv;
   }
 }
 

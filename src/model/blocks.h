@@ -101,7 +101,8 @@ class Blocks {
   Status moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out);
 
  private:
-  void attend(int64_t il, int64_t t, int64_t g, bool swa, float kq_scale, int thread);
+  void attend_block(int64_t il, int64_t g, int64_t t0, int64_t t1, bool swa, float kq_scale,
+                    int thread);
   // Runs fn(begin, end) over [0, n) split across the compute pool (inline when n < 2).
   // Elementwise and row-wise work only: results do not depend on the split.
   template <class Fn>
@@ -126,11 +127,17 @@ class Blocks {
   std::vector<float> x_, cur_, tmp_, q_, k_, v_, attn_;
   std::vector<float> ff_gate_;  // (max_batch, max(n_ff, n_ff_expert))
   std::vector<float> ff_up_;    // (max_batch, max(n_ff, n_ff_expert))
-  // Attention scratch per pool thread.
+  // Attention tiles (blocks.cc): query tokens per block, keys per aligned block.
+  static constexpr int64_t kQueryBlock = 32;
+  static constexpr int64_t kKeyBlock = 64;
+  // Attention scratch per pool thread; rows = kQueryBlock * (n_head / n_head_kv).
   struct AttnScratch {
-    std::vector<float> keys;    // (n_ctx, head_dim)
-    std::vector<float> values;  // (n_ctx, head_dim_v)
-    std::vector<float> scores;  // (n_ctx)
+    std::vector<float> keys;    // (kKeyBlock, head_dim) one widened key block
+    std::vector<float> values;  // (kKeyBlock, head_dim_v)
+    std::vector<float> scores;  // (kKeyBlock)
+    std::vector<float> m;       // (rows) running maximum score
+    std::vector<double> l;      // (rows) running sum of exp(score - m)
+    std::vector<float> acc;     // (rows, head_dim_v) running sum of exp(score - m) * value
   };
   std::vector<AttnScratch> attn_scratch_;
   // MoE routing state.
