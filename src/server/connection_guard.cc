@@ -213,6 +213,12 @@ class ConnectionTable {
     std::lock_guard lock(mu_);
     entries_.erase(id);
   }
+  size_t count_busy() {
+    std::lock_guard lock(mu_);
+    size_t n = 0;
+    for (const auto& [id, e] : entries_) n += e.phase == Phase::kBusy;
+    return n;
+  }
   // Shuts down the connection that has waited longest for (or in) a request's headers;
   // its thread then ends it. False when every connection is being served.
   bool evict_oldest() {
@@ -317,6 +323,8 @@ bool GuardedServer::raise_listen_backlog(int backlog) {
 }
 
 bool GuardedServer::running() const { return svr_sock_ != INVALID_SOCKET; }
+
+size_t GuardedServer::busy_connections() const { return table_->count_busy(); }
 
 bool GuardedServer::process_and_close_socket(socket_t sock) {
   bool ok = false;

@@ -54,6 +54,9 @@ class GuardedServer : public httplib::Server {
   // The fault of the request being handled on the calling thread (kNone when none).
   static RequestFault request_fault();
 
+  // Connections whose request is being served (past its headers); they are never evicted.
+  size_t busy_connections() const;
+
  private:
   bool process_and_close_socket(socket_t sock) override;
   bool serve_connection(socket_t sock);

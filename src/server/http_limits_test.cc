@@ -91,7 +91,7 @@ TEST_F(LimitsTest, SlowAndIdleClientsDoNotDelayHealthChecks) {
   std::this_thread::sleep_for(milliseconds(200));  // all accepted
   double worst = 0;
   for (int i = 0; i < 5; ++i) worst = std::max(worst, version_seconds());
-  EXPECT_LT(worst, 0.5);
+  EXPECT_LT(worst, 2.0);  // was 19.5-25 s; the margin is for a loaded 2-core CI machine
 }
 
 // A connection evicted or timed out ends; a full server of busy connections answers 503.
@@ -141,13 +141,20 @@ TEST_F(LimitsTest, FullServerEvictsIdleConnectionsThenAnswers503) {
   {
     auto idle = open(40);
     std::this_thread::sleep_for(milliseconds(200));
-    EXPECT_LT(version_seconds(), 0.5);
+    EXPECT_LT(version_seconds(), 2.0);  // bounds leave room for a loaded 2-core CI machine
   }
   auto busy = open(10, "POST /api/show HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{");
-  std::this_thread::sleep_for(milliseconds(200));
+  // On a loaded machine the server may take a while to read the busy connections' headers
+  // (until then they are evictable, as any connection still sending headers).
+  for (int i = 0; i < 200 && server_->busy_connections() < 10; ++i) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  ASSERT_EQ(server_->busy_connections(), 10u);
   RawConnection late(server_->port());
   late.send("GET /api/version HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
-  const std::string reply = late.receive(milliseconds(2000));
+  const auto t0 = Clock::now();
+  const std::string reply = late.receive(milliseconds(3000));
+  EXPECT_LT(Clock::now() - t0, milliseconds(1000));
   EXPECT_EQ(status_line(reply), "HTTP/1.1 503 Service Unavailable");
   EXPECT_NE(reply.find("too many connections"), std::string::npos);
 }

@@ -118,6 +118,8 @@ Status HttpServer::bind() {
 
 int HttpServer::port() const { return impl_->port; }
 
+size_t HttpServer::busy_connections() const { return impl_->svr.busy_connections(); }
+
 void HttpServer::run() { impl_->svr.listen_after_bind(); }
 
 void HttpServer::shutdown() {

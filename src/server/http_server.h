@@ -62,6 +62,8 @@ class HttpServer {
   // Binds the listening socket. kIoError when the address is taken or invalid.
   Status bind();
   int port() const;  // the bound port (after bind())
+  // Connections whose request is being served (headers read): for tests and stats.
+  size_t busy_connections() const;
 
   // Serves until shutdown(). REQUIRES: bind() succeeded.
   void run();
