@@ -156,20 +156,26 @@ Result<std::unique_ptr<LogProbReader>> LogProbReader::open(const std::string& pa
                             std::to_string(h.n_chunks) + ")");
   }
   // The size the header promises must be the file's size: a truncated copy fails here,
-  // not after minutes of evaluation.
-  const uint64_t n_tokens = static_cast<uint64_t>(r->n_ctx_) * static_cast<uint64_t>(r->n_chunks_);
-  const uint64_t n_rows = static_cast<uint64_t>(scored_per_chunk(r->n_ctx_)) * r->n_chunks_;
-  const uint64_t expect = sizeof(Header) + n_tokens * 4 + n_rows * r->n_vocab_ * 4;
+  // not after minutes of evaluation. Products are checked against the size by division
+  // first, so a hostile header cannot wrap them.
   if (std::fseek(r->f_, 0, SEEK_END) != 0) return file_error("cannot seek", path);
   const auto size = static_cast<uint64_t>(std::ftell(r->f_));
-  if (size != expect) {
-    return invalid_argument(path + ": " + std::to_string(size) + " bytes, the header promises " +
-                            std::to_string(expect) + " (truncated or not from this format)");
+  const uint64_t n_ctx = static_cast<uint64_t>(r->n_ctx_), n_vocab = static_cast<uint64_t>(r->n_vocab_);
+  const uint64_t per_chunk = n_ctx * 4 + static_cast<uint64_t>(scored_per_chunk(r->n_ctx_)) * n_vocab * 4;
+  const uint64_t chunks = static_cast<uint64_t>(r->n_chunks_);
+  if (chunks > size / per_chunk || sizeof(Header) + chunks * per_chunk != size) {
+    return invalid_argument(path + ": " + std::to_string(size) +
+                            " bytes, not what the header promises (truncated or not from this format)");
   }
   std::fseek(r->f_, sizeof(Header), SEEK_SET);
-  r->tokens_.resize(n_tokens);
-  if (std::fread(r->tokens_.data(), 4, n_tokens, r->f_) != n_tokens) {
+  r->tokens_.resize(chunks * n_ctx);
+  if (std::fread(r->tokens_.data(), 4, r->tokens_.size(), r->f_) != r->tokens_.size()) {
     return file_error("cannot read", path);
+  }
+  for (int32_t t : r->tokens_) {
+    if (t < 0 || t >= r->n_vocab_) {
+      return invalid_argument(path + ": token id " + std::to_string(t) + " outside the vocabulary");
+    }
   }
   return r;
 }

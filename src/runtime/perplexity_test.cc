@@ -194,7 +194,7 @@ TEST(Perplexity, BadLogProbFilesFailCleanly) {
   write("HYPLOGP1 and then garbage");
   EXPECT_FALSE(LogProbReader::open(path).is_ok());
   // A valid file, then truncated by one byte: the size check names it.
-  const std::vector<int32_t> tokens = {1, 2, 3, 4};
+  const std::vector<int32_t> tokens = {1, 2, 0, 2};
   {
     auto w = LogProbWriter::create(path, 3, 4, 1, tokens);
     ASSERT_TRUE(w.is_ok());
@@ -206,6 +206,22 @@ TEST(Perplexity, BadLogProbFilesFailCleanly) {
   auto r = LogProbReader::open(path);
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("truncated"), std::string::npos) << r.status().message();
+  // A header whose sizes wrap 64 bits, and token ids outside the vocabulary, are refused.
+  {
+    std::ofstream out(path, std::ios::binary);
+    const uint32_t header[4] = {1u << 24, 1u << 24, 0xFFFFFFFFu, 0};
+    out.write("HYPLOGP1", 8);
+    out.write(reinterpret_cast<const char*>(header), sizeof(header));
+  }
+  EXPECT_FALSE(LogProbReader::open(path).is_ok());
+  {
+    auto w = LogProbWriter::create(path, 3, 4, 1, {1, 2, 3, -7});
+    ASSERT_TRUE((*w)->write_row({-1.0, -2.0, -3.0}).is_ok());
+    ASSERT_TRUE((*w)->close().is_ok());
+  }
+  auto bad_token = LogProbReader::open(path);
+  ASSERT_FALSE(bad_token.is_ok());
+  EXPECT_NE(bad_token.status().message().find("outside the vocabulary"), std::string::npos);
   // Another vocabulary or other tokens are refused before any evaluation.
   {
     auto w = LogProbWriter::create(path, 3, 4, 1, tokens);
@@ -223,7 +239,7 @@ TEST(Perplexity, BadLogProbFilesFailCleanly) {
     return Status::ok();
   };
   EXPECT_FALSE(evaluate_perplexity(never, 5, tokens, o).is_ok());
-  EXPECT_FALSE(evaluate_perplexity(never, 3, {1, 2, 3, 9}, o).is_ok());
+  EXPECT_FALSE(evaluate_perplexity(never, 3, {1, 2, 0, 1}, o).is_ok());
   EXPECT_EQ(evals, 0);
   std::filesystem::remove(path);
 }
