@@ -2,12 +2,15 @@
 //
 // Like llama-bench: "pp N" processes N random tokens as one prompt from an empty cache,
 // "tg N" generates N tokens one at a time from an empty cache; each test runs once to
-// warm up, then -r times, and reports mean ± standard deviation of tok/s. Beside the
+// warm up, then -r times, and reports mean ± standard deviation of tok/s. -p takes a
+// list (default 512,2048,4096); --depth D (a list too) runs every test with D random
+// tokens already in the KV cache ("pp512 @ d4096"), put there untimed before each run. Beside the
 // figures it prints a same-run reference: the memory read bandwidth measured just
 // before, divided by the weight bytes one generated token must read (the memory-bound
 // ceiling of tg).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -35,8 +38,9 @@ namespace {
 
 struct BenchArgs {
   std::string model;
-  int n_prompt = 512;
+  std::vector<int> n_prompt = {512, 2048, 4096};
   int n_gen = 128;
+  std::vector<int> depths = {0};
   int reps = 5;
   int threads = 0;
   std::string kv_type = "f16";
@@ -95,10 +99,13 @@ double reference_or_zero(const Result<double>& bps) {
   return 0;
 }
 
-// One timed run: tok/s of processing `n` tokens as a prompt (pp) or one by one (tg).
-Result<double> time_run(runtime::Session& session, const std::vector<int32_t>& tokens, bool tg) {
+// One timed run: tok/s of processing `n` tokens as a prompt (pp) or one by one (tg),
+// after the `depth` tokens are fed untimed.
+Result<double> time_run(runtime::Session& session, const std::vector<int32_t>& depth,
+                        const std::vector<int32_t>& tokens, bool tg) {
   session.reset();
   std::vector<float> logits;
+  if (!depth.empty()) HYPURA_RETURN_IF_ERROR(session.eval(depth, &logits));
   const auto t0 = Clock::now();
   if (tg) {
     for (int32_t id : tokens) HYPURA_RETURN_IF_ERROR(session.eval({id}, &logits));
@@ -109,17 +116,23 @@ Result<double> time_run(runtime::Session& session, const std::vector<int32_t>& t
   return static_cast<double>(tokens.size()) / s;
 }
 
-Result<Stats> run_test(runtime::Engine& engine, runtime::Session& session, int n, bool tg,
-                       int reps, const std::function<void()>& after_warmup = nullptr) {
-  std::mt19937 rng(1234);
+std::vector<int32_t> random_tokens(const runtime::Engine& engine, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
   std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(engine.n_vocab() - 1));
   std::vector<int32_t> tokens(static_cast<size_t>(n));
   for (auto& t : tokens) t = dist(rng);
-  HYPURA_RETURN_IF_ERROR(time_run(session, tokens, tg).status());  // warm-up
+  return tokens;
+}
+
+Result<Stats> run_test(runtime::Engine& engine, runtime::Session& session, int n, bool tg,
+                       int depth, int reps, const std::function<void()>& after_warmup = nullptr) {
+  const std::vector<int32_t> tokens = random_tokens(engine, n, 1234);
+  const std::vector<int32_t> context = random_tokens(engine, depth, 4321);
+  HYPURA_RETURN_IF_ERROR(time_run(session, context, tokens, tg).status());  // warm-up
   if (after_warmup) after_warmup();
   std::vector<double> tps;
   for (int r = 0; r < reps; ++r) {
-    HYPURA_ASSIGN_OR_RETURN(double v, time_run(session, tokens, tg));
+    HYPURA_ASSIGN_OR_RETURN(double v, time_run(session, context, tokens, tg));
     tps.push_back(v);
   }
   return stats(tps);
@@ -134,7 +147,9 @@ int run_bench(const BenchArgs& a) {
   runtime::EngineOptions eo;
   eo.model_path = path;
   eo.n_threads = a.threads;
-  eo.n_ctx = a.context > 0 ? a.context : std::max(a.n_prompt, a.n_gen) + 1;
+  const int max_prompt = *std::max_element(a.n_prompt.begin(), a.n_prompt.end());
+  const int max_depth = *std::max_element(a.depths.begin(), a.depths.end());
+  eo.n_ctx = a.context > 0 ? a.context : max_depth + std::max(max_prompt, a.n_gen) + 1;
   eo.kv_f32 = a.kv_type == "f32";
   eo.trace_path = a.trace;
   eo.ram_budget = a.ram_budget;
@@ -175,9 +190,21 @@ int run_bench(const BenchArgs& a) {
   double direct_bps = references ? reference_or_zero(io_tiers->io_only_stream_bps(2.0)) : 0;
   runtime::TierCounters tier_before;
   Clock::time_point tier_t0;
-  for (bool tg : {false, true}) {
-    const int n = tg ? a.n_gen : a.n_prompt;
-    if (n <= 0) continue;
+  // Per depth: every pp size, then tg (so the last tg run is the last test, which the
+  // tier and expert counters below span).
+  struct Test {
+    int n, depth;
+    bool tg;
+  };
+  std::vector<Test> tests;
+  for (int depth : a.depths) {
+    for (int p : a.n_prompt) {
+      if (p > 0) tests.push_back({p, depth, false});
+    }
+    if (a.n_gen > 0) tests.push_back({a.n_gen, depth, true});
+  }
+  for (const Test& test : tests) {
+    const bool tg = test.tg;
     const auto snapshot = [&] {
       if (experts != nullptr && tg) experts_before = experts->stats();
       if (tiers != nullptr && tg) {
@@ -185,12 +212,14 @@ int run_bench(const BenchArgs& a) {
         tier_t0 = Clock::now();
       }
     };
-    auto s = run_test(**engine, *session, n, tg, a.reps, snapshot);
+    auto s = run_test(**engine, *session, test.n, tg, test.depth, a.reps, snapshot);
     if (!s.is_ok()) {
       std::cerr << "hypura bench: " << s.status().message() << "\n";
       return 1;
     }
-    rows.push_back({(tg ? "tg" : "pp") + std::to_string(n), *s});
+    rows.push_back({(tg ? "tg" : "pp") + std::to_string(test.n) +
+                        (test.depth > 0 ? " @ d" + std::to_string(test.depth) : ""),
+                    *s});
   }
   std::optional<runtime::TierMetrics> tier;
   if (tiers != nullptr && a.n_gen > 0) {
@@ -281,8 +310,15 @@ int run_bench(const BenchArgs& a) {
 std::function<int()> setup_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   app.add_option("model", a->model, "GGUF file; default: the default test model");
-  app.add_option("-p,--n-prompt", a->n_prompt, "prompt tokens (pp test; 0: skip)")
-      ->capture_default_str();
+  app.add_option("-p,--n-prompt", a->n_prompt, "prompt tokens of the pp tests, a list (0: skip)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("-d,--depth", a->depths,
+                 "tokens already in the KV cache before each test, a list (like llama-bench -d)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("-n,--n-gen", a->n_gen, "generated tokens (tg test; 0: skip)")
       ->capture_default_str();
   app.add_option("-r,--repetitions", a->reps, "timed runs per test")->capture_default_str();
