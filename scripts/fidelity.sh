@@ -16,6 +16,7 @@
 #      FIDELITY_CONTEXT  tokens per chunk (default 512; the second half is scored)
 #      FIDELITY_OUT      where JSON results and the summary go (default fidelity-out/)
 #      HYPURA_BIN        the binary (default build/hypura)
+#      FIDELITY_CHECK    options of scripts/fidelity_summary.py (default: --sigmas 2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -77,4 +78,5 @@ for name in "${names[@]}"; do
 done
 
 # Summary table and the agreement check: scripts/fidelity_summary.py.
-"$PY" scripts/fidelity_summary.py "$OUT" "${names[@]}"
+# shellcheck disable=SC2086  # FIDELITY_CHECK is a list of options
+"$PY" scripts/fidelity_summary.py ${FIDELITY_CHECK:---sigmas 2} "$OUT" "${names[@]}"
