@@ -64,7 +64,16 @@ Blocks::Blocks(const HParams& hp, const WeightMap& weights, compute::Context& ct
     s.m.resize(block_rows);
     s.l.resize(block_rows);
     s.acc.resize(block_rows * static_cast<size_t>(hp.head_dim_v));
+    s.seg_m.resize(block_rows);
+    s.seg_l.resize(block_rows);
+    s.seg_acc.resize(block_rows * static_cast<size_t>(hp.head_dim_v));
   }
+  // Partials of a split step: (kv head, segment, rows of up to kSplitMaxTokens tokens).
+  const auto split_rows = static_cast<size_t>(hp.n_head_kv * ((n_ctx + kKeySegment - 1) / kKeySegment) *
+                                              kSplitMaxTokens * (hp.n_head / hp.n_head_kv));
+  split_m_.resize(split_rows);
+  split_l_.resize(split_rows);
+  split_acc_.resize(split_rows * static_cast<size_t>(hp.head_dim_v));
   if (hp.n_expert > 0) {
     router_probs_.resize(rows(hp.n_expert));
     selected_.resize(rows(hp.n_expert_used));
@@ -168,24 +177,56 @@ void Blocks::residual(float* x, const float* y) { compute::add(x, y, n_tokens_ *
 // aligned to absolute positions. Each key block is widened from the cache once and used
 // by every query row of the block, with an online softmax (running max m, running sum l,
 // rescaled accumulator), so the cost per prompt token grows only with the attention
-// arithmetic itself. Work items are (kv head, query block) pairs.
+// arithmetic itself.
 //
-// Batch invariance: a query row meets the same aligned key blocks in the same order, and
-// each score and update is computed the same way, whichever block of queries it is in,
-// so a prompt split into any batches gives bit-identical rows.
+// Keys are grouped in segments of kKeySegment aligned positions: each segment's softmax
+// partial (m, l, acc) is computed from a fresh state and the partials are merged in
+// segment order. A prompt's work items are (query block, kv head) pairs, each walking its
+// segments in turn; a step of one or a few tokens has too few such items for the pool, so
+// its segments become items of their own, computed in parallel and merged afterwards.
+//
+// Batch invariance: a query row meets the same segments and key blocks in the same order,
+// and every score, update and merge is computed by the same code whichever path, batch or
+// block it is in, so a prompt split into any batches gives bit-identical rows.
 void Blocks::attention(int64_t il, bool swa, float kq_scale) {
   kv_->store(il, pos_, n_tokens_, k(), v());
+  const int64_t n_kv = hp_.n_head_kv;
   const int64_t n_qblocks = (n_tokens_ + kQueryBlock - 1) / kQueryBlock;
-  const int64_t n_items = n_qblocks * hp_.n_head_kv;
+  const int64_t n_segments = (pos_ + n_tokens_ - 1) / kKeySegment + 1;
+  const bool split = n_tokens_ <= kSplitMaxTokens && n_segments > 1;
+  if (!split) {
+    ctx_.pool().run([&](int ith, int nth) {
+      int64_t begin, end;
+      compute::split_range(n_qblocks * n_kv, ith, nth, 1, &begin, &end);
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t t0 = (i / n_kv) * kQueryBlock;
+        attend_block(il, i % n_kv, t0, std::min(n_tokens_, t0 + kQueryBlock), swa, kq_scale, ith);
+      }
+    });
+    return;
+  }
+  // One query block (n_tokens_ <= kSplitMaxTokens): items are (kv head, segment).
+  const int64_t n_rows = n_tokens_ * (hp_.n_head / n_kv), dv = hp_.head_dim_v;
+  // Each item writes its own partial, so the result does not depend on the split.
+  auto part = [&](int64_t g, int64_t seg) {
+    const int64_t row0 = (g * n_segments + seg) * n_rows;
+    return Partial{split_m_.data() + row0, split_l_.data() + row0, split_acc_.data() + row0 * dv};
+  };
   ctx_.pool().run([&](int ith, int nth) {
     int64_t begin, end;
-    compute::split_range(n_items, ith, nth, 1, &begin, &end);
+    compute::split_range(n_kv * n_segments, ith, nth, 1, &begin, &end);
     for (int64_t i = begin; i < end; ++i) {
-      const int64_t t0 = (i / hp_.n_head_kv) * kQueryBlock;
-      attend_block(il, i % hp_.n_head_kv, t0, std::min(n_tokens_, t0 + kQueryBlock), swa,
-                   kq_scale, ith);
+      const int64_t g = i / n_segments, seg = i % n_segments;
+      segment_partial(il, g, 0, n_tokens_, seg, swa, kq_scale, attn_scratch_[ith], part(g, seg));
     }
   });
+  for (int64_t g = 0; g < n_kv; ++g) {
+    AttnScratch& s = attn_scratch_[0];
+    const Partial total{s.m.data(), s.l.data(), s.acc.data()};
+    clear_partial(total, n_rows);
+    for (int64_t seg = 0; seg < n_segments; ++seg) merge_partial(total, part(g, seg), n_rows);
+    write_attention(g, 0, n_tokens_, total);
+  }
 }
 
 namespace {
@@ -205,18 +246,46 @@ float dot_lanes(const float* a, const float* b, int64_t n) {
 
 }  // namespace
 
-// Query rows t in [t0, t1) of every q head of kv head g, against the cached keys.
-void Blocks::attend_block(int64_t il, int64_t g, int64_t t0, int64_t t1, bool swa,
-                          float kq_scale, int thread) {
-  AttnScratch& s = attn_scratch_[thread];
+void Blocks::clear_partial(const Partial& p, int64_t n_rows) const {
+  std::fill(p.m, p.m + n_rows, -INFINITY);
+  std::fill(p.l, p.l + n_rows, 0.0);
+  std::fill(p.acc, p.acc + n_rows * hp_.head_dim_v, 0.0f);
+}
+
+// total <- softmax-merge(total, part), row by row. A side with nothing summed is skipped
+// or copied, so the first segment of a row lands unchanged whichever path merges it.
+void Blocks::merge_partial(const Partial& total, const Partial& part, int64_t n_rows) const {
+  const int64_t dv = hp_.head_dim_v;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    if (part.l[r] == 0) continue;
+    float* acc = total.acc + r * dv;
+    const float* add = part.acc + r * dv;
+    if (total.l[r] == 0) {
+      total.m[r] = part.m[r];
+      total.l[r] = part.l[r];
+      std::copy(add, add + dv, acc);
+      continue;
+    }
+    const float m = std::fmax(total.m[r], part.m[r]);
+    const float a = std::exp(total.m[r] - m), b = std::exp(part.m[r] - m);
+    total.m[r] = m;
+    total.l[r] = total.l[r] * a + part.l[r] * b;
+    for (int64_t c = 0; c < dv; ++c) acc[c] = acc[c] * a + add[c] * b;
+  }
+}
+
+// The softmax partial of query rows t in [t0, t1) (every q head of kv head g; row r is
+// token t0 + r / n_gqa, head g * n_gqa + r % n_gqa) over the keys of segment `seg`.
+void Blocks::segment_partial(int64_t il, int64_t g, int64_t t0, int64_t t1, int64_t seg, bool swa,
+                             float kq_scale, AttnScratch& s, const Partial& out) {
   const int64_t d = hp_.head_dim, dv = hp_.head_dim_v;
   const int64_t n_gqa = hp_.n_head / hp_.n_head_kv;
-  const int64_t n_rows = (t1 - t0) * n_gqa;  // row r: token t0 + r / n_gqa, head g*n_gqa + r % n_gqa
+  const int64_t n_rows = (t1 - t0) * n_gqa;
   auto first_key = [&](int64_t p) { return swa ? std::max<int64_t>(0, p - hp_.n_swa + 1) : 0; };
-  std::fill(s.m.begin(), s.m.begin() + n_rows, -INFINITY);
-  std::fill(s.l.begin(), s.l.begin() + n_rows, 0.0);
-  std::fill(s.acc.begin(), s.acc.begin() + n_rows * dv, 0.0f);
-  const int64_t lo = first_key(pos_ + t0), hi = pos_ + t1 - 1;  // keys any row may see
+  clear_partial(out, n_rows);
+  // Keys any row may see, within the segment.
+  const int64_t lo = std::max(first_key(pos_ + t0), seg * kKeySegment);
+  const int64_t hi = std::min(pos_ + t1 - 1, (seg + 1) * kKeySegment - 1);
   for (int64_t kb = lo / kKeyBlock * kKeyBlock; kb <= hi; kb += kKeyBlock) {
     const int64_t k0 = std::max(kb, lo), k1 = std::min(kb + kKeyBlock, hi + 1);
     kv_->read_k(il, g, k0, k1 - k0, s.keys.data());
@@ -231,28 +300,50 @@ void Blocks::attend_block(int64_t il, int64_t g, int64_t t0, int64_t t1, bool sw
         s.scores[j - k0] = dot_lanes(qh, s.keys.data() + (j - k0) * d, d) * kq_scale;
         block_max = std::fmax(block_max, s.scores[j - k0]);
       }
-      float* acc = s.acc.data() + r * dv;
-      const float m_new = std::fmax(s.m[r], block_max);
-      if (m_new > s.m[r] && s.l[r] > 0) {  // a larger maximum: rescale what is summed
-        const float shrink = std::exp(s.m[r] - m_new);
-        s.l[r] *= shrink;
+      float* acc = out.acc + r * dv;
+      const float m_new = std::fmax(out.m[r], block_max);
+      if (m_new > out.m[r] && out.l[r] > 0) {  // a larger maximum: rescale what is summed
+        const float shrink = std::exp(out.m[r] - m_new);
+        out.l[r] *= shrink;
         for (int64_t c = 0; c < dv; ++c) acc[c] *= shrink;
       }
-      s.m[r] = m_new;
+      out.m[r] = m_new;
       for (int64_t j = j0; j < j1; ++j) {
         const float e = std::exp(s.scores[j - k0] - m_new);
-        s.l[r] += e;
+        out.l[r] += e;
         const float* vj = s.values.data() + (j - k0) * dv;
         for (int64_t c = 0; c < dv; ++c) acc[c] += e * vj[c];
       }
     }
   }
-  for (int64_t r = 0; r < n_rows; ++r) {
+}
+
+// attn() rows of tokens [t0, t1), every q head of kv head g: acc / l.
+void Blocks::write_attention(int64_t g, int64_t t0, int64_t t1, const Partial& total) {
+  const int64_t dv = hp_.head_dim_v, n_gqa = hp_.n_head / hp_.n_head_kv;
+  for (int64_t r = 0; r < (t1 - t0) * n_gqa; ++r) {
     const int64_t t = t0 + r / n_gqa, h = g * n_gqa + r % n_gqa;
     float* out = attn() + (t * hp_.n_head + h) * dv;
-    const float inv = s.l[r] > 0 ? static_cast<float>(1.0 / s.l[r]) : 0.0f;
-    for (int64_t c = 0; c < dv; ++c) out[c] = s.acc[r * dv + c] * inv;
+    const float inv = total.l[r] > 0 ? static_cast<float>(1.0 / total.l[r]) : 0.0f;
+    for (int64_t c = 0; c < dv; ++c) out[c] = total.acc[r * dv + c] * inv;
   }
+}
+
+// Query rows t in [t0, t1) of every q head of kv head g: the segments' partials merged in
+// order, then normalised.
+void Blocks::attend_block(int64_t il, int64_t g, int64_t t0, int64_t t1, bool swa,
+                          float kq_scale, int thread) {
+  AttnScratch& s = attn_scratch_[thread];
+  const int64_t n_rows = (t1 - t0) * (hp_.n_head / hp_.n_head_kv);
+  const Partial total{s.m.data(), s.l.data(), s.acc.data()};
+  const Partial seg_part{s.seg_m.data(), s.seg_l.data(), s.seg_acc.data()};
+  clear_partial(total, n_rows);
+  const int64_t first = swa ? std::max<int64_t>(0, pos_ + t0 - hp_.n_swa + 1) : 0;
+  for (int64_t seg = first / kKeySegment; seg * kKeySegment <= pos_ + t1 - 1; ++seg) {
+    segment_partial(il, g, t0, t1, seg, swa, kq_scale, s, seg_part);
+    merge_partial(total, seg_part, n_rows);
+  }
+  write_attention(g, t0, t1, total);
 }
 
 void Blocks::dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) {

@@ -101,8 +101,21 @@ class Blocks {
   Status moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out);
 
  private:
+  // Attention (blocks.cc): a softmax partial over some keys of query rows: running max m,
+  // running sum l of exp(score - m), acc = sum of exp(score - m) * value (rows, head_dim_v).
+  struct Partial {
+    float* m;
+    double* l;
+    float* acc;
+  };
+  struct AttnScratch;
   void attend_block(int64_t il, int64_t g, int64_t t0, int64_t t1, bool swa, float kq_scale,
                     int thread);
+  void segment_partial(int64_t il, int64_t g, int64_t t0, int64_t t1, int64_t seg, bool swa,
+                       float kq_scale, AttnScratch& s, const Partial& out);
+  void clear_partial(const Partial& p, int64_t n_rows) const;
+  void merge_partial(const Partial& total, const Partial& part, int64_t n_rows) const;
+  void write_attention(int64_t g, int64_t t0, int64_t t1, const Partial& total);
   // Runs fn(begin, end) over [0, n) split across the compute pool (inline when n < 2).
   // Elementwise and row-wise work only: results do not depend on the split.
   template <class Fn>
@@ -127,19 +140,29 @@ class Blocks {
   std::vector<float> x_, cur_, tmp_, q_, k_, v_, attn_;
   std::vector<float> ff_gate_;  // (max_batch, max(n_ff, n_ff_expert))
   std::vector<float> ff_up_;    // (max_batch, max(n_ff, n_ff_expert))
-  // Attention tiles (blocks.cc): query tokens per block, keys per aligned block.
+  // Attention tiles (blocks.cc): query tokens per block, keys per aligned block, keys per
+  // aligned segment, and the most tokens a step may have to split its segments over the pool.
   static constexpr int64_t kQueryBlock = 32;
   static constexpr int64_t kKeyBlock = 64;
+  static constexpr int64_t kKeySegment = 512;
+  static constexpr int64_t kSplitMaxTokens = 4;
   // Attention scratch per pool thread; rows = kQueryBlock * (n_head / n_head_kv).
   struct AttnScratch {
     std::vector<float> keys;    // (kKeyBlock, head_dim) one widened key block
     std::vector<float> values;  // (kKeyBlock, head_dim_v)
     std::vector<float> scores;  // (kKeyBlock)
-    std::vector<float> m;       // (rows) running maximum score
-    std::vector<double> l;      // (rows) running sum of exp(score - m)
-    std::vector<float> acc;     // (rows, head_dim_v) running sum of exp(score - m) * value
+    std::vector<float> m;       // (rows) the merged partial of a query block
+    std::vector<double> l;      // (rows)
+    std::vector<float> acc;     // (rows, head_dim_v)
+    std::vector<float> seg_m;   // (rows) the partial of the segment being computed
+    std::vector<double> seg_l;  // (rows)
+    std::vector<float> seg_acc; // (rows, head_dim_v)
   };
   std::vector<AttnScratch> attn_scratch_;
+  // Partials of a split step: (kv head, segment, row) for up to kSplitMaxTokens tokens.
+  std::vector<float> split_m_;      // (rows)
+  std::vector<double> split_l_;     // (rows)
+  std::vector<float> split_acc_;    // (rows, head_dim_v)
   // MoE routing state.
   std::vector<float> router_probs_;     // (max_batch, n_expert)
   std::vector<int32_t> selected_;       // (max_batch, n_expert_used) expert ids by slot
