@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -22,6 +23,7 @@
 #include "compute/compute.h"
 #include "compute/cpu/thread_pool.h"
 #include "profiler/memory_bandwidth.h"
+#include "quant/fp16.h"
 #include "quant/quant.h"
 
 namespace {
@@ -130,6 +132,42 @@ void BM_Prompt(benchmark::State& state, GgmlType type) {
   state.SetLabel(std::string(hypura::gguf::type_name(type)) + " " + ctx.simd_name());
 }
 
+// One query tile of attention (32 tokens x 3 q heads of a kv head, head_dim 64 as in
+// SmolLM2 and Qwen2.5-0.5B) against n_keys F16 cached keys, block by block as the model
+// runs it (widen the key and value block, one online-softmax step): GFLOP/s of q.k and
+// p.v on one thread.
+void BM_AttentionTile(benchmark::State& state) {
+  const int64_t n_keys = state.range(0), d = state.range(1), n_rows = 96;
+  Context ctx(1);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<uint16_t> kv(2 * n_keys * d);
+  for (auto& h : kv) h = quant::f32_to_fp16(dist(rng));
+  std::vector<float> q(n_rows * d), keys(hypura::compute::kAttnMaxKeys * d),
+      values(hypura::compute::kAttnMaxKeys * d), m(n_rows), acc(n_rows * d);
+  for (auto& v : q) v = dist(rng);
+  std::vector<double> l(n_rows);
+  std::vector<const float*> qs;
+  for (int64_t r = 0; r < n_rows; ++r) qs.push_back(q.data() + r * d);
+  std::vector<int32_t> lo(n_rows, 0), hi(n_rows, 64);
+  const hypura::compute::AttentionRows rows{n_rows, d, d, 0.125f, qs.data(), lo.data(),
+                                            hi.data(), m.data(), l.data(), acc.data()};
+  for (auto _ : state) {
+    std::fill(m.begin(), m.end(), -INFINITY);
+    std::fill(l.begin(), l.end(), 0.0);
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t kb = 0; kb < n_keys; kb += 64) {
+      ctx.widen_rows({kv.data() + kb * d, d, true}, 64, d, keys.data());
+      ctx.widen_rows({kv.data() + (n_keys + kb) * d, d, true}, 64, d, values.data());
+      ctx.attention_step(rows, keys.data(), values.data(), 64);
+    }
+    benchmark::DoNotOptimize(acc.data());
+  }
+  const double flops = 4.0 * n_rows * n_keys * d * static_cast<double>(state.iterations());
+  state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
+  state.SetLabel(ctx.simd_name());
+}
+
 // Cost of one empty job on the persistent pool (the floor under every small matmul).
 void BM_PoolRun(benchmark::State& state) {
   Context ctx(static_cast<int>(state.range(0)));
@@ -178,6 +216,10 @@ int main(int argc, char** argv) {
     auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Matvec, type, true);
     b->ArgNames({"cols", "rows", "threads"})->UseRealTime()->MinTime(0.3)->Args({4096, rows, 1});
   }
+  benchmark::RegisterBenchmark("attention_tile", BM_AttentionTile)
+      ->ArgNames({"keys", "head_dim"})
+      ->Args({4096, 64})
+      ->Args({4096, 128});
   auto* p = benchmark::RegisterBenchmark("prompt/Q4_K", BM_Prompt, GgmlType::Q4_K);
   p->ArgNames({"cols", "rows", "tokens", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
   p->Args({4096, 14336, 512, 1})->Args({4096, 14336, 512, 2});

@@ -44,6 +44,37 @@ struct WeightView {
   }
 };
 
+// Rows of a KV cache: row i of the run starts at data + i * stride elements.
+struct KvRows {
+  const void* data = nullptr;
+  int64_t stride = 0;  // elements between rows
+  bool f16 = true;     // F16 elements, else F32
+};
+
+// The most keys one attention_step() takes (a key block).
+constexpr int64_t kAttnMaxKeys = 64;
+
+// Query rows of one attention step with their running softmax state (flash attention's
+// online softmax): for row r, the block's keys lo[r] <= j < hi[r] are visible (lo == hi:
+// none), and the step computes s_j = dot(q[r], k_j) * scale, then
+//   m' = max(m[r], max_j s_j),  l[r] = l[r] * exp(m[r] - m') + sum_j exp(s_j - m'),
+//   acc[r] = acc[r] * exp(m[r] - m') + sum_j exp(s_j - m') * v_j   (j ascending),
+// with the sum of exps taken over 8 lanes of absolute key positions in a fixed order, so
+// a row's result depends only on its own query and visible keys, never on the other rows.
+// A row with nothing summed yet has l[r] == 0 and m[r] == -inf.
+struct AttentionRows {
+  int64_t n_rows = 0;
+  int64_t head_dim = 0;        // length of q and k vectors
+  int64_t head_dim_v = 0;      // length of v vectors and acc rows
+  float scale = 1.0f;          // applied to q . k
+  const float* const* q = nullptr;  // (n_rows) pointers to head_dim floats
+  const int32_t* lo = nullptr;      // (n_rows)
+  const int32_t* hi = nullptr;      // (n_rows)
+  float* m = nullptr;               // (n_rows) running maximum
+  double* l = nullptr;              // (n_rows) running sum of exp(s - m)
+  float* acc = nullptr;             // (n_rows, head_dim_v) running weighted sum of values
+};
+
 class ThreadPool;  // compute/cpu/thread_pool.h
 
 // The dispatch path a Context made with the default gets on this CPU (HYPURA_SIMD
@@ -78,6 +109,18 @@ class Context {
 
   // out[i, :] = dequantized row ids[i] of W (embedding lookup). out: (n_ids, W.n_cols).
   void get_rows(const WeightView& w, const int32_t* ids, int64_t n_ids, float* out);
+
+  // ---- attention (flash-attention style; the loop over blocks is the caller's) ----
+
+  // Widens n_rows rows of `width` cached values (keys or values of one head, F16 or F32,
+  // rows src.stride elements apart) to F32. out: (n_rows, width).
+  void widen_rows(const KvRows& src, int64_t n_rows, int64_t width, float* out) const;
+  // One online-softmax step of rows.n_rows query rows against a block of n_keys keys
+  // (see AttentionRows). keys: (n_keys, head_dim), values: (n_keys, head_dim_v), F32.
+  // REQUIRES: n_keys <= kAttnMaxKeys; the block starts at a position that is a multiple of
+  // 8 (lanes of the row sums follow absolute positions, which keeps batch invariance).
+  void attention_step(const AttentionRows& rows, const float* keys, const float* values,
+                      int64_t n_keys) const;
 
  private:
   struct Impl;

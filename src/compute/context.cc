@@ -141,4 +141,14 @@ void Context::get_rows(const WeightView& w, const int32_t* ids, int64_t n_ids, f
   }
 }
 
+void Context::widen_rows(const KvRows& src, int64_t n_rows, int64_t width, float* out) const {
+  impl_->kernels->widen_rows(src, n_rows, width, out);
+}
+
+void Context::attention_step(const AttentionRows& rows, const float* keys, const float* values,
+                             int64_t n_keys) const {
+  assert(n_keys <= kAttnMaxKeys);
+  impl_->kernels->attention_step(rows, keys, values, n_keys);
+}
+
 }  // namespace hypura::compute

@@ -60,7 +60,9 @@ Blocks::Blocks(const HParams& hp, const WeightMap& weights, compute::Context& ct
   for (auto& s : attn_scratch_) {
     s.keys.resize(static_cast<size_t>(kKeyBlock * hp.head_dim));
     s.values.resize(static_cast<size_t>(kKeyBlock * hp.head_dim_v));
-    s.scores.resize(static_cast<size_t>(kKeyBlock));
+    s.q_rows.resize(block_rows);
+    s.lo.resize(block_rows);
+    s.hi.resize(block_rows);
     s.m.resize(block_rows);
     s.l.resize(block_rows);
     s.acc.resize(block_rows * static_cast<size_t>(hp.head_dim_v));
@@ -229,23 +231,6 @@ void Blocks::attention(int64_t il, bool swa, float kq_scale) {
   }
 }
 
-namespace {
-
-// q . k in 8 fixed lanes, then a fixed pairwise sum: vectorisable without reassociation
-// flags, and one order for every caller.
-float dot_lanes(const float* a, const float* b, int64_t n) {
-  float acc[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
-  }
-  float tail = 0.0f;
-  for (; i < n; ++i) tail += a[i] * b[i];
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
-}
-
-}  // namespace
-
 void Blocks::clear_partial(const Partial& p, int64_t n_rows) const {
   std::fill(p.m, p.m + n_rows, -INFINITY);
   std::fill(p.l, p.l + n_rows, 0.0);
@@ -276,6 +261,8 @@ void Blocks::merge_partial(const Partial& total, const Partial& part, int64_t n_
 
 // The softmax partial of query rows t in [t0, t1) (every q head of kv head g; row r is
 // token t0 + r / n_gqa, head g * n_gqa + r % n_gqa) over the keys of segment `seg`.
+// Key blocks are widened from their aligned start, whatever the first visible key, so
+// the kernel's lanes always follow absolute positions.
 void Blocks::segment_partial(int64_t il, int64_t g, int64_t t0, int64_t t1, int64_t seg, bool swa,
                              float kq_scale, AttnScratch& s, const Partial& out) {
   const int64_t d = hp_.head_dim, dv = hp_.head_dim_v;
@@ -286,35 +273,23 @@ void Blocks::segment_partial(int64_t il, int64_t g, int64_t t0, int64_t t1, int6
   // Keys any row may see, within the segment.
   const int64_t lo = std::max(first_key(pos_ + t0), seg * kKeySegment);
   const int64_t hi = std::min(pos_ + t1 - 1, (seg + 1) * kKeySegment - 1);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const int64_t t = t0 + r / n_gqa, h = g * n_gqa + r % n_gqa;
+    s.q_rows[r] = q() + (t * hp_.n_head + h) * d;
+  }
+  const compute::AttentionRows rows{n_rows,      d,           dv,    kq_scale, s.q_rows.data(),
+                                    s.lo.data(), s.hi.data(), out.m, out.l,    out.acc};
   for (int64_t kb = lo / kKeyBlock * kKeyBlock; kb <= hi; kb += kKeyBlock) {
-    const int64_t k0 = std::max(kb, lo), k1 = std::min(kb + kKeyBlock, hi + 1);
-    kv_->read_k(il, g, k0, k1 - k0, s.keys.data());
-    kv_->read_v(il, g, k0, k1 - k0, s.values.data());
+    const int64_t n_keys = std::min(kb + kKeyBlock, hi + 1) - kb;
+    ctx_.widen_rows(kv_->k_rows(il, g, kb), n_keys, d, s.keys.data());
+    ctx_.widen_rows(kv_->v_rows(il, g, kb), n_keys, dv, s.values.data());
     for (int64_t r = 0; r < n_rows; ++r) {
-      const int64_t t = t0 + r / n_gqa, h = g * n_gqa + r % n_gqa, p = pos_ + t;
-      const int64_t j0 = std::max(k0, first_key(p)), j1 = std::min(k1, p + 1);
-      if (j0 >= j1) continue;
-      const float* qh = q() + (t * hp_.n_head + h) * d;
-      float block_max = -INFINITY;
-      for (int64_t j = j0; j < j1; ++j) {
-        s.scores[j - k0] = dot_lanes(qh, s.keys.data() + (j - k0) * d, d) * kq_scale;
-        block_max = std::fmax(block_max, s.scores[j - k0]);
-      }
-      float* acc = out.acc + r * dv;
-      const float m_new = std::fmax(out.m[r], block_max);
-      if (m_new > out.m[r] && out.l[r] > 0) {  // a larger maximum: rescale what is summed
-        const float shrink = std::exp(out.m[r] - m_new);
-        out.l[r] *= shrink;
-        for (int64_t c = 0; c < dv; ++c) acc[c] *= shrink;
-      }
-      out.m[r] = m_new;
-      for (int64_t j = j0; j < j1; ++j) {
-        const float e = std::exp(s.scores[j - k0] - m_new);
-        out.l[r] += e;
-        const float* vj = s.values.data() + (j - k0) * dv;
-        for (int64_t c = 0; c < dv; ++c) acc[c] += e * vj[c];
-      }
+      const int64_t p = pos_ + t0 + r / n_gqa;
+      const int64_t j0 = std::max({kb, lo, first_key(p)}), j1 = std::min(kb + n_keys, p + 1);
+      s.lo[r] = static_cast<int32_t>(j0 - kb);
+      s.hi[r] = static_cast<int32_t>(std::max(j0, j1) - kb);
     }
+    ctx_.attention_step(rows, s.keys.data(), s.values.data(), n_keys);
   }
 }
 

@@ -143,14 +143,15 @@ class Blocks {
   // Attention tiles (blocks.cc): query tokens per block, keys per aligned block, keys per
   // aligned segment, and the most tokens a step may have to split its segments over the pool.
   static constexpr int64_t kQueryBlock = 32;
-  static constexpr int64_t kKeyBlock = 64;
+  static constexpr int64_t kKeyBlock = compute::kAttnMaxKeys;
   static constexpr int64_t kKeySegment = 512;
   static constexpr int64_t kSplitMaxTokens = 4;
   // Attention scratch per pool thread; rows = kQueryBlock * (n_head / n_head_kv).
   struct AttnScratch {
     std::vector<float> keys;    // (kKeyBlock, head_dim) one widened key block
     std::vector<float> values;  // (kKeyBlock, head_dim_v)
-    std::vector<float> scores;  // (kKeyBlock)
+    std::vector<const float*> q_rows;  // (rows) each row's query vector
+    std::vector<int32_t> lo, hi;       // (rows) visible keys of the current key block
     std::vector<float> m;       // (rows) the merged partial of a query block
     std::vector<double> l;      // (rows)
     std::vector<float> acc;     // (rows, head_dim_v)

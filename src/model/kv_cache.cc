@@ -45,30 +45,19 @@ void KvCache::store_rows(std::vector<uint8_t>& dst, int64_t width, int64_t pos,
   for (int64_t i = 0; i < n; ++i) out[i] = quant::f32_to_fp16(src[i]);
 }
 
-void KvCache::read_rows(const std::vector<uint8_t>& src, int64_t width, int64_t col,
-                        int64_t head_dim, int64_t first, int64_t count, float* out) const {
-  if (f32_) {
-    const auto* in = reinterpret_cast<const float*>(src.data());
-    for (int64_t r = 0; r < count; ++r) {
-      std::memcpy(out + r * head_dim, in + (first + r) * width + col,
-                  static_cast<size_t>(head_dim) * 4);
-    }
-    return;
-  }
-  const auto* in = reinterpret_cast<const uint16_t*>(src.data());
-  for (int64_t r = 0; r < count; ++r) {
-    const uint16_t* row = in + (first + r) * width + col;
-    float* o = out + r * head_dim;
-    for (int64_t d = 0; d < head_dim; ++d) o[d] = quant::fp16_to_f32(row[d]);
-  }
+compute::KvRows KvCache::rows(const std::vector<uint8_t>& src, int64_t width, int64_t col,
+                              int64_t first) const {
+  assert(first >= 0 && first < n_ctx_);
+  const size_t elem = f32_ ? 4 : 2;
+  return compute::KvRows{src.data() + static_cast<size_t>(first * width + col) * elem, width, !f32_};
 }
 
-void KvCache::read_k(int64_t il, int64_t h, int64_t first, int64_t count, float* out) const {
-  read_rows(k_[il], k_width_, h * head_dim_, head_dim_, first, count, out);
+compute::KvRows KvCache::k_rows(int64_t il, int64_t h, int64_t first) const {
+  return rows(k_[il], k_width_, h * head_dim_, first);
 }
 
-void KvCache::read_v(int64_t il, int64_t h, int64_t first, int64_t count, float* out) const {
-  read_rows(v_[il], v_width_, h * head_dim_v_, head_dim_v_, first, count, out);
+compute::KvRows KvCache::v_rows(int64_t il, int64_t h, int64_t first) const {
+  return rows(v_[il], v_width_, h * head_dim_v_, first);
 }
 
 }  // namespace hypura::model

@@ -2,9 +2,9 @@
 //
 // Layout per layer: K (n_ctx, n_head_kv * head_dim) and V (n_ctx, n_head_kv * head_dim_v),
 // row-major, one row per position. A row is written once when its token is processed;
-// attention reads rows back as F32 (F16 rows are widened exactly), so a token's own key
-// is read back rounded exactly like every earlier key and the result does not depend on
-// how the prompt was split into batches.
+// attention widens rows back to F32 (compute::Context::widen_rows, exact), so a token's
+// own key is read back rounded exactly like every earlier key and the result does not
+// depend on how the prompt was split into batches.
 //
 // Thread-safety: one forward pass at a time; attention threads only read.
 #pragma once
@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "compute/compute.h"
 #include "model/hparams.h"
 
 namespace hypura::model {
@@ -29,16 +30,16 @@ class KvCache {
   // v_width). REQUIRES: pos + n_tokens <= n_ctx.
   void store(int64_t il, int64_t pos, int64_t n_tokens, const float* k, const float* v);
 
-  // Widens head `h` of positions [first, first + count) to F32.
-  // out: (count, head_dim) for keys, (count, head_dim_v) for values.
-  void read_k(int64_t il, int64_t h, int64_t first, int64_t count, float* out) const;
-  void read_v(int64_t il, int64_t h, int64_t first, int64_t count, float* out) const;
+  // Head `h` of layer il from position `first` on: head_dim (keys) or head_dim_v (values)
+  // elements per row. REQUIRES: first < n_ctx.
+  compute::KvRows k_rows(int64_t il, int64_t h, int64_t first) const;
+  compute::KvRows v_rows(int64_t il, int64_t h, int64_t first) const;
 
  private:
   void store_rows(std::vector<uint8_t>& dst, int64_t width, int64_t pos, int64_t n_tokens,
                   const float* src);
-  void read_rows(const std::vector<uint8_t>& src, int64_t width, int64_t col, int64_t head_dim,
-                 int64_t first, int64_t count, float* out) const;
+  compute::KvRows rows(const std::vector<uint8_t>& src, int64_t width, int64_t col,
+                       int64_t first) const;
 
   int64_t n_ctx_;
   bool f32_;

@@ -2,8 +2,11 @@
 // tests/golden/expected_outputs.json after reading them (each must also contain the
 // fact it is judged by, e.g. "Paris"). Skipped with a message when a model is absent.
 //
-// Regenerate after a deliberate numerical change with HYPURA_RECORD_EXPECTED=1 (it
-// rewrites the "expected" fields; read the diff before committing it).
+// The exact text is recorded per SIMD path ("expected": {path: text}): paths round
+// differently, and a small model at a near tie (gemma-3-270m, docs/FIDELITY.md) can
+// continue differently after the fact. A path with no recorded text is checked for the
+// fact alone. Regenerate the current path's texts after a deliberate numerical change
+// with HYPURA_RECORD_EXPECTED=1 (read the diff before committing it).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "compute/compute.h"
 #include "runtime/session.h"
 
 namespace hypura::runtime {
@@ -62,8 +66,13 @@ TEST(RealModels, FactualPromptsGreedy) {
       ASSERT_TRUE(text.is_ok()) << text.status().message();
       std::printf("%s | %s -> %s\n", m["file"].get<std::string>().c_str(),
                   c["prompt"].get<std::string>().c_str(), text->c_str());
-      if (record) c["expected"] = *text;
-      EXPECT_EQ(*text, c["expected"].get<std::string>()) << c["prompt"];
+      const std::string path_name = compute::default_simd_name();
+      if (record) c["expected"][path_name] = *text;
+      if (c["expected"].contains(path_name)) {
+        EXPECT_EQ(*text, c["expected"][path_name].get<std::string>()) << c["prompt"];
+      } else {
+        std::printf("  (no text recorded for %s: checking the fact only)\n", path_name.c_str());
+      }
       EXPECT_NE(text->find(c["contains"].get<std::string>()), std::string::npos) << c["prompt"];
       ++checked;
     }

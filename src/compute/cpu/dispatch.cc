@@ -74,6 +74,7 @@ KernelTable make_table(SimdLevel level) {
       fill_avx512vnni_kernels(&t);
       break;
   }
+  if (level != SimdLevel::kScalar) fill_avx2_attention(&t);  // every level from AVX2 up
   return t;
 }
 

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "compute/compute.h"
 #include "gguf/gguf.h"
 
 namespace hypura::compute {
@@ -28,6 +29,11 @@ using QuantizeActFn = void (*)(const float* x, void* y, int64_t n);
 
 enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3 };
 
+// Attention kernels (see Context::widen_rows / attention_step in compute.h).
+using WidenRowsFn = void (*)(const KvRows& src, int64_t n_rows, int64_t width, float* out);
+using AttentionStepFn = void (*)(const AttentionRows& rows, const float* keys,
+                                 const float* values, int64_t n_keys);
+
 constexpr int kMaxTypeId = 40;
 
 struct KernelTable {
@@ -37,6 +43,8 @@ struct KernelTable {
   // By weight type id; nullptr: quant::quantize_activations(activation_type(type)).
   // Only set together with the matching tile (a table's own layout never leaks out).
   QuantizeActFn quantize_act[kMaxTypeId] = {};
+  WidenRowsFn widen_rows = nullptr;          // never null once a table is built
+  AttentionStepFn attention_step = nullptr;  // never null once a table is built
 };
 
 // The table for `level`, or nullptr when this build or this CPU lacks it.
@@ -58,6 +66,8 @@ const KernelTable& scalar_kernels();
 void fill_avx2_kernels(KernelTable* table);
 void fill_avx512_kernels(KernelTable* table);
 void fill_avx512vnni_kernels(KernelTable* table);
+// The AVX2 + FMA + F16C attention kernels, used by every level from AVX2 up.
+void fill_avx2_attention(KernelTable* table);
 
 // Scalar dot products (the reference twins): one weight row against one activation row.
 namespace ref {
@@ -74,6 +84,10 @@ float dot_q3_k(int64_t n, const void* w, const void* x);
 float dot_q4_k(int64_t n, const void* w, const void* x);
 float dot_q5_k(int64_t n, const void* w, const void* x);
 float dot_q6_k(int64_t n, const void* w, const void* x);
+// Attention twins (attention_ref.cc).
+void widen_rows(const KvRows& src, int64_t n_rows, int64_t width, float* out);
+void attention_step(const AttentionRows& rows, const float* keys, const float* values,
+                    int64_t n_keys);
 }  // namespace ref
 
 // A tile built from a one-row dot function: loops rows outside, tokens inside.

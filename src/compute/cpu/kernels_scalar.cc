@@ -247,6 +247,8 @@ const KernelTable& scalar_kernels() {
     set(gguf::GgmlType::Q4_K, tile_from_dot<ref::dot_q4_k>);
     set(gguf::GgmlType::Q5_K, tile_from_dot<ref::dot_q5_k>);
     set(gguf::GgmlType::Q6_K, tile_from_dot<ref::dot_q6_k>);
+    t.widen_rows = ref::widen_rows;
+    t.attention_step = ref::attention_step;
     return t;
   }();
   return table;

@@ -1,0 +1,163 @@
+// AVX2 + FMA + F16C attention kernels (built with the AVX2 flags; see
+// src/compute/CMakeLists.txt). The same step as the scalar twin (attention_ref.cc), eight
+// keys at a time:
+//   scores: q held one 8-float chunk at a time against 8 keys (8 accumulators), folded
+//           into one vector of 8 scores by a fixed horizontal-add tree;
+//   exps:   a vectorised exp (Cephes-style polynomial, ~1 ulp), masked keys set to 0;
+//   values: the accumulator row in registers, 64 floats per pass, FMAs over the keys in
+//           ascending order.
+// The lane sums of exp follow absolute key positions (blocks start at multiples of 8),
+// so masked keys add exact zeros and a row's result does not depend on its batch.
+// Head sizes that are not multiples of 8 take the scalar twin.
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "compute/cpu/kernels.h"
+
+namespace hypura::compute {
+namespace {
+
+constexpr int kDvChunk = 64;  // accumulator floats kept in registers per pass (8 ymm)
+
+// e^x for x <= 0 (inputs below -87.3 return ~1e-38, which the sums cannot see).
+inline __m256 exp_nonpositive(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // r = x - n ln2, with ln2 split in two so that r is exact to float precision.
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+inline float hmax256(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+// The same fold as the scalar twin: ((0+4) + (1+5)) + ((2+6) + (3+7)).
+inline float fold_lanes(__m256 v) {
+  const __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 h = _mm_hadd_ps(a, a);  // (0+4)+(1+5), (2+6)+(3+7), ...
+  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
+// Scores of keys j0..j0+7 (rows of d floats) against q: one vector.
+inline __m256 scores8(const float* q, const float* keys, int64_t d) {
+  __m256 a[8];
+  for (int k = 0; k < 8; ++k) a[k] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < d; c += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + c);
+    for (int k = 0; k < 8; ++k) a[k] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + k * d + c), a[k]);
+  }
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// Lanes of positions g..g+7 inside [lo, hi).
+inline __m256 visible(int32_t g, int32_t lo, int32_t hi) {
+  const __m256i j = _mm256_add_epi32(_mm256_set1_epi32(g), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i ge_lo = _mm256_cmpgt_epi32(j, _mm256_set1_epi32(lo - 1));
+  const __m256i lt_hi = _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), j);
+  return _mm256_castsi256_ps(_mm256_and_si256(ge_lo, lt_hi));
+}
+
+// acc[0..width) = acc * shrink + sum_{j in [lo, hi)} e[j] * v_j[0..width), width <= 64.
+inline void accumulate_values(float* acc, const float* e, const float* values, int64_t dv,
+                              int64_t width, int32_t lo, int32_t hi, float shrink, bool rescale) {
+  const int n = static_cast<int>(width / 8);
+  __m256 a[8];
+  for (int i = 0; i < n; ++i) a[i] = _mm256_loadu_ps(acc + 8 * i);
+  if (rescale) {
+    const __m256 s = _mm256_set1_ps(shrink);
+    for (int i = 0; i < n; ++i) a[i] = _mm256_mul_ps(a[i], s);
+  }
+  for (int32_t j = lo; j < hi; ++j) {
+    const __m256 ej = _mm256_broadcast_ss(e + j);
+    const float* vj = values + j * dv;
+    for (int i = 0; i < n; ++i) a[i] = _mm256_fmadd_ps(ej, _mm256_loadu_ps(vj + 8 * i), a[i]);
+  }
+  for (int i = 0; i < n; ++i) _mm256_storeu_ps(acc + 8 * i, a[i]);
+}
+
+void attention_step_avx2(const AttentionRows& rows, const float* keys, const float* values,
+                         int64_t n_keys) {
+  const int64_t d = rows.head_dim, dv = rows.head_dim_v;
+  if (d % 8 != 0 || dv % 8 != 0) {
+    ref::attention_step(rows, keys, values, n_keys);
+    return;
+  }
+  alignas(32) float s[kAttnMaxKeys];
+  const __m256 scale = _mm256_set1_ps(rows.scale), neg_inf = _mm256_set1_ps(-INFINITY);
+  for (int64_t r = 0; r < rows.n_rows; ++r) {
+    const int32_t lo = rows.lo[r], hi = rows.hi[r];
+    if (lo >= hi) continue;
+    const int32_t g0 = lo & ~7, g1 = (hi + 7) & ~7;
+    __m256 vmax = neg_inf;
+    for (int32_t g = g0; g < g1; g += 8) {
+      // Lanes past n_keys read stale scratch rows (finite) and are masked out.
+      const __m256 sc = _mm256_mul_ps(scores8(rows.q[r], keys + g * d, d), scale);
+      const __m256 masked = _mm256_blendv_ps(neg_inf, sc, visible(g, lo, hi));
+      _mm256_store_ps(s + g, masked);
+      vmax = _mm256_max_ps(vmax, masked);
+    }
+    const float m_old = rows.m[r];
+    const float m_new = std::fmax(m_old, hmax256(vmax));
+    const bool rescale = rows.l[r] > 0 && m_new > m_old;
+    const float shrink = rescale ? std::exp(m_old - m_new) : 1.0f;
+    if (rescale) rows.l[r] *= shrink;
+    rows.m[r] = m_new;
+    __m256 lane = _mm256_setzero_ps();
+    const __m256 mv = _mm256_set1_ps(m_new);
+    for (int32_t g = g0; g < g1; g += 8) {
+      const __m256 x = _mm256_load_ps(s + g);
+      const __m256 e = _mm256_and_ps(exp_nonpositive(_mm256_sub_ps(x, mv)),
+                                     _mm256_cmp_ps(x, neg_inf, _CMP_NEQ_OQ));
+      _mm256_store_ps(s + g, e);
+      lane = _mm256_add_ps(lane, e);
+    }
+    float* acc = rows.acc + r * dv;
+    for (int64_t c = 0; c < dv; c += kDvChunk) {
+      const int64_t width = dv - c < kDvChunk ? dv - c : kDvChunk;
+      accumulate_values(acc + c, s, values + c, dv, width, lo, hi, shrink, rescale);
+    }
+    rows.l[r] += fold_lanes(lane);
+  }
+}
+
+void widen_rows_avx2(const KvRows& src, int64_t n_rows, int64_t width, float* out) {
+  if (!src.f16) {
+    ref::widen_rows(src, n_rows, width, out);
+    return;
+  }
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const uint16_t* in = static_cast<const uint16_t*>(src.data) + r * src.stride;
+    float* o = out + r * width;
+    int64_t c = 0;
+    for (; c + 8 <= width; c += 8) {
+      _mm256_storeu_ps(o + c, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + c))));
+    }
+    for (; c < width; ++c) o[c] = _cvtsh_ss(in[c]);
+  }
+}
+
+}  // namespace
+
+void fill_avx2_attention(KernelTable* table) {
+  table->widen_rows = widen_rows_avx2;
+  table->attention_step = attention_step_avx2;
+}
+
+}  // namespace hypura::compute
