@@ -105,12 +105,13 @@ Result<double> time_run(runtime::Session& session, const std::vector<int32_t>& d
                         const std::vector<int32_t>& tokens, bool tg) {
   session.reset();
   std::vector<float> logits;
-  if (!depth.empty()) HYPURA_RETURN_IF_ERROR(session.eval(depth, &logits));
+  // Only the last position's logits, as generate() and llama-bench compute them.
+  if (!depth.empty()) HYPURA_RETURN_IF_ERROR(session.prefill(depth, &logits));
   const auto t0 = Clock::now();
   if (tg) {
-    for (int32_t id : tokens) HYPURA_RETURN_IF_ERROR(session.eval({id}, &logits));
+    for (int32_t id : tokens) HYPURA_RETURN_IF_ERROR(session.prefill({id}, &logits));
   } else {
-    HYPURA_RETURN_IF_ERROR(session.eval(tokens, &logits));
+    HYPURA_RETURN_IF_ERROR(session.prefill(tokens, &logits));
   }
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   return static_cast<double>(tokens.size()) / s;

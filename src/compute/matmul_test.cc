@@ -317,11 +317,33 @@ TEST(Dispatch, SimdTablesProvideOwnKernels) {
 // A table's own activation quantizer gives exactly the reference bytes: same scales, same
 // rounding. AVX-512 Q4_K / Q5_K store the 32-value sub-blocks of each Q8_K block in nibble
 // order 0, 2, 1, 3, 4, 6, 5, 7 (kernels_avx512_impl.h); the comparison undoes that.
+// The AVX2 legacy kernels' grouped activation rows (kernels_avx2.cc, GroupQ8_0/GroupQ8_1)
+// back in the standard block layout: groups of four blocks store 128 quants, then the
+// four scales (then the four sums for Q8_1); the last n_blocks % 4 blocks are standard.
+std::vector<uint8_t> ungroup(const std::vector<uint8_t>& got, GgmlType act, int64_t n) {
+  const bool sums = act == GgmlType::Q8_1;
+  const size_t block = sums ? 36 : 34, head = sums ? 4 : 2;
+  const int64_t nb = n / 32, ng = nb / 4;
+  std::vector<uint8_t> out(got);
+  for (int64_t g = 0; g < ng; ++g) {
+    const uint8_t* in = got.data() + g * 4 * block;
+    for (int k = 0; k < 4; ++k) {
+      uint8_t* b = out.data() + (g * 4 + k) * block;
+      std::memcpy(b, in + 128 + 2 * k, 2);                  // d
+      if (sums) std::memcpy(b + 2, in + 136 + 2 * k, 2);    // s
+      std::memcpy(b + head, in + 32 * k, 32);               // qs
+    }
+  }
+  return out;
+}
+
 TEST(Activations, TableQuantizersMatchReference) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(20261201);
   std::normal_distribution<float> dist(0.0f, 3.0f);
-  const int64_t n = 256 * 6;
-  std::vector<float> x(n);
+  // 1536 for every format; 1600 (50 blocks of 32, grouped layouts keep a tail of two)
+  // for the 32-element ones.
+  const int64_t n_max = 256 * 6 + 64;
+  std::vector<float> x(n_max);
   for (auto& v : x) v = dist(rng);
   for (int i = 0; i < 256; ++i) x[i] = 0.0f;                  // all-zero block
   for (int i = 256; i < 512; ++i) x[i] = 1e-30f * dist(rng);  // tiny values
@@ -335,13 +357,18 @@ TEST(Activations, TableQuantizersMatchReference) {
   for (int l = 1; l <= 3; ++l) {
     const KernelTable* t = kernel_table(static_cast<SimdLevel>(l));
     if (!t) continue;
-    for (GgmlType type : all_types()) {
+    for (GgmlType type : all_types()) for (int64_t n : {n_max - 64, n_max}) {
       const QuantizeActFn fn = quantize_act_fn(*t, type);
       if (!fn) continue;
       const GgmlType act = quant::activation_type(type);
+      if (n % quant::block_size(act) != 0) continue;
       std::vector<uint8_t> ref(quant::row_size(act, n)), got(ref.size(), 0xCD);
       quant::quantize_activations(act, x.data(), ref.data(), n);
       fn(x.data(), got.data(), n);
+      if (l == static_cast<int>(SimdLevel::kAvx2) &&
+          (act == GgmlType::Q8_0 || act == GgmlType::Q8_1)) {
+        got = ungroup(got, act, n);
+      }
       const bool nibble = std::string(t->name).rfind("avx512", 0) == 0 &&
                           (type == GgmlType::Q4_K || type == GgmlType::Q5_K);
       if (!nibble) {

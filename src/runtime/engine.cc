@@ -90,6 +90,7 @@ class ResidentSession final : public Session {
   Result<GenerateResult> generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
                                   const std::function<bool(std::string_view)>& on_piece) override;
   Status eval(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) override;
+  Status prefill(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) override;
   void reset() override { history_.clear(); }
   int64_t n_past() const override { return static_cast<int64_t>(history_.size()); }
 
@@ -97,6 +98,7 @@ class ResidentSession final : public Session {
   // Runs tokens at the end of the cache in batches; logits of the last token (or of all
   // when `all` is set) land in logits_ / *all.
   Status feed(std::span<const int32_t> tokens, std::vector<float>* all);
+  Status check_room(size_t n_tokens) const;
   Status check_fits(size_t n_prompt, int max_tokens) const;
 
   ResidentEngine& engine_;
@@ -220,14 +222,26 @@ Status ResidentSession::feed(std::span<const int32_t> tokens, std::vector<float>
   return Status::ok();
 }
 
-Status ResidentSession::eval(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) {
-  if (static_cast<int64_t>(history_.size() + tokens.size()) > engine_.n_ctx()) {
-    return resource_exhausted("eval of " + std::to_string(tokens.size()) + " tokens after " +
+Status ResidentSession::check_room(size_t n_tokens) const {
+  if (static_cast<int64_t>(history_.size() + n_tokens) > engine_.n_ctx()) {
+    return resource_exhausted("eval of " + std::to_string(n_tokens) + " tokens after " +
                               std::to_string(history_.size()) + " exceeds the context of " +
                               std::to_string(engine_.n_ctx()));
   }
+  return Status::ok();
+}
+
+Status ResidentSession::eval(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) {
+  HYPURA_RETURN_IF_ERROR(check_room(tokens.size()));
   out_logits->resize(tokens.size() * engine_.n_vocab());
   return feed(tokens, out_logits);
+}
+
+Status ResidentSession::prefill(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) {
+  HYPURA_RETURN_IF_ERROR(check_room(tokens.size()));
+  HYPURA_RETURN_IF_ERROR(feed(tokens, nullptr));
+  out_logits->assign(logits_.begin(), logits_.end());
+  return Status::ok();
 }
 
 Status ResidentSession::check_fits(size_t n_prompt, int max_tokens) const {

@@ -84,6 +84,9 @@ class Session {
   // Logits of every position of `tokens` appended to the current cache (tests, bench).
   // out: (tokens.size(), n_vocab) row-major.
   virtual Status eval(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) = 0;
+  // As eval(), but only the last position's logits are computed, as generate() does for
+  // a prompt (the output head is skipped for every other row). out: (n_vocab).
+  virtual Status prefill(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) = 0;
   virtual void reset() = 0;  // clears the KV cache
   virtual int64_t n_past() const = 0;
 };

@@ -325,60 +325,195 @@ struct WQ5_1 {
   static __m256i weights(const Block& b) { return with_bit4(unpack_nibbles(b.qs), b.qh); }
 };
 
+// The legacy kernels' own activation layout (their quantize_act below): each run of four
+// whole blocks of a row is one group with the four scales (and sums) side by side, so a
+// single load gives them as a vector and four blocks' integer sums meet one float
+// update instead of four; a row's last n_blocks % 4 blocks keep the standard layout.
+// Sizes equal the standard blocks', as the KernelTable contract requires.
+constexpr int kGroup = 4;
+struct GroupQ8_0 {
+  int8_t qs[kGroup * quant::kQK];
+  uint16_t d[kGroup];
+};
+struct GroupQ8_1 {
+  int8_t qs[kGroup * quant::kQK];
+  uint16_t d[kGroup];
+  uint16_t s[kGroup];  // d * sum(qs) of each block
+};
+static_assert(sizeof(GroupQ8_0) == kGroup * sizeof(BlockQ8_0));
+static_assert(sizeof(GroupQ8_1) == kGroup * sizeof(BlockQ8_1));
+
+inline float hmax256(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+inline uint16_t f2h(float f) {
+  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+}
+
+// 32 floats to int8 as the reference activation quantizer does (id = 127 / amax, round
+// half to even): the same quants and scale bits. Returns amax / 127; *sum = sum of qs.
+inline float quantize_block32(const float* x, int8_t* qs, int* sum) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 v[4];
+  for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(x + 8 * i);
+  const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
+                                 _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)));
+  const float amax = hmax256(m);
+  const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+  __m256i q[4];
+  for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
+  const __m256i all = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+  const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(all), _mm256_extracti128_si256(all, 1));
+  const __m128i s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+  *sum = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 1)));
+  // packs work per 128-bit lane: restore element order with one dword permute.
+  const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs),
+                      _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  return amax / 127.0f;
+}
+
+template <bool kSums>
+void quantize_grouped(const float* x, void* vy, int64_t n) {
+  using Group = std::conditional_t<kSums, GroupQ8_1, GroupQ8_0>;
+  using Block = std::conditional_t<kSums, BlockQ8_1, BlockQ8_0>;
+  const int64_t nb = n / quant::kQK, ng = nb / kGroup;
+  auto* g = static_cast<Group*>(vy);
+  int sum;
+  for (int64_t gi = 0; gi < ng; ++gi) {
+    for (int k = 0; k < kGroup; ++k) {
+      const float d = quantize_block32(x + (gi * kGroup + k) * quant::kQK, g[gi].qs + quant::kQK * k, &sum);
+      g[gi].d[k] = f2h(d);
+      if constexpr (kSums) g[gi].s[k] = f2h(d * static_cast<float>(sum));
+    }
+  }
+  auto* tail = reinterpret_cast<Block*>(g + ng);
+  for (int64_t b = 0; b < nb - ng * kGroup; ++b) {
+    const float d = quantize_block32(x + (ng * kGroup + b) * quant::kQK, tail[b].qs, &sum);
+    tail[b].d = f2h(d);
+    if constexpr (kSums) tail[b].s = f2h(d * static_cast<float>(sum));
+  }
+}
+
+// Four fp16 fields of consecutive weight blocks as floats.
+template <class Block, uint16_t Block::*Field>
+inline __m128 four_halves(const Block* b) {
+  return _mm_cvtph_ps(_mm_setr_epi16(static_cast<short>(b[0].*Field), static_cast<short>(b[1].*Field),
+                                     static_cast<short>(b[2].*Field), static_cast<short>(b[3].*Field),
+                                     0, 0, 0, 0));
+}
+
+inline __m128 load_halves4(const uint16_t* h) {
+  return _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(h)));
+}
+
+// Block sums of four madd results (8 int32 lanes each): lanes k and k + 4 of the result
+// are the two halves of block k's sum, so one float update scales all four blocks.
+inline __m256 group_sums(const __m256i* s) {
+  return _mm256_cvtepi32_ps(
+      _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3])));
+}
+
+// Signed weights (Q4_0, Q5_0, Q8_0) against grouped Q8_0 activations.
 template <class WF>
 struct LegacySigned {
   template <int T>
   static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out,
                   bool prefetch) {
-    const auto* w = reinterpret_cast<const typename WF::Block*>(wr);
-    const BlockQ8_0* y[T];
-    act_rows<BlockQ8_0, T>(x, xs, y);
+    using Block = typename WF::Block;
+    const auto* w = reinterpret_cast<const Block*>(wr);
+    const int64_t nb = n / quant::kQK, ng = nb / kGroup;
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t i = 0; i < n / quant::kQK; ++i) {
-      if (prefetch) prefetch_ahead(w + i, sizeof(*w));
+    for (int64_t gi = 0; gi < ng; ++gi) {
+      const Block* wb = w + gi * kGroup;
+      if (prefetch) prefetch_ahead(wb, kGroup * sizeof(Block));
+      __m256i q[kGroup], aq[kGroup];
+      for (int k = 0; k < kGroup; ++k) {
+        q[k] = WF::weights(wb[k]);
+        aq[k] = _mm256_sign_epi8(q[k], q[k]);
+      }
+      const __m128 dw = four_halves<Block, &Block::d>(wb);
+      for (int t = 0; t < T; ++t) {
+        const auto* y = reinterpret_cast<const GroupQ8_0*>(x + t * xs) + gi;
+        __m256i s[kGroup];
+        for (int k = 0; k < kGroup; ++k) {
+          const __m256i ys = _mm256_sign_epi8(load256(y->qs + quant::kQK * k), q[k]);
+          s[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(aq[k], ys), ones);
+        }
+        const __m128 sc = _mm_mul_ps(dw, load_halves4(y->d));
+        acc[t] = _mm256_fmadd_ps(group_sums(s), _mm256_set_m128(sc, sc), acc[t]);
+      }
+    }
+    for (int64_t i = ng * kGroup; i < nb; ++i) {  // the row's ungrouped last blocks
       const __m256i q = WF::weights(w[i]);
       const __m256i aq = _mm256_sign_epi8(q, q);
       const float dw = h2f(w[i].d);
       for (int t = 0; t < T; ++t) {
-        const __m256i ys = _mm256_sign_epi8(load256(y[t][i].qs), q);
+        const auto* y = reinterpret_cast<const BlockQ8_0*>(
+                            reinterpret_cast<const GroupQ8_0*>(x + t * xs) + ng) + (i - ng * kGroup);
+        const __m256i ys = _mm256_sign_epi8(load256(y->qs), q);
         const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, ys), ones);
-        acc[t] =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * h2f(y[t][i].d)), acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * h2f(y->d)), acc[t]);
       }
     }
     for (int t = 0; t < T; ++t) out[t] = hsum256(acc[t]);
   }
 };
 
+// Unsigned weights with a minimum (Q4_1, Q5_1) against grouped Q8_1 activations.
 template <class WF>
 struct LegacyMin {
   template <int T>
   static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out,
                   bool prefetch) {
-    const auto* w = reinterpret_cast<const typename WF::Block*>(wr);
-    const BlockQ8_1* y[T];
-    act_rows<BlockQ8_1, T>(x, xs, y);
+    using Block = typename WF::Block;
+    const auto* w = reinterpret_cast<const Block*>(wr);
+    const int64_t nb = n / quant::kQK, ng = nb / kGroup;
     __m256 acc[T];
-    float accm[T];
+    __m128 accm[T];
     for (int t = 0; t < T; ++t) {
       acc[t] = _mm256_setzero_ps();
-      accm[t] = 0.0f;
+      accm[t] = _mm_setzero_ps();
     }
     const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t i = 0; i < n / quant::kQK; ++i) {
-      if (prefetch) prefetch_ahead(w + i, sizeof(*w));
+    for (int64_t gi = 0; gi < ng; ++gi) {
+      const Block* wb = w + gi * kGroup;
+      if (prefetch) prefetch_ahead(wb, kGroup * sizeof(Block));
+      __m256i q[kGroup];
+      for (int k = 0; k < kGroup; ++k) q[k] = WF::weights(wb[k]);
+      const __m128 dw = four_halves<Block, &Block::d>(wb), mw = four_halves<Block, &Block::m>(wb);
+      for (int t = 0; t < T; ++t) {
+        const auto* y = reinterpret_cast<const GroupQ8_1*>(x + t * xs) + gi;
+        __m256i s[kGroup];
+        for (int k = 0; k < kGroup; ++k) {
+          s[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], load256(y->qs + quant::kQK * k)), ones);
+        }
+        const __m128 sc = _mm_mul_ps(dw, load_halves4(y->d));
+        acc[t] = _mm256_fmadd_ps(group_sums(s), _mm256_set_m128(sc, sc), acc[t]);
+        accm[t] = _mm_fmadd_ps(mw, load_halves4(y->s), accm[t]);
+      }
+    }
+    float tail_m[T] = {};
+    for (int64_t i = ng * kGroup; i < nb; ++i) {  // the row's ungrouped last blocks
       const __m256i q = WF::weights(w[i]);
       const float dw = h2f(w[i].d), mw = h2f(w[i].m);
       for (int t = 0; t < T; ++t) {
-        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(q, load256(y[t][i].qs)), ones);
-        acc[t] =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * h2f(y[t][i].d)), acc[t]);
-        accm[t] += mw * h2f(y[t][i].s);
+        const auto* y = reinterpret_cast<const BlockQ8_1*>(
+                            reinterpret_cast<const GroupQ8_1*>(x + t * xs) + ng) + (i - ng * kGroup);
+        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(q, load256(y->qs)), ones);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * h2f(y->d)), acc[t]);
+        tail_m[t] += mw * h2f(y->s);
       }
     }
-    for (int t = 0; t < T; ++t) out[t] = hsum256(acc[t]) + accm[t];
+    for (int t = 0; t < T; ++t) {
+      const __m128 m2 = _mm_add_ps(accm[t], _mm_movehl_ps(accm[t], accm[t]));
+      out[t] = hsum256(acc[t]) + (_mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2))) + tail_m[t]);
+    }
   }
 };
 
@@ -461,6 +596,14 @@ void fill_avx2_kernels(KernelTable* table) {
   set(gguf::GgmlType::Q5_0, tile_of<LegacySigned<WQ5_0>>);
   set(gguf::GgmlType::Q4_1, tile_of<LegacyMin<WQ4_1>>);
   set(gguf::GgmlType::Q5_1, tile_of<LegacyMin<WQ5_1>>);
+  // The legacy kernels read their grouped activation layout (see GroupQ8_0).
+  auto act = [&](gguf::GgmlType type, QuantizeActFn fn) {
+    table->quantize_act[static_cast<int>(type)] = fn;
+  };
+  for (gguf::GgmlType type : {gguf::GgmlType::Q8_0, gguf::GgmlType::Q4_0, gguf::GgmlType::Q5_0}) {
+    act(type, quantize_grouped<false>);
+  }
+  for (gguf::GgmlType type : {gguf::GgmlType::Q4_1, gguf::GgmlType::Q5_1}) act(type, quantize_grouped<true>);
   set(gguf::GgmlType::Q2_K, tile_of<Q2K>);
   set(gguf::GgmlType::Q3_K, tile_of<Q3K>);
   set(gguf::GgmlType::Q4_K, tile_of<QK4<false>>);

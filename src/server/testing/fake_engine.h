@@ -102,6 +102,9 @@ class FakeSession : public runtime::Session {
   Status eval(const std::vector<int32_t>&, std::vector<float>*) override {
     return unsupported("fake session has no logits");
   }
+  Status prefill(const std::vector<int32_t>&, std::vector<float>*) override {
+    return unsupported("fake session has no logits");
+  }
   void reset() override { cache_.clear(); }
   int64_t n_past() const override { return static_cast<int64_t>(cache_.size()); }
 
