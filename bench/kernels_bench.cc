@@ -220,9 +220,13 @@ int main(int argc, char** argv) {
       ->ArgNames({"keys", "head_dim"})
       ->Args({4096, 64})
       ->Args({4096, 128});
-  auto* p = benchmark::RegisterBenchmark("prompt/Q4_K", BM_Prompt, GgmlType::Q4_K);
-  p->ArgNames({"cols", "rows", "tokens", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
-  p->Args({4096, 14336, 512, 1})->Args({4096, 14336, 512, 2});
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q4_1,
+                        GgmlType::Q8_0}) {
+    const std::string name = std::string("prompt/") + hypura::gguf::type_name(type);
+    auto* p = benchmark::RegisterBenchmark(name.c_str(), BM_Prompt, type);
+    p->ArgNames({"cols", "rows", "tokens", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+    p->Args({4096, 14336, 512, 1})->Args({4096, 14336, 512, 2});
+  }
   benchmark::Initialize(&argc, argv);
   RatioReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);

@@ -591,11 +591,11 @@ void fill_avx2_kernels(KernelTable* table) {
   set(gguf::GgmlType::F32, tile_of<FloatDot<LoadF32>>);
   set(gguf::GgmlType::F16, tile_of<FloatDot<LoadF16>>);
   set(gguf::GgmlType::BF16, tile_of<FloatDot<LoadBF16>>);
-  set(gguf::GgmlType::Q8_0, tile_of<LegacySigned<WQ8_0>>);
-  set(gguf::GgmlType::Q4_0, tile_of<LegacySigned<WQ4_0>>);
-  set(gguf::GgmlType::Q5_0, tile_of<LegacySigned<WQ5_0>>);
-  set(gguf::GgmlType::Q4_1, tile_of<LegacyMin<WQ4_1>>);
-  set(gguf::GgmlType::Q5_1, tile_of<LegacyMin<WQ5_1>>);
+  set(gguf::GgmlType::Q8_0, tile_of<LegacySigned<WQ8_0>, 8>);
+  set(gguf::GgmlType::Q4_0, tile_of<LegacySigned<WQ4_0>, 8>);
+  set(gguf::GgmlType::Q5_0, tile_of<LegacySigned<WQ5_0>, 8>);
+  set(gguf::GgmlType::Q4_1, tile_of<LegacyMin<WQ4_1>, 8>);
+  set(gguf::GgmlType::Q5_1, tile_of<LegacyMin<WQ5_1>, 8>);
   // The legacy kernels read their grouped activation layout (see GroupQ8_0).
   auto act = [&](gguf::GgmlType type, QuantizeActFn fn) {
     table->quantize_act[static_cast<int>(type)] = fn;
@@ -604,11 +604,11 @@ void fill_avx2_kernels(KernelTable* table) {
     act(type, quantize_grouped<false>);
   }
   for (gguf::GgmlType type : {gguf::GgmlType::Q4_1, gguf::GgmlType::Q5_1}) act(type, quantize_grouped<true>);
-  set(gguf::GgmlType::Q2_K, tile_of<Q2K>);
-  set(gguf::GgmlType::Q3_K, tile_of<Q3K>);
-  set(gguf::GgmlType::Q4_K, tile_of<QK4<false>>);
-  set(gguf::GgmlType::Q5_K, tile_of<QK4<true>>);
-  set(gguf::GgmlType::Q6_K, tile_of<Q6K>);
+  set(gguf::GgmlType::Q2_K, tile_of<Q2K, 8>);
+  set(gguf::GgmlType::Q3_K, tile_of<Q3K, 8>);
+  set(gguf::GgmlType::Q4_K, tile_of<QK4<false>, 8>);
+  set(gguf::GgmlType::Q5_K, tile_of<QK4<true>, 8>);
+  set(gguf::GgmlType::Q6_K, tile_of<Q6K, 8>);
 }
 
 }  // namespace hypura::compute

@@ -2,7 +2,7 @@
 //
 // A row kernel K provides
 //   template <int T> static void dot(n, w_row, x, x_stride, out, prefetch)
-// computing out[t] = dot(w_row, x row t) for t < T (T <= 4) with the weights unpacked
+// computing out[t] = dot(w_row, x row t) for t < T (T <= tile_of's kMaxTok) with the weights unpacked
 // once and reused for the T activation rows. Each token's arithmetic is independent of
 // T, which is what keeps results batch-invariant. `prefetch` asks for the weight lines
 // ahead of the row; only the first pass over a row (first token group) does that.
@@ -43,30 +43,45 @@ inline void prefetch_ahead(const void* p, int bytes) {
   for (int l = 0; l < lines; ++l) _mm_prefetch(q + 64 * l, _MM_HINT_T0);
 }
 
-// Token groups outside, rows inside: a group's activation rows (up to 4 x ~4.6 KiB for
-// 4096 columns) stay in L1 while the tile's weight rows stream from L2.
-template <class K>
+// Token groups outside, rows inside: a group's activation rows (up to kMaxTok x ~4.6 KiB
+// for 4096 columns) stay in L1 while the tile's weight rows stream from L2, and each
+// weight row is unpacked once per group.
+template <class K, int kMaxTok = 4>
 void tile_of(int64_t n, const void* w, size_t w_stride, int n_rows, const void* x, size_t x_stride,
              int n_tok, float* y, size_t y_stride) {
+  static_assert(kMaxTok == 4 || kMaxTok == 8);
   const auto* xb = static_cast<const uint8_t*>(x);
-  float out[4];
-  for (int t0 = 0; t0 < n_tok; t0 += 4) {
-    const int nt = n_tok - t0 < 4 ? n_tok - t0 : 4;
+  float out[kMaxTok];
+  for (int t0 = 0; t0 < n_tok; t0 += kMaxTok) {
+    const int nt = n_tok - t0 < kMaxTok ? n_tok - t0 : kMaxTok;
     const uint8_t* xt = xb + t0 * x_stride;
     for (int r = 0; r < n_rows; ++r) {
       const auto* wr = static_cast<const uint8_t*>(w) + r * w_stride;
+      const bool first = t0 == 0;
       switch (nt) {
+        case 8:
+          if constexpr (kMaxTok == 8) K::template dot<8>(n, wr, xt, x_stride, out, first);
+          break;
+        case 7:
+          if constexpr (kMaxTok == 8) K::template dot<7>(n, wr, xt, x_stride, out, first);
+          break;
+        case 6:
+          if constexpr (kMaxTok == 8) K::template dot<6>(n, wr, xt, x_stride, out, first);
+          break;
+        case 5:
+          if constexpr (kMaxTok == 8) K::template dot<5>(n, wr, xt, x_stride, out, first);
+          break;
         case 4:
-          K::template dot<4>(n, wr, xt, x_stride, out, t0 == 0);
+          K::template dot<4>(n, wr, xt, x_stride, out, first);
           break;
         case 3:
-          K::template dot<3>(n, wr, xt, x_stride, out, t0 == 0);
+          K::template dot<3>(n, wr, xt, x_stride, out, first);
           break;
         case 2:
-          K::template dot<2>(n, wr, xt, x_stride, out, t0 == 0);
+          K::template dot<2>(n, wr, xt, x_stride, out, first);
           break;
         default:
-          K::template dot<1>(n, wr, xt, x_stride, out, t0 == 0);
+          K::template dot<1>(n, wr, xt, x_stride, out, first);
           break;
       }
       for (int t = 0; t < nt; ++t) y[(t0 + t) * y_stride + r] = out[t];
