@@ -23,6 +23,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/command.h"
+#include "compute/compute.h"
 #include "gguf/gguf.h"
 #include "profiler/memory_bandwidth.h"
 #include "common/size.h"
@@ -56,6 +57,7 @@ struct BenchArgs {
 
 struct Stats {
   double mean = 0, stddev = 0;
+  double gflops = 0;  // 2 x matmul and attention MACs / timed seconds, mean over runs
 };
 
 Stats stats(const std::vector<double>& v) {
@@ -99,14 +101,22 @@ double reference_or_zero(const Result<double>& bps) {
   return 0;
 }
 
+struct RunFigures {
+  double tps = 0, gflops = 0;
+};
+
 // One timed run: tok/s of processing `n` tokens as a prompt (pp) or one by one (tg),
-// after the `depth` tokens are fed untimed.
-Result<double> time_run(runtime::Session& session, const std::vector<int32_t>& depth,
-                        const std::vector<int32_t>& tokens, bool tg) {
+// after the `depth` tokens are fed untimed, and the GFLOP/s of its matmuls and attention
+// (counted by the compute context, when the engine has one).
+Result<RunFigures> time_run(runtime::Engine& engine, runtime::Session& session,
+                            const std::vector<int32_t>& depth, const std::vector<int32_t>& tokens,
+                            bool tg) {
   session.reset();
   std::vector<float> logits;
   // Only the last position's logits, as generate() and llama-bench compute them.
   if (!depth.empty()) HYPURA_RETURN_IF_ERROR(session.prefill(depth, &logits));
+  const compute::Context* ctx = engine.compute_context();
+  const uint64_t macs0 = ctx != nullptr ? ctx->macs() : 0;
   const auto t0 = Clock::now();
   if (tg) {
     for (int32_t id : tokens) HYPURA_RETURN_IF_ERROR(session.prefill({id}, &logits));
@@ -114,7 +124,8 @@ Result<double> time_run(runtime::Session& session, const std::vector<int32_t>& d
     HYPURA_RETURN_IF_ERROR(session.prefill(tokens, &logits));
   }
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  return static_cast<double>(tokens.size()) / s;
+  const double macs = ctx != nullptr ? static_cast<double>(ctx->macs() - macs0) : 0;
+  return RunFigures{static_cast<double>(tokens.size()) / s, 2 * macs / s / 1e9};
 }
 
 std::vector<int32_t> random_tokens(const runtime::Engine& engine, int n, uint32_t seed) {
@@ -129,14 +140,18 @@ Result<Stats> run_test(runtime::Engine& engine, runtime::Session& session, int n
                        int depth, int reps, const std::function<void()>& after_warmup = nullptr) {
   const std::vector<int32_t> tokens = random_tokens(engine, n, 1234);
   const std::vector<int32_t> context = random_tokens(engine, depth, 4321);
-  HYPURA_RETURN_IF_ERROR(time_run(session, context, tokens, tg).status());  // warm-up
+  HYPURA_RETURN_IF_ERROR(time_run(engine, session, context, tokens, tg).status());  // warm-up
   if (after_warmup) after_warmup();
   std::vector<double> tps;
+  double gflops = 0;
   for (int r = 0; r < reps; ++r) {
-    HYPURA_ASSIGN_OR_RETURN(double v, time_run(session, context, tokens, tg));
-    tps.push_back(v);
+    HYPURA_ASSIGN_OR_RETURN(RunFigures v, time_run(engine, session, context, tokens, tg));
+    tps.push_back(v.tps);
+    gflops += v.gflops / reps;
   }
-  return stats(tps);
+  Stats s = stats(tps);
+  s.gflops = gflops;
+  return s;
 }
 
 int run_bench(const BenchArgs& a) {
@@ -171,6 +186,9 @@ int run_bench(const BenchArgs& a) {
   }
   auto session = (*engine)->new_session();
   const gguf::GgufFile& file = (*engine)->file();
+  // The int8 dot-product ceiling of these cores, on the pool the tests use (pp yardstick).
+  compute::Context* ctx = (*engine)->compute_context();
+  const double int8_peak = !a.no_reference && ctx != nullptr ? ctx->int8_peak_macs_per_second(0.5) : 0;
   const double bpt = bytes_per_token(file);
   struct Row {
     std::string test;
@@ -271,6 +289,8 @@ int run_bench(const BenchArgs& a) {
     j["bytes_per_token"] = bpt;
     j["memory_read_bandwidth_bps"] = bandwidth;
     j["tg_memory_bound_tps"] = ref_tg;
+    j["int8_peak_gmacs"] = int8_peak / 1e9;
+    j["simd"] = ctx != nullptr ? ctx->simd_name() : "";
     if (experts != nullptr && a.n_gen > 0) j["experts"] = runtime::expert_run_json(expert_metrics);
     if (tier) j["tiers"] = runtime::tier_metrics_json(*tier);
     if (baseline) {
@@ -281,17 +301,20 @@ int run_bench(const BenchArgs& a) {
       j["baseline"] = {{"refused", baseline_refused}};
     }
     for (const auto& r : rows) {
-      j["tests"].push_back({{"test", r.test}, {"tps_mean", r.s.mean}, {"tps_stddev", r.s.stddev}});
+      j["tests"].push_back({{"test", r.test}, {"tps_mean", r.s.mean}, {"tps_stddev", r.s.stddev},
+                            {"gflops", r.s.gflops},
+                            {"share_of_int8_peak", int8_peak > 0 ? r.s.gflops * 1e9 / (2 * int8_peak) : 0}});
     }
     std::cout << j.dump(1) << "\n";
     return 0;
   }
-  std::printf("| model | arch | size | mode | threads | test | t/s |\n");
-  std::printf("| --- | --- | ---: | --- | ---: | ---: | ---: |\n");
+  std::printf("| model | arch | size | mode | threads | test | t/s | GFLOP/s | of int8 peak |\n");
+  std::printf("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
   for (const auto& r : rows) {
-    std::printf("| %s | %s | %.2f GiB | %s | %d | %s | %.2f ± %.2f |\n", path.c_str(),
-                arch.c_str(), file_gib, mode.c_str(), threads,
-                r.test.c_str(), r.s.mean, r.s.stddev);
+    const double share = int8_peak > 0 ? r.s.gflops * 1e9 / (2 * int8_peak) : 0;
+    std::printf("| %s | %s | %.2f GiB | %s | %d | %s | %.2f ± %.2f | %.1f | %.0f%% |\n",
+                path.c_str(), arch.c_str(), file_gib, mode.c_str(), threads, r.test.c_str(),
+                r.s.mean, r.s.stddev, r.s.gflops, 100 * share);
   }
   if (experts != nullptr && a.n_gen > 0) std::printf("\n%s", runtime::expert_run_text(expert_metrics).c_str());
   if (tier) std::printf("\n%s", runtime::tier_metrics_text(*tier).c_str());
@@ -299,6 +322,11 @@ int run_bench(const BenchArgs& a) {
     std::printf("baseline (plain mmap): tg %.3f tok/s over %d tokens; hypura is %.2fx faster\n",
                 baseline->tg_tok_s, baseline->tokens,
                 baseline->tg_tok_s > 0 && tier ? tier->tok_s / baseline->tg_tok_s : 0.0);
+  }
+  if (int8_peak > 0) {
+    std::printf("\nreference: int8 dot-product peak %.1f GMAC/s = %.1f GFLOP/s on %d threads (%s, "
+                "register-only maddubs/madd loop)\n",
+                int8_peak / 1e9, 2 * int8_peak / 1e9, threads, ctx->simd_name());
   }
   if (bandwidth > 0) {
     std::printf("\nreference: memory read bandwidth %.2f GB/s / %.1f MiB read per token = "

@@ -103,6 +103,14 @@ class Context {
   // Bytes of activation scratch held (matmul within reserve()'s sizes never grows it).
   size_t scratch_bytes() const;
 
+  // Multiply-accumulates done so far by matmul() and attention_step() (q.k and p.v of the
+  // visible keys): bench's GFLOP/s per test is 2 x the difference over the test.
+  uint64_t macs() const;
+  // The CPU's int8 dot-product ceiling on this path, measured now for about `seconds`
+  // on every pool thread: int8 multiply-accumulates per second of a register-only
+  // maddubs/madd loop (the instructions the quantized kernels use); 0 on the scalar path.
+  double int8_peak_macs_per_second(double seconds);
+
   // y[t, r] = sum_k W[r, k] * x[t, k] for t < n_tokens, r < W.n_rows.
   // x: (n_tokens, W.n_cols) F32 row-major; y: (n_tokens, W.n_rows) F32 row-major.
   void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y);

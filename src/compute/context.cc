@@ -50,6 +50,7 @@ struct Context::Impl {
   const KernelTable* kernels;
   std::vector<uint8_t> act;  // (n_tokens, activation row bytes): quantized x rows
   std::vector<float> row;    // (max_cols): one dequantized row for get_rows fallbacks
+  mutable uint64_t macs = 0;  // matmul + attention multiply-accumulates so far
 
   void ensure_act(size_t bytes) {
     if (act.size() < bytes) act.resize(bytes);  // only when reserve() was too small
@@ -86,7 +87,22 @@ void Context::reserve(int64_t max_tokens, int64_t max_cols) {
   impl_->ensure_act(static_cast<size_t>(max_tokens * std::max(q8k, q81)));
 }
 
+uint64_t Context::macs() const {
+  return impl_->macs;
+}
+
+double Context::int8_peak_macs_per_second(double seconds) {
+  const auto probe = impl_->kernels->int8_peak;
+  if (probe == nullptr) return 0;
+  std::vector<double> rate(static_cast<size_t>(n_threads()), 0.0);
+  impl_->pool.run([&](int ith, int) { rate[static_cast<size_t>(ith)] = probe(seconds); });
+  double total = 0;
+  for (double r : rate) total += r;
+  return total;
+}
+
 void Context::matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  impl_->macs += static_cast<uint64_t>(w.n_rows * w.n_cols * n_tokens);
   const gguf::GgmlType act_type = quant::activation_type(w.type);
   const TileFn tile = tile_fn(*impl_->kernels, w.type);
   assert(tile != nullptr && "matmul: weight type without kernels");
@@ -149,6 +165,9 @@ void Context::attention_step(const AttentionRows& rows, const float* keys, const
                              int64_t n_keys) const {
   assert(n_keys <= kAttnMaxKeys);
   impl_->kernels->attention_step(rows, keys, values, n_keys);
+  int64_t visible = 0;
+  for (int64_t r = 0; r < rows.n_rows; ++r) visible += std::max(0, rows.hi[r] - rows.lo[r]);
+  impl_->macs += static_cast<uint64_t>(visible * (rows.head_dim + rows.head_dim_v));
 }
 
 }  // namespace hypura::compute

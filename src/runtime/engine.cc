@@ -132,6 +132,7 @@ class ResidentEngine final : public Engine {
 
   const std::shared_ptr<const model::Model>& model() const { return model_; }
   compute::Context& ctx() { return *ctx_; }
+  compute::Context* compute_context() override { return ctx_.get(); }
   WeightProvider& provider() { return weights_->provider(); }
   bool kv_f32() const { return kv_f32_; }
   std::mutex& compute_mutex() { return compute_mutex_; }

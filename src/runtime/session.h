@@ -21,6 +21,8 @@
 namespace hypura::tokenizer { class Tokenizer; }
 namespace hypura::gguf { class GgufFile; }
 
+namespace hypura::compute { class Context; }
+
 namespace hypura::runtime {
 
 class TieredWeights;  // runtime/tiered_weights.h
@@ -107,6 +109,9 @@ class Engine {
   virtual const TieredWeights* tiers() const { return nullptr; }
   // For bench's I/O-only reference passes; REQUIRES: no session is evaluating.
   virtual TieredWeights* mutable_tiers() { return nullptr; }
+  // The compute context sessions share (bench: MAC counts, the int8 peak probe), or
+  // null for engines without one. REQUIRES: no session is evaluating while it is used.
+  virtual compute::Context* compute_context() { return nullptr; }
 
   // Renders a conversation with the model's chat template and tokenizes it.
   virtual Result<std::vector<int32_t>> tokenize_chat(const std::vector<ChatMessage>& messages,

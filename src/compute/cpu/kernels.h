@@ -45,6 +45,9 @@ struct KernelTable {
   QuantizeActFn quantize_act[kMaxTypeId] = {};
   WidenRowsFn widen_rows = nullptr;          // never null once a table is built
   AttentionStepFn attention_step = nullptr;  // never null once a table is built
+  // int8 multiply-accumulates per second of one thread running the path's dot-product
+  // instructions on registers for about `seconds`; null: not measured (scalar).
+  double (*int8_peak)(double seconds) = nullptr;
 };
 
 // The table for `level`, or nullptr when this build or this CPU lacks it.
@@ -66,7 +69,8 @@ const KernelTable& scalar_kernels();
 void fill_avx2_kernels(KernelTable* table);
 void fill_avx512_kernels(KernelTable* table);
 void fill_avx512vnni_kernels(KernelTable* table);
-// The AVX2 + FMA + F16C attention kernels, used by every level from AVX2 up.
+// The AVX2 + FMA + F16C attention kernels and the int8 peak probe, used by every level
+// from AVX2 up.
 void fill_avx2_attention(KernelTable* table);
 
 // Scalar dot products (the reference twins): one weight row against one activation row.
