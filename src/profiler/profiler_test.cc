@@ -261,6 +261,31 @@ TEST_F(StorageBenchTest, SmallBenchmarkFillsEveryField) {
   EXPECT_GT(calls, 8);
 }
 
+// Issue 21: bench's same-run disk reference is the profile's sequential grid alone,
+// read-only; each grid continues where the last stopped and the fastest point is the max.
+TEST_F(StorageBenchTest, SequentialGridAloneContinuesAndPicksTheFastest) {
+  StorageBenchOptions o;
+  o.block_sizes = {128 << 10, 1 << 20, 16 << 20};
+  o.queue_depths = {1, 4};
+  o.max_in_flight_bytes = 32 << 20;  // skips 16 MiB x 4
+  o.seconds_per_point = 0.03;
+  uint64_t cursor = 0;
+  auto grid = measure_sequential_grid(path_, o, &cursor);
+  ASSERT_TRUE(grid.is_ok()) << grid.status().message();
+  ASSERT_EQ(grid->size(), 5u);
+  EXPECT_EQ((*grid)[4].block_bytes, uint64_t{16} << 20);
+  EXPECT_EQ((*grid)[4].queue_depth, 1u);
+  for (const auto& p : *grid) EXPECT_GT(p.bps, 0);
+  EXPECT_GT(cursor, 0u);
+  const uint64_t after_first = cursor;
+  ASSERT_TRUE(measure_sequential_grid(path_, o, &cursor).is_ok());
+  EXPECT_NE(cursor, after_first);
+  const SeqReadPoint best = fastest_point(*grid);
+  for (const auto& p : *grid) EXPECT_LE(p.bps, best.bps);
+  EXPECT_EQ(fastest_point({}).bps, 0);
+  EXPECT_FALSE(measure_sequential_grid(path_ + ".missing", o, &cursor).is_ok());
+}
+
 TEST(StorageBench, RefusesWhenTheDiskIsTooSmall) {
   StorageBenchOptions o;
   o.dir = ::testing::TempDir();
