@@ -284,6 +284,18 @@ TEST_F(StorageBenchTest, SequentialGridAloneContinuesAndPicksTheFastest) {
   for (const auto& p : *grid) EXPECT_LE(p.bps, best.bps);
   EXPECT_EQ(fastest_point({}).bps, 0);
   EXPECT_FALSE(measure_sequential_grid(path_ + ".missing", o, &cursor).is_ok());
+  // In a child process: the same points come back through the pipe, the cursor moves on.
+  const uint64_t before_child = cursor;
+  auto child = measure_sequential_grid_in_child(path_, o, &cursor);
+  ASSERT_TRUE(child.is_ok()) << child.status().message();
+  ASSERT_EQ(child->size(), grid->size());
+  for (size_t i = 0; i < child->size(); ++i) {
+    EXPECT_EQ((*child)[i].block_bytes, (*grid)[i].block_bytes);
+    EXPECT_EQ((*child)[i].queue_depth, (*grid)[i].queue_depth);
+    EXPECT_GT((*child)[i].bps, 0);
+  }
+  EXPECT_NE(cursor, before_child);
+  EXPECT_FALSE(measure_sequential_grid_in_child(path_ + ".missing", o, &cursor).is_ok());
 }
 
 TEST(StorageBench, RefusesWhenTheDiskIsTooSmall) {

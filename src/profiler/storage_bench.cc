@@ -14,11 +14,13 @@
 #include <filesystem>
 #include <random>
 #include <sstream>
+#include <type_traits>
 
 #include <spdlog/spdlog.h>
 
 #include "io/aligned_buffer.h"
 #include "io/storage.h"
+#include "profiler/in_child.h"
 #include "profiler/system_info.h"
 
 namespace hypura::profiler {
@@ -216,6 +218,33 @@ Result<std::vector<SeqReadPoint>> measure_sequential_grid(const std::string& pat
   const uint64_t size = probe->size();
   probe.reset();
   return grid(path, options, size, options.block_sizes.size() * options.queue_depths.size(), cursor);
+}
+
+static_assert(std::is_trivially_copyable_v<SeqReadPoint>, "sent through a pipe as raw bytes");
+
+Result<std::vector<SeqReadPoint>> measure_sequential_grid_in_child(const std::string& path,
+                                                                   const StorageBenchOptions& options,
+                                                                   uint64_t* cursor) {
+  StorageBenchOptions o = options;
+  o.progress = nullptr;  // the child must not call back into the parent's state
+  // The child's answer: the cursor, then the points as raw structs (trivially copyable);
+  // nothing when the grid failed.
+  const auto bytes = run_in_child([&]() -> std::string {
+    uint64_t c = *cursor;
+    auto grid = measure_sequential_grid(path, o, &c);
+    if (!grid.is_ok()) return {};
+    std::string out(reinterpret_cast<const char*>(&c), sizeof c);
+    out.append(reinterpret_cast<const char*>(grid->data()), grid->size() * sizeof(SeqReadPoint));
+    return out;
+  });
+  if (!bytes) return measure_sequential_grid(path, options, cursor);  // no child: in-process
+  if (bytes->size() < sizeof(uint64_t) || (bytes->size() - sizeof(uint64_t)) % sizeof(SeqReadPoint) != 0) {
+    return io_error("sequential read grid on " + path + " failed (in a child process)");
+  }
+  std::memcpy(cursor, bytes->data(), sizeof(uint64_t));
+  std::vector<SeqReadPoint> points((bytes->size() - sizeof(uint64_t)) / sizeof(SeqReadPoint));
+  std::memcpy(points.data(), bytes->data() + sizeof(uint64_t), points.size() * sizeof(SeqReadPoint));
+  return points;
 }
 
 SeqReadPoint fastest_point(const std::vector<SeqReadPoint>& points) {

@@ -56,6 +56,13 @@ Result<std::vector<SeqReadPoint>> measure_sequential_grid(const std::string& pat
                                                           const StorageBenchOptions& options,
                                                           uint64_t* cursor);
 
+// The same in a forked child process (in_child.h), so its read buffers (up to two ranges
+// of max(block x depth, 32 MiB)) never count in this process's peak RSS: bench runs it
+// next to a loaded engine whose peak it compares with --ram-budget.
+Result<std::vector<SeqReadPoint>> measure_sequential_grid_in_child(const std::string& path,
+                                                                   const StorageBenchOptions& options,
+                                                                   uint64_t* cursor);
+
 // The fastest point of a grid (zeros when empty).
 SeqReadPoint fastest_point(const std::vector<SeqReadPoint>& points);
 

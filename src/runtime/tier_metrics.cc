@@ -60,7 +60,7 @@ profiler::StorageProfile StorageReferences::storage_profile(const profiler::Stor
 
 Status measure_disk_reference(const std::string& path, StorageReferences& refs) {
   profiler::StorageBenchOptions o;  // the profile's grid, point length and in-flight cap
-  HYPURA_ASSIGN_OR_RETURN(refs.disk_grid, profiler::measure_sequential_grid(path, o, &refs.disk_cursor));
+  HYPURA_ASSIGN_OR_RETURN(refs.disk_grid, profiler::measure_sequential_grid_in_child(path, o, &refs.disk_cursor));
   refs.disk_runs.push_back(profiler::fastest_point(refs.disk_grid).bps);
   return Status::ok();
 }
