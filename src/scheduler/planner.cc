@@ -33,11 +33,8 @@ StreamClass stream_class(const TensorDesc& t) {
     case TensorRole::kAttnQ: case TensorRole::kAttnK: case TensorRole::kAttnV:
     case TensorRole::kAttnQkv: case TensorRole::kAttnOutput: case TensorRole::kOutput:
       return StreamClass::kAttention;
-    case TensorRole::kTokenEmbedding:
-      // The runtime keeps the token embedding resident (a pass reads only its tokens' rows,
-      // which the provider cannot know before the pass; tied, it is the output head too),
-      // so the plan does: a plan streaming it made the ledger refuse what the plan fit.
-      return StreamClass::kNever;
+    case TensorRole::kTokenEmbedding:  // tied embeddings are the output head too
+      return t.access_per_token < 1.0 ? StreamClass::kEmbedding : StreamClass::kAttention;
     case TensorRole::kOther:
       return t.bytes >= (uint64_t{16} << 20) ? StreamClass::kAttention : StreamClass::kNever;
     default:
