@@ -12,11 +12,6 @@
 namespace hypura::runtime {
 namespace {
 
-// Process memory the ledger does not account for, on top of the RSS at planning time:
-// the compute and I/O threads' stacks, io_uring rings, Storage's bounce blocks, allocator
-// slack, bench's own buffers.
-constexpr uint64_t kUnseenBytes = uint64_t{32} << 20;
-
 // A model this far below usable memory is resident whatever the storage speed.
 constexpr uint64_t kComfortBytes = uint64_t{2} << 30;
 
@@ -148,12 +143,10 @@ Status TieredWeights::make_plan(const gguf::GgufFile& file, const TierOptions& o
       HYPURA_ASSIGN_OR_RETURN(profile_, profiler::load_or_measure(po));
     }
   }
-  // The process baseline is what it holds now (binary, libraries, tokenizer) plus what
-  // the ledger never sees (thread stacks, I/O rings and bounce buffers, allocator slack);
-  // the ledger charges the same figure (charge_fixed), so plan and ledger agree. A fixed
-  // 128 MiB left a 100 MiB budget no room at all though the process holds ~25 MiB here.
+  // The ledger charges the process as what it holds now when that exceeds the planned
+  // overhead (charge_fixed); plan with the same figure so plan and ledger agree.
   scheduler::CostModel cost;
-  cost.runtime_overhead_bytes = current_rss_bytes() + kUnseenBytes;
+  cost.runtime_overhead_bytes = std::max(cost.runtime_overhead_bytes, current_rss_bytes());
   tensors_.expert_frequency = CoactivationStats::recorded_frequency(
       file.paths().front(), file.total_bytes(), tensors_.n_layer, static_cast<int>(tensors_.n_expert));
   HYPURA_ASSIGN_OR_RETURN(plan_, scheduler::place(tensors_, profile_, budgets, cost));
