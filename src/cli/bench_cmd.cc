@@ -203,10 +203,20 @@ int run_bench(const BenchArgs& a) {
   const runtime::TieredWeights* tiers = (*engine)->tiers();
   const bool references = tiers != nullptr && !a.no_reference;
   runtime::TieredWeights* io_tiers = (*engine)->mutable_tiers();
-  const double load_ref_bps = references ? reference_or_zero(io_tiers->reload_resident_bps()) : 0;
-  // I/O-only passes just before and just after the tests, averaged: the disk's speed
-  // drifts, and this brackets the runs it is compared with.
-  double direct_bps = references ? reference_or_zero(io_tiers->io_only_stream_bps(2.0)) : 0;
+  runtime::StorageReferences refs;
+  if (references) refs.load_reference_bps = reference_or_zero(io_tiers->reload_resident_bps());
+  // The disk's best sequential direct read (the profile's grid, on the model file) and the
+  // provider's own I/O-only passes, just before and just after the tests, averaged: the
+  // disk's speed drifts, and this brackets the runs they are compared with.
+  const bool streams = tiers != nullptr && (tiers->experts() != nullptr || tiers->streamed_bytes_per_pass() > 0);
+  const auto measure_storage_references = [&] {
+    if (!references || !streams) return;
+    if (Status st = runtime::measure_disk_reference(file.paths().front(), refs); !st.is_ok()) {
+      spdlog::warn("bench disk reference not measured: {}", st.message());
+    }
+    if (const double bps = reference_or_zero(io_tiers->io_only_stream_bps(2.0)); bps > 0) refs.pattern_runs.push_back(bps);
+  };
+  measure_storage_references();
   runtime::TierCounters tier_before;
   Clock::time_point tier_t0;
   // Per depth: every pp size, then tg (so the last tg run is the last test, which the
@@ -244,15 +254,15 @@ int run_bench(const BenchArgs& a) {
   if (tiers != nullptr && a.n_gen > 0) {
     const double secs = std::chrono::duration<double>(Clock::now() - tier_t0).count();
     const runtime::TierCounters tier_after = runtime::TierCounters::take(*tiers);
-    if (direct_bps > 0) direct_bps = (direct_bps + reference_or_zero(io_tiers->io_only_stream_bps(2.0))) / 2;
-    tier = runtime::tier_metrics(*tiers, tier_before, tier_after, a.n_gen * a.reps, secs, direct_bps,
-                                 load_ref_bps);
+    if (!refs.disk_runs.empty() || !refs.pattern_runs.empty()) measure_storage_references();
+    tier = runtime::tier_metrics(*tiers, tier_before, tier_after, a.n_gen * a.reps, secs, refs);
   }
   runtime::ExpertRunMetrics expert_metrics;
   if (experts != nullptr && a.n_gen > 0) {
     expert_metrics = runtime::expert_run_metrics(*experts, experts_before, experts->stats(), a.n_gen * a.reps);
     const runtime::TieredWeights& w = *(*engine)->tiers();
-    set_expert_bound(expert_metrics, rows.back().s.mean, direct_bps, w.plan().prediction.compute_s);
+    set_expert_bound(expert_metrics, rows.back().s.mean, refs.disk_read_bps(), refs.pattern_read_bps(),
+                     w.plan().prediction.compute_s);
   }
   const std::string arch = (*engine)->architecture(), mode = (*engine)->mode();
   const uint64_t file_bytes = file.total_bytes();
@@ -357,7 +367,8 @@ std::function<int()> setup_bench(CLI::App& app) {
   app.add_option("--trace", a->trace, "expert-streaming mode: record the routing trace to FILE");
   add_ram_budget_option(app, &a->ram_budget);
   add_profile_option(app, &a->profile);
-  app.add_flag("--no-reference", a->no_reference, "skip the memory and direct-I/O bandwidth measurements");
+  app.add_flag("--no-reference", a->no_reference,
+               "skip the memory bandwidth, disk grid and I/O-only pass measurements");
   app.add_option("--context", a->context, "KV cache length (default: just enough for the tests)")
       ->check(CLI::Range(int64_t{0}, kMaxContextTokens));
   app.add_flag("--baseline", a->baseline,

@@ -1,5 +1,7 @@
 #include "profiler/memory_bandwidth.h"
 
+#include "profiler/in_child.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -107,34 +109,15 @@ MemoryBandwidth measure_memory_read_bandwidth(const MemoryBandwidthOptions& opti
 }
 
 MemoryBandwidth measure_memory_read_bandwidth_in_child(const MemoryBandwidthOptions& options) {
-  int fds[2];
-  if (::pipe(fds) != 0) return measure_memory_read_bandwidth(options);
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    return measure_memory_read_bandwidth(options);
-  }
-  if (pid == 0) {  // the child: measure, write the result, leave without running atexit
-    ::close(fds[0]);
+  const auto bytes = run_in_child([&] {
     const MemoryBandwidth m = measure_memory_read_bandwidth(options);
-    const ssize_t n = ::write(fds[1], &m, sizeof m);
-    ::_exit(n == static_cast<ssize_t>(sizeof m) ? 0 : 1);
-  }
-  ::close(fds[1]);
+    return std::string(reinterpret_cast<const char*>(&m), sizeof m);
+  });
+  if (!bytes) return measure_memory_read_bandwidth(options);  // fork failed
   MemoryBandwidth m;
-  size_t got = 0;
-  while (got < sizeof m) {
-    const ssize_t n = ::read(fds[0], reinterpret_cast<char*>(&m) + got, sizeof m - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
-  }
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return got == sizeof m ? m : MemoryBandwidth{};
+  if (bytes->size() != sizeof m) return MemoryBandwidth{};
+  std::memcpy(&m, bytes->data(), sizeof m);
+  return m;
 }
 
 }  // namespace hypura::profiler

@@ -261,6 +261,43 @@ TEST_F(StorageBenchTest, SmallBenchmarkFillsEveryField) {
   EXPECT_GT(calls, 8);
 }
 
+// Issue 21: bench's same-run disk reference is the profile's sequential grid alone,
+// read-only; each grid continues where the last stopped and the fastest point is the max.
+TEST_F(StorageBenchTest, SequentialGridAloneContinuesAndPicksTheFastest) {
+  StorageBenchOptions o;
+  o.block_sizes = {128 << 10, 1 << 20, 16 << 20};
+  o.queue_depths = {1, 4};
+  o.max_in_flight_bytes = 32 << 20;  // skips 16 MiB x 4
+  o.seconds_per_point = 0.03;
+  uint64_t cursor = 0;
+  auto grid = measure_sequential_grid(path_, o, &cursor);
+  ASSERT_TRUE(grid.is_ok()) << grid.status().message();
+  ASSERT_EQ(grid->size(), 5u);
+  EXPECT_EQ((*grid)[4].block_bytes, uint64_t{16} << 20);
+  EXPECT_EQ((*grid)[4].queue_depth, 1u);
+  for (const auto& p : *grid) EXPECT_GT(p.bps, 0);
+  EXPECT_GT(cursor, 0u);
+  const uint64_t after_first = cursor;
+  ASSERT_TRUE(measure_sequential_grid(path_, o, &cursor).is_ok());
+  EXPECT_NE(cursor, after_first);
+  const SeqReadPoint best = fastest_point(*grid);
+  for (const auto& p : *grid) EXPECT_LE(p.bps, best.bps);
+  EXPECT_EQ(fastest_point({}).bps, 0);
+  EXPECT_FALSE(measure_sequential_grid(path_ + ".missing", o, &cursor).is_ok());
+  // In a child process: the same points come back through the pipe, the cursor moves on.
+  const uint64_t before_child = cursor;
+  auto child = measure_sequential_grid_in_child(path_, o, &cursor);
+  ASSERT_TRUE(child.is_ok()) << child.status().message();
+  ASSERT_EQ(child->size(), grid->size());
+  for (size_t i = 0; i < child->size(); ++i) {
+    EXPECT_EQ((*child)[i].block_bytes, (*grid)[i].block_bytes);
+    EXPECT_EQ((*child)[i].queue_depth, (*grid)[i].queue_depth);
+    EXPECT_GT((*child)[i].bps, 0);
+  }
+  EXPECT_NE(cursor, before_child);
+  EXPECT_FALSE(measure_sequential_grid_in_child(path_ + ".missing", o, &cursor).is_ok());
+}
+
 TEST(StorageBench, RefusesWhenTheDiskIsTooSmall) {
   StorageBenchOptions o;
   o.dir = ::testing::TempDir();

@@ -14,11 +14,13 @@
 #include <filesystem>
 #include <random>
 #include <sstream>
+#include <type_traits>
 
 #include <spdlog/spdlog.h>
 
 #include "io/aligned_buffer.h"
 #include "io/storage.h"
+#include "profiler/in_child.h"
 #include "profiler/system_info.h"
 
 namespace hypura::profiler {
@@ -187,7 +189,71 @@ void choose_best(StorageProfile& p) {
   p.apply_min_in_flight();
 }
 
+// The sequential grid (see measure_sequential_grid); progress as a share of `n_points`.
+Result<std::vector<SeqReadPoint>> grid(const std::string& path, const StorageBenchOptions& o,
+                                       uint64_t file_bytes, size_t n_points, uint64_t* cursor) {
+  std::vector<SeqReadPoint> points;
+  size_t done = 0;
+  for (uint64_t block : o.block_sizes) {
+    for (uint32_t depth : o.queue_depths) {
+      ++done;
+      if (block * depth > o.max_in_flight_bytes || block > file_bytes) continue;
+      if (o.progress) {
+        o.progress("sequential " + std::to_string(block >> 10) + " KiB x" + std::to_string(depth),
+                   static_cast<double>(done) / static_cast<double>(n_points));
+      }
+      HYPURA_ASSIGN_OR_RETURN(double bps, sequential_point(path, block, depth, o.seconds_per_point, cursor));
+      points.push_back({block, depth, bps});
+    }
+  }
+  return points;
+}
+
 }  // namespace
+
+Result<std::vector<SeqReadPoint>> measure_sequential_grid(const std::string& path,
+                                                          const StorageBenchOptions& options,
+                                                          uint64_t* cursor) {
+  HYPURA_ASSIGN_OR_RETURN(auto probe, open_for(path, 1 << 20, 1));
+  const uint64_t size = probe->size();
+  probe.reset();
+  return grid(path, options, size, options.block_sizes.size() * options.queue_depths.size(), cursor);
+}
+
+static_assert(std::is_trivially_copyable_v<SeqReadPoint>, "sent through a pipe as raw bytes");
+
+Result<std::vector<SeqReadPoint>> measure_sequential_grid_in_child(const std::string& path,
+                                                                   const StorageBenchOptions& options,
+                                                                   uint64_t* cursor) {
+  StorageBenchOptions o = options;
+  o.progress = nullptr;  // the child must not call back into the parent's state
+  // The child's answer: the cursor, then the points as raw structs (trivially copyable);
+  // nothing when the grid failed.
+  const auto bytes = run_in_child([&]() -> std::string {
+    uint64_t c = *cursor;
+    auto grid = measure_sequential_grid(path, o, &c);
+    if (!grid.is_ok()) return {};
+    std::string out(reinterpret_cast<const char*>(&c), sizeof c);
+    out.append(reinterpret_cast<const char*>(grid->data()), grid->size() * sizeof(SeqReadPoint));
+    return out;
+  });
+  if (!bytes) return measure_sequential_grid(path, options, cursor);  // no child: in-process
+  if (bytes->size() < sizeof(uint64_t) || (bytes->size() - sizeof(uint64_t)) % sizeof(SeqReadPoint) != 0) {
+    return io_error("sequential read grid on " + path + " failed (in a child process)");
+  }
+  std::memcpy(cursor, bytes->data(), sizeof(uint64_t));
+  std::vector<SeqReadPoint> points((bytes->size() - sizeof(uint64_t)) / sizeof(SeqReadPoint));
+  std::memcpy(points.data(), bytes->data() + sizeof(uint64_t), points.size() * sizeof(SeqReadPoint));
+  return points;
+}
+
+SeqReadPoint fastest_point(const std::vector<SeqReadPoint>& points) {
+  SeqReadPoint best;
+  for (const auto& p : points) {
+    if (p.bps > best.bps) best = p;
+  }
+  return best;
+}
 
 void describe_filesystem(const std::string& path, StorageProfile& out) {
   struct stat st{};
@@ -246,18 +312,10 @@ Result<StorageProfile> measure_storage(const StorageBenchOptions& o) {
     p.engine = probe->engine_name();
     p.test_bytes = probe->size();
     probe.reset();
-    size_t n_points = o.block_sizes.size() * o.queue_depths.size() + 4, done = 0;
+    size_t n_points = o.block_sizes.size() * o.queue_depths.size() + 4;
+    size_t done = o.block_sizes.size() * o.queue_depths.size();
     uint64_t cursor = 0;
-    for (uint64_t block : o.block_sizes) {
-      for (uint32_t depth : o.queue_depths) {
-        ++done;
-        if (block * depth > o.max_in_flight_bytes || block > p.test_bytes) continue;
-        progress("sequential " + std::to_string(block >> 10) + " KiB x" + std::to_string(depth),
-                 static_cast<double>(done) / static_cast<double>(n_points));
-        HYPURA_ASSIGN_OR_RETURN(double bps, sequential_point(path, block, depth, o.seconds_per_point, &cursor));
-        p.sequential.push_back({block, depth, bps});
-      }
-    }
+    HYPURA_ASSIGN_OR_RETURN(p.sequential, grid(path, o, p.test_bytes, n_points, &cursor));
     for (uint64_t block : {uint64_t{4096}, uint64_t{1} << 20}) {
       for (uint32_t depth : {1u, 32u}) {
         progress("random " + std::to_string(block >> 10) + " KiB x" + std::to_string(depth),

@@ -43,9 +43,28 @@ struct StorageBenchOptions {
 Result<StorageProfile> measure_storage(const StorageBenchOptions& options);
 
 // One sequential point on an open file: `block` bytes per read, `depth` reads in flight,
-// for about `seconds`. Exposed for tests (page-cache independence) and `hypura bench`.
+// for about `seconds`. Exposed for tests (page-cache independence).
 Result<double> measure_sequential_bps(const std::string& path, uint64_t block, uint32_t depth,
                                       double seconds);
+
+// The sequential grid alone, read-only on `path` (no random points, no re-measure):
+// every (block, depth) of `options` with block x depth <= max_in_flight_bytes, each for
+// seconds_per_point, walking the file from *cursor on (updated, so a later grid continues
+// where this one stopped). `hypura bench` runs it on the model file before and after its
+// tests: the disk's best sequential rate in the same minutes as the run it judges.
+Result<std::vector<SeqReadPoint>> measure_sequential_grid(const std::string& path,
+                                                          const StorageBenchOptions& options,
+                                                          uint64_t* cursor);
+
+// The same in a forked child process (in_child.h), so its read buffers (up to two ranges
+// of max(block x depth, 32 MiB)) never count in this process's peak RSS: bench runs it
+// next to a loaded engine whose peak it compares with --ram-budget.
+Result<std::vector<SeqReadPoint>> measure_sequential_grid_in_child(const std::string& path,
+                                                                   const StorageBenchOptions& options,
+                                                                   uint64_t* cursor);
+
+// The fastest point of a grid (zeros when empty).
+SeqReadPoint fastest_point(const std::vector<SeqReadPoint>& points);
 
 // Fills (mount point, device, st_dev) of the filesystem holding `path`.
 void describe_filesystem(const std::string& path, StorageProfile& out);

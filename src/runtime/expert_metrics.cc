@@ -84,12 +84,14 @@ ExpertRunMetrics expert_run_metrics(const ExpertProvider& p, const ExpertStats& 
   return m;
 }
 
-void set_expert_bound(ExpertRunMetrics& m, double tg_tps, double direct_read_bps, double planned_compute_s) {
+void set_expert_bound(ExpertRunMetrics& m, double tg_tps, double disk_read_bps, double pattern_read_bps,
+                      double planned_compute_s) {
   m.tg_tps = tg_tps;
-  m.direct_read_bps = direct_read_bps;
+  m.disk_read_bps = disk_read_bps;
+  m.pattern_read_bps = pattern_read_bps;
   m.planned_compute_s = planned_compute_s;
   m.compute_s_per_token = std::max(0.0, ratio(1.0, tg_tps) - m.stall_s_per_token);
-  const double io_s = ratio(m.bytes_per_token, direct_read_bps);
+  const double io_s = ratio(m.bytes_per_token, disk_read_bps);
   m.io_bound_tps = ratio(1.0, io_s);
   m.bound_tps = ratio(1.0, std::max(io_s, m.compute_s_per_token));
   m.tg_bound_ratio = ratio(tg_tps, m.bound_tps);
@@ -111,7 +113,8 @@ nlohmann::json expert_run_json(const ExpertRunMetrics& m) {
                         {"stall_on_prefetched", stall_json(m.stall_prefetched)},
                         {"expert_cache_experts", m.cache_experts},
                         {"expert_slot_bytes", m.slot_bytes},
-                        {"direct_read_bps", m.direct_read_bps},
+                        {"disk_read_bps", m.disk_read_bps},
+                        {"pattern_read_bps", m.pattern_read_bps},
                         {"io_bound_tps", m.io_bound_tps},
                         {"compute_s_per_token", m.compute_s_per_token},
                         {"planned_compute_s_per_token", m.planned_compute_s},
@@ -153,13 +156,14 @@ std::string expert_run_text(const ExpertRunMetrics& m) {
                   m.router_confident_at[d].reads_per_token, 100 * m.router_confident_at[d].precision);
     out += buf;
   }
-  if (m.direct_read_bps > 0) {
+  if (m.disk_read_bps > 0) {
     std::snprintf(buf, sizeof buf,
-                  "bound: same-run direct-I/O %.2f GB/s -> %.3f tok/s I/O-bound; compute %.4f s/token "
+                  "bound: same-run disk (best sequential direct read) %.2f GB/s -> %.3f tok/s I/O-bound "
+                  "(random experts into the cache's slots, no compute: %.2f GB/s); compute %.4f s/token "
                   "(measured, unstalled; planner %.4f) -> %.3f tok/s with reads overlapped; tg %.3f tok/s = "
                   "%.2f x bound\n",
-                  m.direct_read_bps / 1e9, m.io_bound_tps, m.compute_s_per_token, m.planned_compute_s,
-                  m.bound_tps, m.tg_tps, m.tg_bound_ratio);
+                  m.disk_read_bps / 1e9, m.io_bound_tps, m.pattern_read_bps / 1e9, m.compute_s_per_token,
+                  m.planned_compute_s, m.bound_tps, m.tg_tps, m.tg_bound_ratio);
     out += buf;
   }
   return out;

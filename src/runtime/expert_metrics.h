@@ -18,13 +18,17 @@
 //                         (StallRunMetrics: waits per token, s per token, mean age of the
 //                         read when it arrived, i.e. how long it took since its submit)
 //   bound_tps             the bound with reads overlapped with compute: 1 / max(io_s,
-//                         compute_s), io_s = bytes_per_token / direct-I/O read bandwidth
-//                         measured in the same run (ExpertProvider::measure_io_only_bps:
-//                         random experts read into the cache's own slots with no compute,
-//                         before and after the tests, averaged), compute_s = the run's seconds per
-//                         token not spent stalled on expert reads (measured: the planner's
-//                         estimate, planned_compute_s, rests on the profile's RAM bandwidth
-//                         and is reported beside it); tg_bound_ratio = tg tok/s / bound_tps
+//                         compute_s), io_s = bytes_per_token / the disk's best sequential
+//                         direct-read rate measured in the same run (disk_read_bps: the
+//                         profile's block x depth grid on the model file, before and after
+//                         the tests, averaged), compute_s = the run's seconds per token not
+//                         spent stalled on expert reads (measured: the planner's estimate,
+//                         planned_compute_s, rests on the profile's RAM bandwidth and is
+//                         reported beside it); tg_bound_ratio = tg tok/s / bound_tps.
+//                         Beside it, pattern_read_bps: the provider's own pattern with no
+//                         compute (ExpertProvider::measure_io_only_bps, random experts
+//                         into the cache's slots), which says how much of the gap to the
+//                         disk is the small scattered reads themselves
 //
 // Thread-safety: plain functions over snapshots.
 #pragma once
@@ -61,13 +65,15 @@ struct ExpertRunMetrics {
   StallRunMetrics stall_miss, stall_prefetched;
   uint32_t cache_experts = 0;
   uint64_t slot_bytes = 0;
-  double tg_tps = 0, direct_read_bps = 0, io_bound_tps = 0, bound_tps = 0, tg_bound_ratio = 0;
+  double tg_tps = 0, disk_read_bps = 0, pattern_read_bps = 0;
+  double io_bound_tps = 0, bound_tps = 0, tg_bound_ratio = 0;
   double compute_s_per_token = 0;   // measured: 1 / tg_tps - stall_s_per_token
   double planned_compute_s = 0;     // the planner's estimate
 };
 
 // Fills the bound figures (see above). REQUIRES: m from expert_run_metrics (stall known).
-void set_expert_bound(ExpertRunMetrics& m, double tg_tps, double direct_read_bps, double planned_compute_s);
+void set_expert_bound(ExpertRunMetrics& m, double tg_tps, double disk_read_bps, double pattern_read_bps,
+                      double planned_compute_s);
 
 ExpertRunMetrics expert_run_metrics(const ExpertProvider& p, const ExpertStats& before,
                                     const ExpertStats& after, int tokens);

@@ -3,11 +3,18 @@
 #include <cstdio>
 
 #include "common/size.h"
+#include "profiler/storage_bench.h"
 
 namespace hypura::runtime {
 namespace {
 
 double ratio(double a, double b) { return b > 0 ? a / b : 0; }
+
+double mean(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0 : sum / static_cast<double>(v.size());
+}
 
 // The plan's RAM in the ledger's kinds, for the two to be read side by side.
 std::string planned_text(const scheduler::MemoryPlan& m) {
@@ -40,9 +47,28 @@ TierCounters TierCounters::take(const TieredWeights& w) {
   return TierCounters{s.bytes_read, s.stall_seconds, s.passes};
 }
 
+double StorageReferences::disk_read_bps() const { return mean(disk_runs); }
+double StorageReferences::pattern_read_bps() const { return mean(pattern_runs); }
+
+profiler::StorageProfile StorageReferences::storage_profile(const profiler::StorageProfile& base) const {
+  profiler::StorageProfile s = base;
+  if (disk_runs.empty()) return s;
+  s.sequential = disk_grid;
+  s.seq_read_bps = disk_read_bps();
+  return s;
+}
+
+Status measure_disk_reference(const std::string& path, StorageReferences& refs) {
+  profiler::StorageBenchOptions o;  // the profile's grid, point length and in-flight cap
+  HYPURA_ASSIGN_OR_RETURN(refs.disk_grid, profiler::measure_sequential_grid_in_child(path, o, &refs.disk_cursor));
+  refs.disk_runs.push_back(profiler::fastest_point(refs.disk_grid).bps);
+  return Status::ok();
+}
+
 TierMetrics tier_metrics(const TieredWeights& w, const TierCounters& before,
                          const TierCounters& after, int tokens, double seconds,
-                         double direct_read_bps, double load_reference_bps) {
+                         const StorageReferences& refs) {
+  const double direct_read_bps = refs.disk_read_bps();
   TierMetrics m;
   const StreamingStats s = streaming_stats(w);
   const scheduler::Plan& plan = w.plan();
@@ -55,14 +81,24 @@ TierMetrics tier_metrics(const TieredWeights& w, const TierCounters& before,
   // actually read per token.
   if (w.experts() != nullptr) m.streamed_bytes_per_token = static_cast<uint64_t>(m.bytes_read_per_token);
   m.read_bps = ratio(bytes, seconds);
-  m.direct_read_bps = direct_read_bps;
+  m.disk_read_bps = direct_read_bps;
+  m.disk_runs = refs.disk_runs;
+  const profiler::SeqReadPoint fastest = profiler::fastest_point(refs.disk_grid);
+  m.disk_block_bytes = fastest.block_bytes;
+  m.disk_queue_depth = fastest.queue_depth;
   m.read_ratio = ratio(m.read_bps, direct_read_bps);
-  m.storage_bound_tok_s =
-      m.streamed_bytes_per_token > 0 ? ratio(direct_read_bps, m.streamed_bytes_per_token) : 0;
+  const double per_token = static_cast<double>(m.streamed_bytes_per_token);
+  m.storage_bound_tok_s = per_token > 0 ? ratio(direct_read_bps, per_token) : 0;
   m.tok_s = ratio(tokens, seconds);
   m.tg_bound_ratio = ratio(m.tok_s, m.storage_bound_tok_s);
+  m.pattern_read_bps = refs.pattern_read_bps();
+  m.pattern_bound_tok_s = per_token > 0 ? ratio(m.pattern_read_bps, per_token) : 0;
+  m.tg_pattern_ratio = ratio(m.tok_s, m.pattern_bound_tok_s);
   m.stall_s_per_token = (after.stall_seconds - before.stall_seconds) / n;
-  m.predicted_tok_s = plan.prediction.tok_per_s;
+  m.predicted_at_load_tok_s = plan.prediction.tok_per_s;
+  m.predicted_tok_s = refs.disk_runs.empty()
+                          ? m.predicted_at_load_tok_s
+                          : w.predict_with_storage(refs.storage_profile(w.profile().storage)).tok_per_s;
   m.prediction_ratio = ratio(m.tok_s, m.predicted_tok_s);
   m.peak_rss = peak_rss_bytes();
   const LedgerSnapshot l = w.ledger().snapshot();
@@ -74,10 +110,10 @@ TierMetrics tier_metrics(const TieredWeights& w, const TierCounters& before,
   m.planned_by_kind = planned_text(mp);
   m.resident_bytes = s.resident_bytes;
   m.load_bps = ratio(static_cast<double>(s.resident_bytes), s.load_seconds);
-  m.load_reference_bps = load_reference_bps;
+  m.load_reference_bps = refs.load_reference_bps;
   m.load_seconds = s.load_seconds;
   m.load_populate_seconds = w.resident().populate_seconds;
-  m.load_ratio = ratio(m.load_bps, load_reference_bps);
+  m.load_ratio = ratio(m.load_bps, refs.load_reference_bps);
   if (w.experts() != nullptr) {  // the pool is the expert cache
     m.pool_slots = static_cast<int>(w.experts()->cache_experts());
     m.slot_bytes = w.experts()->slot_bytes();
@@ -96,13 +132,20 @@ nlohmann::json tier_metrics_json(const TierMetrics& m) {
       {"streamed_bytes_per_token", m.streamed_bytes_per_token},
       {"bytes_read_per_token", m.bytes_read_per_token},
       {"read_bps", m.read_bps},
-      {"direct_read_bps", m.direct_read_bps},
+      {"disk_read_bps", m.disk_read_bps},
+      {"disk_read_bps_runs", m.disk_runs},
+      {"disk_best_block_bytes", m.disk_block_bytes},
+      {"disk_best_queue_depth", m.disk_queue_depth},
       {"read_ratio", m.read_ratio},
       {"storage_bound_tps", m.storage_bound_tok_s},
       {"tg_tps", m.tok_s},
       {"tg_bound_ratio", m.tg_bound_ratio},
+      {"pattern_read_bps", m.pattern_read_bps},
+      {"pattern_bound_tps", m.pattern_bound_tok_s},
+      {"tg_pattern_ratio", m.tg_pattern_ratio},
       {"stall_s_per_token", m.stall_s_per_token},
       {"predicted_tps", m.predicted_tok_s},
+      {"predicted_at_load_tps", m.predicted_at_load_tok_s},
       {"prediction_ratio", m.prediction_ratio},
       {"peak_rss_bytes", m.peak_rss},
       {"ram_budget_bytes", m.budget},
@@ -140,17 +183,23 @@ std::string tier_metrics_text(const TierMetrics& m) {
   }
   if (dense && m.streamed_bytes_per_token > 0) {
     std::snprintf(buf, sizeof buf,
-                  "storage: read %.2f GB/s = %.2f x same-run I/O-only passes %.2f GB/s; bound %.3f "
-                  "tok/s, tg %.3f tok/s = %.2f x bound; stalled %.3f s/token\n",
-                  m.read_bps / 1e9, m.read_ratio, m.direct_read_bps / 1e9, m.storage_bound_tok_s,
-                  m.tok_s, m.tg_bound_ratio, m.stall_s_per_token);
+                  "storage: read %.2f GB/s = %.2f x the disk's same-run best sequential read %.2f GB/s "
+                  "(%.0f KiB x %u); bound %.3f tok/s, tg %.3f tok/s = %.2f x bound; stalled %.3f s/token\n",
+                  m.read_bps / 1e9, m.read_ratio, m.disk_read_bps / 1e9, m.disk_block_bytes / 1024.0,
+                  m.disk_queue_depth, m.storage_bound_tok_s, m.tok_s, m.tg_bound_ratio, m.stall_s_per_token);
+    out += buf;
+    std::snprintf(buf, sizeof buf,
+                  "         this provider's own reads with no compute %.2f GB/s (%.2f x disk): tg = %.2f x "
+                  "that pattern's bound %.3f tok/s\n",
+                  m.pattern_read_bps / 1e9, ratio(m.pattern_read_bps, m.disk_read_bps), m.tg_pattern_ratio,
+                  m.pattern_bound_tok_s);
     out += buf;
   }
   out += "memory: planned " + m.planned_by_kind + "\n        ledger " + m.ledger_by_kind + "\n";
   std::snprintf(buf, sizeof buf,
-                "planner predicted %.3f tok/s (measured/predicted %.2f); peak RSS %.2f GiB of "
-                "budget %.2f GiB (ledger peak %.2f GiB)\n",
-                m.predicted_tok_s, m.prediction_ratio, m.peak_rss / gib, m.budget / gib,
+                "planner predicted %.3f tok/s at the same-run disk (measured/predicted %.2f; %.3f "
+                "at load); peak RSS %.2f GiB of budget %.2f GiB (ledger peak %.2f GiB)\n",
+                m.predicted_tok_s, m.prediction_ratio, m.predicted_at_load_tok_s, m.peak_rss / gib, m.budget / gib,
                 m.ledger_peak / gib);
   out += buf;
   std::snprintf(buf, sizeof buf,

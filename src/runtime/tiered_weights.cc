@@ -150,7 +150,17 @@ Status TieredWeights::make_plan(const gguf::GgufFile& file, const TierOptions& o
   tensors_.expert_frequency = CoactivationStats::recorded_frequency(
       file.paths().front(), file.total_bytes(), tensors_.n_layer, static_cast<int>(tensors_.n_expert));
   HYPURA_ASSIGN_OR_RETURN(plan_, scheduler::place(tensors_, profile_, budgets, cost));
+  budgets_ = budgets;
+  cost_ = cost;
   return Status::ok();
+}
+
+scheduler::Prediction TieredWeights::predict_with_storage(const profiler::StorageProfile& storage) const {
+  profiler::HardwareProfile p = profile_;
+  p.storage = storage;
+  scheduler::Plan plan = plan_;
+  scheduler::evaluate(tensors_, p, budgets_, cost_, plan);
+  return plan.prediction;
 }
 
 // The process baseline, one session's KV cache and work buffers, as the plan sized them;

@@ -76,6 +76,10 @@ class TieredWeights {
   // The tensors loaded into RAM at start, whichever provider holds them.
   const ResidentTensors& resident() const { return experts_ ? experts_->resident() : provider_->resident(); }
   const scheduler::Plan& plan() const { return plan_; }
+  // The plan's prediction again (same tiers, pool and depth) with other storage figures:
+  // bench re-predicts with the disk grid it measured in the same run, since the cached
+  // profile's figures may be hours old on a disk whose speed drifts.
+  scheduler::Prediction predict_with_storage(const profiler::StorageProfile& storage) const;
   const profiler::HardwareProfile& profile() const { return profile_; }
   const MemoryLedger& ledger() const { return *ledger_; }
   std::string mode() const { return scheduler::mode_name(plan_.mode); }
@@ -91,6 +95,8 @@ class TieredWeights {
   profiler::HardwareProfile profile_;
   scheduler::ModelTensors tensors_;
   scheduler::Plan plan_;
+  scheduler::Budgets budgets_;
+  scheduler::CostModel cost_;
   std::unique_ptr<MemoryLedger> ledger_;
   Reservation process_, kv_, work_;
   std::unique_ptr<StreamingProvider> provider_;

@@ -50,6 +50,7 @@ struct CostModel {
   uint64_t runtime_overhead_bytes = uint64_t{128} << 20;  // binary, tokenizer, allocator slack
   uint64_t gpu_context_bytes = uint64_t{512} << 20;       // CUDA context, allocator slack
   int max_prefetch_depth = 8;
+  uint32_t max_queue_depth = 64;   // device reads in flight at most (the I/O engine's ring)
   // Expert-streaming: the cache takes the host memory left over except this margin,
   // max(min bytes, fraction x the RAM limit), for memory the ledger does not see.
   double expert_cache_margin = 0.03;
@@ -88,6 +89,9 @@ struct Prediction {
   bool expert_hit_rate_recorded = false;  // expert_hit_rate came from recorded routing
   double expert_misses_per_token = 0;  // experts read per generated token (expert-streaming)
   double storage_bound_tok_s = 0;  // seq bandwidth / streamed bytes per token (0: none)
+  // The rate dense streaming's reads are predicted to reach: the profile's grid point the
+  // pool's bytes in flight reach (0: nothing dense streams). At most seq_read_bps.
+  double stream_read_bps = 0;
   bool io_bound = false;
 };
 
@@ -106,7 +110,9 @@ struct Plan {
   // layer's three slices each rounded up to 4 KiB plus one spare block (ExpertProvider).
   uint32_t expert_cache_experts = 0;
   uint64_t expert_slot_bytes = 0;
-  // Storage reads: request size and queue depth (the profile's best).
+  // Storage reads: request size and queue depth. Dense streaming: the grid point its
+  // bytes in flight reach, the depth raised so the tensors' segments hold those bytes;
+  // otherwise the profile's best.
   uint64_t io_request_bytes = 0;
   uint32_t io_queue_depth = 0;
   int64_t n_ctx = 0;

@@ -112,6 +112,90 @@ double read_latency_s(const profiler::StorageProfile& s) {
   return std::max(0.0, (1 << 20) / r1m - (1 << 20) / s.seq_read_bps);
 }
 
+// Dense streaming's device reads: request size, queue depth, and the rate they reach.
+struct StreamIo {
+  uint64_t request_bytes = 0;
+  uint32_t queue_depth = 0;
+  double bps = 0;
+};
+
+constexpr double kMinSegmentShare = 0.7;
+
+// Segments a request of `bytes` becomes when cut into `block`-byte device reads.
+uint64_t segments(uint64_t bytes, uint64_t block) { return (bytes + block - 1) / block; }
+
+// How fast dense streaming reads, and with what request size and queue depth, given the
+// streamed tensors' sizes and the bytes the pool keeps queued (`in_flight`: with `depth`
+// layers read ahead, the next layer's reads complete while depth - 1 more are queued and
+// the one after is submitted: about (depth - 1/2) x a layer on average).
+//
+// Each grid point (block b, depth q) of the profile is the disk at q reads of b in flight.
+// A point is reachable when the pool queues at least its b x q bytes and the tensors cut
+// into b-byte requests are device reads of about b: on average `mean_seg` >= 70% of b (a
+// 3 MiB tensor read in 16 MiB requests is one 3 MiB read, which the 16 MiB point does not
+// measure); the queue depth is raised to b x q / mean_seg so that the segments hold those
+// bytes (the profile's points all run >= 32 MiB ranges). Of the reachable points the fastest gives
+// the rate, scaled so that the grid's best is the profile's headline figure (the bound).
+// Below every point's bytes (tiny layers) the rate scales with the bytes in flight (the
+// latency of the smallest point's reads bounds it). A profile without a grid streams at
+// the headline figure with its best point's request size and depth.
+StreamIo stream_io(const profiler::StorageProfile& st, const std::vector<uint64_t>& tensor_bytes,
+                   double in_flight, uint32_t max_queue_depth) {
+  StreamIo io;
+  io.request_bytes = st.best_block_bytes ? st.best_block_bytes : uint64_t{1} << 20;
+  io.queue_depth = st.best_queue_depth ? st.best_queue_depth : 32;
+  io.bps = st.seq_read_bps;
+  double grid_best = 0;
+  for (const auto& pt : st.sequential) grid_best = std::max(grid_best, pt.bps);
+  if (grid_best <= 0 || tensor_bytes.empty() || st.sequential.size() < 2) return io;
+  const double scale = st.seq_read_bps / grid_best;
+  uint64_t total = 0;
+  for (uint64_t b : tensor_bytes) total += b;
+  // A point's rate is the best of the points with no larger block and depth: more bytes in
+  // flight do not slow a disk down, and the envelope keeps one noisy 0.25 s point from
+  // choosing a shallow pattern over a deeper one that measured a hair less.
+  const auto envelope = [&](const profiler::SeqReadPoint& p) {
+    double best = 0;
+    for (const auto& q : st.sequential) {
+      if (q.block_bytes <= p.block_bytes && q.queue_depth <= p.queue_depth) best = std::max(best, q.bps);
+    }
+    return best;
+  };
+  const profiler::SeqReadPoint* best = nullptr;
+  const profiler::SeqReadPoint* smallest = nullptr;
+  uint32_t best_depth = 0;
+  double best_bps = 0;
+  for (const auto& pt : st.sequential) {
+    const double want = static_cast<double>(pt.block_bytes) * pt.queue_depth;
+    if (!smallest || want < static_cast<double>(smallest->block_bytes) * smallest->queue_depth) smallest = &pt;
+    if (want > in_flight) continue;
+    uint64_t n_seg = 0;
+    for (uint64_t b : tensor_bytes) n_seg += segments(b, pt.block_bytes);
+    const double mean_seg = static_cast<double>(total) / static_cast<double>(n_seg);
+    if (mean_seg < kMinSegmentShare * static_cast<double>(pt.block_bytes)) continue;  // not this point's reads
+    const double depth = std::max<double>(pt.queue_depth, std::ceil(want / mean_seg));
+    if (depth > max_queue_depth) continue;
+    const double bps = envelope(pt);
+    const bool more_in_flight = best && want > static_cast<double>(best->block_bytes) * best->queue_depth;
+    if (!best || bps > best_bps || (bps == best_bps && more_in_flight)) {
+      best = &pt;
+      best_bps = bps;
+      best_depth = static_cast<uint32_t>(depth);
+    }
+  }
+  if (best) {
+    io.request_bytes = best->block_bytes;
+    io.queue_depth = best_depth;
+    io.bps = best_bps * scale;
+    return io;
+  }
+  const double want = static_cast<double>(smallest->block_bytes) * smallest->queue_depth;
+  io.request_bytes = smallest->block_bytes;
+  io.queue_depth = std::min<uint32_t>(max_queue_depth, std::max<uint32_t>(smallest->queue_depth, 1));
+  io.bps = smallest->bps * scale * std::max(0.0, in_flight) / want;
+  return io;
+}
+
 double bandwidth(const HardwareProfile& p, const CostModel& c, Tier tier) {
   double ram = std::max(1e9, p.memory.read_bandwidth_bps) * c.cpu_efficiency;
   if (tier != Tier::kGpu || p.gpus.empty()) return ram;
@@ -314,6 +398,7 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   // costed as a dense streamed tensor (all n_expert experts per token).
   const bool expert_mode = derive_mode(m, plan.tiers) == Mode::kExpertStreaming;
   std::vector<uint64_t> streamed_bytes(n_pipe, 0);
+  std::vector<uint64_t> streamed_tensor_bytes;  // each dense-streamed tensor (one read each)
   std::vector<uint64_t> slot_need(n_pipe, 0);
   std::vector<uint64_t> expert_bytes_layer(n_pipe, 0);  // one expert's gate+up+down
   std::vector<uint64_t> expert_slot_layer(n_pipe, 0);   // the same in an ExpertProvider slot
@@ -353,6 +438,7 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
       storage_bytes += align_up(t.row_bytes) + kAlign;
     } else {
       streamed_bytes[L] += t.bytes;
+      streamed_tensor_bytes.push_back(t.bytes);
       slot_need[L] += align_up(t.bytes) + kAlign;  // room for an unaligned head and tail block
     }
   }
@@ -367,16 +453,26 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   // Dense streaming pool: one slot per streamed layer in memory (the one computing and
   // `depth` being read), each big enough for the largest layer's streamed tensors.
   int n_streamed_layers = 0;
-  uint64_t slot_bytes = 0;
+  uint64_t slot_bytes = 0, dense_streamed = 0;
   for (size_t L = 0; L < n_pipe; ++L) {
     if (streamed_bytes[L] == 0) continue;
     ++n_streamed_layers;
     slot_bytes = std::max(slot_bytes, slot_need[L]);
-    storage_bytes += streamed_bytes[L];
-    lc.read_s[L] = static_cast<double>(streamed_bytes[L]) / st.seq_read_bps;
+    dense_streamed += streamed_bytes[L];
   }
   int depth = n_streamed_layers == 0 ? 0 : std::clamp(plan.prefetch_depth, 1, std::max(1, n_streamed_layers - 1));
   if (n_streamed_layers == 1) depth = 1;
+  // The rate the pool's reads reach depends on the bytes it keeps queued (stream_io).
+  StreamIo sio = stream_io(st, {}, 0, c.max_queue_depth);
+  if (n_streamed_layers > 0) {
+    const double layer = static_cast<double>(dense_streamed) / n_streamed_layers;
+    sio = stream_io(st, streamed_tensor_bytes, (depth - 0.5) * layer, c.max_queue_depth);
+  }
+  for (size_t L = 0; L < n_pipe; ++L) {
+    if (streamed_bytes[L] == 0) continue;
+    storage_bytes += streamed_bytes[L];
+    lc.read_s[L] = static_cast<double>(streamed_bytes[L]) / sio.bps;
+  }
   plan.prefetch_depth = depth;
   plan.pool_slot_bytes = slot_bytes;
   plan.pool_slots = n_streamed_layers ? static_cast<uint32_t>(std::min(depth + 1, n_streamed_layers)) : 0;
@@ -441,8 +537,9 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   pr.storage_bound_tok_s = storage_bytes > 0 ? st.seq_read_bps / static_cast<double>(storage_bytes) : 0;
   pr.io_bound = pr.io_s > pr.compute_s;
   plan.mode = derive_mode(m, plan.tiers);
-  plan.io_request_bytes = st.best_block_bytes ? st.best_block_bytes : uint64_t{1} << 20;
-  plan.io_queue_depth = st.best_queue_depth ? st.best_queue_depth : 32;
+  pr.stream_read_bps = n_streamed_layers > 0 ? sio.bps : 0;
+  plan.io_request_bytes = sio.request_bytes;
+  plan.io_queue_depth = sio.queue_depth;
   plan.n_ctx = b.n_ctx;
   bool ram_ok = mem.ram_total() + resident_slack <= lim.ram;
   bool gpu_ok = mem.gpu_total() <= (any_gpu ? lim.gpu : ~uint64_t{0});
@@ -633,7 +730,14 @@ void explain(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, 
   e.push_back("Predicted " + fmt("%.2f", pr.tok_per_s) + " tok/s (" + bound + ": compute " +
               fmt("%.3f", pr.compute_s) + " s/token, storage reads " + fmt("%.3f", pr.io_s) + " s/token, " +
               gib(pr.storage_bytes_per_token) + " read per token at " +
-              fmt("%.2f", p.storage.seq_read_bps / 1e9) + " GB/s).");
+              fmt("%.2f", (pr.stream_read_bps > 0 ? pr.stream_read_bps : p.storage.seq_read_bps) / 1e9) +
+              " GB/s" +
+              (pr.stream_read_bps > 0
+                   ? " (" + fmt("%.2f", pr.stream_read_bps / p.storage.seq_read_bps) + " x the disk's best " +
+                         fmt("%.2f", p.storage.seq_read_bps / 1e9) + " GB/s: the profile's grid at the pool's bytes in "
+                         "flight, reads of " + gib(plan.io_request_bytes) + " x" + std::to_string(plan.io_queue_depth) + ")"
+                   : std::string()) +
+              ").");
   e.push_back("Peak memory: host " + gib(mem.ram_total()) + " of " + gib(lim.ram) +
               (lim.has_gpu ? ", GPU " + gib(mem.gpu_total()) + " of " + gib(lim.gpu) : std::string()) + ".");
 }

@@ -141,7 +141,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelTensors& m, bool tensor
         {"io_s", pr.io_s}, {"io_demand_s", pr.io_demand_s}, {"storage_bytes_per_token", pr.storage_bytes_per_token},
         {"expert_hit_rate", pr.expert_hit_rate}, {"expert_hit_rate_recorded", pr.expert_hit_rate_recorded},
         {"expert_misses_per_token", pr.expert_misses_per_token},
-        {"storage_bound_tok_s", pr.storage_bound_tok_s},
+        {"storage_bound_tok_s", pr.storage_bound_tok_s}, {"stream_read_bps", pr.stream_read_bps},
         {"io_bound", pr.io_bound}}},
       {"explanation", plan.explanation},
   };
