@@ -1,0 +1,40 @@
+// Decode attention on the GPU: the queries of one token against an F16 KV cache in device
+// memory, split over keys. Each (head, segment of kAttnSegment keys) computes its scores,
+// their max m, sum l of exp(s - m) and the exp-weighted sum of V rows; a second kernel
+// merges the segments of a head (the log-sum-exp merge), so long contexts use the whole
+// GPU even with one kv head.
+//
+// The math is the CPU's (model/blocks.cc): s = (q . k) * kq_scale, softmax over the
+// visible keys, out = sum p v; GQA: q head h reads kv head h / (n_head / n_head_kv).
+// Results match it to float rounding (the order of the sums differs).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "compute/cuda/device.h"
+
+namespace hypura::compute::cuda {
+
+constexpr int64_t kAttnSegment = 256;  // keys per segment
+constexpr int64_t kAttnMaxHeadDim = 256;
+
+struct AttnDecodeArgs {
+  const float* q = nullptr;     // (n_head, head_dim)
+  const uint16_t* k = nullptr;  // F16 cache rows: position p at k + p * k_stride
+  const uint16_t* v = nullptr;  // F16 cache rows: position p at v + p * v_stride
+  float* out = nullptr;         // (n_head, head_dim_v)
+  int64_t n_head = 0, n_head_kv = 0, head_dim = 0, head_dim_v = 0;
+  int64_t k_stride = 0, v_stride = 0;  // halves between positions (n_head_kv * head_dim)
+  int64_t kv_first = 0, kv_end = 0;    // visible positions [kv_first, kv_end)
+  float kq_scale = 1.0f;
+};
+
+// Bytes of device scratch attention_decode needs for up to n_kv visible keys.
+size_t attention_scratch_bytes(int64_t n_head, int64_t head_dim_v, int64_t n_kv);
+
+// REQUIRES: head_dim, head_dim_v even and <= kAttnMaxHeadDim; n_head % n_head_kv == 0;
+// kv_end > kv_first; scratch >= attention_scratch_bytes(n_head, head_dim_v, kv_end - kv_first).
+void attention_decode(const AttnDecodeArgs& a, void* scratch, StreamHandle stream);
+
+}  // namespace hypura::compute::cuda

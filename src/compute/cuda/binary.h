@@ -1,0 +1,14 @@
+// Elementwise arithmetic on n device floats, the twins of compute::add, mul and scale.
+#pragma once
+
+#include <cstdint>
+
+#include "compute/cuda/device.h"
+
+namespace hypura::compute::cuda {
+
+void add(float* y, const float* x, int64_t n, StreamHandle stream);  // y += x
+void mul(float* y, const float* x, int64_t n, StreamHandle stream);  // y *= x
+void scale(float* y, float s, int64_t n, StreamHandle stream);       // y *= s
+
+}  // namespace hypura::compute::cuda

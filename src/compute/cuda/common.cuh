@@ -1,0 +1,64 @@
+// Device-side helpers shared by the kernels: fp16 / bf16 decoding, warp reductions,
+// loads of 4 bytes at the alignment a block format guarantees, and the 8-bit activation
+// layout the quantized matrix-vector kernels read.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "compute/cuda/act_q8.h"
+#include "quant/blocks.h"
+
+namespace hypura::compute::cuda {
+
+__device__ __forceinline__ float half_bits_to_float(uint16_t h) {
+  return __half2float(__ushort_as_half(h));
+}
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t h) {
+  return __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
+// Round to fp16 and back, to nearest even (as quant::f32_to_fp16).
+__device__ __forceinline__ float round_fp16(float v) {
+  return __half2float(__float2half_rn(v));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ int warp_sum_int(int v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Four bytes at p as a little-endian int; p is 2-byte aligned (legacy blocks, Q3_K, Q6_K).
+__device__ __forceinline__ int load_int_a2(const uint8_t* p) {
+  const auto* h = reinterpret_cast<const uint16_t*>(p);
+  return static_cast<int>(static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16));
+}
+__device__ __forceinline__ int load_int_a4(const uint8_t* p) {
+  return *reinterpret_cast<const int*>(p);
+}
+__device__ __forceinline__ uint16_t load_u16(const uint8_t* p) {
+  return *reinterpret_cast<const uint16_t*>(p);
+}
+
+// Sum of the four signed bytes of v (dp4a against ones).
+__device__ __forceinline__ int byte_sum(int v, int acc) {
+  return __dp4a(v, 0x01010101, acc);
+}
+
+// Bits 0..3 of h to bit 4 of bytes 0..3 (the fifth bit of four Q5 quants).
+__device__ __forceinline__ int spread_bits4(uint32_t h) {
+  return static_cast<int>(((h * 0x00204081u) & 0x01010101u) << 4);
+}
+
+}  // namespace hypura::compute::cuda

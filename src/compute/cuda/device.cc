@@ -1,0 +1,143 @@
+// cudaMalloc-backed buffers, streams and device queries (see device.h).
+#include "compute/cuda/device.h"
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+namespace hypura::compute::cuda {
+namespace {
+
+Status cuda_status(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status::ok();
+  const StatusCode code = err == cudaErrorMemoryAllocation ? StatusCode::kResourceExhausted
+                                                           : StatusCode::kInternal;
+  return Status(code, std::string(what) + ": " + cudaGetErrorName(err) + " (" +
+                          cudaGetErrorString(err) + ")");
+}
+
+std::string mib(uint64_t bytes) {
+  return std::to_string(bytes >> 20) + " MiB";
+}
+
+}  // namespace
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error for later calls
+    return 0;
+  }
+  return n;
+}
+
+Status select_device(int index) {
+  return cuda_status(cudaSetDevice(index), "cudaSetDevice");
+}
+
+Result<DeviceInfo> device_info(int index) {
+  if (Status s = select_device(index); !s) return s;
+  cudaDeviceProp prop{};
+  if (Status s = cuda_status(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties"); !s) {
+    return s;
+  }
+  DeviceInfo info;
+  info.index = index;
+  info.name = prop.name;
+  info.cc_major = prop.major;
+  info.cc_minor = prop.minor;
+  info.n_sm = prop.multiProcessorCount;
+  info.l2_bytes = static_cast<uint64_t>(prop.l2CacheSize);
+  size_t free_b = 0, total_b = 0;
+  if (Status s = cuda_status(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo"); !s) return s;
+  info.total_bytes = total_b;
+  info.free_bytes = free_b;
+  return info;
+}
+
+Result<DeviceBuffer> DeviceBuffer::allocate(size_t bytes) {
+  DeviceBuffer b;
+  if (bytes == 0) return b;
+  const cudaError_t err = cudaMalloc(&b.ptr_, bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // an allocation failure is not sticky; clear it for later checks
+    b.ptr_ = nullptr;
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    return cuda_status(err, "cudaMalloc").with_context(
+        "device memory: " + mib(bytes) + " requested, " + mib(free_b) + " free of " + mib(total_b));
+  }
+  b.bytes_ = bytes;
+  return b;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_) cudaFree(ptr_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = std::exchange(other.ptr_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+Result<Stream> Stream::create() {
+  Stream s;
+  cudaStream_t h = nullptr;
+  if (Status st = cuda_status(cudaStreamCreateWithFlags(&h, cudaStreamNonBlocking),
+                              "cudaStreamCreate");
+      !st) {
+    return st;
+  }
+  s.s_ = h;
+  return s;
+}
+
+Stream::~Stream() {
+  if (s_) cudaStreamDestroy(s_);
+}
+
+Stream::Stream(Stream&& other) noexcept : s_(std::exchange(other.s_, nullptr)) {}
+
+Stream& Stream::operator=(Stream&& other) noexcept {
+  if (this != &other) {
+    if (s_) cudaStreamDestroy(s_);
+    s_ = std::exchange(other.s_, nullptr);
+  }
+  return *this;
+}
+
+Status Stream::synchronize() const {
+  if (Status s = cuda_status(cudaGetLastError(), "kernel launch"); !s) return s;
+  return cuda_status(cudaStreamSynchronize(s_), "cudaStreamSynchronize");
+}
+
+Status copy_to_device(void* dst, const void* src, size_t bytes) {
+  return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+}
+
+Status copy_to_host(void* dst, const void* src, size_t bytes) {
+  return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+}
+
+Status copy_to_device_async(void* dst, const void* src, size_t bytes, StreamHandle stream) {
+  return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream),
+                     "cudaMemcpyAsync H2D");
+}
+
+Status copy_to_host_async(void* dst, const void* src, size_t bytes, StreamHandle stream) {
+  return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream),
+                     "cudaMemcpyAsync D2H");
+}
+
+Status last_launch_status(const char* what) {
+  return cuda_status(cudaGetLastError(), what);
+}
+
+}  // namespace hypura::compute::cuda

@@ -1,0 +1,91 @@
+// CUDA device access: device queries, device memory and streams.
+//
+// This header needs no CUDA headers, so host code that never launches a kernel (the
+// planner, the CLI) can include it. Memory is taken with cudaMalloc only (never managed
+// memory), and a failed allocation is a Status (kResourceExhausted), never a crash: the
+// planner may then spill to RAM. Asynchronous errors of launched work surface at the next
+// Stream::synchronize().
+//
+// Thread-safety: a DeviceBuffer or Stream is owned by one caller; the free functions may be
+// called from any thread (they act on the calling thread's current device).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+struct CUstream_st;  // cudaStream_t is CUstream_st*
+
+namespace hypura::compute::cuda {
+
+using StreamHandle = CUstream_st*;  // nullptr: the legacy default stream
+
+struct DeviceInfo {
+  int index = 0;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;  // compute capability
+  int n_sm = 0;                    // multiprocessors
+  uint64_t total_bytes = 0;        // device memory
+  uint64_t free_bytes = 0;         // free at the time of the query
+  uint64_t l2_bytes = 0;
+};
+
+// Devices the CUDA runtime sees; 0 without a driver or a device (never an error).
+int device_count();
+// REQUIRES: index < device_count(). Makes `index` the calling thread's current device.
+Result<DeviceInfo> device_info(int index);
+Status select_device(int index);
+
+// Device memory from cudaMalloc, freed on destruction. Move-only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  // kResourceExhausted (with the size and the free memory) when the device lacks `bytes`.
+  static Result<DeviceBuffer> allocate(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return ptr_; }
+  size_t size() const { return bytes_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// A non-blocking CUDA stream. Move-only.
+class Stream {
+ public:
+  static Result<Stream> create();
+  Stream() = default;
+  ~Stream();
+  Stream(Stream&& other) noexcept;
+  Stream& operator=(Stream&& other) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  StreamHandle handle() const { return s_; }
+  // Waits for the stream's work; returns the first error a launch or a kernel raised.
+  Status synchronize() const;
+
+ private:
+  StreamHandle s_ = nullptr;
+};
+
+// Synchronous copies between host memory and device memory (pageable host memory is fine).
+Status copy_to_device(void* dst, const void* src, size_t bytes);
+Status copy_to_host(void* dst, const void* src, size_t bytes);
+// Asynchronous copies on `stream` (src / dst in host memory must stay valid until done).
+Status copy_to_device_async(void* dst, const void* src, size_t bytes, StreamHandle stream);
+Status copy_to_host_async(void* dst, const void* src, size_t bytes, StreamHandle stream);
+// The error the last launch on this thread raised (cudaGetLastError), as a Status.
+Status last_launch_status(const char* what);
+
+}  // namespace hypura::compute::cuda

@@ -1,0 +1,33 @@
+// Matrix-vector products on the GPU for decode: y = W x for one activation row, for every
+// weight format the CPU multiplies (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+// Q2_K .. Q6_K).
+//
+// Activations are rounded as the CPU rounds them (quant::activation_type: Q8_K for
+// K-quants, Q8_0 or Q8_1 for the 32-element formats, float for F32/F16/BF16) by the same
+// operations (quantize.h), so GPU and CPU products differ only by the order of float
+// additions. The weight matrix is in GGUF layout in device memory, rows 16-byte aligned
+// (cudaMalloc'd tensors of real shapes are); W.n_cols a multiple of the block size.
+//
+// Thread-safety: one caller per scratch buffer. No allocation: the caller owns scratch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "compute/compute.h"
+#include "compute/cuda/device.h"
+
+namespace hypura::compute::cuda {
+
+// True for the weight types matvec() multiplies.
+bool matvec_supported(gguf::GgmlType type);
+// Bytes of device scratch matvec() needs for activations of up to n_cols columns.
+size_t matvec_scratch_bytes(int64_t n_cols);
+
+// y[r] = sum_k W[r, k] * x[k] for r < W.n_rows. w.data, x (W.n_cols floats), y (W.n_rows
+// floats) and scratch (>= matvec_scratch_bytes(W.n_cols), 256-byte aligned) are device
+// memory. Queued on `stream`; errors surface at Stream::synchronize().
+// REQUIRES: matvec_supported(w.type), rows of w 16-byte aligned, x 16-byte aligned.
+void matvec(const WeightView& w, const float* x, float* y, void* scratch, StreamHandle stream);
+
+}  // namespace hypura::compute::cuda

@@ -1,0 +1,176 @@
+// hypura_bench_cuda: decode matrix-vector products on the GPU at Llama-3-8B shapes, as GB/s
+// of weights read and as a share of the device-to-device copy bandwidth measured in the
+// same run (bytes read + bytes written over the time of a large cudaMemcpy).
+//
+// Each product is matvec() as the model will call it (activation quantization + kernel).
+// Weights rotate among copies totalling >= 8x the L2 cache so every product reads from
+// device memory; products run as a captured CUDA graph of kGraphCalls calls, the way
+// decode steps will run, so launch gaps are not counted; the median of kReps replays.
+//
+// Usage: hypura_bench_cuda [type ...]   (default: Q4_K Q8_0 F16)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compute/cuda/device.h"
+#include "compute/cuda/matvec.h"
+#include "quant/quant.h"
+
+namespace {
+
+using namespace hypura;
+using namespace hypura::compute::cuda;
+
+constexpr int kGraphCalls = 32;
+constexpr int kReps = 15;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+// Median milliseconds of `fn` (which enqueues work on `s`), timed with events.
+template <typename Fn>
+double median_ms(cudaStream_t s, int reps, Fn fn) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  fn();  // warm-up
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    check(cudaEventRecord(a, s), "record");
+    fn();
+    check(cudaEventRecord(b, s), "record");
+    check(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+double copy_bandwidth(cudaStream_t s) {
+  const size_t bytes = size_t{2} << 30;
+  auto src = DeviceBuffer::allocate(bytes), dst = DeviceBuffer::allocate(bytes);
+  if (!src.is_ok() || !dst.is_ok()) return 0;
+  check(cudaMemsetAsync(src->data(), 1, bytes, s), "memset");
+  const double ms = median_ms(s, 10, [&] {
+    check(cudaMemcpyAsync(dst->data(), src->data(), bytes, cudaMemcpyDeviceToDevice, s), "copy");
+  });
+  return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
+}
+
+struct Shape {
+  const char* name;
+  int64_t n_rows, n_cols;
+};
+
+gguf::GgmlType parse_type(const std::string& s) {
+  for (gguf::GgmlType t : {gguf::GgmlType::Q4_K, gguf::GgmlType::Q8_0, gguf::GgmlType::F16,
+                           gguf::GgmlType::Q6_K, gguf::GgmlType::Q5_K, gguf::GgmlType::Q4_0,
+                           gguf::GgmlType::BF16, gguf::GgmlType::F32, gguf::GgmlType::Q2_K,
+                           gguf::GgmlType::Q3_K, gguf::GgmlType::Q5_0, gguf::GgmlType::Q4_1,
+                           gguf::GgmlType::Q5_1}) {
+    if (s == gguf::type_name(t)) return t;
+  }
+  std::fprintf(stderr, "unknown type %s\n", s.c_str());
+  std::exit(2);
+}
+
+void bench_one(gguf::GgmlType type, const Shape& sh, double copy_bps, cudaStream_t s) {
+  const size_t row = quant::row_size(type, sh.n_cols);
+  const size_t bytes = row * static_cast<size_t>(sh.n_rows);
+  // 64 distinct random rows, tiled over the matrix (HBM does not compress cudaMalloc memory).
+  constexpr int kDistinct = 64;
+  std::vector<uint8_t> rows(row * kDistinct);
+  std::mt19937 rng(42);
+  std::normal_distribution<float> dist(0.0f, 0.05f);
+  std::vector<float> wf(static_cast<size_t>(sh.n_cols));
+  for (int r = 0; r < kDistinct; ++r) {
+    for (float& v : wf) v = dist(rng);
+    quant::quantize_row_ref(type, wf.data(), rows.data() + r * row, sh.n_cols);
+  }
+  const int n_copies = static_cast<int>(std::max<size_t>(1, (size_t{512} << 20) / bytes + 1));
+  std::vector<DeviceBuffer> copies;
+  for (int c = 0; c < n_copies; ++c) {
+    auto b = DeviceBuffer::allocate(bytes);
+    if (!b.is_ok()) {
+      std::fprintf(stderr, "%s\n", b.status().message().c_str());
+      std::exit(1);
+    }
+    for (int64_t r = 0; r < sh.n_rows; r += kDistinct) {
+      const int64_t n = std::min<int64_t>(kDistinct, sh.n_rows - r);
+      check(cudaMemcpy(b->as<uint8_t>() + r * row, rows.data(), n * row, cudaMemcpyHostToDevice), "h2d");
+    }
+    copies.push_back(std::move(*b));
+  }
+  std::vector<float> x(static_cast<size_t>(sh.n_cols));
+  for (float& v : x) v = dist(rng) * 20.0f;
+  auto dx = DeviceBuffer::allocate(x.size() * 4), dy = DeviceBuffer::allocate(sh.n_rows * 4);
+  auto scratch = DeviceBuffer::allocate(matvec_scratch_bytes(sh.n_cols));
+  if (!dx.is_ok() || !dy.is_ok() || !scratch.is_ok()) std::exit(1);
+  check(cudaMemcpy(dx->data(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), "h2d");
+
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+  for (int i = 0; i < kGraphCalls; ++i) {
+    const compute::WeightView w{copies[i % n_copies].data(), type, sh.n_cols, sh.n_rows};
+    matvec(w, dx->as<float>(), dy->as<float>(), scratch->data(), s);
+  }
+  check(cudaStreamEndCapture(s, &graph), "end capture");
+  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  const double ms = median_ms(s, kReps, [&] { check(cudaGraphLaunch(exec, s), "launch"); });
+  check(cudaStreamSynchronize(s), "sync");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  const double us = ms * 1e3 / kGraphCalls;
+  const double gbps = static_cast<double>(bytes) / (us * 1e-6) / 1e9;
+  std::printf("%-5s %-22s %6lld x %-6lld %8.1f MB %9.2f us %8.0f GB/s %6.1f%% of copy\n",
+              gguf::type_name(type), sh.name, static_cast<long long>(sh.n_rows),
+              static_cast<long long>(sh.n_cols), bytes / 1e6, us, gbps, 100.0 * gbps * 1e9 / copy_bps);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (device_count() == 0) {
+    std::printf("no CUDA device: nothing to measure\n");
+    return 0;
+  }
+  auto info = device_info(0);
+  if (!info.is_ok()) {
+    std::fprintf(stderr, "%s\n", info.status().message().c_str());
+    return 1;
+  }
+  cudaStream_t s;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  const double copy_bps = copy_bandwidth(s);
+  std::printf("device %s: %d SMs, %.1f GiB, L2 %.0f MiB, cc %d.%d\n", info->name.c_str(), info->n_sm,
+              info->total_bytes / 1073741824.0, info->l2_bytes / 1048576.0, info->cc_major,
+              info->cc_minor);
+  std::printf("device-to-device copy (2 GiB, read + write): %.0f GB/s\n", copy_bps / 1e9);
+  std::vector<gguf::GgmlType> types;
+  for (int i = 1; i < argc; ++i) types.push_back(parse_type(argv[i]));
+  if (types.empty()) types = {gguf::GgmlType::Q4_K, gguf::GgmlType::Q8_0, gguf::GgmlType::F16};
+  const Shape shapes[] = {{"attn_q/o 4096x4096", 4096, 4096},
+                          {"ffn_gate/up 14336x4096", 14336, 4096},
+                          {"ffn_down 4096x14336", 4096, 14336},
+                          {"output 128256x4096", 128256, 4096}};
+  for (gguf::GgmlType t : types) {
+    for (const Shape& sh : shapes) bench_one(t, sh, copy_bps, s);
+  }
+  cudaStreamDestroy(s);
+  return 0;
+}

@@ -1,0 +1,171 @@
+// Matrix-vector products of the K-quants (Q2_K .. Q6_K) with Q8_K activations, as on the
+// CPU. A chunk is 16 bytes of low quants (one 16-byte load for Q4_K / Q5_K, whose blocks
+// are 16-byte aligned in 16-byte aligned rows) covering two or four 16-element sub-blocks;
+// the per-sub-block scales multiply integer dot products, the minimums (Q2_K, Q4_K, Q5_K)
+// meet the activation sums of the same sub-blocks, recomputed with dp4a.
+#include "compute/cuda/matvec_impl.cuh"
+
+namespace hypura::compute::cuda {
+namespace {
+
+using quant::kQK_K;
+
+// Dot of 16 weight quants (four ints of bytes) with 16 activation quants, and their sum.
+struct Dot16 {
+  int sumi = 0, sx = 0;
+};
+__device__ __forceinline__ Dot16 dot16(const int (&v)[4], const int8_t* xq) {
+  const int4 x = *reinterpret_cast<const int4*>(xq);
+  Dot16 r;
+  r.sumi = __dp4a(v[0], x.x, __dp4a(v[1], x.y, __dp4a(v[2], x.z, __dp4a(v[3], x.w, 0))));
+  r.sx = byte_sum(x.x, byte_sum(x.y, byte_sum(x.z, byte_sum(x.w, 0))));
+  return r;
+}
+
+__device__ __forceinline__ void load16_a4(const uint8_t* p, int (&v)[4]) {
+  const int4 q = *reinterpret_cast<const int4*>(p);  // REQUIRES: p 16-byte aligned
+  v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+}
+__device__ __forceinline__ void load16_a2(const uint8_t* p, int (&v)[4]) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) v[k] = load_int_a2(p + 4 * k);
+}
+
+// Scale and min of sub-block j of a Q4_K / Q5_K block (as quant::unpack_scale_min_k4).
+__device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+struct Q2_K {
+  static constexpr int kBlockBytes = 84, kBlockElems = kQK_K, kChunks = 4;
+  static __device__ __forceinline__ float dot(const uint8_t* w, const ActQ8& act, int b, int c) {
+    const int cc = c / 2, mh = c % 2;
+    int v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = load_int_a4(w + 16 + cc * 32 + 16 * mh + 4 * k);
+    const int8_t* xq = act.q + b * kQK_K + cc * 128 + 16 * mh;
+    int isum = 0, summs = 0;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      int q[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) q[k] = (v[k] >> (2 * s)) & 0x03030303;
+      const Dot16 r = dot16(q, xq + 32 * s);
+      const int sc = w[cc * 8 + 2 * s + mh];
+      isum += (sc & 0xF) * r.sumi;
+      summs += (sc >> 4) * r.sx;
+    }
+    const float dx = act.d[b];
+    return dx * half_bits_to_float(load_u16(w + 80)) * static_cast<float>(isum) -
+           dx * half_bits_to_float(load_u16(w + 82)) * static_cast<float>(summs);
+  }
+};
+
+struct Q3_K {
+  static constexpr int kBlockBytes = 110, kBlockElems = kQK_K, kChunks = 4;
+  static __device__ __forceinline__ float dot(const uint8_t* w, const ActQ8& act, int b, int c) {
+    const int cc = c / 2, mh = c % 2;
+    int v[4], hm[4];
+    load16_a2(w + 32 + cc * 32 + 16 * mh, v);
+    load16_a2(w + 16 * mh, hm);
+    const int8_t* xq = act.q + b * kQK_K + cc * 128 + 16 * mh;
+    const uint8_t* packed = w + 96;
+    int isum = 0;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      int q[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        q[k] = ((v[k] >> (2 * s)) & 0x03030303) | (((hm[k] >> (cc * 4 + s)) & 0x01010101) << 2);
+      }
+      const Dot16 r = dot16(q, xq + 32 * s);
+      const int j = cc * 8 + 2 * s + mh;
+      const int low = (packed[j % 8] >> (4 * (j / 8))) & 0xF;
+      const int high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+      isum += ((low | (high << 4)) - 32) * (r.sumi - 4 * r.sx);  // q - 4 * !hbit
+    }
+    return act.d[b] * half_bits_to_float(load_u16(w + 108)) * static_cast<float>(isum);
+  }
+};
+
+// Q4_K (kFive = false) and Q5_K: chunk c covers bytes 16 * (c % 2) .. + 16 of the 32-byte
+// quant group c / 2, i.e. 16 elements of sub-block 2p (low nibbles) and 16 of 2p + 1.
+template <bool kFive>
+struct K4 {
+  static constexpr int kBlockBytes = kFive ? 176 : 144, kBlockElems = kQK_K, kChunks = 8;
+  static constexpr int kQs = kFive ? 48 : 16;
+  static __device__ __forceinline__ float dot(const uint8_t* w, const ActQ8& act, int b, int c) {
+    const int p = c / 2, h = c % 2;
+    int v[4];
+    load16_a4(w + kQs + 32 * p + 16 * h, v);
+    int lo[4], hi[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      lo[k] = v[k] & 0x0F0F0F0F;
+      hi[k] = (v[k] >> 4) & 0x0F0F0F0F;
+    }
+    if constexpr (kFive) {
+      int qh[4];
+      load16_a4(w + 16 + 16 * h, qh);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        lo[k] |= ((qh[k] >> (2 * p)) & 0x01010101) << 4;
+        hi[k] |= ((qh[k] >> (2 * p + 1)) & 0x01010101) << 4;
+      }
+    }
+    const int8_t* xq = act.q + b * kQK_K + 64 * p + 16 * h;
+    const Dot16 rl = dot16(lo, xq), rh = dot16(hi, xq + 32);
+    int sc_lo, m_lo, sc_hi, m_hi;
+    scale_min_k4(2 * p, w + 4, &sc_lo, &m_lo);
+    scale_min_k4(2 * p + 1, w + 4, &sc_hi, &m_hi);
+    const int isum = sc_lo * rl.sumi + sc_hi * rh.sumi;
+    const int summs = m_lo * rl.sx + m_hi * rh.sx;
+    const float dx = act.d[b];
+    return dx * half_bits_to_float(load_u16(w)) * static_cast<float>(isum) -
+           dx * half_bits_to_float(load_u16(w + 2)) * static_cast<float>(summs);
+  }
+};
+
+struct Q6_K {
+  static constexpr int kBlockBytes = 210, kBlockElems = kQK_K, kChunks = 8;
+  static __device__ __forceinline__ float dot(const uint8_t* w, const ActQ8& act, int b, int c) {
+    const int c2 = c / 4, mq = c % 4;
+    int ql[4], qh[4];
+    load16_a2(w + c2 * 64 + 16 * mq, ql);
+    load16_a2(w + 128 + c2 * 32 + 16 * (mq % 2), qh);
+    const int s0 = mq / 2, s1 = 2 + mq / 2;
+    int lo[4], hi[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      lo[k] = (ql[k] & 0x0F0F0F0F) | (((qh[k] >> (2 * s0)) & 0x03030303) << 4);
+      hi[k] = ((ql[k] >> 4) & 0x0F0F0F0F) | (((qh[k] >> (2 * s1)) & 0x03030303) << 4);
+    }
+    const int8_t* xq = act.q + b * kQK_K + c2 * 128 + 16 * mq;
+    const Dot16 r0 = dot16(lo, xq), r1 = dot16(hi, xq + 64);
+    const auto* scales = reinterpret_cast<const int8_t*>(w + 192);
+    const int isum = scales[c2 * 8 + mq] * (r0.sumi - 32 * r0.sx) +
+                     scales[c2 * 8 + 4 + mq] * (r1.sumi - 32 * r1.sx);
+    return act.d[b] * half_bits_to_float(load_u16(w + 208)) * static_cast<float>(isum);
+  }
+};
+
+}  // namespace
+
+bool launch_matvec_kquant(uint32_t type_id, const MatvecArgs& a) {
+  switch (type_id) {
+    case 10: launch_matvec<Q2_K>(a); return true;
+    case 11: launch_matvec<Q3_K>(a); return true;
+    case 12: launch_matvec<K4<false>>(a); return true;
+    case 13: launch_matvec<K4<true>>(a); return true;
+    case 14: launch_matvec<Q6_K>(a); return true;
+    default: return false;
+  }
+}
+
+}  // namespace hypura::compute::cuda

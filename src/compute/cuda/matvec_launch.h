@@ -1,0 +1,27 @@
+// Internal: the per-format-family launchers behind matvec() (matvec.cc dispatches; each
+// family is one .cu so the three compile in parallel).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "compute/cuda/act_q8.h"
+#include "compute/cuda/device.h"
+
+namespace hypura::compute::cuda {
+
+struct MatvecArgs {
+  const void* w = nullptr;  // (n_rows) rows of row_bytes, 16-byte aligned
+  size_t row_bytes = 0;
+  int64_t n_cols = 0, n_rows = 0;
+  ActQ8 act;              // quantized activations or act.x (float formats)
+  float* y = nullptr;     // (n_rows)
+  StreamHandle stream = nullptr;
+};
+
+// type_id: the GGUF type id (gguf::GgmlType). Each returns false for ids it lacks.
+bool launch_matvec_float(uint32_t type_id, const MatvecArgs& a);   // F32, F16, BF16
+bool launch_matvec_legacy(uint32_t type_id, const MatvecArgs& a);  // Q4_0 .. Q8_0
+bool launch_matvec_kquant(uint32_t type_id, const MatvecArgs& a);  // Q2_K .. Q6_K
+
+}  // namespace hypura::compute::cuda

@@ -1,0 +1,26 @@
+// Rotary position embedding on the GPU, the twin of compute::rope (normal and NeoX pair
+// order, freq_scale, optional per-pair freq_factors). theta advances by repeated float
+// multiplication exactly as on the CPU; only cos/sin may differ by an ulp.
+#pragma once
+
+#include <cstdint>
+
+#include "compute/cuda/device.h"
+
+namespace hypura::compute::cuda {
+
+struct RopeParams {
+  int64_t head_dim = 0;
+  int64_t n_rot = 0;         // dims n_rot..head_dim pass through
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;
+  const float* freq_factors = nullptr;  // (n_rot / 2) device floats, or nullptr
+  bool neox = false;
+};
+
+// x: n_tokens rows of n_head heads of head_dim floats, rows token_stride floats apart,
+// rotated in place; pos: (n_tokens) device int32 positions.
+void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t token_stride, const int32_t* pos,
+          const RopeParams& p, StreamHandle stream);
+
+}  // namespace hypura::compute::cuda

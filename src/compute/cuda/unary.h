@@ -1,0 +1,16 @@
+// Activation functions on the GPU, in place on n device floats: the twins of
+// compute::silu, gelu_tanh and gelu_tanh_fp16 (input and result rounded through fp16 as
+// ggml's CPU GELU table does).
+#pragma once
+
+#include <cstdint>
+
+#include "compute/cuda/device.h"
+
+namespace hypura::compute::cuda {
+
+enum class UnaryOp { kSilu, kGeluTanh, kGeluTanhFp16 };
+
+void unary(UnaryOp op, float* x, int64_t n, StreamHandle stream);
+
+}  // namespace hypura::compute::cuda
