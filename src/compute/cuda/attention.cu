@@ -1,4 +1,7 @@
 #include "compute/cuda/attention.h"
+
+#include <cassert>
+
 #include "compute/cuda/common.cuh"
 
 namespace hypura::compute::cuda {
@@ -6,109 +9,229 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
+constexpr int kMaxG = 8;  // q heads per thread block (a GQA group, or 8 of it)
+constexpr int kMaxSeg = 1024;  // segments the merge kernel keeps in shared memory
 constexpr int kSeg = static_cast<int>(kAttnSegment);
-constexpr int kDvPerThread = static_cast<int>(kAttnMaxHeadDim) / kThreads;
+constexpr int kUnroll = 4;       // key rows loaded before the first is used
+constexpr int kFillBlocks = 264;  // about two thread blocks per multiprocessor of an H100/H200
 
-// Partial of one (head, segment): m, l, then head_dim_v accumulators.
+__device__ __forceinline__ int pow2_at_least(int v) {
+  int p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+__device__ __forceinline__ void widen8(const uint4& raw, float (&out)[8]) {
+  const uint32_t r[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&r[k]));
+    out[2 * k] = f.x;
+    out[2 * k + 1] = f.y;
+  }
+}
+
+// One (segment, kv head, chunk of up to kG q heads): partials m, l, acc[head_dim_v].
+// kG is 4 or 8 (kMaxG): registers hold kG x 8 query values and accumulators.
+template <int kG>
 __global__ void __launch_bounds__(kThreads)
-    attn_segment(AttnDecodeArgs a, float* __restrict__ partial, int n_seg) {
-  __shared__ float s_q[kAttnMaxHeadDim];
-  __shared__ float s_p[kSeg];
-  __shared__ float s_red[kWarps];
-  const int seg = blockIdx.x, head = blockIdx.y;
+    attn_segment(AttnDecodeArgs a, float* __restrict__ partial, int n_seg, int seg_len) {
+  __shared__ float s_p[kG][kSeg];          // scores, then exp(s - m)
+  __shared__ float s_ml[kG][2];            // m, l per q head
+  __shared__ float s_red[kThreads * kG][8];  // V partials of every key slot
+  const int seg = blockIdx.x, kv_head = blockIdx.y;
+  const int group = static_cast<int>(a.n_head / a.n_head_kv);
+  const int g0 = blockIdx.z * kG, ng = min(kG, group - g0);
+  const int head0 = kv_head * group + g0;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int hd = static_cast<int>(a.head_dim), hdv = static_cast<int>(a.head_dim_v);
-  const int64_t kv_head = head / (a.n_head / a.n_head_kv);
-  const int64_t first = a.kv_first + static_cast<int64_t>(seg) * kSeg;
-  const int n_keys = static_cast<int>(a.kv_end - first < kSeg ? a.kv_end - first : kSeg);
+  const int64_t first = a.kv_first + static_cast<int64_t>(seg) * seg_len;
+  const int n_keys = static_cast<int>(a.kv_end - first < seg_len ? a.kv_end - first : seg_len);
 
-  for (int d = threadIdx.x; d < hd; d += kThreads) s_q[d] = a.q[head * a.head_dim + d];
-  __syncthreads();
-
-  // Scores: a warp per key, lanes over pairs of dimensions.
-  float m = -INFINITY;
-  for (int j = warp; j < n_keys; j += kWarps) {
-    const auto* kr = reinterpret_cast<const __half2*>(a.k + (first + j) * a.k_stride +
-                                                      kv_head * a.head_dim);
-    float dot = 0.0f;
-    for (int d2 = lane; d2 < hd / 2; d2 += 32) {
-      const float2 kf = __half22float2(kr[d2]);
-      dot += s_q[2 * d2] * kf.x + s_q[2 * d2 + 1] * kf.y;
+  // Scores. A key row is read by lpk lanes, 8 dims each; a warp step covers 32 / lpk keys.
+  {
+    const int lpk = pow2_at_least(hd / 8), kps = 32 / lpk;
+    const int sub = lane % lpk, d0 = sub * 8;
+    const bool active = d0 < hd;
+    float qr[kG][8];
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+#pragma unroll
+      for (int t = 0; t < 8; ++t) {
+        qr[g][t] = (g < ng && active) ? a.q[(head0 + g) * a.head_dim + d0 + t] : 0.0f;
+      }
     }
-    dot = warp_sum(dot) * a.kq_scale;
-    if (lane == 0) s_p[j] = dot;
-    m = fmaxf(m, dot);
+    const uint16_t* kbase = a.k + first * a.k_stride + kv_head * a.head_dim + d0;
+    for (int j0 = warp * kps + lane / lpk; j0 - lane / lpk < n_keys; j0 += kWarps * kps * kUnroll) {
+      uint4 raw[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int j = j0 + u * kWarps * kps;
+        raw[u] = (active && j < n_keys) ? *reinterpret_cast<const uint4*>(kbase + j * a.k_stride)
+                                        : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int j = j0 + u * kWarps * kps;
+        float kf[8];
+        widen8(raw[u], kf);
+#pragma unroll
+        for (int g = 0; g < kG; ++g) {
+          if (g >= ng) break;  // uniform over the block
+          float dot = 0.0f;
+#pragma unroll
+          for (int t = 0; t < 8; ++t) dot += qr[g][t] * kf[t];
+          for (int o = lpk / 2; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+          if (sub == 0 && j < n_keys) s_p[g][j] = dot * a.kq_scale;
+        }
+      }
+    }
   }
-  if (lane == 0) s_red[warp] = m;
   __syncthreads();
-  m = s_red[0];
-  for (int w = 1; w < kWarps; ++w) m = fmaxf(m, s_red[w]);
-  __syncthreads();  // everyone has read s_red before it is reused for l
 
+  // Softmax statistics: warp w takes q heads w, w + kWarps, ...
+  for (int g = warp; g < ng; g += kWarps) {
+    float m = -INFINITY;
+    for (int j = lane; j < n_keys; j += 32) m = fmaxf(m, s_p[g][j]);
+    m = warp_max(m);
+    float l = 0.0f;
+    for (int j = lane; j < n_keys; j += 32) {
+      const float p = expf(s_p[g][j] - m);
+      s_p[g][j] = p;
+      l += p;
+    }
+    l = warp_sum(l);
+    if (lane == 0) {
+      s_ml[g][0] = m;
+      s_ml[g][1] = l;
+    }
+  }
+  __syncthreads();
+
+  // Weighted sum of V: vpk threads per row, 8 dims each; slots of keys side by side.
+  const int vpk = pow2_at_least(hdv / 8), slots = kThreads / vpk;
+  const int sub = threadIdx.x % vpk, slot = threadIdx.x / vpk, d0 = sub * 8;
+  const bool active = d0 < hdv;
+  float acc[kG][8] = {};
+  const uint16_t* vbase = a.v + first * a.v_stride + kv_head * a.head_dim_v + d0;
+  for (int j0 = slot; j0 < n_keys; j0 += slots * kUnroll) {
+    uint4 raw[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = j0 + u * slots;
+      raw[u] = (active && j < n_keys) ? *reinterpret_cast<const uint4*>(vbase + j * a.v_stride)
+                                      : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = j0 + u * slots;
+      if (j >= n_keys) break;
+      float vf[8];
+      widen8(raw[u], vf);
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+        if (g >= ng) break;
+        const float p = s_p[g][j];
+#pragma unroll
+        for (int t = 0; t < 8; ++t) acc[g][t] += p * vf[t];
+      }
+    }
+  }
+  // Sum the slots in slot order (deterministic), then write the partials.
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+#pragma unroll
+    for (int t = 0; t < 8; ++t) s_red[(slot * kG + g) * vpk + sub][t] = acc[g][t];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < ng * hdv; idx += kThreads) {
+    const int g = idx / hdv, d = idx % hdv;
+    float sum = 0.0f;
+    for (int s = 0; s < slots; ++s) sum += s_red[(s * kG + g) * vpk + d / 8][d % 8];
+    float* out = partial + (static_cast<size_t>(head0 + g) * n_seg + seg) * (hdv + 2);
+    out[2 + d] = sum;
+    if (d == 0) {
+      out[0] = s_ml[g][0];
+      out[1] = s_ml[g][1];
+    }
+  }
+}
+
+// out[head] = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s. The segments' weights go to
+// shared memory first (threads over segments), so no thread walks the partials serially
+// for its statistics; then a thread per dimension sums the weighted accumulators.
+__global__ void __launch_bounds__(kThreads)
+    attn_merge(const float* __restrict__ partial, int n_seg, int hdv, float* __restrict__ out) {
+  __shared__ float s_w[kMaxSeg];
+  __shared__ float s_red[kWarps];
+  const int head = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int stride = hdv + 2;
+  const float* ph = partial + static_cast<size_t>(head) * n_seg * stride;
+  float big = -INFINITY;
+  for (int s = threadIdx.x; s < n_seg; s += kThreads) big = fmaxf(big, ph[s * stride]);
+  big = warp_max(big);
+  if (lane == 0) s_red[warp] = big;
+  __syncthreads();
+  big = fmaxf(fmaxf(s_red[0], s_red[1]), fmaxf(s_red[2], s_red[3]));
+  __syncthreads();
   float l = 0.0f;
-  for (int j = threadIdx.x; j < n_keys; j += kThreads) {
-    const float p = expf(s_p[j] - m);
-    s_p[j] = p;
-    l += p;
+  for (int s = threadIdx.x; s < n_seg; s += kThreads) {
+    const float w = expf(ph[s * stride] - big);
+    s_w[s] = w;
+    l += w * ph[s * stride + 1];
   }
   l = warp_sum(l);
   if (lane == 0) s_red[warp] = l;
   __syncthreads();
-  l = 0.0f;
-  for (int w = 0; w < kWarps; ++w) l += s_red[w];
-
-  // Weighted sum of V rows: a thread per output dimension.
-  float acc[kDvPerThread] = {};
-  for (int j = 0; j < n_keys; ++j) {
-    const uint16_t* vr = a.v + (first + j) * a.v_stride + kv_head * a.head_dim_v;
-    const float p = s_p[j];
-#pragma unroll
-    for (int k = 0; k < kDvPerThread; ++k) {
-      const int d = threadIdx.x + k * kThreads;
-      if (d < hdv) acc[k] += p * half_bits_to_float(vr[d]);
-    }
-  }
-  float* out = partial + (static_cast<size_t>(head) * n_seg + seg) * (hdv + 2);
-  if (threadIdx.x == 0) {
-    out[0] = m;
-    out[1] = l;
-  }
-#pragma unroll
-  for (int k = 0; k < kDvPerThread; ++k) {
-    const int d = threadIdx.x + k * kThreads;
-    if (d < hdv) out[2 + d] = acc[k];
-  }
-}
-
-// out[head] = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s.
-__global__ void __launch_bounds__(kThreads)
-    attn_merge(const float* __restrict__ partial, int n_seg, int hdv, float* __restrict__ out) {
-  const int head = blockIdx.x;
-  const float* ph = partial + static_cast<size_t>(head) * n_seg * (hdv + 2);
-  float big = -INFINITY;
-  for (int s = 0; s < n_seg; ++s) big = fmaxf(big, ph[s * (hdv + 2)]);
-  float l = 0.0f;
-  for (int s = 0; s < n_seg; ++s) l += expf(ph[s * (hdv + 2)] - big) * ph[s * (hdv + 2) + 1];
-  const float inv = 1.0f / l;
+  const float inv = 1.0f / (((s_red[0] + s_red[1]) + s_red[2]) + s_red[3]);
   for (int d = threadIdx.x; d < hdv; d += kThreads) {
     float acc = 0.0f;
-    for (int s = 0; s < n_seg; ++s) acc += expf(ph[s * (hdv + 2)] - big) * ph[s * (hdv + 2) + 2 + d];
+#pragma unroll 8
+    for (int s = 0; s < n_seg; ++s) acc += s_w[s] * ph[s * stride + 2 + d];
     out[static_cast<size_t>(head) * hdv + d] = acc * inv;
   }
 }
 
+// q heads per block: 4 when the GQA group fits (fewer registers, more blocks resident).
+int heads_per_block(int64_t n_head, int64_t n_head_kv) {
+  return n_head / n_head_kv <= 4 ? 4 : kMaxG;
+}
+int64_t head_chunks(int64_t n_head, int64_t n_head_kv) {
+  const int g = heads_per_block(n_head, n_head_kv);
+  return (n_head / n_head_kv + g - 1) / g;
+}
+
+// Keys per segment: kSeg, halved (down to 32) while that leaves fewer than kFillBlocks blocks.
+int64_t segment_length(int64_t n_kv, int64_t blocks_per_segment) {
+  int64_t seg = kSeg;
+  while (seg > 32 && (n_kv + seg - 1) / seg * blocks_per_segment < kFillBlocks) seg /= 2;
+  return seg;
+}
+
 }  // namespace
 
-size_t attention_scratch_bytes(int64_t n_head, int64_t head_dim_v, int64_t n_kv) {
-  const int64_t n_seg = (n_kv + kAttnSegment - 1) / kAttnSegment;
+size_t attention_scratch_bytes(int64_t n_head, int64_t n_head_kv, int64_t head_dim_v, int64_t n_kv) {
+  // Shorter segments only happen while segments x blocks < kFillBlocks, so their count stays
+  // under 2 * kFillBlocks / blocks + 2 (one halving past the threshold, rounding up).
+  const int64_t per_seg = n_head_kv * head_chunks(n_head, n_head_kv);
+  const int64_t n_seg = (n_kv + kSeg - 1) / kSeg + 2 * ((kFillBlocks + per_seg - 1) / per_seg) + 2;
   return static_cast<size_t>(n_head * n_seg * (head_dim_v + 2)) * sizeof(float);
 }
 
 void attention_decode(const AttnDecodeArgs& a, void* scratch, StreamHandle stream) {
-  const int n_seg = static_cast<int>((a.kv_end - a.kv_first + kAttnSegment - 1) / kAttnSegment);
+  const int64_t n_kv = a.kv_end - a.kv_first;
+  const int64_t chunks = head_chunks(a.n_head, a.n_head_kv);
+  const int64_t seg_len = segment_length(n_kv, a.n_head_kv * chunks);
+  const int n_seg = static_cast<int>((n_kv + seg_len - 1) / seg_len);
   auto* partial = static_cast<float*>(scratch);
-  attn_segment<<<dim3(static_cast<unsigned>(n_seg), static_cast<unsigned>(a.n_head)), kThreads, 0,
-                 stream>>>(a, partial, n_seg);
+  const dim3 grid(static_cast<unsigned>(n_seg), static_cast<unsigned>(a.n_head_kv),
+                  static_cast<unsigned>(chunks));
+  assert(n_seg <= kMaxSeg);
+  if (heads_per_block(a.n_head, a.n_head_kv) == 4) {
+    attn_segment<4><<<grid, kThreads, 0, stream>>>(a, partial, n_seg, static_cast<int>(seg_len));
+  } else {
+    attn_segment<kMaxG><<<grid, kThreads, 0, stream>>>(a, partial, n_seg, static_cast<int>(seg_len));
+  }
   attn_merge<<<static_cast<unsigned>(a.n_head), kThreads, 0, stream>>>(
       partial, n_seg, static_cast<int>(a.head_dim_v), a.out);
 }

@@ -1,8 +1,10 @@
 // Decode attention on the GPU: the queries of one token against an F16 KV cache in device
-// memory, split over keys. Each (head, segment of kAttnSegment keys) computes its scores,
-// their max m, sum l of exp(s - m) and the exp-weighted sum of V rows; a second kernel
-// merges the segments of a head (the log-sum-exp merge), so long contexts use the whole
-// GPU even with one kv head.
+// memory, split over keys. A thread block takes one segment of keys (up to kAttnSegment;
+// shorter when that gives too few blocks to fill the GPU) of one kv head and every q head
+// that reads it (GQA), so K and V are read once: scores, their max m, the sum l of
+// exp(s - m) and the exp-weighted sum of V rows per q head. A second kernel merges the
+// segments of a head (the log-sum-exp merge), so long contexts use the whole GPU even
+// with one kv head. Loads are 16 bytes (8 halves) per thread, several keys in flight.
 //
 // The math is the CPU's (model/blocks.cc): s = (q . k) * kq_scale, softmax over the
 // visible keys, out = sum p v; GQA: q head h reads kv head h / (n_head / n_head_kv).
@@ -31,10 +33,12 @@ struct AttnDecodeArgs {
 };
 
 // Bytes of device scratch attention_decode needs for up to n_kv visible keys.
-size_t attention_scratch_bytes(int64_t n_head, int64_t head_dim_v, int64_t n_kv);
+size_t attention_scratch_bytes(int64_t n_head, int64_t n_head_kv, int64_t head_dim_v, int64_t n_kv);
 
-// REQUIRES: head_dim, head_dim_v even and <= kAttnMaxHeadDim; n_head % n_head_kv == 0;
-// kv_end > kv_first; scratch >= attention_scratch_bytes(n_head, head_dim_v, kv_end - kv_first).
+// REQUIRES: head_dim, head_dim_v multiples of 8 and <= kAttnMaxHeadDim; k, v, k_stride,
+// v_stride 16-byte aligned (multiples of 8 halves); n_head % n_head_kv == 0;
+// 0 < kv_end - kv_first <= 1024 * kAttnSegment;
+// scratch >= attention_scratch_bytes(n_head, n_head_kv, head_dim_v, kv_end - kv_first).
 void attention_decode(const AttnDecodeArgs& a, void* scratch, StreamHandle stream);
 
 }  // namespace hypura::compute::cuda

@@ -171,8 +171,9 @@ TEST_F(CudaTest, MatvecMatchesCpuForEveryType) {
   uint32_t seed = 100;
   for (GgmlType type : types) {
     // 67 rows: not a multiple of the rows per thread block; 768 and 2304 columns: 3 and
-    // 9 super-blocks (not a multiple of the 32 lanes' items).
-    std::vector<MatvecShape> shapes = {{67, 768}, {130, 2304}};
+    // 9 super-blocks (not a multiple of the 32 lanes' items); 12289 rows: tall enough for
+    // two rows per warp, with a last warp of one row.
+    std::vector<MatvecShape> shapes = {{67, 768}, {130, 2304}, {12289, 256}};
     if (quant::block_size(type) == 1) shapes.push_back({33, 100});  // the 1-element path
     for (const MatvecShape& sh : shapes) {
       SCOPED_TRACE(std::string(gguf::type_name(type)) + " " + std::to_string(sh.n_rows) + "x" +
@@ -290,8 +291,12 @@ TEST_F(CudaTest, AttentionDecodeMatchesCpu) {
   struct Case {
     int64_t n_head, n_head_kv, head_dim, kv_first, kv_end;
   };
+  // GQA groups of 4, 1, 2, 12 (two blocks of q heads) and 3; head_dim 128, 64, 256 and 96
+  // (lanes per key not a power of two); one key; windows not starting at 0; short contexts
+  // (shortened segments) and long ones.
   for (const Case& c : {Case{8, 2, 128, 100, 1000}, Case{4, 4, 64, 0, 1}, Case{2, 1, 256, 0, 300},
-                        Case{32, 8, 128, 0, 4096}}) {
+                        Case{32, 8, 128, 0, 4096}, Case{12, 1, 128, 0, 700}, Case{6, 2, 96, 5, 333},
+                        Case{32, 8, 128, 0, 20000}}) {
     SCOPED_TRACE(std::to_string(c.head_dim) + " " + std::to_string(c.kv_end));
     const int64_t n_ctx = c.kv_end, width = c.n_head_kv * c.head_dim;
     const std::vector<float> q = random_floats(c.n_head * c.head_dim, 8);
@@ -323,7 +328,7 @@ TEST_F(CudaTest, AttentionDecodeMatchesCpu) {
       }
     }
     DeviceBuffer dq = upload(q), dk = upload(k), dv = upload(v), dout = poisoned(want.size());
-    auto scratch = DeviceBuffer::allocate(attention_scratch_bytes(c.n_head, c.head_dim, n_kv));
+    auto scratch = DeviceBuffer::allocate(attention_scratch_bytes(c.n_head, c.n_head_kv, c.head_dim, n_kv));
     ASSERT_TRUE(scratch.is_ok());
     AttnDecodeArgs a;
     a.q = dq.as<float>();

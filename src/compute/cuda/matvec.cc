@@ -27,7 +27,21 @@ size_t matvec_scratch_bytes(int64_t n_cols) {
   return act_q8_layout(n_cols).total;
 }
 
-void matvec(const WeightView& w, const float* x, float* y, void* scratch, StreamHandle stream) {
+ActQ8 quantize_for(gguf::GgmlType type, const float* x, int64_t n_cols, void* scratch,
+                   StreamHandle stream) {
+  switch (quant::activation_type(type)) {
+    case gguf::GgmlType::Q8_0: return quantize_act(ActFormat::kQ8_0, x, n_cols, scratch, stream);
+    case gguf::GgmlType::Q8_1: return quantize_act(ActFormat::kQ8_1, x, n_cols, scratch, stream);
+    case gguf::GgmlType::Q8_K: return quantize_act(ActFormat::kQ8_K, x, n_cols, scratch, stream);
+    default: {
+      ActQ8 act;
+      act.x = x;
+      return act;
+    }
+  }
+}
+
+void matvec_quantized(const WeightView& w, const ActQ8& act, float* y, StreamHandle stream) {
   assert(matvec_supported(w.type));
   assert(w.n_cols % quant::block_size(w.type) == 0);
   MatvecArgs a;
@@ -35,27 +49,18 @@ void matvec(const WeightView& w, const float* x, float* y, void* scratch, Stream
   a.row_bytes = w.row_bytes();
   a.n_cols = w.n_cols;
   a.n_rows = w.n_rows;
+  a.act = act;
   a.y = y;
   a.stream = stream;
   const auto id = static_cast<uint32_t>(w.type);
-  switch (quant::activation_type(w.type)) {
-    case gguf::GgmlType::Q8_0:
-      a.act = quantize_act(ActFormat::kQ8_0, x, w.n_cols, scratch, stream);
-      launch_matvec_legacy(id, a);
-      return;
-    case gguf::GgmlType::Q8_1:
-      a.act = quantize_act(ActFormat::kQ8_1, x, w.n_cols, scratch, stream);
-      launch_matvec_legacy(id, a);
-      return;
-    case gguf::GgmlType::Q8_K:
-      a.act = quantize_act(ActFormat::kQ8_K, x, w.n_cols, scratch, stream);
-      launch_matvec_kquant(id, a);
-      return;
-    default:
-      a.act.x = x;
-      launch_matvec_float(id, a);
-      return;
-  }
+  const bool launched = launch_matvec_kquant(id, a) || launch_matvec_legacy(id, a) ||
+                        launch_matvec_float(id, a);
+  assert(launched);
+  (void)launched;
+}
+
+void matvec(const WeightView& w, const float* x, float* y, void* scratch, StreamHandle stream) {
+  matvec_quantized(w, quantize_for(w.type, x, w.n_cols, scratch, stream), y, stream);
 }
 
 }  // namespace hypura::compute::cuda

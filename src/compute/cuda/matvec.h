@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "compute/compute.h"
+#include "compute/cuda/act_q8.h"
 #include "compute/cuda/device.h"
 
 namespace hypura::compute::cuda {
@@ -29,5 +30,13 @@ size_t matvec_scratch_bytes(int64_t n_cols);
 // memory. Queued on `stream`; errors surface at Stream::synchronize().
 // REQUIRES: matvec_supported(w.type), rows of w 16-byte aligned, x 16-byte aligned.
 void matvec(const WeightView& w, const float* x, float* y, void* scratch, StreamHandle stream);
+
+// matvec() in its two steps, so products that share an input (Q, K and V; gate and up)
+// quantize it once: quantize_for() rounds x for weights of `type` into scratch (F32/F16/BF16:
+// nothing to do, act.x = x), matvec_quantized() multiplies. Weights whose types share an
+// activation format (quant::activation_type) may share one quantized x.
+ActQ8 quantize_for(gguf::GgmlType type, const float* x, int64_t n_cols, void* scratch,
+                   StreamHandle stream);
+void matvec_quantized(const WeightView& w, const ActQ8& act, float* y, StreamHandle stream);
 
 }  // namespace hypura::compute::cuda

@@ -7,7 +7,8 @@
 // device memory; products run as a captured CUDA graph of kGraphCalls calls, the way
 // decode steps will run, so launch gaps are not counted; the median of kReps replays.
 //
-// Usage: hypura_bench_cuda [type ...]   (default: Q4_K Q8_0 F16)
+// Usage: hypura_bench_cuda [--ncu] [type ...]   (default: Q4_K Q8_0 F16)
+// --ncu: no timing; three plain launches (no graph) of each product, for Nsight Compute.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,8 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "compute/cuda/attention.h"
 #include "compute/cuda/device.h"
 #include "compute/cuda/matvec.h"
+#include "quant/fp16.h"
 #include "quant/quant.h"
 
 namespace {
@@ -88,7 +91,24 @@ gguf::GgmlType parse_type(const std::string& s) {
   std::exit(2);
 }
 
-void bench_one(gguf::GgmlType type, const Shape& sh, double copy_bps, cudaStream_t s) {
+// Microseconds per call of fn(i) (which enqueues on s), from a captured graph of
+// kGraphCalls calls, i = 0..kGraphCalls-1: the median of kReps replays.
+template <typename Fn>
+double graph_us(cudaStream_t s, Fn fn) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+  for (int i = 0; i < kGraphCalls; ++i) fn(i);
+  check(cudaStreamEndCapture(s, &graph), "end capture");
+  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  const double ms = median_ms(s, kReps, [&] { check(cudaGraphLaunch(exec, s), "launch"); });
+  check(cudaStreamSynchronize(s), "sync");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return ms * 1e3 / kGraphCalls;
+}
+
+void bench_one(gguf::GgmlType type, const Shape& sh, double copy_bps, cudaStream_t s, bool ncu) {
   const size_t row = quant::row_size(type, sh.n_cols);
   const size_t bytes = row * static_cast<size_t>(sh.n_rows);
   // 64 distinct random rows, tiled over the matrix (HBM does not compress cudaMalloc memory).
@@ -122,24 +142,71 @@ void bench_one(gguf::GgmlType type, const Shape& sh, double copy_bps, cudaStream
   if (!dx.is_ok() || !dy.is_ok() || !scratch.is_ok()) std::exit(1);
   check(cudaMemcpy(dx->data(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), "h2d");
 
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
-  for (int i = 0; i < kGraphCalls; ++i) {
-    const compute::WeightView w{copies[i % n_copies].data(), type, sh.n_cols, sh.n_rows};
-    matvec(w, dx->as<float>(), dy->as<float>(), scratch->data(), s);
-  }
-  check(cudaStreamEndCapture(s, &graph), "end capture");
-  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  const double ms = median_ms(s, kReps, [&] { check(cudaGraphLaunch(exec, s), "launch"); });
+  const ActQ8 act = quantize_for(type, dx->as<float>(), sh.n_cols, scratch->data(), s);
   check(cudaStreamSynchronize(s), "sync");
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  const double us = ms * 1e3 / kGraphCalls;
-  const double gbps = static_cast<double>(bytes) / (us * 1e-6) / 1e9;
-  std::printf("%-5s %-22s %6lld x %-6lld %8.1f MB %9.2f us %8.0f GB/s %6.1f%% of copy\n",
-              gguf::type_name(type), sh.name, static_cast<long long>(sh.n_rows),
-              static_cast<long long>(sh.n_cols), bytes / 1e6, us, gbps, 100.0 * gbps * 1e9 / copy_bps);
+  auto view = [&](int i) {
+    return compute::WeightView{copies[i % n_copies].data(), type, sh.n_cols, sh.n_rows};
+  };
+  if (ncu) {
+    for (int i = 0; i < 3; ++i) matvec_quantized(view(i), act, dy->as<float>(), s);
+    check(cudaStreamSynchronize(s), "sync");
+    return;
+  }
+  // Whole matvec() (quantize + product), then the product alone on pre-quantized x.
+  const double us_full = graph_us(s, [&](int i) {
+    matvec(view(i), dx->as<float>(), dy->as<float>(), scratch->data(), s);
+  });
+  const double us_kernel = graph_us(s, [&](int i) { matvec_quantized(view(i), act, dy->as<float>(), s); });
+  auto gbps = [&](double us) { return static_cast<double>(bytes) / (us * 1e-6) / 1e9; };
+  std::printf("%-5s %-22s %8.1f MB | matvec %8.2f us %6.0f GB/s %5.1f%% | kernel %8.2f us %6.0f GB/s %5.1f%%\n",
+              gguf::type_name(type), sh.name, bytes / 1e6, us_full, gbps(us_full),
+              100.0 * gbps(us_full) * 1e9 / copy_bps, us_kernel, gbps(us_kernel),
+              100.0 * gbps(us_kernel) * 1e9 / copy_bps);
+}
+
+// Decode attention at Llama-3-8B's shape (32 q heads, 8 kv heads, head_dim 128) over an
+// F16 cache of n_kv positions: GB/s of K and V read.
+void bench_attention(int64_t n_kv, double copy_bps, cudaStream_t s) {
+  const int64_t n_head = 32, n_head_kv = 8, hd = 128, width = n_head_kv * hd;
+  const size_t kv_bytes = static_cast<size_t>(n_kv * width) * 2;
+  const int n_copies = static_cast<int>(std::max<size_t>(1, (size_t{512} << 20) / (2 * kv_bytes) + 1));
+  std::vector<uint16_t> host(static_cast<size_t>(n_kv * width));
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (auto& h : host) h = quant::f32_to_fp16(dist(rng));
+  std::vector<DeviceBuffer> ks, vs;
+  for (int c = 0; c < n_copies; ++c) {
+    auto k = DeviceBuffer::allocate(kv_bytes), v = DeviceBuffer::allocate(kv_bytes);
+    if (!k.is_ok() || !v.is_ok()) std::exit(1);
+    check(cudaMemcpy(k->data(), host.data(), kv_bytes, cudaMemcpyHostToDevice), "h2d");
+    check(cudaMemcpy(v->data(), host.data(), kv_bytes, cudaMemcpyHostToDevice), "h2d");
+    ks.push_back(std::move(*k));
+    vs.push_back(std::move(*v));
+  }
+  std::vector<float> qh(static_cast<size_t>(n_head * hd));
+  for (float& q : qh) q = dist(rng);
+  auto q = DeviceBuffer::allocate(qh.size() * 4), out = DeviceBuffer::allocate(qh.size() * 4);
+  auto scratch = DeviceBuffer::allocate(attention_scratch_bytes(n_head, n_head_kv, hd, n_kv));
+  if (!q.is_ok() || !out.is_ok() || !scratch.is_ok()) std::exit(1);
+  check(cudaMemcpy(q->data(), qh.data(), qh.size() * 4, cudaMemcpyHostToDevice), "h2d");
+  const double us = graph_us(s, [&](int i) {
+    AttnDecodeArgs a;
+    a.q = q->as<float>();
+    a.k = ks[i % n_copies].as<uint16_t>();
+    a.v = vs[i % n_copies].as<uint16_t>();
+    a.out = out->as<float>();
+    a.n_head = n_head;
+    a.n_head_kv = n_head_kv;
+    a.head_dim = a.head_dim_v = hd;
+    a.k_stride = a.v_stride = width;
+    a.kv_first = 0;
+    a.kv_end = n_kv;
+    a.kq_scale = 0.088f;
+    attention_decode(a, scratch->data(), s);
+  });
+  const double gbps = 2.0 * kv_bytes / (us * 1e-6) / 1e9;
+  std::printf("attention decode 32/8 heads x 128, %6lld keys: %8.2f us %6.0f GB/s of K+V %5.1f%% of copy\n",
+              static_cast<long long>(n_kv), us, gbps, 100.0 * gbps * 1e9 / copy_bps);
 }
 
 }  // namespace
@@ -162,14 +229,24 @@ int main(int argc, char** argv) {
               info->cc_minor);
   std::printf("device-to-device copy (2 GiB, read + write): %.0f GB/s\n", copy_bps / 1e9);
   std::vector<gguf::GgmlType> types;
-  for (int i = 1; i < argc; ++i) types.push_back(parse_type(argv[i]));
+  bool ncu = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--ncu") == 0) {
+      ncu = true;
+    } else {
+      types.push_back(parse_type(argv[i]));
+    }
+  }
   if (types.empty()) types = {gguf::GgmlType::Q4_K, gguf::GgmlType::Q8_0, gguf::GgmlType::F16};
   const Shape shapes[] = {{"attn_q/o 4096x4096", 4096, 4096},
                           {"ffn_gate/up 14336x4096", 14336, 4096},
                           {"ffn_down 4096x14336", 4096, 14336},
                           {"output 128256x4096", 128256, 4096}};
   for (gguf::GgmlType t : types) {
-    for (const Shape& sh : shapes) bench_one(t, sh, copy_bps, s);
+    for (const Shape& sh : shapes) bench_one(t, sh, copy_bps, s, ncu);
+  }
+  if (!ncu) {
+    for (int64_t n_kv : {512, 4096, 16384, 65536}) bench_attention(n_kv, copy_bps, s);
   }
   cudaStreamDestroy(s);
   return 0;
