@@ -23,6 +23,7 @@
 #include "compute/cuda/binary.h"
 #include "compute/cuda/device.h"
 #include "compute/cuda/matvec.h"
+#include "compute/cuda/matvec_impl_config.h"
 #include "compute/cuda/norm.h"
 #include "compute/cuda/quantize.h"
 #include "compute/cuda/rope.h"
@@ -159,9 +160,11 @@ TEST_F(CudaTest, ActivationQuantizationMatchesCpuExactly) {
 
 struct MatvecShape {
   int64_t n_rows, n_cols;
+  int config;  // g_matvec_config_override: -1 the shape policy, 0..2 a forced kernel configuration
 };
 
-// GPU y = W x against the CPU's scalar matmul (the reference twins) for every weight type.
+// GPU y = W x against the CPU's scalar matmul (the reference twins) for every weight type,
+// in every kernel configuration.
 TEST_F(CudaTest, MatvecMatchesCpuForEveryType) {
   const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,
                             GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
@@ -170,14 +173,21 @@ TEST_F(CudaTest, MatvecMatchesCpuForEveryType) {
   Context cpu(1, "scalar");
   uint32_t seed = 100;
   for (GgmlType type : types) {
-    // 67 rows: not a multiple of the rows per thread block; 768 and 2304 columns: 3 and
-    // 9 super-blocks (not a multiple of the 32 lanes' items); 12289 rows: tall enough for
-    // two rows per warp, with a last warp of one row.
-    std::vector<MatvecShape> shapes = {{67, 768}, {130, 2304}, {12289, 256}};
-    if (quant::block_size(type) == 1) shapes.push_back({33, 100});  // the 1-element path
+    // 67 and 130 rows: not multiples of the rows per thread block; 768 and 2304 columns:
+    // 3 and 9 super-blocks (not a multiple of the 32 lanes' items); each in every
+    // configuration. 12289 rows and 33 x 8192: what the shape policy picks for tall and
+    // for short wide matrices.
+    std::vector<MatvecShape> shapes;
+    for (int config = 0; config < 3; ++config) {
+      shapes.push_back({67, 768, config});
+      shapes.push_back({130, 2304, config});
+      if (quant::block_size(type) == 1) shapes.push_back({33, 100, config});  // 1-element path
+    }
+    shapes.push_back({12289, 256, -1});
+    shapes.push_back({33, 8192, -1});
     for (const MatvecShape& sh : shapes) {
       SCOPED_TRACE(std::string(gguf::type_name(type)) + " " + std::to_string(sh.n_rows) + "x" +
-                   std::to_string(sh.n_cols));
+                   std::to_string(sh.n_cols) + " config " + std::to_string(sh.config));
       const size_t row = quant::row_size(type, sh.n_cols);
       std::vector<uint8_t> w(row * sh.n_rows);
       for (int64_t r = 0; r < sh.n_rows; ++r) {
@@ -191,8 +201,10 @@ TEST_F(CudaTest, MatvecMatchesCpuForEveryType) {
       DeviceBuffer dw = upload(w), dx = upload(x), dy = poisoned(sh.n_rows);
       auto scratch = DeviceBuffer::allocate(matvec_scratch_bytes(sh.n_cols));
       ASSERT_TRUE(scratch.is_ok());
+      g_matvec_config_override = sh.config;
       matvec(WeightView{dw.data(), type, sh.n_cols, sh.n_rows}, dx.as<float>(), dy.as<float>(),
              scratch->data(), stream_.handle());
+      g_matvec_config_override = -1;
       const std::vector<float> got = download(dy, sh.n_rows);
       EXPECT_LE(rel_l2(got, want), kMatvecRelL2);
     }

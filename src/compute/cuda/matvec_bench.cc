@@ -7,8 +7,9 @@
 // device memory; products run as a captured CUDA graph of kGraphCalls calls, the way
 // decode steps will run, so launch gaps are not counted; the median of kReps replays.
 //
-// Usage: hypura_bench_cuda [--ncu] [type ...]   (default: Q4_K Q8_0 F16)
+// Usage: hypura_bench_cuda [--ncu] [--configs] [type ...]   (default: Q4_K Q8_0 F16)
 // --ncu: no timing; three plain launches (no graph) of each product, for Nsight Compute.
+// --configs: also time each kernel configuration (matvec_impl.cuh) at every shape.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "compute/cuda/attention.h"
 #include "compute/cuda/device.h"
 #include "compute/cuda/matvec.h"
+#include "compute/cuda/matvec_impl_config.h"
 #include "quant/fp16.h"
 #include "quant/quant.h"
 
@@ -108,7 +110,8 @@ double graph_us(cudaStream_t s, Fn fn) {
   return ms * 1e3 / kGraphCalls;
 }
 
-void bench_one(gguf::GgmlType type, const Shape& sh, double copy_bps, cudaStream_t s, bool ncu) {
+void bench_one(gguf::GgmlType type, const Shape& sh, double copy_bps, cudaStream_t s, bool ncu,
+               bool configs) {
   const size_t row = quant::row_size(type, sh.n_cols);
   const size_t bytes = row * static_cast<size_t>(sh.n_rows);
   // 64 distinct random rows, tiled over the matrix (HBM does not compress cudaMalloc memory).
@@ -158,6 +161,16 @@ void bench_one(gguf::GgmlType type, const Shape& sh, double copy_bps, cudaStream
   });
   const double us_kernel = graph_us(s, [&](int i) { matvec_quantized(view(i), act, dy->as<float>(), s); });
   auto gbps = [&](double us) { return static_cast<double>(bytes) / (us * 1e-6) / 1e9; };
+  if (configs) {
+    const char* names[] = {"1 row/warp", "2 rows/warp", "split over 2 warps"};
+    for (int c = 0; c < 3; ++c) {
+      g_matvec_config_override = c;
+      const double us = graph_us(s, [&](int i) { matvec_quantized(view(i), act, dy->as<float>(), s); });
+      std::printf("%-5s %-22s config %-18s kernel %8.2f us %6.0f GB/s %5.1f%%\n", gguf::type_name(type),
+                  sh.name, names[c], us, gbps(us), 100.0 * gbps(us) * 1e9 / copy_bps);
+    }
+    g_matvec_config_override = -1;
+  }
   std::printf("%-5s %-22s %8.1f MB | matvec %8.2f us %6.0f GB/s %5.1f%% | kernel %8.2f us %6.0f GB/s %5.1f%%\n",
               gguf::type_name(type), sh.name, bytes / 1e6, us_full, gbps(us_full),
               100.0 * gbps(us_full) * 1e9 / copy_bps, us_kernel, gbps(us_kernel),
@@ -229,9 +242,11 @@ int main(int argc, char** argv) {
               info->cc_minor);
   std::printf("device-to-device copy (2 GiB, read + write): %.0f GB/s\n", copy_bps / 1e9);
   std::vector<gguf::GgmlType> types;
-  bool ncu = false;
+  bool ncu = false, configs = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--ncu") == 0) {
+    if (std::strcmp(argv[i], "--configs") == 0) {
+      configs = true;
+    } else if (std::strcmp(argv[i], "--ncu") == 0) {
       ncu = true;
     } else {
       types.push_back(parse_type(argv[i]));
@@ -243,7 +258,7 @@ int main(int argc, char** argv) {
                           {"ffn_down 4096x14336", 4096, 14336},
                           {"output 128256x4096", 128256, 4096}};
   for (gguf::GgmlType t : types) {
-    for (const Shape& sh : shapes) bench_one(t, sh, copy_bps, s, ncu);
+    for (const Shape& sh : shapes) bench_one(t, sh, copy_bps, s, ncu, configs);
   }
   if (!ncu) {
     for (int64_t n_kv : {512, 4096, 16384, 65536}) bench_attention(n_kv, copy_bps, s);

@@ -67,6 +67,8 @@ void launch_float(const MatvecArgs& a) {
 
 }  // namespace
 
+int g_matvec_config_override = -1;
+
 bool launch_matvec_float(uint32_t type_id, const MatvecArgs& a) {
   switch (type_id) {
     case 0: launch_float<FloatFmt::kF32>(a); return true;    // F32

@@ -12,62 +12,102 @@
 #pragma once
 
 #include "compute/cuda/common.cuh"
+#include "compute/cuda/matvec_impl_config.h"
 #include "compute/cuda/matvec_launch.h"
 
 namespace hypura::compute::cuda {
 
 constexpr int kMatvecWarps = 4;  // warps per thread block
-constexpr int kMatvecMaxRows = 2;  // rows per warp, at most
 constexpr int kMatvecUnroll = 4;   // item iterations whose loads are issued together
-// Tall matrices (more rows than about 1.5 waves of one-row warps on an H200) take two
-// rows per warp: fewer waves and twice the loads in flight per warp (measured: output
-// 128256x4096 Q4_K 94 -> 82 us, ffn_gate 14336x4096 12.5 -> 11.8 us; shorter matrices
-// lose with fewer warps, ffn_down 4096x14336 14.2 -> 15.4 us). docs/GPU.md, device call 4.
-constexpr int64_t kMatvecTwoRowsFrom = 12288;
+// The shape policy (launch_matvec), from every configuration timed at the four Llama-3-8B
+// shapes on an H200 (132 SMs; docs/GPU.md, device call 6):
+//   n_rows >= 65536 (the output head): two rows per warp (Q4_K 93 -> 84 us, Q6_K 161 ->
+//     148, Q8_0 139 -> 136; F16 even);
+//   n_rows >= 12288 (ffn_gate/up): two rows per warp when a lane has fewer than 8 items
+//     of a row (K-quants: Q4_K 12.7 -> 12.4 us, Q6_K 20.7 -> 19.8), else each row split
+//     over two warps (F16 33.4 -> 31.5, Q8_0 18.7 -> 18.2);
+//   n_rows <= 4224 with >= 8 items per lane, quantized (ffn_down): split over two warps
+//     (Q4_K 14.2 -> 13.2 us; F16 loses 5% there and keeps one row);
+//   else one row per warp.
+constexpr int64_t kMatvecOutputRows = 65536;
+constexpr int64_t kMatvecTallRows = 12288;
+constexpr int64_t kMatvecShortRows = 4224;
 
-// `rows` (1 or 2) rows per warp, their items interleaved so that rows * kMatvecUnroll loads
-// per lane are in flight before the first is used.
-template <class Traits>
+// kRows (1 or 2) rows per warp, their items interleaved so that kRows * kMatvecUnroll loads
+// per lane are in flight before the first is used; with kSplit == 2 a pair of warps shares
+// a row, each taking every other 32 items, and their sums meet in shared memory (fixed
+// order: results depend only on the shape). Both are compile-time: as run-time values they
+// cost registers and occupancy (measured, device call 5).
+template <class Traits, int kRows, int kSplit>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_blocks, ActQ8 act,
-                  float* __restrict__ y, int n_rows, int rows) {
-  const int row0 = (blockIdx.x * kMatvecWarps + threadIdx.x / 32) * rows;
-  const int lane = threadIdx.x % 32;
-  if (row0 >= n_rows) return;
-  const uint8_t* wr[kMatvecMaxRows];
+                  float* __restrict__ y, int n_rows) {
+  __shared__ float s_part[kSplit == 2 ? kMatvecWarps : 1][kRows];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = (blockIdx.x * (kMatvecWarps / kSplit) + warp / kSplit) * kRows;
+  const int part = warp % kSplit;
+  const bool live = row0 < n_rows;  // no early return: split blocks meet at a barrier
+  const uint8_t* wr[kRows];
 #pragma unroll
-  for (int r = 0; r < kMatvecMaxRows; ++r) {
+  for (int r = 0; r < kRows; ++r) {
     // A second row past the end repeats the last one (its sum is dropped).
     wr[r] = w + static_cast<size_t>(min(row0 + r, n_rows - 1)) * row_bytes;
   }
-  const int n_items = n_blocks * Traits::kChunks;
-  float sum[kMatvecMaxRows] = {};
+  const int n_items = live ? n_blocks * Traits::kChunks : 0;
+  float sum[kRows] = {};
 #pragma unroll kMatvecUnroll
-  for (int i = lane; i < n_items; i += 32) {
+  for (int i = part * 32 + lane; i < n_items; i += 32 * kSplit) {
     const int b = i / Traits::kChunks, c = i % Traits::kChunks;
 #pragma unroll
-    for (int r = 0; r < kMatvecMaxRows; ++r) {
-      if (r < rows) {  // uniform over the grid
-        sum[r] += Traits::dot(wr[r] + static_cast<size_t>(b) * Traits::kBlockBytes, act, b, c);
-      }
+    for (int r = 0; r < kRows; ++r) {
+      sum[r] += Traits::dot(wr[r] + static_cast<size_t>(b) * Traits::kBlockBytes, act, b, c);
     }
   }
 #pragma unroll
-  for (int r = 0; r < kMatvecMaxRows; ++r) {
-    const float v = warp_sum(sum[r]);
-    if (lane == 0 && r < rows && row0 + r < n_rows) y[row0 + r] = v;
+  for (int r = 0; r < kRows; ++r) sum[r] = warp_sum(sum[r]);
+  if constexpr (kSplit == 2) {
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) s_part[warp][r] = sum[r];
+    }
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) sum[r] = s_part[warp][r] + s_part[warp + 1][r];
   }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    if (lane == 0 && row0 + r < n_rows) y[row0 + r] = sum[r];
+  }
+}
+
+template <class Traits, int kRows, int kSplit>
+void launch_matvec_config(const MatvecArgs& a) {
+  const int64_t rows_per_block = kMatvecWarps / kSplit * kRows;
+  const unsigned grid = static_cast<unsigned>((a.n_rows + rows_per_block - 1) / rows_per_block);
+  matvec_kernel<Traits, kRows, kSplit><<<grid, kMatvecWarps * 32, 0, a.stream>>>(
+      static_cast<const uint8_t*>(a.w), a.row_bytes,
+      static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y, static_cast<int>(a.n_rows));
 }
 
 template <class Traits>
 void launch_matvec(const MatvecArgs& a) {
-  const int rows = a.n_rows >= kMatvecTwoRowsFrom ? 2 : 1;
-  const int64_t rows_per_block = kMatvecWarps * rows;
-  const unsigned grid = static_cast<unsigned>((a.n_rows + rows_per_block - 1) / rows_per_block);
-  matvec_kernel<Traits><<<grid, kMatvecWarps * 32, 0, a.stream>>>(
-      static_cast<const uint8_t*>(a.w), a.row_bytes,
-      static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y, static_cast<int>(a.n_rows),
-      rows);
+  const int64_t items_per_lane = a.n_cols / Traits::kBlockElems * Traits::kChunks / 32;
+  constexpr bool kFloat = Traits::kBlockElems < 32;  // F32 / F16 / BF16
+  int config = 0;  // one row per warp
+  if (a.n_rows >= kMatvecOutputRows) {
+    config = 1;  // two rows per warp
+  } else if (a.n_rows >= kMatvecTallRows) {
+    config = items_per_lane < 8 ? 1 : 2;  // 2: split over two warps
+  } else if (a.n_rows <= kMatvecShortRows && items_per_lane >= 8 && !kFloat) {
+    config = 2;
+  }
+  if (g_matvec_config_override >= 0) config = g_matvec_config_override;
+  switch (config) {
+    case 1: launch_matvec_config<Traits, 2, 1>(a); break;
+    case 2: launch_matvec_config<Traits, 1, 2>(a); break;
+    default: launch_matvec_config<Traits, 1, 1>(a); break;
+  }
 }
 
 }  // namespace hypura::compute::cuda
