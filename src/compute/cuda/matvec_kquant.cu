@@ -42,6 +42,14 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int* sc, i
   }
 }
 
+// d_x * d * isum - d_x * dmin * summs in the CPU's order (Q2_K, Q4_K, Q5_K); d and dmin
+// point at the block's fp16 scales.
+__device__ __forceinline__ float scale_and_min(float dx, const uint8_t* d, const uint8_t* dmin,
+                                               int isum, int summs) {
+  return dx * half_bits_to_float(load_u16(d)) * static_cast<float>(isum) -
+         dx * half_bits_to_float(load_u16(dmin)) * static_cast<float>(summs);
+}
+
 struct Q2_K {
   static constexpr int kBlockBytes = 84, kBlockElems = kQK_K, kChunks = 4;
   static __device__ __forceinline__ float dot(const uint8_t* w, const ActQ8& act, int b, int c) {
@@ -61,9 +69,7 @@ struct Q2_K {
       isum += (sc & 0xF) * r.sumi;
       summs += (sc >> 4) * r.sx;
     }
-    const float dx = act.d[b];
-    return dx * half_bits_to_float(load_u16(w + 80)) * static_cast<float>(isum) -
-           dx * half_bits_to_float(load_u16(w + 82)) * static_cast<float>(summs);
+    return scale_and_min(act.d[b], w + 80, w + 82, isum, summs);
   }
 };
 
@@ -126,9 +132,7 @@ struct K4 {
     scale_min_k4(2 * p + 1, w + 4, &sc_hi, &m_hi);
     const int isum = sc_lo * rl.sumi + sc_hi * rh.sumi;
     const int summs = m_lo * rl.sx + m_hi * rh.sx;
-    const float dx = act.d[b];
-    return dx * half_bits_to_float(load_u16(w)) * static_cast<float>(isum) -
-           dx * half_bits_to_float(load_u16(w + 2)) * static_cast<float>(summs);
+    return scale_and_min(act.d[b], w, w + 2, isum, summs);
   }
 };
 
