@@ -35,7 +35,9 @@ void expect_limit(std::string_view source, const RenderLimits& limits = {}) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_FALSE(out.is_ok()) << source;
   EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted) << out.status().message();
-  EXPECT_LT(s, 5.0) << source;
+  // A hang guard only: the limit that tripped is checked above; under a loaded machine
+  // (ctest -j beside builds) a bounded render can still take seconds of wall time.
+  EXPECT_LT(s, 30.0) << source;
 }
 
 // Issue 14.1: INT64_MIN // -1 and % -1 raised SIGFPE; + - * and unary minus wrapped
@@ -107,7 +109,7 @@ TEST(JinjaLimits, WallTimeIsBounded) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_FALSE(out.is_ok());
   EXPECT_NE(out.status().message().find("more than 100 ms"), std::string::npos) << out.status().message();
-  EXPECT_LT(s, 1.0);
+  EXPECT_LT(s, 10.0);  // hang guard; the message above says the 100 ms limit stopped it
 }
 
 // Issue 14.4: strftime_now wrote into 128 bytes and ignored strftime's 0, so a long
