@@ -73,6 +73,23 @@ struct ChatMessage {
   std::string content;
 };
 
+// How a conversation is rendered for generation.
+struct ChatOptions {
+  // Opens the assistant's turn after the last message (the usual case).
+  bool add_generation_prompt = true;
+  // The last message is an assistant's unfinished reply: render it without its
+  // end-of-turn marker so that generation continues it (add_generation_prompt is then
+  // ignored). REQUIRES: the last message's role is "assistant".
+  bool continue_final = false;
+};
+
+// Fill-in-the-middle control tokens (prefix, suffix, middle), when the model has them.
+struct FimTokens {
+  int32_t prefix = -1;
+  int32_t suffix = -1;
+  int32_t middle = -1;
+};
+
 class Engine;
 
 class Session {
@@ -91,6 +108,11 @@ class Session {
   virtual Status prefill(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) = 0;
   virtual void reset() = 0;  // clears the KV cache
   virtual int64_t n_past() const = 0;
+  // Tokens this session's KV cache holds at most (starts at Engine::n_ctx()).
+  virtual int64_t n_ctx() const = 0;
+  // Grows the KV cache to hold n_ctx tokens, keeping what it holds; a smaller n_ctx is a
+  // no-op. kResourceExhausted past Engine::max_context() or when the memory is not there.
+  virtual Status reserve_context(int64_t n_ctx) = 0;
 };
 
 class Engine {
@@ -101,7 +123,10 @@ class Engine {
   virtual const gguf::GgufFile& file() const = 0;
   virtual const tokenizer::Tokenizer& tokenizer() const = 0;
   virtual std::unique_ptr<Session> new_session() = 0;
+  // The context window a new session starts with (--context, capped by the trained length).
   virtual int64_t n_ctx() const = 0;
+  // The largest window a session may grow to (Session::reserve_context): the trained length.
+  virtual int64_t max_context() const { return n_ctx(); }
   virtual int64_t n_vocab() const = 0;
   virtual std::string architecture() const = 0;
   virtual std::string mode() const = 0;  // "full-resident", "dense-ffn-streaming", ...
@@ -115,8 +140,13 @@ class Engine {
 
   // Renders a conversation with the model's chat template and tokenizes it.
   virtual Result<std::vector<int32_t>> tokenize_chat(const std::vector<ChatMessage>& messages,
-                                                     bool add_generation_prompt) const = 0;
+                                                     const ChatOptions& options) const = 0;
+  // add_special: BOS (and EOS) where the tokenizer adds them. Control tokens written in
+  // the text are parsed (raw prompts are the client's own text).
   virtual std::vector<int32_t> tokenize(const std::string& text, bool add_special) const = 0;
+  // The model's fill-in-the-middle tokens (GGUF tokenizer.ggml.fim_*_token_id, else the
+  // vocabulary's <|fim_prefix|>/<fim_prefix>... names); nullopt when it has none.
+  virtual std::optional<FimTokens> fim_tokens() const { return std::nullopt; }
 };
 
 }  // namespace hypura::runtime

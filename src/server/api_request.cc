@@ -1,5 +1,6 @@
 #include "server/api_request.h"
 
+#include <cctype>
 #include <cmath>
 #include <limits>
 
@@ -178,11 +179,13 @@ Status parse_ollama_format(const json& body, GenerationRequest* req) {
   return Status::ok();
 }
 
-Status parse_keep_alive(const json& body) {
+Status parse_keep_alive(const json& body, GenerationRequest* req) {
   const json* v = field(body, "keep_alive");
-  if (v && !v->is_string() && !v->is_number()) {
+  if (!v) return Status::ok();
+  if (!v->is_string() && !v->is_number()) {
     return type_error("keep_alive", "a duration string or a number of seconds");
   }
+  req->unload = keep_alive_is_zero(*v);
   return Status::ok();
 }
 
@@ -217,7 +220,7 @@ Status parse_ollama_common(const json& body, const RequestLimits& limits,
   HYPURA_RETURN_IF_ERROR(parse_model(body, req));
   HYPURA_RETURN_IF_ERROR(get_bool(body, "stream", "", &req->stream));
   HYPURA_RETURN_IF_ERROR(parse_ollama_format(body, req));
-  HYPURA_RETURN_IF_ERROR(parse_keep_alive(body));
+  HYPURA_RETURN_IF_ERROR(parse_keep_alive(body, req));
   HYPURA_RETURN_IF_ERROR(parse_ollama_options(body, limits, req));
   return reject_tools(body);
 }
@@ -229,9 +232,7 @@ Status parse_ollama_generate(const json& body, const RequestLimits& limits,
   HYPURA_RETURN_IF_ERROR(get_string(body, "system", "", &req->system));
   HYPURA_RETURN_IF_ERROR(get_string(body, "template", "", &req->prompt_template));
   HYPURA_RETURN_IF_ERROR(get_bool(body, "raw", "", &req->raw));
-  std::string suffix;
-  HYPURA_RETURN_IF_ERROR(get_string(body, "suffix", "", &suffix));
-  if (!suffix.empty()) return invalid_argument("\"suffix\": fill-in-the-middle is not supported");
+  HYPURA_RETURN_IF_ERROR(get_string(body, "suffix", "", &req->suffix));
   const json* context = field(body, "context");
   if (context && !context->is_array()) return type_error("context", "an array of integers");
   return reject_images(body, "images");
@@ -405,9 +406,7 @@ Status parse_openai_completion(const json& body, const RequestLimits& limits,
   bool echo = false;
   HYPURA_RETURN_IF_ERROR(get_bool(body, "echo", "", &echo));
   if (echo) return invalid_argument("\"echo\": not supported");
-  std::string suffix;
-  HYPURA_RETURN_IF_ERROR(get_string(body, "suffix", "", &suffix));
-  if (!suffix.empty()) return invalid_argument("\"suffix\": not supported");
+  HYPURA_RETURN_IF_ERROR(get_string(body, "suffix", "", &req->suffix));
   int64_t best_of = 1;
   return get_int(body, "best_of", "", 1, 1, &best_of);
 }
@@ -471,6 +470,23 @@ Result<std::string> parse_show_request(std::string_view body) {
   HYPURA_RETURN_IF_ERROR(get_string(doc, "model", "", &model));
   if (model.empty()) return invalid_argument("model is required");
   return model;
+}
+
+bool keep_alive_is_zero(const json& value) {
+  if (value.is_number()) return value.get<double>() == 0.0;
+  if (!value.is_string()) return false;
+  // A Go duration whose every number is zero ("0", "0s", "0m0s", "0.0h").
+  const std::string& s = value.get_ref<const std::string&>();
+  bool digit = false;
+  for (char c : s) {
+    if (c >= '1' && c <= '9') return false;
+    digit |= c == '0';
+    if (c != '0' && c != '.' && c != '+' && !std::isalpha(static_cast<unsigned char>(c)) &&
+        c != '\xc2' && c != '\xb5') {  // units: ns us µs ms s m h
+      return false;
+    }
+  }
+  return digit;
 }
 
 std::string normalize_model_name(std::string_view name) {

@@ -6,14 +6,14 @@
 // and are the surface that fuzz/http_request_fuzz.cc exercises.
 //
 // Field names follow the upstream APIs:
-//   Ollama  POST /api/generate  model prompt system template raw format images options
-//                               stream keep_alive (suffix, context, think: accepted)
+//   Ollama  POST /api/generate  model prompt suffix system template raw format images
+//                               options stream keep_alive (context, think: accepted)
 //   Ollama  POST /api/chat      model messages[{role, content, images}] format options
 //                               stream keep_alive
 //   OpenAI  POST /v1/chat/completions  model messages[{role, content: str | [parts]}]
 //                               temperature top_p max_tokens max_completion_tokens seed
 //                               stop n stream stream_options.include_usage response_format
-//   OpenAI  POST /v1/completions       model prompt (str | [str]) max_tokens ... echo
+//   OpenAI  POST /v1/completions       model prompt (str | [str]) suffix max_tokens ... echo
 // Unknown top-level fields and unknown Ollama option names are ignored (as upstream
 // does); known fields of the wrong JSON type are errors.
 //
@@ -24,6 +24,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "common/status.h"
 #include "runtime/session.h"
@@ -50,17 +52,19 @@ struct GenerationRequest {
   std::vector<runtime::ChatMessage> messages;
   // Generate/completion APIs.
   std::string prompt;
+  std::string suffix;            // text after the insertion point (fill-in-the-middle)
   std::string system;            // /api/generate "system"
   std::string prompt_template;   // /api/generate "template" (Ollama Go-template subset)
   bool raw = false;              // /api/generate "raw": prompt is tokenized as is
   bool stream = true;            // Ollama default true, OpenAI default false
   bool include_usage = false;    // OpenAI stream_options.include_usage
   std::string format;            // "", "json" or "schema" (see docs/SERVER.md)
+  bool unload = false;           // keep_alive 0: unload the model after this request
 
   runtime::SamplingParams sampling;
   bool seed_given = false;       // false: the server picks a fresh seed
   int num_predict = -1;          // tokens to generate; -1: until the context is full
-  int64_t num_ctx = 0;           // context window for this request; 0: the server's
+  int64_t num_ctx = 0;           // options.num_ctx: context window wanted; 0: --context
   std::vector<std::string> stop; // stop strings
 };
 
@@ -86,6 +90,10 @@ Result<GenerationRequest> parse_generation_request(Api api, std::string_view bod
 
 // POST /api/show body: {"model": "..."} (Ollama also accepts the older "name").
 Result<std::string> parse_show_request(std::string_view body);
+
+// Whether an Ollama keep_alive value (a number of seconds or a Go duration such as "0",
+// "0s", "5m", "-1") is zero: the model is to be unloaded after the request.
+bool keep_alive_is_zero(const nlohmann::json& value);
 
 // Strips an Ollama ":latest" tag so "m" and "m:latest" name the same model.
 std::string normalize_model_name(std::string_view name);

@@ -9,7 +9,8 @@
 //   total_duration        request received -> last token
 //   load_duration         request received -> generation started (queue wait, templating;
 //                         the model is loaded once at start, so this is the wait)
-//   prompt_eval_count / prompt_eval_duration  prompt tokens processed (after KV reuse)
+//   prompt_eval_count     the whole prompt's tokens (as Ollama counts them)
+//   prompt_eval_duration  time processing the part of the prompt not in the KV cache
 //   eval_count / eval_duration                generated tokens
 // OpenAI streaming is SSE: "data: {chunk}\n\n" events, then "data: [DONE]\n\n"; with
 // stream_options.include_usage a last chunk with empty choices carries "usage".
@@ -41,8 +42,10 @@ std::string dump_json(const nlohmann::json& j);
 std::string ollama_error(std::string_view message);
 std::string openai_error(std::string_view message, std::string_view type,
                          std::string_view code = {});
-// The body for an error status in the dialect of `api`, e.g. 404 -> model_not_found.
-std::string error_body(Api api, int http_status, std::string_view message);
+// The body for an error status in the dialect of `api`, e.g. 404 -> model_not_found;
+// `code` (OpenAI's error code, e.g. context_length_exceeded) overrides the default one.
+std::string error_body(Api api, int http_status, std::string_view message,
+                       std::string_view code = {});
 
 // How a generation went, for the final chunk / usage block.
 struct Outcome {
@@ -69,8 +72,9 @@ class ResponseFormatter {
   std::string stream_error(std::string_view message) const;
   // The one body of a non-streaming response.
   std::string full(const std::string& text, const Outcome& outcome) const;
-  // Ollama's answer to a request with no prompt/messages: done_reason "load".
-  std::string load_response() const;
+  // Ollama's answer to a request with no prompt/messages: done_reason "load", or
+  // "unload" for keep_alive 0.
+  std::string load_response(std::string_view done_reason = "load") const;
 
  private:
   nlohmann::json ollama_base() const;
@@ -86,11 +90,14 @@ class ResponseFormatter {
   int64_t created_;
 };
 
-// Model listing and metadata bodies.
-std::string version_body(std::string_view version);
+// Model listing and metadata bodies. /api/version: {"version": the Ollama API version we
+// implement, "hypura_version": ours}.
+std::string version_body(std::string_view ollama_version, std::string_view hypura_version);
 std::string tags_body(const ModelInfo& info);
-std::string ps_body(const ModelInfo& info);
-std::string show_body(const ModelInfo& info);
+// The running model with the context window in force; no model when unloaded (context 0).
+std::string ps_body(const ModelInfo& info, int64_t context);
+// parameters "num_ctx" is the context in force (the trained length is in model_info).
+std::string show_body(const ModelInfo& info, int64_t context);
 std::string openai_models_body(const ModelInfo& info);
 std::string openai_model_body(const ModelInfo& info);
 

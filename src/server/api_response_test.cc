@@ -39,7 +39,7 @@ TEST(ApiResponse, OllamaChatFinalChunkHasEveryStat) {
   EXPECT_EQ(fin["done_reason"], "length");
   EXPECT_EQ(fin["total_duration"], 3'000'000'000);
   EXPECT_EQ(fin["load_duration"], 1000);
-  EXPECT_EQ(fin["prompt_eval_count"], 3);
+  EXPECT_EQ(fin["prompt_eval_count"], 5);  // the whole prompt, reused tokens included
   EXPECT_EQ(fin["prompt_eval_duration"], 500'000'000);
   EXPECT_EQ(fin["eval_count"], 4);
   EXPECT_EQ(fin["eval_duration"], 2'000'000'000);
@@ -55,6 +55,7 @@ TEST(ApiResponse, OllamaGenerateUsesResponseField) {
   EXPECT_EQ(json::parse(f.stream_piece("a"))["response"], "a");
   EXPECT_EQ(json::parse(f.full("abc", outcome()))["response"], "abc");
   EXPECT_EQ(json::parse(f.load_response())["done_reason"], "load");
+  EXPECT_EQ(json::parse(f.load_response("unload"))["done_reason"], "unload");
   EXPECT_STREQ(f.content_type(true), "application/x-ndjson");
 }
 
@@ -124,6 +125,9 @@ TEST(ApiResponse, ErrorShapes) {
   EXPECT_EQ(e["error"]["message"], "nope");
   EXPECT_EQ(e["error"]["code"], "model_not_found");
   EXPECT_EQ(json::parse(error_body(Api::kOllamaGenerate, 404, "nope"))["error"], "nope");
+  e = json::parse(error_body(Api::kOpenAiChat, 400, "too long", "context_length_exceeded"));
+  EXPECT_EQ(e["error"]["code"], "context_length_exceeded");
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
 }
 
 TEST(ApiResponse, Listings) {
@@ -139,15 +143,22 @@ TEST(ApiResponse, Listings) {
   EXPECT_EQ(tags["models"][0]["name"], "m:latest");
   EXPECT_EQ(tags["models"][0]["details"]["quantization_level"], "Q4_K_M");
   EXPECT_EQ(tags["models"][0]["size"], 123);
-  json ps = json::parse(ps_body(info));
-  EXPECT_EQ(ps["models"][0]["context_length"], 4096);
-  json show = json::parse(show_body(info));
+  info.created = 1'700'000'000;
+  json ps = json::parse(ps_body(info, 8192));  // the context in force
+  EXPECT_EQ(ps["models"][0]["context_length"], 8192);
+  EXPECT_TRUE(json::parse(ps_body(info, 0))["models"].empty());  // unloaded
+  json show = json::parse(show_body(info, 8192));
+  EXPECT_EQ(show["parameters"], "num_ctx 8192");
   EXPECT_EQ(show["model_info"]["general.architecture"], "llama");
   EXPECT_EQ(show["details"]["family"], "llama");
   EXPECT_EQ(show["capabilities"][0], "completion");
   json models = json::parse(openai_models_body(info));
   EXPECT_EQ(models["object"], "list");
   EXPECT_EQ(models["data"][0]["id"], "m:latest");
+  EXPECT_EQ(models["data"][0]["created"], 1'700'000'000);
+  json version = json::parse(version_body("0.9.0", "0.1.0"));
+  EXPECT_EQ(version["version"], "0.9.0");
+  EXPECT_EQ(version["hypura_version"], "0.1.0");
 }
 
 }  // namespace

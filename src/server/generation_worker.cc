@@ -7,15 +7,17 @@ namespace hypura::server {
 namespace {
 constexpr const char* kShuttingDown = "server is shutting down";
 
-runtime::GenerateResult cancelled_result() {
+runtime::GenerateResult result_with_reason(const char* reason) {
   runtime::GenerateResult r;
-  r.done_reason = "cancelled";
+  r.done_reason = reason;
   return r;
 }
+runtime::GenerateResult cancelled_result() { return result_with_reason("cancelled"); }
 }  // namespace
 
 GenerationWorker::GenerationWorker(runtime::Engine& engine, size_t max_queue)
-    : session_(engine.new_session()), queue_(max_queue), thread_([this] { run(); }) {}
+    : engine_(engine), session_(engine.new_session()), context_(session_->n_ctx()),
+      queue_(max_queue), thread_([this] { run(); }) {}
 
 GenerationWorker::~GenerationWorker() { shutdown(); }
 
@@ -53,6 +55,23 @@ void GenerationWorker::serve(Job& job) {
     job.finish(cancelled_result());
     return;
   }
+  if (job.prompt().empty()) {  // only an unload
+    unload();
+    job.finish(result_with_reason("unload"));
+    return;
+  }
+  Result<runtime::GenerateResult> result = generate(job);
+  if (job.unload()) unload();
+  job.finish(std::move(result));
+}
+
+Result<runtime::GenerateResult> GenerationWorker::generate(Job& job) {
+  if (!session_) {
+    session_ = engine_.new_session();
+    spdlog::info("model loaded again (context {})", session_->n_ctx());
+  }
+  HYPURA_RETURN_IF_ERROR(session_->reserve_context(job.context()));
+  context_.store(session_->n_ctx());
   auto on_piece = [&job](std::string_view piece) {
     job.push_piece(piece);
     return !job.cancelled();
@@ -65,7 +84,14 @@ void GenerationWorker::serve(Job& job) {
   } else if (job.cancelled()) {
     result->done_reason = "cancelled";
   }
-  job.finish(std::move(result));
+  return result;
+}
+
+void GenerationWorker::unload() {
+  if (!session_) return;
+  session_.reset();
+  context_.store(0);
+  spdlog::info("model unloaded (keep_alive 0): its KV cache is freed");
 }
 
 }  // namespace hypura::server

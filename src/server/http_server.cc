@@ -19,6 +19,10 @@ namespace hypura::server {
 namespace {
 
 constexpr const char* kVersion = "0.1.0";
+// The Ollama API version /api/version reports: clients gate features on it (VS Code's
+// Copilot Chat refuses servers older than 0.6.4). The endpoints and fields of this one
+// that Hypura serves are listed in docs/SERVER.md.
+constexpr const char* kOllamaApiVersion = "0.9.0";
 constexpr auto kPollInterval = std::chrono::milliseconds(100);  // client-gone checks
 constexpr auto kShutdownGrace = std::chrono::seconds(5);        // for responses to finish
 
@@ -52,6 +56,7 @@ struct Exchange {
   int64_t n_prompt;
   bool started = false;
   std::string text;  // non-streaming: the pieces so far
+  size_t dropped_messages = 0;  // oldest chat messages left out to fit the context
 };
 
 }  // namespace
@@ -65,6 +70,7 @@ struct HttpServer::Impl {
 
   void setup();
   void setup_hooks();
+  bool pre_route(const httplib::Request& req, httplib::Response& res);
   bool refuse_foreign(const httplib::Request& req, httplib::Response& res);
   void setup_routes();
   bool model_matches(const std::string& requested) const;
@@ -72,6 +78,8 @@ struct HttpServer::Impl {
   void handle_generation(Api api, const httplib::Request& req, httplib::Response& res);
   void respond_now(const GenerationRequest& request, const ResponseFormatter& fmt,
                    int64_t n_prompt, httplib::Response& res);
+  void unload_now(Api api, const httplib::Request& req, const ResponseFormatter& fmt,
+                  httplib::Response& res);
   void start_exchange(std::shared_ptr<Exchange> ex, httplib::Response& res);
   bool pump(Exchange& ex, httplib::DataSink& sink);
   bool finish_exchange(Exchange& ex, httplib::DataSink& sink);
@@ -144,8 +152,8 @@ void HttpServer::Impl::setup() {
 void HttpServer::Impl::setup_hooks() {
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     t_log = RequestLog{Clock::now(), {}};
-    return refuse_foreign(req, res) ? httplib::Server::HandlerResponse::Handled
-                                    : httplib::Server::HandlerResponse::Unhandled;
+    return pre_route(req, res) ? httplib::Server::HandlerResponse::Handled
+                               : httplib::Server::HandlerResponse::Unhandled;
   });
   // Errors that httplib produces itself (unknown path, oversized body, malformed HTTP)
   // get JSON bodies too; an oversized body is a bad request like any other (400).
@@ -194,6 +202,30 @@ void HttpServer::Impl::setup_hooks() {
   });
 }
 
+// Runs on every request after its headers, before its body is read. True: answered.
+bool HttpServer::Impl::pre_route(const httplib::Request& req, httplib::Response& res) {
+  if (refuse_foreign(req, res)) return true;
+  const std::string origin = req.get_header_value("Origin");
+  const bool preflight = req.method == "OPTIONS";
+  for (auto& [name, value] : cors_headers(origin, preflight, req.get_header_value("Access-Control-Request-Headers"))) {
+    res.set_header(name.c_str(), value);
+  }
+  if (preflight) {
+    res.status = 204;
+    return true;
+  }
+  // `curl -d` sends application/x-www-form-urlencoded, and httplib parses such a body as
+  // a form, refusing it past 8 KiB (as a 413). Every body here is JSON whatever its type
+  // says (Ollama reads them so too), so the type is rewritten before the body is read; the
+  // Request is httplib's own mutable object, handed to this hook as const.
+  auto& headers = const_cast<httplib::Request&>(req).headers;
+  auto [first, last] = headers.equal_range("Content-Type");  // names compare ignoring case
+  for (auto it = first; it != last; ++it) {
+    if (it->second.starts_with("application/x-www-form-urlencoded")) it->second = "application/json";
+  }
+  return false;
+}
+
 // 403 for a Host other than ours (DNS rebinding) or a browser Origin we do not trust
 // (cross-site requests), before the body is read. host_policy.h has the rules.
 bool HttpServer::Impl::refuse_foreign(const httplib::Request& req, httplib::Response& res) {
@@ -218,13 +250,13 @@ void HttpServer::Impl::setup_routes() {
     res.set_content("Hypura is running", "text/plain; charset=utf-8");
   });
   svr.Get("/api/version", [](const Request&, Response& res) {
-    res.set_content(version_body(kVersion), "application/json");
+    res.set_content(version_body(kOllamaApiVersion, kVersion), "application/json");
   });
   svr.Get("/api/tags", [this](const Request&, Response& res) {
     res.set_content(tags_body(info), "application/json");
   });
   svr.Get("/api/ps", [this](const Request&, Response& res) {
-    res.set_content(ps_body(info), "application/json");
+    res.set_content(ps_body(info, worker.context()), "application/json");
   });
   svr.Post("/api/show", [this](const Request& req, Response& res) {
     Result<std::string> model = parse_show_request(req.body);
@@ -232,7 +264,7 @@ void HttpServer::Impl::setup_routes() {
     if (!model_matches(*model)) {
       return reply_error(res, Api::kOllamaChat, 404, "model \"" + *model + "\" not found");
     }
-    res.set_content(show_body(info), "application/json");
+    res.set_content(show_body(info, worker.context()), "application/json");
   });
   svr.Get("/v1/models", [this](const Request&, Response& res) {
     res.set_content(openai_models_body(info), "application/json");
@@ -291,22 +323,44 @@ void HttpServer::Impl::handle_generation(Api api, const httplib::Request& req,
   const bool load_only = (api == Api::kOllamaChat && request.messages.empty()) ||
                          (api == Api::kOllamaGenerate && request.prompt.empty() &&
                           request.system.empty());
-  if (load_only) {  // Ollama clients "load" a model with an empty request
+  if (load_only) {  // Ollama clients "load" (or with keep_alive 0 unload) with an empty request
+    if (request.unload) return unload_now(api, req, fmt, res);
     res.set_content(fmt.load_response(), "application/json");
     return;
   }
-  Result<std::vector<int32_t>> tokens = tokenize_request(engine, request);
-  if (!tokens.is_ok()) return reply_error(res, api, 400, tokens.status().message());
-  const int64_t n_prompt = static_cast<int64_t>(tokens->size());
-  Result<runtime::GenerateOptions> gen = generate_options(request, n_prompt, engine.n_ctx(), fresh_seed());
+  bool too_long = false;
+  Result<PreparedPrompt> prompt = prepare_prompt(engine, request, &too_long);
+  if (!prompt.is_ok()) {
+    res.status = 400;
+    res.set_content(error_body(api, 400, prompt.status().message(), too_long ? "context_length_exceeded" : ""),
+                    "application/json");
+    t_log.detail = prompt.status().message();
+    return;
+  }
+  const int64_t n_prompt = static_cast<int64_t>(prompt->tokens.size());
+  Result<runtime::GenerateOptions> gen = generate_options(request, n_prompt, prompt->n_ctx, fresh_seed());
   if (!gen.is_ok()) return reply_error(res, api, 400, gen.status().message());
   if (gen->max_tokens == 0) return respond_now(request, fmt, n_prompt, res);
 
-  auto job = std::make_shared<Job>(req.remote_addr, std::move(tokens).value(), std::move(gen).value());
+  auto job = std::make_shared<Job>(req.remote_addr, std::move(prompt->tokens), std::move(gen).value());
+  job->set_context(prompt->n_ctx);
+  job->set_unload(request.unload);
   Status submitted = worker.submit(job);
   if (!submitted.is_ok()) return reply_error(res, api, 503, submitted.message());
   auto ex = std::make_shared<Exchange>(Exchange{job, std::move(fmt), request.stream, n_prompt, false, {}});
+  ex->dropped_messages = prompt->dropped_messages;
   start_exchange(std::move(ex), res);
+}
+
+// keep_alive 0 with nothing to generate: unload in queue order, then answer.
+void HttpServer::Impl::unload_now(Api api, const httplib::Request& req, const ResponseFormatter& fmt,
+                                  httplib::Response& res) {
+  auto job = std::make_shared<Job>(req.remote_addr, std::vector<int32_t>{}, runtime::GenerateOptions{});
+  if (Status st = worker.submit(job); !st.is_ok()) return reply_error(res, api, 503, st.message());
+  while (!job->wait(kPollInterval).done) {
+  }
+  if (job->cancelled()) return reply_error(res, api, 503, job->cancel_reason());
+  res.set_content(fmt.load_response("unload"), "application/json");
 }
 
 // num_predict 0: nothing to generate, so nothing to queue.
@@ -378,9 +432,10 @@ bool HttpServer::Impl::finish_exchange(Exchange& ex, httplib::DataSink& sink) {
                     ns_between(t_log.start, job.started())};
     body = ex.stream ? ex.fmt.stream_end(outcome) : ex.fmt.full(ex.text, outcome);
     const double tok_s = result->generate_seconds > 0 ? result->generated_tokens / result->generate_seconds : 0;
-    t_log.detail = fmt::format("prompt={} (reused {}) eval={} {:.1f} tok/s done={}",
+    t_log.detail = fmt::format("prompt={} (reused {}) eval={} {:.1f} tok/s done={} ctx={}",
                                ex.n_prompt, result->prompt_tokens_reused,
-                               result->generated_tokens, tok_s, result->done_reason);
+                               result->generated_tokens, tok_s, result->done_reason, job.context());
+    if (ex.dropped_messages > 0) t_log.detail += fmt::format(" dropped={} messages", ex.dropped_messages);
   }
   if (!sink.write(body.data(), body.size())) return false;
   sink.done();

@@ -35,7 +35,16 @@ class Job {
   Job& operator=(const Job&) = delete;
 
   const std::string& client() const { return client_; }  // fairness key (remote address)
+  // Empty: no generation (an unload request, see unload()).
   const std::vector<int32_t>& prompt() const { return prompt_; }
+
+  // Set before the job is submitted, read by the worker.
+  // The context window the session must hold (it grows to it: Session::reserve_context).
+  void set_context(int64_t n_ctx) { n_ctx_ = n_ctx; }
+  int64_t context() const { return n_ctx_; }
+  // keep_alive 0: the worker unloads the model (drops its session) after this job.
+  void set_unload(bool unload) { unload_ = unload; }
+  bool unload() const { return unload_; }
   // Options with `cancel` pointing at this job's flag.
   const runtime::GenerateOptions& options() const { return options_; }
   Clock::time_point received() const { return received_; }
@@ -68,6 +77,8 @@ class Job {
   const std::vector<int32_t> prompt_;  // (n_prompt) token ids
   runtime::GenerateOptions options_;
   const Clock::time_point received_;
+  int64_t n_ctx_ = 0;
+  bool unload_ = false;
   std::atomic<bool> cancel_{false};
 
   mutable std::mutex mu_;

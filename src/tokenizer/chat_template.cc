@@ -173,6 +173,18 @@ Result<PromptText> ChatTemplate::render(std::span<const ChatMessage> m, bool gen
   return out;
 }
 
+Result<PromptText> ChatTemplate::render_continuing(std::span<const ChatMessage> m) const {
+  const std::string reply = trim(m.back().content);
+  if (reply.empty()) return render(m.first(m.size() - 1), true);
+  HYPURA_ASSIGN_OR_RETURN(PromptText full, render(m, false));
+  const size_t at = full.text.rfind(reply);
+  if (at == std::string::npos) {
+    return invalid_argument("the chat template does not write the final assistant message, so "
+                            "it cannot be continued");
+  }
+  return full.slice(0, at + reply.size());
+}
+
 Result<PromptText> ChatTemplate::render_continuation(std::span<const ChatMessage> messages,
                                                      size_t n_old, bool add_generation_prompt,
                                                      bool* prefix_ok) const {

@@ -72,6 +72,14 @@ class ChatTemplate {
 
   Result<PromptText> render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
 
+  // The conversation with its last message, an assistant's unfinished reply, left open
+  // (no end-of-turn marker) so that generation continues it: the rendering without
+  // generation prompt, cut right after the reply's text (trimmed, as templates trim it),
+  // as transformers' continue_final_message does. An empty reply gives the generation
+  // prompt. kInvalidArgument when the template does not write the reply.
+  // REQUIRES: !messages.empty().
+  Result<PromptText> render_continuing(std::span<const ChatMessage> messages) const;
+
   // What render(messages) adds to render(messages[0, n_old)) (without generation
   // prompt): the text to feed after a cached earlier turn. Empty `ok` result when the
   // earlier rendering is not a prefix (then re-render everything): *prefix_ok says which.
