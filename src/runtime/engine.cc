@@ -96,6 +96,7 @@ class ResidentSession final : public Session {
   int64_t n_past() const override { return static_cast<int64_t>(history_.size()); }
   int64_t n_ctx() const override { return kv_.n_ctx(); }
   Status reserve_context(int64_t n_ctx) override;
+  Status embed(const std::vector<int32_t>& tokens, Pooling pooling, std::vector<float>* out) override;
 
  private:
   // Runs tokens at the end of the cache in batches; logits of the last token (or of all
@@ -123,6 +124,8 @@ class ResidentEngine final : public Engine {
   int64_t n_ctx() const override { return n_ctx_; }
   int64_t max_context() const override { return std::max(n_ctx_, model_->hparams().n_ctx_train); }
   int64_t n_vocab() const override { return model_->hparams().n_vocab; }
+  int64_t n_embd() const override { return model_->hparams().n_embd; }
+  Pooling pooling() const override;
   std::string architecture() const override { return model_->hparams().arch_name; }
   std::string mode() const override { return weights_->mode(); }
   const TieredWeights* tiers() const override { return weights_.get(); }
@@ -208,6 +211,13 @@ Result<std::vector<int32_t>> ResidentEngine::tokenize_chat(const std::vector<Cha
   return tokenizer_->encode(prompt, /*add_special=*/true);
 }
 
+Pooling ResidentEngine::pooling() const {
+  const auto type = file_.metadata().get_u64(model_->hparams().arch_name + ".pooling_type");
+  if (type == 1u) return Pooling::kMean;
+  if (type == 2u) return Pooling::kFirst;
+  return Pooling::kLast;  // 3 (last), 0 (none: a generative model) or absent
+}
+
 std::optional<FimTokens> ResidentEngine::fim_tokens() const {
   // Newer conversions name the ids in the metadata; older ones only have the tokens.
   const auto& md = file_.metadata();
@@ -276,6 +286,39 @@ Status ResidentSession::feed(std::span<const int32_t> tokens, std::vector<float>
   if (all != nullptr && !tokens.empty()) {
     std::copy_n(all->data() + (tokens.size() - 1) * n_vocab, n_vocab, logits_.data());
   }
+  return Status::ok();
+}
+
+Status ResidentSession::embed(const std::vector<int32_t>& tokens, Pooling pooling,
+                              std::vector<float>* out) {
+  if (tokens.empty()) return invalid_argument("empty input");
+  if (static_cast<int64_t>(tokens.size()) > n_ctx()) {
+    return resource_exhausted("an input of " + std::to_string(tokens.size()) +
+                              " tokens exceeds the context of " + std::to_string(n_ctx()));
+  }
+  const int64_t n_embd = engine_.n_embd();
+  std::vector<double> sum(static_cast<size_t>(n_embd), 0.0);  // per request, not per token
+  std::vector<float> hidden(static_cast<size_t>(std::min<int64_t>(kMaxBatch, tokens.size()) * n_embd));
+  history_.clear();
+  std::lock_guard<std::mutex> lock(engine_.compute_mutex());
+  for (size_t i = 0; i < tokens.size(); i += kMaxBatch) {
+    const int64_t n = std::min<int64_t>(kMaxBatch, tokens.size() - i);
+    const int64_t pos = static_cast<int64_t>(i);
+    HYPURA_RETURN_IF_ERROR(forward_->run(tokens.data() + i, n, pos, kv_, false, nullptr, hidden.data()));
+    history_.insert(history_.end(), tokens.begin() + i, tokens.begin() + i + n);
+    const bool last_batch = i + n == tokens.size();
+    for (int64_t r = 0; r < n; ++r) {
+      const bool take = pooling == Pooling::kMean || (pooling == Pooling::kFirst && i == 0 && r == 0) ||
+                        (pooling == Pooling::kLast && last_batch && r == n - 1);
+      if (!take) continue;
+      for (int64_t c = 0; c < n_embd; ++c) sum[c] += hidden[r * n_embd + c];
+    }
+  }
+  double norm = 0;
+  for (double v : sum) norm += v * v;
+  norm = std::sqrt(norm);
+  out->resize(static_cast<size_t>(n_embd));
+  for (int64_t c = 0; c < n_embd; ++c) (*out)[c] = norm > 0 ? static_cast<float>(sum[c] / norm) : 0.0f;
   return Status::ok();
 }
 

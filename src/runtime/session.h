@@ -83,6 +83,10 @@ struct ChatOptions {
   bool continue_final = false;
 };
 
+// How the hidden states of an input's tokens become one embedding (GGUF
+// <arch>.pooling_type: 1 mean, 2 cls = the first token, 3 last).
+enum class Pooling { kMean, kFirst, kLast };
+
 // Fill-in-the-middle control tokens (prefix, suffix, middle), when the model has them.
 struct FimTokens {
   int32_t prefix = -1;
@@ -108,6 +112,10 @@ class Session {
   virtual Status prefill(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) = 0;
   virtual void reset() = 0;  // clears the KV cache
   virtual int64_t n_past() const = 0;
+  // The embedding of `tokens`: the final-norm hidden states pooled, then L2-normalised.
+  // out: (Engine::n_embd()). Runs from position 0 in this session's KV cache, so a
+  // cached prefix is replaced by these tokens. kResourceExhausted past n_ctx().
+  virtual Status embed(const std::vector<int32_t>& tokens, Pooling pooling, std::vector<float>* out) = 0;
   // Tokens this session's KV cache holds at most (starts at Engine::n_ctx()).
   virtual int64_t n_ctx() const = 0;
   // Grows the KV cache to hold n_ctx tokens, keeping what it holds; a smaller n_ctx is a
@@ -128,6 +136,10 @@ class Engine {
   // The largest window a session may grow to (Session::reserve_context): the trained length.
   virtual int64_t max_context() const { return n_ctx(); }
   virtual int64_t n_vocab() const = 0;
+  virtual int64_t n_embd() const = 0;
+  // The model's pooling for embeddings: its metadata's, else (a chat model, no pooling
+  // type) the last token, whose state has seen the whole input.
+  virtual Pooling pooling() const { return Pooling::kLast; }
   virtual std::string architecture() const = 0;
   virtual std::string mode() const = 0;  // "full-resident", "dense-ffn-streaming", ...
   // The planner's placement, the memory ledger and the streaming counters (bench).

@@ -179,13 +179,13 @@ Status parse_ollama_format(const json& body, GenerationRequest* req) {
   return Status::ok();
 }
 
-Status parse_keep_alive(const json& body, GenerationRequest* req) {
+Status parse_keep_alive(const json& body, bool* unload) {
   const json* v = field(body, "keep_alive");
   if (!v) return Status::ok();
   if (!v->is_string() && !v->is_number()) {
     return type_error("keep_alive", "a duration string or a number of seconds");
   }
-  req->unload = keep_alive_is_zero(*v);
+  *unload = keep_alive_is_zero(*v);
   return Status::ok();
 }
 
@@ -220,7 +220,7 @@ Status parse_ollama_common(const json& body, const RequestLimits& limits,
   HYPURA_RETURN_IF_ERROR(parse_model(body, req));
   HYPURA_RETURN_IF_ERROR(get_bool(body, "stream", "", &req->stream));
   HYPURA_RETURN_IF_ERROR(parse_ollama_format(body, req));
-  HYPURA_RETURN_IF_ERROR(parse_keep_alive(body, req));
+  HYPURA_RETURN_IF_ERROR(parse_keep_alive(body, &req->unload));
   HYPURA_RETURN_IF_ERROR(parse_ollama_options(body, limits, req));
   return reject_tools(body);
 }
@@ -411,6 +411,79 @@ Status parse_openai_completion(const json& body, const RequestLimits& limits,
   return get_int(body, "best_of", "", 1, 1, &best_of);
 }
 
+// Embedding inputs: a string or an array of strings; on /v1 also token ids ([int] is one
+// input, [[int]] several).
+Status parse_embed_input(const json& v, bool allow_tokens, const RequestLimits& limits, EmbedRequest* req) {
+  const char* expected = allow_tokens ? "a string, an array of strings or of token arrays"
+                                      : "a string or an array of strings";
+  if (v.is_string()) {
+    req->texts.push_back(v.get<std::string>());
+    return Status::ok();
+  }
+  if (!v.is_array()) return type_error("input", expected);
+  if (v.size() > limits.max_inputs) {
+    return range_error("input", "at most " + std::to_string(limits.max_inputs) + " entries");
+  }
+  const auto token_ids = [&](const json& a, std::vector<int32_t>* out) {
+    for (const json& t : a) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) return false;
+      out->push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    return true;
+  };
+  if (allow_tokens && !v.empty() && v[0].is_number()) {
+    std::vector<int32_t> ids;
+    if (!token_ids(v, &ids)) return type_error("input", expected);
+    req->token_inputs.push_back(std::move(ids));
+    return Status::ok();
+  }
+  for (const json& item : v) {
+    if (item.is_string()) {
+      req->texts.push_back(item.get<std::string>());
+    } else if (std::vector<int32_t> ids; allow_tokens && item.is_array() && token_ids(item, &ids)) {
+      req->token_inputs.push_back(std::move(ids));
+    } else {
+      return type_error("input", expected);
+    }
+  }
+  if (!req->texts.empty() && !req->token_inputs.empty()) {
+    return invalid_argument("\"input\": mixes strings and token arrays");
+  }
+  return Status::ok();
+}
+
+// /api/embeddings: one "prompt"; an empty one gets an empty embedding (as Ollama).
+Status get_string_input(const json& body, EmbedRequest* req) {
+  std::string prompt;
+  HYPURA_RETURN_IF_ERROR(get_string(body, "prompt", "", &prompt));
+  if (!prompt.empty()) req->texts.push_back(std::move(prompt));
+  return Status::ok();
+}
+
+Status parse_embed_fields(const json& body, const RequestLimits& limits, EmbedRequest* req) {
+  HYPURA_RETURN_IF_ERROR(get_string(body, "model", "", &req->model));
+  if (req->model.empty()) return invalid_argument("model is required");
+  HYPURA_RETURN_IF_ERROR(parse_keep_alive(body, &req->unload));
+  if (const json* opts = field(body, "options")) {
+    if (!opts->is_object()) return type_error("options", "an object");
+    HYPURA_RETURN_IF_ERROR(get_int(*opts, "num_ctx", "options", 0, 1 << 24, &req->num_ctx));
+  }
+  HYPURA_RETURN_IF_ERROR(get_int(body, "dimensions", "", 0, 1 << 20, &req->dimensions));
+  if (req->api == Api::kOllamaEmbeddings) return get_string_input(body, req);
+  HYPURA_RETURN_IF_ERROR(get_bool(body, "truncate", "", &req->truncate));
+  if (req->api == Api::kOpenAiEmbeddings) {
+    std::string encoding = "float";
+    HYPURA_RETURN_IF_ERROR(get_string(body, "encoding_format", "", &encoding));
+    if (encoding != "float" && encoding != "base64") {
+      return invalid_argument("\"encoding_format\": must be \"float\" or \"base64\"");
+    }
+    req->base64 = encoding == "base64";
+  }
+  const json* input = field(body, "input");
+  if (!input) return invalid_argument("\"input\": required");
+  return parse_embed_input(*input, req->api == Api::kOpenAiEmbeddings, limits, req);
+}
+
 // The body as a JSON object, or the 400 that says why not.
 Result<json> parse_body_object(std::string_view body) {
   if (!json_depth_within(body, kMaxJsonDepth)) {
@@ -458,8 +531,20 @@ Result<GenerationRequest> parse_generation_request(Api api, std::string_view bod
     case Api::kOllamaChat: st = parse_ollama_chat(doc, limits, &req); break;
     case Api::kOpenAiChat: st = parse_openai_chat(doc, limits, &req); break;
     case Api::kOpenAiCompletion: st = parse_openai_completion(doc, limits, &req); break;
+    default: st = invalid_argument("not a generation endpoint"); break;
   }
   if (!st.is_ok()) return st;
+  return req;
+}
+
+Result<EmbedRequest> parse_embed_request(Api api, std::string_view body, const RequestLimits& limits) {
+  HYPURA_ASSIGN_OR_RETURN(json doc, parse_body_object(body));
+  EmbedRequest req;
+  req.api = api;
+  if (api != Api::kOllamaEmbed && api != Api::kOllamaEmbeddings && api != Api::kOpenAiEmbeddings) {
+    return invalid_argument("not an embedding endpoint");
+  }
+  HYPURA_RETURN_IF_ERROR(parse_embed_fields(doc, limits, &req));
   return req;
 }
 

@@ -37,11 +37,14 @@ enum class Api {
   kOllamaChat,        // POST /api/chat
   kOpenAiChat,        // POST /v1/chat/completions
   kOpenAiCompletion,  // POST /v1/completions
+  kOllamaEmbed,       // POST /api/embed
+  kOllamaEmbeddings,  // POST /api/embeddings (Ollama's older endpoint)
+  kOpenAiEmbeddings,  // POST /v1/embeddings
 };
 
 // Whether the API speaks Ollama's NDJSON or OpenAI's SSE dialect.
 inline bool is_openai(Api api) {
-  return api == Api::kOpenAiChat || api == Api::kOpenAiCompletion;
+  return api == Api::kOpenAiChat || api == Api::kOpenAiCompletion || api == Api::kOpenAiEmbeddings;
 }
 
 // A validated generation request, independent of the dialect it came in.
@@ -68,11 +71,30 @@ struct GenerationRequest {
   std::vector<std::string> stop; // stop strings
 };
 
+// A validated embedding request (docs/SERVER.md "Embeddings"):
+//   /api/embed       model input (str | [str]) truncate (default true) dimensions
+//                    options.num_ctx keep_alive
+//   /api/embeddings  model prompt (str) options keep_alive
+//   /v1/embeddings   model input (str | [str] | [int] | [[int]]) encoding_format
+//                    ("float" | "base64") dimensions
+struct EmbedRequest {
+  Api api = Api::kOllamaEmbed;
+  std::string model;
+  std::vector<std::string> texts;                  // inputs given as text
+  std::vector<std::vector<int32_t>> token_inputs;  // /v1 inputs given as token ids
+  bool truncate = true;    // cut inputs longer than the context (false: 400)
+  int64_t num_ctx = 0;     // options.num_ctx; 0: --context
+  int64_t dimensions = 0;  // keep this many components (then normalise again); 0: all
+  bool base64 = false;     // /v1 encoding_format "base64"
+  bool unload = false;     // keep_alive 0
+};
+
 // Limits on what a request may contain (besides the body size, enforced by the HTTP layer).
 struct RequestLimits {
   size_t max_stop_strings = 16;
   size_t max_stop_length = 256;   // bytes per stop string
   size_t max_messages = 4096;
+  size_t max_inputs = 2048;  // embedding inputs per request (OpenAI's limit)
 };
 
 // Deepest nesting of arrays and objects a body may have. nlohmann's parser builds a value
@@ -87,6 +109,9 @@ bool json_depth_within(std::string_view text, int max_depth);
 // fit for the client (e.g. `"options.top_k": expected an integer`).
 Result<GenerationRequest> parse_generation_request(Api api, std::string_view body,
                                                    const RequestLimits& limits = {});
+
+// Parses an embedding request (api: kOllamaEmbed, kOllamaEmbeddings or kOpenAiEmbeddings).
+Result<EmbedRequest> parse_embed_request(Api api, std::string_view body, const RequestLimits& limits = {});
 
 // POST /api/show body: {"model": "..."} (Ollama also accepts the older "name").
 Result<std::string> parse_show_request(std::string_view body);

@@ -182,6 +182,33 @@ TEST(ApiRequest, ShowAndNames) {
 
 // Issue 14: 4 MB of '[' made nlohmann's parser build millions of nested values (~90x the
 // body) before failing. Nesting is bounded before parsing, on both parsers.
+TEST(ApiRequest, EmbedRequests) {
+  auto r = parse_embed_request(Api::kOllamaEmbed, R"({"model": "m", "input": ["a", "b"], "truncate": false,
+                                                      "dimensions": 4, "keep_alive": 0, "options": {"num_ctx": 99}})");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->texts, (std::vector<std::string>{"a", "b"}));
+  EXPECT_FALSE(r->truncate);
+  EXPECT_EQ(r->dimensions, 4);
+  EXPECT_TRUE(r->unload);
+  EXPECT_EQ(r->num_ctx, 99);
+  r = parse_embed_request(Api::kOllamaEmbeddings, R"({"model": "m", "prompt": "one"})");
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->texts, (std::vector<std::string>{"one"}));
+  r = parse_embed_request(Api::kOpenAiEmbeddings, R"({"model": "m", "input": [[1, 2], [3]], "encoding_format": "base64"})");
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->token_inputs, (std::vector<std::vector<int32_t>>{{1, 2}, {3}}));
+  EXPECT_TRUE(r->base64);
+  r = parse_embed_request(Api::kOpenAiEmbeddings, R"({"model": "m", "input": [5, 6]})");
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->token_inputs, (std::vector<std::vector<int32_t>>{{5, 6}}));
+  for (const char* bad : {R"({"model": "m"})", R"({"model": "m", "input": 3})", R"({"input": "x"})",
+                          R"({"model": "m", "input": ["a", [1]]})", R"({"model": "m", "input": [-1]})"}) {
+    EXPECT_FALSE(parse_embed_request(Api::kOpenAiEmbeddings, bad).is_ok()) << bad;
+  }
+  EXPECT_FALSE(parse_embed_request(Api::kOllamaEmbed, R"({"model": "m", "input": [[1]]})").is_ok());  // text only
+  EXPECT_FALSE(parse_embed_request(Api::kOpenAiEmbeddings, R"({"model": "m", "input": "x", "encoding_format": "hex"})").is_ok());
+}
+
 TEST(ApiRequest, DeepNestingIsRefusedBeforeParsing) {
   const std::string brackets(4u << 20, '[');
   EXPECT_NE(parse_error(Api::kOllamaChat, brackets).find("nests deeper than 64 levels"), std::string::npos);

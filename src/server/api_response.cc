@@ -1,6 +1,8 @@
 #include "server/api_response.h"
 
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <ctime>
 
@@ -203,6 +205,60 @@ std::string ResponseFormatter::load_response(std::string_view done_reason) const
   j["done"] = true;
   j["done_reason"] = std::string(done_reason);
   return dump_json(j);
+}
+
+void truncate_dimensions(int64_t dimensions, std::vector<float>* v) {
+  if (dimensions <= 0 || dimensions >= static_cast<int64_t>(v->size())) return;
+  v->resize(static_cast<size_t>(dimensions));
+  double norm = 0;
+  for (float x : *v) norm += static_cast<double>(x) * x;
+  norm = std::sqrt(norm);
+  if (norm > 0) {
+    for (float& x : *v) x = static_cast<float>(x / norm);
+  }
+}
+
+std::string base64_floats(const std::vector<float>& v) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string bytes(v.size() * 4, '\0');
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint32_t u = 0;
+    std::memcpy(&u, &v[i], 4);
+    for (int b = 0; b < 4; ++b) bytes[i * 4 + b] = static_cast<char>((u >> (8 * b)) & 0xff);  // little-endian
+  }
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const size_t n = std::min<size_t>(3, bytes.size() - i);
+    uint32_t chunk = 0;
+    for (size_t k = 0; k < n; ++k) chunk |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + k])) << (16 - 8 * k);
+    for (size_t k = 0; k < 4; ++k) out += k <= n ? kAlphabet[(chunk >> (18 - 6 * k)) & 63] : '=';
+  }
+  return out;
+}
+
+std::string embed_body(const EmbedRequest& request, std::vector<std::vector<float>> embeddings,
+                       int64_t n_tokens, int64_t total_ns, int64_t load_ns) {
+  for (auto& e : embeddings) truncate_dimensions(request.dimensions, &e);
+  if (request.api == Api::kOllamaEmbeddings) {
+    return dump_json({{"embedding", embeddings.empty() ? std::vector<float>{} : embeddings[0]}});
+  }
+  if (request.api == Api::kOllamaEmbed) {
+    return dump_json({{"model", request.model}, {"embeddings", embeddings}, {"total_duration", total_ns},
+                      {"load_duration", load_ns}, {"prompt_eval_count", n_tokens}});
+  }
+  json data = json::array();
+  for (size_t i = 0; i < embeddings.size(); ++i) {
+    json item = {{"object", "embedding"}, {"index", i}};
+    if (request.base64) {
+      item["embedding"] = base64_floats(embeddings[i]);
+    } else {
+      item["embedding"] = embeddings[i];
+    }
+    data.push_back(std::move(item));
+  }
+  return dump_json({{"object", "list"}, {"data", data}, {"model", request.model},
+                    {"usage", {{"prompt_tokens", n_tokens}, {"total_tokens", n_tokens}}}});
 }
 
 std::string version_body(std::string_view ollama_version, std::string_view hypura_version) {

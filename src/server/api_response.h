@@ -90,6 +90,17 @@ class ResponseFormatter {
   int64_t created_;
 };
 
+// The body of an embedding response (EmbedRequest's endpoint decides the shape); every
+// vector is cut to request.dimensions (truncate_dimensions) first. n_tokens: the inputs'
+// tokens after truncation.
+std::string embed_body(const EmbedRequest& request, std::vector<std::vector<float>> embeddings,
+                       int64_t n_tokens, int64_t total_ns, int64_t load_ns);
+// Keeps the first `dimensions` components (0 or more than there are: all) and normalises
+// again, as Ollama's "dimensions" does.
+void truncate_dimensions(int64_t dimensions, std::vector<float>* v);
+// RFC 4648 base64 of the floats' little-endian bytes (OpenAI's encoding_format "base64").
+std::string base64_floats(const std::vector<float>& v);
+
 // Model listing and metadata bodies. /api/version: {"version": the Ollama API version we
 // implement, "hypura_version": ours}.
 std::string version_body(std::string_view ollama_version, std::string_view hypura_version);

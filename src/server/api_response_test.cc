@@ -130,6 +130,32 @@ TEST(ApiResponse, ErrorShapes) {
   EXPECT_EQ(e["error"]["type"], "invalid_request_error");
 }
 
+TEST(ApiResponse, Embeddings) {
+  EmbedRequest r;
+  r.model = "m";
+  r.api = Api::kOllamaEmbed;
+  json j = json::parse(embed_body(r, {{0.6f, 0.8f}, {1.0f, 0.0f}}, 7, 100, 5));
+  EXPECT_EQ(j["embeddings"].size(), 2u);
+  EXPECT_FLOAT_EQ(j["embeddings"][0][1].get<float>(), 0.8f);
+  EXPECT_EQ(j["prompt_eval_count"], 7);
+  r.api = Api::kOllamaEmbeddings;
+  EXPECT_EQ(json::parse(embed_body(r, {{0.6f, 0.8f}}, 2, 0, 0))["embedding"].size(), 2u);
+  EXPECT_TRUE(json::parse(embed_body(r, {}, 0, 0, 0))["embedding"].empty());
+  r.api = Api::kOpenAiEmbeddings;
+  j = json::parse(embed_body(r, {{0.6f, 0.8f}}, 2, 0, 0));
+  EXPECT_EQ(j["object"], "list");
+  EXPECT_EQ(j["data"][0]["object"], "embedding");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 2);
+  r.base64 = true;
+  j = json::parse(embed_body(r, {{1.0f, -2.0f}}, 2, 0, 0));
+  // 1.0f = 00 00 80 3f, -2.0f = 00 00 00 c0 (little-endian): base64 of those 8 bytes.
+  EXPECT_EQ(j["data"][0]["embedding"], "AACAPwAAAMA=");
+  EXPECT_EQ(base64_floats({1.0f}), "AACAPw==");
+  std::vector<float> v = {0.6f, 0.0f, 0.8f};
+  truncate_dimensions(1, &v);
+  EXPECT_EQ(v, std::vector<float>{1.0f});  // cut, then normalised again
+}
+
 TEST(ApiResponse, Listings) {
   ModelInfo info;
   info.name = "m:latest";

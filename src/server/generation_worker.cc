@@ -55,23 +55,46 @@ void GenerationWorker::serve(Job& job) {
     job.finish(cancelled_result());
     return;
   }
-  if (job.prompt().empty()) {  // only an unload
+  if (!job.is_embed() && job.prompt().empty()) {  // only an unload
     unload();
     job.finish(result_with_reason("unload"));
     return;
   }
-  Result<runtime::GenerateResult> result = generate(job);
+  Result<runtime::GenerateResult> result = job.is_embed() ? embed(job) : generate(job);
   if (job.unload()) unload();
   job.finish(std::move(result));
 }
 
-Result<runtime::GenerateResult> GenerationWorker::generate(Job& job) {
+Status GenerationWorker::ensure_session(int64_t n_ctx) {
   if (!session_) {
     session_ = engine_.new_session();
     spdlog::info("model loaded again (context {})", session_->n_ctx());
   }
-  HYPURA_RETURN_IF_ERROR(session_->reserve_context(job.context()));
+  Status st = session_->reserve_context(n_ctx);
   context_.store(session_->n_ctx());
+  return st;
+}
+
+// Each input from position 0 of the one KV cache (a chat's cached prefix is lost, and
+// the next turn processes its prompt again); cancellation is checked between inputs.
+Result<runtime::GenerateResult> GenerationWorker::embed(Job& job) {
+  HYPURA_RETURN_IF_ERROR(ensure_session(job.context()));
+  std::vector<std::vector<float>> out(job.embed_inputs().size());
+  runtime::GenerateResult r;
+  r.done_reason = "stop";
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (job.cancelled()) return cancelled_result();
+    HYPURA_RETURN_IF_ERROR(session_->embed(job.embed_inputs()[i], job.pooling(), &out[i]));
+    r.prompt_tokens += static_cast<int>(job.embed_inputs()[i].size());
+  }
+  r.prompt_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  job.set_embeddings(std::move(out));
+  return r;
+}
+
+Result<runtime::GenerateResult> GenerationWorker::generate(Job& job) {
+  HYPURA_RETURN_IF_ERROR(ensure_session(job.context()));
   auto on_piece = [&job](std::string_view piece) {
     job.push_piece(piece);
     return !job.cancelled();

@@ -51,6 +51,8 @@ class GenerationWorker {
   void run();
   void serve(Job& job);
   Result<runtime::GenerateResult> generate(Job& job);
+  Result<runtime::GenerateResult> embed(Job& job);
+  Status ensure_session(int64_t n_ctx);
   void unload();
 
   runtime::Engine& engine_;

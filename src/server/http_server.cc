@@ -78,6 +78,8 @@ struct HttpServer::Impl {
   void handle_generation(Api api, const httplib::Request& req, httplib::Response& res);
   void respond_now(const GenerationRequest& request, const ResponseFormatter& fmt,
                    int64_t n_prompt, httplib::Response& res);
+  void handle_embed(Api api, const httplib::Request& req, httplib::Response& res);
+  Result<std::vector<std::vector<int32_t>>> embed_inputs(const EmbedRequest& request, int64_t n_ctx);
   void unload_now(Api api, const httplib::Request& req, const ResponseFormatter& fmt,
                   httplib::Response& res);
   void start_exchange(std::shared_ptr<Exchange> ex, httplib::Response& res);
@@ -287,6 +289,14 @@ void HttpServer::Impl::setup_routes() {
       handle_generation(api, req, res);
     });
   }
+  const std::pair<const char*, Api> embed_routes[] = {
+      {"/api/embed", Api::kOllamaEmbed},
+      {"/api/embeddings", Api::kOllamaEmbeddings},
+      {"/v1/embeddings", Api::kOpenAiEmbeddings},
+  };
+  for (const auto& [path, api] : embed_routes) {
+    svr.Post(path, [this, api = api](const Request& req, Response& res) { handle_embed(api, req, res); });
+  }
 }
 
 bool HttpServer::Impl::model_matches(const std::string& requested) const {
@@ -350,6 +360,65 @@ void HttpServer::Impl::handle_generation(Api api, const httplib::Request& req,
   auto ex = std::make_shared<Exchange>(Exchange{job, std::move(fmt), request.stream, n_prompt, false, {}});
   ex->dropped_messages = prompt->dropped_messages;
   start_exchange(std::move(ex), res);
+}
+
+// Token ids of each input, cut to n_ctx when request.truncate (else a 400).
+Result<std::vector<std::vector<int32_t>>> HttpServer::Impl::embed_inputs(const EmbedRequest& request,
+                                                                         int64_t n_ctx) {
+  std::vector<std::vector<int32_t>> inputs = request.token_inputs;
+  for (const std::string& text : request.texts) inputs.push_back(engine.tokenize(text, true));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<int32_t>& t = inputs[i];
+    if (t.empty()) return invalid_argument("\"input\"[" + std::to_string(i) + "] is empty");
+    for (int32_t id : t) {
+      if (id >= engine.n_vocab()) {
+        return invalid_argument("\"input\"[" + std::to_string(i) + "]: token id " + std::to_string(id) +
+                                " is not in the vocabulary");
+      }
+    }
+    if (static_cast<int64_t>(t.size()) <= n_ctx) continue;
+    if (!request.truncate || request.api == Api::kOpenAiEmbeddings) {
+      return invalid_argument("\"input\"[" + std::to_string(i) + "] is " + std::to_string(t.size()) +
+                              " tokens but the context window holds " + std::to_string(n_ctx) +
+                              (request.api == Api::kOllamaEmbed ? " (truncate: true cuts it)" : ""));
+    }
+    t.resize(static_cast<size_t>(n_ctx));
+  }
+  return inputs;
+}
+
+void HttpServer::Impl::handle_embed(Api api, const httplib::Request& req, httplib::Response& res) {
+  Result<EmbedRequest> parsed = parse_embed_request(api, req.body);
+  if (!parsed.is_ok()) return reply_error(res, api, 400, parsed.status().message());
+  const EmbedRequest& request = *parsed;
+  if (!model_matches(request.model)) {
+    return reply_error(res, api, 404, "model \"" + request.model + "\" not found, try pulling it first");
+  }
+  const int64_t n_ctx = request.num_ctx > 0 ? std::min(request.num_ctx, engine.max_context()) : engine.n_ctx();
+  Result<std::vector<std::vector<int32_t>>> inputs = embed_inputs(request, n_ctx);
+  if (!inputs.is_ok()) return reply_error(res, api, 400, inputs.status().message());
+  int64_t n_tokens = 0;
+  for (const auto& t : *inputs) n_tokens += static_cast<int64_t>(t.size());
+  std::vector<std::vector<float>> embeddings;
+  if (!inputs->empty()) {
+    auto job = std::make_shared<Job>(req.remote_addr, std::vector<int32_t>{}, runtime::GenerateOptions{});
+    job->set_embed(std::move(inputs).value(), engine.pooling());
+    job->set_context(n_ctx);
+    job->set_unload(request.unload);
+    if (Status st = worker.submit(job); !st.is_ok()) return reply_error(res, api, 503, st.message());
+    while (!job->wait(kPollInterval).done) {
+    }
+    const Result<runtime::GenerateResult>& result = job->result();
+    if (!result.is_ok()) return reply_error(res, api, 500, result.status().message());
+    if (result->done_reason == "cancelled") return reply_error(res, api, 503, job->cancel_reason());
+    embeddings = job->take_embeddings();
+    t_log.detail = fmt::format("embed inputs={} tokens={}", embeddings.size(), n_tokens);
+    res.set_content(embed_body(request, std::move(embeddings), n_tokens, ns_between(t_log.start, Clock::now()),
+                               ns_between(t_log.start, job->started())),
+                    "application/json");
+    return;
+  }
+  res.set_content(embed_body(request, {}, 0, ns_between(t_log.start, Clock::now()), 0), "application/json");
 }
 
 // keep_alive 0 with nothing to generate: unload in queue order, then answer.

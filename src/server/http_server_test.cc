@@ -314,6 +314,41 @@ TEST_F(ServerTest, CorsForAllowedOrigins) {
   EXPECT_FALSE(res->has_header("Access-Control-Allow-Origin"));
 }
 
+// Issue 18 item 4: the three embedding endpoints, batched inputs, truncate, dimensions.
+TEST_F(ServerTest, Embeddings) {
+  start(FakeConfig{.n_ctx = 64});
+  auto res = post("/api/embed", {{"model", "fake"}, {"input", {"alpha", "beta", "alpha"}}});
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  ASSERT_EQ(j["embeddings"].size(), 3u);
+  EXPECT_EQ(j["embeddings"][0], j["embeddings"][2]);  // same input, same vector
+  EXPECT_NE(j["embeddings"][0], j["embeddings"][1]);
+  double norm = 0;
+  for (const json& x : j["embeddings"][1]) norm += x.get<double>() * x.get<double>();
+  EXPECT_NEAR(norm, 1.0, 1e-5);
+  EXPECT_EQ(j["prompt_eval_count"], 17);  // BOS + bytes: 6 + 5 + 6
+  EXPECT_EQ(engine_->last_session->embeds.load(), 3);
+  // The legacy endpoint and /v1 give the same vector.
+  json legacy = json::parse(post("/api/embeddings", {{"model", "fake"}, {"prompt", "alpha"}})->body);
+  EXPECT_EQ(legacy["embedding"], j["embeddings"][0]);
+  json v1 = json::parse(post("/v1/embeddings", {{"model", "fake"}, {"input", "alpha"}})->body);
+  EXPECT_EQ(v1["data"][0]["embedding"], j["embeddings"][0]);
+  EXPECT_EQ(v1["usage"]["prompt_tokens"], 6);
+  // Longer than the context: cut by default, an error with truncate false (and on /v1).
+  const std::string long_text(100, 'z');
+  res = post("/api/embed", {{"model", "fake"}, {"input", long_text}});
+  ASSERT_EQ(res->status, 200);
+  EXPECT_EQ(json::parse(res->body)["prompt_eval_count"], 64);
+  EXPECT_EQ(post("/api/embed", {{"model", "fake"}, {"input", long_text}, {"truncate", false}})->status, 400);
+  EXPECT_EQ(post("/v1/embeddings", {{"model", "fake"}, {"input", long_text}})->status, 400);
+  // dimensions keeps the first components, normalised again.
+  json cut = json::parse(post("/api/embed", {{"model", "fake"}, {"input", "alpha"}, {"dimensions", 3}})->body);
+  ASSERT_EQ(cut["embeddings"][0].size(), 3u);
+  EXPECT_EQ(post("/api/embed", {{"model", "other"}, {"input", "a"}})->status, 404);
+  // A chat after embeddings still works (the embedding replaced the cached prefix).
+  EXPECT_EQ(post("/api/chat", chat_body(false))->status, 200);
+}
+
 TEST_F(ServerTest, FullQueueGets503) {
   FakeConfig config;
   config.token_delay = std::chrono::milliseconds(30);

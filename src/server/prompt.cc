@@ -209,6 +209,10 @@ Result<std::vector<int32_t>> tokenize_request(const runtime::Engine& engine,
         HYPURA_ASSIGN_OR_RETURN(tokens, engine.tokenize_chat(messages, {}));
       }
       break;
+    case Api::kOllamaEmbed:
+    case Api::kOllamaEmbeddings:
+    case Api::kOpenAiEmbeddings:
+      return invalid_argument("not a generation endpoint");
   }
   if (tokens.empty()) return invalid_argument("the prompt is empty");
   return tokens;

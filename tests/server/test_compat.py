@@ -95,6 +95,25 @@ class Serve:
 GREEDY = {"temperature": 0, "num_predict": 8}
 
 
+def gpt2_byte_decoder():
+    """Byte-level BPE's printable stand-ins for bytes (GPT-2's table) -> the bytes."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + \
+        list(range(ord("\xae"), ord("\xff") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def assert_close(test, a, b, tol=1e-4):
+    test.assertEqual(len(a), len(b))
+    test.assertLess(max(abs(x - y) for x, y in zip(a, b)), tol)
+
+
 class SmolTests(unittest.TestCase):
     """One `hypura serve` of SmolLM2-135M with a 512-token context."""
 
@@ -210,6 +229,61 @@ class SmolTests(unittest.TestCase):
         again = self.s.ollama.generate(self.model, "Hi", options=GREEDY)
         self.assertTrue(again.done)
         self.assertEqual(len(self.s.ollama.ps().models), 1)
+
+    # -- item 4: embeddings ------------------------------------------------------------
+
+    def test_embeddings_endpoints(self):
+        texts = ["The cat sat on the mat.", "Stock markets fell sharply today."]
+        e = self.s.ollama.embed(self.model, input=texts)
+        self.assertEqual(len(e.embeddings), 2)
+        for v in e.embeddings:
+            self.assertEqual(len(v), 576)  # SmolLM2-135M's n_embd
+            self.assertAlmostEqual(sum(x * x for x in v), 1.0, places=4)
+        self.assertGreater(max(abs(x - y) for x, y in zip(*e.embeddings)), 0.01)
+        single = self.s.ollama.embed(self.model, input=texts[0]).embeddings[0]
+        assert_close(self, single, e.embeddings[0])  # a batch equals its inputs alone
+        assert_close(self, self.s.ollama.embeddings(model=self.model, prompt=texts[0]).embedding, single)
+        o = self.s.openai.embeddings.create(model=self.model, input=texts)  # base64 on the wire
+        assert_close(self, o.data[1].embedding, e.embeddings[1])
+        self.assertEqual(o.usage.prompt_tokens, e.prompt_eval_count)
+        f = self.s.openai.embeddings.create(model=self.model, input=texts[0], encoding_format="float")
+        assert_close(self, f.data[0].embedding, single)
+        d = self.s.ollama.embed(self.model, input=texts[0], dimensions=32).embeddings[0]
+        self.assertEqual(len(d), 32)
+        norm = sum(x * x for x in single[:32]) ** 0.5
+        assert_close(self, d, [x / norm for x in single[:32]])
+        long_text = "sea " * 700  # more than --context 512 tokens
+        with self.assertRaises(ollama.ResponseError) as cm:
+            self.s.ollama.embed(self.model, input=long_text, truncate=False)
+        self.assertEqual(cm.exception.status_code, 400)
+        self.assertEqual(self.s.ollama.embed(self.model, input=long_text).prompt_eval_count, 512)
+        with self.assertRaises(openai.BadRequestError):
+            self.s.openai.embeddings.create(model=self.model, input=long_text)
+
+    def test_embedding_is_the_final_hidden_state(self):
+        """Independent check: SmolLM2 has no pooling type, so its embedding is the last
+        token's final-norm state; the output layer (its tied token embedding, read and
+        dequantized here with the gguf package) applied to it must give the greedy next token."""
+        try:
+            import gguf
+            import numpy as np
+            from gguf import quants
+        except ImportError as e:
+            self.skipTest(f"gguf/numpy not installed: {e}")
+        reader = gguf.GGUFReader(self.path)
+        t = next(t for t in reader.tensors if t.name == "token_embd.weight")
+        w = quants.dequantize(t.data, t.tensor_type).reshape(-1, 576)
+        tokens = reader.fields["tokenizer.ggml.tokens"]
+        prompt = "The capital of France is"
+        e = np.array(self.s.ollama.embed(self.model, input=prompt).embeddings[0], dtype=np.float32)
+        logits = w @ e
+        top = np.argsort(logits)[::-1][:2]
+        self.assertGreater(logits[top[0]] - logits[top[1]], 1e-3 * abs(logits[top[0]]))  # a clear winner
+        dec = gpt2_byte_decoder()
+        piece = bytes(dec[c] for c in bytes(tokens.parts[tokens.data[top[0]]]).decode()).decode()
+        greedy = self.s.ollama.generate(self.model, prompt, raw=True,
+                                        options={"temperature": 0, "num_predict": 1, "repeat_penalty": 1})
+        self.assertEqual(greedy.response, piece)
 
     def test_v1_models_created(self):
         created = self.s.openai.models.list().data[0].created

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -109,6 +110,24 @@ class FakeSession : public runtime::Session {
   }
   void reset() override { cache_.clear(); }
   int64_t n_past() const override { return static_cast<int64_t>(cache_.size()); }
+  // A deterministic unit vector of kFakeEmbd components from the tokens' hash.
+  Status embed(const std::vector<int32_t>& tokens, runtime::Pooling, std::vector<float>* out) override {
+    if (static_cast<int64_t>(tokens.size()) > n_ctx_) return resource_exhausted("fake: input too long");
+    cache_ = tokens;
+    uint64_t h = 1469598103934665603ull;
+    for (int32_t t : tokens) h = fake_hash(h, static_cast<uint64_t>(t));
+    out->resize(kFakeEmbd);
+    double norm = 0;
+    for (size_t i = 0; i < kFakeEmbd; ++i) {
+      (*out)[i] = static_cast<float>(static_cast<int64_t>(fake_hash(h, i) % 2001) - 1000);
+      norm += static_cast<double>((*out)[i]) * (*out)[i];
+    }
+    for (float& v : *out) v = static_cast<float>(v / std::sqrt(norm));
+    ++embeds;
+    return Status::ok();
+  }
+  static constexpr size_t kFakeEmbd = 8;
+  std::atomic<int> embeds{0};
   int64_t n_ctx() const override { return n_ctx_; }
   Status reserve_context(int64_t n_ctx) override {
     if (n_ctx > std::max(config_.n_ctx, config_.max_ctx)) return resource_exhausted("fake: too long");
@@ -157,6 +176,7 @@ class FakeEngine : public runtime::Engine {
   int64_t n_ctx() const override { return config_.n_ctx; }
   int64_t max_context() const override { return std::max(config_.n_ctx, config_.max_ctx); }
   int64_t n_vocab() const override { return 1100; }
+  int64_t n_embd() const override { return FakeSession::kFakeEmbd; }
   std::string architecture() const override { return "fake"; }
   std::string mode() const override { return "full-resident"; }
 
