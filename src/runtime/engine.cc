@@ -137,6 +137,7 @@ class ResidentEngine final : public Engine {
     return tokenizer_->encode(text, add_special, /*parse_special=*/true);
   }
   std::optional<FimTokens> fim_tokens() const override;
+  bool supports_tools() const override { return chat_->supports_tools(); }
 
   const std::shared_ptr<const model::Model>& model() const { return model_; }
   compute::Context& ctx() { return *ctx_; }
@@ -195,19 +196,19 @@ Result<std::vector<int32_t>> ResidentEngine::tokenize_chat(const std::vector<Cha
   std::vector<tokenizer::ChatMessage> msgs;
   msgs.reserve(messages.size());
   for (const auto& m : messages) {
-    if (m.role != "system" && m.role != "user" && m.role != "assistant") {
+    if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool") {
       return invalid_argument("unknown chat role '" + m.role +
-                              "' (expected system, user or assistant)");
+                              "' (expected system, user, assistant or tool)");
     }
-    msgs.push_back({m.role, m.content});
+    msgs.push_back({m.role, m.content, m.tool_calls, m.tool_name});
   }
   // Special tokens are parsed in the template's text only, never inside a message.
   if (options.continue_final && (msgs.empty() || msgs.back().role != "assistant")) {
     return invalid_argument("only an assistant's reply can be continued");
   }
   HYPURA_ASSIGN_OR_RETURN(tokenizer::PromptText prompt,
-                          options.continue_final ? chat_->render_continuing(msgs)
-                                                 : chat_->render(msgs, options.add_generation_prompt));
+                          options.continue_final ? chat_->render_continuing(msgs, options.tools)
+                                                 : chat_->render(msgs, options.add_generation_prompt, options.tools));
   return tokenizer_->encode(prompt, /*add_special=*/true);
 }
 

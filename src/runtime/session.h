@@ -69,8 +69,12 @@ struct GenerateResult {
 };
 
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant"
+  std::string role;  // "system", "user", "assistant" or "tool"
   std::string content;
+  // assistant: the tool calls it made, a JSON array of {"name", "arguments": object}
+  // ("" for none); tool: the tool whose result `content` is.
+  std::string tool_calls = {};
+  std::string tool_name = {};
 };
 
 // How a conversation is rendered for generation.
@@ -81,6 +85,10 @@ struct ChatOptions {
   // end-of-turn marker so that generation continues it (add_generation_prompt is then
   // ignored). REQUIRES: the last message's role is "assistant".
   bool continue_final = false;
+  // Tool definitions offered to the model: a JSON array in OpenAI's shape
+  // ([{"type": "function", "function": {"name", "description", "parameters"}}]), or "".
+  // Rendered by the model's own template (Engine::supports_tools()).
+  std::string tools;
 };
 
 // How the hidden states of an input's tokens become one embedding (GGUF
@@ -159,6 +167,8 @@ class Engine {
   // The model's fill-in-the-middle tokens (GGUF tokenizer.ggml.fim_*_token_id, else the
   // vocabulary's <|fim_prefix|>/<fim_prefix>... names); nullopt when it has none.
   virtual std::optional<FimTokens> fim_tokens() const { return std::nullopt; }
+  // Whether the model's chat template renders tools, tool calls and tool results.
+  virtual bool supports_tools() const { return false; }
 };
 
 }  // namespace hypura::runtime

@@ -155,11 +155,53 @@ Status reject_images(const json& obj, std::string_view path) {
   return Status::ok();
 }
 
-Status reject_tools(const json& body) {
+// "tools": [{"type": "function", "function": {"name", "description", "parameters"}}].
+Status parse_tools(const json& body, GenerationRequest* req) {
   const json* v = field(body, "tools");
   if (!v) return Status::ok();
   if (!v->is_array()) return type_error("tools", "an array");
-  if (!v->empty()) return invalid_argument("\"tools\": tool calling is not supported");
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& t = (*v)[i];
+    const std::string path = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object()) return type_error(path, "an object");
+    std::string type = "function";
+    HYPURA_RETURN_IF_ERROR(get_string(t, "type", path, &type));
+    if (type != "function") return invalid_argument("\"" + path + ".type\": must be \"function\"");
+    const json* fn = field(t, "function");
+    if (!fn || !fn->is_object()) return type_error(path + ".function", "an object");
+    std::string name;
+    HYPURA_RETURN_IF_ERROR(get_string(*fn, "name", path + ".function", &name));
+    if (name.empty()) return invalid_argument("\"" + path + ".function.name\": required");
+  }
+  if (!v->empty()) req->tools = v->dump(-1, ' ', false, json::error_handler_t::replace);
+  return Status::ok();
+}
+
+// An assistant message's "tool_calls": [{"function": {"name", "arguments"}}], arguments
+// an object (Ollama) or a JSON string holding one (OpenAI); kept as [{"name", "arguments"}].
+Status parse_tool_calls(const json& m, const std::string& path, runtime::ChatMessage* msg) {
+  const json* v = field(m, "tool_calls");
+  if (!v) return Status::ok();
+  if (!v->is_array()) return type_error(path + ".tool_calls", "an array");
+  json calls = json::array();
+  for (size_t i = 0; i < v->size(); ++i) {
+    const std::string call_path = path + ".tool_calls[" + std::to_string(i) + "]";
+    const json& c = (*v)[i];
+    const json* fn = c.is_object() ? field(c, "function") : nullptr;
+    if (!fn || !fn->is_object()) return type_error(call_path + ".function", "an object");
+    std::string name;
+    HYPURA_RETURN_IF_ERROR(get_string(*fn, "name", call_path + ".function", &name));
+    json args = json::object();
+    if (const json* a = field(*fn, "arguments")) {
+      args = *a;
+      if (a->is_string()) {
+        json parsed = json::parse(a->get_ref<const std::string&>(), nullptr, false);
+        if (!parsed.is_discarded()) args = std::move(parsed);
+      }
+    }
+    calls.push_back({{"name", name}, {"arguments", std::move(args)}});
+  }
+  if (!calls.empty()) msg->tool_calls = calls.dump(-1, ' ', false, json::error_handler_t::replace);
   return Status::ok();
 }
 
@@ -221,8 +263,7 @@ Status parse_ollama_common(const json& body, const RequestLimits& limits,
   HYPURA_RETURN_IF_ERROR(get_bool(body, "stream", "", &req->stream));
   HYPURA_RETURN_IF_ERROR(parse_ollama_format(body, req));
   HYPURA_RETURN_IF_ERROR(parse_keep_alive(body, &req->unload));
-  HYPURA_RETURN_IF_ERROR(parse_ollama_options(body, limits, req));
-  return reject_tools(body);
+  return parse_ollama_options(body, limits, req);
 }
 
 Status parse_ollama_generate(const json& body, const RequestLimits& limits,
@@ -239,7 +280,7 @@ Status parse_ollama_generate(const json& body, const RequestLimits& limits,
 }
 
 bool known_role(const std::string& role) {
-  return role == "system" || role == "user" || role == "assistant";
+  return role == "system" || role == "user" || role == "assistant" || role == "tool";
 }
 
 Status parse_ollama_message(const json& m, size_t i, GenerationRequest* req) {
@@ -249,16 +290,19 @@ Status parse_ollama_message(const json& m, size_t i, GenerationRequest* req) {
   HYPURA_RETURN_IF_ERROR(get_string(m, "role", path, &msg.role));
   if (!known_role(msg.role)) {
     return invalid_argument("\"" + path + ".role\": unknown role \"" + msg.role +
-                            "\" (expected system, user or assistant)");
+                            "\" (expected system, user, assistant or tool)");
   }
   HYPURA_RETURN_IF_ERROR(get_string(m, "content", path, &msg.content));
   HYPURA_RETURN_IF_ERROR(reject_images(m, path + ".images"));
+  HYPURA_RETURN_IF_ERROR(parse_tool_calls(m, path, &msg));
+  HYPURA_RETURN_IF_ERROR(get_string(m, "tool_name", path, &msg.tool_name));
   req->messages.push_back(std::move(msg));
   return Status::ok();
 }
 
 Status parse_ollama_chat(const json& body, const RequestLimits& limits, GenerationRequest* req) {
   HYPURA_RETURN_IF_ERROR(parse_ollama_common(body, limits, req));
+  HYPURA_RETURN_IF_ERROR(parse_tools(body, req));
   const json* messages = field(body, "messages");
   if (!messages) return Status::ok();  // no messages: a "load the model" request
   if (!messages->is_array()) return type_error("messages", "an array");
@@ -305,9 +349,12 @@ Status parse_openai_message(const json& m, size_t i, GenerationRequest* req) {
   if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for system
   if (!known_role(msg.role)) {
     return invalid_argument("\"" + path + ".role\": unknown role \"" + msg.role +
-                            "\" (expected system, developer, user or assistant)");
+                            "\" (expected system, developer, user, assistant or tool)");
   }
   HYPURA_RETURN_IF_ERROR(parse_openai_content(m, path, &msg.content));
+  HYPURA_RETURN_IF_ERROR(parse_tool_calls(m, path, &msg));
+  HYPURA_RETURN_IF_ERROR(get_string(m, "name", path, &msg.tool_name));
+  if (msg.role != "tool") msg.tool_name.clear();  // a user's "name" is not a tool's
   req->messages.push_back(std::move(msg));
   return Status::ok();
 }
@@ -353,8 +400,7 @@ Status parse_openai_common(const json& body, const RequestLimits& limits,
   HYPURA_RETURN_IF_ERROR(get_int(body, "max_tokens", "", 0, 1 << 24, &max_tokens));
   HYPURA_RETURN_IF_ERROR(get_int(body, "max_completion_tokens", "", 0, 1 << 24, &max_tokens));
   req->num_predict = static_cast<int>(max_tokens);
-  HYPURA_RETURN_IF_ERROR(parse_openai_sampling(body, limits, req));
-  return reject_tools(body);
+  return parse_openai_sampling(body, limits, req);
 }
 
 Status parse_openai_response_format(const json& body, GenerationRequest* req) {
@@ -375,6 +421,12 @@ Status parse_openai_response_format(const json& body, GenerationRequest* req) {
 
 Status parse_openai_chat(const json& body, const RequestLimits& limits, GenerationRequest* req) {
   HYPURA_RETURN_IF_ERROR(parse_openai_common(body, limits, req));
+  HYPURA_RETURN_IF_ERROR(parse_tools(body, req));
+  // tool_choice: "none" withdraws the tools; "auto", "required" or a named function
+  // leave the choice to the model (not enforced).
+  if (const json* choice = field(body, "tool_choice"); choice && choice->is_string() && *choice == "none") {
+    req->tools.clear();
+  }
   HYPURA_RETURN_IF_ERROR(parse_openai_response_format(body, req));
   const json* messages = field(body, "messages");
   if (!messages) return invalid_argument("\"messages\": required");

@@ -62,6 +62,9 @@ struct GenerationRequest {
   bool stream = true;            // Ollama default true, OpenAI default false
   bool include_usage = false;    // OpenAI stream_options.include_usage
   std::string format;            // "", "json" or "schema" (see docs/SERVER.md)
+  // Chat APIs' "tools": the definitions as a JSON array (OpenAI's shape), "" for none
+  // (also after OpenAI's tool_choice "none").
+  std::string tools;
   bool unload = false;           // keep_alive 0: unload the model after this request
 
   runtime::SamplingParams sampling;

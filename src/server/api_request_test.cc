@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 namespace hypura::server {
 namespace {
 
@@ -118,8 +120,39 @@ TEST(ApiRequest, UnknownRolesAndImagesAreRejected) {
   msg = parse_error(Api::kOpenAiChat, R"({"model": "m", "messages": [{"role": "user", "content":
       [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "x"}}]}]})");
   EXPECT_NE(msg.find("image_url"), std::string::npos);
-  msg = parse_error(Api::kOpenAiChat, R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})");
+  msg = parse_error(Api::kOpenAiChat, R"({"model": "m", "messages": [{"role": "function", "content": "x"}]})");
   EXPECT_NE(msg.find("unknown role"), std::string::npos);
+}
+
+TEST(ApiRequest, ToolsAndToolMessages) {
+  // Ollama: arguments are objects; a tool's result names the tool.
+  GenerationRequest r = parse_ok(Api::kOllamaChat, R"({"model": "m",
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+    "messages": [{"role": "user", "content": "q"},
+                 {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": {"x": 1}}}]},
+                 {"role": "tool", "content": "42", "tool_name": "f"}]})");
+  EXPECT_EQ(nlohmann::json::parse(r.tools)[0]["function"]["name"], "f");
+  EXPECT_EQ(nlohmann::json::parse(r.messages[1].tool_calls),
+            nlohmann::json::parse(R"([{"name": "f", "arguments": {"x": 1}}])"));
+  EXPECT_EQ(r.messages[2].role, "tool");
+  EXPECT_EQ(r.messages[2].tool_name, "f");
+  // OpenAI: arguments are a JSON string; content may be null; tool_choice "none" drops tools.
+  r = parse_ok(Api::kOpenAiChat, R"({"model": "m", "tool_choice": "auto",
+    "tools": [{"type": "function", "function": {"name": "f"}}],
+    "messages": [{"role": "assistant", "content": null,
+                  "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 2}"}}]},
+                 {"role": "tool", "tool_call_id": "c1", "content": "7"}]})");
+  EXPECT_FALSE(r.tools.empty());
+  EXPECT_EQ(nlohmann::json::parse(r.messages[0].tool_calls)[0]["arguments"]["x"], 2);
+  r = parse_ok(Api::kOpenAiChat, R"({"model": "m", "tool_choice": "none",
+    "tools": [{"type": "function", "function": {"name": "f"}}], "messages": [{"role": "user", "content": "q"}]})");
+  EXPECT_TRUE(r.tools.empty());
+  for (const char* bad : {R"({"model": "m", "tools": {}, "messages": []})",
+                          R"({"model": "m", "tools": [{"type": "web"}], "messages": []})",
+                          R"({"model": "m", "tools": [{"type": "function", "function": {}}], "messages": []})",
+                          R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"x": 1}]}]})"}) {
+    parse_error(Api::kOllamaChat, bad);
+  }
 }
 
 TEST(ApiRequest, OpenAiChat) {

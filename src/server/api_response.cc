@@ -123,6 +123,45 @@ json ResponseFormatter::usage(const Outcome& o) const {
           {"total_tokens", o.n_prompt + o.result.generated_tokens}};
 }
 
+json ResponseFormatter::ollama_calls(const std::vector<ToolCall>& calls) const {
+  json out = json::array();
+  for (const ToolCall& c : calls) out.push_back({{"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  return out;
+}
+
+json ResponseFormatter::openai_calls(const std::vector<ToolCall>& calls, size_t first_index, bool indexed) const {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c = {{"id", "call_" + id_ + "_" + std::to_string(first_index + i)},
+              {"type", "function"},
+              {"function", {{"name", calls[i].name}, {"arguments", dump_json(calls[i].arguments)}}}};
+    if (indexed) c["index"] = first_index + i;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::string ResponseFormatter::finish_reason(const Outcome& o, bool made_calls) const {
+  return made_calls && api_ == Api::kOpenAiChat ? "tool_calls" : reason(o.result);
+}
+
+std::string ResponseFormatter::stream_tool_calls(const std::vector<ToolCall>& calls, size_t first_index) const {
+  if (calls.empty()) return "";
+  if (!is_openai(api_)) {
+    json j = ollama_text("");
+    j["message"]["tool_calls"] = ollama_calls(calls);
+    j["done"] = false;
+    return dump_json(j) + "\n";
+  }
+  json j = openai_base(true);
+  j["choices"] = json::array({{{"index", 0},
+                               {"delta", {{"tool_calls", openai_calls(calls, first_index, true)}}},
+                               {"logprobs", nullptr},
+                               {"finish_reason", nullptr}}});
+  if (include_usage_) j["usage"] = nullptr;
+  return "data: " + dump_json(j) + "\n\n";
+}
+
 std::string ResponseFormatter::stream_start() const {
   if (api_ != Api::kOpenAiChat) return "";
   json j = openai_base(true);
@@ -152,14 +191,14 @@ std::string ResponseFormatter::stream_piece(std::string_view piece) const {
   return "data: " + dump_json(j) + "\n\n";
 }
 
-std::string ResponseFormatter::stream_end(const Outcome& o) const {
+std::string ResponseFormatter::stream_end(const Outcome& o, bool made_calls) const {
   if (!is_openai(api_)) {
     json j = ollama_text("");
     add_ollama_stats(o, &j);
     return dump_json(j) + "\n";
   }
   json j = openai_base(true);
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason(o.result)}};
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(o, made_calls)}};
   if (api_ == Api::kOpenAiChat) {
     choice["delta"] = json::object();
   } else {
@@ -182,16 +221,22 @@ std::string ResponseFormatter::stream_error(std::string_view message) const {
   return "data: " + openai_error(message, "server_error") + "\n\ndata: [DONE]\n\n";
 }
 
-std::string ResponseFormatter::full(const std::string& text, const Outcome& o) const {
+std::string ResponseFormatter::full(const std::string& text, const Outcome& o,
+                                    const std::vector<ToolCall>& calls) const {
   if (!is_openai(api_)) {
     json j = ollama_text(text);
+    if (!calls.empty()) j["message"]["tool_calls"] = ollama_calls(calls);
     add_ollama_stats(o, &j);
     return dump_json(j);
   }
   json j = openai_base(false);
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason(o.result)}};
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(o, !calls.empty())}};
   if (api_ == Api::kOpenAiChat) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
+    if (!calls.empty()) {
+      choice["message"]["tool_calls"] = openai_calls(calls, 0, false);
+      if (text.empty()) choice["message"]["content"] = nullptr;  // as OpenAI answers a pure call
+    }
   } else {
     choice["text"] = text;
   }
@@ -296,7 +341,7 @@ std::string show_body(const ModelInfo& info, int64_t context) {
             {"template", info.chat_template},
             {"details", details(info)},
             {"model_info", info.model_info},
-            {"capabilities", json::array({"completion"})},
+            {"capabilities", info.capabilities},
             {"modified_at", info.modified_at.empty() ? rfc3339(0) : info.modified_at}};
   return dump_json(j);
 }

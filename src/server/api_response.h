@@ -27,6 +27,7 @@
 #include "runtime/session.h"
 #include "server/api_request.h"
 #include "server/model_info.h"
+#include "server/tool_calls.h"
 
 namespace hypura::server {
 
@@ -66,12 +67,19 @@ class ResponseFormatter {
   // Sent once before the first piece ("" for Ollama; the role delta for OpenAI chat).
   std::string stream_start() const;
   std::string stream_piece(std::string_view piece) const;
+  // Tool calls parsed from the reply (chat APIs); `first_index` numbers them across the
+  // reply (OpenAI's tool_calls[].index). Ollama: a message chunk with "tool_calls";
+  // OpenAI: a delta with "tool_calls" ({"index", "id", "type", "function": {"name",
+  // "arguments": JSON text}}).
+  std::string stream_tool_calls(const std::vector<ToolCall>& calls, size_t first_index) const;
   // The final chunk(s), including "data: [DONE]" for OpenAI.
-  std::string stream_end(const Outcome& outcome) const;
+  // made_calls: the reply called tools (OpenAI's finish_reason is then "tool_calls").
+  std::string stream_end(const Outcome& outcome, bool made_calls = false) const;
   // An error after the stream began (Ollama {"error"} line, OpenAI error event + [DONE]).
   std::string stream_error(std::string_view message) const;
   // The one body of a non-streaming response.
-  std::string full(const std::string& text, const Outcome& outcome) const;
+  std::string full(const std::string& text, const Outcome& outcome,
+                   const std::vector<ToolCall>& calls = {}) const;
   // Ollama's answer to a request with no prompt/messages: done_reason "load", or
   // "unload" for keep_alive 0.
   std::string load_response(std::string_view done_reason = "load") const;
@@ -82,6 +90,9 @@ class ResponseFormatter {
   nlohmann::json ollama_text(std::string_view text) const;  // {"response"} or {"message"}
   void add_ollama_stats(const Outcome& outcome, nlohmann::json* j) const;
   nlohmann::json usage(const Outcome& outcome) const;
+  nlohmann::json ollama_calls(const std::vector<ToolCall>& calls) const;
+  nlohmann::json openai_calls(const std::vector<ToolCall>& calls, size_t first_index, bool indexed) const;
+  std::string finish_reason(const Outcome& outcome, bool made_calls) const;
 
   Api api_;
   std::string model_;

@@ -130,6 +130,33 @@ TEST(ApiResponse, ErrorShapes) {
   EXPECT_EQ(e["error"]["type"], "invalid_request_error");
 }
 
+TEST(ApiResponse, ToolCalls) {
+  const std::vector<ToolCall> calls = {{"get_weather", {{"city", "Paris"}}}};
+  Outcome o = outcome();
+  o.result.done_reason = "stop";
+  ResponseFormatter ollama(Api::kOllamaChat, "m", false, "x", 1);
+  json j = json::parse(ollama.full("", o, calls));
+  EXPECT_EQ(j["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(j["message"]["tool_calls"][0]["function"]["arguments"]["city"], "Paris");
+  EXPECT_EQ(j["done_reason"], "stop");
+  j = json::parse(ollama.stream_tool_calls(calls, 0));
+  EXPECT_EQ(j["done"], false);
+  EXPECT_EQ(j["message"]["tool_calls"].size(), 1u);
+  ResponseFormatter openai(Api::kOpenAiChat, "m", false, "chatcmpl-9", 1);
+  j = json::parse(openai.full("", o, calls));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_TRUE(j["choices"][0]["message"]["content"].is_null());
+  const json& c = j["choices"][0]["message"]["tool_calls"][0];
+  EXPECT_EQ(c["type"], "function");
+  EXPECT_EQ(json::parse(c["function"]["arguments"].get<std::string>())["city"], "Paris");
+  EXPECT_FALSE(c["id"].get<std::string>().empty());
+  std::string sse = openai.stream_tool_calls(calls, 2);
+  j = json::parse(sse.substr(6));  // "data: "
+  EXPECT_EQ(j["choices"][0]["delta"]["tool_calls"][0]["index"], 2);
+  EXPECT_NE(openai.stream_end(o, true).find("\"tool_calls\""), std::string::npos);
+  EXPECT_EQ(openai.stream_end(o, false).find("\"tool_calls\""), std::string::npos);
+}
+
 TEST(ApiResponse, Embeddings) {
   EmbedRequest r;
   r.model = "m";

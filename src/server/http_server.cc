@@ -57,13 +57,34 @@ struct Exchange {
   bool started = false;
   std::string text;  // non-streaming: the pieces so far
   size_t dropped_messages = 0;  // oldest chat messages left out to fit the context
+  bool tools = false;           // the request offered tools: the reply is parsed for calls
+  ToolCallParser parser{};
+  std::vector<ToolCall> calls{};  // non-streaming: the calls so far
+  size_t n_calls = 0;           // calls made so far
 };
+
+// The names of the tools a request offers (its "tools", validated by the parser).
+std::vector<std::string> tool_names(const std::string& tools) {
+  std::vector<std::string> names;
+  for (const nlohmann::json& t : nlohmann::json::parse(tools, nullptr, false)) {
+    names.push_back(t["function"]["name"].get<std::string>());
+  }
+  return names;
+}
+
+// What /api/show lists besides "completion".
+ModelInfo with_capabilities(ModelInfo info, const runtime::Engine& engine) {
+  info.capabilities = {"completion"};
+  if (engine.supports_tools()) info.capabilities.push_back("tools");
+  if (engine.fim_tokens()) info.capabilities.push_back("insert");
+  return info;
+}
 
 }  // namespace
 
 struct HttpServer::Impl {
   Impl(runtime::Engine& engine, ModelInfo info, ServerOptions options)
-      : engine(engine), info(std::move(info)), options(std::move(options)),
+      : engine(engine), info(with_capabilities(std::move(info), engine)), options(std::move(options)),
         policy{this->options.host, this->options.allowed_hosts, this->options.allowed_origins},
         svr(connection_limits(this->options)), worker(engine, this->options.max_queue),
         seeds(std::random_device{}()) {}
@@ -84,6 +105,7 @@ struct HttpServer::Impl {
                   httplib::Response& res);
   void start_exchange(std::shared_ptr<Exchange> ex, httplib::Response& res);
   bool pump(Exchange& ex, httplib::DataSink& sink);
+  bool forward(Exchange& ex, httplib::DataSink& sink, std::string text, std::vector<ToolCall> calls);
   bool finish_exchange(Exchange& ex, httplib::DataSink& sink);
   uint64_t fresh_seed();
 
@@ -359,6 +381,8 @@ void HttpServer::Impl::handle_generation(Api api, const httplib::Request& req,
   if (!submitted.is_ok()) return reply_error(res, api, 503, submitted.message());
   auto ex = std::make_shared<Exchange>(Exchange{job, std::move(fmt), request.stream, n_prompt, false, {}});
   ex->dropped_messages = prompt->dropped_messages;
+  ex->tools = !request.tools.empty();
+  if (ex->tools) ex->parser = ToolCallParser(tool_names(request.tools));
   start_exchange(std::move(ex), res);
 }
 
@@ -474,10 +498,11 @@ bool HttpServer::Impl::pump(Exchange& ex, httplib::DataSink& sink) {
     if (ex.stream && !write(ex.fmt.stream_start())) return false;
   }
   Job::Update update = ex.job->wait(kPollInterval);
-  for (const std::string& piece : update.pieces) {
-    if (!ex.stream) {
-      ex.text += piece;
-    } else if (!write(ex.fmt.stream_piece(piece))) {
+  for (std::string& piece : update.pieces) {
+    if (ex.tools) {
+      ToolCallParser::Output out = ex.parser.push(piece);
+      if (!forward(ex, sink, std::move(out.text), std::move(out.calls))) return false;
+    } else if (!forward(ex, sink, std::move(piece), {})) {
       return false;  // the releaser cancels the job
     }
   }
@@ -488,7 +513,30 @@ bool HttpServer::Impl::pump(Exchange& ex, httplib::DataSink& sink) {
   return true;
 }
 
+// Text and tool calls of the reply to the client (streaming) or to the final body.
+bool HttpServer::Impl::forward(Exchange& ex, httplib::DataSink& sink, std::string text,
+                               std::vector<ToolCall> calls) {
+  const size_t first = ex.n_calls;
+  ex.n_calls += calls.size();
+  if (!ex.stream) {
+    ex.text += text;
+    for (ToolCall& c : calls) ex.calls.push_back(std::move(c));
+    return true;
+  }
+  for (const std::string& s : {text.empty() ? std::string() : ex.fmt.stream_piece(text),
+                               ex.fmt.stream_tool_calls(calls, first)}) {
+    if (!s.empty() && !sink.write(s.data(), s.size())) return false;
+  }
+  return true;
+}
+
 bool HttpServer::Impl::finish_exchange(Exchange& ex, httplib::DataSink& sink) {
+  if (ex.tools) {
+    ToolCallParser::Output out = ex.parser.finish();
+    if (!forward(ex, sink, std::move(out.text), std::move(out.calls))) return false;
+    // A reply that calls tools has no content besides the whitespace around its calls.
+    if (ex.n_calls > 0 && ex.text.find_first_not_of(" \t\r\n") == std::string::npos) ex.text.clear();
+  }
   const Job& job = *ex.job;
   const Result<runtime::GenerateResult>& result = job.result();
   std::string body;
@@ -499,7 +547,7 @@ bool HttpServer::Impl::finish_exchange(Exchange& ex, httplib::DataSink& sink) {
   } else {
     Outcome outcome{*result, ex.n_prompt, ns_between(t_log.start, job.finished()),
                     ns_between(t_log.start, job.started())};
-    body = ex.stream ? ex.fmt.stream_end(outcome) : ex.fmt.full(ex.text, outcome);
+    body = ex.stream ? ex.fmt.stream_end(outcome, ex.n_calls > 0) : ex.fmt.full(ex.text, outcome, ex.calls);
     const double tok_s = result->generate_seconds > 0 ? result->generated_tokens / result->generate_seconds : 0;
     t_log.detail = fmt::format("prompt={} (reused {}) eval={} {:.1f} tok/s done={} ctx={}",
                                ex.n_prompt, result->prompt_tokens_reused,

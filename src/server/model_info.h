@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -35,6 +36,9 @@ struct ModelInfo {
   std::string chat_template;       // tokenizer.chat_template, "" when absent
   int64_t context_length = 0;      // the server's context window at start (--context), tokens
   std::string mode;                // the engine's inference mode ("full-resident", ...)
+  // Ollama's capabilities: "completion", plus "tools" (the template renders tools) and
+  // "insert" (fill-in-the-middle tokens) as the server finds them in the engine.
+  std::vector<std::string> capabilities = {"completion"};
 };
 
 inline constexpr size_t kMaxInfoArray = 64;

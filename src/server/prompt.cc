@@ -94,9 +94,11 @@ Result<std::string> render_prompt_template(std::string_view tmpl, const Template
 namespace {
 
 // A chat ending with an assistant message continues that message.
-runtime::ChatOptions chat_options(const std::vector<runtime::ChatMessage>& messages) {
+runtime::ChatOptions chat_options(const GenerationRequest& request) {
   runtime::ChatOptions options;
-  options.continue_final = !messages.empty() && messages.back().role == "assistant";
+  const auto& m = request.messages;
+  options.continue_final = !m.empty() && m.back().role == "assistant" && m.back().tool_calls.empty();
+  options.tools = request.tools;
   return options;
 }
 
@@ -137,7 +139,7 @@ std::vector<runtime::ChatMessage> keep_from(const std::vector<runtime::ChatMessa
 Result<PreparedPrompt> fit_chat(const runtime::Engine& engine, const GenerationRequest& request,
                                 int64_t n_ctx, bool* too_long) {
   const std::vector<runtime::ChatMessage>& m = request.messages;
-  const runtime::ChatOptions options = chat_options(m);
+  const runtime::ChatOptions options = chat_options(request);
   const int64_t room = reply_room(request, n_ctx);
   PreparedPrompt out;
   out.n_ctx = n_ctx;
@@ -189,7 +191,7 @@ Result<std::vector<int32_t>> tokenize_request(const runtime::Engine& engine,
   switch (request.api) {
     case Api::kOllamaChat:
     case Api::kOpenAiChat: {
-      HYPURA_ASSIGN_OR_RETURN(tokens, engine.tokenize_chat(request.messages, chat_options(request.messages)));
+      HYPURA_ASSIGN_OR_RETURN(tokens, engine.tokenize_chat(request.messages, chat_options(request)));
       break;
     }
     case Api::kOpenAiCompletion:

@@ -348,8 +348,15 @@ class SmolTests(unittest.TestCase):
         self.assertEqual(title.choices[0].message.role, "assistant")
 
 
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_current_weather",
+    "description": "Get the current weather in a given city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city"}},
+                   "required": ["city"]}}}
+
+
 class QwenTests(unittest.TestCase):
-    """Qwen2.5-Coder-0.5B: fill-in-the-middle tokens."""
+    """Qwen2.5-Coder-0.5B: fill-in-the-middle tokens, and tools through its own template."""
 
     @classmethod
     def setUpClass(cls):
@@ -372,6 +379,88 @@ class QwenTests(unittest.TestCase):
                                              suffix="\n\nprint(add(1, 2))\n", max_tokens=8,
                                              temperature=0)
         self.assertEqual(c.choices[0].text, r.response)
+
+
+class QwenToolTests(unittest.TestCase):
+    """Tool calling with Qwen2.5-Coder's template and <tool_call> format."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.path = model_path(QWEN)
+        if cls.path is None:
+            raise unittest.SkipTest("no " + QWEN)
+        cls.s = Serve(cls.path, "--context", "2048", "--alias", "qwen")
+        cls.model = cls.s.name
+        cls.question = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+        cls.opts = {"temperature": 0, "num_predict": 48, "repeat_penalty": 1}
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.s.stop() == 0, cls.s.log()
+
+    def test_show_lists_tools_and_insert(self):
+        caps = self.s.ollama.show(self.model).capabilities
+        self.assertIn("tools", caps)
+        self.assertIn("insert", caps)
+
+    def test_ollama_tool_call_and_answer(self):
+        r = self.s.ollama.chat(self.model, messages=self.question, tools=[WEATHER_TOOL], options=self.opts)
+        calls = r.message.tool_calls
+        self.assertTrue(calls, r.message)
+        self.assertEqual(calls[0].function.name, "get_current_weather")
+        self.assertIn("paris", json.dumps(calls[0].function.arguments).lower())
+        self.assertNotIn("<tool_call>", r.message.content)
+        # Streamed: the same call arrives in a chunk of its own.
+        streamed = [c for c in self.s.ollama.chat(self.model, messages=self.question, tools=[WEATHER_TOOL],
+                                                  options=self.opts, stream=True) if c.message.tool_calls]
+        self.assertEqual(len(streamed), 1)
+        self.assertEqual(streamed[0].message.tool_calls[0].function.name, "get_current_weather")
+        # The tool's result goes back as a "tool" message; the model answers with it.
+        follow = self.question + [{"role": "assistant", "content": "", "tool_calls": [
+            {"function": {"name": "get_current_weather", "arguments": {"city": "Paris"}}}]},
+            {"role": "tool", "content": '{"temperature_c": 23, "sky": "sunny"}',
+             "tool_name": "get_current_weather"}]
+        answer = self.s.ollama.chat(self.model, messages=follow, tools=[WEATHER_TOOL], options=self.opts)
+        self.assertFalse(answer.message.tool_calls)
+        self.assertIn("23", answer.message.content)
+
+    def test_openai_tool_call_streamed_and_not(self):
+        r = self.s.openai.chat.completions.create(model=self.model, messages=self.question,
+                                                  tools=[WEATHER_TOOL], temperature=0, max_tokens=48)
+        choice = r.choices[0]
+        self.assertEqual(choice.finish_reason, "tool_calls")
+        call = choice.message.tool_calls[0]
+        self.assertEqual(call.type, "function")
+        self.assertEqual(call.function.name, "get_current_weather")
+        self.assertIn("paris", json.loads(call.function.arguments)["city"].lower())
+        stream = self.s.openai.chat.completions.create(model=self.model, messages=self.question,
+                                                       tools=[WEATHER_TOOL], temperature=0, max_tokens=48,
+                                                       stream=True)
+        names, args, finish = [], "", None
+        for chunk in stream:
+            for ch in chunk.choices:
+                for tc in ch.delta.tool_calls or []:
+                    names.append(tc.function.name)
+                    args += tc.function.arguments or ""
+                finish = ch.finish_reason or finish
+        self.assertEqual(names, ["get_current_weather"])
+        self.assertEqual(json.loads(args), json.loads(call.function.arguments))
+        self.assertEqual(finish, "tool_calls")
+        # The assistant's call and the tool's result, in OpenAI's shapes.
+        follow = self.question + [
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": call.id, "type": "function",
+                 "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+            {"role": "tool", "tool_call_id": call.id, "content": '{"temperature_c": 23, "sky": "sunny"}'}]
+        answer = self.s.openai.chat.completions.create(model=self.model, messages=follow, tools=[WEATHER_TOOL],
+                                                       temperature=0, max_tokens=48)
+        self.assertEqual(answer.choices[0].finish_reason, "stop")
+        self.assertIn("23", answer.choices[0].message.content)
+        # tool_choice "none" withdraws the tools: a plain answer.
+        plain = self.s.openai.chat.completions.create(model=self.model, messages=self.question,
+                                                      tools=[WEATHER_TOOL], tool_choice="none",
+                                                      temperature=0, max_tokens=16)
+        self.assertIsNone(plain.choices[0].message.tool_calls)
 
 
 def main():
