@@ -416,10 +416,13 @@ Result<GenerateResult> ResidentSession::generate(
     HYPURA_RETURN_IF_ERROR(feed(std::span(&id, 1), nullptr));
   }
   // Bytes still held by the detokenizer are the start of a character that will never be
-  // completed (the answer was cut, or the model ended mid-character): dropped, so that a
-  // cut answer is a prefix of the longer one and never ends in a replacement character.
-  detok.reset();
-  if (!stopped) emit(stops.flush());
+  // completed (the answer was cut, or the model ended mid-character).
+  if (options.drop_unfinished_char) {
+    detok.reset();
+    if (!stopped) emit(stops.flush());
+  } else if (!stopped) {
+    emit(stops.push(detok.flush(), &stopped) + stops.flush());
+  }
   result.generate_seconds = seconds_since(t0);
   return result;
 }

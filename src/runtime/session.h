@@ -54,6 +54,10 @@ struct GenerateOptions {
   int max_tokens = 256;                 // -1: until the context is full
   std::vector<std::string> stop;        // stop strings (not included in output)
   const std::atomic<bool>* cancel = nullptr;  // checked before every token
+  // A character left unfinished when generation ends (a max_tokens cut, cancellation, EOS
+  // mid-character): dropped (so a cut text is a prefix of the longer one; the server), or
+  // written as U+FFFD (false: `hypura run`).
+  bool drop_unfinished_char = false;
 };
 
 // Why generation ended: "stop" (EOS/EOT/stop string), "length" (max_tokens or context),

@@ -60,6 +60,7 @@ TEST(Prompt, OptionsCapTokensByContext) {
   ASSERT_TRUE(opts.is_ok());
   EXPECT_EQ(opts->max_tokens, 156);
   EXPECT_EQ(opts->sampling.seed, 7u);  // no seed given: the fresh one
+  EXPECT_TRUE(opts->drop_unfinished_char);  // streams never end in U+FFFD
   req.num_predict = 10;
   req.seed_given = true;
   req.sampling.seed = 3;
