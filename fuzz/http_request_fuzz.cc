@@ -19,6 +19,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   (void)parse_show_request(body);
   (void)render_prompt_template(body, TemplateVars{"sys", "prompt", ""});
+  for (Api embed_api : {Api::kOllamaEmbed, Api::kOllamaEmbeddings, Api::kOpenAiEmbeddings}) {
+    auto e = parse_embed_request(embed_api, body);
+    if (e.is_ok()) (void)embed_body(*e, {{0.5f, 0.5f}}, 1, 0, 0);
+  }
   auto request = parse_generation_request(api, body);
   if (!request.is_ok()) return 0;
   const GenerationRequest& r = *request;

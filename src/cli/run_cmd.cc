@@ -114,7 +114,7 @@ Result<std::vector<int32_t>> tokenize_turn(runtime::Engine& engine, const RunArg
                                            const std::vector<runtime::ChatMessage>& chat,
                                            const std::string& raw) {
   if (a.no_chat) return engine.tokenize(raw, /*add_special=*/true);
-  return engine.tokenize_chat(chat, /*add_generation_prompt=*/true);
+  return engine.tokenize_chat(chat, runtime::ChatOptions{});
 }
 
 int run_once(runtime::Engine& engine, const RunArgs& a) {

@@ -99,8 +99,9 @@ std::function<int()> setup_serve(CLI::App& app) {
                  "also answer requests whose Host is NAME (repeatable; '*': any). Default: IP "
                  "addresses, localhost and --host");
   app.add_option("--allow-origin", a->server.allowed_origins,
-                 "also answer browsers from ORIGIN, e.g. https://app.example (repeatable; '*': "
-                 "any). Default: http(s) pages on localhost and --host");
+                 "also answer browsers (with CORS headers) from origins matching PATTERN, e.g. "
+                 "https://app.example or https://*.example.com (repeatable; '*': any). Default: "
+                 "http(s) pages on localhost and --host, app://, file://, tauri://, vscode-webview://");
   app.add_option("--alias", a->alias, "model name to serve under (default: the file name)");
   add_threads_option(app, &a->threads);
   app.add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32")->capture_default_str();

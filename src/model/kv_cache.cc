@@ -28,6 +28,15 @@ uint64_t KvCache::bytes() const {
   return total;
 }
 
+void KvCache::grow(int64_t n_ctx) {
+  assert(n_ctx >= n_ctx_);
+  const size_t elem = f32_ ? 4 : 2;
+  // Rows are position-major, so the stored positions stay where they are.
+  for (auto& k : k_) k.resize(static_cast<size_t>(n_ctx * k_width_) * elem, 0);
+  for (auto& v : v_) v.resize(static_cast<size_t>(n_ctx * v_width_) * elem, 0);
+  n_ctx_ = n_ctx;
+}
+
 void KvCache::store(int64_t il, int64_t pos, int64_t n_tokens, const float* k, const float* v) {
   assert(pos >= 0 && pos + n_tokens <= n_ctx_);
   store_rows(k_[il], k_width_, pos, n_tokens, k);

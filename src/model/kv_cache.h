@@ -25,6 +25,8 @@ class KvCache {
   int64_t n_ctx() const { return n_ctx_; }
   bool is_f32() const { return f32_; }
   uint64_t bytes() const;  // memory held by K and V of all layers
+  // Makes room for n_ctx positions, keeping the rows stored so far. REQUIRES: n_ctx >= n_ctx().
+  void grow(int64_t n_ctx);
 
   // Stores n_tokens rows starting at position pos. k: (n_tokens, k_width), v: (n_tokens,
   // v_width). REQUIRES: pos + n_tokens <= n_ctx.

@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include <algorithm>
+
 #include "compute/compute.h"
 #include "gguf/gguf.h"
 #include "model/architectures.h"
@@ -29,7 +31,7 @@ Forward::Forward(std::shared_ptr<const Model> model, compute::Context& ctx,
 Forward::~Forward() = default;
 
 Status Forward::run(const int32_t* tokens, int64_t n_tokens, int64_t pos, KvCache& kv,
-                    bool all_logits, float* logits) {
+                    bool all_logits, float* logits, float* hidden) {
   const HParams& hp = model_->hparams();
   const WeightMap& wm = model_->weights();
   if (n_tokens <= 0 || n_tokens > max_batch_) {
@@ -74,7 +76,10 @@ Status Forward::run(const int32_t* tokens, int64_t n_tokens, int64_t pos, KvCach
   }
 
   b.norm(b.x(), out_norm, b.cur());
-  if (all_logits) {
+  if (hidden != nullptr) std::copy_n(b.cur(), n_tokens * hp.n_embd, hidden);
+  if (logits == nullptr) {
+    // embeddings only: no output layer
+  } else if (all_logits) {
     b.ctx().matmul(output, b.cur(), n_tokens, logits);
   } else {
     b.ctx().matmul(output, b.cur() + (n_tokens - 1) * hp.n_embd, 1, logits);

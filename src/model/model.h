@@ -56,10 +56,12 @@ class Forward {
 
   // Processes tokens[0..n_tokens) at positions pos..pos+n_tokens-1, writing their keys
   // and values into kv. logits: (n_tokens, n_vocab) when all_logits, else (1, n_vocab)
-  // for the last token only. REQUIRES: 0 < n_tokens <= max_batch, pos + n_tokens <=
-  // kv.n_ctx(), every token id < n_vocab (checked: error).
+  // for the last token only; null: no output layer (embeddings). hidden, when not null:
+  // (n_tokens, n_embd) the final-norm hidden states, the output layer's input.
+  // REQUIRES: 0 < n_tokens <= max_batch, pos + n_tokens <= kv.n_ctx(), every token id
+  // < n_vocab (checked: error).
   Status run(const int32_t* tokens, int64_t n_tokens, int64_t pos, KvCache& kv,
-             bool all_logits, float* logits);
+             bool all_logits, float* logits, float* hidden = nullptr);
 
  private:
   std::shared_ptr<const Model> model_;

@@ -14,6 +14,7 @@
 #include "gguf/gguf.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "profiler/system_info.h"
 #include "runtime/tiered_weights.h"
 #include "runtime/sampler.h"
 #include "tokenizer/chat_template.h"
@@ -93,6 +94,9 @@ class ResidentSession final : public Session {
   Status prefill(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) override;
   void reset() override { history_.clear(); }
   int64_t n_past() const override { return static_cast<int64_t>(history_.size()); }
+  int64_t n_ctx() const override { return kv_.n_ctx(); }
+  Status reserve_context(int64_t n_ctx) override;
+  Status embed(const std::vector<int32_t>& tokens, Pooling pooling, std::vector<float>* out) override;
 
  private:
   // Runs tokens at the end of the cache in batches; logits of the last token (or of all
@@ -118,17 +122,22 @@ class ResidentEngine final : public Engine {
     return std::make_unique<ResidentSession>(*this);
   }
   int64_t n_ctx() const override { return n_ctx_; }
+  int64_t max_context() const override { return std::max(n_ctx_, model_->hparams().n_ctx_train); }
   int64_t n_vocab() const override { return model_->hparams().n_vocab; }
+  int64_t n_embd() const override { return model_->hparams().n_embd; }
+  Pooling pooling() const override;
   std::string architecture() const override { return model_->hparams().arch_name; }
   std::string mode() const override { return weights_->mode(); }
   const TieredWeights* tiers() const override { return weights_.get(); }
   TieredWeights* mutable_tiers() override { return weights_.get(); }
 
   Result<std::vector<int32_t>> tokenize_chat(const std::vector<ChatMessage>& messages,
-                                             bool add_generation_prompt) const override;
+                                             const ChatOptions& options) const override;
   std::vector<int32_t> tokenize(const std::string& text, bool add_special) const override {
     return tokenizer_->encode(text, add_special, /*parse_special=*/true);
   }
+  std::optional<FimTokens> fim_tokens() const override;
+  bool supports_tools() const override { return chat_->supports_tools(); }
 
   const std::shared_ptr<const model::Model>& model() const { return model_; }
   compute::Context& ctx() { return *ctx_; }
@@ -183,19 +192,50 @@ Result<std::unique_ptr<Engine>> ResidentEngine::create(const EngineOptions& opti
 }
 
 Result<std::vector<int32_t>> ResidentEngine::tokenize_chat(const std::vector<ChatMessage>& messages,
-                                                           bool add_generation_prompt) const {
+                                                           const ChatOptions& options) const {
   std::vector<tokenizer::ChatMessage> msgs;
   msgs.reserve(messages.size());
   for (const auto& m : messages) {
-    if (m.role != "system" && m.role != "user" && m.role != "assistant") {
+    if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool") {
       return invalid_argument("unknown chat role '" + m.role +
-                              "' (expected system, user or assistant)");
+                              "' (expected system, user, assistant or tool)");
     }
-    msgs.push_back({m.role, m.content});
+    msgs.push_back({m.role, m.content, m.tool_calls, m.tool_name});
   }
   // Special tokens are parsed in the template's text only, never inside a message.
-  HYPURA_ASSIGN_OR_RETURN(tokenizer::PromptText prompt, chat_->render(msgs, add_generation_prompt));
+  if (options.continue_final && (msgs.empty() || msgs.back().role != "assistant")) {
+    return invalid_argument("only an assistant's reply can be continued");
+  }
+  HYPURA_ASSIGN_OR_RETURN(tokenizer::PromptText prompt,
+                          options.continue_final ? chat_->render_continuing(msgs, options.tools)
+                                                 : chat_->render(msgs, options.add_generation_prompt, options.tools));
   return tokenizer_->encode(prompt, /*add_special=*/true);
+}
+
+Pooling ResidentEngine::pooling() const {
+  const auto type = file_.metadata().get_u64(model_->hparams().arch_name + ".pooling_type");
+  if (type == 1u) return Pooling::kMean;
+  if (type == 2u) return Pooling::kFirst;
+  return Pooling::kLast;  // 3 (last), 0 (none: a generative model) or absent
+}
+
+std::optional<FimTokens> ResidentEngine::fim_tokens() const {
+  // Newer conversions name the ids in the metadata; older ones only have the tokens.
+  const auto& md = file_.metadata();
+  const auto id = [&](const char* key, std::initializer_list<std::string_view> names) -> int32_t {
+    if (auto v = md.get_u64(key); v && *v < static_cast<uint64_t>(tokenizer_->n_vocab())) {
+      return static_cast<int32_t>(*v);
+    }
+    for (std::string_view name : names) {
+      if (int32_t t = tokenizer_->find_token(name); t >= 0) return t;
+    }
+    return -1;
+  };
+  FimTokens fim{id("tokenizer.ggml.fim_pre_token_id", {"<|fim_prefix|>", "<fim_prefix>", "<fim-prefix>"}),
+                id("tokenizer.ggml.fim_suf_token_id", {"<|fim_suffix|>", "<fim_suffix>", "<fim-suffix>"}),
+                id("tokenizer.ggml.fim_mid_token_id", {"<|fim_middle|>", "<fim_middle>", "<fim-middle>"})};
+  if (fim.prefix < 0 || fim.suffix < 0 || fim.middle < 0) return std::nullopt;
+  return fim;
 }
 
 ResidentSession::ResidentSession(ResidentEngine& engine)
@@ -205,6 +245,33 @@ ResidentSession::ResidentSession(ResidentEngine& engine)
                                                 kMaxBatch, engine.n_ctx())),
       logits_(static_cast<size_t>(engine.n_vocab())) {
   history_.reserve(static_cast<size_t>(engine.n_ctx()));
+}
+
+// The KV cache grows in place (its rows keep their positions); the Forward's scratch is
+// sized for the context, so it is rebuilt. Half of the memory available now may go to it.
+Status ResidentSession::reserve_context(int64_t n_ctx) {
+  if (n_ctx <= kv_.n_ctx()) return Status::ok();
+  if (n_ctx > engine_.max_context()) {
+    return resource_exhausted("a context of " + std::to_string(n_ctx) +
+                              " tokens exceeds the model's trained length of " +
+                              std::to_string(engine_.max_context()));
+  }
+  const uint64_t per_token = kv_.bytes() / static_cast<uint64_t>(std::max<int64_t>(kv_.n_ctx(), 1));
+  const uint64_t extra = per_token * static_cast<uint64_t>(n_ctx - kv_.n_ctx());
+  const uint64_t available = profiler::probe_memory(0).available_bytes;
+  if (available > 0 && extra > available / 2) {
+    return resource_exhausted("a context of " + std::to_string(n_ctx) + " tokens needs " +
+                              std::to_string(extra >> 20) + " MiB more for its KV cache; " +
+                              std::to_string(available >> 20) + " MiB of memory are available");
+  }
+  std::lock_guard<std::mutex> lock(engine_.compute_mutex());
+  forward_.reset();  // its scratch goes before the larger one is allocated
+  kv_.grow(n_ctx);
+  forward_ = std::make_unique<model::Forward>(engine_.model(), engine_.ctx(), engine_.provider(),
+                                              kMaxBatch, n_ctx);
+  history_.reserve(static_cast<size_t>(n_ctx));
+  spdlog::info("context grown to {} tokens", n_ctx);
+  return Status::ok();
 }
 
 Status ResidentSession::feed(std::span<const int32_t> tokens, std::vector<float>* all) {
@@ -223,11 +290,44 @@ Status ResidentSession::feed(std::span<const int32_t> tokens, std::vector<float>
   return Status::ok();
 }
 
+Status ResidentSession::embed(const std::vector<int32_t>& tokens, Pooling pooling,
+                              std::vector<float>* out) {
+  if (tokens.empty()) return invalid_argument("empty input");
+  if (static_cast<int64_t>(tokens.size()) > n_ctx()) {
+    return resource_exhausted("an input of " + std::to_string(tokens.size()) +
+                              " tokens exceeds the context of " + std::to_string(n_ctx()));
+  }
+  const int64_t n_embd = engine_.n_embd();
+  std::vector<double> sum(static_cast<size_t>(n_embd), 0.0);  // per request, not per token
+  std::vector<float> hidden(static_cast<size_t>(std::min<int64_t>(kMaxBatch, tokens.size()) * n_embd));
+  history_.clear();
+  std::lock_guard<std::mutex> lock(engine_.compute_mutex());
+  for (size_t i = 0; i < tokens.size(); i += kMaxBatch) {
+    const int64_t n = std::min<int64_t>(kMaxBatch, tokens.size() - i);
+    const int64_t pos = static_cast<int64_t>(i);
+    HYPURA_RETURN_IF_ERROR(forward_->run(tokens.data() + i, n, pos, kv_, false, nullptr, hidden.data()));
+    history_.insert(history_.end(), tokens.begin() + i, tokens.begin() + i + n);
+    const bool last_batch = i + n == tokens.size();
+    for (int64_t r = 0; r < n; ++r) {
+      const bool take = pooling == Pooling::kMean || (pooling == Pooling::kFirst && i == 0 && r == 0) ||
+                        (pooling == Pooling::kLast && last_batch && r == n - 1);
+      if (!take) continue;
+      for (int64_t c = 0; c < n_embd; ++c) sum[c] += hidden[r * n_embd + c];
+    }
+  }
+  double norm = 0;
+  for (double v : sum) norm += v * v;
+  norm = std::sqrt(norm);
+  out->resize(static_cast<size_t>(n_embd));
+  for (int64_t c = 0; c < n_embd; ++c) (*out)[c] = norm > 0 ? static_cast<float>(sum[c] / norm) : 0.0f;
+  return Status::ok();
+}
+
 Status ResidentSession::check_room(size_t n_tokens) const {
-  if (static_cast<int64_t>(history_.size() + n_tokens) > engine_.n_ctx()) {
+  if (static_cast<int64_t>(history_.size() + n_tokens) > n_ctx()) {
     return resource_exhausted("eval of " + std::to_string(n_tokens) + " tokens after " +
                               std::to_string(history_.size()) + " exceeds the context of " +
-                              std::to_string(engine_.n_ctx()));
+                              std::to_string(n_ctx()));
   }
   return Status::ok();
 }
@@ -246,7 +346,7 @@ Status ResidentSession::prefill(const std::vector<int32_t>& tokens, std::vector<
 }
 
 Status ResidentSession::check_fits(size_t n_prompt, int max_tokens) const {
-  const int64_t n_ctx = engine_.n_ctx();
+  const int64_t n_ctx = this->n_ctx();
   if (n_prompt == 0) return invalid_argument("empty prompt");
   const int64_t need = static_cast<int64_t>(n_prompt) + std::max(max_tokens, 0);
   if (need > n_ctx) {
@@ -280,7 +380,7 @@ Result<GenerateResult> ResidentSession::generate(
   tokenizer::StreamingDetokenizer detok(tok);
   StopMatcher stops(options.stop);
   Sampler sampler(options.sampling, engine_.n_vocab());
-  const int64_t limit = options.max_tokens < 0 ? engine_.n_ctx() - n_past()
+  const int64_t limit = options.max_tokens < 0 ? n_ctx() - n_past()
                                                : options.max_tokens;
   result.done_reason = "length";
   bool listening = true;  // on_piece has not asked to stop
@@ -312,10 +412,17 @@ Result<GenerateResult> ResidentSession::generate(
       result.done_reason = "stop";
       break;
     }
-    if (n_past() >= engine_.n_ctx()) break;  // context full: "length"
+    if (n_past() >= n_ctx()) break;  // context full: "length"
     HYPURA_RETURN_IF_ERROR(feed(std::span(&id, 1), nullptr));
   }
-  if (!stopped) emit(stops.push(detok.flush(), &stopped) + stops.flush());
+  // Bytes still held by the detokenizer are the start of a character that will never be
+  // completed (the answer was cut, or the model ended mid-character).
+  if (options.drop_unfinished_char) {
+    detok.reset();
+    if (!stopped) emit(stops.flush());
+  } else if (!stopped) {
+    emit(stops.push(detok.flush(), &stopped) + stops.flush());
+  }
   result.generate_seconds = seconds_since(t0);
   return result;
 }

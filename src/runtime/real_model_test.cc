@@ -28,7 +28,7 @@ Result<std::string> greedy(Engine& engine, const nlohmann::json& c) {
   const std::string prompt = c["prompt"];
   std::vector<int32_t> tokens;
   if (c.value("chat", false)) {
-    HYPURA_ASSIGN_OR_RETURN(tokens, engine.tokenize_chat({{"user", prompt}}, true));
+    HYPURA_ASSIGN_OR_RETURN(tokens, engine.tokenize_chat({{"user", prompt}}, ChatOptions{}));
   } else {
     tokens = engine.tokenize(prompt, true);
   }

@@ -54,6 +54,10 @@ struct GenerateOptions {
   int max_tokens = 256;                 // -1: until the context is full
   std::vector<std::string> stop;        // stop strings (not included in output)
   const std::atomic<bool>* cancel = nullptr;  // checked before every token
+  // A character left unfinished when generation ends (a max_tokens cut, cancellation, EOS
+  // mid-character): dropped (so a cut text is a prefix of the longer one; the server), or
+  // written as U+FFFD (false: `hypura run`).
+  bool drop_unfinished_char = false;
 };
 
 // Why generation ended: "stop" (EOS/EOT/stop string), "length" (max_tokens or context),
@@ -69,8 +73,37 @@ struct GenerateResult {
 };
 
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant"
+  std::string role;  // "system", "user", "assistant" or "tool"
   std::string content;
+  // assistant: the tool calls it made, a JSON array of {"name", "arguments": object}
+  // ("" for none); tool: the tool whose result `content` is.
+  std::string tool_calls = {};
+  std::string tool_name = {};
+};
+
+// How a conversation is rendered for generation.
+struct ChatOptions {
+  // Opens the assistant's turn after the last message (the usual case).
+  bool add_generation_prompt = true;
+  // The last message is an assistant's unfinished reply: render it without its
+  // end-of-turn marker so that generation continues it (add_generation_prompt is then
+  // ignored). REQUIRES: the last message's role is "assistant".
+  bool continue_final = false;
+  // Tool definitions offered to the model: a JSON array in OpenAI's shape
+  // ([{"type": "function", "function": {"name", "description", "parameters"}}]), or "".
+  // Rendered by the model's own template (Engine::supports_tools()).
+  std::string tools;
+};
+
+// How the hidden states of an input's tokens become one embedding (GGUF
+// <arch>.pooling_type: 1 mean, 2 cls = the first token, 3 last).
+enum class Pooling { kMean, kFirst, kLast };
+
+// Fill-in-the-middle control tokens (prefix, suffix, middle), when the model has them.
+struct FimTokens {
+  int32_t prefix = -1;
+  int32_t suffix = -1;
+  int32_t middle = -1;
 };
 
 class Engine;
@@ -91,6 +124,15 @@ class Session {
   virtual Status prefill(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) = 0;
   virtual void reset() = 0;  // clears the KV cache
   virtual int64_t n_past() const = 0;
+  // The embedding of `tokens`: the final-norm hidden states pooled, then L2-normalised.
+  // out: (Engine::n_embd()). Runs from position 0 in this session's KV cache, so a
+  // cached prefix is replaced by these tokens. kResourceExhausted past n_ctx().
+  virtual Status embed(const std::vector<int32_t>& tokens, Pooling pooling, std::vector<float>* out) = 0;
+  // Tokens this session's KV cache holds at most (starts at Engine::n_ctx()).
+  virtual int64_t n_ctx() const = 0;
+  // Grows the KV cache to hold n_ctx tokens, keeping what it holds; a smaller n_ctx is a
+  // no-op. kResourceExhausted past Engine::max_context() or when the memory is not there.
+  virtual Status reserve_context(int64_t n_ctx) = 0;
 };
 
 class Engine {
@@ -101,8 +143,15 @@ class Engine {
   virtual const gguf::GgufFile& file() const = 0;
   virtual const tokenizer::Tokenizer& tokenizer() const = 0;
   virtual std::unique_ptr<Session> new_session() = 0;
+  // The context window a new session starts with (--context, capped by the trained length).
   virtual int64_t n_ctx() const = 0;
+  // The largest window a session may grow to (Session::reserve_context): the trained length.
+  virtual int64_t max_context() const { return n_ctx(); }
   virtual int64_t n_vocab() const = 0;
+  virtual int64_t n_embd() const = 0;
+  // The model's pooling for embeddings: its metadata's, else (a chat model, no pooling
+  // type) the last token, whose state has seen the whole input.
+  virtual Pooling pooling() const { return Pooling::kLast; }
   virtual std::string architecture() const = 0;
   virtual std::string mode() const = 0;  // "full-resident", "dense-ffn-streaming", ...
   // The planner's placement, the memory ledger and the streaming counters (bench).
@@ -115,8 +164,15 @@ class Engine {
 
   // Renders a conversation with the model's chat template and tokenizes it.
   virtual Result<std::vector<int32_t>> tokenize_chat(const std::vector<ChatMessage>& messages,
-                                                     bool add_generation_prompt) const = 0;
+                                                     const ChatOptions& options) const = 0;
+  // add_special: BOS (and EOS) where the tokenizer adds them. Control tokens written in
+  // the text are parsed (raw prompts are the client's own text).
   virtual std::vector<int32_t> tokenize(const std::string& text, bool add_special) const = 0;
+  // The model's fill-in-the-middle tokens (GGUF tokenizer.ggml.fim_*_token_id, else the
+  // vocabulary's <|fim_prefix|>/<fim_prefix>... names); nullopt when it has none.
+  virtual std::optional<FimTokens> fim_tokens() const { return std::nullopt; }
+  // Whether the model's chat template renders tools, tool calls and tool results.
+  virtual bool supports_tools() const { return false; }
 };
 
 }  // namespace hypura::runtime

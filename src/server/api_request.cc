@@ -1,5 +1,6 @@
 #include "server/api_request.h"
 
+#include <cctype>
 #include <cmath>
 #include <limits>
 
@@ -154,11 +155,53 @@ Status reject_images(const json& obj, std::string_view path) {
   return Status::ok();
 }
 
-Status reject_tools(const json& body) {
+// "tools": [{"type": "function", "function": {"name", "description", "parameters"}}].
+Status parse_tools(const json& body, GenerationRequest* req) {
   const json* v = field(body, "tools");
   if (!v) return Status::ok();
   if (!v->is_array()) return type_error("tools", "an array");
-  if (!v->empty()) return invalid_argument("\"tools\": tool calling is not supported");
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& t = (*v)[i];
+    const std::string path = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object()) return type_error(path, "an object");
+    std::string type = "function";
+    HYPURA_RETURN_IF_ERROR(get_string(t, "type", path, &type));
+    if (type != "function") return invalid_argument("\"" + path + ".type\": must be \"function\"");
+    const json* fn = field(t, "function");
+    if (!fn || !fn->is_object()) return type_error(path + ".function", "an object");
+    std::string name;
+    HYPURA_RETURN_IF_ERROR(get_string(*fn, "name", path + ".function", &name));
+    if (name.empty()) return invalid_argument("\"" + path + ".function.name\": required");
+  }
+  if (!v->empty()) req->tools = v->dump(-1, ' ', false, json::error_handler_t::replace);
+  return Status::ok();
+}
+
+// An assistant message's "tool_calls": [{"function": {"name", "arguments"}}], arguments
+// an object (Ollama) or a JSON string holding one (OpenAI); kept as [{"name", "arguments"}].
+Status parse_tool_calls(const json& m, const std::string& path, runtime::ChatMessage* msg) {
+  const json* v = field(m, "tool_calls");
+  if (!v) return Status::ok();
+  if (!v->is_array()) return type_error(path + ".tool_calls", "an array");
+  json calls = json::array();
+  for (size_t i = 0; i < v->size(); ++i) {
+    const std::string call_path = path + ".tool_calls[" + std::to_string(i) + "]";
+    const json& c = (*v)[i];
+    const json* fn = c.is_object() ? field(c, "function") : nullptr;
+    if (!fn || !fn->is_object()) return type_error(call_path + ".function", "an object");
+    std::string name;
+    HYPURA_RETURN_IF_ERROR(get_string(*fn, "name", call_path + ".function", &name));
+    json args = json::object();
+    if (const json* a = field(*fn, "arguments")) {
+      args = *a;
+      if (a->is_string()) {
+        json parsed = json::parse(a->get_ref<const std::string&>(), nullptr, false);
+        if (!parsed.is_discarded()) args = std::move(parsed);
+      }
+    }
+    calls.push_back({{"name", name}, {"arguments", std::move(args)}});
+  }
+  if (!calls.empty()) msg->tool_calls = calls.dump(-1, ' ', false, json::error_handler_t::replace);
   return Status::ok();
 }
 
@@ -178,11 +221,13 @@ Status parse_ollama_format(const json& body, GenerationRequest* req) {
   return Status::ok();
 }
 
-Status parse_keep_alive(const json& body) {
+Status parse_keep_alive(const json& body, bool* unload) {
   const json* v = field(body, "keep_alive");
-  if (v && !v->is_string() && !v->is_number()) {
+  if (!v) return Status::ok();
+  if (!v->is_string() && !v->is_number()) {
     return type_error("keep_alive", "a duration string or a number of seconds");
   }
+  *unload = keep_alive_is_zero(*v);
   return Status::ok();
 }
 
@@ -217,9 +262,8 @@ Status parse_ollama_common(const json& body, const RequestLimits& limits,
   HYPURA_RETURN_IF_ERROR(parse_model(body, req));
   HYPURA_RETURN_IF_ERROR(get_bool(body, "stream", "", &req->stream));
   HYPURA_RETURN_IF_ERROR(parse_ollama_format(body, req));
-  HYPURA_RETURN_IF_ERROR(parse_keep_alive(body));
-  HYPURA_RETURN_IF_ERROR(parse_ollama_options(body, limits, req));
-  return reject_tools(body);
+  HYPURA_RETURN_IF_ERROR(parse_keep_alive(body, &req->unload));
+  return parse_ollama_options(body, limits, req);
 }
 
 Status parse_ollama_generate(const json& body, const RequestLimits& limits,
@@ -229,16 +273,14 @@ Status parse_ollama_generate(const json& body, const RequestLimits& limits,
   HYPURA_RETURN_IF_ERROR(get_string(body, "system", "", &req->system));
   HYPURA_RETURN_IF_ERROR(get_string(body, "template", "", &req->prompt_template));
   HYPURA_RETURN_IF_ERROR(get_bool(body, "raw", "", &req->raw));
-  std::string suffix;
-  HYPURA_RETURN_IF_ERROR(get_string(body, "suffix", "", &suffix));
-  if (!suffix.empty()) return invalid_argument("\"suffix\": fill-in-the-middle is not supported");
+  HYPURA_RETURN_IF_ERROR(get_string(body, "suffix", "", &req->suffix));
   const json* context = field(body, "context");
   if (context && !context->is_array()) return type_error("context", "an array of integers");
   return reject_images(body, "images");
 }
 
 bool known_role(const std::string& role) {
-  return role == "system" || role == "user" || role == "assistant";
+  return role == "system" || role == "user" || role == "assistant" || role == "tool";
 }
 
 Status parse_ollama_message(const json& m, size_t i, GenerationRequest* req) {
@@ -248,16 +290,19 @@ Status parse_ollama_message(const json& m, size_t i, GenerationRequest* req) {
   HYPURA_RETURN_IF_ERROR(get_string(m, "role", path, &msg.role));
   if (!known_role(msg.role)) {
     return invalid_argument("\"" + path + ".role\": unknown role \"" + msg.role +
-                            "\" (expected system, user or assistant)");
+                            "\" (expected system, user, assistant or tool)");
   }
   HYPURA_RETURN_IF_ERROR(get_string(m, "content", path, &msg.content));
   HYPURA_RETURN_IF_ERROR(reject_images(m, path + ".images"));
+  HYPURA_RETURN_IF_ERROR(parse_tool_calls(m, path, &msg));
+  HYPURA_RETURN_IF_ERROR(get_string(m, "tool_name", path, &msg.tool_name));
   req->messages.push_back(std::move(msg));
   return Status::ok();
 }
 
 Status parse_ollama_chat(const json& body, const RequestLimits& limits, GenerationRequest* req) {
   HYPURA_RETURN_IF_ERROR(parse_ollama_common(body, limits, req));
+  HYPURA_RETURN_IF_ERROR(parse_tools(body, req));
   const json* messages = field(body, "messages");
   if (!messages) return Status::ok();  // no messages: a "load the model" request
   if (!messages->is_array()) return type_error("messages", "an array");
@@ -304,9 +349,12 @@ Status parse_openai_message(const json& m, size_t i, GenerationRequest* req) {
   if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for system
   if (!known_role(msg.role)) {
     return invalid_argument("\"" + path + ".role\": unknown role \"" + msg.role +
-                            "\" (expected system, developer, user or assistant)");
+                            "\" (expected system, developer, user, assistant or tool)");
   }
   HYPURA_RETURN_IF_ERROR(parse_openai_content(m, path, &msg.content));
+  HYPURA_RETURN_IF_ERROR(parse_tool_calls(m, path, &msg));
+  HYPURA_RETURN_IF_ERROR(get_string(m, "name", path, &msg.tool_name));
+  if (msg.role != "tool") msg.tool_name.clear();  // a user's "name" is not a tool's
   req->messages.push_back(std::move(msg));
   return Status::ok();
 }
@@ -352,8 +400,7 @@ Status parse_openai_common(const json& body, const RequestLimits& limits,
   HYPURA_RETURN_IF_ERROR(get_int(body, "max_tokens", "", 0, 1 << 24, &max_tokens));
   HYPURA_RETURN_IF_ERROR(get_int(body, "max_completion_tokens", "", 0, 1 << 24, &max_tokens));
   req->num_predict = static_cast<int>(max_tokens);
-  HYPURA_RETURN_IF_ERROR(parse_openai_sampling(body, limits, req));
-  return reject_tools(body);
+  return parse_openai_sampling(body, limits, req);
 }
 
 Status parse_openai_response_format(const json& body, GenerationRequest* req) {
@@ -374,6 +421,12 @@ Status parse_openai_response_format(const json& body, GenerationRequest* req) {
 
 Status parse_openai_chat(const json& body, const RequestLimits& limits, GenerationRequest* req) {
   HYPURA_RETURN_IF_ERROR(parse_openai_common(body, limits, req));
+  HYPURA_RETURN_IF_ERROR(parse_tools(body, req));
+  // tool_choice: "none" withdraws the tools; "auto", "required" or a named function
+  // leave the choice to the model (not enforced).
+  if (const json* choice = field(body, "tool_choice"); choice && choice->is_string() && *choice == "none") {
+    req->tools.clear();
+  }
   HYPURA_RETURN_IF_ERROR(parse_openai_response_format(body, req));
   const json* messages = field(body, "messages");
   if (!messages) return invalid_argument("\"messages\": required");
@@ -405,11 +458,82 @@ Status parse_openai_completion(const json& body, const RequestLimits& limits,
   bool echo = false;
   HYPURA_RETURN_IF_ERROR(get_bool(body, "echo", "", &echo));
   if (echo) return invalid_argument("\"echo\": not supported");
-  std::string suffix;
-  HYPURA_RETURN_IF_ERROR(get_string(body, "suffix", "", &suffix));
-  if (!suffix.empty()) return invalid_argument("\"suffix\": not supported");
+  HYPURA_RETURN_IF_ERROR(get_string(body, "suffix", "", &req->suffix));
   int64_t best_of = 1;
   return get_int(body, "best_of", "", 1, 1, &best_of);
+}
+
+// Embedding inputs: a string or an array of strings; on /v1 also token ids ([int] is one
+// input, [[int]] several).
+Status parse_embed_input(const json& v, bool allow_tokens, const RequestLimits& limits, EmbedRequest* req) {
+  const char* expected = allow_tokens ? "a string, an array of strings or of token arrays"
+                                      : "a string or an array of strings";
+  if (v.is_string()) {
+    req->texts.push_back(v.get<std::string>());
+    return Status::ok();
+  }
+  if (!v.is_array()) return type_error("input", expected);
+  if (v.size() > limits.max_inputs) {
+    return range_error("input", "at most " + std::to_string(limits.max_inputs) + " entries");
+  }
+  const auto token_ids = [&](const json& a, std::vector<int32_t>* out) {
+    for (const json& t : a) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) return false;
+      out->push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    return true;
+  };
+  if (allow_tokens && !v.empty() && v[0].is_number()) {
+    std::vector<int32_t> ids;
+    if (!token_ids(v, &ids)) return type_error("input", expected);
+    req->token_inputs.push_back(std::move(ids));
+    return Status::ok();
+  }
+  for (const json& item : v) {
+    if (item.is_string()) {
+      req->texts.push_back(item.get<std::string>());
+    } else if (std::vector<int32_t> ids; allow_tokens && item.is_array() && token_ids(item, &ids)) {
+      req->token_inputs.push_back(std::move(ids));
+    } else {
+      return type_error("input", expected);
+    }
+  }
+  if (!req->texts.empty() && !req->token_inputs.empty()) {
+    return invalid_argument("\"input\": mixes strings and token arrays");
+  }
+  return Status::ok();
+}
+
+// /api/embeddings: one "prompt"; an empty one gets an empty embedding (as Ollama).
+Status get_string_input(const json& body, EmbedRequest* req) {
+  std::string prompt;
+  HYPURA_RETURN_IF_ERROR(get_string(body, "prompt", "", &prompt));
+  if (!prompt.empty()) req->texts.push_back(std::move(prompt));
+  return Status::ok();
+}
+
+Status parse_embed_fields(const json& body, const RequestLimits& limits, EmbedRequest* req) {
+  HYPURA_RETURN_IF_ERROR(get_string(body, "model", "", &req->model));
+  if (req->model.empty()) return invalid_argument("model is required");
+  HYPURA_RETURN_IF_ERROR(parse_keep_alive(body, &req->unload));
+  if (const json* opts = field(body, "options")) {
+    if (!opts->is_object()) return type_error("options", "an object");
+    HYPURA_RETURN_IF_ERROR(get_int(*opts, "num_ctx", "options", 0, 1 << 24, &req->num_ctx));
+  }
+  HYPURA_RETURN_IF_ERROR(get_int(body, "dimensions", "", 0, 1 << 20, &req->dimensions));
+  if (req->api == Api::kOllamaEmbeddings) return get_string_input(body, req);
+  HYPURA_RETURN_IF_ERROR(get_bool(body, "truncate", "", &req->truncate));
+  if (req->api == Api::kOpenAiEmbeddings) {
+    std::string encoding = "float";
+    HYPURA_RETURN_IF_ERROR(get_string(body, "encoding_format", "", &encoding));
+    if (encoding != "float" && encoding != "base64") {
+      return invalid_argument("\"encoding_format\": must be \"float\" or \"base64\"");
+    }
+    req->base64 = encoding == "base64";
+  }
+  const json* input = field(body, "input");
+  if (!input) return invalid_argument("\"input\": required");
+  return parse_embed_input(*input, req->api == Api::kOpenAiEmbeddings, limits, req);
 }
 
 // The body as a JSON object, or the 400 that says why not.
@@ -459,8 +583,20 @@ Result<GenerationRequest> parse_generation_request(Api api, std::string_view bod
     case Api::kOllamaChat: st = parse_ollama_chat(doc, limits, &req); break;
     case Api::kOpenAiChat: st = parse_openai_chat(doc, limits, &req); break;
     case Api::kOpenAiCompletion: st = parse_openai_completion(doc, limits, &req); break;
+    default: st = invalid_argument("not a generation endpoint"); break;
   }
   if (!st.is_ok()) return st;
+  return req;
+}
+
+Result<EmbedRequest> parse_embed_request(Api api, std::string_view body, const RequestLimits& limits) {
+  HYPURA_ASSIGN_OR_RETURN(json doc, parse_body_object(body));
+  EmbedRequest req;
+  req.api = api;
+  if (api != Api::kOllamaEmbed && api != Api::kOllamaEmbeddings && api != Api::kOpenAiEmbeddings) {
+    return invalid_argument("not an embedding endpoint");
+  }
+  HYPURA_RETURN_IF_ERROR(parse_embed_fields(doc, limits, &req));
   return req;
 }
 
@@ -471,6 +607,23 @@ Result<std::string> parse_show_request(std::string_view body) {
   HYPURA_RETURN_IF_ERROR(get_string(doc, "model", "", &model));
   if (model.empty()) return invalid_argument("model is required");
   return model;
+}
+
+bool keep_alive_is_zero(const json& value) {
+  if (value.is_number()) return value.get<double>() == 0.0;
+  if (!value.is_string()) return false;
+  // A Go duration whose every number is zero ("0", "0s", "0m0s", "0.0h").
+  const std::string& s = value.get_ref<const std::string&>();
+  bool digit = false;
+  for (char c : s) {
+    if (c >= '1' && c <= '9') return false;
+    digit |= c == '0';
+    if (c != '0' && c != '.' && c != '+' && !std::isalpha(static_cast<unsigned char>(c)) &&
+        c != '\xc2' && c != '\xb5') {  // units: ns us µs ms s m h
+      return false;
+    }
+  }
+  return digit;
 }
 
 std::string normalize_model_name(std::string_view name) {

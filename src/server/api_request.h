@@ -6,14 +6,14 @@
 // and are the surface that fuzz/http_request_fuzz.cc exercises.
 //
 // Field names follow the upstream APIs:
-//   Ollama  POST /api/generate  model prompt system template raw format images options
-//                               stream keep_alive (suffix, context, think: accepted)
+//   Ollama  POST /api/generate  model prompt suffix system template raw format images
+//                               options stream keep_alive (context, think: accepted)
 //   Ollama  POST /api/chat      model messages[{role, content, images}] format options
 //                               stream keep_alive
 //   OpenAI  POST /v1/chat/completions  model messages[{role, content: str | [parts]}]
 //                               temperature top_p max_tokens max_completion_tokens seed
 //                               stop n stream stream_options.include_usage response_format
-//   OpenAI  POST /v1/completions       model prompt (str | [str]) max_tokens ... echo
+//   OpenAI  POST /v1/completions       model prompt (str | [str]) suffix max_tokens ... echo
 // Unknown top-level fields and unknown Ollama option names are ignored (as upstream
 // does); known fields of the wrong JSON type are errors.
 //
@@ -25,6 +25,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "common/status.h"
 #include "runtime/session.h"
 
@@ -35,11 +37,14 @@ enum class Api {
   kOllamaChat,        // POST /api/chat
   kOpenAiChat,        // POST /v1/chat/completions
   kOpenAiCompletion,  // POST /v1/completions
+  kOllamaEmbed,       // POST /api/embed
+  kOllamaEmbeddings,  // POST /api/embeddings (Ollama's older endpoint)
+  kOpenAiEmbeddings,  // POST /v1/embeddings
 };
 
 // Whether the API speaks Ollama's NDJSON or OpenAI's SSE dialect.
 inline bool is_openai(Api api) {
-  return api == Api::kOpenAiChat || api == Api::kOpenAiCompletion;
+  return api == Api::kOpenAiChat || api == Api::kOpenAiCompletion || api == Api::kOpenAiEmbeddings;
 }
 
 // A validated generation request, independent of the dialect it came in.
@@ -50,18 +55,41 @@ struct GenerationRequest {
   std::vector<runtime::ChatMessage> messages;
   // Generate/completion APIs.
   std::string prompt;
+  std::string suffix;            // text after the insertion point (fill-in-the-middle)
   std::string system;            // /api/generate "system"
   std::string prompt_template;   // /api/generate "template" (Ollama Go-template subset)
   bool raw = false;              // /api/generate "raw": prompt is tokenized as is
   bool stream = true;            // Ollama default true, OpenAI default false
   bool include_usage = false;    // OpenAI stream_options.include_usage
   std::string format;            // "", "json" or "schema" (see docs/SERVER.md)
+  // Chat APIs' "tools": the definitions as a JSON array (OpenAI's shape), "" for none
+  // (also after OpenAI's tool_choice "none").
+  std::string tools;
+  bool unload = false;           // keep_alive 0: unload the model after this request
 
   runtime::SamplingParams sampling;
   bool seed_given = false;       // false: the server picks a fresh seed
   int num_predict = -1;          // tokens to generate; -1: until the context is full
-  int64_t num_ctx = 0;           // context window for this request; 0: the server's
+  int64_t num_ctx = 0;           // options.num_ctx: context window wanted; 0: --context
   std::vector<std::string> stop; // stop strings
+};
+
+// A validated embedding request (docs/SERVER.md "Embeddings"):
+//   /api/embed       model input (str | [str]) truncate (default true) dimensions
+//                    options.num_ctx keep_alive
+//   /api/embeddings  model prompt (str) options keep_alive
+//   /v1/embeddings   model input (str | [str] | [int] | [[int]]) encoding_format
+//                    ("float" | "base64") dimensions
+struct EmbedRequest {
+  Api api = Api::kOllamaEmbed;
+  std::string model;
+  std::vector<std::string> texts;                  // inputs given as text
+  std::vector<std::vector<int32_t>> token_inputs;  // /v1 inputs given as token ids
+  bool truncate = true;    // cut inputs longer than the context (false: 400)
+  int64_t num_ctx = 0;     // options.num_ctx; 0: --context
+  int64_t dimensions = 0;  // keep this many components (then normalise again); 0: all
+  bool base64 = false;     // /v1 encoding_format "base64"
+  bool unload = false;     // keep_alive 0
 };
 
 // Limits on what a request may contain (besides the body size, enforced by the HTTP layer).
@@ -69,6 +97,7 @@ struct RequestLimits {
   size_t max_stop_strings = 16;
   size_t max_stop_length = 256;   // bytes per stop string
   size_t max_messages = 4096;
+  size_t max_inputs = 2048;  // embedding inputs per request (OpenAI's limit)
 };
 
 // Deepest nesting of arrays and objects a body may have. nlohmann's parser builds a value
@@ -84,8 +113,15 @@ bool json_depth_within(std::string_view text, int max_depth);
 Result<GenerationRequest> parse_generation_request(Api api, std::string_view body,
                                                    const RequestLimits& limits = {});
 
+// Parses an embedding request (api: kOllamaEmbed, kOllamaEmbeddings or kOpenAiEmbeddings).
+Result<EmbedRequest> parse_embed_request(Api api, std::string_view body, const RequestLimits& limits = {});
+
 // POST /api/show body: {"model": "..."} (Ollama also accepts the older "name").
 Result<std::string> parse_show_request(std::string_view body);
+
+// Whether an Ollama keep_alive value (a number of seconds or a Go duration such as "0",
+// "0s", "5m", "-1") is zero: the model is to be unloaded after the request.
+bool keep_alive_is_zero(const nlohmann::json& value);
 
 // Strips an Ollama ":latest" tag so "m" and "m:latest" name the same model.
 std::string normalize_model_name(std::string_view name);

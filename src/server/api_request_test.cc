@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 namespace hypura::server {
 namespace {
 
@@ -118,8 +120,39 @@ TEST(ApiRequest, UnknownRolesAndImagesAreRejected) {
   msg = parse_error(Api::kOpenAiChat, R"({"model": "m", "messages": [{"role": "user", "content":
       [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "x"}}]}]})");
   EXPECT_NE(msg.find("image_url"), std::string::npos);
-  msg = parse_error(Api::kOpenAiChat, R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})");
+  msg = parse_error(Api::kOpenAiChat, R"({"model": "m", "messages": [{"role": "function", "content": "x"}]})");
   EXPECT_NE(msg.find("unknown role"), std::string::npos);
+}
+
+TEST(ApiRequest, ToolsAndToolMessages) {
+  // Ollama: arguments are objects; a tool's result names the tool.
+  GenerationRequest r = parse_ok(Api::kOllamaChat, R"({"model": "m",
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+    "messages": [{"role": "user", "content": "q"},
+                 {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": {"x": 1}}}]},
+                 {"role": "tool", "content": "42", "tool_name": "f"}]})");
+  EXPECT_EQ(nlohmann::json::parse(r.tools)[0]["function"]["name"], "f");
+  EXPECT_EQ(nlohmann::json::parse(r.messages[1].tool_calls),
+            nlohmann::json::parse(R"([{"name": "f", "arguments": {"x": 1}}])"));
+  EXPECT_EQ(r.messages[2].role, "tool");
+  EXPECT_EQ(r.messages[2].tool_name, "f");
+  // OpenAI: arguments are a JSON string; content may be null; tool_choice "none" drops tools.
+  r = parse_ok(Api::kOpenAiChat, R"({"model": "m", "tool_choice": "auto",
+    "tools": [{"type": "function", "function": {"name": "f"}}],
+    "messages": [{"role": "assistant", "content": null,
+                  "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 2}"}}]},
+                 {"role": "tool", "tool_call_id": "c1", "content": "7"}]})");
+  EXPECT_FALSE(r.tools.empty());
+  EXPECT_EQ(nlohmann::json::parse(r.messages[0].tool_calls)[0]["arguments"]["x"], 2);
+  r = parse_ok(Api::kOpenAiChat, R"({"model": "m", "tool_choice": "none",
+    "tools": [{"type": "function", "function": {"name": "f"}}], "messages": [{"role": "user", "content": "q"}]})");
+  EXPECT_TRUE(r.tools.empty());
+  for (const char* bad : {R"({"model": "m", "tools": {}, "messages": []})",
+                          R"({"model": "m", "tools": [{"type": "web"}], "messages": []})",
+                          R"({"model": "m", "tools": [{"type": "function", "function": {}}], "messages": []})",
+                          R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"x": 1}]}]})"}) {
+    parse_error(Api::kOllamaChat, bad);
+  }
 }
 
 TEST(ApiRequest, OpenAiChat) {
@@ -182,6 +215,33 @@ TEST(ApiRequest, ShowAndNames) {
 
 // Issue 14: 4 MB of '[' made nlohmann's parser build millions of nested values (~90x the
 // body) before failing. Nesting is bounded before parsing, on both parsers.
+TEST(ApiRequest, EmbedRequests) {
+  auto r = parse_embed_request(Api::kOllamaEmbed, R"({"model": "m", "input": ["a", "b"], "truncate": false,
+                                                      "dimensions": 4, "keep_alive": 0, "options": {"num_ctx": 99}})");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->texts, (std::vector<std::string>{"a", "b"}));
+  EXPECT_FALSE(r->truncate);
+  EXPECT_EQ(r->dimensions, 4);
+  EXPECT_TRUE(r->unload);
+  EXPECT_EQ(r->num_ctx, 99);
+  r = parse_embed_request(Api::kOllamaEmbeddings, R"({"model": "m", "prompt": "one"})");
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->texts, (std::vector<std::string>{"one"}));
+  r = parse_embed_request(Api::kOpenAiEmbeddings, R"({"model": "m", "input": [[1, 2], [3]], "encoding_format": "base64"})");
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->token_inputs, (std::vector<std::vector<int32_t>>{{1, 2}, {3}}));
+  EXPECT_TRUE(r->base64);
+  r = parse_embed_request(Api::kOpenAiEmbeddings, R"({"model": "m", "input": [5, 6]})");
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->token_inputs, (std::vector<std::vector<int32_t>>{{5, 6}}));
+  for (const char* bad : {R"({"model": "m"})", R"({"model": "m", "input": 3})", R"({"input": "x"})",
+                          R"({"model": "m", "input": ["a", [1]]})", R"({"model": "m", "input": [-1]})"}) {
+    EXPECT_FALSE(parse_embed_request(Api::kOpenAiEmbeddings, bad).is_ok()) << bad;
+  }
+  EXPECT_FALSE(parse_embed_request(Api::kOllamaEmbed, R"({"model": "m", "input": [[1]]})").is_ok());  // text only
+  EXPECT_FALSE(parse_embed_request(Api::kOpenAiEmbeddings, R"({"model": "m", "input": "x", "encoding_format": "hex"})").is_ok());
+}
+
 TEST(ApiRequest, DeepNestingIsRefusedBeforeParsing) {
   const std::string brackets(4u << 20, '[');
   EXPECT_NE(parse_error(Api::kOllamaChat, brackets).find("nests deeper than 64 levels"), std::string::npos);

@@ -39,7 +39,7 @@ TEST(ApiResponse, OllamaChatFinalChunkHasEveryStat) {
   EXPECT_EQ(fin["done_reason"], "length");
   EXPECT_EQ(fin["total_duration"], 3'000'000'000);
   EXPECT_EQ(fin["load_duration"], 1000);
-  EXPECT_EQ(fin["prompt_eval_count"], 3);
+  EXPECT_EQ(fin["prompt_eval_count"], 5);  // the whole prompt, reused tokens included
   EXPECT_EQ(fin["prompt_eval_duration"], 500'000'000);
   EXPECT_EQ(fin["eval_count"], 4);
   EXPECT_EQ(fin["eval_duration"], 2'000'000'000);
@@ -55,6 +55,7 @@ TEST(ApiResponse, OllamaGenerateUsesResponseField) {
   EXPECT_EQ(json::parse(f.stream_piece("a"))["response"], "a");
   EXPECT_EQ(json::parse(f.full("abc", outcome()))["response"], "abc");
   EXPECT_EQ(json::parse(f.load_response())["done_reason"], "load");
+  EXPECT_EQ(json::parse(f.load_response("unload"))["done_reason"], "unload");
   EXPECT_STREQ(f.content_type(true), "application/x-ndjson");
 }
 
@@ -124,6 +125,62 @@ TEST(ApiResponse, ErrorShapes) {
   EXPECT_EQ(e["error"]["message"], "nope");
   EXPECT_EQ(e["error"]["code"], "model_not_found");
   EXPECT_EQ(json::parse(error_body(Api::kOllamaGenerate, 404, "nope"))["error"], "nope");
+  e = json::parse(error_body(Api::kOpenAiChat, 400, "too long", "context_length_exceeded"));
+  EXPECT_EQ(e["error"]["code"], "context_length_exceeded");
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+}
+
+TEST(ApiResponse, ToolCalls) {
+  const std::vector<ToolCall> calls = {{"get_weather", {{"city", "Paris"}}}};
+  Outcome o = outcome();
+  o.result.done_reason = "stop";
+  ResponseFormatter ollama(Api::kOllamaChat, "m", false, "x", 1);
+  json j = json::parse(ollama.full("", o, calls));
+  EXPECT_EQ(j["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(j["message"]["tool_calls"][0]["function"]["arguments"]["city"], "Paris");
+  EXPECT_EQ(j["done_reason"], "stop");
+  j = json::parse(ollama.stream_tool_calls(calls, 0));
+  EXPECT_EQ(j["done"], false);
+  EXPECT_EQ(j["message"]["tool_calls"].size(), 1u);
+  ResponseFormatter openai(Api::kOpenAiChat, "m", false, "chatcmpl-9", 1);
+  j = json::parse(openai.full("", o, calls));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_TRUE(j["choices"][0]["message"]["content"].is_null());
+  const json& c = j["choices"][0]["message"]["tool_calls"][0];
+  EXPECT_EQ(c["type"], "function");
+  EXPECT_EQ(json::parse(c["function"]["arguments"].get<std::string>())["city"], "Paris");
+  EXPECT_FALSE(c["id"].get<std::string>().empty());
+  std::string sse = openai.stream_tool_calls(calls, 2);
+  j = json::parse(sse.substr(6));  // "data: "
+  EXPECT_EQ(j["choices"][0]["delta"]["tool_calls"][0]["index"], 2);
+  EXPECT_NE(openai.stream_end(o, true).find("\"tool_calls\""), std::string::npos);
+  EXPECT_EQ(openai.stream_end(o, false).find("\"tool_calls\""), std::string::npos);
+}
+
+TEST(ApiResponse, Embeddings) {
+  EmbedRequest r;
+  r.model = "m";
+  r.api = Api::kOllamaEmbed;
+  json j = json::parse(embed_body(r, {{0.6f, 0.8f}, {1.0f, 0.0f}}, 7, 100, 5));
+  EXPECT_EQ(j["embeddings"].size(), 2u);
+  EXPECT_FLOAT_EQ(j["embeddings"][0][1].get<float>(), 0.8f);
+  EXPECT_EQ(j["prompt_eval_count"], 7);
+  r.api = Api::kOllamaEmbeddings;
+  EXPECT_EQ(json::parse(embed_body(r, {{0.6f, 0.8f}}, 2, 0, 0))["embedding"].size(), 2u);
+  EXPECT_TRUE(json::parse(embed_body(r, {}, 0, 0, 0))["embedding"].empty());
+  r.api = Api::kOpenAiEmbeddings;
+  j = json::parse(embed_body(r, {{0.6f, 0.8f}}, 2, 0, 0));
+  EXPECT_EQ(j["object"], "list");
+  EXPECT_EQ(j["data"][0]["object"], "embedding");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 2);
+  r.base64 = true;
+  j = json::parse(embed_body(r, {{1.0f, -2.0f}}, 2, 0, 0));
+  // 1.0f = 00 00 80 3f, -2.0f = 00 00 00 c0 (little-endian): base64 of those 8 bytes.
+  EXPECT_EQ(j["data"][0]["embedding"], "AACAPwAAAMA=");
+  EXPECT_EQ(base64_floats({1.0f}), "AACAPw==");
+  std::vector<float> v = {0.6f, 0.0f, 0.8f};
+  truncate_dimensions(1, &v);
+  EXPECT_EQ(v, std::vector<float>{1.0f});  // cut, then normalised again
 }
 
 TEST(ApiResponse, Listings) {
@@ -139,15 +196,22 @@ TEST(ApiResponse, Listings) {
   EXPECT_EQ(tags["models"][0]["name"], "m:latest");
   EXPECT_EQ(tags["models"][0]["details"]["quantization_level"], "Q4_K_M");
   EXPECT_EQ(tags["models"][0]["size"], 123);
-  json ps = json::parse(ps_body(info));
-  EXPECT_EQ(ps["models"][0]["context_length"], 4096);
-  json show = json::parse(show_body(info));
+  info.created = 1'700'000'000;
+  json ps = json::parse(ps_body(info, 8192));  // the context in force
+  EXPECT_EQ(ps["models"][0]["context_length"], 8192);
+  EXPECT_TRUE(json::parse(ps_body(info, 0))["models"].empty());  // unloaded
+  json show = json::parse(show_body(info, 8192));
+  EXPECT_EQ(show["parameters"], "num_ctx 8192");
   EXPECT_EQ(show["model_info"]["general.architecture"], "llama");
   EXPECT_EQ(show["details"]["family"], "llama");
   EXPECT_EQ(show["capabilities"][0], "completion");
   json models = json::parse(openai_models_body(info));
   EXPECT_EQ(models["object"], "list");
   EXPECT_EQ(models["data"][0]["id"], "m:latest");
+  EXPECT_EQ(models["data"][0]["created"], 1'700'000'000);
+  json version = json::parse(version_body("0.9.0", "0.1.0"));
+  EXPECT_EQ(version["version"], "0.9.0");
+  EXPECT_EQ(version["hypura_version"], "0.1.0");
 }
 
 }  // namespace

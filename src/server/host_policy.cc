@@ -72,10 +72,57 @@ bool host_allowed(const HostPolicy& policy, std::string_view host_header) {
          contains(policy.allowed_hosts, host);
 }
 
+bool glob_match(std::string_view pattern, std::string_view text) {
+  // Greedy matching with one backtrack point (the last '*'), so a match costs at most
+  // |pattern| x |text| steps. A '*' never spans a '/'.
+  size_t p = 0, t = 0, star = std::string_view::npos, resume = 0;
+  const auto eq = [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) ==
+                                              std::tolower(static_cast<unsigned char>(b)); };
+  while (t < text.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      resume = t;
+    } else if (p < pattern.size() && eq(pattern[p], text[t])) {
+      ++p;
+      ++t;
+    } else if (star != std::string_view::npos && text[resume] != '/') {
+      p = star + 1;
+      t = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+std::vector<std::pair<std::string, std::string>> cors_headers(std::string_view origin, bool preflight,
+                                                              std::string_view request_headers) {
+  std::vector<std::pair<std::string, std::string>> h;
+  if (origin.empty()) return h;
+  h.emplace_back("Access-Control-Allow-Origin", std::string(origin));
+  h.emplace_back("Vary", "Origin");
+  if (preflight) {
+    h.emplace_back("Access-Control-Allow-Methods", "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS");
+    // What the Ollama and OpenAI browser clients send (authorization, x-stainless-*, ...).
+    h.emplace_back("Access-Control-Allow-Headers",
+                   request_headers.empty() ? std::string("Authorization, Content-Type, User-Agent, Accept, "
+                                                         "X-Requested-With")
+                                           : std::string(request_headers));
+    h.emplace_back("Access-Control-Max-Age", "43200");
+  }
+  return h;
+}
+
 bool origin_allowed(const HostPolicy& policy, std::string_view origin_header) {
   const std::string origin = lower(origin_header);
-  if (origin.empty() || contains(policy.allowed_origins, "*") || contains(policy.allowed_origins, origin)) {
-    return true;
+  if (origin.empty()) return true;
+  for (const std::string& pattern : policy.allowed_origins) {
+    if (pattern == "*" || glob_match(pattern, origin)) return true;
+  }
+  // Desktop and editor apps (Ollama's defaults): their pages have these schemes.
+  for (std::string_view scheme : {"app://", "file://", "tauri://", "vscode-webview://", "vscode-file://"}) {
+    if (origin.starts_with(scheme)) return true;
   }
   size_t authority = 0;
   if (origin.rfind("http://", 0) == 0) {
@@ -83,7 +130,7 @@ bool origin_allowed(const HostPolicy& policy, std::string_view origin_header) {
   } else if (origin.rfind("https://", 0) == 0) {
     authority = 8;
   } else {
-    return false;  // "null", file:, extensions' schemes: only by --allow-origin
+    return false;  // "null", browser extensions' schemes: only by --allow-origin
   }
   const std::string host = host_part(std::string_view(origin).substr(authority));
   bool loopback = false;

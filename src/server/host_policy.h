@@ -8,15 +8,20 @@
 //           ("*" allows any). Absent (HTTP/1.0): allowed.
 //   Origin: absent (not a browser, or a same-origin GET): allowed. Otherwise http(s) on a
 //           loopback host (localhost, *.localhost, 127.0.0.0/8, [::1]) or on the --host
-//           address, any port; or an exact origin given with --allow-origin ("*": any).
-//           "null" (sandboxed frames, file: pages) is refused unless allowed.
-// Ollama applies the same idea (its allowed hosts and OLLAMA_ORIGINS).
+//           address, any port; the desktop and editor apps' schemes Ollama allows by
+//           default (app://, file://, tauri://, vscode-webview://, vscode-file://); or an
+//           origin matching an --allow-origin pattern ('*' matches a run of characters:
+//           "*" allows any, "https://*.example.com" a domain's sites). "null" (sandboxed
+//           frames, file: pages in most browsers) is refused unless allowed.
+// Ollama applies the same idea (its allowed hosts and OLLAMA_ORIGINS). An allowed Origin
+// gets CORS headers naming it (cors_headers), so browser front-ends can read the replies.
 //
 // Thread-safety: pure functions.
 #pragma once
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace hypura::server {
@@ -29,5 +34,15 @@ struct HostPolicy {
 
 bool host_allowed(const HostPolicy& policy, std::string_view host_header);
 bool origin_allowed(const HostPolicy& policy, std::string_view origin_header);
+
+// Whether `text` matches `pattern`, where '*' stands for any run of characters other than
+// '/'; ASCII case is ignored.
+bool glob_match(std::string_view pattern, std::string_view text);
+
+// The CORS headers of a response to an allowed Origin (empty when there is none); for a
+// preflight (OPTIONS) also the methods and headers a request may use, echoing
+// Access-Control-Request-Headers.
+std::vector<std::pair<std::string, std::string>> cors_headers(std::string_view origin, bool preflight,
+                                                              std::string_view request_headers);
 
 }  // namespace hypura::server

@@ -202,16 +202,42 @@ TEST(HostPolicy, Hosts) {
 }
 
 TEST(HostPolicy, Origins) {
-  HostPolicy p{"0.0.0.0", {}, {"vscode-webview://abc"}};
+  HostPolicy p{"0.0.0.0", {}, {"https://*.chat.example", "http://exact.example:8080"}};
+  // Ollama's defaults: loopback pages and the desktop/editor apps' schemes; then the flag's patterns.
   for (const char* ok : {"", "http://localhost:3000", "https://127.0.0.1", "http://[::1]:8080",
-                         "http://app.localhost", "vscode-webview://abc"}) {
+                         "http://app.localhost", "vscode-webview://abc", "file://", "app://obsidian.md",
+                         "tauri://localhost", "vscode-file://vscode-app", "https://ui.chat.example",
+                         "HTTPS://UI.Chat.Example", "http://exact.example:8080"}) {
     EXPECT_TRUE(origin_allowed(p, ok)) << ok;
   }
-  for (const char* bad : {"null", "https://evil.example", "http://192.168.1.5", "file://", "http://0.0.0.0",
-                          "http://localhost.evil.example"}) {
+  for (const char* bad : {"null", "https://evil.example", "http://192.168.1.5", "http://0.0.0.0",
+                          "http://localhost.evil.example", "chrome-extension://abc", "https://chat.example",
+                          "http://ui.chat.example", "http://exact.example:8081", "https://evil.example/.chat.example"}) {
     EXPECT_FALSE(origin_allowed(p, bad)) << bad;
   }
   EXPECT_TRUE(origin_allowed(HostPolicy{"10.0.0.2", {}, {}}, "http://10.0.0.2:8080"));
+  EXPECT_TRUE(origin_allowed(HostPolicy{"127.0.0.1", {}, {"*"}}, "https://anything.example"));
+}
+
+TEST(HostPolicy, GlobMatch) {
+  EXPECT_TRUE(glob_match("*", ""));
+  EXPECT_TRUE(glob_match("a*b*c", "aXXbYYc"));
+  EXPECT_TRUE(glob_match("a*c", "abcbc"));
+  EXPECT_FALSE(glob_match("a*c", "abcb"));
+  EXPECT_FALSE(glob_match("abc", "abcd"));
+  EXPECT_TRUE(glob_match("**x", "yyx"));
+  EXPECT_FALSE(glob_match("a*", "a/b"));  // '*' stays within the host part
+}
+
+TEST(HostPolicy, CorsHeaders) {
+  EXPECT_TRUE(cors_headers("", true, "").empty());  // no Origin: not a browser, no CORS
+  auto h = cors_headers("http://localhost:3000", false, "");
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_EQ(h[0], std::make_pair(std::string("Access-Control-Allow-Origin"), std::string("http://localhost:3000")));
+  h = cors_headers("app://x", true, "authorization, x-stainless-os");
+  bool echoed = false;
+  for (const auto& [name, value] : h) echoed |= name == "Access-Control-Allow-Headers" && value == "authorization, x-stainless-os";
+  EXPECT_TRUE(echoed);
 }
 
 }  // namespace

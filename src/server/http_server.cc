@@ -19,6 +19,10 @@ namespace hypura::server {
 namespace {
 
 constexpr const char* kVersion = "0.1.0";
+// The Ollama API version /api/version reports: clients gate features on it (VS Code's
+// Copilot Chat refuses servers older than 0.6.4). The endpoints and fields of this one
+// that Hypura serves are listed in docs/SERVER.md.
+constexpr const char* kOllamaApiVersion = "0.9.0";
 constexpr auto kPollInterval = std::chrono::milliseconds(100);  // client-gone checks
 constexpr auto kShutdownGrace = std::chrono::seconds(5);        // for responses to finish
 
@@ -52,19 +56,42 @@ struct Exchange {
   int64_t n_prompt;
   bool started = false;
   std::string text;  // non-streaming: the pieces so far
+  size_t dropped_messages = 0;  // oldest chat messages left out to fit the context
+  bool tools = false;           // the request offered tools: the reply is parsed for calls
+  ToolCallParser parser{};
+  std::vector<ToolCall> calls{};  // non-streaming: the calls so far
+  size_t n_calls = 0;           // calls made so far
 };
+
+// The names of the tools a request offers (its "tools", validated by the parser).
+std::vector<std::string> tool_names(const std::string& tools) {
+  std::vector<std::string> names;
+  for (const nlohmann::json& t : nlohmann::json::parse(tools, nullptr, false)) {
+    names.push_back(t["function"]["name"].get<std::string>());
+  }
+  return names;
+}
+
+// What /api/show lists besides "completion".
+ModelInfo with_capabilities(ModelInfo info, const runtime::Engine& engine) {
+  info.capabilities = {"completion"};
+  if (engine.supports_tools()) info.capabilities.push_back("tools");
+  if (engine.fim_tokens()) info.capabilities.push_back("insert");
+  return info;
+}
 
 }  // namespace
 
 struct HttpServer::Impl {
   Impl(runtime::Engine& engine, ModelInfo info, ServerOptions options)
-      : engine(engine), info(std::move(info)), options(std::move(options)),
+      : engine(engine), info(with_capabilities(std::move(info), engine)), options(std::move(options)),
         policy{this->options.host, this->options.allowed_hosts, this->options.allowed_origins},
         svr(connection_limits(this->options)), worker(engine, this->options.max_queue),
         seeds(std::random_device{}()) {}
 
   void setup();
   void setup_hooks();
+  bool pre_route(const httplib::Request& req, httplib::Response& res);
   bool refuse_foreign(const httplib::Request& req, httplib::Response& res);
   void setup_routes();
   bool model_matches(const std::string& requested) const;
@@ -72,8 +99,13 @@ struct HttpServer::Impl {
   void handle_generation(Api api, const httplib::Request& req, httplib::Response& res);
   void respond_now(const GenerationRequest& request, const ResponseFormatter& fmt,
                    int64_t n_prompt, httplib::Response& res);
+  void handle_embed(Api api, const httplib::Request& req, httplib::Response& res);
+  Result<std::vector<std::vector<int32_t>>> embed_inputs(const EmbedRequest& request, int64_t n_ctx);
+  void unload_now(Api api, const httplib::Request& req, const ResponseFormatter& fmt,
+                  httplib::Response& res);
   void start_exchange(std::shared_ptr<Exchange> ex, httplib::Response& res);
   bool pump(Exchange& ex, httplib::DataSink& sink);
+  bool forward(Exchange& ex, httplib::DataSink& sink, std::string text, std::vector<ToolCall> calls);
   bool finish_exchange(Exchange& ex, httplib::DataSink& sink);
   uint64_t fresh_seed();
 
@@ -144,8 +176,8 @@ void HttpServer::Impl::setup() {
 void HttpServer::Impl::setup_hooks() {
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     t_log = RequestLog{Clock::now(), {}};
-    return refuse_foreign(req, res) ? httplib::Server::HandlerResponse::Handled
-                                    : httplib::Server::HandlerResponse::Unhandled;
+    return pre_route(req, res) ? httplib::Server::HandlerResponse::Handled
+                               : httplib::Server::HandlerResponse::Unhandled;
   });
   // Errors that httplib produces itself (unknown path, oversized body, malformed HTTP)
   // get JSON bodies too; an oversized body is a bad request like any other (400).
@@ -194,6 +226,30 @@ void HttpServer::Impl::setup_hooks() {
   });
 }
 
+// Runs on every request after its headers, before its body is read. True: answered.
+bool HttpServer::Impl::pre_route(const httplib::Request& req, httplib::Response& res) {
+  if (refuse_foreign(req, res)) return true;
+  const std::string origin = req.get_header_value("Origin");
+  const bool preflight = req.method == "OPTIONS";
+  for (auto& [name, value] : cors_headers(origin, preflight, req.get_header_value("Access-Control-Request-Headers"))) {
+    res.set_header(name.c_str(), value);
+  }
+  if (preflight) {
+    res.status = 204;
+    return true;
+  }
+  // `curl -d` sends application/x-www-form-urlencoded, and httplib parses such a body as
+  // a form, refusing it past 8 KiB (as a 413). Every body here is JSON whatever its type
+  // says (Ollama reads them so too), so the type is rewritten before the body is read; the
+  // Request is httplib's own mutable object, handed to this hook as const.
+  auto& headers = const_cast<httplib::Request&>(req).headers;
+  auto [first, last] = headers.equal_range("Content-Type");  // names compare ignoring case
+  for (auto it = first; it != last; ++it) {
+    if (it->second.starts_with("application/x-www-form-urlencoded")) it->second = "application/json";
+  }
+  return false;
+}
+
 // 403 for a Host other than ours (DNS rebinding) or a browser Origin we do not trust
 // (cross-site requests), before the body is read. host_policy.h has the rules.
 bool HttpServer::Impl::refuse_foreign(const httplib::Request& req, httplib::Response& res) {
@@ -218,13 +274,13 @@ void HttpServer::Impl::setup_routes() {
     res.set_content("Hypura is running", "text/plain; charset=utf-8");
   });
   svr.Get("/api/version", [](const Request&, Response& res) {
-    res.set_content(version_body(kVersion), "application/json");
+    res.set_content(version_body(kOllamaApiVersion, kVersion), "application/json");
   });
   svr.Get("/api/tags", [this](const Request&, Response& res) {
     res.set_content(tags_body(info), "application/json");
   });
   svr.Get("/api/ps", [this](const Request&, Response& res) {
-    res.set_content(ps_body(info), "application/json");
+    res.set_content(ps_body(info, worker.context()), "application/json");
   });
   svr.Post("/api/show", [this](const Request& req, Response& res) {
     Result<std::string> model = parse_show_request(req.body);
@@ -232,7 +288,7 @@ void HttpServer::Impl::setup_routes() {
     if (!model_matches(*model)) {
       return reply_error(res, Api::kOllamaChat, 404, "model \"" + *model + "\" not found");
     }
-    res.set_content(show_body(info), "application/json");
+    res.set_content(show_body(info, worker.context()), "application/json");
   });
   svr.Get("/v1/models", [this](const Request&, Response& res) {
     res.set_content(openai_models_body(info), "application/json");
@@ -254,6 +310,14 @@ void HttpServer::Impl::setup_routes() {
     svr.Post(path, [this, api = api](const Request& req, Response& res) {
       handle_generation(api, req, res);
     });
+  }
+  const std::pair<const char*, Api> embed_routes[] = {
+      {"/api/embed", Api::kOllamaEmbed},
+      {"/api/embeddings", Api::kOllamaEmbeddings},
+      {"/v1/embeddings", Api::kOpenAiEmbeddings},
+  };
+  for (const auto& [path, api] : embed_routes) {
+    svr.Post(path, [this, api = api](const Request& req, Response& res) { handle_embed(api, req, res); });
   }
 }
 
@@ -291,22 +355,105 @@ void HttpServer::Impl::handle_generation(Api api, const httplib::Request& req,
   const bool load_only = (api == Api::kOllamaChat && request.messages.empty()) ||
                          (api == Api::kOllamaGenerate && request.prompt.empty() &&
                           request.system.empty());
-  if (load_only) {  // Ollama clients "load" a model with an empty request
+  if (load_only) {  // Ollama clients "load" (or with keep_alive 0 unload) with an empty request
+    if (request.unload) return unload_now(api, req, fmt, res);
     res.set_content(fmt.load_response(), "application/json");
     return;
   }
-  Result<std::vector<int32_t>> tokens = tokenize_request(engine, request);
-  if (!tokens.is_ok()) return reply_error(res, api, 400, tokens.status().message());
-  const int64_t n_prompt = static_cast<int64_t>(tokens->size());
-  Result<runtime::GenerateOptions> gen = generate_options(request, n_prompt, engine.n_ctx(), fresh_seed());
+  bool too_long = false;
+  Result<PreparedPrompt> prompt = prepare_prompt(engine, request, &too_long);
+  if (!prompt.is_ok()) {
+    res.status = 400;
+    res.set_content(error_body(api, 400, prompt.status().message(), too_long ? "context_length_exceeded" : ""),
+                    "application/json");
+    t_log.detail = prompt.status().message();
+    return;
+  }
+  const int64_t n_prompt = static_cast<int64_t>(prompt->tokens.size());
+  Result<runtime::GenerateOptions> gen = generate_options(request, n_prompt, prompt->n_ctx, fresh_seed());
   if (!gen.is_ok()) return reply_error(res, api, 400, gen.status().message());
   if (gen->max_tokens == 0) return respond_now(request, fmt, n_prompt, res);
 
-  auto job = std::make_shared<Job>(req.remote_addr, std::move(tokens).value(), std::move(gen).value());
+  auto job = std::make_shared<Job>(req.remote_addr, std::move(prompt->tokens), std::move(gen).value());
+  job->set_context(prompt->n_ctx);
+  job->set_unload(request.unload);
   Status submitted = worker.submit(job);
   if (!submitted.is_ok()) return reply_error(res, api, 503, submitted.message());
   auto ex = std::make_shared<Exchange>(Exchange{job, std::move(fmt), request.stream, n_prompt, false, {}});
+  ex->dropped_messages = prompt->dropped_messages;
+  ex->tools = !request.tools.empty();
+  if (ex->tools) ex->parser = ToolCallParser(tool_names(request.tools));
   start_exchange(std::move(ex), res);
+}
+
+// Token ids of each input, cut to n_ctx when request.truncate (else a 400).
+Result<std::vector<std::vector<int32_t>>> HttpServer::Impl::embed_inputs(const EmbedRequest& request,
+                                                                         int64_t n_ctx) {
+  std::vector<std::vector<int32_t>> inputs = request.token_inputs;
+  for (const std::string& text : request.texts) inputs.push_back(engine.tokenize(text, true));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<int32_t>& t = inputs[i];
+    if (t.empty()) return invalid_argument("\"input\"[" + std::to_string(i) + "] is empty");
+    for (int32_t id : t) {
+      if (id >= engine.n_vocab()) {
+        return invalid_argument("\"input\"[" + std::to_string(i) + "]: token id " + std::to_string(id) +
+                                " is not in the vocabulary");
+      }
+    }
+    if (static_cast<int64_t>(t.size()) <= n_ctx) continue;
+    if (!request.truncate || request.api == Api::kOpenAiEmbeddings) {
+      return invalid_argument("\"input\"[" + std::to_string(i) + "] is " + std::to_string(t.size()) +
+                              " tokens but the context window holds " + std::to_string(n_ctx) +
+                              (request.api == Api::kOllamaEmbed ? " (truncate: true cuts it)" : ""));
+    }
+    t.resize(static_cast<size_t>(n_ctx));
+  }
+  return inputs;
+}
+
+void HttpServer::Impl::handle_embed(Api api, const httplib::Request& req, httplib::Response& res) {
+  Result<EmbedRequest> parsed = parse_embed_request(api, req.body);
+  if (!parsed.is_ok()) return reply_error(res, api, 400, parsed.status().message());
+  const EmbedRequest& request = *parsed;
+  if (!model_matches(request.model)) {
+    return reply_error(res, api, 404, "model \"" + request.model + "\" not found, try pulling it first");
+  }
+  const int64_t n_ctx = request.num_ctx > 0 ? std::min(request.num_ctx, engine.max_context()) : engine.n_ctx();
+  Result<std::vector<std::vector<int32_t>>> inputs = embed_inputs(request, n_ctx);
+  if (!inputs.is_ok()) return reply_error(res, api, 400, inputs.status().message());
+  int64_t n_tokens = 0;
+  for (const auto& t : *inputs) n_tokens += static_cast<int64_t>(t.size());
+  std::vector<std::vector<float>> embeddings;
+  if (!inputs->empty()) {
+    auto job = std::make_shared<Job>(req.remote_addr, std::vector<int32_t>{}, runtime::GenerateOptions{});
+    job->set_embed(std::move(inputs).value(), engine.pooling());
+    job->set_context(n_ctx);
+    job->set_unload(request.unload);
+    if (Status st = worker.submit(job); !st.is_ok()) return reply_error(res, api, 503, st.message());
+    while (!job->wait(kPollInterval).done) {
+    }
+    const Result<runtime::GenerateResult>& result = job->result();
+    if (!result.is_ok()) return reply_error(res, api, 500, result.status().message());
+    if (result->done_reason == "cancelled") return reply_error(res, api, 503, job->cancel_reason());
+    embeddings = job->take_embeddings();
+    t_log.detail = fmt::format("embed inputs={} tokens={}", embeddings.size(), n_tokens);
+    res.set_content(embed_body(request, std::move(embeddings), n_tokens, ns_between(t_log.start, Clock::now()),
+                               ns_between(t_log.start, job->started())),
+                    "application/json");
+    return;
+  }
+  res.set_content(embed_body(request, {}, 0, ns_between(t_log.start, Clock::now()), 0), "application/json");
+}
+
+// keep_alive 0 with nothing to generate: unload in queue order, then answer.
+void HttpServer::Impl::unload_now(Api api, const httplib::Request& req, const ResponseFormatter& fmt,
+                                  httplib::Response& res) {
+  auto job = std::make_shared<Job>(req.remote_addr, std::vector<int32_t>{}, runtime::GenerateOptions{});
+  if (Status st = worker.submit(job); !st.is_ok()) return reply_error(res, api, 503, st.message());
+  while (!job->wait(kPollInterval).done) {
+  }
+  if (job->cancelled()) return reply_error(res, api, 503, job->cancel_reason());
+  res.set_content(fmt.load_response("unload"), "application/json");
 }
 
 // num_predict 0: nothing to generate, so nothing to queue.
@@ -351,10 +498,11 @@ bool HttpServer::Impl::pump(Exchange& ex, httplib::DataSink& sink) {
     if (ex.stream && !write(ex.fmt.stream_start())) return false;
   }
   Job::Update update = ex.job->wait(kPollInterval);
-  for (const std::string& piece : update.pieces) {
-    if (!ex.stream) {
-      ex.text += piece;
-    } else if (!write(ex.fmt.stream_piece(piece))) {
+  for (std::string& piece : update.pieces) {
+    if (ex.tools) {
+      ToolCallParser::Output out = ex.parser.push(piece);
+      if (!forward(ex, sink, std::move(out.text), std::move(out.calls))) return false;
+    } else if (!forward(ex, sink, std::move(piece), {})) {
       return false;  // the releaser cancels the job
     }
   }
@@ -365,7 +513,30 @@ bool HttpServer::Impl::pump(Exchange& ex, httplib::DataSink& sink) {
   return true;
 }
 
+// Text and tool calls of the reply to the client (streaming) or to the final body.
+bool HttpServer::Impl::forward(Exchange& ex, httplib::DataSink& sink, std::string text,
+                               std::vector<ToolCall> calls) {
+  const size_t first = ex.n_calls;
+  ex.n_calls += calls.size();
+  if (!ex.stream) {
+    ex.text += text;
+    for (ToolCall& c : calls) ex.calls.push_back(std::move(c));
+    return true;
+  }
+  for (const std::string& s : {text.empty() ? std::string() : ex.fmt.stream_piece(text),
+                               ex.fmt.stream_tool_calls(calls, first)}) {
+    if (!s.empty() && !sink.write(s.data(), s.size())) return false;
+  }
+  return true;
+}
+
 bool HttpServer::Impl::finish_exchange(Exchange& ex, httplib::DataSink& sink) {
+  if (ex.tools) {
+    ToolCallParser::Output out = ex.parser.finish();
+    if (!forward(ex, sink, std::move(out.text), std::move(out.calls))) return false;
+    // A reply that calls tools has no content besides the whitespace around its calls.
+    if (ex.n_calls > 0 && ex.text.find_first_not_of(" \t\r\n") == std::string::npos) ex.text.clear();
+  }
   const Job& job = *ex.job;
   const Result<runtime::GenerateResult>& result = job.result();
   std::string body;
@@ -376,11 +547,12 @@ bool HttpServer::Impl::finish_exchange(Exchange& ex, httplib::DataSink& sink) {
   } else {
     Outcome outcome{*result, ex.n_prompt, ns_between(t_log.start, job.finished()),
                     ns_between(t_log.start, job.started())};
-    body = ex.stream ? ex.fmt.stream_end(outcome) : ex.fmt.full(ex.text, outcome);
+    body = ex.stream ? ex.fmt.stream_end(outcome, ex.n_calls > 0) : ex.fmt.full(ex.text, outcome, ex.calls);
     const double tok_s = result->generate_seconds > 0 ? result->generated_tokens / result->generate_seconds : 0;
-    t_log.detail = fmt::format("prompt={} (reused {}) eval={} {:.1f} tok/s done={}",
+    t_log.detail = fmt::format("prompt={} (reused {}) eval={} {:.1f} tok/s done={} ctx={}",
                                ex.n_prompt, result->prompt_tokens_reused,
-                               result->generated_tokens, tok_s, result->done_reason);
+                               result->generated_tokens, tok_s, result->done_reason, job.context());
+    if (ex.dropped_messages > 0) t_log.detail += fmt::format(" dropped={} messages", ex.dropped_messages);
   }
   if (!sink.write(body.data(), body.size())) return false;
   sink.done();

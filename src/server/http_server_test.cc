@@ -45,7 +45,9 @@ TEST_F(ServerTest, StatusAndListings) {
   auto head = client().Head("/");
   ASSERT_TRUE(head);
   EXPECT_EQ(head->status, 200);
-  EXPECT_EQ(json::parse(client().Get("/api/version")->body)["version"], "0.1.0");
+  json version = json::parse(client().Get("/api/version")->body);
+  EXPECT_EQ(version["version"], "0.9.0");  // an Ollama API version clients accept (>= 0.6.4)
+  EXPECT_EQ(version["hypura_version"], "0.1.0");
   EXPECT_EQ(json::parse(client().Get("/api/tags")->body)["models"][0]["name"], "fake:latest");
   EXPECT_EQ(json::parse(client().Get("/api/ps")->body)["models"][0]["context_length"], 256);
   EXPECT_EQ(json::parse(client().Get("/v1/models")->body)["data"][0]["id"], "fake:latest");
@@ -123,7 +125,7 @@ TEST_F(ServerTest, GenerateHonoursNumPredictStopAndSeed) {
 }
 
 TEST_F(ServerTest, ChatReusesTheKvPrefix) {
-  start();
+  start(FakeConfig{.n_ctx = 1024});  // room for the whole conversation: no turn is dropped
   json first = json::parse(post("/api/chat", chat_body(false, "first question"))->body);
   json body = chat_body(false, "first question");
   body["messages"].push_back({{"role", "assistant"}, {"content", first["message"]["content"]}});
@@ -132,9 +134,10 @@ TEST_F(ServerTest, ChatReusesTheKvPrefix) {
   // The whole first prompt is reused (the fake's generated tokens differ from the
   // re-tokenized answer, so reuse stops there).
   EXPECT_EQ(engine_->last_session->last_reused.load(), first["prompt_eval_count"].get<int>());
+  // prompt_eval_count counts the whole prompt, as Ollama does (and as /v1 usage does).
   json usage = json::parse(post("/v1/chat/completions", body)->body)["usage"];
-  EXPECT_EQ(second["prompt_eval_count"].get<int>() + first["prompt_eval_count"].get<int>(),
-            usage["prompt_tokens"].get<int>());
+  EXPECT_EQ(second["prompt_eval_count"].get<int>(), usage["prompt_tokens"].get<int>());
+  EXPECT_GT(second["prompt_eval_count"].get<int>(), engine_->last_session->last_reused.load());
 }
 
 TEST_F(ServerTest, OpenAiChatSseWithUsage) {
@@ -204,6 +207,146 @@ TEST_F(ServerTest, BadRequestsGet400Json) {
   // Load requests (no prompt) answer at once.
   auto load = post("/api/generate", {{"model", "fake"}});
   EXPECT_EQ(json::parse(load->body)["done_reason"], "load");
+}
+
+// Issue 18 item 1: a conversation longer than the context keeps being answered on
+// /api/chat (oldest turns dropped); /v1 answers OpenAI's context_length_exceeded.
+TEST_F(ServerTest, LongChatDropsOldTurnsOnOllamaAnd400OnOpenAi) {
+  start();  // 256-token context; the fake's tokens are bytes
+  json body = {{"model", "fake"}, {"stream", false}, {"options", {{"temperature", 0}, {"num_predict", 8}}}};
+  body["messages"] = json::array({{{"role", "system"}, {"content", "SYSTEM-RULES"}}});
+  for (int i = 0; i < 12; ++i) {
+    body["messages"].push_back({{"role", "user"}, {"content", "question " + std::to_string(i) + std::string(20, 'q')}});
+    body["messages"].push_back({{"role", "assistant"}, {"content", "answer " + std::to_string(i) + std::string(20, 'a')}});
+  }
+  body["messages"].push_back({{"role", "user"}, {"content", "the last question"}});
+  auto res = post("/api/chat", body);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  EXPECT_LE(j["prompt_eval_count"].get<int>() + 8, 256);
+  EXPECT_GT(j["eval_count"].get<int>(), 0);
+  json openai = {{"model", "fake"}, {"messages", body["messages"]}, {"max_tokens", 8}};
+  res = post("/v1/chat/completions", openai);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_EQ(json::parse(res->body)["error"]["code"], "context_length_exceeded");
+}
+
+// options.num_ctx above --context grows the context up to the trained length, and
+// /api/ps and /api/show report what is in force.
+TEST_F(ServerTest, NumCtxGrowsTheContextAndIsReported) {
+  start(FakeConfig{.n_ctx = 256, .max_ctx = 1024});
+  const std::string long_prompt(400, 'x');  // 400+ tokens: does not fit 256
+  json body = {{"model", "fake"}, {"prompt", long_prompt}, {"raw", true}, {"stream", false},
+               {"options", {{"num_predict", 4}}}};
+  EXPECT_EQ(post("/api/generate", body)->status, 400);
+  body["options"]["num_ctx"] = 600;
+  auto res = post("/api/generate", body);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(json::parse(client().Get("/api/ps")->body)["models"][0]["context_length"], 600);
+  EXPECT_EQ(json::parse(post("/api/show", {{"model", "fake"}})->body)["parameters"], "num_ctx 600");
+  body["options"]["num_ctx"] = 100000;  // capped at the trained length
+  EXPECT_EQ(post("/api/generate", body)->status, 200);
+  EXPECT_EQ(json::parse(client().Get("/api/ps")->body)["models"][0]["context_length"], 1024);
+}
+
+// keep_alive 0 unloads (done_reason "unload", /api/ps empty); the next request loads again.
+TEST_F(ServerTest, KeepAliveZeroUnloads) {
+  start();
+  auto res = post("/api/generate", {{"model", "fake"}, {"keep_alive", 0}});
+  ASSERT_EQ(res->status, 200);
+  EXPECT_EQ(json::parse(res->body)["done_reason"], "unload");
+  EXPECT_TRUE(json::parse(client().Get("/api/ps")->body)["models"].empty());
+  res = post("/api/chat", chat_body(false));
+  ASSERT_EQ(res->status, 200);
+  EXPECT_EQ(json::parse(res->body)["done"], true);
+  EXPECT_EQ(json::parse(client().Get("/api/ps")->body)["models"].size(), 1u);
+  // With a prompt, it answers and then unloads.
+  json body = chat_body(false);
+  body["keep_alive"] = "0s";
+  res = post("/api/chat", body);
+  ASSERT_EQ(res->status, 200);
+  EXPECT_FALSE(json::parse(res->body)["message"]["content"].get<std::string>().empty());
+  EXPECT_TRUE(json::parse(client().Get("/api/ps")->body)["models"].empty());
+  body["keep_alive"] = "5m";
+  EXPECT_EQ(post("/api/chat", body)->status, 200);
+  EXPECT_EQ(json::parse(client().Get("/api/ps")->body)["models"].size(), 1u);
+}
+
+// curl -d sends application/x-www-form-urlencoded: read as JSON, up to --max-body.
+TEST_F(ServerTest, FormContentTypeIsJson) {
+  start(FakeConfig{.n_ctx = 100000});
+  json body = {{"model", "fake"}, {"prompt", std::string(20000, 'y')}, {"raw", true}, {"stream", false},
+               {"options", {{"num_predict", 2}}}};
+  auto res = client().Post("/api/generate", body.dump(), "application/x-www-form-urlencoded");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body.substr(0, 200);
+  EXPECT_EQ(json::parse(res->body)["prompt_eval_count"], 20001);
+}
+
+// CORS as Ollama: allowed origins get Access-Control-Allow-Origin; OPTIONS is answered.
+TEST_F(ServerTest, CorsForAllowedOrigins) {
+  start();
+  httplib::Request pre;
+  pre.method = "OPTIONS";
+  pre.path = "/api/chat";
+  pre.set_header("Origin", "vscode-webview://abc");
+  pre.set_header("Access-Control-Request-Method", "POST");
+  pre.set_header("Access-Control-Request-Headers", "content-type, x-stainless-os");
+  auto res = client().send(pre);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 204);
+  EXPECT_EQ(res->get_header_value("Access-Control-Allow-Origin"), "vscode-webview://abc");
+  EXPECT_NE(res->get_header_value("Access-Control-Allow-Methods").find("POST"), std::string::npos);
+  EXPECT_EQ(res->get_header_value("Access-Control-Allow-Headers"), "content-type, x-stainless-os");
+  res = client().Post("/api/chat", {{"Origin", "http://localhost:3000"}}, chat_body(false).dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->get_header_value("Access-Control-Allow-Origin"), "http://localhost:3000");
+  pre.headers.erase("Origin");
+  pre.set_header("Origin", "https://evil.example");
+  res = client().send(pre);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 403);
+  EXPECT_FALSE(res->has_header("Access-Control-Allow-Origin"));
+  res = client().Get("/api/tags");  // no Origin: no CORS headers
+  EXPECT_FALSE(res->has_header("Access-Control-Allow-Origin"));
+}
+
+// Issue 18 item 4: the three embedding endpoints, batched inputs, truncate, dimensions.
+TEST_F(ServerTest, Embeddings) {
+  start(FakeConfig{.n_ctx = 64});
+  auto res = post("/api/embed", {{"model", "fake"}, {"input", {"alpha", "beta", "alpha"}}});
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  ASSERT_EQ(j["embeddings"].size(), 3u);
+  EXPECT_EQ(j["embeddings"][0], j["embeddings"][2]);  // same input, same vector
+  EXPECT_NE(j["embeddings"][0], j["embeddings"][1]);
+  double norm = 0;
+  for (const json& x : j["embeddings"][1]) norm += x.get<double>() * x.get<double>();
+  EXPECT_NEAR(norm, 1.0, 1e-5);
+  EXPECT_EQ(j["prompt_eval_count"], 17);  // BOS + bytes: 6 + 5 + 6
+  EXPECT_EQ(engine_->last_session->embeds.load(), 3);
+  // The legacy endpoint and /v1 give the same vector.
+  json legacy = json::parse(post("/api/embeddings", {{"model", "fake"}, {"prompt", "alpha"}})->body);
+  EXPECT_EQ(legacy["embedding"], j["embeddings"][0]);
+  json v1 = json::parse(post("/v1/embeddings", {{"model", "fake"}, {"input", "alpha"}})->body);
+  EXPECT_EQ(v1["data"][0]["embedding"], j["embeddings"][0]);
+  EXPECT_EQ(v1["usage"]["prompt_tokens"], 6);
+  // Longer than the context: cut by default, an error with truncate false (and on /v1).
+  const std::string long_text(100, 'z');
+  res = post("/api/embed", {{"model", "fake"}, {"input", long_text}});
+  ASSERT_EQ(res->status, 200);
+  EXPECT_EQ(json::parse(res->body)["prompt_eval_count"], 64);
+  EXPECT_EQ(post("/api/embed", {{"model", "fake"}, {"input", long_text}, {"truncate", false}})->status, 400);
+  EXPECT_EQ(post("/v1/embeddings", {{"model", "fake"}, {"input", long_text}})->status, 400);
+  // dimensions keeps the first components, normalised again.
+  json cut = json::parse(post("/api/embed", {{"model", "fake"}, {"input", "alpha"}, {"dimensions", 3}})->body);
+  ASSERT_EQ(cut["embeddings"][0].size(), 3u);
+  EXPECT_EQ(post("/api/embed", {{"model", "other"}, {"input", "a"}})->status, 404);
+  // A chat after embeddings still works (the embedding replaced the cached prefix).
+  EXPECT_EQ(post("/api/chat", chat_body(false))->status, 200);
 }
 
 TEST_F(ServerTest, FullQueueGets503) {

@@ -36,6 +36,16 @@ void Job::push_piece(std::string_view piece) {
   cv_.notify_all();
 }
 
+void Job::set_embeddings(std::vector<std::vector<float>> embeddings) {
+  std::lock_guard lock(mu_);
+  embeddings_ = std::move(embeddings);
+}
+
+std::vector<std::vector<float>> Job::take_embeddings() {
+  std::lock_guard lock(mu_);
+  return std::move(embeddings_);
+}
+
 void Job::finish(Result<runtime::GenerateResult> result) {
   {
     std::lock_guard lock(mu_);

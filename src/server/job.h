@@ -35,7 +35,28 @@ class Job {
   Job& operator=(const Job&) = delete;
 
   const std::string& client() const { return client_; }  // fairness key (remote address)
+  // Empty: no generation (an unload request, see unload()).
   const std::vector<int32_t>& prompt() const { return prompt_; }
+
+  // Set before the job is submitted, read by the worker.
+  // The context window the session must hold (it grows to it: Session::reserve_context).
+  void set_context(int64_t n_ctx) { n_ctx_ = n_ctx; }
+  int64_t context() const { return n_ctx_; }
+  // An embedding job: the worker embeds each input (Session::embed) instead of generating.
+  void set_embed(std::vector<std::vector<int32_t>> inputs, runtime::Pooling pooling) {
+    embed_inputs_ = std::move(inputs);
+    pooling_ = pooling;
+    is_embed_ = true;
+  }
+  bool is_embed() const { return is_embed_; }
+  const std::vector<std::vector<int32_t>>& embed_inputs() const { return embed_inputs_; }
+  runtime::Pooling pooling() const { return pooling_; }
+  // Worker side, before finish(); HTTP side once done: one vector per input.
+  void set_embeddings(std::vector<std::vector<float>> embeddings);
+  std::vector<std::vector<float>> take_embeddings();
+  // keep_alive 0: the worker unloads the model (drops its session) after this job.
+  void set_unload(bool unload) { unload_ = unload; }
+  bool unload() const { return unload_; }
   // Options with `cancel` pointing at this job's flag.
   const runtime::GenerateOptions& options() const { return options_; }
   Clock::time_point received() const { return received_; }
@@ -68,11 +89,17 @@ class Job {
   const std::vector<int32_t> prompt_;  // (n_prompt) token ids
   runtime::GenerateOptions options_;
   const Clock::time_point received_;
+  int64_t n_ctx_ = 0;
+  bool unload_ = false;
+  bool is_embed_ = false;
+  std::vector<std::vector<int32_t>> embed_inputs_;
+  runtime::Pooling pooling_ = runtime::Pooling::kLast;
   std::atomic<bool> cancel_{false};
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::string> pending_;  // pieces not yet taken by wait()
+  std::vector<std::vector<float>> embeddings_;
   bool done_ = false;
   std::string cancel_reason_;
   Clock::time_point started_;

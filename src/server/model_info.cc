@@ -112,6 +112,7 @@ ModelInfo model_info_from_gguf(const gguf::GgufFile& file, const std::string& pa
     mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
   }
   info.modified_at = rfc3339(mtime_ns);
+  info.created = mtime_ns / 1'000'000'000;
   info.digest = fingerprint(path + "|" + std::to_string(info.size_bytes) + "|" + std::to_string(mtime_ns));
   return info;
 }

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <ctime>
 
 #include "tokenizer/jinja.h"
@@ -84,6 +85,15 @@ std::string_view take_system(std::span<const ChatMessage>& m, bool* has_system) 
   return content;
 }
 
+// Kept apart from the family detection: a recognised family (Qwen2.5's is chatml) is
+// rendered by fixed code, but only the template itself knows how it writes tools.
+std::shared_ptr<const JinjaTemplate> parse_tools_template(std::string_view t) {
+  if (!contains(t, "tools") && !contains(t, "tool_calls")) return nullptr;
+  auto jinja = JinjaTemplate::parse(t);
+  if (!jinja.is_ok()) return nullptr;
+  return std::make_shared<const JinjaTemplate>(std::move(jinja).value());
+}
+
 }  // namespace
 
 const char* chat_family_name(ChatFamily family) {
@@ -136,6 +146,7 @@ ChatTemplate ChatTemplate::from_text(std::string_view t, std::string bos_text,
     spdlog::warn("chat template not usable ({}); using chatml",
                  t.empty() ? "the model has none" : jinja.status().message());
   }
+  ct.tools_jinja_ = parse_tools_template(t);
   return ct;
 }
 
@@ -157,7 +168,12 @@ ChatTemplate ChatTemplate::for_tokenizer(const Tokenizer& tok) {
   return from_text("", bos, eos, add_bos);
 }
 
-Result<PromptText> ChatTemplate::render(std::span<const ChatMessage> m, bool gen) const {
+Result<PromptText> ChatTemplate::render(std::span<const ChatMessage> m, bool gen,
+                                        std::string_view tools) const {
+  const bool tool_turns = std::any_of(m.begin(), m.end(), [](const ChatMessage& msg) {
+    return msg.role == "tool" || !msg.tool_calls.empty();
+  });
+  if (!tools.empty() || tool_turns) return render_tools(m, gen, tools);
   PromptText out;
   if (family_ != ChatFamily::kChatml && family_ != ChatFamily::kJinja) out.append_template(leading_bos_);
   switch (family_) {
@@ -171,6 +187,19 @@ Result<PromptText> ChatTemplate::render(std::span<const ChatMessage> m, bool gen
     case ChatFamily::kJinja: return render_jinja(m, gen);
   }
   return out;
+}
+
+Result<PromptText> ChatTemplate::render_continuing(std::span<const ChatMessage> m,
+                                                   std::string_view tools) const {
+  const std::string reply = trim(m.back().content);
+  if (reply.empty()) return render(m.first(m.size() - 1), true, tools);
+  HYPURA_ASSIGN_OR_RETURN(PromptText full, render(m, false, tools));
+  const size_t at = full.text.rfind(reply);
+  if (at == std::string::npos) {
+    return invalid_argument("the chat template does not write the final assistant message, so "
+                            "it cannot be continued");
+  }
+  return full.slice(0, at + reply.size());
 }
 
 Result<PromptText> ChatTemplate::render_continuation(std::span<const ChatMessage> messages,
@@ -352,15 +381,50 @@ void ChatTemplate::render_zephyr(std::span<const ChatMessage> m, bool gen, Promp
 // dropped when the tokenizer adds one. A template that fails at render time (e.g. its
 // raise_exception for a role it rejects) falls back to chatml for this conversation, with
 // a warning; one that goes over its limits (RenderLimits) is an error.
-Result<PromptText> ChatTemplate::render_jinja(std::span<const ChatMessage> m, bool gen) const {
-  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  for (const auto& msg : m) messages.push_back({{"role", msg.role}, {"content", msg.content}});
+Result<PromptText> ChatTemplate::run_jinja(const JinjaTemplate& t, std::span<const ChatMessage> m,
+                                           bool gen, std::string_view tools) const {
+  using ojson = nlohmann::ordered_json;
+  ojson messages = ojson::array();
+  for (const auto& msg : m) {
+    ojson j = {{"role", msg.role}, {"content", msg.content}};
+    if (!msg.tool_calls.empty()) {
+      ojson calls = ojson::array();
+      const ojson given = ojson::parse(msg.tool_calls, nullptr, false);
+      if (!given.is_array()) return invalid_argument("tool_calls: expected a JSON array");
+      for (const ojson& c : given) calls.push_back({{"type", "function"}, {"function", c}});
+      j["tool_calls"] = std::move(calls);
+    }
+    if (!msg.tool_name.empty()) j["name"] = msg.tool_name;
+    messages.push_back(std::move(j));
+  }
+  ojson context = {{"messages", messages}, {"add_generation_prompt", gen},
+                   {"bos_token", bos_}, {"eos_token", eos_}};
+  if (!tools.empty()) {
+    ojson parsed = ojson::parse(tools, nullptr, false);
+    if (!parsed.is_array()) return invalid_argument("tools: expected a JSON array");
+    context["tools"] = std::move(parsed);
+  }
   RenderOptions options;
-  options.data_vars = {"messages"};
-  options.trusted_strings = {"system", "user", "assistant"};  // is_known_role
+  options.data_vars = {"messages", "tools"};
+  options.trusted_strings = {"system", "user", "assistant", "tool"};  // roles the server validates
   options.limits = limits_;
-  auto out = jinja_->render({{"messages", messages}, {"add_generation_prompt", gen},
-                             {"bos_token", bos_}, {"eos_token", eos_}}, options);
+  auto out = t.render(context, options);
+  if (!out.is_ok()) return out.status();
+  PromptText text = std::move(out).value();
+  if (add_bos_ && !bos_.empty() && text.text.starts_with(bos_)) text.erase_prefix(bos_.size());
+  return text;
+}
+
+// Tools go through the template itself; a template that fails here fails the request
+// (falling back to chatml would silently drop the tools).
+Result<PromptText> ChatTemplate::render_tools(std::span<const ChatMessage> m, bool gen,
+                                              std::string_view tools) const {
+  if (!tools_jinja_) return unsupported("this model's chat template does not support tools");
+  return run_jinja(*tools_jinja_, m, gen, tools);
+}
+
+Result<PromptText> ChatTemplate::render_jinja(std::span<const ChatMessage> m, bool gen) const {
+  auto out = run_jinja(*jinja_, m, gen, {});
   if (out.status().code() == StatusCode::kResourceExhausted) return out.status();
   if (!out.is_ok()) {
     spdlog::warn("{}; using chatml for this conversation", out.status().message());
@@ -368,9 +432,7 @@ Result<PromptText> ChatTemplate::render_jinja(std::span<const ChatMessage> m, bo
     render_chatml(m, gen, chatml);
     return chatml;
   }
-  PromptText text = std::move(out).value();
-  if (add_bos_ && !bos_.empty() && text.text.starts_with(bos_)) text.erase_prefix(bos_.size());
-  return text;
+  return out;
 }
 
 }  // namespace hypura::tokenizer

@@ -47,8 +47,13 @@ namespace hypura::tokenizer {
 class Tokenizer;
 
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
+  std::string role;  // "system", "user", "assistant" or "tool"
   std::string content;
+  // assistant: the tool calls it made, a JSON array of {"name", "arguments": object};
+  // "" for none. Rendered as Hugging Face's tool_calls ([{"type": "function",
+  // "function": {"name", "arguments"}}]).
+  std::string tool_calls = {};
+  std::string tool_name = {};  // tool: the tool whose result the content is ("name")
 };
 
 // kJinja: not a known family; the template itself is interpreted.
@@ -70,7 +75,23 @@ class ChatTemplate {
   // used instead.
   bool is_fallback() const { return fallback_; }
 
-  Result<PromptText> render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+  // tools: a JSON array of tool definitions (OpenAI's shape) or "". A conversation with
+  // tools, tool calls or tool results is rendered by the model's own template (which
+  // must handle them: supports_tools()), with `tools` as data; kUnsupported otherwise.
+  Result<PromptText> render(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                            std::string_view tools = {}) const;
+
+  // Whether the model's template renders tools (it is Jinja that uses `tools`).
+  bool supports_tools() const { return tools_jinja_ != nullptr; }
+
+  // The conversation with its last message, an assistant's unfinished reply, left open
+  // (no end-of-turn marker) so that generation continues it: the rendering without
+  // generation prompt, cut right after the reply's text (trimmed, as templates trim it),
+  // as transformers' continue_final_message does. An empty reply gives the generation
+  // prompt. kInvalidArgument when the template does not write the reply.
+  // REQUIRES: !messages.empty().
+  Result<PromptText> render_continuing(std::span<const ChatMessage> messages,
+                                       std::string_view tools = {}) const;
 
   // What render(messages) adds to render(messages[0, n_old)) (without generation
   // prompt): the text to feed after a cached earlier turn. Empty `ok` result when the
@@ -96,9 +117,13 @@ class ChatTemplate {
   void render_phi3(std::span<const ChatMessage> m, bool gen, PromptText& out) const;
   void render_zephyr(std::span<const ChatMessage> m, bool gen, PromptText& out) const;
   Result<PromptText> render_jinja(std::span<const ChatMessage> m, bool gen) const;
+  Result<PromptText> render_tools(std::span<const ChatMessage> m, bool gen, std::string_view tools) const;
+  Result<PromptText> run_jinja(const JinjaTemplate& t, std::span<const ChatMessage> m, bool gen,
+                               std::string_view tools) const;
 
   ChatFamily family_ = ChatFamily::kChatml;
   std::shared_ptr<const JinjaTemplate> jinja_;  // kJinja only
+  std::shared_ptr<const JinjaTemplate> tools_jinja_;  // the template, when it uses `tools`
   RenderLimits limits_;
   bool add_bos_ = false;
   bool fallback_ = false;

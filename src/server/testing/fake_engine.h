@@ -11,8 +11,10 @@
 // Thread-safety: as the real contract (Engine shared read-only, Session one thread).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -25,6 +27,7 @@ namespace hypura::server::testing {
 
 struct FakeConfig {
   int64_t n_ctx = 256;
+  int64_t max_ctx = 0;                           // trained length; 0: n_ctx
   std::chrono::microseconds token_delay{2000};  // per generated token
   std::chrono::microseconds prompt_delay{0};     // per processed prompt token
   bool eos = true;                               // false: only limits end an answer
@@ -44,7 +47,7 @@ inline uint64_t fake_hash(uint64_t h, uint64_t v) {
 
 class FakeSession : public runtime::Session {
  public:
-  explicit FakeSession(const FakeConfig& config) : config_(config) {}
+  explicit FakeSession(const FakeConfig& config) : config_(config), n_ctx_(config.n_ctx) {}
 
   Result<runtime::GenerateResult> generate(
       const std::vector<int32_t>& prompt, const runtime::GenerateOptions& options,
@@ -67,7 +70,7 @@ class FakeSession : public runtime::Session {
     for (int i = 0;; ++i) {
       if (options.cancel && options.cancel->load()) { r.done_reason = "cancelled"; break; }
       if (options.max_tokens >= 0 && i >= options.max_tokens) break;
-      if (static_cast<int64_t>(cache_.size()) >= config_.n_ctx) break;
+      if (static_cast<int64_t>(cache_.size()) >= n_ctx_) break;
       if (config_.eos && i >= n_words) { r.done_reason = "stop"; break; }
       std::this_thread::sleep_for(config_.token_delay);
       const uint64_t w = fake_hash(h, static_cast<uint64_t>(i)) % fake_words().size();
@@ -107,6 +110,30 @@ class FakeSession : public runtime::Session {
   }
   void reset() override { cache_.clear(); }
   int64_t n_past() const override { return static_cast<int64_t>(cache_.size()); }
+  // A deterministic unit vector of kFakeEmbd components from the tokens' hash.
+  Status embed(const std::vector<int32_t>& tokens, runtime::Pooling, std::vector<float>* out) override {
+    if (static_cast<int64_t>(tokens.size()) > n_ctx_) return resource_exhausted("fake: input too long");
+    cache_ = tokens;
+    uint64_t h = 1469598103934665603ull;
+    for (int32_t t : tokens) h = fake_hash(h, static_cast<uint64_t>(t));
+    out->resize(kFakeEmbd);
+    double norm = 0;
+    for (size_t i = 0; i < kFakeEmbd; ++i) {
+      (*out)[i] = static_cast<float>(static_cast<int64_t>(fake_hash(h, i) % 2001) - 1000);
+      norm += static_cast<double>((*out)[i]) * (*out)[i];
+    }
+    for (float& v : *out) v = static_cast<float>(v / std::sqrt(norm));
+    ++embeds;
+    return Status::ok();
+  }
+  static constexpr size_t kFakeEmbd = 8;
+  std::atomic<int> embeds{0};
+  int64_t n_ctx() const override { return n_ctx_; }
+  Status reserve_context(int64_t n_ctx) override {
+    if (n_ctx > std::max(config_.n_ctx, config_.max_ctx)) return resource_exhausted("fake: too long");
+    n_ctx_ = std::max(n_ctx_, n_ctx);
+    return Status::ok();
+  }
 
   std::atomic<int> calls{0};
   std::atomic<int> last_reused{0};
@@ -131,6 +158,7 @@ class FakeSession : public runtime::Session {
   }
 
   FakeConfig config_;
+  int64_t n_ctx_;
   std::vector<int32_t> cache_;  // (n_past) tokens whose "KV" is cached
 };
 
@@ -146,17 +174,29 @@ class FakeEngine : public runtime::Engine {
     return s;
   }
   int64_t n_ctx() const override { return config_.n_ctx; }
+  int64_t max_context() const override { return std::max(config_.n_ctx, config_.max_ctx); }
   int64_t n_vocab() const override { return 1100; }
+  int64_t n_embd() const override { return FakeSession::kFakeEmbd; }
   std::string architecture() const override { return "fake"; }
   std::string mode() const override { return "full-resident"; }
 
+  // "<|role|>content\n" per message, then "<|assistant|>"; a continued last message
+  // has no "\n" and no generation prompt follows.
   Result<std::vector<int32_t>> tokenize_chat(const std::vector<runtime::ChatMessage>& messages,
-                                             bool add_generation_prompt) const override {
+                                             const runtime::ChatOptions& options) const override {
     std::string text;
     for (const auto& m : messages) text += "<|" + m.role + "|>" + m.content + "\n";
-    if (add_generation_prompt) text += "<|assistant|>";
+    if (options.continue_final) {
+      text.pop_back();
+    } else if (options.add_generation_prompt) {
+      text += "<|assistant|>";
+    }
     return tokenize(text, true);
   }
+  std::optional<runtime::FimTokens> fim_tokens() const override {
+    return runtime::FimTokens{kFimPrefix, kFimSuffix, kFimMiddle};
+  }
+  static constexpr int32_t kFimPrefix = 300, kFimSuffix = 301, kFimMiddle = 302;
   std::vector<int32_t> tokenize(const std::string& text, bool add_special) const override {
     std::vector<int32_t> tokens;
     if (add_special) tokens.push_back(1);

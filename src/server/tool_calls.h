@@ -1,0 +1,64 @@
+// ToolCallParser: splits a model's reply, as it streams, into text and tool calls.
+//
+// Parses the Hermes / Qwen2.5 format that Qwen2.5's chat template asks for:
+//   <tool_call>
+//   {"name": "get_weather", "arguments": {"city": "Paris"}}
+//   </tool_call>
+// Text outside the tags is the reply's content; each tagged JSON object with a string
+// "name" is one call ("arguments" an object, or a JSON string holding one; absent: {}).
+// A tag's body that is not such an object is passed on as text, tags included, so
+// nothing the model wrote is lost. Small models often write the call without its tags
+// (Qwen2.5-Coder-0.5B does, from the reference prompt too): a reply that is, as a whole,
+// one such object or an array of them, naming only offered tools, is taken as calls;
+// so a reply whose first non-blank byte is '{' or '[' is held back to its end. Text that might be the start of "<tool_call>" is held
+// back until it is known not to be (as stop strings are), so a client never sees half
+// a tag.
+//
+// Thread-safety: one instance per reply, used by one thread.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace hypura::server {
+
+struct ToolCall {
+  std::string name;
+  nlohmann::json arguments = nlohmann::json::object();
+};
+
+class ToolCallParser {
+ public:
+  // tool_names: the offered tools' names (a bare JSON call must name one of them).
+  explicit ToolCallParser(std::vector<std::string> tool_names = {}) : names_(std::move(tool_names)) {}
+
+  struct Output {
+    std::string text;             // content that is final now
+    std::vector<ToolCall> calls;  // calls completed by this piece
+  };
+
+  Output push(std::string_view piece);
+  // The end of the reply: held-back text, and a call whose closing tag never came if its
+  // body is a complete object (models often end with EOS instead of </tool_call>).
+  Output finish();
+
+ private:
+  void drain(Output* out);
+  bool bare_calls(std::vector<ToolCall>* calls) const;  // the held reply as bare JSON calls
+
+  std::vector<std::string> names_;
+  bool at_start_ = true;  // nothing but whitespace so far
+  bool bare_ = false;     // the reply began with '{' or '[': held to the end
+
+  std::string buffer_;  // text not yet returned (after "<tool_call>" while in_call_)
+  bool in_call_ = false;
+};
+
+// The call in a tag's body, or false when the body is not a call object.
+bool parse_tool_call(std::string_view body, ToolCall* call);
+
+}  // namespace hypura::server
