@@ -16,6 +16,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <array>
+#include <utility>
 
 namespace {
 
@@ -49,7 +51,12 @@ inline void prefetch_ahead(const void* p, int bytes) {
 template <class K, int kMaxTok = 4>
 void tile_of(int64_t n, const void* w, size_t w_stride, int n_rows, const void* x, size_t x_stride,
              int n_tok, float* y, size_t y_stride) {
-  static_assert(kMaxTok == 4 || kMaxTok == 8);
+  static_assert(kMaxTok >= 1 && kMaxTok <= 8);
+  using DotFn = void (*)(int64_t, const uint8_t*, const uint8_t*, size_t, float*, bool);
+  // dots[T - 1] = K::dot<T>: one instantiation per group size, chosen per group.
+  static constexpr auto dots = []<int... I>(std::integer_sequence<int, I...>) {
+    return std::array<DotFn, kMaxTok>{&K::template dot<I + 1>...};
+  }(std::make_integer_sequence<int, kMaxTok>{});
   const auto* xb = static_cast<const uint8_t*>(x);
   float out[kMaxTok];
   for (int t0 = 0; t0 < n_tok; t0 += kMaxTok) {
@@ -57,33 +64,7 @@ void tile_of(int64_t n, const void* w, size_t w_stride, int n_rows, const void* 
     const uint8_t* xt = xb + t0 * x_stride;
     for (int r = 0; r < n_rows; ++r) {
       const auto* wr = static_cast<const uint8_t*>(w) + r * w_stride;
-      const bool first = t0 == 0;
-      switch (nt) {
-        case 8:
-          if constexpr (kMaxTok == 8) K::template dot<8>(n, wr, xt, x_stride, out, first);
-          break;
-        case 7:
-          if constexpr (kMaxTok == 8) K::template dot<7>(n, wr, xt, x_stride, out, first);
-          break;
-        case 6:
-          if constexpr (kMaxTok == 8) K::template dot<6>(n, wr, xt, x_stride, out, first);
-          break;
-        case 5:
-          if constexpr (kMaxTok == 8) K::template dot<5>(n, wr, xt, x_stride, out, first);
-          break;
-        case 4:
-          K::template dot<4>(n, wr, xt, x_stride, out, first);
-          break;
-        case 3:
-          K::template dot<3>(n, wr, xt, x_stride, out, first);
-          break;
-        case 2:
-          K::template dot<2>(n, wr, xt, x_stride, out, first);
-          break;
-        default:
-          K::template dot<1>(n, wr, xt, x_stride, out, first);
-          break;
-      }
+      dots[nt - 1](n, wr, xt, x_stride, out, t0 == 0);
       for (int t = 0; t < nt; ++t) y[(t0 + t) * y_stride + r] = out[t];
     }
   }
