@@ -93,6 +93,9 @@ class ResidentSession final : public Session {
   Status eval(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) override;
   Status prefill(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) override;
   void reset() override { history_.clear(); }
+  void truncate(int64_t n) override {
+    if (n < n_past()) history_.resize(static_cast<size_t>(n));
+  }
   int64_t n_past() const override { return static_cast<int64_t>(history_.size()); }
   int64_t n_ctx() const override { return kv_.n_ctx(); }
   Status reserve_context(int64_t n_ctx) override;
@@ -172,9 +175,16 @@ Result<std::unique_ptr<Engine>> ResidentEngine::create(const EngineOptions& opti
       tokenizer::ChatTemplate::for_tokenizer(*e->tokenizer_));
   const int64_t n_train = e->model_->hparams().n_ctx_train;
   const int64_t want = options.n_ctx > 0 ? options.n_ctx : 4096;
-  e->n_ctx_ = std::min(want, n_train);
+  // Past the trained length RoPE keeps rotating but the model was never trained there:
+  // only a speed measurement (bench, like llama-bench) may ask for it.
+  e->n_ctx_ = options.n_ctx_past_trained ? want : std::min(want, n_train);
   if (want > n_train) {
-    spdlog::info("context {} capped to the model's trained length {}", want, n_train);
+    if (options.n_ctx_past_trained) {
+      spdlog::warn("context {} exceeds the model's trained length {}: speed only, outputs "
+                   "past it are not meaningful", want, n_train);
+    } else {
+      spdlog::info("context {} capped to the model's trained length {}", want, n_train);
+    }
   }
   e->kv_f32_ = options.kv_f32;
   TierOptions tier;

@@ -31,6 +31,7 @@ struct EngineOptions {
   std::string model_path;
   int n_threads = 0;            // 0: physical cores
   int64_t n_ctx = 4096;         // capped by the model's trained length
+  bool n_ctx_past_trained = false;  // bench: keep n_ctx beyond the trained length (speed only)
   bool kv_f32 = false;          // KV cache type: F16 (default) or F32
   uint64_t ram_budget = 0;      // bytes, 0: from the hardware profile
   uint64_t gpu_budget = 0;
@@ -123,6 +124,9 @@ class Session {
   // a prompt (the output head is skipped for every other row). out: (n_vocab).
   virtual Status prefill(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) = 0;
   virtual void reset() = 0;  // clears the KV cache
+  // Keeps the cache's first n tokens and forgets the rest (n >= n_past(): no-op); the
+  // next tokens continue at position n (bench: one depth fill serves every run).
+  virtual void truncate(int64_t n) = 0;
   virtual int64_t n_past() const = 0;
   // The embedding of `tokens`: the final-norm hidden states pooled, then L2-normalised.
   // out: (Engine::n_embd()). Runs from position 0 in this session's KV cache, so a

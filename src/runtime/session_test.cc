@@ -140,6 +140,23 @@ TEST(Session, EvalMatchesGoldenAndIsSplitInvariant) {
   EXPECT_LE(max_abs, 2e-4);
 }
 
+TEST(Session, TruncateKeepsThePrefixAndContinuesAfterIt) {
+  auto e = golden_engine();
+  ASSERT_TRUE(e);
+  auto s = e->new_session();
+  std::vector<float> all, again;
+  ASSERT_TRUE(s->eval(kB, &all).is_ok());
+  s->truncate(5);
+  EXPECT_EQ(s->n_past(), 5);
+  ASSERT_TRUE(s->eval({kB.begin() + 5, kB.end()}, &again).is_ok());
+  const size_t n_vocab = static_cast<size_t>(e->n_vocab());
+  ASSERT_EQ(again.size(), all.size() - 5 * n_vocab);
+  // The same positions over the same cached prefix: the same logits, bit for bit.
+  EXPECT_EQ(0, std::memcmp(again.data(), all.data() + 5 * n_vocab, again.size() * 4));
+  s->truncate(100);  // longer than the cache: nothing changes
+  EXPECT_EQ(s->n_past(), 13);
+}
+
 TEST(Session, GenerateReusesThePrefixAndIsDeterministic) {
   auto e = golden_engine(false);
   ASSERT_TRUE(e);

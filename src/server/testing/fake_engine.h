@@ -109,6 +109,9 @@ class FakeSession : public runtime::Session {
     return unsupported("fake session has no logits");
   }
   void reset() override { cache_.clear(); }
+  void truncate(int64_t n) override {
+    if (n < n_past()) cache_.resize(static_cast<size_t>(n));
+  }
   int64_t n_past() const override { return static_cast<int64_t>(cache_.size()); }
   // A deterministic unit vector of kFakeEmbd components from the tokens' hash.
   Status embed(const std::vector<int32_t>& tokens, runtime::Pooling, std::vector<float>* out) override {
