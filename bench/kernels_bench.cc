@@ -132,12 +132,12 @@ void BM_Prompt(benchmark::State& state, GgmlType type) {
   state.SetLabel(std::string(hypura::gguf::type_name(type)) + " " + ctx.simd_name());
 }
 
-// One query tile of attention (32 tokens x 3 q heads of a kv head, head_dim 64 as in
-// SmolLM2 and Qwen2.5-0.5B) against n_keys F16 cached keys, block by block as the model
-// runs it (widen the key and value block, one online-softmax step): GFLOP/s of q.k and
-// p.v on one thread.
+// One query tile of attention against n_keys F16 cached keys, block by block as the
+// model runs it (widen the key and value block, one online-softmax step): GFLOP/s of q.k
+// and p.v on one thread. rows 96: a prompt's tile (32 tokens x 3 q heads of a kv head,
+// head_dim 64 as in SmolLM2); rows 3: one decode token's heads of a kv head (SmolLM2).
 void BM_AttentionTile(benchmark::State& state) {
-  const int64_t n_keys = state.range(0), d = state.range(1), n_rows = 96;
+  const int64_t n_keys = state.range(0), d = state.range(1), n_rows = state.range(2);
   Context ctx(1);
   std::mt19937 rng(5);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -217,9 +217,11 @@ int main(int argc, char** argv) {
     b->ArgNames({"cols", "rows", "threads"})->UseRealTime()->MinTime(0.3)->Args({4096, rows, 1});
   }
   benchmark::RegisterBenchmark("attention_tile", BM_AttentionTile)
-      ->ArgNames({"keys", "head_dim"})
-      ->Args({4096, 64})
-      ->Args({4096, 128});
+      ->ArgNames({"keys", "head_dim", "rows"})
+      ->Args({4096, 64, 96})
+      ->Args({4096, 128, 96})
+      ->Args({4096, 64, 3})
+      ->Args({4096, 128, 8});
   for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q4_1,
                         GgmlType::Q8_0}) {
     const std::string name = std::string("prompt/") + hypura::gguf::type_name(type);
