@@ -349,9 +349,14 @@ Result<int32_t> Compiler::compile_subschema_or_bool(const json* v, const std::st
 Result<int32_t> Compiler::compile_object(const json& s, const std::string& path, int depth) {
   Node n;
   n.kind = NodeKind::kObject;
-  HYPURA_ASSIGN_OR_RETURN(n.additional, compile_subschema_or_bool(
-      s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr,
-      child_path(path, "additionalProperties"), depth));
+  // additionalProperties absent beside "properties": no other keys, as Ollama's and
+  // llama.cpp's grammars do (a narrower language, so documents still validate): otherwise a
+  // small model fills the object with keys of its own before the ones asked for.
+  if (s.contains("additionalProperties") || !s.contains("properties")) {
+    HYPURA_ASSIGN_OR_RETURN(n.additional, compile_subschema_or_bool(
+        s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr,
+        child_path(path, "additionalProperties"), depth));
+  }
   std::map<std::string, int32_t> props;  // key text -> schema, sorted bytewise
   if (s.contains("properties")) {
     const json& p = s["properties"];

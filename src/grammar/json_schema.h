@@ -5,7 +5,8 @@
 // Supported (docs/SERVER.md "Structured output" lists the same):
 //   type            object, array, string, number, integer, boolean, null, or a list
 //   object          properties, required, additionalProperties (true, false or a schema;
-//                   absent: any value), at most 64 properties per object
+//                   absent: no other keys when "properties" is given, as Ollama's grammar
+//                   does, else any value), at most 64 properties per object
 //   array           items (a schema, true or false), minItems, maxItems,
 //                   uniqueItems false
 //   string          minLength, maxLength (in characters)

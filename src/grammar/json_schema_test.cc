@@ -98,7 +98,10 @@ TEST(JsonSchema, ObjectProperties) {
 }
 
 TEST(JsonSchema, AdditionalProperties) {
+  // Absent beside "properties": no other keys (as Ollama's grammar); true: any.
   expect_cases(json::parse(R"({"type": "object", "properties": {"a": {"type": "integer"}}})"),
+               {{R"({"a":1})", true}, {R"({"a":1,"b":"x"})", false}});
+  expect_cases(json::parse(R"({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": true})"),
                {{R"({"a":1,"b":"x"})", true}, {R"({"b":[{}]})", true}, {R"({"a":"x"})", false},
                 {R"({"a":1,"a":2})", false}, {R"({"a\\b":1})", false}});
   expect_cases(json::parse(R"({"type": "object", "additionalProperties": {"type": "boolean"}})"),
@@ -165,7 +168,7 @@ TEST(JsonSchema, RefsAndDefs) {
       "required": ["v"], "additionalProperties": false}}})");
   expect_cases(tree, {{R"({"v":1})", true}, {R"({"v":1,"kids":[{"v":2,"kids":[{"v":3}]},{"v":4}]})", true},
                       {R"({"v":1,"kids":[{}]})", false}});
-  expect_cases(json::parse(R"({"type": "object", "properties": {"self": {"$ref": "#"}}, "additionalProperties": false})"),
+  expect_cases(json::parse(R"({"type": "object", "properties": {"self": {"$ref": "#"}}})"),
                {{R"({"self":{"self":{}}})", true}, {R"({"self":1})", false}});
   expect_cases(json::parse(R"({"definitions": {"a/b": {"type": "integer"}}, "allOf": [{"$ref": "#/definitions/a~1b"}]})"),
                {{"3", true}, {"\"3\"", false}});

@@ -4,7 +4,8 @@
 Random schemas (fixed seed) built from every supported keyword; for each, documents made
 from the schema (valid by construction) and mutations of them (mostly invalid), each
 written in one of the spellings the grammar's language covers (compact, ", "/": ", or
-indented). For every document the grammar's verdict (hypura_grammar_tool check) must equal
+indented). Objects with "properties" and no "additionalProperties" are read as closed, as
+the grammar (and Ollama's) reads them. For every document the grammar's verdict (hypura_grammar_tool check) must equal
 jsonschema's; and every document the automaton generates by random walks must parse and
 validate.
 
@@ -102,6 +103,7 @@ class SchemaGen:
                              "required": ["kind"], "additionalProperties": r.random() < 0.5})
             return {"oneOf": alts}
         name = "D%d" % len(self.defs)
+        self.defs[name] = True  # reserved before the definition's own $refs take names
         self.defs[name] = self.schema(depth + 1)
         return {"$ref": "#/$defs/" + name}
 
@@ -165,7 +167,7 @@ class DocGen:
             for name, sub in props.items():
                 if name in s.get("required", []) or r.random() < 0.5:
                     out[name] = self.value(sub, depth + 1)
-            ap = s.get("additionalProperties", True)
+            ap = s.get("additionalProperties", "properties" not in s)
             if ap is not False and r.random() < 0.3:
                 key = rand_key(r)
                 if key not in props:
@@ -189,6 +191,19 @@ class DocGen:
         if isinstance(v, list) and v:
             return v + [r.choice([1, "x", None, {}])] if choice < 3 else v[:-1]
         return r.choice([1, 2.5, "x", None, True, [], {}, "a longer string than eight"])
+
+
+def narrowed(s):
+    """The schema as the grammar reads it: an object with "properties" and no
+    "additionalProperties" takes no other keys (as Ollama's grammar does)."""
+    if isinstance(s, list):
+        return [narrowed(x) for x in s]
+    if not isinstance(s, dict):
+        return s
+    out = {k: (v if k in ("enum", "const") else narrowed(v)) for k, v in s.items()}
+    if "properties" in s and "additionalProperties" not in s:
+        out["additionalProperties"] = False
+    return out
 
 
 def spell(rng, v):
@@ -224,7 +239,7 @@ def main():
             failures.append(f"schema {i} did not compile: {out['error']}\n  {json.dumps(schema)}")
             continue
         compiled += 1
-        validator = jsonschema.Draft202012Validator(schema)
+        validator = jsonschema.Draft202012Validator(narrowed(schema))
         for doc, accepted in zip(docs, out["accept"]):
             valid = validator.is_valid(json.loads(doc))
             n_docs += 1

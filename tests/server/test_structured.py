@@ -54,21 +54,32 @@ class Pets(pydantic.BaseModel):
     pets: List[Union[Cat, Dog]]
 
 
+# (schema, the request's question) by name.
 SCHEMAS = {
-    "person (pydantic, $defs/$ref, Optional)": Person.model_json_schema(),
-    "pets (pydantic union)": Pets.model_json_schema(),
-    "enum and bounded array": {
+    "person": (Person.model_json_schema(),  # pydantic: $defs/$ref, Optional (anyOf null), titles
+               "Invent a person: name, age, two languages and an address (street, city). Reply in JSON."),
+    "pets": (Pets.model_json_schema(),      # pydantic: a list of a union of models
+             "List two pets, a cat with its lives and a dog that is good. Reply in JSON."),
+    "enum and bounded array": ({
         "type": "object",
         "properties": {"colour": {"enum": ["red", "green", "blue"]},
                        "scores": {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 3},
                        "ok": {"type": "boolean"}, "nothing": {"type": "null"}},
         "required": ["colour", "scores", "ok", "nothing"], "additionalProperties": False},
-    "array root of short strings": {"type": "array", "items": {"type": "string", "maxLength": 12},
-                                    "minItems": 3, "maxItems": 3},
-    "anyOf scalar": {"anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1, "maxLength": 5}]},
+        "Pick a colour and two scores between 0 and 1. Reply in JSON."),
+    "array root of short strings": ({"type": "array", "items": {"type": "string", "maxLength": 12},
+                                     "minItems": 3, "maxItems": 3}, "Name three fruits, as a JSON array."),
+    "anyOf scalar": ({"anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1, "maxLength": 5}]},
+                     "How many legs does a spider have? Reply in JSON."),
 }
 
-PROMPT = "Describe a fictional person, their languages and their address, as JSON."
+# Bounded strings keep sampled replies short.
+SMALL = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 24},
+                                          "age": {"type": "integer"},
+                                          "city": {"type": "string", "maxLength": 24}},
+         "required": ["name", "age", "city"]}
+SMALL_PROMPT = "Invent a person with a name, an age and a city. Reply in JSON."
+JSON_PROMPT = "Reply with a JSON object with the keys name and age of a fictional person."
 
 
 class StructuredTests(unittest.TestCase):
@@ -97,65 +108,66 @@ class StructuredTests(unittest.TestCase):
         return [{"role": "user", "content": content}]
 
     def test_ollama_format_json(self):
-        for stream in (False, True):
-            with self.subTest(stream=stream):
-                if stream:
-                    parts = list(self.s.ollama.chat(self.model, messages=self.chat(PROMPT), format="json",
-                                                    stream=True, options={"temperature": 0, "num_predict": 300}))
-                    text = "".join(p.message.content for p in parts)
-                    last = parts[-1]
-                else:
-                    last = self.s.ollama.chat(self.model, messages=self.chat(PROMPT), format="json",
-                                              options={"temperature": 0, "num_predict": 300})
-                    text = last.message.content
-                self.assertEqual(last.done_reason, "stop", text)
-                self.assertIsInstance(self.check(text, None), dict)
-        r = self.s.ollama.generate(self.model, "List three fruits.", format="json",
-                                   options={"temperature": 0, "num_predict": 200})
+        opts = {"temperature": 0, "num_predict": 120}
+        since = len(self.s.lines)
+        last = self.s.ollama.chat(self.model, messages=self.chat(JSON_PROMPT), format="json", options=opts)
+        self.assertEqual(last.done_reason, "stop", last.message.content)
+        self.assertIsInstance(json.loads(last.message.content), dict)
+        parts = list(self.s.ollama.chat(self.model, messages=self.chat(JSON_PROMPT), format="json", stream=True,
+                                        options=opts))
+        self.assertEqual(parts[-1].done_reason, "stop")
+        self.assertEqual("".join(p.message.content for p in parts), last.message.content)
+        r = self.s.ollama.generate(self.model, JSON_PROMPT, format="json", options=opts)
         self.assertEqual(r.done_reason, "stop")
         self.assertIsInstance(json.loads(r.response), dict)
+        # The log line says what the masks cost per token.
+        found = self.s.wait_log(r"mask=([0-9.]+)ms/token", since)
+        self.assertTrue(found, self.s.log())
+        print(f"\n  mask {found[-1]} ms/token (server log)", file=sys.stderr)
 
     def test_ollama_schemas(self):
-        for name, schema in SCHEMAS.items():
+        for name, (schema, prompt) in SCHEMAS.items():
             with self.subTest(schema=name):
-                r = self.s.ollama.chat(self.model, messages=self.chat("Answer in JSON: " + name), format=schema,
-                                       options={"temperature": 0, "num_predict": 400})
+                r = self.s.ollama.chat(self.model, messages=self.chat(prompt), format=schema,
+                                       options={"temperature": 0, "num_predict": 200})
                 self.assertEqual(r.done_reason, "stop", r.message.content)
                 self.check(r.message.content, schema)
-                g = self.s.ollama.generate(self.model, "Give an example: " + name, format=schema,
-                                           options={"temperature": 0, "num_predict": 400})
-                self.assertEqual(g.done_reason, "stop", g.response)
-                self.check(g.response, schema)
+        for name in ("person", "anyOf scalar"):
+            schema, prompt = SCHEMAS[name]
+            g = self.s.ollama.generate(self.model, prompt, format=schema, options={"temperature": 0, "num_predict": 200})
+            self.assertEqual(g.done_reason, "stop", g.response)
+            self.check(g.response, schema)
+        Person.model_validate_json(self.s.ollama.chat(self.model, messages=self.chat(SCHEMAS["person"][1]),
+                                                      format=Person.model_json_schema(),
+                                                      options={"temperature": 0, "num_predict": 200}).message.content)
 
     def test_sampling_after_the_mask(self):
         # Temperature, top-k and top-p pick among the allowed tokens only: every draw validates.
-        schema = SCHEMAS["person (pydantic, $defs/$ref, Optional)"]
         texts = set()
-        for seed in range(4):
-            r = self.s.ollama.chat(self.model, messages=self.chat(PROMPT), format=schema,
+        for seed in range(3):
+            r = self.s.ollama.chat(self.model, messages=self.chat(SMALL_PROMPT), format=SMALL,
                                    options={"temperature": 1.2, "top_k": 60, "top_p": 0.98, "seed": seed,
-                                            "num_predict": 400})
+                                            "num_predict": 120})
             self.assertEqual(r.done_reason, "stop", r.message.content)
+            self.check(r.message.content, SMALL)
             texts.add(r.message.content)
-            Person.model_validate_json(r.message.content)
         self.assertGreater(len(texts), 1)  # sampled, not greedy
 
     def test_openai_response_format(self):
-        schema = SCHEMAS["enum and bounded array"]
+        schema, prompt = SCHEMAS["enum and bounded array"]
         c = self.s.openai.chat.completions.create(
-            model=self.model, messages=self.chat("Pick a colour and give scores, in JSON."), temperature=0,
-            max_tokens=300, response_format={"type": "json_schema",
+            model=self.model, messages=self.chat(prompt), temperature=0, max_tokens=200, response_format={"type": "json_schema",
                                              "json_schema": {"name": "pick", "schema": schema, "strict": True}})
         self.assertEqual(c.choices[0].finish_reason, "stop")
         self.check(c.choices[0].message.content, schema)
         chunks = list(self.s.openai.chat.completions.create(
-            model=self.model, messages=self.chat(PROMPT), temperature=0, max_tokens=300, stream=True,
+            model=self.model, messages=self.chat(JSON_PROMPT), temperature=0, max_tokens=120, stream=True,
             response_format={"type": "json_object"}))
         text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
         self.assertEqual([ch.choices[0].finish_reason for ch in chunks if ch.choices][-1], "stop")
         self.assertIsInstance(json.loads(text), dict)
-        comp = self.s.openai.completions.create(model=self.model, prompt="A JSON object describing a cat: ",
-                                                max_tokens=200, temperature=0,
+        comp = self.s.openai.completions.create(model=self.model, prompt="A JSON object with a cat's name and age: ",
+                                                max_tokens=120, temperature=0,
                                                 extra_body={"response_format": {"type": "json_object"}})
         self.assertEqual(comp.choices[0].finish_reason, "stop")
         self.assertIsInstance(json.loads(comp.choices[0].text), dict)
@@ -166,8 +178,8 @@ class StructuredTests(unittest.TestCase):
         parse = getattr(self.s.openai.chat.completions, "parse", None)
         if parse is None:
             parse = self.s.openai.beta.chat.completions.parse
-        c = parse(model=self.model, messages=self.chat("Two pets, as JSON."), response_format=Pets,
-                  temperature=0, max_tokens=300)
+        c = parse(model=self.model, messages=self.chat(SCHEMAS["pets"][1]), response_format=Pets,
+                  temperature=0, max_tokens=200)
         self.assertIsInstance(c.choices[0].message.parsed, Pets)
 
     def test_unsupported_keywords_are_400s(self):
@@ -183,18 +195,10 @@ class StructuredTests(unittest.TestCase):
         self.assertIn("pattern", str(e2.exception))
 
     def test_cut_reply_is_length(self):
-        r = self.s.ollama.chat(self.model, messages=self.chat(PROMPT), format=SCHEMAS["person (pydantic, $defs/$ref, Optional)"],
+        r = self.s.ollama.chat(self.model, messages=self.chat(SMALL_PROMPT), format=SMALL,
                                options={"temperature": 0, "num_predict": 5})
         self.assertEqual(r.done_reason, "length")
         self.assertEqual(r.eval_count, 5)
-
-    def test_mask_time_is_logged(self):
-        since = len(self.s.lines)
-        self.s.ollama.chat(self.model, messages=self.chat(PROMPT), format="json",
-                           options={"temperature": 0, "num_predict": 100})
-        found = self.s.wait_log(r"mask=([0-9.]+)ms/token", since)
-        self.assertTrue(found, self.s.log())
-        print(f"\n  mask {found[-1]} ms/token (server log)", file=sys.stderr)
 
 
 def main():
