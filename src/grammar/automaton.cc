@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 namespace hypura::grammar {
 namespace {
@@ -130,16 +131,12 @@ Act open_key(const Grammar& g, Stack& s) {
   return Act::kConsumed;
 }
 
-bool required_done(const Grammar& g, const Frame& obj) {
-  return (g.nodes[obj.node].required & ~obj.mask) == 0;
-}
-
-Act feed_object(const Grammar& g, Stack& s, int c, int32_t* start_node) {
-  Frame& f = s.top();
-  const Node& n = g.nodes[f.node];
-  if (f.phase == kObjOpen) {
-    if (c != '{') return Act::kReject;
-    f.phase = kObjFirst;
+// A container's opening bracket, then the whitespace between its tokens; nullopt when c
+// is something else, for the phase to judge.
+std::optional<Act> open_or_ws(Frame& f, int c, char open, uint8_t open_phase, uint8_t first_phase) {
+  if (f.phase == open_phase) {
+    if (c != open) return Act::kReject;
+    f.phase = first_phase;
     return Act::kConsumed;
   }
   switch (take_ws(f.ws, c)) {
@@ -147,6 +144,17 @@ Act feed_object(const Grammar& g, Stack& s, int c, int32_t* start_node) {
     case Ws::kReject: return Act::kReject;
     case Ws::kNotWs: f.ws = 0; break;
   }
+  return std::nullopt;
+}
+
+bool required_done(const Grammar& g, const Frame& obj) {
+  return (g.nodes[obj.node].required & ~obj.mask) == 0;
+}
+
+Act feed_object(const Grammar& g, Stack& s, int c, int32_t* start_node) {
+  Frame& f = s.top();
+  const Node& n = g.nodes[f.node];
+  if (const std::optional<Act> a = open_or_ws(f, c, '{', kObjOpen, kObjFirst)) return *a;
   switch (f.phase) {
     case kObjFirst:
       if (c == '"') return open_key(g, s);
@@ -211,16 +219,7 @@ Act feed_key(const Grammar& g, Frame& f, int c) {
 Act feed_array(const Grammar& g, Stack& s, int c, int32_t* start_node) {
   Frame& f = s.top();
   const Node& n = g.nodes[f.node];
-  if (f.phase == kArrOpen) {
-    if (c != '[') return Act::kReject;
-    f.phase = kArrFirst;
-    return Act::kConsumed;
-  }
-  switch (take_ws(f.ws, c)) {
-    case Ws::kTaken: return Act::kConsumed;
-    case Ws::kReject: return Act::kReject;
-    case Ws::kNotWs: f.ws = 0; break;
-  }
+  if (const std::optional<Act> a = open_or_ws(f, c, '[', kArrOpen, kArrFirst)) return *a;
   const bool item_fits = n.max_items > 0 && fits(g, s.n, n.items);
   switch (f.phase) {
     case kArrFirst:
