@@ -17,7 +17,9 @@ using json = nlohmann::json;
 constexpr size_t kMaxNodes = 20000;
 constexpr size_t kMaxLiteralBytes = 1 << 20;
 constexpr size_t kMaxProps = 64;
-constexpr int kMaxSchemaDepth = 64;  // nesting of subschemas and $ref chains while compiling
+constexpr int kMaxSchemaDepth = 64;        // nesting of subschemas and $ref chains while compiling
+constexpr size_t kMaxOneOf = 64;           // alternatives compared pairwise
+constexpr size_t kMaxAlternatives = 1024;  // of a union once flattened: each is tried per value
 
 bool is_annotation(std::string_view key) {
   static const std::set<std::string_view> kAnnotations = {
@@ -122,6 +124,7 @@ class Compiler {
   };
   std::vector<OneOf> one_ofs_;
   std::vector<std::pair<int32_t, int32_t>> filters_;  // literal node, schema its values must match
+  mutable std::unique_ptr<std::array<State, 3>> scratch_;  // accepts()' states, allocated once
 };
 
 Result<int32_t> Compiler::add(Node n) {
@@ -298,7 +301,12 @@ Result<int32_t> Compiler::compile_union(const json& s, const char* key, const st
     HYPURA_ASSIGN_OR_RETURN(int32_t alt, compile(alts[i], child_path(path, key) + "/" + std::to_string(i), depth + 1));
     u.alternatives.push_back(alt);
   }
-  if (std::string_view(key) == "oneOf") one_ofs_.push_back({child_path(path, key), u.alternatives});
+  if (std::string_view(key) == "oneOf") {
+    if (alts.size() > kMaxOneOf) {
+      return unsupported_keyword(path, key, " with more than " + std::to_string(kMaxOneOf) + " alternatives");
+    }
+    one_ofs_.push_back({child_path(path, key), u.alternatives});
+  }
   return add(std::move(u));
 }
 
@@ -498,7 +506,8 @@ void Compiler::compute_need() {
 }
 
 bool Compiler::accepts(int32_t node, const std::string& text) const {
-  auto states = std::make_unique<std::array<State, 3>>();
+  if (!scratch_) scratch_ = std::make_unique<std::array<State, 3>>();
+  std::array<State, 3>* states = scratch_.get();
   initial_state(g_, node, &(*states)[0]);
   const State* after = nullptr;
   return step_bytes(g_, (*states)[0], text, &(*states)[1], &(*states)[2], &after) &&
@@ -604,6 +613,12 @@ Status Compiler::check_one_ofs() const {
 Result<std::shared_ptr<const Grammar>> Compiler::run() {
   HYPURA_ASSIGN_OR_RETURN(g_.root, compile(doc_, "#", 0));
   flatten_unions();
+  for (const Node& n : g_.nodes) {
+    if (n.kind == NodeKind::kUnion && n.alternatives.size() > kMaxAlternatives) {
+      return invalid_argument("JSON schema has a union (anyOf, oneOf, type list, enum beside them) of more than " +
+                              std::to_string(kMaxAlternatives) + " alternatives");
+    }
+  }
   compute_need();
   filter_literals();
   compute_need();

@@ -19,6 +19,8 @@
 //                   deprecated, readOnly, writeOnly, $defs, definitions (no effect)
 // Any other keyword (pattern, format, minimum, ...) is an error that names it and where it
 // is: a constraint is never silently dropped.
+// The schema comes from a request: past 20,000 nodes, 1 MiB of enum/const text, 64 levels
+// of subschemas, 64 oneOf alternatives or 1,024 alternatives of one union, it is an error.
 //
 // The language is narrower than the schema's where JSON allows several spellings, so that
 // generation cannot wander: whitespace between tokens is nothing, one space, or a newline

@@ -213,6 +213,22 @@ TEST(JsonSchema, Errors) {
   }
 }
 
+TEST(JsonSchema, LimitsOfUntrustedSchemas) {
+  json one_of = json::array();
+  for (int i = 0; i < 65; ++i) one_of.push_back({{"const", i}});
+  Result<std::shared_ptr<const Grammar>> g = compile_json_schema({{"oneOf", one_of}});
+  ASSERT_FALSE(g.is_ok());
+  EXPECT_NE(g.status().message().find("more than 64 alternatives"), std::string::npos);
+  json any_of = json::array();
+  for (int i = 0; i < 1100; ++i) any_of.push_back({{"const", i}});
+  g = compile_json_schema({{"anyOf", any_of}});
+  ASSERT_FALSE(g.is_ok());
+  EXPECT_NE(g.status().message().find("more than 1024 alternatives"), std::string::npos);
+  json big_enum = json::array();  // one literal node: fine
+  for (int i = 0; i < 5000; ++i) big_enum.push_back("value " + std::to_string(i));
+  EXPECT_TRUE(compile_json_schema({{"type", "string"}, {"enum", big_enum}}).is_ok());
+}
+
 TEST(JsonSchema, AnnotationsAreAccepted) {
   expect_cases(json::parse(R"({"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "T",
       "description": "d", "type": "object", "properties": {"a": {"type": "string", "default": "x",
