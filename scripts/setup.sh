@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Hypura needs to build and test, idempotently:
 #   Debian packages (compiler, CMake, libraries) and a project-local Python venv (.venv)
-#   with numpy and the `gguf` package used by cross-check tests.
+#   with numpy and the `gguf` package used by cross-check tests (and the clients and
+#   jsonschema that the server and grammar tests use).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,12 +26,12 @@ if ((${#missing[@]})); then
     { $SUDO apt-get update && $SUDO apt-get install -y --no-install-recommends "${missing[@]}"; }
 fi
 
-PY_PACKAGES=(numpy "gguf==0.19.0" requests ollama openai jinja2)
+PY_PACKAGES=(numpy "gguf==0.19.0" requests ollama openai jinja2 jsonschema)
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import numpy, gguf, requests, ollama, openai" 2>/dev/null; then
+if ! .venv/bin/python -c "import numpy, gguf, requests, ollama, openai, jsonschema" 2>/dev/null; then
   .venv/bin/pip install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}"
 fi
 echo "setup: ok"

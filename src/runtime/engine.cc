@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -15,6 +16,7 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "profiler/system_info.h"
+#include "grammar/token_mask.h"
 #include "runtime/tiered_weights.h"
 #include "runtime/sampler.h"
 #include "tokenizer/chat_template.h"
@@ -113,6 +115,10 @@ class ResidentSession final : public Session {
   std::unique_ptr<model::Forward> forward_;
   std::vector<int32_t> history_;  // tokens whose keys/values the cache holds, in order
   std::vector<float> logits_;     // (n_vocab) of the last fed token
+  std::vector<uint64_t> allowed_; // (n_vocab / 64) the token mask of constrained sampling
+
+  // Sets the logits of the tokens the grammar refuses to -inf; false when none is left.
+  bool mask_logits(grammar::TokenMatcher& matcher);
 };
 
 class ResidentEngine final : public Engine {
@@ -148,6 +154,9 @@ class ResidentEngine final : public Engine {
   WeightProvider& provider() { return weights_->provider(); }
   bool kv_f32() const { return kv_f32_; }
   std::mutex& compute_mutex() { return compute_mutex_; }
+  // The vocabulary arranged for constrained sampling, built at the first request that
+  // needs it (a trie and string tables of every token's bytes; ~0.1 s for 151k tokens).
+  const grammar::VocabIndex& vocab_index() const;
 
  private:
   gguf::GgufFile file_;
@@ -159,7 +168,23 @@ class ResidentEngine final : public Engine {
   int64_t n_ctx_ = 0;
   bool kv_f32_ = false;
   std::mutex compute_mutex_;
+  mutable std::once_flag vocab_index_once_;
+  mutable std::unique_ptr<grammar::VocabIndex> vocab_index_;
 };
+
+const grammar::VocabIndex& ResidentEngine::vocab_index() const {
+  std::call_once(vocab_index_once_, [this] {
+    const auto t0 = Clock::now();
+    std::vector<std::string> pieces(static_cast<size_t>(tokenizer_->n_vocab()));
+    for (int32_t id = 0; id < tokenizer_->n_vocab(); ++id) pieces[id] = tokenizer_->token_to_piece(id);
+    const auto& ends = tokenizer_->end_of_generation_ids();
+    const std::vector<int32_t> end_ids(ends.begin(), ends.end());
+    vocab_index_ = std::make_unique<grammar::VocabIndex>(pieces, end_ids);
+    spdlog::info("constrained sampling: vocabulary of {} tokens indexed ({} trie nodes) in {:.0f} ms",
+                 pieces.size(), vocab_index_->n_trie_nodes(), seconds_since(t0) * 1e3);
+  });
+  return *vocab_index_;
+}
 
 Result<std::unique_ptr<Engine>> ResidentEngine::create(const EngineOptions& options) {
   auto e = std::make_unique<ResidentEngine>();
@@ -368,6 +393,22 @@ Status ResidentSession::check_fits(size_t n_prompt, int max_tokens) const {
   return Status::ok();
 }
 
+bool ResidentSession::mask_logits(grammar::TokenMatcher& matcher) {
+  matcher.fill_mask(allowed_);
+  bool any = false;
+  const int64_t n_vocab = engine_.n_vocab();
+  for (int64_t w = 0; w * 64 < n_vocab; ++w) {
+    const uint64_t word = allowed_[w];
+    any |= word != 0;
+    if (word == ~uint64_t{0}) continue;
+    const int64_t last = std::min<int64_t>(64, n_vocab - w * 64);
+    for (int64_t b = 0; b < last; ++b) {
+      if (!((word >> b) & 1)) logits_[w * 64 + b] = -INFINITY;
+    }
+  }
+  return any;
+}
+
 Result<GenerateResult> ResidentSession::generate(
     const std::vector<int32_t>& prompt, const GenerateOptions& options,
     const std::function<bool(std::string_view)>& on_piece) {
@@ -390,6 +431,11 @@ Result<GenerateResult> ResidentSession::generate(
   tokenizer::StreamingDetokenizer detok(tok);
   StopMatcher stops(options.stop);
   Sampler sampler(options.sampling, engine_.n_vocab());
+  std::unique_ptr<grammar::TokenMatcher> matcher;
+  if (options.grammar) {
+    matcher = std::make_unique<grammar::TokenMatcher>(options.grammar, engine_.vocab_index());
+    allowed_.resize(static_cast<size_t>((engine_.n_vocab() + 63) / 64));
+  }
   const int64_t limit = options.max_tokens < 0 ? n_ctx() - n_past()
                                                : options.max_tokens;
   result.done_reason = "length";
@@ -407,10 +453,19 @@ Result<GenerateResult> ResidentSession::generate(
       result.done_reason = "cancelled";
       break;
     }
+    if (matcher) {
+      const auto tm = Clock::now();
+      const bool any = mask_logits(*matcher);
+      result.grammar_seconds += seconds_since(tm);
+      if (!any) return Status(StatusCode::kInternal, "constrained sampling: no token of the vocabulary continues the document");
+    }
     const int32_t id = sampler.sample(logits_.data(), history_);
     if (tok.is_end_of_generation(id)) {
       result.done_reason = "stop";
       break;
+    }
+    if (matcher && !matcher->accept(id)) {
+      return Status(StatusCode::kInternal, "constrained sampling: the sampled token is outside the mask");
     }
     result.generated_tokens++;
     const std::string text = stops.push(detok.push(id), &stopped);
@@ -418,7 +473,7 @@ Result<GenerateResult> ResidentSession::generate(
       result.done_reason = "cancelled";
       break;
     }
-    if (stopped) {
+    if (stopped || (matcher && matcher->finished())) {  // a whole document ends the reply
       result.done_reason = "stop";
       break;
     }

@@ -79,6 +79,8 @@ int32_t Sampler::sample(float* logits, std::span<const int32_t> history) {
                                      : candidates_.size();
   std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(), by_logit);
   candidates_.resize(k);
+  // Tokens a grammar masked (-inf) are never drawn, even by rounding in the last bucket.
+  while (candidates_.size() > 1 && candidates_.back().logit == -INFINITY) candidates_.pop_back();
   truncate();
   const float max_logit = candidates_[0].logit;
   float sum = 0.0f;

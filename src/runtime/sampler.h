@@ -5,6 +5,7 @@
 // logits divided, negative multiplied), top-k, top-p (nucleus), min-p (relative to the
 // most probable token), temperature, then a draw from the remaining distribution with a
 // 64-bit Mersenne Twister seeded by SamplingParams::seed (same seed, same tokens).
+// Logits of -inf (tokens a grammar masked) are never drawn: the chain runs over the rest.
 //
 // Thread-safety: one instance per generation stream. Buffers are sized at construction;
 // sample() does not allocate.

@@ -22,6 +22,7 @@ namespace hypura::tokenizer { class Tokenizer; }
 namespace hypura::gguf { class GgufFile; }
 
 namespace hypura::compute { class Context; }
+namespace hypura::grammar { struct Grammar; }
 
 namespace hypura::runtime {
 
@@ -59,6 +60,11 @@ struct GenerateOptions {
   // mid-character): dropped (so a cut text is a prefix of the longer one; the server), or
   // written as U+FFFD (false: `hypura run`).
   bool drop_unfinished_char = false;
+  // Constrained sampling (grammar/json_schema.h): each step masks the tokens that cannot
+  // continue a document of this grammar, before the penalty's neighbours (top-k, top-p,
+  // min-p, temperature) pick; end-of-generation only once the document is whole, and
+  // generation stops ("stop") as soon as nothing can be added to it. Null: unconstrained.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 // Why generation ended: "stop" (EOS/EOT/stop string), "length" (max_tokens or context),
@@ -71,6 +77,7 @@ struct GenerateResult {
   int generated_tokens = 0;
   double prompt_seconds = 0;
   double generate_seconds = 0;
+  double grammar_seconds = 0;    // of generate_seconds: computing token masks
 };
 
 struct ChatMessage {

@@ -205,16 +205,25 @@ Status parse_tool_calls(const json& m, const std::string& path, runtime::ChatMes
   return Status::ok();
 }
 
+// A JSON schema from a request, compiled; errors name the field it came in.
+Status compile_schema(const json& schema, std::string_view field_name, GenerationRequest* req) {
+  Result<std::shared_ptr<const grammar::Grammar>> g = grammar::compile_json_schema(schema);
+  if (!g.is_ok()) return invalid_argument("\"" + std::string(field_name) + "\": " + g.status().message());
+  req->format = "schema";
+  req->grammar = *g;
+  return Status::ok();
+}
+
 // Ollama "format": "" | "json" | a JSON schema object.
 Status parse_ollama_format(const json& body, GenerationRequest* req) {
   const json* v = field(body, "format");
   if (!v) return Status::ok();
-  if (v->is_object()) {
-    req->format = "schema";
-  } else if (v->is_string()) {
+  if (v->is_object()) return compile_schema(*v, "format", req);
+  if (v->is_string()) {
     const auto& s = v->get_ref<const std::string&>();
     if (!s.empty() && s != "json") return invalid_argument("\"format\": must be \"json\" or a schema");
     req->format = s;
+    if (s == "json") req->grammar = grammar::any_json_object_grammar();
   } else {
     return type_error("format", "\"json\" or a JSON schema object");
   }
@@ -403,6 +412,8 @@ Status parse_openai_common(const json& body, const RequestLimits& limits,
   return parse_openai_sampling(body, limits, req);
 }
 
+// OpenAI "response_format": {"type": "text" | "json_object"} or {"type": "json_schema",
+// "json_schema": {"name", "schema", "strict", "description"}} (a missing schema: any object).
 Status parse_openai_response_format(const json& body, GenerationRequest* req) {
   const json* rf = field(body, "response_format");
   if (!rf) return Status::ok();
@@ -411,8 +422,18 @@ Status parse_openai_response_format(const json& body, GenerationRequest* req) {
   HYPURA_RETURN_IF_ERROR(get_string(*rf, "type", "response_format", &type));
   if (type == "json_object") {
     req->format = "json";
+    req->grammar = grammar::any_json_object_grammar();
   } else if (type == "json_schema") {
-    req->format = "schema";
+    const json* js = field(*rf, "json_schema");
+    if (!js || !js->is_object()) return type_error("response_format.json_schema", "an object");
+    if (const json* schema = field(*js, "schema")) {
+      if (!schema->is_object() && !schema->is_boolean()) {
+        return type_error("response_format.json_schema.schema", "a JSON schema object");
+      }
+      return compile_schema(*schema, "response_format.json_schema.schema", req);
+    }
+    req->format = "json";
+    req->grammar = grammar::any_json_object_grammar();
   } else if (!type.empty() && type != "text") {
     return invalid_argument("\"response_format.type\": unknown type \"" + type + "\"");
   }
@@ -459,6 +480,7 @@ Status parse_openai_completion(const json& body, const RequestLimits& limits,
   HYPURA_RETURN_IF_ERROR(get_bool(body, "echo", "", &echo));
   if (echo) return invalid_argument("\"echo\": not supported");
   HYPURA_RETURN_IF_ERROR(get_string(body, "suffix", "", &req->suffix));
+  HYPURA_RETURN_IF_ERROR(parse_openai_response_format(body, req));
   int64_t best_of = 1;
   return get_int(body, "best_of", "", 1, 1, &best_of);
 }

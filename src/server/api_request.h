@@ -14,6 +14,7 @@
 //                               temperature top_p max_tokens max_completion_tokens seed
 //                               stop n stream stream_options.include_usage response_format
 //   OpenAI  POST /v1/completions       model prompt (str | [str]) suffix max_tokens ... echo
+//                               response_format (an extension, as llama.cpp's server)
 // Unknown top-level fields and unknown Ollama option names are ignored (as upstream
 // does); known fields of the wrong JSON type are errors.
 //
@@ -28,6 +29,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "common/status.h"
+#include "grammar/json_schema.h"
 #include "runtime/session.h"
 
 namespace hypura::server {
@@ -62,6 +64,9 @@ struct GenerationRequest {
   bool stream = true;            // Ollama default true, OpenAI default false
   bool include_usage = false;    // OpenAI stream_options.include_usage
   std::string format;            // "", "json" or "schema" (see docs/SERVER.md)
+  // The grammar that format/response_format compiles to (null: free text); an unsupported
+  // schema keyword is a 400 at parse time.
+  std::shared_ptr<const grammar::Grammar> grammar;
   // Chat APIs' "tools": the definitions as a JSON array (OpenAI's shape), "" for none
   // (also after OpenAI's tool_choice "none").
   std::string tools;

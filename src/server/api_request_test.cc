@@ -262,3 +262,50 @@ TEST(ApiRequest, DeepNestingIsRefusedBeforeParsing) {
 
 }  // namespace
 }  // namespace hypura::server
+
+namespace hypura::server {
+namespace {
+
+TEST(ApiRequest, FormatsCompileToGrammars) {
+  Result<GenerationRequest> r = parse_generation_request(Api::kOllamaChat, R"({"model": "m", "format": "json"})");
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->grammar, grammar::any_json_object_grammar());
+  r = parse_generation_request(Api::kOllamaGenerate,
+                               R"({"model": "m", "format": {"type": "object", "properties": {"a": {"type": "integer"}}}})");
+  ASSERT_TRUE(r.is_ok());
+  ASSERT_NE(r->grammar, nullptr);
+  EXPECT_EQ(r->grammar->nodes[r->grammar->root].kind, grammar::NodeKind::kObject);
+  r = parse_generation_request(Api::kOpenAiChat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true,
+      "schema": {"type": "array", "items": {"type": "string"}}}}})");
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->grammar->nodes[r->grammar->root].kind, grammar::NodeKind::kArray);
+  r = parse_generation_request(Api::kOpenAiCompletion,
+                               R"({"model": "m", "prompt": "x", "response_format": {"type": "json_object"}})");
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->grammar, grammar::any_json_object_grammar());
+  r = parse_generation_request(Api::kOpenAiChat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "text"}})");
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->grammar, nullptr);
+}
+
+TEST(ApiRequest, UnsupportedSchemaKeywordsAre400s) {
+  Result<GenerationRequest> r = parse_generation_request(
+      Api::kOllamaChat, R"({"model": "m", "format": {"type": "string", "pattern": "^a"}})");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(), "\"format\": JSON schema keyword \"pattern\" at # is not supported");
+  r = parse_generation_request(Api::kOpenAiChat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema":
+      {"type": "object", "properties": {"d": {"type": "string", "format": "date"}}}}}})");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(), "\"response_format.json_schema.schema\": JSON schema keyword \"format\" at "
+                                  "#/properties/d is not supported");
+  r = parse_generation_request(Api::kOpenAiChat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_schema"}})");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("response_format.json_schema"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hypura::server

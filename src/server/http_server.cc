@@ -553,6 +553,9 @@ bool HttpServer::Impl::finish_exchange(Exchange& ex, httplib::DataSink& sink) {
                                ex.n_prompt, result->prompt_tokens_reused,
                                result->generated_tokens, tok_s, result->done_reason, job.context());
     if (ex.dropped_messages > 0) t_log.detail += fmt::format(" dropped={} messages", ex.dropped_messages);
+    if (result->grammar_seconds > 0 && result->generated_tokens > 0) {
+      t_log.detail += fmt::format(" mask={:.2f}ms/token", 1e3 * result->grammar_seconds / result->generated_tokens);
+    }
   }
   if (!sink.write(body.data(), body.size())) return false;
   sink.done();

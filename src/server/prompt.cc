@@ -265,6 +265,7 @@ Result<runtime::GenerateOptions> generate_options(const GenerationRequest& reque
   options.max_tokens = static_cast<int>(request.num_predict < 0 ? room
                                                                 : std::min<int64_t>(request.num_predict, room));
   options.stop = request.stop;
+  options.grammar = request.grammar;  // format / response_format
   options.drop_unfinished_char = true;  // a cut stream never ends in U+FFFD (docs/SERVER.md "UTF-8")
   return options;
 }
