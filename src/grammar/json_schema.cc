@@ -515,8 +515,10 @@ bool Compiler::accepts(int32_t node, const std::string& text) const {
 }
 
 void Compiler::filter_literals() {
-  for (const auto& [lit, filter] : filters_) {
-    std::vector<std::string>& texts = g_.nodes[lit].literals;
+  for (const auto& entry : filters_) {
+    // Not a structured binding: lambdas may not capture those before C++20 in clang 15.
+    const auto& filter = entry.second;
+    std::vector<std::string>& texts = g_.nodes[entry.first].literals;
     texts.erase(std::remove_if(texts.begin(), texts.end(),
                                [&](const std::string& t) { return !accepts(filter, t); }),
                 texts.end());
