@@ -17,7 +17,6 @@
 #include <iostream>
 #include <optional>
 #include <random>
-#include <span>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -110,7 +109,7 @@ struct RunFigures {
 // the session's first `depth` cached tokens, and the GFLOP/s of its matmuls and attention
 // (counted by the compute context, when the engine has one).
 Result<RunFigures> time_run(runtime::Engine& engine, runtime::Session& session, int64_t depth,
-                            std::span<const int32_t> tokens, bool tg) {
+                            const std::vector<int32_t>& tokens, bool tg) {
   session.truncate(depth);
   std::vector<float> logits;
   const compute::Context* ctx = engine.compute_context();
@@ -120,7 +119,7 @@ Result<RunFigures> time_run(runtime::Engine& engine, runtime::Session& session, 
   if (tg) {
     for (int32_t id : tokens) HYPURA_RETURN_IF_ERROR(session.prefill({id}, &logits));
   } else {
-    HYPURA_RETURN_IF_ERROR(session.prefill({tokens.begin(), tokens.end()}, &logits));
+    HYPURA_RETURN_IF_ERROR(session.prefill(tokens, &logits));
   }
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   const double macs = ctx != nullptr ? static_cast<double>(ctx->macs() - macs0) : 0;
@@ -145,9 +144,8 @@ Result<Stats> run_test(runtime::Engine& engine, runtime::Session& session, int n
   // The warm-up faults the weights in and warms the caches: every weight is read for
   // any number of tokens, so a pp warm-up needs only a short prompt (as llama-bench's);
   // tg keeps the whole sequence, which also warms an expert cache as the test will see it.
-  const size_t n_warm = tg ? tokens.size() : std::min<size_t>(tokens.size(), 32);
-  HYPURA_RETURN_IF_ERROR(
-      time_run(engine, session, depth, std::span(tokens).first(n_warm), tg).status());
+  const std::vector<int32_t> warm(tokens.begin(), tg ? tokens.end() : tokens.begin() + std::min(n, 32));
+  HYPURA_RETURN_IF_ERROR(time_run(engine, session, depth, warm, tg).status());
   if (after_warmup) after_warmup();
   std::vector<double> tps;
   double gflops = 0;

@@ -114,15 +114,18 @@ def assert_close(test, a, b, tol=1e-4):
     test.assertLess(max(abs(x - y) for x, y in zip(a, b)), tol)
 
 
-class SmolTests(unittest.TestCase):
-    """One `hypura serve` of SmolLM2-135M with a 512-token context."""
+class ServedModel(unittest.TestCase):
+    """A test class with one `hypura serve` of MODEL_FILE (SERVE_ARGS) for all its tests;
+    skipped when the model is not fetched."""
+    MODEL_FILE = None
+    SERVE_ARGS = ()
 
     @classmethod
     def setUpClass(cls):
-        cls.path = model_path(SMOLLM)
+        cls.path = model_path(cls.MODEL_FILE)
         if cls.path is None:
-            raise unittest.SkipTest("no " + SMOLLM)
-        cls.s = Serve(cls.path, "--context", "512", "--alias", "smol")
+            raise unittest.SkipTest("no " + cls.MODEL_FILE)
+        cls.s = Serve(cls.path, *cls.SERVE_ARGS)
         cls.model = cls.s.name
 
     @classmethod
@@ -131,6 +134,12 @@ class SmolTests(unittest.TestCase):
 
     def tearDown(self):
         self.assertIsNone(self.s.proc.poll(), "server died:\n" + self.s.log())
+
+
+class SmolTests(ServedModel):
+    """One `hypura serve` of SmolLM2-135M with a 512-token context."""
+    MODEL_FILE = SMOLLM
+    SERVE_ARGS = ("--context", "512", "--alias", "smol")
 
     def long_conversation(self, turns):
         m = [{"role": "system", "content": "You are a terse assistant."}]
@@ -355,20 +364,10 @@ WEATHER_TOOL = {"type": "function", "function": {
                    "required": ["city"]}}}
 
 
-class QwenTests(unittest.TestCase):
+class QwenTests(ServedModel):
     """Qwen2.5-Coder-0.5B: fill-in-the-middle tokens, and tools through its own template."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.path = model_path(QWEN)
-        if cls.path is None:
-            raise unittest.SkipTest("no " + QWEN)
-        cls.s = Serve(cls.path, "--context", "1024", "--alias", "qwen")
-        cls.model = cls.s.name
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.s.stop() == 0, cls.s.log()
+    MODEL_FILE = QWEN
+    SERVE_ARGS = ("--context", "1024", "--alias", "qwen")
 
     def test_fill_in_the_middle(self):
         r = self.s.ollama.generate(self.model, "def add(a, b):\n    return ",
@@ -381,22 +380,16 @@ class QwenTests(unittest.TestCase):
         self.assertEqual(c.choices[0].text, r.response)
 
 
-class QwenToolTests(unittest.TestCase):
+class QwenToolTests(ServedModel):
     """Tool calling with Qwen2.5-Coder's template and <tool_call> format."""
+    MODEL_FILE = QWEN
+    SERVE_ARGS = ("--context", "2048", "--alias", "qwen")
 
     @classmethod
     def setUpClass(cls):
-        cls.path = model_path(QWEN)
-        if cls.path is None:
-            raise unittest.SkipTest("no " + QWEN)
-        cls.s = Serve(cls.path, "--context", "2048", "--alias", "qwen")
-        cls.model = cls.s.name
+        super().setUpClass()
         cls.question = [{"role": "user", "content": "What is the weather in Paris right now?"}]
         cls.opts = {"temperature": 0, "num_predict": 48, "repeat_penalty": 1}
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.s.stop() == 0, cls.s.log()
 
     def test_show_lists_tools_and_insert(self):
         caps = self.s.ollama.show(self.model).capabilities

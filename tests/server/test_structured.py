@@ -16,7 +16,7 @@ import unittest
 from typing import List, Literal, Optional, Union
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_compat as compat  # noqa: E402  (Serve, model_path)
+import test_compat as compat  # noqa: E402  (ServedModel, QWEN)
 
 try:
     import jsonschema
@@ -82,21 +82,9 @@ SMALL_PROMPT = "Invent a person with a name, an age and a city. Reply in JSON."
 JSON_PROMPT = "Reply with a JSON object with the keys name and age of a fictional person."
 
 
-class StructuredTests(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.path = compat.model_path(compat.QWEN)
-        if cls.path is None:
-            raise unittest.SkipTest("no " + compat.QWEN)
-        cls.s = compat.Serve(cls.path, "--context", "2048", "--alias", "qwen")
-        cls.model = cls.s.name
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.s.stop() == 0, cls.s.log()
-
-    def tearDown(self):
-        self.assertIsNone(self.s.proc.poll(), "server died:\n" + self.s.log())
+class StructuredTests(compat.ServedModel):
+    MODEL_FILE = compat.QWEN
+    SERVE_ARGS = ("--context", "2048", "--alias", "qwen")
 
     def check(self, text, schema):
         value = json.loads(text)
