@@ -46,7 +46,7 @@ TEST_P(TieredStream, BudgetForcesStreamingWithIdenticalLogits) {
   roomy.value().reset();
   Result<std::unique_ptr<TieredWeights>> tight = invalid_argument("no budget tried");
   for (uint64_t shortfall : {400000, 300000, 200000, 120000, 80000, 40000, 20000, 10000, 5000}) {
-    opts.ram_budget = need - shortfall;
+    opts.plan.budgets.ram_bytes = need - shortfall;
     tight = TieredWeights::load(file, opts);
     if (tight.is_ok()) break;
   }
@@ -82,8 +82,8 @@ TEST_P(TieredStream, BudgetForcesStreamingWithIdenticalLogits) {
   EXPECT_EQ(passes, 7u);
   EXPECT_EQ(s.bytes_read - s.unconsumed_bytes,
             planned * passes);
-  EXPECT_LE(w.ledger().snapshot().peak, opts.ram_budget);
-  EXPECT_EQ(w.ledger().budget(), opts.ram_budget);
+  EXPECT_LE(w.ledger().snapshot().peak, *opts.plan.budgets.ram_bytes);
+  EXPECT_EQ(w.ledger().budget(), *opts.plan.budgets.ram_bytes);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, TieredStream, testing::Values("llama-q4_k_m", "llama-f32"),

@@ -42,6 +42,13 @@ struct ModelTensors {
   int64_t n_expert = 0;           // 0: dense
   int64_t n_expert_used = 0;
   uint64_t kv_elements_per_token = 0;  // K and V values stored per position, all layers
+  int64_t n_ctx_train = 4096;     // <arch>.context_length (the runtime's cap on the context)
+  // What the process holds beside the weights grows with these (process_overhead_bytes in
+  // plan.h): the tokenizer's tokens and merges, and the metadata array elements the GGUF
+  // directory keeps parsed. Shapes without a file estimate them from n_vocab.
+  uint64_t n_tokens = 0;
+  uint64_t n_merges = 0;
+  uint64_t metadata_array_elements = 0;
   std::vector<TensorDesc> tensors;
   // How often each expert was routed in earlier runs, (n_layer * n_expert) layer-major
   // (the runtime's persisted routing statistics, runtime/coactivation.h); empty when none

@@ -20,21 +20,24 @@ constexpr uint64_t kAlign = 4096;
 uint64_t align_up(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 // Streaming classes, streamed in this order (docs/PLANNER.md: ratio of I/O added per
-// byte of memory freed, lowest first; the embedding last by design).
-enum class StreamClass { kNever = 0, kExperts = 1, kDenseFfn = 2, kAttention = 3, kEmbedding = 4 };
+// byte of memory freed, lowest first).
+enum class StreamClass { kNever = 0, kExperts = 1, kDenseFfn = 2, kAttention = 3 };
 
 StreamClass stream_class(const TensorDesc& t) {
   if (model::is_moe_expert(t.role)) return StreamClass::kExperts;
   if (model::is_dense_ffn(t.role) || t.role == TensorRole::kSharedExpert) {
-    // Shared-expert gates are vectors; only matrices are worth streaming.
-    return t.bytes >= (uint64_t{1} << 20) ? StreamClass::kDenseFfn : StreamClass::kNever;
+    // Matrices of any size (small models' FFN matrices are 0.5 MiB); shared-expert gates
+    // are vectors, read every token and too small to free anything.
+    return t.row_bytes > 0 && t.row_bytes < t.bytes ? StreamClass::kDenseFfn : StreamClass::kNever;
   }
   switch (t.role) {
     case TensorRole::kAttnQ: case TensorRole::kAttnK: case TensorRole::kAttnV:
     case TensorRole::kAttnQkv: case TensorRole::kAttnOutput: case TensorRole::kOutput:
       return StreamClass::kAttention;
-    case TensorRole::kTokenEmbedding:  // tied embeddings are the output head too
-      return t.access_per_token < 1.0 ? StreamClass::kEmbedding : StreamClass::kAttention;
+    case TensorRole::kTokenEmbedding:
+      // The runtime keeps the token embedding resident (a pass needs rows it cannot know
+      // before the pass; a tied one is the output head too), and the plan is what runs.
+      return StreamClass::kNever;
     case TensorRole::kOther:
       return t.bytes >= (uint64_t{16} << 20) ? StreamClass::kAttention : StreamClass::kNever;
     default:
@@ -249,8 +252,8 @@ std::vector<double> expected_layer_hits(const ModelTensors& m, const std::vector
 struct LayerCosts {
   std::vector<double> compute_s;   // all tensors of the layer, on their tier's bandwidth
   std::vector<double> read_s;      // prefetchable storage reads (dense tensors)
-  std::vector<double> demand_s;    // stall of reads known only when the layer runs (experts,
-                                   // embedding): the part the layer's own compute cannot hide
+  std::vector<double> demand_s;    // stall of reads known only when the layer runs (expert
+                                   // misses): the part the layer's own compute cannot hide
   std::vector<double> demand_io_s; // device busy time of those reads (>= demand_s)
 };
 
@@ -379,6 +382,12 @@ uint64_t Plan::bytes_on(const ModelTensors& m, Tier tier) const {
   return total;
 }
 
+uint64_t process_overhead_bytes(const ModelTensors& m, const CostModel& c) {
+  return c.process_base_bytes + c.process_slack_bytes + c.metadata_element_bytes * m.metadata_array_elements +
+         c.token_bytes * m.n_tokens + c.merge_bytes * m.n_merges +
+         c.vocab_sampling_bytes * static_cast<uint64_t>(std::max<int64_t>(m.n_vocab, 0));
+}
+
 bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, const CostModel& c,
               Plan& plan) {
   const Limits lim = limits(p, b);
@@ -388,7 +397,7 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   mem.ram_limit = lim.ram;
   mem.gpu_limit = lim.gpu;
   mem.unified = lim.unified;
-  mem.overhead_ram = c.runtime_overhead_bytes;
+  mem.overhead_ram = process_overhead_bytes(m, c);
   mem.work_ram = work_bytes(m, b);
 
   LayerCosts lc{std::vector<double>(n_pipe, c.per_layer_overhead_s), std::vector<double>(n_pipe, 0.0),
@@ -407,7 +416,6 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   uint64_t experts_total = 0;
   bool any_gpu = false;
   std::vector<bool> kv_gpu(n_pipe, false);
-  double emb_demand = 0;
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     const TensorDesc& t = m.tensors[i];
     Tier tier = plan.tiers[i];
@@ -429,13 +437,6 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
       expert_bytes_layer[L] += slice;
       expert_slot_layer[L] += align_up(slice) + kAlign;  // as ExpertProvider lays out a slot
       expert_total_bytes += t.bytes;
-    } else if (t.role == TensorRole::kTokenEmbedding && t.access_per_token < 1.0) {
-      double iops = 0;
-      for (const auto& r : st.random) {
-        if (r.block_bytes == 4096 && r.queue_depth == 1) iops = r.iops;
-      }
-      emb_demand = iops > 0 ? 1.0 / iops : 100e-6;
-      storage_bytes += align_up(t.row_bytes) + kAlign;
     } else {
       streamed_bytes[L] += t.bytes;
       streamed_tensor_bytes.push_back(t.bytes);
@@ -483,11 +484,11 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   // ledger does not see (allocator slack, I/O rings, thread stacks), at least two layers'
   // worth of routed experts.
   double hit = 1.0, misses_per_token = 0;
-  // The expert provider loads the resident tensors in 4 KiB-aligned runs: up to one block
-  // at each end of every tensor beyond their bytes. Not a plan figure, but it must fit.
+  // The resident loader reads the resident tensors into 4 KiB-aligned runs: up to one
+  // block at each end of every tensor beyond their bytes. Not a plan figure, but it must fit.
   uint64_t resident_slack = 0;
+  for (Tier t : plan.tiers) resident_slack += t == Tier::kRam ? 2 * kAlign : 0;
   if (expert_total_bytes > 0) {
-    for (Tier t : plan.tiers) resident_slack += t == Tier::kRam ? 2 * kAlign : 0;
     for (size_t L = 0; L < n_pipe; ++L) experts_total += expert_bytes_layer[L] > 0 ? static_cast<uint64_t>(m.n_expert) : 0;
     const uint64_t slot = *std::max_element(expert_slot_layer.begin(), expert_slot_layer.end());
     plan.expert_slot_bytes = slot;
@@ -519,8 +520,6 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   } else {
     plan.expert_cache_experts = 0;
   }
-  lc.demand_s[0] += emb_demand;
-  lc.demand_io_s[0] += emb_demand;
   plan.memory = mem;
 
   Prediction& pr = plan.prediction;
@@ -641,8 +640,7 @@ struct Search {
 
   // The least streaming that fits at this depth: nothing; else every expert tensor (expert
   // streaming: the cache then holds any fraction of them); else the best dense frontier
-  // with or without the expert tensors streamed; else everything streamable, the token
-  // embedding included.
+  // with or without the expert tensors streamed; else everything streamable.
   Candidate run() const {
     std::vector<bool> none(m.tensors.size(), false);
     Candidate best;
