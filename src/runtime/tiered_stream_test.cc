@@ -1,10 +1,13 @@
 // TieredWeights end to end: the planner, under a RAM budget that the whole model does not
 // fit, streams the FFN tensors; logits are bit-identical to the resident run, storage
 // reads equal the plan's streamed bytes per token x forward passes, and the ledger's peak
-// stays within the budget. The golden llama at two quantizations (the other tiny golden
-// models have no plan that saves memory: pool slack exceeds their FFN bytes; bit-identity
-// over four architectures is in streaming_provider_test.cc). A fixture profile makes the
-// plan deterministic.
+// stays within the budget. The golden llama in F32: in the other tiny golden models (the
+// Q4_K_M llama too) every layer is smaller than the pool slots streaming it would need, so
+// no budget has a plan that streams and saves memory (the token embedding, which used to
+// be "streamed" on paper while the runtime kept it resident, now never is). Q4_K_M under
+// the planner: tests/streaming (a 1b synthetic under 400M, the same text as resident);
+// bit-identity over four architectures: streaming_provider_test.cc. A fixture profile
+// makes the plan deterministic.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -86,7 +89,7 @@ TEST_P(TieredStream, BudgetForcesStreamingWithIdenticalLogits) {
   EXPECT_EQ(w.ledger().budget(), *opts.plan.budgets.ram_bytes);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, TieredStream, testing::Values("llama-q4_k_m", "llama-f32"),
+INSTANTIATE_TEST_SUITE_P(Archs, TieredStream, testing::Values("llama-f32"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';

@@ -484,10 +484,14 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   // ledger does not see (allocator slack, I/O rings, thread stacks), at least two layers'
   // worth of routed experts.
   double hit = 1.0, misses_per_token = 0;
-  // The resident loader reads the resident tensors into 4 KiB-aligned runs: up to one
-  // block at each end of every tensor beyond their bytes. Not a plan figure, but it must fit.
+  // The resident loader reads neighbouring resident tensors as one 4 KiB-aligned run: up
+  // to one block at each end of every run beyond their bytes (tensors are in file order).
+  // Not a plan figure, but it must fit.
   uint64_t resident_slack = 0;
-  for (Tier t : plan.tiers) resident_slack += t == Tier::kRam ? 2 * kAlign : 0;
+  for (size_t i = 0; i < plan.tiers.size(); ++i) {
+    const bool starts_run = plan.tiers[i] == Tier::kRam && (i == 0 || plan.tiers[i - 1] != Tier::kRam);
+    resident_slack += starts_run ? 2 * kAlign : 0;
+  }
   if (expert_total_bytes > 0) {
     for (size_t L = 0; L < n_pipe; ++L) experts_total += expert_bytes_layer[L] > 0 ? static_cast<uint64_t>(m.n_expert) : 0;
     const uint64_t slot = *std::max_element(expert_slot_layer.begin(), expert_slot_layer.end());
