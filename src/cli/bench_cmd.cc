@@ -204,6 +204,7 @@ int run_bench(const BenchArgs& a) {
   const bool references = tiers != nullptr && !a.no_reference;
   runtime::TieredWeights* io_tiers = (*engine)->mutable_tiers();
   runtime::StorageReferences refs;
+  refs.memory_read_bps = bandwidth;
   if (references) refs.load_reference_bps = reference_or_zero(io_tiers->reload_resident_bps());
   // The disk's best sequential direct read (the profile's grid, on the model file) and the
   // provider's own I/O-only passes, just before and just after the tests, averaged: the
@@ -262,7 +263,7 @@ int run_bench(const BenchArgs& a) {
     expert_metrics = runtime::expert_run_metrics(*experts, experts_before, experts->stats(), a.n_gen * a.reps);
     const runtime::TieredWeights& w = *(*engine)->tiers();
     set_expert_bound(expert_metrics, rows.back().s.mean, refs.disk_read_bps(), refs.pattern_read_bps(),
-                     w.plan().prediction.compute_s);
+                     w.predict_with(refs.same_run_profile(w.profile())).compute_s);
   }
   const std::string arch = (*engine)->architecture(), mode = (*engine)->mode();
   const uint64_t file_bytes = file.total_bytes();

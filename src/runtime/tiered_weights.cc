@@ -117,11 +117,9 @@ Result<scheduler::PlannedModel> plan_weights(const gguf::GgufFile& file, schedul
   return scheduler::plan_model(file, request);
 }
 
-scheduler::Prediction TieredWeights::predict_with_storage(const profiler::StorageProfile& storage) const {
-  profiler::HardwareProfile p = planned_.profile;
-  p.storage = storage;
+scheduler::Prediction TieredWeights::predict_with(const profiler::HardwareProfile& profile) const {
   scheduler::Plan plan = planned_.plan;
-  scheduler::evaluate(planned_.tensors, p, planned_.budgets, planned_.cost, plan);
+  scheduler::evaluate(planned_.tensors, profile, planned_.budgets, planned_.cost, plan);
   return plan.prediction;
 }
 

@@ -83,10 +83,11 @@ class TieredWeights {
   // The tensors loaded into RAM at start, whichever provider holds them.
   const ResidentTensors& resident() const { return experts_ ? experts_->resident() : provider_->resident(); }
   const scheduler::Plan& plan() const { return planned_.plan; }
-  // The plan's prediction again (same tiers, pool and depth) with other storage figures:
-  // bench re-predicts with the disk grid it measured in the same run, since the cached
-  // profile's figures may be hours old on a disk whose speed drifts.
-  scheduler::Prediction predict_with_storage(const profiler::StorageProfile& storage) const;
+  // The plan's prediction again (same tiers, pool and depth) on another profile: bench
+  // re-predicts with the disk grid and memory bandwidth it measured in the same run, since
+  // the cached profile's figures may be hours old on a shared machine whose disk and
+  // memory speeds drift.
+  scheduler::Prediction predict_with(const profiler::HardwareProfile& profile) const;
   const profiler::HardwareProfile& profile() const { return planned_.profile; }
   const MemoryLedger& ledger() const { return *ledger_; }
   std::string mode() const { return scheduler::mode_name(planned_.plan.mode); }
