@@ -99,6 +99,8 @@ Result<ModelTensors> model_tensors_from_gguf(const gguf::GgufFile& file) {
     t.layer = c.layer;
     t.bytes = ti.n_bytes;
     t.file_index = static_cast<int32_t>(i);
+    t.split = ti.file_index;
+    t.offset = ti.offset;
     if (model::is_moe_expert(c.role) && ti.ne.size() >= 3) {
       t.n_expert = ti.ne[2];
       if (n_ff_exp == 0) n_ff_exp = std::min(ti.ne[0], ti.ne[1]);

@@ -29,6 +29,8 @@ struct TensorDesc {
   uint64_t row_bytes = 0;         // bytes of one row (the embedding reads one per token)
   double access_per_token = 1.0;  // fraction of `bytes` one generated token reads
   int32_t file_index = -1;        // index in GgufFile::tensors() (runtime::TensorId); -1: synthetic
+  uint32_t split = 0;             // which split file holds the data (file_index >= 0)
+  uint64_t offset = 0;            // absolute offset of the data in that file (file_index >= 0)
 };
 
 struct ModelTensors {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 #include "common/size.h"
 #include "scheduler/plan.h"
@@ -197,6 +198,31 @@ StreamIo stream_io(const profiler::StorageProfile& st, const std::vector<uint64_
   io.queue_depth = std::min<uint32_t>(max_queue_depth, std::max<uint32_t>(smallest->queue_depth, 1));
   io.bps = smallest->bps * scale * std::max(0.0, in_flight) / want;
   return io;
+}
+
+// The device requests the streaming pool makes of each layer's streamed tensors: file
+// neighbours (gaps of at most one 4 KiB block) are one read, as StreamingProvider merges
+// them (runtime::merge_runs); tensors of synthetic shapes (no file) are one read each.
+std::vector<uint64_t> read_sizes(std::vector<std::vector<const TensorDesc*>> by_layer) {
+  std::vector<uint64_t> out;
+  for (auto& layer : by_layer) {
+    std::sort(layer.begin(), layer.end(), [](const TensorDesc* a, const TensorDesc* b) {
+      return std::tie(a->split, a->offset) < std::tie(b->split, b->offset);
+    });
+    uint64_t end = 0;
+    for (size_t i = 0; i < layer.size(); ++i) {
+      const TensorDesc& t = *layer[i];
+      const bool joins = i > 0 && t.file_index >= 0 && layer[i - 1]->file_index >= 0 &&
+                         t.split == layer[i - 1]->split && t.offset <= end + kAlign;
+      if (joins) {
+        out.back() += t.offset + t.bytes - end;
+      } else {
+        out.push_back(t.bytes);
+      }
+      end = t.offset + t.bytes;
+    }
+  }
+  return out;
 }
 
 double bandwidth(const HardwareProfile& p, const CostModel& c, Tier tier) {
@@ -407,7 +433,7 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   // costed as a dense streamed tensor (all n_expert experts per token).
   const bool expert_mode = derive_mode(m, plan.tiers) == Mode::kExpertStreaming;
   std::vector<uint64_t> streamed_bytes(n_pipe, 0);
-  std::vector<uint64_t> streamed_tensor_bytes;  // each dense-streamed tensor (one read each)
+  std::vector<std::vector<const TensorDesc*>> streamed_tensors(n_pipe);  // dense-streamed, by layer
   std::vector<uint64_t> slot_need(n_pipe, 0);
   std::vector<uint64_t> expert_bytes_layer(n_pipe, 0);  // one expert's gate+up+down
   std::vector<uint64_t> expert_slot_layer(n_pipe, 0);   // the same in an ExpertProvider slot
@@ -439,7 +465,7 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
       expert_total_bytes += t.bytes;
     } else {
       streamed_bytes[L] += t.bytes;
-      streamed_tensor_bytes.push_back(t.bytes);
+      streamed_tensors[L].push_back(&t);
       slot_need[L] += align_up(t.bytes) + kAlign;  // room for an unaligned head and tail block
     }
   }
@@ -467,7 +493,7 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   StreamIo sio = stream_io(st, {}, 0, c.max_queue_depth);
   if (n_streamed_layers > 0) {
     const double layer = static_cast<double>(dense_streamed) / n_streamed_layers;
-    sio = stream_io(st, streamed_tensor_bytes, (depth - 0.5) * layer, c.max_queue_depth);
+    sio = stream_io(st, read_sizes(streamed_tensors), (depth - 0.5) * layer, c.max_queue_depth);
   }
   for (size_t L = 0; L < n_pipe; ++L) {
     if (streamed_bytes[L] == 0) continue;
