@@ -55,7 +55,8 @@ struct StorageReferences {
   double disk_read_bps() const;     // mean of disk_runs (0: none)
   double pattern_read_bps() const;  // mean of pattern_runs (0: none)
   // The profile with this run's figures for TieredWeights::predict_with: `base` with its
-  // sequential points, seq_read_bps and memory bandwidth replaced by those measured.
+  // sequential points and seq_read_bps replaced by those measured, and the higher of its
+  // and this run's memory bandwidth (contention only lowers a probe).
   profiler::HardwareProfile same_run_profile(const profiler::HardwareProfile& base) const;
 };
 

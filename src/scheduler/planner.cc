@@ -22,7 +22,7 @@ uint64_t align_up(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 // Streaming classes, streamed in this order (docs/PLANNER.md: ratio of I/O added per
 // byte of memory freed, lowest first).
-enum class StreamClass { kNever = 0, kExperts = 1, kDenseFfn = 2, kAttention = 3 };
+enum class StreamClass { kNever = 0, kExperts = 1, kDenseFfn = 2, kAttention = 3, kOutputHead = 4 };
 
 StreamClass stream_class(const TensorDesc& t) {
   if (model::is_moe_expert(t.role)) return StreamClass::kExperts;
@@ -33,8 +33,12 @@ StreamClass stream_class(const TensorDesc& t) {
   }
   switch (t.role) {
     case TensorRole::kAttnQ: case TensorRole::kAttnK: case TensorRole::kAttnV:
-    case TensorRole::kAttnQkv: case TensorRole::kAttnOutput: case TensorRole::kOutput:
+    case TensorRole::kAttnQkv: case TensorRole::kAttnOutput:
       return StreamClass::kAttention;
+    case TensorRole::kOutput:
+      // Its own class, streamed last: it is one group as large as several layers, so
+      // streaming it makes every pool slot that large (Qwen2.5-0.5B: 138 MiB slots).
+      return StreamClass::kOutputHead;
     case TensorRole::kTokenEmbedding:
       // The runtime keeps the token embedding resident (a pass needs rows it cannot know
       // before the pass; a tied one is the output head too), and the plan is what runs.
@@ -272,6 +276,23 @@ std::vector<double> expected_layer_hits(const ModelTensors& m, const std::vector
     if (expert_bytes_layer[L] > 0 && layer_total[L] > 0) hit[L] = layer_cached[L] / layer_total[L];
   }
   return hit;
+}
+
+// Expected stall of one MoE layer for one token: k of its n_used routed experts miss with
+// probability Binomial(n_used, miss), their reads take k x one_read on the device, and
+// the layer's expert compute (hidden_s) hides at most that much. The expectation of the
+// stall, not the stall of the expected misses: a miss is one whole expert read (15-19 ms
+// for the "moe" synthetic's 19.5 MB experts) against ~2 ms of compute, so rare misses
+// are waited for nearly whole (measured: every miss is waited for, docs/MOE.md), which
+// max(0, mean io - compute) missed (predicted 13.3 tok/s, measured 9.2).
+double expected_miss_stall(int n_used, double miss, double one_read, double hidden_s) {
+  double stall = 0, p_k = std::pow(1 - miss, n_used);  // P(k = 0)
+  for (int k = 1; k <= n_used; ++k) {
+    p_k *= miss / std::max(1e-300, 1 - miss) * (n_used - k + 1) / k;
+    if (miss >= 1) p_k = k == n_used ? 1.0 : 0.0;
+    stall += p_k * std::max(0.0, k * one_read - hidden_s);
+  }
+  return stall;
 }
 
 // Per-layer quantities of the pipeline (index n_layer is the output head).
@@ -538,9 +559,9 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
       // expert computes as its bytes arrive, so the layer's expert compute hides reads.
       const double miss = 1 - layer_hit[L];
       const double miss_bytes = static_cast<double>(m.n_expert_used) * expert_bytes_layer[L] * miss;
-      const double io = miss_bytes / st.seq_read_bps + (miss_bytes > 0 ? lat * miss : 0);
-      lc.demand_io_s[L] += io;
-      lc.demand_s[L] += std::max(0.0, io - expert_compute_s[L]);
+      const double one_read = expert_bytes_layer[L] / st.seq_read_bps + lat;
+      lc.demand_io_s[L] += static_cast<double>(m.n_expert_used) * miss * one_read;
+      lc.demand_s[L] += expected_miss_stall(static_cast<int>(m.n_expert_used), miss, one_read, expert_compute_s[L]);
       storage_bytes += static_cast<uint64_t>(miss_bytes);
       misses_per_token += static_cast<double>(m.n_expert_used) * miss;
       hit_sum += layer_hit[L];
@@ -694,6 +715,13 @@ struct Search {
     }
     frontier(none, best);
     if (best.found) return best;
+    // The output head streamed too, on top of either base (its slot size makes it last).
+    if (auto head = class_groups(m, StreamClass::kOutputHead); !head.empty()) {
+      const int n_head = static_cast<int>(head.size());
+      if (!experts.empty()) frontier(plus(plus(none, experts, static_cast<int>(experts.size())), head, n_head), best);
+      frontier(plus(none, head, n_head), best);
+      if (best.found) return best;
+    }
     std::vector<bool> all(m.tensors.size(), false);
     for (size_t i = 0; i < all.size(); ++i) all[i] = stream_class(m.tensors[i]) != StreamClass::kNever;
     if (attempt(all, best.plan)) best.found = true;
