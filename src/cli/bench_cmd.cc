@@ -43,13 +43,10 @@ struct BenchArgs {
   int n_gen = 128;
   std::vector<int> depths = {0};
   int reps = 5;
-  int threads = 0;
-  std::string kv_type = "f16";
+  EngineFlags engine;
   bool json = false;
   bool no_reference = false;
   std::string trace;       // expert-streaming routing trace file
-  uint64_t ram_budget = 0;  // --ram-budget; 0: the profile's usable memory
-  std::string profile;      // --profile FILE
   int64_t context = 0;     // --context: KV cache length (0: just enough for the tests)
   bool baseline = false;   // also run the plain mmap way (tg only) and print the speed-up
   bool force = false;      // run --baseline even when the model exceeds RAM - 4 GiB
@@ -165,20 +162,15 @@ int run_bench(const BenchArgs& a) {
     std::cerr << "hypura bench: no model given and no default model in test-models/\n";
     return 2;
   }
-  runtime::EngineOptions eo;
-  eo.model_path = path;
-  eo.n_threads = a.threads;
   const int max_prompt = *std::max_element(a.n_prompt.begin(), a.n_prompt.end());
   const int max_depth = *std::max_element(a.depths.begin(), a.depths.end());
-  eo.n_ctx = a.context > 0 ? a.context : max_depth + std::max(max_prompt, a.n_gen) + 1;
+  runtime::EngineOptions eo =
+      engine_options(a.engine, path, a.context > 0 ? a.context : max_depth + std::max(max_prompt, a.n_gen) + 1);
   eo.n_ctx_past_trained = true;  // pp4096 on a 2048-token model, as llama-bench runs it
-  eo.kv_f32 = a.kv_type == "f32";
   eo.trace_path = a.trace;
-  eo.ram_budget = a.ram_budget;
-  eo.profile_path = a.profile;
   // The memory reference first, in a child process: its 1 GiB buffer must not count in
   // this process's peak RSS, which bench compares with --ram-budget.
-  const int threads = a.threads > 0 ? a.threads : runtime::physical_cores();
+  const int threads = a.engine.threads > 0 ? a.engine.threads : runtime::physical_cores();
   double bandwidth = 0;
   if (!a.no_reference) {
     profiler::MemoryBandwidthOptions mo;
@@ -210,6 +202,7 @@ int run_bench(const BenchArgs& a) {
   const bool references = tiers != nullptr && !a.no_reference;
   runtime::TieredWeights* io_tiers = (*engine)->mutable_tiers();
   runtime::StorageReferences refs;
+  refs.memory_read_bps = bandwidth;
   if (references) refs.load_reference_bps = reference_or_zero(io_tiers->reload_resident_bps());
   // The disk's best sequential direct read (the profile's grid, on the model file) and the
   // provider's own I/O-only passes, just before and just after the tests, averaged: the
@@ -268,7 +261,7 @@ int run_bench(const BenchArgs& a) {
     expert_metrics = runtime::expert_run_metrics(*experts, experts_before, experts->stats(), a.n_gen * a.reps);
     const runtime::TieredWeights& w = *(*engine)->tiers();
     set_expert_bound(expert_metrics, rows.back().s.mean, refs.disk_read_bps(), refs.pattern_read_bps(),
-                     w.plan().prediction.compute_s);
+                     w.predict_with(refs.same_run_profile(w.profile())).compute_s);
   }
   const std::string arch = (*engine)->architecture(), mode = (*engine)->mode();
   const uint64_t file_bytes = file.total_bytes();
@@ -300,7 +293,7 @@ int run_bench(const BenchArgs& a) {
     j["mode"] = mode;
     j["size_bytes"] = file_bytes;
     j["threads"] = threads;
-    j["kv_type"] = a.kv_type;
+    j["kv_type"] = a.engine.kv_type;
     j["reps"] = a.reps;
     j["bytes_per_token"] = bpt;
     j["memory_read_bandwidth_bps"] = bandwidth;
@@ -369,12 +362,9 @@ std::function<int()> setup_bench(CLI::App& app) {
   app.add_option("-n,--n-gen", a->n_gen, "generated tokens (tg test; 0: skip)")
       ->capture_default_str();
   app.add_option("-r,--repetitions", a->reps, "timed runs per test")->capture_default_str();
-  add_threads_option(app, &a->threads);
-  app.add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32")->capture_default_str();
+  add_engine_flags(app, &a->engine);
   app.add_flag("--json", a->json, "one JSON record instead of the table");
   app.add_option("--trace", a->trace, "expert-streaming mode: record the routing trace to FILE");
-  add_ram_budget_option(app, &a->ram_budget);
-  add_profile_option(app, &a->profile);
   app.add_flag("--no-reference", a->no_reference,
                "skip the memory bandwidth, disk grid and I/O-only pass measurements");
   app.add_option("--context", a->context, "KV cache length (default: just enough for the tests)")

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/session.h"
+
 namespace hypura::cli {
 
 // Adds the subcommand's options to `app` and returns the action to run when it is chosen.
@@ -55,5 +57,17 @@ constexpr int64_t kMaxContextTokens = int64_t{1} << 24;
 
 // -c,--context N of run and serve: context length in tokens, 1..kMaxContextTokens.
 CLI::Option* add_context_option(CLI::App& app, int64_t* n_ctx);
+
+// The options of every command that loads a model (run, bench, serve, perplexity):
+// -t/--threads, --kv-type f16|f32, --ram-budget, --profile. engine_options() makes the
+// Engine's options of them, so the four load (and plan) a model the same way.
+struct EngineFlags {
+  int threads = 0;
+  std::string kv_type = "f16";
+  uint64_t ram_budget = 0;  // 0: the profile's usable memory
+  std::string profile;      // --profile FILE
+};
+void add_engine_flags(CLI::App& app, EngineFlags* flags);
+runtime::EngineOptions engine_options(const EngineFlags& flags, const std::string& model_path, int64_t n_ctx);
 
 }  // namespace hypura::cli

@@ -10,7 +10,7 @@
 #include "cli/command.h"
 #include "cli/inspect_report.h"
 #include "gguf/gguf.h"
-#include "runtime/coactivation.h"
+#include "common/size.h"
 #include "runtime/tiered_weights.h"
 #include "scheduler/plan_request.h"
 #include "scheduler/render.h"
@@ -24,8 +24,29 @@ struct InspectArgs {
   bool json = false;
   bool full_metadata = false;
   bool plan = false;                // --plan: where this machine would put each tensor
-  scheduler::PlanRequest plan_request;
+  // --plan's options: the same as run's, so that the plan printed is the one run executes.
+  uint64_t ram_budget = 0;
+  std::string profile;
+  std::string reserve;  // --reserve SIZE ("": the profile's)
+  int64_t context = 4096;
 };
+
+// The plan run, bench and serve would execute with these options (runtime::plan_weights).
+Result<scheduler::PlannedModel> plan_for(const gguf::GgufFile& file, const std::string& path,
+                                         const InspectArgs& args) {
+  runtime::EngineOptions eo;
+  eo.model_path = path;
+  eo.n_ctx = args.context;
+  eo.ram_budget = args.ram_budget;
+  eo.profile_path = args.profile;
+  scheduler::PlanRequest request = runtime::plan_request(eo);
+  if (!args.reserve.empty()) {
+    auto reserve = parse_size(args.reserve);
+    if (!reserve.is_ok()) return reserve.status().with_context("--reserve");
+    request.budgets.reserve_bytes = *reserve;
+  }
+  return runtime::plan_weights(file, request);
+}
 
 int run_inspect(const InspectArgs& args) {
   std::string path = resolve_model_path(args.model);
@@ -42,15 +63,10 @@ int run_inspect(const InspectArgs& args) {
   InspectReport report = build_inspect_report(*file);
   InspectOptions options{.tensors = args.tensors, .full_metadata = args.full_metadata};
 
-  // --plan: the placement this machine would use (scheduler/plan_request.h).
+  // --plan: the placement this machine would use, as run would (runtime/tiered_weights.h).
   std::optional<scheduler::PlannedModel> planned;
   if (args.plan) {
-    scheduler::PlanRequest request = args.plan_request;
-    if (auto shape = scheduler::model_tensors_from_gguf(*file); shape.is_ok() && shape->n_expert > 0) {
-      request.expert_frequency = runtime::CoactivationStats::recorded_frequency(
-          path, file->total_bytes(), shape->n_layer, static_cast<int>(shape->n_expert));
-    }
-    auto pm = scheduler::plan_model(*file, path, request);
+    auto pm = plan_for(*file, path, args);
     if (!pm.is_ok()) {
       std::cerr << "hypura inspect: plan: " << pm.status().message() << "\n";
       return 1;
@@ -86,12 +102,10 @@ std::function<int()> setup_inspect(CLI::App& app) {
   app.add_flag("--json", args->json, "machine-readable output (schema in docs/GGUF.md)");
   app.add_flag("--full-metadata", args->full_metadata, "print long metadata arrays in full");
   app.add_flag("--plan", args->plan, "also print the placement plan for this machine (docs/PLANNER.md)");
-  app.add_option("--profile", args->plan_request.profile_file, "hardware profile JSON to plan with");
-  app.add_option("--ram-budget", args->plan_request.ram_budget, "host memory budget for --plan, e.g. 3G");
-  app.add_option("--gpu-budget", args->plan_request.gpu_budget, "GPU memory budget for --plan");
-  app.add_option("--reserve", args->plan_request.reserve, "RAM left to the OS (default 2G)");
-  app.add_option("--context", args->plan_request.n_ctx, "context length for --plan (KV cache), default 4096")
-      ->check(CLI::Range(int64_t{1}, kMaxContextTokens));
+  add_profile_option(app, &args->profile);
+  add_ram_budget_option(app, &args->ram_budget);
+  app.add_option("--reserve", args->reserve, "RAM left to the OS (default 2G)");
+  add_context_option(app, &args->context);
   return [args] { return run_inspect(*args); };
 }
 

@@ -57,6 +57,26 @@ CLI::Option* add_context_option(CLI::App& app, int64_t* n_ctx) {
       ->check(CLI::Range(int64_t{1}, kMaxContextTokens));
 }
 
+void add_engine_flags(CLI::App& app, EngineFlags* flags) {
+  add_threads_option(app, &flags->threads);
+  app.add_option("--kv-type", flags->kv_type, "KV cache type: f16 or f32")
+      ->check(CLI::IsMember({"f16", "f32"}))
+      ->capture_default_str();
+  add_ram_budget_option(app, &flags->ram_budget);
+  add_profile_option(app, &flags->profile);
+}
+
+runtime::EngineOptions engine_options(const EngineFlags& flags, const std::string& model_path, int64_t n_ctx) {
+  runtime::EngineOptions eo;
+  eo.model_path = model_path;
+  eo.n_threads = flags.threads;
+  eo.n_ctx = n_ctx;
+  eo.kv_f32 = flags.kv_type == "f32";
+  eo.ram_budget = flags.ram_budget;
+  eo.profile_path = flags.profile;
+  return eo;
+}
+
 }  // namespace hypura::cli
 
 int main(int argc, char** argv) {

@@ -31,10 +31,7 @@ struct PerplexityArgs {
   std::string text_file;
   int64_t context = 512;
   int64_t chunks = 0;
-  int threads = 0;
-  std::string kv_type = "f16";
-  uint64_t ram_budget = 0;
-  std::string profile;
+  EngineFlags engine;
   std::string save_logits;
   std::string kl_divergence;
   bool json = false;
@@ -156,20 +153,13 @@ int run_perplexity(const PerplexityArgs& a) {
     return fail("give -f TEXT (perplexity of a text) or --kl-divergence FILE (compare against "
                 "saved logits; the tokens come from the file), not both", 2);
   }
-  if (a.kv_type != "f16" && a.kv_type != "f32") return fail("--kv-type must be f16 or f32", 2);
   std::unique_ptr<runtime::LogProbReader> compare;
   if (!a.kl_divergence.empty()) {
     auto r = runtime::LogProbReader::open(a.kl_divergence);
     if (!r.is_ok()) return fail(r.status().message());
     compare = std::move(r).value();
   }
-  runtime::EngineOptions eo;
-  eo.model_path = path;
-  eo.n_threads = a.threads;
-  eo.n_ctx = compare ? compare->n_ctx() : a.context;
-  eo.kv_f32 = a.kv_type == "f32";
-  eo.ram_budget = a.ram_budget;
-  eo.profile_path = a.profile;
+  const runtime::EngineOptions eo = engine_options(a.engine, path, compare ? compare->n_ctx() : a.context);
   auto engine = runtime::Engine::load(eo);
   if (!engine.is_ok()) return fail(path + ": " + engine.status().message());
   if ((*engine)->n_ctx() < eo.n_ctx) {
@@ -223,11 +213,7 @@ std::function<int()> setup_perplexity(CLI::App& app) {
       ->check(CLI::Range(int64_t{4}, int64_t{1} << 20));
   app.add_option("--chunks", a->chunks, "score at most this many chunks (default: all)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("-t,--threads", a->threads, "compute threads (default: physical cores)")
-      ->check(CLI::Range(0, 1024));
-  app.add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32")->capture_default_str();
-  add_ram_budget_option(app, &a->ram_budget);
-  add_profile_option(app, &a->profile);
+  add_engine_flags(app, &a->engine);
   app.add_option("--save-logits", a->save_logits,
                  "write the scored rows' log-probabilities to FILE (for --kl-divergence)");
   app.add_option("--kl-divergence", a->kl_divergence,

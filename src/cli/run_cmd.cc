@@ -36,10 +36,7 @@ struct RunArgs {
   int64_t seed = -1;
   int64_t context = 4096;
   std::string trace;  // expert-streaming routing trace file
-  int threads = 0;
-  std::string kv_type = "f16";
-  uint64_t ram_budget = 0;  // --ram-budget; 0: the profile's usable memory
-  std::string profile;      // --profile FILE
+  EngineFlags engine;
   std::vector<std::string> stop;
   bool no_chat = false;
   bool interactive = false;
@@ -195,17 +192,7 @@ int run_run(const RunArgs& a) {
     std::cerr << "hypura run: give --prompt TEXT or --interactive\n";
     return 2;
   }
-  if (a.kv_type != "f16" && a.kv_type != "f32") {
-    std::cerr << "hypura run: --kv-type must be f16 or f32\n";
-    return 2;
-  }
-  runtime::EngineOptions eo;
-  eo.model_path = path;
-  eo.n_threads = a.threads;
-  eo.n_ctx = a.context;
-  eo.kv_f32 = a.kv_type == "f32";
-  eo.ram_budget = a.ram_budget;
-  eo.profile_path = a.profile;
+  runtime::EngineOptions eo = engine_options(a.engine, path, a.context);
   eo.trace_path = a.trace;
   if (isatty(STDERR_FILENO)) eo.load_progress = draw_progress;
   const auto t0 = std::chrono::steady_clock::now();
@@ -239,10 +226,7 @@ std::function<int()> setup_run(CLI::App& app) {
   app.add_option("--trace", a->trace, "expert-streaming mode: record the routing trace to FILE "
                  "(hypura trace-replay reads it)");
   add_context_option(app, &a->context);
-  add_threads_option(app, &a->threads);
-  app.add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32")->capture_default_str();
-  add_ram_budget_option(app, &a->ram_budget);
-  add_profile_option(app, &a->profile);
+  add_engine_flags(app, &a->engine);
   app.add_option("--stop", a->stop, "stop string (repeatable)");
   app.add_flag("--no-chat", a->no_chat, "feed the prompt as raw text, without the chat template");
   app.add_flag("-i,--interactive", a->interactive, "chat REPL");

@@ -27,10 +27,7 @@ struct ServeArgs {
   std::string alias;
   server::ServerOptions server;
   int64_t context = 4096;
-  int threads = 0;
-  std::string kv_type = "f16";
-  uint64_t ram_budget = 0;  // --ram-budget; 0: the profile's usable memory
-  std::string profile;      // --profile FILE
+  EngineFlags engine;
 };
 
 int run_serve(ServeArgs a) {
@@ -40,17 +37,7 @@ int run_serve(ServeArgs a) {
                  "(run scripts/fetch-models.sh)\n";
     return 2;
   }
-  if (a.kv_type != "f16" && a.kv_type != "f32") {
-    std::cerr << "hypura serve: --kv-type must be f16 or f32\n";
-    return 2;
-  }
-  runtime::EngineOptions eo;
-  eo.model_path = path;
-  eo.n_threads = a.threads;
-  eo.n_ctx = a.context;
-  eo.kv_f32 = a.kv_type == "f32";
-  eo.ram_budget = a.ram_budget;
-  eo.profile_path = a.profile;
+  const runtime::EngineOptions eo = engine_options(a.engine, path, a.context);
   const auto t0 = std::chrono::steady_clock::now();
   auto engine = runtime::Engine::load(eo);
   if (!engine.is_ok()) {
@@ -103,10 +90,7 @@ std::function<int()> setup_serve(CLI::App& app) {
                  "https://app.example or https://*.example.com (repeatable; '*': any). Default: "
                  "http(s) pages on localhost and --host, app://, file://, tauri://, vscode-webview://");
   app.add_option("--alias", a->alias, "model name to serve under (default: the file name)");
-  add_threads_option(app, &a->threads);
-  app.add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32")->capture_default_str();
-  add_ram_budget_option(app, &a->ram_budget);
-  add_profile_option(app, &a->profile);
+  add_engine_flags(app, &a->engine);
   return [a] { return run_serve(*a); };
 }
 

@@ -198,29 +198,23 @@ Result<std::unique_ptr<Engine>> ResidentEngine::create(const EngineOptions& opti
   }
   e->chat_ = std::make_unique<tokenizer::ChatTemplate>(
       tokenizer::ChatTemplate::for_tokenizer(*e->tokenizer_));
-  const int64_t n_train = e->model_->hparams().n_ctx_train;
-  const int64_t want = options.n_ctx > 0 ? options.n_ctx : 4096;
-  // Past the trained length RoPE keeps rotating but the model was never trained there:
-  // only a speed measurement (bench, like llama-bench) may ask for it.
-  e->n_ctx_ = options.n_ctx_past_trained ? want : std::min(want, n_train);
-  if (want > n_train) {
-    if (options.n_ctx_past_trained) {
-      spdlog::warn("context {} exceeds the model's trained length {}: speed only, outputs "
-                   "past it are not meaningful", want, n_train);
-    } else {
-      spdlog::info("context {} capped to the model's trained length {}", want, n_train);
-    }
-  }
   e->kv_f32_ = options.kv_f32;
   TierOptions tier;
-  tier.ram_budget = options.ram_budget;
-  tier.profile_path = options.profile_path;
-  tier.n_ctx = e->n_ctx_;
-  tier.n_batch = kMaxBatch;
-  tier.kv_f32 = options.kv_f32;
+  tier.plan = plan_request(options);
   tier.progress = options.load_progress;
   tier.trace_path = options.trace_path;
   HYPURA_ASSIGN_OR_RETURN(e->weights_, TieredWeights::load(e->file_, tier));
+  // The plan capped the context to the model's trained length unless asked not to: past
+  // it RoPE keeps rotating but the model was never trained there, so only a speed
+  // measurement (bench, like llama-bench) may ask for it.
+  e->n_ctx_ = e->weights_->plan().n_ctx;
+  const int64_t want = tier.plan.budgets.n_ctx, n_train = e->model_->hparams().n_ctx_train;
+  if (want > n_train && options.n_ctx_past_trained) {
+    spdlog::warn("context {} exceeds the model's trained length {}: speed only, outputs past it are not "
+                 "meaningful", want, n_train);
+  } else if (e->n_ctx_ < want) {
+    spdlog::info("context {} capped to the model's trained length {}", want, e->n_ctx_);
+  }
   const int n_threads = options.n_threads > 0 ? options.n_threads : physical_cores();
   e->ctx_ = std::make_unique<compute::Context>(n_threads);
   return std::unique_ptr<Engine>(std::move(e));

@@ -57,9 +57,9 @@ inline Model open_model(const std::string& name) {
 // machine, no storage benchmark), a small context and batch, no mlock.
 inline TierOptions fixture_tier_options() {
   TierOptions opts;
-  opts.profile_path = std::string(HYPURA_SOURCE_DIR) + "/src/scheduler/testdata/cpu_24g.json";
-  opts.n_ctx = 64;
-  opts.n_batch = 16;
+  opts.plan.profile_file = std::string(HYPURA_SOURCE_DIR) + "/src/scheduler/testdata/cpu_24g.json";
+  opts.plan.budgets.n_ctx = 64;
+  opts.plan.budgets.n_batch = 16;
   opts.lock_resident = false;
   return opts;
 }

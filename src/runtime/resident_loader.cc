@@ -14,7 +14,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kAlign = io::kDirectAlignment;
-constexpr uint64_t kMergeGap = kAlign;     // tensors this close: one read
 constexpr uint64_t kLoadChunk = 64 << 20;  // bytes per submit: the progress granularity
 constexpr int kChunksInFlight = 4;         // 256 MiB ahead: more than any device queue holds
 
@@ -22,14 +21,9 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Tensors adjacent in one file, read as one aligned range.
-struct Run {
-  uint32_t file_index = 0;
-  uint64_t begin = 0, end = 0;  // tensor bytes covered, [begin, end)
-  std::vector<TensorId> tensors;
-};
+}  // namespace
 
-std::vector<Run> merge_runs(const gguf::GgufFile& file, const std::vector<bool>& wanted) {
+std::vector<TensorRun> merge_runs(const gguf::GgufFile& file, const std::vector<bool>& wanted) {
   const auto& tensors = file.tensors();
   std::vector<TensorId> ids;
   for (size_t id = 0; id < tensors.size(); ++id) {
@@ -39,17 +33,21 @@ std::vector<Run> merge_runs(const gguf::GgufFile& file, const std::vector<bool>&
     const auto &ta = tensors[a], &tb = tensors[b];
     return ta.file_index != tb.file_index ? ta.file_index < tb.file_index : ta.offset < tb.offset;
   });
-  std::vector<Run> runs;
+  std::vector<TensorRun> runs;
   for (TensorId id : ids) {
     const auto& t = tensors[id];
-    if (runs.empty() || runs.back().file_index != t.file_index || t.offset > runs.back().end + kMergeGap) {
-      runs.push_back(Run{t.file_index, t.offset, t.offset, {}});
+    if (runs.empty() || runs.back().file_index != t.file_index || t.offset > runs.back().end + kRunMergeGap) {
+      runs.push_back(TensorRun{t.file_index, t.offset, t.offset, {}});
     }
     runs.back().end = std::max(runs.back().end, t.offset + t.n_bytes);
     runs.back().tensors.push_back(id);
   }
   return runs;
 }
+
+namespace {
+
+using Run = TensorRun;
 
 // The aligned file range a run reads (the last block clipped at the end of the file).
 FileRange aligned_range(const Run& r, uint64_t file_size) {

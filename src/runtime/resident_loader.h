@@ -31,6 +31,19 @@ struct FileRange {
   uint64_t length = 0;
 };
 
+// Tensors adjacent in one file (gaps of at most one alignment block, 4 KiB, which are
+// read along), read as one range: the resident load's runs, and the streamed reads of one
+// layer (streaming_provider.h).
+struct TensorRun {
+  uint32_t file_index = 0;
+  uint64_t begin = 0, end = 0;  // file bytes covered, [begin, end)
+  std::vector<TensorId> tensors;
+};
+inline constexpr uint64_t kRunMergeGap = 4096;
+
+// The tensors with wanted[id] true, sorted by file position and merged into runs.
+std::vector<TensorRun> merge_runs(const gguf::GgufFile& file, const std::vector<bool>& wanted);
+
 struct ResidentTensors {
   LedgerBuffer buffer;                 // every loaded byte, charged as kResidentWeights
   std::vector<const uint8_t*> data;    // (n_tensors): a tensor's bytes, null if not loaded

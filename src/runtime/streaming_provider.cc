@@ -78,24 +78,30 @@ Status StreamingProvider::build_layout(const StreamingConfig& config) {
   for (int key = 0; key <= n_layer; ++key) {
     if (stream_of_layer_[key] < 0) continue;
     stream_of_layer_[key] = static_cast<int>(stream_layers_.size());
-    stream_layers_.push_back(StreamLayer{key - 1, {}, 0});
+    stream_layers_.push_back(StreamLayer{key - 1, {}, {}, 0});
   }
-  // Each tensor sits in its slot at the file offset's residue modulo the alignment, so
-  // Storage reads it straight into place (only head and tail blocks are bounced).
-  std::vector<uint64_t> cursor(stream_layers_.size(), 0);
+  std::vector<std::vector<bool>> wanted(stream_layers_.size(), std::vector<bool>(tensors.size(), false));
   for (size_t id = 0; id < tensors.size(); ++id) {
     if (!config.streamed[id]) continue;
     const int s = stream_of_layer_[layer_of(tensors[id].name) + 1];
-    StreamLayer& sl = stream_layers_[s];
-    const uint64_t off = io::align_up(cursor[s], kAlign) + tensors[id].offset % kAlign;
+    wanted[s][id] = true;
     locations_[id].stream = s;
-    locations_[id].slot_offset = off;
-    cursor[s] = off + tensors[id].n_bytes;
-    sl.tensors.push_back(static_cast<TensorId>(id));
-    sl.bytes += tensors[id].n_bytes;
+    stream_layers_[s].tensors.push_back(static_cast<TensorId>(id));
+    stream_layers_[s].bytes += tensors[id].n_bytes;
     bytes_per_pass_ += tensors[id].n_bytes;
   }
-  for (uint64_t c : cursor) slot_bytes_ = std::max(slot_bytes_, io::align_up(c, kAlign));
+  // Each run sits in its slot at the file offset's residue modulo the alignment, so
+  // Storage reads it straight into place (only its head and tail blocks are bounced).
+  for (size_t s = 0; s < stream_layers_.size(); ++s) {
+    uint64_t cursor = 0;
+    for (const TensorRun& run : merge_runs(file_, wanted[s])) {
+      const uint64_t off = io::align_up(cursor, kAlign) + run.begin % kAlign;
+      stream_layers_[s].reads.push_back({run.file_index, run.begin, run.end - run.begin, off});
+      for (TensorId id : run.tensors) locations_[id].slot_offset = off + (tensors[id].offset - run.begin);
+      cursor = off + (run.end - run.begin);
+    }
+    slot_bytes_ = std::max(slot_bytes_, io::align_up(cursor, kAlign));
+  }
   return Status::ok();
 }
 
@@ -148,10 +154,9 @@ void StreamingProvider::issue(int slot, int stream) {
   s.stream = stream;
   s.state = SlotState::kReading;
   const StreamLayer& sl = stream_layers_[stream];
-  for (TensorId id : sl.tensors) {
-    const gguf::TensorInfo& t = file_.tensors()[id];
-    std::span<uint8_t> dst(s.buffer.data() + locations_[id].slot_offset, t.n_bytes);
-    s.reads.push_back({t.file_index, storages_[t.file_index]->submit(t.offset, dst)});
+  for (const LayerRead& r : sl.reads) {
+    std::span<uint8_t> dst(s.buffer.data() + r.slot_offset, r.length);
+    s.reads.push_back({r.file_index, storages_[r.file_index]->submit(r.offset, dst)});
   }
   stats_.bytes_read += sl.bytes;
   stats_.layers_read++;

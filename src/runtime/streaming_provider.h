@@ -16,6 +16,11 @@
 // A failed read makes acquire() return the error (file, offset, errno text) and the
 // slot is dropped; nothing is computed on it. The next acquire() re-synchronises.
 // A prompt batch is one forward pass, so each streamed layer is read once per batch.
+// A layer's streamed tensors that are neighbours in the file (gaps of at most 4 KiB: a
+// norm between two FFN matrices) are one read, laid out in the slot as in the file: small
+// models' 0.5 MiB tensors become one request of the layer's size, and the head/tail block
+// two neighbours share is read once (stats count the tensors' bytes; the gaps are read
+// along).
 //
 // Thread-safety: like every WeightProvider, driven by the one thread running the forward
 // pass (sessions of an engine serialise their passes). Storage's I/O thread fills slots
@@ -114,9 +119,16 @@ class StreamingProvider final : public WeightProvider {
     SlotState state = SlotState::kFree;
     std::vector<io::PendingRead> reads;     // issued, not yet waited for
   };
+  // One read of a layer: file-adjacent streamed tensors (a TensorRun) into its slot.
+  struct LayerRead {
+    uint32_t file_index = 0;
+    uint64_t offset = 0, length = 0;  // file range
+    uint64_t slot_offset = 0;
+  };
   struct StreamLayer {
     int layer = 0;
     std::vector<TensorId> tensors;
+    std::vector<LayerRead> reads;  // the tensors merged into file-adjacent runs
     uint64_t bytes = 0;  // sum of the tensors' n_bytes
   };
   // Where a tensor's bytes are: resident memory, or an offset inside a slot.

@@ -18,9 +18,9 @@
 //                          much of the gap to the disk is the I/O pattern, how much compute
 //   stall_s_per_token      time acquire() waited for reads / tokens
 //   predicted_tok_s        the planner's prediction re-evaluated with the same run's disk
-//                          grid (TieredWeights::predict_with_storage; the plan at load used
-//                          the cached profile: predicted_at_load_tok_s); prediction_ratio =
-//                          tok/s / predicted_tok_s
+//                          grid and memory bandwidth (TieredWeights::predict_with; the plan
+//                          at load used the cached profile: predicted_at_load_tok_s);
+//                          prediction_ratio = tok/s / predicted_tok_s
 //   peak_rss, budget       VmHWM and the ledger's budget; planned_ram beside ledger_peak
 //   load_bps, load_ratio   resident-part load bandwidth and its ratio to load_reference_bps
 //
@@ -50,12 +50,14 @@ struct StorageReferences {
   uint64_t disk_cursor = 0;                       // where the next grid continues reading
   std::vector<double> pattern_runs;               // the provider's I/O-only passes, bytes/s
   double load_reference_bps = 0;
+  double memory_read_bps = 0;                     // memory read bandwidth, before the load (0: none)
 
   double disk_read_bps() const;     // mean of disk_runs (0: none)
   double pattern_read_bps() const;  // mean of pattern_runs (0: none)
-  // The disk grid as storage figures for TieredWeights::predict_with_storage: `base` with
-  // its sequential points and seq_read_bps replaced by this run's.
-  profiler::StorageProfile storage_profile(const profiler::StorageProfile& base) const;
+  // The profile with this run's figures for TieredWeights::predict_with: `base` with its
+  // sequential points and seq_read_bps replaced by those measured, and the higher of its
+  // and this run's memory bandwidth (contention only lowers a probe).
+  profiler::HardwareProfile same_run_profile(const profiler::HardwareProfile& base) const;
 };
 
 // Runs the profile's sequential grid read-only on `path` (the model file) and adds its

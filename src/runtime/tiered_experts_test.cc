@@ -51,7 +51,7 @@ TEST_P(TieredExperts, PlanLedgerAndProviderAgree) {
   uint64_t expert_bytes = 0;
   for (const auto& t : tensors->tensors) expert_bytes += model::is_moe_expert(t.role) ? t.bytes : 0;
   ASSERT_GT(expert_bytes, 0u);
-  opts.ram_budget = need - expert_bytes / 3;
+  opts.plan.budgets.ram_bytes = need - expert_bytes / 3;
   auto loaded = TieredWeights::load(file, opts);
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();  // no ledger refusal
   TieredWeights& w = *loaded.value();
@@ -63,8 +63,8 @@ TEST_P(TieredExperts, PlanLedgerAndProviderAgree) {
   const LedgerSnapshot ledger = w.ledger().snapshot();
   EXPECT_EQ(ledger.by_kind[static_cast<size_t>(MemoryKind::kExpertCache)], plan.memory.expert_cache);
   EXPECT_EQ(ledger.by_kind[static_cast<size_t>(MemoryKind::kKvCache)], plan.memory.kv_ram);
-  EXPECT_LE(ledger.peak, opts.ram_budget);
-  EXPECT_EQ(w.ledger().budget(), opts.ram_budget);
+  EXPECT_LE(ledger.peak, *opts.plan.budgets.ram_bytes);
+  EXPECT_EQ(w.ledger().budget(), *opts.plan.budgets.ram_bytes);
 
   auto mmap = MmapProvider::open(file);
   ASSERT_TRUE(mmap.is_ok());
@@ -76,7 +76,7 @@ TEST_P(TieredExperts, PlanLedgerAndProviderAgree) {
   const ExpertStats s = w.experts()->stats();
   EXPECT_GT(s.lookups, 0u);
   EXPECT_EQ(w.experts()->storage_bytes_since_load(), s.bytes_read);  // no silent preloading
-  EXPECT_LE(w.ledger().snapshot().peak, opts.ram_budget);
+  EXPECT_LE(w.ledger().snapshot().peak, *opts.plan.budgets.ram_bytes);
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, TieredExperts, testing::Values("mixtral-f32", "qwen3moe-f32"));

@@ -1,10 +1,13 @@
 // TieredWeights end to end: the planner, under a RAM budget that the whole model does not
 // fit, streams the FFN tensors; logits are bit-identical to the resident run, storage
 // reads equal the plan's streamed bytes per token x forward passes, and the ledger's peak
-// stays within the budget. The golden llama at two quantizations (the other tiny golden
-// models have no plan that saves memory: pool slack exceeds their FFN bytes; bit-identity
-// over four architectures is in streaming_provider_test.cc). A fixture profile makes the
-// plan deterministic.
+// stays within the budget. The golden llama in F32: in the other tiny golden models (the
+// Q4_K_M llama too) every layer is smaller than the pool slots streaming it would need, so
+// no budget has a plan that streams and saves memory (the token embedding, which used to
+// be "streamed" on paper while the runtime kept it resident, now never is). Q4_K_M under
+// the planner: tests/streaming (a 1b synthetic under 400M, the same text as resident);
+// bit-identity over four architectures: streaming_provider_test.cc. A fixture profile
+// makes the plan deterministic.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -46,7 +49,7 @@ TEST_P(TieredStream, BudgetForcesStreamingWithIdenticalLogits) {
   roomy.value().reset();
   Result<std::unique_ptr<TieredWeights>> tight = invalid_argument("no budget tried");
   for (uint64_t shortfall : {400000, 300000, 200000, 120000, 80000, 40000, 20000, 10000, 5000}) {
-    opts.ram_budget = need - shortfall;
+    opts.plan.budgets.ram_bytes = need - shortfall;
     tight = TieredWeights::load(file, opts);
     if (tight.is_ok()) break;
   }
@@ -82,11 +85,11 @@ TEST_P(TieredStream, BudgetForcesStreamingWithIdenticalLogits) {
   EXPECT_EQ(passes, 7u);
   EXPECT_EQ(s.bytes_read - s.unconsumed_bytes,
             planned * passes);
-  EXPECT_LE(w.ledger().snapshot().peak, opts.ram_budget);
-  EXPECT_EQ(w.ledger().budget(), opts.ram_budget);
+  EXPECT_LE(w.ledger().snapshot().peak, *opts.plan.budgets.ram_bytes);
+  EXPECT_EQ(w.ledger().budget(), *opts.plan.budgets.ram_bytes);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, TieredStream, testing::Values("llama-q4_k_m", "llama-f32"),
+INSTANTIATE_TEST_SUITE_P(Archs, TieredStream, testing::Values("llama-f32"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';

@@ -1,37 +1,13 @@
 #include "runtime/tiered_weights.h"
 
 #include <algorithm>
-#include <filesystem>
 
 #include <spdlog/spdlog.h>
 
 #include "common/size.h"
-#include "profiler/profiler.h"
-#include "profiler/system_info.h"
+#include "runtime/engine.h"
 
 namespace hypura::runtime {
-namespace {
-
-// A model this far below usable memory is resident whatever the storage speed.
-constexpr uint64_t kComfortBytes = uint64_t{2} << 30;
-
-// The profile when storage speed cannot change the plan: the cached one if present, else
-// system facts only (no benchmark), with a nominal storage figure the plan ignores.
-profiler::HardwareProfile quick_profile() {
-  const std::string cache = profiler::default_cache_path();
-  if (std::filesystem::exists(cache)) {
-    auto cached = profiler::load_profile_file(cache);
-    if (cached.is_ok()) return std::move(cached).value();
-  }
-  profiler::HardwareProfile p;
-  p.source = "system facts (no storage benchmark: the model fits)";
-  p.cpu = profiler::probe_cpu();
-  p.memory = profiler::probe_memory(profiler::kDefaultReserveBytes);
-  p.storage.seq_read_bps = 1e9;
-  return p;
-}
-
-}  // namespace
 
 std::string ledger_dry_run(const scheduler::MemoryPlan& m) {
   MemoryLedger ledger(m.ram_limit);
@@ -52,32 +28,27 @@ std::string ledger_dry_run(const scheduler::MemoryPlan& m) {
 Result<std::unique_ptr<TieredWeights>> TieredWeights::load(const gguf::GgufFile& file,
                                                            const TierOptions& options) {
   std::unique_ptr<TieredWeights> w(new TieredWeights());
-  HYPURA_RETURN_IF_ERROR(w->make_plan(file, options));
-  w->ledger_ = std::make_unique<MemoryLedger>(w->plan_.memory.ram_limit);
-  HYPURA_RETURN_IF_ERROR(w->charge_fixed(options));
-  if (w->plan_.mode == scheduler::Mode::kExpertStreaming) {
+  HYPURA_ASSIGN_OR_RETURN(w->planned_, plan_weights(file, options.plan));
+  const scheduler::Plan& plan = w->planned_.plan;
+  const scheduler::ModelTensors& tensors = w->planned_.tensors;
+  w->ledger_ = std::make_unique<MemoryLedger>(plan.memory.ram_limit);
+  HYPURA_RETURN_IF_ERROR(w->charge_fixed());
+  if (plan.mode == scheduler::Mode::kExpertStreaming) {
     HYPURA_RETURN_IF_ERROR(w->load_experts(file, options));
     return w;
   }
 
   StreamingConfig config;
   config.streamed.assign(file.tensors().size(), false);
-  for (size_t i = 0; i < w->tensors_.tensors.size(); ++i) {
-    const int32_t id = w->tensors_.tensors[i].file_index;
-    if (id < 0 || w->plan_.tiers[i] != scheduler::Tier::kStorage) continue;
-    // A forward pass reads only its tokens' rows of the embedding, but the provider
-    // cannot know which before the pass: it stays resident (a small excess the ledger sees).
-    if (w->tensors_.tensors[i].role == model::TensorRole::kTokenEmbedding) {
-      spdlog::info("keeping {} resident (the plan streams it)", w->tensors_.tensors[i].name);
-      continue;
-    }
-    config.streamed[id] = true;
+  for (size_t i = 0; i < tensors.tensors.size(); ++i) {
+    const int32_t id = tensors.tensors[i].file_index;
+    if (id >= 0 && plan.tiers[i] == scheduler::Tier::kStorage) config.streamed[id] = true;
   }
-  config.n_slots = static_cast<int>(std::max<uint32_t>(w->plan_.pool_slots, 2));
-  config.prefetch_depth = std::max(1, w->plan_.prefetch_depth);
+  config.n_slots = static_cast<int>(std::max<uint32_t>(plan.pool_slots, 2));
+  config.prefetch_depth = std::max(1, plan.prefetch_depth);
   config.lock_resident = options.lock_resident;
-  if (w->plan_.io_queue_depth > 0) config.storage.queue_depth = w->plan_.io_queue_depth;
-  if (w->plan_.io_request_bytes > 0) config.storage.request_bytes = w->plan_.io_request_bytes;
+  if (plan.io_queue_depth > 0) config.storage.queue_depth = plan.io_queue_depth;
+  if (plan.io_request_bytes > 0) config.storage.request_bytes = plan.io_request_bytes;
   HYPURA_ASSIGN_OR_RETURN(w->provider_, StreamingProvider::create(file, std::move(config),
                                                                  *w->ledger_, options.progress));
   spdlog::info("mode {}: {} resident, {} streamed per token through {} slots of {} "
@@ -92,12 +63,13 @@ Result<std::unique_ptr<TieredWeights>> TieredWeights::load(const gguf::GgufFile&
 // Expert-streaming: every non-expert tensor resident, the experts read on demand into a
 // cache of the plan's size (expert_provider.h).
 Status TieredWeights::load_experts(const gguf::GgufFile& file, const TierOptions& options) {
+  const scheduler::Plan& plan = planned_.plan;
   ExpertConfig config;
-  config.cache_experts = std::max<uint32_t>(plan_.expert_cache_experts, 1);
+  config.cache_experts = std::max<uint32_t>(plan.expert_cache_experts, 1);
   config.lock_resident = options.lock_resident;
   config.stats_path = CoactivationStats::default_path(file.paths().front(), file.total_bytes());
-  if (plan_.io_queue_depth > 0) config.storage.queue_depth = plan_.io_queue_depth;
-  if (plan_.io_request_bytes > 0) config.storage.request_bytes = plan_.io_request_bytes;
+  if (plan.io_queue_depth > 0) config.storage.queue_depth = plan.io_queue_depth;
+  if (plan.io_request_bytes > 0) config.storage.request_bytes = plan.io_request_bytes;
   HYPURA_ASSIGN_OR_RETURN(experts_, ExpertProvider::create(file, std::move(config), *ledger_, options.progress));
   if (!options.trace_path.empty()) {
     trace_path_ = options.trace_path;
@@ -122,54 +94,45 @@ TieredWeights::~TieredWeights() {
   }
 }
 
-Status TieredWeights::make_plan(const gguf::GgufFile& file, const TierOptions& options) {
-  HYPURA_ASSIGN_OR_RETURN(tensors_, scheduler::model_tensors_from_gguf(file));
-  scheduler::Budgets budgets;
-  if (options.ram_budget > 0) budgets.ram_bytes = options.ram_budget;
-  budgets.n_ctx = options.n_ctx;
-  budgets.n_batch = options.n_batch;
-  budgets.kv_bytes_per_element = options.kv_f32 ? 4 : 2;
-  budgets.use_gpu = false;  // no GPU provider yet
-  if (!options.profile_path.empty()) {
-    HYPURA_ASSIGN_OR_RETURN(profile_, profiler::load_profile_file(options.profile_path));
-  } else {
-    const profiler::MemoryProfile mem = profiler::probe_memory(profiler::kDefaultReserveBytes);
-    const bool comfortable = options.ram_budget == 0 && file.total_bytes() + kComfortBytes < mem.usable_bytes;
-    if (comfortable) {
-      profile_ = quick_profile();
-    } else {
-      profiler::ProfileOptions po;
-      po.model_path = file.paths().front();
-      HYPURA_ASSIGN_OR_RETURN(profile_, profiler::load_or_measure(po));
-    }
-  }
-  // The ledger charges the process as what it holds now when that exceeds the planned
-  // overhead (charge_fixed); plan with the same figure so plan and ledger agree.
-  scheduler::CostModel cost;
-  cost.runtime_overhead_bytes = std::max(cost.runtime_overhead_bytes, current_rss_bytes());
-  tensors_.expert_frequency = CoactivationStats::recorded_frequency(
-      file.paths().front(), file.total_bytes(), tensors_.n_layer, static_cast<int>(tensors_.n_expert));
-  HYPURA_ASSIGN_OR_RETURN(plan_, scheduler::place(tensors_, profile_, budgets, cost));
-  budgets_ = budgets;
-  cost_ = cost;
-  return Status::ok();
+scheduler::PlanRequest plan_request(const EngineOptions& o) {
+  scheduler::PlanRequest r;
+  r.profile_file = o.profile_path;
+  if (o.ram_budget > 0) r.budgets.ram_bytes = o.ram_budget;
+  if (o.gpu_budget > 0) r.budgets.gpu_bytes = o.gpu_budget;
+  r.budgets.n_ctx = o.n_ctx > 0 ? o.n_ctx : 4096;
+  r.cap_context = !o.n_ctx_past_trained;
+  r.budgets.n_batch = kMaxBatch;
+  r.budgets.kv_bytes_per_element = o.kv_f32 ? 4 : 2;
+  return r;
 }
 
-scheduler::Prediction TieredWeights::predict_with_storage(const profiler::StorageProfile& storage) const {
-  profiler::HardwareProfile p = profile_;
-  p.storage = storage;
-  scheduler::Plan plan = plan_;
-  scheduler::evaluate(tensors_, p, budgets_, cost_, plan);
+Result<scheduler::PlannedModel> plan_weights(const gguf::GgufFile& file, scheduler::PlanRequest request) {
+  if (request.expert_frequency.empty()) {
+    HYPURA_ASSIGN_OR_RETURN(scheduler::ModelTensors shape, scheduler::model_tensors_from_gguf(file));
+    if (shape.n_expert > 0) {
+      request.expert_frequency = CoactivationStats::recorded_frequency(
+          file.paths().front(), file.total_bytes(), shape.n_layer, static_cast<int>(shape.n_expert));
+    }
+  }
+  return scheduler::plan_model(file, request);
+}
+
+scheduler::Prediction TieredWeights::predict_with(const profiler::HardwareProfile& profile) const {
+  scheduler::Plan plan = planned_.plan;
+  scheduler::evaluate(planned_.tensors, profile, planned_.budgets, planned_.cost, plan);
   return plan.prediction;
 }
 
-// The process baseline, one session's KV cache and work buffers, as the plan sized them;
-// the baseline is what the process holds now when that is more than the plan assumed.
-Status TieredWeights::charge_fixed(const TierOptions& options) {
-  const scheduler::MemoryPlan& m = plan_.memory;
-  HYPURA_ASSIGN_OR_RETURN(process_, ledger_->reserve(MemoryKind::kProcess,
-                                                      std::max(m.overhead_ram, current_rss_bytes()),
-                                                      "process baseline"));
+// The process overhead, one session's KV cache and work buffers, as the plan sized them
+// (so plan and ledger agree); the process overhead is computed from the model
+// (scheduler::process_overhead_bytes), and bench checks it against the peak RSS.
+Status TieredWeights::charge_fixed() {
+  const scheduler::MemoryPlan& m = planned_.plan.memory;
+  if (const uint64_t rss = current_rss_bytes(); rss > m.overhead_ram) {
+    spdlog::debug("RSS before the weights load {} exceeds the planned process overhead {} (earlier "
+                  "allocations of this process)", format_size(rss), format_size(m.overhead_ram));
+  }
+  HYPURA_ASSIGN_OR_RETURN(process_, ledger_->reserve(MemoryKind::kProcess, m.overhead_ram, "process overhead"));
   HYPURA_ASSIGN_OR_RETURN(kv_, ledger_->reserve(MemoryKind::kKvCache, m.kv_ram, "KV cache"));
   HYPURA_ASSIGN_OR_RETURN(work_, ledger_->reserve(MemoryKind::kWork, m.work_ram, "work buffers"));
   return Status::ok();

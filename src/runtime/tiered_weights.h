@@ -1,16 +1,13 @@
 // TieredWeights: a model's weights placed by the planner, with the memory ledger that
 // accounts for them.
 //
-// load() makes the plan (scheduler::place over the hardware profile and the budgets),
-// opens a ledger whose budget is the plan's RAM limit, charges the process baseline,
-// one session's KV cache and work buffers, then builds the StreamingProvider: tensors the
-// plan put in RAM (or on the GPU: no GPU tier yet, they stay in RAM) are loaded with
-// direct I/O, tensors on storage stream through the pool. A model that fits gets a plan
-// with nothing on storage and the same provider serves it from RAM.
-//
-// Profile: with no budget flag and a model far below usable memory, the plan does not
-// depend on storage speed, so no storage benchmark runs (a cached profile is used when
-// present); otherwise profiler::load_or_measure (cached after the first run).
+// load() makes the plan (plan_weights: the one planning call, which `inspect --plan`
+// prints too), opens a ledger whose budget is the plan's RAM limit, charges the process
+// overhead, one session's KV cache and work buffers as the plan sized them, then builds
+// the StreamingProvider: tensors the plan put in RAM are loaded with direct I/O, tensors
+// on storage stream through the pool (expert-streaming plans get the ExpertProvider). A
+// model that fits gets a plan with nothing on storage and the same provider serves it
+// from RAM.
 //
 // Thread-safety: load() once; afterwards provider() is driven by one forward pass at a
 // time and the accessors are safe from any thread.
@@ -27,24 +24,34 @@
 #include "runtime/expert_provider.h"
 #include "runtime/memory_ledger.h"
 #include "runtime/routing_trace.h"
+#include "runtime/session.h"
 #include "runtime/streaming_provider.h"
 #include "scheduler/model_tensors.h"
 #include "scheduler/plan.h"
+#include "scheduler/plan_request.h"
 
 namespace hypura::runtime {
 
 struct TierOptions {
-  uint64_t ram_budget = 0;     // bytes; 0: the profile's usable memory (cgroup-aware)
-  int64_t n_ctx = 4096;
-  int64_t n_batch = 512;       // prompt tokens per forward pass
-  bool kv_f32 = false;
-  std::string profile_path;    // --profile FILE; empty: cache or measurement
+  // Budgets, context, profile (scheduler/plan_request.h). The runtime's own figures:
+  // budgets.n_batch is the prompt tokens per forward pass.
+  scheduler::PlanRequest plan;
   bool lock_resident = true;
   std::function<void(uint64_t done, uint64_t total)> progress;  // resident bytes loaded
   // Expert-streaming mode (expert_provider.h): record the routing to this file, written
   // when the weights are destroyed; empty: no trace.
   std::string trace_path;
 };
+
+// The plan request of an engine's options (budget, context, KV type, profile; the
+// runtime's prompt batch; no GPU tier until a device decision sets one): what
+// Engine::load plans with and what `inspect --plan` prints, so the two agree.
+scheduler::PlanRequest plan_request(const EngineOptions& options);
+
+// The one planning call: scheduler::plan_model with the routing that earlier runs of this
+// model recorded (coactivation.h), so the expert cache's predicted hit rate is the one
+// the runtime will see. `inspect --plan` prints its result; TieredWeights::load runs it.
+Result<scheduler::PlannedModel> plan_weights(const gguf::GgufFile& file, scheduler::PlanRequest request);
 
 // `inspect --plan`'s ledger figures: the plan's RAM allocations charged, in load order,
 // to a MemoryLedger with the plan's budget (the same ledger that refuses at load time),
@@ -75,28 +82,24 @@ class TieredWeights {
   }
   // The tensors loaded into RAM at start, whichever provider holds them.
   const ResidentTensors& resident() const { return experts_ ? experts_->resident() : provider_->resident(); }
-  const scheduler::Plan& plan() const { return plan_; }
-  // The plan's prediction again (same tiers, pool and depth) with other storage figures:
-  // bench re-predicts with the disk grid it measured in the same run, since the cached
-  // profile's figures may be hours old on a disk whose speed drifts.
-  scheduler::Prediction predict_with_storage(const profiler::StorageProfile& storage) const;
-  const profiler::HardwareProfile& profile() const { return profile_; }
+  const scheduler::Plan& plan() const { return planned_.plan; }
+  // The plan's prediction again (same tiers, pool and depth) on another profile: bench
+  // re-predicts with the disk grid and memory bandwidth it measured in the same run, since
+  // the cached profile's figures may be hours old on a shared machine whose disk and
+  // memory speeds drift.
+  scheduler::Prediction predict_with(const profiler::HardwareProfile& profile) const;
+  const profiler::HardwareProfile& profile() const { return planned_.profile; }
   const MemoryLedger& ledger() const { return *ledger_; }
-  std::string mode() const { return scheduler::mode_name(plan_.mode); }
+  std::string mode() const { return scheduler::mode_name(planned_.plan.mode); }
   // Streamed bytes one forward pass reads (the plan's dense streamed tensors).
   uint64_t streamed_bytes_per_pass() const { return provider_ ? provider_->bytes_per_pass() : 0; }
 
  private:
   TieredWeights() = default;
-  Status make_plan(const gguf::GgufFile& file, const TierOptions& options);
-  Status charge_fixed(const TierOptions& options);
+  Status charge_fixed();
   Status load_experts(const gguf::GgufFile& file, const TierOptions& options);
 
-  profiler::HardwareProfile profile_;
-  scheduler::ModelTensors tensors_;
-  scheduler::Plan plan_;
-  scheduler::Budgets budgets_;
-  scheduler::CostModel cost_;
+  scheduler::PlannedModel planned_;
   std::unique_ptr<MemoryLedger> ledger_;
   Reservation process_, kv_, work_;
   std::unique_ptr<StreamingProvider> provider_;

@@ -21,6 +21,20 @@ int64_t arch_int(const gguf::Metadata& md, const std::string& arch, const std::s
   return fallback;
 }
 
+// Elements of every array in the metadata (nested arrays counted through).
+uint64_t array_elements(const gguf::Value& v) {
+  const auto* arr = v.as_array();
+  if (arr == nullptr) return 0;
+  uint64_t n = arr->size();
+  for (const auto& e : *arr) n += array_elements(e);
+  return n;
+}
+
+uint64_t array_size(const gguf::Metadata& md, const char* key) {
+  const auto* arr = md.get_array(key);
+  return arr != nullptr ? arr->size() : 0;
+}
+
 }  // namespace
 
 uint64_t ModelTensors::total_bytes() const {
@@ -67,6 +81,10 @@ Result<ModelTensors> model_tensors_from_gguf(const gguf::GgufFile& file) {
   int64_t head_dim = arch_int(md, a, "attention.key_length", m.n_embd / std::max<int64_t>(m.n_head, 1));
   int64_t head_dim_v = arch_int(md, a, "attention.value_length", head_dim);
   m.kv_elements_per_token = static_cast<uint64_t>(m.n_layer * n_head_kv * (head_dim + head_dim_v));
+  m.n_ctx_train = arch_int(md, a, "context_length", 4096);
+  m.n_tokens = array_size(md, "tokenizer.ggml.tokens");
+  m.n_merges = array_size(md, "tokenizer.ggml.merges");
+  for (const auto& [key, value] : md.entries()) m.metadata_array_elements += array_elements(value);
   m.n_expert = arch_int(md, a, "expert_count", 0);
   m.n_expert_used = arch_int(md, a, "expert_used_count", 0);
   int64_t n_ff = arch_int(md, a, "feed_forward_length", 0);
@@ -81,6 +99,8 @@ Result<ModelTensors> model_tensors_from_gguf(const gguf::GgufFile& file) {
     t.layer = c.layer;
     t.bytes = ti.n_bytes;
     t.file_index = static_cast<int32_t>(i);
+    t.split = ti.file_index;
+    t.offset = ti.offset;
     if (model::is_moe_expert(c.role) && ti.ne.size() >= 3) {
       t.n_expert = ti.ne[2];
       if (n_ff_exp == 0) n_ff_exp = std::min(ti.ne[0], ti.ne[1]);

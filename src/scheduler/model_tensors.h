@@ -29,6 +29,8 @@ struct TensorDesc {
   uint64_t row_bytes = 0;         // bytes of one row (the embedding reads one per token)
   double access_per_token = 1.0;  // fraction of `bytes` one generated token reads
   int32_t file_index = -1;        // index in GgufFile::tensors() (runtime::TensorId); -1: synthetic
+  uint32_t split = 0;             // which split file holds the data (file_index >= 0)
+  uint64_t offset = 0;            // absolute offset of the data in that file (file_index >= 0)
 };
 
 struct ModelTensors {
@@ -42,6 +44,13 @@ struct ModelTensors {
   int64_t n_expert = 0;           // 0: dense
   int64_t n_expert_used = 0;
   uint64_t kv_elements_per_token = 0;  // K and V values stored per position, all layers
+  int64_t n_ctx_train = 4096;     // <arch>.context_length (the runtime's cap on the context)
+  // What the process holds beside the weights grows with these (process_overhead_bytes in
+  // plan.h): the tokenizer's tokens and merges, and the metadata array elements the GGUF
+  // directory keeps parsed. Shapes without a file estimate them from n_vocab.
+  uint64_t n_tokens = 0;
+  uint64_t n_merges = 0;
+  uint64_t metadata_array_elements = 0;
   std::vector<TensorDesc> tensors;
   // How often each expert was routed in earlier runs, (n_layer * n_expert) layer-major
   // (the runtime's persisted routing statistics, runtime/coactivation.h); empty when none

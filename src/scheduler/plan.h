@@ -47,7 +47,15 @@ struct CostModel {
   double cpu_efficiency = 0.6;     // fraction of measured RAM read bandwidth CPU matmuls reach
   double gpu_efficiency = 0.7;     // same for GPU kernels and device memory bandwidth
   double per_layer_overhead_s = 20e-6;  // synchronisation, thread wake-ups per layer
-  uint64_t runtime_overhead_bytes = uint64_t{128} << 20;  // binary, tokenizer, allocator slack
+  // The process beside weights, KV cache, work buffers and pool (process_overhead_bytes),
+  // from VmRSS at each step of loading SmolLM2-135M, Qwen2.5-0.5B and Gemma-3-270M
+  // (docs/PLANNER.md, "Memory accounting"):
+  uint64_t process_base_bytes = uint64_t{10} << 20;  // code, libraries: VmRSS before the model opens (9.4 MiB)
+  uint64_t metadata_element_bytes = 52;  // one parsed metadata array element (49-52 B measured)
+  uint64_t token_bytes = 134;            // one vocabulary token in the tokenizer
+  uint64_t merge_bytes = 80;             // one BPE merge in the tokenizer
+  uint64_t vocab_sampling_bytes = 16;    // per vocabulary entry: the sampler's candidates (12-16 B)
+  uint64_t process_slack_bytes = uint64_t{4} << 20;  // allocator slack, thread stacks, I/O rings
   uint64_t gpu_context_bytes = uint64_t{512} << 20;       // CUDA context, allocator slack
   int max_prefetch_depth = 8;
   uint32_t max_queue_depth = 64;   // device reads in flight at most (the I/O engine's ring)
@@ -122,6 +130,12 @@ struct Plan {
 
   uint64_t bytes_on(const ModelTensors& m, Tier tier) const;
 };
+
+// Host memory the process holds beside the plan's other figures (weights, KV cache, work
+// buffers, pool, expert cache): code, the parsed GGUF directory, the tokenizer, the
+// sampler and slack. Computed from the model so that a plan is reproducible and every
+// command that plans the same model under the same budget gets the same plan.
+uint64_t process_overhead_bytes(const ModelTensors& model, const CostModel& cost = {});
 
 // REQUIRES: model has tensors. Fails (kResourceExhausted, with the numbers) when even
 // streaming everything streamable cannot fit the memory limits.

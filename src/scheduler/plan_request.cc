@@ -1,45 +1,61 @@
 #include "scheduler/plan_request.h"
 
-#include "common/size.h"
+#include <algorithm>
+#include <filesystem>
+
+#include "profiler/memory_bandwidth.h"
 #include "profiler/profiler.h"
+#include "profiler/system_info.h"
 
 namespace hypura::scheduler {
 namespace {
 
-Status parse_optional(const std::string& text, const char* flag, std::optional<uint64_t>& out) {
-  if (text.empty()) return Status::ok();
-  auto v = parse_size(text);
-  if (!v.is_ok()) return v.status().with_context(flag);
-  out = *v;
-  return Status::ok();
+// A model this far below usable memory is resident whatever the storage speed.
+constexpr uint64_t kComfortBytes = uint64_t{2} << 30;
+
+// The profile when storage speed cannot change the plan: the cached one if present, else
+// system facts and the memory bandwidth (what a resident prediction rests on), with a
+// nominal storage figure the plan ignores.
+profiler::HardwareProfile quick_profile(uint64_t reserve) {
+  const std::string cache = profiler::default_cache_path();
+  if (!cache.empty() && std::filesystem::exists(cache)) {
+    auto cached = profiler::load_profile_file(cache);
+    if (cached.is_ok()) return std::move(cached).value();
+  }
+  profiler::HardwareProfile p;
+  p.source = "system facts and memory bandwidth (no storage benchmark: the model fits)";
+  p.cpu = profiler::probe_cpu();
+  p.memory = profiler::probe_memory(reserve);
+  profiler::MemoryBandwidthOptions mo;
+  mo.n_threads = std::max(1, p.cpu.physical_cores);
+  p.memory.read_bandwidth_bps = profiler::measure_memory_read_bandwidth_in_child(mo).read_bytes_per_second;
+  p.storage.seq_read_bps = 1e9;
+  return p;
 }
 
 }  // namespace
 
-Result<Budgets> budgets_from(const PlanRequest& r) {
-  Budgets b;
-  HYPURA_RETURN_IF_ERROR(parse_optional(r.ram_budget, "--ram-budget", b.ram_bytes));
-  HYPURA_RETURN_IF_ERROR(parse_optional(r.gpu_budget, "--gpu-budget", b.gpu_bytes));
-  HYPURA_RETURN_IF_ERROR(parse_optional(r.reserve, "--reserve", b.reserve_bytes));
-  if (r.n_ctx <= 0) return invalid_argument("--context must be positive");
-  b.n_ctx = r.n_ctx;
-  b.use_gpu = r.use_gpu;
-  return b;
+Result<profiler::HardwareProfile> profile_for(const gguf::GgufFile& file, const PlanRequest& r) {
+  if (!r.profile_file.empty()) return profiler::load_profile_file(r.profile_file);
+  const uint64_t reserve = r.budgets.reserve_bytes.value_or(profiler::kDefaultReserveBytes);
+  const profiler::MemoryProfile mem = profiler::probe_memory(reserve);
+  if (!r.budgets.ram_bytes && file.total_bytes() + kComfortBytes < mem.usable_bytes) return quick_profile(reserve);
+  profiler::ProfileOptions po;
+  po.model_path = file.paths().front();
+  po.progress = r.progress;
+  po.reserve_bytes = r.budgets.reserve_bytes;
+  return profiler::load_or_measure(po);
 }
 
-Result<PlannedModel> plan_model(const gguf::GgufFile& file, const std::string& model_path,
-                                const PlanRequest& r) {
+Result<PlannedModel> plan_model(const gguf::GgufFile& file, const PlanRequest& r) {
   PlannedModel pm;
-  HYPURA_ASSIGN_OR_RETURN(pm.budgets, budgets_from(r));
   HYPURA_ASSIGN_OR_RETURN(pm.tensors, model_tensors_from_gguf(file));
   pm.tensors.expert_frequency = r.expert_frequency;
-  profiler::ProfileOptions po;
-  po.profile_file = r.profile_file;
-  po.model_path = model_path;
-  po.progress = r.progress;
-  if (pm.budgets.reserve_bytes) po.reserve_bytes = pm.budgets.reserve_bytes;
-  HYPURA_ASSIGN_OR_RETURN(pm.profile, profiler::load_or_measure(po));
-  HYPURA_ASSIGN_OR_RETURN(pm.plan, place(pm.tensors, pm.profile, pm.budgets));
+  pm.budgets = r.budgets;
+  if (pm.budgets.n_ctx <= 0) return invalid_argument("--context must be positive");
+  if (r.cap_context && pm.tensors.n_ctx_train > 0) pm.budgets.n_ctx = std::min(pm.budgets.n_ctx, pm.tensors.n_ctx_train);
+  HYPURA_ASSIGN_OR_RETURN(pm.profile, profile_for(file, r));
+  HYPURA_ASSIGN_OR_RETURN(pm.plan, place(pm.tensors, pm.profile, pm.budgets, pm.cost));
   return pm;
 }
 

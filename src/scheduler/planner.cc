@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 #include "common/size.h"
 #include "scheduler/plan.h"
@@ -20,21 +21,28 @@ constexpr uint64_t kAlign = 4096;
 uint64_t align_up(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 // Streaming classes, streamed in this order (docs/PLANNER.md: ratio of I/O added per
-// byte of memory freed, lowest first; the embedding last by design).
-enum class StreamClass { kNever = 0, kExperts = 1, kDenseFfn = 2, kAttention = 3, kEmbedding = 4 };
+// byte of memory freed, lowest first).
+enum class StreamClass { kNever = 0, kExperts = 1, kDenseFfn = 2, kAttention = 3, kOutputHead = 4 };
 
 StreamClass stream_class(const TensorDesc& t) {
   if (model::is_moe_expert(t.role)) return StreamClass::kExperts;
   if (model::is_dense_ffn(t.role) || t.role == TensorRole::kSharedExpert) {
-    // Shared-expert gates are vectors; only matrices are worth streaming.
-    return t.bytes >= (uint64_t{1} << 20) ? StreamClass::kDenseFfn : StreamClass::kNever;
+    // Matrices of any size (small models' FFN matrices are 0.5 MiB); shared-expert gates
+    // are vectors, read every token and too small to free anything.
+    return t.row_bytes > 0 && t.row_bytes < t.bytes ? StreamClass::kDenseFfn : StreamClass::kNever;
   }
   switch (t.role) {
     case TensorRole::kAttnQ: case TensorRole::kAttnK: case TensorRole::kAttnV:
-    case TensorRole::kAttnQkv: case TensorRole::kAttnOutput: case TensorRole::kOutput:
+    case TensorRole::kAttnQkv: case TensorRole::kAttnOutput:
       return StreamClass::kAttention;
-    case TensorRole::kTokenEmbedding:  // tied embeddings are the output head too
-      return t.access_per_token < 1.0 ? StreamClass::kEmbedding : StreamClass::kAttention;
+    case TensorRole::kOutput:
+      // Its own class, streamed last: it is one group as large as several layers, so
+      // streaming it makes every pool slot that large (Qwen2.5-0.5B: 138 MiB slots).
+      return StreamClass::kOutputHead;
+    case TensorRole::kTokenEmbedding:
+      // The runtime keeps the token embedding resident (a pass needs rows it cannot know
+      // before the pass; a tied one is the output head too), and the plan is what runs.
+      return StreamClass::kNever;
     case TensorRole::kOther:
       return t.bytes >= (uint64_t{16} << 20) ? StreamClass::kAttention : StreamClass::kNever;
     default:
@@ -196,6 +204,31 @@ StreamIo stream_io(const profiler::StorageProfile& st, const std::vector<uint64_
   return io;
 }
 
+// The device requests the streaming pool makes of each layer's streamed tensors: file
+// neighbours (gaps of at most one 4 KiB block) are one read, as StreamingProvider merges
+// them (runtime::merge_runs); tensors of synthetic shapes (no file) are one read each.
+std::vector<uint64_t> read_sizes(std::vector<std::vector<const TensorDesc*>> by_layer) {
+  std::vector<uint64_t> out;
+  for (auto& layer : by_layer) {
+    std::sort(layer.begin(), layer.end(), [](const TensorDesc* a, const TensorDesc* b) {
+      return std::tie(a->split, a->offset) < std::tie(b->split, b->offset);
+    });
+    uint64_t end = 0;
+    for (size_t i = 0; i < layer.size(); ++i) {
+      const TensorDesc& t = *layer[i];
+      const bool joins = i > 0 && t.file_index >= 0 && layer[i - 1]->file_index >= 0 &&
+                         t.split == layer[i - 1]->split && t.offset <= end + kAlign;
+      if (joins) {
+        out.back() += t.offset + t.bytes - end;
+      } else {
+        out.push_back(t.bytes);
+      }
+      end = t.offset + t.bytes;
+    }
+  }
+  return out;
+}
+
 double bandwidth(const HardwareProfile& p, const CostModel& c, Tier tier) {
   double ram = std::max(1e9, p.memory.read_bandwidth_bps) * c.cpu_efficiency;
   if (tier != Tier::kGpu || p.gpus.empty()) return ram;
@@ -245,12 +278,29 @@ std::vector<double> expected_layer_hits(const ModelTensors& m, const std::vector
   return hit;
 }
 
+// Expected stall of one MoE layer for one token: k of its n_used routed experts miss with
+// probability Binomial(n_used, miss), their reads take k x one_read on the device, and
+// the layer's expert compute (hidden_s) hides at most that much. The expectation of the
+// stall, not the stall of the expected misses: a miss is one whole expert read (15-19 ms
+// for the "moe" synthetic's 19.5 MB experts) against ~2 ms of compute, so rare misses
+// are waited for nearly whole (measured: every miss is waited for, docs/MOE.md), which
+// max(0, mean io - compute) missed (predicted 13.3 tok/s, measured 9.2).
+double expected_miss_stall(int n_used, double miss, double one_read, double hidden_s) {
+  double stall = 0, p_k = std::pow(1 - miss, n_used);  // P(k = 0)
+  for (int k = 1; k <= n_used; ++k) {
+    p_k *= miss / std::max(1e-300, 1 - miss) * (n_used - k + 1) / k;
+    if (miss >= 1) p_k = k == n_used ? 1.0 : 0.0;
+    stall += p_k * std::max(0.0, k * one_read - hidden_s);
+  }
+  return stall;
+}
+
 // Per-layer quantities of the pipeline (index n_layer is the output head).
 struct LayerCosts {
   std::vector<double> compute_s;   // all tensors of the layer, on their tier's bandwidth
   std::vector<double> read_s;      // prefetchable storage reads (dense tensors)
-  std::vector<double> demand_s;    // stall of reads known only when the layer runs (experts,
-                                   // embedding): the part the layer's own compute cannot hide
+  std::vector<double> demand_s;    // stall of reads known only when the layer runs (expert
+                                   // misses): the part the layer's own compute cannot hide
   std::vector<double> demand_io_s; // device busy time of those reads (>= demand_s)
 };
 
@@ -379,6 +429,12 @@ uint64_t Plan::bytes_on(const ModelTensors& m, Tier tier) const {
   return total;
 }
 
+uint64_t process_overhead_bytes(const ModelTensors& m, const CostModel& c) {
+  return c.process_base_bytes + c.process_slack_bytes + c.metadata_element_bytes * m.metadata_array_elements +
+         c.token_bytes * m.n_tokens + c.merge_bytes * m.n_merges +
+         c.vocab_sampling_bytes * static_cast<uint64_t>(std::max<int64_t>(m.n_vocab, 0));
+}
+
 bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, const CostModel& c,
               Plan& plan) {
   const Limits lim = limits(p, b);
@@ -388,7 +444,7 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   mem.ram_limit = lim.ram;
   mem.gpu_limit = lim.gpu;
   mem.unified = lim.unified;
-  mem.overhead_ram = c.runtime_overhead_bytes;
+  mem.overhead_ram = process_overhead_bytes(m, c);
   mem.work_ram = work_bytes(m, b);
 
   LayerCosts lc{std::vector<double>(n_pipe, c.per_layer_overhead_s), std::vector<double>(n_pipe, 0.0),
@@ -398,7 +454,7 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   // costed as a dense streamed tensor (all n_expert experts per token).
   const bool expert_mode = derive_mode(m, plan.tiers) == Mode::kExpertStreaming;
   std::vector<uint64_t> streamed_bytes(n_pipe, 0);
-  std::vector<uint64_t> streamed_tensor_bytes;  // each dense-streamed tensor (one read each)
+  std::vector<std::vector<const TensorDesc*>> streamed_tensors(n_pipe);  // dense-streamed, by layer
   std::vector<uint64_t> slot_need(n_pipe, 0);
   std::vector<uint64_t> expert_bytes_layer(n_pipe, 0);  // one expert's gate+up+down
   std::vector<uint64_t> expert_slot_layer(n_pipe, 0);   // the same in an ExpertProvider slot
@@ -407,7 +463,6 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   uint64_t experts_total = 0;
   bool any_gpu = false;
   std::vector<bool> kv_gpu(n_pipe, false);
-  double emb_demand = 0;
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     const TensorDesc& t = m.tensors[i];
     Tier tier = plan.tiers[i];
@@ -429,16 +484,9 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
       expert_bytes_layer[L] += slice;
       expert_slot_layer[L] += align_up(slice) + kAlign;  // as ExpertProvider lays out a slot
       expert_total_bytes += t.bytes;
-    } else if (t.role == TensorRole::kTokenEmbedding && t.access_per_token < 1.0) {
-      double iops = 0;
-      for (const auto& r : st.random) {
-        if (r.block_bytes == 4096 && r.queue_depth == 1) iops = r.iops;
-      }
-      emb_demand = iops > 0 ? 1.0 / iops : 100e-6;
-      storage_bytes += align_up(t.row_bytes) + kAlign;
     } else {
       streamed_bytes[L] += t.bytes;
-      streamed_tensor_bytes.push_back(t.bytes);
+      streamed_tensors[L].push_back(&t);
       slot_need[L] += align_up(t.bytes) + kAlign;  // room for an unaligned head and tail block
     }
   }
@@ -466,7 +514,7 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   StreamIo sio = stream_io(st, {}, 0, c.max_queue_depth);
   if (n_streamed_layers > 0) {
     const double layer = static_cast<double>(dense_streamed) / n_streamed_layers;
-    sio = stream_io(st, streamed_tensor_bytes, (depth - 0.5) * layer, c.max_queue_depth);
+    sio = stream_io(st, read_sizes(streamed_tensors), (depth - 0.5) * layer, c.max_queue_depth);
   }
   for (size_t L = 0; L < n_pipe; ++L) {
     if (streamed_bytes[L] == 0) continue;
@@ -483,11 +531,15 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   // ledger does not see (allocator slack, I/O rings, thread stacks), at least two layers'
   // worth of routed experts.
   double hit = 1.0, misses_per_token = 0;
-  // The expert provider loads the resident tensors in 4 KiB-aligned runs: up to one block
-  // at each end of every tensor beyond their bytes. Not a plan figure, but it must fit.
+  // The resident loader reads neighbouring resident tensors as one 4 KiB-aligned run: up
+  // to one block at each end of every run beyond their bytes (tensors are in file order).
+  // Not a plan figure, but it must fit.
   uint64_t resident_slack = 0;
+  for (size_t i = 0; i < plan.tiers.size(); ++i) {
+    const bool starts_run = plan.tiers[i] == Tier::kRam && (i == 0 || plan.tiers[i - 1] != Tier::kRam);
+    resident_slack += starts_run ? 2 * kAlign : 0;
+  }
   if (expert_total_bytes > 0) {
-    for (Tier t : plan.tiers) resident_slack += t == Tier::kRam ? 2 * kAlign : 0;
     for (size_t L = 0; L < n_pipe; ++L) experts_total += expert_bytes_layer[L] > 0 ? static_cast<uint64_t>(m.n_expert) : 0;
     const uint64_t slot = *std::max_element(expert_slot_layer.begin(), expert_slot_layer.end());
     plan.expert_slot_bytes = slot;
@@ -507,9 +559,9 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
       // expert computes as its bytes arrive, so the layer's expert compute hides reads.
       const double miss = 1 - layer_hit[L];
       const double miss_bytes = static_cast<double>(m.n_expert_used) * expert_bytes_layer[L] * miss;
-      const double io = miss_bytes / st.seq_read_bps + (miss_bytes > 0 ? lat * miss : 0);
-      lc.demand_io_s[L] += io;
-      lc.demand_s[L] += std::max(0.0, io - expert_compute_s[L]);
+      const double one_read = expert_bytes_layer[L] / st.seq_read_bps + lat;
+      lc.demand_io_s[L] += static_cast<double>(m.n_expert_used) * miss * one_read;
+      lc.demand_s[L] += expected_miss_stall(static_cast<int>(m.n_expert_used), miss, one_read, expert_compute_s[L]);
       storage_bytes += static_cast<uint64_t>(miss_bytes);
       misses_per_token += static_cast<double>(m.n_expert_used) * miss;
       hit_sum += layer_hit[L];
@@ -519,8 +571,6 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   } else {
     plan.expert_cache_experts = 0;
   }
-  lc.demand_s[0] += emb_demand;
-  lc.demand_io_s[0] += emb_demand;
   plan.memory = mem;
 
   Prediction& pr = plan.prediction;
@@ -641,8 +691,7 @@ struct Search {
 
   // The least streaming that fits at this depth: nothing; else every expert tensor (expert
   // streaming: the cache then holds any fraction of them); else the best dense frontier
-  // with or without the expert tensors streamed; else everything streamable, the token
-  // embedding included.
+  // with or without the expert tensors streamed; else everything streamable.
   Candidate run() const {
     std::vector<bool> none(m.tensors.size(), false);
     Candidate best;
@@ -666,6 +715,13 @@ struct Search {
     }
     frontier(none, best);
     if (best.found) return best;
+    // The output head streamed too, on top of either base (its slot size makes it last).
+    if (auto head = class_groups(m, StreamClass::kOutputHead); !head.empty()) {
+      const int n_head = static_cast<int>(head.size());
+      if (!experts.empty()) frontier(plus(plus(none, experts, static_cast<int>(experts.size())), head, n_head), best);
+      frontier(plus(none, head, n_head), best);
+      if (best.found) return best;
+    }
     std::vector<bool> all(m.tensors.size(), false);
     for (size_t i = 0; i < all.size(); ++i) all[i] = stream_class(m.tensors[i]) != StreamClass::kNever;
     if (attempt(all, best.plan)) best.found = true;

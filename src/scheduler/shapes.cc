@@ -104,6 +104,9 @@ struct Builder {
     m.n_embd = s.n_embd;
     m.n_head = s.n_head;
     m.n_vocab = s.n_vocab;
+    // A BPE vocabulary as GGUF files carry it: tokens, token types and merges.
+    m.n_tokens = m.n_merges = static_cast<uint64_t>(s.n_vocab);
+    m.metadata_array_elements = 3 * static_cast<uint64_t>(s.n_vocab);
     m.n_expert = s.n_expert;
     m.n_expert_used = s.n_expert_used;
     m.n_ff = std::max(s.n_ff, s.n_ff_exp * std::max<int64_t>(s.n_expert_used, 1) + s.n_ff_shexp);

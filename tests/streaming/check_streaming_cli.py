@@ -9,6 +9,8 @@ is the same on every machine and no storage benchmark runs:
   - bench --ram-budget 400M streams, its peak RSS (VmHWM of the process) and the ledger's
     peak stay within the budget, the plan's RAM equals the ledger's, and the bytes read
     from storage per generated token equal the plan's streamed bytes per token;
+  - inspect --plan with the same options prints the plan bench executed (mode, memory,
+    pool, prediction): one planning call serves both;
   - run --temp 0 generates the same text under the budget as with no budget;
   - a budget with no placement and a malformed budget fail with a clear message.
 Prints one line per failure; exits 1 if any.
@@ -53,6 +55,19 @@ def main():
             # Every generated token is one forward pass reading each streamed tensor once.
             expect(abs(t["bytes_read_per_token"] - streamed) <= 1e-6 * streamed,
                    f"read {t['bytes_read_per_token']} bytes per token, plan streams {streamed}")
+
+            r = run([hypura, "inspect", model, "--plan", "--json", "--ram-budget", "400M"] + common)
+            expect(r.returncode == 0, f"inspect --plan: exit {r.returncode}: {r.stderr[-300:]}")
+            if r.returncode == 0:
+                plan = json.loads(r.stdout)["plan"]
+                expect(plan["mode"] == j["mode"], f"inspect plans {plan['mode']}, bench ran {j['mode']}")
+                expect(plan["memory"]["ram_total"] == t["planned_ram_bytes"],
+                       f"inspect plans {plan['memory']['ram_total']} B of RAM, bench {t['planned_ram_bytes']}")
+                expect(plan["pool"]["slots"] == t["pool_slots"] and plan["pool"]["slot_bytes"] == t["pool_slot_bytes"],
+                       f"inspect's pool {plan['pool']} differs from bench's")
+                want = t["predicted_at_load_tps"]
+                expect(abs(plan["prediction"]["tok_per_s"] - want) <= 1e-9 * want,
+                       f"inspect predicts {plan['prediction']['tok_per_s']} tok/s, bench's plan {want}")
 
         prompt = ["-p", "The quick brown fox", "--no-chat", "--temp", "0", "-n", "12"]
         roomy = run([hypura, "run", model] + prompt + common)
