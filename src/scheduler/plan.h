@@ -108,8 +108,8 @@ struct Plan {
   std::vector<Tier> tiers;         // parallel to ModelTensors::tensors
   // Streaming pool for dense tensors on storage: one slot per layer in memory (the one
   // computing plus prefetch_depth being read); a slot holds every streamed tensor of a
-  // layer, each at a 4 KiB-aligned offset with one spare block for its unaligned head/tail
-  // (slot_bytes = max over layers of the sum of align_up(bytes) + 4096).
+  // layer, file neighbours as one read, each read at its file offset's residue modulo 4 KiB
+  // (O_DIRECT): slot_bytes is what StreamingProvider allocates for the largest layer.
   uint32_t pool_slots = 0;
   uint64_t pool_slot_bytes = 0;
   int prefetch_depth = 0;          // layers read ahead of the one computing

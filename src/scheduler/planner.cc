@@ -204,29 +204,44 @@ StreamIo stream_io(const profiler::StorageProfile& st, const std::vector<uint64_
   return io;
 }
 
-// The device requests the streaming pool makes of each layer's streamed tensors: file
+// A layer's streamed tensors as the streaming pool reads and lays them out: file
 // neighbours (gaps of at most one 4 KiB block) are one read, as StreamingProvider merges
 // them (runtime::merge_runs); tensors of synthetic shapes (no file) are one read each.
-std::vector<uint64_t> read_sizes(std::vector<std::vector<const TensorDesc*>> by_layer) {
-  std::vector<uint64_t> out;
-  for (auto& layer : by_layer) {
-    std::sort(layer.begin(), layer.end(), [](const TensorDesc* a, const TensorDesc* b) {
-      return std::tie(a->split, a->offset) < std::tie(b->split, b->offset);
-    });
-    uint64_t end = 0;
-    for (size_t i = 0; i < layer.size(); ++i) {
-      const TensorDesc& t = *layer[i];
-      const bool joins = i > 0 && t.file_index >= 0 && layer[i - 1]->file_index >= 0 &&
-                         t.split == layer[i - 1]->split && t.offset <= end + kAlign;
-      if (joins) {
-        out.back() += t.offset + t.bytes - end;
-      } else {
-        out.push_back(t.bytes);
-      }
-      end = t.offset + t.bytes;
+// Each read sits in the slot at its file offset's residue modulo 4 KiB (O_DIRECT), so the
+// slot is what the runtime allocates, byte for byte; a tensor with no file position gets
+// the worst case, one spare block.
+struct LayerReads {
+  std::vector<uint64_t> sizes;  // one per device request
+  uint64_t slot_bytes = 0;
+};
+
+LayerReads layer_reads(std::vector<const TensorDesc*> layer) {
+  std::sort(layer.begin(), layer.end(), [](const TensorDesc* a, const TensorDesc* b) {
+    return std::tie(a->split, a->offset) < std::tie(b->split, b->offset);
+  });
+  LayerReads r;
+  uint64_t cursor = 0, run_head = 0, run_end = 0;
+  const auto close_run = [&] {
+    if (r.sizes.empty()) return;
+    const uint64_t at = align_up(cursor) + run_head;
+    cursor = at + r.sizes.back();
+  };
+  for (size_t i = 0; i < layer.size(); ++i) {
+    const TensorDesc& t = *layer[i];
+    const bool joins = i > 0 && t.file_index >= 0 && layer[i - 1]->file_index >= 0 &&
+                       t.split == layer[i - 1]->split && t.offset <= run_end + kAlign;
+    if (joins) {
+      r.sizes.back() += t.offset + t.bytes - run_end;
+    } else {
+      close_run();
+      r.sizes.push_back(t.bytes);
+      run_head = t.file_index >= 0 ? t.offset % kAlign : kAlign;
     }
+    run_end = t.offset + t.bytes;
   }
-  return out;
+  close_run();
+  r.slot_bytes = align_up(cursor);
+  return r;
 }
 
 double bandwidth(const HardwareProfile& p, const CostModel& c, Tier tier) {
@@ -455,7 +470,6 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   const bool expert_mode = derive_mode(m, plan.tiers) == Mode::kExpertStreaming;
   std::vector<uint64_t> streamed_bytes(n_pipe, 0);
   std::vector<std::vector<const TensorDesc*>> streamed_tensors(n_pipe);  // dense-streamed, by layer
-  std::vector<uint64_t> slot_need(n_pipe, 0);
   std::vector<uint64_t> expert_bytes_layer(n_pipe, 0);  // one expert's gate+up+down
   std::vector<uint64_t> expert_slot_layer(n_pipe, 0);   // the same in an ExpertProvider slot
   std::vector<double> expert_compute_s(n_pipe, 0.0);    // the routed experts' compute
@@ -487,7 +501,6 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
     } else {
       streamed_bytes[L] += t.bytes;
       streamed_tensors[L].push_back(&t);
-      slot_need[L] += align_up(t.bytes) + kAlign;  // room for an unaligned head and tail block
     }
   }
   // KV cache: per layer, on the GPU when the layer's attention is there.
@@ -502,10 +515,13 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   // `depth` being read), each big enough for the largest layer's streamed tensors.
   int n_streamed_layers = 0;
   uint64_t slot_bytes = 0, dense_streamed = 0;
+  std::vector<uint64_t> read_sizes;
   for (size_t L = 0; L < n_pipe; ++L) {
     if (streamed_bytes[L] == 0) continue;
     ++n_streamed_layers;
-    slot_bytes = std::max(slot_bytes, slot_need[L]);
+    const LayerReads reads = layer_reads(streamed_tensors[L]);
+    slot_bytes = std::max(slot_bytes, reads.slot_bytes);
+    read_sizes.insert(read_sizes.end(), reads.sizes.begin(), reads.sizes.end());
     dense_streamed += streamed_bytes[L];
   }
   int depth = n_streamed_layers == 0 ? 0 : std::clamp(plan.prefetch_depth, 1, std::max(1, n_streamed_layers - 1));
@@ -514,7 +530,7 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   StreamIo sio = stream_io(st, {}, 0, c.max_queue_depth);
   if (n_streamed_layers > 0) {
     const double layer = static_cast<double>(dense_streamed) / n_streamed_layers;
-    sio = stream_io(st, read_sizes(streamed_tensors), (depth - 0.5) * layer, c.max_queue_depth);
+    sio = stream_io(st, read_sizes, (depth - 0.5) * layer, c.max_queue_depth);
   }
   for (size_t L = 0; L < n_pipe; ++L) {
     if (streamed_bytes[L] == 0) continue;
