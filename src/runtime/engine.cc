@@ -301,7 +301,7 @@ Status ResidentSession::reserve_context(int64_t n_ctx) {
   }
   std::lock_guard<std::mutex> lock(engine_.compute_mutex());
   forward_.reset();  // its scratch goes before the larger one is allocated
-  kv_.grow(n_ctx);
+  HYPURA_RETURN_IF_ERROR(kv_.grow(n_ctx));
   forward_ = std::make_unique<model::Forward>(engine_.model(), engine_.ctx(), engine_.provider(),
                                               kMaxBatch, n_ctx);
   history_.reserve(static_cast<size_t>(n_ctx));

@@ -126,6 +126,35 @@ Status copy_to_host(void* dst, const void* src, size_t bytes) {
   return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
 }
 
+Status copy_device_to_device(void* dst, const void* src, size_t bytes) {
+  return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy D2D");
+}
+
+Result<PinnedBuffer> PinnedBuffer::allocate(size_t bytes) {
+  PinnedBuffer b;
+  if (bytes == 0) return b;
+  if (Status s = cuda_status(cudaMallocHost(&b.ptr_, bytes), "cudaMallocHost"); !s) {
+    cudaGetLastError();
+    b.ptr_ = nullptr;
+    return s.with_context("pinned host memory: " + mib(bytes));
+  }
+  return b;
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (ptr_) cudaFreeHost(ptr_);
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept : ptr_(std::exchange(other.ptr_, nullptr)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    if (ptr_) cudaFreeHost(ptr_);
+    ptr_ = std::exchange(other.ptr_, nullptr);
+  }
+  return *this;
+}
+
 Status copy_to_device_async(void* dst, const void* src, size_t bytes, StreamHandle stream) {
   return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream),
                      "cudaMemcpyAsync H2D");

@@ -82,9 +82,30 @@ class Stream {
 // Synchronous copies between host memory and device memory (pageable host memory is fine).
 Status copy_to_device(void* dst, const void* src, size_t bytes);
 Status copy_to_host(void* dst, const void* src, size_t bytes);
+Status copy_device_to_device(void* dst, const void* src, size_t bytes);
 // Asynchronous copies on `stream` (src / dst in host memory must stay valid until done).
 Status copy_to_device_async(void* dst, const void* src, size_t bytes, StreamHandle stream);
 Status copy_to_host_async(void* dst, const void* src, size_t bytes, StreamHandle stream);
+// Page-locked host memory (cudaMallocHost), freed on destruction. Move-only: the staging
+// buffers of asynchronous copies.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  static Result<PinnedBuffer> allocate(size_t bytes);
+  ~PinnedBuffer();
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  void* data() const { return ptr_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
 // The error the last launch on this thread raised (cudaGetLastError), as a Status.
 Status last_launch_status(const char* what);
 

@@ -1,0 +1,90 @@
+// Gemm: row-major y (n, R) = x (n, K) W^T with W row-major (R, K) is, in cuBLAS's
+// column-major terms, Y (R x n) = W^T(stored K x R)^T . X (K x n): op(A) = T on W with
+// lda = K, op(B) = N on x with ldb = K, C = y with ldc = R.
+#include "compute/cuda/gemm.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "compute/cuda/dequant.h"
+#include "compute/cuda/matvec.h"
+
+namespace hypura::compute::cuda {
+namespace {
+
+Status cublas_status(cublasStatus_t st, const char* what) {
+  if (st == CUBLAS_STATUS_SUCCESS) return Status::ok();
+  const StatusCode code =
+      st == CUBLAS_STATUS_ALLOC_FAILED ? StatusCode::kResourceExhausted : StatusCode::kInternal;
+  return Status(code, std::string(what) + ": " + cublasGetStatusName(st) + " (" +
+                          cublasGetStatusString(st) + ")");
+}
+
+// Tile rows: a multiple of 64 (aligned output columns) within tile_elems.
+int64_t tile_rows(int64_t tile_elems, int64_t n_cols, int64_t n_rows) {
+  const int64_t rows = std::max<int64_t>(64, tile_elems / n_cols / 64 * 64);
+  return std::min(rows, n_rows);
+}
+
+}  // namespace
+
+size_t Gemm::scratch_bytes(int64_t max_rows, int64_t max_cols, int64_t tile_elems) {
+  return static_cast<size_t>(max_rows * max_cols) * 2 + static_cast<size_t>(tile_elems) * 2;
+}
+
+Result<std::unique_ptr<Gemm>> Gemm::create(StreamHandle stream, int64_t max_rows, int64_t max_cols,
+                                           int64_t tile_elems) {
+  std::unique_ptr<Gemm> g(new Gemm());
+  g->stream_ = stream;
+  g->max_rows_ = max_rows;
+  g->max_cols_ = max_cols;
+  // At least 64 rows of the widest matrix, so a tile always holds 64 rows.
+  g->tile_elems_ = std::max(tile_elems, 64 * max_cols);
+  HYPURA_ASSIGN_OR_RETURN(g->x16_, DeviceBuffer::allocate(static_cast<size_t>(max_rows * max_cols) * 2));
+  HYPURA_ASSIGN_OR_RETURN(g->w16_, DeviceBuffer::allocate(static_cast<size_t>(g->tile_elems_) * 2));
+  cublasHandle_t h = nullptr;
+  HYPURA_RETURN_IF_ERROR(cublas_status(cublasCreate(&h), "cublasCreate"));
+  g->handle_ = h;
+  HYPURA_RETURN_IF_ERROR(cublas_status(cublasSetStream(h, stream), "cublasSetStream"));
+  // FP32 products stay FP32 (no TF32), the F16 ones accumulate in FP32.
+  HYPURA_RETURN_IF_ERROR(cublas_status(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
+  return g;
+}
+
+Gemm::~Gemm() {
+  if (handle_ != nullptr) cublasDestroy(handle_);
+}
+
+Status Gemm::matmul(const WeightView& w, const float* x, int64_t n, float* y) {
+  const int m_all = static_cast<int>(w.n_rows), k = static_cast<int>(w.n_cols), nn = static_cast<int>(n);
+  const float one = 1.0f, zero = 0.0f;
+  if (w.type == gguf::GgmlType::F32) {
+    return cublas_status(cublasSgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, m_all, nn, k, &one,
+                                     static_cast<const float*>(w.data), k, x, k, &zero, y, m_all),
+                         "cublasSgemm");
+  }
+  auto* x16 = x16_.as<uint16_t>();
+  f32_to_f16(x, n * w.n_cols, x16, stream_);
+  const int64_t rows = tile_rows(tile_elems_, w.n_cols, w.n_rows);
+  for (int64_t r0 = 0; r0 < w.n_rows; r0 += rows) {
+    const int64_t tr = std::min(rows, w.n_rows - r0);
+    const void* a = nullptr;
+    if (w.type == gguf::GgmlType::F16) {
+      a = w.row(r0);
+    } else {
+      dequantize_rows_f16(w, r0, tr, w16_.as<uint16_t>(), stream_);
+      a = w16_.data();
+    }
+    HYPURA_RETURN_IF_ERROR(cublas_status(
+        cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(tr), nn, k, &one, a,
+                     CUDA_R_16F, k, x16, CUDA_R_16F, k, &zero, y + r0, CUDA_R_32F, m_all,
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx"));
+  }
+  return Status::ok();
+}
+
+}  // namespace hypura::compute::cuda
