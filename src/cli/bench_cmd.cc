@@ -34,6 +34,9 @@
 #include "runtime/tier_metrics.h"
 #include "runtime/tiered_weights.h"
 #include "runtime/session.h"
+#if HYPURA_HAVE_CUDA
+#include "compute/cuda/device.h"
+#endif
 
 namespace hypura::cli {
 namespace {
@@ -45,6 +48,7 @@ struct BenchArgs {
   std::vector<int> depths = {0};
   int reps = 5;
   int threads = 0;
+  std::string device = "auto";  // --device
   std::string kv_type = "f16";
   bool json = false;
   bool no_reference = false;
@@ -170,6 +174,7 @@ int run_bench(const BenchArgs& a) {
   runtime::EngineOptions eo;
   eo.model_path = path;
   eo.n_threads = a.threads;
+  eo.device = a.device;
   const int max_prompt = *std::max_element(a.n_prompt.begin(), a.n_prompt.end());
   const int max_depth = *std::max_element(a.depths.begin(), a.depths.end());
   eo.n_ctx = a.context > 0 ? a.context : max_depth + std::max(max_prompt, a.n_gen) + 1;
@@ -273,6 +278,16 @@ int run_bench(const BenchArgs& a) {
                      w.plan().prediction.compute_s);
   }
   const std::string arch = (*engine)->architecture(), mode = (*engine)->mode();
+  const std::string device = (*engine)->device();
+  // On the GPU: its copy bandwidth in this run, the yardstick of tg (docs/GPU.md).
+  double gpu_copy_bps = 0;
+#if HYPURA_HAVE_CUDA
+  if (device == "cuda" && !a.no_reference) {
+    auto bps = compute::cuda::measure_copy_bandwidth(size_t{1} << 30, 5);
+    gpu_copy_bps = reference_or_zero(bps);
+  }
+#endif
+  const double tg_tps = a.n_gen > 0 ? rows.back().s.mean : 0;
   const uint64_t file_bytes = file.total_bytes();
   // --baseline: the plain mmap run, after this engine's memory is given back (H).
   std::optional<runtime::BaselineResult> baseline;
@@ -309,6 +324,11 @@ int run_bench(const BenchArgs& a) {
     j["tg_memory_bound_tps"] = ref_tg;
     j["int8_peak_gmacs"] = int8_peak / 1e9;
     j["simd"] = ctx != nullptr ? ctx->simd_name() : "";
+    j["device"] = device;
+    if (gpu_copy_bps > 0) {
+      j["gpu_copy_bandwidth_bps"] = gpu_copy_bps;
+      j["tg_share_of_gpu_copy_bandwidth"] = tg_tps * bpt / gpu_copy_bps;
+    }
     if (experts != nullptr && a.n_gen > 0) j["experts"] = runtime::expert_run_json(expert_metrics);
     if (tier) j["tiers"] = runtime::tier_metrics_json(*tier);
     if (baseline) {
@@ -326,6 +346,7 @@ int run_bench(const BenchArgs& a) {
     std::cout << j.dump(1) << "\n";
     return 0;
   }
+  std::printf("device: %s\n", device.c_str());
   std::printf("| model | arch | size | mode | threads | test | t/s | GFLOP/s | of int8 peak |\n");
   std::printf("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
   for (const auto& r : rows) {
@@ -347,6 +368,12 @@ int run_bench(const BenchArgs& a) {
     std::printf("\nreference: int8 dot-product peak %.1f GMAC/s = %.1f GFLOP/s on %d threads (%s, "
                 "register-only maddubs/madd loop)\n",
                 int8_peak / 1e9, 2 * int8_peak / 1e9, threads, ctx->simd_name());
+  }
+  if (gpu_copy_bps > 0) {
+    std::printf("\nreference: GPU copy bandwidth %.0f GB/s (1 GiB device-to-device, read + written); "
+                "tg reads %.1f MiB of weights per token: %.2f tok/s = %.0f GB/s = %.1f%% of it\n",
+                gpu_copy_bps / 1e9, bpt / 1048576.0, tg_tps, tg_tps * bpt / 1e9,
+                100 * tg_tps * bpt / gpu_copy_bps);
   }
   if (bandwidth > 0) {
     std::printf("\nreference: memory read bandwidth %.2f GB/s / %.1f MiB read per token = "
@@ -372,6 +399,7 @@ std::function<int()> setup_bench(CLI::App& app) {
       ->capture_default_str();
   app.add_option("-r,--repetitions", a->reps, "timed runs per test")->capture_default_str();
   add_threads_option(app, &a->threads);
+  add_device_option(app, &a->device);
   app.add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32")->capture_default_str();
   app.add_flag("--json", a->json, "one JSON record instead of the table");
   app.add_option("--trace", a->trace, "expert-streaming mode: record the routing trace to FILE");

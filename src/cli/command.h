@@ -49,6 +49,10 @@ CLI::Option* add_profile_option(CLI::App& app, std::string* path);
 constexpr int kMaxThreads = 1024;
 CLI::Option* add_threads_option(CLI::App& app, int* threads);
 
+// --device auto|cpu|cuda of run, bench and serve (runtime/device_choice.h): where the
+// forward pass runs; auto (the default) takes the GPU when the whole model fits there.
+CLI::Option* add_device_option(CLI::App& app, std::string* device);
+
 // Largest --context accepted (16M tokens): the KV cache of anything larger cannot be
 // allocated on any machine, and the planner's size arithmetic stays far from overflow.
 constexpr int64_t kMaxContextTokens = int64_t{1} << 24;

@@ -51,6 +51,13 @@ CLI::Option* add_threads_option(CLI::App& app, int* threads) {
       ->check(CLI::Range(0, kMaxThreads));
 }
 
+CLI::Option* add_device_option(CLI::App& app, std::string* device) {
+  return app.add_option("--device", *device, "where to compute: auto (the GPU when the whole model "
+                                             "fits in its memory), cpu or cuda")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+}
+
 CLI::Option* add_context_option(CLI::App& app, int64_t* n_ctx) {
   return app.add_option("-c,--context", *n_ctx, "context length in tokens (capped by the model's trained length)")
       ->capture_default_str()

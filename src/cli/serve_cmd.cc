@@ -28,6 +28,7 @@ struct ServeArgs {
   server::ServerOptions server;
   int64_t context = 4096;
   int threads = 0;
+  std::string device = "auto";  // --device
   std::string kv_type = "f16";
   uint64_t ram_budget = 0;  // --ram-budget; 0: the profile's usable memory
   std::string profile;      // --profile FILE
@@ -47,6 +48,7 @@ int run_serve(ServeArgs a) {
   runtime::EngineOptions eo;
   eo.model_path = path;
   eo.n_threads = a.threads;
+  eo.device = a.device;
   eo.n_ctx = a.context;
   eo.kv_f32 = a.kv_type == "f32";
   eo.ram_budget = a.ram_budget;
@@ -104,6 +106,7 @@ std::function<int()> setup_serve(CLI::App& app) {
                  "http(s) pages on localhost and --host, app://, file://, tauri://, vscode-webview://");
   app.add_option("--alias", a->alias, "model name to serve under (default: the file name)");
   add_threads_option(app, &a->threads);
+  add_device_option(app, &a->device);
   app.add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32")->capture_default_str();
   add_ram_budget_option(app, &a->ram_budget);
   add_profile_option(app, &a->profile);

@@ -165,6 +165,30 @@ Status copy_to_host_async(void* dst, const void* src, size_t bytes, StreamHandle
                      "cudaMemcpyAsync D2H");
 }
 
+Result<double> measure_copy_bandwidth(size_t bytes, int reps) {
+  HYPURA_ASSIGN_OR_RETURN(DeviceBuffer src, DeviceBuffer::allocate(bytes));
+  HYPURA_ASSIGN_OR_RETURN(DeviceBuffer dst, DeviceBuffer::allocate(bytes));
+  HYPURA_RETURN_IF_ERROR(cuda_status(cudaMemset(src.data(), 1, bytes), "cudaMemset"));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  HYPURA_RETURN_IF_ERROR(cuda_status(cudaEventCreate(&start), "cudaEventCreate"));
+  HYPURA_RETURN_IF_ERROR(cuda_status(cudaEventCreate(&stop), "cudaEventCreate"));
+  float best_ms = 0;
+  Status st;
+  for (int r = 0; r <= reps && st.is_ok(); ++r) {
+    cudaEventRecord(start);
+    cudaMemcpy(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(stop);
+    st = cuda_status(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    if (r > 0 && (best_ms == 0 || ms < best_ms)) best_ms = ms;  // r == 0: the warm-up
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  HYPURA_RETURN_IF_ERROR(st);
+  return best_ms > 0 ? 2.0 * static_cast<double>(bytes) / (best_ms * 1e-3) : 0.0;
+}
+
 Status last_launch_status(const char* what) {
   return cuda_status(cudaGetLastError(), what);
 }

@@ -106,6 +106,11 @@ class PinnedBuffer {
   void* ptr_ = nullptr;
 };
 
+// The device's copy bandwidth: a device-to-device cudaMemcpy of `bytes` timed with events,
+// the best of `reps` after one warm-up, as bytes read plus bytes written per second (the
+// yardstick docs/GPU.md measures memory-bound kernels against).
+Result<double> measure_copy_bandwidth(size_t bytes, int reps);
+
 // The error the last launch on this thread raised (cudaGetLastError), as a Status.
 Status last_launch_status(const char* what);
 
