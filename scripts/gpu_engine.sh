@@ -8,7 +8,8 @@
 #     kernels  compute_cuda_test (every kernel against its CPU twin)
 #     golden   runtime_test's GPU goldens (shared/golden through the CUDA forward pass)
 #     8b, moe, f16   `hypura synth` of the 8b Q4_K_M, moe Q4_K_M and 8b F16 presets, then
-#              `hypura bench --device cuda` (pp512, tg128; BENCH_ARGS overrides)
+#              `hypura bench --device cuda` (pp512, tg128; BENCH_ARGS overrides); with
+#              GRAPH_AB=1 a second bench with HYPURA_CUDA_GRAPHS=0 (eager decode steps)
 # Logs go to $OUT (the device tool's output folder) or /tmp/gpu_engine.
 set -uo pipefail
 DIR=$(realpath "${1:-.devgpu}")
@@ -56,6 +57,10 @@ bench() {  # name, synth args...
   echo "== $name: bench --device cuda $BENCH_ARGS"
   # shellcheck disable=SC2086
   timeout 200 "$DIR/bin/hypura" bench "$model" --device cuda $BENCH_ARGS 2>&1 | tee "$LOG/bench_$name.log" | grep -v "^\[info\]" || rc=1
+  if [ "${GRAPH_AB:-0}" = 1 ]; then
+    echo "== $name: bench --device cuda -p 0 -n 128 (HYPURA_CUDA_GRAPHS=0)"
+    HYPURA_CUDA_GRAPHS=0 timeout 200 "$DIR/bin/hypura" bench "$model" --device cuda -p 0 -n 128 -r 3 --no-reference 2>&1 | grep "tg128" || rc=1
+  fi
   rm -f "$model"
 }
 step 8b && bench 8b --preset 8b

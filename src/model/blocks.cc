@@ -28,11 +28,12 @@ Status acquire_views(runtime::WeightProvider& provider, int64_t il,
 
 }  // namespace
 
-void Blocks::begin(int64_t pos, int64_t n_tokens, KvCache* kv) {
+void Blocks::begin(int64_t pos, int64_t n_tokens, KvCache* kv, bool logits_only) {
   assert(n_tokens > 0 && n_tokens <= max_batch_);
   pos_ = pos;
   n_tokens_ = n_tokens;
   kv_ = kv;
+  logits_only_ = logits_only;
 }
 
 Status Blocks::acquire_attention(int64_t il, AttnViews* out) {

@@ -65,8 +65,9 @@ class Blocks {
   // Whether the row buffers and the KV cache this implementation reads are device memory.
   virtual bool on_device() const = 0;
 
-  // Starts a batch: tokens at positions pos..pos+n_tokens-1, caching into kv.
-  void begin(int64_t pos, int64_t n_tokens, KvCache* kv);
+  // Starts a batch: tokens at positions pos..pos+n_tokens-1, caching into kv. logits_only:
+  // the batch's one output is the last row's logits (finish() gets no hidden states).
+  void begin(int64_t pos, int64_t n_tokens, KvCache* kv, bool logits_only = false);
   // llama3 RoPE frequency factors (n_rot / 2), or null; valid for the current batch.
   void set_rope_factors(const float* factors) { rope_factors_ = factors; }
   int64_t n_tokens() const { return n_tokens_; }
@@ -89,6 +90,9 @@ class Blocks {
   virtual void norm(const float* in, const WeightView& w, float* out) = 0;
   // out (n_tokens, w.n_rows) = in (n_tokens, w.n_cols) . W^T
   virtual void linear(const WeightView& w, const float* in, float* out) = 0;
+  // q(), k(), v() = linear(wq / wk / wv, in): one input for three products (the GPU rounds
+  // it to 8 bits once).
+  virtual void project_qkv(const AttnViews& a, const float* in) = 0;
   // rows (n_tokens, b.n_cols) += b
   virtual void add_bias(float* rows, const WeightView& b) = 0;
   // Per-head RMS norm: rows (n_tokens, n_heads * w.n_cols), each head normed by w.
@@ -129,6 +133,7 @@ class Blocks {
   int64_t pos_ = 0;
   int64_t n_tokens_ = 0;
   KvCache* kv_ = nullptr;
+  bool logits_only_ = false;
   const float* rope_factors_ = nullptr;
 
   // The row buffers, set by the implementation (its memory).

@@ -112,6 +112,12 @@ void CpuBlocks::linear(const WeightView& w, const float* in, float* out) {
   ctx_.matmul(w, in, n_tokens_, out);
 }
 
+void CpuBlocks::project_qkv(const AttnViews& a, const float* in) {
+  ctx_.matmul(a.wq, in, n_tokens_, q());
+  ctx_.matmul(a.wk, in, n_tokens_, k());
+  ctx_.matmul(a.wv, in, n_tokens_, v());
+}
+
 void CpuBlocks::add_bias(float* rows, const WeightView& b) {
   for (int64_t t = 0; t < n_tokens_; ++t) compute::add(rows + t * b.n_cols, as_floats(b), b.n_cols);
 }

@@ -23,6 +23,7 @@ class CpuBlocks final : public Blocks {
   void embed(const WeightView& table, const int32_t* tokens) override;
   void norm(const float* in, const WeightView& w, float* out) override;
   void linear(const WeightView& w, const float* in, float* out) override;
+  void project_qkv(const AttnViews& a, const float* in) override;
   void add_bias(float* rows, const WeightView& b) override;
   void head_norm(float* rows, int64_t n_heads, const WeightView& w) override;
   void rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) override;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -81,6 +82,9 @@ namespace {
 namespace cuda = compute::cuda;
 using cuda::align256;
 
+// No activation format (CudaBlocks::activations): nothing quantized yet.
+constexpr gguf::GgmlType kNothingCached = gguf::GgmlType::I64;
+
 // Offsets of the row buffers inside one device allocation.
 struct Layout {
   size_t x, cur, tmp, q, k, v, attn, ff_gate, ff_up, logits;
@@ -134,22 +138,31 @@ class CudaBlocks final : public Blocks {
   bool on_device() const override { return true; }
   void embed(const WeightView& table, const int32_t* tokens) override;
   void norm(const float* in, const WeightView& w, float* out) override {
+    if (replaying()) return;
     cuda::rms_norm(in, floats(w), n_tokens_, w.n_cols, hp_.rms_eps, out, s());
   }
   void linear(const WeightView& w, const float* in, float* out) override {
+    if (replaying()) return;
     matmul(w, in, n_tokens_, out);
   }
+  void project_qkv(const AttnViews& a, const float* in) override;
   void add_bias(float* rows, const WeightView& b) override {
+    if (replaying()) return;
     cuda::add_rows(rows, floats(b), n_tokens_, b.n_cols, s());
   }
   void head_norm(float* rows, int64_t n_heads, const WeightView& w) override {
+    if (replaying()) return;
     cuda::rms_norm(rows, floats(w), n_tokens_ * n_heads, w.n_cols, hp_.rms_eps, rows, s());
   }
   void rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) override;
   void scale(float* rows, int64_t width, float sc) override {
+    if (replaying()) return;
     cuda::scale(rows, sc, n_tokens_ * width, s());
   }
-  void residual(float* x, const float* y) override { cuda::add(x, y, n_tokens_ * hp_.n_embd, s()); }
+  void residual(float* x, const float* y) override {
+    if (replaying()) return;
+    cuda::add(x, y, n_tokens_ * hp_.n_embd, s());
+  }
   void attention(int64_t il, bool swa, float kq_scale) override;
   void dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) override;
   Status moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) override;
@@ -165,6 +178,26 @@ class CudaBlocks final : public Blocks {
   void fail(const Status& st) {
     if (error_.is_ok() && !st.is_ok()) error_ = st;
   }
+  // Decode steps (one token, the last row's logits only) are CUDA graphs: the first step
+  // of a (KV cache, context bucket) captures what the ops queue, later ones replay it and
+  // the ops return at once. What differs between steps is read on the device: the token
+  // id and position (the step copy, a node of the graph), attention's visible keys (from
+  // the position, launched for the bucket's keys).
+  enum class Mode { kEager, kCapture, kReplay };
+  bool replaying() const { return mode_ == Mode::kReplay; }
+  int64_t bucket_for(int64_t n_keys) const {
+    int64_t b = 256;
+    while (b < n_keys) b *= 2;
+    return std::min(b, n_ctx_);
+  }
+  void start_step();
+  // Quantized activations of rows `in` for weights of `type`: `cached` when it already
+  // holds them in that format (products sharing an input round it once), else a new
+  // quantization (queued after the products reading the old one: the same stream).
+  cuda::ActQ8 activations(gguf::GgmlType type, const float* in, int64_t n_cols, int64_t n,
+                          gguf::GgmlType* cached_type, cuda::ActQ8* cached);
+  void matvec_rows(const WeightView& w, const cuda::ActQ8& act, int64_t n, float* out);
+  void shared_input(const WeightView* const* ws, float* const* outs, int n, const float* in);
   // out (n, w.n_rows) = in (n, w.n_cols) W^T: per-row matvecs or the matrix product.
   void matmul(const WeightView& w, const float* in, int64_t n, float* out);
   Status moe_small(const FfnViews& w, int64_t il, const float* in, float* out);
@@ -184,6 +217,16 @@ class CudaBlocks final : public Blocks {
   std::vector<int64_t> expert_begin_;  // (n_expert + 1) offsets into pairs, host
   std::vector<int64_t> expert_next_;   // (n_expert) fill positions while sorting
   Status error_;  // the first error of the batch, returned by finish()
+  Mode mode_ = Mode::kEager;
+  bool use_graphs_ = true;  // HYPURA_CUDA_GRAPHS=0: every step eager
+  int64_t bucket_ = 0;      // the context bucket of the step being captured
+  struct StepGraph {
+    const void* kv = nullptr;  // the KV cache's storage the graph reads and writes
+    int64_t bucket = 0;
+    cuda::Graph graph;
+  };
+  std::vector<StepGraph> graphs_;
+  size_t replay_ = 0;  // graphs_ index of the step being replayed
 };
 
 Status CudaBlocks::init(const gguf::GgufFile& file) {
@@ -205,6 +248,8 @@ Status CudaBlocks::init(const gguf::GgufFile& file) {
     expert_begin_.assign(static_cast<size_t>(hp_.n_expert + 1), 0);
     expert_next_.assign(static_cast<size_t>(hp_.n_expert), 0);
   }
+  const char* graphs = std::getenv("HYPURA_CUDA_GRAPHS");
+  use_graphs_ = graphs == nullptr || std::string(graphs) != "0";
   x_ = at(lay_.x);
   cur_ = at(lay_.cur);
   tmp_ = at(lay_.tmp);
@@ -215,16 +260,36 @@ Status CudaBlocks::init(const gguf::GgufFile& file) {
   return stream_.synchronize();
 }
 
+// Eager, capture or replay: a graph for this KV cache and bucket replays; else a decode
+// step starts a capture.
+void CudaBlocks::start_step() {
+  mode_ = Mode::kEager;
+  if (!use_graphs_ || n_tokens_ != 1 || !logits_only_) return;
+  const void* kv = kv_->k_rows(0, 0, 0).data;
+  bucket_ = bucket_for(pos_ + 1);
+  for (size_t i = 0; i < graphs_.size(); ++i) {
+    if (graphs_[i].kv == kv && graphs_[i].bucket == bucket_) {
+      mode_ = Mode::kReplay;
+      replay_ = i;
+      return;
+    }
+  }
+  if (cuda::Graph::begin_capture(s()).is_ok()) mode_ = Mode::kCapture;
+}
+
 void CudaBlocks::embed(const WeightView& table, const int32_t* tokens) {
   // The previous batch ended with a synchronize (finish), so the staging buffer is free.
   int32_t* host = step_host_.as<int32_t>();
   std::memcpy(host, tokens, static_cast<size_t>(n_tokens_) * 4);
   for (int64_t t = 0; t < n_tokens_; ++t) host[max_batch_ + t] = static_cast<int32_t>(pos_ + t);
+  start_step();
+  if (replaying()) return;
   fail(cuda::copy_to_device_async(ints(lay_.step), host, static_cast<size_t>(2 * max_batch_) * 4, s()));
   cuda::get_rows_f32(table, ints(lay_.step), n_tokens_, x(), s());
 }
 
 void CudaBlocks::rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) {
+  if (replaying()) return;
   cuda::RopeParams p;
   p.head_dim = hp_.head_dim;
   p.n_rot = hp_.n_rot;
@@ -235,19 +300,68 @@ void CudaBlocks::rope(float* rows, int64_t n_heads, float freq_base, float freq_
   cuda::rope(rows, n_tokens_, n_heads, n_heads * hp_.head_dim, positions(), p, s());
 }
 
-void CudaBlocks::matmul(const WeightView& w, const float* in, int64_t n, float* out) {
-  if (n > kCudaSmallBatch) {
-    fail(gemm_->matmul(w, in, n, out));
-    return;
-  }
-  // One quantization for the batch (the formats' blocks never straddle a row).
-  const cuda::ActQ8 act = cuda::quantize_for(w.type, in, n * w.n_cols, act_.data(), s());
+void CudaBlocks::matvec_rows(const WeightView& w, const cuda::ActQ8& act, int64_t n, float* out) {
   for (int64_t t = 0; t < n; ++t) {
     cuda::matvec_quantized(w, cuda::act_row(act, w.type, w.n_cols, t), out + t * w.n_rows, s());
   }
 }
 
+cuda::ActQ8 CudaBlocks::activations(gguf::GgmlType type, const float* in, int64_t n_cols, int64_t n,
+                                    gguf::GgmlType* cached_type, cuda::ActQ8* cached) {
+  const gguf::GgmlType format = quant::activation_type(type);
+  if (*cached_type != format) {
+    // One quantization for the batch (the formats' blocks never straddle a row).
+    *cached = cuda::quantize_for(type, in, n * n_cols, act_.data(), s());
+    *cached_type = format;
+  }
+  return *cached;
+}
+
+void CudaBlocks::matmul(const WeightView& w, const float* in, int64_t n, float* out) {
+  if (n > kCudaSmallBatch) {
+    fail(gemm_->matmul(w, in, n, out));
+    return;
+  }
+  gguf::GgmlType none = kNothingCached;
+  cuda::ActQ8 act;
+  matvec_rows(w, activations(w.type, in, w.n_cols, n, &none, &act), n, out);
+}
+
+// Small batches: the matrices of one type (and width) in one launch per row, on one
+// quantization of `in` per activation format.
+void CudaBlocks::shared_input(const WeightView* const* ws, float* const* outs, int n, const float* in) {
+  gguf::GgmlType cached_type = kNothingCached;
+  cuda::ActQ8 act;
+  for (int i = 0; i < n;) {
+    int j = i + 1;
+    while (j < n && j - i < cuda::kMatvecMaxMulti && ws[j]->type == ws[i]->type && ws[j]->n_cols == ws[i]->n_cols) ++j;
+    const cuda::ActQ8 a = activations(ws[i]->type, in, ws[i]->n_cols, n_tokens_, &cached_type, &act);
+    for (int64_t t = 0; t < n_tokens_; ++t) {
+      WeightView group[cuda::kMatvecMaxMulti];
+      float* ys[cuda::kMatvecMaxMulti];
+      for (int m = i; m < j; ++m) {
+        group[m - i] = *ws[m];
+        ys[m - i] = outs[m] + t * ws[m]->n_rows;
+      }
+      cuda::matvec_multi(group, ys, j - i, cuda::act_row(a, ws[i]->type, ws[i]->n_cols, t), s());
+    }
+    i = j;
+  }
+}
+
+void CudaBlocks::project_qkv(const AttnViews& a, const float* in) {
+  if (replaying()) return;
+  const WeightView* ws[3] = {&a.wq, &a.wk, &a.wv};
+  float* outs[3] = {q(), k(), v()};
+  if (n_tokens_ > kCudaSmallBatch) {
+    for (int i = 0; i < 3; ++i) fail(gemm_->matmul(*ws[i], in, n_tokens_, outs[i]));
+    return;
+  }
+  shared_input(ws, outs, 3, in);
+}
+
 void CudaBlocks::attention(int64_t il, bool swa, float kq_scale) {
+  if (replaying()) return;
   auto* kc = static_cast<uint16_t*>(const_cast<void*>(kv_->k_rows(il, 0, 0).data));
   auto* vc = static_cast<uint16_t*>(const_cast<void*>(kv_->v_rows(il, 0, 0).data));
   cuda::store_kv_f16(k(), v(), n_tokens_, hp_.k_width(), hp_.v_width(), positions(), kc, vc, s());
@@ -262,6 +376,15 @@ void CudaBlocks::attention(int64_t il, bool swa, float kq_scale) {
     a.k_stride = hp_.k_width();
     a.v_stride = hp_.v_width();
     a.kq_scale = kq_scale;
+    if (mode_ == Mode::kCapture) {  // one token: its visible keys from its device position
+      a.q = q();
+      a.out = attn();
+      a.pos = positions();
+      a.n_swa = swa ? hp_.n_swa : 0;
+      a.max_kv = swa ? std::min(bucket_, hp_.n_swa) : bucket_;
+      cuda::attention_decode(a, attn_scratch_.data(), s());
+      return;
+    }
     for (int64_t t = 0; t < n_tokens_; ++t) {
       const int64_t p = pos_ + t;
       a.q = q() + t * hp_.q_width();
@@ -296,15 +419,23 @@ cuda::UnaryOp unary_op(FfnAct act) {
 }
 
 void CudaBlocks::dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) {
+  if (replaying()) return;
   float* gate = at(lay_.ff_gate);
   float* up = at(lay_.ff_up);
-  matmul(w.gate, in, n_tokens_, gate);
-  matmul(w.up, in, n_tokens_, up);
+  if (n_tokens_ > kCudaSmallBatch) {
+    matmul(w.gate, in, n_tokens_, gate);
+    matmul(w.up, in, n_tokens_, up);
+  } else {  // gate and up share their input
+    const WeightView* ws[2] = {&w.gate, &w.up};
+    float* outs[2] = {gate, up};
+    shared_input(ws, outs, 2, in);
+  }
   cuda::glu(unary_op(act), gate, up, n_tokens_ * w.gate.n_rows, s());
   matmul(w.down, gate, n_tokens_, out);
 }
 
 Status CudaBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) {
+  if (replaying()) return Status::ok();
   const int64_t ne = hp_.n_expert, k = hp_.n_expert_used;
   matmul(w.router, in, n_tokens_, at(lay_.probs));
   cuda::softmax(at(lay_.probs), n_tokens_, ne, s());
@@ -381,25 +512,43 @@ Status CudaBlocks::moe_batch(const FfnViews& w, int64_t il, const float* in, flo
 
 Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logits, float* hidden) {
   const int64_t e = hp_.n_embd, nv = hp_.n_vocab;
-  if (hidden != nullptr) {
-    fail(cuda::copy_to_host_async(hidden, cur(), static_cast<size_t>(n_tokens_ * e) * 4, s()));
-  }
-  float* dev_logits = at(lay_.logits);
-  if (logits != nullptr && all_logits) {
-    for (int64_t r0 = 0; r0 < n_tokens_; r0 += kLogitRows) {
-      const int64_t m = std::min(kLogitRows, n_tokens_ - r0);
-      matmul(output, cur() + r0 * e, m, dev_logits);
-      fail(cuda::copy_to_host_async(logits + r0 * nv, dev_logits, static_cast<size_t>(m * nv) * 4, s()));
+  Status st;
+  if (replaying()) {
+    st = graphs_[replay_].graph.launch(s());
+  } else {
+    if (hidden != nullptr) {
+      fail(cuda::copy_to_host_async(hidden, cur(), static_cast<size_t>(n_tokens_ * e) * 4, s()));
     }
-  } else if (logits != nullptr) {
-    matmul(output, cur() + (n_tokens_ - 1) * e, 1, dev_logits);
-    fail(cuda::copy_to_host_async(logits_host_.data(), dev_logits, static_cast<size_t>(nv) * 4, s()));
+    float* dev_logits = at(lay_.logits);
+    if (logits != nullptr && all_logits && n_tokens_ > 1) {
+      for (int64_t r0 = 0; r0 < n_tokens_; r0 += kLogitRows) {
+        const int64_t m = std::min(kLogitRows, n_tokens_ - r0);
+        matmul(output, cur() + r0 * e, m, dev_logits);
+        fail(cuda::copy_to_host_async(logits + r0 * nv, dev_logits, static_cast<size_t>(m * nv) * 4, s()));
+      }
+    } else if (logits != nullptr) {  // the last row, through the pinned staging buffer
+      matmul(output, cur() + (n_tokens_ - 1) * e, 1, dev_logits);
+      fail(cuda::copy_to_host_async(logits_host_.data(), dev_logits, static_cast<size_t>(nv) * 4, s()));
+    }
+    if (mode_ == Mode::kCapture) {
+      auto graph = cuda::Graph::end_capture(s());
+      if (graph.is_ok()) {
+        graphs_.push_back({kv_->k_rows(0, 0, 0).data, bucket_, std::move(graph).value()});
+        st = graphs_.back().graph.launch(s());
+      } else {
+        use_graphs_ = false;  // this step's work was only recorded: it is lost
+        st = graph.status().with_context("capturing a decode step");
+      }
+    }
   }
-  Status st = stream_.synchronize();
-  if (!error_.is_ok()) st = error_;
+  mode_ = Mode::kEager;
+  Status synced = stream_.synchronize();
+  if (!error_.is_ok()) synced = error_;
+  if (!st.is_ok()) synced = st;
   error_ = Status::ok();
-  HYPURA_RETURN_IF_ERROR(st.with_context("GPU forward pass"));
-  if (logits != nullptr && !all_logits) std::memcpy(logits, logits_host_.data(), static_cast<size_t>(nv) * 4);
+  HYPURA_RETURN_IF_ERROR(synced.with_context("GPU forward pass"));
+  const bool staged = logits != nullptr && !(all_logits && n_tokens_ > 1);
+  if (staged) std::memcpy(logits, logits_host_.data(), static_cast<size_t>(nv) * 4);
   return Status::ok();
 }
 

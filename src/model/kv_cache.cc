@@ -82,11 +82,7 @@ Status KvCache::grow_device(int64_t n_ctx) {
   HYPURA_ASSIGN_OR_RETURN(cuda::DeviceBuffer grown, cuda::DeviceBuffer::allocate(to.total));
   // Zeroed so that a never-written row widens to zeros (as the host cache), then the rows
   // kept: each layer's n_ctx_ old rows at the start of its new, longer run.
-  std::vector<uint8_t> zeros(std::min<size_t>(to.total, size_t{64} << 20), 0);
-  for (size_t off = 0; off < to.total; off += zeros.size()) {
-    HYPURA_RETURN_IF_ERROR(cuda::copy_to_device(static_cast<uint8_t*>(grown.data()) + off, zeros.data(),
-                                                std::min(zeros.size(), to.total - off)));
-  }
+  HYPURA_RETURN_IF_ERROR(cuda::zero_device(grown.data(), to.total));
   std::vector<uint8_t*> k_base(static_cast<size_t>(n_layer_)), v_base(static_cast<size_t>(n_layer_));
   auto* base = static_cast<uint8_t*>(grown.data());
   for (int64_t il = 0; il < n_layer_; ++il) {

@@ -58,7 +58,7 @@ Status Forward::run(const int32_t* tokens, int64_t n_tokens, int64_t pos, KvCach
                             " memory but the forward pass runs on the " + (b.on_device() ? "GPU" : "CPU"));
   }
   runtime::WeightProvider& provider = b.provider();
-  b.begin(pos, n_tokens, &kv);
+  b.begin(pos, n_tokens, &kv, logits != nullptr && hidden == nullptr);
 
   // Tensors outside the layer stack: layer -1.
   const runtime::TensorId global_ids[4] = {wm.token_embd, wm.output_norm, wm.output,

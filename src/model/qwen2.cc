@@ -13,9 +13,7 @@ Status qwen2_layer(Blocks& b, int64_t il) {
   AttnViews a;
   HYPURA_RETURN_IF_ERROR(b.acquire_attention(il, &a));
   b.norm(b.x(), a.norm, b.cur());
-  b.linear(a.wq, b.cur(), b.q());
-  b.linear(a.wk, b.cur(), b.k());
-  b.linear(a.wv, b.cur(), b.v());
+  b.project_qkv(a, b.cur());
   b.add_bias(b.q(), a.bq);
   b.add_bias(b.k(), a.bk);
   b.add_bias(b.v(), a.bv);

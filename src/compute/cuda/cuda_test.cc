@@ -11,9 +11,9 @@
 //                 (a few ulps).
 //   kAttnRelL2    attention: a different summation order (segments, warps) and float
 //                 instead of the CPU's double softmax sum.
-//   kGemmRelL2    prefill products on F16 operands (weights dequantized to F16, activations
-//                 rounded to F16; F32 accumulation) against the float product of the exact
-//                 dequantized weights: two F16 roundings (2^-11 relative) per term, averaged.
+//   kGemmRelL2    prefill products on F16 operands (weights dequantized to F16, the CPU's
+//                 8-bit activations widened to F16; F32 accumulation) against the CPU's
+//                 matmul: two F16 roundings (2^-12 relative) per term, averaged.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -384,6 +384,19 @@ TEST_F(CudaTest, AttentionDecodeMatchesCpu) {
     a.kq_scale = kq_scale;
     attention_decode(a, scratch->data(), stream_.handle());
     EXPECT_LE(rel_l2(download(dout, want.size()), want), kAttnRelL2);
+    // The replayable form (a captured decode step): the position on the device, the launch
+    // sized for more keys than are visible; a window when the case starts past 0.
+    const std::vector<int32_t> pos = {static_cast<int32_t>(c.kv_end - 1)};
+    DeviceBuffer dpos = upload(pos), dout2 = poisoned(want.size());
+    auto scratch2 = DeviceBuffer::allocate(attention_scratch_bytes(c.n_head, c.n_head_kv, c.head_dim, 2 * c.kv_end));
+    ASSERT_TRUE(scratch2.is_ok());
+    a.out = dout2.as<float>();
+    a.pos = dpos.as<int32_t>();
+    a.n_swa = c.kv_first > 0 ? c.kv_end - c.kv_first : 0;
+    a.max_kv = 2 * c.kv_end;
+    a.kv_first = a.kv_end = -7;  // ignored
+    attention_decode(a, scratch2->data(), stream_.handle());
+    EXPECT_LE(rel_l2(download(dout2, want.size()), want), kAttnRelL2) << "replayable";
   }
 }
 
@@ -455,9 +468,11 @@ TEST_F(CudaTest, DequantizeMatchesCpuExactly) {
   }
 }
 
-// Prefill products (cuBLAS) against the float product of the dequantized weights, with
-// weight tiles small enough that a matrix takes several.
-TEST_F(CudaTest, GemmMatchesDequantizedProduct) {
+// Prefill products (cuBLAS) against the CPU's matmul (which rounds the activations of
+// quantized weights to 8-bit blocks as the GPU's products do), with weight tiles small
+// enough that a matrix takes several.
+TEST_F(CudaTest, GemmMatchesCpu) {
+  Context cpu(1, "scalar");
   uint32_t seed = 700;
   const int64_t n = 37, n_rows = 300, n_cols = 512;
   auto gemm = Gemm::create(stream_.handle(), 64, n_cols, 64 * n_cols);
@@ -465,17 +480,9 @@ TEST_F(CudaTest, GemmMatchesDequantizedProduct) {
   for (GgmlType type : kAllTypes) {
     SCOPED_TRACE(gguf::type_name(type));
     const std::vector<uint8_t> w = random_weights(type, n_rows, n_cols, &seed);
-    const size_t row = quant::row_size(type, n_cols);
     const std::vector<float> x = random_floats(n * n_cols, seed++);
-    std::vector<float> wf(n_cols), want(n * n_rows);
-    for (int64_t r = 0; r < n_rows; ++r) {
-      quant::dequantize_row(type, w.data() + r * row, wf.data(), n_cols);
-      for (int64_t t = 0; t < n; ++t) {
-        double acc = 0;
-        for (int64_t c = 0; c < n_cols; ++c) acc += static_cast<double>(wf[c]) * x[t * n_cols + c];
-        want[t * n_rows + r] = static_cast<float>(acc);
-      }
-    }
+    std::vector<float> want(n * n_rows);
+    cpu.matmul(WeightView{w.data(), type, n_cols, n_rows}, x.data(), n, want.data());
     DeviceBuffer dw = upload(w), dx = upload(x), dy = poisoned(n * n_rows);
     ASSERT_TRUE((*gemm)->matmul(WeightView{dw.data(), type, n_cols, n_rows}, dx.as<float>(), n, dy.as<float>()));
     EXPECT_LE(rel_l2(download(dy, n * n_rows), want), type == GgmlType::F32 ? kFloatRelL2 : kGemmRelL2);
@@ -508,6 +515,27 @@ TEST_F(CudaTest, GroupedMatvecMatchesCpu) {
       matvec_grouped(WeightView{dw.data(), type, cols, rows}, dids.as<int32_t>(), n_pairs, act_div, act,
                      dy.as<float>(), stream_.handle());
       EXPECT_LE(rel_l2(download(dy, n_pairs * rows), want), kMatvecRelL2) << act_div;
+    }
+    // Three matrices of different heights on one activation row in one launch (Q, K, V).
+    const int64_t heights[3] = {rows, rows / 3, 2 * rows};
+    DeviceBuffer dw = upload(w), dx = upload(x);
+    std::vector<DeviceBuffer> dys;
+    WeightView views[3];
+    float* ys[3];
+    const size_t row = quant::row_size(type, cols);
+    for (int i = 0; i < 3; ++i) {
+      dys.push_back(poisoned(heights[i]));
+      views[i] = WeightView{static_cast<uint8_t*>(dw.data()) + i * row * 7, type, cols, heights[i]};
+      ys[i] = dys.back().as<float>();
+    }
+    auto scratch = DeviceBuffer::allocate(act_q8_layout(cols).total);
+    ASSERT_TRUE(scratch.is_ok());
+    const ActQ8 act = quantize_for(type, dx.as<float>(), cols, scratch->data(), stream_.handle());
+    matvec_multi(views, ys, 3, act, stream_.handle());
+    for (int i = 0; i < 3; ++i) {
+      std::vector<float> want(heights[i]);
+      cpu.matmul(host_all.rows(i * 7, heights[i]), x.data(), 1, want.data());
+      EXPECT_LE(rel_l2(download(dys[i], heights[i]), want), kMatvecRelL2) << "multi " << i;
     }
   }
 }

@@ -118,6 +118,49 @@ Status Stream::synchronize() const {
   return cuda_status(cudaStreamSynchronize(s_), "cudaStreamSynchronize");
 }
 
+Status Graph::begin_capture(StreamHandle stream) {
+  return cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                     "cudaStreamBeginCapture");
+}
+
+Result<Graph> Graph::end_capture(StreamHandle stream) {
+  cudaGraph_t graph = nullptr;
+  const cudaError_t err = cudaStreamEndCapture(stream, &graph);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return cuda_status(err, "cudaStreamEndCapture");
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t ierr = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (ierr != cudaSuccess) {
+    cudaGetLastError();
+    return cuda_status(ierr, "cudaGraphInstantiate");
+  }
+  Graph g;
+  g.exec_ = exec;
+  return g;
+}
+
+Graph::~Graph() {
+  if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+}
+
+Graph::Graph(Graph&& other) noexcept : exec_(std::exchange(other.exec_, nullptr)) {}
+
+Graph& Graph::operator=(Graph&& other) noexcept {
+  if (this != &other) {
+    if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+    exec_ = std::exchange(other.exec_, nullptr);
+  }
+  return *this;
+}
+
+Status Graph::launch(StreamHandle stream) const {
+  return cuda_status(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream), "cudaGraphLaunch");
+}
+
 Status copy_to_device(void* dst, const void* src, size_t bytes) {
   return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
 }
@@ -128,6 +171,10 @@ Status copy_to_host(void* dst, const void* src, size_t bytes) {
 
 Status copy_device_to_device(void* dst, const void* src, size_t bytes) {
   return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy D2D");
+}
+
+Status zero_device(void* dst, size_t bytes) {
+  return cuda_status(cudaMemset(dst, 0, bytes), "cudaMemset");
 }
 
 Result<PinnedBuffer> PinnedBuffer::allocate(size_t bytes) {

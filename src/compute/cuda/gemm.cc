@@ -11,6 +11,8 @@
 
 #include "compute/cuda/dequant.h"
 #include "compute/cuda/matvec.h"
+#include "compute/cuda/quantize.h"
+#include "quant/quant.h"
 
 namespace hypura::compute::cuda {
 namespace {
@@ -32,7 +34,8 @@ int64_t tile_rows(int64_t tile_elems, int64_t n_cols, int64_t n_rows) {
 }  // namespace
 
 size_t Gemm::scratch_bytes(int64_t max_rows, int64_t max_cols, int64_t tile_elems) {
-  return static_cast<size_t>(max_rows * max_cols) * 2 + static_cast<size_t>(tile_elems) * 2;
+  return static_cast<size_t>(max_rows * max_cols) * 2 + static_cast<size_t>(tile_elems) * 2 +
+         act_q8_layout(max_rows * max_cols).total;
 }
 
 Result<std::unique_ptr<Gemm>> Gemm::create(StreamHandle stream, int64_t max_rows, int64_t max_cols,
@@ -45,6 +48,7 @@ Result<std::unique_ptr<Gemm>> Gemm::create(StreamHandle stream, int64_t max_rows
   g->tile_elems_ = std::max(tile_elems, 64 * max_cols);
   HYPURA_ASSIGN_OR_RETURN(g->x16_, DeviceBuffer::allocate(static_cast<size_t>(max_rows * max_cols) * 2));
   HYPURA_ASSIGN_OR_RETURN(g->w16_, DeviceBuffer::allocate(static_cast<size_t>(g->tile_elems_) * 2));
+  HYPURA_ASSIGN_OR_RETURN(g->xq_, DeviceBuffer::allocate(act_q8_layout(max_rows * max_cols).total));
   cublasHandle_t h = nullptr;
   HYPURA_RETURN_IF_ERROR(cublas_status(cublasCreate(&h), "cublasCreate"));
   g->handle_ = h;
@@ -67,7 +71,13 @@ Status Gemm::matmul(const WeightView& w, const float* x, int64_t n, float* y) {
                          "cublasSgemm");
   }
   auto* x16 = x16_.as<uint16_t>();
-  f32_to_f16(x, n * w.n_cols, x16, stream_);
+  const gguf::GgmlType act_type = quant::activation_type(w.type);
+  if (act_type == gguf::GgmlType::Q8_0 || act_type == gguf::GgmlType::Q8_1 || act_type == gguf::GgmlType::Q8_K) {
+    const ActQ8 act = quantize_for(w.type, x, n * w.n_cols, xq_.data(), stream_);
+    act_q8_to_f16(act, n * w.n_cols, act_type == gguf::GgmlType::Q8_K ? 256 : 32, x16, stream_);
+  } else {
+    f32_to_f16(x, n * w.n_cols, x16, stream_);
+  }
   const int64_t rows = tile_rows(tile_elems_, w.n_cols, w.n_rows);
   for (int64_t r0 = 0; r0 < w.n_rows; r0 += rows) {
     const int64_t tr = std::min(rows, w.n_rows - r0);

@@ -2,11 +2,13 @@
 // activation rows, through cuBLAS.
 //
 // F32 weights multiply F32 activations (cublasSgemm, full FP32: no TF32). Every other
-// format is dequantized to F16 a tile of rows at a time (dequant.h) and multiplied with the
-// activations rounded to F16 on the tensor cores, accumulating in F32 (cublasGemmEx);
-// F16 weights are used in place. So a prefill product differs from the CPU's (which rounds
-// activations to 8-bit blocks for quantized weights) and from the decode matvec by float
-// rounding: the F16 rounding of the activations (relative 2^-11) and the summation order.
+// format is dequantized to F16 a tile of rows at a time (dequant.h) and multiplied on the
+// tensor cores, accumulating in F32 (cublasGemmEx); F16 weights are used in place. The
+// activations of quantized weights are first rounded to 8-bit blocks exactly as the CPU
+// and the decode matvec round them (quantize.h), then widened to F16; those of F16/BF16
+// weights are rounded to F16. So a prefill product differs from the CPU's and the decode
+// matvec's by float rounding only: F16 values (relative 2^-12 per weight and activation)
+// and the summation order.
 //
 // Thread-safety: one caller at a time (the handle and the scratch are the object's).
 // Errors: cuBLAS's synchronous failures are returned; kernels' faults surface at the
@@ -47,6 +49,7 @@ class Gemm {
   cublasContext* handle_ = nullptr;
   int64_t max_rows_ = 0, max_cols_ = 0, tile_elems_ = 0;
   DeviceBuffer x16_;  // (max_rows, max_cols) F16 activations
+  DeviceBuffer xq_;   // (max_rows, max_cols) the 8-bit activations they come from
   DeviceBuffer w16_;  // (tile_elems) F16 weight tile
 };
 

@@ -17,6 +17,7 @@
 #include "compute/compute.h"
 #include "compute/cuda/act_q8.h"
 #include "compute/cuda/device.h"
+#include "compute/cuda/matvec_launch.h"  // kMatvecMaxMulti
 
 namespace hypura::compute::cuda {
 
@@ -48,5 +49,9 @@ ActQ8 act_row(const ActQ8& act, gguf::GgmlType type, int64_t n_cols, int64_t r);
 // starting at expert.data and x_a is row a of act (quantized as above). ids: device int32.
 void matvec_grouped(const WeightView& expert, const int32_t* ids, int64_t n_pairs, int act_div,
                     const ActQ8& act, float* y, StreamHandle stream);
+
+// Products of up to three matrices with the same activations (Q, K and V; gate and up) in
+// one launch: y[i] = w[i] . x for i < n. REQUIRES: the same type and n_cols.
+void matvec_multi(const WeightView* w, float* const* y, int n, const ActQ8& act, StreamHandle stream);
 
 }  // namespace hypura::compute::cuda

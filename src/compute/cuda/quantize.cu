@@ -3,6 +3,8 @@
 // largest magnitude, the first one on ties), quants rounded half to even, scales rounded
 // to fp16 where the CPU stores fp16. IEEE division and rounding (nvcc's defaults, no fast
 // math) make the results bit-identical.
+#include <cuda_fp16.h>
+
 #include "compute/cuda/common.cuh"
 #include "compute/cuda/quantize.h"
 
@@ -72,7 +74,19 @@ __global__ void quantize_q8_k(const float* __restrict__ x, int8_t* __restrict__ 
   if (t == 0) d[b] = 1.0f / iscale;
 }
 
+__global__ void q8_to_f16_kernel(const int8_t* __restrict__ q, const float* __restrict__ d, int64_t n,
+                                 int block, __half* __restrict__ out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = __float2half_rn(static_cast<float>(q[i]) * d[i / block]);
+}
+
 }  // namespace
+
+void act_q8_to_f16(const ActQ8& act, int64_t n, int block, uint16_t* out, StreamHandle stream) {
+  if (n == 0) return;
+  q8_to_f16_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
+      act.q, act.d, n, block, reinterpret_cast<__half*>(out));
+}
 
 ActQ8 quantize_act(ActFormat format, const float* x, int64_t n, void* scratch, StreamHandle stream) {
   const ActQ8Layout l = act_q8_layout(n);

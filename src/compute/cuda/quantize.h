@@ -19,4 +19,9 @@ enum class ActFormat { kQ8_0, kQ8_1, kQ8_K };
 // REQUIRES: n % 32 == 0 (kQ8_K: n % 256 == 0).
 ActQ8 quantize_act(ActFormat format, const float* x, int64_t n, void* scratch, StreamHandle stream);
 
+// The quantized activations' values q[i] * d[i / block] (block: 32, or 256 for Q8_K) as F16
+// (nearest even), out: (n) device halves. The prefill products multiply these, so their
+// activations carry the CPU's 8-bit rounding and lose only the F16 rounding of each value.
+void act_q8_to_f16(const ActQ8& act, int64_t n, int block, uint16_t* out, StreamHandle stream);
+
 }  // namespace hypura::compute::cuda
