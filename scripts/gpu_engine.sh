@@ -10,6 +10,7 @@
 #     8b, moe, f16   `hypura synth` of the 8b Q4_K_M, moe Q4_K_M and 8b F16 presets, then
 #              `hypura bench --device cuda` (pp512, tg128; BENCH_ARGS overrides); with
 #              GRAPH_AB=1 a second bench with HYPURA_CUDA_GRAPHS=0 (eager decode steps)
+# KEEP_MODELS=1 keeps the synthetic models in $MODELS (default /tmp/hypura-models).
 # Logs go to $OUT (the device tool's output folder) or /tmp/gpu_engine.
 set -uo pipefail
 DIR=$(realpath "${1:-.devgpu}")
@@ -61,7 +62,7 @@ bench() {  # name, synth args...
     echo "== $name: bench --device cuda -p 0 -n 128 (HYPURA_CUDA_GRAPHS=0)"
     HYPURA_CUDA_GRAPHS=0 timeout 200 "$DIR/bin/hypura" bench "$model" --device cuda -p 0 -n 128 -r 3 --no-reference 2>&1 | grep "tg128" || rc=1
   fi
-  rm -f "$model"
+  [ "${KEEP_MODELS:-0}" = 1 ] || rm -f "$model"
 }
 step 8b && bench 8b --preset 8b
 step moe && bench moe --preset moe

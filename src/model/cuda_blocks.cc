@@ -301,8 +301,10 @@ void CudaBlocks::rope(float* rows, int64_t n_heads, float freq_base, float freq_
 }
 
 void CudaBlocks::matvec_rows(const WeightView& w, const cuda::ActQ8& act, int64_t n, float* out) {
-  for (int64_t t = 0; t < n; ++t) {
-    cuda::matvec_quantized(w, cuda::act_row(act, w.type, w.n_cols, t), out + t * w.n_rows, s());
+  if (n == 1) {
+    cuda::matvec_quantized(w, act, out, s());
+  } else {
+    cuda::matvec_batched(w, act, n, out, s());
   }
 }
 
@@ -329,21 +331,24 @@ void CudaBlocks::matmul(const WeightView& w, const float* in, int64_t n, float* 
 
 // Small batches: the matrices of one type (and width) in one launch per row, on one
 // quantization of `in` per activation format.
+// Small batches: one quantization of `in` per activation format; one token: the matrices
+// of one type (and width) in one launch.
 void CudaBlocks::shared_input(const WeightView* const* ws, float* const* outs, int n, const float* in) {
   gguf::GgmlType cached_type = kNothingCached;
   cuda::ActQ8 act;
   for (int i = 0; i < n;) {
     int j = i + 1;
-    while (j < n && j - i < cuda::kMatvecMaxMulti && ws[j]->type == ws[i]->type && ws[j]->n_cols == ws[i]->n_cols) ++j;
+    while (n_tokens_ == 1 && j < n && j - i < cuda::kMatvecMaxMulti && ws[j]->type == ws[i]->type &&
+           ws[j]->n_cols == ws[i]->n_cols) {
+      ++j;
+    }
     const cuda::ActQ8 a = activations(ws[i]->type, in, ws[i]->n_cols, n_tokens_, &cached_type, &act);
-    for (int64_t t = 0; t < n_tokens_; ++t) {
+    if (j - i == 1) {
+      matvec_rows(*ws[i], a, n_tokens_, outs[i]);
+    } else {
       WeightView group[cuda::kMatvecMaxMulti];
-      float* ys[cuda::kMatvecMaxMulti];
-      for (int m = i; m < j; ++m) {
-        group[m - i] = *ws[m];
-        ys[m - i] = outs[m] + t * ws[m]->n_rows;
-      }
-      cuda::matvec_multi(group, ys, j - i, cuda::act_row(a, ws[i]->type, ws[i]->n_cols, t), s());
+      for (int m = i; m < j; ++m) group[m - i] = *ws[m];
+      cuda::matvec_multi(group, outs + i, j - i, a, s());
     }
     i = j;
   }
@@ -365,7 +370,7 @@ void CudaBlocks::attention(int64_t il, bool swa, float kq_scale) {
   auto* kc = static_cast<uint16_t*>(const_cast<void*>(kv_->k_rows(il, 0, 0).data));
   auto* vc = static_cast<uint16_t*>(const_cast<void*>(kv_->v_rows(il, 0, 0).data));
   cuda::store_kv_f16(k(), v(), n_tokens_, hp_.k_width(), hp_.v_width(), positions(), kc, vc, s());
-  if (n_tokens_ <= kCudaSmallBatch) {
+  if (n_tokens_ <= kCudaDecodeAttention) {
     cuda::AttnDecodeArgs a;
     a.k = kc;
     a.v = vc;

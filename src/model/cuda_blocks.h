@@ -4,10 +4,14 @@
 // The architecture files drive it unchanged; its row buffers are device memory taken once
 // with cudaMalloc, its weight views come from a provider of device views
 // (runtime/device_weights.h), and its ops queue kernels of compute/cuda on one stream:
-//   linear      n_tokens <= kSmallBatch: the activations quantized once as the CPU rounds
-//               them, then one matvec per row; larger batches: cuBLAS (gemm.h)
+//   linear      n_tokens <= kCudaSmallBatch: the activations quantized once as the CPU
+//               rounds them, then matvecs reading the weights once for all rows (integer
+//               dots, as exact as the CPU's); products sharing an input (Q, K, V; gate, up)
+//               share the quantization and, for one token, the launch; larger batches:
+//               cuBLAS on F16 (gemm.h)
 //   attention   the batch's keys and values rounded to F16 into the device cache, then
-//               decode attention per token (few tokens) or prefill attention
+//               decode attention per token (up to kCudaDecodeAttention tokens) or prefill
+//               attention
 //   moe_ffn     router, softmax and top-k on the device; few tokens: grouped expert
 //               matvecs over (token, slot) pairs, no host round trip; a prompt: the
 //               selection copied to the host, each used expert's rows gathered and
@@ -30,9 +34,12 @@
 
 namespace hypura::model {
 
-// Batches of at most this many tokens multiply by matvec per row (weights read once per
-// row); larger ones by the matrix product, which dequantizes the weights to F16 first.
-inline constexpr int64_t kCudaSmallBatch = 4;
+// Batches of at most this many tokens multiply by batched matvecs (exact integer dots,
+// weights read once); larger ones by the matrix product, which dequantizes the weights to
+// F16 first (faster from about this size on: the F16 copy costs 7x the Q4_K bytes).
+inline constexpr int64_t kCudaSmallBatch = 16;
+// Batches of at most this many tokens run decode attention token by token.
+inline constexpr int64_t kCudaDecodeAttention = 4;
 
 // Whether the GPU forward pass computes this model (head sizes, weight types); the error
 // says why not. Cheap: no device access.

@@ -489,6 +489,28 @@ TEST_F(CudaTest, GemmMatchesCpu) {
   }
 }
 
+// Batched products (a few tokens, the weights read once): each row as the CPU's matmul.
+TEST_F(CudaTest, BatchedMatvecMatchesCpu) {
+  Context cpu(1, "scalar");
+  uint32_t seed = 1300;
+  for (GgmlType type : kAllTypes) {
+    SCOPED_TRACE(gguf::type_name(type));
+    const int64_t rows = 70, cols = quant::block_size(type) == 1 ? 136 : 768;
+    const std::vector<uint8_t> w = random_weights(type, rows, cols, &seed);
+    for (int64_t n : {2, 5, 16}) {
+      const std::vector<float> x = random_floats(n * cols, seed++);
+      std::vector<float> want(n * rows);
+      cpu.matmul(WeightView{w.data(), type, cols, rows}, x.data(), n, want.data());
+      DeviceBuffer dw = upload(w), dx = upload(x), dy = poisoned(n * rows);
+      auto scratch = DeviceBuffer::allocate(act_q8_layout(n * cols).total);
+      ASSERT_TRUE(scratch.is_ok());
+      const ActQ8 act = quantize_for(type, dx.as<float>(), n * cols, scratch->data(), stream_.handle());
+      matvec_batched(WeightView{dw.data(), type, cols, rows}, act, n, dy.as<float>(), stream_.handle());
+      EXPECT_LE(rel_l2(download(dy, n * rows), want), kMatvecRelL2) << n;
+    }
+  }
+}
+
 // Grouped expert products: each (token, slot) pair's expert matrix times its token's row,
 // against the CPU's matmul of that expert's slice.
 TEST_F(CudaTest, GroupedMatvecMatchesCpu) {

@@ -110,6 +110,27 @@ void matvec_grouped(const WeightView& expert, const int32_t* ids, int64_t n_pair
   (void)launched;
 }
 
+void matvec_batched(const WeightView& w, const ActQ8& act, int64_t n, float* y, StreamHandle stream) {
+  assert(matvec_supported(w.type) && n >= 1 && n <= kMatvecMaxTokens);
+  MatvecArgs a;
+  a.w = w.data;
+  a.row_bytes = w.row_bytes();
+  a.n_cols = w.n_cols;
+  a.n_rows = w.n_rows;
+  a.act = act;
+  a.y = y;
+  a.stream = stream;
+  a.n_tok = static_cast<int>(n);
+  a.q_stride = w.n_cols;
+  const int64_t block = act_block(w.type);
+  a.d_stride = block > 0 ? w.n_cols / block : 0;
+  const auto id = static_cast<uint32_t>(w.type);
+  const bool launched = launch_matvec_kquant(id, a) || launch_matvec_legacy(id, a) ||
+                        launch_matvec_float(id, a);
+  assert(launched);
+  (void)launched;
+}
+
 void matvec_multi(const WeightView* w, float* const* y, int n, const ActQ8& act, StreamHandle stream) {
   assert(n >= 1 && n <= kMatvecMaxMulti);
   MatvecGroup group;

@@ -50,6 +50,12 @@ ActQ8 act_row(const ActQ8& act, gguf::GgmlType type, int64_t n_cols, int64_t r);
 void matvec_grouped(const WeightView& expert, const int32_t* ids, int64_t n_pairs, int act_div,
                     const ActQ8& act, float* y, StreamHandle stream);
 
+// Batched products for a few tokens: y[t, :] = W . x_t for t < n (n <= kMatvecMaxTokens),
+// the weights read once; x_t is row t of act (quantized over n * W.n_cols values), y is
+// (n, W.n_rows). Each row's result equals what matvec_quantized() gives that row, to
+// float rounding.
+void matvec_batched(const WeightView& w, const ActQ8& act, int64_t n, float* y, StreamHandle stream);
+
 // Products of up to three matrices with the same activations (Q, K and V; gate and up) in
 // one launch: y[i] = w[i] . x for i < n. REQUIRES: the same type and n_cols.
 void matvec_multi(const WeightView* w, float* const* y, int n, const ActQ8& act, StreamHandle stream);

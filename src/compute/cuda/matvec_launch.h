@@ -16,6 +16,8 @@ namespace hypura::compute::cuda {
 //   matrices (ids null): product i multiplies matrix w[i] (rows[i] rows) with the one
 //     activation row into y[i].
 constexpr int kMatvecMaxMulti = 3;
+// Most activation rows one batched product (matvec_batched) multiplies per weight read.
+constexpr int kMatvecMaxTokens = 16;
 struct MatvecGroup {
   const int32_t* ids = nullptr;  // (n_pairs) device
   size_t expert_bytes = 0;
@@ -34,6 +36,10 @@ struct MatvecArgs {
   float* y = nullptr;     // (n_rows)
   StreamHandle stream = nullptr;
   const MatvecGroup* group = nullptr;  // null: one product
+  // Batched products: n_tok activation rows (q_stride / d_stride apart, as in MatvecGroup)
+  // into y rows n_rows apart; 1: one product.
+  int n_tok = 1;
+  int64_t q_stride = 0, d_stride = 0;
 };
 
 // type_id: the GGUF type id (gguf::GgmlType). Each returns false for ids it lacks.
