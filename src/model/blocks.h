@@ -99,6 +99,8 @@ class Blocks {
   virtual void head_norm(float* rows, int64_t n_heads, const WeightView& w) = 0;
   // RoPE on rows (n_tokens, n_heads * head_dim) at the batch's positions.
   virtual void rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) = 0;
+  // rope() of q() (n_head heads) and of k() (n_head_kv heads) with the same frequencies.
+  virtual void rope_qk(float freq_base, float freq_scale) = 0;
   // rows (n_tokens, width) *= s
   virtual void scale(float* rows, int64_t width, float s) = 0;
   // x (n_tokens, n_embd) += y

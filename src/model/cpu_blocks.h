@@ -27,6 +27,10 @@ class CpuBlocks final : public Blocks {
   void add_bias(float* rows, const WeightView& b) override;
   void head_norm(float* rows, int64_t n_heads, const WeightView& w) override;
   void rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) override;
+  void rope_qk(float freq_base, float freq_scale) override {
+    rope(q(), hp_.n_head, freq_base, freq_scale);
+    rope(k(), hp_.n_head_kv, freq_base, freq_scale);
+  }
   void scale(float* rows, int64_t width, float s) override;
   void residual(float* x, const float* y) override;
   void attention(int64_t il, bool swa, float kq_scale) override;

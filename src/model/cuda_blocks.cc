@@ -14,12 +14,14 @@
 #include "compute/cuda/attention.h"
 #include "compute/cuda/binary.h"
 #include "compute/cuda/dequant.h"
+#include "compute/cuda/fused.h"
 #include "compute/cuda/device.h"
 #include "compute/cuda/gemm.h"
 #include "compute/cuda/matvec.h"
 #include "compute/cuda/moe.h"
 #include "compute/cuda/norm.h"
 #include "compute/cuda/rope.h"
+#include "compute/cuda/quantize.h"
 #include "compute/cuda/softmax.h"
 #include "compute/cuda/unary.h"
 #endif
@@ -85,6 +87,16 @@ using cuda::align256;
 // No activation format (CudaBlocks::activations): nothing quantized yet.
 constexpr gguf::GgmlType kNothingCached = gguf::GgmlType::I64;
 
+// The 8-bit format a weight type's activations are rounded to, if any.
+bool act_format(gguf::GgmlType weight_type, cuda::ActFormat* format) {
+  switch (quant::activation_type(weight_type)) {
+    case gguf::GgmlType::Q8_0: *format = cuda::ActFormat::kQ8_0; return true;
+    case gguf::GgmlType::Q8_1: *format = cuda::ActFormat::kQ8_1; return true;
+    case gguf::GgmlType::Q8_K: *format = cuda::ActFormat::kQ8_K; return true;
+    default: return false;
+  }
+}
+
 // Offsets of the row buffers inside one device allocation.
 struct Layout {
   size_t x, cur, tmp, q, k, v, attn, ff_gate, ff_up, logits;
@@ -137,30 +149,33 @@ class CudaBlocks final : public Blocks {
 
   bool on_device() const override { return true; }
   void embed(const WeightView& table, const int32_t* tokens) override;
-  void norm(const float* in, const WeightView& w, float* out) override {
-    if (replaying()) return;
-    cuda::rms_norm(in, floats(w), n_tokens_, w.n_cols, hp_.rms_eps, out, s());
-  }
+  void norm(const float* in, const WeightView& w, float* out) override;
   void linear(const WeightView& w, const float* in, float* out) override {
     if (replaying()) return;
+    flush_norm();
     matmul(w, in, n_tokens_, out);
   }
   void project_qkv(const AttnViews& a, const float* in) override;
   void add_bias(float* rows, const WeightView& b) override {
     if (replaying()) return;
+    flush_norm();
     cuda::add_rows(rows, floats(b), n_tokens_, b.n_cols, s());
   }
   void head_norm(float* rows, int64_t n_heads, const WeightView& w) override {
     if (replaying()) return;
+    flush_norm();
     cuda::rms_norm(rows, floats(w), n_tokens_ * n_heads, w.n_cols, hp_.rms_eps, rows, s());
   }
   void rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) override;
+  void rope_qk(float freq_base, float freq_scale) override;
   void scale(float* rows, int64_t width, float sc) override {
     if (replaying()) return;
+    flush_norm();
     cuda::scale(rows, sc, n_tokens_ * width, s());
   }
   void residual(float* x, const float* y) override {
     if (replaying()) return;
+    flush_norm();
     cuda::add(x, y, n_tokens_ * hp_.n_embd, s());
   }
   void attention(int64_t il, bool swa, float kq_scale) override;
@@ -191,13 +206,25 @@ class CudaBlocks final : public Blocks {
     return std::min(b, n_ctx_);
   }
   void start_step();
+  cuda::RopeParams rope_params(float freq_base, float freq_scale) const;
   // Quantized activations of rows `in` for weights of `type`: `cached` when it already
   // holds them in that format (products sharing an input round it once), else a new
   // quantization (queued after the products reading the old one: the same stream).
   cuda::ActQ8 activations(gguf::GgmlType type, const float* in, int64_t n_cols, int64_t n,
                           gguf::GgmlType* cached_type, cuda::ActQ8* cached);
   void matvec_rows(const WeightView& w, const cuda::ActQ8& act, int64_t n, float* out);
+  // Products of ws[i] on `in` for i < n, a small batch; `in` may be the pending norm's
+  // output, which is then computed and quantized in one launch.
   void shared_input(const WeightView* const* ws, float* const* outs, int n, const float* in);
+  // A small batch's RMS norm waits for the next op: when that op's products quantize the
+  // norm's output, one kernel does both (fused.h); any other op computes it first.
+  struct PendingNorm {
+    const float* in = nullptr;  // null: none pending
+    const float* w = nullptr;
+    int64_t width = 0;
+    float* out = nullptr;
+  };
+  void flush_norm();
   // out (n, w.n_rows) = in (n, w.n_cols) W^T: per-row matvecs or the matrix product.
   void matmul(const WeightView& w, const float* in, int64_t n, float* out);
   Status moe_small(const FfnViews& w, int64_t il, const float* in, float* out);
@@ -217,6 +244,7 @@ class CudaBlocks final : public Blocks {
   std::vector<int64_t> expert_begin_;  // (n_expert + 1) offsets into pairs, host
   std::vector<int64_t> expert_next_;   // (n_expert) fill positions while sorting
   Status error_;  // the first error of the batch, returned by finish()
+  PendingNorm pending_;
   Mode mode_ = Mode::kEager;
   bool use_graphs_ = true;  // HYPURA_CUDA_GRAPHS=0: every step eager
   int64_t bucket_ = 0;      // the context bucket of the step being captured
@@ -283,13 +311,29 @@ void CudaBlocks::embed(const WeightView& table, const int32_t* tokens) {
   std::memcpy(host, tokens, static_cast<size_t>(n_tokens_) * 4);
   for (int64_t t = 0; t < n_tokens_; ++t) host[max_batch_ + t] = static_cast<int32_t>(pos_ + t);
   start_step();
+  pending_ = {};
   if (replaying()) return;
   fail(cuda::copy_to_device_async(ints(lay_.step), host, static_cast<size_t>(2 * max_batch_) * 4, s()));
   cuda::get_rows_f32(table, ints(lay_.step), n_tokens_, x(), s());
 }
 
-void CudaBlocks::rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) {
+void CudaBlocks::norm(const float* in, const WeightView& w, float* out) {
   if (replaying()) return;
+  flush_norm();
+  if (n_tokens_ <= kCudaSmallBatch && w.n_cols % 256 == 0 && in != out) {
+    pending_ = {in, floats(w), w.n_cols, out};
+    return;
+  }
+  cuda::rms_norm(in, floats(w), n_tokens_, w.n_cols, hp_.rms_eps, out, s());
+}
+
+void CudaBlocks::flush_norm() {
+  if (pending_.in == nullptr) return;
+  cuda::rms_norm(pending_.in, pending_.w, n_tokens_, pending_.width, hp_.rms_eps, pending_.out, s());
+  pending_ = {};
+}
+
+cuda::RopeParams CudaBlocks::rope_params(float freq_base, float freq_scale) const {
   cuda::RopeParams p;
   p.head_dim = hp_.head_dim;
   p.n_rot = hp_.n_rot;
@@ -297,7 +341,21 @@ void CudaBlocks::rope(float* rows, int64_t n_heads, float freq_base, float freq_
   p.freq_scale = freq_scale;
   p.freq_factors = rope_factors_;
   p.neox = hp_.rope_neox;
-  cuda::rope(rows, n_tokens_, n_heads, n_heads * hp_.head_dim, positions(), p, s());
+  return p;
+}
+
+void CudaBlocks::rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) {
+  if (replaying()) return;
+  flush_norm();
+  cuda::rope(rows, n_tokens_, n_heads, n_heads * hp_.head_dim, positions(),
+             rope_params(freq_base, freq_scale), s());
+}
+
+void CudaBlocks::rope_qk(float freq_base, float freq_scale) {
+  if (replaying()) return;
+  flush_norm();
+  cuda::rope_qk(q(), hp_.n_head, k(), hp_.n_head_kv, n_tokens_, positions(),
+                rope_params(freq_base, freq_scale), s());
 }
 
 void CudaBlocks::matvec_rows(const WeightView& w, const cuda::ActQ8& act, int64_t n, float* out) {
@@ -331,26 +389,22 @@ void CudaBlocks::matmul(const WeightView& w, const float* in, int64_t n, float* 
 
 // Small batches: the matrices of one type (and width) in one launch per row, on one
 // quantization of `in` per activation format.
-// Small batches: one quantization of `in` per activation format; one token: the matrices
-// of one type (and width) in one launch.
+// Small batches: products sharing an input quantize it once per activation format. (One
+// launch for Q, K and V measured slower than the shape-tuned launches: docs/GPU.md.)
 void CudaBlocks::shared_input(const WeightView* const* ws, float* const* outs, int n, const float* in) {
   gguf::GgmlType cached_type = kNothingCached;
   cuda::ActQ8 act;
-  for (int i = 0; i < n;) {
-    int j = i + 1;
-    while (n_tokens_ == 1 && j < n && j - i < cuda::kMatvecMaxMulti && ws[j]->type == ws[i]->type &&
-           ws[j]->n_cols == ws[i]->n_cols) {
-      ++j;
-    }
-    const cuda::ActQ8 a = activations(ws[i]->type, in, ws[i]->n_cols, n_tokens_, &cached_type, &act);
-    if (j - i == 1) {
-      matvec_rows(*ws[i], a, n_tokens_, outs[i]);
-    } else {
-      WeightView group[cuda::kMatvecMaxMulti];
-      for (int m = i; m < j; ++m) group[m - i] = *ws[m];
-      cuda::matvec_multi(group, outs + i, j - i, a, s());
-    }
-    i = j;
+  cuda::ActFormat format;
+  if (pending_.in != nullptr && pending_.out == in && act_format(ws[0]->type, &format)) {
+    act = cuda::rms_norm_quantize(pending_.in, pending_.w, n_tokens_, pending_.width, hp_.rms_eps,
+                                  pending_.out, format, act_.data(), s());
+    cached_type = quant::activation_type(ws[0]->type);
+    pending_ = {};
+  }
+  flush_norm();
+  for (int i = 0; i < n; ++i) {
+    matvec_rows(*ws[i], activations(ws[i]->type, in, ws[i]->n_cols, n_tokens_, &cached_type, &act),
+                n_tokens_, outs[i]);
   }
 }
 
@@ -359,6 +413,7 @@ void CudaBlocks::project_qkv(const AttnViews& a, const float* in) {
   const WeightView* ws[3] = {&a.wq, &a.wk, &a.wv};
   float* outs[3] = {q(), k(), v()};
   if (n_tokens_ > kCudaSmallBatch) {
+    flush_norm();
     for (int i = 0; i < 3; ++i) fail(gemm_->matmul(*ws[i], in, n_tokens_, outs[i]));
     return;
   }
@@ -367,6 +422,7 @@ void CudaBlocks::project_qkv(const AttnViews& a, const float* in) {
 
 void CudaBlocks::attention(int64_t il, bool swa, float kq_scale) {
   if (replaying()) return;
+  flush_norm();
   auto* kc = static_cast<uint16_t*>(const_cast<void*>(kv_->k_rows(il, 0, 0).data));
   auto* vc = static_cast<uint16_t*>(const_cast<void*>(kv_->v_rows(il, 0, 0).data));
   cuda::store_kv_f16(k(), v(), n_tokens_, hp_.k_width(), hp_.v_width(), positions(), kc, vc, s());
@@ -427,20 +483,32 @@ void CudaBlocks::dense_ffn(const FfnViews& w, FfnAct act, const float* in, float
   if (replaying()) return;
   float* gate = at(lay_.ff_gate);
   float* up = at(lay_.ff_up);
+  const int64_t n_ff = n_tokens_ * w.gate.n_rows;
   if (n_tokens_ > kCudaSmallBatch) {
+    flush_norm();
     matmul(w.gate, in, n_tokens_, gate);
     matmul(w.up, in, n_tokens_, up);
-  } else {  // gate and up share their input
-    const WeightView* ws[2] = {&w.gate, &w.up};
-    float* outs[2] = {gate, up};
-    shared_input(ws, outs, 2, in);
+    cuda::glu(unary_op(act), gate, up, n_ff, s());
+    matmul(w.down, gate, n_tokens_, out);
+    return;
   }
-  cuda::glu(unary_op(act), gate, up, n_tokens_ * w.gate.n_rows, s());
+  const WeightView* ws[2] = {&w.gate, &w.up};  // gate and up share their input
+  float* outs[2] = {gate, up};
+  shared_input(ws, outs, 2, in);
+  // The activation and the rounding of its result for down in one launch.
+  cuda::ActFormat format;
+  if (act_format(w.down.type, &format) && w.gate.n_rows % 256 == 0) {
+    matvec_rows(w.down, cuda::glu_quantize(unary_op(act), gate, up, n_ff, format, act_.data(), s()),
+                n_tokens_, out);
+    return;
+  }
+  cuda::glu(unary_op(act), gate, up, n_ff, s());
   matmul(w.down, gate, n_tokens_, out);
 }
 
 Status CudaBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) {
   if (replaying()) return Status::ok();
+  flush_norm();
   const int64_t ne = hp_.n_expert, k = hp_.n_expert_used;
   matmul(w.router, in, n_tokens_, at(lay_.probs));
   cuda::softmax(at(lay_.probs), n_tokens_, ne, s());
@@ -521,6 +589,7 @@ Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logi
   if (replaying()) {
     st = graphs_[replay_].graph.launch(s());
   } else {
+    flush_norm();
     if (hidden != nullptr) {
       fail(cuda::copy_to_host_async(hidden, cur(), static_cast<size_t>(n_tokens_ * e) * 4, s()));
     }

@@ -7,8 +7,7 @@
 //   linear      n_tokens <= kCudaSmallBatch: the activations quantized once as the CPU
 //               rounds them, then matvecs reading the weights once for all rows (integer
 //               dots, as exact as the CPU's); products sharing an input (Q, K, V; gate, up)
-//               share the quantization and, for one token, the launch; larger batches:
-//               cuBLAS on F16 (gemm.h)
+//               share the quantization; larger batches: cuBLAS on F16 (gemm.h)
 //   attention   the batch's keys and values rounded to F16 into the device cache, then
 //               decode attention per token (up to kCudaDecodeAttention tokens) or prefill
 //               attention

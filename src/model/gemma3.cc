@@ -27,8 +27,7 @@ Status gemma3_layer(Blocks& b, int64_t il) {
   b.project_qkv(a, b.cur());
   b.head_norm(b.q(), hp.n_head, a.q_norm);
   b.head_norm(b.k(), hp.n_head_kv, a.k_norm);
-  b.rope(b.q(), hp.n_head, base, scale);
-  b.rope(b.k(), hp.n_head_kv, base, scale);
+  b.rope_qk(base, scale);
   b.scale(b.q(), hp.q_width(), hp.q_scale);
   b.attention(il, local, hp.kq_scale);
   b.linear(a.wo, b.attn(), b.cur());

@@ -15,8 +15,7 @@ Status llama_layer(Blocks& b, int64_t il) {
   HYPURA_RETURN_IF_ERROR(b.acquire_attention(il, &a));
   b.norm(b.x(), a.norm, b.cur());
   b.project_qkv(a, b.cur());
-  b.rope(b.q(), hp.n_head, hp.rope_freq_base, hp.rope_freq_scale);
-  b.rope(b.k(), hp.n_head_kv, hp.rope_freq_base, hp.rope_freq_scale);
+  b.rope_qk(hp.rope_freq_base, hp.rope_freq_scale);
   b.attention(il, /*swa=*/false, hp.kq_scale);
   b.linear(a.wo, b.attn(), b.cur());
   b.residual(b.x(), b.cur());

@@ -17,8 +17,7 @@ Status qwen2_layer(Blocks& b, int64_t il) {
   b.add_bias(b.q(), a.bq);
   b.add_bias(b.k(), a.bk);
   b.add_bias(b.v(), a.bv);
-  b.rope(b.q(), hp.n_head, hp.rope_freq_base, hp.rope_freq_scale);
-  b.rope(b.k(), hp.n_head_kv, hp.rope_freq_base, hp.rope_freq_scale);
+  b.rope_qk(hp.rope_freq_base, hp.rope_freq_scale);
   b.attention(il, /*swa=*/false, hp.kq_scale);
   b.linear(a.wo, b.attn(), b.cur());
   b.residual(b.x(), b.cur());

@@ -180,12 +180,18 @@ void launch_prefill(const AttnPrefillArgs& a, StreamHandle stream) {
   attn_prefill_kernel<kD><<<grid, kThreads, lay.bytes, stream>>>(a);
 }
 
-__global__ void store_kv_kernel(const float* __restrict__ src, int64_t n, int width,
-                                const int32_t* __restrict__ pos, __half* __restrict__ cache) {
+// Keys then values: one thread per element of either.
+__global__ void store_kv_kernel(const float* __restrict__ k, const float* __restrict__ v, int64_t nk,
+                                int64_t n, int k_width, int v_width, const int32_t* __restrict__ pos,
+                                __half* __restrict__ k_cache, __half* __restrict__ v_cache) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const int64_t t = i / width;
-  cache[static_cast<int64_t>(pos[t]) * width + i % width] = __float2half_rn(src[i]);
+  const bool is_v = i >= nk;
+  const int64_t j = is_v ? i - nk : i;
+  const int width = is_v ? v_width : k_width;
+  const int64_t t = j / width;
+  (is_v ? v_cache : k_cache)[static_cast<int64_t>(pos[t]) * width + j % width] =
+      __float2half_rn((is_v ? v : k)[j]);
 }
 
 }  // namespace
@@ -206,15 +212,11 @@ void attention_prefill(const AttnPrefillArgs& a, StreamHandle stream) {
 void store_kv_f16(const float* k, const float* v, int64_t n_tokens, int64_t k_width,
                   int64_t v_width, const int32_t* pos, uint16_t* k_cache, uint16_t* v_cache,
                   StreamHandle stream) {
-  const int64_t nk = n_tokens * k_width, nv = n_tokens * v_width;
-  if (nk > 0) {
-    store_kv_kernel<<<static_cast<unsigned>((nk + 255) / 256), 256, 0, stream>>>(
-        k, nk, static_cast<int>(k_width), pos, reinterpret_cast<__half*>(k_cache));
-  }
-  if (nv > 0) {
-    store_kv_kernel<<<static_cast<unsigned>((nv + 255) / 256), 256, 0, stream>>>(
-        v, nv, static_cast<int>(v_width), pos, reinterpret_cast<__half*>(v_cache));
-  }
+  const int64_t nk = n_tokens * k_width, n = nk + n_tokens * v_width;
+  if (n == 0) return;
+  store_kv_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
+      k, v, nk, n, static_cast<int>(k_width), static_cast<int>(v_width), pos,
+      reinterpret_cast<__half*>(k_cache), reinterpret_cast<__half*>(v_cache));
 }
 
 }  // namespace hypura::compute::cuda

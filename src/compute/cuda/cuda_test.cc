@@ -25,6 +25,7 @@
 #include "compute/cuda/attention.h"
 #include "compute/cuda/binary.h"
 #include "compute/cuda/dequant.h"
+#include "compute/cuda/fused.h"
 #include "compute/cuda/device.h"
 #include "compute/cuda/gemm.h"
 #include "compute/cuda/matvec.h"
@@ -538,27 +539,6 @@ TEST_F(CudaTest, GroupedMatvecMatchesCpu) {
                      dy.as<float>(), stream_.handle());
       EXPECT_LE(rel_l2(download(dy, n_pairs * rows), want), kMatvecRelL2) << act_div;
     }
-    // Three matrices of different heights on one activation row in one launch (Q, K, V).
-    const int64_t heights[3] = {rows, rows / 3, 2 * rows};
-    DeviceBuffer dw = upload(w), dx = upload(x);
-    std::vector<DeviceBuffer> dys;
-    WeightView views[3];
-    float* ys[3];
-    const size_t row = quant::row_size(type, cols);
-    for (int i = 0; i < 3; ++i) {
-      dys.push_back(poisoned(heights[i]));
-      views[i] = WeightView{static_cast<uint8_t*>(dw.data()) + i * row * 7, type, cols, heights[i]};
-      ys[i] = dys.back().as<float>();
-    }
-    auto scratch = DeviceBuffer::allocate(act_q8_layout(cols).total);
-    ASSERT_TRUE(scratch.is_ok());
-    const ActQ8 act = quantize_for(type, dx.as<float>(), cols, scratch->data(), stream_.handle());
-    matvec_multi(views, ys, 3, act, stream_.handle());
-    for (int i = 0; i < 3; ++i) {
-      std::vector<float> want(heights[i]);
-      cpu.matmul(host_all.rows(i * 7, heights[i]), x.data(), 1, want.data());
-      EXPECT_LE(rel_l2(download(dys[i], heights[i]), want), kMatvecRelL2) << "multi " << i;
-    }
   }
 }
 
@@ -618,6 +598,56 @@ TEST_F(CudaTest, MoeRoutingAndRowsMatchCpu) {
   std::vector<float> want_s = slots;
   for (size_t r = 0; r < pairs.size(); ++r) std::copy_n(want_g.begin() + r * width, width, want_s.begin() + pairs[r] * width);
   EXPECT_EQ(rel_l2(download(dscat, slots.size()), want_s), 0.0);
+}
+
+// The fused decode kernels write exactly what their two unfused kernels write.
+TEST_F(CudaTest, FusedKernelsMatchTheirUnfusedPairsExactly) {
+  const int64_t rows = 3, n = 1024;
+  const std::vector<float> x = random_floats(rows * n, 41, 2.0f), w = random_floats(n, 42);
+  const std::vector<float> up = random_floats(rows * n, 43);
+  const size_t bytes = act_q8_layout(rows * n).total;
+  const auto bytes_of = [&](const DeviceBuffer& b, size_t len) {
+    std::vector<uint8_t> v(len);
+    EXPECT_TRUE(stream_.synchronize());
+    EXPECT_TRUE(copy_to_host(v.data(), b.data(), len));
+    return v;
+  };
+  for (ActFormat f : {ActFormat::kQ8_K, ActFormat::kQ8_0, ActFormat::kQ8_1}) {
+    SCOPED_TRACE(static_cast<int>(f));
+    DeviceBuffer dx = upload(x), dw = upload(w), out1 = poisoned(rows * n), out2 = poisoned(rows * n);
+    auto q1 = DeviceBuffer::allocate(bytes), q2 = DeviceBuffer::allocate(bytes);
+    ASSERT_TRUE(q1.is_ok() && q2.is_ok());
+    ASSERT_TRUE(zero_device(q1->data(), bytes) && zero_device(q2->data(), bytes));
+    rms_norm(dx.as<float>(), dw.as<float>(), rows, n, 1e-5f, out1.as<float>(), stream_.handle());
+    quantize_act(f, out1.as<float>(), rows * n, q1->data(), stream_.handle());
+    rms_norm_quantize(dx.as<float>(), dw.as<float>(), rows, n, 1e-5f, out2.as<float>(), f, q2->data(),
+                      stream_.handle());
+    EXPECT_EQ(bytes_of(out1, rows * n * 4), bytes_of(out2, rows * n * 4));
+    EXPECT_EQ(bytes_of(*q1, bytes), bytes_of(*q2, bytes));
+
+    DeviceBuffer g1 = upload(x), g2 = upload(x), du = upload(up);
+    ASSERT_TRUE(zero_device(q1->data(), bytes) && zero_device(q2->data(), bytes));
+    glu(UnaryOp::kSilu, g1.as<float>(), du.as<float>(), rows * n, stream_.handle());
+    quantize_act(f, g1.as<float>(), rows * n, q1->data(), stream_.handle());
+    glu_quantize(UnaryOp::kSilu, g2.as<float>(), du.as<float>(), rows * n, f, q2->data(), stream_.handle());
+    EXPECT_EQ(bytes_of(g1, rows * n * 4), bytes_of(g2, rows * n * 4));
+    EXPECT_EQ(bytes_of(*q1, bytes), bytes_of(*q2, bytes));
+  }
+  // RoPE of q and k in one launch: the two launches' results.
+  const int64_t n_tok = 3, nq = 8, nk = 2, hd = 128;
+  const std::vector<float> q = random_floats(n_tok * nq * hd, 44), k = random_floats(n_tok * nk * hd, 45);
+  const std::vector<int32_t> pos = {5, 6, 7000};
+  RopeParams p;
+  p.head_dim = hd;
+  p.n_rot = hd;
+  p.freq_base = 500000.0f;
+  p.neox = true;
+  DeviceBuffer dpos = upload(pos), q1 = upload(q), k1 = upload(k), q2 = upload(q), k2 = upload(k);
+  rope(q1.as<float>(), n_tok, nq, nq * hd, dpos.as<int32_t>(), p, stream_.handle());
+  rope(k1.as<float>(), n_tok, nk, nk * hd, dpos.as<int32_t>(), p, stream_.handle());
+  rope_qk(q2.as<float>(), nq, k2.as<float>(), nk, n_tok, dpos.as<int32_t>(), p, stream_.handle());
+  EXPECT_EQ(rel_l2(download(q2, q.size()), download(q1, q.size())), 0.0);
+  EXPECT_EQ(rel_l2(download(k2, k.size()), download(k1, k.size())), 0.0);
 }
 
 // KV stores round to F16 exactly as the CPU cache; bias rows and the gated activation.

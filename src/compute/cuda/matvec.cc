@@ -131,34 +131,6 @@ void matvec_batched(const WeightView& w, const ActQ8& act, int64_t n, float* y, 
   (void)launched;
 }
 
-void matvec_multi(const WeightView* w, float* const* y, int n, const ActQ8& act, StreamHandle stream) {
-  assert(n >= 1 && n <= kMatvecMaxMulti);
-  MatvecGroup group;
-  group.n_pairs = n;
-  int64_t most_rows = 0;
-  for (int i = 0; i < n; ++i) {
-    assert(w[i].type == w[0].type && w[i].n_cols == w[0].n_cols && w[i].row_bytes() == w[0].row_bytes());
-    group.w[i] = w[i].data;
-    group.y[i] = y[i];
-    group.rows[i] = static_cast<int>(w[i].n_rows);
-    most_rows = std::max(most_rows, w[i].n_rows);
-  }
-  MatvecArgs a;
-  a.w = w[0].data;
-  a.row_bytes = w[0].row_bytes();
-  a.n_cols = w[0].n_cols;
-  a.n_rows = most_rows;  // the grid; each product stops at its own rows
-  a.act = act;
-  a.y = y[0];
-  a.stream = stream;
-  a.group = &group;
-  const auto id = static_cast<uint32_t>(w[0].type);
-  const bool launched = launch_matvec_kquant(id, a) || launch_matvec_legacy(id, a) ||
-                        launch_matvec_float(id, a);
-  assert(launched);
-  (void)launched;
-}
-
 void matvec(const WeightView& w, const float* x, float* y, void* scratch, StreamHandle stream) {
   matvec_quantized(w, quantize_for(w.type, x, w.n_cols, scratch, stream), y, stream);
 }

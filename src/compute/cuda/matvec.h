@@ -17,7 +17,7 @@
 #include "compute/compute.h"
 #include "compute/cuda/act_q8.h"
 #include "compute/cuda/device.h"
-#include "compute/cuda/matvec_launch.h"  // kMatvecMaxMulti
+#include "compute/cuda/matvec_launch.h"  // kMatvecMaxTokens
 
 namespace hypura::compute::cuda {
 
@@ -55,9 +55,5 @@ void matvec_grouped(const WeightView& expert, const int32_t* ids, int64_t n_pair
 // (n, W.n_rows). Each row's result equals what matvec_quantized() gives that row, to
 // float rounding.
 void matvec_batched(const WeightView& w, const ActQ8& act, int64_t n, float* y, StreamHandle stream);
-
-// Products of up to three matrices with the same activations (Q, K and V; gate and up) in
-// one launch: y[i] = w[i] . x for i < n. REQUIRES: the same type and n_cols.
-void matvec_multi(const WeightView* w, float* const* y, int n, const ActQ8& act, StreamHandle stream);
 
 }  // namespace hypura::compute::cuda

@@ -47,21 +47,13 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
                   float* __restrict__ y, int n_rows, MatvecGroup group) {
   __shared__ float s_part[kSplit == 2 ? kMatvecWarps : 1][kRows];
   if constexpr (kGrouped) {
-    const int pair = blockIdx.y;
-    if (group.ids == nullptr) {  // matrices sharing the activations
-      w = static_cast<const uint8_t*>(group.w[pair]);
-      y = group.y[pair];
-      n_rows = group.rows[pair];
-      if (static_cast<int>(blockIdx.x) * (kMatvecWarps / kSplit) * kRows >= n_rows) return;  // uniform
-    } else {
-      const int a = pair / group.act_div;
-      w += static_cast<size_t>(group.ids[pair]) * group.expert_bytes;
-      if (act.q != nullptr) act.q += a * group.q_stride;
-      if (act.d != nullptr) act.d += a * group.d_stride;
-      if (act.s != nullptr) act.s += a * (group.q_stride / 32);
-      if (act.x != nullptr) act.x += a * group.q_stride;
-      y += static_cast<int64_t>(pair) * n_rows;
-    }
+    const int pair = blockIdx.y, a = pair / group.act_div;
+    w += static_cast<size_t>(group.ids[pair]) * group.expert_bytes;
+    if (act.q != nullptr) act.q += a * group.q_stride;
+    if (act.d != nullptr) act.d += a * group.d_stride;
+    if (act.s != nullptr) act.s += a * (group.q_stride / 32);
+    if (act.x != nullptr) act.x += a * group.q_stride;
+    y += static_cast<int64_t>(pair) * n_rows;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * (kMatvecWarps / kSplit) + warp / kSplit) * kRows;

@@ -10,12 +10,9 @@
 
 namespace hypura::compute::cuda {
 
-// Grouped products (matvec.h), one per blockIdx.y:
-//   experts (ids set): pair i multiplies expert ids[i] (expert_bytes apart in a stacked
-//     tensor) with activation row i / act_div into y row i (n_rows apart);
-//   matrices (ids null): product i multiplies matrix w[i] (rows[i] rows) with the one
-//     activation row into y[i].
-constexpr int kMatvecMaxMulti = 3;
+// Grouped products (MoE experts, matvec.h), one per blockIdx.y: pair i multiplies expert
+// ids[i] (expert_bytes apart in a stacked tensor) with activation row i / act_div into y
+// row i (n_rows apart).
 // Most activation rows one batched product (matvec_batched) multiplies per weight read.
 constexpr int kMatvecMaxTokens = 16;
 struct MatvecGroup {
@@ -23,9 +20,6 @@ struct MatvecGroup {
   size_t expert_bytes = 0;
   int n_pairs = 0, act_div = 1;
   int64_t q_stride = 0, d_stride = 0;  // quants / scales between activation rows
-  const void* w[kMatvecMaxMulti] = {};
-  float* y[kMatvecMaxMulti] = {};
-  int rows[kMatvecMaxMulti] = {};
 };
 
 struct MatvecArgs {

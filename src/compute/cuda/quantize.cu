@@ -7,6 +7,7 @@
 
 #include "compute/cuda/common.cuh"
 #include "compute/cuda/quantize.h"
+#include "compute/cuda/quantize_impl.cuh"
 
 namespace hypura::compute::cuda {
 namespace {
@@ -18,60 +19,15 @@ __global__ void quantize_q8_32(const float* __restrict__ x, int n_blocks, int8_t
   const int b = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (b >= n_blocks) return;
-  const float v = x[b * 32 + lane];
-  const float amax = warp_max(fabsf(v));
-  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-  const int qi = static_cast<int>(rintf(v * id));
-  q[b * 32 + lane] = static_cast<int8_t>(qi);
-  const float dv = amax / 127.0f;
-  if (kWithSum) {
-    const int sum = warp_sum_int(qi);
-    if (lane == 0) s[b] = round_fp16(dv * static_cast<float>(sum));
-  }
-  if (lane == 0) d[b] = round_fp16(dv);
+  q8_32_warp<kWithSum>(x[b * 32 + lane], lane, q + b * 32, d + b, s + b);
 }
 
 // One 256-thread block per 256-element super-block.
 __global__ void quantize_q8_k(const float* __restrict__ x, int8_t* __restrict__ q,
                               float* __restrict__ d) {
-  __shared__ float s_amax[8];
-  __shared__ int s_idx[8];
-  const int b = blockIdx.x, t = threadIdx.x, lane = t % 32, warp = t / 32;
-  const float v = x[b * 256 + t];
-  // Largest |x|, lowest index on ties (the CPU keeps the first strict maximum).
-  float a = fabsf(v);
-  int idx = t;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float oa = __shfl_xor_sync(0xffffffffu, a, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-    if (oa > a || (oa == a && oi < idx)) {
-      a = oa;
-      idx = oi;
-    }
-  }
-  if (lane == 0) {
-    s_amax[warp] = a;
-    s_idx[warp] = idx;
-  }
-  __syncthreads();
-  a = s_amax[0];
-  idx = s_idx[0];
-  for (int w = 1; w < 8; ++w) {
-    if (s_amax[w] > a) {  // warps in index order: equal maxima keep the earlier one
-      a = s_amax[w];
-      idx = s_idx[w];
-    }
-  }
-  if (a == 0.0f) {
-    q[b * 256 + t] = 0;
-    if (t == 0) d[b] = 0.0f;
-    return;
-  }
-  const float max = x[b * 256 + idx];
-  const float iscale = -127.0f / max;
-  q[b * 256 + t] = static_cast<int8_t>(min(127, __float2int_rn(iscale * v)));
-  if (t == 0) d[b] = 1.0f / iscale;
+  __shared__ Q8kScratch scratch;
+  const int b = blockIdx.x;
+  q8k_block(x[b * 256 + threadIdx.x], q + b * 256, d + b, scratch);
 }
 
 __global__ void q8_to_f16_kernel(const int8_t* __restrict__ q, const float* __restrict__ d, int64_t n,
