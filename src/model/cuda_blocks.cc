@@ -414,7 +414,7 @@ void CudaBlocks::project_qkv(const AttnViews& a, const float* in) {
   float* outs[3] = {q(), k(), v()};
   if (n_tokens_ > kCudaSmallBatch) {
     flush_norm();
-    for (int i = 0; i < 3; ++i) fail(gemm_->matmul(*ws[i], in, n_tokens_, outs[i]));
+    fail(gemm_->matmul_shared(ws, outs, 3, in, n_tokens_));
     return;
   }
   shared_input(ws, outs, 3, in);
@@ -484,16 +484,15 @@ void CudaBlocks::dense_ffn(const FfnViews& w, FfnAct act, const float* in, float
   float* gate = at(lay_.ff_gate);
   float* up = at(lay_.ff_up);
   const int64_t n_ff = n_tokens_ * w.gate.n_rows;
+  const WeightView* ws[2] = {&w.gate, &w.up};  // gate and up share their input
+  float* outs[2] = {gate, up};
   if (n_tokens_ > kCudaSmallBatch) {
     flush_norm();
-    matmul(w.gate, in, n_tokens_, gate);
-    matmul(w.up, in, n_tokens_, up);
+    fail(gemm_->matmul_shared(ws, outs, 2, in, n_tokens_));
     cuda::glu(unary_op(act), gate, up, n_ff, s());
     matmul(w.down, gate, n_tokens_, out);
     return;
   }
-  const WeightView* ws[2] = {&w.gate, &w.up};  // gate and up share their input
-  float* outs[2] = {gate, up};
   shared_input(ws, outs, 2, in);
   // The activation and the rounding of its result for down in one launch.
   cuda::ActFormat format;
@@ -574,8 +573,14 @@ Status CudaBlocks::moe_batch(const FfnViews& w, int64_t il, const float* in, flo
     WeightView views[3];
     HYPURA_RETURN_IF_ERROR(provider_.acquire_experts(static_cast<int>(il), requests, views));
     cuda::gather_rows(in, pairs_dev + off, m, k, hp_.n_embd, ein, s());
-    matmul(views[0], ein, m, g);
-    matmul(views[1], ein, m, u);
+    if (m > kCudaSmallBatch) {
+      const WeightView* ws[2] = {&views[0], &views[1]};
+      float* outs[2] = {g, u};
+      fail(gemm_->matmul_shared(ws, outs, 2, ein, m));
+    } else {
+      matmul(views[0], ein, m, g);
+      matmul(views[1], ein, m, u);
+    }
     cuda::glu(cuda::UnaryOp::kSilu, g, u, m * views[0].n_rows, s());
     matmul(views[2], g, m, eout);
     cuda::scatter_rows(eout, pairs_dev + off, m, hp_.n_embd, slot_out, s());

@@ -633,6 +633,35 @@ TEST_F(CudaTest, FusedKernelsMatchTheirUnfusedPairsExactly) {
     EXPECT_EQ(bytes_of(g1, rows * n * 4), bytes_of(g2, rows * n * 4));
     EXPECT_EQ(bytes_of(*q1, bytes), bytes_of(*q2, bytes));
   }
+  // Activations rounded as the CPU rounds them, as F16 (the prefill products' input).
+  const int64_t n16 = 768;
+  const std::vector<float> a = random_floats(n16, 46);
+  DeviceBuffer da = upload(a);
+  for (ActFormat f : {ActFormat::kQ8_K, ActFormat::kQ8_0, ActFormat::kQ8_1}) {
+    std::vector<uint16_t> want(n16), got(n16);
+    if (f == ActFormat::kQ8_K) {
+      std::vector<quant::BlockQ8_K> ref(n16 / 256);
+      quant::quantize_row_q8_k(a.data(), ref.data(), n16);
+      for (int64_t i = 0; i < n16; ++i) want[i] = quant::f32_to_fp16(ref[i / 256].qs[i % 256] * ref[i / 256].d);
+    } else {
+      std::vector<quant::BlockQ8_0> r0(n16 / 32);
+      std::vector<quant::BlockQ8_1> r1(n16 / 32);
+      quant::quantize_row_q8_0(a.data(), r0.data(), n16);
+      quant::quantize_row_q8_1(a.data(), r1.data(), n16);
+      for (int64_t i = 0; i < n16; ++i) {
+        const bool one = f == ActFormat::kQ8_1;
+        const int q = one ? r1[i / 32].qs[i % 32] : r0[i / 32].qs[i % 32];
+        const float d = quant::fp16_to_f32(one ? r1[i / 32].d : r0[i / 32].d);
+        want[i] = quant::f32_to_fp16(static_cast<float>(q) * d);
+      }
+    }
+    auto d16 = DeviceBuffer::allocate(n16 * 2);
+    ASSERT_TRUE(d16.is_ok());
+    quantize_to_f16(f, da.as<float>(), n16, d16->as<uint16_t>(), stream_.handle());
+    ASSERT_TRUE(stream_.synchronize());
+    ASSERT_TRUE(copy_to_host(got.data(), d16->data(), n16 * 2));
+    EXPECT_EQ(got, want) << static_cast<int>(f);
+  }
   // RoPE of q and k in one launch: the two launches' results.
   const int64_t n_tok = 3, nq = 8, nk = 2, hd = 128;
   const std::vector<float> q = random_floats(n_tok * nq * hd, 44), k = random_floats(n_tok * nk * hd, 45);

@@ -21,7 +21,10 @@ __device__ __forceinline__ void quantize_256(float v, int64_t base, int8_t* q, f
   }
 }
 
-// One block of kNormThreads (256) per row.
+// One block of kNormThreads (256) per 256 values of a row (grid: rows x chunks): each block
+// computes its row's scale (the same operations in every block, so the same float) and
+// normalizes and quantizes its chunk. A block per row was latency-bound (14 us for a
+// 4096 row: 16 chunks in turn, measured).
 template <ActFormat kFormat>
 __global__ void __launch_bounds__(kNormThreads)
     norm_quantize_kernel(const float* __restrict__ x, const float* __restrict__ w, int n, float eps,
@@ -29,14 +32,13 @@ __global__ void __launch_bounds__(kNormThreads)
   __shared__ double partial[kNormThreads / 32];
   __shared__ Q8kScratch sh;
   const int64_t row = blockIdx.x;
+  const int c = blockIdx.y * kNormThreads;
   const float* xr = x + row * n;
   const float sc = row_rms_scale(xr, n, eps, partial);
-  for (int c = 0; c < n; c += kNormThreads) {
-    const int i = c + threadIdx.x;
-    const float v = normed(xr, w, i, sc);
-    out[row * n + i] = v;
-    quantize_256<kFormat>(v, row * n + c, q, d, s, sh);
-  }
+  const int i = c + threadIdx.x;
+  const float v = normed(xr, w, i, sc);
+  out[row * n + i] = v;
+  quantize_256<kFormat>(v, row * n + c, q, d, s, sh);
 }
 
 // One block of 256 threads per 256 elements.
@@ -78,7 +80,7 @@ void launch_glu(ActFormat format, unsigned grid, float* gate, const float* up, c
 ActQ8 rms_norm_quantize(const float* x, const float* w, int64_t n_rows, int64_t n, float eps,
                         float* out, ActFormat format, void* scratch, StreamHandle stream) {
   const Out o = carve(scratch, n_rows * n);
-  const unsigned grid = static_cast<unsigned>(n_rows);
+  const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>(n / kNormThreads));
   const int nn = static_cast<int>(n);
   switch (format) {
     case ActFormat::kQ8_K: norm_quantize_kernel<ActFormat::kQ8_K><<<grid, kNormThreads, 0, stream>>>(x, w, nn, eps, out, o.q, o.d, o.s); break;

@@ -34,8 +34,7 @@ int64_t tile_rows(int64_t tile_elems, int64_t n_cols, int64_t n_rows) {
 }  // namespace
 
 size_t Gemm::scratch_bytes(int64_t max_rows, int64_t max_cols, int64_t tile_elems) {
-  return static_cast<size_t>(max_rows * max_cols) * 2 + static_cast<size_t>(tile_elems) * 2 +
-         act_q8_layout(max_rows * max_cols).total;
+  return static_cast<size_t>(max_rows * max_cols) * 2 + static_cast<size_t>(tile_elems) * 2;
 }
 
 Result<std::unique_ptr<Gemm>> Gemm::create(StreamHandle stream, int64_t max_rows, int64_t max_cols,
@@ -48,7 +47,6 @@ Result<std::unique_ptr<Gemm>> Gemm::create(StreamHandle stream, int64_t max_rows
   g->tile_elems_ = std::max(tile_elems, 64 * max_cols);
   HYPURA_ASSIGN_OR_RETURN(g->x16_, DeviceBuffer::allocate(static_cast<size_t>(max_rows * max_cols) * 2));
   HYPURA_ASSIGN_OR_RETURN(g->w16_, DeviceBuffer::allocate(static_cast<size_t>(g->tile_elems_) * 2));
-  HYPURA_ASSIGN_OR_RETURN(g->xq_, DeviceBuffer::allocate(act_q8_layout(max_rows * max_cols).total));
   cublasHandle_t h = nullptr;
   HYPURA_RETURN_IF_ERROR(cublas_status(cublasCreate(&h), "cublasCreate"));
   g->handle_ = h;
@@ -63,36 +61,56 @@ Gemm::~Gemm() {
 }
 
 Status Gemm::matmul(const WeightView& w, const float* x, int64_t n, float* y) {
-  const int m_all = static_cast<int>(w.n_rows), k = static_cast<int>(w.n_cols), nn = static_cast<int>(n);
-  const float one = 1.0f, zero = 0.0f;
-  if (w.type == gguf::GgmlType::F32) {
-    return cublas_status(cublasSgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, m_all, nn, k, &one,
-                                     static_cast<const float*>(w.data), k, x, k, &zero, y, m_all),
-                         "cublasSgemm");
-  }
+  const WeightView* ws[1] = {&w};
+  float* ys[1] = {y};
+  return matmul_shared(ws, ys, 1, x, n);
+}
+
+Status Gemm::matmul_shared(const WeightView* const* ws, float* const* ys, int count, const float* x,
+                           int64_t n) {
   auto* x16 = x16_.as<uint16_t>();
-  const gguf::GgmlType act_type = quant::activation_type(w.type);
-  if (act_type == gguf::GgmlType::Q8_0 || act_type == gguf::GgmlType::Q8_1 || act_type == gguf::GgmlType::Q8_K) {
-    const ActQ8 act = quantize_for(w.type, x, n * w.n_cols, xq_.data(), stream_);
-    act_q8_to_f16(act, n * w.n_cols, act_type == gguf::GgmlType::Q8_K ? 256 : 32, x16, stream_);
-  } else {
-    f32_to_f16(x, n * w.n_cols, x16, stream_);
-  }
-  const int64_t rows = tile_rows(tile_elems_, w.n_cols, w.n_rows);
-  for (int64_t r0 = 0; r0 < w.n_rows; r0 += rows) {
-    const int64_t tr = std::min(rows, w.n_rows - r0);
-    const void* a = nullptr;
-    if (w.type == gguf::GgmlType::F16) {
-      a = w.row(r0);
-    } else {
-      dequantize_rows_f16(w, r0, tr, w16_.as<uint16_t>(), stream_);
-      a = w16_.data();
+  gguf::GgmlType converted = gguf::GgmlType::I64;  // the activation format x16 holds (none yet)
+  const float one = 1.0f, zero = 0.0f;
+  for (int i = 0; i < count; ++i) {
+    const WeightView& w = *ws[i];
+    float* y = ys[i];
+    const int m_all = static_cast<int>(w.n_rows), k = static_cast<int>(w.n_cols), nn = static_cast<int>(n);
+    if (w.type == gguf::GgmlType::F32) {
+      HYPURA_RETURN_IF_ERROR(cublas_status(
+          cublasSgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, m_all, nn, k, &one,
+                      static_cast<const float*>(w.data), k, x, k, &zero, y, m_all),
+          "cublasSgemm"));
+      continue;
     }
-    HYPURA_RETURN_IF_ERROR(cublas_status(
-        cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(tr), nn, k, &one, a,
-                     CUDA_R_16F, k, x16, CUDA_R_16F, k, &zero, y + r0, CUDA_R_32F, m_all,
-                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-        "cublasGemmEx"));
+    // Quantized weights: the CPU's 8-bit activations widened to F16; float ones: F16 of x.
+    const gguf::GgmlType act_type = quant::activation_type(w.type);
+    if (act_type != converted) {
+      if (act_type == gguf::GgmlType::Q8_0 || act_type == gguf::GgmlType::Q8_1 ||
+          act_type == gguf::GgmlType::Q8_K) {
+        const ActFormat f = act_type == gguf::GgmlType::Q8_K ? ActFormat::kQ8_K
+                            : act_type == gguf::GgmlType::Q8_1 ? ActFormat::kQ8_1 : ActFormat::kQ8_0;
+        quantize_to_f16(f, x, n * w.n_cols, x16, stream_);
+      } else {
+        f32_to_f16(x, n * w.n_cols, x16, stream_);
+      }
+      converted = act_type;
+    }
+    const int64_t rows = tile_rows(tile_elems_, w.n_cols, w.n_rows);
+    for (int64_t r0 = 0; r0 < w.n_rows; r0 += rows) {
+      const int64_t tr = std::min(rows, w.n_rows - r0);
+      const void* a = nullptr;
+      if (w.type == gguf::GgmlType::F16) {
+        a = w.row(r0);
+      } else {
+        dequantize_rows_f16(w, r0, tr, w16_.as<uint16_t>(), stream_);
+        a = w16_.data();
+      }
+      HYPURA_RETURN_IF_ERROR(cublas_status(
+          cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(tr), nn, k, &one, a,
+                       CUDA_R_16F, k, x16, CUDA_R_16F, k, &zero, y + r0, CUDA_R_32F, m_all,
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx"));
+    }
   }
   return Status::ok();
 }

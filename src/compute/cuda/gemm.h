@@ -42,6 +42,10 @@ class Gemm {
   // y = x W^T. w, x, y in device memory. REQUIRES: 0 < n <= max_rows, w.n_cols <= max_cols,
   // matvec_supported(w.type).
   Status matmul(const WeightView& w, const float* x, int64_t n, float* y);
+  // ys[i] = x ws[i]^T for i < count, products of one input (Q, K, V; gate, up): the
+  // activations are converted once per activation format.
+  Status matmul_shared(const WeightView* const* ws, float* const* ys, int count, const float* x,
+                       int64_t n);
 
  private:
   Gemm() = default;
@@ -49,7 +53,6 @@ class Gemm {
   cublasContext* handle_ = nullptr;
   int64_t max_rows_ = 0, max_cols_ = 0, tile_elems_ = 0;
   DeviceBuffer x16_;  // (max_rows, max_cols) F16 activations
-  DeviceBuffer xq_;   // (max_rows, max_cols) the 8-bit activations they come from
   DeviceBuffer w16_;  // (tile_elems) F16 weight tile
 };
 

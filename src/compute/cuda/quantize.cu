@@ -30,18 +30,34 @@ __global__ void quantize_q8_k(const float* __restrict__ x, int8_t* __restrict__ 
   q8k_block(x[b * 256 + threadIdx.x], q + b * 256, d + b, scratch);
 }
 
-__global__ void q8_to_f16_kernel(const int8_t* __restrict__ q, const float* __restrict__ d, int64_t n,
-                                 int block, __half* __restrict__ out) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = __float2half_rn(static_cast<float>(q[i]) * d[i / block]);
+// One 256-thread block per 256 values: each value's quant times its block's scale, in F16.
+// (Q8_0 / Q8_1: the last block may be partial, whole warps past the end return.)
+template <ActFormat kFormat>
+__global__ void __launch_bounds__(256) quantize_to_f16_kernel(const float* __restrict__ x, int64_t n,
+                                                             __half* __restrict__ out) {
+  __shared__ Q8kScratch sh;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
+  Q8Value r;
+  if constexpr (kFormat == ActFormat::kQ8_K) {
+    r = q8k_compute(x[i], sh);
+  } else {
+    if (i - threadIdx.x % 32 >= n) return;  // uniform per warp (n % 32 == 0)
+    r = q8_32_compute<kFormat == ActFormat::kQ8_1>(x[i], threadIdx.x % 32, nullptr);
+  }
+  out[i] = __float2half_rn(static_cast<float>(r.q) * r.d);
 }
 
 }  // namespace
 
-void act_q8_to_f16(const ActQ8& act, int64_t n, int block, uint16_t* out, StreamHandle stream) {
+void quantize_to_f16(ActFormat format, const float* x, int64_t n, uint16_t* out, StreamHandle stream) {
   if (n == 0) return;
-  q8_to_f16_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
-      act.q, act.d, n, block, reinterpret_cast<__half*>(out));
+  const unsigned grid = static_cast<unsigned>((n + 255) / 256);
+  auto* o = reinterpret_cast<__half*>(out);
+  switch (format) {
+    case ActFormat::kQ8_K: quantize_to_f16_kernel<ActFormat::kQ8_K><<<grid, 256, 0, stream>>>(x, n, o); break;
+    case ActFormat::kQ8_0: quantize_to_f16_kernel<ActFormat::kQ8_0><<<grid, 256, 0, stream>>>(x, n, o); break;
+    case ActFormat::kQ8_1: quantize_to_f16_kernel<ActFormat::kQ8_1><<<grid, 256, 0, stream>>>(x, n, o); break;
+  }
 }
 
 ActQ8 quantize_act(ActFormat format, const float* x, int64_t n, void* scratch, StreamHandle stream) {

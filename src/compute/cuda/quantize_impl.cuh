@@ -7,20 +7,34 @@
 
 namespace hypura::compute::cuda {
 
+// A value's quant and its block's scale (as stored: Q8_0 / Q8_1 fp16-rounded, widened).
+struct Q8Value {
+  int q;
+  float d;
+};
+
 // Q8_0 (kWithSum = false) or Q8_1 of one 32-element block held one value per lane of a
-// warp: q (32), *d, and for Q8_1 *s. All 32 lanes call it.
+// warp: lane's quant and the block's d; *s (Q8_1, when s is not null) from lane 0. All 32
+// lanes call it.
 template <bool kWithSum>
-__device__ __forceinline__ void q8_32_warp(float v, int lane, int8_t* q, float* d, float* s) {
+__device__ __forceinline__ Q8Value q8_32_compute(float v, int lane, float* s) {
   const float amax = warp_max(fabsf(v));
   const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
   const int qi = static_cast<int>(rintf(v * id));
-  q[lane] = static_cast<int8_t>(qi);
   const float dv = amax / 127.0f;
   if (kWithSum) {
     const int sum = warp_sum_int(qi);
-    if (lane == 0) *s = round_fp16(dv * static_cast<float>(sum));
+    if (lane == 0 && s != nullptr) *s = round_fp16(dv * static_cast<float>(sum));
   }
-  if (lane == 0) *d = round_fp16(dv);
+  return {qi, round_fp16(dv)};
+}
+
+// As q8_32_compute, storing q (32) and *d.
+template <bool kWithSum>
+__device__ __forceinline__ void q8_32_warp(float v, int lane, int8_t* q, float* d, float* s) {
+  const Q8Value r = q8_32_compute<kWithSum>(v, lane, s);
+  q[lane] = static_cast<int8_t>(r.q);
+  if (lane == 0) *d = r.d;
 }
 
 struct Q8kScratch {
@@ -30,8 +44,9 @@ struct Q8kScratch {
 };
 
 // Q8_K of one 256-element super-block held one value per thread of a 256-thread block
-// (thread t: element t): q (256) and *d. All 256 threads call it (it has barriers).
-__device__ __forceinline__ void q8k_block(float v, int8_t* q, float* d, Q8kScratch& sh) {
+// (thread t: element t): the thread's quant and the block's d. All 256 threads call it
+// (it has barriers).
+__device__ __forceinline__ Q8Value q8k_compute(float v, Q8kScratch& sh) {
   const int t = threadIdx.x, lane = t % 32, warp = t / 32;
   sh.value[t] = v;
   // Largest |x|, lowest index on ties (the CPU keeps the first strict maximum).
@@ -60,15 +75,17 @@ __device__ __forceinline__ void q8k_block(float v, int8_t* q, float* d, Q8kScrat
     }
   }
   const float max = sh.value[idx];
-  __syncthreads();  // the scratch may be reused by the next block of the caller
-  if (a == 0.0f) {
-    q[t] = 0;
-    if (t == 0) *d = 0.0f;
-    return;
-  }
+  __syncthreads();  // the scratch may be reused by the caller's next block
+  if (a == 0.0f) return {0, 0.0f};
   const float iscale = -127.0f / max;
-  q[t] = static_cast<int8_t>(min(127, __float2int_rn(iscale * v)));
-  if (t == 0) *d = 1.0f / iscale;
+  return {min(127, __float2int_rn(iscale * v)), 1.0f / iscale};
+}
+
+// As q8k_compute, storing q (256) and *d.
+__device__ __forceinline__ void q8k_block(float v, int8_t* q, float* d, Q8kScratch& sh) {
+  const Q8Value r = q8k_compute(v, sh);
+  q[threadIdx.x] = static_cast<int8_t>(r.q);
+  if (threadIdx.x == 0) *d = r.d;
 }
 
 }  // namespace hypura::compute::cuda
