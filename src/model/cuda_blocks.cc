@@ -426,8 +426,8 @@ void CudaBlocks::attention(int64_t il, bool swa, float kq_scale) {
   auto* kc = static_cast<uint16_t*>(const_cast<void*>(kv_->k_rows(il, 0, 0).data));
   auto* vc = static_cast<uint16_t*>(const_cast<void*>(kv_->v_rows(il, 0, 0).data));
   cuda::store_kv_f16(k(), v(), n_tokens_, hp_.k_width(), hp_.v_width(), positions(), kc, vc, s());
-  if (n_tokens_ <= kCudaDecodeAttention) {
-    cuda::AttnDecodeArgs a;
+  // The fields both attention kernels take alike.
+  const auto shape = [&](auto& a) {
     a.k = kc;
     a.v = vc;
     a.n_head = hp_.n_head;
@@ -437,6 +437,10 @@ void CudaBlocks::attention(int64_t il, bool swa, float kq_scale) {
     a.k_stride = hp_.k_width();
     a.v_stride = hp_.v_width();
     a.kq_scale = kq_scale;
+  };
+  if (n_tokens_ <= kCudaDecodeAttention) {
+    cuda::AttnDecodeArgs a;
+    shape(a);
     if (mode_ == Mode::kCapture) {  // one token: its visible keys from its device position
       a.q = q();
       a.out = attn();
@@ -457,20 +461,12 @@ void CudaBlocks::attention(int64_t il, bool swa, float kq_scale) {
     return;
   }
   cuda::AttnPrefillArgs a;
+  shape(a);
   a.q = q();
-  a.k = kc;
-  a.v = vc;
   a.out = attn();
   a.n_tokens = n_tokens_;
-  a.n_head = hp_.n_head;
-  a.n_head_kv = hp_.n_head_kv;
-  a.head_dim = hp_.head_dim;
-  a.head_dim_v = hp_.head_dim_v;
-  a.k_stride = hp_.k_width();
-  a.v_stride = hp_.v_width();
   a.pos0 = pos_;
   a.n_swa = swa ? hp_.n_swa : 0;
-  a.kq_scale = kq_scale;
   cuda::attention_prefill(a, s());
 }
 
@@ -536,8 +532,13 @@ Status CudaBlocks::moe_small(const FfnViews& w, int64_t il, const float* in, flo
     act = cuda::quantize_for(up.type, in, n_tokens_ * up.n_cols, act_.data(), s());
   }
   cuda::matvec_grouped(up, sel, n_pairs, act_div, act, u, s());
-  cuda::glu(cuda::UnaryOp::kSilu, g, u, n_pairs * gate.n_rows, s());
-  act = cuda::quantize_for(down.type, g, n_pairs * down.n_cols, act_.data(), s());
+  cuda::ActFormat format;
+  if (act_format(down.type, &format) && (n_pairs * gate.n_rows) % 256 == 0) {
+    act = cuda::glu_quantize(cuda::UnaryOp::kSilu, g, u, n_pairs * gate.n_rows, format, act_.data(), s());
+  } else {
+    cuda::glu(cuda::UnaryOp::kSilu, g, u, n_pairs * gate.n_rows, s());
+    act = cuda::quantize_for(down.type, g, n_pairs * down.n_cols, act_.data(), s());
+  }
   cuda::matvec_grouped(down, sel, n_pairs, 1, act, slot_out, s());
   return Status::ok();
 }

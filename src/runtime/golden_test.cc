@@ -320,6 +320,14 @@ void check_batch_invariance(const std::string& name) {
 
 TEST_P(GoldenF32, BatchInvariance) { check_batch_invariance(std::string(GetParam()) + "-f32"); }
 
+// 1200 pseudo-random ordinary tokens (ids 3..382), the same for every long-context test.
+std::vector<int32_t> long_sequence() {
+  std::vector<int32_t> tokens(1200);
+  uint32_t state = 12345;
+  for (auto& t : tokens) t = 3 + static_cast<int32_t>((state = state * 1664525u + 1013904223u) >> 8) % 380;
+  return tokens;
+}
+
 // Past several 512-key attention segments: steps of up to 4 tokens compute the segments in
 // parallel and merge them afterwards, larger batches walk them in turn; both must give
 // the same bits (and gemma3's sliding window leaves early segments empty).
@@ -327,9 +335,7 @@ TEST_P(GoldenF32, BatchInvarianceAcrossKeySegments) {
   const std::string name = std::string(GetParam()) + "-f32";
   auto l = load(name);
   ASSERT_TRUE(l);
-  std::vector<int32_t> tokens(1200);
-  uint32_t state = 12345;
-  for (auto& t : tokens) t = 3 + static_cast<int32_t>((state = state * 1664525u + 1013904223u) >> 8) % 380;
+  const std::vector<int32_t> tokens = long_sequence();
   const int64_t n_ctx = 1280;
   const auto batched = eval(*l, tokens, false, 64, n_ctx);
   for (int64_t chunk : {1, 3, 4, 5}) {
@@ -393,9 +399,7 @@ TEST_P(GoldenGpu, LongContextBatchShapesAgree) {
   const std::string name = std::string(GetParam()) + "-f32";
   auto l = load(name);
   ASSERT_TRUE(l);
-  std::vector<int32_t> tokens(1200);
-  uint32_t state = 12345;
-  for (auto& t : tokens) t = 3 + static_cast<int32_t>((state = state * 1664525u + 1013904223u) >> 8) % 380;
+  const std::vector<int32_t> tokens = long_sequence();
   const int64_t n_ctx = 1280;
   const auto batched = eval(*l, tokens, false, 64, n_ctx, true);
   const auto cpu = eval(*l, tokens, false, 64, n_ctx, false);

@@ -4,7 +4,8 @@
 // load() makes the plan (scheduler::place over the hardware profile and the budgets),
 // opens a ledger whose budget is the plan's RAM limit, charges the process baseline,
 // one session's KV cache and work buffers, then builds the StreamingProvider: tensors the
-// plan put in RAM (or on the GPU: no GPU tier yet, they stay in RAM) are loaded with
+// plan put in RAM (the planner is run without its GPU tier: a model that fits the GPU is
+// uploaded whole by runtime::DeviceWeights after this load, see device_choice.h) are loaded with
 // direct I/O, tensors on storage stream through the pool. A model that fits gets a plan
 // with nothing on storage and the same provider serves it from RAM.
 //

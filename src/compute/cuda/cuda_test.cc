@@ -340,6 +340,23 @@ std::vector<float> attention_reference(const float* q, const std::vector<uint16_
   return out;
 }
 
+// The fields the decode and prefill attention arguments share: buffers and the head shape
+// (head_dim == head_dim_v, K and V rows `width` halves apart).
+template <class Args>
+void attention_shape(Args& a, const DeviceBuffer& q, const DeviceBuffer& k, const DeviceBuffer& v,
+                     const DeviceBuffer& out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                     int64_t width, float kq_scale) {
+  a.q = q.as<float>();
+  a.k = k.as<uint16_t>();
+  a.v = v.as<uint16_t>();
+  a.out = out.as<float>();
+  a.n_head = n_head;
+  a.n_head_kv = n_head_kv;
+  a.head_dim = a.head_dim_v = head_dim;
+  a.k_stride = a.v_stride = width;
+  a.kq_scale = kq_scale;
+}
+
 std::vector<uint16_t> to_fp16(const std::vector<float>& x) {
   std::vector<uint16_t> h(x.size());
   for (size_t i = 0; i < x.size(); ++i) h[i] = quant::f32_to_fp16(x[i]);
@@ -372,17 +389,9 @@ TEST_F(CudaTest, AttentionDecodeMatchesCpu) {
     auto scratch = DeviceBuffer::allocate(attention_scratch_bytes(c.n_head, c.n_head_kv, c.head_dim, n_kv));
     ASSERT_TRUE(scratch.is_ok());
     AttnDecodeArgs a;
-    a.q = dq.as<float>();
-    a.k = dk.as<uint16_t>();
-    a.v = dv.as<uint16_t>();
-    a.out = dout.as<float>();
-    a.n_head = c.n_head;
-    a.n_head_kv = c.n_head_kv;
-    a.head_dim = a.head_dim_v = c.head_dim;
-    a.k_stride = a.v_stride = width;
+    attention_shape(a, dq, dk, dv, dout, c.n_head, c.n_head_kv, c.head_dim, width, kq_scale);
     a.kv_first = c.kv_first;
     a.kv_end = c.kv_end;
-    a.kq_scale = kq_scale;
     attention_decode(a, scratch->data(), stream_.handle());
     EXPECT_LE(rel_l2(download(dout, want.size()), want), kAttnRelL2);
     // The replayable form (a captured decode step): the position on the device, the launch
@@ -424,18 +433,10 @@ TEST_F(CudaTest, AttentionPrefillMatchesCpu) {
     }
     DeviceBuffer dq = upload(q), dk = upload(k), dv = upload(v), dout = poisoned(want.size());
     AttnPrefillArgs a;
-    a.q = dq.as<float>();
-    a.k = dk.as<uint16_t>();
-    a.v = dv.as<uint16_t>();
-    a.out = dout.as<float>();
+    attention_shape(a, dq, dk, dv, dout, c.n_head, c.n_head_kv, c.head_dim, width, kq_scale);
     a.n_tokens = c.n_tokens;
-    a.n_head = c.n_head;
-    a.n_head_kv = c.n_head_kv;
-    a.head_dim = a.head_dim_v = c.head_dim;
-    a.k_stride = a.v_stride = width;
     a.pos0 = c.pos0;
     a.n_swa = c.n_swa;
-    a.kq_scale = kq_scale;
     attention_prefill(a, stream_.handle());
     EXPECT_LE(rel_l2(download(dout, want.size()), want), kAttnRelL2);
   }

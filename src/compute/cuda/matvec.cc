@@ -42,7 +42,9 @@ ActQ8 quantize_for(gguf::GgmlType type, const float* x, int64_t n_cols, void* sc
   }
 }
 
-void matvec_quantized(const WeightView& w, const ActQ8& act, float* y, StreamHandle stream) {
+namespace {
+
+MatvecArgs args_for(const WeightView& w, const ActQ8& act, float* y, StreamHandle stream) {
   assert(matvec_supported(w.type));
   assert(w.n_cols % quant::block_size(w.type) == 0);
   MatvecArgs a;
@@ -53,11 +55,22 @@ void matvec_quantized(const WeightView& w, const ActQ8& act, float* y, StreamHan
   a.act = act;
   a.y = y;
   a.stream = stream;
-  const auto id = static_cast<uint32_t>(w.type);
+  return a;
+}
+
+// The kernel family of the weight's format.
+void launch(gguf::GgmlType type, const MatvecArgs& a) {
+  const auto id = static_cast<uint32_t>(type);
   const bool launched = launch_matvec_kquant(id, a) || launch_matvec_legacy(id, a) ||
                         launch_matvec_float(id, a);
   assert(launched);
   (void)launched;
+}
+
+}  // namespace
+
+void matvec_quantized(const WeightView& w, const ActQ8& act, float* y, StreamHandle stream) {
+  launch(w.type, args_for(w, act, y, stream));
 }
 
 namespace {
@@ -84,7 +97,6 @@ ActQ8 act_row(const ActQ8& act, gguf::GgmlType type, int64_t n_cols, int64_t r) 
 
 void matvec_grouped(const WeightView& expert, const int32_t* ids, int64_t n_pairs, int act_div,
                     const ActQ8& act, float* y, StreamHandle stream) {
-  assert(matvec_supported(expert.type));
   if (n_pairs == 0) return;
   MatvecGroup group;
   group.ids = ids;
@@ -94,41 +106,19 @@ void matvec_grouped(const WeightView& expert, const int32_t* ids, int64_t n_pair
   group.q_stride = expert.n_cols;
   const int64_t block = act_block(expert.type);
   group.d_stride = block > 0 ? expert.n_cols / block : 0;
-  MatvecArgs a;
-  a.w = expert.data;
-  a.row_bytes = expert.row_bytes();
-  a.n_cols = expert.n_cols;
-  a.n_rows = expert.n_rows;
-  a.act = act;
-  a.y = y;
-  a.stream = stream;
+  MatvecArgs a = args_for(expert, act, y, stream);
   a.group = &group;
-  const auto id = static_cast<uint32_t>(expert.type);
-  const bool launched = launch_matvec_kquant(id, a) || launch_matvec_legacy(id, a) ||
-                        launch_matvec_float(id, a);
-  assert(launched);
-  (void)launched;
+  launch(expert.type, a);
 }
 
 void matvec_batched(const WeightView& w, const ActQ8& act, int64_t n, float* y, StreamHandle stream) {
-  assert(matvec_supported(w.type) && n >= 1 && n <= kMatvecMaxTokens);
-  MatvecArgs a;
-  a.w = w.data;
-  a.row_bytes = w.row_bytes();
-  a.n_cols = w.n_cols;
-  a.n_rows = w.n_rows;
-  a.act = act;
-  a.y = y;
-  a.stream = stream;
+  assert(n >= 1 && n <= kMatvecMaxTokens);
+  MatvecArgs a = args_for(w, act, y, stream);
   a.n_tok = static_cast<int>(n);
   a.q_stride = w.n_cols;
   const int64_t block = act_block(w.type);
   a.d_stride = block > 0 ? w.n_cols / block : 0;
-  const auto id = static_cast<uint32_t>(w.type);
-  const bool launched = launch_matvec_kquant(id, a) || launch_matvec_legacy(id, a) ||
-                        launch_matvec_float(id, a);
-  assert(launched);
-  (void)launched;
+  launch(w.type, a);
 }
 
 void matvec(const WeightView& w, const float* x, float* y, void* scratch, StreamHandle stream) {
