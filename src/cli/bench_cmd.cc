@@ -147,9 +147,13 @@ Result<Stats> run_test(runtime::Engine& engine, runtime::Session& session, int n
   std::vector<float> logits;
   if (depth > 0) HYPURA_RETURN_IF_ERROR(session.prefill(random_tokens(engine, depth, 4321), &logits));
   // The warm-up faults the weights in and warms the caches: every weight is read for
-  // any number of tokens, so a pp warm-up needs only a short prompt (as llama-bench's);
+  // any number of tokens, so a CPU pp warm-up needs only a short prompt (as llama-bench's);
   // tg keeps the whole sequence, which also warms an expert cache as the test will see it.
-  const size_t n_warm = tg ? tokens.size() : std::min<size_t>(tokens.size(), 32);
+  // On the GPU the warm-up runs the test's own shape: kernels load on first use (CUDA's lazy
+  // module loading) and cuBLAS picks its kernels per shape, which a 32-token prompt (the
+  // batched-matvec path) never reaches.
+  const bool gpu = engine.device() != "cpu";
+  const size_t n_warm = tg || gpu ? tokens.size() : std::min<size_t>(tokens.size(), 32);
   HYPURA_RETURN_IF_ERROR(
       time_run(engine, session, depth, std::span(tokens).first(n_warm), tg).status());
   if (after_warmup) after_warmup();
