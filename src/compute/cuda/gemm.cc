@@ -5,9 +5,11 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "compute/cuda/dequant.h"
 #include "compute/cuda/matvec.h"
@@ -17,12 +19,57 @@
 namespace hypura::compute::cuda {
 namespace {
 
+// cuBLAS is loaded with dlopen when the first Gemm is made, not linked: linking it costs
+// every process about 50 MiB of resident memory at start (relocations of its 600 MiB of
+// libraries), which the memory ledger charges even when nothing runs on the GPU.
+struct Cublas {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSetMathMode) set_math_mode = nullptr;
+  decltype(&cublasSgemm_v2) sgemm = nullptr;
+  // cublasGemmEx has a C++ overload (cudaDataType compute type): name the C one.
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                            const void*, const void*, cudaDataType, int, const void*, cudaDataType,
+                            int, const void*, void*, cudaDataType, int, cublasComputeType_t,
+                            cublasGemmAlgo_t) = nullptr;
+  decltype(&cublasGetStatusName) status_name = nullptr;
+  decltype(&cublasGetStatusString) status_string = nullptr;
+  std::string error;  // why it could not be loaded, or ""
+};
+
+const Cublas& cublas() {
+  static const Cublas api = [] {
+    Cublas c;
+    const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      c.error = name + " not found (" + dlerror() + "): the GPU's prompt products need cuBLAS";
+      return c;
+    }
+    const auto sym = [&](auto& fn, const char* symbol) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
+      if (fn == nullptr && c.error.empty()) c.error = name + " lacks " + symbol;
+    };
+    sym(c.create, "cublasCreate_v2");
+    sym(c.destroy, "cublasDestroy_v2");
+    sym(c.set_stream, "cublasSetStream_v2");
+    sym(c.set_math_mode, "cublasSetMathMode");
+    sym(c.sgemm, "cublasSgemm_v2");
+    sym(c.gemm_ex, "cublasGemmEx");
+    sym(c.status_name, "cublasGetStatusName");
+    sym(c.status_string, "cublasGetStatusString");
+    return c;
+  }();
+  return api;
+}
+
 Status cublas_status(cublasStatus_t st, const char* what) {
   if (st == CUBLAS_STATUS_SUCCESS) return Status::ok();
   const StatusCode code =
       st == CUBLAS_STATUS_ALLOC_FAILED ? StatusCode::kResourceExhausted : StatusCode::kInternal;
-  return Status(code, std::string(what) + ": " + cublasGetStatusName(st) + " (" +
-                          cublasGetStatusString(st) + ")");
+  return Status(code, std::string(what) + ": " + cublas().status_name(st) + " (" +
+                          cublas().status_string(st) + ")");
 }
 
 // Tile rows: a multiple of 64 (aligned output columns) within tile_elems.
@@ -47,17 +94,19 @@ Result<std::unique_ptr<Gemm>> Gemm::create(StreamHandle stream, int64_t max_rows
   g->tile_elems_ = std::max(tile_elems, 64 * max_cols);
   HYPURA_ASSIGN_OR_RETURN(g->x16_, DeviceBuffer::allocate(static_cast<size_t>(max_rows * max_cols) * 2));
   HYPURA_ASSIGN_OR_RETURN(g->w16_, DeviceBuffer::allocate(static_cast<size_t>(g->tile_elems_) * 2));
+  const Cublas& api = cublas();
+  if (!api.error.empty()) return unsupported(api.error);
   cublasHandle_t h = nullptr;
-  HYPURA_RETURN_IF_ERROR(cublas_status(cublasCreate(&h), "cublasCreate"));
+  HYPURA_RETURN_IF_ERROR(cublas_status(api.create(&h), "cublasCreate"));
   g->handle_ = h;
-  HYPURA_RETURN_IF_ERROR(cublas_status(cublasSetStream(h, stream), "cublasSetStream"));
+  HYPURA_RETURN_IF_ERROR(cublas_status(api.set_stream(h, stream), "cublasSetStream"));
   // FP32 products stay FP32 (no TF32), the F16 ones accumulate in FP32.
-  HYPURA_RETURN_IF_ERROR(cublas_status(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
+  HYPURA_RETURN_IF_ERROR(cublas_status(api.set_math_mode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
   return g;
 }
 
 Gemm::~Gemm() {
-  if (handle_ != nullptr) cublasDestroy(handle_);
+  if (handle_ != nullptr) cublas().destroy(handle_);
 }
 
 Status Gemm::matmul(const WeightView& w, const float* x, int64_t n, float* y) {
@@ -77,7 +126,7 @@ Status Gemm::matmul_shared(const WeightView* const* ws, float* const* ys, int co
     const int m_all = static_cast<int>(w.n_rows), k = static_cast<int>(w.n_cols), nn = static_cast<int>(n);
     if (w.type == gguf::GgmlType::F32) {
       HYPURA_RETURN_IF_ERROR(cublas_status(
-          cublasSgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, m_all, nn, k, &one,
+          cublas().sgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, m_all, nn, k, &one,
                       static_cast<const float*>(w.data), k, x, k, &zero, y, m_all),
           "cublasSgemm"));
       continue;
@@ -106,7 +155,7 @@ Status Gemm::matmul_shared(const WeightView* const* ws, float* const* ys, int co
         a = w16_.data();
       }
       HYPURA_RETURN_IF_ERROR(cublas_status(
-          cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(tr), nn, k, &one, a,
+          cublas().gemm_ex(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(tr), nn, k, &one, a,
                        CUDA_R_16F, k, x16, CUDA_R_16F, k, &zero, y + r0, CUDA_R_32F, m_all,
                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           "cublasGemmEx"));
