@@ -33,6 +33,9 @@
 #include "runtime/tier_metrics.h"
 #include "runtime/tiered_weights.h"
 #include "runtime/session.h"
+#if HYPURA_HAVE_CUDA
+#include "compute/cuda/device.h"
+#endif
 
 namespace hypura::cli {
 namespace {
@@ -139,9 +142,14 @@ Result<Stats> run_test(runtime::Engine& engine, runtime::Session& session, int n
   std::vector<float> logits;
   if (depth > 0) HYPURA_RETURN_IF_ERROR(session.prefill(random_tokens(engine, depth, 4321), &logits));
   // The warm-up faults the weights in and warms the caches: every weight is read for
-  // any number of tokens, so a pp warm-up needs only a short prompt (as llama-bench's);
+  // any number of tokens, so a CPU pp warm-up needs only a short prompt (as llama-bench's);
   // tg keeps the whole sequence, which also warms an expert cache as the test will see it.
-  const std::vector<int32_t> warm(tokens.begin(), tg ? tokens.end() : tokens.begin() + std::min(n, 32));
+  // On the GPU the warm-up runs the test's own shape: kernels load on first use (CUDA's lazy
+  // module loading) and cuBLAS picks its kernels per shape, which a 32-token prompt (the
+  // batched-matvec path) never reaches.
+  const bool gpu = engine.device() != "cpu";
+  const size_t n_warm = tg || gpu ? tokens.size() : std::min<size_t>(tokens.size(), 32);
+  const std::vector<int32_t> warm(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(n_warm));
   HYPURA_RETURN_IF_ERROR(time_run(engine, session, depth, warm, tg).status());
   if (after_warmup) after_warmup();
   std::vector<double> tps;
@@ -264,6 +272,16 @@ int run_bench(const BenchArgs& a) {
                      w.predict_with(refs.same_run_profile(w.profile())).compute_s);
   }
   const std::string arch = (*engine)->architecture(), mode = (*engine)->mode();
+  const std::string device = (*engine)->device();
+  // On the GPU: its copy bandwidth in this run, the yardstick of tg (docs/GPU.md).
+  double gpu_copy_bps = 0;
+#if HYPURA_HAVE_CUDA
+  if (device == "cuda" && !a.no_reference) {
+    auto bps = compute::cuda::measure_copy_bandwidth(size_t{1} << 30, 5);
+    gpu_copy_bps = reference_or_zero(bps);
+  }
+#endif
+  const double tg_tps = a.n_gen > 0 ? rows.back().s.mean : 0;
   const uint64_t file_bytes = file.total_bytes();
   // --baseline: the plain mmap run, after this engine's memory is given back (H).
   std::optional<runtime::BaselineResult> baseline;
@@ -300,6 +318,11 @@ int run_bench(const BenchArgs& a) {
     j["tg_memory_bound_tps"] = ref_tg;
     j["int8_peak_gmacs"] = int8_peak / 1e9;
     j["simd"] = ctx != nullptr ? ctx->simd_name() : "";
+    j["device"] = device;
+    if (gpu_copy_bps > 0) {
+      j["gpu_copy_bandwidth_bps"] = gpu_copy_bps;
+      j["tg_share_of_gpu_copy_bandwidth"] = tg_tps * bpt / gpu_copy_bps;
+    }
     if (experts != nullptr && a.n_gen > 0) j["experts"] = runtime::expert_run_json(expert_metrics);
     if (tier) j["tiers"] = runtime::tier_metrics_json(*tier);
     if (baseline) {
@@ -317,6 +340,7 @@ int run_bench(const BenchArgs& a) {
     std::cout << j.dump(1) << "\n";
     return 0;
   }
+  std::printf("device: %s\n", device.c_str());
   std::printf("| model | arch | size | mode | threads | test | t/s | GFLOP/s | of int8 peak |\n");
   std::printf("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
   for (const auto& r : rows) {
@@ -338,6 +362,12 @@ int run_bench(const BenchArgs& a) {
     std::printf("\nreference: int8 dot-product peak %.1f GMAC/s = %.1f GFLOP/s on %d threads (%s, "
                 "register-only maddubs/madd loop)\n",
                 int8_peak / 1e9, 2 * int8_peak / 1e9, threads, ctx->simd_name());
+  }
+  if (gpu_copy_bps > 0) {
+    std::printf("\nreference: GPU copy bandwidth %.0f GB/s (1 GiB device-to-device, read + written); "
+                "tg reads %.1f MiB of weights per token: %.2f tok/s = %.0f GB/s = %.1f%% of it\n",
+                gpu_copy_bps / 1e9, bpt / 1048576.0, tg_tps, tg_tps * bpt / 1e9,
+                100 * tg_tps * bpt / gpu_copy_bps);
   }
   if (bandwidth > 0) {
     std::printf("\nreference: memory read bandwidth %.2f GB/s / %.1f MiB read per token = "

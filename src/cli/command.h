@@ -51,6 +51,10 @@ CLI::Option* add_profile_option(CLI::App& app, std::string* path);
 constexpr int kMaxThreads = 1024;
 CLI::Option* add_threads_option(CLI::App& app, int* threads);
 
+// --device auto|cpu|cuda of run, bench and serve (runtime/device_choice.h): where the
+// forward pass runs; auto (the default) takes the GPU when the whole model fits there.
+CLI::Option* add_device_option(CLI::App& app, std::string* device);
+
 // Largest --context accepted (16M tokens): the KV cache of anything larger cannot be
 // allocated on any machine, and the planner's size arithmetic stays far from overflow.
 constexpr int64_t kMaxContextTokens = int64_t{1} << 24;
@@ -63,6 +67,7 @@ CLI::Option* add_context_option(CLI::App& app, int64_t* n_ctx);
 // Engine's options of them, so the four load (and plan) a model the same way.
 struct EngineFlags {
   int threads = 0;
+  std::string device = "auto";  // --device auto|cpu|cuda
   std::string kv_type = "f16";
   uint64_t ram_budget = 0;  // 0: the profile's usable memory
   std::string profile;      // --profile FILE

@@ -11,6 +11,9 @@
 #include "cli/inspect_report.h"
 #include "gguf/gguf.h"
 #include "common/size.h"
+#include "model/hparams.h"
+#include "runtime/device_choice.h"
+#include "runtime/engine.h"
 #include "runtime/tiered_weights.h"
 #include "scheduler/plan_request.h"
 #include "scheduler/render.h"
@@ -65,6 +68,7 @@ int run_inspect(const InspectArgs& args) {
 
   // --plan: the placement this machine would use, as run would (runtime/tiered_weights.h).
   std::optional<scheduler::PlannedModel> planned;
+  std::string device_line;
   if (args.plan) {
     auto pm = plan_for(*file, path, args);
     if (!pm.is_ok()) {
@@ -72,6 +76,14 @@ int run_inspect(const InspectArgs& args) {
       return 1;
     }
     planned = std::move(pm).value();
+    // The device decision run/bench/serve make in front of this plan (--device auto).
+    if (auto hp = model::read_hparams(*file); hp.is_ok()) {
+      auto choice = runtime::choose_device(runtime::DeviceRequest::kAuto, *file, *hp,
+                                           planned->budgets.n_ctx, false, runtime::kMaxBatch);
+      device_line = choice.is_ok() ? choice->reason : choice.status().message();
+    } else {
+      device_line = "cpu: " + hp.status().message();
+    }
   }
 
   if (args.json) {
@@ -80,6 +92,7 @@ int run_inspect(const InspectArgs& args) {
       j["plan"] = nlohmann::ordered_json::parse(
           scheduler::plan_to_json(planned->plan, planned->tensors, args.tensors).dump());
       j["plan"]["ledger_dry_run"] = runtime::ledger_dry_run(planned->plan.memory);
+      j["plan"]["device"] = device_line;
     }
     // Metadata strings are untrusted bytes: invalid UTF-8 is replaced, never fatal.
     std::cout << j.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
@@ -88,7 +101,8 @@ int run_inspect(const InspectArgs& args) {
     if (planned) {
       std::cout << "\n" << scheduler::plan_to_text(planned->plan, planned->tensors)
                 << "Ledger (dry run of the plan's allocations): "
-                << runtime::ledger_dry_run(planned->plan.memory) << "\n";
+                << runtime::ledger_dry_run(planned->plan.memory) << "\n"
+                << "Device (--device auto of run, bench, serve): " << device_line << "\n";
     }
   }
   return 0;

@@ -51,6 +51,13 @@ CLI::Option* add_threads_option(CLI::App& app, int* threads) {
       ->check(CLI::Range(0, kMaxThreads));
 }
 
+CLI::Option* add_device_option(CLI::App& app, std::string* device) {
+  return app.add_option("--device", *device, "where to compute: auto (the GPU when the whole model "
+                                             "fits in its memory), cpu or cuda")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+}
+
 CLI::Option* add_context_option(CLI::App& app, int64_t* n_ctx) {
   return app.add_option("-c,--context", *n_ctx, "context length in tokens (capped by the model's trained length)")
       ->capture_default_str()
@@ -59,6 +66,7 @@ CLI::Option* add_context_option(CLI::App& app, int64_t* n_ctx) {
 
 void add_engine_flags(CLI::App& app, EngineFlags* flags) {
   add_threads_option(app, &flags->threads);
+  add_device_option(app, &flags->device);
   app.add_option("--kv-type", flags->kv_type, "KV cache type: f16 or f32")
       ->check(CLI::IsMember({"f16", "f32"}))
       ->capture_default_str();
@@ -70,6 +78,7 @@ runtime::EngineOptions engine_options(const EngineFlags& flags, const std::strin
   runtime::EngineOptions eo;
   eo.model_path = model_path;
   eo.n_threads = flags.threads;
+  eo.device = flags.device;
   eo.n_ctx = n_ctx;
   eo.kv_f32 = flags.kv_type == "f32";
   eo.ram_budget = flags.ram_budget;

@@ -1,16 +1,24 @@
-// The shared building blocks of a transformer layer, on a batch of n_tokens rows.
+// The shared building blocks of a transformer layer, on a batch of n_tokens rows, and the
+// interface that lets the same architecture code run on the CPU or on a GPU.
 //
 // Architecture files (llama.cc, qwen2.cc, ...) compose these into a layer that reads like
-// the math; everything here is written once: RMS norms, linear projections, per-head
+// the math; every op is written once per device: RMS norms, linear projections, per-head
 // norms, RoPE (normal and NeoX), attention with GQA over the KV cache (causal, optionally
 // sliding-window), gated FFNs (SwiGLU, GeGLU) and MoE routing.
 //
-// Buffers are owned here, sized once for max_batch rows (no allocation per token). Every
-// row-wise operation treats rows independently, and attention computes each (query,
-// head) pair with the same reduction order whatever the batch, so results are
-// batch-invariant (see model.h).
+// Blocks is abstract. CpuBlocks (cpu_blocks.h) computes in host memory through
+// compute::Context; CudaBlocks (cuda_blocks.h) in device memory through compute/cuda. The
+// row buffers (x(), cur(), q(), ...) are the implementation's memory: host or device
+// pointers that model code passes from op to op and never dereferences. Weight views come
+// from the provider, which for a device implementation hands out device views.
 //
-// Thread-safety: one forward pass at a time; attention runs on the compute pool.
+// Buffers are owned by the implementation, sized once for max_batch rows (no allocation
+// per token). Every row-wise operation treats rows independently, and the CPU's attention
+// computes each (query, head) pair with the same reduction order whatever the batch, so
+// its results are batch-invariant (see model.h); the GPU's differ across batch shapes by
+// float rounding (docs/GPU.md).
+//
+// Thread-safety: one forward pass at a time.
 #pragma once
 
 #include <cstdint>
@@ -50,84 +58,76 @@ enum class FfnAct { kSilu, kGeluTanh };
 
 class Blocks {
  public:
-  Blocks(const HParams& hp, const WeightMap& weights, compute::Context& ctx,
-         runtime::WeightProvider& provider, int64_t max_batch, int64_t n_ctx);
+  virtual ~Blocks() = default;
 
   const HParams& hp() const { return hp_; }
   runtime::WeightProvider& provider() { return provider_; }
-  compute::Context& ctx() { return ctx_; }
+  // Whether the row buffers and the KV cache this implementation reads are device memory.
+  virtual bool on_device() const = 0;
 
-  // Starts a batch: tokens at positions pos..pos+n_tokens-1, caching into kv.
-  void begin(int64_t pos, int64_t n_tokens, KvCache* kv);
+  // Starts a batch: tokens at positions pos..pos+n_tokens-1, caching into kv. logits_only:
+  // the batch's one output is the last row's logits (finish() gets no hidden states).
+  void begin(int64_t pos, int64_t n_tokens, KvCache* kv, bool logits_only = false);
   // llama3 RoPE frequency factors (n_rot / 2), or null; valid for the current batch.
   void set_rope_factors(const float* factors) { rope_factors_ = factors; }
   int64_t n_tokens() const { return n_tokens_; }
 
   // Batch buffers, row-major with n_tokens rows.
-  float* x() { return x_.data(); }        // (n_tokens, n_embd) the residual stream
-  float* cur() { return cur_.data(); }    // (n_tokens, n_embd) block input/output
-  float* tmp() { return tmp_.data(); }    // (n_tokens, n_embd) second scratch
-  float* q() { return q_.data(); }        // (n_tokens, n_head * head_dim)
-  float* k() { return k_.data(); }        // (n_tokens, n_head_kv * head_dim)
-  float* v() { return v_.data(); }        // (n_tokens, n_head_kv * head_dim_v)
-  float* attn() { return attn_.data(); }  // (n_tokens, n_head * head_dim_v)
+  float* x() { return x_; }        // (n_tokens, n_embd) the residual stream
+  float* cur() { return cur_; }    // (n_tokens, n_embd) block input/output
+  float* tmp() { return tmp_; }    // (n_tokens, n_embd) second scratch
+  float* q() { return q_; }        // (n_tokens, n_head * head_dim)
+  float* k() { return k_; }        // (n_tokens, n_head_kv * head_dim)
+  float* v() { return v_; }        // (n_tokens, n_head_kv * head_dim_v)
+  float* attn() { return attn_; }  // (n_tokens, n_head * head_dim_v)
 
   Status acquire_attention(int64_t il, AttnViews* out);
   Status acquire_ffn(int64_t il, FfnViews* out);
 
+  // x() = rows tokens[0..n_tokens) (host ids, checked by the caller) of the embedding table.
+  virtual void embed(const WeightView& table, const int32_t* tokens) = 0;
   // out = in / rms(in) * w over rows of w's length. out may alias in.
-  void norm(const float* in, const WeightView& w, float* out);
+  virtual void norm(const float* in, const WeightView& w, float* out) = 0;
   // out (n_tokens, w.n_rows) = in (n_tokens, w.n_cols) . W^T
-  void linear(const WeightView& w, const float* in, float* out);
+  virtual void linear(const WeightView& w, const float* in, float* out) = 0;
+  // q(), k(), v() = linear(wq / wk / wv, in): one input for three products (the GPU rounds
+  // it to 8 bits once).
+  virtual void project_qkv(const AttnViews& a, const float* in) = 0;
   // rows (n_tokens, b.n_cols) += b
-  void add_bias(float* rows, const WeightView& b);
+  virtual void add_bias(float* rows, const WeightView& b) = 0;
   // Per-head RMS norm: rows (n_tokens, n_heads * w.n_cols), each head normed by w.
-  void head_norm(float* rows, int64_t n_heads, const WeightView& w);
+  virtual void head_norm(float* rows, int64_t n_heads, const WeightView& w) = 0;
   // RoPE on rows (n_tokens, n_heads * head_dim) at the batch's positions.
-  void rope(float* rows, int64_t n_heads, float freq_base, float freq_scale);
+  virtual void rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) = 0;
+  // rope() of q() (n_head heads) and of k() (n_head_kv heads) with the same frequencies.
+  virtual void rope_qk(float freq_base, float freq_scale) = 0;
   // rows (n_tokens, width) *= s
-  void scale(float* rows, int64_t width, float s);
+  virtual void scale(float* rows, int64_t width, float s) = 0;
   // x (n_tokens, n_embd) += y
-  void residual(float* x, const float* y);
+  virtual void residual(float* x, const float* y) = 0;
 
   // Stores k()/v() in the cache, then attn() = softmax(q k^T * kq_scale + mask) v for every
   // query row and head; swa restricts each query to the last n_swa positions.
-  void attention(int64_t il, bool swa, float kq_scale);
+  virtual void attention(int64_t il, bool swa, float kq_scale) = 0;
 
   // out = down(act(gate(in)) * up(in)). in, out: (n_tokens, n_embd); may alias.
-  void dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out);
+  virtual void dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) = 0;
   // Mixture of experts: softmax router, top n_expert_used, weights renormalised to sum 1,
   // SwiGLU experts, weighted sum in slot order. in, out: (n_tokens, n_embd); may alias.
-  Status moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out);
+  virtual Status moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) = 0;
 
- private:
-  // Attention (blocks.cc): a softmax partial over some keys of query rows: running max m,
-  // running sum l of exp(score - m), acc = sum of exp(score - m) * value (rows, head_dim_v).
-  struct Partial {
-    float* m;
-    double* l;
-    float* acc;
-  };
-  struct AttnScratch;
-  void attend_block(int64_t il, int64_t g, int64_t t0, int64_t t1, bool swa, float kq_scale,
-                    int thread);
-  void segment_partial(int64_t il, int64_t g, int64_t t0, int64_t t1, int64_t seg, bool swa,
-                       float kq_scale, AttnScratch& s, const Partial& out);
-  void clear_partial(const Partial& p, int64_t n_rows) const;
-  void merge_partial(const Partial& total, const Partial& part, int64_t n_rows) const;
-  void write_attention(int64_t g, int64_t t0, int64_t t1, const Partial& total);
-  // Runs fn(begin, end) over [0, n) split across the compute pool (inline when n < 2).
-  // Elementwise and row-wise work only: results do not depend on the split.
-  template <class Fn>
-  void parallel_for(int64_t n, Fn&& fn);
-  void route(const float* in);
-  void gated_activation(FfnAct act, int64_t n);
-  Status run_experts(int64_t il, const FfnViews& w, const float* in);
-  void run_expert(int32_t id, const float* in);
+  // Ends the batch: hidden (when not null, host) = cur() (n_tokens, n_embd), the final-
+  // norm states; logits (host, when not null) = output . cur() for every row (all_logits)
+  // or the last one. Returns the first error of the batch's device work, if any.
+  virtual Status finish(const WeightView& output, bool all_logits, float* logits, float* hidden) = 0;
+
+ protected:
+  Blocks(const HParams& hp, const WeightMap& weights, runtime::WeightProvider& provider,
+         int64_t max_batch, int64_t n_ctx)
+      : hp_(hp), weights_(weights), provider_(provider), max_batch_(max_batch), n_ctx_(n_ctx) {}
 
   const HParams& hp_;
   const WeightMap& weights_;
-  compute::Context& ctx_;
   runtime::WeightProvider& provider_;
   int64_t max_batch_;
   int64_t n_ctx_;
@@ -135,44 +135,12 @@ class Blocks {
   int64_t pos_ = 0;
   int64_t n_tokens_ = 0;
   KvCache* kv_ = nullptr;
+  bool logits_only_ = false;
   const float* rope_factors_ = nullptr;
 
-  std::vector<float> x_, cur_, tmp_, q_, k_, v_, attn_;
-  std::vector<float> ff_gate_;  // (max_batch, max(n_ff, n_ff_expert))
-  std::vector<float> ff_up_;    // (max_batch, max(n_ff, n_ff_expert))
-  // Attention tiles (blocks.cc): query tokens per block, keys per aligned block, keys per
-  // aligned segment, and the most tokens a step may have to split its segments over the pool.
-  static constexpr int64_t kQueryBlock = 32;
-  static constexpr int64_t kKeyBlock = compute::kAttnMaxKeys;
-  static constexpr int64_t kKeySegment = 512;
-  static constexpr int64_t kSplitMaxTokens = 4;
-  // Attention scratch per pool thread; rows = kQueryBlock * (n_head / n_head_kv).
-  struct AttnScratch {
-    std::vector<float> keys;    // (kKeyBlock, head_dim) one widened key block
-    std::vector<float> values;  // (kKeyBlock, head_dim_v)
-    std::vector<const float*> q_rows;  // (rows) each row's query vector
-    std::vector<int32_t> lo, hi;       // (rows) visible keys of the current key block
-    std::vector<float> m;       // (rows) the merged partial of a query block
-    std::vector<double> l;      // (rows)
-    std::vector<float> acc;     // (rows, head_dim_v)
-    std::vector<float> seg_m;   // (rows) the partial of the segment being computed
-    std::vector<double> seg_l;  // (rows)
-    std::vector<float> seg_acc; // (rows, head_dim_v)
-  };
-  std::vector<AttnScratch> attn_scratch_;
-  // Partials of a split step: (kv head, segment, row) for up to kSplitMaxTokens tokens.
-  std::vector<float> split_m_;      // (rows)
-  std::vector<double> split_l_;     // (rows)
-  std::vector<float> split_acc_;    // (rows, head_dim_v)
-  // MoE routing state.
-  std::vector<float> router_probs_;     // (max_batch, n_expert)
-  std::vector<int32_t> selected_;       // (max_batch, n_expert_used) expert ids by slot
-  std::vector<float> selected_w_;       // (max_batch, n_expert_used) renormalised weights
-  std::vector<float> slot_out_;         // (max_batch, n_expert_used, n_embd)
-  std::vector<float> expert_in_;        // (max_batch, n_embd) gathered rows of one expert
-  std::vector<float> expert_out_;       // (max_batch, n_embd)
-  std::vector<int32_t> expert_rows_;    // (max_batch * n_expert_used) token*K+slot per expert
-  std::vector<int32_t> used_experts_;   // distinct experts of the batch (capacity n_expert)
+  // The row buffers, set by the implementation (its memory).
+  float *x_ = nullptr, *cur_ = nullptr, *tmp_ = nullptr, *q_ = nullptr, *k_ = nullptr,
+        *v_ = nullptr, *attn_ = nullptr;
 };
 
 }  // namespace hypura::model

@@ -24,13 +24,10 @@ Status gemma3_layer(Blocks& b, int64_t il) {
   AttnViews a;
   HYPURA_RETURN_IF_ERROR(b.acquire_attention(il, &a));
   b.norm(b.x(), a.norm, b.cur());
-  b.linear(a.wq, b.cur(), b.q());
-  b.linear(a.wk, b.cur(), b.k());
-  b.linear(a.wv, b.cur(), b.v());
+  b.project_qkv(a, b.cur());
   b.head_norm(b.q(), hp.n_head, a.q_norm);
   b.head_norm(b.k(), hp.n_head_kv, a.k_norm);
-  b.rope(b.q(), hp.n_head, base, scale);
-  b.rope(b.k(), hp.n_head_kv, base, scale);
+  b.rope_qk(base, scale);
   b.scale(b.q(), hp.q_width(), hp.q_scale);
   b.attention(il, local, hp.kq_scale);
   b.linear(a.wo, b.attn(), b.cur());

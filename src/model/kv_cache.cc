@@ -5,68 +5,157 @@
 
 #include "quant/fp16.h"
 
+#if HYPURA_HAVE_CUDA
+#include "compute/cuda/device.h"
+#endif
+
 namespace hypura::model {
 
-KvCache::KvCache(const HParams& hp, int64_t n_ctx, bool f32)
+#if HYPURA_HAVE_CUDA
+// One buffer for all layers, layer il's K at k_offset(il) and V after all keys.
+struct KvCache::Device {
+  compute::cuda::DeviceBuffer buffer;
+};
+#else
+struct KvCache::Device {};
+#endif
+
+KvCache::KvCache(const HParams& hp, int64_t n_ctx)
     : n_ctx_(n_ctx),
-      f32_(f32),
+      f32_(false),
+      n_layer_(hp.n_layer),
       k_width_(hp.k_width()),
       v_width_(hp.v_width()),
       head_dim_(hp.head_dim),
-      head_dim_v_(hp.head_dim_v) {
+      head_dim_v_(hp.head_dim_v) {}
+
+KvCache::KvCache(const HParams& hp, int64_t n_ctx, bool f32) : KvCache(hp, n_ctx) {
+  f32_ = f32;
   const size_t elem = f32 ? 4 : 2;
   k_.resize(static_cast<size_t>(hp.n_layer));
   v_.resize(static_cast<size_t>(hp.n_layer));
   for (auto& k : k_) k.assign(static_cast<size_t>(n_ctx * k_width_) * elem, 0);
   for (auto& v : v_) v.assign(static_cast<size_t>(n_ctx * v_width_) * elem, 0);
+  point_at_host();
 }
 
-uint64_t KvCache::bytes() const {
-  uint64_t total = 0;
-  for (const auto& k : k_) total += k.size();
-  for (const auto& v : v_) total += v.size();
-  return total;
+KvCache::~KvCache() = default;
+KvCache::KvCache(KvCache&&) noexcept = default;
+KvCache& KvCache::operator=(KvCache&&) noexcept = default;
+
+void KvCache::point_at_host() {
+  k_base_.assign(static_cast<size_t>(n_layer_), nullptr);
+  v_base_.assign(static_cast<size_t>(n_layer_), nullptr);
+  for (int64_t il = 0; il < n_layer_; ++il) {
+    k_base_[il] = k_[il].data();
+    v_base_[il] = v_[il].data();
+  }
 }
 
-void KvCache::grow(int64_t n_ctx) {
+#if HYPURA_HAVE_CUDA
+namespace {
+
+// Device layout for n_ctx positions: K of every layer, then V of every layer.
+struct DeviceLayout {
+  size_t k_layer, v_layer, total;
+};
+DeviceLayout device_layout(int64_t n_layer, int64_t n_ctx, int64_t k_width, int64_t v_width) {
+  DeviceLayout l;
+  l.k_layer = static_cast<size_t>(n_ctx * k_width) * 2;
+  l.v_layer = static_cast<size_t>(n_ctx * v_width) * 2;
+  l.total = static_cast<size_t>(n_layer) * (l.k_layer + l.v_layer);
+  return l;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<KvCache>> KvCache::on_device(const HParams& hp, int64_t n_ctx) {
+  std::unique_ptr<KvCache> kv(new KvCache(hp, n_ctx));
+  kv->device_ = std::make_unique<Device>();
+  HYPURA_RETURN_IF_ERROR(kv->grow_device(n_ctx).with_context("KV cache"));
+  return kv;
+}
+
+Status KvCache::grow_device(int64_t n_ctx) {
+  namespace cuda = compute::cuda;
+  const DeviceLayout to = device_layout(n_layer_, n_ctx, k_width_, v_width_);
+  HYPURA_ASSIGN_OR_RETURN(cuda::DeviceBuffer grown, cuda::DeviceBuffer::allocate(to.total));
+  // Zeroed so that a never-written row widens to zeros (as the host cache), then the rows
+  // kept: each layer's n_ctx_ old rows at the start of its new, longer run.
+  HYPURA_RETURN_IF_ERROR(cuda::zero_device(grown.data(), to.total));
+  std::vector<uint8_t*> k_base(static_cast<size_t>(n_layer_)), v_base(static_cast<size_t>(n_layer_));
+  auto* base = static_cast<uint8_t*>(grown.data());
+  for (int64_t il = 0; il < n_layer_; ++il) {
+    k_base[il] = base + static_cast<size_t>(il) * to.k_layer;
+    v_base[il] = base + static_cast<size_t>(n_layer_) * to.k_layer + static_cast<size_t>(il) * to.v_layer;
+  }
+  if (device_->buffer.data() != nullptr) {
+    const DeviceLayout from = device_layout(n_layer_, n_ctx_, k_width_, v_width_);
+    for (int64_t il = 0; il < n_layer_; ++il) {
+      HYPURA_RETURN_IF_ERROR(cuda::copy_device_to_device(k_base[il], k_base_[il], from.k_layer));
+      HYPURA_RETURN_IF_ERROR(cuda::copy_device_to_device(v_base[il], v_base_[il], from.v_layer));
+    }
+  }
+  device_->buffer = std::move(grown);
+  k_base_ = std::move(k_base);
+  v_base_ = std::move(v_base);
+  n_ctx_ = n_ctx;
+  return Status::ok();
+}
+#else
+Result<std::unique_ptr<KvCache>> KvCache::on_device(const HParams&, int64_t) {
+  return unsupported("a device KV cache needs a build with CUDA (HYPURA_CUDA)");
+}
+
+Status KvCache::grow_device(int64_t) { return unsupported("no CUDA in this build"); }
+#endif
+
+Status KvCache::grow(int64_t n_ctx) {
   assert(n_ctx >= n_ctx_);
+  if (device_) return grow_device(n_ctx);
   const size_t elem = f32_ ? 4 : 2;
   // Rows are position-major, so the stored positions stay where they are.
   for (auto& k : k_) k.resize(static_cast<size_t>(n_ctx * k_width_) * elem, 0);
   for (auto& v : v_) v.resize(static_cast<size_t>(n_ctx * v_width_) * elem, 0);
   n_ctx_ = n_ctx;
+  point_at_host();
+  return Status::ok();
+}
+
+uint64_t KvCache::bytes() const {
+  return static_cast<uint64_t>(n_layer_ * n_ctx_ * (k_width_ + v_width_)) * (f32_ ? 4 : 2);
 }
 
 void KvCache::store(int64_t il, int64_t pos, int64_t n_tokens, const float* k, const float* v) {
-  assert(pos >= 0 && pos + n_tokens <= n_ctx_);
-  store_rows(k_[il], k_width_, pos, n_tokens, k);
-  store_rows(v_[il], v_width_, pos, n_tokens, v);
+  assert(pos >= 0 && pos + n_tokens <= n_ctx_ && !device_);
+  store_rows(k_base_[il], k_width_, pos, n_tokens, k);
+  store_rows(v_base_[il], v_width_, pos, n_tokens, v);
 }
 
-void KvCache::store_rows(std::vector<uint8_t>& dst, int64_t width, int64_t pos,
-                         int64_t n_tokens, const float* src) {
+void KvCache::store_rows(uint8_t* dst, int64_t width, int64_t pos, int64_t n_tokens,
+                         const float* src) {
   const int64_t n = n_tokens * width;
   if (f32_) {
-    std::memcpy(dst.data() + pos * width * 4, src, static_cast<size_t>(n) * 4);
+    std::memcpy(dst + pos * width * 4, src, static_cast<size_t>(n) * 4);
     return;
   }
-  auto* out = reinterpret_cast<uint16_t*>(dst.data()) + pos * width;
+  auto* out = reinterpret_cast<uint16_t*>(dst) + pos * width;
   for (int64_t i = 0; i < n; ++i) out[i] = quant::f32_to_fp16(src[i]);
 }
 
-compute::KvRows KvCache::rows(const std::vector<uint8_t>& src, int64_t width, int64_t col,
+compute::KvRows KvCache::rows(const uint8_t* base, int64_t width, int64_t col,
                               int64_t first) const {
   assert(first >= 0 && first < n_ctx_);
   const size_t elem = f32_ ? 4 : 2;
-  return compute::KvRows{src.data() + static_cast<size_t>(first * width + col) * elem, width, !f32_};
+  return compute::KvRows{base + static_cast<size_t>(first * width + col) * elem, width, !f32_};
 }
 
 compute::KvRows KvCache::k_rows(int64_t il, int64_t h, int64_t first) const {
-  return rows(k_[il], k_width_, h * head_dim_, first);
+  return rows(k_base_[il], k_width_, h * head_dim_, first);
 }
 
 compute::KvRows KvCache::v_rows(int64_t il, int64_t h, int64_t first) const {
-  return rows(v_[il], v_width_, h * head_dim_v_, first);
+  return rows(v_base_[il], v_width_, h * head_dim_v_, first);
 }
 
 }  // namespace hypura::model

@@ -5,7 +5,7 @@
 #include "compute/compute.h"
 #include "gguf/gguf.h"
 #include "model/architectures.h"
-#include "model/blocks.h"
+#include "model/cpu_blocks.h"
 #include "runtime/weight_provider.h"
 
 namespace hypura::model {
@@ -25,8 +25,11 @@ Forward::Forward(std::shared_ptr<const Model> model, compute::Context& ctx,
                  runtime::WeightProvider& provider, int64_t max_batch, int64_t n_ctx)
     : model_(std::move(model)),
       max_batch_(max_batch),
-      blocks_(std::make_unique<Blocks>(model_->hparams(), model_->weights(), ctx, provider,
-                                       max_batch, n_ctx)) {}
+      blocks_(std::make_unique<CpuBlocks>(model_->hparams(), model_->weights(), ctx, provider,
+                                          max_batch, n_ctx)) {}
+
+Forward::Forward(std::shared_ptr<const Model> model, std::unique_ptr<Blocks> blocks, int64_t max_batch)
+    : model_(std::move(model)), max_batch_(max_batch), blocks_(std::move(blocks)) {}
 
 Forward::~Forward() = default;
 
@@ -50,8 +53,12 @@ Status Forward::run(const int32_t* tokens, int64_t n_tokens, int64_t pos, KvCach
     }
   }
   Blocks& b = *blocks_;
+  if (kv.on_device() != b.on_device()) {
+    return invalid_argument(std::string("the KV cache is in ") + (kv.on_device() ? "device" : "host") +
+                            " memory but the forward pass runs on the " + (b.on_device() ? "GPU" : "CPU"));
+  }
   runtime::WeightProvider& provider = b.provider();
-  b.begin(pos, n_tokens, &kv);
+  b.begin(pos, n_tokens, &kv, logits != nullptr && hidden == nullptr);
 
   // Tensors outside the layer stack: layer -1.
   const runtime::TensorId global_ids[4] = {wm.token_embd, wm.output_norm, wm.output,
@@ -61,7 +68,7 @@ Status Forward::run(const int32_t* tokens, int64_t n_tokens, int64_t pos, KvCach
   const compute::WeightView &embd = g[0], &out_norm = g[1], &output = g[2];
   b.set_rope_factors(wm.rope_freqs == kNone ? nullptr : static_cast<const float*>(g[3].data));
 
-  b.ctx().get_rows(embd, tokens, n_tokens, b.x());
+  b.embed(embd, tokens);
   if (hp.embd_scale != 1.0f) b.scale(b.x(), hp.n_embd, hp.embd_scale);
 
   const LayerFn layer = layer_fn(hp.arch);
@@ -76,16 +83,9 @@ Status Forward::run(const int32_t* tokens, int64_t n_tokens, int64_t pos, KvCach
   }
 
   b.norm(b.x(), out_norm, b.cur());
-  if (hidden != nullptr) std::copy_n(b.cur(), n_tokens * hp.n_embd, hidden);
-  if (logits == nullptr) {
-    // embeddings only: no output layer
-  } else if (all_logits) {
-    b.ctx().matmul(output, b.cur(), n_tokens, logits);
-  } else {
-    b.ctx().matmul(output, b.cur() + (n_tokens - 1) * hp.n_embd, 1, logits);
-  }
+  Status st = b.finish(output, all_logits, logits, hidden);
   provider.release(-1);
-  return Status::ok();
+  return st;
 }
 
 }  // namespace hypura::model

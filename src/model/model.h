@@ -47,9 +47,13 @@ class Blocks;  // model/blocks.h
 
 class Forward {
  public:
-  // max_batch: most tokens per run() call; n_ctx: the KV cache's length (attention scratch).
+  // On the CPU. max_batch: most tokens per run() call; n_ctx: the KV cache's length
+  // (attention scratch).
   Forward(std::shared_ptr<const Model> model, compute::Context& ctx,
           runtime::WeightProvider& provider, int64_t max_batch, int64_t n_ctx);
+  // On the blocks' device (cuda_blocks.h: make_cuda_blocks); run() then needs a KV cache
+  // in that device's memory.
+  Forward(std::shared_ptr<const Model> model, std::unique_ptr<Blocks> blocks, int64_t max_batch);
   ~Forward();
 
   int64_t max_batch() const { return max_batch_; }
@@ -59,7 +63,7 @@ class Forward {
   // for the last token only; null: no output layer (embeddings). hidden, when not null:
   // (n_tokens, n_embd) the final-norm hidden states, the output layer's input.
   // REQUIRES: 0 < n_tokens <= max_batch, pos + n_tokens <= kv.n_ctx(), every token id
-  // < n_vocab (checked: error).
+  // < n_vocab, kv where the blocks compute (checked: error).
   Status run(const int32_t* tokens, int64_t n_tokens, int64_t pos, KvCache& kv,
              bool all_logits, float* logits, float* hidden = nullptr);
 

@@ -13,14 +13,11 @@ Status qwen2_layer(Blocks& b, int64_t il) {
   AttnViews a;
   HYPURA_RETURN_IF_ERROR(b.acquire_attention(il, &a));
   b.norm(b.x(), a.norm, b.cur());
-  b.linear(a.wq, b.cur(), b.q());
-  b.linear(a.wk, b.cur(), b.k());
-  b.linear(a.wv, b.cur(), b.v());
+  b.project_qkv(a, b.cur());
   b.add_bias(b.q(), a.bq);
   b.add_bias(b.k(), a.bk);
   b.add_bias(b.v(), a.bv);
-  b.rope(b.q(), hp.n_head, hp.rope_freq_base, hp.rope_freq_scale);
-  b.rope(b.k(), hp.n_head_kv, hp.rope_freq_base, hp.rope_freq_scale);
+  b.rope_qk(hp.rope_freq_base, hp.rope_freq_scale);
   b.attention(il, /*swa=*/false, hp.kq_scale);
   b.linear(a.wo, b.attn(), b.cur());
   b.residual(b.x(), b.cur());

@@ -17,6 +17,9 @@
 #include "model/model.h"
 #include "profiler/system_info.h"
 #include "grammar/token_mask.h"
+#include "model/cuda_blocks.h"
+#include "runtime/device_choice.h"
+#include "runtime/device_weights.h"
 #include "runtime/tiered_weights.h"
 #include "runtime/sampler.h"
 #include "tokenizer/chat_template.h"
@@ -99,7 +102,7 @@ class ResidentSession final : public Session {
     if (n < n_past()) history_.resize(static_cast<size_t>(n));
   }
   int64_t n_past() const override { return static_cast<int64_t>(history_.size()); }
-  int64_t n_ctx() const override { return kv_.n_ctx(); }
+  int64_t n_ctx() const override;
   Status reserve_context(int64_t n_ctx) override;
   Status embed(const std::vector<int32_t>& tokens, Pooling pooling, std::vector<float>* out) override;
 
@@ -109,9 +112,14 @@ class ResidentSession final : public Session {
   Status feed(std::span<const int32_t> tokens, std::vector<float>* all);
   Status check_room(size_t n_tokens) const;
   Status check_fits(size_t n_prompt, int max_tokens) const;
+  // The KV cache and forward pass for n_ctx positions on the engine's device.
+  Status build(int64_t n_ctx);
+  // A new Forward for the cache's length (its scratch depends on it).
+  Status rebuild_forward();
 
   ResidentEngine& engine_;
-  model::KvCache kv_;
+  Status init_;  // why the session could not be built (every call returns it), or OK
+  std::unique_ptr<model::KvCache> kv_;
   std::unique_ptr<model::Forward> forward_;
   std::vector<int32_t> history_;  // tokens whose keys/values the cache holds, in order
   std::vector<float> logits_;     // (n_vocab) of the last fed token
@@ -137,6 +145,9 @@ class ResidentEngine final : public Engine {
   Pooling pooling() const override;
   std::string architecture() const override { return model_->hparams().arch_name; }
   std::string mode() const override { return weights_->mode(); }
+  std::string device() const override { return device_kind_name(device_.kind); }
+  bool on_gpu() const { return device_.kind == DeviceKind::kCuda; }
+  DeviceWeights& device_weights() { return *device_weights_; }
   const TieredWeights* tiers() const override { return weights_.get(); }
   TieredWeights* mutable_tiers() override { return weights_.get(); }
 
@@ -149,6 +160,7 @@ class ResidentEngine final : public Engine {
   bool supports_tools() const override { return chat_->supports_tools(); }
 
   const std::shared_ptr<const model::Model>& model() const { return model_; }
+  Status place_on_device(const EngineOptions& options);
   compute::Context& ctx() { return *ctx_; }
   compute::Context* compute_context() override { return ctx_.get(); }
   WeightProvider& provider() { return weights_->provider(); }
@@ -165,6 +177,8 @@ class ResidentEngine final : public Engine {
   std::unique_ptr<tokenizer::ChatTemplate> chat_;
   std::unique_ptr<TieredWeights> weights_;  // placed by the planner (tiered_weights.h)
   std::unique_ptr<compute::Context> ctx_;
+  DeviceChoice device_;                            // where the forward passes run
+  std::unique_ptr<DeviceWeights> device_weights_;  // the weights in GPU memory (cuda)
   int64_t n_ctx_ = 0;
   bool kv_f32_ = false;
   std::mutex compute_mutex_;
@@ -215,9 +229,30 @@ Result<std::unique_ptr<Engine>> ResidentEngine::create(const EngineOptions& opti
   } else if (e->n_ctx_ < want) {
     spdlog::info("context {} capped to the model's trained length {}", want, e->n_ctx_);
   }
+  HYPURA_RETURN_IF_ERROR(e->place_on_device(options));
   const int n_threads = options.n_threads > 0 ? options.n_threads : physical_cores();
   e->ctx_ = std::make_unique<compute::Context>(n_threads);
   return std::unique_ptr<Engine>(std::move(e));
+}
+
+// The device decision, then (cuda) the weights uploaded from the planner's host copy. Out
+// of device memory at upload: an error with --device cuda, the CPU with auto.
+Status ResidentEngine::place_on_device(const EngineOptions& options) {
+  HYPURA_ASSIGN_OR_RETURN(const DeviceRequest request, parse_device(options.device));
+  HYPURA_ASSIGN_OR_RETURN(device_, choose_device(request, file_, model_->hparams(), n_ctx_,
+                                                 options.kv_f32, kMaxBatch));
+  if (device_.kind == DeviceKind::kCuda) {
+    auto uploaded = DeviceWeights::upload(file_, model_->weights(), weights_->provider());
+    if (!uploaded.is_ok()) {
+      if (request == DeviceRequest::kCuda) return uploaded.status();
+      device_.kind = DeviceKind::kCpu;
+      device_.reason = "cpu: " + uploaded.status().message();
+    } else {
+      device_weights_ = std::move(uploaded).value();
+    }
+  }
+  spdlog::info("device: {}", device_.reason);
+  return Status::ok();
 }
 
 Result<std::vector<int32_t>> ResidentEngine::tokenize_chat(const std::vector<ChatMessage>& messages,
@@ -268,49 +303,76 @@ std::optional<FimTokens> ResidentEngine::fim_tokens() const {
 }
 
 ResidentSession::ResidentSession(ResidentEngine& engine)
-    : engine_(engine),
-      kv_(engine.model()->hparams(), engine.n_ctx(), engine.kv_f32()),
-      forward_(std::make_unique<model::Forward>(engine.model(), engine.ctx(), engine.provider(),
-                                                kMaxBatch, engine.n_ctx())),
-      logits_(static_cast<size_t>(engine.n_vocab())) {
+    : engine_(engine), logits_(static_cast<size_t>(engine.n_vocab())) {
+  init_ = build(engine.n_ctx());
   history_.reserve(static_cast<size_t>(engine.n_ctx()));
 }
 
+int64_t ResidentSession::n_ctx() const { return kv_ ? kv_->n_ctx() : engine_.n_ctx(); }
+
+Status ResidentSession::build(int64_t n_ctx) {
+  const model::HParams& hp = engine_.model()->hparams();
+  if (!engine_.on_gpu()) {
+    kv_ = std::make_unique<model::KvCache>(hp, n_ctx, engine_.kv_f32());
+  } else {
+    HYPURA_ASSIGN_OR_RETURN(kv_, model::KvCache::on_device(hp, n_ctx));
+  }
+  return rebuild_forward();
+}
+
+Status ResidentSession::rebuild_forward() {
+  const int64_t n_ctx = kv_->n_ctx();
+  if (!engine_.on_gpu()) {
+    forward_ = std::make_unique<model::Forward>(engine_.model(), engine_.ctx(), engine_.provider(),
+                                                kMaxBatch, n_ctx);
+    return Status::ok();
+  }
+  const model::HParams& hp = engine_.model()->hparams();
+  HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<model::Blocks> blocks,
+                          model::make_cuda_blocks(hp, engine_.model()->weights(), engine_.file(),
+                                                  engine_.device_weights(), kMaxBatch, n_ctx));
+  forward_ = std::make_unique<model::Forward>(engine_.model(), std::move(blocks), kMaxBatch);
+  return Status::ok();
+}
+
 // The KV cache grows in place (its rows keep their positions); the Forward's scratch is
-// sized for the context, so it is rebuilt. Half of the memory available now may go to it.
+// sized for the context, so it is rebuilt. Half of the memory available now may go to it
+// (host memory; a device cache that cannot grow says so and keeps its length).
 Status ResidentSession::reserve_context(int64_t n_ctx) {
-  if (n_ctx <= kv_.n_ctx()) return Status::ok();
+  HYPURA_RETURN_IF_ERROR(init_);
+  if (n_ctx <= kv_->n_ctx()) return Status::ok();
   if (n_ctx > engine_.max_context()) {
     return resource_exhausted("a context of " + std::to_string(n_ctx) +
                               " tokens exceeds the model's trained length of " +
                               std::to_string(engine_.max_context()));
   }
-  const uint64_t per_token = kv_.bytes() / static_cast<uint64_t>(std::max<int64_t>(kv_.n_ctx(), 1));
-  const uint64_t extra = per_token * static_cast<uint64_t>(n_ctx - kv_.n_ctx());
+  const uint64_t per_token = kv_->bytes() / static_cast<uint64_t>(std::max<int64_t>(kv_->n_ctx(), 1));
+  const uint64_t extra = per_token * static_cast<uint64_t>(n_ctx - kv_->n_ctx());
   const uint64_t available = profiler::probe_memory(0).available_bytes;
-  if (available > 0 && extra > available / 2) {
+  if (!kv_->on_device() && available > 0 && extra > available / 2) {
     return resource_exhausted("a context of " + std::to_string(n_ctx) + " tokens needs " +
                               std::to_string(extra >> 20) + " MiB more for its KV cache; " +
                               std::to_string(available >> 20) + " MiB of memory are available");
   }
   std::lock_guard<std::mutex> lock(engine_.compute_mutex());
   forward_.reset();  // its scratch goes before the larger one is allocated
-  kv_.grow(n_ctx);
-  forward_ = std::make_unique<model::Forward>(engine_.model(), engine_.ctx(), engine_.provider(),
-                                              kMaxBatch, n_ctx);
+  const Status grown = kv_->grow(n_ctx);
+  HYPURA_RETURN_IF_ERROR(rebuild_forward());
+  HYPURA_RETURN_IF_ERROR(grown);
   history_.reserve(static_cast<size_t>(n_ctx));
   spdlog::info("context grown to {} tokens", n_ctx);
   return Status::ok();
 }
 
 Status ResidentSession::feed(std::span<const int32_t> tokens, std::vector<float>* all) {
+  HYPURA_RETURN_IF_ERROR(init_);
   const int64_t n_vocab = engine_.n_vocab();
   std::lock_guard<std::mutex> lock(engine_.compute_mutex());
   for (size_t i = 0; i < tokens.size(); i += kMaxBatch) {
     const int64_t n = std::min<int64_t>(kMaxBatch, tokens.size() - i);
     float* out = all != nullptr ? all->data() + i * n_vocab : logits_.data();
     const int64_t pos = static_cast<int64_t>(history_.size());
-    HYPURA_RETURN_IF_ERROR(forward_->run(tokens.data() + i, n, pos, kv_, all != nullptr, out));
+    HYPURA_RETURN_IF_ERROR(forward_->run(tokens.data() + i, n, pos, *kv_, all != nullptr, out));
     history_.insert(history_.end(), tokens.begin() + i, tokens.begin() + i + n);
   }
   if (all != nullptr && !tokens.empty()) {
@@ -321,6 +383,7 @@ Status ResidentSession::feed(std::span<const int32_t> tokens, std::vector<float>
 
 Status ResidentSession::embed(const std::vector<int32_t>& tokens, Pooling pooling,
                               std::vector<float>* out) {
+  HYPURA_RETURN_IF_ERROR(init_);
   if (tokens.empty()) return invalid_argument("empty input");
   if (static_cast<int64_t>(tokens.size()) > n_ctx()) {
     return resource_exhausted("an input of " + std::to_string(tokens.size()) +
@@ -334,7 +397,7 @@ Status ResidentSession::embed(const std::vector<int32_t>& tokens, Pooling poolin
   for (size_t i = 0; i < tokens.size(); i += kMaxBatch) {
     const int64_t n = std::min<int64_t>(kMaxBatch, tokens.size() - i);
     const int64_t pos = static_cast<int64_t>(i);
-    HYPURA_RETURN_IF_ERROR(forward_->run(tokens.data() + i, n, pos, kv_, false, nullptr, hidden.data()));
+    HYPURA_RETURN_IF_ERROR(forward_->run(tokens.data() + i, n, pos, *kv_, false, nullptr, hidden.data()));
     history_.insert(history_.end(), tokens.begin() + i, tokens.begin() + i + n);
     const bool last_batch = i + n == tokens.size();
     for (int64_t r = 0; r < n; ++r) {

@@ -36,6 +36,7 @@ struct EngineOptions {
   bool kv_f32 = false;          // KV cache type: F16 (default) or F32
   uint64_t ram_budget = 0;      // bytes, 0: from the hardware profile
   uint64_t gpu_budget = 0;
+  std::string device = "auto";  // auto, cpu or cuda (runtime/device_choice.h)
   std::string profile_path;     // plan with this profile JSON; empty: the cache or a measurement
   std::string trace_path;       // expert-streaming: write the routing trace here at unload
   std::function<void(uint64_t done, uint64_t total)> load_progress;  // bytes loaded
@@ -165,6 +166,8 @@ class Engine {
   virtual Pooling pooling() const { return Pooling::kLast; }
   virtual std::string architecture() const = 0;
   virtual std::string mode() const = 0;  // "full-resident", "dense-ffn-streaming", ...
+  // Where the forward pass runs: "cpu" or "cuda" (EngineOptions::device, device_choice.h).
+  virtual std::string device() const { return "cpu"; }
   // The planner's placement, the memory ledger and the streaming counters (bench).
   virtual const TieredWeights* tiers() const { return nullptr; }
   // For bench's I/O-only reference passes; REQUIRES: no session is evaluating.

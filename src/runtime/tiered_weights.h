@@ -7,7 +7,8 @@
 // the StreamingProvider: tensors the plan put in RAM are loaded with direct I/O, tensors
 // on storage stream through the pool (expert-streaming plans get the ExpertProvider). A
 // model that fits gets a plan with nothing on storage and the same provider serves it
-// from RAM.
+// from RAM. The plan has no GPU tier yet: a model that fits the GPU is uploaded whole
+// from this host copy by runtime::DeviceWeights after the load (device_choice.h).
 //
 // Thread-safety: load() once; afterwards provider() is driven by one forward pass at a
 // time and the accessors are safe from any thread.

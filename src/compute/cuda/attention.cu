@@ -45,8 +45,14 @@ __global__ void __launch_bounds__(kThreads)
   const int head0 = kv_head * group + g0;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int hd = static_cast<int>(a.head_dim), hdv = static_cast<int>(a.head_dim_v);
-  const int64_t first = a.kv_first + static_cast<int64_t>(seg) * seg_len;
-  const int n_keys = static_cast<int>(a.kv_end - first < seg_len ? a.kv_end - first : seg_len);
+  int64_t kv_first = a.kv_first, kv_end = a.kv_end;
+  if (a.pos != nullptr) {  // the replayable form: the position from the device
+    kv_end = static_cast<int64_t>(*a.pos) + 1;
+    kv_first = a.n_swa > 0 ? max(int64_t{0}, kv_end - a.n_swa) : 0;
+  }
+  const int64_t first = kv_first + static_cast<int64_t>(seg) * seg_len;
+  // Segments past the end (replayable form) have no keys: m = -inf, l = 0, acc = 0.
+  const int n_keys = static_cast<int>(max(int64_t{0}, min(kv_end - first, static_cast<int64_t>(seg_len))));
 
   // Scores. A key row is read by lpk lanes, 8 dims each; a warp step covers 32 / lpk keys.
   {
@@ -219,7 +225,7 @@ size_t attention_scratch_bytes(int64_t n_head, int64_t n_head_kv, int64_t head_d
 }
 
 void attention_decode(const AttnDecodeArgs& a, void* scratch, StreamHandle stream) {
-  const int64_t n_kv = a.kv_end - a.kv_first;
+  const int64_t n_kv = a.pos != nullptr ? a.max_kv : a.kv_end - a.kv_first;
   const int64_t chunks = head_chunks(a.n_head, a.n_head_kv);
   const int64_t seg_len = segment_length(n_kv, a.n_head_kv * chunks);
   const int n_seg = static_cast<int>((n_kv + seg_len - 1) / seg_len);

@@ -30,6 +30,13 @@ struct AttnDecodeArgs {
   int64_t k_stride = 0, v_stride = 0;  // halves between positions (n_head_kv * head_dim)
   int64_t kv_first = 0, kv_end = 0;    // visible positions [kv_first, kv_end)
   float kq_scale = 1.0f;
+  // The replayable form (a captured decode step): with pos set, the token's position is
+  // read on the device, kv_end = *pos + 1 and kv_first = max(0, *pos - n_swa + 1) with a
+  // window (n_swa > 0) or 0, and the launch is sized for max_kv visible keys (segments past
+  // the end contribute nothing); kv_first / kv_end above are then ignored.
+  const int32_t* pos = nullptr;
+  int64_t n_swa = 0;
+  int64_t max_kv = 0;
 };
 
 // Bytes of device scratch attention_decode needs for up to n_kv visible keys.
@@ -37,8 +44,38 @@ size_t attention_scratch_bytes(int64_t n_head, int64_t n_head_kv, int64_t head_d
 
 // REQUIRES: head_dim, head_dim_v multiples of 8 and <= kAttnMaxHeadDim; k, v, k_stride,
 // v_stride 16-byte aligned (multiples of 8 halves); n_head % n_head_kv == 0;
-// 0 < kv_end - kv_first <= 1024 * kAttnSegment;
-// scratch >= attention_scratch_bytes(n_head, n_head_kv, head_dim_v, kv_end - kv_first).
+// 0 < kv_end - kv_first <= 1024 * kAttnSegment (with pos: 0 < visible keys <= max_kv, the same
+// bound); scratch >= attention_scratch_bytes(n_head, n_head_kv, head_dim_v, n) for n the
+// visible keys (with pos: max_kv).
 void attention_decode(const AttnDecodeArgs& a, void* scratch, StreamHandle stream);
+
+// Prefill attention: the queries of n_tokens consecutive tokens (positions pos0 ..) against
+// the F16 cache, which already holds their own keys and values. Token t sees the keys at
+// positions [first, pos0 + t], first = max(0, pos0 + t - n_swa + 1) with a window, else 0.
+// A thread block takes 16 query rows (tokens x the q heads of one kv head) and walks the
+// keys in tiles of 32 widened into shared memory, with an online softmax per row (lane j
+// scores key j of a tile; each lane accumulates head_dim_v / 32 output dims), in F32.
+// Results match the CPU's to float rounding.
+struct AttnPrefillArgs {
+  const float* q = nullptr;     // (n_tokens, n_head * head_dim)
+  const uint16_t* k = nullptr;  // F16 cache rows: position p at k + p * k_stride
+  const uint16_t* v = nullptr;
+  float* out = nullptr;         // (n_tokens, n_head * head_dim_v)
+  int64_t n_tokens = 0, n_head = 0, n_head_kv = 0, head_dim = 0, head_dim_v = 0;
+  int64_t k_stride = 0, v_stride = 0;
+  int64_t pos0 = 0;
+  int64_t n_swa = 0;  // 0: no window
+  float kq_scale = 1.0f;
+};
+
+// REQUIRES: head_dim, head_dim_v multiples of 8 and <= kAttnMaxHeadDim; k, v, strides
+// 16-byte aligned; n_head % n_head_kv == 0.
+void attention_prefill(const AttnPrefillArgs& a, StreamHandle stream);
+
+// Writes n_tokens rows of keys and values into F16 caches: row t (k: k_width floats, v:
+// v_width) goes to position pos[t] (device int32), rounded to nearest even.
+void store_kv_f16(const float* k, const float* v, int64_t n_tokens, int64_t k_width,
+                  int64_t v_width, const int32_t* pos, uint16_t* k_cache, uint16_t* v_cache,
+                  StreamHandle stream);
 
 }  // namespace hypura::compute::cuda

@@ -21,7 +21,18 @@ void launch(float* y, const float* x, float s, int64_t n, StreamHandle stream) {
   binary_kernel<kOp><<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(y, x, s, n);
 }
 
+__global__ void add_rows_kernel(float* y, const float* b, int64_t n, int64_t width) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += b[i % width];
+}
+
 }  // namespace
+
+void add_rows(float* y, const float* b, int64_t n_rows, int64_t width, StreamHandle stream) {
+  const int64_t n = n_rows * width;
+  if (n == 0) return;
+  add_rows_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(y, b, n, width);
+}
 
 void add(float* y, const float* x, int64_t n, StreamHandle stream) {
   launch<BinOp::kAdd>(y, x, 0.0f, n, stream);

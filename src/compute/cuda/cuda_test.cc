@@ -11,6 +11,9 @@
 //                 (a few ulps).
 //   kAttnRelL2    attention: a different summation order (segments, warps) and float
 //                 instead of the CPU's double softmax sum.
+//   kGemmRelL2    prefill products on F16 operands (weights dequantized to F16, the CPU's
+//                 8-bit activations widened to F16; F32 accumulation) against the CPU's
+//                 matmul: two F16 roundings (2^-12 relative) per term, averaged.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,8 +24,12 @@
 #include "compute/compute.h"
 #include "compute/cuda/attention.h"
 #include "compute/cuda/binary.h"
+#include "compute/cuda/dequant.h"
+#include "compute/cuda/fused.h"
 #include "compute/cuda/device.h"
+#include "compute/cuda/gemm.h"
 #include "compute/cuda/matvec.h"
+#include "compute/cuda/moe.h"
 #include "compute/cuda/matvec_impl_config.h"
 #include "compute/cuda/norm.h"
 #include "compute/cuda/quantize.h"
@@ -40,6 +47,12 @@ using gguf::GgmlType;
 constexpr double kMatvecRelL2 = 1e-5;
 constexpr double kFloatRelL2 = 1e-6;
 constexpr double kAttnRelL2 = 1e-5;
+constexpr double kGemmRelL2 = 2e-3;
+
+const GgmlType kAllTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,
+                              GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+                              GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
+                              GgmlType::Q6_K};
 
 double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
   double num = 0, den = 0;
@@ -58,6 +71,18 @@ std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
   std::vector<float> v(n);
   for (float& x : v) x = dist(rng);
   return v;
+}
+
+// n_rows rows of n_cols random values (std 0.05) quantized to `type` with the reference
+// quantizer; *seed advances by one per row.
+std::vector<uint8_t> random_weights(GgmlType type, int64_t n_rows, int64_t n_cols, uint32_t* seed) {
+  const size_t row = quant::row_size(type, n_cols);
+  std::vector<uint8_t> w(row * n_rows);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const std::vector<float> wf = random_floats(n_cols, (*seed)++, 0.05f);
+    quant::quantize_row_ref(type, wf.data(), w.data() + r * row, n_cols);
+  }
+  return w;
 }
 
 class CudaTest : public ::testing::Test {
@@ -166,13 +191,9 @@ struct MatvecShape {
 // GPU y = W x against the CPU's scalar matmul (the reference twins) for every weight type,
 // in every kernel configuration.
 TEST_F(CudaTest, MatvecMatchesCpuForEveryType) {
-  const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,
-                            GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                            GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
-                            GgmlType::Q6_K};
   Context cpu(1, "scalar");
   uint32_t seed = 100;
-  for (GgmlType type : types) {
+  for (GgmlType type : kAllTypes) {
     // 67 and 130 rows: not multiples of the rows per thread block; 768 and 2304 columns:
     // 3 and 9 super-blocks (not a multiple of the 32 lanes' items); each in every
     // configuration. 12289 rows and 33 x 8192: what the shape policy picks for tall and
@@ -188,12 +209,7 @@ TEST_F(CudaTest, MatvecMatchesCpuForEveryType) {
     for (const MatvecShape& sh : shapes) {
       SCOPED_TRACE(std::string(gguf::type_name(type)) + " " + std::to_string(sh.n_rows) + "x" +
                    std::to_string(sh.n_cols) + " config " + std::to_string(sh.config));
-      const size_t row = quant::row_size(type, sh.n_cols);
-      std::vector<uint8_t> w(row * sh.n_rows);
-      for (int64_t r = 0; r < sh.n_rows; ++r) {
-        const std::vector<float> wf = random_floats(sh.n_cols, seed++, 0.05f);
-        quant::quantize_row_ref(type, wf.data(), w.data() + r * row, sh.n_cols);
-      }
+      const std::vector<uint8_t> w = random_weights(type, sh.n_rows, sh.n_cols, &seed);
       const std::vector<float> x = random_floats(sh.n_cols, seed++);
       std::vector<float> want(sh.n_rows);
       cpu.matmul(WeightView{w.data(), type, sh.n_cols, sh.n_rows}, x.data(), 1, want.data());
@@ -297,6 +313,56 @@ TEST_F(CudaTest, UnaryAndBinaryMatchCpu) {
   EXPECT_EQ(rel_l2(download(ds, n), want_scale), 0.0);
 }
 
+// The CPU's attention math for one token's queries q (n_head, head_dim) over F16 cache rows
+// [first, end) (width n_head_kv * head_dim): softmax of scaled dots, weighted sum of V.
+std::vector<float> attention_reference(const float* q, const std::vector<uint16_t>& k,
+                                       const std::vector<uint16_t>& v, int64_t n_head,
+                                       int64_t n_head_kv, int64_t head_dim, int64_t first,
+                                       int64_t end, float kq_scale) {
+  const int64_t width = n_head_kv * head_dim, group = n_head / n_head_kv, n_kv = end - first;
+  std::vector<float> out(n_head * head_dim, 0.0f), p(n_kv);
+  for (int64_t h = 0; h < n_head; ++h) {
+    const int64_t kvh = h / group;
+    for (int64_t j = 0; j < n_kv; ++j) {
+      float dot = 0.0f;
+      for (int64_t d = 0; d < head_dim; ++d) {
+        dot += q[h * head_dim + d] * quant::fp16_to_f32(k[(first + j) * width + kvh * head_dim + d]);
+      }
+      p[j] = dot * kq_scale;
+    }
+    compute::softmax(p.data(), n_kv);
+    for (int64_t j = 0; j < n_kv; ++j) {
+      for (int64_t d = 0; d < head_dim; ++d) {
+        out[h * head_dim + d] += p[j] * quant::fp16_to_f32(v[(first + j) * width + kvh * head_dim + d]);
+      }
+    }
+  }
+  return out;
+}
+
+// The fields the decode and prefill attention arguments share: buffers and the head shape
+// (head_dim == head_dim_v, K and V rows `width` halves apart).
+template <class Args>
+void attention_shape(Args& a, const DeviceBuffer& q, const DeviceBuffer& k, const DeviceBuffer& v,
+                     const DeviceBuffer& out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                     int64_t width, float kq_scale) {
+  a.q = q.as<float>();
+  a.k = k.as<uint16_t>();
+  a.v = v.as<uint16_t>();
+  a.out = out.as<float>();
+  a.n_head = n_head;
+  a.n_head_kv = n_head_kv;
+  a.head_dim = a.head_dim_v = head_dim;
+  a.k_stride = a.v_stride = width;
+  a.kq_scale = kq_scale;
+}
+
+std::vector<uint16_t> to_fp16(const std::vector<float>& x) {
+  std::vector<uint16_t> h(x.size());
+  for (size_t i = 0; i < x.size(); ++i) h[i] = quant::f32_to_fp16(x[i]);
+  return h;
+}
+
 // Decode attention over an F16 cache against the CPU's math (softmax of scaled dots,
 // weighted sum of widened V), GQA and a window that starts past position 0.
 TEST_F(CudaTest, AttentionDecodeMatchesCpu) {
@@ -313,49 +379,345 @@ TEST_F(CudaTest, AttentionDecodeMatchesCpu) {
     const int64_t n_ctx = c.kv_end, width = c.n_head_kv * c.head_dim;
     const std::vector<float> q = random_floats(c.n_head * c.head_dim, 8);
     const std::vector<float> kf = random_floats(n_ctx * width, 9), vf = random_floats(n_ctx * width, 10);
-    std::vector<uint16_t> k(kf.size()), v(vf.size());
-    for (size_t i = 0; i < kf.size(); ++i) k[i] = quant::f32_to_fp16(kf[i]);
-    for (size_t i = 0; i < vf.size(); ++i) v[i] = quant::f32_to_fp16(vf[i]);
+    const std::vector<uint16_t> k = to_fp16(kf), v = to_fp16(vf);
     const float kq_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
-    std::vector<float> want(c.n_head * c.head_dim, 0.0f);
-    const int64_t group = c.n_head / c.n_head_kv, n_kv = c.kv_end - c.kv_first;
-    std::vector<float> p(n_kv);
-    for (int64_t h = 0; h < c.n_head; ++h) {
-      const int64_t kvh = h / group;
-      for (int64_t j = 0; j < n_kv; ++j) {
-        float dot = 0.0f;
-        for (int64_t d = 0; d < c.head_dim; ++d) {
-          dot += q[h * c.head_dim + d] *
-                 quant::fp16_to_f32(k[(c.kv_first + j) * width + kvh * c.head_dim + d]);
-        }
-        p[j] = dot * kq_scale;
-      }
-      compute::softmax(p.data(), n_kv);
-      for (int64_t j = 0; j < n_kv; ++j) {
-        for (int64_t d = 0; d < c.head_dim; ++d) {
-          want[h * c.head_dim + d] +=
-              p[j] * quant::fp16_to_f32(v[(c.kv_first + j) * width + kvh * c.head_dim + d]);
-        }
-      }
-    }
+    const int64_t n_kv = c.kv_end - c.kv_first;
+    const std::vector<float> want = attention_reference(q.data(), k, v, c.n_head, c.n_head_kv,
+                                                        c.head_dim, c.kv_first, c.kv_end, kq_scale);
     DeviceBuffer dq = upload(q), dk = upload(k), dv = upload(v), dout = poisoned(want.size());
     auto scratch = DeviceBuffer::allocate(attention_scratch_bytes(c.n_head, c.n_head_kv, c.head_dim, n_kv));
     ASSERT_TRUE(scratch.is_ok());
     AttnDecodeArgs a;
-    a.q = dq.as<float>();
-    a.k = dk.as<uint16_t>();
-    a.v = dv.as<uint16_t>();
-    a.out = dout.as<float>();
-    a.n_head = c.n_head;
-    a.n_head_kv = c.n_head_kv;
-    a.head_dim = a.head_dim_v = c.head_dim;
-    a.k_stride = a.v_stride = width;
+    attention_shape(a, dq, dk, dv, dout, c.n_head, c.n_head_kv, c.head_dim, width, kq_scale);
     a.kv_first = c.kv_first;
     a.kv_end = c.kv_end;
-    a.kq_scale = kq_scale;
     attention_decode(a, scratch->data(), stream_.handle());
     EXPECT_LE(rel_l2(download(dout, want.size()), want), kAttnRelL2);
+    // The replayable form (a captured decode step): the position on the device, the launch
+    // sized for more keys than are visible; a window when the case starts past 0.
+    const std::vector<int32_t> pos = {static_cast<int32_t>(c.kv_end - 1)};
+    DeviceBuffer dpos = upload(pos), dout2 = poisoned(want.size());
+    auto scratch2 = DeviceBuffer::allocate(attention_scratch_bytes(c.n_head, c.n_head_kv, c.head_dim, 2 * c.kv_end));
+    ASSERT_TRUE(scratch2.is_ok());
+    a.out = dout2.as<float>();
+    a.pos = dpos.as<int32_t>();
+    a.n_swa = c.kv_first > 0 ? c.kv_end - c.kv_first : 0;
+    a.max_kv = 2 * c.kv_end;
+    a.kv_first = a.kv_end = -7;  // ignored
+    attention_decode(a, scratch2->data(), stream_.handle());
+    EXPECT_LE(rel_l2(download(dout2, want.size()), want), kAttnRelL2) << "replayable";
+  }
+}
+
+// Prefill attention: every token of a batch against the cache holding its own keys, causal,
+// with GQA, a sliding window and batches that start past position 0.
+TEST_F(CudaTest, AttentionPrefillMatchesCpu) {
+  struct Case {
+    int64_t n_head, n_head_kv, head_dim, pos0, n_tokens, n_swa;
+  };
+  for (const Case& c : {Case{8, 2, 128, 0, 37, 0}, Case{4, 1, 64, 100, 70, 16}, Case{6, 2, 96, 5, 20, 0},
+                        Case{2, 1, 256, 0, 33, 0}, Case{32, 8, 128, 300, 64, 0}, Case{4, 4, 64, 0, 1, 0}}) {
+    SCOPED_TRACE(std::to_string(c.head_dim) + " pos0 " + std::to_string(c.pos0) + " swa " + std::to_string(c.n_swa));
+    const int64_t n_ctx = c.pos0 + c.n_tokens, width = c.n_head_kv * c.head_dim, qw = c.n_head * c.head_dim;
+    const std::vector<float> q = random_floats(c.n_tokens * qw, 11);
+    const std::vector<uint16_t> k = to_fp16(random_floats(n_ctx * width, 12));
+    const std::vector<uint16_t> v = to_fp16(random_floats(n_ctx * width, 13));
+    const float kq_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    std::vector<float> want;
+    for (int64_t t = 0; t < c.n_tokens; ++t) {
+      const int64_t p = c.pos0 + t, first = c.n_swa > 0 ? std::max<int64_t>(0, p - c.n_swa + 1) : 0;
+      const auto row = attention_reference(q.data() + t * qw, k, v, c.n_head, c.n_head_kv, c.head_dim,
+                                           first, p + 1, kq_scale);
+      want.insert(want.end(), row.begin(), row.end());
+    }
+    DeviceBuffer dq = upload(q), dk = upload(k), dv = upload(v), dout = poisoned(want.size());
+    AttnPrefillArgs a;
+    attention_shape(a, dq, dk, dv, dout, c.n_head, c.n_head_kv, c.head_dim, width, kq_scale);
+    a.n_tokens = c.n_tokens;
+    a.pos0 = c.pos0;
+    a.n_swa = c.n_swa;
+    attention_prefill(a, stream_.handle());
+    EXPECT_LE(rel_l2(download(dout, want.size()), want), kAttnRelL2);
+  }
+}
+
+// Dequantized rows: F32 bit for bit the CPU's dequantize_row, F16 that value rounded.
+TEST_F(CudaTest, DequantizeMatchesCpuExactly) {
+  uint32_t seed = 500;
+  for (GgmlType type : kAllTypes) {
+    SCOPED_TRACE(gguf::type_name(type));
+    const int64_t n_rows = 5, n_cols = quant::block_size(type) == 1 ? 104 : 512;
+    const std::vector<uint8_t> w = random_weights(type, n_rows, n_cols, &seed);
+    const size_t row = quant::row_size(type, n_cols);
+    std::vector<float> rows(n_rows * n_cols);
+    for (int64_t r = 0; r < n_rows; ++r) quant::dequantize_row(type, w.data() + r * row, rows.data() + r * n_cols, n_cols);
+    const std::vector<int32_t> ids = {3, 0, 4, 3};
+    DeviceBuffer dw = upload(w), dids = upload(ids), d32 = poisoned(ids.size() * n_cols),
+                 d16 = poisoned(n_rows * n_cols);
+    const WeightView view{dw.data(), type, n_cols, n_rows};
+    get_rows_f32(view, dids.as<int32_t>(), static_cast<int64_t>(ids.size()), d32.as<float>(), stream_.handle());
+    dequantize_rows_f16(view, 1, 3, d16.as<uint16_t>(), stream_.handle());
+    const std::vector<float> got32 = download(d32, ids.size() * n_cols);
+    std::vector<uint16_t> got16(3 * n_cols);
+    ASSERT_TRUE(copy_to_host(got16.data(), d16.data(), got16.size() * 2));
+    int bad = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      bad += std::memcmp(got32.data() + i * n_cols, rows.data() + ids[i] * n_cols, n_cols * 4) != 0;
+    }
+    for (int64_t i = 0; i < 3 * n_cols; ++i) bad += got16[i] != quant::f32_to_fp16(rows[n_cols + i]);
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+// Prefill products (cuBLAS) against the CPU's matmul (which rounds the activations of
+// quantized weights to 8-bit blocks as the GPU's products do), with weight tiles small
+// enough that a matrix takes several.
+TEST_F(CudaTest, GemmMatchesCpu) {
+  Context cpu(1, "scalar");
+  uint32_t seed = 700;
+  const int64_t n = 37, n_rows = 300, n_cols = 512;
+  auto gemm = Gemm::create(stream_.handle(), 64, n_cols, 64 * n_cols);
+  ASSERT_TRUE(gemm.is_ok()) << gemm.status().message();
+  for (GgmlType type : kAllTypes) {
+    SCOPED_TRACE(gguf::type_name(type));
+    const std::vector<uint8_t> w = random_weights(type, n_rows, n_cols, &seed);
+    const std::vector<float> x = random_floats(n * n_cols, seed++);
+    std::vector<float> want(n * n_rows);
+    cpu.matmul(WeightView{w.data(), type, n_cols, n_rows}, x.data(), n, want.data());
+    DeviceBuffer dw = upload(w), dx = upload(x), dy = poisoned(n * n_rows);
+    ASSERT_TRUE((*gemm)->matmul(WeightView{dw.data(), type, n_cols, n_rows}, dx.as<float>(), n, dy.as<float>()));
+    EXPECT_LE(rel_l2(download(dy, n * n_rows), want), type == GgmlType::F32 ? kFloatRelL2 : kGemmRelL2);
+  }
+}
+
+// Batched products (a few tokens, the weights read once): each row as the CPU's matmul.
+TEST_F(CudaTest, BatchedMatvecMatchesCpu) {
+  Context cpu(1, "scalar");
+  uint32_t seed = 1300;
+  for (GgmlType type : kAllTypes) {
+    SCOPED_TRACE(gguf::type_name(type));
+    const int64_t rows = 70, cols = quant::block_size(type) == 1 ? 136 : 768;
+    const std::vector<uint8_t> w = random_weights(type, rows, cols, &seed);
+    for (int64_t n : {2, 5, 16}) {
+      const std::vector<float> x = random_floats(n * cols, seed++);
+      std::vector<float> want(n * rows);
+      cpu.matmul(WeightView{w.data(), type, cols, rows}, x.data(), n, want.data());
+      DeviceBuffer dw = upload(w), dx = upload(x), dy = poisoned(n * rows);
+      auto scratch = DeviceBuffer::allocate(act_q8_layout(n * cols).total);
+      ASSERT_TRUE(scratch.is_ok());
+      const ActQ8 act = quantize_for(type, dx.as<float>(), n * cols, scratch->data(), stream_.handle());
+      matvec_batched(WeightView{dw.data(), type, cols, rows}, act, n, dy.as<float>(), stream_.handle());
+      EXPECT_LE(rel_l2(download(dy, n * rows), want), kMatvecRelL2) << n;
+    }
+  }
+}
+
+// Grouped expert products: each (token, slot) pair's expert matrix times its token's row,
+// against the CPU's matmul of that expert's slice.
+TEST_F(CudaTest, GroupedMatvecMatchesCpu) {
+  Context cpu(1, "scalar");
+  uint32_t seed = 900;
+  const int64_t n_expert = 5, rows = 96, cols = 512, n_tok = 3, k = 2;
+  const std::vector<int32_t> ids = {4, 1, 0, 4, 2, 3};  // (n_tok, k)
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::F32, GgmlType::Q6_K}) {
+    SCOPED_TRACE(gguf::type_name(type));
+    const std::vector<uint8_t> w = random_weights(type, n_expert * rows, cols, &seed);
+    const std::vector<float> x = random_floats(n_tok * cols, seed++);
+    const WeightView host_all{w.data(), type, cols, n_expert * rows};
+    for (int act_div : {static_cast<int>(k), 1}) {  // gate/up (rows per token), down (per pair)
+      const int64_t n_pairs = act_div == 1 ? n_tok : n_tok * k;
+      std::vector<float> want(n_pairs * rows);
+      for (int64_t i = 0; i < n_pairs; ++i) {
+        cpu.matmul(host_all.rows(ids[i] * rows, rows), x.data() + (i / act_div) * cols, 1, want.data() + i * rows);
+      }
+      DeviceBuffer dw = upload(w), dx = upload(x), dids = upload(ids), dy = poisoned(n_pairs * rows);
+      const int64_t n_act = n_pairs / (act_div == 1 ? 1 : k);
+      auto scratch = DeviceBuffer::allocate(act_q8_layout(n_act * cols).total);
+      ASSERT_TRUE(scratch.is_ok());
+      const ActQ8 act = quantize_for(type, dx.as<float>(), n_act * cols, scratch->data(), stream_.handle());
+      matvec_grouped(WeightView{dw.data(), type, cols, rows}, dids.as<int32_t>(), n_pairs, act_div, act,
+                     dy.as<float>(), stream_.handle());
+      EXPECT_LE(rel_l2(download(dy, n_pairs * rows), want), kMatvecRelL2) << act_div;
+    }
+  }
+}
+
+// Routing and the MoE plumbing against the CPU's rule (top-k by probability, lower id on
+// ties, weights renormalised), and the exact row moves and slot sums.
+TEST_F(CudaTest, MoeRoutingAndRowsMatchCpu) {
+  const int64_t n_tok = 7, ne = 8, k = 3, width = 300;
+  std::vector<float> probs = random_floats(n_tok * ne, 21, 2.0f);
+  probs[2 * ne + 5] = probs[2 * ne + 1];  // a tie: the lower id wins
+  for (int64_t t = 0; t < n_tok; ++t) compute::softmax(probs.data() + t * ne, ne);
+  std::vector<int32_t> want_sel(n_tok * k);
+  std::vector<float> want_w(n_tok * k);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    float sum = 0.0f;
+    for (int64_t slot = 0; slot < k; ++slot) {
+      int32_t best = -1;
+      for (int32_t e = 0; e < ne; ++e) {
+        bool taken = false;
+        for (int64_t s = 0; s < slot; ++s) taken |= want_sel[t * k + s] == e;
+        if (!taken && (best < 0 || probs[t * ne + e] > probs[t * ne + best])) best = e;
+      }
+      want_sel[t * k + slot] = best;
+      want_w[t * k + slot] = probs[t * ne + best];
+      sum += probs[t * ne + best];
+    }
+    for (int64_t slot = 0; slot < k; ++slot) want_w[t * k + slot] /= sum;
+  }
+  DeviceBuffer dp = upload(probs), dsel = poisoned(n_tok * k), dw = poisoned(n_tok * k);
+  moe_top_k(dp.as<float>(), n_tok, ne, k, dsel.as<int32_t>(), dw.as<float>(), stream_.handle());
+  std::vector<int32_t> sel(n_tok * k);
+  ASSERT_TRUE(stream_.synchronize());
+  ASSERT_TRUE(copy_to_host(sel.data(), dsel.data(), sel.size() * 4));
+  EXPECT_EQ(sel, want_sel);
+  EXPECT_EQ(rel_l2(download(dw, n_tok * k), want_w), 0.0);
+
+  // gather rows of tokens, scatter them to pairs, sum slots with the weights.
+  const std::vector<float> x = random_floats(n_tok * width, 22), slots = random_floats(n_tok * k * width, 23);
+  const std::vector<int32_t> pairs = {5, 0, 20, 7};
+  std::vector<float> want_g, want_c(n_tok * width);
+  for (int32_t p : pairs) want_g.insert(want_g.end(), x.begin() + (p / k) * width, x.begin() + (p / k + 1) * width);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    float* o = want_c.data() + t * width;
+    for (int64_t s = 0; s < k; ++s) {
+      std::vector<float> r(slots.begin() + (t * k + s) * width, slots.begin() + (t * k + s + 1) * width);
+      compute::scale(r.data(), want_w[t * k + s], width);
+      if (s == 0) std::copy(r.begin(), r.end(), o);
+      else compute::add(o, r.data(), width);
+    }
+  }
+  DeviceBuffer dx = upload(x), dpairs = upload(pairs), dg = poisoned(pairs.size() * width),
+               dslots = upload(slots), dc = poisoned(n_tok * width), dscat = upload(slots);
+  gather_rows(dx.as<float>(), dpairs.as<int32_t>(), 4, k, width, dg.as<float>(), stream_.handle());
+  moe_combine(dslots.as<float>(), dw.as<float>(), n_tok, k, width, dc.as<float>(), stream_.handle());
+  scatter_rows(dg.as<float>(), dpairs.as<int32_t>(), 4, width, dscat.as<float>(), stream_.handle());
+  EXPECT_EQ(rel_l2(download(dg, pairs.size() * width), want_g), 0.0);
+  EXPECT_EQ(rel_l2(download(dc, n_tok * width), want_c), 0.0);
+  std::vector<float> want_s = slots;
+  for (size_t r = 0; r < pairs.size(); ++r) std::copy_n(want_g.begin() + r * width, width, want_s.begin() + pairs[r] * width);
+  EXPECT_EQ(rel_l2(download(dscat, slots.size()), want_s), 0.0);
+}
+
+// The fused decode kernels write exactly what their two unfused kernels write.
+TEST_F(CudaTest, FusedKernelsMatchTheirUnfusedPairsExactly) {
+  const int64_t rows = 3, n = 1024;
+  const std::vector<float> x = random_floats(rows * n, 41, 2.0f), w = random_floats(n, 42);
+  const std::vector<float> up = random_floats(rows * n, 43);
+  const size_t bytes = act_q8_layout(rows * n).total;
+  const auto bytes_of = [&](const DeviceBuffer& b, size_t len) {
+    std::vector<uint8_t> v(len);
+    EXPECT_TRUE(stream_.synchronize());
+    EXPECT_TRUE(copy_to_host(v.data(), b.data(), len));
+    return v;
+  };
+  for (ActFormat f : {ActFormat::kQ8_K, ActFormat::kQ8_0, ActFormat::kQ8_1}) {
+    SCOPED_TRACE(static_cast<int>(f));
+    DeviceBuffer dx = upload(x), dw = upload(w), out1 = poisoned(rows * n), out2 = poisoned(rows * n);
+    auto q1 = DeviceBuffer::allocate(bytes), q2 = DeviceBuffer::allocate(bytes);
+    ASSERT_TRUE(q1.is_ok() && q2.is_ok());
+    ASSERT_TRUE(zero_device(q1->data(), bytes) && zero_device(q2->data(), bytes));
+    rms_norm(dx.as<float>(), dw.as<float>(), rows, n, 1e-5f, out1.as<float>(), stream_.handle());
+    quantize_act(f, out1.as<float>(), rows * n, q1->data(), stream_.handle());
+    rms_norm_quantize(dx.as<float>(), dw.as<float>(), rows, n, 1e-5f, out2.as<float>(), f, q2->data(),
+                      stream_.handle());
+    EXPECT_EQ(bytes_of(out1, rows * n * 4), bytes_of(out2, rows * n * 4));
+    EXPECT_EQ(bytes_of(*q1, bytes), bytes_of(*q2, bytes));
+
+    DeviceBuffer g1 = upload(x), g2 = upload(x), du = upload(up);
+    ASSERT_TRUE(zero_device(q1->data(), bytes) && zero_device(q2->data(), bytes));
+    glu(UnaryOp::kSilu, g1.as<float>(), du.as<float>(), rows * n, stream_.handle());
+    quantize_act(f, g1.as<float>(), rows * n, q1->data(), stream_.handle());
+    glu_quantize(UnaryOp::kSilu, g2.as<float>(), du.as<float>(), rows * n, f, q2->data(), stream_.handle());
+    EXPECT_EQ(bytes_of(g1, rows * n * 4), bytes_of(g2, rows * n * 4));
+    EXPECT_EQ(bytes_of(*q1, bytes), bytes_of(*q2, bytes));
+  }
+  // Activations rounded as the CPU rounds them, as F16 (the prefill products' input).
+  const int64_t n16 = 768;
+  const std::vector<float> a = random_floats(n16, 46);
+  DeviceBuffer da = upload(a);
+  for (ActFormat f : {ActFormat::kQ8_K, ActFormat::kQ8_0, ActFormat::kQ8_1}) {
+    std::vector<uint16_t> want(n16), got(n16);
+    if (f == ActFormat::kQ8_K) {
+      std::vector<quant::BlockQ8_K> ref(n16 / 256);
+      quant::quantize_row_q8_k(a.data(), ref.data(), n16);
+      for (int64_t i = 0; i < n16; ++i) want[i] = quant::f32_to_fp16(ref[i / 256].qs[i % 256] * ref[i / 256].d);
+    } else {
+      std::vector<quant::BlockQ8_0> r0(n16 / 32);
+      std::vector<quant::BlockQ8_1> r1(n16 / 32);
+      quant::quantize_row_q8_0(a.data(), r0.data(), n16);
+      quant::quantize_row_q8_1(a.data(), r1.data(), n16);
+      for (int64_t i = 0; i < n16; ++i) {
+        const bool one = f == ActFormat::kQ8_1;
+        const int q = one ? r1[i / 32].qs[i % 32] : r0[i / 32].qs[i % 32];
+        const float d = quant::fp16_to_f32(one ? r1[i / 32].d : r0[i / 32].d);
+        want[i] = quant::f32_to_fp16(static_cast<float>(q) * d);
+      }
+    }
+    auto d16 = DeviceBuffer::allocate(n16 * 2);
+    ASSERT_TRUE(d16.is_ok());
+    quantize_to_f16(f, da.as<float>(), n16, d16->as<uint16_t>(), stream_.handle());
+    ASSERT_TRUE(stream_.synchronize());
+    ASSERT_TRUE(copy_to_host(got.data(), d16->data(), n16 * 2));
+    EXPECT_EQ(got, want) << static_cast<int>(f);
+  }
+  // RoPE of q and k in one launch: the two launches' results.
+  const int64_t n_tok = 3, nq = 8, nk = 2, hd = 128;
+  const std::vector<float> q = random_floats(n_tok * nq * hd, 44), k = random_floats(n_tok * nk * hd, 45);
+  const std::vector<int32_t> pos = {5, 6, 7000};
+  RopeParams p;
+  p.head_dim = hd;
+  p.n_rot = hd;
+  p.freq_base = 500000.0f;
+  p.neox = true;
+  DeviceBuffer dpos = upload(pos), q1 = upload(q), k1 = upload(k), q2 = upload(q), k2 = upload(k);
+  rope(q1.as<float>(), n_tok, nq, nq * hd, dpos.as<int32_t>(), p, stream_.handle());
+  rope(k1.as<float>(), n_tok, nk, nk * hd, dpos.as<int32_t>(), p, stream_.handle());
+  rope_qk(q2.as<float>(), nq, k2.as<float>(), nk, n_tok, dpos.as<int32_t>(), p, stream_.handle());
+  EXPECT_EQ(rel_l2(download(q2, q.size()), download(q1, q.size())), 0.0);
+  EXPECT_EQ(rel_l2(download(k2, k.size()), download(k1, k.size())), 0.0);
+}
+
+// KV stores round to F16 exactly as the CPU cache; bias rows and the gated activation.
+TEST_F(CudaTest, KvStoreBiasAndGluMatchCpu) {
+  const int64_t n_tok = 3, kw = 256, vw = 128, n_ctx = 10;
+  const std::vector<float> k = random_floats(n_tok * kw, 31), v = random_floats(n_tok * vw, 32);
+  const std::vector<int32_t> pos = {4, 5, 9};
+  std::vector<uint8_t> zeros(n_ctx * kw * 2, 0);
+  DeviceBuffer dk = upload(k), dv = upload(v), dpos = upload(pos), kc = upload(zeros), vc = upload(zeros);
+  store_kv_f16(dk.as<float>(), dv.as<float>(), n_tok, kw, vw, dpos.as<int32_t>(), kc.as<uint16_t>(),
+               vc.as<uint16_t>(), stream_.handle());
+  ASSERT_TRUE(stream_.synchronize());
+  std::vector<uint16_t> kh(n_ctx * kw), vh(n_ctx * vw);
+  ASSERT_TRUE(copy_to_host(kh.data(), kc.data(), kh.size() * 2));
+  ASSERT_TRUE(copy_to_host(vh.data(), vc.data(), vh.size() * 2));
+  int bad = 0;
+  for (int64_t t = 0; t < n_tok; ++t) {
+    for (int64_t c = 0; c < kw; ++c) bad += kh[pos[t] * kw + c] != quant::f32_to_fp16(k[t * kw + c]);
+    for (int64_t c = 0; c < vw; ++c) bad += vh[pos[t] * vw + c] != quant::f32_to_fp16(v[t * vw + c]);
+  }
+  bad += kh[0] != 0 || vh[3 * vw] != 0;  // rows not stored stay
+  EXPECT_EQ(bad, 0);
+
+  const std::vector<float> b = random_floats(kw, 33);
+  std::vector<float> want_b = k;
+  for (int64_t t = 0; t < n_tok; ++t) compute::add(want_b.data() + t * kw, b.data(), kw);
+  DeviceBuffer dbias = upload(b), drows = upload(k);
+  add_rows(drows.as<float>(), dbias.as<float>(), n_tok, kw, stream_.handle());
+  EXPECT_EQ(rel_l2(download(drows, k.size()), want_b), 0.0);
+
+  const int64_t n = 5000;
+  const std::vector<float> g = random_floats(n, 34, 3.0f), u = random_floats(n, 35);
+  for (UnaryOp op : {UnaryOp::kSilu, UnaryOp::kGeluTanhFp16}) {
+    std::vector<float> want = g;
+    if (op == UnaryOp::kSilu) compute::silu(want.data(), n);
+    else compute::gelu_tanh_fp16(want.data(), n);
+    compute::mul(want.data(), u.data(), n);
+    DeviceBuffer dg = upload(g), du = upload(u);
+    glu(op, dg.as<float>(), du.as<float>(), n, stream_.handle());
+    EXPECT_LE(rel_l2(download(dg, n), want), kFloatRelL2) << static_cast<int>(op);
   }
 }
 

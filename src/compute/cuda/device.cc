@@ -118,12 +118,88 @@ Status Stream::synchronize() const {
   return cuda_status(cudaStreamSynchronize(s_), "cudaStreamSynchronize");
 }
 
+Status Graph::begin_capture(StreamHandle stream) {
+  return cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                     "cudaStreamBeginCapture");
+}
+
+Result<Graph> Graph::end_capture(StreamHandle stream) {
+  cudaGraph_t graph = nullptr;
+  const cudaError_t err = cudaStreamEndCapture(stream, &graph);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return cuda_status(err, "cudaStreamEndCapture");
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t ierr = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (ierr != cudaSuccess) {
+    cudaGetLastError();
+    return cuda_status(ierr, "cudaGraphInstantiate");
+  }
+  Graph g;
+  g.exec_ = exec;
+  return g;
+}
+
+Graph::~Graph() {
+  if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+}
+
+Graph::Graph(Graph&& other) noexcept : exec_(std::exchange(other.exec_, nullptr)) {}
+
+Graph& Graph::operator=(Graph&& other) noexcept {
+  if (this != &other) {
+    if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+    exec_ = std::exchange(other.exec_, nullptr);
+  }
+  return *this;
+}
+
+Status Graph::launch(StreamHandle stream) const {
+  return cuda_status(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream), "cudaGraphLaunch");
+}
+
 Status copy_to_device(void* dst, const void* src, size_t bytes) {
   return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
 }
 
 Status copy_to_host(void* dst, const void* src, size_t bytes) {
   return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+}
+
+Status copy_device_to_device(void* dst, const void* src, size_t bytes) {
+  return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy D2D");
+}
+
+Status zero_device(void* dst, size_t bytes) {
+  return cuda_status(cudaMemset(dst, 0, bytes), "cudaMemset");
+}
+
+Result<PinnedBuffer> PinnedBuffer::allocate(size_t bytes) {
+  PinnedBuffer b;
+  if (bytes == 0) return b;
+  if (Status s = cuda_status(cudaMallocHost(&b.ptr_, bytes), "cudaMallocHost"); !s) {
+    cudaGetLastError();
+    b.ptr_ = nullptr;
+    return s.with_context("pinned host memory: " + mib(bytes));
+  }
+  return b;
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (ptr_) cudaFreeHost(ptr_);
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept : ptr_(std::exchange(other.ptr_, nullptr)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    if (ptr_) cudaFreeHost(ptr_);
+    ptr_ = std::exchange(other.ptr_, nullptr);
+  }
+  return *this;
 }
 
 Status copy_to_device_async(void* dst, const void* src, size_t bytes, StreamHandle stream) {
@@ -134,6 +210,30 @@ Status copy_to_device_async(void* dst, const void* src, size_t bytes, StreamHand
 Status copy_to_host_async(void* dst, const void* src, size_t bytes, StreamHandle stream) {
   return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream),
                      "cudaMemcpyAsync D2H");
+}
+
+Result<double> measure_copy_bandwidth(size_t bytes, int reps) {
+  HYPURA_ASSIGN_OR_RETURN(DeviceBuffer src, DeviceBuffer::allocate(bytes));
+  HYPURA_ASSIGN_OR_RETURN(DeviceBuffer dst, DeviceBuffer::allocate(bytes));
+  HYPURA_RETURN_IF_ERROR(cuda_status(cudaMemset(src.data(), 1, bytes), "cudaMemset"));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  HYPURA_RETURN_IF_ERROR(cuda_status(cudaEventCreate(&start), "cudaEventCreate"));
+  HYPURA_RETURN_IF_ERROR(cuda_status(cudaEventCreate(&stop), "cudaEventCreate"));
+  float best_ms = 0;
+  Status st;
+  for (int r = 0; r <= reps && st.is_ok(); ++r) {
+    cudaEventRecord(start);
+    cudaMemcpy(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(stop);
+    st = cuda_status(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    if (r > 0 && (best_ms == 0 || ms < best_ms)) best_ms = ms;  // r == 0: the warm-up
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  HYPURA_RETURN_IF_ERROR(st);
+  return best_ms > 0 ? 2.0 * static_cast<double>(bytes) / (best_ms * 1e-3) : 0.0;
 }
 
 Status last_launch_status(const char* what) {

@@ -79,12 +79,61 @@ class Stream {
   StreamHandle s_ = nullptr;
 };
 
+// An executable CUDA graph captured from a stream (decode steps replay one: docs/GPU.md).
+// Move-only.
+class Graph {
+ public:
+  Graph() = default;
+  // Starts capturing the work queued on `stream` (thread-local mode: other threads' CUDA
+  // calls are unaffected); nothing queued until end_capture() runs.
+  static Status begin_capture(StreamHandle stream);
+  // Ends the capture and instantiates the graph. On failure the capture is abandoned.
+  static Result<Graph> end_capture(StreamHandle stream);
+  ~Graph();
+  Graph(Graph&& other) noexcept;
+  Graph& operator=(Graph&& other) noexcept;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  Status launch(StreamHandle stream) const;
+
+ private:
+  void* exec_ = nullptr;  // cudaGraphExec_t
+};
+
 // Synchronous copies between host memory and device memory (pageable host memory is fine).
 Status copy_to_device(void* dst, const void* src, size_t bytes);
 Status copy_to_host(void* dst, const void* src, size_t bytes);
+Status copy_device_to_device(void* dst, const void* src, size_t bytes);
+Status zero_device(void* dst, size_t bytes);  // cudaMemset to 0, synchronous
 // Asynchronous copies on `stream` (src / dst in host memory must stay valid until done).
 Status copy_to_device_async(void* dst, const void* src, size_t bytes, StreamHandle stream);
 Status copy_to_host_async(void* dst, const void* src, size_t bytes, StreamHandle stream);
+// Page-locked host memory (cudaMallocHost), freed on destruction. Move-only: the staging
+// buffers of asynchronous copies.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  static Result<PinnedBuffer> allocate(size_t bytes);
+  ~PinnedBuffer();
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  void* data() const { return ptr_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+// The device's copy bandwidth: a device-to-device cudaMemcpy of `bytes` timed with events,
+// the best of `reps` after one warm-up, as bytes read plus bytes written per second (the
+// yardstick docs/GPU.md measures memory-bound kernels against).
+Result<double> measure_copy_bandwidth(size_t bytes, int reps);
+
 // The error the last launch on this thread raised (cudaGetLastError), as a Status.
 Status last_launch_status(const char* what);
 

@@ -3,6 +3,7 @@
 // matvec_kquant.cu).
 #include "compute/cuda/matvec.h"
 
+#include <algorithm>
 #include <cassert>
 
 #include "compute/cuda/matvec_launch.h"
@@ -41,7 +42,9 @@ ActQ8 quantize_for(gguf::GgmlType type, const float* x, int64_t n_cols, void* sc
   }
 }
 
-void matvec_quantized(const WeightView& w, const ActQ8& act, float* y, StreamHandle stream) {
+namespace {
+
+MatvecArgs args_for(const WeightView& w, const ActQ8& act, float* y, StreamHandle stream) {
   assert(matvec_supported(w.type));
   assert(w.n_cols % quant::block_size(w.type) == 0);
   MatvecArgs a;
@@ -52,11 +55,70 @@ void matvec_quantized(const WeightView& w, const ActQ8& act, float* y, StreamHan
   a.act = act;
   a.y = y;
   a.stream = stream;
-  const auto id = static_cast<uint32_t>(w.type);
+  return a;
+}
+
+// The kernel family of the weight's format.
+void launch(gguf::GgmlType type, const MatvecArgs& a) {
+  const auto id = static_cast<uint32_t>(type);
   const bool launched = launch_matvec_kquant(id, a) || launch_matvec_legacy(id, a) ||
                         launch_matvec_float(id, a);
   assert(launched);
   (void)launched;
+}
+
+}  // namespace
+
+void matvec_quantized(const WeightView& w, const ActQ8& act, float* y, StreamHandle stream) {
+  launch(w.type, args_for(w, act, y, stream));
+}
+
+namespace {
+// Elements per activation scale: 256 for Q8_K, 32 for Q8_0 / Q8_1 (0: float activations).
+int64_t act_block(gguf::GgmlType type) {
+  switch (quant::activation_type(type)) {
+    case gguf::GgmlType::Q8_K: return 256;
+    case gguf::GgmlType::Q8_0: case gguf::GgmlType::Q8_1: return 32;
+    default: return 0;
+  }
+}
+}  // namespace
+
+ActQ8 act_row(const ActQ8& act, gguf::GgmlType type, int64_t n_cols, int64_t r) {
+  ActQ8 row = act;
+  const int64_t block = act_block(type);
+  if (row.x != nullptr) row.x += r * n_cols;
+  if (block == 0) return row;
+  row.q += r * n_cols;
+  row.d += r * (n_cols / block);
+  if (row.s != nullptr) row.s += r * (n_cols / 32);
+  return row;
+}
+
+void matvec_grouped(const WeightView& expert, const int32_t* ids, int64_t n_pairs, int act_div,
+                    const ActQ8& act, float* y, StreamHandle stream) {
+  if (n_pairs == 0) return;
+  MatvecGroup group;
+  group.ids = ids;
+  group.expert_bytes = expert.row_bytes() * static_cast<size_t>(expert.n_rows);
+  group.n_pairs = static_cast<int>(n_pairs);
+  group.act_div = act_div;
+  group.q_stride = expert.n_cols;
+  const int64_t block = act_block(expert.type);
+  group.d_stride = block > 0 ? expert.n_cols / block : 0;
+  MatvecArgs a = args_for(expert, act, y, stream);
+  a.group = &group;
+  launch(expert.type, a);
+}
+
+void matvec_batched(const WeightView& w, const ActQ8& act, int64_t n, float* y, StreamHandle stream) {
+  assert(n >= 1 && n <= kMatvecMaxTokens);
+  MatvecArgs a = args_for(w, act, y, stream);
+  a.n_tok = static_cast<int>(n);
+  a.q_stride = w.n_cols;
+  const int64_t block = act_block(w.type);
+  a.d_stride = block > 0 ? w.n_cols / block : 0;
+  launch(w.type, a);
 }
 
 void matvec(const WeightView& w, const float* x, float* y, void* scratch, StreamHandle stream) {

@@ -17,6 +17,7 @@
 #include "compute/compute.h"
 #include "compute/cuda/act_q8.h"
 #include "compute/cuda/device.h"
+#include "compute/cuda/matvec_launch.h"  // kMatvecMaxTokens
 
 namespace hypura::compute::cuda {
 
@@ -38,5 +39,21 @@ void matvec(const WeightView& w, const float* x, float* y, void* scratch, Stream
 ActQ8 quantize_for(gguf::GgmlType type, const float* x, int64_t n_cols, void* scratch,
                    StreamHandle stream);
 void matvec_quantized(const WeightView& w, const ActQ8& act, float* y, StreamHandle stream);
+
+// Activations of row r of rows quantized together (quantize_for over n_rows * n_cols
+// values: the formats' blocks never straddle rows, so a batch quantizes in one launch).
+ActQ8 act_row(const ActQ8& act, gguf::GgmlType type, int64_t n_cols, int64_t r);
+
+// Grouped products (MoE): for pair i < n_pairs, y[i, :] (expert.n_rows floats) = E_ids[i] .
+// x_(i / act_div), where E_e is the e-th matrix of expert's shape in the stacked tensor
+// starting at expert.data and x_a is row a of act (quantized as above). ids: device int32.
+void matvec_grouped(const WeightView& expert, const int32_t* ids, int64_t n_pairs, int act_div,
+                    const ActQ8& act, float* y, StreamHandle stream);
+
+// Batched products for a few tokens: y[t, :] = W . x_t for t < n (n <= kMatvecMaxTokens),
+// the weights read once; x_t is row t of act (quantized over n * W.n_cols values), y is
+// (n, W.n_rows). Each row's result equals what matvec_quantized() gives that row, to
+// float rounding.
+void matvec_batched(const WeightView& w, const ActQ8& act, int64_t n, float* y, StreamHandle stream);
 
 }  // namespace hypura::compute::cuda

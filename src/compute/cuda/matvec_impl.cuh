@@ -38,11 +38,23 @@ constexpr int64_t kMatvecShortRows = 4224;
 // a row, each taking every other 32 items, and their sums meet in shared memory (fixed
 // order: results depend only on the shape). Both are compile-time: as run-time values they
 // cost registers and occupancy (measured, device call 5).
-template <class Traits, int kRows, int kSplit>
+//
+// kGrouped: blockIdx.y is a pair of MatvecGroup (its own expert, activation row and output
+// row); a separate instantiation, so the plain products keep their registers.
+template <class Traits, int kRows, int kSplit, bool kGrouped = false>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_blocks, ActQ8 act,
-                  float* __restrict__ y, int n_rows) {
+                  float* __restrict__ y, int n_rows, MatvecGroup group) {
   __shared__ float s_part[kSplit == 2 ? kMatvecWarps : 1][kRows];
+  if constexpr (kGrouped) {
+    const int pair = blockIdx.y, a = pair / group.act_div;
+    w += static_cast<size_t>(group.ids[pair]) * group.expert_bytes;
+    if (act.q != nullptr) act.q += a * group.q_stride;
+    if (act.d != nullptr) act.d += a * group.d_stride;
+    if (act.s != nullptr) act.s += a * (group.q_stride / 32);
+    if (act.x != nullptr) act.x += a * group.q_stride;
+    y += static_cast<int64_t>(pair) * n_rows;
+  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * (kMatvecWarps / kSplit) + warp / kSplit) * kRows;
   const int part = warp % kSplit;
@@ -81,17 +93,85 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   }
 }
 
+// Batched products: one warp per row, the row's (block, chunk) items read once for up to
+// kMatvecMaxTokens activation rows (the block bytes stay in L1 between the tokens' dots);
+// each token's sum is reduced in the plain kernel's order (lane partials, then the warp
+// tree), so a token's result does not depend on how many share the launch.
+template <class Traits>
+__global__ void __launch_bounds__(kMatvecWarps * 32)
+    matvec_batched_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_blocks, ActQ8 act,
+                          float* __restrict__ y, int n_rows, int n_tok, int64_t q_stride,
+                          int64_t d_stride) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kMatvecWarps + warp;
+  if (row >= n_rows) return;
+  const uint8_t* wr = w + static_cast<size_t>(row) * row_bytes;
+  const int n_items = n_blocks * Traits::kChunks;
+  float sum[kMatvecMaxTokens] = {};
+  for (int i = lane; i < n_items; i += 32) {
+    const int b = i / Traits::kChunks, c = i % Traits::kChunks;
+    const uint8_t* block = wr + static_cast<size_t>(b) * Traits::kBlockBytes;
+#pragma unroll
+    for (int t = 0; t < kMatvecMaxTokens; ++t) {
+      if (t < n_tok) {
+        ActQ8 at = act;
+        if (at.q != nullptr) at.q += t * q_stride;
+        if (at.d != nullptr) at.d += t * d_stride;
+        if (at.s != nullptr) at.s += t * (q_stride / 32);
+        if (at.x != nullptr) at.x += t * q_stride;
+        sum[t] += Traits::dot(block, at, b, c);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kMatvecMaxTokens; ++t) {
+    if (t < n_tok) {
+      const float v = warp_sum(sum[t]);
+      if (lane == 0) y[static_cast<int64_t>(t) * n_rows + row] = v;
+    }
+  }
+}
+
+template <class Traits>
+void launch_matvec_batched(const MatvecArgs& a) {
+  const unsigned grid = static_cast<unsigned>((a.n_rows + kMatvecWarps - 1) / kMatvecWarps);
+  matvec_batched_kernel<Traits><<<grid, kMatvecWarps * 32, 0, a.stream>>>(
+      static_cast<const uint8_t*>(a.w), a.row_bytes, static_cast<int>(a.n_cols / Traits::kBlockElems),
+      a.act, a.y, static_cast<int>(a.n_rows), a.n_tok, a.q_stride, a.d_stride);
+}
+
 template <class Traits, int kRows, int kSplit>
 void launch_matvec_config(const MatvecArgs& a) {
   const int64_t rows_per_block = kMatvecWarps / kSplit * kRows;
   const unsigned grid = static_cast<unsigned>((a.n_rows + rows_per_block - 1) / rows_per_block);
   matvec_kernel<Traits, kRows, kSplit><<<grid, kMatvecWarps * 32, 0, a.stream>>>(
       static_cast<const uint8_t*>(a.w), a.row_bytes,
-      static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y, static_cast<int>(a.n_rows));
+      static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y, static_cast<int>(a.n_rows),
+      MatvecGroup{});
+}
+
+// Grouped products: one row per warp (experts' matrices are short; one configuration keeps
+// the instantiations few).
+template <class Traits>
+void launch_matvec_grouped(const MatvecArgs& a) {
+  const dim3 grid(static_cast<unsigned>((a.n_rows + kMatvecWarps - 1) / kMatvecWarps),
+                  static_cast<unsigned>(a.group->n_pairs));
+  matvec_kernel<Traits, 1, 1, true><<<grid, kMatvecWarps * 32, 0, a.stream>>>(
+      static_cast<const uint8_t*>(a.w), a.row_bytes,
+      static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y, static_cast<int>(a.n_rows),
+      *a.group);
 }
 
 template <class Traits>
 void launch_matvec(const MatvecArgs& a) {
+  if (a.group != nullptr) {
+    launch_matvec_grouped<Traits>(a);
+    return;
+  }
+  if (a.n_tok > 1) {
+    launch_matvec_batched<Traits>(a);
+    return;
+  }
   const int64_t items_per_lane = a.n_cols / Traits::kBlockElems * Traits::kChunks / 32;
   constexpr bool kFloat = Traits::kBlockElems < 32;  // F32 / F16 / BF16
   int config = 0;  // one row per warp

@@ -10,6 +10,18 @@
 
 namespace hypura::compute::cuda {
 
+// Grouped products (MoE experts, matvec.h), one per blockIdx.y: pair i multiplies expert
+// ids[i] (expert_bytes apart in a stacked tensor) with activation row i / act_div into y
+// row i (n_rows apart).
+// Most activation rows one batched product (matvec_batched) multiplies per weight read.
+constexpr int kMatvecMaxTokens = 16;
+struct MatvecGroup {
+  const int32_t* ids = nullptr;  // (n_pairs) device
+  size_t expert_bytes = 0;
+  int n_pairs = 0, act_div = 1;
+  int64_t q_stride = 0, d_stride = 0;  // quants / scales between activation rows
+};
+
 struct MatvecArgs {
   const void* w = nullptr;  // (n_rows) rows of row_bytes, 16-byte aligned
   size_t row_bytes = 0;
@@ -17,6 +29,11 @@ struct MatvecArgs {
   ActQ8 act;              // quantized activations or act.x (float formats)
   float* y = nullptr;     // (n_rows)
   StreamHandle stream = nullptr;
+  const MatvecGroup* group = nullptr;  // null: one product
+  // Batched products: n_tok activation rows (q_stride / d_stride apart, as in MatvecGroup)
+  // into y rows n_rows apart; 1: one product.
+  int n_tok = 1;
+  int64_t q_stride = 0, d_stride = 0;
 };
 
 // type_id: the GGUF type id (gguf::GgmlType). Each returns false for ids it lacks.

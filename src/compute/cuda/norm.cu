@@ -1,27 +1,18 @@
 #include "compute/cuda/common.cuh"
 #include "compute/cuda/norm.h"
+#include "compute/cuda/norm_impl.cuh"
 
 namespace hypura::compute::cuda {
 namespace {
 
-constexpr int kThreads = 256;
 
 __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ w, int n,
                                 float eps, float* out) {
-  __shared__ double partial[kThreads / 32];
+  __shared__ double partial[kNormThreads / 32];
   const float* xr = x + static_cast<size_t>(blockIdx.x) * n;
   float* yr = out + static_cast<size_t>(blockIdx.x) * n;
-  double sum = 0.0;
-  for (int i = threadIdx.x; i < n; i += kThreads) sum += static_cast<double>(xr[i] * xr[i]);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
-  __syncthreads();
-  sum = 0.0;
-  for (int k = 0; k < kThreads / 32; ++k) sum += partial[k];
-  const float mean = static_cast<float>(sum / static_cast<double>(n));
-  const float s = 1.0f / sqrtf(mean + eps);
-  for (int i = threadIdx.x; i < n; i += kThreads) yr[i] = w ? (xr[i] * s) * w[i] : xr[i] * s;
+  const float s = row_rms_scale(xr, n, eps, partial);
+  for (int i = threadIdx.x; i < n; i += kNormThreads) yr[i] = normed(xr, w, i, s);
 }
 
 }  // namespace
@@ -29,7 +20,7 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
 void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* out,
               StreamHandle stream) {
   if (n_rows == 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(x, w, static_cast<int>(n),
+  rms_norm_kernel<<<static_cast<unsigned>(n_rows), kNormThreads, 0, stream>>>(x, w, static_cast<int>(n),
                                                                           eps, out);
 }
 

@@ -3,8 +3,11 @@
 // largest magnitude, the first one on ties), quants rounded half to even, scales rounded
 // to fp16 where the CPU stores fp16. IEEE division and rounding (nvcc's defaults, no fast
 // math) make the results bit-identical.
+#include <cuda_fp16.h>
+
 #include "compute/cuda/common.cuh"
 #include "compute/cuda/quantize.h"
+#include "compute/cuda/quantize_impl.cuh"
 
 namespace hypura::compute::cuda {
 namespace {
@@ -16,63 +19,46 @@ __global__ void quantize_q8_32(const float* __restrict__ x, int n_blocks, int8_t
   const int b = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (b >= n_blocks) return;
-  const float v = x[b * 32 + lane];
-  const float amax = warp_max(fabsf(v));
-  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-  const int qi = static_cast<int>(rintf(v * id));
-  q[b * 32 + lane] = static_cast<int8_t>(qi);
-  const float dv = amax / 127.0f;
-  if (kWithSum) {
-    const int sum = warp_sum_int(qi);
-    if (lane == 0) s[b] = round_fp16(dv * static_cast<float>(sum));
-  }
-  if (lane == 0) d[b] = round_fp16(dv);
+  q8_32_warp<kWithSum>(x[b * 32 + lane], lane, q + b * 32, d + b, s + b);
 }
 
 // One 256-thread block per 256-element super-block.
 __global__ void quantize_q8_k(const float* __restrict__ x, int8_t* __restrict__ q,
                               float* __restrict__ d) {
-  __shared__ float s_amax[8];
-  __shared__ int s_idx[8];
-  const int b = blockIdx.x, t = threadIdx.x, lane = t % 32, warp = t / 32;
-  const float v = x[b * 256 + t];
-  // Largest |x|, lowest index on ties (the CPU keeps the first strict maximum).
-  float a = fabsf(v);
-  int idx = t;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float oa = __shfl_xor_sync(0xffffffffu, a, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-    if (oa > a || (oa == a && oi < idx)) {
-      a = oa;
-      idx = oi;
-    }
+  __shared__ Q8kScratch scratch;
+  const int b = blockIdx.x;
+  q8k_block(x[b * 256 + threadIdx.x], q + b * 256, d + b, scratch);
+}
+
+// One 256-thread block per 256 values: each value's quant times its block's scale, in F16.
+// (Q8_0 / Q8_1: the last block may be partial, whole warps past the end return.)
+template <ActFormat kFormat>
+__global__ void __launch_bounds__(256) quantize_to_f16_kernel(const float* __restrict__ x, int64_t n,
+                                                             __half* __restrict__ out) {
+  __shared__ Q8kScratch sh;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
+  Q8Value r;
+  if constexpr (kFormat == ActFormat::kQ8_K) {
+    r = q8k_compute(x[i], sh);
+  } else {
+    if (i - threadIdx.x % 32 >= n) return;  // uniform per warp (n % 32 == 0)
+    r = q8_32_compute<kFormat == ActFormat::kQ8_1>(x[i], threadIdx.x % 32, nullptr);
   }
-  if (lane == 0) {
-    s_amax[warp] = a;
-    s_idx[warp] = idx;
-  }
-  __syncthreads();
-  a = s_amax[0];
-  idx = s_idx[0];
-  for (int w = 1; w < 8; ++w) {
-    if (s_amax[w] > a) {  // warps in index order: equal maxima keep the earlier one
-      a = s_amax[w];
-      idx = s_idx[w];
-    }
-  }
-  if (a == 0.0f) {
-    q[b * 256 + t] = 0;
-    if (t == 0) d[b] = 0.0f;
-    return;
-  }
-  const float max = x[b * 256 + idx];
-  const float iscale = -127.0f / max;
-  q[b * 256 + t] = static_cast<int8_t>(min(127, __float2int_rn(iscale * v)));
-  if (t == 0) d[b] = 1.0f / iscale;
+  out[i] = __float2half_rn(static_cast<float>(r.q) * r.d);
 }
 
 }  // namespace
+
+void quantize_to_f16(ActFormat format, const float* x, int64_t n, uint16_t* out, StreamHandle stream) {
+  if (n == 0) return;
+  const unsigned grid = static_cast<unsigned>((n + 255) / 256);
+  auto* o = reinterpret_cast<__half*>(out);
+  switch (format) {
+    case ActFormat::kQ8_K: quantize_to_f16_kernel<ActFormat::kQ8_K><<<grid, 256, 0, stream>>>(x, n, o); break;
+    case ActFormat::kQ8_0: quantize_to_f16_kernel<ActFormat::kQ8_0><<<grid, 256, 0, stream>>>(x, n, o); break;
+    case ActFormat::kQ8_1: quantize_to_f16_kernel<ActFormat::kQ8_1><<<grid, 256, 0, stream>>>(x, n, o); break;
+  }
+}
 
 ActQ8 quantize_act(ActFormat format, const float* x, int64_t n, void* scratch, StreamHandle stream) {
   const ActQ8Layout l = act_q8_layout(n);

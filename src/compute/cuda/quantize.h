@@ -19,4 +19,11 @@ enum class ActFormat { kQ8_0, kQ8_1, kQ8_K };
 // REQUIRES: n % 32 == 0 (kQ8_K: n % 256 == 0).
 ActQ8 quantize_act(ActFormat format, const float* x, int64_t n, void* scratch, StreamHandle stream);
 
+// The activations rounded as quantize_act(format) rounds them, as F16: out[i] = q[i] * d
+// of its block (nearest even), the quants never stored; out: (n) device halves. The
+// prefill products multiply these, so their activations carry the CPU's 8-bit rounding and
+// lose only the F16 rounding of each value. REQUIRES: n % 256 == 0 for kQ8_K, n % 32 == 0
+// otherwise.
+void quantize_to_f16(ActFormat format, const float* x, int64_t n, uint16_t* out, StreamHandle stream);
+
 }  // namespace hypura::compute::cuda

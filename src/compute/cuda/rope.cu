@@ -6,12 +6,25 @@
 namespace hypura::compute::cuda {
 namespace {
 
-// One thread per (token, head, rotated pair).
-__global__ void rope_kernel(float* x, int n_head, int64_t token_stride, const int32_t* pos,
+// Rows of heads to rotate: x, heads per row, floats between rows.
+struct RopeTarget {
+  float* x;
+  int n_head;
+  int64_t token_stride;
+};
+
+// One thread per (target, token, head, rotated pair): the first target's pairs, then the
+// second's (n_first of them).
+__global__ void rope_kernel(RopeTarget t0, RopeTarget t1, int n_first, const int32_t* pos,
                             int head_dim, int n_rot, float theta_scale, float freq_scale,
                             const float* freq_factors, bool neox, int n_pairs_total) {
-  const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= n_pairs_total) return;
+  const bool second = idx >= n_first;
+  if (second) idx -= n_first;
+  float* x = second ? t1.x : t0.x;
+  const int n_head = second ? t1.n_head : t0.n_head;
+  const int64_t token_stride = second ? t1.token_stride : t0.token_stride;
   const int half = n_rot / 2;
   const int i = idx % half;
   const int head = (idx / half) % n_head;
@@ -30,19 +43,31 @@ __global__ void rope_kernel(float* x, int n_head, int64_t token_stride, const in
   h[b] = x0 * s + x1 * c;
 }
 
-}  // namespace
-
-void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t token_stride, const int32_t* pos,
-          const RopeParams& p, StreamHandle stream) {
-  const int64_t total = n_tokens * n_head * (p.n_rot / 2);
+void launch_rope(RopeTarget t0, RopeTarget t1, int64_t n_tokens, const int32_t* pos,
+                 const RopeParams& p, StreamHandle stream) {
+  const int64_t first = n_tokens * t0.n_head * (p.n_rot / 2);
+  const int64_t total = first + n_tokens * t1.n_head * (p.n_rot / 2);
   if (total == 0) return;
   // On the host with std::pow, as the CPU computes it, so theta_scale is the same float.
   const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
   const unsigned grid = static_cast<unsigned>((total + 255) / 256);
-  rope_kernel<<<grid, 256, 0, stream>>>(x, static_cast<int>(n_head), token_stride, pos,
+  rope_kernel<<<grid, 256, 0, stream>>>(t0, t1, static_cast<int>(first), pos,
                                         static_cast<int>(p.head_dim), static_cast<int>(p.n_rot),
                                         theta_scale, p.freq_scale, p.freq_factors, p.neox,
                                         static_cast<int>(total));
+}
+
+}  // namespace
+
+void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t token_stride, const int32_t* pos,
+          const RopeParams& p, StreamHandle stream) {
+  launch_rope({x, static_cast<int>(n_head), token_stride}, {nullptr, 0, 0}, n_tokens, pos, p, stream);
+}
+
+void rope_qk(float* q, int64_t n_head_q, float* k, int64_t n_head_k, int64_t n_tokens,
+             const int32_t* pos, const RopeParams& p, StreamHandle stream) {
+  launch_rope({q, static_cast<int>(n_head_q), n_head_q * p.head_dim},
+              {k, static_cast<int>(n_head_k), n_head_k * p.head_dim}, n_tokens, pos, p, stream);
 }
 
 }  // namespace hypura::compute::cuda

@@ -22,5 +22,9 @@ struct RopeParams {
 // rotated in place; pos: (n_tokens) device int32 positions.
 void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t token_stride, const int32_t* pos,
           const RopeParams& p, StreamHandle stream);
+// rope() of q (n_head_q heads per row) and k (n_head_k) in one launch, rows of each packed
+// (token stride n_head * head_dim).
+void rope_qk(float* q, int64_t n_head_q, float* k, int64_t n_head_k, int64_t n_tokens,
+             const int32_t* pos, const RopeParams& p, StreamHandle stream);
 
 }  // namespace hypura::compute::cuda

@@ -12,5 +12,7 @@ namespace hypura::compute::cuda {
 enum class UnaryOp { kSilu, kGeluTanh, kGeluTanhFp16 };
 
 void unary(UnaryOp op, float* x, int64_t n, StreamHandle stream);
+// Gated activation: gate[i] = op(gate[i]) * up[i] for i < n (the CPU's op, then its multiply).
+void glu(UnaryOp op, float* gate, const float* up, int64_t n, StreamHandle stream);
 
 }  // namespace hypura::compute::cuda

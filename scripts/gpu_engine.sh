@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# On the device machine: the whole engine on the GPU, in one call. The binaries are built
+# on the CI machine (Debian 12, CUDA 13) and carried with the Debian libraries the device
+# lacks (scripts/gpu_pack.sh makes the folder); cuBLAS is the device's own CUDA toolkit's.
+#
+#   bash scripts/gpu_engine.sh [DIR]       DIR: the packed folder (default .devgpu)
+#   STEPS="kernels golden 8b moe f16" (default: all) picks the steps:
+#     kernels  compute_cuda_test (every kernel against its CPU twin)
+#     golden   runtime_test's GPU goldens (shared/golden through the CUDA forward pass)
+#     8b, moe, f16   `hypura synth` of the 8b Q4_K_M, moe Q4_K_M and 8b F16 presets, then
+#              `hypura bench --device cuda` (pp512, tg128; BENCH_ARGS overrides); with
+#              GRAPH_AB=1 a second bench with HYPURA_CUDA_GRAPHS=0 (eager decode steps)
+# KEEP_MODELS=1 keeps the synthetic models in $MODELS (default /tmp/hypura-models).
+# Logs go to $OUT (the device tool's output folder) or /tmp/gpu_engine.
+set -uo pipefail
+DIR=$(realpath "${1:-.devgpu}")
+STEPS=${STEPS:-kernels golden 8b moe f16}
+BENCH_ARGS=${BENCH_ARGS:--p 512 -n 128 -r 3}
+LOG=${OUT:-/tmp/gpu_engine}
+MODELS=${MODELS:-/tmp/hypura-models}
+mkdir -p "$LOG" "$MODELS"
+
+cublas=$(ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null ||
+         find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -1)
+[ -n "$cublas" ] || { echo "gpu_engine.sh: no libcublas.so.13 on this machine"; exit 2; }
+export LD_LIBRARY_PATH="$DIR/lib:$(dirname "$cublas")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The tests read the goldens where the CI machine keeps them (compiled in).
+mkdir -p /work/shared && ln -sfn "$DIR/golden" /work/shared/golden
+
+echo "== GPU"
+nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,clocks.sm,clocks.mem \
+  --format=csv,noheader || true
+echo "cublas: $cublas"
+ldd "$DIR/bin/hypura" | grep -E "not found" && exit 3
+rc=0
+
+step() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
+if step kernels; then
+  echo "== kernels"
+  timeout 150 "$DIR/bin/compute_cuda_test" > "$LOG/kernels.log" 2>&1 || rc=1
+  grep -E "^\[  (FAILED|PASSED) |Failure|Expected|Which is|rel_l2|actual" "$LOG/kernels.log" | head -30
+  tail -2 "$LOG/kernels.log"
+fi
+
+if step golden; then
+  echo "== golden (GPU)"
+  timeout 240 "$DIR/bin/runtime_test" --gtest_filter='Archs/GoldenGpu*' > "$LOG/golden.log" 2>&1 || rc=1
+  grep -E "gpu|^\[  FAILED|Failure|Expected|Which is|actual" "$LOG/golden.log" | grep -v "^\[ RUN" | head -80
+  tail -2 "$LOG/golden.log"
+fi
+
+bench() {  # name, synth args...
+  local name=$1; shift
+  local model="$MODELS/$name.gguf"
+  echo "== $name: synth $*"
+  timeout 150 "$DIR/bin/hypura" synth -o "$model" "$@" --vocab-from "$DIR/golden/llama-f32.gguf" -q --no-sync 2>&1 | tail -1
+  echo "== $name: bench --device cuda $BENCH_ARGS"
+  # shellcheck disable=SC2086
+  timeout 200 "$DIR/bin/hypura" bench "$model" --device cuda $BENCH_ARGS 2>&1 | tee "$LOG/bench_$name.log" | grep -v "^\[info\]" || rc=1
+  if [ "${GRAPH_AB:-0}" = 1 ]; then
+    echo "== $name: bench --device cuda -p 0 -n 128 (HYPURA_CUDA_GRAPHS=0)"
+    HYPURA_CUDA_GRAPHS=0 timeout 200 "$DIR/bin/hypura" bench "$model" --device cuda -p 0 -n 128 -r 3 --no-reference 2>&1 | grep "tg128" || rc=1
+  fi
+  [ "${KEEP_MODELS:-0}" = 1 ] || rm -f "$model"
+}
+step 8b && bench 8b --preset 8b
+step moe && bench moe --preset moe
+step f16 && BENCH_ARGS="${F16_BENCH_ARGS:--p 512 -n 128 -r 3}" bench 8b-f16 --preset 8b --quant f16
+exit $rc

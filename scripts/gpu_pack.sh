@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# On the CI machine: packs what scripts/gpu_engine.sh runs on the device machine into DIR
+# (default: .devgpu in this checkout, which must be git-ignored there): the hypura binary,
+# runtime_test and compute_cuda_test from BUILD_DIR (stripped), the Debian libraries the
+# device lacks, the golden models, and the scripts. Prints the folder's size (the device
+# tool carries at most 64 MiB with the checkout).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+DIR=${1:-.devgpu}
+GOLDEN=${HYPURA_GOLDEN_DIR:-../shared/golden}
+rm -rf "$DIR"
+mkdir -p "$DIR/bin" "$DIR/lib" "$DIR/golden" "$DIR/scripts"
+for b in hypura src/runtime/runtime_test src/compute/cuda/compute_cuda_test; do
+  strip -o "$DIR/bin/$(basename "$b")" "$BUILD_DIR/$b"
+done
+# Shared libraries outside the C runtime and the CUDA toolkit.
+ldd "$DIR/bin/hypura" "$DIR/bin/runtime_test" | awk '/=> \// {print $3}' | sort -u |
+  grep -v -E '/(libc|libm|libgcc_s|libstdc\+\+|libpthread|libdl|librt|ld-linux[^/]*|libcublas|libcublasLt|libssl|libcrypto|libz)\.so' |
+  while read -r lib; do cp -L "$lib" "$DIR/lib/"; done
+cp "$GOLDEN"/*.gguf "$GOLDEN"/*.f32 "$GOLDEN"/manifest.json "$DIR/golden/"
+cp scripts/gpu_engine.sh scripts/gpu.sh "$DIR/scripts/"
+du -sh "$DIR"

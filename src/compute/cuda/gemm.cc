@@ -1,0 +1,167 @@
+// Gemm: row-major y (n, R) = x (n, K) W^T with W row-major (R, K) is, in cuBLAS's
+// column-major terms, Y (R x n) = W^T(stored K x R)^T . X (K x n): op(A) = T on W with
+// lda = K, op(B) = N on x with ldb = K, C = y with ldc = R.
+#include "compute/cuda/gemm.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <string>
+#include <type_traits>
+
+#include "compute/cuda/dequant.h"
+#include "compute/cuda/matvec.h"
+#include "compute/cuda/quantize.h"
+#include "quant/quant.h"
+
+namespace hypura::compute::cuda {
+namespace {
+
+// cuBLAS is loaded with dlopen when the first Gemm is made, not linked: linking it costs
+// every process about 50 MiB of resident memory at start (relocations of its 600 MiB of
+// libraries), which the memory ledger charges even when nothing runs on the GPU.
+struct Cublas {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSetMathMode) set_math_mode = nullptr;
+  decltype(&cublasSgemm_v2) sgemm = nullptr;
+  // cublasGemmEx has a C++ overload (cudaDataType compute type): name the C one.
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                            const void*, const void*, cudaDataType, int, const void*, cudaDataType,
+                            int, const void*, void*, cudaDataType, int, cublasComputeType_t,
+                            cublasGemmAlgo_t) = nullptr;
+  decltype(&cublasGetStatusName) status_name = nullptr;
+  decltype(&cublasGetStatusString) status_string = nullptr;
+  std::string error;  // why it could not be loaded, or ""
+};
+
+const Cublas& cublas() {
+  static const Cublas api = [] {
+    Cublas c;
+    const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      c.error = name + " not found (" + dlerror() + "): the GPU's prompt products need cuBLAS";
+      return c;
+    }
+    const auto sym = [&](auto& fn, const char* symbol) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
+      if (fn == nullptr && c.error.empty()) c.error = name + " lacks " + symbol;
+    };
+    sym(c.create, "cublasCreate_v2");
+    sym(c.destroy, "cublasDestroy_v2");
+    sym(c.set_stream, "cublasSetStream_v2");
+    sym(c.set_math_mode, "cublasSetMathMode");
+    sym(c.sgemm, "cublasSgemm_v2");
+    sym(c.gemm_ex, "cublasGemmEx");
+    sym(c.status_name, "cublasGetStatusName");
+    sym(c.status_string, "cublasGetStatusString");
+    return c;
+  }();
+  return api;
+}
+
+Status cublas_status(cublasStatus_t st, const char* what) {
+  if (st == CUBLAS_STATUS_SUCCESS) return Status::ok();
+  const StatusCode code =
+      st == CUBLAS_STATUS_ALLOC_FAILED ? StatusCode::kResourceExhausted : StatusCode::kInternal;
+  return Status(code, std::string(what) + ": " + cublas().status_name(st) + " (" +
+                          cublas().status_string(st) + ")");
+}
+
+// Tile rows: a multiple of 64 (aligned output columns) within tile_elems.
+int64_t tile_rows(int64_t tile_elems, int64_t n_cols, int64_t n_rows) {
+  const int64_t rows = std::max<int64_t>(64, tile_elems / n_cols / 64 * 64);
+  return std::min(rows, n_rows);
+}
+
+}  // namespace
+
+size_t Gemm::scratch_bytes(int64_t max_rows, int64_t max_cols, int64_t tile_elems) {
+  return static_cast<size_t>(max_rows * max_cols) * 2 + static_cast<size_t>(tile_elems) * 2;
+}
+
+Result<std::unique_ptr<Gemm>> Gemm::create(StreamHandle stream, int64_t max_rows, int64_t max_cols,
+                                           int64_t tile_elems) {
+  std::unique_ptr<Gemm> g(new Gemm());
+  g->stream_ = stream;
+  g->max_rows_ = max_rows;
+  g->max_cols_ = max_cols;
+  // At least 64 rows of the widest matrix, so a tile always holds 64 rows.
+  g->tile_elems_ = std::max(tile_elems, 64 * max_cols);
+  HYPURA_ASSIGN_OR_RETURN(g->x16_, DeviceBuffer::allocate(static_cast<size_t>(max_rows * max_cols) * 2));
+  HYPURA_ASSIGN_OR_RETURN(g->w16_, DeviceBuffer::allocate(static_cast<size_t>(g->tile_elems_) * 2));
+  const Cublas& api = cublas();
+  if (!api.error.empty()) return unsupported(api.error);
+  cublasHandle_t h = nullptr;
+  HYPURA_RETURN_IF_ERROR(cublas_status(api.create(&h), "cublasCreate"));
+  g->handle_ = h;
+  HYPURA_RETURN_IF_ERROR(cublas_status(api.set_stream(h, stream), "cublasSetStream"));
+  // FP32 products stay FP32 (no TF32), the F16 ones accumulate in FP32.
+  HYPURA_RETURN_IF_ERROR(cublas_status(api.set_math_mode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
+  return g;
+}
+
+Gemm::~Gemm() {
+  if (handle_ != nullptr) cublas().destroy(handle_);
+}
+
+Status Gemm::matmul(const WeightView& w, const float* x, int64_t n, float* y) {
+  const WeightView* ws[1] = {&w};
+  float* ys[1] = {y};
+  return matmul_shared(ws, ys, 1, x, n);
+}
+
+Status Gemm::matmul_shared(const WeightView* const* ws, float* const* ys, int count, const float* x,
+                           int64_t n) {
+  auto* x16 = x16_.as<uint16_t>();
+  gguf::GgmlType converted = gguf::GgmlType::I64;  // the activation format x16 holds (none yet)
+  const float one = 1.0f, zero = 0.0f;
+  for (int i = 0; i < count; ++i) {
+    const WeightView& w = *ws[i];
+    float* y = ys[i];
+    const int m_all = static_cast<int>(w.n_rows), k = static_cast<int>(w.n_cols), nn = static_cast<int>(n);
+    if (w.type == gguf::GgmlType::F32) {
+      HYPURA_RETURN_IF_ERROR(cublas_status(
+          cublas().sgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, m_all, nn, k, &one,
+                      static_cast<const float*>(w.data), k, x, k, &zero, y, m_all),
+          "cublasSgemm"));
+      continue;
+    }
+    // Quantized weights: the CPU's 8-bit activations widened to F16; float ones: F16 of x.
+    const gguf::GgmlType act_type = quant::activation_type(w.type);
+    if (act_type != converted) {
+      if (act_type == gguf::GgmlType::Q8_0 || act_type == gguf::GgmlType::Q8_1 ||
+          act_type == gguf::GgmlType::Q8_K) {
+        const ActFormat f = act_type == gguf::GgmlType::Q8_K ? ActFormat::kQ8_K
+                            : act_type == gguf::GgmlType::Q8_1 ? ActFormat::kQ8_1 : ActFormat::kQ8_0;
+        quantize_to_f16(f, x, n * w.n_cols, x16, stream_);
+      } else {
+        f32_to_f16(x, n * w.n_cols, x16, stream_);
+      }
+      converted = act_type;
+    }
+    const int64_t rows = tile_rows(tile_elems_, w.n_cols, w.n_rows);
+    for (int64_t r0 = 0; r0 < w.n_rows; r0 += rows) {
+      const int64_t tr = std::min(rows, w.n_rows - r0);
+      const void* a = nullptr;
+      if (w.type == gguf::GgmlType::F16) {
+        a = w.row(r0);
+      } else {
+        dequantize_rows_f16(w, r0, tr, w16_.as<uint16_t>(), stream_);
+        a = w16_.data();
+      }
+      HYPURA_RETURN_IF_ERROR(cublas_status(
+          cublas().gemm_ex(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(tr), nn, k, &one, a,
+                       CUDA_R_16F, k, x16, CUDA_R_16F, k, &zero, y + r0, CUDA_R_32F, m_all,
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx"));
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace hypura::compute::cuda

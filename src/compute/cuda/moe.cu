@@ -1,0 +1,90 @@
+#include "compute/cuda/common.cuh"
+#include "compute/cuda/moe.h"
+
+namespace hypura::compute::cuda {
+namespace {
+
+// One thread per token: n_expert * k comparisons, a few thousand at most.
+__global__ void top_k_kernel(const float* __restrict__ probs, int n_tokens, int n_expert, int k,
+                             int32_t* __restrict__ selected, float* __restrict__ weights) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= n_tokens) return;
+  const float* p = probs + static_cast<int64_t>(t) * n_expert;
+  int32_t* sel = selected + static_cast<int64_t>(t) * k;
+  float* w = weights + static_cast<int64_t>(t) * k;
+  float sum = 0.0f;
+  for (int slot = 0; slot < k; ++slot) {
+    int best = -1;
+    for (int e = 0; e < n_expert; ++e) {
+      bool taken = false;
+      for (int s = 0; s < slot; ++s) taken |= sel[s] == e;
+      if (taken) continue;
+      if (best < 0 || p[e] > p[best]) best = e;
+    }
+    sel[slot] = best;
+    w[slot] = p[best];
+    sum = __fadd_rn(sum, p[best]);
+  }
+  for (int slot = 0; slot < k; ++slot) w[slot] = __fdiv_rn(w[slot], sum);
+}
+
+__global__ void gather_kernel(const float* __restrict__ x, const int32_t* __restrict__ pairs,
+                              int64_t n, int k, int width, float* __restrict__ out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n * width) return;
+  const int64_t r = i / width;
+  out[i] = x[static_cast<int64_t>(pairs[r] / k) * width + i % width];
+}
+
+__global__ void scatter_kernel(const float* __restrict__ src, const int32_t* __restrict__ pairs,
+                               int64_t n, int width, float* __restrict__ dst) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n * width) return;
+  const int64_t r = i / width;
+  dst[static_cast<int64_t>(pairs[r]) * width + i % width] = src[i];
+}
+
+__global__ void combine_kernel(const float* __restrict__ slot_out, const float* __restrict__ w,
+                               int64_t n, int k, int width, float* __restrict__ out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n * width) return;
+  const int64_t t = i / width, c = i % width;
+  const float* rows = slot_out + t * k * width + c;
+  float acc = __fmul_rn(rows[0], w[t * k]);
+  for (int s = 1; s < k; ++s) acc = __fadd_rn(acc, __fmul_rn(rows[s * width], w[t * k + s]));
+  out[i] = acc;
+}
+
+unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + 255) / 256); }
+
+}  // namespace
+
+void moe_top_k(const float* probs, int64_t n_tokens, int64_t n_expert, int64_t k,
+               int32_t* selected, float* weights, StreamHandle stream) {
+  if (n_tokens == 0) return;
+  top_k_kernel<<<static_cast<unsigned>((n_tokens + 63) / 64), 64, 0, stream>>>(
+      probs, static_cast<int>(n_tokens), static_cast<int>(n_expert), static_cast<int>(k), selected,
+      weights);
+}
+
+void gather_rows(const float* x, const int32_t* pairs, int64_t n, int64_t k, int64_t width,
+                 float* out, StreamHandle stream) {
+  if (n == 0) return;
+  gather_kernel<<<blocks_for(n * width), 256, 0, stream>>>(x, pairs, n, static_cast<int>(k),
+                                                           static_cast<int>(width), out);
+}
+
+void scatter_rows(const float* src, const int32_t* pairs, int64_t n, int64_t width, float* dst,
+                  StreamHandle stream) {
+  if (n == 0) return;
+  scatter_kernel<<<blocks_for(n * width), 256, 0, stream>>>(src, pairs, n, static_cast<int>(width), dst);
+}
+
+void moe_combine(const float* slot_out, const float* weights, int64_t n_tokens, int64_t k,
+                 int64_t width, float* out, StreamHandle stream) {
+  if (n_tokens == 0) return;
+  combine_kernel<<<blocks_for(n_tokens * width), 256, 0, stream>>>(
+      slot_out, weights, n_tokens, static_cast<int>(k), static_cast<int>(width), out);
+}
+
+}  // namespace hypura::compute::cuda

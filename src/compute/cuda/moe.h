@@ -1,0 +1,32 @@
+// Mixture-of-experts pieces on the GPU, the twins of model::CpuBlocks' routing and sums:
+// top-k selection over softmaxed router rows, gathering a batch's rows for one expert,
+// scattering expert outputs to their (token, slot) rows, and the weighted slot sum.
+//
+// All pointers are device memory; work is queued on `stream`.
+#pragma once
+
+#include <cstdint>
+
+#include "compute/cuda/device.h"
+
+namespace hypura::compute::cuda {
+
+// probs: (n_tokens, n_expert), already softmaxed. For each token: the k most probable
+// experts by slot (the lower id on ties), selected (n_tokens, k), and their probabilities
+// divided by their float sum (summed in slot order), weights (n_tokens, k): as the CPU.
+void moe_top_k(const float* probs, int64_t n_tokens, int64_t n_expert, int64_t k,
+               int32_t* selected, float* weights, StreamHandle stream);
+
+// out[r, :] = x[pairs[r] / k, :] for r < n (pairs: token * k + slot). width floats per row.
+void gather_rows(const float* x, const int32_t* pairs, int64_t n, int64_t k, int64_t width,
+                 float* out, StreamHandle stream);
+// dst[pairs[r], :] = src[r, :] for r < n.
+void scatter_rows(const float* src, const int32_t* pairs, int64_t n, int64_t width, float* dst,
+                  StreamHandle stream);
+
+// out[t, :] = sum over slots s in order of slot_out[t * k + s, :] * weights[t * k + s]
+// (each product rounded, then added: the CPU's scale-then-add). out may not alias slot_out.
+void moe_combine(const float* slot_out, const float* weights, int64_t n_tokens, int64_t k,
+                 int64_t width, float* out, StreamHandle stream);
+
+}  // namespace hypura::compute::cuda

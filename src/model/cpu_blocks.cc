@@ -1,0 +1,405 @@
+#include "model/cpu_blocks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cassert>
+#include <cstring>
+
+#include "compute/cpu/thread_pool.h"
+#include "runtime/weight_provider.h"
+
+namespace hypura::model {
+namespace {
+
+const float* as_floats(const WeightView& w) { return static_cast<const float*>(w.data); }
+
+}  // namespace
+
+CpuBlocks::CpuBlocks(const HParams& hp, const WeightMap& weights, compute::Context& ctx,
+                     runtime::WeightProvider& provider, int64_t max_batch, int64_t n_ctx)
+    : Blocks(hp, weights, provider, max_batch, n_ctx), ctx_(ctx) {
+  const auto rows = [&](int64_t width) { return static_cast<size_t>(max_batch * width); };
+  x_buf_.resize(rows(hp.n_embd));
+  cur_buf_.resize(rows(hp.n_embd));
+  tmp_buf_.resize(rows(hp.n_embd));
+  q_buf_.resize(rows(hp.q_width()));
+  k_buf_.resize(rows(hp.k_width()));
+  v_buf_.resize(rows(hp.v_width()));
+  attn_buf_.resize(rows(hp.n_head * hp.head_dim_v));
+  x_ = x_buf_.data();
+  cur_ = cur_buf_.data();
+  tmp_ = tmp_buf_.data();
+  q_ = q_buf_.data();
+  k_ = k_buf_.data();
+  v_ = v_buf_.data();
+  attn_ = attn_buf_.data();
+  const int64_t ff = std::max(hp.n_ff, hp.n_ff_expert);
+  ff_gate_.resize(rows(ff));
+  ff_up_.resize(rows(ff));
+  attn_scratch_.resize(static_cast<size_t>(ctx.n_threads()));
+  const auto block_rows = static_cast<size_t>(kQueryBlock * (hp.n_head / hp.n_head_kv));
+  for (auto& s : attn_scratch_) {
+    s.keys.resize(static_cast<size_t>(kKeyBlock * hp.head_dim));
+    s.values.resize(static_cast<size_t>(kKeyBlock * hp.head_dim_v));
+    s.q_rows.resize(block_rows);
+    s.lo.resize(block_rows);
+    s.hi.resize(block_rows);
+    s.m.resize(block_rows);
+    s.l.resize(block_rows);
+    s.acc.resize(block_rows * static_cast<size_t>(hp.head_dim_v));
+    s.seg_m.resize(block_rows);
+    s.seg_l.resize(block_rows);
+    s.seg_acc.resize(block_rows * static_cast<size_t>(hp.head_dim_v));
+  }
+  // Partials of a split step: (kv head, segment, rows of up to kSplitMaxTokens tokens).
+  const auto split_rows = static_cast<size_t>(hp.n_head_kv * ((n_ctx + kKeySegment - 1) / kKeySegment) *
+                                              kSplitMaxTokens * (hp.n_head / hp.n_head_kv));
+  split_m_.resize(split_rows);
+  split_l_.resize(split_rows);
+  split_acc_.resize(split_rows * static_cast<size_t>(hp.head_dim_v));
+  if (hp.n_expert > 0) {
+    router_probs_.resize(rows(hp.n_expert));
+    selected_.resize(rows(hp.n_expert_used));
+    selected_w_.resize(rows(hp.n_expert_used));
+    slot_out_.resize(rows(hp.n_expert_used * hp.n_embd));
+    expert_in_.resize(rows(hp.n_embd));
+    expert_out_.resize(rows(hp.n_embd));
+    expert_rows_.resize(rows(hp.n_expert_used));
+    used_experts_.reserve(static_cast<size_t>(hp.n_expert));
+  }
+  ctx.reserve(max_batch, std::max({hp.n_embd, ff, hp.n_head * hp.head_dim_v}));
+}
+
+template <class Fn>
+void CpuBlocks::parallel_for(int64_t n, Fn&& fn) {
+  if (n < 2 || ctx_.n_threads() == 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  ctx_.pool().run([&](int ith, int nth) {
+    int64_t begin, end;
+    compute::split_range(n, ith, nth, 1, &begin, &end);
+    if (begin < end) fn(begin, end);
+  });
+}
+
+void CpuBlocks::embed(const WeightView& table, const int32_t* tokens) {
+  ctx_.get_rows(table, tokens, n_tokens_, x());
+}
+
+Status CpuBlocks::finish(const WeightView& output, bool all_logits, float* logits, float* hidden) {
+  const int64_t e = hp_.n_embd;
+  if (hidden != nullptr) std::copy_n(cur(), n_tokens_ * e, hidden);
+  if (logits == nullptr) return Status::ok();  // embeddings only: no output layer
+  if (all_logits) {
+    ctx_.matmul(output, cur(), n_tokens_, logits);
+  } else {
+    ctx_.matmul(output, cur() + (n_tokens_ - 1) * e, 1, logits);
+  }
+  return Status::ok();
+}
+
+void CpuBlocks::norm(const float* in, const WeightView& w, float* out) {
+  const int64_t width = w.n_cols;
+  parallel_for(n_tokens_, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      compute::rms_norm(in + t * width, as_floats(w), width, hp_.rms_eps, out + t * width);
+    }
+  });
+}
+
+void CpuBlocks::linear(const WeightView& w, const float* in, float* out) {
+  ctx_.matmul(w, in, n_tokens_, out);
+}
+
+void CpuBlocks::project_qkv(const AttnViews& a, const float* in) {
+  ctx_.matmul(a.wq, in, n_tokens_, q());
+  ctx_.matmul(a.wk, in, n_tokens_, k());
+  ctx_.matmul(a.wv, in, n_tokens_, v());
+}
+
+void CpuBlocks::add_bias(float* rows, const WeightView& b) {
+  for (int64_t t = 0; t < n_tokens_; ++t) compute::add(rows + t * b.n_cols, as_floats(b), b.n_cols);
+}
+
+void CpuBlocks::head_norm(float* rows, int64_t n_heads, const WeightView& w) {
+  const int64_t d = w.n_cols;
+  parallel_for(n_tokens_, [&](int64_t t0, int64_t t1) {
+    for (int64_t i = t0 * n_heads; i < t1 * n_heads; ++i) {
+      compute::rms_norm(rows + i * d, as_floats(w), d, hp_.rms_eps, rows + i * d);
+    }
+  });
+}
+
+void CpuBlocks::rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) {
+  const float* factors = rope_factors_;
+  const int64_t d = hp_.head_dim;
+  parallel_for(n_tokens_, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t h = 0; h < n_heads; ++h) {
+        compute::rope(rows + (t * n_heads + h) * d, d, hp_.n_rot, pos_ + t, freq_base,
+                      freq_scale, factors, hp_.rope_neox);
+      }
+    }
+  });
+}
+
+void CpuBlocks::scale(float* rows, int64_t width, float s) {
+  compute::scale(rows, s, n_tokens_ * width);
+}
+
+void CpuBlocks::residual(float* x, const float* y) { compute::add(x, y, n_tokens_ * hp_.n_embd); }
+
+// Attention, flash-attention style: query rows are taken in blocks of kQueryBlock tokens
+// (times the q heads sharing a kv head), keys and values in blocks of kKeyBlock positions
+// aligned to absolute positions. Each key block is widened from the cache once and used
+// by every query row of the block, with an online softmax (running max m, running sum l,
+// rescaled accumulator), so the cost per prompt token grows only with the attention
+// arithmetic itself.
+//
+// Keys are grouped in segments of kKeySegment aligned positions: each segment's softmax
+// partial (m, l, acc) is computed from a fresh state and the partials are merged in
+// segment order. A prompt's work items are (query block, kv head) pairs, each walking its
+// segments in turn; a step of one or a few tokens has too few such items for the pool, so
+// its segments become items of their own, computed in parallel and merged afterwards.
+//
+// Batch invariance: a query row meets the same segments and key blocks in the same order,
+// and every score, update and merge is computed by the same code whichever path, batch or
+// block it is in, so a prompt split into any batches gives bit-identical rows.
+void CpuBlocks::attention(int64_t il, bool swa, float kq_scale) {
+  kv_->store(il, pos_, n_tokens_, k(), v());
+  const int64_t n_kv = hp_.n_head_kv;
+  const int64_t n_qblocks = (n_tokens_ + kQueryBlock - 1) / kQueryBlock;
+  const int64_t n_segments = (pos_ + n_tokens_ - 1) / kKeySegment + 1;
+  const bool split = n_tokens_ <= kSplitMaxTokens && n_segments > 1;
+  if (!split) {
+    ctx_.pool().run([&](int ith, int nth) {
+      int64_t begin, end;
+      compute::split_range(n_qblocks * n_kv, ith, nth, 1, &begin, &end);
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t t0 = (i / n_kv) * kQueryBlock;
+        attend_block(il, i % n_kv, t0, std::min(n_tokens_, t0 + kQueryBlock), swa, kq_scale, ith);
+      }
+    });
+    return;
+  }
+  // One query block (n_tokens_ <= kSplitMaxTokens): items are (kv head, segment).
+  const int64_t n_rows = n_tokens_ * (hp_.n_head / n_kv), dv = hp_.head_dim_v;
+  // Each item writes its own partial, so the result does not depend on the split.
+  auto part = [&](int64_t g, int64_t seg) {
+    const int64_t row0 = (g * n_segments + seg) * n_rows;
+    return Partial{split_m_.data() + row0, split_l_.data() + row0, split_acc_.data() + row0 * dv};
+  };
+  ctx_.pool().run([&](int ith, int nth) {
+    int64_t begin, end;
+    compute::split_range(n_kv * n_segments, ith, nth, 1, &begin, &end);
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t g = i / n_segments, seg = i % n_segments;
+      segment_partial(il, g, 0, n_tokens_, seg, swa, kq_scale, attn_scratch_[ith], part(g, seg));
+    }
+  });
+  for (int64_t g = 0; g < n_kv; ++g) {
+    AttnScratch& s = attn_scratch_[0];
+    const Partial total{s.m.data(), s.l.data(), s.acc.data()};
+    clear_partial(total, n_rows);
+    for (int64_t seg = 0; seg < n_segments; ++seg) merge_partial(total, part(g, seg), n_rows);
+    write_attention(g, 0, n_tokens_, total);
+  }
+}
+
+void CpuBlocks::clear_partial(const Partial& p, int64_t n_rows) const {
+  std::fill(p.m, p.m + n_rows, -INFINITY);
+  std::fill(p.l, p.l + n_rows, 0.0);
+  std::fill(p.acc, p.acc + n_rows * hp_.head_dim_v, 0.0f);
+}
+
+// total <- softmax-merge(total, part), row by row. A side with nothing summed is skipped
+// or copied, so the first segment of a row lands unchanged whichever path merges it.
+void CpuBlocks::merge_partial(const Partial& total, const Partial& part, int64_t n_rows) const {
+  const int64_t dv = hp_.head_dim_v;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    if (part.l[r] == 0) continue;
+    float* acc = total.acc + r * dv;
+    const float* add = part.acc + r * dv;
+    if (total.l[r] == 0) {
+      total.m[r] = part.m[r];
+      total.l[r] = part.l[r];
+      std::copy(add, add + dv, acc);
+      continue;
+    }
+    const float m = std::fmax(total.m[r], part.m[r]);
+    const float a = std::exp(total.m[r] - m), b = std::exp(part.m[r] - m);
+    total.m[r] = m;
+    total.l[r] = total.l[r] * a + part.l[r] * b;
+    for (int64_t c = 0; c < dv; ++c) acc[c] = acc[c] * a + add[c] * b;
+  }
+}
+
+// The softmax partial of query rows t in [t0, t1) (every q head of kv head g; row r is
+// token t0 + r / n_gqa, head g * n_gqa + r % n_gqa) over the keys of segment `seg`.
+// Key blocks are widened from their aligned start, whatever the first visible key, so
+// the kernel's lanes always follow absolute positions.
+void CpuBlocks::segment_partial(int64_t il, int64_t g, int64_t t0, int64_t t1, int64_t seg, bool swa,
+                             float kq_scale, AttnScratch& s, const Partial& out) {
+  const int64_t d = hp_.head_dim, dv = hp_.head_dim_v;
+  const int64_t n_gqa = hp_.n_head / hp_.n_head_kv;
+  const int64_t n_rows = (t1 - t0) * n_gqa;
+  auto first_key = [&](int64_t p) { return swa ? std::max<int64_t>(0, p - hp_.n_swa + 1) : 0; };
+  clear_partial(out, n_rows);
+  // Keys any row may see, within the segment.
+  const int64_t lo = std::max(first_key(pos_ + t0), seg * kKeySegment);
+  const int64_t hi = std::min(pos_ + t1 - 1, (seg + 1) * kKeySegment - 1);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const int64_t t = t0 + r / n_gqa, h = g * n_gqa + r % n_gqa;
+    s.q_rows[r] = q() + (t * hp_.n_head + h) * d;
+  }
+  const compute::AttentionRows rows{n_rows,      d,           dv,    kq_scale, s.q_rows.data(),
+                                    s.lo.data(), s.hi.data(), out.m, out.l,    out.acc};
+  for (int64_t kb = lo / kKeyBlock * kKeyBlock; kb <= hi; kb += kKeyBlock) {
+    const int64_t n_keys = std::min(kb + kKeyBlock, hi + 1) - kb;
+    ctx_.widen_rows(kv_->k_rows(il, g, kb), n_keys, d, s.keys.data());
+    ctx_.widen_rows(kv_->v_rows(il, g, kb), n_keys, dv, s.values.data());
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const int64_t p = pos_ + t0 + r / n_gqa;
+      const int64_t j0 = std::max({kb, lo, first_key(p)}), j1 = std::min(kb + n_keys, p + 1);
+      s.lo[r] = static_cast<int32_t>(j0 - kb);
+      s.hi[r] = static_cast<int32_t>(std::max(j0, j1) - kb);
+    }
+    ctx_.attention_step(rows, s.keys.data(), s.values.data(), n_keys);
+  }
+}
+
+// attn() rows of tokens [t0, t1), every q head of kv head g: acc / l.
+void CpuBlocks::write_attention(int64_t g, int64_t t0, int64_t t1, const Partial& total) {
+  const int64_t dv = hp_.head_dim_v, n_gqa = hp_.n_head / hp_.n_head_kv;
+  for (int64_t r = 0; r < (t1 - t0) * n_gqa; ++r) {
+    const int64_t t = t0 + r / n_gqa, h = g * n_gqa + r % n_gqa;
+    float* out = attn() + (t * hp_.n_head + h) * dv;
+    const float inv = total.l[r] > 0 ? static_cast<float>(1.0 / total.l[r]) : 0.0f;
+    for (int64_t c = 0; c < dv; ++c) out[c] = total.acc[r * dv + c] * inv;
+  }
+}
+
+// Query rows t in [t0, t1) of every q head of kv head g: the segments' partials merged in
+// order, then normalised.
+void CpuBlocks::attend_block(int64_t il, int64_t g, int64_t t0, int64_t t1, bool swa,
+                          float kq_scale, int thread) {
+  AttnScratch& s = attn_scratch_[thread];
+  const int64_t n_rows = (t1 - t0) * (hp_.n_head / hp_.n_head_kv);
+  const Partial total{s.m.data(), s.l.data(), s.acc.data()};
+  const Partial seg_part{s.seg_m.data(), s.seg_l.data(), s.seg_acc.data()};
+  clear_partial(total, n_rows);
+  const int64_t first = swa ? std::max<int64_t>(0, pos_ + t0 - hp_.n_swa + 1) : 0;
+  for (int64_t seg = first / kKeySegment; seg * kKeySegment <= pos_ + t1 - 1; ++seg) {
+    segment_partial(il, g, t0, t1, seg, swa, kq_scale, s, seg_part);
+    merge_partial(total, seg_part, n_rows);
+  }
+  write_attention(g, t0, t1, total);
+}
+
+void CpuBlocks::dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) {
+  const int64_t ff = w.gate.n_rows;
+  linear(w.gate, in, ff_gate_.data());
+  linear(w.up, in, ff_up_.data());
+  gated_activation(act, n_tokens_ * ff);
+  linear(w.down, ff_gate_.data(), out);
+}
+
+// ff_gate_[0..n) = act(ff_gate_) * ff_up_, in chunks across the pool.
+void CpuBlocks::gated_activation(FfnAct act, int64_t n) {
+  constexpr int64_t kChunk = 1024;
+  parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c0, int64_t c1) {
+    const int64_t begin = c0 * kChunk, len = std::min(c1 * kChunk, n) - begin;
+    float* g = ff_gate_.data() + begin;
+    if (act == FfnAct::kSilu) {
+      compute::silu(g, len);
+    } else {
+      // ggml's CPU GELU rounds input and output through fp16; so do we, to match it.
+      compute::gelu_tanh_fp16(g, len);
+    }
+    compute::mul(g, ff_up_.data() + begin, len);
+  });
+}
+
+// Router: probabilities by softmax, the n_expert_used most probable experts (lower id on
+// ties), their probabilities renormalised to sum 1.
+void CpuBlocks::route(const float* in) {
+  const int64_t ne = hp_.n_expert, k = hp_.n_expert_used;
+  for (int64_t t = 0; t < n_tokens_; ++t) {
+    float* probs = router_probs_.data() + t * ne;
+    compute::softmax(probs, ne);
+    int32_t* sel = selected_.data() + t * k;
+    float* wts = selected_w_.data() + t * k;
+    float sum = 0.0f;
+    for (int64_t slot = 0; slot < k; ++slot) {
+      int32_t best = -1;
+      for (int32_t e = 0; e < ne; ++e) {
+        if (std::find(sel, sel + slot, e) != sel + slot) continue;
+        if (best < 0 || probs[e] > probs[best]) best = e;
+      }
+      sel[slot] = best;
+      wts[slot] = probs[best];
+      sum += probs[best];
+    }
+    for (int64_t slot = 0; slot < k; ++slot) wts[slot] /= sum;
+  }
+  (void)in;
+}
+
+Status CpuBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) {
+  provider_.observe_hidden(static_cast<int>(il), std::span(in, n_tokens_ * hp_.n_embd), n_tokens_);
+  linear(w.router, in, router_probs_.data());
+  route(in);
+  HYPURA_RETURN_IF_ERROR(run_experts(il, w, in));
+  const int64_t k = hp_.n_expert_used, e = hp_.n_embd;
+  for (int64_t t = 0; t < n_tokens_; ++t) {
+    const float* slots = slot_out_.data() + t * k * e;
+    float* o = out + t * e;
+    std::memcpy(o, slots, static_cast<size_t>(e) * sizeof(float));
+    for (int64_t slot = 1; slot < k; ++slot) compute::add(o, slots + slot * e, e);
+  }
+  return Status::ok();
+}
+
+// Runs each selected expert once on the rows routed to it; results land in slot_out_
+// scaled by their routing weight. The provider learns the routing first (route()) and
+// picks the order (order_experts(): what is in RAM first), then the experts are acquired
+// one at a time and computed before the next is asked for, so a streaming provider
+// overlaps later reads with earlier compute.
+Status CpuBlocks::run_experts(int64_t il, const FfnViews& w, const float* in) {
+  const int64_t k = hp_.n_expert_used, e = hp_.n_embd;
+  std::vector<int32_t>& used = used_experts_;
+  used.clear();
+  for (int64_t i = 0; i < n_tokens_ * k; ++i) used.push_back(selected_[i]);
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+  provider_.route(static_cast<int>(il), std::span(selected_.data(), n_tokens_ * k),
+                  static_cast<int>(k));
+  provider_.order_experts(static_cast<int>(il), used);  // outputs go to per-slot rows: any order
+  for (int32_t id : used) {
+    const ExpertRequest requests[3] = {{w.gate_exps, id}, {w.up_exps, id}, {w.down_exps, id}};
+    WeightView views[3];
+    HYPURA_RETURN_IF_ERROR(provider_.acquire_experts(static_cast<int>(il), requests, views));
+    int64_t m = 0;
+    for (int64_t i = 0; i < n_tokens_ * k; ++i) {
+      if (selected_[i] != id) continue;
+      expert_rows_[m] = static_cast<int32_t>(i);
+      std::memcpy(expert_in_.data() + m * e, in + (i / k) * e, static_cast<size_t>(e) * 4);
+      ++m;
+    }
+    const WeightView &gate = views[0], &up = views[1], &down = views[2];
+    ctx_.matmul(gate, expert_in_.data(), m, ff_gate_.data());
+    ctx_.matmul(up, expert_in_.data(), m, ff_up_.data());
+    gated_activation(FfnAct::kSilu, m * gate.n_rows);
+    ctx_.matmul(down, ff_gate_.data(), m, expert_out_.data());
+    for (int64_t r = 0; r < m; ++r) {
+      const int32_t i = expert_rows_[r];  // token * k + slot
+      float* dst = slot_out_.data() + static_cast<int64_t>(i) * e;
+      std::memcpy(dst, expert_out_.data() + r * e, static_cast<size_t>(e) * 4);
+      compute::scale(dst, selected_w_[i], e);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace hypura::model

@@ -1,0 +1,104 @@
+// CpuBlocks: the Blocks of blocks.h on the CPU, in host memory, through compute::Context
+// (its matmuls and its flash-style attention over the host KV cache) and the F32 helpers.
+// Results are batch-invariant (model.h): a prompt split into any batches gives
+// bit-identical rows.
+//
+// Thread-safety: one forward pass at a time; row-wise work and attention run on the
+// context's pool.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/blocks.h"
+
+namespace hypura::model {
+
+class CpuBlocks final : public Blocks {
+ public:
+  CpuBlocks(const HParams& hp, const WeightMap& weights, compute::Context& ctx,
+            runtime::WeightProvider& provider, int64_t max_batch, int64_t n_ctx);
+
+  bool on_device() const override { return false; }
+  void embed(const WeightView& table, const int32_t* tokens) override;
+  void norm(const float* in, const WeightView& w, float* out) override;
+  void linear(const WeightView& w, const float* in, float* out) override;
+  void project_qkv(const AttnViews& a, const float* in) override;
+  void add_bias(float* rows, const WeightView& b) override;
+  void head_norm(float* rows, int64_t n_heads, const WeightView& w) override;
+  void rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) override;
+  void rope_qk(float freq_base, float freq_scale) override {
+    rope(q(), hp_.n_head, freq_base, freq_scale);
+    rope(k(), hp_.n_head_kv, freq_base, freq_scale);
+  }
+  void scale(float* rows, int64_t width, float s) override;
+  void residual(float* x, const float* y) override;
+  void attention(int64_t il, bool swa, float kq_scale) override;
+  void dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) override;
+  Status moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) override;
+  Status finish(const WeightView& output, bool all_logits, float* logits, float* hidden) override;
+
+ private:
+  // Attention (cpu_blocks.cc): a softmax partial over some keys of query rows: running max
+  // m, running sum l of exp(score - m), acc = sum of exp(score - m) * value (rows, head_dim_v).
+  struct Partial {
+    float* m;
+    double* l;
+    float* acc;
+  };
+  struct AttnScratch;
+  void attend_block(int64_t il, int64_t g, int64_t t0, int64_t t1, bool swa, float kq_scale,
+                    int thread);
+  void segment_partial(int64_t il, int64_t g, int64_t t0, int64_t t1, int64_t seg, bool swa,
+                       float kq_scale, AttnScratch& s, const Partial& out);
+  void clear_partial(const Partial& p, int64_t n_rows) const;
+  void merge_partial(const Partial& total, const Partial& part, int64_t n_rows) const;
+  void write_attention(int64_t g, int64_t t0, int64_t t1, const Partial& total);
+  // Runs fn(begin, end) over [0, n) split across the compute pool (inline when n < 2).
+  // Elementwise and row-wise work only: results do not depend on the split.
+  template <class Fn>
+  void parallel_for(int64_t n, Fn&& fn);
+  void route(const float* in);
+  void gated_activation(FfnAct act, int64_t n);
+  Status run_experts(int64_t il, const FfnViews& w, const float* in);
+
+  compute::Context& ctx_;
+  std::vector<float> x_buf_, cur_buf_, tmp_buf_, q_buf_, k_buf_, v_buf_, attn_buf_;
+  std::vector<float> ff_gate_;  // (max_batch, max(n_ff, n_ff_expert))
+  std::vector<float> ff_up_;    // (max_batch, max(n_ff, n_ff_expert))
+  // Attention tiles (cpu_blocks.cc): query tokens per block, keys per aligned block, keys
+  // per aligned segment, and the most tokens a step may have to split its segments over the pool.
+  static constexpr int64_t kQueryBlock = 32;
+  static constexpr int64_t kKeyBlock = compute::kAttnMaxKeys;
+  static constexpr int64_t kKeySegment = 512;
+  static constexpr int64_t kSplitMaxTokens = 4;
+  // Attention scratch per pool thread; rows = kQueryBlock * (n_head / n_head_kv).
+  struct AttnScratch {
+    std::vector<float> keys;    // (kKeyBlock, head_dim) one widened key block
+    std::vector<float> values;  // (kKeyBlock, head_dim_v)
+    std::vector<const float*> q_rows;  // (rows) each row's query vector
+    std::vector<int32_t> lo, hi;       // (rows) visible keys of the current key block
+    std::vector<float> m;       // (rows) the merged partial of a query block
+    std::vector<double> l;      // (rows)
+    std::vector<float> acc;     // (rows, head_dim_v)
+    std::vector<float> seg_m;   // (rows) the partial of the segment being computed
+    std::vector<double> seg_l;  // (rows)
+    std::vector<float> seg_acc; // (rows, head_dim_v)
+  };
+  std::vector<AttnScratch> attn_scratch_;
+  // Partials of a split step: (kv head, segment, row) for up to kSplitMaxTokens tokens.
+  std::vector<float> split_m_;      // (rows)
+  std::vector<double> split_l_;     // (rows)
+  std::vector<float> split_acc_;    // (rows, head_dim_v)
+  // MoE routing state.
+  std::vector<float> router_probs_;     // (max_batch, n_expert)
+  std::vector<int32_t> selected_;       // (max_batch, n_expert_used) expert ids by slot
+  std::vector<float> selected_w_;       // (max_batch, n_expert_used) renormalised weights
+  std::vector<float> slot_out_;         // (max_batch, n_expert_used, n_embd)
+  std::vector<float> expert_in_;        // (max_batch, n_embd) gathered rows of one expert
+  std::vector<float> expert_out_;       // (max_batch, n_embd)
+  std::vector<int32_t> expert_rows_;    // (max_batch * n_expert_used) token*K+slot per expert
+  std::vector<int32_t> used_experts_;   // distinct experts of the batch (capacity n_expert)
+};
+
+}  // namespace hypura::model

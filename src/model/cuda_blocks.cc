@@ -1,0 +1,668 @@
+#include "model/cuda_blocks.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+
+#if HYPURA_HAVE_CUDA
+#include "compute/cuda/attention.h"
+#include "compute/cuda/binary.h"
+#include "compute/cuda/dequant.h"
+#include "compute/cuda/fused.h"
+#include "compute/cuda/device.h"
+#include "compute/cuda/gemm.h"
+#include "compute/cuda/matvec.h"
+#include "compute/cuda/moe.h"
+#include "compute/cuda/norm.h"
+#include "compute/cuda/rope.h"
+#include "compute/cuda/quantize.h"
+#include "compute/cuda/softmax.h"
+#include "compute/cuda/unary.h"
+#endif
+
+namespace hypura::model {
+namespace {
+
+// Logit rows computed per output product when every row's logits are wanted.
+constexpr int64_t kLogitRows = 32;
+// Weight elements dequantized to F16 at a time for a prefill product (at most 128 MiB).
+constexpr int64_t kMaxTileElems = int64_t{64} << 20;
+
+// The sizes everything is carved from: shared by the estimate and the allocation.
+struct Sizes {
+  int64_t max_batch = 0, ff = 0, max_cols = 0, small_rows = 0, tile_elems = 0, k = 0;
+  uint64_t largest_weight = 0;
+};
+
+Sizes sizes_for(const HParams& hp, const gguf::GgufFile& file, int64_t max_batch) {
+  Sizes s;
+  s.max_batch = max_batch;
+  s.ff = std::max(hp.n_ff, hp.n_ff_expert);
+  s.k = std::max<int64_t>(hp.n_expert_used, 1);
+  s.max_cols = std::max({hp.n_embd, s.ff, hp.n_head * hp.head_dim_v});
+  // Quantized activations: a small batch's rows, or its (token, slot) pairs.
+  s.small_rows = kCudaSmallBatch * s.k;
+  int64_t largest = 0;
+  for (const auto& t : file.tensors()) {
+    if (t.ne.size() >= 2) largest = std::max(largest, t.ne[0] * t.ne[1]);
+  }
+  s.tile_elems = std::min(largest, kMaxTileElems);
+  return s;
+}
+
+}  // namespace
+
+Status cuda_supports(const HParams& hp, const gguf::GgufFile& file) {
+#if HYPURA_HAVE_CUDA
+  const auto dims_ok = [](int64_t d) { return d > 0 && d % 8 == 0 && d <= compute::cuda::kAttnMaxHeadDim; };
+  if (!dims_ok(hp.head_dim) || !dims_ok(hp.head_dim_v)) {
+    return unsupported("the GPU attention needs head sizes that are multiples of 8 up to " +
+                       std::to_string(compute::cuda::kAttnMaxHeadDim) + " (model: " +
+                       std::to_string(hp.head_dim) + ", " + std::to_string(hp.head_dim_v) + ")");
+  }
+  for (const auto& t : file.tensors()) {
+    if (!compute::cuda::matvec_supported(t.type)) {
+      return unsupported("tensor '" + t.name + "' is " + gguf::type_name(t.type) +
+                         ", which the GPU kernels do not multiply");
+    }
+  }
+  return Status::ok();
+#else
+  return unsupported("this build has no CUDA backend (HYPURA_CUDA)");
+#endif
+}
+
+#if HYPURA_HAVE_CUDA
+namespace {
+
+namespace cuda = compute::cuda;
+using cuda::align256;
+
+// No activation format (CudaBlocks::activations): nothing quantized yet.
+constexpr gguf::GgmlType kNothingCached = gguf::GgmlType::I64;
+
+// The 8-bit format a weight type's activations are rounded to, if any.
+bool act_format(gguf::GgmlType weight_type, cuda::ActFormat* format) {
+  switch (quant::activation_type(weight_type)) {
+    case gguf::GgmlType::Q8_0: *format = cuda::ActFormat::kQ8_0; return true;
+    case gguf::GgmlType::Q8_1: *format = cuda::ActFormat::kQ8_1; return true;
+    case gguf::GgmlType::Q8_K: *format = cuda::ActFormat::kQ8_K; return true;
+    default: return false;
+  }
+}
+
+// Offsets of the row buffers inside one device allocation.
+struct Layout {
+  size_t x, cur, tmp, q, k, v, attn, ff_gate, ff_up, logits;
+  size_t probs, weights, slot_out, expert_in, expert_out, selected, pairs, step;
+  size_t total;
+};
+
+Layout layout_for(const HParams& hp, const Sizes& s) {
+  Layout l{};
+  size_t at = 0;
+  const auto take = [&](size_t bytes) {
+    const size_t off = at;
+    at += align256(bytes);
+    return off;
+  };
+  const auto rows = [&](int64_t n, int64_t width) { return static_cast<size_t>(n * width) * 4; };
+  const int64_t b = s.max_batch;
+  l.x = take(rows(b, hp.n_embd));
+  l.cur = take(rows(b, hp.n_embd));
+  l.tmp = take(rows(b, hp.n_embd));
+  l.q = take(rows(b, hp.q_width()));
+  l.k = take(rows(b, hp.k_width()));
+  l.v = take(rows(b, hp.v_width()));
+  l.attn = take(rows(b, hp.n_head * hp.head_dim_v));
+  const int64_t ff_rows = std::max(b, s.small_rows);
+  l.ff_gate = take(rows(ff_rows, s.ff));
+  l.ff_up = take(rows(ff_rows, s.ff));
+  l.logits = take(rows(kLogitRows, hp.n_vocab));
+  if (hp.n_expert > 0) {
+    l.probs = take(rows(b, hp.n_expert));
+    l.weights = take(rows(b, s.k));
+    l.slot_out = take(rows(b * s.k, hp.n_embd));
+    l.expert_in = take(rows(b, hp.n_embd));
+    l.expert_out = take(rows(b, hp.n_embd));
+    l.selected = take(rows(b, s.k));
+    l.pairs = take(rows(b, s.k));
+  }
+  l.step = take(static_cast<size_t>(2 * b) * 4);  // token ids, then positions
+  l.total = at;
+  return l;
+}
+
+class CudaBlocks final : public Blocks {
+ public:
+  CudaBlocks(const HParams& hp, const WeightMap& weights, runtime::WeightProvider& provider,
+             int64_t max_batch, int64_t n_ctx)
+      : Blocks(hp, weights, provider, max_batch, n_ctx) {}
+
+  Status init(const gguf::GgufFile& file);
+
+  bool on_device() const override { return true; }
+  void embed(const WeightView& table, const int32_t* tokens) override;
+  void norm(const float* in, const WeightView& w, float* out) override;
+  void linear(const WeightView& w, const float* in, float* out) override {
+    if (replaying()) return;
+    flush_norm();
+    matmul(w, in, n_tokens_, out);
+  }
+  void project_qkv(const AttnViews& a, const float* in) override;
+  void add_bias(float* rows, const WeightView& b) override {
+    if (replaying()) return;
+    flush_norm();
+    cuda::add_rows(rows, floats(b), n_tokens_, b.n_cols, s());
+  }
+  void head_norm(float* rows, int64_t n_heads, const WeightView& w) override {
+    if (replaying()) return;
+    flush_norm();
+    cuda::rms_norm(rows, floats(w), n_tokens_ * n_heads, w.n_cols, hp_.rms_eps, rows, s());
+  }
+  void rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) override;
+  void rope_qk(float freq_base, float freq_scale) override;
+  void scale(float* rows, int64_t width, float sc) override {
+    if (replaying()) return;
+    flush_norm();
+    cuda::scale(rows, sc, n_tokens_ * width, s());
+  }
+  void residual(float* x, const float* y) override {
+    if (replaying()) return;
+    flush_norm();
+    cuda::add(x, y, n_tokens_ * hp_.n_embd, s());
+  }
+  void attention(int64_t il, bool swa, float kq_scale) override;
+  void dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) override;
+  Status moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) override;
+  Status finish(const WeightView& output, bool all_logits, float* logits, float* hidden) override;
+
+ private:
+  cuda::StreamHandle s() const { return stream_.handle(); }
+  static const float* floats(const WeightView& w) { return static_cast<const float*>(w.data); }
+  float* at(size_t offset) const { return reinterpret_cast<float*>(base() + offset); }
+  int32_t* ints(size_t offset) const { return reinterpret_cast<int32_t*>(base() + offset); }
+  uint8_t* base() const { return static_cast<uint8_t*>(rows_.data()); }
+  const int32_t* positions() const { return ints(lay_.step) + max_batch_; }
+  void fail(const Status& st) {
+    if (error_.is_ok() && !st.is_ok()) error_ = st;
+  }
+  // Decode steps (one token, the last row's logits only) are CUDA graphs: the first step
+  // of a (KV cache, context bucket) captures what the ops queue, later ones replay it and
+  // the ops return at once. What differs between steps is read on the device: the token
+  // id and position (the step copy, a node of the graph), attention's visible keys (from
+  // the position, launched for the bucket's keys).
+  enum class Mode { kEager, kCapture, kReplay };
+  bool replaying() const { return mode_ == Mode::kReplay; }
+  int64_t bucket_for(int64_t n_keys) const {
+    int64_t b = 256;
+    while (b < n_keys) b *= 2;
+    return std::min(b, n_ctx_);
+  }
+  void start_step();
+  cuda::RopeParams rope_params(float freq_base, float freq_scale) const;
+  // Quantized activations of rows `in` for weights of `type`: `cached` when it already
+  // holds them in that format (products sharing an input round it once), else a new
+  // quantization (queued after the products reading the old one: the same stream).
+  cuda::ActQ8 activations(gguf::GgmlType type, const float* in, int64_t n_cols, int64_t n,
+                          gguf::GgmlType* cached_type, cuda::ActQ8* cached);
+  void matvec_rows(const WeightView& w, const cuda::ActQ8& act, int64_t n, float* out);
+  // Products of ws[i] on `in` for i < n, a small batch; `in` may be the pending norm's
+  // output, which is then computed and quantized in one launch.
+  void shared_input(const WeightView* const* ws, float* const* outs, int n, const float* in);
+  // A small batch's RMS norm waits for the next op: when that op's products quantize the
+  // norm's output, one kernel does both (fused.h); any other op computes it first.
+  struct PendingNorm {
+    const float* in = nullptr;  // null: none pending
+    const float* w = nullptr;
+    int64_t width = 0;
+    float* out = nullptr;
+  };
+  void flush_norm();
+  // out (n, w.n_rows) = in (n, w.n_cols) W^T: per-row matvecs or the matrix product.
+  void matmul(const WeightView& w, const float* in, int64_t n, float* out);
+  Status moe_small(const FfnViews& w, int64_t il, const float* in, float* out);
+  Status moe_batch(const FfnViews& w, int64_t il, const float* in, float* out);
+
+  Sizes sizes_;
+  Layout lay_{};
+  cuda::Stream stream_;
+  std::unique_ptr<cuda::Gemm> gemm_;
+  cuda::DeviceBuffer rows_;          // the row buffers (lay_)
+  cuda::DeviceBuffer act_;           // quantized activations of a small batch
+  cuda::DeviceBuffer attn_scratch_;  // decode attention's partials
+  cuda::PinnedBuffer step_host_;     // token ids and positions staged for the copy
+  cuda::PinnedBuffer logits_host_;   // (n_vocab) the last row's logits staged
+  cuda::PinnedBuffer sel_host_;      // (max_batch, k) MoE selection of a prompt batch
+  cuda::PinnedBuffer pairs_host_;    // (max_batch * k) pairs grouped by expert
+  std::vector<int64_t> expert_begin_;  // (n_expert + 1) offsets into pairs, host
+  std::vector<int64_t> expert_next_;   // (n_expert) fill positions while sorting
+  Status error_;  // the first error of the batch, returned by finish()
+  PendingNorm pending_;
+  Mode mode_ = Mode::kEager;
+  bool use_graphs_ = true;  // HYPURA_CUDA_GRAPHS=0: every step eager
+  int64_t bucket_ = 0;      // the context bucket of the step being captured
+  struct StepGraph {
+    const void* kv = nullptr;  // the KV cache's storage the graph reads and writes
+    int64_t bucket = 0;
+    cuda::Graph graph;
+  };
+  std::vector<StepGraph> graphs_;
+  size_t replay_ = 0;  // graphs_ index of the step being replayed
+};
+
+Status CudaBlocks::init(const gguf::GgufFile& file) {
+  sizes_ = sizes_for(hp_, file, max_batch_);
+  lay_ = layout_for(hp_, sizes_);
+  HYPURA_ASSIGN_OR_RETURN(stream_, cuda::Stream::create());
+  HYPURA_ASSIGN_OR_RETURN(rows_, cuda::DeviceBuffer::allocate(lay_.total));
+  HYPURA_ASSIGN_OR_RETURN(act_, cuda::DeviceBuffer::allocate(
+                                    cuda::act_q8_layout(sizes_.small_rows * sizes_.max_cols).total));
+  HYPURA_ASSIGN_OR_RETURN(attn_scratch_, cuda::DeviceBuffer::allocate(cuda::attention_scratch_bytes(
+                                             hp_.n_head, hp_.n_head_kv, hp_.head_dim_v, n_ctx_)));
+  HYPURA_ASSIGN_OR_RETURN(gemm_, cuda::Gemm::create(s(), max_batch_, sizes_.max_cols, sizes_.tile_elems));
+  HYPURA_ASSIGN_OR_RETURN(step_host_, cuda::PinnedBuffer::allocate(static_cast<size_t>(2 * max_batch_) * 4));
+  HYPURA_ASSIGN_OR_RETURN(logits_host_, cuda::PinnedBuffer::allocate(static_cast<size_t>(hp_.n_vocab) * 4));
+  if (hp_.n_expert > 0) {
+    const size_t pairs = static_cast<size_t>(max_batch_ * sizes_.k) * 4;
+    HYPURA_ASSIGN_OR_RETURN(sel_host_, cuda::PinnedBuffer::allocate(pairs));
+    HYPURA_ASSIGN_OR_RETURN(pairs_host_, cuda::PinnedBuffer::allocate(pairs));
+    expert_begin_.assign(static_cast<size_t>(hp_.n_expert + 1), 0);
+    expert_next_.assign(static_cast<size_t>(hp_.n_expert), 0);
+  }
+  const char* graphs = std::getenv("HYPURA_CUDA_GRAPHS");
+  use_graphs_ = graphs == nullptr || std::string(graphs) != "0";
+  x_ = at(lay_.x);
+  cur_ = at(lay_.cur);
+  tmp_ = at(lay_.tmp);
+  q_ = at(lay_.q);
+  k_ = at(lay_.k);
+  v_ = at(lay_.v);
+  attn_ = at(lay_.attn);
+  return stream_.synchronize();
+}
+
+// Eager, capture or replay: a graph for this KV cache and bucket replays; else a decode
+// step starts a capture.
+void CudaBlocks::start_step() {
+  mode_ = Mode::kEager;
+  if (!use_graphs_ || n_tokens_ != 1 || !logits_only_) return;
+  const void* kv = kv_->k_rows(0, 0, 0).data;
+  bucket_ = bucket_for(pos_ + 1);
+  for (size_t i = 0; i < graphs_.size(); ++i) {
+    if (graphs_[i].kv == kv && graphs_[i].bucket == bucket_) {
+      mode_ = Mode::kReplay;
+      replay_ = i;
+      return;
+    }
+  }
+  if (cuda::Graph::begin_capture(s()).is_ok()) mode_ = Mode::kCapture;
+}
+
+void CudaBlocks::embed(const WeightView& table, const int32_t* tokens) {
+  // The previous batch ended with a synchronize (finish), so the staging buffer is free.
+  int32_t* host = step_host_.as<int32_t>();
+  std::memcpy(host, tokens, static_cast<size_t>(n_tokens_) * 4);
+  for (int64_t t = 0; t < n_tokens_; ++t) host[max_batch_ + t] = static_cast<int32_t>(pos_ + t);
+  start_step();
+  pending_ = {};
+  if (replaying()) return;
+  fail(cuda::copy_to_device_async(ints(lay_.step), host, static_cast<size_t>(2 * max_batch_) * 4, s()));
+  cuda::get_rows_f32(table, ints(lay_.step), n_tokens_, x(), s());
+}
+
+void CudaBlocks::norm(const float* in, const WeightView& w, float* out) {
+  if (replaying()) return;
+  flush_norm();
+  if (n_tokens_ <= kCudaSmallBatch && w.n_cols % 256 == 0 && in != out) {
+    pending_ = {in, floats(w), w.n_cols, out};
+    return;
+  }
+  cuda::rms_norm(in, floats(w), n_tokens_, w.n_cols, hp_.rms_eps, out, s());
+}
+
+void CudaBlocks::flush_norm() {
+  if (pending_.in == nullptr) return;
+  cuda::rms_norm(pending_.in, pending_.w, n_tokens_, pending_.width, hp_.rms_eps, pending_.out, s());
+  pending_ = {};
+}
+
+cuda::RopeParams CudaBlocks::rope_params(float freq_base, float freq_scale) const {
+  cuda::RopeParams p;
+  p.head_dim = hp_.head_dim;
+  p.n_rot = hp_.n_rot;
+  p.freq_base = freq_base;
+  p.freq_scale = freq_scale;
+  p.freq_factors = rope_factors_;
+  p.neox = hp_.rope_neox;
+  return p;
+}
+
+void CudaBlocks::rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) {
+  if (replaying()) return;
+  flush_norm();
+  cuda::rope(rows, n_tokens_, n_heads, n_heads * hp_.head_dim, positions(),
+             rope_params(freq_base, freq_scale), s());
+}
+
+void CudaBlocks::rope_qk(float freq_base, float freq_scale) {
+  if (replaying()) return;
+  flush_norm();
+  cuda::rope_qk(q(), hp_.n_head, k(), hp_.n_head_kv, n_tokens_, positions(),
+                rope_params(freq_base, freq_scale), s());
+}
+
+void CudaBlocks::matvec_rows(const WeightView& w, const cuda::ActQ8& act, int64_t n, float* out) {
+  if (n == 1) {
+    cuda::matvec_quantized(w, act, out, s());
+  } else {
+    cuda::matvec_batched(w, act, n, out, s());
+  }
+}
+
+cuda::ActQ8 CudaBlocks::activations(gguf::GgmlType type, const float* in, int64_t n_cols, int64_t n,
+                                    gguf::GgmlType* cached_type, cuda::ActQ8* cached) {
+  const gguf::GgmlType format = quant::activation_type(type);
+  if (*cached_type != format) {
+    // One quantization for the batch (the formats' blocks never straddle a row).
+    *cached = cuda::quantize_for(type, in, n * n_cols, act_.data(), s());
+    *cached_type = format;
+  }
+  return *cached;
+}
+
+void CudaBlocks::matmul(const WeightView& w, const float* in, int64_t n, float* out) {
+  if (n > kCudaSmallBatch) {
+    fail(gemm_->matmul(w, in, n, out));
+    return;
+  }
+  gguf::GgmlType none = kNothingCached;
+  cuda::ActQ8 act;
+  matvec_rows(w, activations(w.type, in, w.n_cols, n, &none, &act), n, out);
+}
+
+// Small batches: the matrices of one type (and width) in one launch per row, on one
+// quantization of `in` per activation format.
+// Small batches: products sharing an input quantize it once per activation format. (One
+// launch for Q, K and V measured slower than the shape-tuned launches: docs/GPU.md.)
+void CudaBlocks::shared_input(const WeightView* const* ws, float* const* outs, int n, const float* in) {
+  gguf::GgmlType cached_type = kNothingCached;
+  cuda::ActQ8 act;
+  cuda::ActFormat format;
+  if (pending_.in != nullptr && pending_.out == in && act_format(ws[0]->type, &format)) {
+    act = cuda::rms_norm_quantize(pending_.in, pending_.w, n_tokens_, pending_.width, hp_.rms_eps,
+                                  pending_.out, format, act_.data(), s());
+    cached_type = quant::activation_type(ws[0]->type);
+    pending_ = {};
+  }
+  flush_norm();
+  for (int i = 0; i < n; ++i) {
+    matvec_rows(*ws[i], activations(ws[i]->type, in, ws[i]->n_cols, n_tokens_, &cached_type, &act),
+                n_tokens_, outs[i]);
+  }
+}
+
+void CudaBlocks::project_qkv(const AttnViews& a, const float* in) {
+  if (replaying()) return;
+  const WeightView* ws[3] = {&a.wq, &a.wk, &a.wv};
+  float* outs[3] = {q(), k(), v()};
+  if (n_tokens_ > kCudaSmallBatch) {
+    flush_norm();
+    fail(gemm_->matmul_shared(ws, outs, 3, in, n_tokens_));
+    return;
+  }
+  shared_input(ws, outs, 3, in);
+}
+
+void CudaBlocks::attention(int64_t il, bool swa, float kq_scale) {
+  if (replaying()) return;
+  flush_norm();
+  auto* kc = static_cast<uint16_t*>(const_cast<void*>(kv_->k_rows(il, 0, 0).data));
+  auto* vc = static_cast<uint16_t*>(const_cast<void*>(kv_->v_rows(il, 0, 0).data));
+  cuda::store_kv_f16(k(), v(), n_tokens_, hp_.k_width(), hp_.v_width(), positions(), kc, vc, s());
+  // The fields both attention kernels take alike.
+  const auto shape = [&](auto& a) {
+    a.k = kc;
+    a.v = vc;
+    a.n_head = hp_.n_head;
+    a.n_head_kv = hp_.n_head_kv;
+    a.head_dim = hp_.head_dim;
+    a.head_dim_v = hp_.head_dim_v;
+    a.k_stride = hp_.k_width();
+    a.v_stride = hp_.v_width();
+    a.kq_scale = kq_scale;
+  };
+  if (n_tokens_ <= kCudaDecodeAttention) {
+    cuda::AttnDecodeArgs a;
+    shape(a);
+    if (mode_ == Mode::kCapture) {  // one token: its visible keys from its device position
+      a.q = q();
+      a.out = attn();
+      a.pos = positions();
+      a.n_swa = swa ? hp_.n_swa : 0;
+      a.max_kv = swa ? std::min(bucket_, hp_.n_swa) : bucket_;
+      cuda::attention_decode(a, attn_scratch_.data(), s());
+      return;
+    }
+    for (int64_t t = 0; t < n_tokens_; ++t) {
+      const int64_t p = pos_ + t;
+      a.q = q() + t * hp_.q_width();
+      a.out = attn() + t * hp_.n_head * hp_.head_dim_v;
+      a.kv_first = swa ? std::max<int64_t>(0, p - hp_.n_swa + 1) : 0;
+      a.kv_end = p + 1;
+      cuda::attention_decode(a, attn_scratch_.data(), s());
+    }
+    return;
+  }
+  cuda::AttnPrefillArgs a;
+  shape(a);
+  a.q = q();
+  a.out = attn();
+  a.n_tokens = n_tokens_;
+  a.pos0 = pos_;
+  a.n_swa = swa ? hp_.n_swa : 0;
+  cuda::attention_prefill(a, s());
+}
+
+cuda::UnaryOp unary_op(FfnAct act) {
+  // ggml's CPU GELU rounds input and output through fp16; so do both our devices.
+  return act == FfnAct::kSilu ? cuda::UnaryOp::kSilu : cuda::UnaryOp::kGeluTanhFp16;
+}
+
+void CudaBlocks::dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) {
+  if (replaying()) return;
+  float* gate = at(lay_.ff_gate);
+  float* up = at(lay_.ff_up);
+  const int64_t n_ff = n_tokens_ * w.gate.n_rows;
+  const WeightView* ws[2] = {&w.gate, &w.up};  // gate and up share their input
+  float* outs[2] = {gate, up};
+  if (n_tokens_ > kCudaSmallBatch) {
+    flush_norm();
+    fail(gemm_->matmul_shared(ws, outs, 2, in, n_tokens_));
+    cuda::glu(unary_op(act), gate, up, n_ff, s());
+    matmul(w.down, gate, n_tokens_, out);
+    return;
+  }
+  shared_input(ws, outs, 2, in);
+  // The activation and the rounding of its result for down in one launch.
+  cuda::ActFormat format;
+  if (act_format(w.down.type, &format) && w.gate.n_rows % 256 == 0) {
+    matvec_rows(w.down, cuda::glu_quantize(unary_op(act), gate, up, n_ff, format, act_.data(), s()),
+                n_tokens_, out);
+    return;
+  }
+  cuda::glu(unary_op(act), gate, up, n_ff, s());
+  matmul(w.down, gate, n_tokens_, out);
+}
+
+Status CudaBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) {
+  if (replaying()) return Status::ok();
+  flush_norm();
+  const int64_t ne = hp_.n_expert, k = hp_.n_expert_used;
+  matmul(w.router, in, n_tokens_, at(lay_.probs));
+  cuda::softmax(at(lay_.probs), n_tokens_, ne, s());
+  cuda::moe_top_k(at(lay_.probs), n_tokens_, ne, k, ints(lay_.selected), at(lay_.weights), s());
+  HYPURA_RETURN_IF_ERROR(n_tokens_ <= kCudaSmallBatch ? moe_small(w, il, in, at(lay_.slot_out))
+                                                      : moe_batch(w, il, in, at(lay_.slot_out)));
+  cuda::moe_combine(at(lay_.slot_out), at(lay_.weights), n_tokens_, k, hp_.n_embd, out, s());
+  return Status::ok();
+}
+
+// Few tokens: every (token, slot) pair's expert product in one grouped launch per matrix,
+// reading the selection on the device.
+Status CudaBlocks::moe_small(const FfnViews& w, int64_t il, const float* in, float* slot_out) {
+  const int64_t k = hp_.n_expert_used, n_pairs = n_tokens_ * k;
+  const ExpertRequest requests[3] = {{w.gate_exps, 0}, {w.up_exps, 0}, {w.down_exps, 0}};
+  WeightView e0[3];  // expert 0's matrices: the stacked tensors' starts and shapes
+  HYPURA_RETURN_IF_ERROR(provider_.acquire_experts(static_cast<int>(il), requests, e0));
+  const WeightView &gate = e0[0], &up = e0[1], &down = e0[2];
+  float* g = at(lay_.ff_gate);
+  float* u = at(lay_.ff_up);
+  const int32_t* sel = ints(lay_.selected);
+  const int act_div = static_cast<int>(k);
+  cuda::ActQ8 act = cuda::quantize_for(gate.type, in, n_tokens_ * gate.n_cols, act_.data(), s());
+  cuda::matvec_grouped(gate, sel, n_pairs, act_div, act, g, s());
+  if (quant::activation_type(gate.type) != quant::activation_type(up.type)) {
+    act = cuda::quantize_for(up.type, in, n_tokens_ * up.n_cols, act_.data(), s());
+  }
+  cuda::matvec_grouped(up, sel, n_pairs, act_div, act, u, s());
+  cuda::ActFormat format;
+  if (act_format(down.type, &format) && (n_pairs * gate.n_rows) % 256 == 0) {
+    act = cuda::glu_quantize(cuda::UnaryOp::kSilu, g, u, n_pairs * gate.n_rows, format, act_.data(), s());
+  } else {
+    cuda::glu(cuda::UnaryOp::kSilu, g, u, n_pairs * gate.n_rows, s());
+    act = cuda::quantize_for(down.type, g, n_pairs * down.n_cols, act_.data(), s());
+  }
+  cuda::matvec_grouped(down, sel, n_pairs, 1, act, slot_out, s());
+  return Status::ok();
+}
+
+// A prompt batch: the selection to the host, then per used expert (ascending id) its rows
+// gathered, multiplied as a matrix and scattered to their (token, slot) rows.
+Status CudaBlocks::moe_batch(const FfnViews& w, int64_t il, const float* in, float* slot_out) {
+  const int64_t k = hp_.n_expert_used, ne = hp_.n_expert, n_pairs = n_tokens_ * k;
+  int32_t* sel = sel_host_.as<int32_t>();
+  int32_t* pairs = pairs_host_.as<int32_t>();
+  HYPURA_RETURN_IF_ERROR(cuda::copy_to_host_async(sel, ints(lay_.selected), static_cast<size_t>(n_pairs) * 4, s()));
+  HYPURA_RETURN_IF_ERROR(stream_.synchronize());
+  // Counting sort of the pairs by expert, pairs ascending within an expert.
+  std::fill(expert_begin_.begin(), expert_begin_.end(), 0);
+  for (int64_t i = 0; i < n_pairs; ++i) {
+    if (sel[i] < 0 || sel[i] >= ne) return Status(StatusCode::kInternal, "GPU routing chose no expert");
+    ++expert_begin_[sel[i] + 1];
+  }
+  for (int64_t e = 0; e < ne; ++e) expert_begin_[e + 1] += expert_begin_[e];
+  const std::vector<int64_t>& fill = expert_begin_;
+  std::copy(fill.begin(), fill.end() - 1, expert_next_.begin());
+  for (int64_t i = 0; i < n_pairs; ++i) pairs[expert_next_[sel[i]]++] = static_cast<int32_t>(i);
+  int32_t* pairs_dev = ints(lay_.pairs);
+  HYPURA_RETURN_IF_ERROR(cuda::copy_to_device_async(pairs_dev, pairs, static_cast<size_t>(n_pairs) * 4, s()));
+  float* ein = at(lay_.expert_in);
+  float* eout = at(lay_.expert_out);
+  float* g = at(lay_.ff_gate);
+  float* u = at(lay_.ff_up);
+  for (int32_t e = 0; e < ne; ++e) {
+    const int64_t off = fill[e], m = fill[e + 1] - fill[e];
+    if (m == 0) continue;
+    const ExpertRequest requests[3] = {{w.gate_exps, e}, {w.up_exps, e}, {w.down_exps, e}};
+    WeightView views[3];
+    HYPURA_RETURN_IF_ERROR(provider_.acquire_experts(static_cast<int>(il), requests, views));
+    cuda::gather_rows(in, pairs_dev + off, m, k, hp_.n_embd, ein, s());
+    if (m > kCudaSmallBatch) {
+      const WeightView* ws[2] = {&views[0], &views[1]};
+      float* outs[2] = {g, u};
+      fail(gemm_->matmul_shared(ws, outs, 2, ein, m));
+    } else {
+      matmul(views[0], ein, m, g);
+      matmul(views[1], ein, m, u);
+    }
+    cuda::glu(cuda::UnaryOp::kSilu, g, u, m * views[0].n_rows, s());
+    matmul(views[2], g, m, eout);
+    cuda::scatter_rows(eout, pairs_dev + off, m, hp_.n_embd, slot_out, s());
+  }
+  return Status::ok();
+}
+
+Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logits, float* hidden) {
+  const int64_t e = hp_.n_embd, nv = hp_.n_vocab;
+  Status st;
+  if (replaying()) {
+    st = graphs_[replay_].graph.launch(s());
+  } else {
+    flush_norm();
+    if (hidden != nullptr) {
+      fail(cuda::copy_to_host_async(hidden, cur(), static_cast<size_t>(n_tokens_ * e) * 4, s()));
+    }
+    float* dev_logits = at(lay_.logits);
+    if (logits != nullptr && all_logits && n_tokens_ > 1) {
+      for (int64_t r0 = 0; r0 < n_tokens_; r0 += kLogitRows) {
+        const int64_t m = std::min(kLogitRows, n_tokens_ - r0);
+        matmul(output, cur() + r0 * e, m, dev_logits);
+        fail(cuda::copy_to_host_async(logits + r0 * nv, dev_logits, static_cast<size_t>(m * nv) * 4, s()));
+      }
+    } else if (logits != nullptr) {  // the last row, through the pinned staging buffer
+      matmul(output, cur() + (n_tokens_ - 1) * e, 1, dev_logits);
+      fail(cuda::copy_to_host_async(logits_host_.data(), dev_logits, static_cast<size_t>(nv) * 4, s()));
+    }
+    if (mode_ == Mode::kCapture) {
+      auto graph = cuda::Graph::end_capture(s());
+      if (graph.is_ok()) {
+        graphs_.push_back({kv_->k_rows(0, 0, 0).data, bucket_, std::move(graph).value()});
+        st = graphs_.back().graph.launch(s());
+      } else {
+        use_graphs_ = false;  // this step's work was only recorded: it is lost
+        st = graph.status().with_context("capturing a decode step");
+      }
+    }
+  }
+  mode_ = Mode::kEager;
+  Status synced = stream_.synchronize();
+  if (!error_.is_ok()) synced = error_;
+  if (!st.is_ok()) synced = st;
+  error_ = Status::ok();
+  HYPURA_RETURN_IF_ERROR(synced.with_context("GPU forward pass"));
+  const bool staged = logits != nullptr && !(all_logits && n_tokens_ > 1);
+  if (staged) std::memcpy(logits, logits_host_.data(), static_cast<size_t>(nv) * 4);
+  return Status::ok();
+}
+
+}  // namespace
+
+uint64_t cuda_blocks_bytes(const HParams& hp, const gguf::GgufFile& file, int64_t max_batch,
+                           int64_t n_ctx) {
+  const Sizes s = sizes_for(hp, file, max_batch);
+  constexpr uint64_t kCublasWorkspace = uint64_t{64} << 20;  // cuBLAS's own, an estimate
+  return layout_for(hp, s).total + cuda::act_q8_layout(s.small_rows * s.max_cols).total +
+         cuda::attention_scratch_bytes(hp.n_head, hp.n_head_kv, hp.head_dim_v, n_ctx) +
+         cuda::Gemm::scratch_bytes(max_batch, s.max_cols, std::max(s.tile_elems, 64 * s.max_cols)) +
+         kCublasWorkspace;
+}
+
+Result<std::unique_ptr<Blocks>> make_cuda_blocks(const HParams& hp, const WeightMap& weights,
+                                                 const gguf::GgufFile& file,
+                                                 runtime::WeightProvider& device_weights,
+                                                 int64_t max_batch, int64_t n_ctx) {
+  HYPURA_RETURN_IF_ERROR(cuda_supports(hp, file));
+  auto b = std::make_unique<CudaBlocks>(hp, weights, device_weights, max_batch, n_ctx);
+  HYPURA_RETURN_IF_ERROR(b->init(file).with_context("GPU buffers"));
+  return std::unique_ptr<Blocks>(std::move(b));
+}
+
+#else  // !HYPURA_HAVE_CUDA
+
+uint64_t cuda_blocks_bytes(const HParams&, const gguf::GgufFile&, int64_t, int64_t) { return 0; }
+
+Result<std::unique_ptr<Blocks>> make_cuda_blocks(const HParams&, const WeightMap&, const gguf::GgufFile&,
+                                                 runtime::WeightProvider&, int64_t, int64_t) {
+  return unsupported("this build has no CUDA backend (HYPURA_CUDA)");
+}
+
+#endif
+
+}  // namespace hypura::model

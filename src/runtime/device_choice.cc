@@ -1,0 +1,81 @@
+#include "runtime/device_choice.h"
+
+#include <algorithm>
+
+#include "common/size.h"
+#include "model/cuda_blocks.h"
+
+#if HYPURA_HAVE_CUDA
+#include "compute/cuda/device.h"
+#endif
+
+namespace hypura::runtime {
+
+Result<DeviceRequest> parse_device(std::string_view text) {
+  if (text == "auto") return DeviceRequest::kAuto;
+  if (text == "cpu") return DeviceRequest::kCpu;
+  if (text == "cuda") return DeviceRequest::kCuda;
+  return invalid_argument("--device '" + std::string(text) + "': expected auto, cpu or cuda");
+}
+
+const char* device_kind_name(DeviceKind kind) { return kind == DeviceKind::kCuda ? "cuda" : "cpu"; }
+
+uint64_t device_reserve_bytes(uint64_t total_bytes) {
+  return std::max<uint64_t>(uint64_t{1} << 30, total_bytes / 20);
+}
+
+Result<DeviceChoice> decide_device(DeviceRequest request, const DeviceFacts& f) {
+  DeviceChoice c;
+  if (request == DeviceRequest::kCpu) {
+    c.reason = "cpu (--device cpu)";
+    return c;
+  }
+  const bool forced = request == DeviceRequest::kCuda;
+  // The first condition that fails, as the CPU's reason (auto) or the error (cuda).
+  const auto cpu_because = [&](StatusCode code, const std::string& why) -> Result<DeviceChoice> {
+    if (forced) return Status(code, "--device cuda: " + why);
+    c.reason = "cpu: " + why;
+    return c;
+  };
+  if (!f.built_with_cuda) return cpu_because(StatusCode::kUnsupported, "this build has no CUDA backend");
+  if (f.n_devices == 0) return cpu_because(StatusCode::kUnsupported, "no CUDA device");
+  if (!f.model_supported.is_ok()) return cpu_because(StatusCode::kUnsupported, f.model_supported.message());
+  if (f.kv_f32) return cpu_because(StatusCode::kUnsupported, "the GPU keeps its KV cache in F16 (--kv-type f32)");
+  c.need_bytes = f.weight_bytes + f.kv_bytes + f.work_bytes;
+  c.reserve_bytes = device_reserve_bytes(f.total_bytes);
+  c.free_bytes = f.free_bytes;
+  const std::string sizes = format_size(f.weight_bytes) + " weights + " + format_size(f.kv_bytes) +
+                            " KV + " + format_size(f.work_bytes) + " work, " + format_size(f.free_bytes) +
+                            " free less a " + format_size(c.reserve_bytes) + " reserve on " + f.gpu_name;
+  if (c.need_bytes + c.reserve_bytes > f.free_bytes) {
+    return cpu_because(StatusCode::kResourceExhausted, "the model does not fit the GPU (" + sizes + ")");
+  }
+  c.kind = DeviceKind::kCuda;
+  c.reason = "cuda (" + sizes + ")";
+  return c;
+}
+
+Result<DeviceChoice> choose_device(DeviceRequest request, const gguf::GgufFile& file,
+                                   const model::HParams& hp, int64_t n_ctx, bool kv_f32,
+                                   int64_t max_batch) {
+  DeviceFacts f;
+  f.kv_f32 = kv_f32;
+  if (request == DeviceRequest::kCpu) return decide_device(request, f);
+#if HYPURA_HAVE_CUDA
+  f.built_with_cuda = true;
+  f.n_devices = compute::cuda::device_count();
+  if (f.n_devices > 0) {
+    HYPURA_ASSIGN_OR_RETURN(compute::cuda::DeviceInfo info, compute::cuda::device_info(0));
+    f.gpu_name = info.name;
+    f.free_bytes = info.free_bytes;
+    f.total_bytes = info.total_bytes;
+  }
+#endif
+  f.model_supported = model::cuda_supports(hp, file);
+  for (const auto& t : file.tensors()) f.weight_bytes += t.n_bytes;
+  f.kv_bytes = static_cast<uint64_t>(hp.n_layer * n_ctx * (hp.k_width() + hp.v_width())) * 2;
+  if (f.model_supported.is_ok()) f.work_bytes = model::cuda_blocks_bytes(hp, file, max_batch, n_ctx);
+  return decide_device(request, f);
+}
+
+}  // namespace hypura::runtime

@@ -1,0 +1,75 @@
+// The device rule (decide_device) on given facts: no GPU needed.
+#include "runtime/device_choice.h"
+
+#include <gtest/gtest.h>
+
+namespace hypura::runtime {
+namespace {
+
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+DeviceFacts h200_with_8b() {
+  DeviceFacts f;
+  f.built_with_cuda = true;
+  f.n_devices = 1;
+  f.gpu_name = "NVIDIA H200";
+  f.total_bytes = 140 * kGiB;
+  f.free_bytes = 139 * kGiB;
+  f.weight_bytes = 5 * kGiB;
+  f.kv_bytes = kGiB;
+  f.work_bytes = kGiB / 2;
+  return f;
+}
+
+TEST(DeviceChoice, ParsesTheThreeNames) {
+  EXPECT_EQ(*parse_device("auto"), DeviceRequest::kAuto);
+  EXPECT_EQ(*parse_device("cpu"), DeviceRequest::kCpu);
+  EXPECT_EQ(*parse_device("cuda"), DeviceRequest::kCuda);
+  auto bad = parse_device("gpu");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(DeviceChoice, AutoTakesTheGpuWhenTheModelFits) {
+  auto c = decide_device(DeviceRequest::kAuto, h200_with_8b());
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_EQ(c->kind, DeviceKind::kCuda);
+  EXPECT_EQ(c->need_bytes, 6 * kGiB + kGiB / 2);
+  EXPECT_EQ(c->reserve_bytes, 7 * kGiB);  // 5% of 140 GiB
+  EXPECT_NE(c->reason.find("NVIDIA H200"), std::string::npos);
+}
+
+TEST(DeviceChoice, AutoFallsBackToTheCpuWithTheReason) {
+  DeviceFacts big = h200_with_8b();
+  big.weight_bytes = 135 * kGiB;  // fits the free memory, not with the reserve
+  DeviceFacts none = h200_with_8b();
+  none.n_devices = 0;
+  DeviceFacts f32 = h200_with_8b();
+  f32.kv_f32 = true;
+  DeviceFacts odd = h200_with_8b();
+  odd.model_supported = unsupported("tensor 'x' is IQ2_XS");
+  DeviceFacts nobuild;
+  for (const auto& [facts, why] : {std::pair{big, "does not fit"}, std::pair{none, "no CUDA device"},
+                                   std::pair{f32, "F16"}, std::pair{odd, "IQ2_XS"},
+                                   std::pair{nobuild, "no CUDA backend"}}) {
+    auto c = decide_device(DeviceRequest::kAuto, facts);
+    ASSERT_TRUE(c.is_ok());
+    EXPECT_EQ(c->kind, DeviceKind::kCpu);
+    EXPECT_NE(c->reason.find(why), std::string::npos) << c->reason;
+    // Forced: the same reason, as an error.
+    auto forced = decide_device(DeviceRequest::kCuda, facts);
+    ASSERT_FALSE(forced.is_ok());
+    EXPECT_NE(forced.status().message().find(why), std::string::npos);
+  }
+  auto big_forced = decide_device(DeviceRequest::kCuda, big);
+  EXPECT_EQ(big_forced.status().code(), StatusCode::kResourceExhausted);
+}
+
+TEST(DeviceChoice, CpuIsAlwaysTheCpu) {
+  auto c = decide_device(DeviceRequest::kCpu, h200_with_8b());
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_EQ(c->kind, DeviceKind::kCpu);
+}
+
+}  // namespace
+}  // namespace hypura::runtime
