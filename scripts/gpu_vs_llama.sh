@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# On the device machine: hypura and llama.cpp side by side on the same synthetic files,
+# back to back in one call (issue 16's targets), with the card's copy bandwidth measured
+# in the same run by `hypura bench` (its JSON's gpu_copy_bandwidth_bps).
+#
+#   bash scripts/gpu_vs_llama.sh build TAR     untar llama.cpp's source (a snapshot made on
+#                                              the CI machine; never part of this repository)
+#                                              and build llama-bench with CUDA for sm_90a
+#   bash scripts/gpu_vs_llama.sh bench [DIR]   synth each model with DIR/bin/hypura (the
+#                                              folder of scripts/gpu_pack.sh), then
+#                                              `hypura bench --device cuda` and
+#                                              `llama-bench -ngl 99 -fa 1` on it
+#
+# MODELS_AB (default "8b moe f16") picks the models; ARGS (default "-p 512 -n 128 -r 3") the
+# tests, given to both. LLAMA (default /tmp/llama) is where llama.cpp is built. Logs go to
+# $OUT (the device tool's output folder) or /tmp/gpu_vs_llama.
+set -uo pipefail
+LLAMA=${LLAMA:-/tmp/llama}
+LOG=${OUT:-/tmp/gpu_vs_llama}
+MODELS=${MODELS:-/tmp/hypura-models}
+mkdir -p "$LOG" "$MODELS"
+
+build() {
+  local tar=$1
+  mkdir -p "$LLAMA/src" && tar xJf "$tar" -C "$LLAMA/src" || return 1
+  cmake -S "$LLAMA/src" -B "$LLAMA/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90a -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+    -DLLAMA_BUILD_APP=OFF > "$LOG/llama_cmake.log" 2>&1 || { tail -20 "$LOG/llama_cmake.log"; return 1; }
+  local t0=$SECONDS
+  cmake --build "$LLAMA/build" --target llama-bench -j "$(nproc)" > "$LOG/llama_build.log" 2>&1 ||
+    { grep -E "error|FAILED" "$LOG/llama_build.log" | head -20; return 1; }
+  echo "llama-bench built in $((SECONDS - t0)) s"
+}
+
+bench() {
+  local dir
+  dir=$(realpath "${1:-.devgpu}")
+  local cublas
+  cublas=$(ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null ||
+           find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -1)
+  export LD_LIBRARY_PATH="$dir/lib:$(dirname "$cublas")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local args=${ARGS:--p 512 -n 128 -r 3} rc=0
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem \
+    --format=csv,noheader || true
+  for name in ${MODELS_AB:-8b moe f16}; do
+    local synth=(--preset "$name")
+    [ "$name" = f16 ] && synth=(--preset 8b --quant f16)
+    local model="$MODELS/$name.gguf"
+    timeout 150 "$dir/bin/hypura" synth -o "$model" "${synth[@]}" \
+      --vocab-from "$dir/golden/llama-f32.gguf" -q --no-sync 2>&1 | tail -1
+    echo "== $name: hypura bench --device cuda $args"
+    # shellcheck disable=SC2086
+    timeout 240 "$dir/bin/hypura" bench "$model" --device cuda $args --json \
+      > "$LOG/hypura_$name.json" 2> "$LOG/hypura_$name.err" || { rc=1; tail -5 "$LOG/hypura_$name.err"; }
+    python3 - "$LOG/hypura_$name.json" <<'EOF' || true
+import json, sys
+j = json.load(open(sys.argv[1]))
+copy = j.get("gpu_copy_bandwidth_bps", 0)
+for t in j["tests"]:
+    line = f"hypura {t['test']:>8}: {t['tps_mean']:9.1f} +- {t['tps_stddev']:6.1f} tok/s"
+    if t["test"].startswith("tg") and copy:
+        gbs = j["bytes_per_token"] * t["tps_mean"]
+        line += f"  ({gbs / 1e9:.0f} GB/s of weights, {gbs / copy:.1%} of the copy bandwidth {copy / 1e9:.0f} GB/s)"
+    print(line)
+EOF
+    echo "== $name: llama-bench -ngl 99 -fa 1 $args"
+    # shellcheck disable=SC2086
+    timeout 240 "$LLAMA/build/bin/llama-bench" -m "$model" -ngl 99 -fa 1 $args -o md \
+      > "$LOG/llama_$name.md" 2> "$LOG/llama_$name.err" || { rc=1; tail -5 "$LOG/llama_$name.err"; }
+    grep -E "^\|" "$LOG/llama_$name.md"
+    [ "${KEEP_MODELS:-0}" = 1 ] || rm -f "$model"
+  done
+  return $rc
+}
+
+case "${1:-}" in
+  build) build "$2" ;;
+  bench) bench "${2:-.devgpu}" ;;
+  *) echo "usage: $0 build TAR | bench [DIR]"; exit 2 ;;
+esac
