@@ -3,9 +3,12 @@
 # back to back in one call (issue 16's targets), with the card's copy bandwidth measured
 # in the same run by `hypura bench` (its JSON's gpu_copy_bandwidth_bps).
 #
-#   bash scripts/gpu_vs_llama.sh build TAR     untar llama.cpp's source (a snapshot made on
-#                                              the CI machine; never part of this repository)
-#                                              and build llama-bench with CUDA for sm_90a
+#   bash scripts/gpu_vs_llama.sh pack SRC [TAR]  here: the parts of a llama.cpp checkout SRC
+#                                              that llama-bench's CUDA build needs, into TAR
+#                                              (default .devgpu/llama-src.tar.xz, ~4 MiB;
+#                                              never part of this repository)
+#   bash scripts/gpu_vs_llama.sh build TAR     there: untar it and build llama-bench with
+#                                              CUDA for sm_90a (about 4 minutes on 16 cores)
 #   bash scripts/gpu_vs_llama.sh bench [DIR]   synth each model with DIR/bin/hypura (the
 #                                              folder of scripts/gpu_pack.sh), then
 #                                              `hypura bench --device cuda` and
@@ -19,6 +22,17 @@ LLAMA=${LLAMA:-/tmp/llama}
 LOG=${OUT:-/tmp/gpu_vs_llama}
 MODELS=${MODELS:-/tmp/hypura-models}
 mkdir -p "$LOG" "$MODELS"
+
+pack() {
+  local src=$1 tar=${2:-.devgpu/llama-src.tar.xz}
+  local skip=()
+  for b in virtgpu cann openvino webgpu metal et hexagon sycl vulkan opencl musa zdnn blas rpc kompute; do
+    skip+=(--exclude="ggml/src/ggml-$b")
+  done
+  mkdir -p "$(dirname "$tar")"
+  tar -C "$src" "${skip[@]}" --exclude=tools/ui --exclude='*.gguf' -cJf "$tar" \
+    CMakeLists.txt cmake common src include vendor ggml tools licenses LICENSE app && du -h "$tar"
+}
 
 build() {
   local tar=$1
@@ -75,7 +89,8 @@ EOF
 }
 
 case "${1:-}" in
+  pack) pack "$2" "${3:-}" ;;
   build) build "$2" ;;
   bench) bench "${2:-.devgpu}" ;;
-  *) echo "usage: $0 build TAR | bench [DIR]"; exit 2 ;;
+  *) echo "usage: $0 pack SRC [TAR] | build TAR | bench [DIR]"; exit 2 ;;
 esac

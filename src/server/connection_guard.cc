@@ -209,9 +209,22 @@ class ConnectionTable {
     e.phase = phase;
     e.since = Clock::now();
   }
+  // The connection's thread is ending it (it returns to the pool right after).
   void remove(Id id) {
     std::lock_guard lock(mu_);
-    entries_.erase(id);
+    auto it = entries_.find(id);
+    if (!it->second.evicted) ++closing_;  // an evicted one was counted when it was evicted
+    entries_.erase(it);
+  }
+  // A pool thread whose connection was removed has returned to the pool.
+  void thread_returned() {
+    std::lock_guard lock(mu_);
+    --closing_;
+  }
+  // Pool threads about to be free: their connection is evicted or has ended.
+  size_t closing() {
+    std::lock_guard lock(mu_);
+    return closing_;
   }
   size_t count_busy() {
     std::lock_guard lock(mu_);
@@ -230,6 +243,7 @@ class ConnectionTable {
     }
     if (!oldest) return false;
     oldest->evicted = true;
+    ++closing_;
     ::shutdown(oldest->fd, SHUT_RDWR);
     return true;
   }
@@ -244,6 +258,7 @@ class ConnectionTable {
   std::mutex mu_;
   std::map<Id, Entry> entries_;  // guarded by mu_
   Id next_ = 1;                  // guarded by mu_
+  size_t closing_ = 0;           // guarded by mu_: threads past their connection's end
 };
 
 namespace {
@@ -259,7 +274,9 @@ class ConnectionPool : public httplib::TaskQueue {
   void enqueue(std::function<void()> fn) override {
     {
       std::lock_guard lock(mu_);
-      if (busy_ + jobs_.size() < n_threads_ || table_.evict_oldest()) {
+      // A thread whose connection was evicted or has ended is free in a moment: counting
+      // it as free keeps a loaded machine's slow teardown from turning newcomers away.
+      if (busy_ + jobs_.size() < n_threads_ + table_.closing() || table_.evict_oldest()) {
         jobs_.push_back(std::move(fn));
         cv_.notify_one();
         return;
@@ -291,8 +308,9 @@ class ConnectionPool : public httplib::TaskQueue {
         jobs_.pop_front();
         ++busy_;
       }
-      fn();
+      fn();  // process_and_close_socket: its connection entry was added and removed
       std::lock_guard lock(mu_);
+      table_.thread_returned();
       --busy_;
     }
   }
