@@ -85,8 +85,9 @@ def main():
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--llama-bench")
     args = ap.parse_args()
-    # Each filler turn pair renders to ~100 tokens; the count is read back from the server.
-    msgs = conversation(max(1, args.tokens // 100))
+    # Each filler turn pair renders to ~153 tokens (Qwen2.5 and SmolLM2 tokenizers: 40 pairs
+    # gave 6128 and 6169 prompt tokens); the real count is read back from the server.
+    msgs = conversation(max(1, round(args.tokens / 153)))
     ttfts, n_prompt = [], 0
     for _ in range(args.runs):
         proc, port = start_server(args)
