@@ -23,6 +23,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/command.h"
+#include "cli/sweep.h"
 #include "compute/compute.h"
 #include "gguf/gguf.h"
 #include "profiler/memory_bandwidth.h"
@@ -53,6 +54,8 @@ struct BenchArgs {
   int64_t context = 0;     // --context: KV cache length (0: just enough for the tests)
   bool baseline = false;   // also run the plain mmap way (tg only) and print the speed-up
   bool force = false;      // run --baseline even when the model exceeds RAM - 4 GiB
+  std::vector<std::string> sweep;  // --sweep: RAM budgets, one child bench each (cli/sweep.h)
+  std::string plot;                // --plot FILE: the sweep's SVG chart
 };
 
 struct Stats {
@@ -164,12 +167,61 @@ Result<Stats> run_test(runtime::Engine& engine, runtime::Session& session, int n
   return s;
 }
 
+// The arguments a sweep's child bench gets: this run's, generation only.
+std::vector<std::string> sweep_child_args(const BenchArgs& a, const std::string& path) {
+  std::vector<std::string> c = {path, "-p", "0", "-n", std::to_string(a.n_gen), "-r", std::to_string(a.reps),
+                                "--device", a.engine.device, "--kv-type", a.engine.kv_type};
+  if (a.engine.threads > 0) c.insert(c.end(), {"-t", std::to_string(a.engine.threads)});
+  if (!a.engine.profile.empty()) c.insert(c.end(), {"--profile", a.engine.profile});
+  if (a.context > 0) c.insert(c.end(), {"--context", std::to_string(a.context)});
+  if (a.no_reference) c.push_back("--no-reference");
+  if (a.baseline) c.push_back("--baseline");
+  if (a.force) c.push_back("--force");
+  return c;
+}
+
+int run_sweep_bench(const BenchArgs& a, const std::string& path) {
+  std::vector<uint64_t> budgets;
+  for (const auto& text : a.sweep) {
+    auto b = parse_size(text);
+    if (!b.is_ok()) {
+      std::cerr << "hypura bench: --sweep: " << b.status().message() << "\n";
+      return 2;
+    }
+    budgets.push_back(*b);
+  }
+  std::sort(budgets.begin(), budgets.end());
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) {
+    std::cerr << "hypura bench: --sweep: cannot find this program (/proc/self/exe)\n";
+    return 1;
+  }
+  const std::vector<SweepPoint> points =
+      run_sweep(std::string(exe, static_cast<size_t>(n)), sweep_child_args(a, path), budgets);
+  std::cout << sweep_table(points);
+  if (!a.plot.empty()) {
+    const std::string title = path.substr(path.find_last_of('/') + 1) + ": tg" + std::to_string(a.n_gen) +
+                              " against the RAM budget";
+    FILE* f = std::fopen(a.plot.c_str(), "w");
+    const std::string svg = sweep_svg(points, title);
+    if (f == nullptr || std::fwrite(svg.data(), 1, svg.size(), f) != svg.size() || std::fclose(f) != 0) {
+      std::cerr << "hypura bench: --plot " << a.plot << ": cannot write\n";
+      return 1;
+    }
+    std::cerr << "hypura bench: wrote " << a.plot << "\n";
+  }
+  const bool any_ran = std::any_of(points.begin(), points.end(), [](const SweepPoint& p) { return p.error.empty(); });
+  return any_ran ? 0 : 1;
+}
+
 int run_bench(const BenchArgs& a) {
   const std::string path = resolve_model_path(a.model);
   if (path.empty()) {
     std::cerr << "hypura bench: no model given and no default model in test-models/\n";
     return 2;
   }
+  if (!a.sweep.empty()) return run_sweep_bench(a, path);
   const int max_prompt = *std::max_element(a.n_prompt.begin(), a.n_prompt.end());
   const int max_depth = *std::max_element(a.depths.begin(), a.depths.end());
   runtime::EngineOptions eo =
@@ -402,6 +454,12 @@ std::function<int()> setup_bench(CLI::App& app) {
   app.add_flag("--baseline", a->baseline,
                "also generate the plain way (weights through mmap, no planner) and print the speed-up");
   app.add_flag("--force", a->force, "run --baseline even when the model exceeds RAM minus 4 GiB");
+  auto* sweep = app.add_option("--sweep", a->sweep,
+                               "run the tg test under each RAM budget of a list (e.g. 1G,2G,3G), "
+                               "each in a fresh process, and print tok/s against the budget")
+                    ->delimiter(',');
+  app.add_option("--plot", a->plot, "with --sweep: write an SVG chart of the sweep to FILE")->needs(sweep);
+  sweep->excludes(app.get_option("--ram-budget"));
   return [a] { return run_bench(*a); };
 }
 

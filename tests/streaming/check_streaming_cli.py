@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import tempfile
+import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from cli_check import expect, failures, golden_dir, report, run  # noqa: E402
@@ -84,6 +85,24 @@ def main():
                f"50M budget: exit {r.returncode}: {r.stderr[-300:]}")
         r = run([hypura, "bench", model, "--ram-budget", "lots"] + common)
         expect(r.returncode != 0 and "--ram-budget" in r.stderr, f"bad budget: exit {r.returncode}: {r.stderr}")
+
+        # --sweep: one child bench per budget, a table row and a plotted point each; a
+        # budget with no plan is a row that says so, not a failed sweep.
+        svg = os.path.join(tmp, "sweep.svg")
+        r = run([hypura, "bench", model, "--sweep", "50M,300M,400M", "-n", "2", "-r", "1", "--no-reference",
+                 "--plot", svg] + common)
+        expect(r.returncode == 0, f"sweep: exit {r.returncode}: {r.stderr[-500:]}")
+        rows = [line for line in r.stdout.splitlines() if line.startswith("| ") and "MiB" in line]
+        expect(len(rows) == 3 and "exited with status 1" in rows[0] and all("streaming" in x for x in rows[1:]),
+               f"sweep table: {r.stdout}")
+        if os.path.exists(svg):
+            root = ET.parse(svg).getroot()
+            circles = root.findall(".//{http://www.w3.org/2000/svg}circle")
+            expect(len(circles) == 2, f"sweep plot has {len(circles)} points, want 2")
+        else:
+            failures.append("sweep wrote no plot")
+        r = run([hypura, "bench", model, "--sweep", "300M", "--ram-budget", "300M"] + common)
+        expect(r.returncode != 0, "--sweep with --ram-budget was accepted")
 
     return report()
 
