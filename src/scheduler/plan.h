@@ -44,7 +44,10 @@ struct Budgets {
 
 // Constants of the cost model, in one place (docs/PLANNER.md explains each).
 struct CostModel {
-  double cpu_efficiency = 0.6;     // fraction of measured RAM read bandwidth CPU matmuls reach
+  // Fraction of the measured RAM read bandwidth a CPU decode step reaches: the 8b Q4_K_M
+  // read 3.80 tok/s x 4.40 GB = 16.7 GB/s of a measured 19.45 GB/s (0.86) on the Zen 3 VM
+  // (docs/BENCHMARKS.md, issue 15 targets); 0.6 predicted resident runs 1.4-1.5x too slow.
+  double cpu_efficiency = 0.85;
   double gpu_efficiency = 0.7;     // same for GPU kernels and device memory bandwidth
   double per_layer_overhead_s = 20e-6;  // synchronisation, thread wake-ups per layer
   // The process beside weights, KV cache, work buffers and pool (process_overhead_bytes),
