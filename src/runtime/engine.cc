@@ -13,15 +13,15 @@
 
 #include "compute/compute.h"
 #include "gguf/gguf.h"
+#include "grammar/token_mask.h"
+#include "model/cuda_blocks.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "profiler/system_info.h"
-#include "grammar/token_mask.h"
-#include "model/cuda_blocks.h"
 #include "runtime/device_choice.h"
-#include "runtime/device_weights.h"
-#include "runtime/tiered_weights.h"
 #include "runtime/sampler.h"
+#include "runtime/tiered_weights.h"
+#include "tiers/device_weights.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -163,7 +163,7 @@ class ResidentEngine final : public Engine {
   Status place_on_device(const EngineOptions& options);
   compute::Context& ctx() { return *ctx_; }
   compute::Context* compute_context() override { return ctx_.get(); }
-  WeightProvider& provider() { return weights_->provider(); }
+  model::WeightProvider& provider() { return weights_->provider(); }
   bool kv_f32() const { return kv_f32_; }
   std::mutex& compute_mutex() { return compute_mutex_; }
   // The vocabulary arranged for constrained sampling, built at the first request that

@@ -20,16 +20,16 @@
 #include <string>
 
 #include "common/status.h"
+#include "experts/expert_provider.h"
+#include "experts/routing_trace.h"
 #include "gguf/gguf.h"
 #include "profiler/hardware_profile.h"
-#include "runtime/expert_provider.h"
-#include "runtime/memory_ledger.h"
-#include "runtime/routing_trace.h"
 #include "runtime/session.h"
-#include "runtime/streaming_provider.h"
 #include "scheduler/model_tensors.h"
 #include "scheduler/plan.h"
 #include "scheduler/plan_request.h"
+#include "tiers/memory_ledger.h"
+#include "tiers/streaming_provider.h"
 
 namespace hypura::runtime {
 
@@ -65,7 +65,7 @@ class TieredWeights {
   static Result<std::unique_ptr<TieredWeights>> load(const gguf::GgufFile& file,
                                                      const TierOptions& options);
 
-  WeightProvider& provider() { return experts_ ? static_cast<WeightProvider&>(*experts_) : *provider_; }
+  model::WeightProvider& provider() { return experts_ ? static_cast<model::WeightProvider&>(*experts_) : *provider_; }
   // Expert-streaming mode: the expert provider (resident non-expert tensors, expert cache);
   // streaming() is then not available. Null in the other modes.
   const ExpertProvider* experts() const { return experts_.get(); }
