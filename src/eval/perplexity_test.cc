@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "runtime/golden_fixtures.h"
-#include "tiers/resident_provider.h"
+#include "tiers/testing/resident_provider.h"
 
 namespace hypura::runtime {
 namespace {

@@ -90,7 +90,7 @@ Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufF
   apply_environment(p->config_);
   HYPURA_RETURN_IF_ERROR(p->build_layout());
   HYPURA_ASSIGN_OR_RETURN(p->storages_, io::Storage::open_all(p->file_.paths(), p->config_.storage,
-                                                              p->config_.make_engine));
+                                                              p->config_.make_queue));
   const uint32_t n_slots = std::max<uint32_t>(p->config_.cache_experts, 1);
   // The cache first: a budget refusal should come before a long load.
   HYPURA_ASSIGN_OR_RETURN(p->cache_memory_,

@@ -96,8 +96,8 @@ struct ExpertConfig {
   std::string stats_path;          // co-activation statistics (load/save); empty: none
   bool lock_resident = true;
   io::StorageOptions storage;
-  // Tests: builds the engine of each split file's Storage (e.g. fault-injecting).
-  std::function<std::unique_ptr<io::IoEngine>()> make_engine;
+  // Tests: builds the read queue of each split file's Storage (e.g. fault-injecting).
+  std::function<std::unique_ptr<io::ReadQueue>()> make_queue;
 };
 
 // One next-layer predictor's record. A prediction for a layer is scored when its router

@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "io/aligned_buffer.h"
-#include "io/fault_engine.h"
+#include "io/fault_queue.h"
 
 namespace hypura::io {
 namespace {
@@ -19,7 +19,7 @@ namespace {
 // Byte i of the test file: a cheap hash, so misplaced bytes are caught.
 uint8_t pattern(uint64_t i) { return static_cast<uint8_t>((i * 2654435761u) >> 13); }
 
-class StorageTest : public ::testing::TestWithParam<EngineKind> {
+class StorageTest : public ::testing::TestWithParam<QueueKind> {
  protected:
   static void SetUpTestSuite() {
     path_ = new std::string(::testing::TempDir() + "hypura_storage_test_" +
@@ -121,15 +121,15 @@ TEST_P(StorageTest, ManyConcurrentRequestsCompleteInAnyWaitOrder) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, StorageTest,
-                         ::testing::Values(EngineKind::kAuto, EngineKind::kThreads),
-                         [](const auto& info) { return std::string(engine_kind_name(info.param)) == "auto" ? "auto" : "threads"; });
+                         ::testing::Values(QueueKind::kAuto, QueueKind::kThreads),
+                         [](const auto& info) { return std::string(queue_kind_name(info.param)) == "auto" ? "auto" : "threads"; });
 
 class FaultTest : public StorageTest {
  protected:
   std::unique_ptr<Storage> open_faulty(FaultPlan plan, std::shared_ptr<const FaultCounts>* counts) {
-    auto inner = make_engine(GetParam(), 8);
+    auto inner = make_queue(GetParam(), 8);
     EXPECT_TRUE(inner.is_ok());
-    auto engine = std::make_unique<FaultInjectingEngine>(std::move(inner).value(), plan);
+    auto engine = std::make_unique<FaultInjectingQueue>(std::move(inner).value(), plan);
     *counts = engine->counts();
     StorageOptions o;
     o.request_bytes = 256 << 10;
@@ -268,8 +268,8 @@ TEST_P(FaultTest, ExpeditedBackgroundReadOvertakesOtherBackgroundReads) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, FaultTest,
-                         ::testing::Values(EngineKind::kAuto, EngineKind::kThreads),
-                         [](const auto& info) { return std::string(engine_kind_name(info.param)) == "auto" ? "auto" : "threads"; });
+                         ::testing::Values(QueueKind::kAuto, QueueKind::kThreads),
+                         [](const auto& info) { return std::string(queue_kind_name(info.param)) == "auto" ? "auto" : "threads"; });
 
 }  // namespace
 }  // namespace hypura::io

@@ -19,11 +19,11 @@
 #include "compute/compute.h"
 #include "experts/expert_provider.h"
 #include "gguf/gguf.h"
-#include "io/fault_engine.h"
+#include "io/fault_queue.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "runtime/golden_fixtures.h"
-#include "tiers/resident_provider.h"
+#include "tiers/testing/resident_provider.h"
 
 namespace hypura::runtime {
 namespace {
@@ -283,8 +283,8 @@ TEST(ExpertProvider, FailedExpertReadEndsThePassWithAClearError) {
   ExpertConfig config;
   config.cache_experts = 4;
   config.storage.queue_depth = 4;
-  config.make_engine = [plan] {
-    return std::make_unique<io::FaultInjectingEngine>(io::make_thread_engine(4, 2), plan);
+  config.make_queue = [plan] {
+    return std::make_unique<io::FaultInjectingQueue>(io::make_thread_queue(4, 2), plan);
   };
   MemoryLedger ledger(0);
   auto p = ExpertProvider::create(m.file, config, ledger, nullptr);

@@ -19,7 +19,7 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "tiers/device_weights.h"
-#include "tiers/resident_provider.h"
+#include "tiers/testing/resident_provider.h"
 #if HYPURA_HAVE_CUDA
 #include "compute/cuda/device.h"
 #endif

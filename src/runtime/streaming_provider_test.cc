@@ -14,12 +14,12 @@
 #include "compute/compute.h"
 #include "gguf/gguf.h"
 #include "gguf/writer.h"
-#include "io/fault_engine.h"
+#include "io/fault_queue.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "runtime/golden_fixtures.h"
-#include "tiers/resident_provider.h"
 #include "tiers/streaming_provider.h"
+#include "tiers/testing/resident_provider.h"
 
 namespace hypura::runtime {
 namespace {
@@ -171,8 +171,8 @@ Result<std::unique_ptr<StreamingProvider>> faulty(const Model& m, io::FaultPlan 
   config.n_slots = n_slots;
   config.prefetch_depth = n_slots - 1;
   config.storage.queue_depth = 4;
-  config.make_engine = [plan] {
-    return std::make_unique<io::FaultInjectingEngine>(io::make_thread_engine(4, 2), plan);
+  config.make_queue = [plan] {
+    return std::make_unique<io::FaultInjectingQueue>(io::make_thread_queue(4, 2), plan);
   };
   return StreamingProvider::create(m.file, config, ledger, nullptr);
 }
@@ -244,8 +244,8 @@ Result<std::unique_ptr<StreamingProvider>> layered_provider(const Layered& l, in
   config.storage.queue_depth = 4;
   io::FaultPlan plan;
   plan.delay_us = delay_us;
-  config.make_engine = [plan] {
-    return std::make_unique<io::FaultInjectingEngine>(io::make_thread_engine(4, 2), plan);
+  config.make_queue = [plan] {
+    return std::make_unique<io::FaultInjectingQueue>(io::make_thread_queue(4, 2), plan);
   };
   return StreamingProvider::create(l.file, config, ledger, nullptr);
 }

@@ -22,7 +22,7 @@
 #include "runtime/golden_fixtures.h"
 #include "runtime/tiered_weights.h"
 #include "tiers/mmap_provider.h"
-#include "tiers/resident_provider.h"
+#include "tiers/testing/resident_provider.h"
 
 namespace hypura::runtime {
 namespace {

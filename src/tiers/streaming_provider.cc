@@ -46,7 +46,7 @@ Result<std::unique_ptr<StreamingProvider>> StreamingProvider::create(const gguf:
   std::unique_ptr<StreamingProvider> p(new StreamingProvider(file, ledger));
   HYPURA_RETURN_IF_ERROR(p->build_layout(config));
   HYPURA_ASSIGN_OR_RETURN(p->storages_,
-                          io::Storage::open_all(file.paths(), config.storage, config.make_engine));
+                          io::Storage::open_all(file.paths(), config.storage, config.make_queue));
   const int n_slots = p->stream_layers_.empty() ? 0 : std::max(2, config.n_slots);
   p->depth_ = std::clamp(config.prefetch_depth, 1, std::max(1, n_slots - 1));
   // The pool first: it is small, and a budget refusal should come before a long load.

@@ -47,8 +47,8 @@ struct StreamingConfig {
   int prefetch_depth = 2;      // layers read ahead of the one computing (<= n_slots - 1)
   bool lock_resident = true;   // mlock the resident tensors when allowed
   io::StorageOptions storage;  // queue depth and request size: the profile's best
-  // Tests: builds the engine of each split file's Storage (e.g. fault-injecting).
-  std::function<std::unique_ptr<io::IoEngine>()> make_engine;
+  // Tests: builds the read queue of each split file's Storage (e.g. fault-injecting).
+  std::function<std::unique_ptr<io::ReadQueue>()> make_queue;
 };
 
 struct StreamingStats {

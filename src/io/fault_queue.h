@@ -1,9 +1,9 @@
-// FaultInjectingEngine: the test twin of a real IoEngine. It forwards reads to an inner
-// engine and, by a seeded plan, makes some fail with EIO, return short, get interrupted
+// FaultInjectingQueue: the test twin of a real ReadQueue. It forwards reads to an inner
+// queue and, by a seeded plan, makes some fail with EIO, return short, get interrupted
 // (EINTR), or complete late, so Storage's error, continuation and ordering logic can be
 // tested without a failing disk. Deterministic for a given seed and submission order.
 //
-// Thread-safety: as IoEngine (driven by one thread). counts() may be read afterwards.
+// Thread-safety: as ReadQueue (driven by one thread). counts() may be read afterwards.
 #pragma once
 
 #include <chrono>
@@ -12,7 +12,7 @@
 #include <memory>
 #include <random>
 
-#include "io/engine.h"
+#include "io/read_queue.h"
 
 namespace hypura::io {
 
@@ -30,9 +30,9 @@ struct FaultCounts {
   uint64_t reads = 0, eio = 0, short_reads = 0, eintr = 0;
 };
 
-class FaultInjectingEngine final : public IoEngine {
+class FaultInjectingQueue final : public ReadQueue {
  public:
-  FaultInjectingEngine(std::unique_ptr<IoEngine> inner, FaultPlan plan);
+  FaultInjectingQueue(std::unique_ptr<ReadQueue> inner, FaultPlan plan);
 
   uint32_t capacity() const override { return inner_->capacity(); }
   uint32_t in_flight() const override;
@@ -41,7 +41,7 @@ class FaultInjectingEngine final : public IoEngine {
   void wake() override { inner_->wake(); }
   size_t reap(std::span<IoResult> out, int64_t timeout_us) override;
 
-  // Shared so a test can read the counts after Storage took ownership of the engine.
+  // Shared so a test can read the counts after Storage took ownership of the queue.
   std::shared_ptr<const FaultCounts> counts() const { return counts_; }
 
  private:
@@ -52,13 +52,13 @@ class FaultInjectingEngine final : public IoEngine {
   };
   bool chance(double p);
 
-  std::unique_ptr<IoEngine> inner_;
+  std::unique_ptr<ReadQueue> inner_;
   FaultPlan plan_;
   std::mt19937_64 rng_;
   std::shared_ptr<FaultCounts> counts_ = std::make_shared<FaultCounts>();
   std::deque<Held> held_;                  // finished (or failed) reads not yet released
   std::deque<Clock::time_point> submitted_;  // submit times of reads forwarded, FIFO
-  uint32_t forwarded_ = 0;                 // reads inside the inner engine
+  uint32_t forwarded_ = 0;                 // reads inside the inner queue
 };
 
 }  // namespace hypura::io

@@ -1,14 +1,14 @@
-// IoEngine: the lowest layer of storage access, one asynchronous queue of plain reads.
+// ReadQueue: the lowest layer of storage access, one asynchronous queue of plain reads.
 //
-// An engine executes reads of (fd, offset, length) into a buffer and reports how many
+// A queue executes reads of (fd, offset, length) into a buffer and reports how many
 // bytes each one returned (or -errno). It knows nothing about alignment, splitting,
 // short-read handling or files: Storage (storage.h) does all of that on top, so the
-// fault-injecting engine (fault_engine.h) exercises exactly the code the real ones use.
+// fault-injecting queue (fault_queue.h) exercises exactly the code the real ones use.
 //
 // Implementations: io_uring (the default) and a pool of threads calling pread (where
 // io_uring is unavailable: old kernels, seccomp'd containers, io_uring_disabled=2).
 //
-// Thread-safety: an engine is driven by one thread (Storage's I/O thread): submit() and
+// Thread-safety: a queue is driven by one thread (Storage's I/O thread): submit() and
 // reap() are never called concurrently.
 #pragma once
 
@@ -34,13 +34,13 @@ struct IoResult {
   int64_t result = 0;  // bytes read (may be short; 0 at end of file) or -errno
 };
 
-class IoEngine {
+class ReadQueue {
  public:
-  virtual ~IoEngine() = default;
+  virtual ~ReadQueue() = default;
   // Most reads in flight at once.
   virtual uint32_t capacity() const = 0;
   // Queues reads. REQUIRES: in_flight() + ops.size() <= capacity().
-  // A failure here is an engine failure (not a read failure): Storage aborts the requests.
+  // A failure here is a queue failure (not a read failure): Storage aborts the requests.
   virtual Status submit(std::span<const IoOp> ops) = 0;
   // Collects finished reads into `out`, waiting up to timeout_us for the first one.
   // Returns how many were written (0 on timeout).
@@ -53,15 +53,15 @@ class IoEngine {
   virtual void wake() {}
 };
 
-enum class EngineKind { kAuto, kUring, kThreads };
+enum class QueueKind { kAuto, kUring, kThreads };
 
 // io_uring with `queue_depth` entries. Fails with kUnsupported when the kernel refuses.
-Result<std::unique_ptr<IoEngine>> make_uring_engine(uint32_t queue_depth);
+Result<std::unique_ptr<ReadQueue>> make_uring_queue(uint32_t queue_depth);
 // `n_threads` threads each doing blocking pread; capacity() == queue_depth.
-std::unique_ptr<IoEngine> make_thread_engine(uint32_t queue_depth, uint32_t n_threads);
+std::unique_ptr<ReadQueue> make_thread_queue(uint32_t queue_depth, uint32_t n_threads);
 // kAuto: io_uring, else threads (with a logged note saying why).
-Result<std::unique_ptr<IoEngine>> make_engine(EngineKind kind, uint32_t queue_depth);
+Result<std::unique_ptr<ReadQueue>> make_queue(QueueKind kind, uint32_t queue_depth);
 
-const char* engine_kind_name(EngineKind kind);
+const char* queue_kind_name(QueueKind kind);
 
 }  // namespace hypura::io

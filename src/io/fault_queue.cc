@@ -1,4 +1,4 @@
-#include "io/fault_engine.h"
+#include "io/fault_queue.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -9,18 +9,18 @@
 
 namespace hypura::io {
 
-FaultInjectingEngine::FaultInjectingEngine(std::unique_ptr<IoEngine> inner, FaultPlan plan)
+FaultInjectingQueue::FaultInjectingQueue(std::unique_ptr<ReadQueue> inner, FaultPlan plan)
     : inner_(std::move(inner)), plan_(plan), rng_(plan.seed) {}
 
-uint32_t FaultInjectingEngine::in_flight() const {
+uint32_t FaultInjectingQueue::in_flight() const {
   return forwarded_ + static_cast<uint32_t>(held_.size());
 }
 
-bool FaultInjectingEngine::chance(double p) {
+bool FaultInjectingQueue::chance(double p) {
   return p > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < p;
 }
 
-Status FaultInjectingEngine::submit(std::span<const IoOp> ops) {
+Status FaultInjectingQueue::submit(std::span<const IoOp> ops) {
   std::vector<IoOp> forward;
   auto now = Clock::now();
   auto ready = now + std::chrono::microseconds(plan_.delay_us);
@@ -47,7 +47,7 @@ Status FaultInjectingEngine::submit(std::span<const IoOp> ops) {
   return inner_->submit(forward);
 }
 
-size_t FaultInjectingEngine::reap(std::span<IoResult> out, int64_t timeout_us) {
+size_t FaultInjectingQueue::reap(std::span<IoResult> out, int64_t timeout_us) {
   auto deadline = Clock::now() + std::chrono::microseconds(timeout_us);
   std::vector<IoResult> got(inner_->capacity());
   for (;;) {

@@ -1,4 +1,7 @@
-// ResidentProvider: every tensor of the model in RAM, read once at load.
+// ResidentProvider: every tensor of the model in RAM, read once at load. Test support
+// (hypura_tiers_testing): the engine's resident mode is StreamingProvider with nothing
+// streamed (resident_loader.h, ledger-charged); this is the plain reference the
+// forward-pass tests compare every other provider against.
 //
 // load() reads each split file's tensor-data section sequentially with pread into one
 // 64-byte-aligned allocation (not mmap: the memory is owned, counted and touched up

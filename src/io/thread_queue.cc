@@ -12,17 +12,17 @@
 
 #include "common/log.h"
 
-#include "io/engine.h"
+#include "io/read_queue.h"
 
 namespace hypura::io {
 namespace {
 
-class ThreadEngine final : public IoEngine {
+class ThreadQueue final : public ReadQueue {
  public:
-  ThreadEngine(uint32_t queue_depth, uint32_t n_threads) : capacity_(queue_depth) {
+  ThreadQueue(uint32_t queue_depth, uint32_t n_threads) : capacity_(queue_depth) {
     for (uint32_t i = 0; i < n_threads; ++i) workers_.emplace_back([this] { work(); });
   }
-  ~ThreadEngine() override {
+  ~ThreadQueue() override {
     {
       std::lock_guard lock(mu_);
       stop_ = true;
@@ -103,25 +103,25 @@ class ThreadEngine final : public IoEngine {
 
 }  // namespace
 
-std::unique_ptr<IoEngine> make_thread_engine(uint32_t queue_depth, uint32_t n_threads) {
-  return std::make_unique<ThreadEngine>(queue_depth, n_threads == 0 ? 1 : n_threads);
+std::unique_ptr<ReadQueue> make_thread_queue(uint32_t queue_depth, uint32_t n_threads) {
+  return std::make_unique<ThreadQueue>(queue_depth, n_threads == 0 ? 1 : n_threads);
 }
 
-Result<std::unique_ptr<IoEngine>> make_engine(EngineKind kind, uint32_t queue_depth) {
+Result<std::unique_ptr<ReadQueue>> make_queue(QueueKind kind, uint32_t queue_depth) {
   if (queue_depth == 0) return invalid_argument("I/O queue depth must be at least 1");
-  if (kind == EngineKind::kThreads) return make_thread_engine(queue_depth, queue_depth);
-  auto uring = make_uring_engine(queue_depth);
-  if (uring.is_ok() || kind == EngineKind::kUring) return uring;
+  if (kind == QueueKind::kThreads) return make_thread_queue(queue_depth, queue_depth);
+  auto uring = make_uring_queue(queue_depth);
+  if (uring.is_ok() || kind == QueueKind::kUring) return uring;
   log().info("io: io_uring unavailable ({}); using a pread thread pool",
                uring.status().message());
-  return make_thread_engine(queue_depth, queue_depth);
+  return make_thread_queue(queue_depth, queue_depth);
 }
 
-const char* engine_kind_name(EngineKind kind) {
+const char* queue_kind_name(QueueKind kind) {
   switch (kind) {
-    case EngineKind::kAuto: return "auto";
-    case EngineKind::kUring: return "io_uring";
-    case EngineKind::kThreads: return "threads";
+    case QueueKind::kAuto: return "auto";
+    case QueueKind::kUring: return "io_uring";
+    case QueueKind::kThreads: return "threads";
   }
   return "?";
 }

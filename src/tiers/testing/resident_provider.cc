@@ -1,4 +1,4 @@
-#include "tiers/resident_provider.h"
+#include "tiers/testing/resident_provider.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -6,17 +6,17 @@
 
 #include <cstring>
 
-#include "io/engine.h"
+#include "io/read_queue.h"
 
 namespace hypura::io {
 namespace {
 
 constexpr uint64_t kWakeCookie = ~uint64_t{0};  // the eventfd poll's completion
 
-class UringEngine final : public IoEngine {
+class UringQueue final : public ReadQueue {
  public:
-  explicit UringEngine(uint32_t queue_depth) : capacity_(queue_depth) {}
-  ~UringEngine() override {
+  explicit UringQueue(uint32_t queue_depth) : capacity_(queue_depth) {}
+  ~UringQueue() override {
     if (initialised_) io_uring_queue_exit(&ring_);
     if (wake_fd_ >= 0) ::close(wake_fd_);
   }
@@ -108,10 +108,10 @@ class UringEngine final : public IoEngine {
 
 }  // namespace
 
-Result<std::unique_ptr<IoEngine>> make_uring_engine(uint32_t queue_depth) {
-  auto engine = std::make_unique<UringEngine>(queue_depth);
+Result<std::unique_ptr<ReadQueue>> make_uring_queue(uint32_t queue_depth) {
+  auto engine = std::make_unique<UringQueue>(queue_depth);
   HYPURA_RETURN_IF_ERROR(engine->init());
-  return std::unique_ptr<IoEngine>(std::move(engine));
+  return std::unique_ptr<ReadQueue>(std::move(engine));
 }
 
 }  // namespace hypura::io
