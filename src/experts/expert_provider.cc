@@ -38,27 +38,6 @@ std::pair<int, int> expert_tensor(const std::string& name) {
   return {-1, -1};
 }
 
-// A/B switches for benchmarks (expert_provider.h).
-void apply_environment(ExpertConfig& c) {
-  if (const char* e = std::getenv("HYPURA_EXPERT_PREDICTOR")) {
-    if (!parse_expert_predictor(e, &c.predictor)) {
-      spdlog::warn("HYPURA_EXPERT_PREDICTOR={} is not none|coact|router|both; using {}", e,
-                   expert_predictor_name(c.predictor));
-    }
-  }
-  if (const char* e = std::getenv("HYPURA_EXPERT_LOOKAHEAD")) {
-    const int n = std::atoi(e);
-    if (n >= 1) c.router_lookahead = n;
-  }
-  if (const char* e = std::getenv("HYPURA_EXPERT_ROUTER_MIN_PROB")) c.router_min_prob = std::atof(e);
-  if (const char* e = std::getenv("HYPURA_EXPERT_MAX_INFLIGHT")) {
-    const int n = std::atoi(e);
-    if (n >= 1) c.max_speculative_inflight = n;
-  }
-  if (const char* e = std::getenv("HYPURA_EXPERT_BACKGROUND")) c.background_speculation = std::atoi(e) != 0;
-  if (const char* e = std::getenv("HYPURA_EXPERT_ORDER")) c.order_by_arrival = std::string(e) != "id";
-}
-
 }  // namespace
 
 const char* expert_predictor_name(ExpertPredictor p) {
@@ -87,7 +66,6 @@ Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufF
                                                                const Progress& progress) {
   std::unique_ptr<ExpertProvider> p(new ExpertProvider(file, ledger));
   p->config_ = std::move(config);
-  apply_environment(p->config_);
   HYPURA_RETURN_IF_ERROR(p->build_layout());
   HYPURA_ASSIGN_OR_RETURN(p->storages_, io::Storage::open_all(p->file_.paths(), p->config_.storage,
                                                               p->config_.make_queue));

@@ -64,33 +64,36 @@ bool parse_expert_predictor(const std::string& s, ExpertPredictor* out);
 // Defaults chosen by measurement on the "moe" synthetic model (docs/MOE.md): both
 // predictors, the router one a layer ahead and only for guesses of probability >= 0.3
 // (reading every guess, or guessing 2-3 layers ahead, wasted more disk time than the
-// misses it saved); no cap on speculative reads in flight.
+// misses it saved); no cap on speculative reads in flight; speculative reads at background
+// priority, and cached experts computed first, then the rest by arrival (docs/MOE.md).
 inline constexpr ExpertPredictor kDefaultExpertPredictor = ExpertPredictor::kBoth;
 inline constexpr int kDefaultRouterLookahead = 1;
 inline constexpr double kDefaultRouterMinProb = 0.3;
 inline constexpr int kDefaultMaxSpeculativeInflight = 1 << 20;
 inline constexpr int kMaxRouterLookahead = 4;  // router_lookahead is clamped to 1..this
+inline constexpr bool kDefaultBackgroundSpeculation = true;
+inline constexpr bool kDefaultOrderByArrival = true;
 
 struct ExpertConfig {
   uint32_t cache_experts = 0;      // slots (>= 1), each one expert of one layer
   CachePolicy policy = kDefaultCachePolicy;
   bool speculate = true;           // speculative prefetch into spare slots at all
-  // Overridable by the environment for A/B runs: HYPURA_EXPERT_PREDICTOR=none|coact|
-  // router|both and HYPURA_EXPERT_LOOKAHEAD=N (read by create()).
+  // `--expert-predictor none|coact|router|both` and `--expert-lookahead N` of run, bench,
+  // serve and perplexity (EngineOptions); the rest below are fixed (tests set them).
   ExpertPredictor predictor = kDefaultExpertPredictor;
   int router_lookahead = kDefaultRouterLookahead;  // layers ahead the router predictor guesses
   // A router guess is read only when its softmax probability reaches this (all top-k
-  // guesses are scored); HYPURA_EXPERT_ROUTER_MIN_PROB overrides.
+  // guesses are scored).
   double router_min_prob = kDefaultRouterMinProb;
   // Speculative reads in flight at most (each one started takes a slot that could hold a
-  // cached expert until it arrives or is evicted); HYPURA_EXPERT_MAX_INFLIGHT overrides.
+  // cached expert until it arrives or is evicted).
   int max_speculative_inflight = kDefaultMaxSpeculativeInflight;
-  // Speculative reads as io::Priority::kBackground (demand reads overtake them);
-  // HYPURA_EXPERT_BACKGROUND=0 makes them normal reads (A/B runs).
-  bool background_speculation = true;
-  // order_experts() puts cached experts first, then reads by arrival;
-  // HYPURA_EXPERT_ORDER=id keeps ascending ids (A/B runs).
-  bool order_by_arrival = true;
+  // Speculative reads as io::Priority::kBackground (demand reads overtake them); false
+  // makes them normal reads.
+  bool background_speculation = kDefaultBackgroundSpeculation;
+  // order_experts() puts cached experts first, then reads by arrival; false keeps
+  // ascending ids.
+  bool order_by_arrival = kDefaultOrderByArrival;
   int max_speculative = 0;         // co-activation experts per layer; 0: n_expert_used
   double min_confidence = 0.5;     // co-activation score needed to read speculatively
   std::string stats_path;          // co-activation statistics (load/save); empty: none

@@ -217,6 +217,17 @@ Result<std::unique_ptr<Engine>> LocalEngine::create(const EngineOptions& options
   tier.plan = plan_request(options);
   tier.progress = options.load_progress;
   tier.trace_path = options.trace_path;
+  const std::string& predictor = options.expert_predictor;
+  if (!predictor.empty() && !parse_expert_predictor(predictor, &tier.expert_predictor)) {
+    return invalid_argument("expert predictor '" + predictor + "' is not none, coact, router or both");
+  }
+  if (const int d = options.expert_lookahead; d != 0) {
+    if (d < 1 || d > kMaxRouterLookahead) {
+      return invalid_argument("expert lookahead " + std::to_string(d) + " is not 1.." +
+                              std::to_string(kMaxRouterLookahead));
+    }
+    tier.expert_lookahead = d;
+  }
   HYPURA_ASSIGN_OR_RETURN(e->weights_, TieredWeights::load(e->file_, tier));
   // The plan capped the context to the model's trained length unless asked not to: past
   // it RoPE keeps rotating but the model was never trained there, so only a speed

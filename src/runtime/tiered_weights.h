@@ -42,6 +42,10 @@ struct TierOptions {
   // Expert-streaming mode (expert_provider.h): record the routing to this file, written
   // when the weights are destroyed; empty: no trace.
   std::string trace_path;
+  // Expert-streaming mode: the speculative-read predictor and the router's lookahead
+  // (ExpertConfig).
+  ExpertPredictor expert_predictor = kDefaultExpertPredictor;
+  int expert_lookahead = kDefaultRouterLookahead;
 };
 
 // The plan request of an engine's options (budget, context, KV type, profile; the
