@@ -24,16 +24,16 @@
 
 #include "cli/command.h"
 #include "cli/sweep.h"
+#include "common/size.h"
 #include "compute/compute.h"
+#include "eval/mmap_baseline.h"
+#include "eval/tier_metrics.h"
+#include "experts/expert_metrics.h"
 #include "gguf/gguf.h"
 #include "profiler/memory_bandwidth.h"
-#include "common/size.h"
 #include "runtime/engine.h"
-#include "runtime/mmap_baseline.h"
-#include "runtime/expert_metrics.h"
-#include "runtime/tier_metrics.h"
-#include "runtime/tiered_weights.h"
 #include "runtime/session.h"
+#include "runtime/tiered_weights.h"
 #if HYPURA_HAVE_CUDA
 #include "compute/cuda/device.h"
 #endif

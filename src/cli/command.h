@@ -63,7 +63,9 @@ constexpr int64_t kMaxContextTokens = int64_t{1} << 24;
 CLI::Option* add_context_option(CLI::App& app, int64_t* n_ctx);
 
 // The options of every command that loads a model (run, bench, serve, perplexity):
-// -t/--threads, --kv-type f16|f32, --ram-budget, --profile. engine_options() makes the
+// -t/--threads, --device, --kv-type f16|f32, --ram-budget, --profile, and expert streaming's
+// --expert-predictor none|coact|router|both and --expert-lookahead N (docs/MOE.md).
+// engine_options() makes the
 // Engine's options of them, so the four load (and plan) a model the same way.
 struct EngineFlags {
   int threads = 0;
@@ -71,6 +73,8 @@ struct EngineFlags {
   std::string kv_type = "f16";
   uint64_t ram_budget = 0;  // 0: the profile's usable memory
   std::string profile;      // --profile FILE
+  std::string expert_predictor;  // --expert-predictor; empty: the default (both)
+  int expert_lookahead = 0;      // --expert-lookahead 1..4; 0: the default (1)
 };
 void add_engine_flags(CLI::App& app, EngineFlags* flags);
 runtime::EngineOptions engine_options(const EngineFlags& flags, const std::string& model_path, int64_t n_ctx);

@@ -9,6 +9,7 @@
 
 #include "cli/command.h"
 #include "common/size.h"
+#include "experts/expert_provider.h"
 
 namespace hypura::cli {
 
@@ -72,6 +73,13 @@ void add_engine_flags(CLI::App& app, EngineFlags* flags) {
       ->capture_default_str();
   add_ram_budget_option(app, &flags->ram_budget);
   add_profile_option(app, &flags->profile);
+  app.add_option("--expert-predictor", flags->expert_predictor,
+                 "MoE expert streaming: what guesses the next layer's experts to read ahead "
+                 "(none, coact, router, both; default both)")
+      ->check(CLI::IsMember({"none", "coact", "router", "both"}));
+  app.add_option("--expert-lookahead", flags->expert_lookahead,
+                 "MoE expert streaming: layers ahead the router predictor guesses (default 1)")
+      ->check(CLI::Range(1, runtime::kMaxRouterLookahead));
 }
 
 runtime::EngineOptions engine_options(const EngineFlags& flags, const std::string& model_path, int64_t n_ctx) {
@@ -83,6 +91,8 @@ runtime::EngineOptions engine_options(const EngineFlags& flags, const std::strin
   eo.kv_f32 = flags.kv_type == "f32";
   eo.ram_budget = flags.ram_budget;
   eo.profile_path = flags.profile;
+  eo.expert_predictor = flags.expert_predictor;
+  eo.expert_lookahead = flags.expert_lookahead;
   return eo;
 }
 

@@ -19,7 +19,7 @@
 
 #include "cli/command.h"
 #include "compute/compute.h"
-#include "runtime/perplexity.h"
+#include "eval/perplexity.h"
 #include "runtime/session.h"
 #include "tokenizer/tokenizer.h"
 

@@ -15,7 +15,7 @@
 
 #include "cli/command.h"
 #include "common/size.h"
-#include "model/synth/synth.h"
+#include "synth/synth.h"
 
 namespace hypura::cli {
 namespace {

@@ -24,11 +24,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "eval/expert_predictor_eval.h"
+#include "eval/trace_replay.h"
+#include "experts/routing_trace.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
-#include "runtime/expert_predictor_eval.h"
-#include "runtime/routing_trace.h"
-#include "runtime/trace_replay.h"
 
 namespace hypura::cli {
 namespace {

@@ -200,7 +200,7 @@ void expect_close_to_reference(const Problem& p, const Reference& ref, const std
 
 // Every path x every type: products within the bound of the float64 reference.
 TEST(Matmul, EveryPathMatchesReference) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(1);  // fixed: failures reproduce
   for (GgmlType type : all_types()) {
     const int64_t bs = std::max<int64_t>(quant::block_size(type), 32);
     const Problem p = make_problem(type, 37, bs * 9, 3, rng);  // odd block count
@@ -222,7 +222,7 @@ TEST(Matmul, EveryPathMatchesReference) {
 // llama.cpp): it overflows when a block's |x| sums past 65504, so their activations stay
 // below that here; the other formats get the full range.
 TEST(Matmul, RealModelRowLengthsAndLargeActivations) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(2);  // fixed: failures reproduce
   const int64_t legacy_lengths[] = {576, 608, 640, 896, 960, 1056, 4864};
   const int64_t k_lengths[] = {768, 1280, 2304, 4864};
   for (GgmlType type : all_types()) {
@@ -262,7 +262,7 @@ TEST(Matmul, RealModelRowLengthsAndLargeActivations) {
 // Shapes that stress tails: one row, rows not a multiple of the thread count or tile,
 // the smallest row length, many tokens; outputs start as NaN to catch unwritten cells.
 TEST(Matmul, OddShapesAndPoisonedOutputs) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(3);  // fixed: failures reproduce
   const int64_t shapes[][3] = {{1, 1, 1}, {3, 1, 2}, {17, 2, 5}, {130, 1, 67}, {33, 3, 1}};
   for (GgmlType type : {GgmlType::F32, GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K,
                         GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q2_K}) {
@@ -283,7 +283,7 @@ TEST(Matmul, OddShapesAndPoisonedOutputs) {
 // Batch invariance: the same rows from one batch, from chunks, token by token, and with
 // 1 or 2 threads are bit-identical on every path.
 TEST(Matmul, BatchInvariance) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(4);  // fixed: failures reproduce
   for (GgmlType type : all_types()) {
     const int64_t bs = std::max<int64_t>(quant::block_size(type), 32);
     const Problem p = make_problem(type, 70, bs * 4, 19, rng);

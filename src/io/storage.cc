@@ -60,7 +60,7 @@ struct Storage::Impl {
   uint64_t file_size = 0;
   uint64_t align = 1;
   StorageOptions options;
-  std::unique_ptr<IoEngine> engine;
+  std::unique_ptr<ReadQueue> engine;
 
   mutable std::mutex mu;
   std::condition_variable work_cv;  // I/O thread: new requests or stop
@@ -298,13 +298,13 @@ Storage::~Storage() = default;
 
 Result<std::unique_ptr<Storage>> Storage::open(const std::string& path,
                                                const StorageOptions& options) {
-  HYPURA_ASSIGN_OR_RETURN(auto engine, make_engine(options.engine, options.queue_depth));
+  HYPURA_ASSIGN_OR_RETURN(auto engine, make_queue(options.engine, options.queue_depth));
   return open(path, options, std::move(engine));
 }
 
 Result<std::unique_ptr<Storage>> Storage::open(const std::string& path,
                                                const StorageOptions& options,
-                                               std::unique_ptr<IoEngine> engine) {
+                                               std::unique_ptr<ReadQueue> engine) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
   impl->options = options;
@@ -415,12 +415,12 @@ AlignedView aligned_view(uint64_t offset, uint64_t length, uint64_t alignment) {
 
 Result<std::vector<std::unique_ptr<Storage>>> Storage::open_all(
     const std::vector<std::string>& paths, const StorageOptions& options,
-    const std::function<std::unique_ptr<IoEngine>()>& make_engine) {
+    const std::function<std::unique_ptr<ReadQueue>()>& make_queue) {
   std::vector<std::unique_ptr<Storage>> storages;
   for (const std::string& path : paths) {
     std::unique_ptr<Storage> storage;
-    if (make_engine) {
-      HYPURA_ASSIGN_OR_RETURN(storage, open(path, options, make_engine()));
+    if (make_queue) {
+      HYPURA_ASSIGN_OR_RETURN(storage, open(path, options, make_queue()));
     } else {
       HYPURA_ASSIGN_OR_RETURN(storage, open(path, options));
     }

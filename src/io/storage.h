@@ -3,7 +3,7 @@
 //
 // Reads are byte ranges into caller memory. Underneath, every range becomes device reads
 // with O_DIRECT: offsets, lengths and buffers aligned to alignment() (4096), each at most
-// request_bytes long, kept queue_depth deep in an IoEngine (io_uring, or a pread thread
+// request_bytes long, kept queue_depth deep in a ReadQueue (io_uring, or a pread thread
 // pool where io_uring is unavailable) by one I/O thread, so a large tensor keeps the
 // device queue full. An unaligned head and tail of a range are read into aligned bounce
 // buffers and copied; so is a whole range whose destination address is not congruent to
@@ -36,14 +36,14 @@
 #include <vector>
 
 #include "common/status.h"
-#include "io/engine.h"
+#include "io/read_queue.h"
 
 namespace hypura::io {
 
 struct StorageOptions {
   uint32_t queue_depth = 32;         // device reads in flight
   uint64_t request_bytes = 1 << 20;  // largest device read; rounded up to alignment
-  EngineKind engine = EngineKind::kAuto;
+  QueueKind engine = QueueKind::kAuto;
   bool direct = true;                // O_DIRECT (recommended: no page-cache pollution)
   bool require_direct = false;       // fail rather than fall back to buffered reads
   // Device reads in flight at most while only background requests are being served;
@@ -72,12 +72,12 @@ class Storage {
   // With a given engine (tests pass the fault-injecting one); options.engine is ignored.
   static Result<std::unique_ptr<Storage>> open(const std::string& path,
                                                const StorageOptions& options,
-                                               std::unique_ptr<IoEngine> engine);
-  // One Storage per path (the files of a split model). make_engine, when given, supplies
+                                               std::unique_ptr<ReadQueue> engine);
+  // One Storage per path (the files of a split model). make_queue, when given, supplies
   // each one's engine (tests inject faults); otherwise options.engine picks it.
   static Result<std::vector<std::unique_ptr<Storage>>> open_all(
       const std::vector<std::string>& paths, const StorageOptions& options,
-      const std::function<std::unique_ptr<IoEngine>()>& make_engine = {});
+      const std::function<std::unique_ptr<ReadQueue>()>& make_queue = {});
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;

@@ -6,7 +6,7 @@ namespace hypura::model {
 namespace {
 
 // Acquires the non-absent ids among `slots` and fills the matching views.
-Status acquire_views(runtime::WeightProvider& provider, int64_t il,
+Status acquire_views(WeightProvider& provider, int64_t il,
                      std::initializer_list<std::pair<TensorId, WeightView*>> slots) {
   TensorId ids[16];
   WeightView views[16];

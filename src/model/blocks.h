@@ -28,14 +28,12 @@
 #include "compute/compute.h"
 #include "model/hparams.h"
 #include "model/kv_cache.h"
+#include "model/weight_provider.h"
 #include "model/weights.h"
-
-#include "runtime/weight_provider.h"
 
 namespace hypura::model {
 
 using compute::WeightView;
-using runtime::ExpertRequest;
 
 // Views of one layer's attention weights; absent tensors have data == nullptr.
 struct AttnViews {
@@ -61,7 +59,7 @@ class Blocks {
   virtual ~Blocks() = default;
 
   const HParams& hp() const { return hp_; }
-  runtime::WeightProvider& provider() { return provider_; }
+  WeightProvider& provider() { return provider_; }
   // Whether the row buffers and the KV cache this implementation reads are device memory.
   virtual bool on_device() const = 0;
 
@@ -122,13 +120,13 @@ class Blocks {
   virtual Status finish(const WeightView& output, bool all_logits, float* logits, float* hidden) = 0;
 
  protected:
-  Blocks(const HParams& hp, const WeightMap& weights, runtime::WeightProvider& provider,
+  Blocks(const HParams& hp, const WeightMap& weights, WeightProvider& provider,
          int64_t max_batch, int64_t n_ctx)
       : hp_(hp), weights_(weights), provider_(provider), max_batch_(max_batch), n_ctx_(n_ctx) {}
 
   const HParams& hp_;
   const WeightMap& weights_;
-  runtime::WeightProvider& provider_;
+  WeightProvider& provider_;
   int64_t max_batch_;
   int64_t n_ctx_;
 

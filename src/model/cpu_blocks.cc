@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "compute/cpu/thread_pool.h"
-#include "runtime/weight_provider.h"
+#include "model/weight_provider.h"
 
 namespace hypura::model {
 namespace {
@@ -16,7 +16,7 @@ const float* as_floats(const WeightView& w) { return static_cast<const float*>(w
 }  // namespace
 
 CpuBlocks::CpuBlocks(const HParams& hp, const WeightMap& weights, compute::Context& ctx,
-                     runtime::WeightProvider& provider, int64_t max_batch, int64_t n_ctx)
+                     WeightProvider& provider, int64_t max_batch, int64_t n_ctx)
     : Blocks(hp, weights, provider, max_batch, n_ctx), ctx_(ctx) {
   const auto rows = [&](int64_t width) { return static_cast<size_t>(max_batch * width); };
   x_buf_.resize(rows(hp.n_embd));

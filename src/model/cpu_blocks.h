@@ -17,7 +17,7 @@ namespace hypura::model {
 class CpuBlocks final : public Blocks {
  public:
   CpuBlocks(const HParams& hp, const WeightMap& weights, compute::Context& ctx,
-            runtime::WeightProvider& provider, int64_t max_batch, int64_t n_ctx);
+            WeightProvider& provider, int64_t max_batch, int64_t n_ctx);
 
   bool on_device() const override { return false; }
   void embed(const WeightView& table, const int32_t* tokens) override;

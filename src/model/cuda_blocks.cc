@@ -14,14 +14,14 @@
 #include "compute/cuda/attention.h"
 #include "compute/cuda/binary.h"
 #include "compute/cuda/dequant.h"
-#include "compute/cuda/fused.h"
 #include "compute/cuda/device.h"
+#include "compute/cuda/fused.h"
 #include "compute/cuda/gemm.h"
 #include "compute/cuda/matvec.h"
 #include "compute/cuda/moe.h"
 #include "compute/cuda/norm.h"
-#include "compute/cuda/rope.h"
 #include "compute/cuda/quantize.h"
+#include "compute/cuda/rope.h"
 #include "compute/cuda/softmax.h"
 #include "compute/cuda/unary.h"
 #endif
@@ -141,7 +141,7 @@ Layout layout_for(const HParams& hp, const Sizes& s) {
 
 class CudaBlocks final : public Blocks {
  public:
-  CudaBlocks(const HParams& hp, const WeightMap& weights, runtime::WeightProvider& provider,
+  CudaBlocks(const HParams& hp, const WeightMap& weights, WeightProvider& provider,
              int64_t max_batch, int64_t n_ctx)
       : Blocks(hp, weights, provider, max_batch, n_ctx) {}
 
@@ -646,7 +646,7 @@ uint64_t cuda_blocks_bytes(const HParams& hp, const gguf::GgufFile& file, int64_
 
 Result<std::unique_ptr<Blocks>> make_cuda_blocks(const HParams& hp, const WeightMap& weights,
                                                  const gguf::GgufFile& file,
-                                                 runtime::WeightProvider& device_weights,
+                                                 WeightProvider& device_weights,
                                                  int64_t max_batch, int64_t n_ctx) {
   HYPURA_RETURN_IF_ERROR(cuda_supports(hp, file));
   auto b = std::make_unique<CudaBlocks>(hp, weights, device_weights, max_batch, n_ctx);
@@ -659,7 +659,7 @@ Result<std::unique_ptr<Blocks>> make_cuda_blocks(const HParams& hp, const Weight
 uint64_t cuda_blocks_bytes(const HParams&, const gguf::GgufFile&, int64_t, int64_t) { return 0; }
 
 Result<std::unique_ptr<Blocks>> make_cuda_blocks(const HParams&, const WeightMap&, const gguf::GgufFile&,
-                                                 runtime::WeightProvider&, int64_t, int64_t) {
+                                                 WeightProvider&, int64_t, int64_t) {
   return unsupported("this build has no CUDA backend (HYPURA_CUDA)");
 }
 

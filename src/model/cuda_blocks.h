@@ -3,7 +3,7 @@
 //
 // The architecture files drive it unchanged; its row buffers are device memory taken once
 // with cudaMalloc, its weight views come from a provider of device views
-// (runtime/device_weights.h), and its ops queue kernels of compute/cuda on one stream:
+// (tiers/device_weights.h), and its ops queue kernels of compute/cuda on one stream:
 //   linear      n_tokens <= kCudaSmallBatch: the activations quantized once as the CPU
 //               rounds them, then matvecs reading the weights once for all rows (integer
 //               dots, as exact as the CPU's); products sharing an input (Q, K, V; gate, up)
@@ -52,7 +52,7 @@ uint64_t cuda_blocks_bytes(const HParams& hp, const gguf::GgufFile& file, int64_
 // every tensor; kResourceExhausted when the buffers do not fit, kUnsupported without CUDA.
 Result<std::unique_ptr<Blocks>> make_cuda_blocks(const HParams& hp, const WeightMap& weights,
                                                  const gguf::GgufFile& file,
-                                                 runtime::WeightProvider& device_weights,
+                                                 WeightProvider& device_weights,
                                                  int64_t max_batch, int64_t n_ctx);
 
 }  // namespace hypura::model

@@ -6,7 +6,7 @@
 #include "gguf/gguf.h"
 #include "model/architectures.h"
 #include "model/cpu_blocks.h"
-#include "runtime/weight_provider.h"
+#include "model/weight_provider.h"
 
 namespace hypura::model {
 
@@ -22,7 +22,7 @@ Result<std::shared_ptr<const Model>> Model::create(const gguf::GgufFile& file) {
 }
 
 Forward::Forward(std::shared_ptr<const Model> model, compute::Context& ctx,
-                 runtime::WeightProvider& provider, int64_t max_batch, int64_t n_ctx)
+                 WeightProvider& provider, int64_t max_batch, int64_t n_ctx)
     : model_(std::move(model)),
       max_batch_(max_batch),
       blocks_(std::make_unique<CpuBlocks>(model_->hparams(), model_->weights(), ctx, provider,
@@ -57,11 +57,11 @@ Status Forward::run(const int32_t* tokens, int64_t n_tokens, int64_t pos, KvCach
     return invalid_argument(std::string("the KV cache is in ") + (kv.on_device() ? "device" : "host") +
                             " memory but the forward pass runs on the " + (b.on_device() ? "GPU" : "CPU"));
   }
-  runtime::WeightProvider& provider = b.provider();
+  WeightProvider& provider = b.provider();
   b.begin(pos, n_tokens, &kv, logits != nullptr && hidden == nullptr);
 
   // Tensors outside the layer stack: layer -1.
-  const runtime::TensorId global_ids[4] = {wm.token_embd, wm.output_norm, wm.output,
+  const TensorId global_ids[4] = {wm.token_embd, wm.output_norm, wm.output,
                                            wm.rope_freqs == kNone ? wm.output : wm.rope_freqs};
   compute::WeightView g[4];
   HYPURA_RETURN_IF_ERROR(provider.acquire(-1, global_ids, g));

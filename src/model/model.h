@@ -4,7 +4,7 @@
 // directory (which tensor id plays which part in each layer). Forward owns the scratch
 // buffers of one forward pass (sized once for a maximum batch, so the token loop does not
 // allocate) and runs tokens through the layers of the model's architecture, getting
-// every weight from a runtime::WeightProvider and keeping keys/values in a KvCache.
+// every weight from a WeightProvider and keeping keys/values in a KvCache.
 //
 // Batch invariance: a token's logits do not depend on how the sequence is split into
 // calls of run() (one batch, chunks or one token at a time) -- the matmuls reduce each
@@ -26,9 +26,10 @@
 
 namespace hypura::gguf { class GgufFile; }
 namespace hypura::compute { class Context; }
-namespace hypura::runtime { class WeightProvider; }
 
 namespace hypura::model {
+
+class WeightProvider;
 
 class Model {
  public:
@@ -50,7 +51,7 @@ class Forward {
   // On the CPU. max_batch: most tokens per run() call; n_ctx: the KV cache's length
   // (attention scratch).
   Forward(std::shared_ptr<const Model> model, compute::Context& ctx,
-          runtime::WeightProvider& provider, int64_t max_batch, int64_t n_ctx);
+          WeightProvider& provider, int64_t max_batch, int64_t n_ctx);
   // On the blocks' device (cuda_blocks.h: make_cuda_blocks); run() then needs a KV cache
   // in that device's memory.
   Forward(std::shared_ptr<const Model> model, std::unique_ptr<Blocks> blocks, int64_t max_batch);

@@ -203,10 +203,9 @@ size_t resident_pages(const std::string& path, uint64_t bytes) {
   return resident;
 }
 
-// The test: the figure is never the page cache's. Deterministic part: measuring
-// leaves the file out of the page cache (every read was O_DIRECT). Speed part, loose
-// because this VM's disk drifts: after a buffered read filled the cache, the figure stays
-// below the page cache's own speed when that is clearly faster than the disk.
+// The test: the figure is never the page cache's. Measuring leaves the file out of
+// the page cache (every read was O_DIRECT); the speeds before and after caching are
+// printed (figures, not checks: unit tests assert no wall-clock bounds).
 TEST_F(StorageBenchTest, PageCacheDoesNotInflateTheFigure) {
   auto first = measure_sequential_bps(path_, 1 << 20, 8, 0.3);
   ASSERT_TRUE(first.is_ok()) << first.status().message();
@@ -218,9 +217,6 @@ TEST_F(StorageBenchTest, PageCacheDoesNotInflateTheFigure) {
   ASSERT_TRUE(second.is_ok());
   std::printf("direct %.2f GB/s, after caching %.2f GB/s, page cache %.2f GB/s\n", *first / 1e9,
               *second / 1e9, cached_bps / 1e9);
-  if (cached_bps > 2 * *first) {
-    EXPECT_LT(*second, 0.8 * cached_bps);
-  }
 }
 
 // A depth-1 best point (a noisy disk, or a profile cached before the rule) is raised so

@@ -125,7 +125,7 @@ TEST(Fp16, RoundsToNearestEven) {
 // Every supported type: our dequantize_row == gguf-py's numpy dequantize, bit for bit.
 TEST(Dequantize, MatchesGgufPyBitExact) {
   if (!python_available()) GTEST_SKIP() << "no " << HYPURA_PYTHON;
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(1);  // fixed: failures reproduce
   const fs::path dir = fresh_dir("deq");
   const int64_t n = 256 * 24;
   std::string names;
@@ -157,7 +157,7 @@ TEST(Dequantize, MatchesGgufPyBitExact) {
 // Legacy weight quantizers: identical bytes to gguf-py's quantize on random rows.
 TEST(QuantizeLegacy, MatchesGgufPyBitExact) {
   if (!python_available()) GTEST_SKIP() << "no " << HYPURA_PYTHON;
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(2);  // fixed: failures reproduce
   const fs::path dir = fresh_dir("q");
   const int64_t n = 32 * 256;
   std::vector<float> x(n);
@@ -195,7 +195,7 @@ struct KCase {
 };
 
 TEST(QuantizeK, RoundTripWithinBound) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(3);  // fixed: failures reproduce
   const std::vector<KCase> cases = {{GgmlType::Q2_K, 16, 3, true, 0.45},
                                     {GgmlType::Q3_K, 16, 7, false, 0.25},
                                     {GgmlType::Q4_K, 32, 15, true, 0.12},
@@ -238,7 +238,7 @@ TEST(QuantizeK, RoundTripWithinBound) {
 
 // Activation quantizers: dequantized values within half a step; Q8_K's bsums are the sums.
 TEST(QuantizeActivations, Q8Formats) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(4);  // fixed: failures reproduce
   std::normal_distribution<float> dist(0.0f, 2.0f);
   const int64_t n = 1024;
   std::vector<float> x(n);

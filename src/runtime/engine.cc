@@ -13,15 +13,15 @@
 
 #include "compute/compute.h"
 #include "gguf/gguf.h"
+#include "grammar/token_mask.h"
+#include "model/cuda_blocks.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "profiler/system_info.h"
-#include "grammar/token_mask.h"
-#include "model/cuda_blocks.h"
 #include "runtime/device_choice.h"
-#include "runtime/device_weights.h"
-#include "runtime/tiered_weights.h"
 #include "runtime/sampler.h"
+#include "runtime/tiered_weights.h"
+#include "tiers/device_weights.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -87,11 +87,11 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-class ResidentEngine;
+class LocalEngine;
 
-class ResidentSession final : public Session {
+class LocalSession final : public Session {
  public:
-  explicit ResidentSession(ResidentEngine& engine);
+  explicit LocalSession(LocalEngine& engine);
 
   Result<GenerateResult> generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
                                   const std::function<bool(std::string_view)>& on_piece) override;
@@ -117,7 +117,7 @@ class ResidentSession final : public Session {
   // A new Forward for the cache's length (its scratch depends on it).
   Status rebuild_forward();
 
-  ResidentEngine& engine_;
+  LocalEngine& engine_;
   Status init_;  // why the session could not be built (every call returns it), or OK
   std::unique_ptr<model::KvCache> kv_;
   std::unique_ptr<model::Forward> forward_;
@@ -129,14 +129,14 @@ class ResidentSession final : public Session {
   bool mask_logits(grammar::TokenMatcher& matcher);
 };
 
-class ResidentEngine final : public Engine {
+class LocalEngine final : public Engine {
  public:
   static Result<std::unique_ptr<Engine>> create(const EngineOptions& options);
 
   const gguf::GgufFile& file() const override { return file_; }
   const tokenizer::Tokenizer& tokenizer() const override { return *tokenizer_; }
   std::unique_ptr<Session> new_session() override {
-    return std::make_unique<ResidentSession>(*this);
+    return std::make_unique<LocalSession>(*this);
   }
   int64_t n_ctx() const override { return n_ctx_; }
   int64_t max_context() const override { return std::max(n_ctx_, model_->hparams().n_ctx_train); }
@@ -163,7 +163,7 @@ class ResidentEngine final : public Engine {
   Status place_on_device(const EngineOptions& options);
   compute::Context& ctx() { return *ctx_; }
   compute::Context* compute_context() override { return ctx_.get(); }
-  WeightProvider& provider() { return weights_->provider(); }
+  model::WeightProvider& provider() { return weights_->provider(); }
   bool kv_f32() const { return kv_f32_; }
   std::mutex& compute_mutex() { return compute_mutex_; }
   // The vocabulary arranged for constrained sampling, built at the first request that
@@ -186,7 +186,7 @@ class ResidentEngine final : public Engine {
   mutable std::unique_ptr<grammar::VocabIndex> vocab_index_;
 };
 
-const grammar::VocabIndex& ResidentEngine::vocab_index() const {
+const grammar::VocabIndex& LocalEngine::vocab_index() const {
   std::call_once(vocab_index_once_, [this] {
     const auto t0 = Clock::now();
     std::vector<std::string> pieces(static_cast<size_t>(tokenizer_->n_vocab()));
@@ -200,8 +200,8 @@ const grammar::VocabIndex& ResidentEngine::vocab_index() const {
   return *vocab_index_;
 }
 
-Result<std::unique_ptr<Engine>> ResidentEngine::create(const EngineOptions& options) {
-  auto e = std::make_unique<ResidentEngine>();
+Result<std::unique_ptr<Engine>> LocalEngine::create(const EngineOptions& options) {
+  auto e = std::make_unique<LocalEngine>();
   HYPURA_ASSIGN_OR_RETURN(e->file_, gguf::GgufFile::open(options.model_path));
   HYPURA_ASSIGN_OR_RETURN(e->model_, model::Model::create(e->file_));
   HYPURA_ASSIGN_OR_RETURN(e->tokenizer_, tokenizer::Tokenizer::from_metadata(e->file_.metadata()));
@@ -217,6 +217,17 @@ Result<std::unique_ptr<Engine>> ResidentEngine::create(const EngineOptions& opti
   tier.plan = plan_request(options);
   tier.progress = options.load_progress;
   tier.trace_path = options.trace_path;
+  const std::string& predictor = options.expert_predictor;
+  if (!predictor.empty() && !parse_expert_predictor(predictor, &tier.expert_predictor)) {
+    return invalid_argument("expert predictor '" + predictor + "' is not none, coact, router or both");
+  }
+  if (const int d = options.expert_lookahead; d != 0) {
+    if (d < 1 || d > kMaxRouterLookahead) {
+      return invalid_argument("expert lookahead " + std::to_string(d) + " is not 1.." +
+                              std::to_string(kMaxRouterLookahead));
+    }
+    tier.expert_lookahead = d;
+  }
   HYPURA_ASSIGN_OR_RETURN(e->weights_, TieredWeights::load(e->file_, tier));
   // The plan capped the context to the model's trained length unless asked not to: past
   // it RoPE keeps rotating but the model was never trained there, so only a speed
@@ -237,7 +248,7 @@ Result<std::unique_ptr<Engine>> ResidentEngine::create(const EngineOptions& opti
 
 // The device decision, then (cuda) the weights uploaded from the planner's host copy. Out
 // of device memory at upload: an error with --device cuda, the CPU with auto.
-Status ResidentEngine::place_on_device(const EngineOptions& options) {
+Status LocalEngine::place_on_device(const EngineOptions& options) {
   HYPURA_ASSIGN_OR_RETURN(const DeviceRequest request, parse_device(options.device));
   HYPURA_ASSIGN_OR_RETURN(device_, choose_device(request, file_, model_->hparams(), n_ctx_,
                                                  options.kv_f32, kMaxBatch));
@@ -255,7 +266,7 @@ Status ResidentEngine::place_on_device(const EngineOptions& options) {
   return Status::ok();
 }
 
-Result<std::vector<int32_t>> ResidentEngine::tokenize_chat(const std::vector<ChatMessage>& messages,
+Result<std::vector<int32_t>> LocalEngine::tokenize_chat(const std::vector<ChatMessage>& messages,
                                                            const ChatOptions& options) const {
   std::vector<tokenizer::ChatMessage> msgs;
   msgs.reserve(messages.size());
@@ -276,14 +287,14 @@ Result<std::vector<int32_t>> ResidentEngine::tokenize_chat(const std::vector<Cha
   return tokenizer_->encode(prompt, /*add_special=*/true);
 }
 
-Pooling ResidentEngine::pooling() const {
+Pooling LocalEngine::pooling() const {
   const auto type = file_.metadata().get_u64(model_->hparams().arch_name + ".pooling_type");
   if (type == 1u) return Pooling::kMean;
   if (type == 2u) return Pooling::kFirst;
   return Pooling::kLast;  // 3 (last), 0 (none: a generative model) or absent
 }
 
-std::optional<FimTokens> ResidentEngine::fim_tokens() const {
+std::optional<FimTokens> LocalEngine::fim_tokens() const {
   // Newer conversions name the ids in the metadata; older ones only have the tokens.
   const auto& md = file_.metadata();
   const auto id = [&](const char* key, std::initializer_list<std::string_view> names) -> int32_t {
@@ -302,15 +313,15 @@ std::optional<FimTokens> ResidentEngine::fim_tokens() const {
   return fim;
 }
 
-ResidentSession::ResidentSession(ResidentEngine& engine)
+LocalSession::LocalSession(LocalEngine& engine)
     : engine_(engine), logits_(static_cast<size_t>(engine.n_vocab())) {
   init_ = build(engine.n_ctx());
   history_.reserve(static_cast<size_t>(engine.n_ctx()));
 }
 
-int64_t ResidentSession::n_ctx() const { return kv_ ? kv_->n_ctx() : engine_.n_ctx(); }
+int64_t LocalSession::n_ctx() const { return kv_ ? kv_->n_ctx() : engine_.n_ctx(); }
 
-Status ResidentSession::build(int64_t n_ctx) {
+Status LocalSession::build(int64_t n_ctx) {
   const model::HParams& hp = engine_.model()->hparams();
   if (!engine_.on_gpu()) {
     kv_ = std::make_unique<model::KvCache>(hp, n_ctx, engine_.kv_f32());
@@ -320,7 +331,7 @@ Status ResidentSession::build(int64_t n_ctx) {
   return rebuild_forward();
 }
 
-Status ResidentSession::rebuild_forward() {
+Status LocalSession::rebuild_forward() {
   const int64_t n_ctx = kv_->n_ctx();
   if (!engine_.on_gpu()) {
     forward_ = std::make_unique<model::Forward>(engine_.model(), engine_.ctx(), engine_.provider(),
@@ -338,7 +349,7 @@ Status ResidentSession::rebuild_forward() {
 // The KV cache grows in place (its rows keep their positions); the Forward's scratch is
 // sized for the context, so it is rebuilt. Half of the memory available now may go to it
 // (host memory; a device cache that cannot grow says so and keeps its length).
-Status ResidentSession::reserve_context(int64_t n_ctx) {
+Status LocalSession::reserve_context(int64_t n_ctx) {
   HYPURA_RETURN_IF_ERROR(init_);
   if (n_ctx <= kv_->n_ctx()) return Status::ok();
   if (n_ctx > engine_.max_context()) {
@@ -364,7 +375,7 @@ Status ResidentSession::reserve_context(int64_t n_ctx) {
   return Status::ok();
 }
 
-Status ResidentSession::feed(std::span<const int32_t> tokens, std::vector<float>* all) {
+Status LocalSession::feed(std::span<const int32_t> tokens, std::vector<float>* all) {
   HYPURA_RETURN_IF_ERROR(init_);
   const int64_t n_vocab = engine_.n_vocab();
   std::lock_guard<std::mutex> lock(engine_.compute_mutex());
@@ -381,7 +392,7 @@ Status ResidentSession::feed(std::span<const int32_t> tokens, std::vector<float>
   return Status::ok();
 }
 
-Status ResidentSession::embed(const std::vector<int32_t>& tokens, Pooling pooling,
+Status LocalSession::embed(const std::vector<int32_t>& tokens, Pooling pooling,
                               std::vector<float>* out) {
   HYPURA_RETURN_IF_ERROR(init_);
   if (tokens.empty()) return invalid_argument("empty input");
@@ -415,7 +426,7 @@ Status ResidentSession::embed(const std::vector<int32_t>& tokens, Pooling poolin
   return Status::ok();
 }
 
-Status ResidentSession::check_room(size_t n_tokens) const {
+Status LocalSession::check_room(size_t n_tokens) const {
   if (static_cast<int64_t>(history_.size() + n_tokens) > n_ctx()) {
     return resource_exhausted("eval of " + std::to_string(n_tokens) + " tokens after " +
                               std::to_string(history_.size()) + " exceeds the context of " +
@@ -424,20 +435,20 @@ Status ResidentSession::check_room(size_t n_tokens) const {
   return Status::ok();
 }
 
-Status ResidentSession::eval(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) {
+Status LocalSession::eval(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) {
   HYPURA_RETURN_IF_ERROR(check_room(tokens.size()));
   out_logits->resize(tokens.size() * engine_.n_vocab());
   return feed(tokens, out_logits);
 }
 
-Status ResidentSession::prefill(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) {
+Status LocalSession::prefill(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) {
   HYPURA_RETURN_IF_ERROR(check_room(tokens.size()));
   HYPURA_RETURN_IF_ERROR(feed(tokens, nullptr));
   out_logits->assign(logits_.begin(), logits_.end());
   return Status::ok();
 }
 
-Status ResidentSession::check_fits(size_t n_prompt, int max_tokens) const {
+Status LocalSession::check_fits(size_t n_prompt, int max_tokens) const {
   const int64_t n_ctx = this->n_ctx();
   if (n_prompt == 0) return invalid_argument("empty prompt");
   const int64_t need = static_cast<int64_t>(n_prompt) + std::max(max_tokens, 0);
@@ -450,7 +461,7 @@ Status ResidentSession::check_fits(size_t n_prompt, int max_tokens) const {
   return Status::ok();
 }
 
-bool ResidentSession::mask_logits(grammar::TokenMatcher& matcher) {
+bool LocalSession::mask_logits(grammar::TokenMatcher& matcher) {
   matcher.fill_mask(allowed_);
   bool any = false;
   const int64_t n_vocab = engine_.n_vocab();
@@ -466,7 +477,7 @@ bool ResidentSession::mask_logits(grammar::TokenMatcher& matcher) {
   return any;
 }
 
-Result<GenerateResult> ResidentSession::generate(
+Result<GenerateResult> LocalSession::generate(
     const std::vector<int32_t>& prompt, const GenerateOptions& options,
     const std::function<bool(std::string_view)>& on_piece) {
   HYPURA_RETURN_IF_ERROR(check_fits(prompt.size(), options.max_tokens));
@@ -552,7 +563,7 @@ Result<GenerateResult> ResidentSession::generate(
 }  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options) {
-  return ResidentEngine::create(options);
+  return LocalEngine::create(options);
 }
 
 }  // namespace hypura::runtime

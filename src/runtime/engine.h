@@ -1,8 +1,10 @@
-// The Engine and Session of session.h over the resident provider and the CPU forward pass.
+// The Engine and Session of session.h in this process: every mode the plan picks (resident,
+// dense streaming, expert streaming) on the CPU or the GPU forward pass.
 //
-// ResidentEngine loads a model (GGUF directory, hyperparameters and tensor map,
-// tokenizer and chat template, every weight in RAM) and owns the compute context;
-// ResidentSession owns a KV cache and a Forward (scratch) and remembers which tokens its
+// LocalEngine loads a model (GGUF directory, hyperparameters and tensor map, tokenizer
+// and chat template; the weights placed by the plan through TieredWeights, and on the GPU
+// by DeviceWeights when the device decision says so) and owns the compute context;
+// LocalSession owns a KV cache and a Forward (scratch) and remembers which tokens its
 // cache holds, so generate() reuses the longest common prefix.
 //
 // Thread-safety: sessions of one engine share its compute pool; a mutex serialises their

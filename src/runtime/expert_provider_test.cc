@@ -17,13 +17,13 @@
 #include <nlohmann/json.hpp>
 
 #include "compute/compute.h"
+#include "experts/expert_provider.h"
 #include "gguf/gguf.h"
-#include "io/fault_engine.h"
+#include "io/fault_queue.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
-#include "runtime/expert_provider.h"
 #include "runtime/golden_fixtures.h"
-#include "runtime/resident_provider.h"
+#include "tiers/testing/resident_provider.h"
 
 namespace hypura::runtime {
 namespace {
@@ -163,7 +163,7 @@ TEST(ExpertProvider, RouterPredictorReadsTheNextRoutersTopK) {
   for (float& v : x) v = normal(rng);
   const gguf::TensorInfo* t = m.file.find_tensor("blk.1.ffn_gate_inp.weight");
   ASSERT_NE(t, nullptr);
-  const TensorId router_id = static_cast<TensorId>(t - m.file.tensors().data());
+  const model::TensorId router_id = static_cast<model::TensorId>(t - m.file.tensors().data());
   compute::WeightView router;
   ASSERT_TRUE(ep.acquire(1, std::span(&router_id, 1), std::span(&router, 1)).is_ok());
   std::vector<float> logits(static_cast<size_t>(hp.n_expert));  // (n_expert)
@@ -190,7 +190,7 @@ TEST(ExpertProvider, RouterPredictorReadsTheNextRoutersTopK) {
   EXPECT_EQ(s.misses, layer0.size());
   EXPECT_EQ(s.bytes_read, (s.misses + s.speculative_reads) * ep.expert_bytes(0));
   for (int32_t e : want) {
-    const ExpertRequest r[3] = {{m.model->weights().layers[1].ffn_gate_exps, e},
+    const model::ExpertRequest r[3] = {{m.model->weights().layers[1].ffn_gate_exps, e},
                                 {m.model->weights().layers[1].ffn_up_exps, e},
                                 {m.model->weights().layers[1].ffn_down_exps, e}};
     compute::WeightView v[3];
@@ -229,7 +229,7 @@ TEST(ExpertProvider, OrdersCachedExpertsBeforeReads) {
     const std::vector<int32_t> first = {5, 6};  // (1 token, n_expert_used = 2)
     ep.route(0, first, 2);
     for (int32_t e : first) {
-      const ExpertRequest r[3] = {{layer0.ffn_gate_exps, e}, {layer0.ffn_up_exps, e}, {layer0.ffn_down_exps, e}};
+      const model::ExpertRequest r[3] = {{layer0.ffn_gate_exps, e}, {layer0.ffn_up_exps, e}, {layer0.ffn_down_exps, e}};
       compute::WeightView v[3];
       ASSERT_TRUE(ep.acquire_experts(0, r, v).is_ok());
     }
@@ -283,8 +283,8 @@ TEST(ExpertProvider, FailedExpertReadEndsThePassWithAClearError) {
   ExpertConfig config;
   config.cache_experts = 4;
   config.storage.queue_depth = 4;
-  config.make_engine = [plan] {
-    return std::make_unique<io::FaultInjectingEngine>(io::make_thread_engine(4, 2), plan);
+  config.make_queue = [plan] {
+    return std::make_unique<io::FaultInjectingQueue>(io::make_thread_queue(4, 2), plan);
   };
   MemoryLedger ledger(0);
   auto p = ExpertProvider::create(m.file, config, ledger, nullptr);

@@ -17,8 +17,8 @@
 #include "gguf/gguf.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "model/weight_provider.h"
 #include "runtime/tiered_weights.h"
-#include "runtime/weight_provider.h"
 
 namespace hypura::runtime::golden {
 
@@ -67,7 +67,7 @@ inline TierOptions fixture_tier_options() {
 // Logits (n_tokens, n_vocab) of `tokens` through `provider`: the first `first_batch` as one
 // forward pass (a prompt), then one token per pass (generation). Stops at the first failed
 // pass and returns its Status. *n_passes (when given) counts the passes run.
-inline Status forward_logits(const std::shared_ptr<const model::Model>& m, WeightProvider& provider,
+inline Status forward_logits(const std::shared_ptr<const model::Model>& m, model::WeightProvider& provider,
                              const std::vector<int32_t>& tokens, int64_t first_batch,
                              std::vector<float>* logits, uint64_t* n_passes = nullptr) {
   const int64_t n_vocab = m->hparams().n_vocab;

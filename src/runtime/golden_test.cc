@@ -15,11 +15,11 @@
 
 #include "compute/compute.h"
 #include "gguf/gguf.h"
+#include "model/cuda_blocks.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
-#include "model/cuda_blocks.h"
-#include "runtime/device_weights.h"
-#include "runtime/resident_provider.h"
+#include "tiers/device_weights.h"
+#include "tiers/testing/resident_provider.h"
 #if HYPURA_HAVE_CUDA
 #include "compute/cuda/device.h"
 #endif

@@ -39,6 +39,11 @@ struct EngineOptions {
   std::string device = "auto";  // auto, cpu or cuda (runtime/device_choice.h)
   std::string profile_path;     // plan with this profile JSON; empty: the cache or a measurement
   std::string trace_path;       // expert-streaming: write the routing trace here at unload
+  // Expert streaming (docs/MOE.md): the next-layer predictor that drives speculative reads
+  // ("none", "coact", "router" or "both"; empty: the measured default) and how many layers
+  // ahead the router predictor guesses (1..4; 0: the default).
+  std::string expert_predictor;
+  int expert_lookahead = 0;
   std::function<void(uint64_t done, uint64_t total)> load_progress;  // bytes loaded
 };
 

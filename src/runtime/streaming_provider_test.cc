@@ -14,12 +14,12 @@
 #include "compute/compute.h"
 #include "gguf/gguf.h"
 #include "gguf/writer.h"
-#include "io/fault_engine.h"
+#include "io/fault_queue.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "runtime/golden_fixtures.h"
-#include "runtime/resident_provider.h"
-#include "runtime/streaming_provider.h"
+#include "tiers/streaming_provider.h"
+#include "tiers/testing/resident_provider.h"
 
 namespace hypura::runtime {
 namespace {
@@ -30,7 +30,7 @@ using golden::open_model;
 using golden::sequence;
 
 // golden::forward_logits, expecting every pass to succeed.
-std::vector<float> run(const Model& m, WeightProvider& provider, const std::vector<int32_t>& tokens,
+std::vector<float> run(const Model& m, model::WeightProvider& provider, const std::vector<int32_t>& tokens,
                        int64_t n_batch, uint64_t* n_passes) {
   std::vector<float> logits;
   Status st = golden::forward_logits(m.model, provider, tokens, n_batch, &logits, n_passes);
@@ -171,13 +171,13 @@ Result<std::unique_ptr<StreamingProvider>> faulty(const Model& m, io::FaultPlan 
   config.n_slots = n_slots;
   config.prefetch_depth = n_slots - 1;
   config.storage.queue_depth = 4;
-  config.make_engine = [plan] {
-    return std::make_unique<io::FaultInjectingEngine>(io::make_thread_engine(4, 2), plan);
+  config.make_queue = [plan] {
+    return std::make_unique<io::FaultInjectingQueue>(io::make_thread_queue(4, 2), plan);
   };
   return StreamingProvider::create(m.file, config, ledger, nullptr);
 }
 
-std::vector<TensorId> ffn_ids(const Model& m, int layer) {
+std::vector<model::TensorId> ffn_ids(const Model& m, int layer) {
   const auto& lw = m.model->weights().layers[layer];
   return {lw.ffn_gate, lw.ffn_up, lw.ffn_down};
 }
@@ -224,7 +224,7 @@ Layered write_layered() {
   return l;
 }
 
-TensorId layer_tensor(int layer) { return layer + 1; }
+model::TensorId layer_tensor(int layer) { return layer + 1; }
 
 bool holds_pattern(const compute::WeightView& v, size_t tensor) {
   const auto* p = static_cast<const uint8_t*>(v.data);
@@ -244,8 +244,8 @@ Result<std::unique_ptr<StreamingProvider>> layered_provider(const Layered& l, in
   config.storage.queue_depth = 4;
   io::FaultPlan plan;
   plan.delay_us = delay_us;
-  config.make_engine = [plan] {
-    return std::make_unique<io::FaultInjectingEngine>(io::make_thread_engine(4, 2), plan);
+  config.make_queue = [plan] {
+    return std::make_unique<io::FaultInjectingQueue>(io::make_thread_queue(4, 2), plan);
   };
   return StreamingProvider::create(l.file, config, ledger, nullptr);
 }
@@ -263,12 +263,12 @@ TEST(StreamingProvider, RingReadsEveryLayerOncePerPass) {
   EXPECT_EQ(sp.bytes_per_pass(), uint64_t{kLayers} * kCols * kRows * 4);
   for (int pass = 0; pass < 3; ++pass) {
     compute::WeightView g;
-    const TensorId embd = 0;
+    const model::TensorId embd = 0;
     ASSERT_TRUE(sp.acquire(-1, std::span(&embd, 1), std::span(&g, 1)).is_ok());
     EXPECT_TRUE(holds_pattern(g, 0));
     for (int layer = 0; layer < kLayers; ++layer) {
       if (layer + 1 < kLayers) sp.hint(layer + 1);
-      const TensorId id = layer_tensor(layer);
+      const model::TensorId id = layer_tensor(layer);
       compute::WeightView v;
       ASSERT_TRUE(sp.acquire(layer, std::span(&id, 1), std::span(&v, 1)).is_ok());
       EXPECT_TRUE(holds_pattern(v, static_cast<size_t>(id))) << "pass " << pass << " layer " << layer;
@@ -293,7 +293,7 @@ TEST(StreamingProvider, NeverEvictsSlotInUseOrReading) {
   StreamingProvider& sp = *p.value();
 
   compute::WeightView g;
-  const TensorId embd = 0;
+  const model::TensorId embd = 0;
   ASSERT_TRUE(sp.acquire(-1, std::span(&embd, 1), std::span(&g, 1)).is_ok());
   // Right after the pass begins, reads are in flight for layers 0 and 1 (depth 2).
   auto info = sp.slot_info();
@@ -302,7 +302,7 @@ TEST(StreamingProvider, NeverEvictsSlotInUseOrReading) {
   EXPECT_TRUE(info[0].reading && info[1].reading);
   EXPECT_EQ(info[2].layer, -1);
 
-  const TensorId id0 = layer_tensor(0), id1 = layer_tensor(1);
+  const model::TensorId id0 = layer_tensor(0), id1 = layer_tensor(1);
   compute::WeightView v0, v1;
   ASSERT_TRUE(sp.acquire(0, std::span(&id0, 1), std::span(&v0, 1)).is_ok());
   EXPECT_GT(sp.stats().stall_seconds, 0.0) << "the slow read must have been waited for";
@@ -344,7 +344,7 @@ TEST(StreamingProvider, OutOfOrderAcquireReadsOnDemand) {
   ASSERT_TRUE(p.is_ok()) << p.status().message();
   StreamingProvider& sp = *p.value();
   for (int layer : {5, 6, 2, 3}) {
-    const TensorId id = layer_tensor(layer);
+    const model::TensorId id = layer_tensor(layer);
     compute::WeightView v;
     ASSERT_TRUE(sp.acquire(layer, std::span(&id, 1), std::span(&v, 1)).is_ok());
     EXPECT_TRUE(holds_pattern(v, static_cast<size_t>(id))) << "layer " << layer;

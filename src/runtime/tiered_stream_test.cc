@@ -20,9 +20,9 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "runtime/golden_fixtures.h"
-#include "runtime/mmap_provider.h"
-#include "runtime/resident_provider.h"
 #include "runtime/tiered_weights.h"
+#include "tiers/mmap_provider.h"
+#include "tiers/testing/resident_provider.h"
 
 namespace hypura::runtime {
 namespace {

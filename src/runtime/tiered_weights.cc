@@ -67,6 +67,8 @@ Status TieredWeights::load_experts(const gguf::GgufFile& file, const TierOptions
   ExpertConfig config;
   config.cache_experts = std::max<uint32_t>(plan.expert_cache_experts, 1);
   config.lock_resident = options.lock_resident;
+  config.predictor = options.expert_predictor;
+  config.router_lookahead = options.expert_lookahead;
   config.stats_path = CoactivationStats::default_path(file.paths().front(), file.total_bytes());
   if (plan.io_queue_depth > 0) config.storage.queue_depth = plan.io_queue_depth;
   if (plan.io_request_bytes > 0) config.storage.request_bytes = plan.io_request_bytes;

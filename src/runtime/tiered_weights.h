@@ -20,16 +20,16 @@
 #include <string>
 
 #include "common/status.h"
+#include "experts/expert_provider.h"
+#include "experts/routing_trace.h"
 #include "gguf/gguf.h"
 #include "profiler/hardware_profile.h"
-#include "runtime/expert_provider.h"
-#include "runtime/memory_ledger.h"
-#include "runtime/routing_trace.h"
 #include "runtime/session.h"
-#include "runtime/streaming_provider.h"
 #include "scheduler/model_tensors.h"
 #include "scheduler/plan.h"
 #include "scheduler/plan_request.h"
+#include "tiers/memory_ledger.h"
+#include "tiers/streaming_provider.h"
 
 namespace hypura::runtime {
 
@@ -42,6 +42,10 @@ struct TierOptions {
   // Expert-streaming mode (expert_provider.h): record the routing to this file, written
   // when the weights are destroyed; empty: no trace.
   std::string trace_path;
+  // Expert-streaming mode: the speculative-read predictor and the router's lookahead
+  // (ExpertConfig).
+  ExpertPredictor expert_predictor = kDefaultExpertPredictor;
+  int expert_lookahead = kDefaultRouterLookahead;
 };
 
 // The plan request of an engine's options (budget, context, KV type, profile; the
@@ -65,7 +69,7 @@ class TieredWeights {
   static Result<std::unique_ptr<TieredWeights>> load(const gguf::GgufFile& file,
                                                      const TierOptions& options);
 
-  WeightProvider& provider() { return experts_ ? static_cast<WeightProvider&>(*experts_) : *provider_; }
+  model::WeightProvider& provider() { return experts_ ? static_cast<model::WeightProvider&>(*experts_) : *provider_; }
   // Expert-streaming mode: the expert provider (resident non-expert tensors, expert cache);
   // streaming() is then not available. Null in the other modes.
   const ExpertProvider* experts() const { return experts_.get(); }

@@ -28,7 +28,7 @@ struct TensorDesc {
   int64_t n_expert = 0;           // experts stacked in this tensor (MoE expert roles), else 0
   uint64_t row_bytes = 0;         // bytes of one row (the embedding reads one per token)
   double access_per_token = 1.0;  // fraction of `bytes` one generated token reads
-  int32_t file_index = -1;        // index in GgufFile::tensors() (runtime::TensorId); -1: synthetic
+  int32_t file_index = -1;        // index in GgufFile::tensors() (model::TensorId); -1: synthetic
   uint32_t split = 0;             // which split file holds the data (file_index >= 0)
   uint64_t offset = 0;            // absolute offset of the data in that file (file_index >= 0)
 };

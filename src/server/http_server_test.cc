@@ -424,11 +424,11 @@ TEST_F(ServerTest, ShutdownEndsOpenStreamsWithAnError) {
     });
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  auto t0 = std::chrono::steady_clock::now();
   server_->shutdown();
   thread_.join();
   streamer.join();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+  // The stream was cut, not finished (500 tokens at 20 ms would take 10 s): its last line
+  // is the shutdown error.
   auto lines = ndjson(received);
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines.back()["error"], "server is shutting down");

@@ -93,7 +93,8 @@ double encode_ms(const Tokenizer& tok, const std::string& text, bool parse_speci
   return best;
 }
 
-TEST(TokenizerGolden, EncodesLongTextFast) {
+// Prints the speed (a figure, not a check: unit tests assert no wall-clock bounds).
+TEST(TokenizerGolden, EncodesLongText) {
   std::string text;
   for (const auto& c : load_cases("llama-spm")) text += c.text;
   text = text + text + text + text;
@@ -112,7 +113,6 @@ TEST(TokenizerGolden, EncodesLongTextFast) {
       size_t n = 0;
       const double ms = encode_ms(*tok, text, parse_special, &n);
       EXPECT_GT(n, text.size() / 10) << name;
-      EXPECT_LT(ms, 500.0) << name << ": " << text.size() << " bytes took " << ms << " ms";
       std::printf("[ perf ] %-12s parse_special=%d: %zu bytes -> %zu tokens in %.2f ms (%.1f MB/s)\n",
                   name.c_str(), parse_special, text.size(), n, ms, text.size() / ms / 1e3);
     }

@@ -12,7 +12,9 @@ run on a fixture hardware profile (the same plan on every machine, no storage be
     figures (hit rate, bytes read per token > 0);
   - run --temp 0 generates the same text under the budget as with no budget (resident);
   - the co-activation statistics are written to $XDG_CACHE_HOME/hypura/experts/ at exit
-    and loaded by the next run.
+    and loaded by the next run;
+  - --expert-predictor none --expert-lookahead 2 reaches the provider (its load log) and
+    gives the same text; an unknown predictor is a usage error.
 Prints one line per failure; exits 1 if any.
 """
 import glob
@@ -70,6 +72,16 @@ def check_shape(hypura, golden, profile, tmp, name, synth_args, budget):
     saved = glob.glob(os.path.join(env["XDG_CACHE_HOME"], "hypura", "experts", "*.json"))
     expect(len(saved) == 1, f"{name}: co-activation statistics not saved: {saved}")
     expect("expert statistics of" in tight.stderr, f"{name}: the budget run did not load the bench's statistics")
+
+    # The speculation flags reach the provider and change only what is read ahead.
+    plain = run([hypura, "run", model, "--expert-predictor", "none", "--expert-lookahead", "2"]
+                + budget_flag + prompt + common, env=env)
+    expect(plain.returncode == 0, f"{name}: run --expert-predictor none: exit {plain.returncode}: {plain.stderr[-300:]}")
+    expect("expert prefetch: none (router lookahead 2 layers" in plain.stderr,
+           f"{name}: --expert-predictor/--expert-lookahead not applied: {plain.stderr[-500:]}")
+    expect(plain.stdout == roomy.stdout, f"{name}: text without speculation differs: {plain.stdout!r}")
+    bad = run([hypura, "run", model, "--expert-predictor", "sometimes"] + prompt + common, env=env)
+    expect(bad.returncode != 0, f"{name}: --expert-predictor sometimes was accepted")
 
 
 def main():

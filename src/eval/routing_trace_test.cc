@@ -1,0 +1,163 @@
+// Routing traces: file round trip, the calibrated generator against the published
+// Qwen3-30B-A3B locality figures (checked before any policy is judged on its traces),
+// and the cache policies against LRU and Belady's optimum on generated traces.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include "eval/trace_replay.h"
+#include "experts/routing_trace.h"
+
+namespace hypura::runtime {
+namespace {
+
+constexpr int kTokens = 200;
+constexpr int kWarmup = 64;
+
+uint32_t fraction_of_experts(const RoutingTrace& t, double f) {
+  return static_cast<uint32_t>(f * t.n_layer * t.n_expert);
+}
+
+TEST(RoutingTrace, FileRoundTrip) {
+  RoutingTrace t = TraceGenerator{.n_layer = 3, .n_expert = 16, .n_expert_used = 4}.generate(5);
+  const int32_t prompt[] = {1, 2, 3, 4, 5, 6, 7, 8};  // a 2-token batch record
+  t.add(5, 1, prompt, 8);
+  const std::string path = (std::filesystem::temp_directory_path() / "hypura_trace_test.txt").string();
+  ASSERT_TRUE(t.write(path).is_ok());
+  auto back = RoutingTrace::read(path);
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->n_expert, 16);
+  ASSERT_EQ(back->records.size(), t.records.size());
+  for (size_t i = 0; i < t.records.size(); ++i) {
+    EXPECT_EQ(back->records[i].layer, t.records[i].layer);
+    EXPECT_EQ(back->records[i].n_tokens, t.records[i].n_tokens);
+    EXPECT_EQ(back->records[i].selected, t.records[i].selected);
+  }
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  std::fputs("0 1 1 3 99 1 2\n", f);  // expert id out of range
+  std::fclose(f);
+  auto bad = RoutingTrace::read(path);
+  EXPECT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("bad or missing expert id"), std::string::npos);
+  std::filesystem::remove(path);
+}
+
+// The three published figures, within 5 points each.
+TEST(RoutingTrace, GeneratorMatchesQwen3Figures) {
+  const RoutingTrace t = TraceGenerator{}.generate(kTokens);
+  const TraceLocality loc = measure_locality(t, 8);
+  EXPECT_NEAR(loc.repeat_next, 0.45, 0.05);
+  EXPECT_NEAR(loc.recur_within, 0.80, 0.05);
+  const ReplayResult lru = replay(t, fraction_of_experts(t, 0.4), CachePolicy::kLru, kWarmup);
+  EXPECT_GE(lru.hit_rate(), 0.90 - 0.05);
+  EXPECT_LE(lru.hit_rate(), 0.95 + 0.05);
+}
+
+TEST(TraceReplay, BeladyBoundsEveryPolicyAndIsExactOnATinyTrace) {
+  // One layer, 3 experts, capacity 2, k = 1: accesses a b c a b -> Belady misses a b c b
+  // (evicts b at c? no: next uses a@3 b@4, so it evicts b) = 4 misses; LRU misses all 5.
+  RoutingTrace t{1, 3, 1, {}};
+  for (int32_t e : {0, 1, 2, 0, 1}) t.add(0, 0, &e, 1);
+  EXPECT_EQ(replay(t, 2, std::nullopt, 0).misses_total, 4u);
+  EXPECT_EQ(replay(t, 2, CachePolicy::kLru, 0).misses_total, 5u);
+
+  const RoutingTrace g = TraceGenerator{.n_layer = 8, .n_expert = 64}.generate(120);
+  for (double f : {0.1, 0.25, 0.5}) {
+    const uint32_t cap = fraction_of_experts(g, f);
+    const double best = replay(g, cap, std::nullopt, 16).hit_rate();
+    for (CachePolicy p : {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kAgedLfu, CachePolicy::kLayerAware,
+                          CachePolicy::kLearned, CachePolicy::kAdaptive}) {
+      EXPECT_LE(replay(g, cap, p, 16).hit_rate(), best + 1e-12) << cache_policy_name(p);
+    }
+  }
+}
+
+// The default (adaptive) policy never loses to plain LRU, on calibrated traces (exactly:
+// within 0.2 points, replay noise) and on uniform traces (within 0.5 points: with no
+// locality to exploit the two ghost rules tie and the switching between them costs a
+// few hits), across cache sizes from 5% to 90% of the experts.
+TEST(TraceReplay, DefaultPolicyNeverLosesToLru) {
+  ASSERT_EQ(kDefaultCachePolicy, CachePolicy::kAdaptive);
+  const RoutingTrace calibrated = TraceGenerator{}.generate(kTokens);
+  const RoutingTrace calibrated2 = TraceGenerator{.seed = 7}.generate(kTokens);
+  const RoutingTrace uniform = uniform_trace(16, 64, 4, kTokens, 3);
+  const RoutingTrace uniform_moe = uniform_trace(24, 8, 2, kTokens, 5);  // the "moe" preset's shape
+  struct Case {
+    const RoutingTrace* trace;
+    double tolerance;
+    std::vector<double> fractions;
+  };
+  const std::vector<double> sizes = {0.05, 0.1, 0.25, 0.4, 0.6, 0.9};  // replays of 6144 experts are slow
+  const std::vector<double> fine = {0.05, 0.1, 0.15, 0.25, 0.4, 0.6, 0.75, 0.9};
+  for (const Case& c : {Case{&calibrated, 0.002, sizes}, Case{&calibrated2, 0.002, {0.1, 0.15}},
+                        Case{&uniform, 0.005, fine}, Case{&uniform_moe, 0.005, fine}}) {
+    for (double f : c.fractions) {
+      const uint32_t cap = std::max<uint32_t>(1, fraction_of_experts(*c.trace, f));
+      const double lru = replay(*c.trace, cap, CachePolicy::kLru, kWarmup).hit_rate();
+      const double ours = replay(*c.trace, cap, kDefaultCachePolicy, kWarmup).hit_rate();
+      EXPECT_GE(ours, lru - c.tolerance) << "fraction " << f << " of " << c.trace->n_layer << "x"
+                                         << c.trace->n_expert;
+    }
+  }
+}
+
+// On the calibrated traces (two seeds) the default policy's ratio to Belady's, with a
+// margin of 0.012-0.015 under what docs/MOE.md records (0.777 at 10% of the experts,
+// 0.823 at 15%, 0.892 at 25%, 0.960 at 40%, both seeds), and its distance to the
+// distribution oracle: the ceiling of online policies, which knows the generator's true
+// mixture. The oracle itself stays under 0.9 x Belady's at 10% (0.79): the target
+// is out of reach of any online policy at the planner's cache size for Qwen3-30B-A3B,
+// and the policy that learns from the accesses alone comes within 2 points of it.
+TEST(TraceReplay, DefaultPolicyNearTheOnlineCeiling) {
+  struct Size {
+    double fraction, min_ratio;
+  };
+  for (uint64_t seed : {1, 7}) {
+    const TraceGenerator gen{.seed = seed};
+    const RoutingTrace t = gen.generate(kTokens);
+    for (const Size& s : {Size{0.1, 0.765}, Size{0.15, 0.81}, Size{0.25, 0.88}, Size{0.4, 0.945}}) {
+      const uint32_t cap = fraction_of_experts(t, s.fraction);
+      const double best = replay(t, cap, std::nullopt, kWarmup).hit_rate();
+      const double ours = replay(t, cap, kDefaultCachePolicy, kWarmup).hit_rate();
+      EXPECT_GE(ours, s.min_ratio * best) << "seed " << seed << ", fraction " << s.fraction;
+      if (seed != 1 || s.fraction > 0.25) continue;  // the oracle once per size
+      const double ceiling = replay_oracle(t, gen, cap, kWarmup, OracleRule::kPerLayer).hit_rate();
+      EXPECT_GE(ours, ceiling - 0.02) << "fraction " << s.fraction;
+      EXPECT_LE(ours, ceiling + 0.005) << "fraction " << s.fraction;
+      if (s.fraction == 0.1) {
+        EXPECT_LT(ceiling, 0.9 * best);
+      }
+    }
+  }
+}
+
+// The adaptive policy follows whichever rule its ghosts score better: the learned one on a
+// calibrated trace with a cache far smaller than a token's working set (LRU thrashes to 0
+// there), and the learned rule alone is as good as the default there.
+TEST(ExpertCache, AdaptiveFollowsTheBetterGhost) {
+  const RoutingTrace t = TraceGenerator{}.generate(80);
+  ExpertCache cache(fraction_of_experts(t, 0.05), t.n_layer, t.n_expert, CachePolicy::kAdaptive);
+  for (const RoutingRecord& r : t.records) {
+    std::vector<int32_t> distinct(r.selected.begin(), r.selected.end());
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    cache.begin_routing(r.layer, distinct);
+    for (int32_t e : distinct) {
+      const int slot = cache.lookup(r.layer, e);
+      if (slot >= 0) {
+        cache.touch(slot);
+      } else {
+        cache.assign(cache.victim([](int) { return true; }), r.layer, e);
+      }
+    }
+  }
+  EXPECT_EQ(cache.following(), CachePolicy::kLearned);
+  EXPECT_EQ(parse_cache_policy("adaptive").value(), CachePolicy::kAdaptive);
+  EXPECT_EQ(parse_cache_policy("learned").value(), CachePolicy::kLearned);
+}
+
+}  // namespace
+}  // namespace hypura::runtime

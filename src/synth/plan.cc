@@ -1,0 +1,191 @@
+// The tensor list of a synthetic model: llama.cpp's names and shapes per architecture,
+// and the type llama-quantize would give each tensor in the chosen mix.
+#include <cmath>
+
+#include "synth/synth.h"
+
+namespace hypura::synth {
+namespace {
+
+using gguf::GgmlType;
+
+// What a tensor is, as far as llama-quantize's type choice is concerned.
+enum class Kind {
+  kTokenEmbd,
+  kOutput,
+  kAttnQ,
+  kAttnK,
+  kAttnV,
+  kAttnOut,
+  kFfnGateUp,
+  kFfnDown,
+  kRouter,
+  kNorm,
+  kBias,
+};
+
+// llama.cpp's use_more_bits(): the first and last eighth of the layers, and every third
+// layer between, get more bits for attn_v and ffn_down in the _M mixes.
+bool use_more_bits(int64_t layer, int64_t n_layer) {
+  return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+}
+
+// K-quant rows must be multiples of 256; llama-quantize falls back to these otherwise.
+GgmlType fallback(GgmlType type, int64_t row) {
+  if (row % 256 == 0) return type;
+  switch (type) {
+    case GgmlType::Q4_K:
+      return GgmlType::Q5_0;
+    case GgmlType::Q5_K:
+      return GgmlType::Q5_1;
+    case GgmlType::Q6_K:
+      return GgmlType::Q8_0;
+    default:
+      return type;
+  }
+}
+
+struct Context {
+  const SynthSpec& spec;
+  bool has_output;  // false when the output head is tied to token_embd
+};
+
+// The _M mixes, following llama_tensor_get_type() in llama.cpp.
+GgmlType k_mix_type(const Context& c, Kind kind, int64_t layer) {
+  const bool q4 = c.spec.mix == QuantMix::kQ4_K_M;
+  const GgmlType base = q4 ? GgmlType::Q4_K : GgmlType::Q5_K;
+  const int64_t n_layer = c.spec.shape.n_layer;
+  const bool eight_experts = c.spec.shape.n_expert == 8;
+  switch (kind) {
+    case Kind::kOutput:
+      return GgmlType::Q6_K;
+    case Kind::kTokenEmbd:
+      return c.has_output ? base : GgmlType::Q6_K;
+    case Kind::kAttnV: {
+      if (eight_experts) return GgmlType::Q8_0;
+      GgmlType t = use_more_bits(layer, n_layer) ? GgmlType::Q6_K : base;
+      // llama.cpp's 70B rule: 8x-shared attn_v is tiny, so give it Q5_K.
+      if (n_layer == 80 && c.spec.arch == Arch::kLlama && t == GgmlType::Q4_K) t = GgmlType::Q5_K;
+      return t;
+    }
+    case Kind::kAttnK:
+      return eight_experts ? GgmlType::Q8_0 : base;
+    case Kind::kAttnOut:
+      return eight_experts && q4 ? GgmlType::Q5_K : base;
+    case Kind::kFfnDown:
+      return use_more_bits(layer, n_layer) ? GgmlType::Q6_K : base;
+    default:
+      return base;
+  }
+}
+
+GgmlType choose_type(const Context& c, Kind kind, int64_t layer, int64_t row) {
+  if (kind == Kind::kNorm || kind == Kind::kBias || kind == Kind::kRouter) return GgmlType::F32;
+  switch (c.spec.mix) {
+    case QuantMix::kF16:
+      return GgmlType::F16;
+    case QuantMix::kQ8_0:
+      return GgmlType::Q8_0;
+    default:
+      return fallback(k_mix_type(c, kind, layer), row);
+  }
+}
+
+ValueSpec values_for(Kind kind, int64_t fan_in) {
+  switch (kind) {
+    case Kind::kNorm:
+      return {1.0f, 0.02f};  // gains near 1 (gemma's are stored with the +1)
+    case Kind::kBias:
+      return {0.0f, 0.02f};
+    default:
+      return {0.0f, 1.0f / std::sqrt(static_cast<float>(fan_in))};
+  }
+}
+
+class Planner {
+ public:
+  explicit Planner(const SynthSpec& spec)
+      : c_{spec, spec.arch != Arch::kGemma3 && !spec.tied_embeddings}, s_(spec.shape) {}
+
+  std::vector<TensorPlan> run() {
+    add("token_embd.weight", Kind::kTokenEmbd, -1, {s_.n_embd, s_.n_vocab});
+    for (int64_t il = 0; il < s_.n_layer; ++il) add_layer(il);
+    add("output_norm.weight", Kind::kNorm, -1, {s_.n_embd});
+    if (c_.has_output) add("output.weight", Kind::kOutput, -1, {s_.n_embd, s_.n_vocab});
+    return std::move(out_);
+  }
+
+ private:
+  void add(std::string name, Kind kind, int64_t layer, std::vector<int64_t> ne) {
+    GgmlType type = choose_type(c_, kind, layer, ne[0]);
+    ValueSpec values = values_for(kind, ne[0]);
+    out_.push_back(TensorPlan{std::move(name), type, std::move(ne), values});
+  }
+  void add_blk(int64_t il, const char* what, Kind kind, std::vector<int64_t> ne) {
+    add("blk." + std::to_string(il) + "." + what, kind, il, std::move(ne));
+  }
+
+  void add_layer(int64_t il) {
+    const Arch arch = c_.spec.arch;
+    const int64_t n_q = s_.n_head * s_.head_dim;
+    const int64_t n_kv = s_.n_head_kv * s_.head_dim;
+    const bool qk_norm = arch == Arch::kQwen3 || arch == Arch::kQwen3Moe || arch == Arch::kGemma3;
+    add_blk(il, "attn_norm.weight", Kind::kNorm, {s_.n_embd});
+    add_blk(il, "attn_q.weight", Kind::kAttnQ, {s_.n_embd, n_q});
+    add_blk(il, "attn_k.weight", Kind::kAttnK, {s_.n_embd, n_kv});
+    add_blk(il, "attn_v.weight", Kind::kAttnV, {s_.n_embd, n_kv});
+    if (arch == Arch::kQwen2) {
+      add_blk(il, "attn_q.bias", Kind::kBias, {n_q});
+      add_blk(il, "attn_k.bias", Kind::kBias, {n_kv});
+      add_blk(il, "attn_v.bias", Kind::kBias, {n_kv});
+    }
+    if (qk_norm) {
+      add_blk(il, "attn_q_norm.weight", Kind::kNorm, {s_.head_dim});
+      add_blk(il, "attn_k_norm.weight", Kind::kNorm, {s_.head_dim});
+    }
+    add_blk(il, "attn_output.weight", Kind::kAttnOut, {n_q, s_.n_embd});
+    if (arch == Arch::kGemma3) add_blk(il, "post_attention_norm.weight", Kind::kNorm, {s_.n_embd});
+    add_blk(il, "ffn_norm.weight", Kind::kNorm, {s_.n_embd});
+    if (arch_is_moe(arch)) {
+      add_experts(il);
+    } else {
+      add_blk(il, "ffn_gate.weight", Kind::kFfnGateUp, {s_.n_embd, s_.n_ff});
+      add_blk(il, "ffn_up.weight", Kind::kFfnGateUp, {s_.n_embd, s_.n_ff});
+      add_blk(il, "ffn_down.weight", Kind::kFfnDown, {s_.n_ff, s_.n_embd});
+    }
+    if (arch == Arch::kGemma3) add_blk(il, "post_ffw_norm.weight", Kind::kNorm, {s_.n_embd});
+  }
+
+  // Stacked experts: ne = {n_embd, n_ff_exp, n_expert} for gate/up, {n_ff_exp, n_embd,
+  // n_expert} for down; the router maps n_embd to one logit per expert.
+  void add_experts(int64_t il) {
+    add_blk(il, "ffn_gate_inp.weight", Kind::kRouter, {s_.n_embd, s_.n_expert});
+    add_blk(il, "ffn_gate_exps.weight", Kind::kFfnGateUp, {s_.n_embd, s_.n_ff_exp, s_.n_expert});
+    add_blk(il, "ffn_up_exps.weight", Kind::kFfnGateUp, {s_.n_embd, s_.n_ff_exp, s_.n_expert});
+    add_blk(il, "ffn_down_exps.weight", Kind::kFfnDown, {s_.n_ff_exp, s_.n_embd, s_.n_expert});
+  }
+
+  Context c_;
+  const Shape& s_;
+  std::vector<TensorPlan> out_;
+};
+
+}  // namespace
+
+std::vector<TensorPlan> plan_tensors(const SynthSpec& spec) {
+  return Planner(spec).run();
+}
+
+SynthSummary summarize(const std::vector<TensorPlan>& tensors) {
+  SynthSummary sum;
+  for (const TensorPlan& t : tensors) {
+    uint64_t n = 1;
+    for (int64_t d : t.ne) n *= static_cast<uint64_t>(d);
+    sum.n_params += n;
+    sum.data_bytes += gguf::row_bytes(t.type, t.ne[0]) * (n / static_cast<uint64_t>(t.ne[0]));
+  }
+  sum.n_tensors = tensors.size();
+  return sum;
+}
+
+}  // namespace hypura::synth

@@ -1,0 +1,238 @@
+// Architectures, quant mixes, preset shapes and spec validation for synthetic models.
+#include <algorithm>
+#include <cctype>
+
+#include "synth/synth.h"
+
+namespace hypura::synth {
+namespace {
+
+struct ArchName {
+  Arch arch;
+  const char* cli;
+  const char* gguf;
+  bool moe;
+};
+constexpr ArchName kArchNames[] = {
+    {Arch::kLlama, "llama", "llama", false},    {Arch::kQwen2, "qwen2", "qwen2", false},
+    {Arch::kQwen3, "qwen3", "qwen3", false},    {Arch::kGemma3, "gemma3", "gemma3", false},
+    {Arch::kMixtral, "mixtral", "llama", true}, {Arch::kQwen3Moe, "qwen3moe", "qwen3moe", true},
+};
+
+const ArchName& arch_entry(Arch arch) {
+  for (const ArchName& a : kArchNames) {
+    if (a.arch == arch) return a;
+  }
+  return kArchNames[0];
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+// Upper bounds that keep every product below 2^63 and reject typos like 40960000.
+constexpr int64_t kMaxDim = 1 << 20;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxExperts = 1024;
+constexpr int64_t kMaxVocab = 1 << 22;
+
+Status check_range(const char* what, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi) {
+    return invalid_argument(std::string(what) + " must be in [" + std::to_string(lo) + ", " +
+                            std::to_string(hi) + "], got " + std::to_string(v));
+  }
+  return Status::ok();
+}
+
+Status check_experts(Arch arch, Shape& s) {
+  if (!arch_is_moe(arch)) {
+    if (s.n_expert != 0) {
+      return invalid_argument(std::string(arch_cli_name(arch)) +
+                              " is dense; use --arch mixtral or qwen3moe for experts");
+    }
+    return check_range("n_ff", s.n_ff, 1, kMaxDim);
+  }
+  // Mixtral stores the expert width as feed_forward_length; either flag sets it.
+  if (arch == Arch::kMixtral) {
+    if (s.n_ff_exp == 0) s.n_ff_exp = s.n_ff;
+    s.n_ff = s.n_ff_exp;
+  }
+  if (s.n_ff == 0) s.n_ff = s.n_ff_exp;
+  HYPURA_RETURN_IF_ERROR(check_range("n_expert", s.n_expert, 1, kMaxExperts));
+  HYPURA_RETURN_IF_ERROR(check_range("n_expert_used", s.n_expert_used, 1, s.n_expert));
+  HYPURA_RETURN_IF_ERROR(check_range("n_ff_exp", s.n_ff_exp, 1, kMaxDim));
+  return check_range("n_ff", s.n_ff, 1, kMaxDim);
+}
+
+// Quantized mixes need every row length to be a multiple of 32 (the legacy block size;
+// K-quant rows that are not multiples of 256 fall back as llama-quantize does).
+Status check_row_lengths(const SynthSpec& spec) {
+  if (spec.mix == QuantMix::kF16) return Status::ok();
+  const Shape& s = spec.shape;
+  int64_t rows[] = {s.n_embd, s.n_head * s.head_dim, arch_is_moe(spec.arch) ? s.n_ff_exp : s.n_ff};
+  for (int64_t n : rows) {
+    if (n % 32 != 0) {
+      return invalid_argument("row length " + std::to_string(n) + " is not a multiple of 32, " +
+                              "which " + mix_name(spec.mix) + " needs (use --quant f16)");
+    }
+  }
+  return Status::ok();
+}
+
+Status check_shape(Arch arch, Shape& s) {
+  HYPURA_RETURN_IF_ERROR(check_range("n_embd", s.n_embd, 1, kMaxDim));
+  HYPURA_RETURN_IF_ERROR(check_range("n_layer", s.n_layer, 1, kMaxLayers));
+  HYPURA_RETURN_IF_ERROR(check_range("n_head", s.n_head, 1, kMaxDim));
+  HYPURA_RETURN_IF_ERROR(check_range("n_head_kv", s.n_head_kv, 1, s.n_head));
+  if (s.n_head % s.n_head_kv != 0)
+    return invalid_argument("n_head must be a multiple of n_head_kv");
+  if (s.head_dim == 0) {
+    if (s.n_embd % s.n_head != 0) return invalid_argument("n_embd must be a multiple of n_head");
+    s.head_dim = s.n_embd / s.n_head;
+  }
+  HYPURA_RETURN_IF_ERROR(check_range("head_dim", s.head_dim, 2, 4096));
+  if (s.head_dim % 2 != 0) return invalid_argument("head_dim must be even (rope rotates pairs)");
+  HYPURA_RETURN_IF_ERROR(check_range("n_vocab", s.n_vocab, 0, kMaxVocab));
+  HYPURA_RETURN_IF_ERROR(check_range("n_ctx", s.n_ctx, 1, 1 << 24));
+  return check_experts(arch, s);
+}
+
+Shape dense(int64_t n_vocab, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+            int64_t n_ff, int64_t n_ctx, double rope_freq_base = 0) {
+  Shape s;
+  s.n_vocab = n_vocab;
+  s.n_embd = n_embd;
+  s.n_layer = n_layer;
+  s.n_head = n_head;
+  s.n_head_kv = n_head_kv;
+  s.n_ff = n_ff;
+  s.n_ctx = n_ctx;
+  s.rope_freq_base = rope_freq_base;
+  return s;
+}
+
+Shape with_experts(Shape s, int64_t n_expert, int64_t n_expert_used, int64_t n_ff_exp) {
+  s.n_expert = n_expert;
+  s.n_expert_used = n_expert_used;
+  s.n_ff_exp = n_ff_exp;
+  return s;
+}
+
+}  // namespace
+
+const char* arch_gguf_name(Arch arch) {
+  return arch_entry(arch).gguf;
+}
+const char* arch_cli_name(Arch arch) {
+  return arch_entry(arch).cli;
+}
+bool arch_is_moe(Arch arch) {
+  return arch_entry(arch).moe;
+}
+
+Result<Arch> parse_arch(std::string_view name) {
+  std::string n = lower(name);
+  for (const ArchName& a : kArchNames) {
+    if (n == a.cli) return a.arch;
+  }
+  return invalid_argument("unknown architecture '" + std::string(name) +
+                          "' (llama, qwen2, qwen3, gemma3, mixtral, qwen3moe)");
+}
+
+const char* mix_name(QuantMix mix) {
+  switch (mix) {
+    case QuantMix::kF16:
+      return "F16";
+    case QuantMix::kQ8_0:
+      return "Q8_0";
+    case QuantMix::kQ4_K_M:
+      return "Q4_K_M";
+    case QuantMix::kQ5_K_M:
+      return "Q5_K_M";
+  }
+  return "?";
+}
+
+uint32_t mix_file_type(QuantMix mix) {
+  switch (mix) {  // llama_ftype: MOSTLY_F16 = 1, MOSTLY_Q8_0 = 7, Q4_K_M = 15, Q5_K_M = 17
+    case QuantMix::kF16:
+      return 1;
+    case QuantMix::kQ8_0:
+      return 7;
+    case QuantMix::kQ4_K_M:
+      return 15;
+    case QuantMix::kQ5_K_M:
+      return 17;
+  }
+  return 0;
+}
+
+Result<QuantMix> parse_mix(std::string_view name) {
+  std::string n = lower(name);
+  for (QuantMix m : {QuantMix::kF16, QuantMix::kQ8_0, QuantMix::kQ4_K_M, QuantMix::kQ5_K_M}) {
+    if (n == lower(mix_name(m))) return m;
+  }
+  return invalid_argument("unknown quant mix '" + std::string(name) +
+                          "' (f16, q8_0, q4_k_m, q5_k_m)");
+}
+
+const std::vector<Preset>& presets() {
+  // Public model configurations (SPEC.md section 5); n_vocab 0 = the vocabulary source's.
+  static const std::vector<Preset> kPresets = [] {
+    Shape tiny = with_experts(dense(0, 256, 2, 4, 2, 512, 2048), 4, 2, 256);
+    Shape qwen3_30b = with_experts(dense(151936, 2048, 48, 32, 4, 6144, 40960, 1e6), 128, 8, 768);
+    qwen3_30b.head_dim = 128;
+    return std::vector<Preset>{
+        {"tiny", Arch::kLlama, tiny},
+        {"1b", Arch::kLlama, dense(32000, 2048, 22, 32, 4, 5632, 2048)},
+        {"8b", Arch::kLlama, dense(128256, 4096, 32, 32, 8, 14336, 8192, 500000)},
+        {"moe", Arch::kMixtral,
+         with_experts(dense(32000, 2048, 24, 32, 8, 0, 4096, 1e6), 8, 2, 5632)},
+        {"70b", Arch::kLlama, dense(128256, 8192, 80, 64, 8, 28672, 131072, 500000)},
+        {"mixtral-8x7b", Arch::kMixtral,
+         with_experts(dense(32000, 4096, 32, 32, 8, 0, 32768, 1e6), 8, 2, 14336)},
+        {"qwen3-30b-a3b", Arch::kQwen3Moe, qwen3_30b},
+    };
+  }();
+  return kPresets;
+}
+
+Result<Preset> find_preset(std::string_view name) {
+  std::string n = lower(name);
+  for (const Preset& p : presets()) {
+    if (p.name == n) return p;
+  }
+  return invalid_argument("unknown preset '" + std::string(name) +
+                          "' (tiny, 1b, 8b, moe, 70b, mixtral-8x7b, qwen3-30b-a3b)");
+}
+
+Result<Shape> preset_shape(const Preset& preset, Arch arch) {
+  Shape s = preset.shape;
+  if (!arch_is_moe(arch)) {
+    if (arch_is_moe(preset.default_arch)) {
+      return invalid_argument("preset " + preset.name +
+                              " has experts; use --arch mixtral or qwen3moe");
+    }
+    s.n_expert = s.n_expert_used = s.n_ff_exp = 0;
+  } else if (s.n_expert == 0) {
+    return invalid_argument("preset " + preset.name + " is dense; " + arch_cli_name(arch) +
+                            " needs experts (use tiny, moe, mixtral-8x7b, qwen3-30b-a3b)");
+  }
+  return s;
+}
+
+Result<SynthSpec> validate(SynthSpec spec) {
+  HYPURA_RETURN_IF_ERROR(check_shape(spec.arch, spec.shape));
+  HYPURA_RETURN_IF_ERROR(check_row_lengths(spec));
+  if (spec.vocab_from.empty()) {
+    return invalid_argument(
+        "no vocabulary source: pass --vocab-from FILE (a GGUF with a "
+        "tokenizer) or run scripts/fetch-models.sh");
+  }
+  return spec;
+}
+
+}  // namespace hypura::synth

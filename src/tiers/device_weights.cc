@@ -1,0 +1,94 @@
+#include "tiers/device_weights.h"
+
+#include <cassert>
+#include <string>
+
+#if HYPURA_HAVE_CUDA
+#include "compute/cuda/device.h"
+#endif
+
+namespace hypura::runtime {
+
+#if HYPURA_HAVE_CUDA
+struct DeviceWeights::Buffers {
+  std::vector<compute::cuda::DeviceBuffer> held;
+};
+#else
+struct DeviceWeights::Buffers {};
+#endif
+
+DeviceWeights::DeviceWeights(const gguf::GgufFile& file) : AddressableProvider(file) {}
+DeviceWeights::~DeviceWeights() = default;
+
+compute::WeightView DeviceWeights::view(model::TensorId id) const {
+  assert(id >= 0 && static_cast<size_t>(id) < views_.size() && views_[id].data != nullptr);
+  return views_[static_cast<size_t>(id)];
+}
+
+namespace {
+
+// The tensor ids of layer `il` (-1: the tensors outside the layer stack), absent ones left out.
+std::vector<model::TensorId> layer_ids(const model::WeightMap& w, int64_t il) {
+  std::vector<model::TensorId> ids;
+  const auto add = [&](model::TensorId id) {
+    if (id != model::kNone) ids.push_back(id);
+  };
+  if (il < 0) {
+    for (model::TensorId id : {w.token_embd, w.output_norm, w.output, w.rope_freqs}) add(id);
+    return ids;
+  }
+  const model::LayerWeights& l = w.layers[static_cast<size_t>(il)];
+  for (model::TensorId id : {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm, l.k_norm,
+                      l.post_attn_norm, l.ffn_norm, l.post_ffn_norm, l.ffn_gate, l.ffn_up,
+                      l.ffn_down, l.ffn_router, l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps}) {
+    add(id);
+  }
+  return ids;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const gguf::GgufFile& file,
+                                                             const model::WeightMap& weights,
+                                                             model::WeightProvider& host,
+                                                             const Progress& progress) {
+#if HYPURA_HAVE_CUDA
+  namespace cuda = compute::cuda;
+  std::unique_ptr<DeviceWeights> d(new DeviceWeights(file));
+  d->views_.assign(file.tensors().size(), compute::WeightView{});
+  d->buffers_ = std::make_unique<Buffers>();
+  uint64_t total = 0, done = 0;
+  for (int64_t il = -1; il < static_cast<int64_t>(weights.layers.size()); ++il) {
+    for (model::TensorId id : layer_ids(weights, il)) total += file.tensors()[id].n_bytes;
+  }
+  for (int64_t il = -1; il < static_cast<int64_t>(weights.layers.size()); ++il) {
+    std::vector<model::TensorId> ids = layer_ids(weights, il);
+    std::vector<compute::WeightView> host_views(ids.size());
+    HYPURA_RETURN_IF_ERROR(host.acquire(static_cast<int>(il), ids, host_views));
+    Status st;
+    for (size_t i = 0; i < ids.size() && st.is_ok(); ++i) {
+      const gguf::TensorInfo& t = file.tensors()[ids[i]];
+      if (d->views_[ids[i]].data != nullptr) continue;  // a tied tensor, already there
+      auto buf = cuda::DeviceBuffer::allocate(t.n_bytes);
+      if (!buf.is_ok()) {
+        st = buf.status().with_context("uploading '" + t.name + "' to the GPU");
+        break;
+      }
+      st = cuda::copy_to_device(buf->data(), host_views[i].data, t.n_bytes);
+      d->views_[ids[i]] = tensor_view(t, static_cast<const uint8_t*>(buf->data()));
+      d->device_bytes_ += t.n_bytes;
+      d->buffers_->held.push_back(std::move(buf).value());
+      done += t.n_bytes;
+      if (progress) progress(done, total);
+    }
+    host.release(static_cast<int>(il));
+    HYPURA_RETURN_IF_ERROR(st);
+  }
+  return d;
+#else
+  (void)file, (void)weights, (void)host, (void)progress;
+  return unsupported("this build has no CUDA backend (HYPURA_CUDA)");
+#endif
+}
+
+}  // namespace hypura::runtime

@@ -1,0 +1,51 @@
+// DeviceWeights: every weight of a model in GPU memory, uploaded once at load (part 1 of
+// the GPU tier: a model that fits the GPU runs there entirely).
+//
+// upload() walks the model's tensor directory layer by layer, acquires each layer's
+// tensors from a host provider (the resident weights the planner loaded), copies them to
+// device memory taken with cudaMalloc (one allocation per tensor, never managed memory)
+// and releases the layer. Afterwards acquire() and acquire_experts() are pointer
+// arithmetic over device views (AddressableProvider) for model::CudaBlocks.
+//
+// Out of memory is kResourceExhausted naming the tensor and the sizes; everything taken
+// so far is freed. Without a CUDA build upload() returns kUnsupported.
+//
+// Thread-safety: upload() once; afterwards read-only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "model/weights.h"
+#include "tiers/tensor_view.h"
+
+namespace hypura::runtime {
+
+class DeviceWeights final : public AddressableProvider {
+ public:
+  using Progress = std::function<void(uint64_t done, uint64_t total)>;  // bytes uploaded
+
+  // REQUIRES: file outlives the provider; host serves every tensor of `weights`.
+  static Result<std::unique_ptr<DeviceWeights>> upload(const gguf::GgufFile& file,
+                                                       const model::WeightMap& weights,
+                                                       model::WeightProvider& host,
+                                                       const Progress& progress = nullptr);
+  ~DeviceWeights() override;
+
+  std::string name() const override { return "cuda-resident"; }
+  compute::WeightView view(model::TensorId id) const override;
+  uint64_t device_bytes() const { return device_bytes_; }
+
+ private:
+  explicit DeviceWeights(const gguf::GgufFile& file);
+  struct Buffers;  // the device allocations (device_weights.cc)
+
+  std::vector<compute::WeightView> views_;  // by tensor id; data == nullptr: not uploaded
+  std::unique_ptr<Buffers> buffers_;
+  uint64_t device_bytes_ = 0;
+};
+
+}  // namespace hypura::runtime
