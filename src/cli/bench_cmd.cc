@@ -460,6 +460,7 @@ std::function<int()> setup_bench(CLI::App& app) {
                     ->delimiter(',');
   app.add_option("--plot", a->plot, "with --sweep: write an SVG chart of the sweep to FILE")->needs(sweep);
   sweep->excludes(app.get_option("--ram-budget"));
+  sweep->excludes(app.get_option("--json"));  // a sweep prints its table (its children's JSON is read)
   return [a] { return run_bench(*a); };
 }
 
