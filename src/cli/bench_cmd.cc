@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "cli/batch_bench.h"
 #include "cli/command.h"
 #include "cli/sweep.h"
 #include "common/size.h"
@@ -56,6 +57,7 @@ struct BenchArgs {
   bool force = false;      // run --baseline even when the model exceeds RAM - 4 GiB
   std::vector<std::string> sweep;  // --sweep: RAM budgets, one child bench each (cli/sweep.h)
   std::string plot;                // --plot FILE: the sweep's SVG chart
+  std::vector<int> batch;          // --batch: sequence counts decoded at once (cli/batch_bench.h)
 };
 
 struct Stats {
@@ -215,6 +217,38 @@ int run_sweep_bench(const BenchArgs& a, const std::string& path) {
   return any_ran ? 0 : 1;
 }
 
+// --batch: the batched tests only, with a KV cache per sequence of the largest batch.
+int run_batched_bench(const BenchArgs& a, const std::string& path) {
+  BatchBenchOptions o;
+  o.batches = a.batch;
+  o.n_prompt = a.n_prompt.front();
+  o.n_gen = a.n_gen;
+  o.reps = a.reps;
+  runtime::EngineOptions eo = engine_options(a.engine, path, a.context > 0 ? a.context : o.n_prompt + o.n_gen + 1);
+  eo.n_ctx_past_trained = true;
+  eo.n_parallel = *std::max_element(o.batches.begin(), o.batches.end());
+  auto engine = runtime::Engine::load(eo);
+  if (!engine.is_ok()) {
+    std::cerr << "hypura bench: " << path << ": " << engine.status().message() << "\n";
+    return 1;
+  }
+  auto rows = run_batch_bench(**engine, o);
+  if (!rows.is_ok()) {
+    std::cerr << "hypura bench: --batch: " << rows.status().message() << "\n";
+    return 1;
+  }
+  runtime::Engine& e = **engine;
+  if (a.json) {
+    nlohmann::json j = {{"model", path}, {"arch", e.architecture()}, {"mode", e.mode()}, {"device", e.device()},
+                        {"batch", batch_json(*rows, o)}};
+    std::cout << j.dump(1) << "\n";
+    return 0;
+  }
+  std::printf("%s: %s, %s on %s\n\n%s", path.c_str(), e.architecture().c_str(), e.mode().c_str(),
+              e.device().c_str(), batch_table(*rows, o).c_str());
+  return 0;
+}
+
 int run_bench(const BenchArgs& a) {
   const std::string path = resolve_model_path(a.model);
   if (path.empty()) {
@@ -222,6 +256,7 @@ int run_bench(const BenchArgs& a) {
     return 2;
   }
   if (!a.sweep.empty()) return run_sweep_bench(a, path);
+  if (!a.batch.empty()) return run_batched_bench(a, path);
   const int max_prompt = *std::max_element(a.n_prompt.begin(), a.n_prompt.end());
   const int max_depth = *std::max_element(a.depths.begin(), a.depths.end());
   runtime::EngineOptions eo =
@@ -459,6 +494,12 @@ std::function<int()> setup_bench(CLI::App& app) {
                                "each in a fresh process, and print tok/s against the budget")
                     ->delimiter(',');
   app.add_option("--plot", a->plot, "with --sweep: write an SVG chart of the sweep to FILE")->needs(sweep);
+  auto* batch = app.add_option("--batch", a->batch,
+                               "decode this many sequences at once, a list (e.g. 1,2,4,8): aggregate and "
+                               "per-sequence tok/s, like llama-batched-bench; uses the first -p and -n")
+                    ->delimiter(',')
+                    ->check(CLI::Range(1, 32));
+  batch->excludes(sweep);
   sweep->excludes(app.get_option("--ram-budget"));
   sweep->excludes(app.get_option("--json"));  // a sweep prints its table (its children's JSON is read)
   return [a] { return run_bench(*a); };

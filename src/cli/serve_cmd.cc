@@ -27,6 +27,7 @@ struct ServeArgs {
   std::string alias;
   server::ServerOptions server;
   int64_t context = 4096;
+  int parallel = 0;  // --parallel (0: from memory)
   EngineFlags engine;
 };
 
@@ -37,7 +38,8 @@ int run_serve(ServeArgs a) {
                  "(run scripts/fetch-models.sh)\n";
     return 2;
   }
-  const runtime::EngineOptions eo = engine_options(a.engine, path, a.context);
+  runtime::EngineOptions eo = engine_options(a.engine, path, a.context);
+  eo.n_parallel = a.parallel;  // 0: the plan's default from memory
   const auto t0 = std::chrono::steady_clock::now();
   auto engine = runtime::Engine::load(eo);
   if (!engine.is_ok()) {
@@ -48,13 +50,15 @@ int run_serve(ServeArgs a) {
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   server::ModelInfo info = server::model_info_from_gguf(e.file(), path, a.alias, e.n_ctx());
   info.mode = e.mode();
-  server::HttpServer http(e, info, a.server);
+  server::ServerOptions options = a.server;
+  options.parallel = e.n_parallel();
+  server::HttpServer http(e, info, options);
   if (Status st = http.bind(); !st.is_ok()) {
     std::cerr << "hypura serve: " << st.message() << "\n";
     return 1;
   }
-  spdlog::info("loaded {} ({}, {}, context {}) in {:.2f} s", path, e.architecture(), e.mode(),
-               e.n_ctx(), load_s);
+  spdlog::info("loaded {} ({}, {}, context {}, {} parallel) in {:.2f} s", path, e.architecture(), e.mode(),
+               e.n_ctx(), options.parallel, load_s);
   spdlog::info("serving \"{}\" on http://{}:{} (Ollama API at /api, OpenAI API at /v1)",
                info.name, a.server.host, http.port());
   std::fflush(stdout);
@@ -72,6 +76,11 @@ std::function<int()> setup_serve(CLI::App& app) {
   app.add_option("--max-queue", a->server.max_queue,
                  "requests that may wait behind the running one; more get 503")
       ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--parallel", a->parallel,
+                 "requests generated at once, in shared forward passes (each keeps a KV cache of "
+                 "--context); 0: as many as a quarter of the memory holds, up to 4")
+      ->check(CLI::Range(0, 64))
       ->capture_default_str();
   app.add_option("--max-body", a->server.max_body_bytes,
                  "largest request body in bytes; larger ones get 400")

@@ -28,11 +28,16 @@ Status acquire_views(WeightProvider& provider, int64_t il,
 
 }  // namespace
 
-void Blocks::begin(int64_t pos, int64_t n_tokens, KvCache* kv, bool logits_only) {
-  assert(n_tokens > 0 && n_tokens <= max_batch_);
-  pos_ = pos;
-  n_tokens_ = n_tokens;
-  kv_ = kv;
+void Blocks::begin(std::span<const SeqRows> seqs, bool logits_only) {
+  seqs_.assign(seqs.begin(), seqs.end());
+  int64_t row = 0;
+  for (SeqRows& s : seqs_) {
+    assert(s.n_tokens > 0 && row + s.n_tokens <= max_batch_);
+    s.row0 = row;
+    for (int64_t t = 0; t < s.n_tokens; ++t) row_pos_[static_cast<size_t>(row + t)] = static_cast<int32_t>(s.pos + t);
+    row += s.n_tokens;
+  }
+  n_tokens_ = row;
   logits_only_ = logits_only;
 }
 

@@ -18,16 +18,24 @@
 // its results are batch-invariant (see model.h); the GPU's differ across batch shapes by
 // float rounding (docs/GPU.md).
 //
+// A batch may hold several sequences (continuous batching, runtime/step_batcher.h): each
+// is a run of consecutive rows with its own KV cache and positions (SeqRows). Row-wise ops
+// and products see one (n_tokens, width) matrix whatever the sequences; RoPE reads each
+// row's position and attention attends each sequence's rows over its own cache, so one
+// pass reads the weights once for every sequence.
+//
 // Thread-safety: one forward pass at a time.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/status.h"
 #include "compute/compute.h"
 #include "model/hparams.h"
 #include "model/kv_cache.h"
+#include "model/seq_rows.h"
 #include "model/weight_provider.h"
 #include "model/weights.h"
 
@@ -54,21 +62,27 @@ struct FfnViews {
 
 enum class FfnAct { kSilu, kGeluTanh };
 
+
 class Blocks {
  public:
   virtual ~Blocks() = default;
 
   const HParams& hp() const { return hp_; }
   WeightProvider& provider() { return provider_; }
+  int64_t n_ctx() const { return n_ctx_; }  // the longest sequence the scratch is sized for
   // Whether the row buffers and the KV cache this implementation reads are device memory.
   virtual bool on_device() const = 0;
 
-  // Starts a batch: tokens at positions pos..pos+n_tokens-1, caching into kv. logits_only:
-  // the batch's one output is the last row's logits (finish() gets no hidden states).
-  void begin(int64_t pos, int64_t n_tokens, KvCache* kv, bool logits_only = false);
+  // Starts a batch of the sequences' rows, in order (row0 is filled in), each caching
+  // into its own kv. logits_only: the outputs are the last row's logits of each sequence
+  // (finish() gets no hidden states). REQUIRES: 1..max_batch rows in all, distinct caches.
+  void begin(std::span<const SeqRows> seqs, bool logits_only = false);
   // llama3 RoPE frequency factors (n_rot / 2), or null; valid for the current batch.
   void set_rope_factors(const float* factors) { rope_factors_ = factors; }
   int64_t n_tokens() const { return n_tokens_; }
+  std::span<const SeqRows> seqs() const { return seqs_; }
+  // Every row's position, host memory (n_tokens).
+  const int32_t* row_positions() const { return row_pos_.data(); }
 
   // Batch buffers, row-major with n_tokens rows.
   float* x() { return x_; }        // (n_tokens, n_embd) the residual stream
@@ -115,14 +129,18 @@ class Blocks {
   virtual Status moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) = 0;
 
   // Ends the batch: hidden (when not null, host) = cur() (n_tokens, n_embd), the final-
-  // norm states; logits (host, when not null) = output . cur() for every row (all_logits)
-  // or the last one. Returns the first error of the batch's device work, if any.
+  // norm states; logits (host, when not null) = output . cur() for every row (all_logits,
+  // one sequence) or the last row of each sequence ((seqs().size(), n_vocab)). Returns the
+  // first error of the batch's device work, if any.
   virtual Status finish(const WeightView& output, bool all_logits, float* logits, float* hidden) = 0;
 
  protected:
   Blocks(const HParams& hp, const WeightMap& weights, WeightProvider& provider,
          int64_t max_batch, int64_t n_ctx)
-      : hp_(hp), weights_(weights), provider_(provider), max_batch_(max_batch), n_ctx_(n_ctx) {}
+      : hp_(hp), weights_(weights), provider_(provider), max_batch_(max_batch), n_ctx_(n_ctx) {
+    seqs_.reserve(static_cast<size_t>(max_batch));
+    row_pos_.resize(static_cast<size_t>(max_batch));
+  }
 
   const HParams& hp_;
   const WeightMap& weights_;
@@ -130,9 +148,9 @@ class Blocks {
   int64_t max_batch_;
   int64_t n_ctx_;
 
-  int64_t pos_ = 0;
   int64_t n_tokens_ = 0;
-  KvCache* kv_ = nullptr;
+  std::vector<SeqRows> seqs_;     // the batch's sequences (capacity max_batch)
+  std::vector<int32_t> row_pos_;  // (max_batch) each row's position
   bool logits_only_ = false;
   const float* rope_factors_ = nullptr;
 

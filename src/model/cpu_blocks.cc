@@ -93,9 +93,18 @@ Status CpuBlocks::finish(const WeightView& output, bool all_logits, float* logit
   if (logits == nullptr) return Status::ok();  // embeddings only: no output layer
   if (all_logits) {
     ctx_.matmul(output, cur(), n_tokens_, logits);
-  } else {
-    ctx_.matmul(output, cur() + (n_tokens_ - 1) * e, 1, logits);
+    return Status::ok();
   }
+  if (seqs_.size() == 1) {
+    ctx_.matmul(output, cur() + (n_tokens_ - 1) * e, 1, logits);
+    return Status::ok();
+  }
+  // Each sequence's last row, gathered: one product for all (rows are independent).
+  for (size_t i = 0; i < seqs_.size(); ++i) {
+    const SeqRows& s = seqs_[i];
+    std::copy_n(cur() + (s.row0 + s.n_tokens - 1) * e, e, tmp() + static_cast<int64_t>(i) * e);
+  }
+  ctx_.matmul(output, tmp(), static_cast<int64_t>(seqs_.size()), logits);
   return Status::ok();
 }
 
@@ -137,8 +146,8 @@ void CpuBlocks::rope(float* rows, int64_t n_heads, float freq_base, float freq_s
   parallel_for(n_tokens_, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       for (int64_t h = 0; h < n_heads; ++h) {
-        compute::rope(rows + (t * n_heads + h) * d, d, hp_.n_rot, pos_ + t, freq_base,
-                      freq_scale, factors, hp_.rope_neox);
+        compute::rope(rows + (t * n_heads + h) * d, d, hp_.n_rot, row_pos_[static_cast<size_t>(t)],
+                      freq_base, freq_scale, factors, hp_.rope_neox);
       }
     }
   });
@@ -167,24 +176,29 @@ void CpuBlocks::residual(float* x, const float* y) { compute::add(x, y, n_tokens
 // and every score, update and merge is computed by the same code whichever path, batch or
 // block it is in, so a prompt split into any batches gives bit-identical rows.
 void CpuBlocks::attention(int64_t il, bool swa, float kq_scale) {
-  kv_->store(il, pos_, n_tokens_, k(), v());
+  for (const SeqRows& seq : seqs_) attend_seq(il, seq, swa, kq_scale);
+}
+
+void CpuBlocks::attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_scale) {
+  const int64_t n = seq.n_tokens;
+  seq.kv->store(il, seq.pos, n, k() + seq.row0 * hp_.k_width(), v() + seq.row0 * hp_.v_width());
   const int64_t n_kv = hp_.n_head_kv;
-  const int64_t n_qblocks = (n_tokens_ + kQueryBlock - 1) / kQueryBlock;
-  const int64_t n_segments = (pos_ + n_tokens_ - 1) / kKeySegment + 1;
-  const bool split = n_tokens_ <= kSplitMaxTokens && n_segments > 1;
+  const int64_t n_qblocks = (n + kQueryBlock - 1) / kQueryBlock;
+  const int64_t n_segments = (seq.pos + n - 1) / kKeySegment + 1;
+  const bool split = n <= kSplitMaxTokens && n_segments > 1;
   if (!split) {
     ctx_.pool().run([&](int ith, int nth) {
       int64_t begin, end;
       compute::split_range(n_qblocks * n_kv, ith, nth, 1, &begin, &end);
       for (int64_t i = begin; i < end; ++i) {
         const int64_t t0 = (i / n_kv) * kQueryBlock;
-        attend_block(il, i % n_kv, t0, std::min(n_tokens_, t0 + kQueryBlock), swa, kq_scale, ith);
+        attend_block(il, seq, i % n_kv, t0, std::min(n, t0 + kQueryBlock), swa, kq_scale, ith);
       }
     });
     return;
   }
-  // One query block (n_tokens_ <= kSplitMaxTokens): items are (kv head, segment).
-  const int64_t n_rows = n_tokens_ * (hp_.n_head / n_kv), dv = hp_.head_dim_v;
+  // One query block (n <= kSplitMaxTokens): items are (kv head, segment).
+  const int64_t n_rows = n * (hp_.n_head / n_kv), dv = hp_.head_dim_v;
   // Each item writes its own partial, so the result does not depend on the split.
   auto part = [&](int64_t g, int64_t seg) {
     const int64_t row0 = (g * n_segments + seg) * n_rows;
@@ -195,7 +209,7 @@ void CpuBlocks::attention(int64_t il, bool swa, float kq_scale) {
     compute::split_range(n_kv * n_segments, ith, nth, 1, &begin, &end);
     for (int64_t i = begin; i < end; ++i) {
       const int64_t g = i / n_segments, seg = i % n_segments;
-      segment_partial(il, g, 0, n_tokens_, seg, swa, kq_scale, attn_scratch_[ith], part(g, seg));
+      segment_partial(il, seq, g, 0, n, seg, swa, kq_scale, attn_scratch_[ith], part(g, seg));
     }
   });
   for (int64_t g = 0; g < n_kv; ++g) {
@@ -203,7 +217,7 @@ void CpuBlocks::attention(int64_t il, bool swa, float kq_scale) {
     const Partial total{s.m.data(), s.l.data(), s.acc.data()};
     clear_partial(total, n_rows);
     for (int64_t seg = 0; seg < n_segments; ++seg) merge_partial(total, part(g, seg), n_rows);
-    write_attention(g, 0, n_tokens_, total);
+    write_attention(seq, g, 0, n, total);
   }
 }
 
@@ -239,28 +253,29 @@ void CpuBlocks::merge_partial(const Partial& total, const Partial& part, int64_t
 // token t0 + r / n_gqa, head g * n_gqa + r % n_gqa) over the keys of segment `seg`.
 // Key blocks are widened from their aligned start, whatever the first visible key, so
 // the kernel's lanes always follow absolute positions.
-void CpuBlocks::segment_partial(int64_t il, int64_t g, int64_t t0, int64_t t1, int64_t seg, bool swa,
-                             float kq_scale, AttnScratch& s, const Partial& out) {
+void CpuBlocks::segment_partial(int64_t il, const SeqRows& seq, int64_t g, int64_t t0, int64_t t1,
+                                int64_t seg, bool swa, float kq_scale, AttnScratch& s,
+                                const Partial& out) {
   const int64_t d = hp_.head_dim, dv = hp_.head_dim_v;
   const int64_t n_gqa = hp_.n_head / hp_.n_head_kv;
   const int64_t n_rows = (t1 - t0) * n_gqa;
   auto first_key = [&](int64_t p) { return swa ? std::max<int64_t>(0, p - hp_.n_swa + 1) : 0; };
   clear_partial(out, n_rows);
   // Keys any row may see, within the segment.
-  const int64_t lo = std::max(first_key(pos_ + t0), seg * kKeySegment);
-  const int64_t hi = std::min(pos_ + t1 - 1, (seg + 1) * kKeySegment - 1);
+  const int64_t lo = std::max(first_key(seq.pos + t0), seg * kKeySegment);
+  const int64_t hi = std::min(seq.pos + t1 - 1, (seg + 1) * kKeySegment - 1);
   for (int64_t r = 0; r < n_rows; ++r) {
     const int64_t t = t0 + r / n_gqa, h = g * n_gqa + r % n_gqa;
-    s.q_rows[r] = q() + (t * hp_.n_head + h) * d;
+    s.q_rows[r] = q() + ((seq.row0 + t) * hp_.n_head + h) * d;
   }
   const compute::AttentionRows rows{n_rows,      d,           dv,    kq_scale, s.q_rows.data(),
                                     s.lo.data(), s.hi.data(), out.m, out.l,    out.acc};
   for (int64_t kb = lo / kKeyBlock * kKeyBlock; kb <= hi; kb += kKeyBlock) {
     const int64_t n_keys = std::min(kb + kKeyBlock, hi + 1) - kb;
-    ctx_.widen_rows(kv_->k_rows(il, g, kb), n_keys, d, s.keys.data());
-    ctx_.widen_rows(kv_->v_rows(il, g, kb), n_keys, dv, s.values.data());
+    ctx_.widen_rows(seq.kv->k_rows(il, g, kb), n_keys, d, s.keys.data());
+    ctx_.widen_rows(seq.kv->v_rows(il, g, kb), n_keys, dv, s.values.data());
     for (int64_t r = 0; r < n_rows; ++r) {
-      const int64_t p = pos_ + t0 + r / n_gqa;
+      const int64_t p = seq.pos + t0 + r / n_gqa;
       const int64_t j0 = std::max({kb, lo, first_key(p)}), j1 = std::min(kb + n_keys, p + 1);
       s.lo[r] = static_cast<int32_t>(j0 - kb);
       s.hi[r] = static_cast<int32_t>(std::max(j0, j1) - kb);
@@ -269,12 +284,13 @@ void CpuBlocks::segment_partial(int64_t il, int64_t g, int64_t t0, int64_t t1, i
   }
 }
 
-// attn() rows of tokens [t0, t1), every q head of kv head g: acc / l.
-void CpuBlocks::write_attention(int64_t g, int64_t t0, int64_t t1, const Partial& total) {
+// attn() rows of the sequence's tokens [t0, t1), every q head of kv head g: acc / l.
+void CpuBlocks::write_attention(const SeqRows& seq, int64_t g, int64_t t0, int64_t t1,
+                                const Partial& total) {
   const int64_t dv = hp_.head_dim_v, n_gqa = hp_.n_head / hp_.n_head_kv;
   for (int64_t r = 0; r < (t1 - t0) * n_gqa; ++r) {
     const int64_t t = t0 + r / n_gqa, h = g * n_gqa + r % n_gqa;
-    float* out = attn() + (t * hp_.n_head + h) * dv;
+    float* out = attn() + ((seq.row0 + t) * hp_.n_head + h) * dv;
     const float inv = total.l[r] > 0 ? static_cast<float>(1.0 / total.l[r]) : 0.0f;
     for (int64_t c = 0; c < dv; ++c) out[c] = total.acc[r * dv + c] * inv;
   }
@@ -282,19 +298,19 @@ void CpuBlocks::write_attention(int64_t g, int64_t t0, int64_t t1, const Partial
 
 // Query rows t in [t0, t1) of every q head of kv head g: the segments' partials merged in
 // order, then normalised.
-void CpuBlocks::attend_block(int64_t il, int64_t g, int64_t t0, int64_t t1, bool swa,
-                          float kq_scale, int thread) {
+void CpuBlocks::attend_block(int64_t il, const SeqRows& seq, int64_t g, int64_t t0, int64_t t1,
+                             bool swa, float kq_scale, int thread) {
   AttnScratch& s = attn_scratch_[thread];
   const int64_t n_rows = (t1 - t0) * (hp_.n_head / hp_.n_head_kv);
   const Partial total{s.m.data(), s.l.data(), s.acc.data()};
   const Partial seg_part{s.seg_m.data(), s.seg_l.data(), s.seg_acc.data()};
   clear_partial(total, n_rows);
-  const int64_t first = swa ? std::max<int64_t>(0, pos_ + t0 - hp_.n_swa + 1) : 0;
-  for (int64_t seg = first / kKeySegment; seg * kKeySegment <= pos_ + t1 - 1; ++seg) {
-    segment_partial(il, g, t0, t1, seg, swa, kq_scale, s, seg_part);
+  const int64_t first = swa ? std::max<int64_t>(0, seq.pos + t0 - hp_.n_swa + 1) : 0;
+  for (int64_t seg = first / kKeySegment; seg * kKeySegment <= seq.pos + t1 - 1; ++seg) {
+    segment_partial(il, seq, g, t0, t1, seg, swa, kq_scale, s, seg_part);
     merge_partial(total, seg_part, n_rows);
   }
-  write_attention(g, t0, t1, total);
+  write_attention(seq, g, t0, t1, total);
 }
 
 void CpuBlocks::dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) {

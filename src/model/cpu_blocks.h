@@ -47,13 +47,15 @@ class CpuBlocks final : public Blocks {
     float* acc;
   };
   struct AttnScratch;
-  void attend_block(int64_t il, int64_t g, int64_t t0, int64_t t1, bool swa, float kq_scale,
-                    int thread);
-  void segment_partial(int64_t il, int64_t g, int64_t t0, int64_t t1, int64_t seg, bool swa,
-                       float kq_scale, AttnScratch& s, const Partial& out);
+  // One sequence's rows (t: the sequence's own token index, 0..seq.n_tokens).
+  void attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_scale);
+  void attend_block(int64_t il, const SeqRows& seq, int64_t g, int64_t t0, int64_t t1, bool swa,
+                    float kq_scale, int thread);
+  void segment_partial(int64_t il, const SeqRows& seq, int64_t g, int64_t t0, int64_t t1,
+                       int64_t seg, bool swa, float kq_scale, AttnScratch& s, const Partial& out);
   void clear_partial(const Partial& p, int64_t n_rows) const;
   void merge_partial(const Partial& total, const Partial& part, int64_t n_rows) const;
-  void write_attention(int64_t g, int64_t t0, int64_t t1, const Partial& total);
+  void write_attention(const SeqRows& seq, int64_t g, int64_t t0, int64_t t1, const Partial& total);
   // Runs fn(begin, end) over [0, n) split across the compute pool (inline when n < 2).
   // Elementwise and row-wise work only: results do not depend on the split.
   template <class Fn>

@@ -179,6 +179,7 @@ class CudaBlocks final : public Blocks {
     cuda::add(x, y, n_tokens_ * hp_.n_embd, s());
   }
   void attention(int64_t il, bool swa, float kq_scale) override;
+  void attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_scale);
   void dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) override;
   Status moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) override;
   Status finish(const WeightView& output, bool all_logits, float* logits, float* hidden) override;
@@ -229,6 +230,7 @@ class CudaBlocks final : public Blocks {
   void matmul(const WeightView& w, const float* in, int64_t n, float* out);
   Status moe_small(const FfnViews& w, int64_t il, const float* in, float* out);
   Status moe_batch(const FfnViews& w, int64_t il, const float* in, float* out);
+  void gather_last_rows();
 
   Sizes sizes_;
   Layout lay_{};
@@ -292,9 +294,9 @@ Status CudaBlocks::init(const gguf::GgufFile& file) {
 // step starts a capture.
 void CudaBlocks::start_step() {
   mode_ = Mode::kEager;
-  if (!use_graphs_ || n_tokens_ != 1 || !logits_only_) return;
-  const void* kv = kv_->k_rows(0, 0, 0).data;
-  bucket_ = bucket_for(pos_ + 1);
+  if (!use_graphs_ || n_tokens_ != 1 || !logits_only_) return;  // one token: one sequence
+  const void* kv = seqs_[0].kv->k_rows(0, 0, 0).data;
+  bucket_ = bucket_for(seqs_[0].pos + 1);
   for (size_t i = 0; i < graphs_.size(); ++i) {
     if (graphs_[i].kv == kv && graphs_[i].bucket == bucket_) {
       mode_ = Mode::kReplay;
@@ -309,7 +311,7 @@ void CudaBlocks::embed(const WeightView& table, const int32_t* tokens) {
   // The previous batch ended with a synchronize (finish), so the staging buffer is free.
   int32_t* host = step_host_.as<int32_t>();
   std::memcpy(host, tokens, static_cast<size_t>(n_tokens_) * 4);
-  for (int64_t t = 0; t < n_tokens_; ++t) host[max_batch_ + t] = static_cast<int32_t>(pos_ + t);
+  std::copy_n(row_pos_.data(), n_tokens_, host + max_batch_);
   start_step();
   pending_ = {};
   if (replaying()) return;
@@ -423,9 +425,18 @@ void CudaBlocks::project_qkv(const AttnViews& a, const float* in) {
 void CudaBlocks::attention(int64_t il, bool swa, float kq_scale) {
   if (replaying()) return;
   flush_norm();
-  auto* kc = static_cast<uint16_t*>(const_cast<void*>(kv_->k_rows(il, 0, 0).data));
-  auto* vc = static_cast<uint16_t*>(const_cast<void*>(kv_->v_rows(il, 0, 0).data));
-  cuda::store_kv_f16(k(), v(), n_tokens_, hp_.k_width(), hp_.v_width(), positions(), kc, vc, s());
+  for (const SeqRows& seq : seqs_) attend_seq(il, seq, swa, kq_scale);
+}
+
+// One sequence's rows: its keys and values stored in its cache, then its queries attended.
+void CudaBlocks::attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_scale) {
+  auto* kc = static_cast<uint16_t*>(const_cast<void*>(seq.kv->k_rows(il, 0, 0).data));
+  auto* vc = static_cast<uint16_t*>(const_cast<void*>(seq.kv->v_rows(il, 0, 0).data));
+  const int64_t r0 = seq.row0, n = seq.n_tokens;
+  float* q_rows = q() + r0 * hp_.q_width();
+  float* out_rows = attn() + r0 * hp_.n_head * hp_.head_dim_v;
+  cuda::store_kv_f16(k() + r0 * hp_.k_width(), v() + r0 * hp_.v_width(), n, hp_.k_width(),
+                     hp_.v_width(), positions() + r0, kc, vc, s());
   // The fields both attention kernels take alike.
   const auto shape = [&](auto& a) {
     a.k = kc;
@@ -438,22 +449,22 @@ void CudaBlocks::attention(int64_t il, bool swa, float kq_scale) {
     a.v_stride = hp_.v_width();
     a.kq_scale = kq_scale;
   };
-  if (n_tokens_ <= kCudaDecodeAttention) {
+  if (n <= kCudaDecodeAttention) {
     cuda::AttnDecodeArgs a;
     shape(a);
     if (mode_ == Mode::kCapture) {  // one token: its visible keys from its device position
-      a.q = q();
-      a.out = attn();
-      a.pos = positions();
+      a.q = q_rows;
+      a.out = out_rows;
+      a.pos = positions() + r0;
       a.n_swa = swa ? hp_.n_swa : 0;
       a.max_kv = swa ? std::min(bucket_, hp_.n_swa) : bucket_;
       cuda::attention_decode(a, attn_scratch_.data(), s());
       return;
     }
-    for (int64_t t = 0; t < n_tokens_; ++t) {
-      const int64_t p = pos_ + t;
-      a.q = q() + t * hp_.q_width();
-      a.out = attn() + t * hp_.n_head * hp_.head_dim_v;
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t p = seq.pos + t;
+      a.q = q_rows + t * hp_.q_width();
+      a.out = out_rows + t * hp_.n_head * hp_.head_dim_v;
       a.kv_first = swa ? std::max<int64_t>(0, p - hp_.n_swa + 1) : 0;
       a.kv_end = p + 1;
       cuda::attention_decode(a, attn_scratch_.data(), s());
@@ -462,10 +473,10 @@ void CudaBlocks::attention(int64_t il, bool swa, float kq_scale) {
   }
   cuda::AttnPrefillArgs a;
   shape(a);
-  a.q = q();
-  a.out = attn();
-  a.n_tokens = n_tokens_;
-  a.pos0 = pos_;
+  a.q = q_rows;
+  a.out = out_rows;
+  a.n_tokens = n;
+  a.pos0 = seq.pos;
   a.n_swa = swa ? hp_.n_swa : 0;
   cuda::attention_prefill(a, s());
 }
@@ -589,6 +600,17 @@ Status CudaBlocks::moe_batch(const FfnViews& w, int64_t il, const float* in, flo
   return Status::ok();
 }
 
+// tmp() rows i = cur()'s last row of sequence i (device copies on the stream).
+void CudaBlocks::gather_last_rows() {
+  const int64_t e = hp_.n_embd;
+  for (size_t i = 0; i < seqs_.size(); ++i) {
+    const SeqRows& q = seqs_[i];
+    fail(cuda::copy_device_to_device_async(tmp() + static_cast<int64_t>(i) * e,
+                                           cur() + (q.row0 + q.n_tokens - 1) * e,
+                                           static_cast<size_t>(e) * 4, s()));
+  }
+}
+
 Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logits, float* hidden) {
   const int64_t e = hp_.n_embd, nv = hp_.n_vocab;
   Status st;
@@ -600,12 +622,19 @@ Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logi
       fail(cuda::copy_to_host_async(hidden, cur(), static_cast<size_t>(n_tokens_ * e) * 4, s()));
     }
     float* dev_logits = at(lay_.logits);
-    if (logits != nullptr && all_logits && n_tokens_ > 1) {
-      for (int64_t r0 = 0; r0 < n_tokens_; r0 += kLogitRows) {
-        const int64_t m = std::min(kLogitRows, n_tokens_ - r0);
-        matmul(output, cur() + r0 * e, m, dev_logits);
+    // Logits of n rows from `rows`, kLogitRows at a time, straight into `logits`.
+    const auto logit_rows = [&](const float* rows, int64_t n) {
+      for (int64_t r0 = 0; r0 < n; r0 += kLogitRows) {
+        const int64_t m = std::min(kLogitRows, n - r0);
+        matmul(output, rows + r0 * e, m, dev_logits);
         fail(cuda::copy_to_host_async(logits + r0 * nv, dev_logits, static_cast<size_t>(m * nv) * 4, s()));
       }
+    };
+    if (logits != nullptr && all_logits && n_tokens_ > 1) {
+      logit_rows(cur(), n_tokens_);
+    } else if (logits != nullptr && seqs_.size() > 1) {  // each sequence's last row
+      gather_last_rows();
+      logit_rows(tmp(), static_cast<int64_t>(seqs_.size()));
     } else if (logits != nullptr) {  // the last row, through the pinned staging buffer
       matmul(output, cur() + (n_tokens_ - 1) * e, 1, dev_logits);
       fail(cuda::copy_to_host_async(logits_host_.data(), dev_logits, static_cast<size_t>(nv) * 4, s()));
@@ -613,7 +642,7 @@ Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logi
     if (mode_ == Mode::kCapture) {
       auto graph = cuda::Graph::end_capture(s());
       if (graph.is_ok()) {
-        graphs_.push_back({kv_->k_rows(0, 0, 0).data, bucket_, std::move(graph).value()});
+        graphs_.push_back({seqs_[0].kv->k_rows(0, 0, 0).data, bucket_, std::move(graph).value()});
         st = graphs_.back().graph.launch(s());
       } else {
         use_graphs_ = false;  // this step's work was only recorded: it is lost
@@ -627,7 +656,7 @@ Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logi
   if (!st.is_ok()) synced = st;
   error_ = Status::ok();
   HYPURA_RETURN_IF_ERROR(synced.with_context("GPU forward pass"));
-  const bool staged = logits != nullptr && !(all_logits && n_tokens_ > 1);
+  const bool staged = logits != nullptr && !(all_logits && n_tokens_ > 1) && seqs_.size() == 1;
   if (staged) std::memcpy(logits, logits_host_.data(), static_cast<size_t>(nv) * 4);
   return Status::ok();
 }

@@ -33,32 +33,67 @@ Forward::Forward(std::shared_ptr<const Model> model, std::unique_ptr<Blocks> blo
 
 Forward::~Forward() = default;
 
+int64_t Forward::n_ctx() const { return blocks_->n_ctx(); }
+
 Status Forward::run(const int32_t* tokens, int64_t n_tokens, int64_t pos, KvCache& kv,
                     bool all_logits, float* logits, float* hidden) {
+  const SeqRows seq{&kv, pos, n_tokens};
+  HYPURA_RETURN_IF_ERROR(check(tokens, std::span(&seq, 1)));
+  return run_rows(tokens, std::span(&seq, 1), all_logits, logits, hidden);
+}
+
+Status Forward::run_batch(const int32_t* tokens, std::span<const SeqRows> seqs, float* logits) {
+  HYPURA_RETURN_IF_ERROR(check(tokens, seqs));
+  return run_rows(tokens, seqs, /*all_logits=*/false, logits, nullptr);
+}
+
+Status Forward::check(const int32_t* tokens, std::span<const SeqRows> seqs) const {
   const HParams& hp = model_->hparams();
-  const WeightMap& wm = model_->weights();
-  if (n_tokens <= 0 || n_tokens > max_batch_) {
-    return invalid_argument("batch of " + std::to_string(n_tokens) + " tokens; expected 1.." +
+  int64_t n_rows = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const SeqRows& s = seqs[i];
+    const KvCache& kv = *s.kv;
+    if (s.n_tokens <= 0) return invalid_argument("a sequence of " + std::to_string(s.n_tokens) + " tokens");
+    if (s.pos < 0 || s.pos + s.n_tokens > kv.n_ctx()) {
+      return resource_exhausted("context full: positions " + std::to_string(s.pos) + ".." +
+                                std::to_string(s.pos + s.n_tokens - 1) + " exceed n_ctx " +
+                                std::to_string(kv.n_ctx()));
+    }
+    if (kv.n_ctx() > blocks_->n_ctx()) {
+      return invalid_argument("a KV cache of " + std::to_string(kv.n_ctx()) +
+                              " positions exceeds the forward pass's context of " +
+                              std::to_string(blocks_->n_ctx()));
+    }
+    if (kv.on_device() != blocks_->on_device()) {
+      return invalid_argument(std::string("the KV cache is in ") + (kv.on_device() ? "device" : "host") +
+                              " memory but the forward pass runs on the " +
+                              (blocks_->on_device() ? "GPU" : "CPU"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (seqs[j].kv == s.kv) return invalid_argument("two sequences of one batch share a KV cache");
+    }
+    n_rows += s.n_tokens;
+  }
+  if (seqs.empty() || n_rows > max_batch_) {
+    return invalid_argument("batch of " + std::to_string(n_rows) + " tokens; expected 1.." +
                             std::to_string(max_batch_));
   }
-  if (pos < 0 || pos + n_tokens > kv.n_ctx()) {
-    return resource_exhausted("context full: positions " + std::to_string(pos) + ".." +
-                              std::to_string(pos + n_tokens - 1) + " exceed n_ctx " +
-                              std::to_string(kv.n_ctx()));
-  }
-  for (int64_t i = 0; i < n_tokens; ++i) {
+  for (int64_t i = 0; i < n_rows; ++i) {
     if (tokens[i] < 0 || tokens[i] >= hp.n_vocab) {
       return invalid_argument("token id " + std::to_string(tokens[i]) + " out of range (n_vocab " +
                               std::to_string(hp.n_vocab) + ")");
     }
   }
+  return Status::ok();
+}
+
+Status Forward::run_rows(const int32_t* tokens, std::span<const SeqRows> seqs, bool all_logits,
+                         float* logits, float* hidden) {
+  const HParams& hp = model_->hparams();
+  const WeightMap& wm = model_->weights();
   Blocks& b = *blocks_;
-  if (kv.on_device() != b.on_device()) {
-    return invalid_argument(std::string("the KV cache is in ") + (kv.on_device() ? "device" : "host") +
-                            " memory but the forward pass runs on the " + (b.on_device() ? "GPU" : "CPU"));
-  }
   WeightProvider& provider = b.provider();
-  b.begin(pos, n_tokens, &kv, logits != nullptr && hidden == nullptr);
+  b.begin(seqs, logits != nullptr && hidden == nullptr);
 
   // Tensors outside the layer stack: layer -1.
   const TensorId global_ids[4] = {wm.token_embd, wm.output_norm, wm.output,

@@ -17,11 +17,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "common/status.h"
 #include "model/hparams.h"
 #include "model/kv_cache.h"
+#include "model/seq_rows.h"
 #include "model/weights.h"
 
 namespace hypura::gguf { class GgufFile; }
@@ -68,7 +70,21 @@ class Forward {
   Status run(const int32_t* tokens, int64_t n_tokens, int64_t pos, KvCache& kv,
              bool all_logits, float* logits, float* hidden = nullptr);
 
+  // One pass over the weights for several sequences at once (continuous batching):
+  // tokens holds each sequence's n_tokens ids in order; logits (seqs.size(), n_vocab) gets
+  // the last row of each. A sequence's logits are the same as its run() alone on the CPU
+  // (batch invariance), within the GPU's tolerance there (docs/GPU.md).
+  // REQUIRES: what run() requires of each sequence, 1..max_batch rows in all, distinct KV
+  // caches, each no longer than the context this Forward was built for (checked: error).
+  Status run_batch(const int32_t* tokens, std::span<const SeqRows> seqs, float* logits);
+
+  int64_t n_ctx() const;  // the longest KV cache a batch may attend over
+
  private:
+  Status check(const int32_t* tokens, std::span<const SeqRows> seqs) const;
+  Status run_rows(const int32_t* tokens, std::span<const SeqRows> seqs, bool all_logits,
+                  float* logits, float* hidden);
+
   std::shared_ptr<const Model> model_;
   int64_t max_batch_;
   std::unique_ptr<Blocks> blocks_;

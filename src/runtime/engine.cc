@@ -20,6 +20,7 @@
 #include "profiler/system_info.h"
 #include "runtime/device_choice.h"
 #include "runtime/sampler.h"
+#include "runtime/step_batcher.h"
 #include "runtime/tiered_weights.h"
 #include "tiers/device_weights.h"
 #include "tokenizer/chat_template.h"
@@ -98,29 +99,36 @@ class LocalSession final : public Session {
   Status eval(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) override;
   Status prefill(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) override;
   void reset() override { history_.clear(); }
+  void set_batch_member(bool member) override;
   void truncate(int64_t n) override {
     if (n < n_past()) history_.resize(static_cast<size_t>(n));
   }
   int64_t n_past() const override { return static_cast<int64_t>(history_.size()); }
+  int64_t cached_prefix(const std::vector<int32_t>& tokens) const override {
+    const size_t n = std::min(history_.size(), tokens.size());
+    return std::mismatch(history_.begin(), history_.begin() + static_cast<std::ptrdiff_t>(n), tokens.begin()).first -
+           history_.begin();
+  }
   int64_t n_ctx() const override;
   Status reserve_context(int64_t n_ctx) override;
   Status embed(const std::vector<int32_t>& tokens, Pooling pooling, std::vector<float>* out) override;
 
  private:
-  // Runs tokens at the end of the cache in batches; logits of the last token (or of all
-  // when `all` is set) land in logits_ / *all.
-  Status feed(std::span<const int32_t> tokens, std::vector<float>* all);
+  // Runs tokens at the end of the cache through the engine's steps (shared with the other
+  // sessions); the last token's logits land in logits_. kCancelled when *cancel is set
+  // before the tokens are all processed.
+  Status feed(std::span<const int32_t> tokens, const std::atomic<bool>* cancel = nullptr);
+  // As feed(), alone and in batches of kMaxBatch, with every token's logits in *all.
+  Status feed_all_logits(std::span<const int32_t> tokens, std::vector<float>* all);
   Status check_room(size_t n_tokens) const;
   Status check_fits(size_t n_prompt, int max_tokens) const;
-  // The KV cache and forward pass for n_ctx positions on the engine's device.
+  // The KV cache for n_ctx positions on the engine's device.
   Status build(int64_t n_ctx);
-  // A new Forward for the cache's length (its scratch depends on it).
-  Status rebuild_forward();
 
   LocalEngine& engine_;
   Status init_;  // why the session could not be built (every call returns it), or OK
   std::unique_ptr<model::KvCache> kv_;
-  std::unique_ptr<model::Forward> forward_;
+  std::unique_ptr<BatchMembership> membership_;  // while set_batch_member(true)
   std::vector<int32_t> history_;  // tokens whose keys/values the cache holds, in order
   std::vector<float> logits_;     // (n_vocab) of the last fed token
   std::vector<uint64_t> allowed_; // (n_vocab / 64) the token mask of constrained sampling
@@ -149,6 +157,8 @@ class LocalEngine final : public Engine {
   bool on_gpu() const { return device_.kind == DeviceKind::kCuda; }
   DeviceWeights& device_weights() { return *device_weights_; }
   const TieredWeights* tiers() const override { return weights_.get(); }
+  StepCounts step_counts() const override { return batcher_->counts(); }
+  int n_parallel() const override { return weights_->plan().n_seq; }
   TieredWeights* mutable_tiers() override { return weights_.get(); }
 
   Result<std::vector<int32_t>> tokenize_chat(const std::vector<ChatMessage>& messages,
@@ -165,7 +175,11 @@ class LocalEngine final : public Engine {
   compute::Context* compute_context() override { return ctx_.get(); }
   model::WeightProvider& provider() { return weights_->provider(); }
   bool kv_f32() const { return kv_f32_; }
-  std::mutex& compute_mutex() { return compute_mutex_; }
+  // The steps every session's tokens go through (continuous batching).
+  StepBatcher& batcher() { return *batcher_; }
+  // Makes the shared Forward's scratch cover contexts of n_ctx positions (a session's
+  // cache grew), between steps.
+  Status cover_context(int64_t n_ctx);
   // The vocabulary arranged for constrained sampling, built at the first request that
   // needs it (a trie and string tables of every token's bytes; ~0.1 s for 151k tokens).
   const grammar::VocabIndex& vocab_index() const;
@@ -181,7 +195,8 @@ class LocalEngine final : public Engine {
   std::unique_ptr<DeviceWeights> device_weights_;  // the weights in GPU memory (cuda)
   int64_t n_ctx_ = 0;
   bool kv_f32_ = false;
-  std::mutex compute_mutex_;
+  std::unique_ptr<StepBatcher> batcher_;  // owns the one Forward all sessions share
+  Result<std::unique_ptr<model::Forward>> make_forward(int64_t n_ctx);
   mutable std::once_flag vocab_index_once_;
   mutable std::unique_ptr<grammar::VocabIndex> vocab_index_;
 };
@@ -243,6 +258,8 @@ Result<std::unique_ptr<Engine>> LocalEngine::create(const EngineOptions& options
   HYPURA_RETURN_IF_ERROR(e->place_on_device(options));
   const int n_threads = options.n_threads > 0 ? options.n_threads : physical_cores();
   e->ctx_ = std::make_unique<compute::Context>(n_threads);
+  HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<model::Forward> forward, e->make_forward(e->n_ctx_));
+  e->batcher_ = std::make_unique<StepBatcher>(std::move(forward), e->n_vocab());
   return std::unique_ptr<Engine>(std::move(e));
 }
 
@@ -325,30 +342,45 @@ Status LocalSession::build(int64_t n_ctx) {
   const model::HParams& hp = engine_.model()->hparams();
   if (!engine_.on_gpu()) {
     kv_ = std::make_unique<model::KvCache>(hp, n_ctx, engine_.kv_f32());
-  } else {
-    HYPURA_ASSIGN_OR_RETURN(kv_, model::KvCache::on_device(hp, n_ctx));
-  }
-  return rebuild_forward();
-}
-
-Status LocalSession::rebuild_forward() {
-  const int64_t n_ctx = kv_->n_ctx();
-  if (!engine_.on_gpu()) {
-    forward_ = std::make_unique<model::Forward>(engine_.model(), engine_.ctx(), engine_.provider(),
-                                                kMaxBatch, n_ctx);
     return Status::ok();
   }
-  const model::HParams& hp = engine_.model()->hparams();
-  HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<model::Blocks> blocks,
-                          model::make_cuda_blocks(hp, engine_.model()->weights(), engine_.file(),
-                                                  engine_.device_weights(), kMaxBatch, n_ctx));
-  forward_ = std::make_unique<model::Forward>(engine_.model(), std::move(blocks), kMaxBatch);
+  HYPURA_ASSIGN_OR_RETURN(kv_, model::KvCache::on_device(hp, n_ctx));
   return Status::ok();
 }
 
-// The KV cache grows in place (its rows keep their positions); the Forward's scratch is
-// sized for the context, so it is rebuilt. Half of the memory available now may go to it
-// (host memory; a device cache that cannot grow says so and keeps its length).
+// The Forward's scratch (work buffers for kMaxBatch rows, attention partials for n_ctx
+// keys) on the engine's device.
+Result<std::unique_ptr<model::Forward>> LocalEngine::make_forward(int64_t n_ctx) {
+  if (!on_gpu()) return std::make_unique<model::Forward>(model_, *ctx_, provider(), kMaxBatch, n_ctx);
+  HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<model::Blocks> blocks,
+                          model::make_cuda_blocks(model_->hparams(), model_->weights(), file_,
+                                                  *device_weights_, kMaxBatch, n_ctx));
+  return std::make_unique<model::Forward>(model_, std::move(blocks), kMaxBatch);
+}
+
+Status LocalEngine::cover_context(int64_t n_ctx) {
+  return batcher_->exclusive([&](std::unique_ptr<model::Forward>& forward) -> Status {
+    if (forward->n_ctx() >= n_ctx) return Status::ok();
+    forward.reset();  // its scratch goes before the larger one is allocated
+    auto larger = make_forward(n_ctx);
+    if (!larger.is_ok()) {  // keep a working pass for the contexts it covered
+      HYPURA_ASSIGN_OR_RETURN(forward, make_forward(n_ctx_));
+      return larger.status();
+    }
+    forward = std::move(larger).value();
+    return Status::ok();
+  });
+}
+
+void LocalSession::set_batch_member(bool member) {
+  if (member && !membership_) membership_ = std::make_unique<BatchMembership>(engine_.batcher());
+  if (!member) membership_.reset();
+}
+
+// The KV cache grows in place (its rows keep their positions); the shared Forward's
+// scratch is sized for the longest context, so it may be rebuilt. Half of the memory
+// available now may go to it (host memory; a device cache that cannot grow says so and
+// keeps its length).
 Status LocalSession::reserve_context(int64_t n_ctx) {
   HYPURA_RETURN_IF_ERROR(init_);
   if (n_ctx <= kv_->n_ctx()) return Status::ok();
@@ -365,30 +397,41 @@ Status LocalSession::reserve_context(int64_t n_ctx) {
                               std::to_string(extra >> 20) + " MiB more for its KV cache; " +
                               std::to_string(available >> 20) + " MiB of memory are available");
   }
-  std::lock_guard<std::mutex> lock(engine_.compute_mutex());
-  forward_.reset();  // its scratch goes before the larger one is allocated
-  const Status grown = kv_->grow(n_ctx);
-  HYPURA_RETURN_IF_ERROR(rebuild_forward());
-  HYPURA_RETURN_IF_ERROR(grown);
+  HYPURA_RETURN_IF_ERROR(kv_->grow(n_ctx));  // only this session uses its cache
+  HYPURA_RETURN_IF_ERROR(engine_.cover_context(n_ctx));
   history_.reserve(static_cast<size_t>(n_ctx));
   spdlog::info("context grown to {} tokens", n_ctx);
   return Status::ok();
 }
 
-Status LocalSession::feed(std::span<const int32_t> tokens, std::vector<float>* all) {
+Status LocalSession::feed(std::span<const int32_t> tokens, const std::atomic<bool>* cancel) {
+  HYPURA_RETURN_IF_ERROR(init_);
+  if (tokens.empty()) return Status::ok();
+  StepBatcher::Request r;
+  r.kv = kv_.get();
+  r.tokens = tokens;
+  r.pos = static_cast<int64_t>(history_.size());
+  r.logits = logits_.data();
+  r.member = membership_ != nullptr;
+  r.cancel = cancel;
+  HYPURA_RETURN_IF_ERROR(engine_.batcher().submit(r));
+  history_.insert(history_.end(), tokens.begin(), tokens.end());
+  return Status::ok();
+}
+
+Status LocalSession::feed_all_logits(std::span<const int32_t> tokens, std::vector<float>* all) {
   HYPURA_RETURN_IF_ERROR(init_);
   const int64_t n_vocab = engine_.n_vocab();
-  std::lock_guard<std::mutex> lock(engine_.compute_mutex());
-  for (size_t i = 0; i < tokens.size(); i += kMaxBatch) {
-    const int64_t n = std::min<int64_t>(kMaxBatch, tokens.size() - i);
-    float* out = all != nullptr ? all->data() + i * n_vocab : logits_.data();
-    const int64_t pos = static_cast<int64_t>(history_.size());
-    HYPURA_RETURN_IF_ERROR(forward_->run(tokens.data() + i, n, pos, *kv_, all != nullptr, out));
-    history_.insert(history_.end(), tokens.begin() + i, tokens.begin() + i + n);
-  }
-  if (all != nullptr && !tokens.empty()) {
-    std::copy_n(all->data() + (tokens.size() - 1) * n_vocab, n_vocab, logits_.data());
-  }
+  HYPURA_RETURN_IF_ERROR(engine_.batcher().exclusive([&](std::unique_ptr<model::Forward>& forward) {
+    for (size_t i = 0; i < tokens.size(); i += kMaxBatch) {
+      const int64_t n = std::min<int64_t>(kMaxBatch, tokens.size() - i);
+      const int64_t pos = static_cast<int64_t>(history_.size());
+      HYPURA_RETURN_IF_ERROR(forward->run(tokens.data() + i, n, pos, *kv_, true, all->data() + i * n_vocab));
+      history_.insert(history_.end(), tokens.begin() + i, tokens.begin() + i + n);
+    }
+    return Status::ok();
+  }));
+  if (!tokens.empty()) std::copy_n(all->data() + (tokens.size() - 1) * n_vocab, n_vocab, logits_.data());
   return Status::ok();
 }
 
@@ -404,20 +447,22 @@ Status LocalSession::embed(const std::vector<int32_t>& tokens, Pooling pooling,
   std::vector<double> sum(static_cast<size_t>(n_embd), 0.0);  // per request, not per token
   std::vector<float> hidden(static_cast<size_t>(std::min<int64_t>(kMaxBatch, tokens.size()) * n_embd));
   history_.clear();
-  std::lock_guard<std::mutex> lock(engine_.compute_mutex());
-  for (size_t i = 0; i < tokens.size(); i += kMaxBatch) {
-    const int64_t n = std::min<int64_t>(kMaxBatch, tokens.size() - i);
-    const int64_t pos = static_cast<int64_t>(i);
-    HYPURA_RETURN_IF_ERROR(forward_->run(tokens.data() + i, n, pos, *kv_, false, nullptr, hidden.data()));
-    history_.insert(history_.end(), tokens.begin() + i, tokens.begin() + i + n);
-    const bool last_batch = i + n == tokens.size();
-    for (int64_t r = 0; r < n; ++r) {
-      const bool take = pooling == Pooling::kMean || (pooling == Pooling::kFirst && i == 0 && r == 0) ||
-                        (pooling == Pooling::kLast && last_batch && r == n - 1);
-      if (!take) continue;
-      for (int64_t c = 0; c < n_embd; ++c) sum[c] += hidden[r * n_embd + c];
+  HYPURA_RETURN_IF_ERROR(engine_.batcher().exclusive([&](std::unique_ptr<model::Forward>& forward) {
+    for (size_t i = 0; i < tokens.size(); i += kMaxBatch) {
+      const int64_t n = std::min<int64_t>(kMaxBatch, tokens.size() - i);
+      const int64_t pos = static_cast<int64_t>(i);
+      HYPURA_RETURN_IF_ERROR(forward->run(tokens.data() + i, n, pos, *kv_, false, nullptr, hidden.data()));
+      history_.insert(history_.end(), tokens.begin() + i, tokens.begin() + i + n);
+      const bool last_batch = i + n == tokens.size();
+      for (int64_t r = 0; r < n; ++r) {
+        const bool take = pooling == Pooling::kMean || (pooling == Pooling::kFirst && i == 0 && r == 0) ||
+                          (pooling == Pooling::kLast && last_batch && r == n - 1);
+        if (!take) continue;
+        for (int64_t c = 0; c < n_embd; ++c) sum[c] += hidden[r * n_embd + c];
+      }
     }
-  }
+    return Status::ok();
+  }));
   double norm = 0;
   for (double v : sum) norm += v * v;
   norm = std::sqrt(norm);
@@ -438,12 +483,12 @@ Status LocalSession::check_room(size_t n_tokens) const {
 Status LocalSession::eval(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) {
   HYPURA_RETURN_IF_ERROR(check_room(tokens.size()));
   out_logits->resize(tokens.size() * engine_.n_vocab());
-  return feed(tokens, out_logits);
+  return feed_all_logits(tokens, out_logits);
 }
 
 Status LocalSession::prefill(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) {
   HYPURA_RETURN_IF_ERROR(check_room(tokens.size()));
-  HYPURA_RETURN_IF_ERROR(feed(tokens, nullptr));
+  HYPURA_RETURN_IF_ERROR(feed(tokens));
   out_logits->assign(logits_.begin(), logits_.end());
   return Status::ok();
 }
@@ -483,16 +528,24 @@ Result<GenerateResult> LocalSession::generate(
   HYPURA_RETURN_IF_ERROR(check_fits(prompt.size(), options.max_tokens));
   GenerateResult result;
   // Reuse the cached prefix; at least one token is fed to get fresh logits.
-  size_t common = 0;
-  while (common < history_.size() && common < prompt.size() && history_[common] == prompt[common]) {
-    ++common;
-  }
-  common = std::min(common, prompt.size() - 1);
+  const size_t common = std::min(static_cast<size_t>(cached_prefix(prompt)), prompt.size() - 1);
   history_.resize(common);
   result.prompt_tokens_reused = static_cast<int>(common);
   result.prompt_tokens = static_cast<int>(prompt.size() - common);
+  // A member from the prompt to the last token: steps wait briefly for this sequence.
+  const bool was_member = membership_ != nullptr;
+  set_batch_member(true);
+  struct Restore {
+    LocalSession& s;
+    bool member;
+    ~Restore() { s.set_batch_member(member); }
+  } restore{*this, was_member};
   auto t0 = Clock::now();
-  HYPURA_RETURN_IF_ERROR(feed(std::span(prompt).subspan(common), nullptr));
+  if (Status st = feed(std::span(prompt).subspan(common), options.cancel); !st.is_ok()) {
+    if (st.code() != StatusCode::kCancelled) return st;
+    result.done_reason = "cancelled";
+    return result;
+  }
   result.prompt_seconds = seconds_since(t0);
 
   const tokenizer::Tokenizer& tok = engine_.tokenizer();
@@ -546,7 +599,7 @@ Result<GenerateResult> LocalSession::generate(
       break;
     }
     if (n_past() >= n_ctx()) break;  // context full: "length"
-    HYPURA_RETURN_IF_ERROR(feed(std::span(&id, 1), nullptr));
+    HYPURA_RETURN_IF_ERROR(feed(std::span(&id, 1)));
   }
   // Bytes still held by the detokenizer are the start of a character that will never be
   // completed (the answer was cut, or the model ended mid-character).

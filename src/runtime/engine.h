@@ -7,8 +7,9 @@
 // LocalSession owns a KV cache and a Forward (scratch) and remembers which tokens its
 // cache holds, so generate() reuses the longest common prefix.
 //
-// Thread-safety: sessions of one engine share its compute pool; a mutex serialises their
-// forward passes, so sessions may be used from different threads.
+// Thread-safety: sessions of one engine share its compute pool and one Forward through
+// the engine's StepBatcher (step_batcher.h), which runs one step at a time for every
+// session that has tokens waiting, so sessions may be used from different threads.
 #pragma once
 
 #include <string>

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -346,6 +347,107 @@ TEST_P(GoldenF32, BatchInvarianceAcrossKeySegments) {
 }
 TEST_P(GoldenQ4, BatchInvariance) { check_batch_invariance(std::string(GetParam()) + "-q4_k_m"); }
 
+// Several sequences fed through one forward pass per step (continuous batching): each
+// started sequence contributes its next chunk of chunk_of(sequence, step) tokens (a
+// decode step when 1). Returns, per sequence, the logits of its last row of every step,
+// keyed by that row's position.
+using StepLogits = std::vector<std::pair<int64_t, std::vector<float>>>;
+std::vector<StepLogits> run_together(Loaded& l, bool gpu, const std::vector<std::vector<int32_t>>& seqs,
+                                     const std::vector<int>& start_step,
+                                     const std::function<int64_t(size_t, int)>& chunk_of, int64_t n_ctx) {
+  const int64_t n_vocab = l.model->hparams().n_vocab;
+  std::vector<Pass> passes;
+  for (size_t i = 0; i < seqs.size(); ++i) passes.push_back(make_pass(l, gpu, false, n_ctx));
+  std::vector<StepLogits> out(seqs.size());
+  std::vector<size_t> fed(seqs.size(), 0);
+  for (int step = 0;; ++step) {
+    std::vector<int32_t> tokens;
+    std::vector<model::SeqRows> rows;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (step < start_step[i] || fed[i] == seqs[i].size() || !passes[i].fwd) continue;
+      const int64_t n = std::min<int64_t>(chunk_of(i, step), seqs[i].size() - fed[i]);
+      tokens.insert(tokens.end(), seqs[i].begin() + fed[i], seqs[i].begin() + fed[i] + n);
+      rows.push_back({passes[i].kv.get(), static_cast<int64_t>(fed[i]), n});
+      who.push_back(i);
+    }
+    if (rows.empty()) {
+      if (std::all_of(fed.begin(), fed.end(), [&](size_t f) { return f > 0; })) break;
+      continue;  // a gap before a late start
+    }
+    std::vector<float> logits(rows.size() * n_vocab);
+    // Any pass runs the batch: a sequence's rows read only its own cache.
+    const Status st = passes[who[0]].fwd->run_batch(tokens.data(), rows, logits.data());
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    if (!st.is_ok()) break;
+    for (size_t j = 0; j < rows.size(); ++j) {
+      const size_t i = who[j];
+      fed[i] += static_cast<size_t>(rows[j].n_tokens);
+      out[i].emplace_back(static_cast<int64_t>(fed[i]) - 1,
+                          std::vector<float>(logits.begin() + j * n_vocab, logits.begin() + (j + 1) * n_vocab));
+    }
+  }
+  return out;
+}
+
+// Each sequence's rows of the shared steps against the same sequence fed alone: bit for
+// bit on the CPU, within `tol` (relative L2 per row) on the GPU.
+void expect_same_as_alone(Loaded& l, bool gpu, const std::vector<std::vector<int32_t>>& seqs,
+                          const std::vector<StepLogits>& together, int64_t n_ctx, double tol,
+                          const std::string& name) {
+  const int64_t n_vocab = l.model->hparams().n_vocab;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const auto alone = eval(l, seqs[i], false, 64, n_ctx, gpu);
+    ASSERT_EQ(together[i].empty() ? 0 : together[i].back().first + 1, static_cast<int64_t>(seqs[i].size()));
+    for (const auto& [pos, row] : together[i]) {
+      const std::vector<float> want(alone.begin() + pos * n_vocab, alone.begin() + (pos + 1) * n_vocab);
+      if (!gpu) {
+        EXPECT_EQ(0, std::memcmp(row.data(), want.data(), row.size() * 4)) << name << " seq " << i << " pos " << pos;
+      } else {
+        EXPECT_LE(compare(row, want).rel_l2, tol) << name << " seq " << i << " pos " << pos;
+      }
+    }
+  }
+}
+
+// Three sequences starting at different steps, prompts in uneven chunks, then decoding
+// side by side: every row as if each were alone (the batch-invariance of model.h across
+// sequences, with mixed prefill and decode rows in one step).
+void check_sequences_together(const std::string& name, bool gpu, double tol) {
+  auto l = load(name);
+  ASSERT_TRUE(l);
+  const auto lng = long_sequence();
+  const std::vector<std::vector<int32_t>> seqs = {sequence("C"), std::vector<int32_t>(lng.begin(), lng.begin() + 30),
+                                                  sequence("B")};
+  const auto chunk_of = [](size_t seq, int step) -> int64_t {
+    if (step < 2 + static_cast<int>(seq)) return 1 + static_cast<int64_t>((seq * 7 + step * 5) % 11);  // prompts
+    return 1;  // decoding
+  };
+  const auto together = run_together(*l, gpu, seqs, {0, 1, 3}, chunk_of, kNCtx);
+  expect_same_as_alone(*l, gpu, seqs, together, kNCtx, tol, name);
+}
+
+TEST_P(GoldenF32, SequencesInOneBatch) { check_sequences_together(std::string(GetParam()) + "-f32", false, 0); }
+TEST_P(GoldenQ4, SequencesInOneBatch) { check_sequences_together(std::string(GetParam()) + "-q4_k_m", false, 0); }
+
+// Two long sequences: one decodes past two 512-key segments (the split path of steps of
+// up to 4 tokens) while the other still fills its prompt in batches of 24.
+TEST_P(GoldenF32, SequencesInOneBatchAcrossKeySegments) {
+  const std::string name = std::string(GetParam()) + "-f32";
+  auto l = load(name);
+  ASSERT_TRUE(l);
+  const auto lng = long_sequence();
+  std::vector<int32_t> other(lng.rbegin(), lng.rend());
+  const std::vector<std::vector<int32_t>> seqs = {lng, other};
+  const auto chunk_of = [](size_t seq, int step) -> int64_t {
+    // Prompts: 28 x 40 (steps 0..27) and 46 x 24 (steps 2..47) positions; then 1..4 a step.
+    if (seq == 0) return step < 28 ? 40 : 1 + (step % 4);
+    return step < 48 ? 24 : 1 + (step % 4);
+  };
+  const auto together = run_together(*l, false, seqs, {0, 2}, chunk_of, 1280);
+  expect_same_as_alone(*l, false, seqs, together, 1280, 0, name);
+}
+
 // ---- the same references through the GPU forward pass ----
 
 class GoldenGpu : public testing::TestWithParam<const char*> {
@@ -410,6 +512,13 @@ TEST_P(GoldenGpu, LongContextBatchShapesAgree) {
   const Diff d = compare(batched, cpu);
   EXPECT_LE(d.rel_l2, 1e-4) << name << " gpu vs cpu";
   std::printf("%-14s long context gpu vs cpu: rel_l2 %.2e max_abs %.2e\n", name.c_str(), d.rel_l2, d.max_abs);
+}
+
+// Sequences sharing steps on the GPU: within the batch-shape tolerances above.
+TEST_P(GoldenGpu, SequencesInOneBatch) {
+  const std::string name = std::string(GetParam());
+  check_sequences_together(name + "-f32", true, is_gemma(name) ? 3e-4 : 1e-4);
+  check_sequences_together(name + "-q4_k_m", true, is_moe(name) ? 1e-1 : 5e-2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, GoldenF32, testing::ValuesIn(kArchs));

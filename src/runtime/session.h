@@ -2,10 +2,13 @@
 //
 // An Engine owns a loaded model (GGUF directory, tokenizer, weights through a
 // WeightProvider chosen by the planner, compute context). A Session owns one KV cache and
-// turns tokens into logits and sampled tokens. The server holds one Engine and reuses one
-// Session across requests, keeping the KV cache of the longest matching token prefix.
+// turns tokens into logits and sampled tokens. Sessions used from different threads at
+// once share forward passes (continuous batching: one read of the weights per step for
+// all of them). The server holds one Engine and a Session per parallel slot, each reused
+// across requests, keeping the KV cache of the longest matching token prefix.
 //
-// Thread-safety: an Engine is shared read-only; a Session is used by one thread at a time.
+// Thread-safety: an Engine is shared read-only; a Session is used by one thread at a time,
+// different Sessions by different threads at once.
 #pragma once
 
 #include <atomic>
@@ -34,6 +37,10 @@ struct EngineOptions {
   int64_t n_ctx = 4096;         // capped by the model's trained length
   bool n_ctx_past_trained = false;  // bench: keep n_ctx beyond the trained length (speed only)
   bool kv_f32 = false;          // KV cache type: F16 (default) or F32
+  // Sequences decoded at once (serve --parallel, bench --batch): the plan keeps a KV cache
+  // of n_ctx for each. 0: as many as a quarter of the memory holds, up to 4
+  // (scheduler::default_parallel).
+  int n_parallel = 1;
   uint64_t ram_budget = 0;      // bytes, 0: from the hardware profile
   uint64_t gpu_budget = 0;
   std::string device = "auto";  // auto, cpu or cuda (runtime/device_choice.h)
@@ -120,6 +127,12 @@ struct FimTokens {
   int32_t middle = -1;
 };
 
+// Forward passes run for the engine's sessions (continuous batching): steps, and the
+// rows (tokens) and sequences they held in all.
+struct StepCounts {
+  uint64_t steps = 0, rows = 0, seqs = 0;
+};
+
 class Engine;
 
 class Session {
@@ -137,10 +150,18 @@ class Session {
   // a prompt (the output head is skipped for every other row). out: (n_vocab).
   virtual Status prefill(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) = 0;
   virtual void reset() = 0;  // clears the KV cache
+  // Sessions of one engine share forward passes (runtime/step_batcher.h). A member's next
+  // tokens are waited for, briefly, before a step runs without them: a caller feeding one
+  // token at a time in a loop (bench's decode) is a member for the loop, so concurrent
+  // loops share steps. generate() is a member from its prompt to its last token.
+  virtual void set_batch_member(bool member) = 0;
   // Keeps the cache's first n tokens and forgets the rest (n >= n_past(): no-op); the
   // next tokens continue at position n (bench: one depth fill serves every run).
   virtual void truncate(int64_t n) = 0;
   virtual int64_t n_past() const = 0;
+  // How many of `tokens`, from the first, this session's KV cache holds (what generate()
+  // would reuse); the server sends a request to the session that reuses the most.
+  virtual int64_t cached_prefix(const std::vector<int32_t>& tokens) const { return 0; }
   // The embedding of `tokens`: the final-norm hidden states pooled, then L2-normalised.
   // out: (Engine::n_embd()). Runs from position 0 in this session's KV cache, so a
   // cached prefix is replaced by these tokens. kResourceExhausted past n_ctx().
@@ -177,6 +198,11 @@ class Engine {
   virtual const TieredWeights* tiers() const { return nullptr; }
   // For bench's I/O-only reference passes; REQUIRES: no session is evaluating.
   virtual TieredWeights* mutable_tiers() { return nullptr; }
+  // The sequences the plan keeps a KV cache for (EngineOptions::n_parallel, or the
+  // default the plan chose from memory for 0).
+  virtual int n_parallel() const { return 1; }
+  // The steps run so far for all sessions (bench: sequences per step).
+  virtual StepCounts step_counts() const { return {}; }
   // The compute context sessions share (bench: MAC counts, the int8 peak probe), or
   // null for engines without one. REQUIRES: no session is evaluating while it is used.
   virtual compute::Context* compute_context() { return nullptr; }

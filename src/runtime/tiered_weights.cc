@@ -102,6 +102,7 @@ scheduler::PlanRequest plan_request(const EngineOptions& o) {
   if (o.ram_budget > 0) r.budgets.ram_bytes = o.ram_budget;
   if (o.gpu_budget > 0) r.budgets.gpu_bytes = o.gpu_budget;
   r.budgets.n_ctx = o.n_ctx > 0 ? o.n_ctx : 4096;
+  r.budgets.n_seq = o.n_parallel;
   r.cap_context = !o.n_ctx_past_trained;
   r.budgets.n_batch = kMaxBatch;
   r.budgets.kv_bytes_per_element = o.kv_f32 ? 4 : 2;

@@ -37,6 +37,8 @@ struct Budgets {
   std::optional<uint64_t> ram_bytes;      // --ram-budget: cap on host memory (peak RSS)
   std::optional<uint64_t> reserve_bytes;  // RAM left to the OS; default: the profile's
   int64_t n_ctx = 4096;                   // context length: sizes the KV cache
+  int n_seq = 1;                          // sequences decoded at once: a KV cache each
+                                          // (0: plan_model picks default_parallel)
   int64_t n_batch = 512;                  // prompt tokens per batch: sizes work buffers
   int kv_bytes_per_element = 2;           // F16 KV cache (4 for F32)
   bool use_gpu = true;                    // false: plan without the GPU tier
@@ -127,6 +129,7 @@ struct Plan {
   uint64_t io_request_bytes = 0;
   uint32_t io_queue_depth = 0;
   int64_t n_ctx = 0;
+  int n_seq = 1;  // sequences with a KV cache each (Budgets::n_seq)
   MemoryPlan memory;
   Prediction prediction;
   std::vector<std::string> explanation;  // human-readable reasons, in order
@@ -145,6 +148,12 @@ uint64_t process_overhead_bytes(const ModelTensors& model, const CostModel& cost
 Result<Plan> place(const ModelTensors& model, const profiler::HardwareProfile& profile,
                    const Budgets& budgets, const CostModel& cost = {});
 
+// The sequences `serve` decodes at once when --parallel is not given: as many KV caches of
+// n_ctx as fit in a quarter of the host memory limit (the --ram-budget or usable memory),
+// between 1 and kDefaultMaxParallel.
+inline constexpr int kDefaultMaxParallel = 4;
+int default_parallel(const ModelTensors& m, const profiler::HardwareProfile& p, const Budgets& b);
+
 // ---- the cost model, exposed so tests can compare placements ----
 
 // Fills memory, pool, prefetch, expert cache and prediction for given tiers and depth,
@@ -162,3 +171,4 @@ Prediction predict_mmap(const ModelTensors& model, const profiler::HardwareProfi
                         const Budgets& budgets, const CostModel& cost = {});
 
 }  // namespace hypura::scheduler
+

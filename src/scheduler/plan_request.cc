@@ -55,6 +55,7 @@ Result<PlannedModel> plan_model(const gguf::GgufFile& file, const PlanRequest& r
   if (pm.budgets.n_ctx <= 0) return invalid_argument("--context must be positive");
   if (r.cap_context && pm.tensors.n_ctx_train > 0) pm.budgets.n_ctx = std::min(pm.budgets.n_ctx, pm.tensors.n_ctx_train);
   HYPURA_ASSIGN_OR_RETURN(pm.profile, profile_for(file, r));
+  if (pm.budgets.n_seq == 0) pm.budgets.n_seq = default_parallel(pm.tensors, pm.profile, pm.budgets);
   HYPURA_ASSIGN_OR_RETURN(pm.plan, place(pm.tensors, pm.profile, pm.budgets, pm.cost));
   return pm;
 }

@@ -89,8 +89,21 @@ uint64_t work_bytes(const ModelTensors& m, const Budgets& b) {
 }
 
 uint64_t kv_bytes(const ModelTensors& m, const Budgets& b) {
-  return m.kv_elements_per_token * static_cast<uint64_t>(b.n_ctx) * static_cast<uint64_t>(b.kv_bytes_per_element);
+  return m.kv_elements_per_token * static_cast<uint64_t>(b.n_ctx) * static_cast<uint64_t>(b.kv_bytes_per_element) *
+         static_cast<uint64_t>(std::max(1, b.n_seq));
 }
+
+}  // namespace
+
+int default_parallel(const ModelTensors& m, const HardwareProfile& p, const Budgets& b) {
+  Budgets one = b;
+  one.n_seq = 1;
+  const uint64_t kv = std::max<uint64_t>(kv_bytes(m, one), 1);
+  const uint64_t fit = limits(p, b).ram / 4 / kv;
+  return static_cast<int>(std::clamp<uint64_t>(fit, 1, kDefaultMaxParallel));
+}
+
+namespace {
 
 // The KV cache and work buffers grow with n_ctx, which comes from flags and the model's
 // metadata (both untrusted): a context of 2^62 tokens wrapped the products above to small
@@ -99,11 +112,13 @@ uint64_t kv_bytes(const ModelTensors& m, const Budgets& b) {
 Status check_context_sizes(const ModelTensors& m, const Budgets& b) {
   constexpr uint64_t kMaxBytes = uint64_t{1} << 60;
   if (b.n_ctx <= 0) return invalid_argument("context length must be positive");
+  if (b.n_seq < 1 || b.n_seq > 256) return invalid_argument("parallel sequences must be 1..256");
   const auto n_ctx = static_cast<uint64_t>(b.n_ctx);
-  uint64_t per_token = 0, kv = 0, scores = 0;
+  uint64_t per_token = 0, kv_one = 0, kv = 0, scores = 0;
   const bool overflow =
       __builtin_mul_overflow(m.kv_elements_per_token, static_cast<uint64_t>(b.kv_bytes_per_element), &per_token) ||
-      __builtin_mul_overflow(per_token, n_ctx, &kv) ||
+      __builtin_mul_overflow(per_token, n_ctx, &kv_one) ||
+      __builtin_mul_overflow(kv_one, static_cast<uint64_t>(b.n_seq), &kv) ||
       __builtin_mul_overflow(static_cast<uint64_t>(std::max<int64_t>(1, m.n_head)) * 4, n_ctx, &scores);
   if (overflow || kv > kMaxBytes || scores > kMaxBytes) {
     return invalid_argument("context length " + std::to_string(b.n_ctx) +
@@ -607,6 +622,7 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   plan.io_request_bytes = sio.request_bytes;
   plan.io_queue_depth = sio.queue_depth;
   plan.n_ctx = b.n_ctx;
+  plan.n_seq = b.n_seq;
   bool ram_ok = mem.ram_total() + resident_slack <= lim.ram;
   bool gpu_ok = mem.gpu_total() <= (any_gpu ? lim.gpu : ~uint64_t{0});
   return ram_ok && gpu_ok;
@@ -763,7 +779,8 @@ void explain(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, 
     e.push_back("No GPU tier: tiers are RAM and storage.");
   }
   e.push_back("Fixed costs: KV cache " + gib(mem.kv_ram + mem.kv_gpu) + " (" + std::to_string(b.n_ctx) +
-              " tokens), work buffers " + gib(mem.work_ram + mem.work_gpu) + ", runtime " +
+              " tokens" + (b.n_seq > 1 ? " x " + std::to_string(b.n_seq) + " sequences" : std::string()) +
+              "), work buffers " + gib(mem.work_ram + mem.work_gpu) + ", runtime " +
               gib(mem.overhead_ram + mem.overhead_gpu) + ".");
   uint64_t total = m.total_bytes();
   uint64_t on_storage = plan.bytes_on(m, Tier::kStorage);

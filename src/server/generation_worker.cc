@@ -1,5 +1,7 @@
 #include "server/generation_worker.h"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 namespace hypura::server {
@@ -15,13 +17,27 @@ runtime::GenerateResult result_with_reason(const char* reason) {
 runtime::GenerateResult cancelled_result() { return result_with_reason("cancelled"); }
 }  // namespace
 
-GenerationWorker::GenerationWorker(runtime::Engine& engine, size_t max_queue)
-    : engine_(engine), session_(engine.new_session()), context_(session_->n_ctx()),
-      queue_(max_queue), thread_([this] { run(); }) {}
+GenerationWorker::GenerationWorker(runtime::Engine& engine, size_t max_queue, int parallel)
+    : engine_(engine), queue_(max_queue) {
+  for (int i = 0; i < std::max(parallel, 1); ++i) {
+    auto slot = std::make_unique<Slot>();
+    slot->session = engine.new_session();
+    slot->context.store(slot->session->n_ctx());
+    slots_.push_back(std::move(slot));
+  }
+  for (auto& slot : slots_) slot->thread = std::thread([this, s = slot.get()] { run_slot(*s); });
+  dispatcher_ = std::thread([this] { dispatch(); });
+}
 
 GenerationWorker::~GenerationWorker() { shutdown(); }
 
 Status GenerationWorker::submit(std::shared_ptr<Job> job) { return queue_.push(std::move(job)); }
+
+int64_t GenerationWorker::context() const {
+  int64_t n = 0;
+  for (const auto& slot : slots_) n = std::max(n, slot->context.load());
+  return n;
+}
 
 void GenerationWorker::shutdown() {
   std::call_once(shutdown_once_, [this] {
@@ -30,62 +46,122 @@ void GenerationWorker::shutdown() {
       job->finish(cancelled_result());
     }
     {
-      std::lock_guard lock(running_mu_);
-      if (running_) running_->cancel(kShuttingDown);
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+      for (auto& slot : slots_) {
+        if (slot->job) slot->job->cancel(kShuttingDown);
+      }
     }
-    if (thread_.joinable()) thread_.join();
+    cv_.notify_all();
+    if (dispatcher_.joinable()) dispatcher_.join();
+    for (auto& slot : slots_) {
+      if (slot->thread.joinable()) slot->thread.join();
+    }
   });
 }
 
-void GenerationWorker::run() {
-  while (std::shared_ptr<Job> job = queue_.pop()) {
+// Waits for an idle slot, then for a job, and hands the job to the best idle slot. The
+// queue's bound stays exact: a job leaves it only when a slot can start it.
+void GenerationWorker::dispatch() {
+  for (;;) {
     {
-      std::lock_guard lock(running_mu_);
-      running_ = job;
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] {
+        return stopping_ || std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return !s->job; });
+      });
+      if (stopping_) return;
     }
-    serve(*job);
-    std::lock_guard lock(running_mu_);
-    running_.reset();
+    std::shared_ptr<Job> job = queue_.pop();
+    if (!job) return;  // closed
+    std::unique_lock lock(mu_);
+    if (!job->is_embed() && job->prompt().empty()) {  // an unload: when every slot is idle
+      cv_.wait(lock, [&] {
+        return stopping_ || std::all_of(slots_.begin(), slots_.end(), [](const auto& s) { return !s->job; });
+      });
+      if (!stopping_) unload_idle();
+      job->mark_started();
+      job->finish(result_with_reason(stopping_ ? "cancelled" : "unload"));
+      continue;
+    }
+    if (stopping_) {
+      job->cancel(kShuttingDown);
+      job->finish(cancelled_result());
+      return;
+    }
+    best_idle_slot(*job)->job = std::move(job);
+    cv_.notify_all();
   }
 }
 
-void GenerationWorker::serve(Job& job) {
+// The idle slot whose cache holds the longest prefix of the job's tokens; on a tie a
+// loaded one before an unloaded one, then the lowest index (embeddings: any).
+GenerationWorker::Slot* GenerationWorker::best_idle_slot(const Job& job) {
+  Slot* best = nullptr;
+  int64_t best_prefix = -2;  // below an unloaded slot's -1
+  for (auto& slot : slots_) {
+    if (slot->job) continue;
+    int64_t prefix = slot->session ? 0 : -1;
+    if (slot->session && !job.is_embed()) prefix = slot->session->cached_prefix(job.prompt());
+    if (prefix > best_prefix) {
+      best = slot.get();
+      best_prefix = prefix;
+    }
+  }
+  return best;
+}
+
+void GenerationWorker::run_slot(Slot& slot) {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || slot.job != nullptr; });
+      if (!slot.job) return;  // stopping with nothing to serve
+      job = slot.job;
+    }
+    serve(slot, *job);
+    std::lock_guard lock(mu_);
+    slot.job.reset();
+    cv_.notify_all();
+  }
+}
+
+void GenerationWorker::serve(Slot& slot, Job& job) {
   job.mark_started();
   if (job.cancelled()) {  // the client left while the job waited
     job.finish(cancelled_result());
     return;
   }
-  if (!job.is_embed() && job.prompt().empty()) {  // only an unload
-    unload();
-    job.finish(result_with_reason("unload"));
-    return;
+  Result<runtime::GenerateResult> result = job.is_embed() ? embed(slot, job) : generate(slot, job);
+  if (job.unload()) {
+    unload(slot);
+    std::lock_guard lock(mu_);
+    unload_idle();
   }
-  Result<runtime::GenerateResult> result = job.is_embed() ? embed(job) : generate(job);
-  if (job.unload()) unload();
   job.finish(std::move(result));
 }
 
-Status GenerationWorker::ensure_session(int64_t n_ctx) {
-  if (!session_) {
-    session_ = engine_.new_session();
-    spdlog::info("model loaded again (context {})", session_->n_ctx());
+Status GenerationWorker::ensure_session(Slot& slot, int64_t n_ctx) {
+  if (!slot.session) {
+    slot.session = engine_.new_session();
+    spdlog::info("model loaded again (context {})", slot.session->n_ctx());
   }
-  Status st = session_->reserve_context(n_ctx);
-  context_.store(session_->n_ctx());
+  Status st = slot.session->reserve_context(n_ctx);
+  slot.context.store(slot.session->n_ctx());
   return st;
 }
 
-// Each input from position 0 of the one KV cache (a chat's cached prefix is lost, and
+// Each input from position 0 of the slot's KV cache (a chat's cached prefix is lost, and
 // the next turn processes its prompt again); cancellation is checked between inputs.
-Result<runtime::GenerateResult> GenerationWorker::embed(Job& job) {
-  HYPURA_RETURN_IF_ERROR(ensure_session(job.context()));
+Result<runtime::GenerateResult> GenerationWorker::embed(Slot& slot, Job& job) {
+  HYPURA_RETURN_IF_ERROR(ensure_session(slot, job.context()));
   std::vector<std::vector<float>> out(job.embed_inputs().size());
   runtime::GenerateResult r;
   r.done_reason = "stop";
   const auto t0 = Clock::now();
   for (size_t i = 0; i < out.size(); ++i) {
     if (job.cancelled()) return cancelled_result();
-    HYPURA_RETURN_IF_ERROR(session_->embed(job.embed_inputs()[i], job.pooling(), &out[i]));
+    HYPURA_RETURN_IF_ERROR(slot.session->embed(job.embed_inputs()[i], job.pooling(), &out[i]));
     r.prompt_tokens += static_cast<int>(job.embed_inputs()[i].size());
   }
   r.prompt_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -93,28 +169,34 @@ Result<runtime::GenerateResult> GenerationWorker::embed(Job& job) {
   return r;
 }
 
-Result<runtime::GenerateResult> GenerationWorker::generate(Job& job) {
-  HYPURA_RETURN_IF_ERROR(ensure_session(job.context()));
+Result<runtime::GenerateResult> GenerationWorker::generate(Slot& slot, Job& job) {
+  HYPURA_RETURN_IF_ERROR(ensure_session(slot, job.context()));
   auto on_piece = [&job](std::string_view piece) {
     job.push_piece(piece);
     return !job.cancelled();
   };
-  Result<runtime::GenerateResult> result = session_->generate(job.prompt(), job.options(), on_piece);
+  Result<runtime::GenerateResult> result = slot.session->generate(job.prompt(), job.options(), on_piece);
   if (!result.is_ok()) {
     // The KV cache may hold a half-processed prompt; start the next request clean.
     spdlog::warn("generation failed: {}", result.status().message());
-    session_->reset();
+    slot.session->reset();
   } else if (job.cancelled()) {
     result->done_reason = "cancelled";
   }
   return result;
 }
 
-void GenerationWorker::unload() {
-  if (!session_) return;
-  session_.reset();
-  context_.store(0);
+void GenerationWorker::unload(Slot& slot) {
+  if (!slot.session) return;
+  slot.session.reset();
+  slot.context.store(0);
   spdlog::info("model unloaded (keep_alive 0): its KV cache is freed");
+}
+
+void GenerationWorker::unload_idle() {
+  for (auto& slot : slots_) {
+    if (!slot->job) unload(*slot);
+  }
 }
 
 }  // namespace hypura::server

@@ -1,24 +1,33 @@
-// GenerationWorker: the one thread that runs the model for the server.
+// GenerationWorker: the threads that run the model for the server.
 //
-// One model is loaded and one Session (one KV cache) serves every request in turn, so a
-// conversation's next turn reuses the KV cache of its longest matching token prefix (the
-// Session does the matching; the worker always feeds full token sequences). Requests wait
-// in a FairQueue; the worker pops a job, grows the session's context to the job's
-// window when needed, runs Session::generate and streams its pieces into the Job.
+// One model is loaded; `parallel` slots each hold a Session (a KV cache) and a thread.
+// Requests wait in a FairQueue; a dispatcher thread takes the next job whenever a slot is
+// idle and gives it to the idle slot whose cache holds the longest prefix of the job's
+// tokens (a conversation's next turn goes back to the slot that served the last one, and
+// reuses its KV cache), then the slot grows its session's context to the job's window
+// when needed, runs Session::generate and streams its pieces into the Job. Slots that
+// generate at once share the engine's forward passes (continuous batching,
+// runtime/step_batcher.h): one read of the weights per step for every active request, and
+// a request that ends or is cancelled leaves the batch at its next step.
 //
-// Unloading (keep_alive 0) drops the Session (its KV cache and scratch); the next job
-// creates a new one ("loads" again). The weights belong to the Engine and stay loaded.
+// Unloading (keep_alive 0) drops the Sessions of the slot that served the job and of
+// every idle slot (their KV caches); the next job creates a new one ("loads" again). An
+// unload-only request waits for every slot to be idle. The weights belong to the Engine
+// and stay loaded.
 //
-// Thread-safety: submit() and shutdown() may be called from any thread. The Session is
-// touched only by the worker thread. Ownership: the worker owns its Session and thread;
-// the Engine must outlive the worker.
+// Thread-safety: submit() and shutdown() may be called from any thread. A slot's Session
+// is touched by its own thread while it serves a job, otherwise (unloading) under the
+// worker's mutex. Ownership: the worker owns its Sessions and threads; the Engine must
+// outlive the worker.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "common/status.h"
 #include "runtime/session.h"
@@ -29,7 +38,8 @@ namespace hypura::server {
 
 class GenerationWorker {
  public:
-  GenerationWorker(runtime::Engine& engine, size_t max_queue);
+  // REQUIRES: parallel >= 1.
+  GenerationWorker(runtime::Engine& engine, size_t max_queue, int parallel = 1);
   ~GenerationWorker();  // shutdown() and join
   GenerationWorker(const GenerationWorker&) = delete;
   GenerationWorker& operator=(const GenerationWorker&) = delete;
@@ -38,31 +48,42 @@ class GenerationWorker {
   // shutdown.
   Status submit(std::shared_ptr<Job> job);
 
-  // Stops taking jobs, cancels the waiting ones and the running one (each finishes with
-  // done_reason "cancelled" at its next token), and joins the thread. Idempotent.
+  // Stops taking jobs, cancels the waiting ones and the running ones (each finishes with
+  // done_reason "cancelled" at its next token), and joins the threads. Idempotent.
   void shutdown();
 
   size_t queued() const { return queue_.size(); }
-  // Whether a session is loaded, and its context window (0 when unloaded).
-  bool loaded() const { return context_.load() > 0; }
-  int64_t context() const { return context_.load(); }
+  int parallel() const { return static_cast<int>(slots_.size()); }
+  // Whether a session is loaded, and the largest context window of the loaded ones (0
+  // when none is).
+  bool loaded() const { return context() > 0; }
+  int64_t context() const;
 
  private:
-  void run();
-  void serve(Job& job);
-  Result<runtime::GenerateResult> generate(Job& job);
-  Result<runtime::GenerateResult> embed(Job& job);
-  Status ensure_session(int64_t n_ctx);
-  void unload();
+  struct Slot {
+    std::unique_ptr<runtime::Session> session;  // null while unloaded
+    std::atomic<int64_t> context{0};            // session->n_ctx(), 0 while unloaded
+    std::shared_ptr<Job> job;                   // the job it serves; null: idle (mu_)
+    std::thread thread;
+  };
+  void dispatch();
+  void run_slot(Slot& slot);
+  Slot* best_idle_slot(const Job& job);  // REQUIRES: mu_ held, an idle slot
+  void serve(Slot& slot, Job& job);
+  Result<runtime::GenerateResult> generate(Slot& slot, Job& job);
+  Result<runtime::GenerateResult> embed(Slot& slot, Job& job);
+  Status ensure_session(Slot& slot, int64_t n_ctx);
+  void unload(Slot& slot);
+  void unload_idle();  // REQUIRES: mu_ held
 
   runtime::Engine& engine_;
-  std::unique_ptr<runtime::Session> session_;  // null while unloaded
-  std::atomic<int64_t> context_{0};            // session_->n_ctx(), 0 while unloaded
   FairQueue queue_;
-  std::mutex running_mu_;
-  std::shared_ptr<Job> running_;  // guarded by running_mu_
+  std::vector<std::unique_ptr<Slot>> slots_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // a slot became idle or got a job; shutting down
+  bool stopping_ = false;
   std::once_flag shutdown_once_;
-  std::thread thread_;
+  std::thread dispatcher_;
 };
 
 }  // namespace hypura::server

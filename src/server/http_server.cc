@@ -44,7 +44,7 @@ bool is_openai_path(const std::string& path) { return path.rfind("/v1/", 0) == 0
 // flight (queue + running) plus a few for listings and health checks.
 ConnectionLimits connection_limits(const ServerOptions& o) {
   ConnectionLimits limits = o.connections;
-  limits.max_connections = std::max(limits.max_connections, o.max_queue + 1 + 8);
+  limits.max_connections = std::max(limits.max_connections, o.max_queue + static_cast<size_t>(o.parallel) + 8);
   return limits;
 }
 
@@ -86,7 +86,7 @@ struct HttpServer::Impl {
   Impl(runtime::Engine& engine, ModelInfo info, ServerOptions options)
       : engine(engine), info(with_capabilities(std::move(info), engine)), options(std::move(options)),
         policy{this->options.host, this->options.allowed_hosts, this->options.allowed_origins},
-        svr(connection_limits(this->options)), worker(engine, this->options.max_queue),
+        svr(connection_limits(this->options)), worker(engine, this->options.max_queue, this->options.parallel),
         seeds(std::random_device{}()) {}
 
   void setup();

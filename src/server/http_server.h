@@ -12,7 +12,8 @@
 //
 // Request flow: an HTTP thread parses and validates the body (400 on any error, 404 for
 // another model's name), renders and tokenizes the prompt (400 if it cannot fit), and
-// queues a Job with the GenerationWorker (503 when the queue is full). It then writes the
+// queues a Job with the GenerationWorker (503 when the queue is full), whose `parallel`
+// slots generate up to that many requests at once in shared forward passes. It then writes the
 // job's pieces as they come. Between pieces it checks that the client is still there; if
 // not, it cancels the job, which stops at its next token. Non-streaming responses are sent
 // chunked too, so the same check covers them (the status line is sent only after every
@@ -23,7 +24,7 @@
 // size and timeouts (ConnectionLimits, enforced by GuardedServer: connection_guard.h),
 // JSON nesting (api_request.h), and the Host / Origin policy (host_policy.h: 403).
 // HTTP threads: max_connections, at least one per request that can be in flight (queue +
-// running) plus a few for listings, created at start.
+// parallel running) plus a few for listings, created at start.
 //
 // Thread-safety: run() blocks on one thread; shutdown() may be called from any thread
 // (a signal-watching thread, a test). The Engine must outlive the server.
@@ -45,7 +46,8 @@ namespace hypura::server {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                        // 0: any free port (tests)
-  size_t max_queue = 16;                  // requests waiting behind the running one
+  size_t max_queue = 16;                  // requests waiting behind the running ones
+  int parallel = 1;                       // requests generated at once (one batch)
   size_t max_body_bytes = 4u << 20;       // larger request bodies get 400
   ConnectionLimits connections;           // raised to max_queue + 9 connections if lower
   std::vector<std::string> allowed_hosts;    // --allow-host: more Host names ("*": any)

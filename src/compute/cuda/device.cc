@@ -212,6 +212,11 @@ Status copy_to_host_async(void* dst, const void* src, size_t bytes, StreamHandle
                      "cudaMemcpyAsync D2H");
 }
 
+Status copy_device_to_device_async(void* dst, const void* src, size_t bytes, StreamHandle stream) {
+  return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream),
+                     "cudaMemcpyAsync D2D");
+}
+
 Result<double> measure_copy_bandwidth(size_t bytes, int reps) {
   HYPURA_ASSIGN_OR_RETURN(DeviceBuffer src, DeviceBuffer::allocate(bytes));
   HYPURA_ASSIGN_OR_RETURN(DeviceBuffer dst, DeviceBuffer::allocate(bytes));

@@ -109,6 +109,7 @@ Status zero_device(void* dst, size_t bytes);  // cudaMemset to 0, synchronous
 // Asynchronous copies on `stream` (src / dst in host memory must stay valid until done).
 Status copy_to_device_async(void* dst, const void* src, size_t bytes, StreamHandle stream);
 Status copy_to_host_async(void* dst, const void* src, size_t bytes, StreamHandle stream);
+Status copy_device_to_device_async(void* dst, const void* src, size_t bytes, StreamHandle stream);
 // Page-locked host memory (cudaMallocHost), freed on destruction. Move-only: the staging
 // buffers of asynchronous copies.
 class PinnedBuffer {

@@ -109,6 +109,7 @@ class FakeSession : public runtime::Session {
     return unsupported("fake session has no logits");
   }
   void reset() override { cache_.clear(); }
+  void set_batch_member(bool) override {}
   void truncate(int64_t n) override {
     if (n < n_past()) cache_.resize(static_cast<size_t>(n));
   }

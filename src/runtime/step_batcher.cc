@@ -1,0 +1,160 @@
+#include "runtime/step_batcher.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace hypura::runtime {
+
+StepBatcher::StepBatcher(std::unique_ptr<model::Forward> forward, int64_t n_vocab)
+    : forward_(std::move(forward)), n_vocab_(n_vocab) {
+  const auto rows = static_cast<size_t>(forward_->max_batch());
+  step_tokens_.reserve(rows);
+  step_seqs_.reserve(static_cast<size_t>(kMaxSeqsPerStep));
+  step_pending_.reserve(static_cast<size_t>(kMaxSeqsPerStep));
+}
+
+Status StepBatcher::submit(const Request& r) {
+  if (r.tokens.empty()) return invalid_argument("no tokens to feed");
+  Pending p;
+  p.r = &r;
+  std::unique_lock lock(mu_);
+  queue_.push_back(&p);
+  cv_.notify_all();  // a gathering leader may be waiting for this member
+  while (!p.finished) {
+    if (!busy_) {
+      lead(lock);
+    } else {
+      cv_.wait(lock);
+    }
+  }
+  return p.status;
+}
+
+Status StepBatcher::exclusive(const std::function<Status(std::unique_ptr<model::Forward>&)>& fn) {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return !busy_; });
+  busy_ = true;
+  lock.unlock();
+  const Status st = fn(forward_);
+  lock.lock();
+  busy_ = false;
+  cv_.notify_all();
+  return st;
+}
+
+void StepBatcher::join() {
+  std::lock_guard lock(mu_);
+  ++members_;
+}
+
+void StepBatcher::leave() {
+  std::lock_guard lock(mu_);
+  --members_;
+  cv_.notify_all();
+}
+
+StepCounts StepBatcher::counts() const {
+  std::lock_guard lock(mu_);
+  return counts_;
+}
+
+// One step, run by the caller holding the lock: gather, compose, run unlocked, hand out.
+void StepBatcher::lead(std::unique_lock<std::mutex>& lock) {
+  busy_ = true;
+  gather(lock);
+  drop_cancelled();
+  if (queue_.empty()) {  // everything waiting was cancelled
+    busy_ = false;
+    cv_.notify_all();
+    return;
+  }
+  compose();
+  lock.unlock();
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status st = forward_->run_batch(step_tokens_.data(), step_seqs_, step_logits_.data());
+  const auto took = std::chrono::steady_clock::now() - t0;
+  lock.lock();
+  last_step_ = took;
+  hand_out(st);
+  busy_ = false;
+  cv_.notify_all();
+}
+
+// Waits (bounded) until every member has a request waiting, or the step is full anyway.
+void StepBatcher::gather(std::unique_lock<std::mutex>& lock) {
+  const auto wait = std::clamp<std::chrono::steady_clock::duration>(last_step_ / 10, kMinGather, kMaxGather);
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  const auto ready = [&] {
+    int waiting_members = 0;
+    int64_t rows = 0;
+    for (const Pending* p : queue_) {
+      waiting_members += p->r->member ? 1 : 0;
+      rows += static_cast<int64_t>(p->r->tokens.size()) - p->done;
+    }
+    return waiting_members >= members_ || rows >= forward_->max_batch() ||
+           static_cast<int64_t>(queue_.size()) >= kMaxSeqsPerStep;
+  };
+  cv_.wait_until(lock, deadline, ready);
+}
+
+void StepBatcher::drop_cancelled() {
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    Pending* p = *it;
+    if (p->r->cancel != nullptr && p->r->cancel->load()) {
+      p->finished = true;
+      p->status = Status(StatusCode::kCancelled, "cancelled");
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// The step's rows: one token of every waiting request (up to kMaxSeqsPerStep, in arrival
+// order), then the room left given out in the same order, so decoding sequences are never
+// held back by a long prompt and a lone prompt gets whole batches.
+void StepBatcher::compose() {
+  const int64_t max_rows = forward_->max_batch();
+  const size_t n = std::min<size_t>(queue_.size(), static_cast<size_t>(std::min(kMaxSeqsPerStep, max_rows)));
+  step_pending_.assign(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
+  step_seqs_.clear();
+  for (const Pending* p : step_pending_) step_seqs_.push_back({p->r->kv, p->r->pos + p->done, 1});
+  int64_t room = max_rows - static_cast<int64_t>(n);
+  for (size_t i = 0; i < n && room > 0; ++i) {
+    const Pending& p = *step_pending_[i];
+    const int64_t more = std::min(room, static_cast<int64_t>(p.r->tokens.size()) - p.done - 1);
+    step_seqs_[i].n_tokens += more;
+    room -= more;
+  }
+  step_tokens_.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const Pending& p = *step_pending_[i];
+    const auto first = p.r->tokens.begin() + p.done;
+    step_tokens_.insert(step_tokens_.end(), first, first + step_seqs_[i].n_tokens);
+  }
+  const size_t logits = n * static_cast<size_t>(n_vocab_);
+  if (step_logits_.size() < logits) step_logits_.resize(logits);
+}
+
+// Advances the step's requests; those whose tokens are all processed get their logits
+// and leave the queue.
+void StepBatcher::hand_out(const Status& st) {
+  ++counts_.steps;
+  counts_.seqs += step_seqs_.size();
+  for (size_t i = 0; i < step_pending_.size(); ++i) {
+    Pending& p = *step_pending_[i];
+    counts_.rows += static_cast<uint64_t>(step_seqs_[i].n_tokens);
+    p.done += step_seqs_[i].n_tokens;
+    const bool complete = p.done == static_cast<int64_t>(p.r->tokens.size());
+    if (!st.is_ok() || complete) {
+      p.finished = true;
+      p.status = st;
+      if (st.is_ok()) {
+        std::copy_n(step_logits_.data() + i * static_cast<size_t>(n_vocab_), n_vocab_, p.r->logits);
+      }
+      queue_.erase(std::find(queue_.begin(), queue_.end(), &p));
+    }
+  }
+}
+
+}  // namespace hypura::runtime
