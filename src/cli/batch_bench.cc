@@ -40,8 +40,10 @@ struct RunTimes {
   uint64_t bytes = 0;         // read during the generation
 };
 
+// Prompts differ between sequences and runs (seed), so no run replays an earlier one's
+// routing into a warm expert cache.
 Result<RunTimes> run_once(runtime::Engine& engine, std::vector<std::unique_ptr<runtime::Session>>& sessions,
-                          int batch, const BatchBenchOptions& o, int n_gen) {
+                          int batch, const BatchBenchOptions& o, int n_gen, uint32_t seed) {
   RunTimes t;
   Clock::time_point t0, t1;
   runtime::StepCounts steps0;
@@ -59,7 +61,7 @@ Result<RunTimes> run_once(runtime::Engine& engine, std::vector<std::unique_ptr<r
     threads.emplace_back([&, i] {
       runtime::Session& s = *sessions[static_cast<size_t>(i)];
       s.reset();
-      const auto prompt = random_prompt(engine.n_vocab(), o.n_prompt, 1234u + static_cast<uint32_t>(i));
+      const auto prompt = random_prompt(engine.n_vocab(), o.n_prompt, seed + static_cast<uint32_t>(i));
       std::vector<float> logits;
       start.arrive_and_wait();
       Status st = s.prefill(prompt, &logits);
@@ -91,7 +93,8 @@ Result<std::vector<BatchRow>> run_batch_bench(runtime::Engine& engine, const Bat
   std::vector<std::unique_ptr<runtime::Session>> sessions;
   for (int i = 0; i < max_batch; ++i) sessions.push_back(engine.new_session());
   // Warm-up: faults the weights in (and warms an expert cache) once for every size.
-  HYPURA_RETURN_IF_ERROR(run_once(engine, sessions, 1, o, std::min(o.n_gen, 8)).status());
+  uint32_t seed = 1234;
+  HYPURA_RETURN_IF_ERROR(run_once(engine, sessions, 1, o, std::min(o.n_gen, 8), seed).status());
   std::vector<BatchRow> rows;
   for (int b : o.batches) {
     BatchRow row;
@@ -100,7 +103,8 @@ Result<std::vector<BatchRow>> run_batch_bench(runtime::Engine& engine, const Bat
     runtime::StepCounts steps;
     uint64_t bytes = 0;
     for (int r = 0; r < o.reps; ++r) {
-      HYPURA_ASSIGN_OR_RETURN(RunTimes t, run_once(engine, sessions, b, o, o.n_gen));
+      seed += 100;
+      HYPURA_ASSIGN_OR_RETURN(RunTimes t, run_once(engine, sessions, b, o, o.n_gen, seed));
       row.pp_tps += static_cast<double>(b) * o.n_prompt / t.pp_s / o.reps;
       tg.push_back(static_cast<double>(b) * o.n_gen / t.tg_s);
       row.tg_tps_per_seq += t.tg_tps_per_seq / o.reps;
