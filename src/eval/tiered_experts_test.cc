@@ -31,20 +31,10 @@ using golden::sequence;
 class TieredExperts : public testing::TestWithParam<const char*> {};
 
 TEST_P(TieredExperts, PlanLedgerAndProviderAgree) {
-  const golden::Model m = golden::open_model(GetParam());
-  ASSERT_NE(m.model, nullptr);
+  auto [m, tokens, opts, need] = golden::tiered_start(GetParam());
+  ASSERT_GT(need, 0u);
   const gguf::GgufFile& file = m.file;
   const auto& model = m.model;
-  std::vector<int32_t> tokens = sequence("B");
-  tokens.resize(10);
-  TierOptions opts = golden::fixture_tier_options();
-  uint64_t need = 0;
-  {
-    auto roomy = TieredWeights::load(file, opts);
-    ASSERT_TRUE(roomy.is_ok()) << roomy.status().message();
-    ASSERT_EQ(roomy.value()->mode(), "full-resident");
-    need = roomy.value()->plan().memory.ram_total();
-  }
   // Short of the resident plan by part of the expert bytes: the cache takes the rest.
   auto tensors = scheduler::model_tensors_from_gguf(file);
   ASSERT_TRUE(tensors.is_ok());
