@@ -1,6 +1,7 @@
 // Test fixtures over the golden models of ../shared/golden (llama.cpp's reference
 // outputs): their token sequences, the models opened, the tiered tests' starting point,
-// and logits through any WeightProvider. For the runtime's tests only (needs HYPURA_GOLDEN_DIR).
+// and logits through any WeightProvider. For the tests of runtime/ and eval/ only (needs
+// HYPURA_GOLDEN_DIR).
 #pragma once
 
 #include <algorithm>

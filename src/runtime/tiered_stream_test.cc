@@ -62,7 +62,7 @@ TEST_P(TieredStream, BudgetForcesStreamingWithIdenticalLogits) {
     EXPECT_EQ(w.streamed_bytes_per_pass(), plan.prediction.storage_bytes_per_token);
   }
 
-  auto mmap = MmapProvider::open(file);
+  auto mmap = tiers::MmapProvider::open(file);
   ASSERT_TRUE(mmap.is_ok());
   uint64_t passes = 0;
   std::vector<float> want, got;
@@ -70,7 +70,7 @@ TEST_P(TieredStream, BudgetForcesStreamingWithIdenticalLogits) {
   ASSERT_TRUE(golden::forward_logits(model, w.provider(), tokens, 4, &got, &passes).is_ok());
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
-  const StreamingStats s = w.streaming().stats();
+  const tiers::StreamingStats s = w.streaming().stats();
   EXPECT_EQ(passes, 7u);
   EXPECT_EQ(s.bytes_read - s.unconsumed_bytes,
             planned * passes);
