@@ -30,7 +30,7 @@ int32_t argmax(const std::vector<float>& logits) {
 }
 
 uint64_t bytes_read(const runtime::Engine& e) {
-  return e.tiers() != nullptr ? runtime::TierCounters::take(*e.tiers()).bytes_read : 0;
+  return e.tiers() != nullptr ? eval::TierCounters::take(*e.tiers()).bytes_read : 0;
 }
 
 // One run of B sequences: the prompts at once, a barrier, then the decode loops.

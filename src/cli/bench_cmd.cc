@@ -289,14 +289,14 @@ int run_bench(const BenchArgs& a) {
   };
   std::vector<Row> rows;
   // Expert-streaming figures over the timed tg runs (after the warm-up run).
-  const runtime::ExpertProvider* experts = (*engine)->tiers() ? (*engine)->tiers()->experts() : nullptr;
-  runtime::ExpertStats experts_before;
+  const experts::ExpertProvider* experts = (*engine)->tiers() ? (*engine)->tiers()->experts() : nullptr;
+  experts::ExpertStats experts_before;
   // Tier figures (H): a direct-I/O read bandwidth measured in this run, and the streaming
   // counters over the timed tg runs.
   const runtime::TieredWeights* tiers = (*engine)->tiers();
   const bool references = tiers != nullptr && !a.no_reference;
   runtime::TieredWeights* io_tiers = (*engine)->mutable_tiers();
-  runtime::StorageReferences refs;
+  eval::StorageReferences refs;
   refs.memory_read_bps = bandwidth;
   if (references) refs.load_reference_bps = reference_or_zero(io_tiers->reload_resident_bps());
   // The disk's best sequential direct read (the profile's grid, on the model file) and the
@@ -305,13 +305,13 @@ int run_bench(const BenchArgs& a) {
   const bool streams = tiers != nullptr && (tiers->experts() != nullptr || tiers->streamed_bytes_per_pass() > 0);
   const auto measure_storage_references = [&] {
     if (!references || !streams) return;
-    if (Status st = runtime::measure_disk_reference(file.paths().front(), refs); !st.is_ok()) {
+    if (Status st = eval::measure_disk_reference(file.paths().front(), refs); !st.is_ok()) {
       spdlog::warn("bench disk reference not measured: {}", st.message());
     }
     if (const double bps = reference_or_zero(io_tiers->io_only_stream_bps(2.0)); bps > 0) refs.pattern_runs.push_back(bps);
   };
   measure_storage_references();
-  runtime::TierCounters tier_before;
+  eval::TierCounters tier_before;
   Clock::time_point tier_t0;
   // Per depth: every pp size, then tg (so the last tg run is the last test, which the
   // tier and expert counters below span).
@@ -331,7 +331,7 @@ int run_bench(const BenchArgs& a) {
     const auto snapshot = [&] {
       if (experts != nullptr && tg) experts_before = experts->stats();
       if (tiers != nullptr && tg) {
-        tier_before = runtime::TierCounters::take(*tiers);
+        tier_before = eval::TierCounters::take(*tiers);
         tier_t0 = Clock::now();
       }
     };
@@ -344,16 +344,16 @@ int run_bench(const BenchArgs& a) {
                         (test.depth > 0 ? " @ d" + std::to_string(test.depth) : ""),
                     *s});
   }
-  std::optional<runtime::TierMetrics> tier;
+  std::optional<eval::TierMetrics> tier;
   if (tiers != nullptr && a.n_gen > 0) {
     const double secs = std::chrono::duration<double>(Clock::now() - tier_t0).count();
-    const runtime::TierCounters tier_after = runtime::TierCounters::take(*tiers);
+    const eval::TierCounters tier_after = eval::TierCounters::take(*tiers);
     if (!refs.disk_runs.empty() || !refs.pattern_runs.empty()) measure_storage_references();
-    tier = runtime::tier_metrics(*tiers, tier_before, tier_after, a.n_gen * a.reps, secs, refs);
+    tier = eval::tier_metrics(*tiers, tier_before, tier_after, a.n_gen * a.reps, secs, refs);
   }
-  runtime::ExpertRunMetrics expert_metrics;
+  experts::ExpertRunMetrics expert_metrics;
   if (experts != nullptr && a.n_gen > 0) {
-    expert_metrics = runtime::expert_run_metrics(*experts, experts_before, experts->stats(), a.n_gen * a.reps);
+    expert_metrics = experts::expert_run_metrics(*experts, experts_before, experts->stats(), a.n_gen * a.reps);
     const runtime::TieredWeights& w = *(*engine)->tiers();
     set_expert_bound(expert_metrics, rows.back().s.mean, refs.disk_read_bps(), refs.pattern_read_bps(),
                      w.predict_with(refs.same_run_profile(w.profile())).compute_s);
@@ -371,10 +371,10 @@ int run_bench(const BenchArgs& a) {
   const double tg_tps = a.n_gen > 0 ? rows.back().s.mean : 0;
   const uint64_t file_bytes = file.total_bytes();
   // --baseline: the plain mmap run, after this engine's memory is given back (H).
-  std::optional<runtime::BaselineResult> baseline;
+  std::optional<eval::BaselineResult> baseline;
   std::string baseline_refused;
   if (a.baseline && a.n_gen > 0) {
-    Status allowed = runtime::mmap_baseline_allowed(file, a.force);
+    Status allowed = eval::mmap_baseline_allowed(file, a.force);
     if (!allowed.is_ok()) {
       baseline_refused = allowed.message();
       std::cerr << "hypura bench: " << baseline_refused << "\n";
@@ -383,7 +383,7 @@ int run_bench(const BenchArgs& a) {
       session.reset();
       engine.value().reset();
       if (plain_file.is_ok()) {
-        auto r = runtime::run_mmap_baseline(*plain_file, a.n_gen, threads, eo.n_ctx);
+        auto r = eval::run_mmap_baseline(*plain_file, a.n_gen, threads, eo.n_ctx);
         if (r.is_ok()) baseline = *r;
         else baseline_refused = r.status().message();
       }
@@ -410,8 +410,8 @@ int run_bench(const BenchArgs& a) {
       j["gpu_copy_bandwidth_bps"] = gpu_copy_bps;
       j["tg_share_of_gpu_copy_bandwidth"] = tg_tps * bpt / gpu_copy_bps;
     }
-    if (experts != nullptr && a.n_gen > 0) j["experts"] = runtime::expert_run_json(expert_metrics);
-    if (tier) j["tiers"] = runtime::tier_metrics_json(*tier);
+    if (experts != nullptr && a.n_gen > 0) j["experts"] = experts::expert_run_json(expert_metrics);
+    if (tier) j["tiers"] = eval::tier_metrics_json(*tier);
     if (baseline) {
       j["baseline"] = {{"method", "mmap"}, {"tg_tps", baseline->tg_tok_s},
                        {"tokens", baseline->tokens}, {"peak_rss_bytes", baseline->peak_rss},
@@ -438,8 +438,8 @@ int run_bench(const BenchArgs& a) {
                 path.c_str(), arch.c_str(), file_gib, mode.c_str(), threads, r.test.c_str(),
                 r.s.mean, r.s.stddev, r.s.gflops, share);
   }
-  if (experts != nullptr && a.n_gen > 0) std::printf("\n%s", runtime::expert_run_text(expert_metrics).c_str());
-  if (tier) std::printf("\n%s", runtime::tier_metrics_text(*tier).c_str());
+  if (experts != nullptr && a.n_gen > 0) std::printf("\n%s", experts::expert_run_text(expert_metrics).c_str());
+  if (tier) std::printf("\n%s", eval::tier_metrics_text(*tier).c_str());
   if (baseline) {
     std::printf("baseline (plain mmap): tg %.3f tok/s over %d tokens; hypura is %.2fx faster\n",
                 baseline->tg_tok_s, baseline->tokens,

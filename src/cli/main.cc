@@ -79,7 +79,7 @@ void add_engine_flags(CLI::App& app, EngineFlags* flags) {
       ->check(CLI::IsMember({"none", "coact", "router", "both"}));
   app.add_option("--expert-lookahead", flags->expert_lookahead,
                  "MoE expert streaming: layers ahead the router predictor guesses (default 1)")
-      ->check(CLI::Range(1, runtime::kMaxRouterLookahead));
+      ->check(CLI::Range(1, experts::kMaxRouterLookahead));
 }
 
 runtime::EngineOptions engine_options(const EngineFlags& flags, const std::string& model_path, int64_t n_ctx) {

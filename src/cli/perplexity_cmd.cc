@@ -74,7 +74,7 @@ Result<std::string> read_text(const std::string& path) {
 // The chunks to evaluate: the compared file's, or the text's tokens chunked here.
 Result<std::vector<int32_t>> chunks_to_evaluate(const runtime::Engine& engine,
                                                 const PerplexityArgs& a,
-                                                const runtime::LogProbReader* compare) {
+                                                const eval::LogProbReader* compare) {
   if (compare != nullptr) {
     std::vector<int32_t> chunks = compare->tokens();
     const int64_t n = a.chunks > 0 ? std::min(a.chunks, compare->n_chunks()) : compare->n_chunks();
@@ -86,11 +86,11 @@ Result<std::vector<int32_t>> chunks_to_evaluate(const runtime::Engine& engine,
   const auto& tok = engine.tokenizer();
   const std::vector<int32_t> tokens = engine.tokenize(*text, /*add_special=*/true);
   const int32_t bos = tok.add_bos() ? tok.bos_id() : -1;
-  return runtime::make_chunks(tokens, a.context, a.chunks, bos);
+  return eval::make_chunks(tokens, a.context, a.chunks, bos);
 }
 
 nlohmann::json report_json(const PerplexityArgs& a, const std::string& path,
-                           const runtime::PerplexityResult& r, double seconds) {
+                           const eval::PerplexityResult& r, double seconds) {
   const auto& n = r.nll;
   nlohmann::json j = {{"model", path},
                       {"simd", compute::default_simd_name()},
@@ -153,9 +153,9 @@ int run_perplexity(const PerplexityArgs& a) {
     return fail("give -f TEXT (perplexity of a text) or --kl-divergence FILE (compare against "
                 "saved logits; the tokens come from the file), not both", 2);
   }
-  std::unique_ptr<runtime::LogProbReader> compare;
+  std::unique_ptr<eval::LogProbReader> compare;
   if (!a.kl_divergence.empty()) {
-    auto r = runtime::LogProbReader::open(a.kl_divergence);
+    auto r = eval::LogProbReader::open(a.kl_divergence);
     if (!r.is_ok()) return fail(r.status().message());
     compare = std::move(r).value();
   }
@@ -169,12 +169,12 @@ int run_perplexity(const PerplexityArgs& a) {
   auto chunks = chunks_to_evaluate(**engine, a, compare.get());
   if (!chunks.is_ok()) return fail(chunks.status().message(), 2);
 
-  runtime::PerplexityOptions po;
+  eval::PerplexityOptions po;
   po.n_ctx = eo.n_ctx;
   po.compare = compare.get();
-  std::unique_ptr<runtime::LogProbWriter> save;
+  std::unique_ptr<eval::LogProbWriter> save;
   if (!a.save_logits.empty()) {
-    auto w = runtime::LogProbWriter::create(a.save_logits, (*engine)->n_vocab(), po.n_ctx,
+    auto w = eval::LogProbWriter::create(a.save_logits, (*engine)->n_vocab(), po.n_ctx,
                                             static_cast<int64_t>(chunks->size()) / po.n_ctx,
                                             *chunks);
     if (!w.is_ok()) return fail(w.status().message());
@@ -190,7 +190,7 @@ int run_perplexity(const PerplexityArgs& a) {
     session->reset();
     return session->eval(tokens, logits);
   };
-  auto result = runtime::evaluate_perplexity(eval, (*engine)->n_vocab(), *chunks, po);
+  auto result = eval::evaluate_perplexity(eval, (*engine)->n_vocab(), *chunks, po);
   if (!result.is_ok()) return fail(result.status().message());
   if (save) {
     if (Status st = save->close(); !st.is_ok()) return fail(st.message());

@@ -33,7 +33,7 @@
 namespace hypura::cli {
 namespace {
 
-using runtime::CachePolicy;
+using experts::CachePolicy;
 
 struct ReplayArgs {
   std::string trace_path, save_path;
@@ -74,12 +74,12 @@ int run_predictors(const ReplayArgs& a) {
     return 1;
   }
   const std::vector<int32_t> tokens = predictor_tokens(a.predictor_tokens, (*model)->hparams().n_vocab, a.seed);
-  auto ev = runtime::evaluate_expert_predictors(*file, *model, tokens);
+  auto ev = eval::evaluate_expert_predictors(*file, *model, tokens);
   if (!ev.is_ok()) {
     std::cerr << "hypura trace-replay: " << ev.status().message() << "\n";
     return 1;
   }
-  const auto row = [](const runtime::PredictorScore& s) {
+  const auto row = [](const eval::PredictorScore& s) {
     return nlohmann::json{{"predicted", s.predicted}, {"correct", s.correct}, {"chosen", s.chosen},
                           {"precision", s.precision()}, {"recall", s.recall()}, {"wasted_bytes", s.wasted_bytes}};
   };
@@ -95,7 +95,7 @@ int run_predictors(const ReplayArgs& a) {
               static_cast<double>(ev->n_expert_used) / ev->n_expert);
   std::printf("%-34s %10s %10s %9s %7s %16s\n", "predictor of layer L+1", "predicted", "precision", "recall",
               "", "wasted MiB/token");
-  for (const auto& [label, s] : {std::pair<const char*, const runtime::PredictorScore*>{
+  for (const auto& [label, s] : {std::pair<const char*, const eval::PredictorScore*>{
                                      "router(L+1) on hidden(L)", &ev->router},
                                  {"co-activation (online, >= 0.5)", &ev->coact}}) {
     std::printf("%-34s %10llu %9.1f%% %8.1f%% %7s %16.2f\n", label, static_cast<unsigned long long>(s->predicted),
@@ -104,8 +104,8 @@ int run_predictors(const ReplayArgs& a) {
   return 0;
 }
 
-runtime::TraceGenerator generator_of(const ReplayArgs& a) {
-  runtime::TraceGenerator g;
+experts::TraceGenerator generator_of(const ReplayArgs& a) {
+  experts::TraceGenerator g;
   g.n_layer = a.n_layer;
   g.n_expert = a.n_expert;
   g.n_expert_used = a.n_expert_used;
@@ -118,23 +118,23 @@ runtime::TraceGenerator generator_of(const ReplayArgs& a) {
   return g;
 }
 
-Result<runtime::RoutingTrace> obtain_trace(const ReplayArgs& a) {
+Result<experts::RoutingTrace> obtain_trace(const ReplayArgs& a) {
   if (a.generate > 0) return generator_of(a).generate(a.generate);
-  if (a.uniform > 0) return runtime::uniform_trace(a.n_layer, a.n_expert, a.n_expert_used, a.uniform, a.seed);
+  if (a.uniform > 0) return experts::uniform_trace(a.n_layer, a.n_expert, a.n_expert_used, a.uniform, a.seed);
   if (a.trace_path.empty()) return invalid_argument("give a trace file, --generate N or --uniform N");
-  return runtime::RoutingTrace::read(a.trace_path);
+  return experts::RoutingTrace::read(a.trace_path);
 }
 
 // The distribution oracle's three rules; the best is the ceiling.
-nlohmann::json oracle_row(const runtime::RoutingTrace& t, const runtime::TraceGenerator& gen, uint32_t cap,
+nlohmann::json oracle_row(const experts::RoutingTrace& t, const experts::TraceGenerator& gen, uint32_t cap,
                           int warmup, double best) {
-  using runtime::OracleRule;
+  using eval::OracleRule;
   nlohmann::json row;
   double top = -1;
   for (const auto& [rule, name] : {std::pair{OracleRule::kExpectedWait, "expected-wait"},
                                    std::pair{OracleRule::kNextToken, "next-token"},
                                    std::pair{OracleRule::kPerLayer, "per-layer"}}) {
-    const double h = runtime::replay_oracle(t, gen, cap, warmup, rule).hit_rate();
+    const double h = eval::replay_oracle(t, gen, cap, warmup, rule).hit_rate();
     row["rules"][name] = h;
     if (h > top) {
       top = h;
@@ -152,7 +152,7 @@ int run_replay(const ReplayArgs& a) {
     std::cerr << "hypura trace-replay: " << trace.status().message() << "\n";
     return trace.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  const runtime::RoutingTrace& t = *trace;
+  const experts::RoutingTrace& t = *trace;
   if (!a.save_path.empty()) {
     if (Status st = t.write(a.save_path); !st.is_ok()) {
       std::cerr << "hypura trace-replay: " << st.message() << "\n";
@@ -162,7 +162,7 @@ int run_replay(const ReplayArgs& a) {
   const uint64_t all = static_cast<uint64_t>(t.n_layer) * t.n_expert;
   std::vector<uint32_t> caps = a.capacities;
   for (double f : a.sizes) caps.push_back(static_cast<uint32_t>(std::max(1.0, f * all)));
-  const runtime::TraceLocality loc = runtime::measure_locality(t, 8);
+  const experts::TraceLocality loc = experts::measure_locality(t, 8);
   nlohmann::json out;
   out["trace"] = {{"n_layer", t.n_layer}, {"n_expert", t.n_expert}, {"n_expert_used", t.n_expert_used},
                   {"records", t.records.size()}, {"tokens", loc.tokens},
@@ -174,16 +174,16 @@ int run_replay(const ReplayArgs& a) {
   // Generated traces also get the distribution oracle (trace_replay.h): the ceiling of
   // online policies, its best rule reported.
   const bool oracle = a.generate > 0 || a.uniform > 0;
-  const runtime::TraceGenerator gen = generator_of(a);
+  const experts::TraceGenerator gen = generator_of(a);
   for (uint32_t cap : caps) {
     nlohmann::json row;
     row["capacity"] = cap;
     row["fraction"] = static_cast<double>(cap) / all;
-    const double best = runtime::replay(t, cap, std::nullopt, a.warmup).hit_rate();
+    const double best = eval::replay(t, cap, std::nullopt, a.warmup).hit_rate();
     row["belady"] = best;
     for (CachePolicy p : policies) {
-      const double h = runtime::replay(t, cap, p, a.warmup).hit_rate();
-      row[runtime::cache_policy_name(p)] = {{"hit_rate", h}, {"ratio_to_belady", best > 0 ? h / best : 0}};
+      const double h = eval::replay(t, cap, p, a.warmup).hit_rate();
+      row[experts::cache_policy_name(p)] = {{"hit_rate", h}, {"ratio_to_belady", best > 0 ? h / best : 0}};
     }
     if (oracle) row["oracle"] = oracle_row(t, gen, cap, a.warmup, best);
     out["results"].push_back(row);
@@ -197,14 +197,16 @@ int run_replay(const ReplayArgs& a) {
               t.n_layer, t.n_expert, t.n_expert_used, static_cast<unsigned long long>(loc.tokens),
               100 * loc.repeat_next, 100 * loc.recur_within, a.warmup);
   std::printf("%10s %7s | %8s |", "capacity", "of all", "belady");
-  for (CachePolicy p : policies) std::printf(" %-17s", (std::string(runtime::cache_policy_name(p)) + " (ratio)").c_str());
+  for (CachePolicy p : policies) {
+    std::printf(" %-17s", (std::string(experts::cache_policy_name(p)) + " (ratio)").c_str());
+  }
   if (oracle) std::printf(" %-17s", "oracle (ratio)");
   std::printf("\n");
   for (const auto& row : out["results"]) {
     std::printf("%10u %6.1f%% | %7.2f%% |", row["capacity"].get<uint32_t>(), 100 * row["fraction"].get<double>(),
                 100 * row["belady"].get<double>());
     for (CachePolicy p : policies) {
-      const auto& r = row[runtime::cache_policy_name(p)];
+      const auto& r = row[experts::cache_policy_name(p)];
       std::printf(" %6.2f%% (%.3f)  ", 100 * r["hit_rate"].get<double>(), r["ratio_to_belady"].get<double>());
     }
     if (oracle) {

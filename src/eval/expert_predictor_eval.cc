@@ -9,7 +9,7 @@
 #include "model/kv_cache.h"
 #include "tiers/mmap_provider.h"
 
-namespace hypura::runtime {
+namespace hypura::eval {
 namespace {
 
 // Delegates to `base`, records every route() call, and at layer `swap` hands the model
@@ -99,7 +99,7 @@ Result<PredictorEval> evaluate_expert_predictors(const gguf::GgufFile& file,
     }
     if (routers[l] < 0) return invalid_argument("layer " + std::to_string(l) + " has no ffn_gate_inp router");
   }
-  HYPURA_ASSIGN_OR_RETURN(auto mmap, MmapProvider::open(file));
+  HYPURA_ASSIGN_OR_RETURN(auto mmap, tiers::MmapProvider::open(file));
   RouterSwap provider(*mmap, routers);
   HYPURA_RETURN_IF_ERROR(run_pass(model, provider, tokens));
   std::vector<std::vector<int32_t>> truth(static_cast<size_t>(ev.n_layer));  // (n_tokens * k) each
@@ -116,7 +116,7 @@ Result<PredictorEval> evaluate_expert_predictors(const gguf::GgufFile& file,
     }
   }
   // Co-activation, online: predict token t from the statistics of tokens before it.
-  CoactivationStats stats(ev.n_layer, ev.n_expert);
+  experts::CoactivationStats stats(ev.n_layer, ev.n_expert);
   std::vector<int32_t> a, p;
   for (size_t t = 0; t < tokens.size(); ++t) {
     for (int l = 0; l + 1 < ev.n_layer; ++l) {
@@ -132,4 +132,4 @@ Result<PredictorEval> evaluate_expert_predictors(const gguf::GgufFile& file,
   return ev;
 }
 
-}  // namespace hypura::runtime
+}  // namespace hypura::eval

@@ -26,7 +26,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 
-namespace hypura::runtime {
+namespace hypura::eval {
 
 struct PredictorScore {
   uint64_t predicted = 0;     // experts predicted (all tokens, layers 1..n_layer-1)
@@ -49,4 +49,4 @@ Result<PredictorEval> evaluate_expert_predictors(const gguf::GgufFile& file,
                                                  std::shared_ptr<const model::Model> model,
                                                  std::span<const int32_t> tokens);
 
-}  // namespace hypura::runtime
+}  // namespace hypura::eval

@@ -11,7 +11,7 @@
 #include "tiers/memory_ledger.h"
 #include "tiers/mmap_provider.h"
 
-namespace hypura::runtime {
+namespace hypura::eval {
 
 Status mmap_baseline_allowed(const gguf::GgufFile& file, bool force) {
   const profiler::MemoryProfile mem = profiler::probe_memory(0);
@@ -27,7 +27,7 @@ Status mmap_baseline_allowed(const gguf::GgufFile& file, bool force) {
 Result<BaselineResult> run_mmap_baseline(const gguf::GgufFile& file, int n_tokens, int n_threads,
                                          int64_t n_ctx) {
   HYPURA_ASSIGN_OR_RETURN(std::shared_ptr<const model::Model> model, model::Model::create(file));
-  HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<MmapProvider> provider, MmapProvider::open(file));
+  HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<tiers::MmapProvider> provider, tiers::MmapProvider::open(file));
   compute::Context ctx(n_threads);
   const int64_t ctx_len = std::min<int64_t>(n_ctx, n_tokens + 2);
   model::KvCache kv(model->hparams(), ctx_len, false);
@@ -46,8 +46,8 @@ Result<BaselineResult> run_mmap_baseline(const gguf::GgufFile& file, int n_token
   r.tokens = n_tokens;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.tg_tok_s = r.seconds > 0 ? n_tokens / r.seconds : 0;
-  r.peak_rss = peak_rss_bytes();
+  r.peak_rss = tiers::peak_rss_bytes();
   return r;
 }
 
-}  // namespace hypura::runtime
+}  // namespace hypura::eval

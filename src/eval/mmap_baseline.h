@@ -14,7 +14,7 @@
 #include "common/status.h"
 #include "gguf/gguf.h"
 
-namespace hypura::runtime {
+namespace hypura::eval {
 
 inline constexpr uint64_t kBaselineReserveBytes = uint64_t{4} << 30;
 
@@ -32,4 +32,4 @@ struct BaselineResult {
 Result<BaselineResult> run_mmap_baseline(const gguf::GgufFile& file, int n_tokens, int n_threads,
                                          int64_t n_ctx);
 
-}  // namespace hypura::runtime
+}  // namespace hypura::eval

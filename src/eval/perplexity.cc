@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-namespace hypura::runtime {
+namespace hypura::eval {
 namespace {
 
 constexpr char kMagic[8] = {'H', 'Y', 'P', 'L', 'O', 'G', 'P', '1'};
@@ -273,4 +273,4 @@ Result<PerplexityResult> evaluate_perplexity(const EvalFn& eval, int64_t n_vocab
   return result;
 }
 
-}  // namespace hypura::runtime
+}  // namespace hypura::eval

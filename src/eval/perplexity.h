@@ -27,7 +27,7 @@
 
 #include "common/status.h"
 
-namespace hypura::runtime {
+namespace hypura::eval {
 
 // Log-softmax of one logits row, in float64 (the reference for every score below).
 void log_softmax(const float* logits, int64_t n_vocab, std::vector<double>* out);
@@ -134,4 +134,4 @@ Result<PerplexityResult> evaluate_perplexity(const EvalFn& eval, int64_t n_vocab
                                              const std::vector<int32_t>& chunks,
                                              const PerplexityOptions& options);
 
-}  // namespace hypura::runtime
+}  // namespace hypura::eval

@@ -14,11 +14,11 @@
 #include "runtime/golden_fixtures.h"
 #include "tiers/testing/resident_provider.h"
 
-namespace hypura::runtime {
+namespace hypura::eval {
 namespace {
 
 std::vector<float> read_golden_logits(const std::string& file) {
-  std::ifstream in(golden::kDir + "/" + file, std::ios::binary | std::ios::ate);
+  std::ifstream in(runtime::golden::kDir + "/" + file, std::ios::binary | std::ios::ate);
   std::vector<float> v(static_cast<size_t>(in.tellg()) / sizeof(float));
   in.seekg(0);
   in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
@@ -27,18 +27,18 @@ std::vector<float> read_golden_logits(const std::string& file) {
 
 // An EvalFn over a golden model: every chunk from an empty cache, one forward pass.
 struct GoldenEval {
-  golden::Model m;
-  std::unique_ptr<ResidentProvider> provider;
+  runtime::golden::Model m;
+  std::unique_ptr<tiers::ResidentProvider> provider;
 
-  explicit GoldenEval(const std::string& name) : m(golden::open_model(name)) {
-    auto p = ResidentProvider::load(m.file, nullptr);
+  explicit GoldenEval(const std::string& name) : m(runtime::golden::open_model(name)) {
+    auto p = tiers::ResidentProvider::load(m.file, nullptr);
     EXPECT_TRUE(p.is_ok()) << p.status().message();
     if (p.is_ok()) provider = std::move(p).value();
   }
   int64_t n_vocab() const { return m.model->hparams().n_vocab; }
   EvalFn fn() {
     return [this](const std::vector<int32_t>& tokens, std::vector<float>* logits) {
-      return golden::forward_logits(m.model, *provider, tokens,
+      return runtime::golden::forward_logits(m.model, *provider, tokens,
                                     static_cast<int64_t>(tokens.size()), logits);
     };
   }
@@ -69,7 +69,7 @@ double golden_perplexity(const std::string& model, const std::vector<int32_t>& c
 }
 
 TEST(Perplexity, GoldenF32ModelsMatchLlamaCppLogits) {
-  const std::vector<int32_t> c = golden::sequence("C");  // BOS first, 41 tokens
+  const std::vector<int32_t> c = runtime::golden::sequence("C");  // BOS first, 41 tokens
   for (const char* name : {"llama-f32", "qwen2-f32", "gemma3-f32", "mixtral-f32"}) {
     GoldenEval g(name);
     ASSERT_NE(g.provider, nullptr);
@@ -92,8 +92,8 @@ TEST(Perplexity, GoldenF32ModelsMatchLlamaCppLogits) {
 TEST(Perplexity, ModelAgainstItsOwnLogitsHasZeroKl) {
   GoldenEval g("qwen2-q4_k_m");
   ASSERT_NE(g.provider, nullptr);
-  std::vector<int32_t> tokens = golden::sequence("C");
-  const std::vector<int32_t> b = golden::sequence("B");
+  std::vector<int32_t> tokens = runtime::golden::sequence("C");
+  const std::vector<int32_t> b = runtime::golden::sequence("B");
   tokens.insert(tokens.end(), b.begin(), b.end());  // 54 tokens: three chunks of 16
   auto chunks = make_chunks(tokens, 16, 0, tokens[0]);
   ASSERT_TRUE(chunks.is_ok());
@@ -130,7 +130,7 @@ TEST(Perplexity, QuantizedModelAgainstExactOne) {
   GoldenEval exact("llama-f32"), quant("llama-q4_k_m");
   ASSERT_NE(exact.provider, nullptr);
   ASSERT_NE(quant.provider, nullptr);
-  const std::vector<int32_t> c = golden::sequence("C");
+  const std::vector<int32_t> c = runtime::golden::sequence("C");
   auto chunks = make_chunks(c, 40, 0, c[0]);
   ASSERT_TRUE(chunks.is_ok());
   const std::string path = temp_path("exact.logp");
@@ -245,4 +245,4 @@ TEST(Perplexity, BadLogProbFilesFailCleanly) {
 }
 
 }  // namespace
-}  // namespace hypura::runtime
+}  // namespace hypura::eval

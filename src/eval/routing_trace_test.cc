@@ -11,23 +11,23 @@
 #include "eval/trace_replay.h"
 #include "experts/routing_trace.h"
 
-namespace hypura::runtime {
+namespace hypura::eval {
 namespace {
 
 constexpr int kTokens = 200;
 constexpr int kWarmup = 64;
 
-uint32_t fraction_of_experts(const RoutingTrace& t, double f) {
+uint32_t fraction_of_experts(const experts::RoutingTrace& t, double f) {
   return static_cast<uint32_t>(f * t.n_layer * t.n_expert);
 }
 
 TEST(RoutingTrace, FileRoundTrip) {
-  RoutingTrace t = TraceGenerator{.n_layer = 3, .n_expert = 16, .n_expert_used = 4}.generate(5);
+  experts::RoutingTrace t = experts::TraceGenerator{.n_layer = 3, .n_expert = 16, .n_expert_used = 4}.generate(5);
   const int32_t prompt[] = {1, 2, 3, 4, 5, 6, 7, 8};  // a 2-token batch record
   t.add(5, 1, prompt, 8);
   const std::string path = (std::filesystem::temp_directory_path() / "hypura_trace_test.txt").string();
   ASSERT_TRUE(t.write(path).is_ok());
-  auto back = RoutingTrace::read(path);
+  auto back = experts::RoutingTrace::read(path);
   ASSERT_TRUE(back.is_ok()) << back.status().message();
   EXPECT_EQ(back->n_expert, 16);
   ASSERT_EQ(back->records.size(), t.records.size());
@@ -39,7 +39,7 @@ TEST(RoutingTrace, FileRoundTrip) {
   std::FILE* f = std::fopen(path.c_str(), "a");
   std::fputs("0 1 1 3 99 1 2\n", f);  // expert id out of range
   std::fclose(f);
-  auto bad = RoutingTrace::read(path);
+  auto bad = experts::RoutingTrace::read(path);
   EXPECT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("bad or missing expert id"), std::string::npos);
   std::filesystem::remove(path);
@@ -47,11 +47,11 @@ TEST(RoutingTrace, FileRoundTrip) {
 
 // The three published figures, within 5 points each.
 TEST(RoutingTrace, GeneratorMatchesQwen3Figures) {
-  const RoutingTrace t = TraceGenerator{}.generate(kTokens);
-  const TraceLocality loc = measure_locality(t, 8);
+  const experts::RoutingTrace t = experts::TraceGenerator{}.generate(kTokens);
+  const experts::TraceLocality loc = experts::measure_locality(t, 8);
   EXPECT_NEAR(loc.repeat_next, 0.45, 0.05);
   EXPECT_NEAR(loc.recur_within, 0.80, 0.05);
-  const ReplayResult lru = replay(t, fraction_of_experts(t, 0.4), CachePolicy::kLru, kWarmup);
+  const ReplayResult lru = replay(t, fraction_of_experts(t, 0.4), experts::CachePolicy::kLru, kWarmup);
   EXPECT_GE(lru.hit_rate(), 0.90 - 0.05);
   EXPECT_LE(lru.hit_rate(), 0.95 + 0.05);
 }
@@ -59,18 +59,19 @@ TEST(RoutingTrace, GeneratorMatchesQwen3Figures) {
 TEST(TraceReplay, BeladyBoundsEveryPolicyAndIsExactOnATinyTrace) {
   // One layer, 3 experts, capacity 2, k = 1: accesses a b c a b -> Belady misses a b c b
   // (evicts b at c? no: next uses a@3 b@4, so it evicts b) = 4 misses; LRU misses all 5.
-  RoutingTrace t{1, 3, 1, {}};
+  experts::RoutingTrace t{1, 3, 1, {}};
   for (int32_t e : {0, 1, 2, 0, 1}) t.add(0, 0, &e, 1);
   EXPECT_EQ(replay(t, 2, std::nullopt, 0).misses_total, 4u);
-  EXPECT_EQ(replay(t, 2, CachePolicy::kLru, 0).misses_total, 5u);
+  EXPECT_EQ(replay(t, 2, experts::CachePolicy::kLru, 0).misses_total, 5u);
 
-  const RoutingTrace g = TraceGenerator{.n_layer = 8, .n_expert = 64}.generate(120);
+  const experts::RoutingTrace g = experts::TraceGenerator{.n_layer = 8, .n_expert = 64}.generate(120);
   for (double f : {0.1, 0.25, 0.5}) {
     const uint32_t cap = fraction_of_experts(g, f);
     const double best = replay(g, cap, std::nullopt, 16).hit_rate();
-    for (CachePolicy p : {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kAgedLfu, CachePolicy::kLayerAware,
-                          CachePolicy::kLearned, CachePolicy::kAdaptive}) {
-      EXPECT_LE(replay(g, cap, p, 16).hit_rate(), best + 1e-12) << cache_policy_name(p);
+    for (experts::CachePolicy p : {experts::CachePolicy::kLru, experts::CachePolicy::kLfu,
+                                   experts::CachePolicy::kAgedLfu, experts::CachePolicy::kLayerAware,
+                                   experts::CachePolicy::kLearned, experts::CachePolicy::kAdaptive}) {
+      EXPECT_LE(replay(g, cap, p, 16).hit_rate(), best + 1e-12) << experts::cache_policy_name(p);
     }
   }
 }
@@ -80,13 +81,13 @@ TEST(TraceReplay, BeladyBoundsEveryPolicyAndIsExactOnATinyTrace) {
 // locality to exploit the two ghost rules tie and the switching between them costs a
 // few hits), across cache sizes from 5% to 90% of the experts.
 TEST(TraceReplay, DefaultPolicyNeverLosesToLru) {
-  ASSERT_EQ(kDefaultCachePolicy, CachePolicy::kAdaptive);
-  const RoutingTrace calibrated = TraceGenerator{}.generate(kTokens);
-  const RoutingTrace calibrated2 = TraceGenerator{.seed = 7}.generate(kTokens);
-  const RoutingTrace uniform = uniform_trace(16, 64, 4, kTokens, 3);
-  const RoutingTrace uniform_moe = uniform_trace(24, 8, 2, kTokens, 5);  // the "moe" preset's shape
+  ASSERT_EQ(experts::kDefaultCachePolicy, experts::CachePolicy::kAdaptive);
+  const experts::RoutingTrace calibrated = experts::TraceGenerator{}.generate(kTokens);
+  const experts::RoutingTrace calibrated2 = experts::TraceGenerator{.seed = 7}.generate(kTokens);
+  const experts::RoutingTrace uniform = experts::uniform_trace(16, 64, 4, kTokens, 3);
+  const experts::RoutingTrace uniform_moe = experts::uniform_trace(24, 8, 2, kTokens, 5);  // the "moe" preset's shape
   struct Case {
-    const RoutingTrace* trace;
+    const experts::RoutingTrace* trace;
     double tolerance;
     std::vector<double> fractions;
   };
@@ -96,8 +97,8 @@ TEST(TraceReplay, DefaultPolicyNeverLosesToLru) {
                         Case{&uniform, 0.005, fine}, Case{&uniform_moe, 0.005, fine}}) {
     for (double f : c.fractions) {
       const uint32_t cap = std::max<uint32_t>(1, fraction_of_experts(*c.trace, f));
-      const double lru = replay(*c.trace, cap, CachePolicy::kLru, kWarmup).hit_rate();
-      const double ours = replay(*c.trace, cap, kDefaultCachePolicy, kWarmup).hit_rate();
+      const double lru = replay(*c.trace, cap, experts::CachePolicy::kLru, kWarmup).hit_rate();
+      const double ours = replay(*c.trace, cap, experts::kDefaultCachePolicy, kWarmup).hit_rate();
       EXPECT_GE(ours, lru - c.tolerance) << "fraction " << f << " of " << c.trace->n_layer << "x"
                                          << c.trace->n_expert;
     }
@@ -116,12 +117,12 @@ TEST(TraceReplay, DefaultPolicyNearTheOnlineCeiling) {
     double fraction, min_ratio;
   };
   for (uint64_t seed : {1, 7}) {
-    const TraceGenerator gen{.seed = seed};
-    const RoutingTrace t = gen.generate(kTokens);
+    const experts::TraceGenerator gen{.seed = seed};
+    const experts::RoutingTrace t = gen.generate(kTokens);
     for (const Size& s : {Size{0.1, 0.765}, Size{0.15, 0.81}, Size{0.25, 0.88}, Size{0.4, 0.945}}) {
       const uint32_t cap = fraction_of_experts(t, s.fraction);
       const double best = replay(t, cap, std::nullopt, kWarmup).hit_rate();
-      const double ours = replay(t, cap, kDefaultCachePolicy, kWarmup).hit_rate();
+      const double ours = replay(t, cap, experts::kDefaultCachePolicy, kWarmup).hit_rate();
       EXPECT_GE(ours, s.min_ratio * best) << "seed " << seed << ", fraction " << s.fraction;
       if (seed != 1 || s.fraction > 0.25) continue;  // the oracle once per size
       const double ceiling = replay_oracle(t, gen, cap, kWarmup, OracleRule::kPerLayer).hit_rate();
@@ -138,9 +139,9 @@ TEST(TraceReplay, DefaultPolicyNearTheOnlineCeiling) {
 // calibrated trace with a cache far smaller than a token's working set (LRU thrashes to 0
 // there), and the learned rule alone is as good as the default there.
 TEST(ExpertCache, AdaptiveFollowsTheBetterGhost) {
-  const RoutingTrace t = TraceGenerator{}.generate(80);
-  ExpertCache cache(fraction_of_experts(t, 0.05), t.n_layer, t.n_expert, CachePolicy::kAdaptive);
-  for (const RoutingRecord& r : t.records) {
+  const experts::RoutingTrace t = experts::TraceGenerator{}.generate(80);
+  experts::ExpertCache cache(fraction_of_experts(t, 0.05), t.n_layer, t.n_expert, experts::CachePolicy::kAdaptive);
+  for (const experts::RoutingRecord& r : t.records) {
     std::vector<int32_t> distinct(r.selected.begin(), r.selected.end());
     std::sort(distinct.begin(), distinct.end());
     distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
@@ -154,10 +155,10 @@ TEST(ExpertCache, AdaptiveFollowsTheBetterGhost) {
       }
     }
   }
-  EXPECT_EQ(cache.following(), CachePolicy::kLearned);
-  EXPECT_EQ(parse_cache_policy("adaptive").value(), CachePolicy::kAdaptive);
-  EXPECT_EQ(parse_cache_policy("learned").value(), CachePolicy::kLearned);
+  EXPECT_EQ(cache.following(), experts::CachePolicy::kLearned);
+  EXPECT_EQ(experts::parse_cache_policy("adaptive").value(), experts::CachePolicy::kAdaptive);
+  EXPECT_EQ(experts::parse_cache_policy("learned").value(), experts::CachePolicy::kLearned);
 }
 
 }  // namespace
-}  // namespace hypura::runtime
+}  // namespace hypura::eval

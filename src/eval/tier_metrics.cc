@@ -6,7 +6,7 @@
 #include "common/size.h"
 #include "profiler/storage_bench.h"
 
-namespace hypura::runtime {
+namespace hypura::eval {
 namespace {
 
 double ratio(double a, double b) { return b > 0 ? a / b : 0; }
@@ -28,10 +28,10 @@ std::string planned_text(const scheduler::MemoryPlan& m) {
 
 // The streaming counters, or in expert-streaming mode the expert provider's equivalents
 // (passes: tokens through the first MoE layer).
-StreamingStats streaming_stats(const TieredWeights& w) {
+tiers::StreamingStats streaming_stats(const runtime::TieredWeights& w) {
   if (w.experts() == nullptr) return w.streaming().stats();
-  const ExpertStats e = w.experts()->stats();
-  StreamingStats s;
+  const experts::ExpertStats e = w.experts()->stats();
+  tiers::StreamingStats s;
   s.bytes_read = e.bytes_read;
   s.stall_seconds = e.stall_seconds;
   s.passes = e.routed_tokens;
@@ -43,8 +43,8 @@ StreamingStats streaming_stats(const TieredWeights& w) {
 
 }  // namespace
 
-TierCounters TierCounters::take(const TieredWeights& w) {
-  const StreamingStats s = streaming_stats(w);
+TierCounters TierCounters::take(const runtime::TieredWeights& w) {
+  const tiers::StreamingStats s = streaming_stats(w);
   return TierCounters{s.bytes_read, s.stall_seconds, s.passes};
 }
 
@@ -70,12 +70,12 @@ Status measure_disk_reference(const std::string& path, StorageReferences& refs) 
   return Status::ok();
 }
 
-TierMetrics tier_metrics(const TieredWeights& w, const TierCounters& before,
+TierMetrics tier_metrics(const runtime::TieredWeights& w, const TierCounters& before,
                          const TierCounters& after, int tokens, double seconds,
                          const StorageReferences& refs) {
   const double direct_read_bps = refs.disk_read_bps();
   TierMetrics m;
-  const StreamingStats s = streaming_stats(w);
+  const tiers::StreamingStats s = streaming_stats(w);
   const scheduler::Plan& plan = w.plan();
   m.mode = w.mode();
   m.streamed_bytes_per_token = w.streamed_bytes_per_pass();
@@ -103,8 +103,8 @@ TierMetrics tier_metrics(const TieredWeights& w, const TierCounters& before,
   m.predicted_at_load_tok_s = plan.prediction.tok_per_s;
   m.predicted_tok_s = w.predict_with(refs.same_run_profile(w.profile())).tok_per_s;
   m.prediction_ratio = ratio(m.tok_s, m.predicted_tok_s);
-  m.peak_rss = peak_rss_bytes();
-  const LedgerSnapshot l = w.ledger().snapshot();
+  m.peak_rss = tiers::peak_rss_bytes();
+  const tiers::LedgerSnapshot l = w.ledger().snapshot();
   m.budget = l.budget;
   m.ledger_peak = l.peak;
   m.ledger_by_kind = w.ledger().summary();
@@ -214,4 +214,4 @@ std::string tier_metrics_text(const TierMetrics& m) {
   return out;
 }
 
-}  // namespace hypura::runtime
+}  // namespace hypura::eval

@@ -41,7 +41,7 @@
 #include "profiler/hardware_profile.h"
 #include "runtime/tiered_weights.h"
 
-namespace hypura::runtime {
+namespace hypura::eval {
 
 // The same run's reference figures, measured by bench between its tests.
 struct StorageReferences {
@@ -68,7 +68,7 @@ struct TierCounters {
   uint64_t bytes_read = 0;
   double stall_seconds = 0;
   uint64_t passes = 0;
-  static TierCounters take(const TieredWeights& w);
+  static TierCounters take(const runtime::TieredWeights& w);
 };
 
 struct TierMetrics {
@@ -110,11 +110,11 @@ struct TierMetrics {
 };
 
 // `tokens` generated one per forward pass in `seconds`, between `before` and `after`.
-TierMetrics tier_metrics(const TieredWeights& w, const TierCounters& before,
+TierMetrics tier_metrics(const runtime::TieredWeights& w, const TierCounters& before,
                          const TierCounters& after, int tokens, double seconds,
                          const StorageReferences& refs);
 
 nlohmann::json tier_metrics_json(const TierMetrics& m);
 std::string tier_metrics_text(const TierMetrics& m);  // a few lines for the terminal
 
-}  // namespace hypura::runtime
+}  // namespace hypura::eval

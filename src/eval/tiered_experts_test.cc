@@ -23,28 +23,18 @@
 #include "runtime/tiered_weights.h"
 #include "tiers/mmap_provider.h"
 
-namespace hypura::runtime {
+namespace hypura::eval {
 namespace {
 
-using golden::sequence;
+using runtime::golden::sequence;
 
 class TieredExperts : public testing::TestWithParam<const char*> {};
 
 TEST_P(TieredExperts, PlanLedgerAndProviderAgree) {
-  const golden::Model m = golden::open_model(GetParam());
-  ASSERT_NE(m.model, nullptr);
+  auto [m, tokens, opts, need] = runtime::golden::tiered_start(GetParam());
+  ASSERT_GT(need, 0u);
   const gguf::GgufFile& file = m.file;
   const auto& model = m.model;
-  std::vector<int32_t> tokens = sequence("B");
-  tokens.resize(10);
-  TierOptions opts = golden::fixture_tier_options();
-  uint64_t need = 0;
-  {
-    auto roomy = TieredWeights::load(file, opts);
-    ASSERT_TRUE(roomy.is_ok()) << roomy.status().message();
-    ASSERT_EQ(roomy.value()->mode(), "full-resident");
-    need = roomy.value()->plan().memory.ram_total();
-  }
   // Short of the resident plan by part of the expert bytes: the cache takes the rest.
   auto tensors = scheduler::model_tensors_from_gguf(file);
   ASSERT_TRUE(tensors.is_ok());
@@ -52,28 +42,28 @@ TEST_P(TieredExperts, PlanLedgerAndProviderAgree) {
   for (const auto& t : tensors->tensors) expert_bytes += model::is_moe_expert(t.role) ? t.bytes : 0;
   ASSERT_GT(expert_bytes, 0u);
   opts.plan.budgets.ram_bytes = need - expert_bytes / 3;
-  auto loaded = TieredWeights::load(file, opts);
+  auto loaded = runtime::TieredWeights::load(file, opts);
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();  // no ledger refusal
-  TieredWeights& w = *loaded.value();
+  runtime::TieredWeights& w = *loaded.value();
   ASSERT_EQ(w.mode(), "expert-streaming");
   ASSERT_NE(w.experts(), nullptr);
   const scheduler::Plan& plan = w.plan();
   EXPECT_EQ(w.experts()->cache_experts(), plan.expert_cache_experts);
   EXPECT_EQ(w.experts()->slot_bytes(), plan.expert_slot_bytes);
-  const LedgerSnapshot ledger = w.ledger().snapshot();
-  EXPECT_EQ(ledger.by_kind[static_cast<size_t>(MemoryKind::kExpertCache)], plan.memory.expert_cache);
-  EXPECT_EQ(ledger.by_kind[static_cast<size_t>(MemoryKind::kKvCache)], plan.memory.kv_ram);
+  const tiers::LedgerSnapshot ledger = w.ledger().snapshot();
+  EXPECT_EQ(ledger.by_kind[static_cast<size_t>(tiers::MemoryKind::kExpertCache)], plan.memory.expert_cache);
+  EXPECT_EQ(ledger.by_kind[static_cast<size_t>(tiers::MemoryKind::kKvCache)], plan.memory.kv_ram);
   EXPECT_LE(ledger.peak, *opts.plan.budgets.ram_bytes);
   EXPECT_EQ(w.ledger().budget(), *opts.plan.budgets.ram_bytes);
 
-  auto mmap = MmapProvider::open(file);
+  auto mmap = tiers::MmapProvider::open(file);
   ASSERT_TRUE(mmap.is_ok());
   std::vector<float> want, got;
-  ASSERT_TRUE(golden::forward_logits(model, *mmap.value(), tokens, 4, &want).is_ok());
-  ASSERT_TRUE(golden::forward_logits(model, w.provider(), tokens, 4, &got).is_ok());
+  ASSERT_TRUE(runtime::golden::forward_logits(model, *mmap.value(), tokens, 4, &want).is_ok());
+  ASSERT_TRUE(runtime::golden::forward_logits(model, w.provider(), tokens, 4, &got).is_ok());
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
-  const ExpertStats s = w.experts()->stats();
+  const experts::ExpertStats s = w.experts()->stats();
   EXPECT_GT(s.lookups, 0u);
   EXPECT_EQ(w.experts()->storage_bytes_since_load(), s.bytes_read);  // no silent preloading
   EXPECT_LE(w.ledger().snapshot().peak, *opts.plan.budgets.ram_bytes);
@@ -87,7 +77,7 @@ INSTANTIATE_TEST_SUITE_P(Golden, TieredExperts, testing::Values("mixtral-f32", "
 // printed for docs/MOE.md.
 TEST(ExpertPredictors, RouterAndCoactivationMeasuredOnGoldenModels) {
   for (const char* name : {"mixtral-f32", "qwen3moe-f32"}) {
-    const golden::Model m = golden::open_model(name);
+    const runtime::golden::Model m = runtime::golden::open_model(name);
     ASSERT_NE(m.model, nullptr);
     const gguf::GgufFile& file = m.file;
     const auto& model = m.model;
@@ -110,4 +100,4 @@ TEST(ExpertPredictors, RouterAndCoactivationMeasuredOnGoldenModels) {
 }
 
 }  // namespace
-}  // namespace hypura::runtime
+}  // namespace hypura::eval

@@ -7,7 +7,7 @@
 #include <set>
 #include <vector>
 
-namespace hypura::runtime {
+namespace hypura::eval {
 namespace {
 
 struct Access {
@@ -16,18 +16,18 @@ struct Access {
 };
 
 // A record's distinct experts, ascending.
-void distinct_of(const RoutingRecord& r, std::vector<int32_t>& out) {
+void distinct_of(const experts::RoutingRecord& r, std::vector<int32_t>& out) {
   out = r.selected;
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
 }
 
 // The flat access stream, for Belady's.
-std::vector<Access> access_stream(const RoutingTrace& trace, int warmup_tokens) {
+std::vector<Access> access_stream(const experts::RoutingTrace& trace, int warmup_tokens) {
   std::vector<Access> out;
   std::vector<int64_t> tokens_seen(static_cast<size_t>(trace.n_layer), 0);
   std::vector<int32_t> distinct;
-  for (const RoutingRecord& r : trace.records) {
+  for (const experts::RoutingRecord& r : trace.records) {
     distinct_of(r, distinct);
     const bool counted = tokens_seen[r.layer] >= warmup_tokens;
     for (int32_t e : distinct) out.push_back({r.layer, e, counted});
@@ -47,13 +47,13 @@ void count(ReplayResult& res, const Access& a, bool hit) {
 // the expert provider drives it: hits touched first, then misses read into victims that
 // the record itself does not need.
 template <typename Cache>
-ReplayResult replay_records(const RoutingTrace& trace, int warmup_tokens, Cache& cache) {
+ReplayResult replay_records(const experts::RoutingTrace& trace, int warmup_tokens, Cache& cache) {
   ReplayResult res;
   std::vector<int64_t> tokens_seen(static_cast<size_t>(trace.n_layer), 0);
   std::vector<int32_t> distinct, missed;
   std::vector<char> wanted(cache.capacity(), 0);  // (capacity): holds an expert of this record
   std::vector<int> wanted_slots;
-  for (const RoutingRecord& r : trace.records) {
+  for (const experts::RoutingRecord& r : trace.records) {
     distinct_of(r, distinct);
     cache.begin(r.layer, distinct);
     missed.clear();
@@ -88,7 +88,7 @@ ReplayResult replay_records(const RoutingTrace& trace, int warmup_tokens, Cache&
 
 // ExpertCache under replay_records().
 struct OnlineCache {
-  ExpertCache cache;
+  experts::ExpertCache cache;
   uint32_t capacity() const { return cache.capacity(); }
   void begin(int layer, const std::vector<int32_t>& distinct) { cache.begin_routing(layer, distinct); }
   int lookup(int layer, int expert) const { return cache.lookup(layer, expert); }
@@ -102,7 +102,7 @@ struct OnlineCache {
 // already counts as its layer's latest token (its selections are known when it is routed).
 class OracleCache {
  public:
-  OracleCache(const TraceGenerator& g, uint32_t capacity, OracleRule rule)
+  OracleCache(const experts::TraceGenerator& g, uint32_t capacity, OracleRule rule)
       : gen_(g), rule_(rule), popularity_(g.popularity()), slots_(capacity),
         index_(static_cast<size_t>(g.n_layer) * g.n_expert, -1),
         history_(static_cast<size_t>(g.n_layer) * g.n_expert, 0) {}
@@ -152,7 +152,7 @@ class OracleCache {
   void refresh(Slot& s) const;
   double value(Slot& s) const;  // higher: keep
 
-  const TraceGenerator& gen_;
+  const experts::TraceGenerator& gen_;
   OracleRule rule_;
   std::vector<std::vector<double>> popularity_;  // (n_layer, n_expert)
   std::vector<Slot> slots_;                      // (capacity)
@@ -192,7 +192,7 @@ double OracleCache::value(Slot& s) const {
   return -(distance + static_cast<double>(n_layer) * s.wait);
 }
 
-ReplayResult replay_belady(const RoutingTrace& trace, const std::vector<Access>& stream,
+ReplayResult replay_belady(const experts::RoutingTrace& trace, const std::vector<Access>& stream,
                            uint32_t capacity) {
   constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
   const size_t n_keys = static_cast<size_t>(trace.n_layer) * trace.n_expert;
@@ -227,17 +227,17 @@ ReplayResult replay_belady(const RoutingTrace& trace, const std::vector<Access>&
 
 }  // namespace
 
-ReplayResult replay(const RoutingTrace& trace, uint32_t capacity, std::optional<CachePolicy> policy,
+ReplayResult replay(const experts::RoutingTrace& trace, uint32_t capacity, std::optional<experts::CachePolicy> policy,
                     int warmup_tokens) {
   if (!policy) return replay_belady(trace, access_stream(trace, warmup_tokens), std::max<uint32_t>(capacity, 1));
-  OnlineCache cache{ExpertCache(std::max<uint32_t>(capacity, 1), trace.n_layer, trace.n_expert, *policy)};
+  OnlineCache cache{experts::ExpertCache(std::max<uint32_t>(capacity, 1), trace.n_layer, trace.n_expert, *policy)};
   return replay_records(trace, warmup_tokens, cache);
 }
 
-ReplayResult replay_oracle(const RoutingTrace& trace, const TraceGenerator& generator, uint32_t capacity,
-                           int warmup_tokens, OracleRule rule) {
+ReplayResult replay_oracle(const experts::RoutingTrace& trace, const experts::TraceGenerator& generator,
+                           uint32_t capacity, int warmup_tokens, OracleRule rule) {
   OracleCache cache(generator, std::max<uint32_t>(capacity, 1), rule);
   return replay_records(trace, warmup_tokens, cache);
 }
 
-}  // namespace hypura::runtime
+}  // namespace hypura::eval

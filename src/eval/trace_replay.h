@@ -18,7 +18,7 @@
 #include "experts/expert_cache.h"
 #include "experts/routing_trace.h"
 
-namespace hypura::runtime {
+namespace hypura::eval {
 
 struct ReplayResult {
   uint64_t accesses = 0;  // counted accesses (after warm-up)
@@ -28,7 +28,7 @@ struct ReplayResult {
 };
 
 // policy empty: Belady's optimal. REQUIRES: capacity >= 1.
-ReplayResult replay(const RoutingTrace& trace, uint32_t capacity, std::optional<CachePolicy> policy,
+ReplayResult replay(const experts::RoutingTrace& trace, uint32_t capacity, std::optional<experts::CachePolicy> policy,
                     int warmup_tokens);
 
 // The distribution oracle: an online cache that knows the generator's true mixture (its
@@ -41,7 +41,7 @@ ReplayResult replay(const RoutingTrace& trace, uint32_t capacity, std::optional<
 // generated traces (Belady's knows the draws themselves). REQUIRES: `trace` made by
 // `generator` (same shape and seed), capacity >= 1.
 enum class OracleRule { kExpectedWait, kNextToken, kPerLayer };
-ReplayResult replay_oracle(const RoutingTrace& trace, const TraceGenerator& generator, uint32_t capacity,
-                           int warmup_tokens, OracleRule rule = OracleRule::kExpectedWait);
+ReplayResult replay_oracle(const experts::RoutingTrace& trace, const experts::TraceGenerator& generator,
+                           uint32_t capacity, int warmup_tokens, OracleRule rule = OracleRule::kExpectedWait);
 
-}  // namespace hypura::runtime
+}  // namespace hypura::eval

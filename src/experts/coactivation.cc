@@ -10,7 +10,7 @@
 #include "common/cache_dir.h"
 #include "common/log.h"
 
-namespace hypura::runtime {
+namespace hypura::experts {
 namespace {
 constexpr size_t kSavedSuccessors = 32;
 }
@@ -166,4 +166,4 @@ std::string CoactivationStats::default_path(const std::string& model_path, uint6
   return (std::filesystem::path(*dir) / "experts" / (name + "-" + std::to_string(model_bytes) + ".json")).string();
 }
 
-}  // namespace hypura::runtime
+}  // namespace hypura::experts

@@ -24,7 +24,7 @@
 
 #include "common/status.h"
 
-namespace hypura::runtime {
+namespace hypura::experts {
 
 class CoactivationStats {
  public:
@@ -71,4 +71,4 @@ class CoactivationStats {
   std::vector<int32_t> last_selected_;       // the previous observe()'s selections
 };
 
-}  // namespace hypura::runtime
+}  // namespace hypura::experts

@@ -5,7 +5,7 @@
 #include <bit>
 #include <cmath>
 
-namespace hypura::runtime {
+namespace hypura::experts {
 
 const char* cache_policy_name(CachePolicy policy) {
   switch (policy) {
@@ -307,4 +307,4 @@ void ExpertCache::erase(int slot) {
   free_hint_ = std::min(free_hint_, slot);
 }
 
-}  // namespace hypura::runtime
+}  // namespace hypura::experts

@@ -51,7 +51,7 @@
 
 #include "common/status.h"
 
-namespace hypura::runtime {
+namespace hypura::experts {
 
 enum class CachePolicy { kLru, kLfu, kAgedLfu, kLayerAware, kLearned, kAdaptive };
 // "lru", "lfu", "aged-lfu", "layer-aware", "learned", "adaptive"
@@ -130,4 +130,4 @@ class ExpertCache {
   std::unique_ptr<Usage> usage_;  // kLearned
 };
 
-}  // namespace hypura::runtime
+}  // namespace hypura::experts

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-namespace hypura::runtime {
+namespace hypura::experts {
 namespace {
 double ratio(double a, double b) { return b > 0 ? a / b : 0; }
 
@@ -169,4 +169,4 @@ std::string expert_run_text(const ExpertRunMetrics& m) {
   return out;
 }
 
-}  // namespace hypura::runtime
+}  // namespace hypura::experts

@@ -39,7 +39,7 @@
 
 #include "experts/expert_provider.h"
 
-namespace hypura::runtime {
+namespace hypura::experts {
 
 struct PredictorRunMetrics {
   double precision = 0, recall = 0;
@@ -80,4 +80,4 @@ ExpertRunMetrics expert_run_metrics(const ExpertProvider& p, const ExpertStats& 
 nlohmann::json expert_run_json(const ExpertRunMetrics& m);
 std::string expert_run_text(const ExpertRunMetrics& m);
 
-}  // namespace hypura::runtime
+}  // namespace hypura::experts

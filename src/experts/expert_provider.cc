@@ -13,7 +13,7 @@
 #include "io/aligned_buffer.h"
 #include "tiers/tensor_view.h"
 
-namespace hypura::runtime {
+namespace hypura::experts {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -62,7 +62,7 @@ bool parse_expert_predictor(const std::string& s, ExpertPredictor* out) {
 }
 
 Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufFile& file,
-                                                               ExpertConfig config, MemoryLedger& ledger,
+                                                               ExpertConfig config, tiers::MemoryLedger& ledger,
                                                                const Progress& progress) {
   std::unique_ptr<ExpertProvider> p(new ExpertProvider(file, ledger));
   p->config_ = std::move(config);
@@ -72,7 +72,7 @@ Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufF
   const uint32_t n_slots = std::max<uint32_t>(p->config_.cache_experts, 1);
   // The cache first: a budget refusal should come before a long load.
   HYPURA_ASSIGN_OR_RETURN(p->cache_memory_,
-                          ledger.allocate(MemoryKind::kExpertCache, n_slots * p->slot_bytes_,
+                          ledger.allocate(tiers::MemoryKind::kExpertCache, n_slots * p->slot_bytes_,
                                           "expert cache (" + std::to_string(n_slots) + " experts)"));
   p->slots_.resize(n_slots);
   const int n_layer = p->n_layer();
@@ -177,7 +177,7 @@ void ExpertProvider::find_routers() {
 Status ExpertProvider::load_resident(bool lock, const Progress& progress) {
   std::vector<bool> wanted(file_.tensors().size());
   for (size_t id = 0; id < wanted.size(); ++id) wanted[id] = part_of_tensor_[id] < 0;
-  HYPURA_ASSIGN_OR_RETURN(resident_, load_resident_tensors(file_, wanted, storages_, ledger_,
+  HYPURA_ASSIGN_OR_RETURN(resident_, tiers::load_resident_tensors(file_, wanted, storages_, ledger_,
                                                            "resident weights (all but experts)", lock,
                                                            progress));
   stats_.load_seconds = resident_.seconds;
@@ -573,7 +573,7 @@ Status ExpertProvider::acquire(int layer, std::span<const model::TensorId> ids,
       return invalid_argument("tensor " + std::to_string(id) + " requested for layer " + std::to_string(layer) +
                               " is an expert tensor (use acquire_experts) or unknown");
     }
-    out[i] = tensor_view(file_.tensors()[id], resident_.data[id]);
+    out[i] = tiers::tensor_view(file_.tensors()[id], resident_.data[id]);
   }
   return Status::ok();
 }
@@ -608,4 +608,4 @@ ExpertStats ExpertProvider::stats() const {
   return s;
 }
 
-}  // namespace hypura::runtime
+}  // namespace hypura::experts

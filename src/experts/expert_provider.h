@@ -52,7 +52,7 @@
 #include "tiers/memory_ledger.h"
 #include "tiers/resident_loader.h"
 
-namespace hypura::runtime {
+namespace hypura::experts {
 
 // Which next-layer predictors drive speculative reads (both are always scored):
 //   kCoactivation  co-activation statistics (coactivation.h), one layer ahead
@@ -155,7 +155,7 @@ class ExpertProvider final : public model::WeightProvider {
   // `file` and `ledger` must outlive the provider. Errors: no stacked expert tensors, a
   // budget refusal (resident weights or cache slots), an unreadable file.
   static Result<std::unique_ptr<ExpertProvider>> create(const gguf::GgufFile& file,
-                                                        ExpertConfig config, MemoryLedger& ledger,
+                                                        ExpertConfig config, tiers::MemoryLedger& ledger,
                                                         const Progress& progress);
   ~ExpertProvider() override;
 
@@ -180,9 +180,9 @@ class ExpertProvider final : public model::WeightProvider {
   uint32_t cache_experts() const { return static_cast<uint32_t>(slots_.size()); }
   uint64_t slot_bytes() const { return slot_bytes_; }
   // The resident load (its memory and file ranges).
-  const ResidentTensors& resident() const { return resident_; }
+  const tiers::ResidentTensors& resident() const { return resident_; }
   // Bench's same-run load reference (resident_loader.h). REQUIRES: no forward pass running.
-  Result<double> reload_resident_bps() { return runtime::reload_resident_bps(storages_, resident_); }
+  Result<double> reload_resident_bps() { return tiers::reload_resident_bps(storages_, resident_); }
   // Bench's same-run I/O reference for the bound: random experts read into two emptied
   // slots (two in flight, like a layer's misses) for `seconds`, nothing computed; bytes
   // per second. Not counted in stats() or storage_bytes_since_load(). REQUIRES: no
@@ -216,7 +216,7 @@ class ExpertProvider final : public model::WeightProvider {
     uint64_t expert_bytes = 0;
   };
 
-  ExpertProvider(const gguf::GgufFile& file, MemoryLedger& ledger) : file_(file), ledger_(ledger) {}
+  ExpertProvider(const gguf::GgufFile& file, tiers::MemoryLedger& ledger) : file_(file), ledger_(ledger) {}
   Status build_layout();
   void find_routers();
   Status load_resident(bool lock, const Progress& progress);
@@ -242,7 +242,7 @@ class ExpertProvider final : public model::WeightProvider {
   compute::WeightView expert_view(int slot, int layer, int part, int expert) const;
 
   const gguf::GgufFile& file_;
-  MemoryLedger& ledger_;
+  tiers::MemoryLedger& ledger_;
   ExpertConfig config_;
   int n_expert_ = 0;
   int n_expert_used_ = 0;  // from the file's metadata; 0: router predictor off
@@ -251,8 +251,8 @@ class ExpertProvider final : public model::WeightProvider {
   std::vector<ExpertLayer> layers_;                     // (n_layer)
   std::vector<int> part_of_tensor_;                     // (n_tensors): 0..2, or -1
   std::vector<int> layer_of_tensor_;                    // (n_tensors): expert tensors' layer
-  ResidentTensors resident_;                            // .data (n_tensors): null for experts
-  LedgerBuffer cache_memory_;                           // (n_slots * slot_bytes_)
+  tiers::ResidentTensors resident_;                     // .data (n_tensors): null for experts
+  tiers::LedgerBuffer cache_memory_;                    // (n_slots * slot_bytes_)
   uint64_t slot_bytes_ = 0;
   std::vector<Slot> slots_;
   std::unique_ptr<ExpertCache> cache_;
@@ -278,4 +278,4 @@ class ExpertProvider final : public model::WeightProvider {
   ExpertStats stats_;
 };
 
-}  // namespace hypura::runtime
+}  // namespace hypura::experts

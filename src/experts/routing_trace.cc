@@ -7,7 +7,7 @@
 #include <random>
 #include <sstream>
 
-namespace hypura::runtime {
+namespace hypura::experts {
 namespace {
 
 constexpr const char* kMagic = "hypura-routing-trace";
@@ -199,4 +199,4 @@ RoutingTrace uniform_trace(int n_layer, int n_expert, int n_expert_used, int n_t
   return trace;
 }
 
-}  // namespace hypura::runtime
+}  // namespace hypura::experts

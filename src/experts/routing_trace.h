@@ -18,7 +18,7 @@
 
 #include "common/status.h"
 
-namespace hypura::runtime {
+namespace hypura::experts {
 
 struct RoutingRecord {
   uint32_t pass = 0;
@@ -77,4 +77,4 @@ struct TraceGenerator {
 // A trace with uniform random routing (what random-weight synthetic models show).
 RoutingTrace uniform_trace(int n_layer, int n_expert, int n_expert_used, int n_tokens, uint64_t seed);
 
-}  // namespace hypura::runtime
+}  // namespace hypura::experts

@@ -155,7 +155,7 @@ class LocalEngine final : public Engine {
   std::string mode() const override { return weights_->mode(); }
   std::string device() const override { return device_kind_name(device_.kind); }
   bool on_gpu() const { return device_.kind == DeviceKind::kCuda; }
-  DeviceWeights& device_weights() { return *device_weights_; }
+  tiers::DeviceWeights& device_weights() { return *device_weights_; }
   const TieredWeights* tiers() const override { return weights_.get(); }
   StepCounts step_counts() const override { return batcher_->counts(); }
   int n_parallel() const override { return weights_->plan().n_seq; }
@@ -192,7 +192,7 @@ class LocalEngine final : public Engine {
   std::unique_ptr<TieredWeights> weights_;  // placed by the planner (tiered_weights.h)
   std::unique_ptr<compute::Context> ctx_;
   DeviceChoice device_;                            // where the forward passes run
-  std::unique_ptr<DeviceWeights> device_weights_;  // the weights in GPU memory (cuda)
+  std::unique_ptr<tiers::DeviceWeights> device_weights_;  // the weights in GPU memory (cuda)
   int64_t n_ctx_ = 0;
   bool kv_f32_ = false;
   std::unique_ptr<StepBatcher> batcher_;  // owns the one Forward all sessions share
@@ -233,13 +233,13 @@ Result<std::unique_ptr<Engine>> LocalEngine::create(const EngineOptions& options
   tier.progress = options.load_progress;
   tier.trace_path = options.trace_path;
   const std::string& predictor = options.expert_predictor;
-  if (!predictor.empty() && !parse_expert_predictor(predictor, &tier.expert_predictor)) {
+  if (!predictor.empty() && !experts::parse_expert_predictor(predictor, &tier.expert_predictor)) {
     return invalid_argument("expert predictor '" + predictor + "' is not none, coact, router or both");
   }
   if (const int d = options.expert_lookahead; d != 0) {
-    if (d < 1 || d > kMaxRouterLookahead) {
+    if (d < 1 || d > experts::kMaxRouterLookahead) {
       return invalid_argument("expert lookahead " + std::to_string(d) + " is not 1.." +
-                              std::to_string(kMaxRouterLookahead));
+                              std::to_string(experts::kMaxRouterLookahead));
     }
     tier.expert_lookahead = d;
   }
@@ -270,7 +270,7 @@ Status LocalEngine::place_on_device(const EngineOptions& options) {
   HYPURA_ASSIGN_OR_RETURN(device_, choose_device(request, file_, model_->hparams(), n_ctx_,
                                                  options.kv_f32, kMaxBatch));
   if (device_.kind == DeviceKind::kCuda) {
-    auto uploaded = DeviceWeights::upload(file_, model_->weights(), weights_->provider());
+    auto uploaded = tiers::DeviceWeights::upload(file_, model_->weights(), weights_->provider());
     if (!uploaded.is_ok()) {
       if (request == DeviceRequest::kCuda) return uploaded.status();
       device_.kind = DeviceKind::kCpu;

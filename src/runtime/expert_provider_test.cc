@@ -36,7 +36,7 @@ struct Case {
   const char* model;
   int slots_per_layer;  // 0: one slot in all
   bool speculate;
-  ExpertPredictor predictor = kDefaultExpertPredictor;
+  experts::ExpertPredictor predictor = experts::kDefaultExpertPredictor;
 };
 
 class ExpertLogits : public testing::TestWithParam<Case> {};
@@ -46,31 +46,31 @@ TEST_P(ExpertLogits, BitIdenticalAndReadsOnlyMisses) {
   Model m = open_model(c.model);
   const auto& hp = m.model->hparams();
   const std::vector<int32_t> tokens = sequence("C");
-  auto resident = ResidentProvider::load(m.file, nullptr);
+  auto resident = tiers::ResidentProvider::load(m.file, nullptr);
   ASSERT_TRUE(resident.is_ok()) << resident.status().message();
   std::vector<float> want;
   ASSERT_TRUE(golden::forward_logits(m.model, *resident.value(), tokens, 5, &want).is_ok());
 
-  ExpertConfig config;
+  experts::ExpertConfig config;
   config.cache_experts = c.slots_per_layer == 0 ? 1 : c.slots_per_layer * static_cast<uint32_t>(hp.n_layer);
   config.speculate = c.speculate;
   config.predictor = c.predictor;
   config.min_confidence = 0.0;  // speculate whenever the predictor has support
   config.storage.queue_depth = 8;
-  MemoryLedger probe(0);
+  tiers::MemoryLedger probe(0);
   {
-    auto p = ExpertProvider::create(m.file, config, probe, nullptr);
+    auto p = experts::ExpertProvider::create(m.file, config, probe, nullptr);
     ASSERT_TRUE(p.is_ok()) << p.status().message();
   }
   const uint64_t needed = probe.snapshot().peak;
-  MemoryLedger too_small(needed - 1);
-  EXPECT_EQ(ExpertProvider::create(m.file, config, too_small, nullptr).status().code(),
+  tiers::MemoryLedger too_small(needed - 1);
+  EXPECT_EQ(experts::ExpertProvider::create(m.file, config, too_small, nullptr).status().code(),
             StatusCode::kResourceExhausted);
-  MemoryLedger ledger(needed);
-  auto created = ExpertProvider::create(m.file, config, ledger, nullptr);
+  tiers::MemoryLedger ledger(needed);
+  auto created = experts::ExpertProvider::create(m.file, config, ledger, nullptr);
   ASSERT_TRUE(created.is_ok()) << created.status().message();
-  ExpertProvider& ep = *created.value();
-  RoutingTrace trace;
+  experts::ExpertProvider& ep = *created.value();
+  experts::RoutingTrace trace;
   ep.record_trace(&trace);
   std::vector<float> got;
   Status st = golden::forward_logits(m.model, ep, tokens, 5, &got);
@@ -79,7 +79,7 @@ TEST_P(ExpertLogits, BitIdenticalAndReadsOnlyMisses) {
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
       << "expert-streaming logits differ from resident ones";
 
-  const ExpertStats s = ep.stats();
+  const experts::ExpertStats s = ep.stats();
   EXPECT_EQ(s.bytes_read, s.demand_bytes + s.speculative_bytes);
   EXPECT_EQ(ep.storage_bytes_since_load(), s.bytes_read) << "reads outside the accounting";
   if (std::string(c.model).find("f32") != std::string::npos) {  // equal expert sizes per layer
@@ -91,7 +91,7 @@ TEST_P(ExpertLogits, BitIdenticalAndReadsOnlyMisses) {
   EXPECT_NEAR(s.stall_seconds, s.stall_miss.seconds + s.stall_prefetched.seconds, 1e-9 * (1 + s.stall_seconds));
   EXPECT_LE(s.stall_miss.waits, s.misses);
   EXPECT_LE(s.stall_prefetched.waits, s.speculative_used);
-  if (!c.speculate || c.predictor == ExpertPredictor::kNone) {
+  if (!c.speculate || c.predictor == experts::ExpertPredictor::kNone) {
     EXPECT_EQ(s.speculative_reads, 0u);
   }
   // Both predictors are scored whatever reads; the router one guesses every layer after
@@ -102,10 +102,10 @@ TEST_P(ExpertLogits, BitIdenticalAndReadsOnlyMisses) {
   EXPECT_EQ(s.router_at[0].predicted, s.router.predicted);
   EXPECT_EQ(s.router_at[0].correct, s.router.correct);
   EXPECT_LE(s.router_confident_at[0].predicted, s.router_at[0].predicted);
-  if (c.predictor == ExpertPredictor::kCoactivation) {
+  if (c.predictor == experts::ExpertPredictor::kCoactivation) {
     EXPECT_EQ(s.router.reads, 0u);
   }
-  if (c.predictor == ExpertPredictor::kRouter) {
+  if (c.predictor == experts::ExpertPredictor::kRouter) {
     EXPECT_EQ(s.coact.reads, 0u);
   }
   EXPECT_LE(s.router.reads_used + s.coact.reads_used, s.router.reads + s.coact.reads);
@@ -131,13 +131,15 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{"qwen3moe-f32", 1, false}, Case{"qwen3moe-f32", 16, false},
                     Case{"qwen3moe-f32", 6, true}, Case{"qwen3moe-f32", 0, true},
                     Case{"qwen3moe-q4_k_m", 4, true}, Case{"qwen3moe-q4_k_m", 1, false},
-                    Case{"mixtral-f32", 1, true, ExpertPredictor::kRouter},
-                    Case{"mixtral-q4_k_m", 3, true, ExpertPredictor::kCoactivation},
-                    Case{"qwen3moe-f32", 2, true, ExpertPredictor::kRouter},
-                    Case{"qwen3moe-q4_k_m", 0, true, ExpertPredictor::kRouter}),
+                    Case{"mixtral-f32", 1, true, experts::ExpertPredictor::kRouter},
+                    Case{"mixtral-q4_k_m", 3, true, experts::ExpertPredictor::kCoactivation},
+                    Case{"qwen3moe-f32", 2, true, experts::ExpertPredictor::kRouter},
+                    Case{"qwen3moe-q4_k_m", 0, true, experts::ExpertPredictor::kRouter}),
     [](const auto& info) {
       std::string n = std::string(info.param.model) + "_" + std::to_string(info.param.slots_per_layer) +
-                      (info.param.speculate ? std::string("_spec_") + expert_predictor_name(info.param.predictor) : "");
+                      (info.param.speculate
+                           ? std::string("_spec_") + experts::expert_predictor_name(info.param.predictor)
+                           : "");
       for (char& ch : n) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
       return n;
     });
@@ -147,15 +149,15 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(ExpertProvider, RouterPredictorReadsTheNextRoutersTopK) {
   Model m = open_model("mixtral-f32");
   const auto& hp = m.model->hparams();
-  ExpertConfig config;
+  experts::ExpertConfig config;
   config.cache_experts = static_cast<uint32_t>(hp.n_layer * hp.n_expert);  // nothing evicted
-  config.predictor = ExpertPredictor::kRouter;
+  config.predictor = experts::ExpertPredictor::kRouter;
   config.router_lookahead = 1;
   config.router_min_prob = 0.0;  // read every guess
-  MemoryLedger ledger(0);
-  auto created = ExpertProvider::create(m.file, config, ledger, nullptr);
+  tiers::MemoryLedger ledger(0);
+  auto created = experts::ExpertProvider::create(m.file, config, ledger, nullptr);
   ASSERT_TRUE(created.is_ok()) << created.status().message();
-  ExpertProvider& ep = *created.value();
+  experts::ExpertProvider& ep = *created.value();
 
   std::vector<float> x(static_cast<size_t>(hp.n_embd));  // (n_embd): one token
   std::mt19937 rng(7);
@@ -181,7 +183,7 @@ TEST(ExpertProvider, RouterPredictorReadsTheNextRoutersTopK) {
   ep.route(0, layer0, 2);
   EXPECT_EQ(ep.stats().router.reads, want.size()) << "the guess is read before layer 1 routes";
   ep.route(1, want, 2);
-  const ExpertStats s = ep.stats();
+  const experts::ExpertStats s = ep.stats();
   EXPECT_EQ(s.router.predicted, want.size());
   EXPECT_EQ(s.router.correct, want.size());
   EXPECT_EQ(s.router.reads_used, want.size());
@@ -201,7 +203,7 @@ TEST(ExpertProvider, RouterPredictorReadsTheNextRoutersTopK) {
 
   // A probability no guess reaches: guesses are still made and scored, none is read.
   config.router_min_prob = 1.01;
-  auto strict = ExpertProvider::create(m.file, config, ledger, nullptr);
+  auto strict = experts::ExpertProvider::create(m.file, config, ledger, nullptr);
   ASSERT_TRUE(strict.is_ok()) << strict.status().message();
   strict.value()->observe_hidden(0, x, 1);
   strict.value()->route(0, layer0, 2);
@@ -218,14 +220,14 @@ TEST(ExpertProvider, OrdersCachedExpertsBeforeReads) {
   const auto& hp = m.model->hparams();
   const auto& layer0 = m.model->weights().layers[0];
   for (bool by_arrival : {true, false}) {
-    ExpertConfig config;
+    experts::ExpertConfig config;
     config.cache_experts = static_cast<uint32_t>(hp.n_layer * hp.n_expert);
     config.speculate = false;
     config.order_by_arrival = by_arrival;
-    MemoryLedger ledger(0);
-    auto created = ExpertProvider::create(m.file, config, ledger, nullptr);
+    tiers::MemoryLedger ledger(0);
+    auto created = experts::ExpertProvider::create(m.file, config, ledger, nullptr);
     ASSERT_TRUE(created.is_ok()) << created.status().message();
-    ExpertProvider& ep = *created.value();
+    experts::ExpertProvider& ep = *created.value();
     const std::vector<int32_t> first = {5, 6};  // (1 token, n_expert_used = 2)
     ep.route(0, first, 2);
     for (int32_t e : first) {
@@ -247,19 +249,19 @@ TEST(ExpertProvider, OrdersCachedExpertsBeforeReads) {
 TEST(ExpertProvider, IoReferenceLeavesTheCacheCorrect) {
   Model m = open_model("mixtral-f32");
   const std::vector<int32_t> tokens = sequence("B");
-  auto resident = ResidentProvider::load(m.file, nullptr);
+  auto resident = tiers::ResidentProvider::load(m.file, nullptr);
   ASSERT_TRUE(resident.is_ok()) << resident.status().message();
   std::vector<float> want;
   ASSERT_TRUE(golden::forward_logits(m.model, *resident.value(), tokens, 3, &want).is_ok());
-  ExpertConfig config;
+  experts::ExpertConfig config;
   config.cache_experts = 6;
-  MemoryLedger ledger(0);
-  auto created = ExpertProvider::create(m.file, config, ledger, nullptr);
+  tiers::MemoryLedger ledger(0);
+  auto created = experts::ExpertProvider::create(m.file, config, ledger, nullptr);
   ASSERT_TRUE(created.is_ok()) << created.status().message();
-  ExpertProvider& ep = *created.value();
+  experts::ExpertProvider& ep = *created.value();
   std::vector<float> got;
   ASSERT_TRUE(golden::forward_logits(m.model, ep, tokens, 3, &got).is_ok());
-  const ExpertStats before = ep.stats();
+  const experts::ExpertStats before = ep.stats();
   auto bps = ep.measure_io_only_bps(0.05);
   ASSERT_TRUE(bps.is_ok()) << bps.status().message();
   EXPECT_GT(bps.value(), 0);
@@ -280,14 +282,14 @@ TEST(ExpertProvider, FailedExpertReadEndsThePassWithAClearError) {
   io::FaultPlan plan;
   plan.fail_begin = t.offset;
   plan.fail_end = t.offset + t.n_bytes;
-  ExpertConfig config;
+  experts::ExpertConfig config;
   config.cache_experts = 4;
   config.storage.queue_depth = 4;
   config.make_queue = [plan] {
     return std::make_unique<io::FaultInjectingQueue>(io::make_thread_queue(4, 2), plan);
   };
-  MemoryLedger ledger(0);
-  auto p = ExpertProvider::create(m.file, config, ledger, nullptr);
+  tiers::MemoryLedger ledger(0);
+  auto p = experts::ExpertProvider::create(m.file, config, ledger, nullptr);
   ASSERT_TRUE(p.is_ok()) << p.status().message();
   std::vector<float> logits;
   const Status st = golden::forward_logits(m.model, *p.value(), sequence("B"), 3, &logits);
@@ -302,24 +304,24 @@ TEST(ExpertProvider, CoactivationStatisticsPersist) {
   const std::string dir = testing::TempDir() + "/hypura_coact_test_" + std::to_string(::getpid());
   const std::string path = dir + "/stats.json";
   std::filesystem::remove(path);
-  ExpertConfig config;
+  experts::ExpertConfig config;
   config.cache_experts = 4;
   config.stats_path = path;
-  MemoryLedger ledger(0);
+  tiers::MemoryLedger ledger(0);
   {
-    auto p = ExpertProvider::create(m.file, config, ledger, nullptr);
+    auto p = experts::ExpertProvider::create(m.file, config, ledger, nullptr);
     ASSERT_TRUE(p.is_ok());
     std::vector<float> logits;
     ASSERT_TRUE(golden::forward_logits(m.model, *p.value(), sequence("C"), 5, &logits).is_ok());
     ASSERT_TRUE(p.value()->save_stats().is_ok());
   }
-  auto loaded = CoactivationStats::load(path, 2, 8);
+  auto loaded = experts::CoactivationStats::load(path, 2, 8);
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
   EXPECT_EQ(loaded->tokens(), sequence("C").size());
   uint64_t layer0 = 0;
   for (int e = 0; e < 8; ++e) layer0 += loaded->frequency(0, e);
   EXPECT_EQ(layer0, sequence("C").size() * 2);  // top-2 per token
-  EXPECT_FALSE(CoactivationStats::load(path, 2, 16).is_ok());  // another geometry
+  EXPECT_FALSE(experts::CoactivationStats::load(path, 2, 16).is_ok());  // another geometry
   std::filesystem::remove_all(dir);
 }
 

@@ -65,9 +65,9 @@ bool have_gpu() {
 struct Loaded {
   gguf::GgufFile file;
   std::shared_ptr<const model::Model> model;
-  std::unique_ptr<ResidentProvider> provider;
+  std::unique_ptr<tiers::ResidentProvider> provider;
   std::unique_ptr<compute::Context> ctx;
-  std::unique_ptr<DeviceWeights> device;  // on the first GPU pass
+  std::unique_ptr<tiers::DeviceWeights> device;  // on the first GPU pass
 };
 
 // A forward pass and its KV cache, on the CPU or the GPU; a GPU failure fails the test.
@@ -86,7 +86,7 @@ Pass make_pass(Loaded& l, bool gpu, bool kv_f32, int64_t n_ctx) {
   }
   EXPECT_FALSE(kv_f32) << "the GPU keeps its KV cache in F16";
   if (!l.device) {
-    auto d = DeviceWeights::upload(l.file, l.model->weights(), *l.provider);
+    auto d = tiers::DeviceWeights::upload(l.file, l.model->weights(), *l.provider);
     EXPECT_TRUE(d.is_ok()) << d.status().message();
     if (!d.is_ok()) return p;
     l.device = std::move(d).value();
@@ -111,7 +111,7 @@ std::unique_ptr<Loaded> load(const std::string& name) {
   EXPECT_TRUE(model.is_ok()) << model.status().message();
   if (!model.is_ok()) return nullptr;
   l->model = model.value();
-  auto provider = ResidentProvider::load(l->file, nullptr);
+  auto provider = tiers::ResidentProvider::load(l->file, nullptr);
   EXPECT_TRUE(provider.is_ok()) << provider.status().message();
   if (!provider.is_ok()) return nullptr;
   l->provider = std::move(provider).value();

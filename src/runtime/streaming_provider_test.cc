@@ -74,33 +74,33 @@ TEST_P(StreamedLogits, BitIdenticalAndReadsPlannedBytes) {
   const std::vector<int32_t> tokens = sequence("B");
   ASSERT_GE(tokens.size(), 8u);
 
-  auto resident = ResidentProvider::load(m.file, nullptr);
+  auto resident = tiers::ResidentProvider::load(m.file, nullptr);
   ASSERT_TRUE(resident.is_ok()) << resident.status().message();
   uint64_t resident_passes = 0;
   const std::vector<float> want = run(m, *resident.value(), tokens, 5, &resident_passes);
 
-  StreamingConfig config;
+  tiers::StreamingConfig config;
   config.streamed = ffn_mask(m, c.stride);
   config.n_slots = c.n_slots;
   config.prefetch_depth = c.n_slots - 1;
   // The budget: the whole file minus what streams, plus the pool and some alignment slack.
   const uint64_t streamed_bytes = masked_bytes(m, config.streamed);
   ASSERT_GT(streamed_bytes, 0u);
-  MemoryLedger unlimited(0);
+  tiers::MemoryLedger unlimited(0);
   uint64_t needed = 0;
   {
-    auto probe = StreamingProvider::create(m.file, config, unlimited, nullptr);
+    auto probe = tiers::StreamingProvider::create(m.file, config, unlimited, nullptr);
     ASSERT_TRUE(probe.is_ok()) << probe.status().message();
     needed = unlimited.used();
   }
-  MemoryLedger too_small(needed - 1);
-  EXPECT_EQ(StreamingProvider::create(m.file, config, too_small, nullptr).status().code(),
+  tiers::MemoryLedger too_small(needed - 1);
+  EXPECT_EQ(tiers::StreamingProvider::create(m.file, config, too_small, nullptr).status().code(),
             StatusCode::kResourceExhausted);
 
-  MemoryLedger ledger(needed);
-  auto streaming = StreamingProvider::create(m.file, config, ledger, nullptr);
+  tiers::MemoryLedger ledger(needed);
+  auto streaming = tiers::StreamingProvider::create(m.file, config, ledger, nullptr);
   ASSERT_TRUE(streaming.is_ok()) << streaming.status().message();
-  StreamingProvider& sp = *streaming.value();
+  tiers::StreamingProvider& sp = *streaming.value();
   EXPECT_EQ(sp.bytes_per_pass(), streamed_bytes);
   uint64_t passes = 0;
   const std::vector<float> got = run(m, sp, tokens, 5, &passes);
@@ -108,7 +108,7 @@ TEST_P(StreamedLogits, BitIdenticalAndReadsPlannedBytes) {
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
       << "streamed logits differ from resident ones";
-  const StreamingStats s = sp.stats();
+  const tiers::StreamingStats s = sp.stats();
   EXPECT_EQ(passes, tokens.size() - 4);
   EXPECT_EQ(s.passes, passes);
   // Reads ahead into the next pass are not yet consumed; everything else was used once.
@@ -135,22 +135,22 @@ INSTANTIATE_TEST_SUITE_P(Archs, StreamedLogits,
 TEST(StreamingReferences, IoOnlyPassesAndReloadKeepTheWeights) {
   Model m = open_model("llama-q4_k_m");
   const std::vector<int32_t> tokens = sequence("B");
-  StreamingConfig config;
+  tiers::StreamingConfig config;
   config.streamed = ffn_mask(m, 2);
-  MemoryLedger ledger(0);
-  auto created = StreamingProvider::create(m.file, config, ledger, nullptr);
+  tiers::MemoryLedger ledger(0);
+  auto created = tiers::StreamingProvider::create(m.file, config, ledger, nullptr);
   ASSERT_TRUE(created.is_ok()) << created.status().message();
-  StreamingProvider& sp = *created.value();
+  tiers::StreamingProvider& sp = *created.value();
   uint64_t passes = 0;
   const std::vector<float> want = run(m, sp, tokens, 5, &passes);
   const std::vector<uint8_t> resident_before(sp.resident().buffer.data(),
                                              sp.resident().buffer.data() + sp.resident().bytes);
 
-  const StreamingStats before = sp.stats();
+  const tiers::StreamingStats before = sp.stats();
   auto bps = sp.measure_io_only_bps(0);  // at least one whole pass
   ASSERT_TRUE(bps.is_ok()) << bps.status().message();
   EXPECT_GT(bps.value(), 0);
-  const StreamingStats after = sp.stats();
+  const tiers::StreamingStats after = sp.stats();
   EXPECT_GE(after.passes, before.passes + 1);
   EXPECT_EQ((after.bytes_read - after.unconsumed_bytes) - (before.bytes_read - before.unconsumed_bytes),
             sp.bytes_per_pass() * (after.passes - before.passes));
@@ -164,9 +164,9 @@ TEST(StreamingReferences, IoOnlyPassesAndReloadKeepTheWeights) {
 }
 
 // Builds a provider whose reads go through a fault-injecting engine.
-Result<std::unique_ptr<StreamingProvider>> faulty(const Model& m, io::FaultPlan plan, int n_slots,
-                                                  MemoryLedger& ledger) {
-  StreamingConfig config;
+Result<std::unique_ptr<tiers::StreamingProvider>> faulty(const Model& m, io::FaultPlan plan, int n_slots,
+                                                  tiers::MemoryLedger& ledger) {
+  tiers::StreamingConfig config;
   config.streamed = ffn_mask(m, 1);
   config.n_slots = n_slots;
   config.prefetch_depth = n_slots - 1;
@@ -174,7 +174,7 @@ Result<std::unique_ptr<StreamingProvider>> faulty(const Model& m, io::FaultPlan 
   config.make_queue = [plan] {
     return std::make_unique<io::FaultInjectingQueue>(io::make_thread_queue(4, 2), plan);
   };
-  return StreamingProvider::create(m.file, config, ledger, nullptr);
+  return tiers::StreamingProvider::create(m.file, config, ledger, nullptr);
 }
 
 std::vector<model::TensorId> ffn_ids(const Model& m, int layer) {
@@ -234,9 +234,9 @@ bool holds_pattern(const compute::WeightView& v, size_t tensor) {
   return true;
 }
 
-Result<std::unique_ptr<StreamingProvider>> layered_provider(const Layered& l, int n_slots,
-                                                            int64_t delay_us, MemoryLedger& ledger) {
-  StreamingConfig config;
+Result<std::unique_ptr<tiers::StreamingProvider>> layered_provider(const Layered& l, int n_slots,
+                                                            int64_t delay_us, tiers::MemoryLedger& ledger) {
+  tiers::StreamingConfig config;
   config.streamed.assign(l.file.tensors().size(), true);
   config.streamed[0] = false;
   config.n_slots = n_slots;
@@ -247,7 +247,7 @@ Result<std::unique_ptr<StreamingProvider>> layered_provider(const Layered& l, in
   config.make_queue = [plan] {
     return std::make_unique<io::FaultInjectingQueue>(io::make_thread_queue(4, 2), plan);
   };
-  return StreamingProvider::create(l.file, config, ledger, nullptr);
+  return tiers::StreamingProvider::create(l.file, config, ledger, nullptr);
 }
 
 // Three passes over the layers, as the forward pass drives the provider: every layer's
@@ -255,10 +255,10 @@ Result<std::unique_ptr<StreamingProvider>> layered_provider(const Layered& l, in
 // per pass (plus the read-ahead into the next pass).
 TEST(StreamingProvider, RingReadsEveryLayerOncePerPass) {
   Layered l = write_layered();
-  MemoryLedger ledger(0);
+  tiers::MemoryLedger ledger(0);
   auto p = layered_provider(l, 3, 0, ledger);
   ASSERT_TRUE(p.is_ok()) << p.status().message();
-  StreamingProvider& sp = *p.value();
+  tiers::StreamingProvider& sp = *p.value();
   EXPECT_EQ(sp.n_streamed_layers(), kLayers);
   EXPECT_EQ(sp.bytes_per_pass(), uint64_t{kLayers} * kCols * kRows * 4);
   for (int pass = 0; pass < 3; ++pass) {
@@ -276,7 +276,7 @@ TEST(StreamingProvider, RingReadsEveryLayerOncePerPass) {
     }
     sp.release(-1);
   }
-  const StreamingStats s = sp.stats();
+  const tiers::StreamingStats s = sp.stats();
   EXPECT_EQ(s.passes, 3u);
   EXPECT_EQ(s.demand_reads, 0u);
   EXPECT_EQ(s.bytes_read - s.unconsumed_bytes, 3 * sp.bytes_per_pass());
@@ -287,10 +287,10 @@ TEST(StreamingProvider, RingReadsEveryLayerOncePerPass) {
 // read-ahead fills the other slots, and no slot is reused before its layer is released.
 TEST(StreamingProvider, NeverEvictsSlotInUseOrReading) {
   Layered l = write_layered();
-  MemoryLedger ledger(0);
+  tiers::MemoryLedger ledger(0);
   auto p = layered_provider(l, 3, 20000, ledger);
   ASSERT_TRUE(p.is_ok()) << p.status().message();
-  StreamingProvider& sp = *p.value();
+  tiers::StreamingProvider& sp = *p.value();
 
   compute::WeightView g;
   const model::TensorId embd = 0;
@@ -339,10 +339,10 @@ TEST(StreamingProvider, NeverEvictsSlotInUseOrReading) {
 // on demand and carries on from there.
 TEST(StreamingProvider, OutOfOrderAcquireReadsOnDemand) {
   Layered l = write_layered();
-  MemoryLedger ledger(0);
+  tiers::MemoryLedger ledger(0);
   auto p = layered_provider(l, 2, 0, ledger);
   ASSERT_TRUE(p.is_ok()) << p.status().message();
-  StreamingProvider& sp = *p.value();
+  tiers::StreamingProvider& sp = *p.value();
   for (int layer : {5, 6, 2, 3}) {
     const model::TensorId id = layer_tensor(layer);
     compute::WeightView v;
@@ -361,7 +361,7 @@ TEST(StreamingProvider, FailedReadEndsRequestWithClearError) {
   io::FaultPlan plan;
   plan.fail_begin = t.offset;
   plan.fail_end = t.offset + 1;
-  MemoryLedger ledger(0);
+  tiers::MemoryLedger ledger(0);
   auto p = faulty(m, plan, 3, ledger);
   ASSERT_TRUE(p.is_ok()) << p.status().message();
   const std::vector<int32_t> tokens = sequence("A");
@@ -385,7 +385,7 @@ TEST(StreamingProvider, FailedResidentLoadIsAnError) {
   io::FaultPlan plan;
   plan.fail_begin = t.offset;
   plan.fail_end = t.offset + t.n_bytes;
-  MemoryLedger ledger(0);
+  tiers::MemoryLedger ledger(0);
   auto p = faulty(m, plan, 3, ledger);
   ASSERT_FALSE(p.is_ok());
   EXPECT_NE(p.status().message().find("resident"), std::string::npos) << p.status().message();
@@ -395,10 +395,10 @@ TEST(StreamingProvider, FailedResidentLoadIsAnError) {
 // A config of the wrong size is refused.
 TEST(StreamingProvider, RejectsBadConfig) {
   Model m = open_model("llama-q4_k_m");
-  MemoryLedger ledger(0);
-  StreamingConfig config;
+  tiers::MemoryLedger ledger(0);
+  tiers::StreamingConfig config;
   config.streamed.assign(3, false);
-  EXPECT_EQ(StreamingProvider::create(m.file, config, ledger, nullptr).status().code(),
+  EXPECT_EQ(tiers::StreamingProvider::create(m.file, config, ledger, nullptr).status().code(),
             StatusCode::kInvalidArgument);
 }
 
@@ -407,21 +407,21 @@ TEST(StreamingProvider, RejectsBadConfig) {
 TEST(StreamingProvider, StreamsGlobalTensorsToo) {
   Model m = open_model("llama-q4_k_m");
   const std::vector<int32_t> tokens = sequence("B");
-  auto resident = ResidentProvider::load(m.file, nullptr);
+  auto resident = tiers::ResidentProvider::load(m.file, nullptr);
   ASSERT_TRUE(resident.is_ok());
   uint64_t passes = 0;
   const std::vector<float> want = run(m, *resident.value(), tokens, 2, &passes);
-  StreamingConfig config;
+  tiers::StreamingConfig config;
   config.streamed = ffn_mask(m, 1);
   config.streamed[m.model->weights().output] = true;
   config.streamed[m.model->weights().token_embd] = true;
-  MemoryLedger ledger(0);
-  auto p = StreamingProvider::create(m.file, config, ledger, nullptr);
+  tiers::MemoryLedger ledger(0);
+  auto p = tiers::StreamingProvider::create(m.file, config, ledger, nullptr);
   ASSERT_TRUE(p.is_ok()) << p.status().message();
   EXPECT_EQ(p.value()->n_streamed_layers(), m.model->hparams().n_layer + 1);
   const std::vector<float> got = run(m, *p.value(), tokens, 2, &passes);
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
-  const StreamingStats s = p.value()->stats();
+  const tiers::StreamingStats s = p.value()->stats();
   EXPECT_EQ(s.bytes_read - s.unconsumed_bytes, masked_bytes(m, config.streamed) * passes);
 }
 

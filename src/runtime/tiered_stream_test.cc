@@ -27,26 +27,15 @@
 namespace hypura::runtime {
 namespace {
 
-using golden::sequence;
-
 class TieredStream : public testing::TestWithParam<const char*> {};
 
 TEST_P(TieredStream, BudgetForcesStreamingWithIdenticalLogits) {
-  const golden::Model m = golden::open_model(GetParam());
-  ASSERT_NE(m.model, nullptr);
+  auto [m, tokens, opts, need] = golden::tiered_start(GetParam());
+  ASSERT_GT(need, 0u);
   const gguf::GgufFile& file = m.file;
   const auto& model = m.model;
-  std::vector<int32_t> tokens = sequence("B");
-  tokens.resize(10);
-  TierOptions opts = golden::fixture_tier_options();
-  auto roomy = TieredWeights::load(file, opts);
-  ASSERT_TRUE(roomy.is_ok()) << roomy.status().message();
-  EXPECT_EQ(roomy.value()->mode(), "full-resident");
-  EXPECT_EQ(roomy.value()->streamed_bytes_per_pass(), 0u);
   // A budget short of what the resident plan needs: for these tiny models the pool's
   // alignment slack eats most of the saving, so take the largest shortfall that has a plan.
-  const uint64_t need = roomy.value()->plan().memory.ram_total();
-  roomy.value().reset();
   Result<std::unique_ptr<TieredWeights>> tight = invalid_argument("no budget tried");
   for (uint64_t shortfall : {400000, 300000, 200000, 120000, 80000, 40000, 20000, 10000, 5000}) {
     opts.plan.budgets.ram_bytes = need - shortfall;
@@ -73,7 +62,7 @@ TEST_P(TieredStream, BudgetForcesStreamingWithIdenticalLogits) {
     EXPECT_EQ(w.streamed_bytes_per_pass(), plan.prediction.storage_bytes_per_token);
   }
 
-  auto mmap = MmapProvider::open(file);
+  auto mmap = tiers::MmapProvider::open(file);
   ASSERT_TRUE(mmap.is_ok());
   uint64_t passes = 0;
   std::vector<float> want, got;
@@ -81,7 +70,7 @@ TEST_P(TieredStream, BudgetForcesStreamingWithIdenticalLogits) {
   ASSERT_TRUE(golden::forward_logits(model, w.provider(), tokens, 4, &got, &passes).is_ok());
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
-  const StreamingStats s = w.streaming().stats();
+  const tiers::StreamingStats s = w.streaming().stats();
   EXPECT_EQ(passes, 7u);
   EXPECT_EQ(s.bytes_read - s.unconsumed_bytes,
             planned * passes);

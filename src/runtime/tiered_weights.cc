@@ -10,15 +10,15 @@
 namespace hypura::runtime {
 
 std::string ledger_dry_run(const scheduler::MemoryPlan& m) {
-  MemoryLedger ledger(m.ram_limit);
-  const std::pair<MemoryKind, uint64_t> charges[] = {
-      {MemoryKind::kProcess, m.overhead_ram},     {MemoryKind::kKvCache, m.kv_ram},
-      {MemoryKind::kWork, m.work_ram},            {MemoryKind::kStreamPool, m.pool},
-      {MemoryKind::kExpertCache, m.expert_cache}, {MemoryKind::kResidentWeights, m.ram_weights}};
-  std::vector<Reservation> held;
+  tiers::MemoryLedger ledger(m.ram_limit);
+  const std::pair<tiers::MemoryKind, uint64_t> charges[] = {
+      {tiers::MemoryKind::kProcess, m.overhead_ram},     {tiers::MemoryKind::kKvCache, m.kv_ram},
+      {tiers::MemoryKind::kWork, m.work_ram},            {tiers::MemoryKind::kStreamPool, m.pool},
+      {tiers::MemoryKind::kExpertCache, m.expert_cache}, {tiers::MemoryKind::kResidentWeights, m.ram_weights}};
+  std::vector<tiers::Reservation> held;
   for (const auto& [kind, bytes] : charges) {
     if (bytes == 0) continue;
-    auto r = ledger.reserve(kind, bytes, memory_kind_name(kind));
+    auto r = ledger.reserve(kind, bytes, tiers::memory_kind_name(kind));
     if (!r.is_ok()) return "would refuse: " + r.status().message();
     held.push_back(std::move(r).value());
   }
@@ -31,14 +31,14 @@ Result<std::unique_ptr<TieredWeights>> TieredWeights::load(const gguf::GgufFile&
   HYPURA_ASSIGN_OR_RETURN(w->planned_, plan_weights(file, options.plan));
   const scheduler::Plan& plan = w->planned_.plan;
   const scheduler::ModelTensors& tensors = w->planned_.tensors;
-  w->ledger_ = std::make_unique<MemoryLedger>(plan.memory.ram_limit);
+  w->ledger_ = std::make_unique<tiers::MemoryLedger>(plan.memory.ram_limit);
   HYPURA_RETURN_IF_ERROR(w->charge_fixed());
   if (plan.mode == scheduler::Mode::kExpertStreaming) {
     HYPURA_RETURN_IF_ERROR(w->load_experts(file, options));
     return w;
   }
 
-  StreamingConfig config;
+  tiers::StreamingConfig config;
   config.streamed.assign(file.tensors().size(), false);
   for (size_t i = 0; i < tensors.tensors.size(); ++i) {
     const int32_t id = tensors.tensors[i].file_index;
@@ -49,7 +49,7 @@ Result<std::unique_ptr<TieredWeights>> TieredWeights::load(const gguf::GgufFile&
   config.lock_resident = options.lock_resident;
   if (plan.io_queue_depth > 0) config.storage.queue_depth = plan.io_queue_depth;
   if (plan.io_request_bytes > 0) config.storage.request_bytes = plan.io_request_bytes;
-  HYPURA_ASSIGN_OR_RETURN(w->provider_, StreamingProvider::create(file, std::move(config),
+  HYPURA_ASSIGN_OR_RETURN(w->provider_, tiers::StreamingProvider::create(file, std::move(config),
                                                                  *w->ledger_, options.progress));
   spdlog::info("mode {}: {} resident, {} streamed per token through {} slots of {} "
                "(prefetch {}); ledger {}",
@@ -64,22 +64,24 @@ Result<std::unique_ptr<TieredWeights>> TieredWeights::load(const gguf::GgufFile&
 // cache of the plan's size (expert_provider.h).
 Status TieredWeights::load_experts(const gguf::GgufFile& file, const TierOptions& options) {
   const scheduler::Plan& plan = planned_.plan;
-  ExpertConfig config;
+  experts::ExpertConfig config;
   config.cache_experts = std::max<uint32_t>(plan.expert_cache_experts, 1);
   config.lock_resident = options.lock_resident;
   config.predictor = options.expert_predictor;
   config.router_lookahead = options.expert_lookahead;
-  config.stats_path = CoactivationStats::default_path(file.paths().front(), file.total_bytes());
+  config.stats_path = experts::CoactivationStats::default_path(file.paths().front(), file.total_bytes());
   if (plan.io_queue_depth > 0) config.storage.queue_depth = plan.io_queue_depth;
   if (plan.io_request_bytes > 0) config.storage.request_bytes = plan.io_request_bytes;
-  HYPURA_ASSIGN_OR_RETURN(experts_, ExpertProvider::create(file, std::move(config), *ledger_, options.progress));
+  HYPURA_ASSIGN_OR_RETURN(experts_,
+                          experts::ExpertProvider::create(file, std::move(config), *ledger_, options.progress));
   if (!options.trace_path.empty()) {
     trace_path_ = options.trace_path;
     experts_->record_trace(&trace_);
   }
   spdlog::info("mode {}: {} resident, expert cache of {} experts x {} ({} policy); ledger {}", mode(),
                format_size(experts_->stats().resident_bytes), experts_->cache_experts(),
-               format_size(experts_->slot_bytes()), cache_policy_name(kDefaultCachePolicy), ledger_->summary());
+               format_size(experts_->slot_bytes()), experts::cache_policy_name(experts::kDefaultCachePolicy),
+               ledger_->summary());
   return Status::ok();
 }
 
@@ -113,7 +115,7 @@ Result<scheduler::PlannedModel> plan_weights(const gguf::GgufFile& file, schedul
   if (request.expert_frequency.empty()) {
     HYPURA_ASSIGN_OR_RETURN(scheduler::ModelTensors shape, scheduler::model_tensors_from_gguf(file));
     if (shape.n_expert > 0) {
-      request.expert_frequency = CoactivationStats::recorded_frequency(
+      request.expert_frequency = experts::CoactivationStats::recorded_frequency(
           file.paths().front(), file.total_bytes(), shape.n_layer, static_cast<int>(shape.n_expert));
     }
   }
@@ -131,13 +133,13 @@ scheduler::Prediction TieredWeights::predict_with(const profiler::HardwareProfil
 // (scheduler::process_overhead_bytes), and bench checks it against the peak RSS.
 Status TieredWeights::charge_fixed() {
   const scheduler::MemoryPlan& m = planned_.plan.memory;
-  if (const uint64_t rss = current_rss_bytes(); rss > m.overhead_ram) {
+  if (const uint64_t rss = tiers::current_rss_bytes(); rss > m.overhead_ram) {
     spdlog::debug("RSS before the weights load {} exceeds the planned process overhead {} (earlier "
                   "allocations of this process)", format_size(rss), format_size(m.overhead_ram));
   }
-  HYPURA_ASSIGN_OR_RETURN(process_, ledger_->reserve(MemoryKind::kProcess, m.overhead_ram, "process overhead"));
-  HYPURA_ASSIGN_OR_RETURN(kv_, ledger_->reserve(MemoryKind::kKvCache, m.kv_ram, "KV cache"));
-  HYPURA_ASSIGN_OR_RETURN(work_, ledger_->reserve(MemoryKind::kWork, m.work_ram, "work buffers"));
+  HYPURA_ASSIGN_OR_RETURN(process_, ledger_->reserve(tiers::MemoryKind::kProcess, m.overhead_ram, "process overhead"));
+  HYPURA_ASSIGN_OR_RETURN(kv_, ledger_->reserve(tiers::MemoryKind::kKvCache, m.kv_ram, "KV cache"));
+  HYPURA_ASSIGN_OR_RETURN(work_, ledger_->reserve(tiers::MemoryKind::kWork, m.work_ram, "work buffers"));
   return Status::ok();
 }
 

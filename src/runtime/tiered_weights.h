@@ -8,7 +8,7 @@
 // on storage stream through the pool (expert-streaming plans get the ExpertProvider). A
 // model that fits gets a plan with nothing on storage and the same provider serves it
 // from RAM. The plan has no GPU tier yet: a model that fits the GPU is uploaded whole
-// from this host copy by runtime::DeviceWeights after the load (device_choice.h).
+// from this host copy by tiers::DeviceWeights after the load (device_choice.h).
 //
 // Thread-safety: load() once; afterwards provider() is driven by one forward pass at a
 // time and the accessors are safe from any thread.
@@ -44,8 +44,8 @@ struct TierOptions {
   std::string trace_path;
   // Expert-streaming mode: the speculative-read predictor and the router's lookahead
   // (ExpertConfig).
-  ExpertPredictor expert_predictor = kDefaultExpertPredictor;
-  int expert_lookahead = kDefaultRouterLookahead;
+  experts::ExpertPredictor expert_predictor = experts::kDefaultExpertPredictor;
+  int expert_lookahead = experts::kDefaultRouterLookahead;
 };
 
 // The plan request of an engine's options (budget, context, KV type, profile; the
@@ -72,9 +72,9 @@ class TieredWeights {
   model::WeightProvider& provider() { return experts_ ? static_cast<model::WeightProvider&>(*experts_) : *provider_; }
   // Expert-streaming mode: the expert provider (resident non-expert tensors, expert cache);
   // streaming() is then not available. Null in the other modes.
-  const ExpertProvider* experts() const { return experts_.get(); }
+  const experts::ExpertProvider* experts() const { return experts_.get(); }
   ~TieredWeights();
-  const StreamingProvider& streaming() const { return *provider_; }
+  const tiers::StreamingProvider& streaming() const { return *provider_; }
   // Bench's same-run references (REQUIRE: no forward pass running): the resident load
   // read again into its memory, and the provider's own reads with no compute (dense-
   // streaming passes, or random experts into expert slots; 0 in resident modes). Bytes
@@ -86,7 +86,7 @@ class TieredWeights {
     return experts_ ? experts_->measure_io_only_bps(seconds) : provider_->measure_io_only_bps(seconds);
   }
   // The tensors loaded into RAM at start, whichever provider holds them.
-  const ResidentTensors& resident() const { return experts_ ? experts_->resident() : provider_->resident(); }
+  const tiers::ResidentTensors& resident() const { return experts_ ? experts_->resident() : provider_->resident(); }
   const scheduler::Plan& plan() const { return planned_.plan; }
   // The plan's prediction again (same tiers, pool and depth) on another profile: bench
   // re-predicts with the disk grid and memory bandwidth it measured in the same run, since
@@ -94,7 +94,7 @@ class TieredWeights {
   // memory speeds drift.
   scheduler::Prediction predict_with(const profiler::HardwareProfile& profile) const;
   const profiler::HardwareProfile& profile() const { return planned_.profile; }
-  const MemoryLedger& ledger() const { return *ledger_; }
+  const tiers::MemoryLedger& ledger() const { return *ledger_; }
   std::string mode() const { return scheduler::mode_name(planned_.plan.mode); }
   // Streamed bytes one forward pass reads (the plan's dense streamed tensors).
   uint64_t streamed_bytes_per_pass() const { return provider_ ? provider_->bytes_per_pass() : 0; }
@@ -105,11 +105,11 @@ class TieredWeights {
   Status load_experts(const gguf::GgufFile& file, const TierOptions& options);
 
   scheduler::PlannedModel planned_;
-  std::unique_ptr<MemoryLedger> ledger_;
-  Reservation process_, kv_, work_;
-  std::unique_ptr<StreamingProvider> provider_;
-  std::unique_ptr<ExpertProvider> experts_;  // expert-streaming mode instead of provider_
-  RoutingTrace trace_;
+  std::unique_ptr<tiers::MemoryLedger> ledger_;
+  tiers::Reservation process_, kv_, work_;
+  std::unique_ptr<tiers::StreamingProvider> provider_;
+  std::unique_ptr<experts::ExpertProvider> experts_;  // expert-streaming mode instead of provider_
+  experts::RoutingTrace trace_;
   std::string trace_path_;
 };
 

@@ -7,7 +7,7 @@
 #include "compute/cuda/device.h"
 #endif
 
-namespace hypura::runtime {
+namespace hypura::tiers {
 
 #if HYPURA_HAVE_CUDA
 struct DeviceWeights::Buffers {
@@ -91,4 +91,4 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const gguf::GgufFil
 #endif
 }
 
-}  // namespace hypura::runtime
+}  // namespace hypura::tiers

@@ -22,7 +22,7 @@
 #include "model/weights.h"
 #include "tiers/tensor_view.h"
 
-namespace hypura::runtime {
+namespace hypura::tiers {
 
 class DeviceWeights final : public AddressableProvider {
  public:
@@ -48,4 +48,4 @@ class DeviceWeights final : public AddressableProvider {
   uint64_t device_bytes_ = 0;
 };
 
-}  // namespace hypura::runtime
+}  // namespace hypura::tiers

@@ -16,7 +16,7 @@
 
 #include "common/size.h"
 
-namespace hypura::runtime {
+namespace hypura::tiers {
 namespace {
 
 constexpr uint64_t kAlignment = 4096;
@@ -172,4 +172,4 @@ std::string MemoryLedger::summary() const {
 uint64_t current_rss_bytes() { return status_field_bytes("VmRSS:"); }
 uint64_t peak_rss_bytes() { return status_field_bytes("VmHWM:"); }
 
-}  // namespace hypura::runtime
+}  // namespace hypura::tiers

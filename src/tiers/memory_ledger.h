@@ -25,7 +25,7 @@
 
 #include "common/status.h"
 
-namespace hypura::runtime {
+namespace hypura::tiers {
 
 enum class MemoryKind { kProcess, kResidentWeights, kStreamPool, kExpertCache, kKvCache, kWork };
 inline constexpr int kMemoryKinds = 6;
@@ -112,4 +112,4 @@ class MemoryLedger {
 uint64_t current_rss_bytes();
 uint64_t peak_rss_bytes();
 
-}  // namespace hypura::runtime
+}  // namespace hypura::tiers

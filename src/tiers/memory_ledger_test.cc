@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-namespace hypura::runtime {
+namespace hypura::tiers {
 namespace {
 
 TEST(MemoryLedger, ChargesAndRefusesOverBudget) {
@@ -52,4 +52,4 @@ TEST(MemoryLedger, ReadsRss) {
 }
 
 }  // namespace
-}  // namespace hypura::runtime
+}  // namespace hypura::tiers

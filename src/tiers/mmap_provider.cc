@@ -8,7 +8,7 @@
 #include <cstring>
 
 
-namespace hypura::runtime {
+namespace hypura::tiers {
 
 Result<std::unique_ptr<MmapProvider>> MmapProvider::open(const gguf::GgufFile& file) {
   std::unique_ptr<MmapProvider> p(new MmapProvider(file));
@@ -34,4 +34,4 @@ compute::WeightView MmapProvider::view(model::TensorId id) const {
   return tensor_view(t, maps_[t.file_index].base + t.offset);
 }
 
-}  // namespace hypura::runtime
+}  // namespace hypura::tiers

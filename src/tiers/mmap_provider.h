@@ -12,7 +12,7 @@
 #include "gguf/gguf.h"
 #include "tiers/tensor_view.h"
 
-namespace hypura::runtime {
+namespace hypura::tiers {
 
 class MmapProvider final : public AddressableProvider {
  public:
@@ -31,4 +31,4 @@ class MmapProvider final : public AddressableProvider {
   std::vector<Mapping> maps_;
 };
 
-}  // namespace hypura::runtime
+}  // namespace hypura::tiers

@@ -9,7 +9,7 @@
 
 #include "io/aligned_buffer.h"
 
-namespace hypura::runtime {
+namespace hypura::tiers {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -170,4 +170,4 @@ Result<double> reload_resident_bps(std::span<const std::unique_ptr<io::Storage>>
   return static_cast<double>(resident.bytes) / seconds_since(t0);
 }
 
-}  // namespace hypura::runtime
+}  // namespace hypura::tiers

@@ -22,7 +22,7 @@
 #include "model/weight_provider.h"
 #include "tiers/memory_ledger.h"
 
-namespace hypura::runtime {
+namespace hypura::tiers {
 
 // A byte range of one split file of a model.
 struct FileRange {
@@ -72,4 +72,4 @@ Result<ResidentTensors> load_resident_tensors(const gguf::GgufFile& file,
 Result<double> reload_resident_bps(std::span<const std::unique_ptr<io::Storage>> storages,
                                    ResidentTensors& resident);
 
-}  // namespace hypura::runtime
+}  // namespace hypura::tiers

@@ -11,7 +11,7 @@
 #include "io/aligned_buffer.h"
 #include "tiers/tensor_view.h"
 
-namespace hypura::runtime {
+namespace hypura::tiers {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -331,4 +331,4 @@ std::vector<StreamingProvider::SlotInfo> StreamingProvider::slot_info() const {
   return out;
 }
 
-}  // namespace hypura::runtime
+}  // namespace hypura::tiers

@@ -39,7 +39,7 @@
 #include "tiers/memory_ledger.h"
 #include "tiers/resident_loader.h"
 
-namespace hypura::runtime {
+namespace hypura::tiers {
 
 struct StreamingConfig {
   std::vector<bool> streamed;  // (n_tensors): true = read each pass, false = resident
@@ -100,7 +100,7 @@ class StreamingProvider final : public model::WeightProvider {
   // The resident load (its memory and file ranges).
   const ResidentTensors& resident() const { return resident_; }
   // Bench's same-run load reference (resident_loader.h). REQUIRES: no forward pass running.
-  Result<double> reload_resident_bps() { return runtime::reload_resident_bps(storages_, resident_); }
+  Result<double> reload_resident_bps() { return tiers::reload_resident_bps(storages_, resident_); }
 
   // Slot states for tests: which layer each slot holds (-1: none) and whether it is in
   // use or reading.
@@ -170,4 +170,4 @@ class StreamingProvider final : public model::WeightProvider {
   StreamingStats stats_;
 };
 
-}  // namespace hypura::runtime
+}  // namespace hypura::tiers

@@ -1,6 +1,6 @@
 #include "tiers/tensor_view.h"
 
-namespace hypura::runtime {
+namespace hypura::tiers {
 
 Status AddressableProvider::acquire(int layer, std::span<const model::TensorId> ids,
                                     std::span<compute::WeightView> out) {
@@ -17,4 +17,4 @@ Status AddressableProvider::acquire_experts(int layer, std::span<const model::Ex
   return Status::ok();
 }
 
-}  // namespace hypura::runtime
+}  // namespace hypura::tiers

@@ -9,7 +9,7 @@
 #include "gguf/gguf.h"
 #include "model/weight_provider.h"
 
-namespace hypura::runtime {
+namespace hypura::tiers {
 
 // The whole tensor `t` whose bytes start at `data`: n_cols = ne[0], n_rows = the rest.
 inline compute::WeightView tensor_view(const gguf::TensorInfo& t, const uint8_t* data) {
@@ -48,4 +48,4 @@ class AddressableProvider : public model::WeightProvider {
   const gguf::GgufFile& file_;  // must outlive the provider
 };
 
-}  // namespace hypura::runtime
+}  // namespace hypura::tiers

@@ -9,7 +9,7 @@
 #include <cstring>
 
 
-namespace hypura::runtime {
+namespace hypura::tiers {
 namespace {
 
 constexpr uint64_t kAlign = 64;
@@ -79,4 +79,4 @@ compute::WeightView ResidentProvider::view(model::TensorId id) const {
   return tensor_view(t, s.base + (t.offset - s.data_offset));
 }
 
-}  // namespace hypura::runtime
+}  // namespace hypura::tiers

@@ -21,7 +21,7 @@
 #include "gguf/gguf.h"
 #include "tiers/tensor_view.h"
 
-namespace hypura::runtime {
+namespace hypura::tiers {
 
 class ResidentProvider final : public AddressableProvider {
  public:
@@ -51,4 +51,4 @@ class ResidentProvider final : public AddressableProvider {
   uint64_t total_bytes_ = 0;
 };
 
-}  // namespace hypura::runtime
+}  // namespace hypura::tiers
