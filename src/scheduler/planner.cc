@@ -221,7 +221,7 @@ StreamIo stream_io(const profiler::StorageProfile& st, const std::vector<uint64_
 
 // A layer's streamed tensors as the streaming pool reads and lays them out: file
 // neighbours (gaps of at most one 4 KiB block) are one read, as StreamingProvider merges
-// them (runtime::merge_runs); tensors of synthetic shapes (no file) are one read each.
+// them (tiers::merge_runs); tensors of synthetic shapes (no file) are one read each.
 // Each read sits in the slot at its file offset's residue modulo 4 KiB (O_DIRECT), so the
 // slot is what the runtime allocates, byte for byte; a tensor with no file position gets
 // the worst case, one spare block.

@@ -10,7 +10,8 @@ and `openai` Python clients, with curl and with raw HTTP:
   malformed-request suite (every answer a 400/404 JSON error, the server stays up); a
   concurrency test (N clients at once, some hanging up mid-stream: every completed greedy
   answer equals the same request served alone, and the server's memory does not grow
-  across rounds); a full queue answering 503 (fake engine); SIGTERM / SIGINT stopping it
+  across rounds); with the real engine, requests joining, leaving and cancelled in the
+  middle of a shared batch (--parallel 4); a full queue answering 503 (fake engine); SIGTERM / SIGINT stopping it
   gracefully with exit status 0.
 
   test_clients.py --server BUILD/hypura_fake_server --fake
@@ -48,7 +49,7 @@ class ServerProcess:
             cmd = [ARGS.server, "--port", "0", "--token-delay-ms", "3"] + list(extra_args)
         else:
             cmd = [ARGS.server, "serve", MODEL_PATH, "--port", "0", "--context", "1024",
-                   "--alias", "testmodel"] + list(extra_args)
+                   "--alias", "testmodel", "--parallel", "4"] + list(extra_args)
         self.cmd = cmd
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, errors="replace")
@@ -390,6 +391,55 @@ class ClientTests(unittest.TestCase):
             rss.append(self.server.rss_kib())
         growth = rss[-1] - rss[0]
         self.assertLess(growth, max(8 * 1024, rss[0] // 20), f"RSS by round (KiB): {rss}")
+
+
+    def test_batch_join_leave_cancel(self):
+        """Requests that share steps (--parallel 4): one decodes throughout, one leaves early
+        (a small num_predict), one joins once the first has streamed some tokens, one hangs
+        up after three chunks. The greedy answers equal the same requests served alone."""
+        if ARGS.fake:
+            self.skipTest("needs the real engine's batching")
+        long_opts = {"temperature": 0, "num_predict": 40}
+        short_opts = {"temperature": 0, "num_predict": 5}
+        p_long, p_short, p_late = "Tell me about the sea", "Count to ten", "Name three colours"
+        alone = {(p, n["num_predict"]): self.ollama.generate(self.model, p, options=n).response
+                 for p, n in [(p_long, long_opts), (p_short, short_opts), (p_late, long_opts)]}
+        got, errors, started = {}, [], threading.Event()
+
+        def run(key, prompt, opts, signal_after=None):
+            try:
+                c = ollama.Client(host=self.server.url, timeout=300)
+                text = ""
+                for i, part in enumerate(c.generate(self.model, prompt, options=opts, stream=True)):
+                    text += part.response
+                    if signal_after is not None and i + 1 == signal_after:
+                        started.set()
+                got[key] = text
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(repr(e))
+            finally:
+                started.set()
+
+        def late():
+            started.wait(120)
+            run("late", p_late, long_opts)
+
+        threads = [threading.Thread(target=run, args=("long", p_long, long_opts, 5)),
+                   threading.Thread(target=run, args=("short", p_short, short_opts)),
+                   threading.Thread(target=late),
+                   threading.Thread(target=stream_and_hang_up,
+                                    args=(self.server.port, "/api/generate",
+                                          {"model": self.model, "prompt": "Write a poem",
+                                           "options": {"temperature": 0, "num_predict": 200}}, 3))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        self.assertEqual(errors, [])
+        self.assertEqual(got["long"], alone[(p_long, 40)])
+        self.assertEqual(got["short"], alone[(p_short, 5)])
+        self.assertEqual(got["late"], alone[(p_late, 40)])
+        self.assertIn("4 parallel", self.server.log())
 
 
 class QueueTests(unittest.TestCase):
