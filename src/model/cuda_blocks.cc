@@ -31,6 +31,12 @@ namespace {
 
 // Logit rows computed per output product when every row's logits are wanted.
 constexpr int64_t kLogitRows = 32;
+// The most sequences a decode step may hold and still be a CUDA graph (their logits are
+// staged in pinned memory, which a graph's copies need).
+constexpr int64_t kGraphSeqs = 8;
+// Graphs kept (one per set of KV caches and context bucket): a server's changing batches
+// would otherwise accumulate them; the oldest goes first.
+constexpr size_t kMaxGraphs = 64;
 // Weight elements dequantized to F16 at a time for a prefill product (at most 128 MiB).
 constexpr int64_t kMaxTileElems = int64_t{64} << 20;
 
@@ -194,11 +200,12 @@ class CudaBlocks final : public Blocks {
   void fail(const Status& st) {
     if (error_.is_ok() && !st.is_ok()) error_ = st;
   }
-  // Decode steps (one token, the last row's logits only) are CUDA graphs: the first step
-  // of a (KV cache, context bucket) captures what the ops queue, later ones replay it and
-  // the ops return at once. What differs between steps is read on the device: the token
-  // id and position (the step copy, a node of the graph), attention's visible keys (from
-  // the position, launched for the bucket's keys).
+  // Decode steps (one token of each of up to kGraphSeqs sequences, their last rows'
+  // logits only) are CUDA graphs: the first step of a (KV caches, context bucket) captures
+  // what the ops queue, later ones replay it and the ops return at once. What differs
+  // between steps is read on the device: the token ids and positions (the step copy, a
+  // node of the graph), attention's visible keys (from each position, launched for the
+  // bucket's keys: the longest sequence's).
   enum class Mode { kEager, kCapture, kReplay };
   bool replaying() const { return mode_ == Mode::kReplay; }
   int64_t bucket_for(int64_t n_keys) const {
@@ -240,7 +247,7 @@ class CudaBlocks final : public Blocks {
   cuda::DeviceBuffer act_;           // quantized activations of a small batch
   cuda::DeviceBuffer attn_scratch_;  // decode attention's partials
   cuda::PinnedBuffer step_host_;     // token ids and positions staged for the copy
-  cuda::PinnedBuffer logits_host_;   // (n_vocab) the last row's logits staged
+  cuda::PinnedBuffer logits_host_;   // (kGraphSeqs, n_vocab) last rows' logits staged
   cuda::PinnedBuffer sel_host_;      // (max_batch, k) MoE selection of a prompt batch
   cuda::PinnedBuffer pairs_host_;    // (max_batch * k) pairs grouped by expert
   std::vector<int64_t> expert_begin_;  // (n_expert + 1) offsets into pairs, host
@@ -251,10 +258,11 @@ class CudaBlocks final : public Blocks {
   bool use_graphs_ = true;  // HYPURA_CUDA_GRAPHS=0: every step eager
   int64_t bucket_ = 0;      // the context bucket of the step being captured
   struct StepGraph {
-    const void* kv = nullptr;  // the KV cache's storage the graph reads and writes
+    std::vector<const void*> kv;  // the KV caches' storage the graph reads and writes, in order
     int64_t bucket = 0;
     cuda::Graph graph;
   };
+  std::vector<const void*> step_kv_;  // this step's caches (start_step)
   std::vector<StepGraph> graphs_;
   size_t replay_ = 0;  // graphs_ index of the step being replayed
 };
@@ -270,7 +278,9 @@ Status CudaBlocks::init(const gguf::GgufFile& file) {
                                              hp_.n_head, hp_.n_head_kv, hp_.head_dim_v, n_ctx_)));
   HYPURA_ASSIGN_OR_RETURN(gemm_, cuda::Gemm::create(s(), max_batch_, sizes_.max_cols, sizes_.tile_elems));
   HYPURA_ASSIGN_OR_RETURN(step_host_, cuda::PinnedBuffer::allocate(static_cast<size_t>(2 * max_batch_) * 4));
-  HYPURA_ASSIGN_OR_RETURN(logits_host_, cuda::PinnedBuffer::allocate(static_cast<size_t>(hp_.n_vocab) * 4));
+  HYPURA_ASSIGN_OR_RETURN(logits_host_,
+                          cuda::PinnedBuffer::allocate(static_cast<size_t>(kGraphSeqs * hp_.n_vocab) * 4));
+  step_kv_.reserve(static_cast<size_t>(kGraphSeqs));
   if (hp_.n_expert > 0) {
     const size_t pairs = static_cast<size_t>(max_batch_ * sizes_.k) * 4;
     HYPURA_ASSIGN_OR_RETURN(sel_host_, cuda::PinnedBuffer::allocate(pairs));
@@ -294,11 +304,18 @@ Status CudaBlocks::init(const gguf::GgufFile& file) {
 // step starts a capture.
 void CudaBlocks::start_step() {
   mode_ = Mode::kEager;
-  if (!use_graphs_ || n_tokens_ != 1 || !logits_only_) return;  // one token: one sequence
-  const void* kv = seqs_[0].kv->k_rows(0, 0, 0).data;
-  bucket_ = bucket_for(seqs_[0].pos + 1);
+  const auto n_seqs = static_cast<int64_t>(seqs_.size());
+  // A decode step: one token of each sequence.
+  if (!use_graphs_ || n_tokens_ != n_seqs || n_seqs > kGraphSeqs || !logits_only_) return;
+  step_kv_.clear();
+  int64_t longest = 0;
+  for (const SeqRows& q : seqs_) {
+    step_kv_.push_back(q.kv->k_rows(0, 0, 0).data);
+    longest = std::max(longest, q.pos + 1);
+  }
+  bucket_ = bucket_for(longest);
   for (size_t i = 0; i < graphs_.size(); ++i) {
-    if (graphs_[i].kv == kv && graphs_[i].bucket == bucket_) {
+    if (graphs_[i].kv == step_kv_ && graphs_[i].bucket == bucket_) {
       mode_ = Mode::kReplay;
       replay_ = i;
       return;
@@ -613,6 +630,10 @@ void CudaBlocks::gather_last_rows() {
 
 Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logits, float* hidden) {
   const int64_t e = hp_.n_embd, nv = hp_.n_vocab;
+  // Last rows' logits of at most kGraphSeqs sequences are staged in pinned memory (a
+  // graph's copy needs it); every row's, or more sequences', go straight to `logits`.
+  const bool staged = logits != nullptr && !(all_logits && n_tokens_ > 1) &&
+                      static_cast<int64_t>(seqs_.size()) <= kGraphSeqs;
   Status st;
   if (replaying()) {
     st = graphs_[replay_].graph.launch(s());
@@ -632,9 +653,14 @@ Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logi
     };
     if (logits != nullptr && all_logits && n_tokens_ > 1) {
       logit_rows(cur(), n_tokens_);
-    } else if (logits != nullptr && seqs_.size() > 1) {  // each sequence's last row
+    } else if (logits != nullptr && seqs_.size() > 1 && !staged) {  // each sequence's last row
       gather_last_rows();
       logit_rows(tmp(), static_cast<int64_t>(seqs_.size()));
+    } else if (logits != nullptr && seqs_.size() > 1) {  // the same, through the staging buffer
+      gather_last_rows();
+      const auto m = static_cast<int64_t>(seqs_.size());
+      matmul(output, tmp(), m, dev_logits);
+      fail(cuda::copy_to_host_async(logits_host_.data(), dev_logits, static_cast<size_t>(m * nv) * 4, s()));
     } else if (logits != nullptr) {  // the last row, through the pinned staging buffer
       matmul(output, cur() + (n_tokens_ - 1) * e, 1, dev_logits);
       fail(cuda::copy_to_host_async(logits_host_.data(), dev_logits, static_cast<size_t>(nv) * 4, s()));
@@ -642,7 +668,8 @@ Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logi
     if (mode_ == Mode::kCapture) {
       auto graph = cuda::Graph::end_capture(s());
       if (graph.is_ok()) {
-        graphs_.push_back({seqs_[0].kv->k_rows(0, 0, 0).data, bucket_, std::move(graph).value()});
+        if (graphs_.size() == kMaxGraphs) graphs_.erase(graphs_.begin());
+        graphs_.push_back({step_kv_, bucket_, std::move(graph).value()});
         st = graphs_.back().graph.launch(s());
       } else {
         use_graphs_ = false;  // this step's work was only recorded: it is lost
@@ -656,8 +683,9 @@ Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logi
   if (!st.is_ok()) synced = st;
   error_ = Status::ok();
   HYPURA_RETURN_IF_ERROR(synced.with_context("GPU forward pass"));
-  const bool staged = logits != nullptr && !(all_logits && n_tokens_ > 1) && seqs_.size() == 1;
-  if (staged) std::memcpy(logits, logits_host_.data(), static_cast<size_t>(nv) * 4);
+  if (staged) {
+    std::memcpy(logits, logits_host_.data(), seqs_.size() * static_cast<size_t>(nv) * 4);
+  }
   return Status::ok();
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <functional>
 
 namespace hypura::runtime {
 
@@ -9,8 +10,8 @@ StepBatcher::StepBatcher(std::unique_ptr<model::Forward> forward, int64_t n_voca
     : forward_(std::move(forward)), n_vocab_(n_vocab) {
   const auto rows = static_cast<size_t>(forward_->max_batch());
   step_tokens_.reserve(rows);
-  step_seqs_.reserve(static_cast<size_t>(kMaxSeqsPerStep));
-  step_pending_.reserve(static_cast<size_t>(kMaxSeqsPerStep));
+  for (auto* v : {&step_seqs_, &step_sorted_seqs_}) v->reserve(static_cast<size_t>(kMaxSeqsPerStep));
+  for (auto* v : {&step_pending_, &step_sorted_pending_}) v->reserve(static_cast<size_t>(kMaxSeqsPerStep));
 }
 
 Status StepBatcher::submit(const Request& r) {
@@ -126,6 +127,23 @@ void StepBatcher::compose() {
     step_seqs_[i].n_tokens += more;
     room -= more;
   }
+  // Then in the order of their caches' addresses: a step of the same sequences is the same
+  // batch whichever arrived first, so the GPU replays its graph for it (the rows are
+  // independent, so the order changes no result).
+  std::vector<size_t>& order = step_order_;
+  order.resize(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::less<const model::KvCache*>()(step_seqs_[a].kv, step_seqs_[b].kv);
+  });
+  step_sorted_pending_.clear();
+  step_sorted_seqs_.clear();
+  for (size_t i : order) {
+    step_sorted_pending_.push_back(step_pending_[i]);
+    step_sorted_seqs_.push_back(step_seqs_[i]);
+  }
+  step_pending_.swap(step_sorted_pending_);
+  step_seqs_.swap(step_sorted_seqs_);
   step_tokens_.clear();
   for (size_t i = 0; i < n; ++i) {
     const Pending& p = *step_pending_[i];

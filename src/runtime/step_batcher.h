@@ -3,7 +3,8 @@
 // Every session feeds its tokens through submit(). A request waits for the next step, a
 // forward pass that takes one token of every decoding sequence, then fills the rows left
 // (up to max_rows) with chunks of prompts in arrival order; a prompt longer than the room
-// continues in the following steps. One step reads the weights once, whichever tier they
+// continues in the following steps. The step's sequences run in the order of their KV
+// caches' addresses, so the same set of sequences is the same batch (a GPU graph replays). One step reads the weights once, whichever tier they
 // come from (resident, streamed or expert-streamed: the experts of every token's routing),
 // so N sequences decode for about the price of one where reading the weights dominates.
 //
@@ -102,8 +103,9 @@ class StepBatcher {
   std::chrono::steady_clock::duration last_step_{};
   StepCounts counts_;
   // The step being run (the leader's, guarded by busy_).
-  std::vector<Pending*> step_pending_;
-  std::vector<model::SeqRows> step_seqs_;
+  std::vector<Pending*> step_pending_, step_sorted_pending_;
+  std::vector<model::SeqRows> step_seqs_, step_sorted_seqs_;
+  std::vector<size_t> step_order_;
   std::vector<int32_t> step_tokens_;
   std::vector<float> step_logits_;  // (seqs, n_vocab)
 };
