@@ -10,6 +10,7 @@ the last client's last token (HTTP, JSON and the queue included). Then runs
 prompt_eval_count) right after, and prints both and their ratio.
 
   parallel_clients.py --hypura build/hypura --model M [--clients 4] [--tokens 64] [--runs 2]
+                      [--ram-budget 3G]   (passed to both serve and bench)
 """
 import argparse
 import json
@@ -28,7 +29,8 @@ TOPICS = ["a lighthouse keeper and the sea", "a clockmaker in a mountain village
 
 def start_server(args):
     proc = subprocess.Popen([args.hypura, "serve", args.model, "--port", "0", "--parallel",
-                             str(args.clients), "--context", str(args.context), "-t", str(args.threads)],
+                             str(args.clients), "--context", str(args.context), "-t", str(args.threads)]
+                            + budget_args(args),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for line in proc.stdout:
         m = re.search(r"on http://[^:]+:(\d+)", line)
@@ -36,6 +38,10 @@ def start_server(args):
             threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
             return proc, int(m.group(1))
     raise RuntimeError("server did not start")
+
+
+def budget_args(args):
+    return ["--ram-budget", args.ram_budget] if args.ram_budget else []
 
 
 def served_model(port):
@@ -82,7 +88,8 @@ def served_run(port, args):
 
 def bench_batch(args, n_prompt):
     out = subprocess.run([args.hypura, "bench", args.model, "--batch", f"1,{args.clients}", "-p", str(n_prompt),
-                          "-n", str(args.tokens), "-r", "2", "-t", str(args.threads), "--json"],
+                          "-n", str(args.tokens), "-r", "2", "-t", str(args.threads), "--json"]
+                         + budget_args(args),
                          capture_output=True, text=True, check=True)
     rows = json.loads(out.stdout)["batch"]
     return rows[0]["tg_tps"], rows[-1]["tg_tps"]
@@ -97,6 +104,7 @@ def main():
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ram-budget", default="")
     args = ap.parse_args()
     proc, port = start_server(args)
     try:
