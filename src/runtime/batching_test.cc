@@ -176,5 +176,45 @@ TEST(BatchingMembers, JoinLeaveAndCancelMidBatch) {
   EXPECT_EQ(early, want[0]);
 }
 
+// Work that runs alone (every-row logits, embeddings, a context that grows) between the
+// steps of sequences that keep generating: each gives what it gives with no one else.
+TEST(BatchingMembers, ExclusiveWorkBetweenSteps) {
+  auto e = engine_in_mode("llama-f32", "full-resident");
+  ASSERT_TRUE(e);
+  constexpr int kTokens = 24;
+  const std::vector<Output> want = alone(*e, kTokens);
+  const std::vector<int32_t> text = prompts()[2];
+  std::vector<float> want_logits, got_logits, want_embedding, got_embedding;
+  {
+    auto s = e->new_session();
+    ASSERT_TRUE(s->eval(text, &want_logits).is_ok());
+    ASSERT_TRUE(s->embed(text, e->pooling(), &want_embedding).is_ok());
+  }
+  std::vector<Output> got(2);
+  std::atomic<int> pieces{0}, done{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      got[i] = generate(*e->new_session(), prompts()[i], greedy(kTokens), [&](std::string_view) {
+        ++pieces;
+        return true;
+      });
+      ++done;
+    });
+  }
+  threads.emplace_back([&] {
+    while (pieces.load() < 3 && done.load() < 2) std::this_thread::yield();
+    auto s = e->new_session();
+    EXPECT_TRUE(s->eval(text, &got_logits).is_ok());
+    EXPECT_TRUE(s->reserve_context(e->n_ctx() * 2 <= e->max_context() ? e->n_ctx() * 2 : e->n_ctx()).is_ok());
+    EXPECT_TRUE(s->embed(text, e->pooling(), &got_embedding).is_ok());
+  });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(got[0], want[0]);
+  EXPECT_EQ(got[1], want[1]);
+  EXPECT_EQ(got_logits, want_logits);
+  EXPECT_EQ(got_embedding, want_embedding);
+}
+
 }  // namespace
 }  // namespace hypura::runtime

@@ -171,7 +171,6 @@ class LocalEngine final : public Engine {
 
   const std::shared_ptr<const model::Model>& model() const { return model_; }
   Status place_on_device(const EngineOptions& options);
-  compute::Context& ctx() { return *ctx_; }
   compute::Context* compute_context() override { return ctx_.get(); }
   model::WeightProvider& provider() { return weights_->provider(); }
   bool kv_f32() const { return kv_f32_; }
@@ -360,11 +359,12 @@ Result<std::unique_ptr<model::Forward>> LocalEngine::make_forward(int64_t n_ctx)
 
 Status LocalEngine::cover_context(int64_t n_ctx) {
   return batcher_->exclusive([&](std::unique_ptr<model::Forward>& forward) -> Status {
-    if (forward->n_ctx() >= n_ctx) return Status::ok();
+    const int64_t covered = forward->n_ctx();
+    if (covered >= n_ctx) return Status::ok();
     forward.reset();  // its scratch goes before the larger one is allocated
     auto larger = make_forward(n_ctx);
     if (!larger.is_ok()) {  // keep a working pass for the contexts it covered
-      HYPURA_ASSIGN_OR_RETURN(forward, make_forward(n_ctx_));
+      HYPURA_ASSIGN_OR_RETURN(forward, make_forward(covered));
       return larger.status();
     }
     forward = std::move(larger).value();

@@ -22,7 +22,7 @@ Status StepBatcher::submit(const Request& r) {
   queue_.push_back(&p);
   cv_.notify_all();  // a gathering leader may be waiting for this member
   while (!p.finished) {
-    if (!busy_) {
+    if (!busy_ && exclusive_waiting_ == 0) {  // exclusive work goes first, between steps
       lead(lock);
     } else {
       cv_.wait(lock);
@@ -33,7 +33,9 @@ Status StepBatcher::submit(const Request& r) {
 
 Status StepBatcher::exclusive(const std::function<Status(std::unique_ptr<model::Forward>&)>& fn) {
   std::unique_lock lock(mu_);
+  ++exclusive_waiting_;
   cv_.wait(lock, [&] { return !busy_; });
+  --exclusive_waiting_;
   busy_ = true;
   lock.unlock();
   const Status st = fn(forward_);

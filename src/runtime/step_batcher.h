@@ -98,6 +98,7 @@ class StepBatcher {
   std::unique_ptr<model::Forward> forward_;  // guarded by busy_
   const int64_t n_vocab_;
   bool busy_ = false;  // a step or exclusive work is running
+  int exclusive_waiting_ = 0;  // callers of exclusive() waiting: no new step starts
   int members_ = 0;
   std::deque<Pending*> queue_;  // waiting requests, in arrival order
   std::chrono::steady_clock::duration last_step_{};
