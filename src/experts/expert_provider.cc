@@ -168,8 +168,9 @@ void ExpertProvider::find_routers() {
   if (k && *k >= 1 && *k <= static_cast<uint64_t>(n_expert_)) n_expert_used_ = static_cast<int>(*k);
   if (n_embd_ > 0 && n_expert_used_ > 0) {
     router_ctx_ = std::make_unique<compute::Context>(1);
-    router_ctx_->reserve(1, n_embd_);
-    router_logits_.resize(static_cast<size_t>(n_expert_));
+    router_ctx_->reserve(kMaxPredictedRows, n_embd_);
+    router_logits_.resize(static_cast<size_t>(kMaxPredictedRows * n_expert_));
+    router_top_.resize(static_cast<size_t>(kMaxPredictedRows * n_expert_used_));
   }
 }
 
@@ -370,7 +371,8 @@ void ExpertProvider::check_predictions(int layer, std::span<const int32_t> exper
 // The router predictor: top-k of layer L+d's router on `x` (one token's FFN input of
 // layer L, (n_embd)), best first, lower id on ties as the model routes; those whose
 // softmax probability reaches router_min_prob are the ones to read.
-void ExpertProvider::predict_router(int layer, const float* x) {
+void ExpertProvider::predict_router(int layer, const float* x, int64_t n_rows) {
+  const int k = n_expert_used_;
   for (int d = 1; d <= config_.router_lookahead; ++d) {
     const int target = layer + d;
     if (target >= n_layer()) break;
@@ -378,30 +380,45 @@ void ExpertProvider::predict_router(int layer, const float* x) {
     if (id < 0) continue;
     const gguf::TensorInfo& t = file_.tensors()[id];
     const compute::WeightView router{resident_.data[id], t.type, t.ne[0], t.n_rows()};
-    router_ctx_->matmul(router, x, 1, router_logits_.data());
-    compute::softmax(router_logits_.data(), n_expert_);
+    router_ctx_->matmul(router, x, n_rows, router_logits_.data());
+    // Each row's top k (lower id on ties), in rank order.
+    for (int64_t r = 0; r < n_rows; ++r) {
+      float* probs = router_logits_.data() + r * n_expert_;
+      compute::softmax(probs, n_expert_);
+      int32_t* top = router_top_.data() + r * k;
+      for (int slot = 0; slot < k; ++slot) {
+        int32_t best = -1;
+        for (int32_t e = 0; e < n_expert_; ++e) {
+          if (std::find(top, top + slot, e) != top + slot) continue;
+          if (best < 0 || probs[e] > probs[best]) best = e;
+        }
+        top[slot] = best;
+      }
+    }
+    // Their union, rank by rank: every row's best first, then every row's second, ...
     std::vector<int32_t>& pred = router_pred_[target];
     std::vector<int32_t>& read = router_read_[target];
     pred.clear();
     read.clear();
-    for (int slot = 0; slot < n_expert_used_; ++slot) {
-      int32_t best = -1;
-      for (int32_t e = 0; e < n_expert_; ++e) {
+    for (int slot = 0; slot < k; ++slot) {
+      for (int64_t r = 0; r < n_rows; ++r) {
+        const int32_t e = router_top_[r * k + slot];
         if (std::find(pred.begin(), pred.end(), e) != pred.end()) continue;
-        if (best < 0 || router_logits_[e] > router_logits_[best]) best = e;
+        pred.push_back(e);
+        if (router_logits_[r * n_expert_ + e] >= config_.router_min_prob) read.push_back(e);
       }
-      pred.push_back(best);
-      if (router_logits_[best] >= config_.router_min_prob) read.push_back(best);
     }
     router_at_[d - 1][target] = pred;
     router_confident_at_[d - 1][target] = read;
   }
 }
 
-void ExpertProvider::observe_hidden(int layer, std::span<const float> x, int64_t n_tokens) {
-  if (router_ctx_ == nullptr || n_tokens < 1 || layer < 0 || layer >= n_layer()) return;
-  if (x.size() != static_cast<size_t>(n_tokens * n_embd_)) return;
-  predict_router(layer, x.data() + (n_tokens - 1) * n_embd_);  // a batch: its last token
+// One row per sequence of the batch: each one's guesses are read (the first
+// kMaxPredictedRows sequences of a larger step).
+void ExpertProvider::observe_hidden(int layer, std::span<const float> x, int64_t n_rows) {
+  if (router_ctx_ == nullptr || n_rows < 1 || layer < 0 || layer >= n_layer()) return;
+  if (x.size() != static_cast<size_t>(n_rows * n_embd_)) return;
+  predict_router(layer, x.data(), std::min(n_rows, kMaxPredictedRows));
 }
 
 // Reads the not yet cached guesses for `layer` speculatively, best first, while slots can

@@ -71,6 +71,9 @@ inline constexpr int kDefaultRouterLookahead = 1;
 inline constexpr double kDefaultRouterMinProb = 0.3;
 inline constexpr int kDefaultMaxSpeculativeInflight = 1 << 20;
 inline constexpr int kMaxRouterLookahead = 4;  // router_lookahead is clamped to 1..this
+// The router predictor guesses the experts of up to this many sequences of a step (one
+// row each: WeightProvider::observe_hidden).
+inline constexpr int64_t kMaxPredictedRows = 8;
 inline constexpr bool kDefaultBackgroundSpeculation = true;
 inline constexpr bool kDefaultOrderByArrival = true;
 
@@ -161,7 +164,7 @@ class ExpertProvider final : public model::WeightProvider {
 
   Status acquire(int layer, std::span<const model::TensorId> ids,
                  std::span<compute::WeightView> out) override;
-  void observe_hidden(int layer, std::span<const float> x, int64_t n_tokens) override;
+  void observe_hidden(int layer, std::span<const float> x, int64_t n_rows) override;
   void route(int layer, std::span<const int32_t> selected, int n_expert_used) override;
   void order_experts(int layer, std::span<int32_t> experts) override;
   Status acquire_experts(int layer, std::span<const model::ExpertRequest> requests,
@@ -234,7 +237,10 @@ class ExpertProvider final : public model::WeightProvider {
   void speculate(int layer, std::span<const int32_t> experts);
   void speculate_layer(int layer, std::span<const int32_t> guesses, uint8_t source);
   void check_predictions(int layer, std::span<const int32_t> experts);
-  void predict_router(int layer, const float* x);
+  // The router guesses for the layers after `layer` from rows x (n_rows, n_embd): the
+  // union of each row's top experts, taken row by row in rank order (the best of every
+  // row first).
+  void predict_router(int layer, const float* x, int64_t n_rows);
   void count_speculative(const Slot& s, bool used, uint64_t bytes);
   void count_eviction(int slot);
   void submit_expert(int slot, int layer, int expert, io::Priority priority);
@@ -264,7 +270,8 @@ class ExpertProvider final : public model::WeightProvider {
   std::array<std::vector<std::vector<int32_t>>, kMaxRouterLookahead> router_at_, router_confident_at_;
   std::vector<model::TensorId> routers_;                       // (n_layer): ffn_gate_inp, or -1
   std::unique_ptr<compute::Context> router_ctx_;        // one thread: the router products
-  std::vector<float> router_logits_;                    // (n_expert)
+  std::vector<float> router_logits_;                    // (kMaxPredictedRows, n_expert)
+  std::vector<int32_t> router_top_;                     // (kMaxPredictedRows, n_expert_used)
   std::vector<std::vector<int32_t>> wanted_;            // (n_layer): routed, not yet started
   std::vector<int> pinned_;                             // slots pinned, any layer
   std::vector<int32_t> distinct_, scratch_;

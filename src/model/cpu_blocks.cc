@@ -362,8 +362,20 @@ void CpuBlocks::route(const float* in) {
   (void)in;
 }
 
+// The provider's look at each sequence's last row (gathered into expert_in_, which
+// run_experts() fills afresh afterwards).
+void CpuBlocks::observe_last_rows(int64_t il, const float* in) {
+  const int64_t e = hp_.n_embd;
+  const auto n = static_cast<int64_t>(seqs_.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const SeqRows& s = seqs_[static_cast<size_t>(i)];
+    std::copy_n(in + (s.row0 + s.n_tokens - 1) * e, e, expert_in_.data() + i * e);
+  }
+  provider_.observe_hidden(static_cast<int>(il), std::span(expert_in_.data(), n * e), n);
+}
+
 Status CpuBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) {
-  provider_.observe_hidden(static_cast<int>(il), std::span(in, n_tokens_ * hp_.n_embd), n_tokens_);
+  observe_last_rows(il, in);
   linear(w.router, in, router_probs_.data());
   route(in);
   HYPURA_RETURN_IF_ERROR(run_experts(il, w, in));

@@ -6,8 +6,9 @@
 // never how they are computed, so every provider yields bit-identical logits.
 //
 //   hint(L + k)            lets a streaming provider start reads for a later layer
-//   observe_hidden(L, x)   a MoE layer's FFN input, before its router (an expert provider
-//                          may guess later layers' experts from it)
+//   observe_hidden(L, x)   a MoE layer's FFN input of each sequence's last token, before
+//                          its router (an expert provider may guess later layers'
+//                          experts from it)
 //   acquire(L, ids)        views valid until release(L); may wait for in-flight reads
 //   route(L, selected)     router interception: the experts layer L's batch selected,
 //                          before its expert matmuls (an expert provider starts reads here)
@@ -57,11 +58,13 @@ class WeightProvider {
   // in the order they will arrive). The model keeps each expert's output per (token, slot)
   // and sums them in slot order, so the order never changes the result.
   virtual void order_experts(int layer, std::span<int32_t> experts) {}
-  // A MoE layer's normalized FFN input `x`, (n_tokens, n_embd) row-major, the vector its
-  // router is applied to; called right before that layer's routing and valid only during
-  // the call. Only a hint: a provider may compute on it (e.g. later layers' routers, to
-  // read their likely experts early) but must not change what it serves.
-  virtual void observe_hidden(int layer, std::span<const float> x, int64_t n_tokens) {}
+  // A MoE layer's normalized FFN input, the vector its router is applied to, of the last
+  // token of each sequence of the batch: x (n_rows, n_embd) row-major, one row per
+  // sequence (a prompt batch: its last token; a decode step of several sequences: each
+  // one's token). Called right before that layer's routing and valid only during the call.
+  // Only a hint: a provider may compute on it (e.g. later layers' routers, to read their
+  // likely experts early) but must not change what it serves.
+  virtual void observe_hidden(int layer, std::span<const float> x, int64_t n_rows) {}
   // Views of single experts (n_rows_per_expert rows each), in request order. Expert views
   // stay valid until the next acquire_experts call of the same layer or release(layer).
   virtual Status acquire_experts(int layer, std::span<const ExpertRequest> requests,

@@ -150,7 +150,8 @@ Result<Plan> place(const ModelTensors& model, const profiler::HardwareProfile& p
 
 // The sequences `serve` decodes at once when --parallel is not given: as many KV caches of
 // n_ctx as fit in a quarter of the host memory limit (the --ram-budget or usable memory),
-// between 1 and kDefaultMaxParallel.
+// between 1 and kDefaultMaxParallel. plan_model then takes 1 when the plan streams
+// experts (their union over several sequences outgrows the expert cache).
 inline constexpr int kDefaultMaxParallel = 4;
 int default_parallel(const ModelTensors& m, const profiler::HardwareProfile& p, const Budgets& b);
 

@@ -55,8 +55,17 @@ Result<PlannedModel> plan_model(const gguf::GgufFile& file, const PlanRequest& r
   if (pm.budgets.n_ctx <= 0) return invalid_argument("--context must be positive");
   if (r.cap_context && pm.tensors.n_ctx_train > 0) pm.budgets.n_ctx = std::min(pm.budgets.n_ctx, pm.tensors.n_ctx_train);
   HYPURA_ASSIGN_OR_RETURN(pm.profile, profile_for(file, r));
-  if (pm.budgets.n_seq == 0) pm.budgets.n_seq = default_parallel(pm.tensors, pm.profile, pm.budgets);
+  const bool auto_parallel = pm.budgets.n_seq == 0;
+  if (auto_parallel) pm.budgets.n_seq = default_parallel(pm.tensors, pm.profile, pm.budgets);
   HYPURA_ASSIGN_OR_RETURN(pm.plan, place(pm.tensors, pm.profile, pm.budgets, pm.cost));
+  // Streamed experts: sequences decoding together route to the union of their experts,
+  // which the expert cache cannot hold (the moe under 3 GiB read 2-4x the bytes per token
+  // at 4 sequences and ran at 0.6-0.9x of one, docs/BATCHING.md), so by default requests
+  // take turns; --parallel N still asks for N.
+  if (auto_parallel && pm.budgets.n_seq > 1 && pm.plan.mode == Mode::kExpertStreaming) {
+    pm.budgets.n_seq = 1;
+    HYPURA_ASSIGN_OR_RETURN(pm.plan, place(pm.tensors, pm.profile, pm.budgets, pm.cost));
+  }
   return pm;
 }
 

@@ -523,5 +523,36 @@ TEST(Limits, HugeContextIsAnErrorNotAWrappedSize) {
   }
 }
 
+
+// serve's default --parallel: KV caches of n_ctx in a quarter of the memory limit, 1..4.
+TEST(DefaultParallel, KvCachesInAQuarterOfTheLimit) {
+  const ModelTensors m = synthetic_model(llama3_8b_q4km());  // 128 KiB of F16 KV per token
+  const HardwareProfile p = fixture("cpu_24g.json");
+  Budgets b;
+  b.n_ctx = 4096;  // 512 MiB per sequence
+  b.ram_bytes = uint64_t{3} << 30;
+  EXPECT_EQ(default_parallel(m, p, b), 1);  // 768 MiB: one cache
+  b.ram_bytes = uint64_t{8} << 30;
+  EXPECT_EQ(default_parallel(m, p, b), 4);  // 2 GiB: four
+  b.n_ctx = 1024;
+  b.ram_bytes = uint64_t{1} << 30;
+  EXPECT_EQ(default_parallel(m, p, b), 2);  // 256 MiB of 128 MiB caches
+  b.ram_bytes = uint64_t{64} << 30;
+  EXPECT_EQ(default_parallel(m, p, b), kDefaultMaxParallel);
+}
+
+// A plan keeps a KV cache per sequence: four sequences cost three more caches than one.
+TEST(DefaultParallel, EverySequenceHasItsKvCache) {
+  const ModelTensors m = synthetic_model(llama3_8b_q4km());
+  const HardwareProfile p = fixture("cpu_24g.json");
+  Budgets one;
+  one.n_ctx = 1024;
+  Budgets four = one;
+  four.n_seq = 4;
+  const Plan a = must_place(m, p, one), b = must_place(m, p, four);
+  EXPECT_EQ(b.memory.kv_ram, 4 * a.memory.kv_ram);
+  EXPECT_EQ(b.n_seq, 4);
+}
+
 }  // namespace
 }  // namespace hypura::scheduler
