@@ -141,6 +141,9 @@ class Context {
 void rms_norm(const float* x, const float* w, int64_t n, float eps, float* out);
 // In-place numerically stable softmax over n values.
 void softmax(float* x, int64_t n);
+// out[0..k) = the indices of the k largest of x[0..n), largest first, the lower index on
+// ties (MoE routing's order). REQUIRES: 0 < k <= n.
+void top_k(const float* x, int64_t n, int64_t k, int32_t* out);
 // Rotary embedding of one head vector of head_dim values at position pos, in place.
 // neox=false rotates pairs (2i, 2i+1); neox=true rotates (i, i + n_rot/2).
 // freq_scale/ext factors follow ggml's YaRN-free "rope" (llama3 scaling via freq_factors).

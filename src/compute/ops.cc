@@ -1,6 +1,7 @@
 // F32 helpers of a transformer. Reductions follow ggml's CPU ops where that matters for
 // matching llama.cpp's exact path: RMSNorm and softmax sum in double; RoPE advances
 // theta by repeated multiplication in float.
+#include <algorithm>
 #include <cmath>
 
 #include "compute/compute.h"
@@ -17,6 +18,17 @@ void rms_norm(const float* x, const float* w, int64_t n, float eps, float* out) 
     for (int64_t i = 0; i < n; ++i) out[i] = (x[i] * s) * w[i];
   } else {
     for (int64_t i = 0; i < n; ++i) out[i] = x[i] * s;
+  }
+}
+
+void top_k(const float* x, int64_t n, int64_t k, int32_t* out) {
+  for (int64_t slot = 0; slot < k; ++slot) {
+    int32_t best = -1;
+    for (int32_t i = 0; i < n; ++i) {
+      if (std::find(out, out + slot, i) != out + slot) continue;
+      if (best < 0 || x[i] > x[best]) best = i;
+    }
+    out[slot] = best;
   }
 }
 

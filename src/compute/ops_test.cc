@@ -88,3 +88,19 @@ TEST(Ops, Elementwise) {
 
 }  // namespace
 }  // namespace hypura::compute
+
+namespace hypura::compute {
+namespace {
+
+// MoE routing's order: largest first, the lower index on ties.
+TEST(TopK, LargestFirstLowerIndexOnTies) {
+  const float x[6] = {0.1f, 0.7f, 0.3f, 0.7f, -1.0f, 0.3f};
+  int32_t out[4];
+  top_k(x, 6, 4, out);
+  EXPECT_EQ(std::vector<int32_t>(out, out + 4), (std::vector<int32_t>{1, 3, 2, 5}));
+  top_k(x, 6, 1, out);
+  EXPECT_EQ(out[0], 1);
+}
+
+}  // namespace
+}  // namespace hypura::compute

@@ -385,15 +385,7 @@ void ExpertProvider::predict_router(int layer, const float* x, int64_t n_rows) {
     for (int64_t r = 0; r < n_rows; ++r) {
       float* probs = router_logits_.data() + r * n_expert_;
       compute::softmax(probs, n_expert_);
-      int32_t* top = router_top_.data() + r * k;
-      for (int slot = 0; slot < k; ++slot) {
-        int32_t best = -1;
-        for (int32_t e = 0; e < n_expert_; ++e) {
-          if (std::find(top, top + slot, e) != top + slot) continue;
-          if (best < 0 || probs[e] > probs[best]) best = e;
-        }
-        top[slot] = best;
-      }
+      compute::top_k(probs, n_expert_, k, router_top_.data() + r * k);
     }
     // Their union, rank by rank: every row's best first, then every row's second, ...
     std::vector<int32_t>& pred = router_pred_[target];

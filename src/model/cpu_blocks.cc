@@ -346,16 +346,11 @@ void CpuBlocks::route(const float* in) {
     compute::softmax(probs, ne);
     int32_t* sel = selected_.data() + t * k;
     float* wts = selected_w_.data() + t * k;
+    compute::top_k(probs, ne, k, sel);
     float sum = 0.0f;
     for (int64_t slot = 0; slot < k; ++slot) {
-      int32_t best = -1;
-      for (int32_t e = 0; e < ne; ++e) {
-        if (std::find(sel, sel + slot, e) != sel + slot) continue;
-        if (best < 0 || probs[e] > probs[best]) best = e;
-      }
-      sel[slot] = best;
-      wts[slot] = probs[best];
-      sum += probs[best];
+      wts[slot] = probs[sel[slot]];
+      sum += wts[slot];
     }
     for (int64_t slot = 0; slot < k; ++slot) wts[slot] /= sum;
   }
