@@ -100,10 +100,7 @@ Status CpuBlocks::finish(const WeightView& output, bool all_logits, float* logit
     return Status::ok();
   }
   // Each sequence's last row, gathered: one product for all (rows are independent).
-  for (size_t i = 0; i < seqs_.size(); ++i) {
-    const SeqRows& s = seqs_[i];
-    std::copy_n(cur() + (s.row0 + s.n_tokens - 1) * e, e, tmp() + static_cast<int64_t>(i) * e);
-  }
+  gather_last_rows(cur(), tmp());
   ctx_.matmul(output, tmp(), static_cast<int64_t>(seqs_.size()), logits);
   return Status::ok();
 }
@@ -357,16 +354,21 @@ void CpuBlocks::route(const float* in) {
   (void)in;
 }
 
+// out row i = rows' (n_tokens, n_embd) last row of sequence i.
+void CpuBlocks::gather_last_rows(const float* rows, float* out) const {
+  const int64_t e = hp_.n_embd;
+  for (size_t i = 0; i < seqs_.size(); ++i) {
+    const SeqRows& s = seqs_[i];
+    std::copy_n(rows + (s.row0 + s.n_tokens - 1) * e, e, out + static_cast<int64_t>(i) * e);
+  }
+}
+
 // The provider's look at each sequence's last row (gathered into expert_in_, which
 // run_experts() fills afresh afterwards).
 void CpuBlocks::observe_last_rows(int64_t il, const float* in) {
-  const int64_t e = hp_.n_embd;
   const auto n = static_cast<int64_t>(seqs_.size());
-  for (int64_t i = 0; i < n; ++i) {
-    const SeqRows& s = seqs_[static_cast<size_t>(i)];
-    std::copy_n(in + (s.row0 + s.n_tokens - 1) * e, e, expert_in_.data() + i * e);
-  }
-  provider_.observe_hidden(static_cast<int>(il), std::span(expert_in_.data(), n * e), n);
+  gather_last_rows(in, expert_in_.data());
+  provider_.observe_hidden(static_cast<int>(il), std::span(expert_in_.data(), n * hp_.n_embd), n);
 }
 
 Status CpuBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) {

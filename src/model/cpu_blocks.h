@@ -60,6 +60,7 @@ class CpuBlocks final : public Blocks {
   // Elementwise and row-wise work only: results do not depend on the split.
   template <class Fn>
   void parallel_for(int64_t n, Fn&& fn);
+  void gather_last_rows(const float* rows, float* out) const;
   void observe_last_rows(int64_t il, const float* in);
   void route(const float* in);
   void gated_activation(FfnAct act, int64_t n);

@@ -653,17 +653,19 @@ Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logi
     };
     if (logits != nullptr && all_logits && n_tokens_ > 1) {
       logit_rows(cur(), n_tokens_);
-    } else if (logits != nullptr && seqs_.size() > 1 && !staged) {  // each sequence's last row
-      gather_last_rows();
-      logit_rows(tmp(), static_cast<int64_t>(seqs_.size()));
-    } else if (logits != nullptr && seqs_.size() > 1) {  // the same, through the staging buffer
-      gather_last_rows();
+    } else if (logits != nullptr) {  // the last row of each sequence
       const auto m = static_cast<int64_t>(seqs_.size());
-      matmul(output, tmp(), m, dev_logits);
-      fail(cuda::copy_to_host_async(logits_host_.data(), dev_logits, static_cast<size_t>(m * nv) * 4, s()));
-    } else if (logits != nullptr) {  // the last row, through the pinned staging buffer
-      matmul(output, cur() + (n_tokens_ - 1) * e, 1, dev_logits);
-      fail(cuda::copy_to_host_async(logits_host_.data(), dev_logits, static_cast<size_t>(nv) * 4, s()));
+      const float* rows = cur() + (n_tokens_ - 1) * e;
+      if (m > 1) {
+        gather_last_rows();
+        rows = tmp();
+      }
+      if (!staged) {
+        logit_rows(rows, m);
+      } else {
+        matmul(output, rows, m, dev_logits);
+        fail(cuda::copy_to_host_async(logits_host_.data(), dev_logits, static_cast<size_t>(m * nv) * 4, s()));
+      }
     }
     if (mode_ == Mode::kCapture) {
       auto graph = cuda::Graph::end_capture(s());

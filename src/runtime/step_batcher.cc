@@ -10,8 +10,8 @@ StepBatcher::StepBatcher(std::unique_ptr<model::Forward> forward, int64_t n_voca
     : forward_(std::move(forward)), n_vocab_(n_vocab) {
   const auto rows = static_cast<size_t>(forward_->max_batch());
   step_tokens_.reserve(rows);
-  for (auto* v : {&step_seqs_, &step_sorted_seqs_}) v->reserve(static_cast<size_t>(kMaxSeqsPerStep));
-  for (auto* v : {&step_pending_, &step_sorted_pending_}) v->reserve(static_cast<size_t>(kMaxSeqsPerStep));
+  step_seqs_.reserve(static_cast<size_t>(kMaxSeqsPerStep));
+  step_pending_.reserve(static_cast<size_t>(kMaxSeqsPerStep));
 }
 
 Status StepBatcher::submit(const Request& r) {
@@ -120,37 +120,26 @@ void StepBatcher::compose() {
   const int64_t max_rows = forward_->max_batch();
   const size_t n = std::min<size_t>(queue_.size(), static_cast<size_t>(std::min(kMaxSeqsPerStep, max_rows)));
   step_pending_.assign(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
-  step_seqs_.clear();
-  for (const Pending* p : step_pending_) step_seqs_.push_back({p->r->kv, p->r->pos + p->done, 1});
+  for (Pending* p : step_pending_) p->take = 1;
   int64_t room = max_rows - static_cast<int64_t>(n);
   for (size_t i = 0; i < n && room > 0; ++i) {
-    const Pending& p = *step_pending_[i];
+    Pending& p = *step_pending_[i];
     const int64_t more = std::min(room, static_cast<int64_t>(p.r->tokens.size()) - p.done - 1);
-    step_seqs_[i].n_tokens += more;
+    p.take += more;
     room -= more;
   }
   // Then in the order of their caches' addresses: a step of the same sequences is the same
   // batch whichever arrived first, so the GPU replays its graph for it (the rows are
   // independent, so the order changes no result).
-  std::vector<size_t>& order = step_order_;
-  order.resize(n);
-  for (size_t i = 0; i < n; ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return std::less<const model::KvCache*>()(step_seqs_[a].kv, step_seqs_[b].kv);
+  std::sort(step_pending_.begin(), step_pending_.end(), [](const Pending* a, const Pending* b) {
+    return std::less<const model::KvCache*>()(a->r->kv, b->r->kv);
   });
-  step_sorted_pending_.clear();
-  step_sorted_seqs_.clear();
-  for (size_t i : order) {
-    step_sorted_pending_.push_back(step_pending_[i]);
-    step_sorted_seqs_.push_back(step_seqs_[i]);
-  }
-  step_pending_.swap(step_sorted_pending_);
-  step_seqs_.swap(step_sorted_seqs_);
+  step_seqs_.clear();
   step_tokens_.clear();
-  for (size_t i = 0; i < n; ++i) {
-    const Pending& p = *step_pending_[i];
-    const auto first = p.r->tokens.begin() + p.done;
-    step_tokens_.insert(step_tokens_.end(), first, first + step_seqs_[i].n_tokens);
+  for (const Pending* p : step_pending_) {
+    step_seqs_.push_back({p->r->kv, p->r->pos + p->done, p->take});
+    const auto first = p->r->tokens.begin() + p->done;
+    step_tokens_.insert(step_tokens_.end(), first, first + p->take);
   }
   const size_t logits = n * static_cast<size_t>(n_vocab_);
   if (step_logits_.size() < logits) step_logits_.resize(logits);
@@ -163,8 +152,8 @@ void StepBatcher::hand_out(const Status& st) {
   counts_.seqs += step_seqs_.size();
   for (size_t i = 0; i < step_pending_.size(); ++i) {
     Pending& p = *step_pending_[i];
-    counts_.rows += static_cast<uint64_t>(step_seqs_[i].n_tokens);
-    p.done += step_seqs_[i].n_tokens;
+    counts_.rows += static_cast<uint64_t>(p.take);
+    p.done += p.take;
     const bool complete = p.done == static_cast<int64_t>(p.r->tokens.size());
     if (!st.is_ok() || complete) {
       p.finished = true;

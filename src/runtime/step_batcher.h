@@ -84,6 +84,7 @@ class StepBatcher {
   struct Pending {
     const Request* r = nullptr;
     int64_t done = 0;  // tokens processed
+    int64_t take = 0;  // tokens of the step being composed
     bool finished = false;
     Status status;
   };
@@ -104,9 +105,8 @@ class StepBatcher {
   std::chrono::steady_clock::duration last_step_{};
   StepCounts counts_;
   // The step being run (the leader's, guarded by busy_).
-  std::vector<Pending*> step_pending_, step_sorted_pending_;
-  std::vector<model::SeqRows> step_seqs_, step_sorted_seqs_;
-  std::vector<size_t> step_order_;
+  std::vector<Pending*> step_pending_;
+  std::vector<model::SeqRows> step_seqs_;
   std::vector<int32_t> step_tokens_;
   std::vector<float> step_logits_;  // (seqs, n_vocab)
 };

@@ -15,9 +15,10 @@ import re
 import signal
 import statistics
 import subprocess
-import threading
 import time
 import urllib.request
+
+from serve_process import served_model, start_serve
 
 PROMPT = "Write a long story about a lighthouse keeper and the sea."
 
@@ -31,25 +32,14 @@ def run_cli(args):
 
 
 def start_server(args):
-    proc = subprocess.Popen([args.hypura, "serve", args.model, "--port", "0", "--context",
-                             str(args.context)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    port = None
-    for line in proc.stdout:
-        m = re.search(r"on http://[^:]+:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
-    threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
-    return proc, port
+    return start_serve(args.hypura, args.model, ["--context", str(args.context)])
 
 
 def run_chat(port, args):
     body = json.dumps({"model": "x", "stream": True,
                        "messages": [{"role": "user", "content": PROMPT}],
                        "options": {"temperature": 0, "seed": 1, "num_predict": args.tokens}})
-    # The server's model name is the file stem; ask /api/tags for it.
-    name = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/tags"))["models"][0]["name"]
+    name = served_model(port)
     body = body.replace('"model": "x"', f'"model": "{name}"')
     req = urllib.request.Request(f"http://127.0.0.1:{port}/api/chat", data=body.encode(),
                                  headers={"Content-Type": "application/json"})

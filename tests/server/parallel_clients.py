@@ -14,12 +14,13 @@ prompt_eval_count) right after, and prints both and their ratio.
 """
 import argparse
 import json
-import re
 import statistics
 import subprocess
 import threading
 import time
 import urllib.request
+
+from serve_process import served_model, start_serve
 
 TOPICS = ["a lighthouse keeper and the sea", "a clockmaker in a mountain village",
           "a ship's cat that learned to navigate", "a library that opened only at night",
@@ -28,29 +29,16 @@ TOPICS = ["a lighthouse keeper and the sea", "a clockmaker in a mountain village
 
 
 def start_server(args):
-    proc = subprocess.Popen([args.hypura, "serve", args.model, "--port", "0", "--parallel",
-                             str(args.clients), "--context", str(args.context), "-t", str(args.threads)]
-                            + budget_args(args),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    for line in proc.stdout:
-        m = re.search(r"on http://[^:]+:(\d+)", line)
-        if m:
-            threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
-            return proc, int(m.group(1))
-    raise RuntimeError("server did not start")
+    return start_serve(args.hypura, args.model, ["--parallel", str(args.clients), "--context", str(args.context),
+                                                 "-t", str(args.threads)] + budget_args(args))
 
 
 def budget_args(args):
     return ["--ram-budget", args.ram_budget] if args.ram_budget else []
 
 
-def served_model(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/tags", timeout=30) as resp:
-        return json.load(resp)["models"][0]["name"]
-
-
-def generate(port, prompt, tokens, out, barrier):
-    body = json.dumps({"model": served_model(port), "prompt": prompt, "raw": True, "stream": True,
+def generate(port, model, prompt, tokens, out, barrier):
+    body = json.dumps({"model": model, "prompt": prompt, "raw": True, "stream": True,
                        "options": {"temperature": 0, "num_predict": tokens}}).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{port}/api/generate", data=body,
                                  headers={"Content-Type": "application/json"})
@@ -73,9 +61,9 @@ def generate(port, prompt, tokens, out, barrier):
                 "prompt_eval_count": final.get("prompt_eval_count", 0)})
 
 
-def served_run(port, args):
+def served_run(port, model, args):
     results, barrier = [], threading.Barrier(args.clients)
-    threads = [threading.Thread(target=generate, args=(port, f"Once upon a time, a story about {TOPICS[i % len(TOPICS)]}:",
+    threads = [threading.Thread(target=generate, args=(port, model, f"Once upon a time, a story about {TOPICS[i % len(TOPICS)]}:",
                                                      args.tokens, results, barrier)) for i in range(args.clients)]
     for t in threads:
         t.start()
@@ -108,10 +96,11 @@ def main():
     args = ap.parse_args()
     proc, port = start_server(args)
     try:
-        generate(port, "Warm up:", 8, [], None)
+        model = served_model(port)
+        generate(port, model, "Warm up:", 8, [], None)
         figures = []
         for run in range(args.runs):
-            tps, results = served_run(port, args)
+            tps, results = served_run(port, model, args)
             figures.append(tps)
             counts = [r["eval_count"] for r in results]
             print(f"serve run {run}: {args.clients} clients, tokens {counts}, aggregate {tps:.2f} tok/s")

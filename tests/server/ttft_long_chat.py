@@ -15,11 +15,12 @@ sending the request to the first content chunk. The server's own prompt figures
 """
 import argparse
 import json
-import re
 import statistics
 import subprocess
 import time
 import urllib.request
+
+from serve_process import served_model, start_serve
 
 TURN = ("Here is another paragraph of our long conversation about lighthouses, ships, the "
         "weather on the coast and the people who keep the lamps burning through the night. ")
@@ -35,19 +36,7 @@ def conversation(n_turns):
 
 
 def start_server(args):
-    proc = subprocess.Popen([args.hypura, "serve", args.model, "--port", "0", "--context",
-                             str(args.context), "-t", str(args.threads)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    for line in proc.stdout:
-        m = re.search(r"on http://[^:]+:(\d+)", line)
-        if m:
-            return proc, int(m.group(1))
-    raise RuntimeError("server did not start")
-
-
-def served_model(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/tags", timeout=30) as resp:
-        return json.load(resp)["models"][0]["name"]
+    return start_serve(args.hypura, args.model, ["--context", str(args.context), "-t", str(args.threads)])
 
 
 def chat_ttft(port, msgs):

@@ -1,0 +1,26 @@
+"""Shared by the server benchmark scripts: starts `hypura serve` on a free port and names
+the model it serves."""
+import json
+import re
+import subprocess
+import threading
+import urllib.request
+
+
+def start_serve(hypura, model, extra_args=()):
+    """(process, port) of `hypura serve MODEL --port 0 EXTRA_ARGS`, once it listens; its
+    output is drained by a thread so the pipe never fills."""
+    proc = subprocess.Popen([hypura, "serve", model, "--port", "0", *extra_args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:
+        m = re.search(r"on http://[^:]+:(\d+)", line)
+        if m:
+            threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+            return proc, int(m.group(1))
+    raise RuntimeError("server did not start")
+
+
+def served_model(port):
+    """The name the server answers to (the file stem, :latest)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/tags", timeout=30) as resp:
+        return json.load(resp)["models"][0]["name"]
