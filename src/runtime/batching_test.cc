@@ -111,10 +111,12 @@ TEST_P(Batching, ConcurrentSessionsShareStepsAndMatchAlone) {
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_EQ(got[i], want[i]) << "prompt " << i << ": '" << got[i].text << "' vs '" << want[i].text << "'";
   }
-  // Shared steps: fewer passes than sequences x tokens, more than one sequence per step.
+  // Shared steps: some step held more than one sequence. How many depends on how the OS
+  // schedules the four threads (a member misses a step when it is not run within the
+  // gather time, as under a parallel ctest), so only sharing itself is asserted.
   const StepCounts after = e->step_counts();
   const uint64_t steps = after.steps - before.steps, seqs = after.seqs - before.seqs;
-  EXPECT_GT(seqs, steps + steps / 2) << steps << " steps for " << seqs << " sequence rows";
+  EXPECT_GT(seqs, steps) << steps << " steps for " << seqs << " sequence rows";
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, Batching,
