@@ -108,6 +108,20 @@ struct Prediction {
   bool io_bound = false;
 };
 
+// What a discrete GPU (CUDA) computes, from the tiers: the output head (output_norm and
+// the output matrix), the last `layers` layers, and the token embedding when every layer is
+// there; the CPU computes the layers before. tied_head_copy: the head multiplies by the
+// token embedding (tied weights), which stays in RAM for the CPU's embedding and is copied
+// to the GPU too. On a unified GPU (assign_gpu's tensor split) this only describes the
+// head and a suffix, not what runs.
+struct GpuSplit {
+  bool head = false;
+  int layers = 0;
+  bool embedding = false;
+  bool tied_head_copy = false;
+  bool any() const { return head || layers > 0 || embedding; }
+};
+
 struct Plan {
   Mode mode = Mode::kFullResident;
   std::vector<Tier> tiers;         // parallel to ModelTensors::tensors
@@ -130,12 +144,15 @@ struct Plan {
   uint32_t io_queue_depth = 0;
   int64_t n_ctx = 0;
   int n_seq = 1;  // sequences with a KV cache each (Budgets::n_seq)
+  GpuSplit gpu;  // the discrete GPU's share (none without one)
   MemoryPlan memory;
   Prediction prediction;
   std::vector<std::string> explanation;  // human-readable reasons, in order
 
   uint64_t bytes_on(const ModelTensors& m, Tier tier) const;
 };
+
+GpuSplit gpu_split_of(const ModelTensors& model, const std::vector<Tier>& tiers);
 
 // Host memory the process holds beside the plan's other figures (weights, KV cache, work
 // buffers, pool, expert cache): code, the parsed GGUF directory, the tokenizer, the

@@ -67,6 +67,10 @@ std::vector<int> spread(int k, int n) {
 struct Limits {
   uint64_t ram = 0, gpu = 0;
   bool has_gpu = false, unified = false;
+  // A discrete GPU's tensors, chosen before the RAM/storage search (gpu_suffix): the
+  // search neither streams nor counts them. Empty: no discrete GPU (or a unified one,
+  // where assign_gpu splits the resident tensors instead).
+  std::vector<bool> gpu_fixed;
 };
 
 Limits limits(const HardwareProfile& p, const Budgets& b) {
@@ -91,6 +95,62 @@ uint64_t work_bytes(const ModelTensors& m, const Budgets& b) {
 uint64_t kv_bytes(const ModelTensors& m, const Budgets& b) {
   return m.kv_elements_per_token * static_cast<uint64_t>(b.n_ctx) * static_cast<uint64_t>(b.kv_bytes_per_element) *
          static_cast<uint64_t>(std::max(1, b.n_seq));
+}
+
+bool is_head(const TensorDesc& t) { return t.role == TensorRole::kOutput || t.role == TensorRole::kOutputNorm; }
+
+// The tensor the output head multiplies by: `output`, or the token embedding when tied.
+const TensorDesc* head_matrix(const ModelTensors& m) {
+  const TensorDesc* embd = nullptr;
+  for (const TensorDesc& t : m.tensors) {
+    if (t.role == TensorRole::kOutput) return &t;
+    if (t.role == TensorRole::kTokenEmbedding) embd = &t;
+  }
+  return embd;
+}
+bool tied_head(const ModelTensors& m) {
+  const TensorDesc* h = head_matrix(m);
+  return h != nullptr && h->role == TensorRole::kTokenEmbedding;
+}
+
+// A discrete GPU computes a suffix of the layers and the output head (the CPU the layers
+// before it, from RAM or storage), so one step crosses the bus twice: the residual rows
+// up, the logits down. The head goes first (read by every token, and the last op), then
+// whole layers from the last one down, each with its KV cache, while they fit beside the
+// work buffers and the CUDA context; the token embedding joins when every layer is there
+// (a CPU stage would embed from RAM otherwise). A tied head's embedding is then on both:
+// in RAM for the embedding and copied to the GPU for the head (tied_head_on_gpu).
+std::vector<bool> gpu_suffix(const ModelTensors& m, const Budgets& b, const CostModel& c, const Limits& lim) {
+  std::vector<bool> on(m.tensors.size(), false);
+  const uint64_t fixed = work_bytes(m, b) + c.gpu_context_bytes;
+  const TensorDesc* head = head_matrix(m);
+  uint64_t head_bytes = head != nullptr ? head->bytes : 0;
+  for (const TensorDesc& t : m.tensors) head_bytes += t.role == TensorRole::kOutputNorm ? t.bytes : 0;
+  if (!lim.has_gpu || lim.gpu < fixed + head_bytes) return on;
+  uint64_t room = lim.gpu - fixed - head_bytes;
+  for (size_t i = 0; i < on.size(); ++i) on[i] = is_head(m.tensors[i]);
+  std::vector<uint64_t> layer_bytes(static_cast<size_t>(m.n_layer), 0);
+  for (const TensorDesc& t : m.tensors) {
+    if (t.layer >= 0 && t.layer < m.n_layer) layer_bytes[static_cast<size_t>(t.layer)] += t.bytes;
+  }
+  const uint64_t kv_layer = kv_bytes(m, b) / static_cast<uint64_t>(std::max(1, m.n_layer));
+  int first = m.n_layer;
+  while (first > 0 && layer_bytes[static_cast<size_t>(first - 1)] + kv_layer <= room) {
+    room -= layer_bytes[static_cast<size_t>(--first)] + kv_layer;
+  }
+  for (size_t i = 0; i < on.size(); ++i) {
+    const TensorDesc& t = m.tensors[i];
+    if (t.layer >= first) on[i] = true;
+    // Tied: the head's copy is already counted above.
+    if (t.role == TensorRole::kTokenEmbedding && first == 0 && (tied_head(m) || t.bytes <= room)) on[i] = true;
+  }
+  return on;
+}
+
+Limits limits_for(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, const CostModel& c) {
+  Limits l = limits(p, b);
+  if (l.has_gpu && !l.unified) l.gpu_fixed = gpu_suffix(m, b, c, l);
+  return l;
 }
 
 }  // namespace
@@ -451,6 +511,26 @@ const char* mode_name(Mode mode) {
   return "?";
 }
 
+GpuSplit gpu_split_of(const ModelTensors& m, const std::vector<Tier>& tiers) {
+  GpuSplit g;
+  std::vector<bool> layer_on(static_cast<size_t>(std::max(0, m.n_layer)), true);
+  bool any_layer_tensor = false;
+  for (size_t i = 0; i < tiers.size() && i < m.tensors.size(); ++i) {
+    const TensorDesc& t = m.tensors[i];
+    const bool on = tiers[i] == Tier::kGpu;
+    if (t.role == TensorRole::kOutputNorm) g.head = on;
+    if (t.role == TensorRole::kTokenEmbedding) g.embedding = on;
+    if (t.layer >= 0 && t.layer < m.n_layer) {
+      any_layer_tensor = true;
+      if (!on) layer_on[static_cast<size_t>(t.layer)] = false;
+    }
+  }
+  if (!any_layer_tensor) return g;
+  while (g.layers < m.n_layer && layer_on[static_cast<size_t>(m.n_layer - 1 - g.layers)]) ++g.layers;
+  g.tied_head_copy = g.head && !g.embedding && tied_head(m);
+  return g;
+}
+
 uint64_t Plan::bytes_on(const ModelTensors& m, Tier tier) const {
   uint64_t total = 0;
   for (size_t i = 0; i < tiers.size(); ++i) {
@@ -492,6 +572,7 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   uint64_t experts_total = 0;
   bool any_gpu = false;
   std::vector<bool> kv_gpu(n_pipe, false);
+  plan.gpu = gpu_split_of(m, plan.tiers);
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     const TensorDesc& t = m.tensors[i];
     Tier tier = plan.tiers[i];
@@ -500,6 +581,12 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
     // Streamed tensors compute where their slots live: GPU-visible memory on a unified
     // machine (the original's Metal rig), host RAM for the CPU otherwise.
     Tier computes_on = tier == Tier::kStorage ? (lim.unified && lim.has_gpu ? Tier::kGpu : Tier::kRam) : tier;
+    // A tied head on a discrete GPU: the embedding stays in RAM and a copy multiplies there.
+    if (plan.gpu.tied_head_copy && t.role == TensorRole::kTokenEmbedding) {
+      computes_on = Tier::kGpu;
+      mem.gpu_weights += t.bytes;
+      any_gpu = true;
+    }
     lc.compute_s[L] += touched / bandwidth(p, c, computes_on);
     if (model::is_moe_expert(t.role)) expert_compute_s[L] += touched / bandwidth(p, c, computes_on);
     if (tier == Tier::kGpu) {
@@ -637,14 +724,22 @@ std::vector<Tier> with_streamed(const ModelTensors& m, const std::vector<bool>& 
   for (size_t i = 0; i < tiers.size(); ++i) {
     if (streamed[i]) tiers[i] = Tier::kStorage;
   }
+  if (!lim.gpu_fixed.empty()) {
+    for (size_t i = 0; i < tiers.size(); ++i) {
+      if (lim.gpu_fixed[i]) tiers[i] = Tier::kGpu;
+    }
+    return tiers;
+  }
   assign_gpu(m, b, c, lim, tiers);
   return tiers;
 }
 
-// Groups of one class: the tensors of that class in each pipeline layer, in layer order.
-std::vector<std::vector<size_t>> class_groups(const ModelTensors& m, StreamClass cls) {
+// Groups of one class: the tensors of that class in each pipeline layer, in layer order
+// (a discrete GPU's tensors are in none: they never stream).
+std::vector<std::vector<size_t>> class_groups(const ModelTensors& m, StreamClass cls, const Limits& lim) {
   std::map<int, std::vector<size_t>> by_layer;
   for (size_t i = 0; i < m.tensors.size(); ++i) {
+    if (!lim.gpu_fixed.empty() && lim.gpu_fixed[i]) continue;
     if (stream_class(m.tensors[i]) == cls) by_layer[pipeline_layer(m, m.tensors[i])].push_back(i);
   }
   std::vector<std::vector<size_t>> out;
@@ -691,8 +786,8 @@ struct Search {
   // is skipped after one evaluation). Pure-FFN plans win unless a mixed one is kMinGain
   // faster.
   void frontier(const std::vector<bool>& base, Candidate& best) const {
-    auto ffn = class_groups(m, StreamClass::kDenseFfn);
-    auto attn = class_groups(m, StreamClass::kAttention);
+    auto ffn = class_groups(m, StreamClass::kDenseFfn, lim);
+    auto attn = class_groups(m, StreamClass::kAttention, lim);
     Candidate pure, mixed;
     int n2 = static_cast<int>(ffn.size()), n3 = static_cast<int>(attn.size());
     auto consider = [&](const std::vector<bool>& streamed, bool is_pure) {
@@ -731,7 +826,7 @@ struct Search {
       best.found = true;
       return best;
     }
-    auto experts = class_groups(m, StreamClass::kExperts);
+    auto experts = class_groups(m, StreamClass::kExperts, lim);
     if (!experts.empty()) {
       // Expert streaming whenever it fits: the cache takes whatever memory is left, which
       // serves any routing better than pinning whole layers, and the runtime's expert
@@ -748,7 +843,7 @@ struct Search {
     frontier(none, best);
     if (best.found) return best;
     // The output head streamed too, on top of either base (its slot size makes it last).
-    if (auto head = class_groups(m, StreamClass::kOutputHead); !head.empty()) {
+    if (auto head = class_groups(m, StreamClass::kOutputHead, lim); !head.empty()) {
       const int n_head = static_cast<int>(head.size());
       if (!experts.empty()) frontier(plus(plus(none, experts, static_cast<int>(experts.size())), head, n_head), best);
       frontier(plus(none, head, n_head), best);
@@ -760,6 +855,25 @@ struct Search {
     return best;
   }
 };
+
+std::string gpu_split_text(const ModelTensors& m, const GpuSplit& g) {
+  if (!g.any()) return "Nothing fits on the GPU beside its work buffers: every layer computes on the CPU.";
+  std::string s = "The GPU computes ";
+  if (g.layers == m.n_layer) {
+    s += "every layer";
+  } else {
+    s += "layers " + std::to_string(m.n_layer - g.layers) + "-" + std::to_string(m.n_layer - 1) + " (" +
+         std::to_string(g.layers) + " of " + std::to_string(m.n_layer) + ")";
+  }
+  s += g.head ? " and the output head" : "";
+  s += g.embedding ? ", the embedding too" : "";
+  if (g.layers < m.n_layer) {
+    s += "; the CPU computes the " + std::to_string(m.n_layer - g.layers) +
+         " layers before them from RAM or storage, and each step copies the residual rows to the GPU";
+  }
+  if (g.tied_head_copy) s += "; the tied embedding is in RAM and on the GPU (for the head)";
+  return s + ".";
+}
 
 void explain(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, const CostModel& c,
              const Limits& lim, Plan& plan) {
@@ -775,6 +889,7 @@ void explain(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, 
   if (lim.has_gpu) {
     e.push_back("GPU " + p.gpus.front().name + ": " + gib(lim.gpu) + " usable" +
                 (lim.unified ? " (unified memory: GPU bytes count against the host limit too)." : "."));
+    if (!lim.unified) e.push_back(gpu_split_text(m, plan.gpu));
   } else {
     e.push_back("No GPU tier: tiers are RAM and storage.");
   }
@@ -837,7 +952,7 @@ Result<Plan> place(const ModelTensors& m, const HardwareProfile& p, const Budget
   if (m.tensors.empty() || m.n_layer <= 0) return invalid_argument("model has no tensors or layers to place");
   if (p.storage.seq_read_bps <= 0) return invalid_argument("profile has no storage read bandwidth");
   HYPURA_RETURN_IF_ERROR(check_context_sizes(m, b));
-  const Limits lim = limits(p, b);
+  const Limits lim = limits_for(m, p, b, c);
   Candidate best;
   int worse = 0;
   for (int depth = 1; depth <= c.max_prefetch_depth; ++depth) {
@@ -886,7 +1001,7 @@ Result<Plan> place(const ModelTensors& m, const HardwareProfile& p, const Budget
 Result<Plan> place_layers_in_order(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
                                    const CostModel& c) {
   HYPURA_RETURN_IF_ERROR(check_context_sizes(m, b));
-  const Limits lim = limits(p, b);
+  const Limits lim = limits_for(m, p, b, c);
   Plan best;
   bool found = false;
   for (int depth = 1; depth <= c.max_prefetch_depth; ++depth) {

@@ -556,3 +556,99 @@ TEST(DefaultParallel, EverySequenceHasItsKvCache) {
 
 }  // namespace
 }  // namespace hypura::scheduler
+
+namespace hypura::scheduler {
+namespace {
+
+// A discrete GPU beside the 24 GiB CPU machine (the H200 under a --vram-budget).
+HardwareProfile with_discrete_gpu() {
+  HardwareProfile p = fixture("cpu_24g.json");
+  profiler::GpuProfile g;
+  g.name = "test GPU";
+  g.total_bytes = g.free_bytes = uint64_t{140} << 30;
+  g.memory_bandwidth_bps = 4e12;
+  p.gpus.push_back(g);
+  return p;
+}
+
+Budgets gpu_budget(uint64_t bytes) {
+  Budgets b;
+  b.gpu_bytes = bytes;
+  b.n_ctx = 4096;
+  return b;
+}
+
+// What each tensor's tier must be for the split the plan reports: the head and the last
+// `layers` layers on the GPU, nothing of them on storage, the rest off the GPU.
+void expect_suffix_split(const ModelTensors& m, const Plan& plan) {
+  const int first = m.n_layer - plan.gpu.layers;
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    const TensorDesc& t = m.tensors[i];
+    const bool want_gpu = (t.layer >= first) || (plan.gpu.head && (t.role == model::TensorRole::kOutput ||
+                                                                   t.role == model::TensorRole::kOutputNorm)) ||
+                          (t.role == model::TensorRole::kTokenEmbedding && plan.gpu.embedding);
+    EXPECT_EQ(plan.tiers[i] == Tier::kGpu, want_gpu) << t.name << " with " << plan.gpu.layers << " GPU layers";
+  }
+}
+
+// More VRAM puts more of the last layers on the GPU, never more than fits, and predicts a
+// faster token; all of the 8b fits in 8 GiB, embedding included.
+TEST(DiscreteGpu, BudgetDecidesASuffixOfLayers) {
+  const ModelTensors m = synthetic_model(llama3_8b_q4km());
+  const HardwareProfile p = with_discrete_gpu();
+  int last_layers = -1;
+  double last_tok_s = 0;
+  for (uint64_t mib : {256, 1024, 2048, 3072, 8192}) {
+    const Plan plan = must_place(m, p, gpu_budget(uint64_t{mib} << 20));
+    expect_suffix_split(m, plan);
+    EXPECT_LE(plan.memory.gpu_total(), uint64_t{mib} << 20) << mib;
+    EXPECT_GE(plan.gpu.layers, last_layers) << mib;
+    EXPECT_GE(plan.prediction.tok_per_s, last_tok_s * (1 - 1e-9)) << mib;
+    // The RAM holds the CPU's share only.
+    EXPECT_EQ(plan.memory.ram_weights + plan.memory.gpu_weights, m.total_bytes()) << mib;
+    last_layers = plan.gpu.layers;
+    last_tok_s = plan.prediction.tok_per_s;
+  }
+  EXPECT_FALSE(must_place(m, p, gpu_budget(uint64_t{256} << 20)).gpu.any());  // below the CUDA context
+  const Plan part = must_place(m, p, gpu_budget(uint64_t{2048} << 20));
+  EXPECT_TRUE(part.gpu.head);
+  EXPECT_GT(part.gpu.layers, 0);
+  EXPECT_LT(part.gpu.layers, m.n_layer);
+  EXPECT_GT(part.memory.kv_gpu, 0u);
+  EXPECT_GT(part.memory.kv_ram, 0u);
+  const Plan all = must_place(m, p, gpu_budget(uint64_t{8192} << 20));
+  EXPECT_EQ(all.gpu.layers, m.n_layer);
+  EXPECT_TRUE(all.gpu.embedding);
+  EXPECT_EQ(all.memory.ram_weights, 0u);
+}
+
+// Under a RAM budget too small for the CPU's share, the CPU's layers stream; the GPU's
+// never do.
+TEST(DiscreteGpu, CpuLayersStreamUnderARamBudget) {
+  const ModelTensors m = synthetic_model(llama3_8b_q4km());
+  Budgets b = gpu_budget(uint64_t{2048} << 20);
+  b.ram_bytes = uint64_t{2} << 30;
+  const Plan plan = must_place(m, with_discrete_gpu(), b);
+  expect_suffix_split(m, plan);
+  EXPECT_GT(plan.gpu.layers, 0);
+  EXPECT_GT(plan.prediction.storage_bytes_per_token, 0u);
+  EXPECT_LE(plan.memory.ram_total(), b.ram_bytes.value());
+}
+
+// A tied head: the embedding stays in RAM for the CPU's first layer and a copy on the GPU
+// multiplies the logits, counted on both sides.
+TEST(DiscreteGpu, TiedHeadIsCopiedToTheGpu) {
+  ShapeSpec s = llama3_8b_q4km();
+  s.tied_embeddings = true;
+  const ModelTensors m = synthetic_model(s);
+  const Plan plan = must_place(m, with_discrete_gpu(), gpu_budget(uint64_t{2048} << 20));
+  ASSERT_TRUE(plan.gpu.head);
+  ASSERT_LT(plan.gpu.layers, m.n_layer);
+  EXPECT_TRUE(plan.gpu.tied_head_copy);
+  uint64_t embd = 0;
+  for (const TensorDesc& t : m.tensors) embd += t.role == model::TensorRole::kTokenEmbedding ? t.bytes : 0;
+  EXPECT_EQ(plan.memory.ram_weights + plan.memory.gpu_weights, m.total_bytes() + embd);
+}
+
+}  // namespace
+}  // namespace hypura::scheduler
