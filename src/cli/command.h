@@ -41,6 +41,8 @@ std::string resolve_model_path(const std::string& arg);
 // ledger; a model that does not fit under it streams. A malformed size is a usage error.
 // run, bench and serve share it; *bytes stays 0 (the profile's usable RAM) when absent.
 CLI::Option* add_ram_budget_option(CLI::App& app, uint64_t* bytes);
+// --vram-budget SIZE: a cap on GPU memory (the GPU tier's share of the model).
+CLI::Option* add_vram_budget_option(CLI::App& app, uint64_t* bytes);
 
 // --profile FILE: plan with this hardware profile (`hypura profile --json` output) instead
 // of the cached one or a fresh measurement: reproducible plans, and no storage benchmark.
@@ -63,7 +65,7 @@ constexpr int64_t kMaxContextTokens = int64_t{1} << 24;
 CLI::Option* add_context_option(CLI::App& app, int64_t* n_ctx);
 
 // The options of every command that loads a model (run, bench, serve, perplexity):
-// -t/--threads, --device, --kv-type f16|f32, --ram-budget, --profile, and expert streaming's
+// -t/--threads, --device, --kv-type f16|f32, --ram-budget, --vram-budget, --profile, and expert streaming's
 // --expert-predictor none|coact|router|both and --expert-lookahead N (docs/MOE.md).
 // engine_options() makes the
 // Engine's options of them, so the four load (and plan) a model the same way.
@@ -72,6 +74,7 @@ struct EngineFlags {
   std::string device = "auto";  // --device auto|cpu|cuda
   std::string kv_type = "f16";
   uint64_t ram_budget = 0;  // 0: the profile's usable memory
+  uint64_t vram_budget = 0;  // 0: the GPU's free memory less a reserve
   std::string profile;      // --profile FILE
   std::string expert_predictor;  // --expert-predictor; empty: the default (both)
   int expert_lookahead = 0;      // --expert-lookahead 1..4; 0: the default (1)

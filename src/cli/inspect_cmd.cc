@@ -29,20 +29,23 @@ struct InspectArgs {
   bool plan = false;                // --plan: where this machine would put each tensor
   // --plan's options: the same as run's, so that the plan printed is the one run executes.
   uint64_t ram_budget = 0;
+  uint64_t vram_budget = 0;
   std::string profile;
   std::string reserve;  // --reserve SIZE ("": the profile's)
   int64_t context = 4096;
 };
 
-// The plan run, bench and serve would execute with these options (runtime::plan_weights).
+// The plan run, bench and serve would execute with these options (runtime::plan_weights),
+// with the GPU tier of the same device decision (--device auto).
 Result<scheduler::PlannedModel> plan_for(const gguf::GgufFile& file, const std::string& path,
-                                         const InspectArgs& args) {
+                                         const InspectArgs& args, const runtime::DeviceChoice& device) {
   runtime::EngineOptions eo;
   eo.model_path = path;
   eo.n_ctx = args.context;
   eo.ram_budget = args.ram_budget;
+  eo.gpu_budget = args.vram_budget;
   eo.profile_path = args.profile;
-  scheduler::PlanRequest request = runtime::plan_request(eo);
+  scheduler::PlanRequest request = runtime::plan_request(eo, device);
   if (!args.reserve.empty()) {
     auto reserve = parse_size(args.reserve);
     if (!reserve.is_ok()) return reserve.status().with_context("--reserve");
@@ -70,19 +73,23 @@ int run_inspect(const InspectArgs& args) {
   std::optional<scheduler::PlannedModel> planned;
   std::string device_line;
   if (args.plan) {
-    auto pm = plan_for(*file, path, args);
+    // The device decision run/bench/serve make in front of this plan (--device auto).
+    runtime::DeviceChoice device;
+    if (auto hp = model::read_hparams(*file); hp.is_ok()) {
+      auto choice = runtime::choose_device(runtime::DeviceRequest::kAuto, *file, *hp, false, args.vram_budget);
+      if (choice.is_ok()) device = *choice;
+      device_line = choice.is_ok() ? choice->reason : choice.status().message();
+    } else {
+      device_line = "cpu: " + hp.status().message();
+    }
+    auto pm = plan_for(*file, path, args, device);
     if (!pm.is_ok()) {
       std::cerr << "hypura inspect: plan: " << pm.status().message() << "\n";
       return 1;
     }
     planned = std::move(pm).value();
-    // The device decision run/bench/serve make in front of this plan (--device auto).
-    if (auto hp = model::read_hparams(*file); hp.is_ok()) {
-      auto choice = runtime::choose_device(runtime::DeviceRequest::kAuto, *file, *hp,
-                                           planned->budgets.n_ctx, false, runtime::kMaxBatch);
-      device_line = choice.is_ok() ? choice->reason : choice.status().message();
-    } else {
-      device_line = "cpu: " + hp.status().message();
+    if (device.kind == runtime::DeviceKind::kCuda && !planned->plan.gpu.any()) {
+      device_line = "cpu: nothing of the model fits the GPU beside its buffers (" + device_line + ")";
     }
   }
 
@@ -118,6 +125,7 @@ std::function<int()> setup_inspect(CLI::App& app) {
   app.add_flag("--plan", args->plan, "also print the placement plan for this machine (docs/PLANNER.md)");
   add_profile_option(app, &args->profile);
   add_ram_budget_option(app, &args->ram_budget);
+  add_vram_budget_option(app, &args->vram_budget);
   app.add_option("--reserve", args->reserve, "RAM left to the OS (default 2G)");
   add_context_option(app, &args->context);
   return [args] { return run_inspect(*args); };

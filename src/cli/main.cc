@@ -30,15 +30,30 @@ std::string resolve_model_path(const std::string& arg) {
   return "";
 }
 
-CLI::Option* add_ram_budget_option(CLI::App& app, uint64_t* bytes) {
+namespace {
+
+CLI::Option* add_size_option(CLI::App& app, const std::string& name, uint64_t* bytes, const std::string& help) {
   return app.add_option_function<std::string>(
-      "--ram-budget",
-      [bytes](const std::string& text) {
+      name,
+      [bytes, name](const std::string& text) {
         auto parsed = parse_size(text);
-        if (!parsed.is_ok()) throw CLI::ValidationError("--ram-budget", parsed.status().message());
+        if (!parsed.is_ok()) throw CLI::ValidationError(name, parsed.status().message());
         *bytes = parsed.value();
       },
-      "cap on host memory, e.g. 3G (default: the profile's usable RAM); what does not fit streams");
+      help);
+}
+
+}  // namespace
+
+CLI::Option* add_ram_budget_option(CLI::App& app, uint64_t* bytes) {
+  return add_size_option(app, "--ram-budget", bytes,
+                         "cap on host memory, e.g. 3G (default: the profile's usable RAM); what does not fit streams");
+}
+
+CLI::Option* add_vram_budget_option(CLI::App& app, uint64_t* bytes) {
+  return add_size_option(app, "--vram-budget", bytes,
+                         "cap on GPU memory, e.g. 8G (default: the free memory less a reserve); the GPU "
+                         "computes the last layers that fit, the CPU the rest");
 }
 
 CLI::Option* add_profile_option(CLI::App& app, std::string* path) {
@@ -53,8 +68,8 @@ CLI::Option* add_threads_option(CLI::App& app, int* threads) {
 }
 
 CLI::Option* add_device_option(CLI::App& app, std::string* device) {
-  return app.add_option("--device", *device, "where to compute: auto (the GPU when the whole model "
-                                             "fits in its memory), cpu or cuda")
+  return app.add_option("--device", *device, "where to compute: auto (the GPU takes what fits in its "
+                                             "memory, the CPU the rest), cpu or cuda")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 }
@@ -72,6 +87,7 @@ void add_engine_flags(CLI::App& app, EngineFlags* flags) {
       ->check(CLI::IsMember({"f16", "f32"}))
       ->capture_default_str();
   add_ram_budget_option(app, &flags->ram_budget);
+  add_vram_budget_option(app, &flags->vram_budget);
   add_profile_option(app, &flags->profile);
   app.add_option("--expert-predictor", flags->expert_predictor,
                  "MoE expert streaming: what guesses the next layer's experts to read ahead "
@@ -90,6 +106,7 @@ runtime::EngineOptions engine_options(const EngineFlags& flags, const std::strin
   eo.n_ctx = n_ctx;
   eo.kv_f32 = flags.kv_type == "f32";
   eo.ram_budget = flags.ram_budget;
+  eo.gpu_budget = flags.vram_budget;
   eo.profile_path = flags.profile;
   eo.expert_predictor = flags.expert_predictor;
   eo.expert_lookahead = flags.expert_lookahead;

@@ -117,7 +117,7 @@ Status ExpertProvider::build_layout() {
   layer_of_tensor_.assign(tensors.size(), -1);
   for (size_t id = 0; id < tensors.size(); ++id) {
     const auto [layer, part] = expert_tensor(tensors[id].name);
-    if (layer < 0) continue;
+    if (layer < 0 || is_absent(id)) continue;
     const auto& t = tensors[id];
     if (t.ne.size() != 3 || t.ne[2] < 1) {
       return invalid_argument("'" + t.name + "' is not a stacked (n_cols, n_rows, n_expert) tensor");
@@ -177,7 +177,7 @@ void ExpertProvider::find_routers() {
 // Every non-expert tensor, read once (resident_loader.h).
 Status ExpertProvider::load_resident(bool lock, const Progress& progress) {
   std::vector<bool> wanted(file_.tensors().size());
-  for (size_t id = 0; id < wanted.size(); ++id) wanted[id] = part_of_tensor_[id] < 0;
+  for (size_t id = 0; id < wanted.size(); ++id) wanted[id] = part_of_tensor_[id] < 0 && !is_absent(id);
   HYPURA_ASSIGN_OR_RETURN(resident_, tiers::load_resident_tensors(file_, wanted, storages_, ledger_,
                                                            "resident weights (all but experts)", lock,
                                                            progress));

@@ -101,6 +101,10 @@ struct ExpertConfig {
   double min_confidence = 0.5;     // co-activation score needed to read speculatively
   std::string stats_path;          // co-activation statistics (load/save); empty: none
   bool lock_resident = true;
+  // (n_tensors, or empty: none) tensors a GPU holds and computes (the GPU tier's last
+  // layers and head): neither loaded nor cached here, and their layers are neither
+  // predicted nor read ahead. They must be whole layers at the end of the stack.
+  std::vector<bool> absent;
   io::StorageOptions storage;
   // Tests: builds the read queue of each split file's Storage (e.g. fault-injecting).
   std::function<std::unique_ptr<io::ReadQueue>()> make_queue;
@@ -194,6 +198,7 @@ class ExpertProvider final : public model::WeightProvider {
   // Bytes of one expert (gate + up + down slices) of `layer`.
   uint64_t expert_bytes(int layer) const { return layers_[layer].expert_bytes; }
   int n_layer() const { return static_cast<int>(layers_.size()); }
+  bool is_absent(size_t id) const { return id < config_.absent.size() && config_.absent[id]; }
   // Bytes requested from Storage since load (all files): tests compare with stats().
   uint64_t storage_bytes_since_load() const;
 

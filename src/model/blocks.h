@@ -98,6 +98,9 @@ class Blocks {
 
   // x() = rows tokens[0..n_tokens) (host ids, checked by the caller) of the embedding table.
   virtual void embed(const WeightView& table, const int32_t* tokens) = 0;
+  // Instead of embed(), for blocks that continue a pass another Blocks began (a model split
+  // between the CPU and a GPU, model.h): x() = host_x, (n_tokens, n_embd) host memory.
+  virtual void continue_from(const float* host_x) = 0;
   // out = in / rms(in) * w over rows of w's length. out may alias in.
   virtual void norm(const float* in, const WeightView& w, float* out) = 0;
   // out (n_tokens, w.n_rows) = in (n_tokens, w.n_cols) . W^T

@@ -87,6 +87,10 @@ void CpuBlocks::embed(const WeightView& table, const int32_t* tokens) {
   ctx_.get_rows(table, tokens, n_tokens_, x());
 }
 
+void CpuBlocks::continue_from(const float* host_x) {
+  std::copy_n(host_x, n_tokens_ * hp_.n_embd, x());
+}
+
 Status CpuBlocks::finish(const WeightView& output, bool all_logits, float* logits, float* hidden) {
   const int64_t e = hp_.n_embd;
   if (hidden != nullptr) std::copy_n(cur(), n_tokens_ * e, hidden);

@@ -21,6 +21,7 @@ class CpuBlocks final : public Blocks {
 
   bool on_device() const override { return false; }
   void embed(const WeightView& table, const int32_t* tokens) override;
+  void continue_from(const float* host_x) override;
   void norm(const float* in, const WeightView& w, float* out) override;
   void linear(const WeightView& w, const float* in, float* out) override;
   void project_qkv(const AttnViews& a, const float* in) override;

@@ -155,6 +155,7 @@ class CudaBlocks final : public Blocks {
 
   bool on_device() const override { return true; }
   void embed(const WeightView& table, const int32_t* tokens) override;
+  void continue_from(const float* host_x) override;
   void norm(const float* in, const WeightView& w, float* out) override;
   void linear(const WeightView& w, const float* in, float* out) override {
     if (replaying()) return;
@@ -214,6 +215,7 @@ class CudaBlocks final : public Blocks {
     return std::min(b, n_ctx_);
   }
   void start_step();
+  void stage_step(const int32_t* tokens);
   cuda::RopeParams rope_params(float freq_base, float freq_scale) const;
   // Quantized activations of rows `in` for weights of `type`: `cached` when it already
   // holds them in that format (products sharing an input round it once), else a new
@@ -247,6 +249,7 @@ class CudaBlocks final : public Blocks {
   cuda::DeviceBuffer act_;           // quantized activations of a small batch
   cuda::DeviceBuffer attn_scratch_;  // decode attention's partials
   cuda::PinnedBuffer step_host_;     // token ids and positions staged for the copy
+  cuda::PinnedBuffer x_host_;        // (max_batch, n_embd) residual rows from a CPU stage
   cuda::PinnedBuffer logits_host_;   // (kGraphSeqs, n_vocab) last rows' logits staged
   cuda::PinnedBuffer sel_host_;      // (max_batch, k) MoE selection of a prompt batch
   cuda::PinnedBuffer pairs_host_;    // (max_batch * k) pairs grouped by expert
@@ -278,6 +281,7 @@ Status CudaBlocks::init(const gguf::GgufFile& file) {
                                              hp_.n_head, hp_.n_head_kv, hp_.head_dim_v, n_ctx_)));
   HYPURA_ASSIGN_OR_RETURN(gemm_, cuda::Gemm::create(s(), max_batch_, sizes_.max_cols, sizes_.tile_elems));
   HYPURA_ASSIGN_OR_RETURN(step_host_, cuda::PinnedBuffer::allocate(static_cast<size_t>(2 * max_batch_) * 4));
+  HYPURA_ASSIGN_OR_RETURN(x_host_, cuda::PinnedBuffer::allocate(static_cast<size_t>(max_batch_ * hp_.n_embd) * 4));
   HYPURA_ASSIGN_OR_RETURN(logits_host_,
                           cuda::PinnedBuffer::allocate(static_cast<size_t>(kGraphSeqs * hp_.n_vocab) * 4));
   step_kv_.reserve(static_cast<size_t>(kGraphSeqs));
@@ -310,7 +314,7 @@ void CudaBlocks::start_step() {
   step_kv_.clear();
   int64_t longest = 0;
   for (const SeqRows& q : seqs_) {
-    step_kv_.push_back(q.kv->k_rows(0, 0, 0).data);
+    step_kv_.push_back(q.kv->k_rows(q.kv->first_device_layer(), 0, 0).data);
     longest = std::max(longest, q.pos + 1);
   }
   bucket_ = bucket_for(longest);
@@ -324,16 +328,32 @@ void CudaBlocks::start_step() {
   if (cuda::Graph::begin_capture(s()).is_ok()) mode_ = Mode::kCapture;
 }
 
-void CudaBlocks::embed(const WeightView& table, const int32_t* tokens) {
-  // The previous batch ended with a synchronize (finish), so the staging buffer is free.
+// The step's token ids (when given) and positions staged and copied to the device: the
+// first node of a graph, whose replays copy what this staged. The previous batch ended
+// with a synchronize (finish), so the staging buffers are free.
+void CudaBlocks::stage_step(const int32_t* tokens) {
   int32_t* host = step_host_.as<int32_t>();
-  std::memcpy(host, tokens, static_cast<size_t>(n_tokens_) * 4);
+  if (tokens != nullptr) std::memcpy(host, tokens, static_cast<size_t>(n_tokens_) * 4);
   std::copy_n(row_pos_.data(), n_tokens_, host + max_batch_);
   start_step();
   pending_ = {};
   if (replaying()) return;
   fail(cuda::copy_to_device_async(ints(lay_.step), host, static_cast<size_t>(2 * max_batch_) * 4, s()));
+}
+
+void CudaBlocks::embed(const WeightView& table, const int32_t* tokens) {
+  stage_step(tokens);
+  if (replaying()) return;
   cuda::get_rows_f32(table, ints(lay_.step), n_tokens_, x(), s());
+}
+
+// The residual rows through pinned memory, so a graph's copy node reads them there.
+void CudaBlocks::continue_from(const float* host_x) {
+  const size_t bytes = static_cast<size_t>(n_tokens_ * hp_.n_embd) * 4;
+  std::memcpy(x_host_.data(), host_x, bytes);
+  stage_step(nullptr);
+  if (replaying()) return;
+  fail(cuda::copy_to_device_async(x(), x_host_.data(), bytes, s()));
 }
 
 void CudaBlocks::norm(const float* in, const WeightView& w, float* out) {

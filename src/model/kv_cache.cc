@@ -1,5 +1,6 @@
 #include "model/kv_cache.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 
@@ -31,22 +32,27 @@ KvCache::KvCache(const HParams& hp, int64_t n_ctx)
 
 KvCache::KvCache(const HParams& hp, int64_t n_ctx, bool f32) : KvCache(hp, n_ctx) {
   f32_ = f32;
-  const size_t elem = f32 ? 4 : 2;
-  k_.resize(static_cast<size_t>(hp.n_layer));
-  v_.resize(static_cast<size_t>(hp.n_layer));
-  for (auto& k : k_) k.assign(static_cast<size_t>(n_ctx * k_width_) * elem, 0);
-  for (auto& v : v_) v.assign(static_cast<size_t>(n_ctx * v_width_) * elem, 0);
-  point_at_host();
+  allocate_host(n_layer_, n_ctx);
 }
 
 KvCache::~KvCache() = default;
 KvCache::KvCache(KvCache&&) noexcept = default;
 KvCache& KvCache::operator=(KvCache&&) noexcept = default;
 
+// Rows are position-major, so growing keeps the stored positions where they are.
+void KvCache::allocate_host(int64_t n_layers, int64_t n_ctx) {
+  const size_t elem = f32_ ? 4 : 2;
+  k_.resize(static_cast<size_t>(n_layers));
+  v_.resize(static_cast<size_t>(n_layers));
+  for (auto& k : k_) k.resize(static_cast<size_t>(n_ctx * k_width_) * elem, 0);
+  for (auto& v : v_) v.resize(static_cast<size_t>(n_ctx * v_width_) * elem, 0);
+  point_at_host();
+}
+
 void KvCache::point_at_host() {
-  k_base_.assign(static_cast<size_t>(n_layer_), nullptr);
-  v_base_.assign(static_cast<size_t>(n_layer_), nullptr);
-  for (int64_t il = 0; il < n_layer_; ++il) {
+  k_base_.resize(static_cast<size_t>(n_layer_), nullptr);
+  v_base_.resize(static_cast<size_t>(n_layer_), nullptr);
+  for (size_t il = 0; il < k_.size(); ++il) {
     k_base_[il] = k_[il].data();
     v_base_[il] = v_[il].data();
   }
@@ -69,29 +75,36 @@ DeviceLayout device_layout(int64_t n_layer, int64_t n_ctx, int64_t k_width, int6
 
 }  // namespace
 
-Result<std::unique_ptr<KvCache>> KvCache::on_device(const HParams& hp, int64_t n_ctx) {
+Result<std::unique_ptr<KvCache>> KvCache::on_device(const HParams& hp, int64_t n_ctx,
+                                                    int64_t first_device_layer) {
   std::unique_ptr<KvCache> kv(new KvCache(hp, n_ctx));
+  kv->first_device_ = std::clamp<int64_t>(first_device_layer, 0, hp.n_layer);
+  kv->allocate_host(kv->first_device_, n_ctx);
   kv->device_ = std::make_unique<Device>();
   HYPURA_RETURN_IF_ERROR(kv->grow_device(n_ctx).with_context("KV cache"));
   return kv;
 }
 
+// The device layers' rows for n_ctx positions in one new buffer, zeroed so that a never-
+// written row widens to zeros (as the host cache), then the rows kept: each layer's n_ctx_
+// old rows at the start of its new, longer run.
 Status KvCache::grow_device(int64_t n_ctx) {
   namespace cuda = compute::cuda;
-  const DeviceLayout to = device_layout(n_layer_, n_ctx, k_width_, v_width_);
+  const int64_t n_dev = n_layer_ - first_device_;
+  const DeviceLayout to = device_layout(n_dev, n_ctx, k_width_, v_width_);
+  if (to.total == 0) return Status::ok();
   HYPURA_ASSIGN_OR_RETURN(cuda::DeviceBuffer grown, cuda::DeviceBuffer::allocate(to.total));
-  // Zeroed so that a never-written row widens to zeros (as the host cache), then the rows
-  // kept: each layer's n_ctx_ old rows at the start of its new, longer run.
   HYPURA_RETURN_IF_ERROR(cuda::zero_device(grown.data(), to.total));
-  std::vector<uint8_t*> k_base(static_cast<size_t>(n_layer_)), v_base(static_cast<size_t>(n_layer_));
+  std::vector<uint8_t*> k_base(k_base_), v_base(v_base_);
   auto* base = static_cast<uint8_t*>(grown.data());
-  for (int64_t il = 0; il < n_layer_; ++il) {
-    k_base[il] = base + static_cast<size_t>(il) * to.k_layer;
-    v_base[il] = base + static_cast<size_t>(n_layer_) * to.k_layer + static_cast<size_t>(il) * to.v_layer;
+  for (int64_t d = 0; d < n_dev; ++d) {
+    const size_t il = static_cast<size_t>(first_device_ + d);
+    k_base[il] = base + static_cast<size_t>(d) * to.k_layer;
+    v_base[il] = base + static_cast<size_t>(n_dev) * to.k_layer + static_cast<size_t>(d) * to.v_layer;
   }
   if (device_->buffer.data() != nullptr) {
-    const DeviceLayout from = device_layout(n_layer_, n_ctx_, k_width_, v_width_);
-    for (int64_t il = 0; il < n_layer_; ++il) {
+    const DeviceLayout from = device_layout(n_dev, n_ctx_, k_width_, v_width_);
+    for (int64_t il = first_device_; il < n_layer_; ++il) {
       HYPURA_RETURN_IF_ERROR(cuda::copy_device_to_device(k_base[il], k_base_[il], from.k_layer));
       HYPURA_RETURN_IF_ERROR(cuda::copy_device_to_device(v_base[il], v_base_[il], from.v_layer));
     }
@@ -99,26 +112,22 @@ Status KvCache::grow_device(int64_t n_ctx) {
   device_->buffer = std::move(grown);
   k_base_ = std::move(k_base);
   v_base_ = std::move(v_base);
-  n_ctx_ = n_ctx;
   return Status::ok();
 }
 #else
-Result<std::unique_ptr<KvCache>> KvCache::on_device(const HParams&, int64_t) {
+Result<std::unique_ptr<KvCache>> KvCache::on_device(const HParams&, int64_t, int64_t) {
   return unsupported("a device KV cache needs a build with CUDA (HYPURA_CUDA)");
 }
 
 Status KvCache::grow_device(int64_t) { return unsupported("no CUDA in this build"); }
 #endif
 
+// The device part first: when it cannot get the memory, nothing has changed.
 Status KvCache::grow(int64_t n_ctx) {
   assert(n_ctx >= n_ctx_);
-  if (device_) return grow_device(n_ctx);
-  const size_t elem = f32_ ? 4 : 2;
-  // Rows are position-major, so the stored positions stay where they are.
-  for (auto& k : k_) k.resize(static_cast<size_t>(n_ctx * k_width_) * elem, 0);
-  for (auto& v : v_) v.resize(static_cast<size_t>(n_ctx * v_width_) * elem, 0);
+  if (device_) HYPURA_RETURN_IF_ERROR(grow_device(n_ctx));
+  allocate_host(static_cast<int64_t>(k_.size()), n_ctx);
   n_ctx_ = n_ctx;
-  point_at_host();
   return Status::ok();
 }
 
@@ -127,7 +136,7 @@ uint64_t KvCache::bytes() const {
 }
 
 void KvCache::store(int64_t il, int64_t pos, int64_t n_tokens, const float* k, const float* v) {
-  assert(pos >= 0 && pos + n_tokens <= n_ctx_ && !device_);
+  assert(pos >= 0 && pos + n_tokens <= n_ctx_ && !on_device(il));
   store_rows(k_base_[il], k_width_, pos, n_tokens, k);
   store_rows(v_base_[il], v_width_, pos, n_tokens, v);
 }

@@ -6,9 +6,11 @@
 // own key is read back rounded exactly like every earlier key and the result does not
 // depend on how the prompt was split into batches.
 //
-// Storage is host memory, or (on_device()) F16 rows in the memory of the current CUDA
-// device, taken with cudaMalloc: the GPU forward pass (cuda_blocks.h) writes and reads
-// those rows itself, and k_rows()/v_rows() then return device pointers.
+// Storage is host memory, or for layers from first_device_layer() on F16 rows in the memory
+// of the current CUDA device, taken with cudaMalloc: the GPU forward pass (cuda_blocks.h)
+// writes and reads those rows itself, and k_rows()/v_rows() of those layers return device
+// pointers. A model split between the CPU and a GPU (the GPU computes the last layers)
+// keeps each layer's rows where its attention runs.
 //
 // Thread-safety: one forward pass at a time; attention threads only read.
 #pragma once
@@ -26,23 +28,27 @@ namespace hypura::model {
 class KvCache {
  public:
   KvCache(const HParams& hp, int64_t n_ctx, bool f32);
-  // An F16 cache in device memory, zeroed. kResourceExhausted (with the sizes) when the
-  // device lacks the memory; kUnimplemented in a build without CUDA.
-  static Result<std::unique_ptr<KvCache>> on_device(const HParams& hp, int64_t n_ctx);
+  // An F16 cache, zeroed, with layers first_device_layer.. in device memory (0: all) and
+  // the ones before in host memory. kResourceExhausted (with the sizes) when the device
+  // lacks the memory; kUnsupported in a build without CUDA.
+  static Result<std::unique_ptr<KvCache>> on_device(const HParams& hp, int64_t n_ctx,
+                                                    int64_t first_device_layer = 0);
   ~KvCache();
   KvCache(KvCache&&) noexcept;
   KvCache& operator=(KvCache&&) noexcept;
 
   int64_t n_ctx() const { return n_ctx_; }
   bool is_f32() const { return f32_; }
-  bool on_device() const { return device_ != nullptr; }
+  bool on_device() const { return device_ != nullptr; }  // some layer is in device memory
+  bool on_device(int64_t il) const { return device_ != nullptr && il >= first_device_; }
+  int64_t first_device_layer() const { return device_ ? first_device_ : n_layer_; }
   uint64_t bytes() const;  // memory held by K and V of all layers
   // Makes room for n_ctx positions, keeping the rows stored so far. REQUIRES: n_ctx >= n_ctx().
   // Fails only on a device cache that cannot get the memory (then it is unchanged).
   Status grow(int64_t n_ctx);
 
   // Stores n_tokens rows starting at position pos. k: (n_tokens, k_width), v: (n_tokens,
-  // v_width). REQUIRES: pos + n_tokens <= n_ctx, !on_device().
+  // v_width). REQUIRES: pos + n_tokens <= n_ctx, !on_device(il).
   void store(int64_t il, int64_t pos, int64_t n_tokens, const float* k, const float* v);
 
   // Head `h` of layer il from position `first` on: head_dim (keys) or head_dim_v (values)
@@ -55,6 +61,7 @@ class KvCache {
   KvCache(const HParams& hp, int64_t n_ctx);  // device: storage set by on_device()
   void store_rows(uint8_t* dst, int64_t width, int64_t pos, int64_t n_tokens, const float* src);
   compute::KvRows rows(const uint8_t* base, int64_t width, int64_t col, int64_t first) const;
+  void allocate_host(int64_t n_layers, int64_t n_ctx);  // layers [0, n_layers), kept rows
   void point_at_host();
   Status grow_device(int64_t n_ctx);
 
@@ -65,9 +72,10 @@ class KvCache {
   int64_t v_width_;   // n_head_kv * head_dim_v
   int64_t head_dim_;
   int64_t head_dim_v_;
-  std::vector<std::vector<uint8_t>> k_;  // [n_layer] (n_ctx, k_width) F16 or F32, host
-  std::vector<std::vector<uint8_t>> v_;  // [n_layer] (n_ctx, v_width) F16 or F32, host
-  std::unique_ptr<Device> device_;       // device storage instead of k_ / v_
+  int64_t first_device_ = 0;             // with device_: layers from here on are there
+  std::vector<std::vector<uint8_t>> k_;  // [host layers] (n_ctx, k_width) F16 or F32, host
+  std::vector<std::vector<uint8_t>> v_;  // [host layers] (n_ctx, v_width) F16 or F32, host
+  std::unique_ptr<Device> device_;       // device storage of layers first_device_..
   std::vector<uint8_t*> k_base_, v_base_;  // [n_layer] where each layer's rows are
 };
 

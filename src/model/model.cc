@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cassert>
 
 #include "compute/compute.h"
 #include "gguf/gguf.h"
@@ -21,19 +22,40 @@ Result<std::shared_ptr<const Model>> Model::create(const gguf::GgufFile& file) {
   return std::shared_ptr<const Model>(std::move(model));
 }
 
+namespace {
+
+std::vector<ForwardStage> one_stage(std::unique_ptr<Blocks> blocks, int64_t n_layer) {
+  std::vector<ForwardStage> stages;
+  stages.push_back({std::move(blocks), n_layer});
+  return stages;
+}
+
+}  // namespace
+
 Forward::Forward(std::shared_ptr<const Model> model, compute::Context& ctx,
                  WeightProvider& provider, int64_t max_batch, int64_t n_ctx)
-    : model_(std::move(model)),
-      max_batch_(max_batch),
-      blocks_(std::make_unique<CpuBlocks>(model_->hparams(), model_->weights(), ctx, provider,
-                                          max_batch, n_ctx)) {}
+    : Forward(model,
+              std::make_unique<CpuBlocks>(model->hparams(), model->weights(), ctx, provider, max_batch, n_ctx),
+              max_batch) {}
 
 Forward::Forward(std::shared_ptr<const Model> model, std::unique_ptr<Blocks> blocks, int64_t max_batch)
-    : model_(std::move(model)), max_batch_(max_batch), blocks_(std::move(blocks)) {}
+    : Forward(model, one_stage(std::move(blocks), model->hparams().n_layer), max_batch) {}
+
+Forward::Forward(std::shared_ptr<const Model> model, std::vector<ForwardStage> stages, int64_t max_batch)
+    : model_(std::move(model)), max_batch_(max_batch), stages_(std::move(stages)) {
+  assert(!stages_.empty() && stages_.back().end == model_->hparams().n_layer);
+  for (size_t i = 0; i + 1 < stages_.size(); ++i) {
+    assert(!stages_[i].blocks->on_device() && stages_[i].end <= stages_[i + 1].end);
+  }
+}
 
 Forward::~Forward() = default;
 
-int64_t Forward::n_ctx() const { return blocks_->n_ctx(); }
+int64_t Forward::n_ctx() const {
+  int64_t n = stages_.front().blocks->n_ctx();
+  for (const ForwardStage& st : stages_) n = std::min(n, st.blocks->n_ctx());
+  return n;
+}
 
 Status Forward::run(const int32_t* tokens, int64_t n_tokens, int64_t pos, KvCache& kv,
                     bool all_logits, float* logits, float* hidden) {
@@ -45,6 +67,18 @@ Status Forward::run(const int32_t* tokens, int64_t n_tokens, int64_t pos, KvCach
 Status Forward::run_batch(const int32_t* tokens, std::span<const SeqRows> seqs, float* logits) {
   HYPURA_RETURN_IF_ERROR(check(tokens, seqs));
   return run_rows(tokens, seqs, /*all_logits=*/false, logits, nullptr);
+}
+
+// Where a stage's layers keep their rows must be where it computes.
+static Status check_kv_placement(const KvCache& kv, const Blocks& b, int64_t first, int64_t end) {
+  for (int64_t il = first; il < end; ++il) {
+    if (kv.on_device(il) != b.on_device()) {
+      return invalid_argument("layer " + std::to_string(il) + "'s KV cache is in " +
+                              (kv.on_device(il) ? "device" : "host") + " memory but the layer runs on the " +
+                              (b.on_device() ? "GPU" : "CPU"));
+    }
+  }
+  return Status::ok();
 }
 
 Status Forward::check(const int32_t* tokens, std::span<const SeqRows> seqs) const {
@@ -59,15 +93,12 @@ Status Forward::check(const int32_t* tokens, std::span<const SeqRows> seqs) cons
                                 std::to_string(s.pos + s.n_tokens - 1) + " exceed n_ctx " +
                                 std::to_string(kv.n_ctx()));
     }
-    if (kv.n_ctx() > blocks_->n_ctx()) {
+    if (kv.n_ctx() > n_ctx()) {
       return invalid_argument("a KV cache of " + std::to_string(kv.n_ctx()) +
-                              " positions exceeds the forward pass's context of " +
-                              std::to_string(blocks_->n_ctx()));
+                              " positions exceeds the forward pass's context of " + std::to_string(n_ctx()));
     }
-    if (kv.on_device() != blocks_->on_device()) {
-      return invalid_argument(std::string("the KV cache is in ") + (kv.on_device() ? "device" : "host") +
-                              " memory but the forward pass runs on the " +
-                              (blocks_->on_device() ? "GPU" : "CPU"));
+    for (size_t st = 0; st < stages_.size(); ++st) {
+      HYPURA_RETURN_IF_ERROR(check_kv_placement(kv, *stages_[st].blocks, stage_begin(st), stages_[st].end));
     }
     for (size_t j = 0; j < i; ++j) {
       if (seqs[j].kv == s.kv) return invalid_argument("two sequences of one batch share a KV cache");
@@ -87,39 +118,71 @@ Status Forward::check(const int32_t* tokens, std::span<const SeqRows> seqs) cons
   return Status::ok();
 }
 
+Status Forward::run_layers(ForwardStage& stage, int64_t first) {
+  Blocks& b = *stage.blocks;
+  WeightProvider& provider = b.provider();
+  const LayerFn layer = layer_fn(model_->hparams().arch);
+  for (int64_t il = first; il < stage.end; ++il) {
+    if (il + 1 < stage.end) provider.hint(static_cast<int>(il + 1));
+    Status st = layer(b, il);
+    provider.release(static_cast<int>(il));
+    if (!st.is_ok()) return st.with_context("layer " + std::to_string(il));
+  }
+  return Status::ok();
+}
+
 Status Forward::run_rows(const int32_t* tokens, std::span<const SeqRows> seqs, bool all_logits,
                          float* logits, float* hidden) {
   const HParams& hp = model_->hparams();
   const WeightMap& wm = model_->weights();
-  Blocks& b = *blocks_;
-  WeightProvider& provider = b.provider();
-  b.begin(seqs, logits != nullptr && hidden == nullptr);
-
-  // Tensors outside the layer stack: layer -1.
-  const TensorId global_ids[4] = {wm.token_embd, wm.output_norm, wm.output,
-                                           wm.rope_freqs == kNone ? wm.output : wm.rope_freqs};
-  compute::WeightView g[4];
-  HYPURA_RETURN_IF_ERROR(provider.acquire(-1, global_ids, g));
-  const compute::WeightView &embd = g[0], &out_norm = g[1], &output = g[2];
-  b.set_rope_factors(wm.rope_freqs == kNone ? nullptr : static_cast<const float*>(g[3].data));
-
-  b.embed(embd, tokens);
-  if (hp.embd_scale != 1.0f) b.scale(b.x(), hp.n_embd, hp.embd_scale);
-
-  const LayerFn layer = layer_fn(hp.arch);
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    if (il + 1 < hp.n_layer) provider.hint(static_cast<int>(il + 1));
-    Status st = layer(b, il);
-    provider.release(static_cast<int>(il));
-    if (!st.is_ok()) {
-      provider.release(-1);
-      return st.with_context("layer " + std::to_string(il));
+  const bool logits_only = logits != nullptr && hidden == nullptr;
+  // Tensors outside the layer stack (layer -1), each from the stage that uses it: the
+  // embedding from the first, the head from the last, RoPE factors from every one.
+  compute::WeightView embd, out_norm, output;
+  size_t acquired = 0;
+  const auto release_globals = [&] {
+    for (size_t i = 0; i < acquired; ++i) stages_[i].blocks->provider().release(-1);
+  };
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    Blocks& b = *stages_[i].blocks;
+    b.begin(seqs, logits_only);
+    const bool first = i == 0, last = i + 1 == stages_.size();
+    TensorId ids[4];
+    compute::WeightView* targets[4];
+    compute::WeightView views[4], rope;
+    size_t k = 0;
+    const auto want = [&](TensorId id, compute::WeightView* to) {
+      if (id == kNone) return;
+      ids[k] = id;
+      targets[k++] = to;
+    };
+    if (first) want(wm.token_embd, &embd);
+    if (last) want(wm.output_norm, &out_norm);
+    if (last) want(wm.output, &output);
+    want(wm.rope_freqs, &rope);
+    if (Status st = b.provider().acquire(-1, std::span(ids, k), std::span(views, k)); !st.is_ok()) {
+      release_globals();
+      return st;
     }
+    ++acquired;
+    for (size_t j = 0; j < k; ++j) *targets[j] = views[j];
+    b.set_rope_factors(wm.rope_freqs == kNone ? nullptr : static_cast<const float*>(rope.data));
   }
 
-  b.norm(b.x(), out_norm, b.cur());
-  Status st = b.finish(output, all_logits, logits, hidden);
-  provider.release(-1);
+  Blocks& front = *stages_.front().blocks;
+  front.embed(embd, tokens);
+  if (hp.embd_scale != 1.0f) front.scale(front.x(), hp.n_embd, hp.embd_scale);
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    if (i > 0) stages_[i].blocks->continue_from(stages_[i - 1].blocks->x());
+    if (Status st = run_layers(stages_[i], stage_begin(i)); !st.is_ok()) {
+      release_globals();
+      return st;
+    }
+  }
+  Blocks& back = *stages_.back().blocks;
+  back.norm(back.x(), out_norm, back.cur());
+  Status st = back.finish(output, all_logits, logits, hidden);
+  release_globals();
   return st;
 }
 

@@ -11,6 +11,13 @@
 // output in a fixed order and attention handles each query row independently, reading
 // keys back from the cache.
 //
+// Stages: a Forward may run the layers on several Blocks in turn, a model split between
+// the CPU and a GPU (the GPU tier, part 2): each stage computes a run of consecutive
+// layers with its own provider (host weights, device weights), the first embeds the
+// tokens, the last computes the output head, and each later stage continues from the
+// previous one's residual rows (host memory: only the last stage may be on a device).
+// Each sequence's KvCache keeps every layer's rows where that layer's stage computes.
+//
 // Thread-safety: Model is shared read-only; a Forward is used by one thread at a time
 // (the compute pool parallelises inside).
 #pragma once
@@ -48,6 +55,12 @@ class Model {
 
 class Blocks;  // model/blocks.h
 
+// Layers [previous stage's end, end) computed by `blocks` (Forward's stages).
+struct ForwardStage {
+  std::unique_ptr<Blocks> blocks;
+  int64_t end = 0;
+};
+
 class Forward {
  public:
   // On the CPU. max_batch: most tokens per run() call; n_ctx: the KV cache's length
@@ -57,6 +70,10 @@ class Forward {
   // On the blocks' device (cuda_blocks.h: make_cuda_blocks); run() then needs a KV cache
   // in that device's memory.
   Forward(std::shared_ptr<const Model> model, std::unique_ptr<Blocks> blocks, int64_t max_batch);
+  // In stages (see above). REQUIRES: ends increasing up to n_layer (a stage may hold no
+  // layer: a CPU stage that only embeds, or a GPU stage that only computes the head),
+  // every stage but the last on the CPU, each Blocks built for max_batch rows.
+  Forward(std::shared_ptr<const Model> model, std::vector<ForwardStage> stages, int64_t max_batch);
   ~Forward();
 
   int64_t max_batch() const { return max_batch_; }
@@ -84,10 +101,13 @@ class Forward {
   Status check(const int32_t* tokens, std::span<const SeqRows> seqs) const;
   Status run_rows(const int32_t* tokens, std::span<const SeqRows> seqs, bool all_logits,
                   float* logits, float* hidden);
+  // Layers [first, stage.end) on the stage's blocks, releasing each.
+  Status run_layers(ForwardStage& stage, int64_t first);
+  int64_t stage_begin(size_t i) const { return i == 0 ? 0 : stages_[i - 1].end; }
 
   std::shared_ptr<const Model> model_;
   int64_t max_batch_;
-  std::unique_ptr<Blocks> blocks_;
+  std::vector<ForwardStage> stages_;
 };
 
 }  // namespace hypura::model

@@ -41,25 +41,29 @@ Result<DeviceChoice> decide_device(DeviceRequest request, const DeviceFacts& f) 
   if (f.n_devices == 0) return cpu_because(StatusCode::kUnsupported, "no CUDA device");
   if (!f.model_supported.is_ok()) return cpu_because(StatusCode::kUnsupported, f.model_supported.message());
   if (f.kv_f32) return cpu_because(StatusCode::kUnsupported, "the GPU keeps its KV cache in F16 (--kv-type f32)");
-  c.need_bytes = f.weight_bytes + f.kv_bytes + f.work_bytes;
   c.reserve_bytes = device_reserve_bytes(f.total_bytes);
   c.free_bytes = f.free_bytes;
-  const std::string sizes = format_size(f.weight_bytes) + " weights + " + format_size(f.kv_bytes) +
-                            " KV + " + format_size(f.work_bytes) + " work, " + format_size(f.free_bytes) +
-                            " free less a " + format_size(c.reserve_bytes) + " reserve on " + f.gpu_name;
-  if (c.need_bytes + c.reserve_bytes > f.free_bytes) {
-    return cpu_because(StatusCode::kResourceExhausted, "the model does not fit the GPU (" + sizes + ")");
+  c.total_bytes = f.total_bytes;
+  c.gpu_name = f.gpu_name;
+  if (f.free_bytes <= c.reserve_bytes) {
+    return cpu_because(StatusCode::kResourceExhausted, f.gpu_name + " has " + format_size(f.free_bytes) +
+                                                           " free, within its " + format_size(c.reserve_bytes) +
+                                                           " reserve");
   }
+  c.gpu_bytes = f.free_bytes - c.reserve_bytes;
+  if (f.vram_budget > 0) c.gpu_bytes = std::min(c.gpu_bytes, f.vram_budget);
   c.kind = DeviceKind::kCuda;
-  c.reason = "cuda (" + sizes + ")";
+  c.reason = "cuda: " + format_size(c.gpu_bytes) + " of " + f.gpu_name + " (" + format_size(f.free_bytes) +
+             " free less a " + format_size(c.reserve_bytes) + " reserve" +
+             (f.vram_budget > 0 ? ", --vram-budget " + format_size(f.vram_budget) : std::string()) + ")";
   return c;
 }
 
 Result<DeviceChoice> choose_device(DeviceRequest request, const gguf::GgufFile& file,
-                                   const model::HParams& hp, int64_t n_ctx, bool kv_f32,
-                                   int64_t max_batch) {
+                                   const model::HParams& hp, bool kv_f32, uint64_t vram_budget) {
   DeviceFacts f;
   f.kv_f32 = kv_f32;
+  f.vram_budget = vram_budget;
   if (request == DeviceRequest::kCpu) return decide_device(request, f);
 #if HYPURA_HAVE_CUDA
   f.built_with_cuda = true;
@@ -72,9 +76,6 @@ Result<DeviceChoice> choose_device(DeviceRequest request, const gguf::GgufFile& 
   }
 #endif
   f.model_supported = model::cuda_supports(hp, file);
-  for (const auto& t : file.tensors()) f.weight_bytes += t.n_bytes;
-  f.kv_bytes = static_cast<uint64_t>(hp.n_layer * n_ctx * (hp.k_width() + hp.v_width())) * 2;
-  if (f.model_supported.is_ok()) f.work_bytes = model::cuda_blocks_bytes(hp, file, max_batch, n_ctx);
   return decide_device(request, f);
 }
 

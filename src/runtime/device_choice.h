@@ -1,13 +1,14 @@
-// Where a model computes: `--device auto|cpu|cuda` of run, bench and serve, decided before
-// the planner places the weights (part 1 of the GPU tier: a model runs on the GPU only
-// when all of it fits there).
+// Whether the GPU tier exists for a model: `--device auto|cpu|cuda` of run, bench and
+// serve, decided before the planner places the weights, and how much device memory the
+// planner may fill (the GPU tier, part 2: the planner then gives the GPU the output head
+// and as many of the last layers as fit, the CPU the rest, scheduler::GpuSplit).
 //
-//   auto   the GPU when the build has CUDA, a device is present, the GPU kernels handle the
-//          model (head sizes, weight types), the KV cache is F16, and the weights + KV
-//          cache + work buffers fit in the device's free memory less a reserve; else the
-//          CPU, with the reason
+//   auto   the GPU tier when the build has CUDA, a device is present, the GPU kernels
+//          handle the model (head sizes, weight types) and the KV cache is F16; its
+//          budget is the device's free memory less a reserve, capped by --vram-budget;
+//          else the CPU alone, with the reason
 //   cpu    the CPU
-//   cuda   the GPU, or an error saying which condition failed (never a silent fallback)
+//   cuda   as auto, or an error saying which condition failed (never a silent fallback)
 //
 // decide_device() is the pure rule over measured facts (testable without a GPU);
 // choose_device() gathers the facts for a model and decides.
@@ -40,15 +41,16 @@ struct DeviceFacts {
   uint64_t free_bytes = 0, total_bytes = 0;  // device 0
   Status model_supported;                    // cuda_supports(): the kernels handle the model
   bool kv_f32 = false;
-  uint64_t weight_bytes = 0, kv_bytes = 0, work_bytes = 0;
+  uint64_t vram_budget = 0;                  // --vram-budget; 0: none
 };
 
 struct DeviceChoice {
-  DeviceKind kind = DeviceKind::kCpu;
+  DeviceKind kind = DeviceKind::kCpu;  // kCuda: the GPU tier exists (the plan may still use none)
   std::string reason;  // one line for the log and `inspect --plan`
-  uint64_t need_bytes = 0;     // weights + KV + work (0 when no GPU was considered)
+  std::string gpu_name;
+  uint64_t gpu_bytes = 0;      // what the planner may place on the GPU
   uint64_t reserve_bytes = 0;  // kept free on the device: CUDA context, cuBLAS, fragmentation
-  uint64_t free_bytes = 0;
+  uint64_t free_bytes = 0, total_bytes = 0;
 };
 
 // Device memory left free: max(1 GiB, 5% of the device).
@@ -57,10 +59,8 @@ uint64_t device_reserve_bytes(uint64_t total_bytes);
 // kCuda requested but impossible: kUnsupported or kResourceExhausted with the reason.
 Result<DeviceChoice> decide_device(DeviceRequest request, const DeviceFacts& facts);
 
-// The facts for this model (weight bytes from the file, KV for n_ctx, the GPU blocks'
-// buffers for max_batch) and the decision.
+// The facts for this model and device 0, and the decision.
 Result<DeviceChoice> choose_device(DeviceRequest request, const gguf::GgufFile& file,
-                                   const model::HParams& hp, int64_t n_ctx, bool kv_f32,
-                                   int64_t max_batch);
+                                   const model::HParams& hp, bool kv_f32, uint64_t vram_budget);
 
 }  // namespace hypura::runtime

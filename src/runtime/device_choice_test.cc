@@ -8,16 +8,13 @@ namespace {
 
 constexpr uint64_t kGiB = uint64_t{1} << 30;
 
-DeviceFacts h200_with_8b() {
+DeviceFacts h200() {
   DeviceFacts f;
   f.built_with_cuda = true;
   f.n_devices = 1;
   f.gpu_name = "NVIDIA H200";
   f.total_bytes = 140 * kGiB;
   f.free_bytes = 139 * kGiB;
-  f.weight_bytes = 5 * kGiB;
-  f.kv_bytes = kGiB;
-  f.work_bytes = kGiB / 2;
   return f;
 }
 
@@ -30,26 +27,34 @@ TEST(DeviceChoice, ParsesTheThreeNames) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(DeviceChoice, AutoTakesTheGpuWhenTheModelFits) {
-  auto c = decide_device(DeviceRequest::kAuto, h200_with_8b());
+// The GPU tier's budget: the free memory less the reserve, capped by --vram-budget (the
+// planner then decides how much of the model goes there).
+TEST(DeviceChoice, AutoTakesTheGpuWithItsBudget) {
+  auto c = decide_device(DeviceRequest::kAuto, h200());
   ASSERT_TRUE(c.is_ok());
   EXPECT_EQ(c->kind, DeviceKind::kCuda);
-  EXPECT_EQ(c->need_bytes, 6 * kGiB + kGiB / 2);
   EXPECT_EQ(c->reserve_bytes, 7 * kGiB);  // 5% of 140 GiB
+  EXPECT_EQ(c->gpu_bytes, 132 * kGiB);
   EXPECT_NE(c->reason.find("NVIDIA H200"), std::string::npos);
+  DeviceFacts capped = h200();
+  capped.vram_budget = 8 * kGiB;
+  auto small = decide_device(DeviceRequest::kCuda, capped);
+  ASSERT_TRUE(small.is_ok());
+  EXPECT_EQ(small->gpu_bytes, 8 * kGiB);
+  EXPECT_NE(small->reason.find("--vram-budget"), std::string::npos);
 }
 
 TEST(DeviceChoice, AutoFallsBackToTheCpuWithTheReason) {
-  DeviceFacts big = h200_with_8b();
-  big.weight_bytes = 135 * kGiB;  // fits the free memory, not with the reserve
-  DeviceFacts none = h200_with_8b();
+  DeviceFacts full = h200();
+  full.free_bytes = 6 * kGiB;  // within the reserve
+  DeviceFacts none = h200();
   none.n_devices = 0;
-  DeviceFacts f32 = h200_with_8b();
+  DeviceFacts f32 = h200();
   f32.kv_f32 = true;
-  DeviceFacts odd = h200_with_8b();
+  DeviceFacts odd = h200();
   odd.model_supported = unsupported("tensor 'x' is IQ2_XS");
   DeviceFacts nobuild;
-  for (const auto& [facts, why] : {std::pair{big, "does not fit"}, std::pair{none, "no CUDA device"},
+  for (const auto& [facts, why] : {std::pair{full, "reserve"}, std::pair{none, "no CUDA device"},
                                    std::pair{f32, "F16"}, std::pair{odd, "IQ2_XS"},
                                    std::pair{nobuild, "no CUDA backend"}}) {
     auto c = decide_device(DeviceRequest::kAuto, facts);
@@ -61,12 +66,12 @@ TEST(DeviceChoice, AutoFallsBackToTheCpuWithTheReason) {
     ASSERT_FALSE(forced.is_ok());
     EXPECT_NE(forced.status().message().find(why), std::string::npos);
   }
-  auto big_forced = decide_device(DeviceRequest::kCuda, big);
-  EXPECT_EQ(big_forced.status().code(), StatusCode::kResourceExhausted);
+  auto full_forced = decide_device(DeviceRequest::kCuda, full);
+  EXPECT_EQ(full_forced.status().code(), StatusCode::kResourceExhausted);
 }
 
 TEST(DeviceChoice, CpuIsAlwaysTheCpu) {
-  auto c = decide_device(DeviceRequest::kCpu, h200_with_8b());
+  auto c = decide_device(DeviceRequest::kCpu, h200());
   ASSERT_TRUE(c.is_ok());
   EXPECT_EQ(c->kind, DeviceKind::kCpu);
 }

@@ -14,6 +14,8 @@
 #include "compute/compute.h"
 #include "gguf/gguf.h"
 #include "grammar/token_mask.h"
+#include "common/size.h"
+#include "model/cpu_blocks.h"
 #include "model/cuda_blocks.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -170,7 +172,12 @@ class LocalEngine final : public Engine {
   bool supports_tools() const override { return chat_->supports_tools(); }
 
   const std::shared_ptr<const model::Model>& model() const { return model_; }
-  Status place_on_device(const EngineOptions& options);
+  Status place_on_device(const std::function<void(uint64_t, uint64_t)>& progress);
+  // The first layer the GPU computes (n_layer: none; 0: all), where each session's KV
+  // cache switches to device memory.
+  int64_t first_gpu_layer() const {
+    return on_gpu() ? model_->hparams().n_layer - weights_->plan().gpu.layers : model_->hparams().n_layer;
+  }
   compute::Context* compute_context() override { return ctx_.get(); }
   model::WeightProvider& provider() { return weights_->provider(); }
   bool kv_f32() const { return kv_f32_; }
@@ -227,8 +234,11 @@ Result<std::unique_ptr<Engine>> LocalEngine::create(const EngineOptions& options
   e->chat_ = std::make_unique<tokenizer::ChatTemplate>(
       tokenizer::ChatTemplate::for_tokenizer(*e->tokenizer_));
   e->kv_f32_ = options.kv_f32;
+  HYPURA_ASSIGN_OR_RETURN(const DeviceRequest request, parse_device(options.device));
+  HYPURA_ASSIGN_OR_RETURN(e->device_, choose_device(request, e->file_, e->model_->hparams(), options.kv_f32,
+                                                    options.gpu_budget));
   TierOptions tier;
-  tier.plan = plan_request(options);
+  tier.plan = plan_request(options, e->device_);
   tier.progress = options.load_progress;
   tier.trace_path = options.trace_path;
   const std::string& predictor = options.expert_predictor;
@@ -254,7 +264,7 @@ Result<std::unique_ptr<Engine>> LocalEngine::create(const EngineOptions& options
   } else if (e->n_ctx_ < want) {
     spdlog::info("context {} capped to the model's trained length {}", want, e->n_ctx_);
   }
-  HYPURA_RETURN_IF_ERROR(e->place_on_device(options));
+  HYPURA_RETURN_IF_ERROR(e->place_on_device(options.load_progress));
   const int n_threads = options.n_threads > 0 ? options.n_threads : physical_cores();
   e->ctx_ = std::make_unique<compute::Context>(n_threads);
   HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<model::Forward> forward, e->make_forward(e->n_ctx_));
@@ -262,21 +272,26 @@ Result<std::unique_ptr<Engine>> LocalEngine::create(const EngineOptions& options
   return std::unique_ptr<Engine>(std::move(e));
 }
 
-// The device decision, then (cuda) the weights uploaded from the planner's host copy. Out
-// of device memory at upload: an error with --device cuda, the CPU with auto.
-Status LocalEngine::place_on_device(const EngineOptions& options) {
-  HYPURA_ASSIGN_OR_RETURN(const DeviceRequest request, parse_device(options.device));
-  HYPURA_ASSIGN_OR_RETURN(device_, choose_device(request, file_, model_->hparams(), n_ctx_,
-                                                 options.kv_f32, kMaxBatch));
+// The GPU's share of the plan read from the file into device memory (the host loaded
+// only the rest), or the CPU alone when the plan gives the GPU nothing. A failed read is
+// an error (the host does not hold those tensors): --device cpu or a smaller
+// --vram-budget avoids it.
+Status LocalEngine::place_on_device(const std::function<void(uint64_t, uint64_t)>& progress) {
+  const scheduler::GpuSplit& split = weights_->plan().gpu;
+  if (device_.kind == DeviceKind::kCuda && !split.any()) {
+    device_.kind = DeviceKind::kCpu;
+    device_.reason = "cpu: nothing of the model fits the GPU beside its buffers (" + device_.reason + ")";
+  }
   if (device_.kind == DeviceKind::kCuda) {
-    auto uploaded = tiers::DeviceWeights::upload(file_, model_->weights(), weights_->provider());
-    if (!uploaded.is_ok()) {
-      if (request == DeviceRequest::kCuda) return uploaded.status();
-      device_.kind = DeviceKind::kCpu;
-      device_.reason = "cpu: " + uploaded.status().message();
-    } else {
-      device_weights_ = std::move(uploaded).value();
+    auto read = tiers::DeviceWeights::read(file_, gpu_tensors(weights_->planned(), file_), progress);
+    if (!read.is_ok()) {
+      return read.status().with_context("placing the GPU's layers (--device cpu or a smaller --vram-budget avoids it)");
     }
+    device_weights_ = std::move(read).value();
+    const int64_t n_layer = model_->hparams().n_layer;
+    device_.reason += "; the GPU computes " + std::to_string(split.layers) + " of " + std::to_string(n_layer) +
+                      " layers" + (split.head ? " and the head" : "") + " (" +
+                      format_size(device_weights_->device_bytes()) + " of weights)";
   }
   spdlog::info("device: {}", device_.reason);
   return Status::ok();
@@ -343,18 +358,26 @@ Status LocalSession::build(int64_t n_ctx) {
     kv_ = std::make_unique<model::KvCache>(hp, n_ctx, engine_.kv_f32());
     return Status::ok();
   }
-  HYPURA_ASSIGN_OR_RETURN(kv_, model::KvCache::on_device(hp, n_ctx));
+  HYPURA_ASSIGN_OR_RETURN(kv_, model::KvCache::on_device(hp, n_ctx, engine_.first_gpu_layer()));
   return Status::ok();
 }
 
 // The Forward's scratch (work buffers for kMaxBatch rows, attention partials for n_ctx
 // keys) on the engine's device.
+// On the GPU: a CPU stage for the layers before first_gpu_layer() (and the embedding,
+// unless the GPU holds it), then the GPU stage for the rest and the head.
 Result<std::unique_ptr<model::Forward>> LocalEngine::make_forward(int64_t n_ctx) {
   if (!on_gpu()) return std::make_unique<model::Forward>(model_, *ctx_, provider(), kMaxBatch, n_ctx);
+  const model::HParams& hp = model_->hparams();
+  std::vector<model::ForwardStage> stages;
+  if (!weights_->plan().gpu.embedding) {
+    stages.push_back({std::make_unique<model::CpuBlocks>(hp, model_->weights(), *ctx_, provider(), kMaxBatch, n_ctx),
+                      first_gpu_layer()});
+  }
   HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<model::Blocks> blocks,
-                          model::make_cuda_blocks(model_->hparams(), model_->weights(), file_,
-                                                  *device_weights_, kMaxBatch, n_ctx));
-  return std::make_unique<model::Forward>(model_, std::move(blocks), kMaxBatch);
+                          model::make_cuda_blocks(hp, model_->weights(), file_, *device_weights_, kMaxBatch, n_ctx));
+  stages.push_back({std::move(blocks), hp.n_layer});
+  return std::make_unique<model::Forward>(model_, std::move(stages), kMaxBatch);
 }
 
 Status LocalEngine::cover_context(int64_t n_ctx) {

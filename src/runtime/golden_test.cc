@@ -16,6 +16,7 @@
 
 #include "compute/compute.h"
 #include "gguf/gguf.h"
+#include "model/cpu_blocks.h"
 #include "model/cuda_blocks.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -76,12 +77,21 @@ struct Pass {
   std::unique_ptr<model::Forward> fwd;
 };
 
-Pass make_pass(Loaded& l, bool gpu, bool kv_f32, int64_t n_ctx) {
+std::unique_ptr<model::Blocks> cpu_blocks(Loaded& l, int64_t n_ctx) {
+  return std::make_unique<model::CpuBlocks>(l.model->hparams(), l.model->weights(), *l.ctx, *l.provider, 64, n_ctx);
+}
+
+// split >= 0: in two stages, layers [0, split) on the CPU and the rest (and the head) on
+// the GPU, or on a second CPU stage without one.
+Pass make_pass(Loaded& l, bool gpu, bool kv_f32, int64_t n_ctx, int64_t split = -1) {
   Pass p;
   const model::HParams& hp = l.model->hparams();
+  std::vector<model::ForwardStage> stages;
+  if (split >= 0) stages.push_back({cpu_blocks(l, n_ctx), split});
   if (!gpu) {
     p.kv = std::make_unique<model::KvCache>(hp, n_ctx, kv_f32);
-    p.fwd = std::make_unique<model::Forward>(l.model, *l.ctx, *l.provider, 64, n_ctx);
+    stages.push_back({cpu_blocks(l, n_ctx), hp.n_layer});
+    p.fwd = std::make_unique<model::Forward>(l.model, std::move(stages), 64);
     return p;
   }
   EXPECT_FALSE(kv_f32) << "the GPU keeps its KV cache in F16";
@@ -91,13 +101,14 @@ Pass make_pass(Loaded& l, bool gpu, bool kv_f32, int64_t n_ctx) {
     if (!d.is_ok()) return p;
     l.device = std::move(d).value();
   }
-  auto kv = model::KvCache::on_device(hp, n_ctx);
+  auto kv = model::KvCache::on_device(hp, n_ctx, std::max<int64_t>(split, 0));
   auto blocks = model::make_cuda_blocks(hp, l.model->weights(), l.file, *l.device, 64, n_ctx);
   EXPECT_TRUE(kv.is_ok()) << kv.status().message();
   EXPECT_TRUE(blocks.is_ok()) << blocks.status().message();
   if (!kv.is_ok() || !blocks.is_ok()) return p;
   p.kv = std::move(kv).value();
-  p.fwd = std::make_unique<model::Forward>(l.model, std::move(blocks).value(), 64);
+  stages.push_back({std::move(blocks).value(), hp.n_layer});
+  p.fwd = std::make_unique<model::Forward>(l.model, std::move(stages), 64);
   return p;
 }
 
@@ -121,9 +132,9 @@ std::unique_ptr<Loaded> load(const std::string& name) {
 
 // Logits of every position of `tokens`, fed in chunks of `chunk` tokens.
 std::vector<float> eval(Loaded& l, const std::vector<int32_t>& tokens, bool kv_f32, int64_t chunk,
-                        int64_t n_ctx = kNCtx, bool gpu = false) {
+                        int64_t n_ctx = kNCtx, bool gpu = false, int64_t split = -1) {
   const int64_t n_vocab = l.model->hparams().n_vocab;
-  Pass p = make_pass(l, gpu, kv_f32, n_ctx);
+  Pass p = make_pass(l, gpu, kv_f32, n_ctx, split);
   std::vector<float> logits(tokens.size() * n_vocab);
   if (!p.fwd) return logits;
   for (size_t i = 0; i < tokens.size(); i += chunk) {
@@ -457,6 +468,22 @@ TEST_P(GoldenF32, SequencesInOneBatchAcrossKeySegments) {
   expect_same_as_alone(*l, false, seqs, together, 1280, 0, name);
 }
 
+// A pass in two stages (layers [0, split) on one CpuBlocks, the rest and the head on
+// another) gives the one-stage logits bit for bit, at every split: an embedding-only first
+// stage, one layer, half, and a head-only second stage.
+void check_stages(const std::string& name) {
+  auto l = load(name);
+  ASSERT_TRUE(l);
+  const int64_t n = l->model->hparams().n_layer;
+  const auto c = sequence("C");
+  const auto one = eval(*l, c, false, 7);
+  for (int64_t split : {int64_t{0}, int64_t{1}, n / 2, n}) {
+    EXPECT_EQ(eval(*l, c, false, 7, kNCtx, false, split), one) << name << " split at " << split;
+  }
+}
+TEST_P(GoldenF32, StagesMatchOneStage) { check_stages(std::string(GetParam()) + "-f32"); }
+TEST_P(GoldenQ4, StagesMatchOneStage) { check_stages(std::string(GetParam()) + "-q4_k_m"); }
+
 // ---- the same references through the GPU forward pass ----
 
 class GoldenGpu : public testing::TestWithParam<const char*> {
@@ -528,6 +555,31 @@ TEST_P(GoldenGpu, SequencesInOneBatch) {
   const std::string name = std::string(GetParam());
   check_sequences_together(name + "-f32", true, is_gemma(name) || is_moe(name) ? 3e-4 : 1e-4);
   check_sequences_together(name + "-q4_k_m", true, is_moe(name) ? 1e-1 : 5e-2);
+}
+
+// The model split between the CPU (the first layers, host KV rows) and the GPU (the rest,
+// the head, device KV rows) within the batch-shape tolerances of the GPU alone, at splits
+// of 1 layer, half and all but the head; and its greedy tokens are the GPU's.
+TEST_P(GoldenGpu, SplitWithTheCpuAgrees) {
+  for (const char* quant : {"-f32", "-q4_k_m"}) {
+    const std::string name = std::string(GetParam()) + quant;
+    auto l = load(name);
+    ASSERT_TRUE(l);
+    const bool f32 = quant == std::string("-f32");
+    const double tol = f32 ? (is_gemma(name) ? 3e-4 : 1e-4) : (is_moe(name) ? 1e-1 : 5e-2);
+    const int64_t n = l->model->hparams().n_layer;
+    const auto c = sequence("C");
+    const auto cpu = eval(*l, c, false, 7, kNCtx, false);
+    for (int64_t split : {int64_t{1}, n / 2, n}) {
+      for (int64_t chunk : {int64_t{64}, int64_t{1}}) {
+        const auto split_run = eval(*l, c, false, chunk, kNCtx, true, split);
+        const Diff d = compare(split_run, cpu);
+        EXPECT_LE(d.rel_l2, tol) << name << " split at " << split << ", chunks of " << chunk;
+        std::printf("%-14s split %2lld chunk %2lld vs cpu: rel_l2 %.2e\n", name.c_str(),
+                    static_cast<long long>(split), static_cast<long long>(chunk), d.rel_l2);
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, GoldenF32, testing::ValuesIn(kArchs));

@@ -40,6 +40,7 @@ Result<std::unique_ptr<TieredWeights>> TieredWeights::load(const gguf::GgufFile&
 
   tiers::StreamingConfig config;
   config.streamed.assign(file.tensors().size(), false);
+  config.absent = w->on_gpu_only(file);
   for (size_t i = 0; i < tensors.tensors.size(); ++i) {
     const int32_t id = tensors.tensors[i].file_index;
     if (id >= 0 && plan.tiers[i] == scheduler::Tier::kStorage) config.streamed[id] = true;
@@ -67,6 +68,7 @@ Status TieredWeights::load_experts(const gguf::GgufFile& file, const TierOptions
   experts::ExpertConfig config;
   config.cache_experts = std::max<uint32_t>(plan.expert_cache_experts, 1);
   config.lock_resident = options.lock_resident;
+  config.absent = on_gpu_only(file);
   config.predictor = options.expert_predictor;
   config.router_lookahead = options.expert_lookahead;
   config.stats_path = experts::CoactivationStats::default_path(file.paths().front(), file.total_bytes());
@@ -111,6 +113,33 @@ scheduler::PlanRequest plan_request(const EngineOptions& o) {
   return r;
 }
 
+scheduler::PlanRequest plan_request(const EngineOptions& o, const DeviceChoice& device) {
+  scheduler::PlanRequest r = plan_request(o);
+  if (device.kind != DeviceKind::kCuda) return r;
+  r.budgets.use_gpu = true;
+  r.budgets.gpu_bytes = device.gpu_bytes;
+  profiler::GpuProfile g;
+  g.name = device.gpu_name;
+  g.total_bytes = device.total_bytes;
+  g.free_bytes = device.free_bytes;
+  r.gpu = g;
+  return r;
+}
+
+std::vector<bool> gpu_tensors(const scheduler::PlannedModel& pm, const gguf::GgufFile& file) {
+  std::vector<bool> on(file.tensors().size(), false);
+  const scheduler::Plan& plan = pm.plan;
+  if (!plan.gpu.any()) return on;
+  for (size_t i = 0; i < pm.tensors.tensors.size(); ++i) {
+    const scheduler::TensorDesc& t = pm.tensors.tensors[i];
+    if (t.file_index < 0) continue;
+    const bool copy = (plan.gpu.tied_head_copy && t.role == model::TensorRole::kTokenEmbedding) ||
+                      t.role == model::TensorRole::kRopeFreqs;
+    if (plan.tiers[i] == scheduler::Tier::kGpu || copy) on[static_cast<size_t>(t.file_index)] = true;
+  }
+  return on;
+}
+
 Result<scheduler::PlannedModel> plan_weights(const gguf::GgufFile& file, scheduler::PlanRequest request) {
   if (request.expert_frequency.empty()) {
     HYPURA_ASSIGN_OR_RETURN(scheduler::ModelTensors shape, scheduler::model_tensors_from_gguf(file));
@@ -120,6 +149,18 @@ Result<scheduler::PlannedModel> plan_weights(const gguf::GgufFile& file, schedul
     }
   }
   return scheduler::plan_model(file, request);
+}
+
+// What the host does not hold: the plan's GPU tensors (a tied embedding stays: it is
+// kRam, the CPU's embedding reads it).
+std::vector<bool> TieredWeights::on_gpu_only(const gguf::GgufFile& file) const {
+  std::vector<bool> absent(file.tensors().size(), false);
+  const scheduler::Plan& plan = planned_.plan;
+  for (size_t i = 0; i < planned_.tensors.tensors.size(); ++i) {
+    const int32_t id = planned_.tensors.tensors[i].file_index;
+    if (id >= 0 && plan.tiers[i] == scheduler::Tier::kGpu) absent[static_cast<size_t>(id)] = true;
+  }
+  return absent;
 }
 
 scheduler::Prediction TieredWeights::predict_with(const profiler::HardwareProfile& profile) const {

@@ -24,6 +24,7 @@
 #include "experts/routing_trace.h"
 #include "gguf/gguf.h"
 #include "profiler/hardware_profile.h"
+#include "runtime/device_choice.h"
 #include "runtime/session.h"
 #include "scheduler/model_tensors.h"
 #include "scheduler/plan.h"
@@ -52,6 +53,14 @@ struct TierOptions {
 // runtime's prompt batch; no GPU tier until a device decision sets one): what
 // Engine::load plans with and what `inspect --plan` prints, so the two agree.
 scheduler::PlanRequest plan_request(const EngineOptions& options);
+// The same with the device decision's GPU tier when it has one (budgets.use_gpu, the
+// GPU's memory as the planner's budget).
+scheduler::PlanRequest plan_request(const EngineOptions& options, const DeviceChoice& device);
+
+// Tensors the plan gives the GPU (by file tensor id), to read into device memory: its tiers'
+// GPU tensors, the tied embedding when the GPU's head multiplies by it, and the RoPE
+// factors every stage reads.
+std::vector<bool> gpu_tensors(const scheduler::PlannedModel& planned, const gguf::GgufFile& file);
 
 // The one planning call: scheduler::plan_model with the routing that earlier runs of this
 // model recorded (coactivation.h), so the expert cache's predicted hit rate is the one
@@ -88,6 +97,7 @@ class TieredWeights {
   // The tensors loaded into RAM at start, whichever provider holds them.
   const tiers::ResidentTensors& resident() const { return experts_ ? experts_->resident() : provider_->resident(); }
   const scheduler::Plan& plan() const { return planned_.plan; }
+  const scheduler::PlannedModel& planned() const { return planned_; }
   // The plan's prediction again (same tiers, pool and depth) on another profile: bench
   // re-predicts with the disk grid and memory bandwidth it measured in the same run, since
   // the cached profile's figures may be hours old on a shared machine whose disk and
@@ -102,6 +112,7 @@ class TieredWeights {
  private:
   TieredWeights() = default;
   Status charge_fixed();
+  std::vector<bool> on_gpu_only(const gguf::GgufFile& file) const;
   Status load_experts(const gguf::GgufFile& file, const TierOptions& options);
 
   scheduler::PlannedModel planned_;

@@ -55,6 +55,16 @@ Result<PlannedModel> plan_model(const gguf::GgufFile& file, const PlanRequest& r
   if (pm.budgets.n_ctx <= 0) return invalid_argument("--context must be positive");
   if (r.cap_context && pm.tensors.n_ctx_train > 0) pm.budgets.n_ctx = std::min(pm.budgets.n_ctx, pm.tensors.n_ctx_train);
   HYPURA_ASSIGN_OR_RETURN(pm.profile, profile_for(file, r));
+  if (r.gpu && r.budgets.use_gpu) {
+    profiler::GpuProfile g = *r.gpu;
+    for (const profiler::GpuProfile& measured : pm.profile.gpus) {
+      if (measured.name != g.name) continue;
+      g.memory_bandwidth_bps = measured.memory_bandwidth_bps;
+      g.h2d_pinned_bps = measured.h2d_pinned_bps;
+      g.h2d_pageable_bps = measured.h2d_pageable_bps;
+    }
+    pm.profile.gpus = {g};
+  }
   const bool auto_parallel = pm.budgets.n_seq == 0;
   if (auto_parallel) pm.budgets.n_seq = default_parallel(pm.tensors, pm.profile, pm.budgets);
   HYPURA_ASSIGN_OR_RETURN(pm.plan, place(pm.tensors, pm.profile, pm.budgets, pm.cost));

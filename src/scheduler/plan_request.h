@@ -15,6 +15,7 @@
 // Thread-safety: may measure the machine; call from one thread.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,9 +36,12 @@ inline Budgets without_gpu() {
 struct PlanRequest {
   std::string profile_file;  // --profile FILE; empty: profile_for() chooses
   // --ram-budget, --reserve, context (capped to the model's trained length), batch, KV
-  // type, and the device decision's use_gpu: off until a decision turns it on, since no
-  // GPU tier executes yet and the plan must be the one that runs.
+  // type, and the device decision's use_gpu and gpu_bytes: off until a decision turns it
+  // on (runtime/device_choice.h), since the plan must be the one that runs.
   Budgets budgets = without_gpu();
+  // The device decision's GPU (name, memory): it replaces the profile's, keeping the
+  // profile's measured bandwidths when the names match. Used when budgets.use_gpu.
+  std::optional<profiler::GpuProfile> gpu;
   // budgets.n_ctx is capped to the model's trained length (false: bench's speed runs
   // past it, EngineOptions::n_ctx_past_trained).
   bool cap_context = true;

@@ -7,6 +7,9 @@
 // and releases the layer. Afterwards acquire() and acquire_experts() are pointer
 // arithmetic over device views (AddressableProvider) for model::CudaBlocks.
 //
+// read() instead takes a chosen set of tensors straight from the file (a model split
+// between the GPU and the host tiers).
+//
 // Out of memory is kResourceExhausted naming the tensor and the sizes; everything taken
 // so far is freed. Without a CUDA build upload() returns kUnsupported.
 //
@@ -33,6 +36,14 @@ class DeviceWeights final : public AddressableProvider {
                                                        const model::WeightMap& weights,
                                                        model::WeightProvider& host,
                                                        const Progress& progress = nullptr);
+  // The tensors with wanted[id] read straight from the model file into device memory, in
+  // chunks through one pinned staging buffer (storage -> pinned RAM -> GPU): the host keeps
+  // no copy. For the GPU's share of a model split between tiers (scheduler::GpuSplit).
+  // kInvalidArgument when wanted does not cover the file's tensors; a failed read names the
+  // tensor and the file.
+  static Result<std::unique_ptr<DeviceWeights>> read(const gguf::GgufFile& file,
+                                                     const std::vector<bool>& wanted,
+                                                     const Progress& progress = nullptr);
   ~DeviceWeights() override;
 
   std::string name() const override { return "cuda-resident"; }

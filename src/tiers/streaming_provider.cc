@@ -43,7 +43,12 @@ Result<std::unique_ptr<StreamingProvider>> StreamingProvider::create(const gguf:
     return invalid_argument("streaming config covers " + std::to_string(config.streamed.size()) +
                             " tensors; the model has " + std::to_string(file.tensors().size()));
   }
+  if (!config.absent.empty() && config.absent.size() != file.tensors().size()) {
+    return invalid_argument("streaming config's absent tensors cover " + std::to_string(config.absent.size()) +
+                            " tensors; the model has " + std::to_string(file.tensors().size()));
+  }
   std::unique_ptr<StreamingProvider> p(new StreamingProvider(file, ledger));
+  p->absent_ = config.absent;
   HYPURA_RETURN_IF_ERROR(p->build_layout(config));
   HYPURA_ASSIGN_OR_RETURN(p->storages_,
                           io::Storage::open_all(file.paths(), config.storage, config.make_queue));
@@ -117,7 +122,9 @@ Status StreamingProvider::allocate_pool(int n_slots) {
 
 Status StreamingProvider::load_resident(bool lock, const Progress& progress) {
   std::vector<bool> wanted(file_.tensors().size());
-  for (size_t id = 0; id < wanted.size(); ++id) wanted[id] = locations_[id].stream < 0;
+  for (size_t id = 0; id < wanted.size(); ++id) {
+    wanted[id] = locations_[id].stream < 0 && !(id < absent_.size() && absent_[id]);
+  }
   HYPURA_ASSIGN_OR_RETURN(resident_, load_resident_tensors(file_, wanted, storages_, ledger_,
                                                            "resident weights", lock, progress));
   for (size_t id = 0; id < wanted.size(); ++id) locations_[id].resident = resident_.data[id];
@@ -242,6 +249,9 @@ Status StreamingProvider::ensure_ready(int layer, int* slot_out) {
 Status StreamingProvider::view(int layer, model::TensorId id, compute::WeightView* out) {
   const Location& loc = locations_[static_cast<size_t>(id)];
   if (loc.stream < 0) {
+    if (loc.resident == nullptr) {
+      return invalid_argument("tensor '" + file_.tensors()[id].name + "' is not held in host memory (the GPU holds it)");
+    }
     *out = tensor_view(file_.tensors()[id], loc.resident);
     return Status::ok();
   }

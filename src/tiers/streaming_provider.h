@@ -43,6 +43,9 @@ namespace hypura::tiers {
 
 struct StreamingConfig {
   std::vector<bool> streamed;  // (n_tensors): true = read each pass, false = resident
+  // (n_tensors, or empty: none) neither loaded nor streamed: a GPU holds and computes them
+  // (the GPU tier's layers and head); acquiring one is an error.
+  std::vector<bool> absent;
   int n_slots = 3;             // pool slots (>= 2), each one layer's streamed tensors
   int prefetch_depth = 2;      // layers read ahead of the one computing (<= n_slots - 1)
   bool lock_resident = true;   // mlock the resident tensors when allowed
@@ -158,6 +161,7 @@ class StreamingProvider final : public model::WeightProvider {
   MemoryLedger& ledger_;
   std::vector<std::unique_ptr<io::Storage>> storages_;  // one per split file
   std::vector<Location> locations_;                     // (n_tensors)
+  std::vector<bool> absent_;                            // StreamingConfig::absent
   std::vector<StreamLayer> stream_layers_;              // ascending layer
   std::vector<int> stream_of_layer_;                    // (n_layer + 1) by layer + 1: index or -1
   ResidentTensors resident_;
