@@ -14,6 +14,9 @@
 #                                              `hypura bench --device cuda` and
 #                                              `llama-bench -ngl 99 -fa 1` on it
 #
+#   bash scripts/gpu_vs_llama.sh split [DIR]   the model split between GPU and CPU at several
+#                                              layer counts, both engines (see split())
+#
 # MODELS_AB (default "8b moe f16") picks the models; ARGS (default "-p 512 -n 128 -r 3") the
 # tests, given to both. LLAMA (default /tmp/llama) is where llama.cpp is built. Logs go to
 # $OUT (the device tool's output folder) or /tmp/gpu_vs_llama.
@@ -88,9 +91,46 @@ EOF
   return $rc
 }
 
+# The model split between the GPU and the CPU (issue 17): for each N of SPLIT_LAYERS
+# (default "24 16 0"), `hypura bench --device cuda --gpu-layers N` and `llama-bench -ngl N`
+# on the same file (MODELS_SPLIT, default "8b"). llama.cpp keeps the output head on the CPU
+# below -ngl n_layer+1; hypura puts it on the GPU whenever it fits (its log's "device:"
+# line gives the GPU's weight bytes).
+split() {
+  local dir
+  dir=$(realpath "${1:-.devgpu}")
+  local cublas
+  cublas=$(ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null ||
+           find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -1)
+  export LD_LIBRARY_PATH="$dir/lib:$(dirname "$cublas")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local args=${ARGS:--p 512 -n 128 -r 2} rc=0
+  for name in ${MODELS_SPLIT:-8b}; do
+    local model="$MODELS/$name.gguf"
+    [ -f "$model" ] || timeout 150 "$dir/bin/hypura" synth -o "$model" --preset "$name" \
+      --vocab-from "$dir/golden/llama-f32.gguf" -q --no-sync 2>&1 | tail -1
+    for n in ${SPLIT_LAYERS:-24 16 0}; do
+      echo "== $name: hypura bench --device cuda --gpu-layers $n $args"
+      # shellcheck disable=SC2086
+      timeout 240 "$dir/bin/hypura" bench "$model" --device cuda --gpu-layers "$n" $args \
+        > "$LOG/split_${name}_$n.txt" 2> "$LOG/split_${name}_$n.err" || { rc=1; tail -5 "$LOG/split_${name}_$n.err"; }
+      grep -E "device:" "$LOG/split_${name}_$n.err" | tail -1
+      grep -E "^\| *(pp|tg)|tok/s" "$LOG/split_${name}_$n.txt" | head -6
+      echo "== $name: llama-bench -ngl $n -fa 1 $args"
+      # shellcheck disable=SC2086
+      timeout 300 "$LLAMA/build/bin/llama-bench" -m "$model" -ngl "$n" -fa 1 $args -o md \
+        > "$LOG/llama_split_${name}_$n.md" 2> "$LOG/llama_split_${name}_$n.err" ||
+        { rc=1; tail -5 "$LOG/llama_split_${name}_$n.err"; }
+      grep -E "^\|" "$LOG/llama_split_${name}_$n.md"
+    done
+    [ "${KEEP_MODELS:-0}" = 1 ] || rm -f "$model"
+  done
+  return $rc
+}
+
 case "${1:-}" in
   pack) pack "$2" "${3:-}" ;;
   build) build "$2" ;;
   bench) bench "${2:-.devgpu}" ;;
-  *) echo "usage: $0 pack SRC [TAR] | build TAR | bench [DIR]"; exit 2 ;;
+  split) split "${2:-.devgpu}" ;;
+  *) echo "usage: $0 pack SRC [TAR] | build TAR | bench [DIR] | split [DIR]"; exit 2 ;;
 esac

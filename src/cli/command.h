@@ -75,6 +75,7 @@ struct EngineFlags {
   std::string kv_type = "f16";
   uint64_t ram_budget = 0;  // 0: the profile's usable memory
   uint64_t vram_budget = 0;  // 0: the GPU's free memory less a reserve
+  int gpu_layers = -1;       // --gpu-layers N; -1: as many as fit
   std::string profile;      // --profile FILE
   std::string expert_predictor;  // --expert-predictor; empty: the default (both)
   int expert_lookahead = 0;      // --expert-lookahead 1..4; 0: the default (1)

@@ -88,6 +88,10 @@ void add_engine_flags(CLI::App& app, EngineFlags* flags) {
       ->capture_default_str();
   add_ram_budget_option(app, &flags->ram_budget);
   add_vram_budget_option(app, &flags->vram_budget);
+  app.add_option("--gpu-layers", flags->gpu_layers,
+                 "at most this many of the last layers on the GPU (like llama.cpp's -ngl; default: as many "
+                 "as fit the GPU's memory); the output head goes there whenever it fits")
+      ->check(CLI::Range(0, 1 << 20));
   add_profile_option(app, &flags->profile);
   app.add_option("--expert-predictor", flags->expert_predictor,
                  "MoE expert streaming: what guesses the next layer's experts to read ahead "
@@ -107,6 +111,7 @@ runtime::EngineOptions engine_options(const EngineFlags& flags, const std::strin
   eo.kv_f32 = flags.kv_type == "f32";
   eo.ram_budget = flags.ram_budget;
   eo.gpu_budget = flags.vram_budget;
+  eo.gpu_layers = flags.gpu_layers;
   eo.profile_path = flags.profile;
   eo.expert_predictor = flags.expert_predictor;
   eo.expert_lookahead = flags.expert_lookahead;

@@ -42,6 +42,7 @@ struct Budgets {
   int64_t n_batch = 512;                  // prompt tokens per batch: sizes work buffers
   int kv_bytes_per_element = 2;           // F16 KV cache (4 for F32)
   bool use_gpu = true;                    // false: plan without the GPU tier
+  int max_gpu_layers = -1;                // --gpu-layers: at most this many on a discrete GPU (-1: as fit)
 };
 
 // Constants of the cost model, in one place (docs/PLANNER.md explains each).

@@ -135,7 +135,8 @@ std::vector<bool> gpu_suffix(const ModelTensors& m, const Budgets& b, const Cost
   }
   const uint64_t kv_layer = kv_bytes(m, b) / static_cast<uint64_t>(std::max(1, m.n_layer));
   int first = m.n_layer;
-  while (first > 0 && layer_bytes[static_cast<size_t>(first - 1)] + kv_layer <= room) {
+  const int lowest = b.max_gpu_layers < 0 ? 0 : std::max(0, m.n_layer - b.max_gpu_layers);
+  while (first > lowest && layer_bytes[static_cast<size_t>(first - 1)] + kv_layer <= room) {
     room -= layer_bytes[static_cast<size_t>(--first)] + kv_layer;
   }
   for (size_t i = 0; i < on.size(); ++i) {

@@ -652,3 +652,22 @@ TEST(DiscreteGpu, TiedHeadIsCopiedToTheGpu) {
 
 }  // namespace
 }  // namespace hypura::scheduler
+
+namespace hypura::scheduler {
+namespace {
+
+// --gpu-layers caps the suffix (the head still goes to the GPU); 0 leaves only the head.
+TEST(DiscreteGpu, GpuLayersCapsTheSuffix) {
+  const ModelTensors m = synthetic_model(llama3_8b_q4km());
+  for (int cap : {0, 8, 24}) {
+    Budgets b = gpu_budget(uint64_t{64} << 30);
+    b.max_gpu_layers = cap;
+    const Plan plan = must_place(m, with_discrete_gpu(), b);
+    EXPECT_EQ(plan.gpu.layers, cap);
+    EXPECT_TRUE(plan.gpu.head);
+    expect_suffix_split(m, plan);
+  }
+}
+
+}  // namespace
+}  // namespace hypura::scheduler
