@@ -111,7 +111,7 @@ split() {
     for n in ${SPLIT_LAYERS:-24 16 0}; do
       echo "== $name: hypura bench --device cuda --gpu-layers $n $args"
       # shellcheck disable=SC2086
-      timeout 240 "$dir/bin/hypura" bench "$model" --device cuda --gpu-layers "$n" $args \
+      timeout 240 "$dir/bin/hypura" bench "$model" --device cuda --gpu-layers "$n" --no-reference $args \
         > "$LOG/split_${name}_$n.txt" 2> "$LOG/split_${name}_$n.err" || { rc=1; tail -5 "$LOG/split_${name}_$n.err"; }
       grep -E "device:" "$LOG/split_${name}_$n.err" | tail -1
       grep -E "^\| *(pp|tg)|tok/s" "$LOG/split_${name}_$n.txt" | head -6

@@ -314,7 +314,7 @@ void CudaBlocks::start_step() {
   step_kv_.clear();
   int64_t longest = 0;
   for (const SeqRows& q : seqs_) {
-    step_kv_.push_back(q.kv->k_rows(q.kv->first_device_layer(), 0, 0).data);
+    step_kv_.push_back(q.kv->device_storage());
     longest = std::max(longest, q.pos + 1);
   }
   bucket_ = bucket_for(longest);
@@ -467,8 +467,8 @@ void CudaBlocks::attention(int64_t il, bool swa, float kq_scale) {
 
 // One sequence's rows: its keys and values stored in its cache, then its queries attended.
 void CudaBlocks::attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_scale) {
-  auto* kc = static_cast<uint16_t*>(const_cast<void*>(seq.kv->k_rows(il, 0, 0).data));
-  auto* vc = static_cast<uint16_t*>(const_cast<void*>(seq.kv->v_rows(il, 0, 0).data));
+  auto* kc = static_cast<uint16_t*>(seq.kv->device_k(il));
+  auto* vc = static_cast<uint16_t*>(seq.kv->device_v(il));
   const int64_t r0 = seq.row0, n = seq.n_tokens;
   float* q_rows = q() + r0 * hp_.q_width();
   float* out_rows = attn() + r0 * hp_.n_head * hp_.head_dim_v;

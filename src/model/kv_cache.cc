@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
+#include <tuple>
 
 #include "quant/fp16.h"
 
@@ -76,9 +77,10 @@ DeviceLayout device_layout(int64_t n_layer, int64_t n_ctx, int64_t k_width, int6
 }  // namespace
 
 Result<std::unique_ptr<KvCache>> KvCache::on_device(const HParams& hp, int64_t n_ctx,
-                                                    int64_t first_device_layer) {
+                                                    int64_t first_device_layer, bool mirror) {
   std::unique_ptr<KvCache> kv(new KvCache(hp, n_ctx));
   kv->first_device_ = std::clamp<int64_t>(first_device_layer, 0, hp.n_layer);
+  kv->mirror_ = mirror && kv->first_device_ > 0;
   kv->allocate_host(kv->first_device_, n_ctx);
   kv->device_ = std::make_unique<Device>();
   HYPURA_RETURN_IF_ERROR(kv->grow_device(n_ctx).with_context("KV cache"));
@@ -90,34 +92,75 @@ Result<std::unique_ptr<KvCache>> KvCache::on_device(const HParams& hp, int64_t n
 // old rows at the start of its new, longer run.
 Status KvCache::grow_device(int64_t n_ctx) {
   namespace cuda = compute::cuda;
-  const int64_t n_dev = n_layer_ - first_device_;
+  const int64_t first = mirror_ ? 0 : first_device_;  // the first layer with device rows
+  const int64_t n_dev = n_layer_ - first;
   const DeviceLayout to = device_layout(n_dev, n_ctx, k_width_, v_width_);
   if (to.total == 0) return Status::ok();
   HYPURA_ASSIGN_OR_RETURN(cuda::DeviceBuffer grown, cuda::DeviceBuffer::allocate(to.total));
   HYPURA_RETURN_IF_ERROR(cuda::zero_device(grown.data(), to.total));
-  std::vector<uint8_t*> k_base(k_base_), v_base(v_base_);
+  std::vector<uint8_t*> dev_k(static_cast<size_t>(n_layer_), nullptr), dev_v(dev_k);
   auto* base = static_cast<uint8_t*>(grown.data());
   for (int64_t d = 0; d < n_dev; ++d) {
-    const size_t il = static_cast<size_t>(first_device_ + d);
-    k_base[il] = base + static_cast<size_t>(d) * to.k_layer;
-    v_base[il] = base + static_cast<size_t>(n_dev) * to.k_layer + static_cast<size_t>(d) * to.v_layer;
+    const size_t il = static_cast<size_t>(first + d);
+    dev_k[il] = base + static_cast<size_t>(d) * to.k_layer;
+    dev_v[il] = base + static_cast<size_t>(n_dev) * to.k_layer + static_cast<size_t>(d) * to.v_layer;
   }
   if (device_->buffer.data() != nullptr) {
     const DeviceLayout from = device_layout(n_dev, n_ctx_, k_width_, v_width_);
-    for (int64_t il = first_device_; il < n_layer_; ++il) {
-      HYPURA_RETURN_IF_ERROR(cuda::copy_device_to_device(k_base[il], k_base_[il], from.k_layer));
-      HYPURA_RETURN_IF_ERROR(cuda::copy_device_to_device(v_base[il], v_base_[il], from.v_layer));
+    for (int64_t il = first; il < n_layer_; ++il) {
+      HYPURA_RETURN_IF_ERROR(cuda::copy_device_to_device(dev_k[il], dev_k_[il], from.k_layer));
+      HYPURA_RETURN_IF_ERROR(cuda::copy_device_to_device(dev_v[il], dev_v_[il], from.v_layer));
     }
   }
   device_->buffer = std::move(grown);
-  k_base_ = std::move(k_base);
-  v_base_ = std::move(v_base);
+  dev_k_ = std::move(dev_k);
+  dev_v_ = std::move(dev_v);
+  for (int64_t il = first_device_; il < n_layer_; ++il) {
+    k_base_[static_cast<size_t>(il)] = dev_k_[static_cast<size_t>(il)];
+    v_base_[static_cast<size_t>(il)] = dev_v_[static_cast<size_t>(il)];
+  }
   return Status::ok();
 }
+
+// Rows [from, to) of every host layer, copied between its host and device storage.
+Status KvCache::copy_host_layers(int64_t from, int64_t to, bool to_device) {
+  namespace cuda = compute::cuda;
+  if (!mirror_ || to <= from) return Status::ok();
+  const size_t elem = 2;
+  for (int64_t il = 0; il < first_device_; ++il) {
+    const auto i = static_cast<size_t>(il);
+    for (const auto& [host, dev, width] : {std::tuple{k_base_[i], dev_k_[i], k_width_}, std::tuple{v_base_[i], dev_v_[i], v_width_}}) {
+      const size_t off = static_cast<size_t>(from * width) * elem, n = static_cast<size_t>((to - from) * width) * elem;
+      HYPURA_RETURN_IF_ERROR(to_device ? cuda::copy_to_device(dev + off, host + off, n)
+                                       : cuda::copy_to_host(host + off, dev + off, n));
+    }
+  }
+  return Status::ok();
+}
+
+Status KvCache::mirror_to_device(int64_t end) {
+  if (!mirror_ || end <= mirror_synced_) return Status::ok();
+  HYPURA_RETURN_IF_ERROR(copy_host_layers(mirror_synced_, end, true));
+  mirror_synced_ = end;
+  return Status::ok();
+}
+
+Status KvCache::mirror_to_host(int64_t begin, int64_t end) {
+  if (!mirror_) return Status::ok();
+  HYPURA_RETURN_IF_ERROR(copy_host_layers(begin, end, false));
+  if (begin <= mirror_synced_) mirror_synced_ = std::max(mirror_synced_, end);
+  return Status::ok();
+}
+const void* KvCache::device_storage() const { return device_ ? device_->buffer.data() : nullptr; }
 #else
-Result<std::unique_ptr<KvCache>> KvCache::on_device(const HParams&, int64_t, int64_t) {
+const void* KvCache::device_storage() const { return nullptr; }
+
+Result<std::unique_ptr<KvCache>> KvCache::on_device(const HParams&, int64_t, int64_t, bool) {
   return unsupported("a device KV cache needs a build with CUDA (HYPURA_CUDA)");
 }
+
+Status KvCache::mirror_to_device(int64_t) { return Status::ok(); }
+Status KvCache::mirror_to_host(int64_t, int64_t) { return Status::ok(); }
 
 Status KvCache::grow_device(int64_t) { return unsupported("no CUDA in this build"); }
 #endif

@@ -15,6 +15,7 @@
 // Thread-safety: one forward pass at a time; attention threads only read.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -31,8 +32,11 @@ class KvCache {
   // An F16 cache, zeroed, with layers first_device_layer.. in device memory (0: all) and
   // the ones before in host memory. kResourceExhausted (with the sizes) when the device
   // lacks the memory; kUnsupported in a build without CUDA.
+  // mirror: the host layers have device rows too, so that the GPU may compute them for a
+  // prompt (the weights copied over the bus, model.h "wide stages"); mirror_to_device /
+  // mirror_to_host keep the two copies in step.
   static Result<std::unique_ptr<KvCache>> on_device(const HParams& hp, int64_t n_ctx,
-                                                    int64_t first_device_layer = 0);
+                                                    int64_t first_device_layer = 0, bool mirror = false);
   ~KvCache();
   KvCache(KvCache&&) noexcept;
   KvCache& operator=(KvCache&&) noexcept;
@@ -40,8 +44,21 @@ class KvCache {
   int64_t n_ctx() const { return n_ctx_; }
   bool is_f32() const { return f32_; }
   bool on_device() const { return device_ != nullptr; }  // some layer is in device memory
-  bool on_device(int64_t il) const { return device_ != nullptr && il >= first_device_; }
+  // Where layer il's rows are: device rows for the GPU, host rows for the CPU (a mirrored
+  // host layer has both).
+  bool on_device(int64_t il) const { return device_ != nullptr && (il >= first_device_ || mirror_); }
+  bool on_host(int64_t il) const { return il < first_device_layer(); }
   int64_t first_device_layer() const { return device_ ? first_device_ : n_layer_; }
+  bool mirrored() const { return mirror_; }
+
+  // Mirrored host layers: the CPU wrote their rows from position `first` on (a step on the
+  // CPU), so the device copy is stale from there.
+  void host_rows_written(int64_t first) { mirror_synced_ = std::min(mirror_synced_, first); }
+  // Before the GPU computes the host layers at positions from `end` on: their rows before
+  // `end` copied to the device where stale. After: rows [begin, end) copied back to the
+  // host. Synchronous. No-ops without a mirror.
+  Status mirror_to_device(int64_t end);
+  Status mirror_to_host(int64_t begin, int64_t end);
   uint64_t bytes() const;  // memory held by K and V of all layers
   // Makes room for n_ctx positions, keeping the rows stored so far. REQUIRES: n_ctx >= n_ctx().
   // Fails only on a device cache that cannot get the memory (then it is unchanged).
@@ -52,9 +69,15 @@ class KvCache {
   void store(int64_t il, int64_t pos, int64_t n_tokens, const float* k, const float* v);
 
   // Head `h` of layer il from position `first` on: head_dim (keys) or head_dim_v (values)
-  // elements per row. REQUIRES: first < n_ctx.
+  // elements per row, in host memory for a host layer. REQUIRES: first < n_ctx.
   compute::KvRows k_rows(int64_t il, int64_t h, int64_t first) const;
   compute::KvRows v_rows(int64_t il, int64_t h, int64_t first) const;
+  // Layer il's device rows (position 0, head 0). REQUIRES: on_device(il).
+  // The device allocation (changes when the cache grows; null: no device rows): what a
+  // captured GPU step that reads and writes this cache depends on.
+  const void* device_storage() const;
+  void* device_k(int64_t il) const { return dev_k_[static_cast<size_t>(il)]; }
+  void* device_v(int64_t il) const { return dev_v_[static_cast<size_t>(il)]; }
 
  private:
   struct Device;  // the device buffers (kv_cache.cc)
@@ -64,6 +87,7 @@ class KvCache {
   void allocate_host(int64_t n_layers, int64_t n_ctx);  // layers [0, n_layers), kept rows
   void point_at_host();
   Status grow_device(int64_t n_ctx);
+  Status copy_host_layers(int64_t from, int64_t to, bool to_device);
 
   int64_t n_ctx_;
   bool f32_;
@@ -73,10 +97,13 @@ class KvCache {
   int64_t head_dim_;
   int64_t head_dim_v_;
   int64_t first_device_ = 0;             // with device_: layers from here on are there
+  bool mirror_ = false;                  // the host layers have device rows too
+  int64_t mirror_synced_ = 0;            // host layers' device rows equal the host's before this
   std::vector<std::vector<uint8_t>> k_;  // [host layers] (n_ctx, k_width) F16 or F32, host
   std::vector<std::vector<uint8_t>> v_;  // [host layers] (n_ctx, v_width) F16 or F32, host
   std::unique_ptr<Device> device_;       // device storage of layers first_device_..
   std::vector<uint8_t*> k_base_, v_base_;  // [n_layer] where each layer's rows are
+  std::vector<uint8_t*> dev_k_, dev_v_;    // [n_layer] device rows (null: none)
 };
 
 }  // namespace hypura::model

@@ -51,11 +51,25 @@ Forward::Forward(std::shared_ptr<const Model> model, std::vector<ForwardStage> s
 
 Forward::~Forward() = default;
 
+void Forward::set_wide_stages(std::vector<ForwardStage> stages, int64_t min_rows) {
+  assert(!stages.empty() && stages.back().end == model_->hparams().n_layer);
+  wide_ = std::move(stages);
+  wide_min_rows_ = min_rows;
+}
+
 int64_t Forward::n_ctx() const {
   int64_t n = stages_.front().blocks->n_ctx();
-  for (const ForwardStage& st : stages_) n = std::min(n, st.blocks->n_ctx());
+  for (const auto* list : {&stages_, &wide_}) {
+    for (const ForwardStage& st : *list) n = std::min(n, st.blocks->n_ctx());
+  }
   return n;
 }
+
+namespace {
+
+int64_t stage_begin(const std::vector<ForwardStage>& stages, size_t i) { return i == 0 ? 0 : stages[i - 1].end; }
+
+}  // namespace
 
 Status Forward::run(const int32_t* tokens, int64_t n_tokens, int64_t pos, KvCache& kv,
                     bool all_logits, float* logits, float* hidden) {
@@ -69,13 +83,12 @@ Status Forward::run_batch(const int32_t* tokens, std::span<const SeqRows> seqs, 
   return run_rows(tokens, seqs, /*all_logits=*/false, logits, nullptr);
 }
 
-// Where a stage's layers keep their rows must be where it computes.
+// A stage's layers must have their rows where it computes.
 static Status check_kv_placement(const KvCache& kv, const Blocks& b, int64_t first, int64_t end) {
   for (int64_t il = first; il < end; ++il) {
-    if (kv.on_device(il) != b.on_device()) {
-      return invalid_argument("layer " + std::to_string(il) + "'s KV cache is in " +
-                              (kv.on_device(il) ? "device" : "host") + " memory but the layer runs on the " +
-                              (b.on_device() ? "GPU" : "CPU"));
+    if (b.on_device() ? !kv.on_device(il) : !kv.on_host(il)) {
+      return invalid_argument("layer " + std::to_string(il) + "'s KV cache has no rows in " +
+                              (b.on_device() ? "device" : "host") + " memory, where the layer runs");
     }
   }
   return Status::ok();
@@ -84,6 +97,9 @@ static Status check_kv_placement(const KvCache& kv, const Blocks& b, int64_t fir
 Status Forward::check(const int32_t* tokens, std::span<const SeqRows> seqs) const {
   const HParams& hp = model_->hparams();
   int64_t n_rows = 0;
+  for (const SeqRows& s : seqs) n_rows += std::max<int64_t>(s.n_tokens, 0);
+  const std::vector<ForwardStage>& stages = stages_for(n_rows);
+  n_rows = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const SeqRows& s = seqs[i];
     const KvCache& kv = *s.kv;
@@ -97,8 +113,8 @@ Status Forward::check(const int32_t* tokens, std::span<const SeqRows> seqs) cons
       return invalid_argument("a KV cache of " + std::to_string(kv.n_ctx()) +
                               " positions exceeds the forward pass's context of " + std::to_string(n_ctx()));
     }
-    for (size_t st = 0; st < stages_.size(); ++st) {
-      HYPURA_RETURN_IF_ERROR(check_kv_placement(kv, *stages_[st].blocks, stage_begin(st), stages_[st].end));
+    for (size_t st = 0; st < stages.size(); ++st) {
+      HYPURA_RETURN_IF_ERROR(check_kv_placement(kv, *stages[st].blocks, stage_begin(stages, st), stages[st].end));
     }
     for (size_t j = 0; j < i; ++j) {
       if (seqs[j].kv == s.kv) return invalid_argument("two sequences of one batch share a KV cache");
@@ -131,8 +147,30 @@ Status Forward::run_layers(ForwardStage& stage, int64_t first) {
   return Status::ok();
 }
 
+// A wide batch (the GPU computes the host layers too) syncs their mirrored KV rows: the
+// rows before the batch to the device first, the batch's own back to the host after. A
+// batch with a CPU stage leaves those rows newer on the host.
 Status Forward::run_rows(const int32_t* tokens, std::span<const SeqRows> seqs, bool all_logits,
                          float* logits, float* hidden) {
+  int64_t n_rows = 0;
+  for (const SeqRows& s : seqs) n_rows += s.n_tokens;
+  const bool is_wide = wide(n_rows);
+  for (const SeqRows& s : seqs) {
+    if (is_wide) {
+      HYPURA_RETURN_IF_ERROR(s.kv->mirror_to_device(s.pos));
+    } else {
+      s.kv->host_rows_written(s.pos);
+    }
+  }
+  HYPURA_RETURN_IF_ERROR(run_stages(stages_for(n_rows), tokens, seqs, all_logits, logits, hidden));
+  if (is_wide) {
+    for (const SeqRows& s : seqs) HYPURA_RETURN_IF_ERROR(s.kv->mirror_to_host(s.pos, s.pos + s.n_tokens));
+  }
+  return Status::ok();
+}
+
+Status Forward::run_stages(std::vector<ForwardStage>& stages, const int32_t* tokens, std::span<const SeqRows> seqs,
+                           bool all_logits, float* logits, float* hidden) {
   const HParams& hp = model_->hparams();
   const WeightMap& wm = model_->weights();
   const bool logits_only = logits != nullptr && hidden == nullptr;
@@ -141,12 +179,12 @@ Status Forward::run_rows(const int32_t* tokens, std::span<const SeqRows> seqs, b
   compute::WeightView embd, out_norm, output;
   size_t acquired = 0;
   const auto release_globals = [&] {
-    for (size_t i = 0; i < acquired; ++i) stages_[i].blocks->provider().release(-1);
+    for (size_t i = 0; i < acquired; ++i) stages[i].blocks->provider().release(-1);
   };
-  for (size_t i = 0; i < stages_.size(); ++i) {
-    Blocks& b = *stages_[i].blocks;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    Blocks& b = *stages[i].blocks;
     b.begin(seqs, logits_only);
-    const bool first = i == 0, last = i + 1 == stages_.size();
+    const bool first = i == 0, last = i + 1 == stages.size();
     TensorId ids[4];
     compute::WeightView* targets[4];
     compute::WeightView views[4], rope;
@@ -169,17 +207,17 @@ Status Forward::run_rows(const int32_t* tokens, std::span<const SeqRows> seqs, b
     b.set_rope_factors(wm.rope_freqs == kNone ? nullptr : static_cast<const float*>(rope.data));
   }
 
-  Blocks& front = *stages_.front().blocks;
+  Blocks& front = *stages.front().blocks;
   front.embed(embd, tokens);
   if (hp.embd_scale != 1.0f) front.scale(front.x(), hp.n_embd, hp.embd_scale);
-  for (size_t i = 0; i < stages_.size(); ++i) {
-    if (i > 0) stages_[i].blocks->continue_from(stages_[i - 1].blocks->x());
-    if (Status st = run_layers(stages_[i], stage_begin(i)); !st.is_ok()) {
+  for (size_t i = 0; i < stages.size(); ++i) {
+    if (i > 0) stages[i].blocks->continue_from(stages[i - 1].blocks->x());
+    if (Status st = run_layers(stages[i], stage_begin(stages, i)); !st.is_ok()) {
       release_globals();
       return st;
     }
   }
-  Blocks& back = *stages_.back().blocks;
+  Blocks& back = *stages.back().blocks;
   back.norm(back.x(), out_norm, back.cur());
   Status st = back.finish(output, all_logits, logits, hidden);
   release_globals();

@@ -76,6 +76,12 @@ class Forward {
   Forward(std::shared_ptr<const Model> model, std::vector<ForwardStage> stages, int64_t max_batch);
   ~Forward();
 
+  // Stages for batches of at least min_rows rows instead of the ones above: a split model's
+  // prompts, where the GPU computes every layer (the host layers' weights copied over the
+  // bus) faster than the CPU computes its share. The host layers' KV rows are mirrored in
+  // device memory (KvCache::on_device's mirror), synced around each such batch.
+  void set_wide_stages(std::vector<ForwardStage> stages, int64_t min_rows);
+
   int64_t max_batch() const { return max_batch_; }
 
   // Processes tokens[0..n_tokens) at positions pos..pos+n_tokens-1, writing their keys
@@ -101,13 +107,19 @@ class Forward {
   Status check(const int32_t* tokens, std::span<const SeqRows> seqs) const;
   Status run_rows(const int32_t* tokens, std::span<const SeqRows> seqs, bool all_logits,
                   float* logits, float* hidden);
+  Status run_stages(std::vector<ForwardStage>& stages, const int32_t* tokens, std::span<const SeqRows> seqs,
+                    bool all_logits, float* logits, float* hidden);
   // Layers [first, stage.end) on the stage's blocks, releasing each.
   Status run_layers(ForwardStage& stage, int64_t first);
-  int64_t stage_begin(size_t i) const { return i == 0 ? 0 : stages_[i - 1].end; }
+  bool wide(int64_t n_rows) const { return !wide_.empty() && n_rows >= wide_min_rows_; }
+  std::vector<ForwardStage>& stages_for(int64_t n_rows) { return wide(n_rows) ? wide_ : stages_; }
+  const std::vector<ForwardStage>& stages_for(int64_t n_rows) const { return wide(n_rows) ? wide_ : stages_; }
 
   std::shared_ptr<const Model> model_;
   int64_t max_batch_;
   std::vector<ForwardStage> stages_;
+  std::vector<ForwardStage> wide_;  // set_wide_stages (empty: none)
+  int64_t wide_min_rows_ = 0;
 };
 
 }  // namespace hypura::model

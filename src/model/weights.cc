@@ -1,5 +1,7 @@
 #include "model/weights.h"
 
+#include <algorithm>
+
 #include <string>
 
 #include "gguf/gguf.h"
@@ -121,6 +123,24 @@ Result<WeightMap> build_weight_map(const gguf::GgufFile& file, const HParams& hp
   }
   HYPURA_RETURN_IF_ERROR(f.status());
   return m;
+}
+
+std::vector<TensorId> layer_tensor_ids(const WeightMap& w, int64_t il) {
+  std::vector<TensorId> ids;
+  const auto add = [&](TensorId id) {
+    if (id != kNone && std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  };
+  if (il < 0) {
+    for (TensorId id : {w.token_embd, w.output_norm, w.output, w.rope_freqs}) add(id);
+    return ids;
+  }
+  const LayerWeights& l = w.layers[static_cast<size_t>(il)];
+  for (TensorId id : {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.post_attn_norm,
+                      l.ffn_norm, l.post_ffn_norm, l.ffn_gate, l.ffn_up, l.ffn_down, l.ffn_router, l.ffn_gate_exps,
+                      l.ffn_up_exps, l.ffn_down_exps}) {
+    add(id);
+  }
+  return ids;
 }
 
 }  // namespace hypura::model

@@ -52,6 +52,10 @@ struct WeightMap {
   std::vector<LayerWeights> layers;
 };
 
+// The tensor ids of layer il (-1: the tensors outside the layer stack), absent ones left
+// out, each once (a tied output is the embedding).
+std::vector<TensorId> layer_tensor_ids(const WeightMap& w, int64_t il);
+
 // Finds every tensor the architecture needs. Missing tensors and wrong shapes return an
 // error naming the tensor.
 Result<WeightMap> build_weight_map(const gguf::GgufFile& file, const HParams& hp);

@@ -76,7 +76,14 @@ Result<DeviceChoice> choose_device(DeviceRequest request, const gguf::GgufFile& 
   }
 #endif
   f.model_supported = model::cuda_supports(hp, file);
-  return decide_device(request, f);
+  HYPURA_ASSIGN_OR_RETURN(DeviceChoice c, decide_device(request, f));
+#if HYPURA_HAVE_CUDA
+  // The planner's GPU speed: a quick copy measurement (256 MiB, a few milliseconds).
+  if (c.kind == DeviceKind::kCuda) {
+    if (auto bps = compute::cuda::measure_copy_bandwidth(size_t{256} << 20, 3); bps.is_ok()) c.copy_bps = *bps;
+  }
+#endif
+  return c;
 }
 
 }  // namespace hypura::runtime

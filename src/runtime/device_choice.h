@@ -51,6 +51,7 @@ struct DeviceChoice {
   uint64_t gpu_bytes = 0;      // what the planner may place on the GPU
   uint64_t reserve_bytes = 0;  // kept free on the device: CUDA context, cuBLAS, fragmentation
   uint64_t free_bytes = 0, total_bytes = 0;
+  double copy_bps = 0;  // device-to-device copy bandwidth measured at the decision (0: none)
 };
 
 // Device memory left free: max(1 GiB, 5% of the device).

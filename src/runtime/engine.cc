@@ -25,6 +25,7 @@
 #include "runtime/step_batcher.h"
 #include "runtime/tiered_weights.h"
 #include "tiers/device_weights.h"
+#include "tiers/staged_weights.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -178,6 +179,9 @@ class LocalEngine final : public Engine {
   int64_t first_gpu_layer() const {
     return on_gpu() ? model_->hparams().n_layer - weights_->plan().gpu.layers : model_->hparams().n_layer;
   }
+  // Whether prompt batches run every layer on the GPU (the host layers' KV rows then
+  // mirrored in device memory).
+  bool wide_prompts() const { return staged_weights_ != nullptr; }
   compute::Context* compute_context() override { return ctx_.get(); }
   model::WeightProvider& provider() { return weights_->provider(); }
   bool kv_f32() const { return kv_f32_; }
@@ -199,10 +203,15 @@ class LocalEngine final : public Engine {
   std::unique_ptr<compute::Context> ctx_;
   DeviceChoice device_;                            // where the forward passes run
   std::unique_ptr<tiers::DeviceWeights> device_weights_;  // the weights in GPU memory (cuda)
+  // A split model's prompts on the GPU alone: the host layers' weights copied per layer
+  // (null: no such path).
+  std::unique_ptr<tiers::StagedWeights> staged_weights_;
   int64_t n_ctx_ = 0;
   bool kv_f32_ = false;
   std::unique_ptr<StepBatcher> batcher_;  // owns the one Forward all sessions share
   Result<std::unique_ptr<model::Forward>> make_forward(int64_t n_ctx);
+  Status stage_host_layers();
+  Result<std::vector<model::ForwardStage>> gpu_stages(model::WeightProvider& weights, int64_t gpu_from, int64_t n_ctx);
   mutable std::once_flag vocab_index_once_;
   mutable std::unique_ptr<grammar::VocabIndex> vocab_index_;
 };
@@ -288,10 +297,16 @@ Status LocalEngine::place_on_device(const std::function<void(uint64_t, uint64_t)
       return read.status().with_context("placing the GPU's layers (--device cpu or a smaller --vram-budget avoids it)");
     }
     device_weights_ = std::move(read).value();
+    HYPURA_RETURN_IF_ERROR(stage_host_layers());
     const int64_t n_layer = model_->hparams().n_layer;
     device_.reason += "; the GPU computes " + std::to_string(split.layers) + " of " + std::to_string(n_layer) +
                       " layers" + (split.head ? " and the head" : "") + " (" +
                       format_size(device_weights_->device_bytes()) + " of weights)";
+    if (wide_prompts()) {
+      device_.reason += ", and every layer of prompts of " + std::to_string(kWidePromptRows) +
+                        "+ tokens (the host layers copied through a " + format_size(staged_weights_->slot_bytes()) +
+                        " slot)";
+    }
   }
   spdlog::info("device: {}", device_.reason);
   return Status::ok();
@@ -358,26 +373,50 @@ Status LocalSession::build(int64_t n_ctx) {
     kv_ = std::make_unique<model::KvCache>(hp, n_ctx, engine_.kv_f32());
     return Status::ok();
   }
-  HYPURA_ASSIGN_OR_RETURN(kv_, model::KvCache::on_device(hp, n_ctx, engine_.first_gpu_layer()));
+  HYPURA_ASSIGN_OR_RETURN(kv_, model::KvCache::on_device(hp, n_ctx, engine_.first_gpu_layer(), engine_.wide_prompts()));
   return Status::ok();
 }
 
 // The Forward's scratch (work buffers for kMaxBatch rows, attention partials for n_ctx
 // keys) on the engine's device.
-// On the GPU: a CPU stage for the layers before first_gpu_layer() (and the embedding,
-// unless the GPU holds it), then the GPU stage for the rest and the head.
-Result<std::unique_ptr<model::Forward>> LocalEngine::make_forward(int64_t n_ctx) {
-  if (!on_gpu()) return std::make_unique<model::Forward>(model_, *ctx_, provider(), kMaxBatch, n_ctx);
+// A split model's prompts: every layer on the GPU, the host layers' weights copied over the
+// bus per layer, when the host serves whole tensors (not in expert streaming, whose host
+// holds single experts).
+Status LocalEngine::stage_host_layers() {
+  if (first_gpu_layer() == 0 || weights_->experts() != nullptr) return Status::ok();
+  const tiers::LedgerBuffer& resident = weights_->resident().buffer;
+  HYPURA_ASSIGN_OR_RETURN(staged_weights_,
+                          tiers::StagedWeights::create(file_, model_->weights(), provider(), *device_weights_,
+                                                       first_gpu_layer(), std::span(resident.data(), resident.size())));
+  return Status::ok();
+}
+
+// The GPU stage (its layers and the head, or every layer with `weights` = the staged
+// ones), after a CPU stage for the layers before `gpu_from` and the embedding unless the
+// GPU holds it.
+Result<std::vector<model::ForwardStage>> LocalEngine::gpu_stages(model::WeightProvider& weights, int64_t gpu_from,
+                                                                 int64_t n_ctx) {
   const model::HParams& hp = model_->hparams();
   std::vector<model::ForwardStage> stages;
   if (!weights_->plan().gpu.embedding) {
-    stages.push_back({std::make_unique<model::CpuBlocks>(hp, model_->weights(), *ctx_, provider(), kMaxBatch, n_ctx),
-                      first_gpu_layer()});
+    stages.push_back(
+        {std::make_unique<model::CpuBlocks>(hp, model_->weights(), *ctx_, provider(), kMaxBatch, n_ctx), gpu_from});
   }
   HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<model::Blocks> blocks,
-                          model::make_cuda_blocks(hp, model_->weights(), file_, *device_weights_, kMaxBatch, n_ctx));
+                          model::make_cuda_blocks(hp, model_->weights(), file_, weights, kMaxBatch, n_ctx));
   stages.push_back({std::move(blocks), hp.n_layer});
-  return std::make_unique<model::Forward>(model_, std::move(stages), kMaxBatch);
+  return stages;
+}
+
+Result<std::unique_ptr<model::Forward>> LocalEngine::make_forward(int64_t n_ctx) {
+  if (!on_gpu()) return std::make_unique<model::Forward>(model_, *ctx_, provider(), kMaxBatch, n_ctx);
+  HYPURA_ASSIGN_OR_RETURN(auto stages, gpu_stages(*device_weights_, first_gpu_layer(), n_ctx));
+  auto forward = std::make_unique<model::Forward>(model_, std::move(stages), kMaxBatch);
+  if (wide_prompts()) {
+    HYPURA_ASSIGN_OR_RETURN(auto wide, gpu_stages(*staged_weights_, 0, n_ctx));
+    forward->set_wide_stages(std::move(wide), kWidePromptRows);
+  }
+  return forward;
 }
 
 Status LocalEngine::cover_context(int64_t n_ctx) {

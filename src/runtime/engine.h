@@ -23,6 +23,10 @@ int physical_cores();
 
 // Prompt tokens per forward call (matrix-matrix products of up to this many rows).
 inline constexpr int64_t kMaxBatch = 512;
+// A model split between the CPU and the GPU computes batches of at least this many tokens
+// (prompts) on the GPU alone, copying the host layers' weights over the bus: a layer's copy
+// (a few ms) costs what the CPU needs for a few rows of it.
+inline constexpr int64_t kWidePromptRows = 32;
 
 // The keep-back logic of stop strings: text that might begin a stop string is held until
 // it is known not to. Exposed for tests.

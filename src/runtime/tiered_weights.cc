@@ -123,6 +123,7 @@ scheduler::PlanRequest plan_request(const EngineOptions& o, const DeviceChoice& 
   g.name = device.gpu_name;
   g.total_bytes = device.total_bytes;
   g.free_bytes = device.free_bytes;
+  g.memory_bandwidth_bps = device.copy_bps;
   r.gpu = g;
   return r;
 }

@@ -51,7 +51,10 @@ struct CostModel {
   // read 3.80 tok/s x 4.40 GB = 16.7 GB/s of a measured 19.45 GB/s (0.86) on the Zen 3 VM
   // (docs/BENCHMARKS.md, issue 15 targets); 0.6 predicted resident runs 1.4-1.5x too slow.
   double cpu_efficiency = 0.85;
-  double gpu_efficiency = 0.7;     // same for GPU kernels and device memory bandwidth
+  // The same for GPU kernels against the device's copy bandwidth (read + written, as
+  // compute::cuda::measure_copy_bandwidth gives it): the 8b Q4_K_M decoded at 333 tok/s x
+  // 4.92 GB = 1.64 TB/s of a measured 4.2 TB/s on the H200 (docs/GPU.md, 0.39).
+  double gpu_efficiency = 0.39;
   double per_layer_overhead_s = 20e-6;  // synchronisation, thread wake-ups per layer
   // The process beside weights, KV cache, work buffers and pool (process_overhead_bytes),
   // from VmRSS at each step of loading SmolLM2-135M, Qwen2.5-0.5B and Gemma-3-270M

@@ -59,7 +59,7 @@ Result<PlannedModel> plan_model(const gguf::GgufFile& file, const PlanRequest& r
     profiler::GpuProfile g = *r.gpu;
     for (const profiler::GpuProfile& measured : pm.profile.gpus) {
       if (measured.name != g.name) continue;
-      g.memory_bandwidth_bps = measured.memory_bandwidth_bps;
+      if (g.memory_bandwidth_bps <= 0) g.memory_bandwidth_bps = measured.memory_bandwidth_bps;
       g.h2d_pinned_bps = measured.h2d_pinned_bps;
       g.h2d_pageable_bps = measured.h2d_pageable_bps;
     }

@@ -27,28 +27,6 @@ compute::WeightView DeviceWeights::view(model::TensorId id) const {
   return views_[static_cast<size_t>(id)];
 }
 
-namespace {
-
-// The tensor ids of layer `il` (-1: the tensors outside the layer stack), absent ones left out.
-std::vector<model::TensorId> layer_ids(const model::WeightMap& w, int64_t il) {
-  std::vector<model::TensorId> ids;
-  const auto add = [&](model::TensorId id) {
-    if (id != model::kNone) ids.push_back(id);
-  };
-  if (il < 0) {
-    for (model::TensorId id : {w.token_embd, w.output_norm, w.output, w.rope_freqs}) add(id);
-    return ids;
-  }
-  const model::LayerWeights& l = w.layers[static_cast<size_t>(il)];
-  for (model::TensorId id : {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm, l.k_norm,
-                      l.post_attn_norm, l.ffn_norm, l.post_ffn_norm, l.ffn_gate, l.ffn_up,
-                      l.ffn_down, l.ffn_router, l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps}) {
-    add(id);
-  }
-  return ids;
-}
-
-}  // namespace
 
 Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const gguf::GgufFile& file,
                                                              const model::WeightMap& weights,
@@ -61,10 +39,10 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const gguf::GgufFil
   d->buffers_ = std::make_unique<Buffers>();
   uint64_t total = 0, done = 0;
   for (int64_t il = -1; il < static_cast<int64_t>(weights.layers.size()); ++il) {
-    for (model::TensorId id : layer_ids(weights, il)) total += file.tensors()[id].n_bytes;
+    for (model::TensorId id : model::layer_tensor_ids(weights, il)) total += file.tensors()[id].n_bytes;
   }
   for (int64_t il = -1; il < static_cast<int64_t>(weights.layers.size()); ++il) {
-    std::vector<model::TensorId> ids = layer_ids(weights, il);
+    std::vector<model::TensorId> ids = model::layer_tensor_ids(weights, il);
     std::vector<compute::WeightView> host_views(ids.size());
     HYPURA_RETURN_IF_ERROR(host.acquire(static_cast<int>(il), ids, host_views));
     Status st;

@@ -161,6 +161,36 @@ Status Graph::launch(StreamHandle stream) const {
   return cuda_status(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream), "cudaGraphLaunch");
 }
 
+Result<HostRegistration> HostRegistration::pin(void* data, size_t bytes) {
+  HostRegistration r;
+  if (data == nullptr || bytes == 0) return r;
+  if (Status s = cuda_status(cudaHostRegister(data, bytes, cudaHostRegisterDefault), "cudaHostRegister"); !s) {
+    cudaGetLastError();
+    return s.with_context("page-locking " + mib(bytes) + " of host memory");
+  }
+  r.ptr_ = data;
+  return r;
+}
+
+HostRegistration::~HostRegistration() {
+  if (ptr_) cudaHostUnregister(ptr_);
+}
+
+HostRegistration::HostRegistration(HostRegistration&& other) noexcept : ptr_(std::exchange(other.ptr_, nullptr)) {}
+
+HostRegistration& HostRegistration::operator=(HostRegistration&& other) noexcept {
+  if (this != &other) {
+    if (ptr_) cudaHostUnregister(ptr_);
+    ptr_ = std::exchange(other.ptr_, nullptr);
+  }
+  return *this;
+}
+
+Status synchronize_device() {
+  if (Status s = cuda_status(cudaGetLastError(), "kernel launch"); !s) return s;
+  return cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
 Status copy_to_device(void* dst, const void* src, size_t bytes) {
   return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
 }

@@ -102,6 +102,24 @@ class Graph {
 };
 
 // Synchronous copies between host memory and device memory (pageable host memory is fine).
+// Existing host memory page-locked for fast, DMA-able copies (cudaHostRegister) for the
+// object's lifetime; the memory must outlive it.
+class HostRegistration {
+ public:
+  HostRegistration() = default;
+  static Result<HostRegistration> pin(void* data, size_t bytes);
+  ~HostRegistration();
+  HostRegistration(HostRegistration&& other) noexcept;
+  HostRegistration& operator=(HostRegistration&& other) noexcept;
+  HostRegistration(const HostRegistration&) = delete;
+  HostRegistration& operator=(const HostRegistration&) = delete;
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+// Waits for all work on the current device, every stream (cudaDeviceSynchronize).
+Status synchronize_device();
 Status copy_to_device(void* dst, const void* src, size_t bytes);
 Status copy_to_host(void* dst, const void* src, size_t bytes);
 Status copy_device_to_device(void* dst, const void* src, size_t bytes);

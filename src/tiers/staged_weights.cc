@@ -1,0 +1,155 @@
+#include "tiers/staged_weights.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "tiers/tensor_view.h"
+
+#if HYPURA_HAVE_CUDA
+#include "compute/cuda/device.h"
+#endif
+
+namespace hypura::tiers {
+namespace {
+
+constexpr uint64_t kNotStaged = std::numeric_limits<uint64_t>::max();
+constexpr uint64_t kSlotAlign = 256;  // device loads of every block format stay aligned
+
+uint64_t align_up(uint64_t n) { return (n + kSlotAlign - 1) / kSlotAlign * kSlotAlign; }
+
+}  // namespace
+
+#if HYPURA_HAVE_CUDA
+struct StagedWeights::Slot {
+  compute::cuda::DeviceBuffer buffer;
+  compute::cuda::HostRegistration pinned;  // the host layers' resident memory
+};
+#else
+struct StagedWeights::Slot {};
+#endif
+
+StagedWeights::StagedWeights(const gguf::GgufFile& file, model::WeightProvider& host, DeviceWeights& device,
+                             int64_t first_device_layer)
+    : file_(file), host_(host), device_(device), first_device_(first_device_layer),
+      offset_(file.tensors().size(), kNotStaged) {}
+
+StagedWeights::~StagedWeights() {
+  if (host_acquired_) host_.release(layer_);
+}
+
+Result<std::unique_ptr<StagedWeights>> StagedWeights::create(const gguf::GgufFile& file,
+                                                             const model::WeightMap& weights,
+                                                             model::WeightProvider& host, DeviceWeights& device,
+                                                             int64_t first_device_layer, std::span<uint8_t> pin) {
+#if HYPURA_HAVE_CUDA
+  std::unique_ptr<StagedWeights> w(new StagedWeights(file, host, device, first_device_layer));
+  for (int64_t il = 0; il < first_device_layer; ++il) {
+    uint64_t bytes = 0;
+    for (model::TensorId id : model::layer_tensor_ids(weights, il)) bytes += align_up(file.tensors()[id].n_bytes);
+    w->slot_bytes_ = std::max(w->slot_bytes_, bytes);
+  }
+  w->slot_ = std::make_unique<Slot>();
+  if (w->slot_bytes_ > 0) {
+    auto buf = compute::cuda::DeviceBuffer::allocate(w->slot_bytes_);
+    if (!buf.is_ok()) return buf.status().with_context("the GPU's slot for the host layers' weights");
+    w->slot_->buffer = std::move(buf).value();
+  }
+  if (auto pinned = compute::cuda::HostRegistration::pin(pin.data(), pin.size()); pinned.is_ok()) {
+    w->slot_->pinned = std::move(pinned).value();
+  } else {
+    spdlog::warn("{}: the host layers' copies to the GPU stay pageable (slower)", pinned.status().message());
+  }
+  return w;
+#else
+  (void)file, (void)weights, (void)host, (void)device, (void)first_device_layer, (void)pin;
+  return unsupported("this build has no CUDA backend (HYPURA_CUDA)");
+#endif
+}
+
+// The slot goes to `layer`: the device must be done with the previous one (its kernels
+// read the slot), and the host provider gets the previous layer back.
+Status StagedWeights::start_layer(int layer) {
+  if (layer == layer_) return Status::ok();
+#if HYPURA_HAVE_CUDA
+  HYPURA_RETURN_IF_ERROR(compute::cuda::synchronize_device());
+#endif
+  if (host_acquired_) host_.release(layer_);
+  host_acquired_ = false;
+  for (model::TensorId id : staged_) offset_[static_cast<size_t>(id)] = kNotStaged;
+  staged_.clear();
+  layer_ = layer;
+  used_ = 0;
+  return Status::ok();
+}
+
+Status StagedWeights::stage(int layer, model::TensorId id, compute::WeightView* out) {
+  const gguf::TensorInfo& t = file_.tensors()[static_cast<size_t>(id)];
+  if (offset_[static_cast<size_t>(id)] == kNotStaged) {
+#if HYPURA_HAVE_CUDA
+    compute::WeightView host_view;
+    HYPURA_RETURN_IF_ERROR(host_.acquire(layer, std::span(&id, 1), std::span(&host_view, 1)));
+    host_acquired_ = true;
+    if (used_ + t.n_bytes > slot_bytes_) {
+      return resource_exhausted("'" + t.name + "' does not fit the GPU's staging slot of " +
+                                std::to_string(slot_bytes_) + " bytes");
+    }
+    auto* dst = static_cast<uint8_t*>(slot_->buffer.data()) + used_;
+    HYPURA_RETURN_IF_ERROR(compute::cuda::copy_to_device(dst, host_view.data, t.n_bytes));
+    offset_[static_cast<size_t>(id)] = used_;
+    staged_.push_back(id);
+    used_ += align_up(t.n_bytes);
+    bytes_copied_ += t.n_bytes;
+#else
+    (void)layer;
+    return unsupported("this build has no CUDA backend (HYPURA_CUDA)");
+#endif
+  }
+#if HYPURA_HAVE_CUDA
+  *out = tensor_view(t, static_cast<const uint8_t*>(slot_->buffer.data()) + offset_[static_cast<size_t>(id)]);
+#endif
+  return Status::ok();
+}
+
+// A host layer's tensors staged one by one (each acquire of the host provider returns
+// views valid until its release), then the device waits for the copies: a pageable copy
+// may return before its transfer ends.
+Status StagedWeights::acquire(int layer, std::span<const model::TensorId> ids, std::span<compute::WeightView> out) {
+  if (!on_host(layer)) {
+    // Past the host layers (or a new pass): the last one goes back to the host provider
+    // once the device is done with it, so no host layer stays held between passes.
+    if (layer_ != -2) HYPURA_RETURN_IF_ERROR(start_layer(-2));
+    return device_.acquire(layer, ids, out);
+  }
+  HYPURA_RETURN_IF_ERROR(start_layer(layer));
+  for (size_t i = 0; i < ids.size(); ++i) HYPURA_RETURN_IF_ERROR(stage(layer, ids[i], &out[i]));
+#if HYPURA_HAVE_CUDA
+  HYPURA_RETURN_IF_ERROR(compute::cuda::synchronize_device());
+#endif
+  return Status::ok();
+}
+
+Status StagedWeights::acquire_experts(int layer, std::span<const model::ExpertRequest> requests,
+                                      std::span<compute::WeightView> out) {
+  if (!on_host(layer)) return device_.acquire_experts(layer, requests, out);
+  HYPURA_RETURN_IF_ERROR(start_layer(layer));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    compute::WeightView whole;
+    HYPURA_RETURN_IF_ERROR(stage(layer, requests[i].tensor, &whole));
+    out[i] = expert_view(file_.tensors()[static_cast<size_t>(requests[i].tensor)], whole, requests[i].expert);
+  }
+#if HYPURA_HAVE_CUDA
+  HYPURA_RETURN_IF_ERROR(compute::cuda::synchronize_device());
+#endif
+  return Status::ok();
+}
+
+// The slot stays with its layer until the next one starts (start_layer), when the device
+// is known to be done with it; the host provider's release waits until then too.
+void StagedWeights::release(int layer) {
+  if (!on_host(layer)) device_.release(layer);
+}
+
+}  // namespace hypura::tiers
