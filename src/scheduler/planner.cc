@@ -113,35 +113,58 @@ bool tied_head(const ModelTensors& m) {
   return h != nullptr && h->role == TensorRole::kTokenEmbedding;
 }
 
+// Per-layer weight bytes (layer index -> bytes of its tensors).
+std::vector<uint64_t> layer_bytes(const ModelTensors& m) {
+  std::vector<uint64_t> bytes(static_cast<size_t>(std::max(0, m.n_layer)), 0);
+  for (const TensorDesc& t : m.tensors) {
+    if (t.layer >= 0 && t.layer < m.n_layer) bytes[static_cast<size_t>(t.layer)] += t.bytes;
+  }
+  return bytes;
+}
+
+// What a split (some layers on the CPU) costs the GPU beyond the layers it holds: prompts
+// run every layer there (runtime: StagedWeights, KvCache's mirror), so it holds every
+// layer's KV rows, a slot for the largest host layer and a second set of work buffers.
+uint64_t split_overhead(const ModelTensors& m, const Budgets& b, int first_gpu_layer) {
+  const std::vector<uint64_t> bytes = layer_bytes(m);
+  const uint64_t slot = first_gpu_layer > 0 ? *std::max_element(bytes.begin(), bytes.begin() + first_gpu_layer) : 0;
+  return kv_bytes(m, b) + work_bytes(m, b) + slot;
+}
+
 // A discrete GPU computes a suffix of the layers and the output head (the CPU the layers
-// before it, from RAM or storage), so one step crosses the bus twice: the residual rows
-// up, the logits down. The head goes first (read by every token, and the last op), then
-// whole layers from the last one down, each with its KV cache, while they fit beside the
-// work buffers and the CUDA context; the token embedding joins when every layer is there
-// (a CPU stage would embed from RAM otherwise). A tied head's embedding is then on both:
-// in RAM for the embedding and copied to the GPU for the head (tied_head_on_gpu).
+// before it, from RAM or storage), so a decode step crosses the bus twice: the residual
+// rows up, the logits down. The head goes first (read by every token, and the last op),
+// then whole layers from the last one down while they fit beside the work buffers, the
+// CUDA context and the split's own costs (split_overhead); the token embedding joins
+// when every layer is there (a CPU stage embeds from RAM otherwise). A tied head's
+// embedding is then on both: in RAM for the embedding and copied to the GPU for the head.
 std::vector<bool> gpu_suffix(const ModelTensors& m, const Budgets& b, const CostModel& c, const Limits& lim) {
   std::vector<bool> on(m.tensors.size(), false);
-  const uint64_t fixed = work_bytes(m, b) + c.gpu_context_bytes;
   const TensorDesc* head = head_matrix(m);
-  uint64_t head_bytes = head != nullptr ? head->bytes : 0;
-  for (const TensorDesc& t : m.tensors) head_bytes += t.role == TensorRole::kOutputNorm ? t.bytes : 0;
-  if (!lim.has_gpu || lim.gpu < fixed + head_bytes) return on;
-  uint64_t room = lim.gpu - fixed - head_bytes;
-  for (size_t i = 0; i < on.size(); ++i) on[i] = is_head(m.tensors[i]);
-  std::vector<uint64_t> layer_bytes(static_cast<size_t>(m.n_layer), 0);
-  for (const TensorDesc& t : m.tensors) {
-    if (t.layer >= 0 && t.layer < m.n_layer) layer_bytes[static_cast<size_t>(t.layer)] += t.bytes;
-  }
-  const uint64_t kv_layer = kv_bytes(m, b) / static_cast<uint64_t>(std::max(1, m.n_layer));
-  int first = m.n_layer;
-  const int lowest = b.max_gpu_layers < 0 ? 0 : std::max(0, m.n_layer - b.max_gpu_layers);
-  while (first > lowest && layer_bytes[static_cast<size_t>(first - 1)] + kv_layer <= room) {
-    room -= layer_bytes[static_cast<size_t>(--first)] + kv_layer;
+  uint64_t fixed = work_bytes(m, b) + c.gpu_context_bytes + (head != nullptr ? head->bytes : 0);
+  for (const TensorDesc& t : m.tensors) fixed += t.role == TensorRole::kOutputNorm ? t.bytes : 0;
+  if (!lim.has_gpu || lim.gpu < fixed) return on;
+  const std::vector<uint64_t> bytes = layer_bytes(m);
+  const uint64_t all_layers = std::accumulate(bytes.begin(), bytes.end(), uint64_t{0});
+  const int cap = b.max_gpu_layers < 0 ? m.n_layer : std::min(m.n_layer, b.max_gpu_layers);
+  int first = 0;
+  uint64_t room = 0;
+  if (cap == m.n_layer && fixed + all_layers + kv_bytes(m, b) <= lim.gpu) {
+    room = lim.gpu - fixed - all_layers - kv_bytes(m, b);
+  } else {
+    first = m.n_layer;
+    const int lowest = m.n_layer - cap;
+    while (first > lowest) {
+      const uint64_t need = fixed + split_overhead(m, b, first - 1) +
+                            std::accumulate(bytes.begin() + (first - 1), bytes.end(), uint64_t{0});
+      if (need > lim.gpu) break;
+      --first;
+    }
+    if (first == m.n_layer && fixed + split_overhead(m, b, first) > lim.gpu) return on;  // not even the head
   }
   for (size_t i = 0; i < on.size(); ++i) {
     const TensorDesc& t = m.tensors[i];
-    if (t.layer >= first) on[i] = true;
+    on[i] = is_head(t) || t.layer >= first;
     // Tied: the head's copy is already counted above.
     if (t.role == TensorRole::kTokenEmbedding && first == 0 && (tied_head(m) || t.bytes <= room)) on[i] = true;
   }
@@ -612,6 +635,13 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   if (any_gpu) {
     mem.work_gpu = work_bytes(m, b);
     mem.overhead_gpu = c.gpu_context_bytes;
+  }
+  // A discrete GPU's split: the host layers' KV rows mirrored, their staging slot and the
+  // prompt pass's own work buffers (split_overhead less the KV already counted).
+  if (!lim.unified && plan.gpu.any() && plan.gpu.layers < m.n_layer) {
+    const int first = m.n_layer - plan.gpu.layers;
+    mem.kv_gpu += kv_layer * static_cast<uint64_t>(first);
+    mem.work_gpu += split_overhead(m, b, first) - kv_bytes(m, b);
   }
 
   // Dense streaming pool: one slot per streamed layer in memory (the one computing and
