@@ -15,6 +15,7 @@
 #include "gguf/gguf.h"
 #include "gguf/writer.h"
 #include "io/fault_queue.h"
+#include "model/cpu_blocks.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "runtime/golden_fixtures.h"
@@ -423,6 +424,55 @@ TEST(StreamingProvider, StreamsGlobalTensorsToo) {
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
   const tiers::StreamingStats s = p.value()->stats();
   EXPECT_EQ(s.bytes_read - s.unconsumed_bytes, masked_bytes(m, config.streamed) * passes);
+}
+
+// A split model's host side: the tensors another device holds (here: the last layer and
+// the head) are neither loaded nor served (a clear error), and a two-stage pass with a
+// second provider for them gives the one-provider logits bit for bit.
+TEST(StreamingProvider, AbsentTensorsAreLeftToTheOtherStage) {
+  Model m = open_model("llama-q4_k_m");
+  const model::HParams& hp = m.model->hparams();
+  const model::WeightMap& wm = m.model->weights();
+  const int64_t last = hp.n_layer - 1;
+  tiers::StreamingConfig config;
+  config.streamed = ffn_mask(m, 1);
+  config.absent.assign(m.file.tensors().size(), false);
+  for (model::TensorId id : model::layer_tensor_ids(wm, last)) {
+    config.absent[id] = true;
+    config.streamed[id] = false;
+  }
+  config.absent[wm.output_norm] = true;
+  tiers::MemoryLedger ledger(0);
+  auto host = tiers::StreamingProvider::create(m.file, config, ledger, nullptr);
+  ASSERT_TRUE(host.is_ok()) << host.status().message();
+  uint64_t want_resident = 0;
+  for (size_t id = 0; id < config.absent.size(); ++id) {
+    if (!config.absent[id] && !config.streamed[id]) want_resident += m.file.tensors()[id].n_bytes;
+  }
+  EXPECT_GE(host.value()->stats().resident_bytes, want_resident);
+  EXPECT_LT(host.value()->stats().resident_bytes, want_resident + (uint64_t{64} << 10));  // alignment slack only
+  model::TensorId absent_id = wm.output_norm;
+  compute::WeightView view;
+  const Status refused = host.value()->acquire(-1, std::span(&absent_id, 1), std::span(&view, 1));
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("not held in host memory"), std::string::npos) << refused.message();
+
+  auto other = tiers::ResidentProvider::load(m.file, nullptr);
+  ASSERT_TRUE(other.is_ok());
+  compute::Context ctx(2);
+  const std::vector<int32_t> tokens = sequence("B");
+  const auto logits_of = [&](model::Forward& f) {
+    model::KvCache kv(hp, kNCtx, false);
+    std::vector<float> out(tokens.size() * static_cast<size_t>(hp.n_vocab));
+    EXPECT_TRUE(f.run(tokens.data(), static_cast<int64_t>(tokens.size()), 0, kv, true, out.data()).is_ok());
+    return out;
+  };
+  model::Forward whole(m.model, ctx, *other.value(), 64, kNCtx);
+  std::vector<model::ForwardStage> stages;
+  stages.push_back({std::make_unique<model::CpuBlocks>(hp, wm, ctx, *host.value(), 64, kNCtx), last});
+  stages.push_back({std::make_unique<model::CpuBlocks>(hp, wm, ctx, *other.value(), 64, kNCtx), hp.n_layer});
+  model::Forward split(m.model, std::move(stages), 64);
+  EXPECT_EQ(logits_of(split), logits_of(whole));
 }
 
 }  // namespace
