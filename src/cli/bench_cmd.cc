@@ -412,6 +412,16 @@ int run_bench(const BenchArgs& a) {
     }
     if (experts != nullptr && a.n_gen > 0) j["experts"] = experts::expert_run_json(expert_metrics);
     if (tier) j["tiers"] = eval::tier_metrics_json(*tier);
+    if (tiers != nullptr) {
+      const scheduler::TierTraffic t = scheduler::tier_traffic(tiers->planned().tensors, tiers->plan());
+      j["traffic_per_token"] = {{"gpu_bytes", t.gpu_bytes},
+                                {"ram_bytes", t.ram_bytes},
+                                {"storage_bytes", t.storage_bytes},
+                                {"bus_bytes", t.bus_bytes_per_token},
+                                {"prompt_batch_bus_bytes", t.prompt_bus_bytes},
+                                {"gpu_layers", tiers->plan().gpu.layers},
+                                {"gpu_head", tiers->plan().gpu.head}};
+    }
     if (baseline) {
       j["baseline"] = {{"method", "mmap"}, {"tg_tps", baseline->tg_tok_s},
                        {"tokens", baseline->tokens}, {"peak_rss_bytes", baseline->peak_rss},

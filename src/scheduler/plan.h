@@ -158,6 +158,17 @@ struct Plan {
 
 GpuSplit gpu_split_of(const ModelTensors& model, const std::vector<Tier>& tiers);
 
+// What one generated token reads from each tier (each tensor's access_per_token share of
+// its bytes, where the plan put it) and moves over the bus to and from a discrete GPU:
+// the residual rows up when a CPU stage runs first, the logits down. prompt_bus_bytes: a
+// prompt batch's copies when it runs every layer on the GPU (the CPU's layers, whole).
+struct TierTraffic {
+  uint64_t gpu_bytes = 0, ram_bytes = 0, storage_bytes = 0;
+  uint64_t bus_bytes_per_token = 0;
+  uint64_t prompt_bus_bytes = 0;
+};
+TierTraffic tier_traffic(const ModelTensors& model, const Plan& plan);
+
 // Host memory the process holds beside the plan's other figures (weights, KV cache, work
 // buffers, pool, expert cache): code, the parsed GGUF directory, the tokenizer, the
 // sampler and slack. Computed from the model so that a plan is reproducible and every

@@ -555,6 +555,27 @@ GpuSplit gpu_split_of(const ModelTensors& m, const std::vector<Tier>& tiers) {
   return g;
 }
 
+TierTraffic tier_traffic(const ModelTensors& m, const Plan& plan) {
+  TierTraffic t;
+  for (size_t i = 0; i < m.tensors.size() && i < plan.tiers.size(); ++i) {
+    const TensorDesc& d = m.tensors[i];
+    const auto read = static_cast<uint64_t>(d.access_per_token * static_cast<double>(d.bytes));
+    const bool gpu_head_copy = plan.gpu.tied_head_copy && d.role == TensorRole::kTokenEmbedding;
+    switch (gpu_head_copy ? Tier::kGpu : plan.tiers[i]) {
+      case Tier::kGpu: t.gpu_bytes += read; break;
+      case Tier::kRam: t.ram_bytes += read; break;
+      case Tier::kStorage: t.storage_bytes += read; break;
+    }
+    const bool host_layer = d.layer >= 0 && d.layer < m.n_layer - plan.gpu.layers;
+    if (plan.gpu.any() && host_layer) t.prompt_bus_bytes += d.bytes;
+  }
+  if (plan.gpu.any()) {
+    const bool cpu_stage = !plan.gpu.embedding;
+    t.bus_bytes_per_token = 4 * static_cast<uint64_t>(m.n_vocab) + (cpu_stage ? 4 * static_cast<uint64_t>(m.n_embd) : 0);
+  }
+  return t;
+}
+
 uint64_t Plan::bytes_on(const ModelTensors& m, Tier tier) const {
   uint64_t total = 0;
   for (size_t i = 0; i < tiers.size(); ++i) {

@@ -671,3 +671,31 @@ TEST(DiscreteGpu, GpuLayersCapsTheSuffix) {
 
 }  // namespace
 }  // namespace hypura::scheduler
+
+namespace hypura::scheduler {
+namespace {
+
+// A token's traffic by tier adds up to what it reads; a split moves the residual rows
+// and the logits over the bus, and a prompt batch the CPU's layers.
+TEST(DiscreteGpu, TrafficPerTierAddsUp) {
+  const ModelTensors m = synthetic_model(llama3_8b_q4km());
+  Budgets b = gpu_budget(uint64_t{64} << 30);
+  b.max_gpu_layers = 16;
+  const Plan plan = must_place(m, with_discrete_gpu(), b);
+  const TierTraffic t = tier_traffic(m, plan);
+  // Each tensor's share is rounded down on its own.
+  EXPECT_NEAR(static_cast<double>(t.gpu_bytes + t.ram_bytes + t.storage_bytes),
+              static_cast<double>(m.bytes_read_per_token()), static_cast<double>(m.tensors.size()));
+  EXPECT_GT(t.gpu_bytes, 0u);
+  EXPECT_GT(t.ram_bytes, 0u);
+  EXPECT_EQ(t.bus_bytes_per_token, 4 * static_cast<uint64_t>(m.n_vocab + m.n_embd));
+  uint64_t host_layers = 0;
+  for (const TensorDesc& d : m.tensors) host_layers += d.layer >= 0 && d.layer < m.n_layer - 16 ? d.bytes : 0;
+  EXPECT_EQ(t.prompt_bus_bytes, host_layers);
+  const TierTraffic cpu = tier_traffic(m, must_place(m, fixture("cpu_24g.json")));
+  EXPECT_EQ(cpu.bus_bytes_per_token, 0u);
+  EXPECT_EQ(cpu.gpu_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace hypura::scheduler
