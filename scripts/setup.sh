@@ -10,7 +10,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev liburing-dev libpcre2-dev
   libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
-  clang libclang-rt-14-dev python3-venv python3-pip curl fio
+  clang clang-format libclang-rt-14-dev python3-venv python3-pip curl fio
 )
 
 missing=()

@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/fetch-models.sh
+echo "== formatting (.clang-format) =="
+bash scripts/check-format.sh
 bash scripts/build.sh
 echo "== unit and integration tests =="
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600
