@@ -44,8 +44,8 @@ int main(int argc, char** argv) {
   for (unsigned n_threads : {1u, 2u}) {
     populate_gbps(bytes + 500'000'000, 1);  // used, then freed
     std::this_thread::sleep_for(std::chrono::seconds(pause_s));
-    std::printf("first touch of %.1f GB, %u thread(s), %d s after a free: %.2f GB/s\n", gb, n_threads,
-                pause_s, populate_gbps(bytes, n_threads));
+    std::printf("first touch of %.1f GB, %u thread(s), %d s after a free: %.2f GB/s\n", gb,
+                n_threads, pause_s, populate_gbps(bytes, n_threads));
   }
   return 0;
 }

@@ -150,8 +150,8 @@ void BM_AttentionTile(benchmark::State& state) {
   std::vector<const float*> qs;
   for (int64_t r = 0; r < n_rows; ++r) qs.push_back(q.data() + r * d);
   std::vector<int32_t> lo(n_rows, 0), hi(n_rows, 64);
-  const hypura::compute::AttentionRows rows{n_rows, d, d, 0.125f, qs.data(), lo.data(),
-                                            hi.data(), m.data(), l.data(), acc.data()};
+  const hypura::compute::AttentionRows rows{n_rows,    d,         d,        0.125f,   qs.data(),
+                                            lo.data(), hi.data(), m.data(), l.data(), acc.data()};
   for (auto _ : state) {
     std::fill(m.begin(), m.end(), -INFINITY);
     std::fill(l.begin(), l.end(), 0.0);
@@ -222,11 +222,13 @@ int main(int argc, char** argv) {
       ->Args({4096, 128, 96})
       ->Args({4096, 64, 3})
       ->Args({4096, 128, 8});
-  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q4_1,
-                        GgmlType::Q8_0}) {
+  for (GgmlType type :
+       {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
     const std::string name = std::string("prompt/") + hypura::gguf::type_name(type);
     auto* p = benchmark::RegisterBenchmark(name.c_str(), BM_Prompt, type);
-    p->ArgNames({"cols", "rows", "tokens", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+    p->ArgNames({"cols", "rows", "tokens", "threads"})
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
     p->Args({4096, 14336, 512, 1})->Args({4096, 14336, 512, 2});
   }
   benchmark::Initialize(&argc, argv);

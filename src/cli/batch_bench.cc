@@ -15,7 +15,9 @@ namespace hypura::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 std::vector<int32_t> random_prompt(int64_t n_vocab, int n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -42,8 +44,9 @@ struct RunTimes {
 
 // Prompts differ between sequences and runs (seed), so no run replays an earlier one's
 // routing into a warm expert cache.
-Result<RunTimes> run_once(runtime::Engine& engine, std::vector<std::unique_ptr<runtime::Session>>& sessions,
-                          int batch, const BatchBenchOptions& o, int n_gen, uint32_t seed) {
+Result<RunTimes> run_once(runtime::Engine& engine,
+                          std::vector<std::unique_ptr<runtime::Session>>& sessions, int batch,
+                          const BatchBenchOptions& o, int n_gen, uint32_t seed) {
   RunTimes t;
   Clock::time_point t0, t1;
   runtime::StepCounts steps0;
@@ -61,7 +64,8 @@ Result<RunTimes> run_once(runtime::Engine& engine, std::vector<std::unique_ptr<r
     threads.emplace_back([&, i] {
       runtime::Session& s = *sessions[static_cast<size_t>(i)];
       s.reset();
-      const auto prompt = random_prompt(engine.n_vocab(), o.n_prompt, seed + static_cast<uint32_t>(i));
+      const auto prompt =
+          random_prompt(engine.n_vocab(), o.n_prompt, seed + static_cast<uint32_t>(i));
       std::vector<float> logits;
       start.arrive_and_wait();
       Status st = s.prefill(prompt, &logits);
@@ -118,8 +122,10 @@ Result<std::vector<BatchRow>> run_batch_bench(runtime::Engine& engine, const Bat
       for (double v : tg) ss += (v - row.tg_tps) * (v - row.tg_tps);
       row.tg_tps_stddev = std::sqrt(ss / static_cast<double>(tg.size() - 1));
     }
-    row.seqs_per_step = steps.steps > 0 ? static_cast<double>(steps.seqs) / static_cast<double>(steps.steps) : 0;
-    row.read_bytes_per_token = static_cast<double>(bytes) / (static_cast<double>(b) * o.n_gen * o.reps);
+    row.seqs_per_step =
+        steps.steps > 0 ? static_cast<double>(steps.seqs) / static_cast<double>(steps.steps) : 0;
+    row.read_bytes_per_token =
+        static_cast<double>(bytes) / (static_cast<double>(b) * o.n_gen * o.reps);
     rows.push_back(row);
   }
   return rows;
@@ -136,16 +142,17 @@ double single_tps(const std::vector<BatchRow>& rows) {
 
 std::string batch_table(const std::vector<BatchRow>& rows, const BatchBenchOptions& o) {
   const double one = single_tps(rows);
-  std::string out = "| B | pp" + std::to_string(o.n_prompt) + " t/s (all) | tg" + std::to_string(o.n_gen) +
-                    " t/s (all) | tg t/s per sequence | vs B=1 | sequences per step | read per token |\n"
-                    "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+  std::string out =
+      "| B | pp" + std::to_string(o.n_prompt) + " t/s (all) | tg" + std::to_string(o.n_gen) +
+      " t/s (all) | tg t/s per sequence | vs B=1 | sequences per step | read per token |\n"
+      "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
   char line[256];
   for (const auto& r : rows) {
     char speedup[16] = "-";
     if (one > 0) std::snprintf(speedup, sizeof speedup, "%.2fx", r.tg_tps / one);
-    std::snprintf(line, sizeof line, "| %d | %.2f | %.2f ± %.2f | %.2f | %s | %.2f | %.1f MiB |\n", r.batch,
-                  r.pp_tps, r.tg_tps, r.tg_tps_stddev, r.tg_tps_per_seq, speedup, r.seqs_per_step,
-                  r.read_bytes_per_token / 1048576.0);
+    std::snprintf(line, sizeof line, "| %d | %.2f | %.2f ± %.2f | %.2f | %s | %.2f | %.1f MiB |\n",
+                  r.batch, r.pp_tps, r.tg_tps, r.tg_tps_stddev, r.tg_tps_per_seq, speedup,
+                  r.seqs_per_step, r.read_bytes_per_token / 1048576.0);
     out += line;
   }
   return out;

@@ -13,10 +13,9 @@
 // are done; no other session may use the engine meanwhile.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "runtime/session.h"
@@ -32,11 +31,11 @@ struct BatchBenchOptions {
 
 struct BatchRow {
   int batch = 0;
-  double pp_tps = 0;            // prompt tokens of all sequences / prompt wall time
-  double tg_tps = 0;            // generated tokens of all sequences / generation wall time
-  double tg_tps_per_seq = 0;    // mean over sequences of n_gen / its own generation time
-  double tg_tps_stddev = 0;     // of tg_tps over the runs
-  double seqs_per_step = 0;     // of the generation steps
+  double pp_tps = 0;                // prompt tokens of all sequences / prompt wall time
+  double tg_tps = 0;                // generated tokens of all sequences / generation wall time
+  double tg_tps_per_seq = 0;        // mean over sequences of n_gen / its own generation time
+  double tg_tps_stddev = 0;         // of tg_tps over the runs
+  double seqs_per_step = 0;         // of the generation steps
   double read_bytes_per_token = 0;  // storage reads per generated token (0: nothing streams)
 };
 

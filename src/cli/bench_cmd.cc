@@ -8,6 +8,7 @@
 // figures it prints a same-run reference: the memory read bandwidth measured just
 // before, divided by the weight bytes one generated token must read (the memory-bound
 // ceiling of tg).
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,12 +16,10 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <string>
-
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "cli/batch_bench.h"
 #include "cli/command.h"
@@ -51,10 +50,10 @@ struct BenchArgs {
   EngineFlags engine;
   bool json = false;
   bool no_reference = false;
-  std::string trace;       // expert-streaming routing trace file
-  int64_t context = 0;     // --context: KV cache length (0: just enough for the tests)
-  bool baseline = false;   // also run the plain mmap way (tg only) and print the speed-up
-  bool force = false;      // run --baseline even when the model exceeds RAM - 4 GiB
+  std::string trace;               // expert-streaming routing trace file
+  int64_t context = 0;             // --context: KV cache length (0: just enough for the tests)
+  bool baseline = false;           // also run the plain mmap way (tg only) and print the speed-up
+  bool force = false;              // run --baseline even when the model exceeds RAM - 4 GiB
   std::vector<std::string> sweep;  // --sweep: RAM budgets, one child bench each (cli/sweep.h)
   std::string plot;                // --plot FILE: the sweep's SVG chart
   std::vector<int> batch;          // --batch: sequence counts decoded at once (cli/batch_bench.h)
@@ -145,7 +144,8 @@ Result<Stats> run_test(runtime::Engine& engine, runtime::Session& session, int n
   // The depth is filled once (untimed); every run starts from it (Session::truncate).
   session.reset();
   std::vector<float> logits;
-  if (depth > 0) HYPURA_RETURN_IF_ERROR(session.prefill(random_tokens(engine, depth, 4321), &logits));
+  if (depth > 0)
+    HYPURA_RETURN_IF_ERROR(session.prefill(random_tokens(engine, depth, 4321), &logits));
   // The warm-up faults the weights in and warms the caches: every weight is read for
   // any number of tokens, so a CPU pp warm-up needs only a short prompt (as llama-bench's);
   // tg keeps the whole sequence, which also warms an expert cache as the test will see it.
@@ -154,7 +154,8 @@ Result<Stats> run_test(runtime::Engine& engine, runtime::Session& session, int n
   // batched-matvec path) never reaches.
   const bool gpu = engine.device() != "cpu";
   const size_t n_warm = tg || gpu ? tokens.size() : std::min<size_t>(tokens.size(), 32);
-  const std::vector<int32_t> warm(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(n_warm));
+  const std::vector<int32_t> warm(tokens.begin(),
+                                  tokens.begin() + static_cast<std::ptrdiff_t>(n_warm));
   HYPURA_RETURN_IF_ERROR(time_run(engine, session, depth, warm, tg).status());
   if (after_warmup) after_warmup();
   std::vector<double> tps;
@@ -171,8 +172,17 @@ Result<Stats> run_test(runtime::Engine& engine, runtime::Session& session, int n
 
 // The arguments a sweep's child bench gets: this run's, generation only.
 std::vector<std::string> sweep_child_args(const BenchArgs& a, const std::string& path) {
-  std::vector<std::string> c = {path, "-p", "0", "-n", std::to_string(a.n_gen), "-r", std::to_string(a.reps),
-                                "--device", a.engine.device, "--kv-type", a.engine.kv_type};
+  std::vector<std::string> c = {path,
+                                "-p",
+                                "0",
+                                "-n",
+                                std::to_string(a.n_gen),
+                                "-r",
+                                std::to_string(a.reps),
+                                "--device",
+                                a.engine.device,
+                                "--kv-type",
+                                a.engine.kv_type};
   if (a.engine.threads > 0) c.insert(c.end(), {"-t", std::to_string(a.engine.threads)});
   if (!a.engine.profile.empty()) c.insert(c.end(), {"--profile", a.engine.profile});
   if (a.context > 0) c.insert(c.end(), {"--context", std::to_string(a.context)});
@@ -203,17 +213,19 @@ int run_sweep_bench(const BenchArgs& a, const std::string& path) {
       run_sweep(std::string(exe, static_cast<size_t>(n)), sweep_child_args(a, path), budgets);
   std::cout << sweep_table(points);
   if (!a.plot.empty()) {
-    const std::string title = path.substr(path.find_last_of('/') + 1) + ": tg" + std::to_string(a.n_gen) +
-                              " against the RAM budget";
+    const std::string title = path.substr(path.find_last_of('/') + 1) + ": tg" +
+                              std::to_string(a.n_gen) + " against the RAM budget";
     FILE* f = std::fopen(a.plot.c_str(), "w");
     const std::string svg = sweep_svg(points, title);
-    if (f == nullptr || std::fwrite(svg.data(), 1, svg.size(), f) != svg.size() || std::fclose(f) != 0) {
+    if (f == nullptr || std::fwrite(svg.data(), 1, svg.size(), f) != svg.size() ||
+        std::fclose(f) != 0) {
       std::cerr << "hypura bench: --plot " << a.plot << ": cannot write\n";
       return 1;
     }
     std::cerr << "hypura bench: wrote " << a.plot << "\n";
   }
-  const bool any_ran = std::any_of(points.begin(), points.end(), [](const SweepPoint& p) { return p.error.empty(); });
+  const bool any_ran = std::any_of(points.begin(), points.end(),
+                                   [](const SweepPoint& p) { return p.error.empty(); });
   return any_ran ? 0 : 1;
 }
 
@@ -224,7 +236,8 @@ int run_batched_bench(const BenchArgs& a, const std::string& path) {
   o.n_prompt = a.n_prompt.front();
   o.n_gen = a.n_gen;
   o.reps = a.reps;
-  runtime::EngineOptions eo = engine_options(a.engine, path, a.context > 0 ? a.context : o.n_prompt + o.n_gen + 1);
+  runtime::EngineOptions eo =
+      engine_options(a.engine, path, a.context > 0 ? a.context : o.n_prompt + o.n_gen + 1);
   eo.n_ctx_past_trained = true;
   eo.n_parallel = *std::max_element(o.batches.begin(), o.batches.end());
   auto engine = runtime::Engine::load(eo);
@@ -239,7 +252,10 @@ int run_batched_bench(const BenchArgs& a, const std::string& path) {
   }
   runtime::Engine& e = **engine;
   if (a.json) {
-    nlohmann::json j = {{"model", path}, {"arch", e.architecture()}, {"mode", e.mode()}, {"device", e.device()},
+    nlohmann::json j = {{"model", path},
+                        {"arch", e.architecture()},
+                        {"mode", e.mode()},
+                        {"device", e.device()},
                         {"batch", batch_json(*rows, o)}};
     std::cout << j.dump(1) << "\n";
     return 0;
@@ -259,8 +275,8 @@ int run_bench(const BenchArgs& a) {
   if (!a.batch.empty()) return run_batched_bench(a, path);
   const int max_prompt = *std::max_element(a.n_prompt.begin(), a.n_prompt.end());
   const int max_depth = *std::max_element(a.depths.begin(), a.depths.end());
-  runtime::EngineOptions eo =
-      engine_options(a.engine, path, a.context > 0 ? a.context : max_depth + std::max(max_prompt, a.n_gen) + 1);
+  runtime::EngineOptions eo = engine_options(
+      a.engine, path, a.context > 0 ? a.context : max_depth + std::max(max_prompt, a.n_gen) + 1);
   eo.n_ctx_past_trained = true;  // pp4096 on a 2048-token model, as llama-bench runs it
   eo.trace_path = a.trace;
   // The memory reference first, in a child process: its 1 GiB buffer must not count in
@@ -281,7 +297,8 @@ int run_bench(const BenchArgs& a) {
   const gguf::GgufFile& file = (*engine)->file();
   // The int8 dot-product ceiling of these cores, on the pool the tests use (pp yardstick).
   compute::Context* ctx = (*engine)->compute_context();
-  const double int8_peak = !a.no_reference && ctx != nullptr ? ctx->int8_peak_macs_per_second(0.5) : 0;
+  const double int8_peak =
+      !a.no_reference && ctx != nullptr ? ctx->int8_peak_macs_per_second(0.5) : 0;
   const double bpt = bytes_per_token(file);
   struct Row {
     std::string test;
@@ -289,7 +306,8 @@ int run_bench(const BenchArgs& a) {
   };
   std::vector<Row> rows;
   // Expert-streaming figures over the timed tg runs (after the warm-up run).
-  const experts::ExpertProvider* experts = (*engine)->tiers() ? (*engine)->tiers()->experts() : nullptr;
+  const experts::ExpertProvider* experts =
+      (*engine)->tiers() ? (*engine)->tiers()->experts() : nullptr;
   experts::ExpertStats experts_before;
   // Tier figures (H): a direct-I/O read bandwidth measured in this run, and the streaming
   // counters over the timed tg runs.
@@ -302,13 +320,15 @@ int run_bench(const BenchArgs& a) {
   // The disk's best sequential direct read (the profile's grid, on the model file) and the
   // provider's own I/O-only passes, just before and just after the tests, averaged: the
   // disk's speed drifts, and this brackets the runs they are compared with.
-  const bool streams = tiers != nullptr && (tiers->experts() != nullptr || tiers->streamed_bytes_per_pass() > 0);
+  const bool streams =
+      tiers != nullptr && (tiers->experts() != nullptr || tiers->streamed_bytes_per_pass() > 0);
   const auto measure_storage_references = [&] {
     if (!references || !streams) return;
     if (Status st = eval::measure_disk_reference(file.paths().front(), refs); !st.is_ok()) {
       spdlog::warn("bench disk reference not measured: {}", st.message());
     }
-    if (const double bps = reference_or_zero(io_tiers->io_only_stream_bps(2.0)); bps > 0) refs.pattern_runs.push_back(bps);
+    if (const double bps = reference_or_zero(io_tiers->io_only_stream_bps(2.0)); bps > 0)
+      refs.pattern_runs.push_back(bps);
   };
   measure_storage_references();
   eval::TierCounters tier_before;
@@ -353,9 +373,11 @@ int run_bench(const BenchArgs& a) {
   }
   experts::ExpertRunMetrics expert_metrics;
   if (experts != nullptr && a.n_gen > 0) {
-    expert_metrics = experts::expert_run_metrics(*experts, experts_before, experts->stats(), a.n_gen * a.reps);
+    expert_metrics =
+        experts::expert_run_metrics(*experts, experts_before, experts->stats(), a.n_gen * a.reps);
     const runtime::TieredWeights& w = *(*engine)->tiers();
-    set_expert_bound(expert_metrics, rows.back().s.mean, refs.disk_read_bps(), refs.pattern_read_bps(),
+    set_expert_bound(expert_metrics, rows.back().s.mean, refs.disk_read_bps(),
+                     refs.pattern_read_bps(),
                      w.predict_with(refs.same_run_profile(w.profile())).compute_s);
   }
   const std::string arch = (*engine)->architecture(), mode = (*engine)->mode();
@@ -384,8 +406,10 @@ int run_bench(const BenchArgs& a) {
       engine.value().reset();
       if (plain_file.is_ok()) {
         auto r = eval::run_mmap_baseline(*plain_file, a.n_gen, threads, eo.n_ctx);
-        if (r.is_ok()) baseline = *r;
-        else baseline_refused = r.status().message();
+        if (r.is_ok())
+          baseline = *r;
+        else
+          baseline_refused = r.status().message();
       }
     }
   }
@@ -413,7 +437,8 @@ int run_bench(const BenchArgs& a) {
     if (experts != nullptr && a.n_gen > 0) j["experts"] = experts::expert_run_json(expert_metrics);
     if (tier) j["tiers"] = eval::tier_metrics_json(*tier);
     if (tiers != nullptr) {
-      const scheduler::TierTraffic t = scheduler::tier_traffic(tiers->planned().tensors, tiers->plan());
+      const scheduler::TierTraffic t =
+          scheduler::tier_traffic(tiers->planned().tensors, tiers->plan());
       j["traffic_per_token"] = {{"gpu_bytes", t.gpu_bytes},
                                 {"ram_bytes", t.ram_bytes},
                                 {"storage_bytes", t.storage_bytes},
@@ -423,16 +448,22 @@ int run_bench(const BenchArgs& a) {
                                 {"gpu_head", tiers->plan().gpu.head}};
     }
     if (baseline) {
-      j["baseline"] = {{"method", "mmap"}, {"tg_tps", baseline->tg_tok_s},
-                       {"tokens", baseline->tokens}, {"peak_rss_bytes", baseline->peak_rss},
-                       {"speedup", baseline->tg_tok_s > 0 && tier ? tier->tok_s / baseline->tg_tok_s : 0}};
+      j["baseline"] = {
+          {"method", "mmap"},
+          {"tg_tps", baseline->tg_tok_s},
+          {"tokens", baseline->tokens},
+          {"peak_rss_bytes", baseline->peak_rss},
+          {"speedup", baseline->tg_tok_s > 0 && tier ? tier->tok_s / baseline->tg_tok_s : 0}};
     } else if (!baseline_refused.empty()) {
       j["baseline"] = {{"refused", baseline_refused}};
     }
     for (const auto& r : rows) {
-      j["tests"].push_back({{"test", r.test}, {"tps_mean", r.s.mean}, {"tps_stddev", r.s.stddev},
-                            {"gflops", r.s.gflops},
-                            {"share_of_int8_peak", int8_peak > 0 ? r.s.gflops * 1e9 / (2 * int8_peak) : 0}});
+      j["tests"].push_back(
+          {{"test", r.test},
+           {"tps_mean", r.s.mean},
+           {"tps_stddev", r.s.stddev},
+           {"gflops", r.s.gflops},
+           {"share_of_int8_peak", int8_peak > 0 ? r.s.gflops * 1e9 / (2 * int8_peak) : 0}});
     }
     std::cout << j.dump(1) << "\n";
     return 0;
@@ -443,12 +474,14 @@ int run_bench(const BenchArgs& a) {
   for (const auto& r : rows) {
     // Without the peak probe (--no-reference) the share is unknown, not zero.
     char share[16] = "-";
-    if (int8_peak > 0) std::snprintf(share, sizeof share, "%.0f%%", 100 * r.s.gflops * 1e9 / (2 * int8_peak));
-    std::printf("| %s | %s | %.2f GiB | %s | %d | %s | %.2f ± %.2f | %.1f | %s |\n",
-                path.c_str(), arch.c_str(), file_gib, mode.c_str(), threads, r.test.c_str(),
-                r.s.mean, r.s.stddev, r.s.gflops, share);
+    if (int8_peak > 0)
+      std::snprintf(share, sizeof share, "%.0f%%", 100 * r.s.gflops * 1e9 / (2 * int8_peak));
+    std::printf("| %s | %s | %.2f GiB | %s | %d | %s | %.2f ± %.2f | %.1f | %s |\n", path.c_str(),
+                arch.c_str(), file_gib, mode.c_str(), threads, r.test.c_str(), r.s.mean, r.s.stddev,
+                r.s.gflops, share);
   }
-  if (experts != nullptr && a.n_gen > 0) std::printf("\n%s", experts::expert_run_text(expert_metrics).c_str());
+  if (experts != nullptr && a.n_gen > 0)
+    std::printf("\n%s", experts::expert_run_text(expert_metrics).c_str());
   if (tier) std::printf("\n%s", eval::tier_metrics_text(*tier).c_str());
   if (baseline) {
     std::printf("baseline (plain mmap): tg %.3f tok/s over %d tokens; hypura is %.2fx faster\n",
@@ -456,20 +489,23 @@ int run_bench(const BenchArgs& a) {
                 baseline->tg_tok_s > 0 && tier ? tier->tok_s / baseline->tg_tok_s : 0.0);
   }
   if (int8_peak > 0) {
-    std::printf("\nreference: int8 dot-product peak %.1f GMAC/s = %.1f GFLOP/s on %d threads (%s, "
-                "register-only maddubs/madd loop)\n",
-                int8_peak / 1e9, 2 * int8_peak / 1e9, threads, ctx->simd_name());
+    std::printf(
+        "\nreference: int8 dot-product peak %.1f GMAC/s = %.1f GFLOP/s on %d threads (%s, "
+        "register-only maddubs/madd loop)\n",
+        int8_peak / 1e9, 2 * int8_peak / 1e9, threads, ctx->simd_name());
   }
   if (gpu_copy_bps > 0) {
-    std::printf("\nreference: GPU copy bandwidth %.0f GB/s (1 GiB device-to-device, read + written); "
-                "tg reads %.1f MiB of weights per token: %.2f tok/s = %.0f GB/s = %.1f%% of it\n",
-                gpu_copy_bps / 1e9, bpt / 1048576.0, tg_tps, tg_tps * bpt / 1e9,
-                100 * tg_tps * bpt / gpu_copy_bps);
+    std::printf(
+        "\nreference: GPU copy bandwidth %.0f GB/s (1 GiB device-to-device, read + written); "
+        "tg reads %.1f MiB of weights per token: %.2f tok/s = %.0f GB/s = %.1f%% of it\n",
+        gpu_copy_bps / 1e9, bpt / 1048576.0, tg_tps, tg_tps * bpt / 1e9,
+        100 * tg_tps * bpt / gpu_copy_bps);
   }
   if (bandwidth > 0) {
-    std::printf("\nreference: memory read bandwidth %.2f GB/s / %.1f MiB read per token = "
-                "%.2f tok/s (tg ceiling)\n",
-                bandwidth / 1e9, bpt / 1048576.0, ref_tg);
+    std::printf(
+        "\nreference: memory read bandwidth %.2f GB/s / %.1f MiB read per token = "
+        "%.2f tok/s (tg ceiling)\n",
+        bandwidth / 1e9, bpt / 1048576.0, ref_tg);
   }
   return 0;
 }
@@ -496,22 +532,26 @@ std::function<int()> setup_bench(CLI::App& app) {
                "skip the memory bandwidth, disk grid and I/O-only pass measurements");
   app.add_option("--context", a->context, "KV cache length (default: just enough for the tests)")
       ->check(CLI::Range(int64_t{0}, kMaxContextTokens));
-  app.add_flag("--baseline", a->baseline,
-               "also generate the plain way (weights through mmap, no planner) and print the speed-up");
+  app.add_flag(
+      "--baseline", a->baseline,
+      "also generate the plain way (weights through mmap, no planner) and print the speed-up");
   app.add_flag("--force", a->force, "run --baseline even when the model exceeds RAM minus 4 GiB");
   auto* sweep = app.add_option("--sweep", a->sweep,
                                "run the tg test under each RAM budget of a list (e.g. 1G,2G,3G), "
                                "each in a fresh process, and print tok/s against the budget")
                     ->delimiter(',');
-  app.add_option("--plot", a->plot, "with --sweep: write an SVG chart of the sweep to FILE")->needs(sweep);
-  auto* batch = app.add_option("--batch", a->batch,
-                               "decode this many sequences at once, a list (e.g. 1,2,4,8): aggregate and "
-                               "per-sequence tok/s, like llama-batched-bench; uses the first -p and -n")
-                    ->delimiter(',')
-                    ->check(CLI::Range(1, 32));
+  app.add_option("--plot", a->plot, "with --sweep: write an SVG chart of the sweep to FILE")
+      ->needs(sweep);
+  auto* batch =
+      app.add_option("--batch", a->batch,
+                     "decode this many sequences at once, a list (e.g. 1,2,4,8): aggregate and "
+                     "per-sequence tok/s, like llama-batched-bench; uses the first -p and -n")
+          ->delimiter(',')
+          ->check(CLI::Range(1, 32));
   batch->excludes(sweep);
   sweep->excludes(app.get_option("--ram-budget"));
-  sweep->excludes(app.get_option("--json"));  // a sweep prints its table (its children's JSON is read)
+  sweep->excludes(
+      app.get_option("--json"));  // a sweep prints its table (its children's JSON is read)
   return [a] { return run_bench(*a); };
 }
 

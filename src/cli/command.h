@@ -65,7 +65,8 @@ constexpr int64_t kMaxContextTokens = int64_t{1} << 24;
 CLI::Option* add_context_option(CLI::App& app, int64_t* n_ctx);
 
 // The options of every command that loads a model (run, bench, serve, perplexity):
-// -t/--threads, --device, --kv-type f16|f32, --ram-budget, --vram-budget, --profile, and expert streaming's
+// -t/--threads, --device, --kv-type f16|f32, --ram-budget, --vram-budget, --profile, and expert
+// streaming's
 // --expert-predictor none|coact|router|both and --expert-lookahead N (docs/MOE.md).
 // engine_options() makes the
 // Engine's options of them, so the four load (and plan) a model the same way.
@@ -73,14 +74,15 @@ struct EngineFlags {
   int threads = 0;
   std::string device = "auto";  // --device auto|cpu|cuda
   std::string kv_type = "f16";
-  uint64_t ram_budget = 0;  // 0: the profile's usable memory
-  uint64_t vram_budget = 0;  // 0: the GPU's free memory less a reserve
-  int gpu_layers = -1;       // --gpu-layers N; -1: as many as fit
-  std::string profile;      // --profile FILE
+  uint64_t ram_budget = 0;       // 0: the profile's usable memory
+  uint64_t vram_budget = 0;      // 0: the GPU's free memory less a reserve
+  int gpu_layers = -1;           // --gpu-layers N; -1: as many as fit
+  std::string profile;           // --profile FILE
   std::string expert_predictor;  // --expert-predictor; empty: the default (both)
   int expert_lookahead = 0;      // --expert-lookahead 1..4; 0: the default (1)
 };
 void add_engine_flags(CLI::App& app, EngineFlags* flags);
-runtime::EngineOptions engine_options(const EngineFlags& flags, const std::string& model_path, int64_t n_ctx);
+runtime::EngineOptions engine_options(const EngineFlags& flags, const std::string& model_path,
+                                      int64_t n_ctx);
 
 }  // namespace hypura::cli

@@ -9,8 +9,8 @@
 
 #include "cli/command.h"
 #include "cli/inspect_report.h"
-#include "gguf/gguf.h"
 #include "common/size.h"
+#include "gguf/gguf.h"
 #include "model/hparams.h"
 #include "runtime/device_choice.h"
 #include "runtime/engine.h"
@@ -26,7 +26,7 @@ struct InspectArgs {
   bool tensors = false;
   bool json = false;
   bool full_metadata = false;
-  bool plan = false;                // --plan: where this machine would put each tensor
+  bool plan = false;  // --plan: where this machine would put each tensor
   // --plan's options: the same as run's, so that the plan printed is the one run executes.
   uint64_t ram_budget = 0;
   uint64_t vram_budget = 0;
@@ -38,7 +38,8 @@ struct InspectArgs {
 // The plan run, bench and serve would execute with these options (runtime::plan_weights),
 // with the GPU tier of the same device decision (--device auto).
 Result<scheduler::PlannedModel> plan_for(const gguf::GgufFile& file, const std::string& path,
-                                         const InspectArgs& args, const runtime::DeviceChoice& device) {
+                                         const InspectArgs& args,
+                                         const runtime::DeviceChoice& device) {
   runtime::EngineOptions eo;
   eo.model_path = path;
   eo.n_ctx = args.context;
@@ -76,7 +77,8 @@ int run_inspect(const InspectArgs& args) {
     // The device decision run/bench/serve make in front of this plan (--device auto).
     runtime::DeviceChoice device;
     if (auto hp = model::read_hparams(*file); hp.is_ok()) {
-      auto choice = runtime::choose_device(runtime::DeviceRequest::kAuto, *file, *hp, false, args.vram_budget);
+      auto choice = runtime::choose_device(runtime::DeviceRequest::kAuto, *file, *hp, false,
+                                           args.vram_budget);
       if (choice.is_ok()) device = *choice;
       device_line = choice.is_ok() ? choice->reason : choice.status().message();
     } else {
@@ -89,7 +91,8 @@ int run_inspect(const InspectArgs& args) {
     }
     planned = std::move(pm).value();
     if (device.kind == runtime::DeviceKind::kCuda && !planned->plan.gpu.any()) {
-      device_line = "cpu: nothing of the model fits the GPU beside its buffers (" + device_line + ")";
+      device_line =
+          "cpu: nothing of the model fits the GPU beside its buffers (" + device_line + ")";
     }
   }
 
@@ -106,7 +109,8 @@ int run_inspect(const InspectArgs& args) {
   } else {
     std::cout << report_to_text(report, *file, options);
     if (planned) {
-      std::cout << "\n" << scheduler::plan_to_text(planned->plan, planned->tensors)
+      std::cout << "\n"
+                << scheduler::plan_to_text(planned->plan, planned->tensors)
                 << "Ledger (dry run of the plan's allocations): "
                 << runtime::ledger_dry_run(planned->plan.memory) << "\n"
                 << "Device (--device auto of run, bench, serve): " << device_line << "\n";
@@ -117,12 +121,14 @@ int run_inspect(const InspectArgs& args) {
 
 std::function<int()> setup_inspect(CLI::App& app) {
   auto args = std::make_shared<InspectArgs>();
-  app.add_option("model", args->model, "GGUF file (first split file for split models); "
-                                       "default: the default test model");
+  app.add_option("model", args->model,
+                 "GGUF file (first split file for split models); "
+                 "default: the default test model");
   app.add_flag("--tensors", args->tensors, "list every tensor");
   app.add_flag("--json", args->json, "machine-readable output (schema in docs/GGUF.md)");
   app.add_flag("--full-metadata", args->full_metadata, "print long metadata arrays in full");
-  app.add_flag("--plan", args->plan, "also print the placement plan for this machine (docs/PLANNER.md)");
+  app.add_flag("--plan", args->plan,
+               "also print the placement plan for this machine (docs/PLANNER.md)");
   add_profile_option(app, &args->profile);
   add_ram_budget_option(app, &args->ram_budget);
   add_vram_budget_option(app, &args->vram_budget);

@@ -107,7 +107,9 @@ std::string printable(std::string_view s) {
   return out;
 }
 
-std::string opt(const std::optional<uint64_t>& v) { return v ? std::to_string(*v) : "?"; }
+std::string opt(const std::optional<uint64_t>& v) {
+  return v ? std::to_string(*v) : "?";
+}
 
 void print_totals_table(std::ostream& out, const std::map<std::string, TensorTotals>& rows,
                         const char* first_column, uint64_t total_bytes) {
@@ -137,8 +139,8 @@ void print_layer_table(std::ostream& out, const InspectReport& r) {
                   cell(l.other).c_str(), cell(l.total()).c_str());
     out << line;
   }
-  std::snprintf(line, sizeof(line), "  %-6s %11s  (token_embd, output, output_norm, ...)\n",
-                "none", format_size(r.outside_layers.n_bytes).c_str());
+  std::snprintf(line, sizeof(line), "  %-6s %11s  (token_embd, output, output_norm, ...)\n", "none",
+                format_size(r.outside_layers.n_bytes).c_str());
   out << line;
 }
 
@@ -235,7 +237,7 @@ nlohmann::ordered_json tensors_json(const GgufFile& file, const std::string& arc
 }  // namespace
 
 nlohmann::ordered_json report_to_json(const InspectReport& r, const GgufFile& file,
-                              const InspectOptions& options) {
+                                      const InspectOptions& options) {
   using json = nlohmann::ordered_json;
   json j;
   j["files"] = r.files;
@@ -265,9 +267,14 @@ nlohmann::ordered_json report_to_json(const InspectReport& r, const GgufFile& fi
   j["outside_layers"] = totals_json(r.outside_layers);
   j["layers"] = json::array();
   for (const LayerBytes& l : r.layers) {
-    j["layers"].push_back({{"layer", l.layer}, {"attention", l.attention}, {"ffn", l.ffn},
-                           {"experts", l.experts}, {"shared_expert", l.shared_expert},
-                           {"router", l.router}, {"norms", l.norms}, {"other", l.other},
+    j["layers"].push_back({{"layer", l.layer},
+                           {"attention", l.attention},
+                           {"ffn", l.ffn},
+                           {"experts", l.experts},
+                           {"shared_expert", l.shared_expert},
+                           {"router", l.router},
+                           {"norms", l.norms},
+                           {"other", l.other},
                            {"total", l.total()}});
   }
   std::optional<size_t> max_array;
@@ -301,9 +308,8 @@ std::string report_to_text(const InspectReport& r, const GgufFile& file,
   out << "\nparameters:    " << with_commas(r.all.n_params) << " in " << r.all.n_tensors
       << " tensors, " << format_size(r.all.n_bytes) << " (" << bpw_text << " bits/weight)\n";
   out << "context:       " << opt(r.context_length) << "   vocabulary: " << opt(r.n_vocab) << "\n";
-  out << "shape:         n_embd " << opt(r.n_embd) << ", n_layer " << opt(r.n_layer)
-      << ", n_head " << opt(r.n_head) << " (kv " << opt(r.n_head_kv) << "), n_ff "
-      << opt(r.n_ff);
+  out << "shape:         n_embd " << opt(r.n_embd) << ", n_layer " << opt(r.n_layer) << ", n_head "
+      << opt(r.n_head) << " (kv " << opt(r.n_head_kv) << "), n_ff " << opt(r.n_ff);
   if (r.n_expert) out << ", experts " << *r.n_expert << " (" << opt(r.n_expert_used) << " used)";
   if (r.n_ff_expert) out << ", expert n_ff " << *r.n_ff_expert;
   out << "\n\nquant mix:\n";

@@ -10,11 +10,10 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "gguf/gguf.h"
 
@@ -46,9 +45,9 @@ struct InspectReport {
   uint64_t file_bytes = 0;         // all files together
   uint32_t gguf_version = 0;
   uint64_t alignment = 0;
-  uint64_t data_offset = 0;        // of the first file
-  std::string architecture;        // "" when the file has none
-  std::string name;                // general.name
+  uint64_t data_offset = 0;  // of the first file
+  std::string architecture;  // "" when the file has none
+  std::string name;          // general.name
   TensorTotals all;
   // Hyperparameters from "<arch>.*" keys (absent when the file lacks them).
   std::optional<uint64_t> context_length, n_embd, n_layer, n_ff, n_ff_expert, n_head, n_head_kv,
@@ -61,8 +60,9 @@ struct InspectReport {
 
 InspectReport build_inspect_report(const gguf::GgufFile& file);
 
-// A metadata value as JSON (strings as stored: dump with error_handler_t::replace). Arrays longer than max_array become "<array of N>" (the
-// convention of ../shared/golden/manifest.json) unless max_array is nullopt.
+// A metadata value as JSON (strings as stored: dump with error_handler_t::replace). Arrays longer
+// than max_array become "<array of N>" (the convention of ../shared/golden/manifest.json) unless
+// max_array is nullopt.
 nlohmann::ordered_json value_to_json(const gguf::Value& value, std::optional<size_t> max_array);
 
 struct InspectOptions {
@@ -71,7 +71,7 @@ struct InspectOptions {
 };
 
 nlohmann::ordered_json report_to_json(const InspectReport& report, const gguf::GgufFile& file,
-                              const InspectOptions& options);
+                                      const InspectOptions& options);
 std::string report_to_text(const InspectReport& report, const gguf::GgufFile& file,
                            const InspectOptions& options);
 

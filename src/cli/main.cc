@@ -1,11 +1,11 @@
 // hypura: one binary, one subcommand per file (see command.h).
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
-
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
 
 #include "cli/command.h"
 #include "common/size.h"
@@ -32,7 +32,8 @@ std::string resolve_model_path(const std::string& arg) {
 
 namespace {
 
-CLI::Option* add_size_option(CLI::App& app, const std::string& name, uint64_t* bytes, const std::string& help) {
+CLI::Option* add_size_option(CLI::App& app, const std::string& name, uint64_t* bytes,
+                             const std::string& help) {
   return app.add_option_function<std::string>(
       name,
       [bytes, name](const std::string& text) {
@@ -46,19 +47,22 @@ CLI::Option* add_size_option(CLI::App& app, const std::string& name, uint64_t* b
 }  // namespace
 
 CLI::Option* add_ram_budget_option(CLI::App& app, uint64_t* bytes) {
-  return add_size_option(app, "--ram-budget", bytes,
-                         "cap on host memory, e.g. 3G (default: the profile's usable RAM); what does not fit streams");
+  return add_size_option(
+      app, "--ram-budget", bytes,
+      "cap on host memory, e.g. 3G (default: the profile's usable RAM); what does not fit streams");
 }
 
 CLI::Option* add_vram_budget_option(CLI::App& app, uint64_t* bytes) {
-  return add_size_option(app, "--vram-budget", bytes,
-                         "cap on GPU memory, e.g. 8G (default: the free memory less a reserve); the GPU "
-                         "computes the last layers that fit, the CPU the rest");
+  return add_size_option(
+      app, "--vram-budget", bytes,
+      "cap on GPU memory, e.g. 8G (default: the free memory less a reserve); the GPU "
+      "computes the last layers that fit, the CPU the rest");
 }
 
 CLI::Option* add_profile_option(CLI::App& app, std::string* path) {
-  return app.add_option("--profile", *path,
-                        "plan with this hardware profile JSON instead of the cached one or a measurement")
+  return app
+      .add_option("--profile", *path,
+                  "plan with this hardware profile JSON instead of the cached one or a measurement")
       ->check(CLI::ExistingFile);
 }
 
@@ -68,14 +72,18 @@ CLI::Option* add_threads_option(CLI::App& app, int* threads) {
 }
 
 CLI::Option* add_device_option(CLI::App& app, std::string* device) {
-  return app.add_option("--device", *device, "where to compute: auto (the GPU takes what fits in its "
-                                             "memory, the CPU the rest), cpu or cuda")
+  return app
+      .add_option("--device", *device,
+                  "where to compute: auto (the GPU takes what fits in its "
+                  "memory, the CPU the rest), cpu or cuda")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 }
 
 CLI::Option* add_context_option(CLI::App& app, int64_t* n_ctx) {
-  return app.add_option("-c,--context", *n_ctx, "context length in tokens (capped by the model's trained length)")
+  return app
+      .add_option("-c,--context", *n_ctx,
+                  "context length in tokens (capped by the model's trained length)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, kMaxContextTokens));
 }
@@ -88,9 +96,10 @@ void add_engine_flags(CLI::App& app, EngineFlags* flags) {
       ->capture_default_str();
   add_ram_budget_option(app, &flags->ram_budget);
   add_vram_budget_option(app, &flags->vram_budget);
-  app.add_option("--gpu-layers", flags->gpu_layers,
-                 "at most this many of the last layers on the GPU (like llama.cpp's -ngl; default: as many "
-                 "as fit the GPU's memory); the output head goes there whenever it fits")
+  app.add_option(
+         "--gpu-layers", flags->gpu_layers,
+         "at most this many of the last layers on the GPU (like llama.cpp's -ngl; default: as many "
+         "as fit the GPU's memory); the output head goes there whenever it fits")
       ->check(CLI::Range(0, 1 << 20));
   add_profile_option(app, &flags->profile);
   app.add_option("--expert-predictor", flags->expert_predictor,
@@ -102,7 +111,8 @@ void add_engine_flags(CLI::App& app, EngineFlags* flags) {
       ->check(CLI::Range(1, experts::kMaxRouterLookahead));
 }
 
-runtime::EngineOptions engine_options(const EngineFlags& flags, const std::string& model_path, int64_t n_ctx) {
+runtime::EngineOptions engine_options(const EngineFlags& flags, const std::string& model_path,
+                                      int64_t n_ctx) {
   runtime::EngineOptions eo;
   eo.model_path = model_path;
   eo.n_threads = flags.threads;

@@ -13,9 +13,8 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "cli/command.h"
 #include "compute/compute.h"
@@ -150,8 +149,10 @@ int run_perplexity(const PerplexityArgs& a) {
   const std::string path = resolve_model_path(a.model);
   if (path.empty()) return fail("no model given and no default model in test-models/", 2);
   if (a.text_file.empty() == a.kl_divergence.empty()) {
-    return fail("give -f TEXT (perplexity of a text) or --kl-divergence FILE (compare against "
-                "saved logits; the tokens come from the file), not both", 2);
+    return fail(
+        "give -f TEXT (perplexity of a text) or --kl-divergence FILE (compare against "
+        "saved logits; the tokens come from the file), not both",
+        2);
   }
   std::unique_ptr<eval::LogProbReader> compare;
   if (!a.kl_divergence.empty()) {
@@ -159,12 +160,14 @@ int run_perplexity(const PerplexityArgs& a) {
     if (!r.is_ok()) return fail(r.status().message());
     compare = std::move(r).value();
   }
-  const runtime::EngineOptions eo = engine_options(a.engine, path, compare ? compare->n_ctx() : a.context);
+  const runtime::EngineOptions eo =
+      engine_options(a.engine, path, compare ? compare->n_ctx() : a.context);
   auto engine = runtime::Engine::load(eo);
   if (!engine.is_ok()) return fail(path + ": " + engine.status().message());
   if ((*engine)->n_ctx() < eo.n_ctx) {
     return fail("the model's context is " + std::to_string((*engine)->n_ctx()) +
-                " tokens, fewer than the " + std::to_string(eo.n_ctx) + " asked for", 2);
+                    " tokens, fewer than the " + std::to_string(eo.n_ctx) + " asked for",
+                2);
   }
   auto chunks = chunks_to_evaluate(**engine, a, compare.get());
   if (!chunks.is_ok()) return fail(chunks.status().message(), 2);
@@ -175,8 +178,7 @@ int run_perplexity(const PerplexityArgs& a) {
   std::unique_ptr<eval::LogProbWriter> save;
   if (!a.save_logits.empty()) {
     auto w = eval::LogProbWriter::create(a.save_logits, (*engine)->n_vocab(), po.n_ctx,
-                                            static_cast<int64_t>(chunks->size()) / po.n_ctx,
-                                            *chunks);
+                                         static_cast<int64_t>(chunks->size()) / po.n_ctx, *chunks);
     if (!w.is_ok()) return fail(w.status().message());
     save = std::move(w).value();
     po.save = save.get();
@@ -226,8 +228,9 @@ std::function<int()> setup_perplexity(CLI::App& app) {
   return [a] { return run_perplexity(*a); };
 }
 
-const Registrar kRegistrar({"perplexity", "perplexity of a text; KL divergence against saved logits",
-                            45, setup_perplexity});
+const Registrar kRegistrar({"perplexity",
+                            "perplexity of a text; KL divergence against saved logits", 45,
+                            setup_perplexity});
 
 }  // namespace
 }  // namespace hypura::cli

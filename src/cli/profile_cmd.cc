@@ -50,7 +50,8 @@ int run_profile(const ProfileArgs& args) {
     std::cerr << "hypura profile: " << profile.status().message() << "\n";
     return 1;
   }
-  std::cout << (args.json ? profiler::profile_to_json(*profile) : profiler::profile_to_text(*profile));
+  std::cout << (args.json ? profiler::profile_to_json(*profile)
+                          : profiler::profile_to_text(*profile));
   return 0;
 }
 
@@ -59,12 +60,14 @@ std::function<int()> setup_profile(CLI::App& app) {
   app.add_flag("--refresh", args->refresh, "measure again even if a cached profile fits");
   app.add_flag("--json", args->json, "print the profile as JSON (schema in docs/PROFILE.md)");
   app.add_option("--reserve", args->reserve, "RAM kept free for the OS, e.g. 2G (default 2G)");
-  app.add_option("--dir", args->dir, "measure the filesystem holding this directory "
-                                     "(a scratch file is written there, then deleted)");
+  app.add_option("--dir", args->dir,
+                 "measure the filesystem holding this directory "
+                 "(a scratch file is written there, then deleted)");
   app.add_option("--file", args->file, "measure read-only on this existing file (e.g. the model)");
   app.add_option("--scratch", args->scratch, "scratch file size (default 1G)");
   app.add_option("--profile", args->profile, "show this profile file instead of measuring");
-  app.add_option("--cache", args->cache, "cache file (default $XDG_CACHE_HOME/hypura/profile.json)");
+  app.add_option("--cache", args->cache,
+                 "cache file (default $XDG_CACHE_HOME/hypura/profile.json)");
   return [args] { return run_profile(*args); };
 }
 

@@ -71,7 +71,8 @@ void draw_progress(uint64_t done, uint64_t total) {
 void print_stats(const runtime::GenerateResult& r) {
   const double pp = r.prompt_seconds > 0 ? r.prompt_tokens / r.prompt_seconds : 0;
   const double tg = r.generate_seconds > 0 ? r.generated_tokens / r.generate_seconds : 0;
-  std::fprintf(stderr, "\nprompt: %d tokens (%d cached), %.1f tok/s | generation: %d tokens, "
+  std::fprintf(stderr,
+               "\nprompt: %d tokens (%d cached), %.1f tok/s | generation: %d tokens, "
                "%.1f tok/s | %s\n",
                r.prompt_tokens, r.prompt_tokens_reused, pp, r.generated_tokens, tg,
                r.done_reason.c_str());
@@ -93,8 +94,7 @@ runtime::GenerateOptions generate_options(const RunArgs& a) {
 }
 
 // Generates one reply to `prompt` tokens, streaming it to stdout.
-Result<runtime::GenerateResult> reply(runtime::Session& session,
-                                      const std::vector<int32_t>& prompt,
+Result<runtime::GenerateResult> reply(runtime::Session& session, const std::vector<int32_t>& prompt,
                                       const runtime::GenerateOptions& options) {
   g_cancel.store(false);
   g_generating.store(true);
@@ -215,15 +215,18 @@ std::function<int()> setup_run(CLI::App& app) {
   app.add_option("model", a->model, "GGUF file; default: the default test model");
   app.add_option("-p,--prompt", a->prompt, "prompt text (the first turn with --interactive)");
   app.add_option("--system", a->system, "system message (chat mode)");
-  app.add_option("-n,--max-tokens", a->max_tokens, "tokens to generate at most (-1: until the "
-                                                   "context is full)")->capture_default_str();
+  app.add_option("-n,--max-tokens", a->max_tokens,
+                 "tokens to generate at most (-1: until the "
+                 "context is full)")
+      ->capture_default_str();
   app.add_option("--temperature,--temp", a->temperature, "0: greedy")->capture_default_str();
   app.add_option("--top-k", a->top_k, "0: off")->capture_default_str();
   app.add_option("--top-p", a->top_p, "1: off")->capture_default_str();
   app.add_option("--min-p", a->min_p, "0: off")->capture_default_str();
   app.add_option("--repeat-penalty", a->repeat_penalty, "1: off")->capture_default_str();
   app.add_option("--seed", a->seed, "sampling seed (default: random)");
-  app.add_option("--trace", a->trace, "expert-streaming mode: record the routing trace to FILE "
+  app.add_option("--trace", a->trace,
+                 "expert-streaming mode: record the routing trace to FILE "
                  "(hypura trace-replay reads it)");
   add_context_option(app, &a->context);
   add_engine_flags(app, &a->engine);

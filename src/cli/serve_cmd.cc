@@ -3,14 +3,13 @@
 // Loads the model once (through the same Engine as `hypura run`, in whichever mode the
 // planner picks) and serves it until SIGINT/SIGTERM, which stop it gracefully (exit 0).
 // The API, limits and client setup are in docs/SERVER.md; the HTTP layer in src/server.
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <string>
-
-#include <spdlog/spdlog.h>
 
 #include "cli/command.h"
 #include "gguf/gguf.h"
@@ -47,7 +46,8 @@ int run_serve(ServeArgs a) {
     return 1;
   }
   runtime::Engine& e = **engine;
-  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   server::ModelInfo info = server::model_info_from_gguf(e.file(), path, a.alias, e.n_ctx());
   info.mode = e.mode();
   server::ServerOptions options = a.server;
@@ -57,10 +57,10 @@ int run_serve(ServeArgs a) {
     std::cerr << "hypura serve: " << st.message() << "\n";
     return 1;
   }
-  spdlog::info("loaded {} ({}, {}, context {}, {} parallel) in {:.2f} s", path, e.architecture(), e.mode(),
-               e.n_ctx(), options.parallel, load_s);
-  spdlog::info("serving \"{}\" on http://{}:{} (Ollama API at /api, OpenAI API at /v1)",
-               info.name, a.server.host, http.port());
+  spdlog::info("loaded {} ({}, {}, context {}, {} parallel) in {:.2f} s", path, e.architecture(),
+               e.mode(), e.n_ctx(), options.parallel, load_s);
+  spdlog::info("serving \"{}\" on http://{}:{} (Ollama API at /api, OpenAI API at /v1)", info.name,
+               a.server.host, http.port());
   std::fflush(stdout);
   return server::serve_until_stopped(http);
 }
@@ -94,17 +94,18 @@ std::function<int()> setup_serve(CLI::App& app) {
   app.add_option("--allow-host", a->server.allowed_hosts,
                  "also answer requests whose Host is NAME (repeatable; '*': any). Default: IP "
                  "addresses, localhost and --host");
-  app.add_option("--allow-origin", a->server.allowed_origins,
-                 "also answer browsers (with CORS headers) from origins matching PATTERN, e.g. "
-                 "https://app.example or https://*.example.com (repeatable; '*': any). Default: "
-                 "http(s) pages on localhost and --host, app://, file://, tauri://, vscode-webview://");
+  app.add_option(
+      "--allow-origin", a->server.allowed_origins,
+      "also answer browsers (with CORS headers) from origins matching PATTERN, e.g. "
+      "https://app.example or https://*.example.com (repeatable; '*': any). Default: "
+      "http(s) pages on localhost and --host, app://, file://, tauri://, vscode-webview://");
   app.add_option("--alias", a->alias, "model name to serve under (default: the file name)");
   add_engine_flags(app, &a->engine);
   return [a] { return run_serve(*a); };
 }
 
 const Registrar kRegistrar({"serve", "Ollama-compatible HTTP server (plus OpenAI-style /v1)", 50,
-                           setup_serve});
+                            setup_serve});
 
 }  // namespace
 }  // namespace hypura::cli

@@ -17,17 +17,18 @@ namespace hypura::cli {
 
 struct SweepPoint {
   uint64_t budget_bytes = 0;
-  std::string error;       // why this budget gave no figures ("" when it ran)
-  std::string mode;        // the plan's mode
+  std::string error;  // why this budget gave no figures ("" when it ran)
+  std::string mode;   // the plan's mode
   double tg_tps = 0, tg_stddev = 0;
-  double bound_tps = 0;    // storage bound (0: nothing streamed, no bound)
+  double bound_tps = 0;  // storage bound (0: nothing streamed, no bound)
   double predicted_tps = 0;
-  double mmap_tps = 0;     // plain mmap baseline (0: not run)
+  double mmap_tps = 0;  // plain mmap baseline (0: not run)
   uint64_t peak_rss_bytes = 0;
 };
 
 // Runs `exe bench <child_args> --ram-budget B --json` for each budget and reads its JSON.
-std::vector<SweepPoint> run_sweep(const std::string& exe, const std::vector<std::string>& child_args,
+std::vector<SweepPoint> run_sweep(const std::string& exe,
+                                  const std::vector<std::string>& child_args,
                                   const std::vector<uint64_t>& budgets);
 
 // The table bench prints for a sweep.

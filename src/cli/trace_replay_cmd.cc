@@ -18,10 +18,9 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "eval/expert_predictor_eval.h"
@@ -73,33 +72,37 @@ int run_predictors(const ReplayArgs& a) {
     std::cerr << "hypura trace-replay: " << model.status().message() << "\n";
     return 1;
   }
-  const std::vector<int32_t> tokens = predictor_tokens(a.predictor_tokens, (*model)->hparams().n_vocab, a.seed);
+  const std::vector<int32_t> tokens =
+      predictor_tokens(a.predictor_tokens, (*model)->hparams().n_vocab, a.seed);
   auto ev = eval::evaluate_expert_predictors(*file, *model, tokens);
   if (!ev.is_ok()) {
     std::cerr << "hypura trace-replay: " << ev.status().message() << "\n";
     return 1;
   }
   const auto row = [](const eval::PredictorScore& s) {
-    return nlohmann::json{{"predicted", s.predicted}, {"correct", s.correct}, {"chosen", s.chosen},
-                          {"precision", s.precision()}, {"recall", s.recall()}, {"wasted_bytes", s.wasted_bytes}};
+    return nlohmann::json{{"predicted", s.predicted}, {"correct", s.correct},
+                          {"chosen", s.chosen},       {"precision", s.precision()},
+                          {"recall", s.recall()},     {"wasted_bytes", s.wasted_bytes}};
   };
   if (a.json) {
-    std::cout << nlohmann::json{{"tokens", ev->n_tokens}, {"n_layer", ev->n_layer}, {"n_expert", ev->n_expert},
-                                {"n_expert_used", ev->n_expert_used}, {"router", row(ev->router)},
-                                {"coactivation", row(ev->coact)}}.dump(2)
+    std::cout << nlohmann::json{{"tokens", ev->n_tokens},    {"n_layer", ev->n_layer},
+                                {"n_expert", ev->n_expert},  {"n_expert_used", ev->n_expert_used},
+                                {"router", row(ev->router)}, {"coactivation", row(ev->coact)}}
+                     .dump(2)
               << "\n";
     return 0;
   }
   std::printf("%lld tokens x %d layer pairs, %d experts (%d used): chance precision %.3f\n",
-              static_cast<long long>(ev->n_tokens), ev->n_layer - 1, ev->n_expert, ev->n_expert_used,
-              static_cast<double>(ev->n_expert_used) / ev->n_expert);
-  std::printf("%-34s %10s %10s %9s %7s %16s\n", "predictor of layer L+1", "predicted", "precision", "recall",
-              "", "wasted MiB/token");
+              static_cast<long long>(ev->n_tokens), ev->n_layer - 1, ev->n_expert,
+              ev->n_expert_used, static_cast<double>(ev->n_expert_used) / ev->n_expert);
+  std::printf("%-34s %10s %10s %9s %7s %16s\n", "predictor of layer L+1", "predicted", "precision",
+              "recall", "", "wasted MiB/token");
   for (const auto& [label, s] : {std::pair<const char*, const eval::PredictorScore*>{
                                      "router(L+1) on hidden(L)", &ev->router},
                                  {"co-activation (online, >= 0.5)", &ev->coact}}) {
-    std::printf("%-34s %10llu %9.1f%% %8.1f%% %7s %16.2f\n", label, static_cast<unsigned long long>(s->predicted),
-                100 * s->precision(), 100 * s->recall(), "", s->wasted_bytes / 1048576.0 / ev->n_tokens);
+    std::printf("%-34s %10llu %9.1f%% %8.1f%% %7s %16.2f\n", label,
+                static_cast<unsigned long long>(s->predicted), 100 * s->precision(),
+                100 * s->recall(), "", s->wasted_bytes / 1048576.0 / ev->n_tokens);
   }
   return 0;
 }
@@ -120,14 +123,16 @@ experts::TraceGenerator generator_of(const ReplayArgs& a) {
 
 Result<experts::RoutingTrace> obtain_trace(const ReplayArgs& a) {
   if (a.generate > 0) return generator_of(a).generate(a.generate);
-  if (a.uniform > 0) return experts::uniform_trace(a.n_layer, a.n_expert, a.n_expert_used, a.uniform, a.seed);
-  if (a.trace_path.empty()) return invalid_argument("give a trace file, --generate N or --uniform N");
+  if (a.uniform > 0)
+    return experts::uniform_trace(a.n_layer, a.n_expert, a.n_expert_used, a.uniform, a.seed);
+  if (a.trace_path.empty())
+    return invalid_argument("give a trace file, --generate N or --uniform N");
   return experts::RoutingTrace::read(a.trace_path);
 }
 
 // The distribution oracle's three rules; the best is the ceiling.
-nlohmann::json oracle_row(const experts::RoutingTrace& t, const experts::TraceGenerator& gen, uint32_t cap,
-                          int warmup, double best) {
+nlohmann::json oracle_row(const experts::RoutingTrace& t, const experts::TraceGenerator& gen,
+                          uint32_t cap, int warmup, double best) {
   using eval::OracleRule;
   nlohmann::json row;
   double top = -1;
@@ -164,13 +169,18 @@ int run_replay(const ReplayArgs& a) {
   for (double f : a.sizes) caps.push_back(static_cast<uint32_t>(std::max(1.0, f * all)));
   const experts::TraceLocality loc = experts::measure_locality(t, 8);
   nlohmann::json out;
-  out["trace"] = {{"n_layer", t.n_layer}, {"n_expert", t.n_expert}, {"n_expert_used", t.n_expert_used},
-                  {"records", t.records.size()}, {"tokens", loc.tokens},
-                  {"repeat_next", loc.repeat_next}, {"recur_within_8", loc.recur_within}};
+  out["trace"] = {{"n_layer", t.n_layer},
+                  {"n_expert", t.n_expert},
+                  {"n_expert_used", t.n_expert_used},
+                  {"records", t.records.size()},
+                  {"tokens", loc.tokens},
+                  {"repeat_next", loc.repeat_next},
+                  {"recur_within_8", loc.recur_within}};
   out["warmup_tokens"] = a.warmup;
   out["results"] = nlohmann::json::array();
-  const CachePolicy policies[] = {CachePolicy::kLru,        CachePolicy::kLfu,     CachePolicy::kAgedLfu,
-                                  CachePolicy::kLayerAware, CachePolicy::kLearned, CachePolicy::kAdaptive};
+  const CachePolicy policies[] = {CachePolicy::kLru,     CachePolicy::kLfu,
+                                  CachePolicy::kAgedLfu, CachePolicy::kLayerAware,
+                                  CachePolicy::kLearned, CachePolicy::kAdaptive};
   // Generated traces also get the distribution oracle (trace_replay.h): the ceiling of
   // online policies, its best rule reported.
   const bool oracle = a.generate > 0 || a.uniform > 0;
@@ -183,7 +193,8 @@ int run_replay(const ReplayArgs& a) {
     row["belady"] = best;
     for (CachePolicy p : policies) {
       const double h = eval::replay(t, cap, p, a.warmup).hit_rate();
-      row[experts::cache_policy_name(p)] = {{"hit_rate", h}, {"ratio_to_belady", best > 0 ? h / best : 0}};
+      row[experts::cache_policy_name(p)] = {{"hit_rate", h},
+                                            {"ratio_to_belady", best > 0 ? h / best : 0}};
     }
     if (oracle) row["oracle"] = oracle_row(t, gen, cap, a.warmup, best);
     out["results"].push_back(row);
@@ -192,10 +203,11 @@ int run_replay(const ReplayArgs& a) {
     std::cout << out.dump(2) << "\n";
     return 0;
   }
-  std::printf("trace: %d layers, %d experts, %d used, %llu tokens; repeat at next token %.1f%%, "
-              "recur within 8 tokens %.1f%%; hits counted after %d tokens\n",
-              t.n_layer, t.n_expert, t.n_expert_used, static_cast<unsigned long long>(loc.tokens),
-              100 * loc.repeat_next, 100 * loc.recur_within, a.warmup);
+  std::printf(
+      "trace: %d layers, %d experts, %d used, %llu tokens; repeat at next token %.1f%%, "
+      "recur within 8 tokens %.1f%%; hits counted after %d tokens\n",
+      t.n_layer, t.n_expert, t.n_expert_used, static_cast<unsigned long long>(loc.tokens),
+      100 * loc.repeat_next, 100 * loc.recur_within, a.warmup);
   std::printf("%10s %7s | %8s |", "capacity", "of all", "belady");
   for (CachePolicy p : policies) {
     std::printf(" %-17s", (std::string(experts::cache_policy_name(p)) + " (ratio)").c_str());
@@ -203,16 +215,17 @@ int run_replay(const ReplayArgs& a) {
   if (oracle) std::printf(" %-17s", "oracle (ratio)");
   std::printf("\n");
   for (const auto& row : out["results"]) {
-    std::printf("%10u %6.1f%% | %7.2f%% |", row["capacity"].get<uint32_t>(), 100 * row["fraction"].get<double>(),
-                100 * row["belady"].get<double>());
+    std::printf("%10u %6.1f%% | %7.2f%% |", row["capacity"].get<uint32_t>(),
+                100 * row["fraction"].get<double>(), 100 * row["belady"].get<double>());
     for (CachePolicy p : policies) {
       const auto& r = row[experts::cache_policy_name(p)];
-      std::printf(" %6.2f%% (%.3f)  ", 100 * r["hit_rate"].get<double>(), r["ratio_to_belady"].get<double>());
+      std::printf(" %6.2f%% (%.3f)  ", 100 * r["hit_rate"].get<double>(),
+                  r["ratio_to_belady"].get<double>());
     }
     if (oracle) {
       const auto& r = row["oracle"];
-      std::printf(" %6.2f%% (%.3f) %s", 100 * r["hit_rate"].get<double>(), r["ratio_to_belady"].get<double>(),
-                  r["rule"].get<std::string>().c_str());
+      std::printf(" %6.2f%% (%.3f) %s", 100 * r["hit_rate"].get<double>(),
+                  r["ratio_to_belady"].get<double>(), r["rule"].get<std::string>().c_str());
     }
     std::printf("\n");
   }
@@ -222,15 +235,21 @@ int run_replay(const ReplayArgs& a) {
 std::function<int()> setup_replay(CLI::App& app) {
   auto a = std::make_shared<ReplayArgs>();
   app.add_option("trace", a->trace_path, "routing trace file (hypura run|bench --trace FILE)");
-  app.add_option("--generate", a->generate, "generate N tokens of a trace calibrated to Qwen3-30B-A3B locality");
+  app.add_option("--generate", a->generate,
+                 "generate N tokens of a trace calibrated to Qwen3-30B-A3B locality");
   app.add_option("--uniform", a->uniform, "generate N tokens of uniformly random routing");
-  app.add_option("--layers", a->n_layer, "generated traces: MoE layers (default 48)")->check(CLI::Range(1, 1024));
-  app.add_option("--experts", a->n_expert, "generated traces: experts per layer (default 128)")->check(CLI::Range(2, 4096));
-  app.add_option("--used", a->n_expert_used, "generated traces: experts per token (default 8)")->check(CLI::Range(1, 64));
+  app.add_option("--layers", a->n_layer, "generated traces: MoE layers (default 48)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--experts", a->n_expert, "generated traces: experts per layer (default 128)")
+      ->check(CLI::Range(2, 4096));
+  app.add_option("--used", a->n_expert_used, "generated traces: experts per token (default 8)")
+      ->check(CLI::Range(1, 64));
   app.add_option("--seed", a->seed, "generated traces: random seed");
-  app.add_option("--sizes", a->sizes, "cache sizes as fractions of all experts (default 0.1 0.25 0.4 0.6)")
+  app.add_option("--sizes", a->sizes,
+                 "cache sizes as fractions of all experts (default 0.1 0.25 0.4 0.6)")
       ->delimiter(',');
-  app.add_option("--capacity", a->capacities, "cache sizes in experts (e.g. the planner's)")->delimiter(',');
+  app.add_option("--capacity", a->capacities, "cache sizes in experts (e.g. the planner's)")
+      ->delimiter(',');
   app.add_option("--warmup", a->warmup, "tokens before hits are counted (default 64)");
   app.add_option("--save", a->save_path, "write the (generated) trace to FILE");
   app.add_flag("--json", a->json, "print JSON");
@@ -248,8 +267,9 @@ std::function<int()> setup_replay(CLI::App& app) {
   };
 }
 
-const Registrar kRegistrar({"trace-replay", "replay a routing trace against expert-cache policies and Belady's optimum",
-                           75, setup_replay});
+const Registrar kRegistrar(
+    {"trace-replay", "replay a routing trace against expert-cache policies and Belady's optimum",
+     75, setup_replay});
 
 }  // namespace
 }  // namespace hypura::cli

@@ -48,7 +48,7 @@ TEST(CacheDir, TempFallbackIsPrivate) {
   auto dir = cache_dir();
   ASSERT_TRUE(dir.is_ok()) << dir.status().message();
   EXPECT_EQ(*dir, want);
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::lstat(want.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
   EXPECT_TRUE(cache_dir().is_ok());  // an existing private directory is reused

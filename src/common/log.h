@@ -4,12 +4,12 @@
 // Thread-safety: spdlog loggers are thread-safe; creation is guarded by a static.
 #pragma once
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include <memory>
 #include <string>
 #include <string_view>
-
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
 
 namespace hypura {
 

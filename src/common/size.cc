@@ -65,8 +65,11 @@ std::string format_size(uint64_t bytes) {
     ++u;
   }
   char buf[32];
-  std::snprintf(buf, sizeof buf, v >= 100 ? "%.0f %s" : v >= 10 ? "%.1f %s" : "%.2f %s", v,
-                kUnits[u]);
+  std::snprintf(buf, sizeof buf,
+                v >= 100  ? "%.0f %s"
+                : v >= 10 ? "%.1f %s"
+                          : "%.2f %s",
+                v, kUnits[u]);
   return buf;
 }
 

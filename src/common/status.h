@@ -15,11 +15,11 @@ namespace hypura {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,  // bad flag, bad request, bad value
-  kCorrupt,          // malformed or hostile file contents
-  kNotFound,         // missing file, tensor, key
-  kUnsupported,      // valid but not handled here (architecture, type, version)
-  kIoError,          // the OS refused or a read failed
+  kInvalidArgument,    // bad flag, bad request, bad value
+  kCorrupt,            // malformed or hostile file contents
+  kNotFound,           // missing file, tensor, key
+  kUnsupported,        // valid but not handled here (architecture, type, version)
+  kIoError,            // the OS refused or a read failed
   kResourceExhausted,  // over a memory budget, queue full
   kCancelled,
   kInternal,
@@ -47,19 +47,33 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
-inline Status corrupt(std::string m) { return {StatusCode::kCorrupt, std::move(m)}; }
-inline Status not_found(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
-inline Status unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }
-inline Status io_error(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
-inline Status resource_exhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
+inline Status invalid_argument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
+inline Status corrupt(std::string m) {
+  return {StatusCode::kCorrupt, std::move(m)};
+}
+inline Status not_found(std::string m) {
+  return {StatusCode::kNotFound, std::move(m)};
+}
+inline Status unsupported(std::string m) {
+  return {StatusCode::kUnsupported, std::move(m)};
+}
+inline Status io_error(std::string m) {
+  return {StatusCode::kIoError, std::move(m)};
+}
+inline Status resource_exhausted(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
 
 // A value or the Status that explains why there is none.
 template <typename T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}  // NOLINT(implicit)
-  Result(Status status) : v_(std::move(status)) { assert(!std::get<Status>(v_).is_ok()); }  // NOLINT
+  Result(Status status) : v_(std::move(status)) {
+    assert(!std::get<Status>(v_).is_ok());
+  }  // NOLINT
 
   bool is_ok() const { return std::holds_alternative<T>(v_); }
   explicit operator bool() const { return is_ok(); }
@@ -67,9 +81,18 @@ class [[nodiscard]] Result {
     static const Status kOk;
     return is_ok() ? kOk : std::get<Status>(v_);
   }
-  T& value() & { assert(is_ok()); return std::get<T>(v_); }
-  const T& value() const& { assert(is_ok()); return std::get<T>(v_); }
-  T&& value() && { assert(is_ok()); return std::get<T>(std::move(v_)); }
+  T& value() & {
+    assert(is_ok());
+    return std::get<T>(v_);
+  }
+  const T& value() const& {
+    assert(is_ok());
+    return std::get<T>(v_);
+  }
+  T&& value() && {
+    assert(is_ok());
+    return std::get<T>(std::move(v_));
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -82,10 +105,10 @@ class [[nodiscard]] Result {
 }  // namespace hypura
 
 // Propagates a failed Status from an expression returning Status.
-#define HYPURA_RETURN_IF_ERROR(expr)          \
-  do {                                        \
-    ::hypura::Status _st = (expr);            \
-    if (!_st.is_ok()) return _st;             \
+#define HYPURA_RETURN_IF_ERROR(expr) \
+  do {                               \
+    ::hypura::Status _st = (expr);   \
+    if (!_st.is_ok()) return _st;    \
   } while (0)
 
 #define HYPURA_CONCAT_INNER(a, b) a##b

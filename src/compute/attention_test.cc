@@ -33,9 +33,9 @@ std::vector<SimdLevel> supported_levels() {
 // Keys and values of one head at positions [0, n_pos), and query rows, random.
 struct Problem {
   int64_t d, dv, n_pos, n_rows;
-  std::vector<float> q;     // (n_rows, d)
-  std::vector<float> keys;  // (n_pos, d)
-  std::vector<float> vals;  // (n_pos, dv)
+  std::vector<float> q;              // (n_rows, d)
+  std::vector<float> keys;           // (n_pos, d)
+  std::vector<float> vals;           // (n_pos, dv)
   std::vector<int32_t> first, last;  // (n_rows) visible positions [first, last]
 
   Problem(int64_t d_, int64_t dv_, int64_t n_pos_, int64_t n_rows_, uint32_t seed, float spread)
@@ -86,8 +86,8 @@ std::vector<float> run(const KernelTable& table, const Problem& p, float scale) 
   std::vector<int32_t> lo(p.n_rows), hi(p.n_rows);
   std::vector<float> m(p.n_rows, -INFINITY), acc(p.n_rows * p.dv, 0.0f);
   std::vector<double> l(p.n_rows, 0.0);
-  const AttentionRows rows{p.n_rows, p.d, p.dv, scale, qs.data(), lo.data(), hi.data(),
-                           m.data(), l.data(), acc.data()};
+  const AttentionRows rows{p.n_rows,  p.d,       p.dv,     scale,    qs.data(),
+                           lo.data(), hi.data(), m.data(), l.data(), acc.data()};
   for (int64_t kb = 0; kb < p.n_pos; kb += kAttnMaxKeys) {
     const int64_t n_keys = std::min(kAttnMaxKeys, p.n_pos - kb);
     for (int64_t r = 0; r < p.n_rows; ++r) {
@@ -103,7 +103,8 @@ std::vector<float> run(const KernelTable& table, const Problem& p, float scale) 
     table.attention_step(rows, kbuf.data(), vbuf.data(), n_keys);
   }
   for (int64_t r = 0; r < p.n_rows; ++r) {
-    for (int64_t c = 0; c < p.dv; ++c) acc[r * p.dv + c] = static_cast<float>(acc[r * p.dv + c] / l[r]);
+    for (int64_t c = 0; c < p.dv; ++c)
+      acc[r * p.dv + c] = static_cast<float>(acc[r * p.dv + c] / l[r]);
   }
   return acc;
 }
@@ -118,7 +119,10 @@ double rel_l2(const std::vector<float>& got, const std::vector<double>& want, in
 }
 
 TEST(Attention, EveryPathMatchesFloat64) {
-  struct Shape { int64_t d, dv, n_pos, n_rows; float spread; };
+  struct Shape {
+    int64_t d, dv, n_pos, n_rows;
+    float spread;
+  };
   const Shape shapes[] = {{64, 64, 200, 9, 1.0f},   {128, 128, 700, 8, 0.5f},
                           {256, 256, 130, 4, 0.3f}, {64, 64, 64, 3, 4.0f},
                           {40, 24, 150, 5, 1.0f},   {64, 128, 333, 6, 2.0f}};
@@ -161,7 +165,8 @@ TEST(Attention, WidenRowsIsExact) {
   const int64_t n_rows = 5, width = 70, stride = 100;
   std::vector<uint16_t> h(n_rows * stride);
   for (auto& x : h) {
-    do x = static_cast<uint16_t>(bits(rng)); while ((x & 0x7c00) == 0x7c00);  // finite
+    do x = static_cast<uint16_t>(bits(rng));
+    while ((x & 0x7c00) == 0x7c00);  // finite
   }
   std::vector<float> f(n_rows * stride);
   for (size_t i = 0; i < f.size(); ++i) f[i] = quant::fp16_to_f32(h[i]);

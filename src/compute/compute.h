@@ -64,9 +64,9 @@ constexpr int64_t kAttnMaxKeys = 64;
 // A row with nothing summed yet has l[r] == 0 and m[r] == -inf.
 struct AttentionRows {
   int64_t n_rows = 0;
-  int64_t head_dim = 0;        // length of q and k vectors
-  int64_t head_dim_v = 0;      // length of v vectors and acc rows
-  float scale = 1.0f;          // applied to q . k
+  int64_t head_dim = 0;             // length of q and k vectors
+  int64_t head_dim_v = 0;           // length of v vectors and acc rows
+  float scale = 1.0f;               // applied to q . k
   const float* const* q = nullptr;  // (n_rows) pointers to head_dim floats
   const int32_t* lo = nullptr;      // (n_rows)
   const int32_t* hi = nullptr;      // (n_rows)

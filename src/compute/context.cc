@@ -48,8 +48,8 @@ struct Context::Impl {
 
   ThreadPool pool;
   const KernelTable* kernels;
-  std::vector<uint8_t> act;  // (n_tokens, activation row bytes): quantized x rows
-  std::vector<float> row;    // (max_cols): one dequantized row for get_rows fallbacks
+  std::vector<uint8_t> act;   // (n_tokens, activation row bytes): quantized x rows
+  std::vector<float> row;     // (max_cols): one dequantized row for get_rows fallbacks
   mutable uint64_t macs = 0;  // matmul + attention multiply-accumulates so far
 
   void ensure_act(size_t bytes) {

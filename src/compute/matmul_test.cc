@@ -229,14 +229,14 @@ TEST(Matmul, RealModelRowLengthsAndLargeActivations) {
     const int64_t bs = quant::block_size(type);
     const bool k_quant = bs == 256;
     const bool q8_1 = quant::activation_type(type) == GgmlType::Q8_1;
-    for (int64_t n : k_quant ? std::vector<int64_t>(std::begin(k_lengths), std::end(k_lengths))
-                             : std::vector<int64_t>(std::begin(legacy_lengths),
-                                                    std::end(legacy_lengths))) {
+    for (int64_t n :
+         k_quant ? std::vector<int64_t>(std::begin(k_lengths), std::end(k_lengths))
+                 : std::vector<int64_t>(std::begin(legacy_lengths), std::end(legacy_lengths))) {
       for (float scale : {1.0f, 30.0f, 1000.0f}) {
         if (q8_1 && scale > 30.0f) continue;
         Problem p = make_problem(type, 19, n, 5, rng);
         for (size_t i = 0; i < p.x.size(); ++i) p.x[i] *= scale;
-        p.x[7] = 60.0f * scale;        // an outlier channel, as gemma's
+        p.x[7] = 60.0f * scale;  // an outlier channel, as gemma's
         p.x[n + 3] = -45.0f * scale;
         const Reference ref = reference(p);
         const std::vector<float> scalar = run_matmul(p, 1, "scalar", p.n_tok);
@@ -329,9 +329,9 @@ std::vector<uint8_t> ungroup(const std::vector<uint8_t>& got, GgmlType act, int6
     const uint8_t* in = got.data() + g * 4 * block;
     for (int k = 0; k < 4; ++k) {
       uint8_t* b = out.data() + (g * 4 + k) * block;
-      std::memcpy(b, in + 128 + 2 * k, 2);                  // d
-      if (sums) std::memcpy(b + 2, in + 136 + 2 * k, 2);    // s
-      std::memcpy(b + head, in + 32 * k, 32);               // qs
+      std::memcpy(b, in + 128 + 2 * k, 2);                // d
+      if (sums) std::memcpy(b + 2, in + 136 + 2 * k, 2);  // s
+      std::memcpy(b + head, in + 32 * k, 32);             // qs
     }
   }
   return out;
@@ -357,37 +357,38 @@ TEST(Activations, TableQuantizersMatchReference) {
   for (int l = 1; l <= 3; ++l) {
     const KernelTable* t = kernel_table(static_cast<SimdLevel>(l));
     if (!t) continue;
-    for (GgmlType type : all_types()) for (int64_t n : {n_max - 64, n_max}) {
-      const QuantizeActFn fn = quantize_act_fn(*t, type);
-      if (!fn) continue;
-      const GgmlType act = quant::activation_type(type);
-      if (n % quant::block_size(act) != 0) continue;
-      std::vector<uint8_t> ref(quant::row_size(act, n)), got(ref.size(), 0xCD);
-      quant::quantize_activations(act, x.data(), ref.data(), n);
-      fn(x.data(), got.data(), n);
-      if (l == static_cast<int>(SimdLevel::kAvx2) &&
-          (act == GgmlType::Q8_0 || act == GgmlType::Q8_1)) {
-        got = ungroup(got, act, n);
-      }
-      const bool nibble = std::string(t->name).rfind("avx512", 0) == 0 &&
-                          (type == GgmlType::Q4_K || type == GgmlType::Q5_K);
-      if (!nibble) {
-        EXPECT_EQ(std::memcmp(ref.data(), got.data(), ref.size()), 0)
-            << t->name << " " << gguf::type_name(type);
-        continue;
-      }
-      const auto* r = reinterpret_cast<const quant::BlockQ8_K*>(ref.data());
-      const auto* g = reinterpret_cast<const quant::BlockQ8_K*>(got.data());
-      for (int64_t b = 0; b < n / 256; ++b) {
-        EXPECT_EQ(quant::float_bits(r[b].d), quant::float_bits(g[b].d)) << "block " << b;
-        for (int s = 0; s < 8; ++s) {
-          EXPECT_EQ(std::memcmp(g[b].qs + 32 * s, r[b].qs + 32 * kNibble[s], 32), 0)
-              << b << " " << s;
-          EXPECT_EQ(g[b].bsums[2 * s], r[b].bsums[2 * kNibble[s]]);
-          EXPECT_EQ(g[b].bsums[2 * s + 1], r[b].bsums[2 * kNibble[s] + 1]);
+    for (GgmlType type : all_types())
+      for (int64_t n : {n_max - 64, n_max}) {
+        const QuantizeActFn fn = quantize_act_fn(*t, type);
+        if (!fn) continue;
+        const GgmlType act = quant::activation_type(type);
+        if (n % quant::block_size(act) != 0) continue;
+        std::vector<uint8_t> ref(quant::row_size(act, n)), got(ref.size(), 0xCD);
+        quant::quantize_activations(act, x.data(), ref.data(), n);
+        fn(x.data(), got.data(), n);
+        if (l == static_cast<int>(SimdLevel::kAvx2) &&
+            (act == GgmlType::Q8_0 || act == GgmlType::Q8_1)) {
+          got = ungroup(got, act, n);
+        }
+        const bool nibble = std::string(t->name).rfind("avx512", 0) == 0 &&
+                            (type == GgmlType::Q4_K || type == GgmlType::Q5_K);
+        if (!nibble) {
+          EXPECT_EQ(std::memcmp(ref.data(), got.data(), ref.size()), 0)
+              << t->name << " " << gguf::type_name(type);
+          continue;
+        }
+        const auto* r = reinterpret_cast<const quant::BlockQ8_K*>(ref.data());
+        const auto* g = reinterpret_cast<const quant::BlockQ8_K*>(got.data());
+        for (int64_t b = 0; b < n / 256; ++b) {
+          EXPECT_EQ(quant::float_bits(r[b].d), quant::float_bits(g[b].d)) << "block " << b;
+          for (int s = 0; s < 8; ++s) {
+            EXPECT_EQ(std::memcmp(g[b].qs + 32 * s, r[b].qs + 32 * kNibble[s], 32), 0)
+                << b << " " << s;
+            EXPECT_EQ(g[b].bsums[2 * s], r[b].bsums[2 * kNibble[s]]);
+            EXPECT_EQ(g[b].bsums[2 * s + 1], r[b].bsums[2 * kNibble[s] + 1]);
+          }
         }
       }
-    }
   }
 }
 

@@ -23,9 +23,11 @@ class RouterSwap final : public model::WeightProvider {
   // (n_tokens * k) expert ids of the last pass's route(layer).
   const std::vector<int32_t>& routes(int layer) const { return routes_[layer]; }
 
-  Status acquire(int layer, std::span<const model::TensorId> ids, std::span<compute::WeightView> out) override {
+  Status acquire(int layer, std::span<const model::TensorId> ids,
+                 std::span<compute::WeightView> out) override {
     HYPURA_RETURN_IF_ERROR(base_.acquire(layer, ids, out));
-    if (layer != swap_ || layer < 0 || layer + 1 >= static_cast<int>(routers_.size())) return Status::ok();
+    if (layer != swap_ || layer < 0 || layer + 1 >= static_cast<int>(routers_.size()))
+      return Status::ok();
     for (size_t i = 0; i < ids.size(); ++i) {
       if (ids[i] != routers_[layer]) continue;
       const model::TensorId next = routers_[layer + 1];
@@ -45,12 +47,13 @@ class RouterSwap final : public model::WeightProvider {
 
  private:
   model::WeightProvider& base_;
-  std::vector<model::TensorId> routers_;             // (n_layer): blk.L.ffn_gate_inp
+  std::vector<model::TensorId> routers_;      // (n_layer): blk.L.ffn_gate_inp
   std::vector<std::vector<int32_t>> routes_;  // (n_layer): (n_tokens * k)
   int swap_ = -1;
 };
 
-Status run_pass(std::shared_ptr<const model::Model> m, RouterSwap& provider, std::span<const int32_t> tokens) {
+Status run_pass(std::shared_ptr<const model::Model> m, RouterSwap& provider,
+                std::span<const int32_t> tokens) {
   compute::Context ctx(2);
   const int64_t n = static_cast<int64_t>(tokens.size());
   model::KvCache kv(m->hparams(), n, false);
@@ -82,7 +85,8 @@ Result<PredictorEval> evaluate_expert_predictors(const gguf::GgufFile& file,
   ev.n_layer = static_cast<int>(hp.n_layer);
   ev.n_expert = static_cast<int>(hp.n_expert);
   ev.n_expert_used = static_cast<int>(hp.n_expert_used);
-  if (ev.n_expert <= 0 || ev.n_layer < 2) return invalid_argument("predictor evaluation needs a MoE model of 2+ layers");
+  if (ev.n_expert <= 0 || ev.n_layer < 2)
+    return invalid_argument("predictor evaluation needs a MoE model of 2+ layers");
   if (tokens.empty()) return invalid_argument("predictor evaluation needs tokens");
   // Router tensor ids and one expert's bytes (gate + up + down slices) per layer.
   std::vector<model::TensorId> routers(static_cast<size_t>(ev.n_layer), -1);
@@ -93,11 +97,14 @@ Result<PredictorEval> evaluate_expert_predictors(const gguf::GgufFile& file,
     for (size_t id = 0; id < tensors.size(); ++id) {
       const std::string& name = tensors[id].name;
       if (name == blk + "ffn_gate_inp.weight") routers[l] = static_cast<model::TensorId>(id);
-      for (const char* part : {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"}) {
-        if (name == blk + part) expert_bytes[l] += tensors[id].n_bytes / static_cast<uint64_t>(ev.n_expert);
+      for (const char* part :
+           {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"}) {
+        if (name == blk + part)
+          expert_bytes[l] += tensors[id].n_bytes / static_cast<uint64_t>(ev.n_expert);
       }
     }
-    if (routers[l] < 0) return invalid_argument("layer " + std::to_string(l) + " has no ffn_gate_inp router");
+    if (routers[l] < 0)
+      return invalid_argument("layer " + std::to_string(l) + " has no ffn_gate_inp router");
   }
   HYPURA_ASSIGN_OR_RETURN(auto mmap, tiers::MmapProvider::open(file));
   RouterSwap provider(*mmap, routers);
@@ -105,11 +112,14 @@ Result<PredictorEval> evaluate_expert_predictors(const gguf::GgufFile& file,
   std::vector<std::vector<int32_t>> truth(static_cast<size_t>(ev.n_layer));  // (n_tokens * k) each
   for (int l = 0; l < ev.n_layer; ++l) truth[l] = provider.routes(l);
   const size_t k = static_cast<size_t>(ev.n_expert_used);
-  const auto token_ids = [&](const std::vector<int32_t>& r, size_t t) { return std::span(r).subspan(t * k, k); };
+  const auto token_ids = [&](const std::vector<int32_t>& r, size_t t) {
+    return std::span(r).subspan(t * k, k);
+  };
 
   for (int l = 0; l + 1 < ev.n_layer; ++l) {
     provider.swap_at(l);
-    HYPURA_RETURN_IF_ERROR(run_pass(model, provider, tokens).with_context("router predictor, layer " + std::to_string(l)));
+    HYPURA_RETURN_IF_ERROR(run_pass(model, provider, tokens)
+                               .with_context("router predictor, layer " + std::to_string(l)));
     const std::vector<int32_t>& pred = provider.routes(l);
     for (size_t t = 0; t < tokens.size(); ++t) {
       score(ev.router, token_ids(pred, t), token_ids(truth[l + 1], t), expert_bytes[l + 1]);
@@ -127,7 +137,8 @@ Result<PredictorEval> evaluate_expert_predictors(const gguf::GgufFile& file,
       stats.predict(l, a, static_cast<int>(k), 0.5, &p);
       score(ev.coact, p, token_ids(truth[l + 1], t), expert_bytes[l + 1]);
     }
-    for (int l = 0; l < ev.n_layer; ++l) stats.observe(l, token_ids(truth[l], t), static_cast<int>(k));
+    for (int l = 0; l < ev.n_layer; ++l)
+      stats.observe(l, token_ids(truth[l], t), static_cast<int>(k));
   }
   return ev;
 }

@@ -27,14 +27,16 @@ Status mmap_baseline_allowed(const gguf::GgufFile& file, bool force) {
 Result<BaselineResult> run_mmap_baseline(const gguf::GgufFile& file, int n_tokens, int n_threads,
                                          int64_t n_ctx) {
   HYPURA_ASSIGN_OR_RETURN(std::shared_ptr<const model::Model> model, model::Model::create(file));
-  HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<tiers::MmapProvider> provider, tiers::MmapProvider::open(file));
+  HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<tiers::MmapProvider> provider,
+                          tiers::MmapProvider::open(file));
   compute::Context ctx(n_threads);
   const int64_t ctx_len = std::min<int64_t>(n_ctx, n_tokens + 2);
   model::KvCache kv(model->hparams(), ctx_len, false);
   model::Forward fwd(model, ctx, *provider, 1, ctx_len);
   std::vector<float> logits(static_cast<size_t>(model->hparams().n_vocab));
   std::mt19937 rng(1234);
-  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(model->hparams().n_vocab - 1));
+  std::uniform_int_distribution<int32_t> dist(0,
+                                              static_cast<int32_t>(model->hparams().n_vocab - 1));
   int32_t tok = dist(rng);
   HYPURA_RETURN_IF_ERROR(fwd.run(&tok, 1, 0, kv, false, logits.data()));  // warm-up
   const auto t0 = std::chrono::steady_clock::now();

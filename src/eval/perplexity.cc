@@ -44,9 +44,13 @@ double NllStats::mean_stderr() const {
   return std::sqrt(var / count);
 }
 
-double NllStats::perplexity() const { return std::exp(mean()); }
+double NllStats::perplexity() const {
+  return std::exp(mean());
+}
 
-double NllStats::perplexity_stderr() const { return perplexity() * mean_stderr(); }
+double NllStats::perplexity_stderr() const {
+  return perplexity() * mean_stderr();
+}
 
 void KlStats::add(const std::vector<double>& ref_lp, const std::vector<double>& lp,
                   int32_t next_token) {
@@ -82,7 +86,9 @@ double KlStats::quantile(double q) const {
   return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
 }
 
-double KlStats::max() const { return kl.empty() ? 0.0 : *std::max_element(kl.begin(), kl.end()); }
+double KlStats::max() const {
+  return kl.empty() ? 0.0 : *std::max_element(kl.begin(), kl.end());
+}
 
 double KlStats::top1_agreement() const {
   return kl.empty() ? 0.0 : static_cast<double>(top1_agree) / static_cast<double>(kl.size());
@@ -160,12 +166,15 @@ Result<std::unique_ptr<LogProbReader>> LogProbReader::open(const std::string& pa
   // first, so a hostile header cannot wrap them.
   if (std::fseek(r->f_, 0, SEEK_END) != 0) return file_error("cannot seek", path);
   const auto size = static_cast<uint64_t>(std::ftell(r->f_));
-  const uint64_t n_ctx = static_cast<uint64_t>(r->n_ctx_), n_vocab = static_cast<uint64_t>(r->n_vocab_);
-  const uint64_t per_chunk = n_ctx * 4 + static_cast<uint64_t>(scored_per_chunk(r->n_ctx_)) * n_vocab * 4;
+  const uint64_t n_ctx = static_cast<uint64_t>(r->n_ctx_),
+                 n_vocab = static_cast<uint64_t>(r->n_vocab_);
+  const uint64_t per_chunk =
+      n_ctx * 4 + static_cast<uint64_t>(scored_per_chunk(r->n_ctx_)) * n_vocab * 4;
   const uint64_t chunks = static_cast<uint64_t>(r->n_chunks_);
   if (chunks > size / per_chunk || sizeof(Header) + chunks * per_chunk != size) {
-    return invalid_argument(path + ": " + std::to_string(size) +
-                            " bytes, not what the header promises (truncated or not from this format)");
+    return invalid_argument(
+        path + ": " + std::to_string(size) +
+        " bytes, not what the header promises (truncated or not from this format)");
   }
   std::fseek(r->f_, sizeof(Header), SEEK_SET);
   r->tokens_.resize(chunks * n_ctx);

@@ -33,8 +33,12 @@ namespace hypura::eval {
 void log_softmax(const float* logits, int64_t n_vocab, std::vector<double>* out);
 
 // First scored row of a chunk and how many rows it scores.
-inline int64_t first_scored(int64_t n_ctx) { return n_ctx / 2; }
-inline int64_t scored_per_chunk(int64_t n_ctx) { return n_ctx - 1 - first_scored(n_ctx); }
+inline int64_t first_scored(int64_t n_ctx) {
+  return n_ctx / 2;
+}
+inline int64_t scored_per_chunk(int64_t n_ctx) {
+  return n_ctx - 1 - first_scored(n_ctx);
+}
 
 // Running NLL sums: perplexity and its standard error.
 struct NllStats {
@@ -55,7 +59,7 @@ struct NllStats {
 
 // Per-token KL divergences and top-1 agreement against saved log-probabilities.
 struct KlStats {
-  std::vector<double> kl;  // one per scored token, KL(reference || model) in nats
+  std::vector<double> kl;             // one per scored token, KL(reference || model) in nats
   std::vector<uint8_t> top1_matches;  // one per scored token: 1 when both argmaxes agree
   int64_t top1_agree = 0;
   NllStats reference_nll;  // the reference model's NLL on the same tokens
@@ -106,12 +110,13 @@ class LogProbReader {
 };
 
 // Evaluates tokens from an empty cache and returns their logits (n, n_vocab).
-using EvalFn = std::function<Status(const std::vector<int32_t>& tokens, std::vector<float>* logits)>;
+using EvalFn =
+    std::function<Status(const std::vector<int32_t>& tokens, std::vector<float>* logits)>;
 
 struct PerplexityOptions {
   int64_t n_ctx = 512;
-  LogProbWriter* save = nullptr;      // write the scored rows' log-probs here
-  LogProbReader* compare = nullptr;   // compare against these (made on the same chunks)
+  LogProbWriter* save = nullptr;     // write the scored rows' log-probs here
+  LogProbReader* compare = nullptr;  // compare against these (made on the same chunks)
   std::function<void(int64_t chunk, int64_t n_chunks)> progress;  // after each chunk
 };
 

@@ -4,12 +4,12 @@
 #include "eval/perplexity.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
 #include "runtime/golden_fixtures.h"
 #include "tiers/testing/resident_provider.h"
@@ -39,7 +39,7 @@ struct GoldenEval {
   EvalFn fn() {
     return [this](const std::vector<int32_t>& tokens, std::vector<float>* logits) {
       return runtime::golden::forward_logits(m.model, *provider, tokens,
-                                    static_cast<int64_t>(tokens.size()), logits);
+                                             static_cast<int64_t>(tokens.size()), logits);
     };
   }
 };
@@ -186,9 +186,7 @@ TEST(Perplexity, ChunkingErrors) {
 
 TEST(Perplexity, BadLogProbFilesFailCleanly) {
   const std::string path = temp_path("bad.logp");
-  auto write = [&](const std::string& bytes) {
-    std::ofstream(path, std::ios::binary) << bytes;
-  };
+  auto write = [&](const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; };
   write("");
   EXPECT_FALSE(LogProbReader::open(path).is_ok());
   write("HYPLOGP1 and then garbage");

@@ -1,6 +1,8 @@
 // Routing traces: file round trip, the calibrated generator against the published
 // Qwen3-30B-A3B locality figures (checked before any policy is judged on its traces),
 // and the cache policies against LRU and Belady's optimum on generated traces.
+#include "experts/routing_trace.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "eval/trace_replay.h"
-#include "experts/routing_trace.h"
 
 namespace hypura::eval {
 namespace {
@@ -22,10 +23,12 @@ uint32_t fraction_of_experts(const experts::RoutingTrace& t, double f) {
 }
 
 TEST(RoutingTrace, FileRoundTrip) {
-  experts::RoutingTrace t = experts::TraceGenerator{.n_layer = 3, .n_expert = 16, .n_expert_used = 4}.generate(5);
+  experts::RoutingTrace t =
+      experts::TraceGenerator{.n_layer = 3, .n_expert = 16, .n_expert_used = 4}.generate(5);
   const int32_t prompt[] = {1, 2, 3, 4, 5, 6, 7, 8};  // a 2-token batch record
   t.add(5, 1, prompt, 8);
-  const std::string path = (std::filesystem::temp_directory_path() / "hypura_trace_test.txt").string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "hypura_trace_test.txt").string();
   ASSERT_TRUE(t.write(path).is_ok());
   auto back = experts::RoutingTrace::read(path);
   ASSERT_TRUE(back.is_ok()) << back.status().message();
@@ -51,7 +54,8 @@ TEST(RoutingTrace, GeneratorMatchesQwen3Figures) {
   const experts::TraceLocality loc = experts::measure_locality(t, 8);
   EXPECT_NEAR(loc.repeat_next, 0.45, 0.05);
   EXPECT_NEAR(loc.recur_within, 0.80, 0.05);
-  const ReplayResult lru = replay(t, fraction_of_experts(t, 0.4), experts::CachePolicy::kLru, kWarmup);
+  const ReplayResult lru =
+      replay(t, fraction_of_experts(t, 0.4), experts::CachePolicy::kLru, kWarmup);
   EXPECT_GE(lru.hit_rate(), 0.90 - 0.05);
   EXPECT_LE(lru.hit_rate(), 0.95 + 0.05);
 }
@@ -64,13 +68,15 @@ TEST(TraceReplay, BeladyBoundsEveryPolicyAndIsExactOnATinyTrace) {
   EXPECT_EQ(replay(t, 2, std::nullopt, 0).misses_total, 4u);
   EXPECT_EQ(replay(t, 2, experts::CachePolicy::kLru, 0).misses_total, 5u);
 
-  const experts::RoutingTrace g = experts::TraceGenerator{.n_layer = 8, .n_expert = 64}.generate(120);
+  const experts::RoutingTrace g =
+      experts::TraceGenerator{.n_layer = 8, .n_expert = 64}.generate(120);
   for (double f : {0.1, 0.25, 0.5}) {
     const uint32_t cap = fraction_of_experts(g, f);
     const double best = replay(g, cap, std::nullopt, 16).hit_rate();
-    for (experts::CachePolicy p : {experts::CachePolicy::kLru, experts::CachePolicy::kLfu,
-                                   experts::CachePolicy::kAgedLfu, experts::CachePolicy::kLayerAware,
-                                   experts::CachePolicy::kLearned, experts::CachePolicy::kAdaptive}) {
+    for (experts::CachePolicy p :
+         {experts::CachePolicy::kLru, experts::CachePolicy::kLfu, experts::CachePolicy::kAgedLfu,
+          experts::CachePolicy::kLayerAware, experts::CachePolicy::kLearned,
+          experts::CachePolicy::kAdaptive}) {
       EXPECT_LE(replay(g, cap, p, 16).hit_rate(), best + 1e-12) << experts::cache_policy_name(p);
     }
   }
@@ -85,13 +91,15 @@ TEST(TraceReplay, DefaultPolicyNeverLosesToLru) {
   const experts::RoutingTrace calibrated = experts::TraceGenerator{}.generate(kTokens);
   const experts::RoutingTrace calibrated2 = experts::TraceGenerator{.seed = 7}.generate(kTokens);
   const experts::RoutingTrace uniform = experts::uniform_trace(16, 64, 4, kTokens, 3);
-  const experts::RoutingTrace uniform_moe = experts::uniform_trace(24, 8, 2, kTokens, 5);  // the "moe" preset's shape
+  const experts::RoutingTrace uniform_moe =
+      experts::uniform_trace(24, 8, 2, kTokens, 5);  // the "moe" preset's shape
   struct Case {
     const experts::RoutingTrace* trace;
     double tolerance;
     std::vector<double> fractions;
   };
-  const std::vector<double> sizes = {0.05, 0.1, 0.25, 0.4, 0.6, 0.9};  // replays of 6144 experts are slow
+  const std::vector<double> sizes = {0.05, 0.1, 0.25,
+                                     0.4,  0.6, 0.9};  // replays of 6144 experts are slow
   const std::vector<double> fine = {0.05, 0.1, 0.15, 0.25, 0.4, 0.6, 0.75, 0.9};
   for (const Case& c : {Case{&calibrated, 0.002, sizes}, Case{&calibrated2, 0.002, {0.1, 0.15}},
                         Case{&uniform, 0.005, fine}, Case{&uniform_moe, 0.005, fine}}) {
@@ -99,8 +107,8 @@ TEST(TraceReplay, DefaultPolicyNeverLosesToLru) {
       const uint32_t cap = std::max<uint32_t>(1, fraction_of_experts(*c.trace, f));
       const double lru = replay(*c.trace, cap, experts::CachePolicy::kLru, kWarmup).hit_rate();
       const double ours = replay(*c.trace, cap, experts::kDefaultCachePolicy, kWarmup).hit_rate();
-      EXPECT_GE(ours, lru - c.tolerance) << "fraction " << f << " of " << c.trace->n_layer << "x"
-                                         << c.trace->n_expert;
+      EXPECT_GE(ours, lru - c.tolerance)
+          << "fraction " << f << " of " << c.trace->n_layer << "x" << c.trace->n_expert;
     }
   }
 }
@@ -140,7 +148,8 @@ TEST(TraceReplay, DefaultPolicyNearTheOnlineCeiling) {
 // there), and the learned rule alone is as good as the default there.
 TEST(ExpertCache, AdaptiveFollowsTheBetterGhost) {
   const experts::RoutingTrace t = experts::TraceGenerator{}.generate(80);
-  experts::ExpertCache cache(fraction_of_experts(t, 0.05), t.n_layer, t.n_expert, experts::CachePolicy::kAdaptive);
+  experts::ExpertCache cache(fraction_of_experts(t, 0.05), t.n_layer, t.n_expert,
+                             experts::CachePolicy::kAdaptive);
   for (const experts::RoutingRecord& r : t.records) {
     std::vector<int32_t> distinct(r.selected.begin(), r.selected.end());
     std::sort(distinct.begin(), distinct.end());

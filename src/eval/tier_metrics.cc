@@ -9,7 +9,9 @@
 namespace hypura::eval {
 namespace {
 
-double ratio(double a, double b) { return b > 0 ? a / b : 0; }
+double ratio(double a, double b) {
+  return b > 0 ? a / b : 0;
+}
 
 double mean(const std::vector<double>& v) {
   double sum = 0;
@@ -48,10 +50,15 @@ TierCounters TierCounters::take(const runtime::TieredWeights& w) {
   return TierCounters{s.bytes_read, s.stall_seconds, s.passes};
 }
 
-double StorageReferences::disk_read_bps() const { return mean(disk_runs); }
-double StorageReferences::pattern_read_bps() const { return mean(pattern_runs); }
+double StorageReferences::disk_read_bps() const {
+  return mean(disk_runs);
+}
+double StorageReferences::pattern_read_bps() const {
+  return mean(pattern_runs);
+}
 
-profiler::HardwareProfile StorageReferences::same_run_profile(const profiler::HardwareProfile& base) const {
+profiler::HardwareProfile StorageReferences::same_run_profile(
+    const profiler::HardwareProfile& base) const {
   profiler::HardwareProfile p = base;
   // The higher of the two memory readings: other processes' traffic only ever lowers a
   // probe (20-29 GB/s on the shared VM within an hour), while the kernels' decode rate
@@ -65,7 +72,8 @@ profiler::HardwareProfile StorageReferences::same_run_profile(const profiler::Ha
 
 Status measure_disk_reference(const std::string& path, StorageReferences& refs) {
   profiler::StorageBenchOptions o;  // the profile's grid, point length and in-flight cap
-  HYPURA_ASSIGN_OR_RETURN(refs.disk_grid, profiler::measure_sequential_grid_in_child(path, o, &refs.disk_cursor));
+  HYPURA_ASSIGN_OR_RETURN(refs.disk_grid,
+                          profiler::measure_sequential_grid_in_child(path, o, &refs.disk_cursor));
   refs.disk_runs.push_back(profiler::fastest_point(refs.disk_grid).bps);
   return Status::ok();
 }
@@ -84,7 +92,8 @@ TierMetrics tier_metrics(const runtime::TieredWeights& w, const TierCounters& be
   m.bytes_read_per_token = bytes / n;
   // Expert streaming reads what routing and the cache decide: its bound uses the bytes
   // actually read per token.
-  if (w.experts() != nullptr) m.streamed_bytes_per_token = static_cast<uint64_t>(m.bytes_read_per_token);
+  if (w.experts() != nullptr)
+    m.streamed_bytes_per_token = static_cast<uint64_t>(m.bytes_read_per_token);
   m.read_bps = ratio(bytes, seconds);
   m.disk_read_bps = direct_read_bps;
   m.disk_runs = refs.disk_runs;
@@ -185,25 +194,27 @@ std::string tier_metrics_text(const TierMetrics& m) {
     out += buf;
   }
   if (dense && m.streamed_bytes_per_token > 0) {
-    std::snprintf(buf, sizeof buf,
-                  "storage: read %.2f GB/s = %.2f x the disk's same-run best sequential read %.2f GB/s "
-                  "(%.0f KiB x %u); bound %.3f tok/s, tg %.3f tok/s = %.2f x bound; stalled %.3f s/token\n",
-                  m.read_bps / 1e9, m.read_ratio, m.disk_read_bps / 1e9, m.disk_block_bytes / 1024.0,
-                  m.disk_queue_depth, m.storage_bound_tok_s, m.tok_s, m.tg_bound_ratio, m.stall_s_per_token);
+    std::snprintf(
+        buf, sizeof buf,
+        "storage: read %.2f GB/s = %.2f x the disk's same-run best sequential read %.2f GB/s "
+        "(%.0f KiB x %u); bound %.3f tok/s, tg %.3f tok/s = %.2f x bound; stalled %.3f s/token\n",
+        m.read_bps / 1e9, m.read_ratio, m.disk_read_bps / 1e9, m.disk_block_bytes / 1024.0,
+        m.disk_queue_depth, m.storage_bound_tok_s, m.tok_s, m.tg_bound_ratio, m.stall_s_per_token);
     out += buf;
-    std::snprintf(buf, sizeof buf,
-                  "         this provider's own reads with no compute %.2f GB/s (%.2f x disk): tg = %.2f x "
-                  "that pattern's bound %.3f tok/s\n",
-                  m.pattern_read_bps / 1e9, ratio(m.pattern_read_bps, m.disk_read_bps), m.tg_pattern_ratio,
-                  m.pattern_bound_tok_s);
+    std::snprintf(
+        buf, sizeof buf,
+        "         this provider's own reads with no compute %.2f GB/s (%.2f x disk): tg = %.2f x "
+        "that pattern's bound %.3f tok/s\n",
+        m.pattern_read_bps / 1e9, ratio(m.pattern_read_bps, m.disk_read_bps), m.tg_pattern_ratio,
+        m.pattern_bound_tok_s);
     out += buf;
   }
   out += "memory: planned " + m.planned_by_kind + "\n        ledger " + m.ledger_by_kind + "\n";
   std::snprintf(buf, sizeof buf,
                 "planner predicted %.3f tok/s at the same-run disk (measured/predicted %.2f; %.3f "
                 "at load); peak RSS %.2f GiB of budget %.2f GiB (ledger peak %.2f GiB)\n",
-                m.predicted_tok_s, m.prediction_ratio, m.predicted_at_load_tok_s, m.peak_rss / gib, m.budget / gib,
-                m.ledger_peak / gib);
+                m.predicted_tok_s, m.prediction_ratio, m.predicted_at_load_tok_s, m.peak_rss / gib,
+                m.budget / gib, m.ledger_peak / gib);
   out += buf;
   std::snprintf(buf, sizeof buf,
                 "resident load: %.2f GiB at %.2f GB/s = %.2f x same-run replay of its reads "

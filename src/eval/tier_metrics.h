@@ -33,10 +33,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "profiler/hardware_profile.h"
 #include "runtime/tiered_weights.h"
@@ -50,7 +49,7 @@ struct StorageReferences {
   uint64_t disk_cursor = 0;                       // where the next grid continues reading
   std::vector<double> pattern_runs;               // the provider's I/O-only passes, bytes/s
   double load_reference_bps = 0;
-  double memory_read_bps = 0;                     // memory read bandwidth, before the load (0: none)
+  double memory_read_bps = 0;  // memory read bandwidth, before the load (0: none)
 
   double disk_read_bps() const;     // mean of disk_runs (0: none)
   double pattern_read_bps() const;  // mean of pattern_runs (0: none)
@@ -77,32 +76,32 @@ struct TierMetrics {
   double bytes_read_per_token = 0;
   double read_bps = 0;
   double disk_read_bps = 0;
-  uint64_t disk_block_bytes = 0;          // the fastest grid point (last grid)
+  uint64_t disk_block_bytes = 0;  // the fastest grid point (last grid)
   uint32_t disk_queue_depth = 0;
   std::vector<double> disk_runs;
   double read_ratio = 0;
-  double storage_bound_tok_s = 0;         // 0 when nothing streams
+  double storage_bound_tok_s = 0;  // 0 when nothing streams
   double tok_s = 0;
   double tg_bound_ratio = 0;
   double pattern_read_bps = 0;
   double pattern_bound_tok_s = 0;
   double tg_pattern_ratio = 0;
   double stall_s_per_token = 0;
-  double predicted_tok_s = 0;             // at the same run's disk grid (else at load)
-  double predicted_at_load_tok_s = 0;     // the plan's, at the cached profile's figures
+  double predicted_tok_s = 0;          // at the same run's disk grid (else at load)
+  double predicted_at_load_tok_s = 0;  // the plan's, at the cached profile's figures
   double prediction_ratio = 0;
   uint64_t peak_rss = 0;
-  uint64_t budget = 0;                    // ledger budget (0: none)
+  uint64_t budget = 0;  // ledger budget (0: none)
   uint64_t ledger_peak = 0;
-  uint64_t planned_ram = 0;               // the plan's RAM total (MemoryPlan::ram_total)
-  std::string ledger_by_kind;             // the ledger now, per kind (MemoryLedger::summary)
-  std::string planned_by_kind;            // the plan's RAM, in the same kinds
+  uint64_t planned_ram = 0;     // the plan's RAM total (MemoryPlan::ram_total)
+  std::string ledger_by_kind;   // the ledger now, per kind (MemoryLedger::summary)
+  std::string planned_by_kind;  // the plan's RAM, in the same kinds
   uint64_t resident_bytes = 0;
   double load_bps = 0;
   double load_ratio = 0;
   double load_reference_bps = 0;
   double load_seconds = 0;
-  double load_populate_seconds = 0;       // faulting in the fresh pages (overlaps the reads)
+  double load_populate_seconds = 0;  // faulting in the fresh pages (overlaps the reads)
   int pool_slots = 0;
   uint64_t slot_bytes = 0;
   int prefetch_depth = 0;

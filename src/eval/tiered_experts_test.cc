@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "compute/compute.h"
@@ -51,7 +50,8 @@ TEST_P(TieredExperts, PlanLedgerAndProviderAgree) {
   EXPECT_EQ(w.experts()->cache_experts(), plan.expert_cache_experts);
   EXPECT_EQ(w.experts()->slot_bytes(), plan.expert_slot_bytes);
   const tiers::LedgerSnapshot ledger = w.ledger().snapshot();
-  EXPECT_EQ(ledger.by_kind[static_cast<size_t>(tiers::MemoryKind::kExpertCache)], plan.memory.expert_cache);
+  EXPECT_EQ(ledger.by_kind[static_cast<size_t>(tiers::MemoryKind::kExpertCache)],
+            plan.memory.expert_cache);
   EXPECT_EQ(ledger.by_kind[static_cast<size_t>(tiers::MemoryKind::kKvCache)], plan.memory.kv_ram);
   EXPECT_LE(ledger.peak, *opts.plan.budgets.ram_bytes);
   EXPECT_EQ(w.ledger().budget(), *opts.plan.budgets.ram_bytes);
@@ -91,11 +91,12 @@ TEST(ExpertPredictors, RouterAndCoactivationMeasuredOnGoldenModels) {
     EXPECT_EQ(ev->coact.chosen, pairs * ev->n_expert_used);
     EXPECT_LE(ev->coact.correct, ev->coact.predicted);
     EXPECT_GT(ev->router.precision(), static_cast<double>(ev->n_expert_used) / ev->n_expert);
-    std::printf("%s: %lld tokens; router-on-previous-hidden precision %.3f recall %.3f wasted %llu B; "
-                "co-activation precision %.3f recall %.3f (%llu predicted)\n",
-                name, static_cast<long long>(ev->n_tokens), ev->router.precision(), ev->router.recall(),
-                static_cast<unsigned long long>(ev->router.wasted_bytes), ev->coact.precision(),
-                ev->coact.recall(), static_cast<unsigned long long>(ev->coact.predicted));
+    std::printf(
+        "%s: %lld tokens; router-on-previous-hidden precision %.3f recall %.3f wasted %llu B; "
+        "co-activation precision %.3f recall %.3f (%llu predicted)\n",
+        name, static_cast<long long>(ev->n_tokens), ev->router.precision(), ev->router.recall(),
+        static_cast<unsigned long long>(ev->router.wasted_bytes), ev->coact.precision(),
+        ev->coact.recall(), static_cast<unsigned long long>(ev->coact.predicted));
   }
 }
 

@@ -90,7 +90,9 @@ ReplayResult replay_records(const experts::RoutingTrace& trace, int warmup_token
 struct OnlineCache {
   experts::ExpertCache cache;
   uint32_t capacity() const { return cache.capacity(); }
-  void begin(int layer, const std::vector<int32_t>& distinct) { cache.begin_routing(layer, distinct); }
+  void begin(int layer, const std::vector<int32_t>& distinct) {
+    cache.begin_routing(layer, distinct);
+  }
   int lookup(int layer, int expert) const { return cache.lookup(layer, expert); }
   void touch(int slot) { cache.touch(slot); }
   int victim(const std::function<bool(int)>& evictable) const { return cache.victim(evictable); }
@@ -103,7 +105,10 @@ struct OnlineCache {
 class OracleCache {
  public:
   OracleCache(const experts::TraceGenerator& g, uint32_t capacity, OracleRule rule)
-      : gen_(g), rule_(rule), popularity_(g.popularity()), slots_(capacity),
+      : gen_(g),
+        rule_(rule),
+        popularity_(g.popularity()),
+        slots_(capacity),
         index_(static_cast<size_t>(g.n_layer) * g.n_expert, -1),
         history_(static_cast<size_t>(g.n_layer) * g.n_expert, 0) {}
 
@@ -144,7 +149,9 @@ class OracleCache {
     double next_use = 0;       // probability of selection at the layer's next token
     double wait = 0;           // expected tokens of the layer that pass before the next use
   };
-  size_t key(int layer, int expert) const { return static_cast<size_t>(layer) * gen_.n_expert + expert; }
+  size_t key(int layer, int expert) const {
+    return static_cast<size_t>(layer) * gen_.n_expert + expert;
+  }
   // Probability that a token with this history selects the expert: n_expert_used draws.
   double selected(uint64_t history, double popularity) const {
     return 1.0 - std::pow(1.0 - gen_.slot_probability(history, popularity), gen_.n_expert_used);
@@ -185,9 +192,12 @@ double OracleCache::value(Slot& s) const {
   // Layers until the entry's layer is routed again: the current one's next use is a token away.
   const int distance = (s.layer - current_layer_ + n_layer - 1) % n_layer + 1;
   switch (rule_) {
-    case OracleRule::kNextToken: return s.next_use;
-    case OracleRule::kPerLayer: return s.next_use / distance;
-    case OracleRule::kExpectedWait: break;
+    case OracleRule::kNextToken:
+      return s.next_use;
+    case OracleRule::kPerLayer:
+      return s.next_use / distance;
+    case OracleRule::kExpectedWait:
+      break;
   }
   return -(distance + static_cast<double>(n_layer) * s.wait);
 }
@@ -196,7 +206,9 @@ ReplayResult replay_belady(const experts::RoutingTrace& trace, const std::vector
                            uint32_t capacity) {
   constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
   const size_t n_keys = static_cast<size_t>(trace.n_layer) * trace.n_expert;
-  const auto key = [&](const Access& a) { return static_cast<size_t>(a.layer) * trace.n_expert + a.expert; };
+  const auto key = [&](const Access& a) {
+    return static_cast<size_t>(a.layer) * trace.n_expert + a.expert;
+  };
   // next[i]: index of the next access of stream[i]'s key.
   std::vector<uint64_t> next(stream.size(), kNever), last(n_keys, kNever);
   for (size_t i = stream.size(); i-- > 0;) {
@@ -205,7 +217,7 @@ ReplayResult replay_belady(const experts::RoutingTrace& trace, const std::vector
   }
   std::vector<uint64_t> cached_next(n_keys, kNever);  // next use of each cached key
   std::vector<bool> cached(n_keys, false);
-  std::set<std::pair<uint64_t, size_t>> by_next;      // (next use, key) of cached keys
+  std::set<std::pair<uint64_t, size_t>> by_next;  // (next use, key) of cached keys
   ReplayResult res;
   for (size_t i = 0; i < stream.size(); ++i) {
     const size_t k = key(stream[i]);
@@ -227,15 +239,19 @@ ReplayResult replay_belady(const experts::RoutingTrace& trace, const std::vector
 
 }  // namespace
 
-ReplayResult replay(const experts::RoutingTrace& trace, uint32_t capacity, std::optional<experts::CachePolicy> policy,
-                    int warmup_tokens) {
-  if (!policy) return replay_belady(trace, access_stream(trace, warmup_tokens), std::max<uint32_t>(capacity, 1));
-  OnlineCache cache{experts::ExpertCache(std::max<uint32_t>(capacity, 1), trace.n_layer, trace.n_expert, *policy)};
+ReplayResult replay(const experts::RoutingTrace& trace, uint32_t capacity,
+                    std::optional<experts::CachePolicy> policy, int warmup_tokens) {
+  if (!policy)
+    return replay_belady(trace, access_stream(trace, warmup_tokens),
+                         std::max<uint32_t>(capacity, 1));
+  OnlineCache cache{experts::ExpertCache(std::max<uint32_t>(capacity, 1), trace.n_layer,
+                                         trace.n_expert, *policy)};
   return replay_records(trace, warmup_tokens, cache);
 }
 
-ReplayResult replay_oracle(const experts::RoutingTrace& trace, const experts::TraceGenerator& generator,
-                           uint32_t capacity, int warmup_tokens, OracleRule rule) {
+ReplayResult replay_oracle(const experts::RoutingTrace& trace,
+                           const experts::TraceGenerator& generator, uint32_t capacity,
+                           int warmup_tokens, OracleRule rule) {
   OracleCache cache(generator, std::max<uint32_t>(capacity, 1), rule);
   return replay_records(trace, warmup_tokens, cache);
 }

@@ -28,8 +28,8 @@ struct ReplayResult {
 };
 
 // policy empty: Belady's optimal. REQUIRES: capacity >= 1.
-ReplayResult replay(const experts::RoutingTrace& trace, uint32_t capacity, std::optional<experts::CachePolicy> policy,
-                    int warmup_tokens);
+ReplayResult replay(const experts::RoutingTrace& trace, uint32_t capacity,
+                    std::optional<experts::CachePolicy> policy, int warmup_tokens);
 
 // The distribution oracle: an online cache that knows the generator's true mixture (its
 // parameters and each layer's hot set) and so each cached expert's probability of being
@@ -41,7 +41,8 @@ ReplayResult replay(const experts::RoutingTrace& trace, uint32_t capacity, std::
 // generated traces (Belady's knows the draws themselves). REQUIRES: `trace` made by
 // `generator` (same shape and seed), capacity >= 1.
 enum class OracleRule { kExpectedWait, kNextToken, kPerLayer };
-ReplayResult replay_oracle(const experts::RoutingTrace& trace, const experts::TraceGenerator& generator,
-                           uint32_t capacity, int warmup_tokens, OracleRule rule = OracleRule::kExpectedWait);
+ReplayResult replay_oracle(const experts::RoutingTrace& trace,
+                           const experts::TraceGenerator& generator, uint32_t capacity,
+                           int warmup_tokens, OracleRule rule = OracleRule::kExpectedWait);
 
 }  // namespace hypura::eval

@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "common/cache_dir.h"
@@ -39,7 +38,8 @@ void CoactivationStats::observe(int layer, std::span<const int32_t> selected, in
   if (last_layer_ == layer - 1 && last_selected_.size() == selected.size()) {
     for (size_t t = 0; t < n_tokens; ++t) {
       for (int i = 0; i < k; ++i) {
-        for (int j = 0; j < k; ++j) add_pair(layer - 1, last_selected_[t * k + i], selected[t * k + j], 1);
+        for (int j = 0; j < k; ++j)
+          add_pair(layer - 1, last_selected_[t * k + i], selected[t * k + j], 1);
       }
     }
   }
@@ -56,7 +56,8 @@ void CoactivationStats::predict(int layer, std::span<const int32_t> experts, int
     const uint64_t f = freq_[index(layer, a)];
     if (f < kMinSupport) return;  // an unseen source: no confident prediction for this batch
     for (const auto& [b, n] : next_[index(layer, a)]) {
-      auto it = std::find_if(scores.begin(), scores.end(), [b = b](const auto& s) { return s.second == b; });
+      auto it = std::find_if(scores.begin(), scores.end(),
+                             [b = b](const auto& s) { return s.second == b; });
       const double p = static_cast<double>(n) / f / experts.size();
       if (it == scores.end()) {
         scores.emplace_back(p, b);
@@ -82,14 +83,16 @@ Status CoactivationStats::save(const std::string& path) const {
   j["tokens"] = tokens_;
   nlohmann::json freq = nlohmann::json::array();
   for (int l = 0; l < n_layer_; ++l) {
-    freq.push_back(std::vector<uint64_t>(freq_.begin() + index(l, 0), freq_.begin() + index(l, 0) + n_expert_));
+    freq.push_back(std::vector<uint64_t>(freq_.begin() + index(l, 0),
+                                         freq_.begin() + index(l, 0) + n_expert_));
   }
   j["freq"] = std::move(freq);
   nlohmann::json pairs = nlohmann::json::array();
   for (int l = 0; l < n_layer_; ++l) {
     for (int a = 0; a < n_expert_; ++a) {
       auto list = next_[index(l, a)];
-      std::sort(list.begin(), list.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
+      std::sort(list.begin(), list.end(),
+                [](const auto& x, const auto& y) { return x.second > y.second; });
       if (list.size() > kSavedSuccessors) list.resize(kSavedSuccessors);
       for (const auto& [b, n] : list) pairs.push_back({l, a, b, n});
     }
@@ -108,12 +111,16 @@ Status CoactivationStats::save(const std::string& path) const {
   return Status::ok();
 }
 
-Result<CoactivationStats> CoactivationStats::load(const std::string& path, int n_layer, int n_expert) {
+Result<CoactivationStats> CoactivationStats::load(const std::string& path, int n_layer,
+                                                  int n_expert) {
   std::ifstream in(path);
   if (!in) return not_found("no expert statistics at '" + path + "'");
   nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  const auto bad = [&](const std::string& why) { return corrupt("expert statistics '" + path + "': " + why); };
-  if (j.is_discarded() || !j.is_object() || j.value("version", 0) != 1) return bad("not version-1 JSON");
+  const auto bad = [&](const std::string& why) {
+    return corrupt("expert statistics '" + path + "': " + why);
+  };
+  if (j.is_discarded() || !j.is_object() || j.value("version", 0) != 1)
+    return bad("not version-1 JSON");
   if (j.value("n_layer", -1) != n_layer || j.value("n_expert", -1) != n_expert) {
     return bad("made for another expert geometry");
   }
@@ -121,7 +128,8 @@ Result<CoactivationStats> CoactivationStats::load(const std::string& path, int n
   try {
     s.tokens_ = j.at("tokens").get<uint64_t>();
     const auto& freq = j.at("freq");
-    if (!freq.is_array() || freq.size() != static_cast<size_t>(n_layer)) return bad("freq has the wrong shape");
+    if (!freq.is_array() || freq.size() != static_cast<size_t>(n_layer))
+      return bad("freq has the wrong shape");
     for (int l = 0; l < n_layer; ++l) {
       const auto row = freq[l].get<std::vector<uint64_t>>();
       if (row.size() != static_cast<size_t>(n_expert)) return bad("freq has the wrong shape");
@@ -129,8 +137,8 @@ Result<CoactivationStats> CoactivationStats::load(const std::string& path, int n
     }
     for (const auto& p : j.at("pairs")) {
       const auto v = p.get<std::vector<int64_t>>();
-      if (v.size() != 4 || v[0] < 0 || v[0] >= n_layer || v[1] < 0 || v[1] >= n_expert || v[2] < 0 ||
-          v[2] >= n_expert || v[3] < 0) {
+      if (v.size() != 4 || v[0] < 0 || v[0] >= n_layer || v[1] < 0 || v[1] >= n_expert ||
+          v[2] < 0 || v[2] >= n_expert || v[3] < 0) {
         return bad("bad pair entry");
       }
       s.add_pair(static_cast<int>(v[0]), static_cast<int32_t>(v[1]), static_cast<int32_t>(v[2]),
@@ -142,8 +150,9 @@ Result<CoactivationStats> CoactivationStats::load(const std::string& path, int n
   return s;
 }
 
-std::vector<double> CoactivationStats::recorded_frequency(const std::string& model_path, uint64_t model_bytes,
-                                                         int n_layer, int n_expert) {
+std::vector<double> CoactivationStats::recorded_frequency(const std::string& model_path,
+                                                          uint64_t model_bytes, int n_layer,
+                                                          int n_expert) {
   if (n_layer <= 0 || n_expert <= 0) return {};
   const std::string path = default_path(model_path, model_bytes);
   if (!std::filesystem::exists(path)) return {};
@@ -163,7 +172,9 @@ std::string CoactivationStats::default_path(const std::string& model_path, uint6
     return "";
   }
   const std::string name = std::filesystem::path(model_path).filename().string();
-  return (std::filesystem::path(*dir) / "experts" / (name + "-" + std::to_string(model_bytes) + ".json")).string();
+  return (std::filesystem::path(*dir) / "experts" /
+          (name + "-" + std::to_string(model_bytes) + ".json"))
+      .string();
 }
 
 }  // namespace hypura::experts

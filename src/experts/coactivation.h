@@ -64,11 +64,11 @@ class CoactivationStats {
   void add_pair(int layer, int32_t a, int32_t b, uint32_t n);
 
   int n_layer_, n_expert_;
-  uint64_t tokens_ = 0;                      // tokens observed at layer 0
-  std::vector<uint64_t> freq_;               // (n_layer * n_expert)
+  uint64_t tokens_ = 0;                                          // tokens observed at layer 0
+  std::vector<uint64_t> freq_;                                   // (n_layer * n_expert)
   std::vector<std::vector<std::pair<int32_t, uint32_t>>> next_;  // (n_layer * n_expert): (b, count)
   int last_layer_ = -1;
-  std::vector<int32_t> last_selected_;       // the previous observe()'s selections
+  std::vector<int32_t> last_selected_;  // the previous observe()'s selections
 };
 
 }  // namespace hypura::experts

@@ -9,19 +9,25 @@ namespace hypura::experts {
 
 const char* cache_policy_name(CachePolicy policy) {
   switch (policy) {
-    case CachePolicy::kLru: return "lru";
-    case CachePolicy::kLfu: return "lfu";
-    case CachePolicy::kAgedLfu: return "aged-lfu";
-    case CachePolicy::kLayerAware: return "layer-aware";
-    case CachePolicy::kLearned: return "learned";
-    case CachePolicy::kAdaptive: return "adaptive";
+    case CachePolicy::kLru:
+      return "lru";
+    case CachePolicy::kLfu:
+      return "lfu";
+    case CachePolicy::kAgedLfu:
+      return "aged-lfu";
+    case CachePolicy::kLayerAware:
+      return "layer-aware";
+    case CachePolicy::kLearned:
+      return "learned";
+    case CachePolicy::kAdaptive:
+      return "adaptive";
   }
   return "?";
 }
 
 Result<CachePolicy> parse_cache_policy(const std::string& name) {
-  for (CachePolicy p : {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kAgedLfu, CachePolicy::kLayerAware,
-                        CachePolicy::kLearned, CachePolicy::kAdaptive}) {
+  for (CachePolicy p : {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kAgedLfu,
+                        CachePolicy::kLayerAware, CachePolicy::kLearned, CachePolicy::kAdaptive}) {
     if (name == cache_policy_name(p)) return p;
   }
   return invalid_argument("unknown cache policy '" + name +
@@ -38,9 +44,12 @@ Result<CachePolicy> parse_cache_policy(const std::string& name) {
 class ExpertCache::Usage {
  public:
   Usage(int n_layer, int n_expert)
-      : n_layer_(n_layer), n_expert_(n_expert), history_(static_cast<size_t>(n_layer) * n_expert, 0),
+      : n_layer_(n_layer),
+        n_expert_(n_expert),
+        history_(static_cast<size_t>(n_layer) * n_expert, 0),
         freq_(history_.size(), 0.0f),
-        next_state_(history_.size(), static_cast<uint8_t>(state(0, 0))), in_routing_(static_cast<size_t>(n_expert), 0) {
+        next_state_(history_.size(), static_cast<uint8_t>(state(0, 0))),
+        in_routing_(static_cast<size_t>(n_expert), 0) {
     refresh();
   }
 
@@ -49,14 +58,16 @@ class ExpertCache::Usage {
     routing_layer_ = layer;
     const size_t base = static_cast<size_t>(layer) * n_expert_;
     for (int e = 0; e < n_expert_; ++e) {
-      next_state_[base + e] = static_cast<uint8_t>(state(history_[base + e] << 1u, freq_[base + e] * kFreqDecay));
+      next_state_[base + e] =
+          static_cast<uint8_t>(state(history_[base + e] << 1u, freq_[base + e] * kFreqDecay));
     }
   }
   void mark(int layer, int expert) {
     if (layer != routing_layer_ || in_routing_[expert]) return;
     in_routing_[expert] = 1;
     const size_t k = static_cast<size_t>(layer) * n_expert_ + expert;
-    next_state_[k] = static_cast<uint8_t>(state((history_[k] << 1u) | 1u, freq_[k] * kFreqDecay + 1));
+    next_state_[k] =
+        static_cast<uint8_t>(state((history_[k] << 1u) | 1u, freq_[k] * kFreqDecay + 1));
   }
   // The learned probability that the key's next routing uses it (the routing in progress
   // counts as its previous one).
@@ -78,7 +89,8 @@ class ExpertCache::Usage {
   static inline const float kFreqDecay = std::exp2(-1.0f / 128);
   // h: bit i set if the routing i+1 back used the key.
   static int state(uint32_t h, float freq) {
-    const int bucket = std::min(kBuckets - 1, static_cast<int>(std::bit_width(static_cast<unsigned>(freq * freq))));
+    const int bucket = std::min(
+        kBuckets - 1, static_cast<int>(std::bit_width(static_cast<unsigned>(freq * freq))));
     return (static_cast<int>(h & 1) * 8 + std::popcount(h & 0xFEu)) * kBuckets + bucket;
   }
   // Learns from the finished routing of routing_layer_ and shifts its keys' histories.
@@ -95,7 +107,8 @@ class ExpertCache::Usage {
       const int s = state(h[e], f[e]);
       seen_[s] += 1;
       used_[s] += in_routing_[e];
-      h[e] = static_cast<uint8_t>((h[e] << 1) | in_routing_[e]);  // next_state_ already describes it
+      h[e] =
+          static_cast<uint8_t>((h[e] << 1) | in_routing_[e]);  // next_state_ already describes it
       f[e] = f[e] * kFreqDecay + in_routing_[e];
       in_routing_[e] = 0;
     }
@@ -126,7 +139,8 @@ void ExpertCache::Usage::refresh() {
   }
   const double base = (used + 1.0) / (seen + static_cast<double>(n_expert_));
   for (int s = 0; s < kStates; ++s) {
-    const double p1 = (used1[s / (8 * kBuckets)] + kPrior * base) / (seen1[s / (8 * kBuckets)] + kPrior);
+    const double p1 =
+        (used1[s / (8 * kBuckets)] + kPrior * base) / (seen1[s / (8 * kBuckets)] + kPrior);
     const double p2 = (used2[s / kBuckets] + kPrior * p1) / (seen2[s / kBuckets] + kPrior);
     p_[s] = (used_[s] + kPrior * p2) / (seen_[s] + kPrior);
   }
@@ -147,8 +161,9 @@ void set_distances(std::vector<double>& inv_distance, int layer) {
 
 // A ghost sees each routing's selected experts (begin_routing()), hits and misses alike.
 // It counts its own hits and misses as they come, but inserts its misses only when the
-// routing ends (at the next begin_routing()), into victims that the routing did not use: as the provider does, so a ghost never evicts an expert that the
-// batch still needs, which would understate the rule's hits.
+// routing ends (at the next begin_routing()), into victims that the routing did not use: as the
+// provider does, so a ghost never evicts an expert that the batch still needs, which would
+// understate the rule's hits.
 struct ExpertCache::Ghost {
   std::unique_ptr<ExpertCache> cache;
   double hits = 0;  // decayed: each access multiplies by the decay, a hit adds 1
@@ -201,8 +216,12 @@ ExpertCache::ExpertCache(uint32_t capacity, int n_layer, int n_expert, CachePoli
   }
   if (policy != CachePolicy::kAdaptive) return;
   for (CachePolicy rule : {CachePolicy::kLearned, CachePolicy::kLru}) {
-    ghosts_.push_back(Ghost{std::make_unique<ExpertCache>(capacity, n_layer, n_expert, rule, half_life), 0.0, {},
-                            std::vector<char>(capacity, 0), {}});
+    ghosts_.push_back(
+        Ghost{std::make_unique<ExpertCache>(capacity, n_layer, n_expert, rule, half_life),
+              0.0,
+              {},
+              std::vector<char>(capacity, 0),
+              {}});
   }
 }
 
@@ -239,18 +258,22 @@ void ExpertCache::replay_in_ghosts(int layer, std::span<const int32_t> selected)
 
 double ExpertCache::value(const Entry& e) const {
   switch (following_) {
-    case CachePolicy::kLru: return static_cast<double>(e.last);
-    case CachePolicy::kLfu: return e.score;
+    case CachePolicy::kLru:
+      return static_cast<double>(e.last);
+    case CachePolicy::kLfu:
+      return e.score;
     case CachePolicy::kAgedLfu:
       return e.score * std::exp2(-static_cast<double>(clock_ - e.last) / half_life_);
     case CachePolicy::kLayerAware:
-      return e.score * std::exp2(-static_cast<double>(clock_ - e.last) / half_life_) * inv_distance_[e.layer];
+      return e.score * std::exp2(-static_cast<double>(clock_ - e.last) / half_life_) *
+             inv_distance_[e.layer];
     case CachePolicy::kLearned:
       // The learned probability of use at the entry's layer's next routing, per layer
       // until then: an entry of the next layer that may well be needed outranks one of
       // the layer just routed that cannot be needed for a whole token.
       return usage_->next_use(e.layer, e.expert) * inv_distance_[e.layer];
-    case CachePolicy::kAdaptive: break;  // following_ is always a fixed rule
+    case CachePolicy::kAdaptive:
+      break;  // following_ is always a fixed rule
   }
   return 0;
 }
@@ -278,7 +301,8 @@ int ExpertCache::victim(const std::function<bool(int)>& evictable) const {
     const double v = value(slots_[s]);
     // Lower value goes first; on ties the least recently used. Only a candidate that would
     // win is checked against `evictable` (a call through std::function).
-    const bool better = best < 0 || v < best_value || (v == best_value && slots_[s].last < slots_[best].last);
+    const bool better =
+        best < 0 || v < best_value || (v == best_value && slots_[s].last < slots_[best].last);
     if (!better || !evictable(s)) continue;
     best = s;
     best_value = v;

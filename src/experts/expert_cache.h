@@ -24,9 +24,9 @@
 //             many of the 7 routings before; its aged frequency of use, half-life 128
 //             routings, in half-octave buckets), and for every state the cache counts
 //             how often keys in it were used at the next routing (aged counts over all
-//             keys of each finished routing, sparse states shrunk toward coarser ones). On traces calibrated to Qwen3-30B-A3B it comes within 1-2 points of
-//             an oracle that knows the generator's true probabilities (docs/MOE.md).
-//             Needs begin_routing() once per routing.
+//             keys of each finished routing, sparse states shrunk toward coarser ones). On traces
+//             calibrated to Qwen3-30B-A3B it comes within 1-2 points of an oracle that knows the
+//             generator's true probabilities (docs/MOE.md). Needs begin_routing() once per routing.
 //   kAdaptive  (default) runs learned and LRU as ghost caches of the same capacity (keys
 //             only, fed every access) and evicts by the rule of whichever ghost has had
 //             more hits recently (hits decayed with a half-life of 64 x capacity
@@ -37,7 +37,8 @@
 //
 // Cost: victim() is one pass over the occupied slots (a table lookup each for kLearned);
 // kAdaptive adds a pass per ghost that misses. begin_routing() is O(n_expert + n_layer)
-// for kLearned and kAdaptive (plus the ghosts' replay of the routing's experts). No allocation once every ghost has seen its largest routing.
+// for kLearned and kAdaptive (plus the ghosts' replay of the routing's experts). No allocation once
+// every ghost has seen its largest routing.
 //
 // Thread-safety: none; one owner (the forward-pass thread, or the replay tool).
 #pragma once
@@ -76,7 +77,9 @@ class ExpertCache {
   CachePolicy policy() const { return policy_; }
 
   // The slot holding (layer, expert), or -1.
-  int lookup(int layer, int expert) const { return index_[static_cast<size_t>(layer) * n_expert_ + expert]; }
+  int lookup(int layer, int expert) const {
+    return index_[static_cast<size_t>(layer) * n_expert_ + expert];
+  }
   // Starts a routing of `layer` (one token, or one batch, through that layer's router)
   // that selected the distinct experts `selected`: the position in the layer cycle
   // (kLayerAware, kLearned), and what the routing uses, whether the owner then finds each
@@ -103,8 +106,8 @@ class ExpertCache {
  private:
   struct Entry {
     int layer = -1, expert = -1;
-    uint64_t last = 0;     // clock_ at the last access
-    double score = 0;      // kLfu: accesses; kAgedLfu: aged accesses as of `last`
+    uint64_t last = 0;  // clock_ at the last access
+    double score = 0;   // kLfu: accesses; kAgedLfu: aged accesses as of `last`
   };
   // kLearned's model: each key's usage history over its layer's routings and how often
   // keys with each history were used at the next routing (expert_cache.cc).
@@ -122,12 +125,12 @@ class ExpertCache {
   int n_layer_;
   std::vector<Entry> slots_;  // (capacity)
   size_t n_occupied_ = 0;
-  mutable int free_hint_ = 0;  // every slot below it is occupied
-  std::vector<int> index_;    // (n_layer * n_expert): slot or -1
+  mutable int free_hint_ = 0;         // every slot below it is occupied
+  std::vector<int> index_;            // (n_layer * n_expert): slot or -1
   std::vector<double> inv_distance_;  // (n_layer): 1 / layers until routed again
-  CachePolicy following_;     // the rule value() applies
-  std::vector<Ghost> ghosts_;  // kAdaptive: LRU, layer-aware
-  std::unique_ptr<Usage> usage_;  // kLearned
+  CachePolicy following_;             // the rule value() applies
+  std::vector<Ghost> ghosts_;         // kAdaptive: LRU, layer-aware
+  std::unique_ptr<Usage> usage_;      // kLearned
 };
 
 }  // namespace hypura::experts

@@ -5,9 +5,12 @@
 
 namespace hypura::experts {
 namespace {
-double ratio(double a, double b) { return b > 0 ? a / b : 0; }
+double ratio(double a, double b) {
+  return b > 0 ? a / b : 0;
+}
 
-PredictorRunMetrics predictor_metrics(const PredictorStats& before, const PredictorStats& after, double tokens) {
+PredictorRunMetrics predictor_metrics(const PredictorStats& before, const PredictorStats& after,
+                                      double tokens) {
   PredictorRunMetrics m;
   const auto correct = static_cast<double>(after.correct - before.correct);
   m.precision = ratio(correct, static_cast<double>(after.predicted - before.predicted));
@@ -60,20 +63,25 @@ ExpertRunMetrics expert_run_metrics(const ExpertProvider& p, const ExpertStats& 
                                     const ExpertStats& after, int tokens) {
   ExpertRunMetrics m;
   const double n = tokens > 0 ? tokens : 1;
-  m.hit_rate = ratio(static_cast<double>(after.hits - before.hits), static_cast<double>(after.lookups - before.lookups));
+  m.hit_rate = ratio(static_cast<double>(after.hits - before.hits),
+                     static_cast<double>(after.lookups - before.lookups));
   m.bytes_per_token = static_cast<double>(after.bytes_read - before.bytes_read) / n;
   m.misses_per_token = static_cast<double>(after.misses - before.misses) / n;
-  m.speculative_per_token = static_cast<double>(after.speculative_reads - before.speculative_reads) / n;
+  m.speculative_per_token =
+      static_cast<double>(after.speculative_reads - before.speculative_reads) / n;
   m.predictor = expert_predictor_name(p.predictor());
   m.router_lookahead = p.router_lookahead();
   m.coact = predictor_metrics(before.coact, after.coact, n);
   m.router = predictor_metrics(before.router, after.router, n);
   for (int d = 0; d < kMaxRouterLookahead; ++d) {
     m.router_at[d] = predictor_metrics(before.router_at[d], after.router_at[d], n);
-    m.router_confident_at[d] = predictor_metrics(before.router_confident_at[d], after.router_confident_at[d], n);
+    m.router_confident_at[d] =
+        predictor_metrics(before.router_confident_at[d], after.router_confident_at[d], n);
     // Guesses per token, not reads: these are scores only.
     m.router_confident_at[d].reads_per_token =
-        static_cast<double>(after.router_confident_at[d].predicted - before.router_confident_at[d].predicted) / n;
+        static_cast<double>(after.router_confident_at[d].predicted -
+                            before.router_confident_at[d].predicted) /
+        n;
   }
   m.wasted_bytes = after.wasted_bytes;
   m.stall_s_per_token = (after.stall_seconds - before.stall_seconds) / n;
@@ -84,8 +92,8 @@ ExpertRunMetrics expert_run_metrics(const ExpertProvider& p, const ExpertStats& 
   return m;
 }
 
-void set_expert_bound(ExpertRunMetrics& m, double tg_tps, double disk_read_bps, double pattern_read_bps,
-                      double planned_compute_s) {
+void set_expert_bound(ExpertRunMetrics& m, double tg_tps, double disk_read_bps,
+                      double pattern_read_bps, double planned_compute_s) {
   m.tg_tps = tg_tps;
   m.disk_read_bps = disk_read_bps;
   m.pattern_read_bps = pattern_read_bps;
@@ -125,45 +133,52 @@ nlohmann::json expert_run_json(const ExpertRunMetrics& m) {
 
 std::string expert_run_text(const ExpertRunMetrics& m) {
   char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "experts: cache %u x %.2f MiB, hit rate %.1f%%, %.1f misses + %.2f speculative reads = "
-                "%.1f MiB/token, wasted %.1f MiB; stalled %.3f s/token\n",
-                m.cache_experts, m.slot_bytes / 1048576.0, 100 * m.hit_rate, m.misses_per_token,
-                m.speculative_per_token, m.bytes_per_token / 1048576.0, m.wasted_bytes / 1048576.0,
-                m.stall_s_per_token);
+  std::snprintf(
+      buf, sizeof buf,
+      "experts: cache %u x %.2f MiB, hit rate %.1f%%, %.1f misses + %.2f speculative reads = "
+      "%.1f MiB/token, wasted %.1f MiB; stalled %.3f s/token\n",
+      m.cache_experts, m.slot_bytes / 1048576.0, 100 * m.hit_rate, m.misses_per_token,
+      m.speculative_per_token, m.bytes_per_token / 1048576.0, m.wasted_bytes / 1048576.0,
+      m.stall_s_per_token);
   std::string out = buf;
-  std::snprintf(buf, sizeof buf,
-                "stall: %.3f s/token in %.2f waits for misses (reads arrived %.1f ms after submit), "
-                "%.3f s/token in %.2f waits for prefetched experts (%.1f ms)\n",
-                m.stall_miss.s_per_token, m.stall_miss.waits_per_token, 1e3 * m.stall_miss.mean_read_s,
-                m.stall_prefetched.s_per_token, m.stall_prefetched.waits_per_token,
-                1e3 * m.stall_prefetched.mean_read_s);
+  std::snprintf(
+      buf, sizeof buf,
+      "stall: %.3f s/token in %.2f waits for misses (reads arrived %.1f ms after submit), "
+      "%.3f s/token in %.2f waits for prefetched experts (%.1f ms)\n",
+      m.stall_miss.s_per_token, m.stall_miss.waits_per_token, 1e3 * m.stall_miss.mean_read_s,
+      m.stall_prefetched.s_per_token, m.stall_prefetched.waits_per_token,
+      1e3 * m.stall_prefetched.mean_read_s);
   out += buf;
-  std::snprintf(buf, sizeof buf, "prefetch by %s (router lookahead %d):\n", m.predictor.c_str(), m.router_lookahead);
+  std::snprintf(buf, sizeof buf, "prefetch by %s (router lookahead %d):\n", m.predictor.c_str(),
+                m.router_lookahead);
   out += buf;
-  for (auto [label, p] : {std::pair{"co-activation", &m.coact}, std::pair{"router on hidden", &m.router}}) {
+  for (auto [label, p] :
+       {std::pair{"co-activation", &m.coact}, std::pair{"router on hidden", &m.router}}) {
     std::snprintf(buf, sizeof buf,
-                  "  %-16s precision %.1f%% recall %.1f%%; asked %.2f reads/token, %.0f%% used, wasted %.1f MiB\n",
-                  label, 100 * p->precision, 100 * p->recall, p->reads_per_token, 100 * p->used_fraction,
-                  p->wasted_bytes / 1048576.0);
+                  "  %-16s precision %.1f%% recall %.1f%%; asked %.2f reads/token, %.0f%% used, "
+                  "wasted %.1f MiB\n",
+                  label, 100 * p->precision, 100 * p->recall, p->reads_per_token,
+                  100 * p->used_fraction, p->wasted_bytes / 1048576.0);
     out += buf;
   }
   for (int d = 0; d < m.router_lookahead && d < kMaxRouterLookahead; ++d) {
-    std::snprintf(buf, sizeof buf,
-                  "  router %d layer(s) ahead: precision %.1f%% recall %.1f%%; confident guesses %.2f/token, "
-                  "precision %.1f%%\n",
-                  d + 1, 100 * m.router_at[d].precision, 100 * m.router_at[d].recall,
-                  m.router_confident_at[d].reads_per_token, 100 * m.router_confident_at[d].precision);
+    std::snprintf(
+        buf, sizeof buf,
+        "  router %d layer(s) ahead: precision %.1f%% recall %.1f%%; confident guesses %.2f/token, "
+        "precision %.1f%%\n",
+        d + 1, 100 * m.router_at[d].precision, 100 * m.router_at[d].recall,
+        m.router_confident_at[d].reads_per_token, 100 * m.router_confident_at[d].precision);
     out += buf;
   }
   if (m.disk_read_bps > 0) {
-    std::snprintf(buf, sizeof buf,
-                  "bound: same-run disk (best sequential direct read) %.2f GB/s -> %.3f tok/s I/O-bound "
-                  "(random experts into the cache's slots, no compute: %.2f GB/s); compute %.4f s/token "
-                  "(measured, unstalled; planner %.4f) -> %.3f tok/s with reads overlapped; tg %.3f tok/s = "
-                  "%.2f x bound\n",
-                  m.disk_read_bps / 1e9, m.io_bound_tps, m.pattern_read_bps / 1e9, m.compute_s_per_token,
-                  m.planned_compute_s, m.bound_tps, m.tg_tps, m.tg_bound_ratio);
+    std::snprintf(
+        buf, sizeof buf,
+        "bound: same-run disk (best sequential direct read) %.2f GB/s -> %.3f tok/s I/O-bound "
+        "(random experts into the cache's slots, no compute: %.2f GB/s); compute %.4f s/token "
+        "(measured, unstalled; planner %.4f) -> %.3f tok/s with reads overlapped; tg %.3f tok/s = "
+        "%.2f x bound\n",
+        m.disk_read_bps / 1e9, m.io_bound_tps, m.pattern_read_bps / 1e9, m.compute_s_per_token,
+        m.planned_compute_s, m.bound_tps, m.tg_tps, m.tg_bound_ratio);
     out += buf;
   }
   return out;

@@ -33,9 +33,8 @@
 // Thread-safety: plain functions over snapshots.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "experts/expert_provider.h"
 
@@ -56,7 +55,7 @@ struct ExpertRunMetrics {
   double bytes_per_token = 0;
   double misses_per_token = 0;
   double speculative_per_token = 0;
-  std::string predictor;            // expert_predictor_name of the reading predictors
+  std::string predictor;  // expert_predictor_name of the reading predictors
   int router_lookahead = 0;
   PredictorRunMetrics coact, router;
   std::array<PredictorRunMetrics, kMaxRouterLookahead> router_at, router_confident_at;
@@ -67,13 +66,13 @@ struct ExpertRunMetrics {
   uint64_t slot_bytes = 0;
   double tg_tps = 0, disk_read_bps = 0, pattern_read_bps = 0;
   double io_bound_tps = 0, bound_tps = 0, tg_bound_ratio = 0;
-  double compute_s_per_token = 0;   // measured: 1 / tg_tps - stall_s_per_token
-  double planned_compute_s = 0;     // the planner's estimate
+  double compute_s_per_token = 0;  // measured: 1 / tg_tps - stall_s_per_token
+  double planned_compute_s = 0;    // the planner's estimate
 };
 
 // Fills the bound figures (see above). REQUIRES: m from expert_run_metrics (stall known).
-void set_expert_bound(ExpertRunMetrics& m, double tg_tps, double disk_read_bps, double pattern_read_bps,
-                      double planned_compute_s);
+void set_expert_bound(ExpertRunMetrics& m, double tg_tps, double disk_read_bps,
+                      double pattern_read_bps, double planned_compute_s);
 
 ExpertRunMetrics expert_run_metrics(const ExpertProvider& p, const ExpertStats& before,
                                     const ExpertStats& after, int tokens);

@@ -1,13 +1,13 @@
 #include "experts/expert_provider.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cassert>
 #include <chrono>
 #include <cstdlib>
 #include <deque>
 #include <random>
-
-#include <spdlog/spdlog.h>
 
 #include "common/size.h"
 #include "io/aligned_buffer.h"
@@ -29,7 +29,8 @@ std::pair<int, int> expert_tensor(const std::string& name) {
   if (name.rfind("blk.", 0) != 0) return {-1, -1};
   size_t i = 4;
   int layer = 0;
-  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) layer = layer * 10 + (name[i++] - '0');
+  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])))
+    layer = layer * 10 + (name[i++] - '0');
   if (i == 4 || i >= name.size() || name[i] != '.') return {-1, -1};
   const std::string rest = name.substr(i + 1);
   for (int p = 0; p < 3; ++p) {
@@ -42,17 +43,21 @@ std::pair<int, int> expert_tensor(const std::string& name) {
 
 const char* expert_predictor_name(ExpertPredictor p) {
   switch (p) {
-    case ExpertPredictor::kNone: return "none";
-    case ExpertPredictor::kCoactivation: return "coact";
-    case ExpertPredictor::kRouter: return "router";
-    case ExpertPredictor::kBoth: return "both";
+    case ExpertPredictor::kNone:
+      return "none";
+    case ExpertPredictor::kCoactivation:
+      return "coact";
+    case ExpertPredictor::kRouter:
+      return "router";
+    case ExpertPredictor::kBoth:
+      return "both";
   }
   return "?";
 }
 
 bool parse_expert_predictor(const std::string& s, ExpertPredictor* out) {
-  for (ExpertPredictor p : {ExpertPredictor::kNone, ExpertPredictor::kCoactivation, ExpertPredictor::kRouter,
-                            ExpertPredictor::kBoth}) {
+  for (ExpertPredictor p : {ExpertPredictor::kNone, ExpertPredictor::kCoactivation,
+                            ExpertPredictor::kRouter, ExpertPredictor::kBoth}) {
     if (s == expert_predictor_name(p)) {
       *out = p;
       return true;
@@ -62,7 +67,8 @@ bool parse_expert_predictor(const std::string& s, ExpertPredictor* out) {
 }
 
 Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufFile& file,
-                                                               ExpertConfig config, tiers::MemoryLedger& ledger,
+                                                               ExpertConfig config,
+                                                               tiers::MemoryLedger& ledger,
                                                                const Progress& progress) {
   std::unique_ptr<ExpertProvider> p(new ExpertProvider(file, ledger));
   p->config_ = std::move(config);
@@ -71,9 +77,9 @@ Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufF
                                                               p->config_.make_queue));
   const uint32_t n_slots = std::max<uint32_t>(p->config_.cache_experts, 1);
   // The cache first: a budget refusal should come before a long load.
-  HYPURA_ASSIGN_OR_RETURN(p->cache_memory_,
-                          ledger.allocate(tiers::MemoryKind::kExpertCache, n_slots * p->slot_bytes_,
-                                          "expert cache (" + std::to_string(n_slots) + " experts)"));
+  HYPURA_ASSIGN_OR_RETURN(
+      p->cache_memory_, ledger.allocate(tiers::MemoryKind::kExpertCache, n_slots * p->slot_bytes_,
+                                        "expert cache (" + std::to_string(n_slots) + " experts)"));
   p->slots_.resize(n_slots);
   const int n_layer = p->n_layer();
   p->cache_ = std::make_unique<ExpertCache>(n_slots, n_layer, p->n_expert_, p->config_.policy);
@@ -99,11 +105,13 @@ Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufF
   }
   HYPURA_RETURN_IF_ERROR(p->load_resident(p->config_.lock_resident, progress));
   p->resident_storage_bytes_ = p->storage_bytes_since_load();
-  spdlog::info("expert prefetch: {} (router lookahead {} layers, min probability {}, {} in flight at most, "
-               "{} priority); experts computed in {} order",
-               expert_predictor_name(p->predictor()), p->config_.router_lookahead, p->config_.router_min_prob,
-               p->config_.max_speculative_inflight, p->config_.background_speculation ? "background" : "normal",
-               p->config_.order_by_arrival ? "arrival" : "id");
+  spdlog::info(
+      "expert prefetch: {} (router lookahead {} layers, min probability {}, {} in flight at most, "
+      "{} priority); experts computed in {} order",
+      expert_predictor_name(p->predictor()), p->config_.router_lookahead,
+      p->config_.router_min_prob, p->config_.max_speculative_inflight,
+      p->config_.background_speculation ? "background" : "normal",
+      p->config_.order_by_arrival ? "arrival" : "id");
   return p;
 }
 
@@ -120,11 +128,12 @@ Status ExpertProvider::build_layout() {
     if (layer < 0 || is_absent(id)) continue;
     const auto& t = tensors[id];
     if (t.ne.size() != 3 || t.ne[2] < 1) {
-      return invalid_argument("'" + t.name + "' is not a stacked (n_cols, n_rows, n_expert) tensor");
+      return invalid_argument("'" + t.name +
+                              "' is not a stacked (n_cols, n_rows, n_expert) tensor");
     }
     if (n_expert_ != 0 && t.ne[2] != n_expert_) {
-      return invalid_argument("'" + t.name + "' has " + std::to_string(t.ne[2]) + " experts, others " +
-                              std::to_string(n_expert_));
+      return invalid_argument("'" + t.name + "' has " + std::to_string(t.ne[2]) +
+                              " experts, others " + std::to_string(n_expert_));
     }
     n_expert_ = static_cast<int>(t.ne[2]);
     if (layer >= static_cast<int>(layers_.size())) layers_.resize(static_cast<size_t>(layer) + 1);
@@ -133,7 +142,8 @@ Status ExpertProvider::build_layout() {
     part_of_tensor_[id] = part;
     layer_of_tensor_[id] = layer;
   }
-  if (layers_.empty()) return invalid_argument("expert streaming needs stacked *_exps tensors; the model has none");
+  if (layers_.empty())
+    return invalid_argument("expert streaming needs stacked *_exps tensors; the model has none");
   find_routers();
   // A slot holds the three slices, each in a part of align_up(slice) + one spare block, at
   // the slice's file-offset residue, so Storage reads straight into place.
@@ -159,8 +169,11 @@ void ExpertProvider::find_routers() {
   routers_.assign(layers_.size(), -1);
   const auto& tensors = file_.tensors();
   for (size_t l = 0; l < layers_.size(); ++l) {
-    const gguf::TensorInfo* t = file_.find_tensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight");
-    if (t == nullptr || t->ne.size() < 2 || t->ne[1] != n_expert_ || (n_embd_ != 0 && t->ne[0] != n_embd_)) continue;
+    const gguf::TensorInfo* t =
+        file_.find_tensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight");
+    if (t == nullptr || t->ne.size() < 2 || t->ne[1] != n_expert_ ||
+        (n_embd_ != 0 && t->ne[0] != n_embd_))
+      continue;
     routers_[l] = static_cast<model::TensorId>(t - tensors.data());
     n_embd_ = t->ne[0];
   }
@@ -177,10 +190,11 @@ void ExpertProvider::find_routers() {
 // Every non-expert tensor, read once (resident_loader.h).
 Status ExpertProvider::load_resident(bool lock, const Progress& progress) {
   std::vector<bool> wanted(file_.tensors().size());
-  for (size_t id = 0; id < wanted.size(); ++id) wanted[id] = part_of_tensor_[id] < 0 && !is_absent(id);
-  HYPURA_ASSIGN_OR_RETURN(resident_, tiers::load_resident_tensors(file_, wanted, storages_, ledger_,
-                                                           "resident weights (all but experts)", lock,
-                                                           progress));
+  for (size_t id = 0; id < wanted.size(); ++id)
+    wanted[id] = part_of_tensor_[id] < 0 && !is_absent(id);
+  HYPURA_ASSIGN_OR_RETURN(resident_, tiers::load_resident_tensors(
+                                         file_, wanted, storages_, ledger_,
+                                         "resident weights (all but experts)", lock, progress));
   stats_.load_seconds = resident_.seconds;
   stats_.resident_bytes = resident_.bytes;
   stats_.resident_locked = resident_.locked;
@@ -195,7 +209,8 @@ uint64_t ExpertProvider::storage_bytes_since_load() const {
 
 uint64_t ExpertProvider::slice_offset(int layer, int part, int expert) const {
   const ExpertLayer& el = layers_[layer];
-  return file_.tensors()[el.tensors[part]].offset + static_cast<uint64_t>(expert) * el.slice_bytes[part];
+  return file_.tensors()[el.tensors[part]].offset +
+         static_cast<uint64_t>(expert) * el.slice_bytes[part];
 }
 
 // ---- the cache ------------------------------------------------------------------------
@@ -226,7 +241,8 @@ bool ExpertProvider::start_read(int layer, int expert, uint8_t sources) {
   if ((sources & kFromRouter) != 0) stats_.router.reads++;
   const ExpertLayer& el = layers_[layer];
   const bool background = speculative && config_.background_speculation;
-  submit_expert(slot, layer, expert, background ? io::Priority::kBackground : io::Priority::kNormal);
+  submit_expert(slot, layer, expert,
+                background ? io::Priority::kBackground : io::Priority::kNormal);
   (speculative ? stats_.speculative_bytes : stats_.demand_bytes) += el.expert_bytes;
   (speculative ? stats_.speculative_reads : stats_.misses) += 1;
   stats_.bytes_read += el.expert_bytes;
@@ -258,7 +274,8 @@ Result<double> ExpertProvider::measure_io_only_bps(double seconds) {
     slots_[i] = Slot{};
     use.push_back(slot);
   }
-  if (use.empty()) return resource_exhausted("expert I/O reference: every slot is pinned or being read");
+  if (use.empty())
+    return resource_exhausted("expert I/O reference: every slot is pinned or being read");
   const uint64_t storage_before = storage_bytes_since_load();
   std::mt19937_64 rng(static_cast<uint64_t>(slots_.size()) * 7919 + reads_started_);
   std::uniform_int_distribution<int> pick_layer(0, n_layer() - 1), pick_expert(0, n_expert_ - 1);
@@ -266,7 +283,8 @@ Result<double> ExpertProvider::measure_io_only_bps(double seconds) {
   const auto t0 = Clock::now();
   for (size_t i = 0; seconds_since(t0) < seconds || i % use.size() != 0; ++i) {
     const int slot = use[i % use.size()];
-    HYPURA_RETURN_IF_ERROR(io::wait_all(storages_, slots_[slot].reads));  // this slot's previous read
+    HYPURA_RETURN_IF_ERROR(
+        io::wait_all(storages_, slots_[slot].reads));  // this slot's previous read
     const int layer = pick_layer(rng);
     submit_expert(slot, layer, pick_expert(rng), io::Priority::kNormal);
     bytes += expert_bytes(layer);
@@ -284,7 +302,8 @@ Status ExpertProvider::wait_slot(int slot) {
     const int layer = cache_->layer_of(slot), expert = cache_->expert_of(slot);
     cache_->erase(slot);
     s = Slot{};
-    return first.with_context("reading expert " + std::to_string(expert) + " of layer " + std::to_string(layer));
+    return first.with_context("reading expert " + std::to_string(expert) + " of layer " +
+                              std::to_string(layer));
   }
   s.state = SlotState::kReady;
   return Status::ok();
@@ -306,8 +325,9 @@ int ExpertProvider::reap_speculative() {
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     if (s.state != SlotState::kReading || !s.speculative) continue;
-    const bool done = std::all_of(s.reads.begin(), s.reads.end(),
-                                  [this](const io::PendingRead& r) { return storages_[r.file_index]->done(r.id); });
+    const bool done = std::all_of(s.reads.begin(), s.reads.end(), [this](const io::PendingRead& r) {
+      return storages_[r.file_index]->done(r.id);
+    });
     if (done) {
       (void)wait_slot(static_cast<int>(i));
     } else {
@@ -340,7 +360,8 @@ void ExpertProvider::count_eviction(int slot) {
 // Resolves a speculative read of `bytes` for each predictor that asked for it: routed to
 // (used) or evicted unused (wasted).
 void ExpertProvider::count_speculative(const Slot& s, bool used, uint64_t bytes) {
-  for (auto [bit, st] : {std::pair{kFromCoact, &stats_.coact}, std::pair{kFromRouter, &stats_.router}}) {
+  for (auto [bit, st] :
+       {std::pair{kFromCoact, &stats_.coact}, std::pair{kFromRouter, &stats_.router}}) {
     if ((s.sources & bit) == 0) continue;
     if (used) {
       st->reads_used++;
@@ -436,7 +457,8 @@ void ExpertProvider::speculate_layer(int layer, std::span<const int32_t> guesses
 // for its score), then the enabled predictors' reads, nearest layer first.
 void ExpertProvider::speculate(int layer, std::span<const int32_t> experts) {
   if (layer + 1 >= n_layer()) return;
-  const int k_max = config_.max_speculative > 0 ? config_.max_speculative : static_cast<int>(experts.size());
+  const int k_max =
+      config_.max_speculative > 0 ? config_.max_speculative : static_cast<int>(experts.size());
   coact_->predict(layer, experts, k_max, config_.min_confidence, &coact_pred_[layer + 1]);
   const ExpertPredictor p = predictor();
   const bool use_router = p == ExpertPredictor::kRouter || p == ExpertPredictor::kBoth;
@@ -453,7 +475,8 @@ void ExpertProvider::route(int layer, std::span<const int32_t> selected, int n_e
   for (Slot& s : slots_) s.wanted = false;  // the previous batch's experts are all computed
   spec_in_flight_ = reap_speculative();
   if (trace_ != nullptr && trace_->n_expert_used == 0) trace_->n_expert_used = n_expert_used;
-  if (trace_ != nullptr) trace_->add(pass_, layer, selected.data(), static_cast<int64_t>(selected.size()));
+  if (trace_ != nullptr)
+    trace_->add(pass_, layer, selected.data(), static_cast<int64_t>(selected.size()));
   if (layer == 0) stats_.routed_tokens += selected.size() / n_expert_used;
   coact_->observe(layer, selected, n_expert_used);
   distinct_.assign(selected.begin(), selected.end());
@@ -497,7 +520,8 @@ void ExpertProvider::order_experts(int layer, std::span<int32_t> experts) {
     if (slot < 0) return UINT64_MAX;
     return slots_[slot].state == SlotState::kReady ? 0 : slots_[slot].read_seq;
   };
-  std::stable_sort(experts.begin(), experts.end(), [&](int32_t a, int32_t b) { return rank(a) < rank(b); });
+  std::stable_sort(experts.begin(), experts.end(),
+                   [&](int32_t a, int32_t b) { return rank(a) < rank(b); });
 }
 
 Status ExpertProvider::ensure(int layer, int expert, int* slot_out) {
@@ -512,9 +536,11 @@ Status ExpertProvider::ensure(int layer, int expert, int* slot_out) {
       stats_.lookups++;
     }
     while (!start_read(layer, expert, 0)) {
-      if (!finish_speculative()) return resource_exhausted("expert cache: all " + std::to_string(slots_.size()) +
-                                " slots are pinned or being read when layer " + std::to_string(layer) +
-                                " needs expert " + std::to_string(expert));
+      if (!finish_speculative())
+        return resource_exhausted("expert cache: all " + std::to_string(slots_.size()) +
+                                  " slots are pinned or being read when layer " +
+                                  std::to_string(layer) + " needs expert " +
+                                  std::to_string(expert));
     }
     slot = cache_->lookup(layer, expert);
   }
@@ -557,10 +583,13 @@ Status ExpertProvider::acquire_experts(int layer, std::span<const model::ExpertR
   unpin(layer);
   for (size_t i = 0; i < requests.size(); ++i) {
     const model::TensorId id = requests[i].tensor;
-    const int part = id >= 0 && static_cast<size_t>(id) < part_of_tensor_.size() ? part_of_tensor_[id] : -1;
-    if (part < 0 || layer_of_tensor_[id] != layer || requests[i].expert < 0 || requests[i].expert >= n_expert_) {
+    const int part =
+        id >= 0 && static_cast<size_t>(id) < part_of_tensor_.size() ? part_of_tensor_[id] : -1;
+    if (part < 0 || layer_of_tensor_[id] != layer || requests[i].expert < 0 ||
+        requests[i].expert >= n_expert_) {
       return invalid_argument("acquire_experts: request " + std::to_string(i) +
-                              " is not an expert of a stacked tensor of layer " + std::to_string(layer));
+                              " is not an expert of a stacked tensor of layer " +
+                              std::to_string(layer));
     }
     int slot = -1;
     HYPURA_RETURN_IF_ERROR(ensure(layer, requests[i].expert, &slot));
@@ -578,8 +607,10 @@ Status ExpertProvider::acquire(int layer, std::span<const model::TensorId> ids,
                                std::span<compute::WeightView> out) {
   for (size_t i = 0; i < ids.size(); ++i) {
     const model::TensorId id = ids[i];
-    if (id < 0 || static_cast<size_t>(id) >= resident_.data.size() || resident_.data[id] == nullptr) {
-      return invalid_argument("tensor " + std::to_string(id) + " requested for layer " + std::to_string(layer) +
+    if (id < 0 || static_cast<size_t>(id) >= resident_.data.size() ||
+        resident_.data[id] == nullptr) {
+      return invalid_argument("tensor " + std::to_string(id) + " requested for layer " +
+                              std::to_string(layer) +
                               " is an expert tensor (use acquire_experts) or unknown");
     }
     out[i] = tiers::tensor_view(file_.tensors()[id], resident_.data[id]);

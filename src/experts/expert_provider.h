@@ -78,9 +78,9 @@ inline constexpr bool kDefaultBackgroundSpeculation = true;
 inline constexpr bool kDefaultOrderByArrival = true;
 
 struct ExpertConfig {
-  uint32_t cache_experts = 0;      // slots (>= 1), each one expert of one layer
+  uint32_t cache_experts = 0;  // slots (>= 1), each one expert of one layer
   CachePolicy policy = kDefaultCachePolicy;
-  bool speculate = true;           // speculative prefetch into spare slots at all
+  bool speculate = true;  // speculative prefetch into spare slots at all
   // `--expert-predictor none|coact|router|both` and `--expert-lookahead N` of run, bench,
   // serve and perplexity (EngineOptions); the rest below are fixed (tests set them).
   ExpertPredictor predictor = kDefaultExpertPredictor;
@@ -97,9 +97,9 @@ struct ExpertConfig {
   // order_experts() puts cached experts first, then reads by arrival; false keeps
   // ascending ids.
   bool order_by_arrival = kDefaultOrderByArrival;
-  int max_speculative = 0;         // co-activation experts per layer; 0: n_expert_used
-  double min_confidence = 0.5;     // co-activation score needed to read speculatively
-  std::string stats_path;          // co-activation statistics (load/save); empty: none
+  int max_speculative = 0;      // co-activation experts per layer; 0: n_expert_used
+  double min_confidence = 0.5;  // co-activation score needed to read speculatively
+  std::string stats_path;       // co-activation statistics (load/save); empty: none
   bool lock_resident = true;
   // (n_tensors, or empty: none) tensors a GPU holds and computes (the GPU tier's last
   // layers and head): neither loaded nor cached here, and their layers are neither
@@ -113,37 +113,37 @@ struct ExpertConfig {
 // One next-layer predictor's record. A prediction for a layer is scored when its router
 // runs (the router predictor's nearest guess only).
 struct PredictorStats {
-  uint64_t predicted = 0;          // experts predicted for a layer before its router ran
-  uint64_t correct = 0;            // of those, routed to
-  uint64_t routed = 0;             // distinct experts of layers that had a prediction
-  uint64_t reads = 0;              // speculative reads it asked for (a read both asked for counts in both)
-  uint64_t reads_used = 0;         // of those, routed to before eviction
-  uint64_t wasted_bytes = 0;       // of those, evicted unused (+ unused now)
+  uint64_t predicted = 0;   // experts predicted for a layer before its router ran
+  uint64_t correct = 0;     // of those, routed to
+  uint64_t routed = 0;      // distinct experts of layers that had a prediction
+  uint64_t reads = 0;       // speculative reads it asked for (a read both asked for counts in both)
+  uint64_t reads_used = 0;  // of those, routed to before eviction
+  uint64_t wasted_bytes = 0;  // of those, evicted unused (+ unused now)
   double precision() const { return predicted ? static_cast<double>(correct) / predicted : 0; }
   double recall() const { return routed ? static_cast<double>(correct) / routed : 0; }
 };
 
 struct StallStats {
-  uint64_t waits = 0;              // acquire_experts calls that had to wait
-  double seconds = 0;              // time waited
-  double read_seconds = 0;         // sum over those waits of submit-to-arrival time
+  uint64_t waits = 0;       // acquire_experts calls that had to wait
+  double seconds = 0;       // time waited
+  double read_seconds = 0;  // sum over those waits of submit-to-arrival time
 };
 
 struct ExpertStats {
-  uint64_t lookups = 0;            // distinct experts routed (one per expert per batch and layer)
-  uint64_t hits = 0;               // found in the cache (including speculatively read ones)
-  uint64_t misses = 0;             // demand reads
+  uint64_t lookups = 0;  // distinct experts routed (one per expert per batch and layer)
+  uint64_t hits = 0;     // found in the cache (including speculatively read ones)
+  uint64_t misses = 0;   // demand reads
   uint64_t speculative_reads = 0;
-  uint64_t speculative_used = 0;   // speculative reads later routed to
-  uint64_t wasted_bytes = 0;       // speculative reads evicted unused (+ unused now)
+  uint64_t speculative_used = 0;  // speculative reads later routed to
+  uint64_t wasted_bytes = 0;      // speculative reads evicted unused (+ unused now)
   uint64_t demand_bytes = 0, speculative_bytes = 0;
-  uint64_t bytes_read = 0;         // demand_bytes + speculative_bytes
-  PredictorStats coact, router;    // per predictor
+  uint64_t bytes_read = 0;       // demand_bytes + speculative_bytes
+  PredictorStats coact, router;  // per predictor
   // The router predictor's guesses by distance d (index d - 1): made from layer L - d's
   // hidden state for layer L, all top-k / only those reaching router_min_prob (scores only).
   std::array<PredictorStats, kMaxRouterLookahead> router_at{}, router_confident_at{};
-  uint64_t routed_tokens = 0;      // tokens through layer 0
-  double stall_seconds = 0;        // acquire_experts waiting for reads (= the two below)
+  uint64_t routed_tokens = 0;  // tokens through layer 0
+  double stall_seconds = 0;    // acquire_experts waiting for reads (= the two below)
   // The stall by what was waited for: a demand read (a miss), or a speculative read that
   // was routed to before it arrived; with how many waits, and the reads' ages (submit to
   // arrival) of those waits.
@@ -162,7 +162,8 @@ class ExpertProvider final : public model::WeightProvider {
   // `file` and `ledger` must outlive the provider. Errors: no stacked expert tensors, a
   // budget refusal (resident weights or cache slots), an unreadable file.
   static Result<std::unique_ptr<ExpertProvider>> create(const gguf::GgufFile& file,
-                                                        ExpertConfig config, tiers::MemoryLedger& ledger,
+                                                        ExpertConfig config,
+                                                        tiers::MemoryLedger& ledger,
                                                         const Progress& progress);
   ~ExpertProvider() override;
 
@@ -182,7 +183,9 @@ class ExpertProvider final : public model::WeightProvider {
   Status save_stats() const;  // to config.stats_path; ok when that is empty
 
   ExpertStats stats() const;
-  ExpertPredictor predictor() const { return config_.speculate ? config_.predictor : ExpertPredictor::kNone; }
+  ExpertPredictor predictor() const {
+    return config_.speculate ? config_.predictor : ExpertPredictor::kNone;
+  }
   int router_lookahead() const { return config_.router_lookahead; }
   uint32_t cache_experts() const { return static_cast<uint32_t>(slots_.size()); }
   uint64_t slot_bytes() const { return slot_bytes_; }
@@ -207,11 +210,11 @@ class ExpertProvider final : public model::WeightProvider {
   struct Slot {
     SlotState state = SlotState::kEmpty;
     bool pinned = false;
-    bool wanted = false;        // routed in the current batch, not yet acquired
-    bool speculative = false;   // read speculatively and not routed to since
-    uint8_t sources = 0;        // speculative: kFromCoact | kFromRouter
+    bool wanted = false;               // routed in the current batch, not yet acquired
+    bool speculative = false;          // read speculatively and not routed to since
+    uint8_t sources = 0;               // speculative: kFromCoact | kFromRouter
     bool read_as_speculative = false;  // the read in flight was started speculatively
-    uint64_t read_seq = 0;      // start order of the read (reads arrive in about this order)
+    uint64_t read_seq = 0;             // start order of the read (reads arrive in about this order)
     std::chrono::steady_clock::time_point submitted;
     std::vector<io::PendingRead> reads;
   };
@@ -224,7 +227,8 @@ class ExpertProvider final : public model::WeightProvider {
     uint64_t expert_bytes = 0;
   };
 
-  ExpertProvider(const gguf::GgufFile& file, tiers::MemoryLedger& ledger) : file_(file), ledger_(ledger) {}
+  ExpertProvider(const gguf::GgufFile& file, tiers::MemoryLedger& ledger)
+      : file_(file), ledger_(ledger) {}
   Status build_layout();
   void find_routers();
   Status load_resident(bool lock, const Progress& progress);
@@ -268,25 +272,26 @@ class ExpertProvider final : public model::WeightProvider {
   std::vector<Slot> slots_;
   std::unique_ptr<ExpertCache> cache_;
   std::unique_ptr<CoactivationStats> coact_;
-  std::vector<std::vector<int32_t>> coact_pred_;        // (n_layer): co-activation guess for it
-  std::vector<std::vector<int32_t>> router_pred_;       // (n_layer): nearest router guess for it
-  std::vector<std::vector<int32_t>> router_read_;       // (n_layer): of those, confident enough to read
+  std::vector<std::vector<int32_t>> coact_pred_;   // (n_layer): co-activation guess for it
+  std::vector<std::vector<int32_t>> router_pred_;  // (n_layer): nearest router guess for it
+  std::vector<std::vector<int32_t>> router_read_;  // (n_layer): of those, confident enough to read
   // [d - 1][layer]: the guess for `layer` made d layers before it, all / confident.
-  std::array<std::vector<std::vector<int32_t>>, kMaxRouterLookahead> router_at_, router_confident_at_;
-  std::vector<model::TensorId> routers_;                       // (n_layer): ffn_gate_inp, or -1
-  std::unique_ptr<compute::Context> router_ctx_;        // one thread: the router products
-  std::vector<float> router_logits_;                    // (kMaxPredictedRows, n_expert)
-  std::vector<int32_t> router_top_;                     // (kMaxPredictedRows, n_expert_used)
-  std::vector<std::vector<int32_t>> wanted_;            // (n_layer): routed, not yet started
-  std::vector<int> pinned_;                             // slots pinned, any layer
+  std::array<std::vector<std::vector<int32_t>>, kMaxRouterLookahead> router_at_,
+      router_confident_at_;
+  std::vector<model::TensorId> routers_;          // (n_layer): ffn_gate_inp, or -1
+  std::unique_ptr<compute::Context> router_ctx_;  // one thread: the router products
+  std::vector<float> router_logits_;              // (kMaxPredictedRows, n_expert)
+  std::vector<int32_t> router_top_;               // (kMaxPredictedRows, n_expert_used)
+  std::vector<std::vector<int32_t>> wanted_;      // (n_layer): routed, not yet started
+  std::vector<int> pinned_;                       // slots pinned, any layer
   std::vector<int32_t> distinct_, scratch_;
   RoutingTrace* trace_ = nullptr;
   uint32_t pass_ = 0;
   int last_routed_layer_ = -1;
-  int spec_in_flight_ = 0;                              // as of the last route(), plus those started
-  uint64_t reads_started_ = 0;                          // Slot::read_seq source
-  uint64_t resident_storage_bytes_ = 0;                 // Storage bytes of the resident load
-  uint64_t reference_storage_bytes_ = 0;                // Storage bytes of measure_io_only_bps
+  int spec_in_flight_ = 0;                // as of the last route(), plus those started
+  uint64_t reads_started_ = 0;            // Slot::read_seq source
+  uint64_t resident_storage_bytes_ = 0;   // Storage bytes of the resident load
+  uint64_t reference_storage_bytes_ = 0;  // Storage bytes of measure_io_only_bps
   ExpertStats stats_;
 };
 

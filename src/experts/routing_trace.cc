@@ -81,7 +81,8 @@ Result<RoutingTrace> RoutingTrace::read(const std::string& path) {
     const auto bad = [&](const std::string& why) {
       return invalid_argument(path + ":" + std::to_string(line_no) + ": " + why);
     };
-    if (!ls || r.layer < 0 || r.layer >= t.n_layer || r.n_tokens <= 0) return bad("bad record header");
+    if (!ls || r.layer < 0 || r.layer >= t.n_layer || r.n_tokens <= 0)
+      return bad("bad record header");
     r.selected.resize(static_cast<size_t>(r.n_tokens) * t.n_expert_used);
     for (int32_t& id : r.selected) {
       if (!(ls >> id) || id < 0 || id >= t.n_expert) return bad("bad or missing expert id");
@@ -122,8 +123,8 @@ RoutingTrace TraceGenerator::generate(int n_tokens) const {
   RoutingTrace trace{n_layer, n_expert, n_expert_used, {}};
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  const int n_hot = std::clamp(static_cast<int>(std::lround(hot_fraction * n_expert)),
-                               n_expert_used, n_expert);
+  const int n_hot =
+      std::clamp(static_cast<int>(std::lround(hot_fraction * n_expert)), n_expert_used, n_expert);
   std::vector<double> zipf(static_cast<size_t>(n_hot));
   for (int i = 0; i < n_hot; ++i) zipf[i] = 1.0 / std::pow(i + 1.0, zipf_s);
   std::discrete_distribution<int> popular(zipf.begin(), zipf.end());
@@ -135,7 +136,8 @@ RoutingTrace TraceGenerator::generate(int n_tokens) const {
     for (int l = 0; l < n_layer; ++l) {
       auto& h = history[l];
       recent.clear();
-      for (size_t j = 0; j + 1 < h.size(); ++j) recent.insert(recent.end(), h[j].begin(), h[j].end());
+      for (size_t j = 0; j + 1 < h.size(); ++j)
+        recent.insert(recent.end(), h[j].begin(), h[j].end());
       sel.clear();
       while (static_cast<int>(sel.size()) < n_expert_used) {
         const double r = unit(rng);
@@ -162,12 +164,13 @@ RoutingTrace TraceGenerator::generate(int n_tokens) const {
 std::vector<std::vector<double>> TraceGenerator::popularity() const {
   std::mt19937_64 rng(seed);
   const std::vector<std::vector<int32_t>> rank = layer_ranks(n_layer, n_expert, rng);
-  const int n_hot = std::clamp(static_cast<int>(std::lround(hot_fraction * n_expert)),
-                               n_expert_used, n_expert);
+  const int n_hot =
+      std::clamp(static_cast<int>(std::lround(hot_fraction * n_expert)), n_expert_used, n_expert);
   double total = 0;
   for (int i = 0; i < n_hot; ++i) total += 1.0 / std::pow(i + 1.0, zipf_s);
   const double share = std::max(0.0, 1.0 - p_previous - p_recent - p_cold);
-  std::vector<std::vector<double>> out(static_cast<size_t>(n_layer), std::vector<double>(n_expert, 0.0));
+  std::vector<std::vector<double>> out(static_cast<size_t>(n_layer),
+                                       std::vector<double>(n_expert, 0.0));
   for (int l = 0; l < n_layer; ++l) {
     for (int i = 0; i < n_hot; ++i) out[l][rank[l][i]] = share / std::pow(i + 1.0, zipf_s) / total;
   }
@@ -182,7 +185,8 @@ double TraceGenerator::slot_probability(uint64_t history, double popularity) con
   return previous + recent + p_cold / n_expert + popularity;
 }
 
-RoutingTrace uniform_trace(int n_layer, int n_expert, int n_expert_used, int n_tokens, uint64_t seed) {
+RoutingTrace uniform_trace(int n_layer, int n_expert, int n_expert_used, int n_tokens,
+                           uint64_t seed) {
   RoutingTrace trace{n_layer, n_expert, n_expert_used, {}};
   std::mt19937_64 rng(seed);
   std::vector<int32_t> sel;

@@ -39,10 +39,10 @@ struct RoutingTrace {
 
 // Locality of a trace, over each layer's sequence of per-token selections.
 struct TraceLocality {
-  double repeat_next = 0;    // fraction of a token's selections also selected at the previous token
-  double recur_within = 0;   // fraction also selected within the previous `window` tokens
+  double repeat_next = 0;   // fraction of a token's selections also selected at the previous token
+  double recur_within = 0;  // fraction also selected within the previous `window` tokens
   int window = 8;
-  uint64_t tokens = 0;       // tokens per layer
+  uint64_t tokens = 0;  // tokens per layer
 };
 TraceLocality measure_locality(const RoutingTrace& trace, int window = 8);
 
@@ -75,6 +75,7 @@ struct TraceGenerator {
 };
 
 // A trace with uniform random routing (what random-weight synthetic models show).
-RoutingTrace uniform_trace(int n_layer, int n_expert, int n_expert_used, int n_tokens, uint64_t seed);
+RoutingTrace uniform_trace(int n_layer, int n_expert, int n_expert_used, int n_tokens,
+                           uint64_t seed);
 
 }  // namespace hypura::experts

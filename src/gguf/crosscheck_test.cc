@@ -58,7 +58,9 @@ class CrossCheck : public ::testing::Test {
   fs::path dir_;
 };
 
-std::string quoted_path(const std::string& p) { return "'" + p + "'"; }
+std::string quoted_path(const std::string& p) {
+  return "'" + p + "'";
+}
 
 json value_json(const Value& v) {
   if (const auto* a = v.as_array()) {
@@ -100,7 +102,9 @@ json canonical(const GgufFile& f, bool with_data, bool with_offsets) {
       EXPECT_TRUE(f.read_tensor_data(t, bytes));
       sum = checksum(bytes);
     }
-    tensors.push_back({{"name", t.name}, {"type", type_name(t.type)}, {"ne", t.ne},
+    tensors.push_back({{"name", t.name},
+                       {"type", type_name(t.type)},
+                       {"ne", t.ne},
                        {"n_bytes", t.n_bytes},
                        {"offset", with_offsets ? json(t.offset) : json(nullptr)},
                        {"checksum", sum}});
@@ -193,8 +197,11 @@ TEST_F(CrossCheck, WeWriteGgufPyReads) {
     for (size_t d = 1; d < specs[i].ne.size(); ++d) rows *= specs[i].ne[d];
     std::vector<uint8_t> bytes(row_bytes(specs[i].type, specs[i].ne[0]) * rows);
     for (size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<uint8_t>(k * 31 + i * 7);
-    tensors.push_back({{"name", specs[i].name}, {"type", type_name(specs[i].type)},
-                       {"ne", specs[i].ne}, {"n_bytes", bytes.size()}, {"offset", nullptr},
+    tensors.push_back({{"name", specs[i].name},
+                       {"type", type_name(specs[i].type)},
+                       {"ne", specs[i].ne},
+                       {"n_bytes", bytes.size()},
+                       {"offset", nullptr},
                        {"checksum", checksum(bytes)}});
     data.push_back(std::move(bytes));
   }
@@ -231,8 +238,8 @@ std::vector<std::string> gguf_files(const std::string& dir) {
   for (const auto& e : fs::directory_iterator(dir)) {
     // Split parts after the first are covered by opening the first; links are duplicates.
     std::string name = e.path().filename().string();
-    bool later_part = name.find("-of-") != std::string::npos &&
-                      name.find("-00001-of-") == std::string::npos;
+    bool later_part =
+        name.find("-of-") != std::string::npos && name.find("-00001-of-") == std::string::npos;
     if (e.path().extension() == ".gguf" && !e.is_symlink() && !later_part) {
       files.push_back(e.path().string());
     }

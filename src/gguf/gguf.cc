@@ -24,6 +24,8 @@
 // bytes first; every count is bounded by the bytes it needs before anything is
 // reserved; every size computation uses checked arithmetic. See docs/GGUF.md for the
 // full list of rules and their error messages.
+#include "gguf/gguf.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -38,19 +40,17 @@
 #include <type_traits>
 #include <unordered_set>
 
-#include "gguf/gguf.h"
-
 static_assert(std::endian::native == std::endian::little, "GGUF parsing assumes little-endian");
 
 namespace hypura::gguf {
 
 // Limits on counts that real models stay far below; anything above is treated as hostile
 // because each entry costs memory out of proportion to its bytes in the file.
-constexpr int kMaxArrayDepth = 4;                  // arrays of arrays of ...
+constexpr int kMaxArrayDepth = 4;                    // arrays of arrays of ...
 constexpr uint64_t kMaxMetadataValues = 1ull << 22;  // all scalars + strings + arrays
 constexpr uint64_t kMaxKeyLength = 1ull << 16;
-constexpr uint64_t kMaxTensorNameLength = 63;      // ggml's GGML_MAX_NAME minus the NUL
-constexpr uint32_t kMaxDims = 4;                   // ggml's GGML_MAX_DIMS
+constexpr uint64_t kMaxTensorNameLength = 63;  // ggml's GGML_MAX_NAME minus the NUL
+constexpr uint32_t kMaxDims = 4;               // ggml's GGML_MAX_DIMS
 constexpr uint64_t kMaxAlignment = 1ull << 30;
 constexpr uint64_t kDefaultAlignment = 32;
 
@@ -151,17 +151,32 @@ class Cursor {
 // Smallest encoding of one value of a type; bounds array counts before reserving.
 uint64_t min_value_bytes(ValueType type) {
   switch (type) {
-    case ValueType::UINT8: case ValueType::INT8: case ValueType::BOOL: return 1;
-    case ValueType::UINT16: case ValueType::INT16: return 2;
-    case ValueType::UINT32: case ValueType::INT32: case ValueType::FLOAT32: return 4;
-    case ValueType::UINT64: case ValueType::INT64: case ValueType::FLOAT64: return 8;
-    case ValueType::STRING: return 8;   // the length
-    case ValueType::ARRAY: return 12;   // element type + count
+    case ValueType::UINT8:
+    case ValueType::INT8:
+    case ValueType::BOOL:
+      return 1;
+    case ValueType::UINT16:
+    case ValueType::INT16:
+      return 2;
+    case ValueType::UINT32:
+    case ValueType::INT32:
+    case ValueType::FLOAT32:
+      return 4;
+    case ValueType::UINT64:
+    case ValueType::INT64:
+    case ValueType::FLOAT64:
+      return 8;
+    case ValueType::STRING:
+      return 8;  // the length
+    case ValueType::ARRAY:
+      return 12;  // element type + count
   }
   return 1;
 }
 
-bool known_value_type(uint32_t t) { return t <= static_cast<uint32_t>(ValueType::FLOAT64); }
+bool known_value_type(uint32_t t) {
+  return t <= static_cast<uint32_t>(ValueType::FLOAT64);
+}
 
 // One file's parse state. Produces version, alignment, metadata and tensor infos.
 class Parser {
@@ -205,8 +220,8 @@ Status Parser::parse_header() {
     std::string hint = (version_ & 0xffff) == 0 ? " (a big-endian file? only little-endian is "
                                                   "supported)"
                                                 : "";
-    return unsupported(cat("unsupported GGUF version ", version_, " at offset 4 (supported: 2, 3)",
-                           hint));
+    return unsupported(
+        cat("unsupported GGUF version ", version_, " at offset 4 (supported: 2, 3)", hint));
   }
   HYPURA_RETURN_IF_ERROR(cur_.read(&n_tensors_, "tensor count"));
   HYPURA_RETURN_IF_ERROR(cur_.read(&n_kv_, "metadata count"));
@@ -237,16 +252,26 @@ Status Parser::parse_scalar(ValueType type, Value* out) {
   auto as_i = [&](auto v) { out->data = static_cast<int64_t>(v); };
   auto as_f = [&](auto v) { out->data = static_cast<double>(v); };
   switch (type) {
-    case ValueType::UINT8: return read_as(static_cast<uint8_t*>(nullptr), as_u);
-    case ValueType::INT8: return read_as(static_cast<int8_t*>(nullptr), as_i);
-    case ValueType::UINT16: return read_as(static_cast<uint16_t*>(nullptr), as_u);
-    case ValueType::INT16: return read_as(static_cast<int16_t*>(nullptr), as_i);
-    case ValueType::UINT32: return read_as(static_cast<uint32_t*>(nullptr), as_u);
-    case ValueType::INT32: return read_as(static_cast<int32_t*>(nullptr), as_i);
-    case ValueType::UINT64: return read_as(static_cast<uint64_t*>(nullptr), as_u);
-    case ValueType::INT64: return read_as(static_cast<int64_t*>(nullptr), as_i);
-    case ValueType::FLOAT32: return read_as(static_cast<float*>(nullptr), as_f);
-    case ValueType::FLOAT64: return read_as(static_cast<double*>(nullptr), as_f);
+    case ValueType::UINT8:
+      return read_as(static_cast<uint8_t*>(nullptr), as_u);
+    case ValueType::INT8:
+      return read_as(static_cast<int8_t*>(nullptr), as_i);
+    case ValueType::UINT16:
+      return read_as(static_cast<uint16_t*>(nullptr), as_u);
+    case ValueType::INT16:
+      return read_as(static_cast<int16_t*>(nullptr), as_i);
+    case ValueType::UINT32:
+      return read_as(static_cast<uint32_t*>(nullptr), as_u);
+    case ValueType::INT32:
+      return read_as(static_cast<int32_t*>(nullptr), as_i);
+    case ValueType::UINT64:
+      return read_as(static_cast<uint64_t*>(nullptr), as_u);
+    case ValueType::INT64:
+      return read_as(static_cast<int64_t*>(nullptr), as_i);
+    case ValueType::FLOAT32:
+      return read_as(static_cast<float*>(nullptr), as_f);
+    case ValueType::FLOAT64:
+      return read_as(static_cast<double*>(nullptr), as_f);
     case ValueType::BOOL: {
       uint64_t at = cur_.pos();
       uint8_t b = 0;
@@ -262,8 +287,8 @@ Status Parser::parse_scalar(ValueType type, Value* out) {
 
 Status Parser::parse_value(ValueType type, int depth, const std::string& key, Value* out) {
   if (++n_values_ > kMaxMetadataValues) {
-    return corrupt(cat("metadata ", quote_name(key), " at offset ", cur_.pos(),
-                       ": more than ", kMaxMetadataValues, " metadata values in the file"));
+    return corrupt(cat("metadata ", quote_name(key), " at offset ", cur_.pos(), ": more than ",
+                       kMaxMetadataValues, " metadata values in the file"));
   }
   out->type = type;
   if (type == ValueType::STRING) {
@@ -372,8 +397,8 @@ Status Parser::check_tensor_shape(const TensorInfo& t, uint64_t at, uint64_t* n_
   }
   uint64_t blocks = n / static_cast<uint64_t>(traits.block_size);
   if (!checked_mul(blocks, static_cast<uint64_t>(traits.type_size), n_bytes)) {
-    return corrupt(cat("tensor ", quote_name(t.name), " at offset ", at,
-                       ": byte size overflows 64 bits"));
+    return corrupt(
+        cat("tensor ", quote_name(t.name), " at offset ", at, ": byte size overflows 64 bits"));
   }
   return Status::ok();
 }
@@ -432,9 +457,9 @@ Status Parser::parse_tensor_infos() {
   }
   data_offset_ = padded / alignment_ * alignment_;
   if (data_offset_ > cur_.size() && !tensors_.empty()) {
-    return corrupt(cat("tensor data section at offset ", data_offset_,
-                       " (header end ", header_end, " aligned to ", alignment_,
-                       ") starts past end of file (size ", cur_.size(), ")"));
+    return corrupt(cat("tensor data section at offset ", data_offset_, " (header end ", header_end,
+                       " aligned to ", alignment_, ") starts past end of file (size ", cur_.size(),
+                       ")"));
   }
   return Status::ok();
 }
@@ -653,8 +678,8 @@ Status GgufFile::read_tensor_data(const TensorInfo& tensor, std::span<uint8_t> o
   if (fd < 0) return io_error(path + ": cannot open: " + std::strerror(errno));
   uint64_t done = 0;
   while (done < out.size()) {
-    ssize_t n = pread(fd, out.data() + done, out.size() - done,
-                      static_cast<off_t>(tensor.offset + done));
+    ssize_t n =
+        pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(tensor.offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       std::string why = n == 0 ? "unexpected end of file" : std::strerror(errno);

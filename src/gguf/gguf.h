@@ -28,17 +28,46 @@ namespace hypura::gguf {
 
 // ggml tensor type ids as stored in GGUF (ggml.h numbering; gaps are retired ids).
 enum class GgmlType : uint32_t {
-  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
-  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
-  IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22,
-  IQ4_XS = 23, I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30,
-  TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39, NVFP4 = 40, Q1_0 = 41,
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q8_1 = 9,
+  Q2_K = 10,
+  Q3_K = 11,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  Q8_K = 15,
+  IQ2_XXS = 16,
+  IQ2_XS = 17,
+  IQ3_XXS = 18,
+  IQ1_S = 19,
+  IQ4_NL = 20,
+  IQ3_S = 21,
+  IQ2_S = 22,
+  IQ4_XS = 23,
+  I8 = 24,
+  I16 = 25,
+  I32 = 26,
+  I64 = 27,
+  F64 = 28,
+  IQ1_M = 29,
+  BF16 = 30,
+  TQ1_0 = 34,
+  TQ2_0 = 35,
+  MXFP4 = 39,
+  NVFP4 = 40,
+  Q1_0 = 41,
 };
 
 struct TypeTraits {
-  const char* name;     // "Q4_K"
-  int64_t block_size;   // elements per block
-  int64_t type_size;    // bytes per block
+  const char* name;    // "Q4_K"
+  int64_t block_size;  // elements per block
+  int64_t type_size;   // bytes per block
 };
 
 // Traits of a type id, or nullptr when the id is not a known ggml type.
@@ -50,8 +79,19 @@ uint64_t row_bytes(GgmlType type, int64_t n);
 
 // Metadata value types (GGUF numbering).
 enum class ValueType : uint32_t {
-  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6,
-  BOOL = 7, STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+  UINT8 = 0,
+  INT8 = 1,
+  UINT16 = 2,
+  INT16 = 3,
+  UINT32 = 4,
+  INT32 = 5,
+  FLOAT32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  UINT64 = 10,
+  INT64 = 11,
+  FLOAT64 = 12,
 };
 const char* value_type_name(ValueType type);
 
@@ -62,11 +102,11 @@ struct Value {
   ValueType array_type = ValueType::UINT8;  // element type when type == ARRAY
   std::variant<uint64_t, int64_t, double, bool, std::string, std::vector<Value>> data;
 
-  std::optional<uint64_t> as_u64() const;   // any integer type holding a value >= 0
-  std::optional<int64_t> as_i64() const;    // any integer type that fits
-  std::optional<double> as_f64() const;     // any numeric type
+  std::optional<uint64_t> as_u64() const;  // any integer type holding a value >= 0
+  std::optional<int64_t> as_i64() const;   // any integer type that fits
+  std::optional<double> as_f64() const;    // any numeric type
   std::optional<bool> as_bool() const;
-  const std::string* as_string() const;     // nullptr unless STRING
+  const std::string* as_string() const;        // nullptr unless STRING
   const std::vector<Value>* as_array() const;  // nullptr unless ARRAY
 
   // Same stored type(s) and value. array_type is UINT8 on non-arrays from the reader.
@@ -96,10 +136,10 @@ class Metadata {
 struct TensorInfo {
   std::string name;
   GgmlType type = GgmlType::F32;
-  std::vector<int64_t> ne;   // ggml order: ne[0] is the row length (contiguous)
-  uint32_t file_index = 0;   // which split file holds the data
-  uint64_t offset = 0;       // absolute byte offset of the data in that file
-  uint64_t n_bytes = 0;      // size of the data
+  std::vector<int64_t> ne;  // ggml order: ne[0] is the row length (contiguous)
+  uint32_t file_index = 0;  // which split file holds the data
+  uint64_t offset = 0;      // absolute byte offset of the data in that file
+  uint64_t n_bytes = 0;     // size of the data
 
   int64_t n_elements() const;
   int64_t n_rows() const;  // product of ne[1..]
@@ -138,7 +178,7 @@ class GgufFile {
   std::vector<TensorInfo> tensors_;
   std::vector<std::string> paths_;
   std::vector<uint64_t> file_sizes_;
-  std::vector<uint64_t> data_offsets_;  // per split file
+  std::vector<uint64_t> data_offsets_;                       // per split file
   std::map<std::string, size_t, std::less<>> tensor_index_;  // name -> position in tensors_
 
   friend struct GgufFileBuilder;  // gguf.cc: fills the fields while parsing

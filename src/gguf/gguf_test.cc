@@ -132,8 +132,8 @@ TEST(GoldenModels, TensorDataReadable) {
   const TensorInfo* norm = f->find_tensor("blk.0.attn_norm.weight");
   ASSERT_NE(norm, nullptr);
   std::vector<float> w(norm->n_elements());
-  ASSERT_TRUE(f->read_tensor_data(
-      *norm, {reinterpret_cast<uint8_t*>(w.data()), w.size() * sizeof(float)}));
+  ASSERT_TRUE(
+      f->read_tensor_data(*norm, {reinterpret_cast<uint8_t*>(w.data()), w.size() * sizeof(float)}));
   // Norm weights are 1 + N(0, 0.1^2) (golden/README.md): the mean is near 1.
   double mean = 0;
   for (float x : w) mean += x;

@@ -60,8 +60,8 @@ TEST(HostileCorpus, EveryFileIsListed) {
     if (entry.path().extension() != ".gguf") continue;
     ++n_files;
     std::string name = entry.path().filename().string();
-    EXPECT_TRUE(std::any_of(cases.begin(), cases.end(),
-                            [&](const auto& c) { return c.first == name; }))
+    EXPECT_TRUE(
+        std::any_of(cases.begin(), cases.end(), [&](const auto& c) { return c.first == name; }))
         << name << " has no line in expected.tsv";
   }
   EXPECT_EQ(n_files, cases.size());
@@ -105,7 +105,8 @@ bool parse_fails_cleanly_within(const std::vector<uint8_t>& bytes, uint64_t byte
   setrlimit(RLIMIT_AS, &limit);
   auto r = GgufFile::parse(bytes, "big");
   return !r.is_ok() &&
-         r.status().message().find("30000000 elements: more than 4194304 metadata values") != std::string::npos;
+         r.status().message().find("30000000 elements: more than 4194304 metadata values") !=
+             std::string::npos;
 }
 
 // Issue 14: a 30M-element u8 array (30 MB of file) made the reader reserve 30M 48-byte
@@ -117,7 +118,7 @@ TEST(HostileCorpus, HugeArrayFailsWithinOneGiB) {
 #endif
   const std::vector<uint8_t> bytes = big_u8_array_file(30'000'000);
   EXPECT_EXIT(std::exit(parse_fails_cleanly_within(bytes, 1ull << 30) ? 0 : 1),
-      ::testing::ExitedWithCode(0), "");
+              ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

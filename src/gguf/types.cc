@@ -13,48 +13,48 @@ namespace {
 // bytes per block follow ggml's block structs (ggml-common.h).
 constexpr int kNumTypeIds = 42;
 constexpr std::array<TypeTraits, kNumTypeIds> kTypeTraits = {{
-    {"F32", 1, 4},        // 0
-    {"F16", 1, 2},        // 1
-    {"Q4_0", 32, 18},     // 2
-    {"Q4_1", 32, 20},     // 3
-    {nullptr, 0, 0},      // 4: Q4_2, retired
-    {nullptr, 0, 0},      // 5: Q4_3, retired
-    {"Q5_0", 32, 22},     // 6
-    {"Q5_1", 32, 24},     // 7
-    {"Q8_0", 32, 34},     // 8
-    {"Q8_1", 32, 36},     // 9: fp16 d and s + 32 int8 (gguf-py still says 40: stale)
-    {"Q2_K", 256, 84},    // 10
-    {"Q3_K", 256, 110},   // 11
-    {"Q4_K", 256, 144},   // 12
-    {"Q5_K", 256, 176},   // 13
-    {"Q6_K", 256, 210},   // 14
-    {"Q8_K", 256, 292},   // 15
-    {"IQ2_XXS", 256, 66}, // 16
-    {"IQ2_XS", 256, 74},  // 17
-    {"IQ3_XXS", 256, 98}, // 18
-    {"IQ1_S", 256, 50},   // 19
-    {"IQ4_NL", 32, 18},   // 20
-    {"IQ3_S", 256, 110},  // 21
-    {"IQ2_S", 256, 82},   // 22
-    {"IQ4_XS", 256, 136}, // 23
-    {"I8", 1, 1},         // 24
-    {"I16", 1, 2},        // 25
-    {"I32", 1, 4},        // 26
-    {"I64", 1, 8},        // 27
-    {"F64", 1, 8},        // 28
-    {"IQ1_M", 256, 56},   // 29
-    {"BF16", 1, 2},       // 30
-    {nullptr, 0, 0},      // 31: Q4_0_4_4, retired (repacking is done at load time now)
-    {nullptr, 0, 0},      // 32: Q4_0_4_8, retired
-    {nullptr, 0, 0},      // 33: Q4_0_8_8, retired
-    {"TQ1_0", 256, 54},   // 34
-    {"TQ2_0", 256, 66},   // 35
-    {nullptr, 0, 0},      // 36: IQ4_NL_4_4, retired
-    {nullptr, 0, 0},      // 37: IQ4_NL_4_8, retired
-    {nullptr, 0, 0},      // 38: IQ4_NL_8_8, retired
-    {"MXFP4", 32, 17},    // 39
-    {"NVFP4", 64, 36},    // 40
-    {"Q1_0", 128, 18},    // 41
+    {"F32", 1, 4},         // 0
+    {"F16", 1, 2},         // 1
+    {"Q4_0", 32, 18},      // 2
+    {"Q4_1", 32, 20},      // 3
+    {nullptr, 0, 0},       // 4: Q4_2, retired
+    {nullptr, 0, 0},       // 5: Q4_3, retired
+    {"Q5_0", 32, 22},      // 6
+    {"Q5_1", 32, 24},      // 7
+    {"Q8_0", 32, 34},      // 8
+    {"Q8_1", 32, 36},      // 9: fp16 d and s + 32 int8 (gguf-py still says 40: stale)
+    {"Q2_K", 256, 84},     // 10
+    {"Q3_K", 256, 110},    // 11
+    {"Q4_K", 256, 144},    // 12
+    {"Q5_K", 256, 176},    // 13
+    {"Q6_K", 256, 210},    // 14
+    {"Q8_K", 256, 292},    // 15
+    {"IQ2_XXS", 256, 66},  // 16
+    {"IQ2_XS", 256, 74},   // 17
+    {"IQ3_XXS", 256, 98},  // 18
+    {"IQ1_S", 256, 50},    // 19
+    {"IQ4_NL", 32, 18},    // 20
+    {"IQ3_S", 256, 110},   // 21
+    {"IQ2_S", 256, 82},    // 22
+    {"IQ4_XS", 256, 136},  // 23
+    {"I8", 1, 1},          // 24
+    {"I16", 1, 2},         // 25
+    {"I32", 1, 4},         // 26
+    {"I64", 1, 8},         // 27
+    {"F64", 1, 8},         // 28
+    {"IQ1_M", 256, 56},    // 29
+    {"BF16", 1, 2},        // 30
+    {nullptr, 0, 0},       // 31: Q4_0_4_4, retired (repacking is done at load time now)
+    {nullptr, 0, 0},       // 32: Q4_0_4_8, retired
+    {nullptr, 0, 0},       // 33: Q4_0_8_8, retired
+    {"TQ1_0", 256, 54},    // 34
+    {"TQ2_0", 256, 66},    // 35
+    {nullptr, 0, 0},       // 36: IQ4_NL_4_4, retired
+    {nullptr, 0, 0},       // 37: IQ4_NL_4_8, retired
+    {nullptr, 0, 0},       // 38: IQ4_NL_8_8, retired
+    {"MXFP4", 32, 17},     // 39
+    {"NVFP4", 64, 36},     // 40
+    {"Q1_0", 128, 18},     // 41
 }};
 
 constexpr std::array<const char*, 13> kValueTypeNames = {
@@ -121,7 +121,9 @@ std::optional<bool> Value::as_bool() const {
   return std::nullopt;
 }
 
-const std::string* Value::as_string() const { return std::get_if<std::string>(&data); }
+const std::string* Value::as_string() const {
+  return std::get_if<std::string>(&data);
+}
 
 const std::vector<Value>* Value::as_array() const {
   return std::get_if<std::vector<Value>>(&data);

@@ -12,7 +12,9 @@
 namespace hypura::gguf {
 namespace {
 
-uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+uint64_t align_up(uint64_t x, uint64_t a) {
+  return (x + a - 1) / a * a;
+}
 
 // Little-endian byte sink for the header (a few MB at most, with tokenizer arrays).
 class HeaderBuffer {
@@ -54,19 +56,45 @@ void put_array(HeaderBuffer& out, const Value& v) {
 // Writes the value without its type tag (array elements carry none).
 void put_value_body(HeaderBuffer& out, const Value& v) {
   switch (v.type) {
-    case ValueType::UINT8: out.put<uint8_t>(static_cast<uint8_t>(*v.as_u64())); break;
-    case ValueType::INT8: out.put<int8_t>(static_cast<int8_t>(*v.as_i64())); break;
-    case ValueType::UINT16: out.put<uint16_t>(static_cast<uint16_t>(*v.as_u64())); break;
-    case ValueType::INT16: out.put<int16_t>(static_cast<int16_t>(*v.as_i64())); break;
-    case ValueType::UINT32: out.put<uint32_t>(static_cast<uint32_t>(*v.as_u64())); break;
-    case ValueType::INT32: out.put<int32_t>(static_cast<int32_t>(*v.as_i64())); break;
-    case ValueType::UINT64: out.put<uint64_t>(*v.as_u64()); break;
-    case ValueType::INT64: out.put<int64_t>(*v.as_i64()); break;
-    case ValueType::FLOAT32: out.put<float>(static_cast<float>(*v.as_f64())); break;
-    case ValueType::FLOAT64: out.put<double>(*v.as_f64()); break;
-    case ValueType::BOOL: out.put<uint8_t>(*v.as_bool() ? 1 : 0); break;
-    case ValueType::STRING: out.put_string(*v.as_string()); break;
-    case ValueType::ARRAY: put_array(out, v); break;
+    case ValueType::UINT8:
+      out.put<uint8_t>(static_cast<uint8_t>(*v.as_u64()));
+      break;
+    case ValueType::INT8:
+      out.put<int8_t>(static_cast<int8_t>(*v.as_i64()));
+      break;
+    case ValueType::UINT16:
+      out.put<uint16_t>(static_cast<uint16_t>(*v.as_u64()));
+      break;
+    case ValueType::INT16:
+      out.put<int16_t>(static_cast<int16_t>(*v.as_i64()));
+      break;
+    case ValueType::UINT32:
+      out.put<uint32_t>(static_cast<uint32_t>(*v.as_u64()));
+      break;
+    case ValueType::INT32:
+      out.put<int32_t>(static_cast<int32_t>(*v.as_i64()));
+      break;
+    case ValueType::UINT64:
+      out.put<uint64_t>(*v.as_u64());
+      break;
+    case ValueType::INT64:
+      out.put<int64_t>(*v.as_i64());
+      break;
+    case ValueType::FLOAT32:
+      out.put<float>(static_cast<float>(*v.as_f64()));
+      break;
+    case ValueType::FLOAT64:
+      out.put<double>(*v.as_f64());
+      break;
+    case ValueType::BOOL:
+      out.put<uint8_t>(*v.as_bool() ? 1 : 0);
+      break;
+    case ValueType::STRING:
+      out.put_string(*v.as_string());
+      break;
+    case ValueType::ARRAY:
+      put_array(out, v);
+      break;
   }
 }
 
@@ -174,8 +202,8 @@ Status GgufWriter::write(const std::string& path, const Fill& fill, uint64_t chu
     std::vector<uint8_t> header = serialize_header(metadata_, alignment_, tensors_);
     HYPURA_RETURN_IF_ERROR(write_all(fd, header.data(), header.size(), path));
     // One reusable chunk buffer: memory stays constant whatever the file size.
-    std::vector<uint8_t> chunk(std::min<uint64_t>(chunk_bytes, std::max<uint64_t>(
-                                                                   data_bytes(), 1)));
+    std::vector<uint8_t> chunk(
+        std::min<uint64_t>(chunk_bytes, std::max<uint64_t>(data_bytes(), 1)));
     const uint64_t total = data_bytes();
     uint64_t written = 0;
     for (size_t i = 0; i < tensors_.size(); ++i) {

@@ -37,8 +37,8 @@ std::vector<uint8_t> read_file(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-Value scalar(ValueType t, std::variant<uint64_t, int64_t, double, bool, std::string,
-                                       std::vector<Value>> d) {
+Value scalar(ValueType t,
+             std::variant<uint64_t, int64_t, double, bool, std::string, std::vector<Value>> d) {
   return Value{t, ValueType::UINT8, std::move(d)};
 }
 
@@ -168,7 +168,8 @@ TEST(Writer, StreamsInBoundedChunksInOrder) {
         for (size_t k = 0; k < out.size(); ++k) out[k] = pattern(i, o + k);
         return Status::ok();
       },
-      /*chunk_bytes=*/4096, [&](uint64_t done, uint64_t total) {
+      /*chunk_bytes=*/4096,
+      [&](uint64_t done, uint64_t total) {
         EXPECT_GE(done, last_done);
         EXPECT_LE(done, total);
         last_done = done;
@@ -192,9 +193,12 @@ TEST(Writer, FillErrorRemovesFile) {
   GgufWriter w;
   w.add_tensor("x", GgmlType::F32, {4096});
   std::string path = dir.file("fail.gguf");
-  Status st = w.write(path, [](size_t, uint64_t o, std::span<uint8_t>) {
-    return o > 0 ? io_error("disk on fire") : Status::ok();
-  }, 1024);
+  Status st = w.write(
+      path,
+      [](size_t, uint64_t o, std::span<uint8_t>) {
+        return o > 0 ? io_error("disk on fire") : Status::ok();
+      },
+      1024);
   EXPECT_FALSE(st.is_ok());
   EXPECT_EQ(st.message(), "disk on fire");
   EXPECT_FALSE(fs::exists(path));

@@ -22,7 +22,15 @@ enum ObjectPhase : uint8_t {
 enum ArrayPhase : uint8_t { kArrOpen, kArrFirst, kArrValue, kArrAfter, kArrNext };
 enum StringPhase : uint8_t { kStrOpen, kStrIn };
 enum NumberPhase : uint8_t {
-  kNumStart, kNumMinus, kNumZero, kNumInt, kNumDot, kNumFrac, kNumExp, kNumExpSign, kNumExpDigits
+  kNumStart,
+  kNumMinus,
+  kNumZero,
+  kNumInt,
+  kNumDot,
+  kNumFrac,
+  kNumExp,
+  kNumExpSign,
+  kNumExpDigits
 };
 
 constexpr uint32_t kAdditionalKey = UINT32_MAX;  // a key that names no property
@@ -77,16 +85,25 @@ Frame value_frame(const Grammar& g, int32_t node) {
   f.node = node;
   const Node& n = g.nodes[node];
   switch (n.kind) {
-    case NodeKind::kObject: f.type = FrameType::kObject; break;
-    case NodeKind::kArray: f.type = FrameType::kArray; break;
-    case NodeKind::kString: f.type = FrameType::kString; break;
+    case NodeKind::kObject:
+      f.type = FrameType::kObject;
+      break;
+    case NodeKind::kArray:
+      f.type = FrameType::kArray;
+      break;
+    case NodeKind::kString:
+      f.type = FrameType::kString;
+      break;
     case NodeKind::kNumber:
-    case NodeKind::kInteger: f.type = FrameType::kNumber; break;
+    case NodeKind::kInteger:
+      f.type = FrameType::kNumber;
+      break;
     case NodeKind::kLiteral:
       f.type = FrameType::kLiteral;
       f.hi = static_cast<uint32_t>(n.literals.size());
       break;
-    case NodeKind::kUnion: break;  // never a frame: its alternatives are
+    case NodeKind::kUnion:
+      break;  // never a frame: its alternatives are
   }
   return f;
 }
@@ -111,7 +128,8 @@ uint64_t all_props(const Node& n) {
 }
 
 bool key_possible(const Grammar& g, const Frame& obj, int at) {
-  return (all_props(g.nodes[obj.node]) & ~blocked_props(g, obj, at)) != 0 || free_key_fits(g, obj, at);
+  return (all_props(g.nodes[obj.node]) & ~blocked_props(g, obj, at)) != 0 ||
+         free_key_fits(g, obj, at);
 }
 
 // Pushes the frame of an object key (the opening quote was just read).
@@ -140,9 +158,13 @@ std::optional<Act> open_or_ws(Frame& f, int c, char open, uint8_t open_phase, ui
     return Act::kConsumed;
   }
   switch (take_ws(f.ws, c)) {
-    case Ws::kTaken: return Act::kConsumed;
-    case Ws::kReject: return Act::kReject;
-    case Ws::kNotWs: f.ws = 0; break;
+    case Ws::kTaken:
+      return Act::kConsumed;
+    case Ws::kReject:
+      return Act::kReject;
+    case Ws::kNotWs:
+      f.ws = 0;
+      break;
   }
   return std::nullopt;
 }
@@ -190,14 +212,15 @@ Act feed_key(const Grammar& g, Frame& f, int c) {
   const bool is_free = f.flags != 0;
   if (r == StrStep::kClose) {
     if (f.lo < f.hi && n.prop_names[f.lo].size() == f.count) {  // names exactly a property
-      if ((f.mask >> f.lo) & 1) return Act::kReject;               // used, or too deep
-      return Act::kPopConsumed;                                    // f.lo: the property
+      if ((f.mask >> f.lo) & 1) return Act::kReject;            // used, or too deep
+      return Act::kPopConsumed;                                 // f.lo: the property
     }
     if (!is_free) return Act::kReject;
     f.lo = kAdditionalKey;
     return Act::kPopConsumed;
   }
-  if (static_cast<StrSub>(f.sub) == StrSub::kNormal && c == '\\') f.flags = 0;  // free keys have no escapes
+  if (static_cast<StrSub>(f.sub) == StrSub::kNormal && c == '\\')
+    f.flags = 0;  // free keys have no escapes
   f.sub = static_cast<uint8_t>(sub);
   // Names sharing the f.count bytes read so far are [lo, hi); keep those going on with c.
   uint32_t lo = f.lo;
@@ -255,13 +278,16 @@ Act feed_string(const Grammar& g, Frame& f, int c) {
   const Node& n = g.nodes[f.node];
   StrSub sub = static_cast<StrSub>(f.sub);
   switch (str_step(sub, static_cast<uint8_t>(c))) {
-    case StrStep::kReject: return Act::kReject;
-    case StrStep::kClose: return f.count >= n.min_length ? Act::kPopConsumed : Act::kReject;
+    case StrStep::kReject:
+      return Act::kReject;
+    case StrStep::kClose:
+      return f.count >= n.min_length ? Act::kPopConsumed : Act::kReject;
     case StrStep::kStart:
       if (f.count >= n.max_length) return Act::kReject;
       ++f.count;
       break;
-    case StrStep::kMore: break;
+    case StrStep::kMore:
+      break;
   }
   f.sub = static_cast<uint8_t>(sub);
   return Act::kConsumed;
@@ -359,13 +385,20 @@ Act feed_root(const Grammar& g, Frame& f, int c, int32_t* start_node) {
 Act feed_top(const Grammar& g, Stack& s, int c, int32_t* start_node) {
   Frame& f = s.top();
   switch (f.type) {
-    case FrameType::kRoot: return feed_root(g, f, c, start_node);
-    case FrameType::kObject: return c == kEndOfInput ? Act::kReject : feed_object(g, s, c, start_node);
-    case FrameType::kKey: return feed_key(g, f, c);
-    case FrameType::kArray: return feed_array(g, s, c, start_node);
-    case FrameType::kString: return feed_string(g, f, c);
-    case FrameType::kNumber: return feed_number(g, f, c);
-    case FrameType::kLiteral: return feed_literal(g, f, c);
+    case FrameType::kRoot:
+      return feed_root(g, f, c, start_node);
+    case FrameType::kObject:
+      return c == kEndOfInput ? Act::kReject : feed_object(g, s, c, start_node);
+    case FrameType::kKey:
+      return feed_key(g, f, c);
+    case FrameType::kArray:
+      return feed_array(g, s, c, start_node);
+    case FrameType::kString:
+      return feed_string(g, f, c);
+    case FrameType::kNumber:
+      return feed_number(g, f, c);
+    case FrameType::kLiteral:
+      return feed_literal(g, f, c);
   }
   return Act::kReject;
 }
@@ -404,8 +437,10 @@ Fed feed(const Grammar& g, Stack& s, int c, int32_t* fork_node) {
     int32_t node = kNoNode;
     const Act a = feed_top(g, s, c, &node);
     switch (a) {
-      case Act::kReject: return Fed::kReject;
-      case Act::kConsumed: return Fed::kOk;
+      case Act::kReject:
+        return Fed::kReject;
+      case Act::kConsumed:
+        return Fed::kOk;
       case Act::kPopRefeed:
       case Act::kPopConsumed:
         --s.n;  // the root never pops, so a parent is there

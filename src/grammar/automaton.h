@@ -24,9 +24,9 @@
 
 namespace hypura::grammar {
 
-inline constexpr int kMaxThreads = 16;      // alternatives alive at once (more are dropped)
-inline constexpr int kMaxFrames = 256;      // frames of all threads of a State together
-inline constexpr int kEndOfInput = 256;     // the "byte" that asks whether the document is whole
+inline constexpr int kMaxThreads = 16;   // alternatives alive at once (more are dropped)
+inline constexpr int kMaxFrames = 256;   // frames of all threads of a State together
+inline constexpr int kEndOfInput = 256;  // the "byte" that asks whether the document is whole
 
 enum class FrameType : uint8_t { kRoot, kObject, kKey, kArray, kString, kNumber, kLiteral };
 
@@ -34,15 +34,15 @@ enum class FrameType : uint8_t { kRoot, kObject, kKey, kArray, kString, kNumber,
 struct Frame {
   int32_t node = kNoNode;  // Grammar::nodes index (kKey: the object's node)
   FrameType type = FrameType::kRoot;
-  uint8_t phase = 0;       // where in the value (per type, automaton.cc)
-  uint8_t sub = 0;         // StrSub inside strings and keys
-  uint8_t ws = 0;          // the whitespace run so far (0: none)
-  uint32_t count = 0;      // array items; string characters; key/literal byte position;
-                           // number integer digits
-  uint32_t lo = 0;         // key/literal candidates [lo, hi); object: the pending property;
-  uint32_t hi = 0;         // number: fraction and exponent digits
-  uint32_t flags = 0;      // key: free (not a named property) still possible
-  uint64_t mask = 0;       // object: properties used; key: properties it cannot be
+  uint8_t phase = 0;   // where in the value (per type, automaton.cc)
+  uint8_t sub = 0;     // StrSub inside strings and keys
+  uint8_t ws = 0;      // the whitespace run so far (0: none)
+  uint32_t count = 0;  // array items; string characters; key/literal byte position;
+                       // number integer digits
+  uint32_t lo = 0;     // key/literal candidates [lo, hi); object: the pending property;
+  uint32_t hi = 0;     // number: fraction and exponent digits
+  uint32_t flags = 0;  // key: free (not a named property) still possible
+  uint64_t mask = 0;   // object: properties used; key: properties it cannot be
 };
 static_assert(sizeof(Frame) == 32, "Frame must have no padding (threads compare with memcmp)");
 
@@ -78,8 +78,8 @@ bool step_bytes(const Grammar& g, const State& s, std::string_view bytes, State*
 // that may name no property), for the vocabulary fast path (token_mask.h).
 struct StringTop {
   StrSub sub = StrSub::kNormal;
-  bool key = false;          // a key: free keys take no backslash escape
-  uint32_t room = 0;         // characters the string may still start (kUnbounded: any)
+  bool key = false;   // a key: free keys take no backslash escape
+  uint32_t room = 0;  // characters the string may still start (kUnbounded: any)
 };
 // Fills one StringTop per thread; false when some thread's top is anything else.
 bool string_tops(const Grammar& g, const State& s, std::array<StringTop, kMaxThreads>* out);

@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <map>
 #include <memory>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "grammar/automaton.h"
 
@@ -23,20 +22,24 @@ constexpr size_t kMaxAlternatives = 1024;  // of a union once flattened: each is
 
 bool is_annotation(std::string_view key) {
   static const std::set<std::string_view> kAnnotations = {
-      "title", "description", "default", "examples", "$comment", "$schema", "$id",
-      "deprecated", "readOnly", "writeOnly", "$defs", "definitions"};
+      "title", "description", "default",  "examples",  "$comment", "$schema",
+      "$id",   "deprecated",  "readOnly", "writeOnly", "$defs",    "definitions"};
   return kAnnotations.count(key) != 0;
 }
 
 bool is_supported(std::string_view key) {
   static const std::set<std::string_view> kKeywords = {
-      "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
-      "uniqueItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "allOf", "$ref"};
+      "type",      "properties", "required", "additionalProperties",
+      "items",     "minItems",   "maxItems", "uniqueItems",
+      "minLength", "maxLength",  "enum",     "const",
+      "anyOf",     "oneOf",      "allOf",    "$ref"};
   return kKeywords.count(key) != 0 || is_annotation(key);
 }
 
 // A JSON value as it is written in a document: compact, its strings' escapes applied.
-std::string compact(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string compact(const json& v) {
+  return v.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 // A property name as it appears between a key's quotes.
 std::string key_text(const std::string& name) {
@@ -62,24 +65,36 @@ Status error_at(const std::string& path, const std::string& what) {
   return invalid_argument("JSON schema at " + path + ": " + what);
 }
 
-Status unsupported_keyword(const std::string& path, std::string_view key, std::string_view why = "") {
+Status unsupported_keyword(const std::string& path, std::string_view key,
+                           std::string_view why = "") {
   return invalid_argument("JSON schema keyword \"" + std::string(key) + "\" at " + path +
                           " is not supported" + std::string(why));
 }
 
 // The JSON types a node's documents may have, as bits.
 enum TypeBits : uint32_t {
-  kTObject = 1, kTArray = 2, kTString = 4, kTInteger = 8, kTFraction = 16, kTBool = 32, kTNull = 64
+  kTObject = 1,
+  kTArray = 2,
+  kTString = 4,
+  kTInteger = 8,
+  kTFraction = 16,
+  kTBool = 32,
+  kTNull = 64
 };
 
 uint32_t literal_type(const std::string& text) {
   switch (text[0]) {
-    case '{': return kTObject;
-    case '[': return kTArray;
-    case '"': return kTString;
+    case '{':
+      return kTObject;
+    case '[':
+      return kTArray;
+    case '"':
+      return kTString;
     case 't':
-    case 'f': return kTBool;
-    case 'n': return kTNull;
+    case 'f':
+      return kTBool;
+    case 'n':
+      return kTNull;
     default:  // a number: 1.0 counts as an integer to a validator, so both
       return text.find_first_of(".eE") == std::string::npos ? kTInteger : kTInteger | kTFraction;
   }
@@ -98,7 +113,8 @@ class Compiler {
   Result<int32_t> compile_ref(const json& ref, const std::string& path, int depth);
   Result<int32_t> compile_union(const json& s, const char* key, const std::string& path, int depth);
   Result<int32_t> compile_enum(const json& s, const std::string& path, int depth);
-  Result<int32_t> compile_type(const std::string& type, const json& s, const std::string& path, int depth);
+  Result<int32_t> compile_type(const std::string& type, const json& s, const std::string& path,
+                               int depth);
   Result<int32_t> compile_object(const json& s, const std::string& path, int depth);
   Result<int32_t> compile_array(const json& s, const std::string& path, int depth);
   Result<int32_t> compile_subschema_or_bool(const json* v, const std::string& path, int depth);
@@ -129,7 +145,8 @@ class Compiler {
 
 Result<int32_t> Compiler::add(Node n) {
   if (g_.nodes.size() >= kMaxNodes) {
-    return invalid_argument("JSON schema is too large (more than " + std::to_string(kMaxNodes) + " nodes)");
+    return invalid_argument("JSON schema is too large (more than " + std::to_string(kMaxNodes) +
+                            " nodes)");
   }
   g_.nodes.push_back(std::move(n));
   return static_cast<int32_t>(g_.nodes.size() - 1);
@@ -175,7 +192,8 @@ Result<int32_t> Compiler::any() {
 }
 
 Result<int32_t> Compiler::compile(const json& s, const std::string& path, int depth) {
-  if (depth > kMaxSchemaDepth) return error_at(path, "nests deeper than " + std::to_string(kMaxSchemaDepth));
+  if (depth > kMaxSchemaDepth)
+    return error_at(path, "nests deeper than " + std::to_string(kMaxSchemaDepth));
   if (s.is_boolean()) {
     if (s.get<bool>()) return any();
     return add(Node{});  // false: a union of nothing
@@ -188,10 +206,12 @@ Result<int32_t> Compiler::compile(const json& s, const std::string& path, int de
 }
 
 // The keywords of s other than annotations and `except`.
-std::vector<std::string> constraint_keys(const json& s, std::initializer_list<std::string_view> except = {}) {
+std::vector<std::string> constraint_keys(const json& s,
+                                         std::initializer_list<std::string_view> except = {}) {
   std::vector<std::string> keys;
   for (const auto& [key, value] : s.items()) {
-    if (is_annotation(key) || std::find(except.begin(), except.end(), key) != except.end()) continue;
+    if (is_annotation(key) || std::find(except.begin(), except.end(), key) != except.end())
+      continue;
     keys.push_back(key);
   }
   return keys;
@@ -215,7 +235,8 @@ Result<int32_t> Compiler::compile_keywords(const json& s, const std::string& pat
   if (s.contains("anyOf")) return compile_union(s, "anyOf", path, depth);
   if (s.contains("oneOf")) return compile_union(s, "oneOf", path, depth);
   if (s.contains("enum") || s.contains("const")) return compile_enum(s, path, depth);
-  if (s.contains("uniqueItems") && !(s["uniqueItems"].is_boolean() && !s["uniqueItems"].get<bool>())) {
+  if (s.contains("uniqueItems") &&
+      !(s["uniqueItems"].is_boolean() && !s["uniqueItems"].get<bool>())) {
     return unsupported_keyword(path, "uniqueItems", " (only false)");
   }
   const json* type = s.contains("type") ? &s["type"] : nullptr;
@@ -233,7 +254,8 @@ Result<int32_t> Compiler::compile_keywords(const json& s, const std::string& pat
     return any();
   }
   if (type->is_string()) return compile_type(type->get<std::string>(), s, path, depth);
-  if (!type->is_array() || type->empty()) return error_at(path, "\"type\" must be a string or a non-empty array");
+  if (!type->is_array() || type->empty())
+    return error_at(path, "\"type\" must be a string or a non-empty array");
   Node u;
   for (const json& t : *type) {
     if (!t.is_string()) return error_at(path, "\"type\" must hold strings");
@@ -284,7 +306,8 @@ Result<int32_t> Compiler::compile_ref(const json& ref, const std::string& path, 
     return unsupported_keyword(path, "$ref", " (only local references such as \"#/$defs/Name\")");
   }
   const json* schema = resolve_pointer(doc_, target);
-  if (schema == nullptr) return error_at(path, "\"$ref\" \"" + target + "\" names nothing in the schema");
+  if (schema == nullptr)
+    return error_at(path, "\"$ref\" \"" + target + "\" names nothing in the schema");
   // A placeholder first, so that recursive references find it; it becomes an alias.
   HYPURA_ASSIGN_OR_RETURN(int32_t placeholder, add(Node{}));
   refs_[target] = placeholder;
@@ -293,17 +316,21 @@ Result<int32_t> Compiler::compile_ref(const json& ref, const std::string& path, 
   return placeholder;
 }
 
-Result<int32_t> Compiler::compile_union(const json& s, const char* key, const std::string& path, int depth) {
+Result<int32_t> Compiler::compile_union(const json& s, const char* key, const std::string& path,
+                                        int depth) {
   const json& alts = s[key];
-  if (!alts.is_array() || alts.empty()) return error_at(path, std::string("\"") + key + "\" must be a non-empty array");
+  if (!alts.is_array() || alts.empty())
+    return error_at(path, std::string("\"") + key + "\" must be a non-empty array");
   Node u;
   for (size_t i = 0; i < alts.size(); ++i) {
-    HYPURA_ASSIGN_OR_RETURN(int32_t alt, compile(alts[i], child_path(path, key) + "/" + std::to_string(i), depth + 1));
+    HYPURA_ASSIGN_OR_RETURN(
+        int32_t alt, compile(alts[i], child_path(path, key) + "/" + std::to_string(i), depth + 1));
     u.alternatives.push_back(alt);
   }
   if (std::string_view(key) == "oneOf") {
     if (alts.size() > kMaxOneOf) {
-      return unsupported_keyword(path, key, " with more than " + std::to_string(kMaxOneOf) + " alternatives");
+      return unsupported_keyword(path, key,
+                                 " with more than " + std::to_string(kMaxOneOf) + " alternatives");
     }
     one_ofs_.push_back({child_path(path, key), u.alternatives});
   }
@@ -341,14 +368,16 @@ Result<int32_t> Compiler::compile_enum(const json& s, const std::string& path, i
 Status get_count(const json& s, const char* key, const std::string& path, uint32_t* out) {
   if (!s.contains(key)) return Status::ok();
   const json& v = s[key];
-  if (!v.is_number() || v.get<double>() < 0 || v.get<double>() != static_cast<double>(static_cast<int64_t>(v.get<double>()))) {
+  if (!v.is_number() || v.get<double>() < 0 ||
+      v.get<double>() != static_cast<double>(static_cast<int64_t>(v.get<double>()))) {
     return error_at(path, std::string("\"") + key + "\" must be a non-negative integer");
   }
   *out = static_cast<uint32_t>(std::min(v.get<double>(), static_cast<double>(kUnbounded - 1)));
   return Status::ok();
 }
 
-Result<int32_t> Compiler::compile_subschema_or_bool(const json* v, const std::string& path, int depth) {
+Result<int32_t> Compiler::compile_subschema_or_bool(const json* v, const std::string& path,
+                                                    int depth) {
   if (v == nullptr) return any();
   if (v->is_boolean() && !v->get<bool>()) return kNoNode;
   return compile(*v, path, depth + 1);
@@ -361,16 +390,18 @@ Result<int32_t> Compiler::compile_object(const json& s, const std::string& path,
   // llama.cpp's grammars do (a narrower language, so documents still validate): otherwise a
   // small model fills the object with keys of its own before the ones asked for.
   if (s.contains("additionalProperties") || !s.contains("properties")) {
-    HYPURA_ASSIGN_OR_RETURN(n.additional, compile_subschema_or_bool(
-        s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr,
-        child_path(path, "additionalProperties"), depth));
+    HYPURA_ASSIGN_OR_RETURN(
+        n.additional, compile_subschema_or_bool(
+                          s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr,
+                          child_path(path, "additionalProperties"), depth));
   }
   std::map<std::string, int32_t> props;  // key text -> schema, sorted bytewise
   if (s.contains("properties")) {
     const json& p = s["properties"];
     if (!p.is_object()) return error_at(path, "\"properties\" must be an object");
     for (const auto& [name, sub] : p.items()) {
-      HYPURA_ASSIGN_OR_RETURN(int32_t node, compile(sub, child_path(child_path(path, "properties"), name), depth + 1));
+      HYPURA_ASSIGN_OR_RETURN(
+          int32_t node, compile(sub, child_path(child_path(path, "properties"), name), depth + 1));
       props[key_text(name)] = node;
     }
   }
@@ -392,7 +423,8 @@ Result<int32_t> Compiler::compile_object(const json& s, const std::string& path,
     }
   }
   if (props.size() > kMaxProps) {
-    return error_at(path, "more than " + std::to_string(kMaxProps) + " properties are not supported");
+    return error_at(path,
+                    "more than " + std::to_string(kMaxProps) + " properties are not supported");
   }
   for (const auto& [text, node] : props) {
     if (required.count(text)) n.required |= uint64_t{1} << n.prop_names.size();
@@ -409,14 +441,15 @@ Result<int32_t> Compiler::compile_array(const json& s, const std::string& path, 
   if (items != nullptr && items->is_array()) {
     return unsupported_keyword(path, "items", " as an array (tuples; use one schema)");
   }
-  HYPURA_ASSIGN_OR_RETURN(n.items, compile_subschema_or_bool(items, child_path(path, "items"), depth));
+  HYPURA_ASSIGN_OR_RETURN(n.items,
+                          compile_subschema_or_bool(items, child_path(path, "items"), depth));
   HYPURA_RETURN_IF_ERROR(get_count(s, "minItems", path, &n.min_items));
   HYPURA_RETURN_IF_ERROR(get_count(s, "maxItems", path, &n.max_items));
   return add(std::move(n));
 }
 
-Result<int32_t> Compiler::compile_type(const std::string& type, const json& s, const std::string& path,
-                                       int depth) {
+Result<int32_t> Compiler::compile_type(const std::string& type, const json& s,
+                                       const std::string& path, int depth) {
   if (type == "object") return compile_object(s, path, depth);
   if (type == "array") return compile_array(s, path, depth);
   if (type == "boolean") return literal({"false", "true"});
@@ -476,13 +509,20 @@ void Compiler::compute_need() {
     for (Node& n : g_.nodes) {
       int need = kNever;
       switch (n.kind) {
-        case NodeKind::kString: need = n.min_length <= n.max_length ? 1 : kNever; break;
+        case NodeKind::kString:
+          need = n.min_length <= n.max_length ? 1 : kNever;
+          break;
         case NodeKind::kNumber:
-        case NodeKind::kInteger: need = 1; break;
-        case NodeKind::kLiteral: need = n.literals.empty() ? kNever : 1; break;
+        case NodeKind::kInteger:
+          need = 1;
+          break;
+        case NodeKind::kLiteral:
+          need = n.literals.empty() ? kNever : 1;
+          break;
         case NodeKind::kArray:
           if (n.min_items > n.max_items) break;
-          need = n.min_items == 0 ? 1 : (n.items == kNoNode ? kNever : cap(1 + g_.nodes[n.items].need));
+          need = n.min_items == 0 ? 1
+                                  : (n.items == kNoNode ? kNever : cap(1 + g_.nodes[n.items].need));
           break;
         case NodeKind::kObject: {
           int inner = 1;  // the key frame
@@ -528,11 +568,16 @@ void Compiler::filter_literals() {
 uint32_t Compiler::type_bits(int32_t node, int depth) const {
   const Node& n = g_.nodes[node];
   switch (n.kind) {
-    case NodeKind::kObject: return kTObject;
-    case NodeKind::kArray: return kTArray;
-    case NodeKind::kString: return kTString;
-    case NodeKind::kNumber: return kTInteger | kTFraction;
-    case NodeKind::kInteger: return kTInteger;
+    case NodeKind::kObject:
+      return kTObject;
+    case NodeKind::kArray:
+      return kTArray;
+    case NodeKind::kString:
+      return kTString;
+    case NodeKind::kNumber:
+      return kTInteger | kTFraction;
+    case NodeKind::kInteger:
+      return kTInteger;
     case NodeKind::kLiteral: {
       uint32_t bits = 0;
       for (const std::string& t : n.literals) bits |= literal_type(t);
@@ -568,7 +613,9 @@ bool Compiler::disjoint(int32_t a, int32_t b, int depth) const {
       // Strings are exact both ways; numbers (1 == 1.0) and containers are not compared.
       if (literal_type(t) != kTString) return false;
       if (no.kind == NodeKind::kString && !accepts(other, t)) continue;
-      if (no.kind == NodeKind::kLiteral && !std::binary_search(no.literals.begin(), no.literals.end(), t)) continue;
+      if (no.kind == NodeKind::kLiteral &&
+          !std::binary_search(no.literals.begin(), no.literals.end(), t))
+        continue;
       return false;
     }
     return true;
@@ -584,7 +631,8 @@ bool Compiler::disjoint(int32_t a, int32_t b, int depth) const {
         continue;
       }
       const size_t j = static_cast<size_t>(it - nb.prop_names.begin());
-      if (((nb.required >> j) & 1) && disjoint(na.prop_nodes[i], nb.prop_nodes[j], depth + 1)) return true;
+      if (((nb.required >> j) & 1) && disjoint(na.prop_nodes[i], nb.prop_nodes[j], depth + 1))
+        return true;
     }
     for (size_t j = 0; j < nb.prop_names.size(); ++j) {
       if (((nb.required >> j) & 1) && na.additional == kNoNode &&
@@ -617,8 +665,9 @@ Result<std::shared_ptr<const Grammar>> Compiler::run() {
   flatten_unions();
   for (const Node& n : g_.nodes) {
     if (n.kind == NodeKind::kUnion && n.alternatives.size() > kMaxAlternatives) {
-      return invalid_argument("JSON schema has a union (anyOf, oneOf, type list, enum beside them) of more than " +
-                              std::to_string(kMaxAlternatives) + " alternatives");
+      return invalid_argument(
+          "JSON schema has a union (anyOf, oneOf, type list, enum beside them) of more than " +
+          std::to_string(kMaxAlternatives) + " alternatives");
     }
   }
   compute_need();
@@ -626,7 +675,8 @@ Result<std::shared_ptr<const Grammar>> Compiler::run() {
   compute_need();
   HYPURA_RETURN_IF_ERROR(check_one_ofs());
   if (g_.nodes[g_.root].need + 1 > kMaxDepth) {
-    return invalid_argument("JSON schema has no document that nests at most " + std::to_string(kMaxDepth - 1) +
+    return invalid_argument("JSON schema has no document that nests at most " +
+                            std::to_string(kMaxDepth - 1) +
                             " levels deep (a required property or item recurses forever, or no "
                             "value can satisfy it)");
   }

@@ -36,11 +36,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "common/status.h"
 
@@ -60,10 +59,10 @@ struct Node {
   // applied), sorted bytewise; prop_nodes[i] is the schema of prop_names[i].
   std::vector<std::string> prop_names;
   std::vector<int32_t> prop_nodes;
-  uint64_t required = 0;          // bit i: prop_names[i] is required
-  int32_t additional = kNoNode;   // the schema of other keys; kNoNode: none allowed
+  uint64_t required = 0;         // bit i: prop_names[i] is required
+  int32_t additional = kNoNode;  // the schema of other keys; kNoNode: none allowed
   // kArray
-  int32_t items = kNoNode;        // kNoNode: no item allowed
+  int32_t items = kNoNode;  // kNoNode: no item allowed
   uint32_t min_items = 0;
   uint32_t max_items = kUnbounded;
   // kString: characters (code points)

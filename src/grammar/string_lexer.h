@@ -18,20 +18,20 @@
 namespace hypura::grammar {
 
 enum class StrSub : uint8_t {
-  kNormal,    // between characters
-  kEscape,    // after '\'
-  kHex0,      // after "\u"
-  kHex1,      // after "\uX", X not d/D
-  kHex1D,     // after "\ud": the next digit must be 0-7 (no surrogates)
-  kHex2,      // after "\uXX"
-  kHex3,      // after "\uXXX"
-  kCont1,     // one continuation byte 80-BF left
-  kCont2,     // two left, the next 80-BF
-  kCont2E0,   // two left after E0, the next A0-BF (no overlong form)
-  kCont2ED,   // two left after ED, the next 80-9F (no surrogate)
-  kCont3,     // three left, the next 80-BF
-  kCont3F0,   // three left after F0, the next 90-BF (no overlong form)
-  kCont3F4,   // three left after F4, the next 80-8F (at most U+10FFFF)
+  kNormal,   // between characters
+  kEscape,   // after '\'
+  kHex0,     // after "\u"
+  kHex1,     // after "\uX", X not d/D
+  kHex1D,    // after "\ud": the next digit must be 0-7 (no surrogates)
+  kHex2,     // after "\uXX"
+  kHex3,     // after "\uXXX"
+  kCont1,    // one continuation byte 80-BF left
+  kCont2,    // two left, the next 80-BF
+  kCont2E0,  // two left after E0, the next A0-BF (no overlong form)
+  kCont2ED,  // two left after ED, the next 80-9F (no surrogate)
+  kCont3,    // three left, the next 80-BF
+  kCont3F0,  // three left after F0, the next 90-BF (no overlong form)
+  kCont3F4,  // three left after F4, the next 80-8F (at most U+10FFFF)
 };
 inline constexpr int kStrSubCount = 14;
 

@@ -94,7 +94,8 @@ void VocabIndex::build_string_tables() {
       if (closed) {
         exits_[s0].push_back(id);
       } else {
-        stay_[s0 * n + id] = static_cast<uint16_t>(std::min<uint32_t>(chars, kCharsMask) | (escape ? kHasEscape : 0));
+        stay_[s0 * n + id] = static_cast<uint16_t>(std::min<uint32_t>(chars, kCharsMask) |
+                                                   (escape ? kHasEscape : 0));
         if (escape) escapes_[s0].push_back(id);
       }
     }
@@ -120,7 +121,9 @@ bool TokenMatcher::accept_bytes(std::string_view bytes) {
   return true;
 }
 
-bool TokenMatcher::accepts_end() { return grammar::accepts_end(*grammar_, cur(), &scratch(0)); }
+bool TokenMatcher::accepts_end() {
+  return grammar::accepts_end(*grammar_, cur(), &scratch(0));
+}
 
 bool TokenMatcher::finished() {
   return accepts_end() && !can_continue(*grammar_, cur(), &scratch(0));

@@ -64,13 +64,14 @@ class VocabIndex {
   std::vector<uint32_t> offset_;  // (n_vocab + 1) piece id is bytes_[offset_[id], offset_[id + 1])
   std::vector<int32_t> end_ids_;
   // The trie, in preorder, without its root.
-  std::vector<uint8_t> byte_;          // (n_nodes) the byte leading to the node
-  std::vector<uint16_t> depth_;        // (n_nodes) 1 for the root's children
-  std::vector<uint32_t> end_;          // (n_nodes) one past the node's subtree
-  std::vector<uint32_t> first_token_;  // (n_nodes + 1) node i ends tokens_[first_token_[i], first_token_[i + 1])
+  std::vector<uint8_t> byte_;    // (n_nodes) the byte leading to the node
+  std::vector<uint16_t> depth_;  // (n_nodes) 1 for the root's children
+  std::vector<uint32_t> end_;    // (n_nodes) one past the node's subtree
+  std::vector<uint32_t>
+      first_token_;  // (n_nodes + 1) node i ends tokens_[first_token_[i], first_token_[i + 1])
   std::vector<int32_t> tokens_;
   // String tables, per substate s: stay_[s * n_vocab + id], and the tokens to check in full.
-  std::vector<uint16_t> stay_;              // (kStrSubCount * n_vocab)
+  std::vector<uint16_t> stay_;                 // (kStrSubCount * n_vocab)
   std::vector<std::vector<int32_t>> exits_;    // [s]: tokens reaching a closing quote
   std::vector<std::vector<int32_t>> escapes_;  // [s]: tokens that stay and hold an escape
 };
@@ -91,7 +92,8 @@ class TokenMatcher {
   bool finished();
 
  private:
-  void fill_from_string_tables(const std::array<StringTop, kMaxThreads>& tops, std::span<uint64_t> allowed);
+  void fill_from_string_tables(const std::array<StringTop, kMaxThreads>& tops,
+                               std::span<uint64_t> allowed);
   void fill_from_trie(std::span<uint64_t> allowed);
   bool token_allowed(int32_t id);
   State& cur() { return buffers_[cur_]; }
@@ -101,7 +103,7 @@ class TokenMatcher {
   const VocabIndex& vocab_;
   std::unique_ptr<State[]> buffers_;  // (3) the state, and two scratch states
   int cur_ = 0;
-  std::unique_ptr<State[]> walk_;     // (max_piece_bytes + 1) the state after each trie depth
+  std::unique_ptr<State[]> walk_;  // (max_piece_bytes + 1) the state after each trie depth
 };
 
 }  // namespace hypura::grammar

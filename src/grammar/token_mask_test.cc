@@ -4,9 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 namespace hypura::grammar {
 namespace {
@@ -24,16 +23,21 @@ struct TestVocab {
 TestVocab make_vocab(uint64_t seed) {
   TestVocab v;
   for (int b = 0; b < 256; ++b) v.pieces.push_back(std::string(1, static_cast<char>(b)));
-  for (const char* p : {"{\"", "\":", "\": ", "\", \"", "},", "}}", "\"}", "\"]", "[\"", "[{", "}]", "\n", "\n  ",
-                        "\n    ", "  ", "    ", "        ", "true", "false", "null", " true", " null", "\":\"",
-                        "\\n", "\\\"", "\\u00", "e9", "\\", "\"\"", "name", "age", " name", "\"name\"", "\"age",
-                        "12", "3.", "-1", "e+", "1e5", "\xc3", "\xa9", "\xc3\xa9", "caf\xc3", "\xa9\"", "\xe2\x82",
-                        "\xac", "\xf0\x9f", "\x98\x80", "\xe2\x82\xac\"}", "red", "\"red\"", "green", "\"gr",
-                        "een\"", "cat", "\"cat\",", "dog", "kind", "\"kind\":", "lives", "9}", ",\n", ", "}) {
+  for (const char* p :
+       {"{\"",     "\":",     "\": ",      "\", \"", "},",       "}}",       "\"}",
+        "\"]",     "[\"",     "[{",        "}]",     "\n",       "\n  ",     "\n    ",
+        "  ",      "    ",    "        ",  "true",   "false",    "null",     " true",
+        " null",   "\":\"",   "\\n",       "\\\"",   "\\u00",    "e9",       "\\",
+        "\"\"",    "name",    "age",       " name",  "\"name\"", "\"age",    "12",
+        "3.",      "-1",      "e+",        "1e5",    "\xc3",     "\xa9",     "\xc3\xa9",
+        "caf\xc3", "\xa9\"",  "\xe2\x82",  "\xac",   "\xf0\x9f", "\x98\x80", "\xe2\x82\xac\"}",
+        "red",     "\"red\"", "green",     "\"gr",   "een\"",    "cat",      "\"cat\",",
+        "dog",     "kind",    "\"kind\":", "lives",  "9}",       ",\n",      ", "}) {
     v.pieces.push_back(p);
   }
   std::mt19937_64 rng(seed);
-  const std::string alphabet = "abcdefghijklmnopqrstuvwxyz ABC{}[]\":,0123456789.-\\\n\xc3\xa9\xe2\x82\xac";
+  const std::string alphabet =
+      "abcdefghijklmnopqrstuvwxyz ABC{}[]\":,0123456789.-\\\n\xc3\xa9\xe2\x82\xac";
   for (int i = 0; i < 1500; ++i) {
     std::string p;
     const int len = 1 + static_cast<int>(rng() % 7);
@@ -48,7 +52,9 @@ TestVocab make_vocab(uint64_t seed) {
   return v;
 }
 
-bool bit(const std::vector<uint64_t>& m, int32_t id) { return (m[id >> 6] >> (id & 63)) & 1; }
+bool bit(const std::vector<uint64_t>& m, int32_t id) {
+  return (m[id >> 6] >> (id & 63)) & 1;
+}
 
 // The reference mask: each token's bytes through the automaton, no trie, no tables.
 std::vector<uint64_t> reference_mask(const Grammar& g, const std::string& doc, const TestVocab& v) {
@@ -59,10 +65,12 @@ std::vector<uint64_t> reference_mask(const Grammar& g, const std::string& doc, c
   (*s)[3] = *at;
   std::vector<uint64_t> m((v.pieces.size() + 63) / 64);
   for (size_t id = 0; id < v.pieces.size(); ++id) {
-    const bool end = std::find(v.end_ids.begin(), v.end_ids.end(), static_cast<int32_t>(id)) != v.end_ids.end();
+    const bool end =
+        std::find(v.end_ids.begin(), v.end_ids.end(), static_cast<int32_t>(id)) != v.end_ids.end();
     const State* after = nullptr;
     const bool ok = end ? accepts_end(g, (*s)[3], &(*s)[4])
-                        : !v.pieces[id].empty() && step_bytes(g, (*s)[3], v.pieces[id], &(*s)[1], &(*s)[2], &after);
+                        : !v.pieces[id].empty() &&
+                              step_bytes(g, (*s)[3], v.pieces[id], &(*s)[1], &(*s)[2], &after);
     if (ok) m[id >> 6] |= uint64_t{1} << (id & 63);
   }
   return m;
@@ -70,8 +78,8 @@ std::vector<uint64_t> reference_mask(const Grammar& g, const std::string& doc, c
 
 // Generates with random allowed tokens, checking the mask against the reference at every
 // step; returns the document.
-std::string walk(std::shared_ptr<const Grammar> g, const TestVocab& v, const VocabIndex& index, uint64_t seed,
-                 int max_tokens) {
+std::string walk(std::shared_ptr<const Grammar> g, const TestVocab& v, const VocabIndex& index,
+                 uint64_t seed, int max_tokens) {
   TokenMatcher m(g, index);
   std::mt19937_64 rng(seed);
   std::vector<uint64_t> mask((v.pieces.size() + 63) / 64);
@@ -131,7 +139,7 @@ TEST(TokenMask, EndOnlyWhenWholeAndFinishedStops) {
   EXPECT_TRUE(bit(mask, '{'));
   EXPECT_FALSE(bit(mask, '['));
   EXPECT_FALSE(bit(mask, static_cast<int32_t>(v.pieces.size()) - 4));  // an empty token
-  ASSERT_TRUE(m.accept_bytes("{\"a\": \"caf\xc3"));                     // ends mid-character
+  ASSERT_TRUE(m.accept_bytes("{\"a\": \"caf\xc3"));                    // ends mid-character
   m.fill_mask(mask);
   EXPECT_TRUE(bit(mask, 0xa9));
   EXPECT_FALSE(bit(mask, '"'));

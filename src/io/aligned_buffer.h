@@ -14,8 +14,12 @@ namespace hypura::io {
 
 inline constexpr uint64_t kDirectAlignment = 4096;  // safe for every block device we meet
 
-inline uint64_t align_down(uint64_t v, uint64_t a) { return v - v % a; }
-inline uint64_t align_up(uint64_t v, uint64_t a) { return align_down(v + a - 1, a); }
+inline uint64_t align_down(uint64_t v, uint64_t a) {
+  return v - v % a;
+}
+inline uint64_t align_up(uint64_t v, uint64_t a) {
+  return align_down(v + a - 1, a);
+}
 
 class AlignedBuffer {
  public:

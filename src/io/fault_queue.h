@@ -56,9 +56,9 @@ class FaultInjectingQueue final : public ReadQueue {
   FaultPlan plan_;
   std::mt19937_64 rng_;
   std::shared_ptr<FaultCounts> counts_ = std::make_shared<FaultCounts>();
-  std::deque<Held> held_;                  // finished (or failed) reads not yet released
+  std::deque<Held> held_;                    // finished (or failed) reads not yet released
   std::deque<Clock::time_point> submitted_;  // submit times of reads forwarded, FIFO
-  uint32_t forwarded_ = 0;                 // reads inside the inner queue
+  uint32_t forwarded_ = 0;                   // reads inside the inner queue
 };
 
 }  // namespace hypura::io

@@ -23,10 +23,10 @@ namespace hypura::io {
 
 struct IoOp {
   int fd = -1;
-  uint64_t offset = 0;   // byte offset in the file
-  uint32_t length = 0;   // bytes to read
+  uint64_t offset = 0;     // byte offset in the file
+  uint32_t length = 0;     // bytes to read
   uint8_t* buf = nullptr;  // (length) bytes, owned by the caller until reaped
-  uint64_t cookie = 0;   // returned unchanged in the IoResult
+  uint64_t cookie = 0;     // returned unchanged in the IoResult
 };
 
 struct IoResult {

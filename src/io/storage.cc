@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "common/log.h"
-
 #include "io/aligned_buffer.h"
 
 namespace hypura::io {
@@ -34,9 +33,9 @@ struct Request {
   uint64_t offset = 0;  // requested file range [offset, end)
   uint64_t end = 0;
   uint8_t* dest = nullptr;
-  bool congruent = false;  // dest - offset is aligned: the middle is read in place
-  uint64_t cursor = 0;     // next file offset to cut a segment from (aligned space)
-  uint64_t cursor_end = 0; // align_up(end)
+  bool congruent = false;    // dest - offset is aligned: the middle is read in place
+  uint64_t cursor = 0;       // next file offset to cut a segment from (aligned space)
+  uint64_t cursor_end = 0;   // align_up(end)
   uint32_t outstanding = 0;  // segments issued and not yet finished
   Status status;
   bool done = false;
@@ -63,14 +62,14 @@ struct Storage::Impl {
   std::unique_ptr<ReadQueue> engine;
 
   mutable std::mutex mu;
-  std::condition_variable work_cv;  // I/O thread: new requests or stop
+  std::condition_variable work_cv;          // I/O thread: new requests or stop
   mutable std::condition_variable done_cv;  // waiters: a request finished
   std::unordered_map<ReadId, std::unique_ptr<Request>> requests;
-  std::deque<Request*> to_cut;      // normal requests with segments not yet issued, FIFO
+  std::deque<Request*> to_cut;             // normal requests with segments not yet issued, FIFO
   std::deque<Request*> to_cut_background;  // the same for background requests
-  uint32_t background_depth = 1;    // in-flight reads at most while serving background
-  std::deque<uint64_t> retry;       // segment slots to reissue (short reads, EINTR)
-  std::vector<Segment> slots;       // in-flight segments, indexed by IoOp cookie
+  uint32_t background_depth = 1;           // in-flight reads at most while serving background
+  std::deque<uint64_t> retry;              // segment slots to reissue (short reads, EINTR)
+  std::vector<Segment> slots;              // in-flight segments, indexed by IoOp cookie
   std::vector<uint64_t> free_slots;
   std::vector<AlignedBuffer> bounce;  // up to request_bytes each, allocated and grown on use
   std::vector<int> free_bounce;
@@ -150,7 +149,8 @@ struct Storage::Impl {
     cut_from(to_cut, room, ops);
     if (!to_cut.empty()) return;  // background waits while a normal request does
     const uint32_t in_flight = engine->in_flight() + static_cast<uint32_t>(ops.size());
-    if (in_flight < background_depth) cut_from(to_cut_background, ops.size() + background_depth - in_flight, ops);
+    if (in_flight < background_depth)
+      cut_from(to_cut_background, ops.size() + background_depth - in_flight, ops);
   }
 
   // Cuts segments off the front of `queue` until `ops` holds `room` reads or it is empty.
@@ -193,8 +193,9 @@ struct Storage::Impl {
       return;
     }
     if (res.result < 0) {
-      fail(r, io_error("read of " + path + " at offset " + std::to_string(s.file_offset + s.done_bytes) +
-                       " (" + std::to_string(s.length - s.done_bytes) +
+      fail(r, io_error("read of " + path + " at offset " +
+                       std::to_string(s.file_offset + s.done_bytes) + " (" +
+                       std::to_string(s.length - s.done_bytes) +
                        " bytes) failed: " + std::strerror(static_cast<int>(-res.result))));
       return finish_segment(res.cookie, false);
     }
@@ -317,26 +318,39 @@ Result<std::unique_ptr<Storage>> Storage::open(const std::string& path,
   }
   if (fd < 0) return io_error("cannot open " + path + ": " + std::strerror(errno));
   impl->fd = fd;
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) return io_error("cannot stat " + path + ": " + std::strerror(errno));
   impl->file_size = static_cast<uint64_t>(st.st_size);
   impl->align = direct ? kDirectAlignment : 1;
   impl->options.direct = direct;
   impl->options.request_bytes = align_up(std::max<uint64_t>(options.request_bytes, 4096), 4096);
-  impl->background_depth = options.background_queue_depth > 0 ? options.background_queue_depth
-                                                                 : std::max<uint32_t>(1, options.queue_depth / 8);
+  impl->background_depth = options.background_queue_depth > 0
+                               ? options.background_queue_depth
+                               : std::max<uint32_t>(1, options.queue_depth / 8);
   impl->background_depth = std::min(impl->background_depth, engine->capacity());
   impl->engine = std::move(engine);
   impl->start();
   return std::unique_ptr<Storage>(new Storage(std::move(impl)));
 }
 
-const std::string& Storage::path() const { return impl_->path; }
-uint64_t Storage::size() const { return impl_->file_size; }
-bool Storage::direct() const { return impl_->options.direct; }
-uint64_t Storage::alignment() const { return impl_->align; }
-std::string Storage::engine_name() const { return impl_->engine->name(); }
-const StorageOptions& Storage::options() const { return impl_->options; }
+const std::string& Storage::path() const {
+  return impl_->path;
+}
+uint64_t Storage::size() const {
+  return impl_->file_size;
+}
+bool Storage::direct() const {
+  return impl_->options.direct;
+}
+uint64_t Storage::alignment() const {
+  return impl_->align;
+}
+std::string Storage::engine_name() const {
+  return impl_->engine->name();
+}
+const StorageOptions& Storage::options() const {
+  return impl_->options;
+}
 
 ReadId Storage::submit(uint64_t offset, std::span<uint8_t> dest, Priority priority) {
   Impl& m = *impl_;
@@ -399,7 +413,9 @@ bool Storage::done(ReadId id) const {
   return it == impl_->requests.end() || it->second->done;
 }
 
-Status Storage::read(uint64_t offset, std::span<uint8_t> dest) { return wait(submit(offset, dest)); }
+Status Storage::read(uint64_t offset, std::span<uint8_t> dest) {
+  return wait(submit(offset, dest));
+}
 
 StorageStats Storage::stats() const {
   std::lock_guard lock(impl_->mu);
@@ -429,7 +445,8 @@ Result<std::vector<std::unique_ptr<Storage>>> Storage::open_all(
   return storages;
 }
 
-Status wait_all(std::span<const std::unique_ptr<Storage>> storages, std::vector<PendingRead>& reads) {
+Status wait_all(std::span<const std::unique_ptr<Storage>> storages,
+                std::vector<PendingRead>& reads) {
   Status first = Status::ok();
   for (const PendingRead& r : reads) {
     Status st = storages[r.file_index]->wait(r.id);

@@ -44,8 +44,8 @@ struct StorageOptions {
   uint32_t queue_depth = 32;         // device reads in flight
   uint64_t request_bytes = 1 << 20;  // largest device read; rounded up to alignment
   QueueKind engine = QueueKind::kAuto;
-  bool direct = true;                // O_DIRECT (recommended: no page-cache pollution)
-  bool require_direct = false;       // fail rather than fall back to buffered reads
+  bool direct = true;           // O_DIRECT (recommended: no page-cache pollution)
+  bool require_direct = false;  // fail rather than fall back to buffered reads
   // Device reads in flight at most while only background requests are being served;
   // 0 picks max(1, queue_depth / 8).
   uint32_t background_queue_depth = 0;
@@ -56,11 +56,11 @@ enum class Priority : uint8_t { kNormal, kBackground };
 using ReadId = uint64_t;
 
 struct StorageStats {
-  uint64_t requests = 0;        // submit() calls
-  uint64_t bytes_requested = 0; // sum of the requested lengths
-  uint64_t device_reads = 0;    // reads handed to the engine (retries included)
-  uint64_t device_bytes = 0;    // bytes the device returned (alignment padding included)
-  uint64_t bounced_bytes = 0;   // bytes copied out of bounce buffers
+  uint64_t requests = 0;         // submit() calls
+  uint64_t bytes_requested = 0;  // sum of the requested lengths
+  uint64_t device_reads = 0;     // reads handed to the engine (retries included)
+  uint64_t device_bytes = 0;     // bytes the device returned (alignment padding included)
+  uint64_t bounced_bytes = 0;    // bytes copied out of bounce buffers
   uint64_t short_reads = 0;
   uint64_t failed_requests = 0;
 };
@@ -83,9 +83,9 @@ class Storage {
   Storage& operator=(const Storage&) = delete;
 
   const std::string& path() const;
-  uint64_t size() const;        // file size in bytes
-  bool direct() const;          // O_DIRECT in effect
-  uint64_t alignment() const;   // 4096 with O_DIRECT, else 1
+  uint64_t size() const;       // file size in bytes
+  bool direct() const;         // O_DIRECT in effect
+  uint64_t alignment() const;  // 4096 with O_DIRECT, else 1
   std::string engine_name() const;
   const StorageOptions& options() const;
 
@@ -120,7 +120,8 @@ struct PendingRead {
 
 // Waits for every read in `reads` (each once), clears it, and returns the first failure:
 // a buffer is usable only when all of its reads succeeded.
-Status wait_all(std::span<const std::unique_ptr<Storage>> storages, std::vector<PendingRead>& reads);
+Status wait_all(std::span<const std::unique_ptr<Storage>> storages,
+                std::vector<PendingRead>& reads);
 
 // Where to put a file range [offset, offset + length) inside an aligned buffer so that
 // Storage reads it with no copy but the head/tail blocks: the data starts `skip` bytes

@@ -1,5 +1,6 @@
 #include "io/storage.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -8,8 +9,6 @@
 #include <random>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "io/aligned_buffer.h"
 #include "io/fault_queue.h"
 
@@ -17,7 +16,9 @@ namespace hypura::io {
 namespace {
 
 // Byte i of the test file: a cheap hash, so misplaced bytes are caught.
-uint8_t pattern(uint64_t i) { return static_cast<uint8_t>((i * 2654435761u) >> 13); }
+uint8_t pattern(uint64_t i) {
+  return static_cast<uint8_t>((i * 2654435761u) >> 13);
+}
 
 class StorageTest : public ::testing::TestWithParam<QueueKind> {
  protected:
@@ -72,7 +73,7 @@ TEST_P(StorageTest, ReadsAnyRangeIntoAnyBuffer) {
     uint64_t len = rng() % (2 << 20) + 1;
     uint64_t offset = rng() % (kFileSize - len);
     uint64_t shift = i % 3 == 0 ? 0 : rng() % 4096;  // aligned, congruent or not
-    if (i % 3 == 1) shift = offset % 4096;            // congruent: middle read in place
+    if (i % 3 == 1) shift = offset % 4096;           // congruent: middle read in place
     ASSERT_TRUE(s->read(offset, {buf.data() + shift, len}).is_ok());
     expect_bytes(buf.data() + shift, offset, len);
   }
@@ -122,7 +123,10 @@ TEST_P(StorageTest, ManyConcurrentRequestsCompleteInAnyWaitOrder) {
 
 INSTANTIATE_TEST_SUITE_P(Engines, StorageTest,
                          ::testing::Values(QueueKind::kAuto, QueueKind::kThreads),
-                         [](const auto& info) { return std::string(queue_kind_name(info.param)) == "auto" ? "auto" : "threads"; });
+                         [](const auto& info) {
+                           return std::string(queue_kind_name(info.param)) == "auto" ? "auto"
+                                                                                     : "threads";
+                         });
 
 class FaultTest : public StorageTest {
  protected:
@@ -241,7 +245,8 @@ TEST_P(FaultTest, FinishedRequestsLeaveTheirQueue) {
   std::vector<uint8_t> buf(4096);
   for (int i = 0; i < 200; ++i) {
     const uint64_t offset = static_cast<uint64_t>(i) * 4096;
-    ASSERT_TRUE(s->wait(s->submit(offset, buf, i % 2 ? Priority::kNormal : Priority::kBackground)).is_ok());
+    ASSERT_TRUE(
+        s->wait(s->submit(offset, buf, i % 2 ? Priority::kNormal : Priority::kBackground)).is_ok());
     expect_bytes(buf.data(), offset, buf.size());
   }
 }
@@ -266,7 +271,10 @@ TEST_P(FaultTest, ExpeditedBackgroundReadOvertakesOtherBackgroundReads) {
 
 INSTANTIATE_TEST_SUITE_P(Engines, FaultTest,
                          ::testing::Values(QueueKind::kAuto, QueueKind::kThreads),
-                         [](const auto& info) { return std::string(queue_kind_name(info.param)) == "auto" ? "auto" : "threads"; });
+                         [](const auto& info) {
+                           return std::string(queue_kind_name(info.param)) == "auto" ? "auto"
+                                                                                     : "threads";
+                         });
 
 }  // namespace
 }  // namespace hypura::io

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "common/log.h"
-
 #include "io/read_queue.h"
 
 namespace hypura::io {
@@ -55,7 +54,8 @@ class ThreadQueue final : public ReadQueue {
   size_t reap(std::span<IoResult> out, int64_t timeout_us) override {
     if (out.empty() || in_flight_ == 0) return 0;
     std::unique_lock lock(mu_);
-    done_cv_.wait_for(lock, std::chrono::microseconds(timeout_us), [&] { return !done_.empty() || woken_; });
+    done_cv_.wait_for(lock, std::chrono::microseconds(timeout_us),
+                      [&] { return !done_.empty() || woken_; });
     woken_ = false;
     size_t n = 0;
     while (n < out.size() && !done_.empty()) {
@@ -112,16 +112,18 @@ Result<std::unique_ptr<ReadQueue>> make_queue(QueueKind kind, uint32_t queue_dep
   if (kind == QueueKind::kThreads) return make_thread_queue(queue_depth, queue_depth);
   auto uring = make_uring_queue(queue_depth);
   if (uring.is_ok() || kind == QueueKind::kUring) return uring;
-  log().info("io: io_uring unavailable ({}); using a pread thread pool",
-               uring.status().message());
+  log().info("io: io_uring unavailable ({}); using a pread thread pool", uring.status().message());
   return make_thread_queue(queue_depth, queue_depth);
 }
 
 const char* queue_kind_name(QueueKind kind) {
   switch (kind) {
-    case QueueKind::kAuto: return "auto";
-    case QueueKind::kUring: return "io_uring";
-    case QueueKind::kThreads: return "threads";
+    case QueueKind::kAuto:
+      return "auto";
+    case QueueKind::kUring:
+      return "io_uring";
+    case QueueKind::kThreads:
+      return "threads";
   }
   return "?";
 }

@@ -20,8 +20,8 @@ Status acquire_views(WeightProvider& provider, int64_t il,
     targets[n] = view;
     ++n;
   }
-  HYPURA_RETURN_IF_ERROR(provider.acquire(static_cast<int>(il), std::span(ids, n),
-                                          std::span(views, n)));
+  HYPURA_RETURN_IF_ERROR(
+      provider.acquire(static_cast<int>(il), std::span(ids, n), std::span(views, n)));
   for (size_t i = 0; i < n; ++i) *targets[i] = views[i];
   return Status::ok();
 }
@@ -34,7 +34,8 @@ void Blocks::begin(std::span<const SeqRows> seqs, bool logits_only) {
   for (SeqRows& s : seqs_) {
     assert(s.n_tokens > 0 && row + s.n_tokens <= max_batch_);
     s.row0 = row;
-    for (int64_t t = 0; t < s.n_tokens; ++t) row_pos_[static_cast<size_t>(row + t)] = static_cast<int32_t>(s.pos + t);
+    for (int64_t t = 0; t < s.n_tokens; ++t)
+      row_pos_[static_cast<size_t>(row + t)] = static_cast<int32_t>(s.pos + t);
     row += s.n_tokens;
   }
   n_tokens_ = row;
@@ -44,10 +45,17 @@ void Blocks::begin(std::span<const SeqRows> seqs, bool logits_only) {
 Status Blocks::acquire_attention(int64_t il, AttnViews* out) {
   const LayerWeights& lw = weights_.layers[il];
   return acquire_views(provider_, il,
-                       {{lw.attn_norm, &out->norm}, {lw.wq, &out->wq}, {lw.wk, &out->wk},
-                        {lw.wv, &out->wv}, {lw.wo, &out->wo}, {lw.bq, &out->bq},
-                        {lw.bk, &out->bk}, {lw.bv, &out->bv}, {lw.q_norm, &out->q_norm},
-                        {lw.k_norm, &out->k_norm}, {lw.post_attn_norm, &out->post_norm}});
+                       {{lw.attn_norm, &out->norm},
+                        {lw.wq, &out->wq},
+                        {lw.wk, &out->wk},
+                        {lw.wv, &out->wv},
+                        {lw.wo, &out->wo},
+                        {lw.bq, &out->bq},
+                        {lw.bk, &out->bk},
+                        {lw.bv, &out->bv},
+                        {lw.q_norm, &out->q_norm},
+                        {lw.k_norm, &out->k_norm},
+                        {lw.post_attn_norm, &out->post_norm}});
 }
 
 Status Blocks::acquire_ffn(int64_t il, FfnViews* out) {
@@ -56,9 +64,12 @@ Status Blocks::acquire_ffn(int64_t il, FfnViews* out) {
   out->up_exps = lw.ffn_up_exps;
   out->down_exps = lw.ffn_down_exps;
   return acquire_views(provider_, il,
-                       {{lw.ffn_norm, &out->norm}, {lw.post_ffn_norm, &out->post_norm},
-                        {lw.ffn_gate, &out->gate}, {lw.ffn_up, &out->up},
-                        {lw.ffn_down, &out->down}, {lw.ffn_router, &out->router}});
+                       {{lw.ffn_norm, &out->norm},
+                        {lw.post_ffn_norm, &out->post_norm},
+                        {lw.ffn_gate, &out->gate},
+                        {lw.ffn_up, &out->up},
+                        {lw.ffn_down, &out->down},
+                        {lw.ffn_router, &out->router}});
 }
 
 }  // namespace hypura::model

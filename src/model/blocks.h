@@ -62,7 +62,6 @@ struct FfnViews {
 
 enum class FfnAct { kSilu, kGeluTanh };
 
-
 class Blocks {
  public:
   virtual ~Blocks() = default;
@@ -135,11 +134,12 @@ class Blocks {
   // norm states; logits (host, when not null) = output . cur() for every row (all_logits,
   // one sequence) or the last row of each sequence ((seqs().size(), n_vocab)). Returns the
   // first error of the batch's device work, if any.
-  virtual Status finish(const WeightView& output, bool all_logits, float* logits, float* hidden) = 0;
+  virtual Status finish(const WeightView& output, bool all_logits, float* logits,
+                        float* hidden) = 0;
 
  protected:
-  Blocks(const HParams& hp, const WeightMap& weights, WeightProvider& provider,
-         int64_t max_batch, int64_t n_ctx)
+  Blocks(const HParams& hp, const WeightMap& weights, WeightProvider& provider, int64_t max_batch,
+         int64_t n_ctx)
       : hp_(hp), weights_(weights), provider_(provider), max_batch_(max_batch), n_ctx_(n_ctx) {
     seqs_.reserve(static_cast<size_t>(max_batch));
     row_pos_.resize(static_cast<size_t>(max_batch));

@@ -1,8 +1,8 @@
 #include "model/cpu_blocks.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cassert>
+#include <cmath>
 #include <cstring>
 
 #include "compute/cpu/thread_pool.h"
@@ -11,7 +11,9 @@
 namespace hypura::model {
 namespace {
 
-const float* as_floats(const WeightView& w) { return static_cast<const float*>(w.data); }
+const float* as_floats(const WeightView& w) {
+  return static_cast<const float*>(w.data);
+}
 
 }  // namespace
 
@@ -52,8 +54,9 @@ CpuBlocks::CpuBlocks(const HParams& hp, const WeightMap& weights, compute::Conte
     s.seg_acc.resize(block_rows * static_cast<size_t>(hp.head_dim_v));
   }
   // Partials of a split step: (kv head, segment, rows of up to kSplitMaxTokens tokens).
-  const auto split_rows = static_cast<size_t>(hp.n_head_kv * ((n_ctx + kKeySegment - 1) / kKeySegment) *
-                                              kSplitMaxTokens * (hp.n_head / hp.n_head_kv));
+  const auto split_rows =
+      static_cast<size_t>(hp.n_head_kv * ((n_ctx + kKeySegment - 1) / kKeySegment) *
+                          kSplitMaxTokens * (hp.n_head / hp.n_head_kv));
   split_m_.resize(split_rows);
   split_l_.resize(split_rows);
   split_acc_.resize(split_rows * static_cast<size_t>(hp.head_dim_v));
@@ -158,7 +161,9 @@ void CpuBlocks::scale(float* rows, int64_t width, float s) {
   compute::scale(rows, s, n_tokens_ * width);
 }
 
-void CpuBlocks::residual(float* x, const float* y) { compute::add(x, y, n_tokens_ * hp_.n_embd); }
+void CpuBlocks::residual(float* x, const float* y) {
+  compute::add(x, y, n_tokens_ * hp_.n_embd);
+}
 
 // Attention, flash-attention style: query rows are taken in blocks of kQueryBlock tokens
 // (times the q heads sharing a kv head), keys and values in blocks of kKeyBlock positions

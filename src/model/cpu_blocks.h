@@ -79,31 +79,31 @@ class CpuBlocks final : public Blocks {
   static constexpr int64_t kSplitMaxTokens = 4;
   // Attention scratch per pool thread; rows = kQueryBlock * (n_head / n_head_kv).
   struct AttnScratch {
-    std::vector<float> keys;    // (kKeyBlock, head_dim) one widened key block
-    std::vector<float> values;  // (kKeyBlock, head_dim_v)
+    std::vector<float> keys;           // (kKeyBlock, head_dim) one widened key block
+    std::vector<float> values;         // (kKeyBlock, head_dim_v)
     std::vector<const float*> q_rows;  // (rows) each row's query vector
     std::vector<int32_t> lo, hi;       // (rows) visible keys of the current key block
-    std::vector<float> m;       // (rows) the merged partial of a query block
-    std::vector<double> l;      // (rows)
-    std::vector<float> acc;     // (rows, head_dim_v)
-    std::vector<float> seg_m;   // (rows) the partial of the segment being computed
-    std::vector<double> seg_l;  // (rows)
-    std::vector<float> seg_acc; // (rows, head_dim_v)
+    std::vector<float> m;              // (rows) the merged partial of a query block
+    std::vector<double> l;             // (rows)
+    std::vector<float> acc;            // (rows, head_dim_v)
+    std::vector<float> seg_m;          // (rows) the partial of the segment being computed
+    std::vector<double> seg_l;         // (rows)
+    std::vector<float> seg_acc;        // (rows, head_dim_v)
   };
   std::vector<AttnScratch> attn_scratch_;
   // Partials of a split step: (kv head, segment, row) for up to kSplitMaxTokens tokens.
-  std::vector<float> split_m_;      // (rows)
-  std::vector<double> split_l_;     // (rows)
-  std::vector<float> split_acc_;    // (rows, head_dim_v)
+  std::vector<float> split_m_;    // (rows)
+  std::vector<double> split_l_;   // (rows)
+  std::vector<float> split_acc_;  // (rows, head_dim_v)
   // MoE routing state.
-  std::vector<float> router_probs_;     // (max_batch, n_expert)
-  std::vector<int32_t> selected_;       // (max_batch, n_expert_used) expert ids by slot
-  std::vector<float> selected_w_;       // (max_batch, n_expert_used) renormalised weights
-  std::vector<float> slot_out_;         // (max_batch, n_expert_used, n_embd)
-  std::vector<float> expert_in_;        // (max_batch, n_embd) gathered rows of one expert
-  std::vector<float> expert_out_;       // (max_batch, n_embd)
-  std::vector<int32_t> expert_rows_;    // (max_batch * n_expert_used) token*K+slot per expert
-  std::vector<int32_t> used_experts_;   // distinct experts of the batch (capacity n_expert)
+  std::vector<float> router_probs_;    // (max_batch, n_expert)
+  std::vector<int32_t> selected_;      // (max_batch, n_expert_used) expert ids by slot
+  std::vector<float> selected_w_;      // (max_batch, n_expert_used) renormalised weights
+  std::vector<float> slot_out_;        // (max_batch, n_expert_used, n_embd)
+  std::vector<float> expert_in_;       // (max_batch, n_embd) gathered rows of one expert
+  std::vector<float> expert_out_;      // (max_batch, n_embd)
+  std::vector<int32_t> expert_rows_;   // (max_batch * n_expert_used) token*K+slot per expert
+  std::vector<int32_t> used_experts_;  // distinct experts of the batch (capacity n_expert)
 };
 
 }  // namespace hypura::model

@@ -66,7 +66,9 @@ Sizes sizes_for(const HParams& hp, const gguf::GgufFile& file, int64_t max_batch
 
 Status cuda_supports(const HParams& hp, const gguf::GgufFile& file) {
 #if HYPURA_HAVE_CUDA
-  const auto dims_ok = [](int64_t d) { return d > 0 && d % 8 == 0 && d <= compute::cuda::kAttnMaxHeadDim; };
+  const auto dims_ok = [](int64_t d) {
+    return d > 0 && d % 8 == 0 && d <= compute::cuda::kAttnMaxHeadDim;
+  };
   if (!dims_ok(hp.head_dim) || !dims_ok(hp.head_dim_v)) {
     return unsupported("the GPU attention needs head sizes that are multiples of 8 up to " +
                        std::to_string(compute::cuda::kAttnMaxHeadDim) + " (model: " +
@@ -96,10 +98,17 @@ constexpr gguf::GgmlType kNothingCached = gguf::GgmlType::I64;
 // The 8-bit format a weight type's activations are rounded to, if any.
 bool act_format(gguf::GgmlType weight_type, cuda::ActFormat* format) {
   switch (quant::activation_type(weight_type)) {
-    case gguf::GgmlType::Q8_0: *format = cuda::ActFormat::kQ8_0; return true;
-    case gguf::GgmlType::Q8_1: *format = cuda::ActFormat::kQ8_1; return true;
-    case gguf::GgmlType::Q8_K: *format = cuda::ActFormat::kQ8_K; return true;
-    default: return false;
+    case gguf::GgmlType::Q8_0:
+      *format = cuda::ActFormat::kQ8_0;
+      return true;
+    case gguf::GgmlType::Q8_1:
+      *format = cuda::ActFormat::kQ8_1;
+      return true;
+    case gguf::GgmlType::Q8_K:
+      *format = cuda::ActFormat::kQ8_K;
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -245,17 +254,17 @@ class CudaBlocks final : public Blocks {
   Layout lay_{};
   cuda::Stream stream_;
   std::unique_ptr<cuda::Gemm> gemm_;
-  cuda::DeviceBuffer rows_;          // the row buffers (lay_)
-  cuda::DeviceBuffer act_;           // quantized activations of a small batch
-  cuda::DeviceBuffer attn_scratch_;  // decode attention's partials
-  cuda::PinnedBuffer step_host_;     // token ids and positions staged for the copy
-  cuda::PinnedBuffer x_host_;        // (max_batch, n_embd) residual rows from a CPU stage
-  cuda::PinnedBuffer logits_host_;   // (kGraphSeqs, n_vocab) last rows' logits staged
-  cuda::PinnedBuffer sel_host_;      // (max_batch, k) MoE selection of a prompt batch
-  cuda::PinnedBuffer pairs_host_;    // (max_batch * k) pairs grouped by expert
+  cuda::DeviceBuffer rows_;            // the row buffers (lay_)
+  cuda::DeviceBuffer act_;             // quantized activations of a small batch
+  cuda::DeviceBuffer attn_scratch_;    // decode attention's partials
+  cuda::PinnedBuffer step_host_;       // token ids and positions staged for the copy
+  cuda::PinnedBuffer x_host_;          // (max_batch, n_embd) residual rows from a CPU stage
+  cuda::PinnedBuffer logits_host_;     // (kGraphSeqs, n_vocab) last rows' logits staged
+  cuda::PinnedBuffer sel_host_;        // (max_batch, k) MoE selection of a prompt batch
+  cuda::PinnedBuffer pairs_host_;      // (max_batch * k) pairs grouped by expert
   std::vector<int64_t> expert_begin_;  // (n_expert + 1) offsets into pairs, host
   std::vector<int64_t> expert_next_;   // (n_expert) fill positions while sorting
-  Status error_;  // the first error of the batch, returned by finish()
+  Status error_;                       // the first error of the batch, returned by finish()
   PendingNorm pending_;
   Mode mode_ = Mode::kEager;
   bool use_graphs_ = true;  // HYPURA_CUDA_GRAPHS=0: every step eager
@@ -275,15 +284,19 @@ Status CudaBlocks::init(const gguf::GgufFile& file) {
   lay_ = layout_for(hp_, sizes_);
   HYPURA_ASSIGN_OR_RETURN(stream_, cuda::Stream::create());
   HYPURA_ASSIGN_OR_RETURN(rows_, cuda::DeviceBuffer::allocate(lay_.total));
-  HYPURA_ASSIGN_OR_RETURN(act_, cuda::DeviceBuffer::allocate(
-                                    cuda::act_q8_layout(sizes_.small_rows * sizes_.max_cols).total));
+  HYPURA_ASSIGN_OR_RETURN(
+      act_,
+      cuda::DeviceBuffer::allocate(cuda::act_q8_layout(sizes_.small_rows * sizes_.max_cols).total));
   HYPURA_ASSIGN_OR_RETURN(attn_scratch_, cuda::DeviceBuffer::allocate(cuda::attention_scratch_bytes(
                                              hp_.n_head, hp_.n_head_kv, hp_.head_dim_v, n_ctx_)));
-  HYPURA_ASSIGN_OR_RETURN(gemm_, cuda::Gemm::create(s(), max_batch_, sizes_.max_cols, sizes_.tile_elems));
-  HYPURA_ASSIGN_OR_RETURN(step_host_, cuda::PinnedBuffer::allocate(static_cast<size_t>(2 * max_batch_) * 4));
-  HYPURA_ASSIGN_OR_RETURN(x_host_, cuda::PinnedBuffer::allocate(static_cast<size_t>(max_batch_ * hp_.n_embd) * 4));
-  HYPURA_ASSIGN_OR_RETURN(logits_host_,
-                          cuda::PinnedBuffer::allocate(static_cast<size_t>(kGraphSeqs * hp_.n_vocab) * 4));
+  HYPURA_ASSIGN_OR_RETURN(gemm_,
+                          cuda::Gemm::create(s(), max_batch_, sizes_.max_cols, sizes_.tile_elems));
+  HYPURA_ASSIGN_OR_RETURN(step_host_,
+                          cuda::PinnedBuffer::allocate(static_cast<size_t>(2 * max_batch_) * 4));
+  HYPURA_ASSIGN_OR_RETURN(
+      x_host_, cuda::PinnedBuffer::allocate(static_cast<size_t>(max_batch_ * hp_.n_embd) * 4));
+  HYPURA_ASSIGN_OR_RETURN(logits_host_, cuda::PinnedBuffer::allocate(
+                                            static_cast<size_t>(kGraphSeqs * hp_.n_vocab) * 4));
   step_kv_.reserve(static_cast<size_t>(kGraphSeqs));
   if (hp_.n_expert > 0) {
     const size_t pairs = static_cast<size_t>(max_batch_ * sizes_.k) * 4;
@@ -338,7 +351,8 @@ void CudaBlocks::stage_step(const int32_t* tokens) {
   start_step();
   pending_ = {};
   if (replaying()) return;
-  fail(cuda::copy_to_device_async(ints(lay_.step), host, static_cast<size_t>(2 * max_batch_) * 4, s()));
+  fail(cuda::copy_to_device_async(ints(lay_.step), host, static_cast<size_t>(2 * max_batch_) * 4,
+                                  s()));
 }
 
 void CudaBlocks::embed(const WeightView& table, const int32_t* tokens) {
@@ -368,7 +382,8 @@ void CudaBlocks::norm(const float* in, const WeightView& w, float* out) {
 
 void CudaBlocks::flush_norm() {
   if (pending_.in == nullptr) return;
-  cuda::rms_norm(pending_.in, pending_.w, n_tokens_, pending_.width, hp_.rms_eps, pending_.out, s());
+  cuda::rms_norm(pending_.in, pending_.w, n_tokens_, pending_.width, hp_.rms_eps, pending_.out,
+                 s());
   pending_ = {};
 }
 
@@ -430,7 +445,8 @@ void CudaBlocks::matmul(const WeightView& w, const float* in, int64_t n, float* 
 // quantization of `in` per activation format.
 // Small batches: products sharing an input quantize it once per activation format. (One
 // launch for Q, K and V measured slower than the shape-tuned launches: docs/GPU.md.)
-void CudaBlocks::shared_input(const WeightView* const* ws, float* const* outs, int n, const float* in) {
+void CudaBlocks::shared_input(const WeightView* const* ws, float* const* outs, int n,
+                              const float* in) {
   gguf::GgmlType cached_type = kNothingCached;
   cuda::ActQ8 act;
   cuda::ActFormat format;
@@ -582,7 +598,8 @@ Status CudaBlocks::moe_small(const FfnViews& w, int64_t il, const float* in, flo
   cuda::matvec_grouped(up, sel, n_pairs, act_div, act, u, s());
   cuda::ActFormat format;
   if (act_format(down.type, &format) && (n_pairs * gate.n_rows) % 256 == 0) {
-    act = cuda::glu_quantize(cuda::UnaryOp::kSilu, g, u, n_pairs * gate.n_rows, format, act_.data(), s());
+    act = cuda::glu_quantize(cuda::UnaryOp::kSilu, g, u, n_pairs * gate.n_rows, format, act_.data(),
+                             s());
   } else {
     cuda::glu(cuda::UnaryOp::kSilu, g, u, n_pairs * gate.n_rows, s());
     act = cuda::quantize_for(down.type, g, n_pairs * down.n_cols, act_.data(), s());
@@ -597,12 +614,14 @@ Status CudaBlocks::moe_batch(const FfnViews& w, int64_t il, const float* in, flo
   const int64_t k = hp_.n_expert_used, ne = hp_.n_expert, n_pairs = n_tokens_ * k;
   int32_t* sel = sel_host_.as<int32_t>();
   int32_t* pairs = pairs_host_.as<int32_t>();
-  HYPURA_RETURN_IF_ERROR(cuda::copy_to_host_async(sel, ints(lay_.selected), static_cast<size_t>(n_pairs) * 4, s()));
+  HYPURA_RETURN_IF_ERROR(
+      cuda::copy_to_host_async(sel, ints(lay_.selected), static_cast<size_t>(n_pairs) * 4, s()));
   HYPURA_RETURN_IF_ERROR(stream_.synchronize());
   // Counting sort of the pairs by expert, pairs ascending within an expert.
   std::fill(expert_begin_.begin(), expert_begin_.end(), 0);
   for (int64_t i = 0; i < n_pairs; ++i) {
-    if (sel[i] < 0 || sel[i] >= ne) return Status(StatusCode::kInternal, "GPU routing chose no expert");
+    if (sel[i] < 0 || sel[i] >= ne)
+      return Status(StatusCode::kInternal, "GPU routing chose no expert");
     ++expert_begin_[sel[i] + 1];
   }
   for (int64_t e = 0; e < ne; ++e) expert_begin_[e + 1] += expert_begin_[e];
@@ -610,7 +629,8 @@ Status CudaBlocks::moe_batch(const FfnViews& w, int64_t il, const float* in, flo
   std::copy(fill.begin(), fill.end() - 1, expert_next_.begin());
   for (int64_t i = 0; i < n_pairs; ++i) pairs[expert_next_[sel[i]]++] = static_cast<int32_t>(i);
   int32_t* pairs_dev = ints(lay_.pairs);
-  HYPURA_RETURN_IF_ERROR(cuda::copy_to_device_async(pairs_dev, pairs, static_cast<size_t>(n_pairs) * 4, s()));
+  HYPURA_RETURN_IF_ERROR(
+      cuda::copy_to_device_async(pairs_dev, pairs, static_cast<size_t>(n_pairs) * 4, s()));
   float* ein = at(lay_.expert_in);
   float* eout = at(lay_.expert_out);
   float* g = at(lay_.ff_gate);
@@ -668,7 +688,8 @@ Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logi
       for (int64_t r0 = 0; r0 < n; r0 += kLogitRows) {
         const int64_t m = std::min(kLogitRows, n - r0);
         matmul(output, rows + r0 * e, m, dev_logits);
-        fail(cuda::copy_to_host_async(logits + r0 * nv, dev_logits, static_cast<size_t>(m * nv) * 4, s()));
+        fail(cuda::copy_to_host_async(logits + r0 * nv, dev_logits, static_cast<size_t>(m * nv) * 4,
+                                      s()));
       }
     };
     if (logits != nullptr && all_logits && n_tokens_ > 1) {
@@ -684,7 +705,8 @@ Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logi
         logit_rows(rows, m);
       } else {
         matmul(output, rows, m, dev_logits);
-        fail(cuda::copy_to_host_async(logits_host_.data(), dev_logits, static_cast<size_t>(m * nv) * 4, s()));
+        fail(cuda::copy_to_host_async(logits_host_.data(), dev_logits,
+                                      static_cast<size_t>(m * nv) * 4, s()));
       }
     }
     if (mode_ == Mode::kCapture) {
@@ -725,8 +747,8 @@ uint64_t cuda_blocks_bytes(const HParams& hp, const gguf::GgufFile& file, int64_
 
 Result<std::unique_ptr<Blocks>> make_cuda_blocks(const HParams& hp, const WeightMap& weights,
                                                  const gguf::GgufFile& file,
-                                                 WeightProvider& device_weights,
-                                                 int64_t max_batch, int64_t n_ctx) {
+                                                 WeightProvider& device_weights, int64_t max_batch,
+                                                 int64_t n_ctx) {
   HYPURA_RETURN_IF_ERROR(cuda_supports(hp, file));
   auto b = std::make_unique<CudaBlocks>(hp, weights, device_weights, max_batch, n_ctx);
   HYPURA_RETURN_IF_ERROR(b->init(file).with_context("GPU buffers"));
@@ -735,10 +757,13 @@ Result<std::unique_ptr<Blocks>> make_cuda_blocks(const HParams& hp, const Weight
 
 #else  // !HYPURA_HAVE_CUDA
 
-uint64_t cuda_blocks_bytes(const HParams&, const gguf::GgufFile&, int64_t, int64_t) { return 0; }
+uint64_t cuda_blocks_bytes(const HParams&, const gguf::GgufFile&, int64_t, int64_t) {
+  return 0;
+}
 
-Result<std::unique_ptr<Blocks>> make_cuda_blocks(const HParams&, const WeightMap&, const gguf::GgufFile&,
-                                                 WeightProvider&, int64_t, int64_t) {
+Result<std::unique_ptr<Blocks>> make_cuda_blocks(const HParams&, const WeightMap&,
+                                                 const gguf::GgufFile&, WeightProvider&, int64_t,
+                                                 int64_t) {
   return unsupported("this build has no CUDA backend (HYPURA_CUDA)");
 }
 

@@ -52,7 +52,7 @@ uint64_t cuda_blocks_bytes(const HParams& hp, const gguf::GgufFile& file, int64_
 // every tensor; kResourceExhausted when the buffers do not fit, kUnsupported without CUDA.
 Result<std::unique_ptr<Blocks>> make_cuda_blocks(const HParams& hp, const WeightMap& weights,
                                                  const gguf::GgufFile& file,
-                                                 WeightProvider& device_weights,
-                                                 int64_t max_batch, int64_t n_ctx);
+                                                 WeightProvider& device_weights, int64_t max_batch,
+                                                 int64_t n_ctx);
 
 }  // namespace hypura::model

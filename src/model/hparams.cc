@@ -75,9 +75,9 @@ Status check_positive(const HParams& hp) {
     const char* name;
     int64_t value;
   };
-  const Field fields[] = {{"n_embd", hp.n_embd},       {"n_layer", hp.n_layer},
-                          {"n_head", hp.n_head},       {"n_head_kv", hp.n_head_kv},
-                          {"head_dim", hp.head_dim},   {"n_vocab", hp.n_vocab},
+  const Field fields[] = {{"n_embd", hp.n_embd},          {"n_layer", hp.n_layer},
+                          {"n_head", hp.n_head},          {"n_head_kv", hp.n_head_kv},
+                          {"head_dim", hp.head_dim},      {"n_vocab", hp.n_vocab},
                           {"n_ctx_train", hp.n_ctx_train}};
   for (const auto& f : fields) {
     if (f.value <= 0) return corrupt(std::string("hyperparameter ") + f.name + " must be > 0");
@@ -113,8 +113,8 @@ void set_arch_specifics(HParams& hp, const KeyReader& keys, const gguf::Metadata
     hp.rope_freq_scale_swa = 1.0f;
     // Gemma3 27B uses query_pre_attn_scalar = n_embd / n_head; the others head_dim.
     const bool is_27b = hp.n_layer == 62;
-    const float q_dim = is_27b ? static_cast<float>(hp.n_embd / hp.n_head)
-                               : static_cast<float>(hp.head_dim);
+    const float q_dim =
+        is_27b ? static_cast<float>(hp.n_embd / hp.n_head) : static_cast<float>(hp.head_dim);
     hp.q_scale = 1.0f / std::sqrt(q_dim);
     hp.kq_scale = 1.0f;
   } else {
@@ -147,8 +147,8 @@ Result<HParams> read_hparams(const gguf::GgufFile& file) {
     }
   }
   if (!known) {
-    return unsupported("architecture '" + hp.arch_name + "' is not supported; supported: " +
-                       supported_architectures());
+    return unsupported("architecture '" + hp.arch_name +
+                       "' is not supported; supported: " + supported_architectures());
   }
   const gguf::Metadata& md = file.metadata();
   KeyReader keys(md, hp.arch_name);
@@ -170,8 +170,8 @@ Result<HParams> read_hparams(const gguf::GgufFile& file) {
   hp.swa_pattern = keys.int_or("attention.sliding_window_pattern", 6, &st);
   HYPURA_RETURN_IF_ERROR(st);
   if (hp.arch != Arch::kGemma3) hp.n_swa = 0;  // others: full attention everywhere
-  hp.rms_eps = keys.float_or("attention.layer_norm_rms_epsilon",
-                             hp.arch == Arch::kGemma3 ? 1e-6f : 1e-5f);
+  hp.rms_eps =
+      keys.float_or("attention.layer_norm_rms_epsilon", hp.arch == Arch::kGemma3 ? 1e-6f : 1e-5f);
   hp.rope_freq_base = keys.float_or("rope.freq_base", 10000.0f);
   auto scaling = md.get_string(keys.key("rope.scaling.type"));
   const float factor = keys.float_or("rope.scaling.factor", 1.0f);

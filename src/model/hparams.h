@@ -14,7 +14,9 @@
 
 #include "common/status.h"
 
-namespace hypura::gguf { class GgufFile; }
+namespace hypura::gguf {
+class GgufFile;
+}
 
 namespace hypura::model {
 
@@ -26,42 +28,42 @@ const char* arch_name(Arch arch);
 
 struct HParams {
   Arch arch = Arch::kLlama;
-  std::string arch_name;    // general.architecture as stored
+  std::string arch_name;  // general.architecture as stored
   int64_t n_vocab = 0;
   int64_t n_ctx_train = 0;
   int64_t n_embd = 0;
   int64_t n_layer = 0;
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
-  int64_t head_dim = 0;     // per-head size of q and k (attention.key_length)
-  int64_t head_dim_v = 0;   // per-head size of v (attention.value_length)
-  int64_t n_ff = 0;         // dense FFN width
-  int64_t n_expert = 0;     // 0: dense model
+  int64_t head_dim = 0;    // per-head size of q and k (attention.key_length)
+  int64_t head_dim_v = 0;  // per-head size of v (attention.value_length)
+  int64_t n_ff = 0;        // dense FFN width
+  int64_t n_expert = 0;    // 0: dense model
   int64_t n_expert_used = 0;
   int64_t n_ff_expert = 0;  // per-expert FFN width
   float rms_eps = 1e-5f;
 
   // RoPE.
-  int64_t n_rot = 0;              // rotated dims per head (rope.dimension_count)
-  bool rope_neox = false;         // rotate (i, i + n_rot/2) instead of (2i, 2i+1)
+  int64_t n_rot = 0;       // rotated dims per head (rope.dimension_count)
+  bool rope_neox = false;  // rotate (i, i + n_rot/2) instead of (2i, 2i+1)
   float rope_freq_base = 10000.0f;
-  float rope_freq_scale = 1.0f;   // 1 / rope.scaling.factor for "linear" scaling
+  float rope_freq_scale = 1.0f;         // 1 / rope.scaling.factor for "linear" scaling
   float rope_freq_base_swa = 10000.0f;  // gemma3 local layers
   float rope_freq_scale_swa = 1.0f;
 
   // Sliding-window attention (gemma3): a query at p sees key j when p - j < n_swa.
-  int64_t n_swa = 0;              // 0: no SWA layers
-  int64_t swa_pattern = 0;        // layer il is local when il % pattern < pattern - 1
-  float embd_scale = 1.0f;        // multiplies token embeddings (gemma: sqrt(n_embd))
-  float q_scale = 0.0f;           // applied to Q before QK^T; 0: use kq_scale instead
-  float kq_scale = 0.0f;          // softmax scale of QK^T
+  int64_t n_swa = 0;        // 0: no SWA layers
+  int64_t swa_pattern = 0;  // layer il is local when il % pattern < pattern - 1
+  float embd_scale = 1.0f;  // multiplies token embeddings (gemma: sqrt(n_embd))
+  float q_scale = 0.0f;     // applied to Q before QK^T; 0: use kq_scale instead
+  float kq_scale = 0.0f;    // softmax scale of QK^T
 
   bool is_swa_layer(int64_t il) const {
     return n_swa > 0 && swa_pattern > 0 && (il % swa_pattern) < swa_pattern - 1;
   }
-  int64_t q_width() const { return n_head * head_dim; }      // rows of attn_q
-  int64_t k_width() const { return n_head_kv * head_dim; }   // rows of attn_k
-  int64_t v_width() const { return n_head_kv * head_dim_v; } // rows of attn_v
+  int64_t q_width() const { return n_head * head_dim; }       // rows of attn_q
+  int64_t k_width() const { return n_head_kv * head_dim; }    // rows of attn_k
+  int64_t v_width() const { return n_head_kv * head_dim_v; }  // rows of attn_v
 };
 
 // Reads the hyperparameters of the model's architecture; unknown architectures and

@@ -103,7 +103,8 @@ Status KvCache::grow_device(int64_t n_ctx) {
   for (int64_t d = 0; d < n_dev; ++d) {
     const size_t il = static_cast<size_t>(first + d);
     dev_k[il] = base + static_cast<size_t>(d) * to.k_layer;
-    dev_v[il] = base + static_cast<size_t>(n_dev) * to.k_layer + static_cast<size_t>(d) * to.v_layer;
+    dev_v[il] =
+        base + static_cast<size_t>(n_dev) * to.k_layer + static_cast<size_t>(d) * to.v_layer;
   }
   if (device_->buffer.data() != nullptr) {
     const DeviceLayout from = device_layout(n_dev, n_ctx_, k_width_, v_width_);
@@ -129,8 +130,10 @@ Status KvCache::copy_host_layers(int64_t from, int64_t to, bool to_device) {
   const size_t elem = 2;
   for (int64_t il = 0; il < first_device_; ++il) {
     const auto i = static_cast<size_t>(il);
-    for (const auto& [host, dev, width] : {std::tuple{k_base_[i], dev_k_[i], k_width_}, std::tuple{v_base_[i], dev_v_[i], v_width_}}) {
-      const size_t off = static_cast<size_t>(from * width) * elem, n = static_cast<size_t>((to - from) * width) * elem;
+    for (const auto& [host, dev, width] : {std::tuple{k_base_[i], dev_k_[i], k_width_},
+                                           std::tuple{v_base_[i], dev_v_[i], v_width_}}) {
+      const size_t off = static_cast<size_t>(from * width) * elem,
+                   n = static_cast<size_t>((to - from) * width) * elem;
       HYPURA_RETURN_IF_ERROR(to_device ? cuda::copy_to_device(dev + off, host + off, n)
                                        : cuda::copy_to_host(host + off, dev + off, n));
     }
@@ -151,18 +154,28 @@ Status KvCache::mirror_to_host(int64_t begin, int64_t end) {
   if (begin <= mirror_synced_) mirror_synced_ = std::max(mirror_synced_, end);
   return Status::ok();
 }
-const void* KvCache::device_storage() const { return device_ ? device_->buffer.data() : nullptr; }
+const void* KvCache::device_storage() const {
+  return device_ ? device_->buffer.data() : nullptr;
+}
 #else
-const void* KvCache::device_storage() const { return nullptr; }
+const void* KvCache::device_storage() const {
+  return nullptr;
+}
 
 Result<std::unique_ptr<KvCache>> KvCache::on_device(const HParams&, int64_t, int64_t, bool) {
   return unsupported("a device KV cache needs a build with CUDA (HYPURA_CUDA)");
 }
 
-Status KvCache::mirror_to_device(int64_t) { return Status::ok(); }
-Status KvCache::mirror_to_host(int64_t, int64_t) { return Status::ok(); }
+Status KvCache::mirror_to_device(int64_t) {
+  return Status::ok();
+}
+Status KvCache::mirror_to_host(int64_t, int64_t) {
+  return Status::ok();
+}
 
-Status KvCache::grow_device(int64_t) { return unsupported("no CUDA in this build"); }
+Status KvCache::grow_device(int64_t) {
+  return unsupported("no CUDA in this build");
+}
 #endif
 
 // The device part first: when it cannot get the memory, nothing has changed.

@@ -36,7 +36,8 @@ class KvCache {
   // prompt (the weights copied over the bus, model.h "wide stages"); mirror_to_device /
   // mirror_to_host keep the two copies in step.
   static Result<std::unique_ptr<KvCache>> on_device(const HParams& hp, int64_t n_ctx,
-                                                    int64_t first_device_layer = 0, bool mirror = false);
+                                                    int64_t first_device_layer = 0,
+                                                    bool mirror = false);
   ~KvCache();
   KvCache(KvCache&&) noexcept;
   KvCache& operator=(KvCache&&) noexcept;
@@ -46,7 +47,9 @@ class KvCache {
   bool on_device() const { return device_ != nullptr; }  // some layer is in device memory
   // Where layer il's rows are: device rows for the GPU, host rows for the CPU (a mirrored
   // host layer has both).
-  bool on_device(int64_t il) const { return device_ != nullptr && (il >= first_device_ || mirror_); }
+  bool on_device(int64_t il) const {
+    return device_ != nullptr && (il >= first_device_ || mirror_);
+  }
   bool on_host(int64_t il) const { return il < first_device_layer(); }
   int64_t first_device_layer() const { return device_ ? first_device_ : n_layer_; }
   bool mirrored() const { return mirror_; }
@@ -80,7 +83,7 @@ class KvCache {
   void* device_v(int64_t il) const { return dev_v_[static_cast<size_t>(il)]; }
 
  private:
-  struct Device;  // the device buffers (kv_cache.cc)
+  struct Device;                              // the device buffers (kv_cache.cc)
   KvCache(const HParams& hp, int64_t n_ctx);  // device: storage set by on_device()
   void store_rows(uint8_t* dst, int64_t width, int64_t pos, int64_t n_tokens, const float* src);
   compute::KvRows rows(const uint8_t* base, int64_t width, int64_t col, int64_t first) const;
@@ -92,16 +95,16 @@ class KvCache {
   int64_t n_ctx_;
   bool f32_;
   int64_t n_layer_;
-  int64_t k_width_;   // n_head_kv * head_dim
-  int64_t v_width_;   // n_head_kv * head_dim_v
+  int64_t k_width_;  // n_head_kv * head_dim
+  int64_t v_width_;  // n_head_kv * head_dim_v
   int64_t head_dim_;
   int64_t head_dim_v_;
-  int64_t first_device_ = 0;             // with device_: layers from here on are there
-  bool mirror_ = false;                  // the host layers have device rows too
-  int64_t mirror_synced_ = 0;            // host layers' device rows equal the host's before this
-  std::vector<std::vector<uint8_t>> k_;  // [host layers] (n_ctx, k_width) F16 or F32, host
-  std::vector<std::vector<uint8_t>> v_;  // [host layers] (n_ctx, v_width) F16 or F32, host
-  std::unique_ptr<Device> device_;       // device storage of layers first_device_..
+  int64_t first_device_ = 0;               // with device_: layers from here on are there
+  bool mirror_ = false;                    // the host layers have device rows too
+  int64_t mirror_synced_ = 0;              // host layers' device rows equal the host's before this
+  std::vector<std::vector<uint8_t>> k_;    // [host layers] (n_ctx, k_width) F16 or F32, host
+  std::vector<std::vector<uint8_t>> v_;    // [host layers] (n_ctx, v_width) F16 or F32, host
+  std::unique_ptr<Device> device_;         // device storage of layers first_device_..
   std::vector<uint8_t*> k_base_, v_base_;  // [n_layer] where each layer's rows are
   std::vector<uint8_t*> dev_k_, dev_v_;    // [n_layer] device rows (null: none)
 };

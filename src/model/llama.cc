@@ -34,11 +34,16 @@ Status llama_layer(Blocks& b, int64_t il) {
 
 LayerFn layer_fn(Arch arch) {
   switch (arch) {
-    case Arch::kLlama: return llama_layer;
-    case Arch::kQwen2: return qwen2_layer;
-    case Arch::kQwen3: return qwen3_layer;
-    case Arch::kQwen3Moe: return qwen3_layer;
-    case Arch::kGemma3: return gemma3_layer;
+    case Arch::kLlama:
+      return llama_layer;
+    case Arch::kQwen2:
+      return qwen2_layer;
+    case Arch::kQwen3:
+      return qwen3_layer;
+    case Arch::kQwen3Moe:
+      return qwen3_layer;
+    case Arch::kGemma3:
+      return gemma3_layer;
   }
   return nullptr;
 }

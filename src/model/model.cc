@@ -35,13 +35,16 @@ std::vector<ForwardStage> one_stage(std::unique_ptr<Blocks> blocks, int64_t n_la
 Forward::Forward(std::shared_ptr<const Model> model, compute::Context& ctx,
                  WeightProvider& provider, int64_t max_batch, int64_t n_ctx)
     : Forward(model,
-              std::make_unique<CpuBlocks>(model->hparams(), model->weights(), ctx, provider, max_batch, n_ctx),
+              std::make_unique<CpuBlocks>(model->hparams(), model->weights(), ctx, provider,
+                                          max_batch, n_ctx),
               max_batch) {}
 
-Forward::Forward(std::shared_ptr<const Model> model, std::unique_ptr<Blocks> blocks, int64_t max_batch)
+Forward::Forward(std::shared_ptr<const Model> model, std::unique_ptr<Blocks> blocks,
+                 int64_t max_batch)
     : Forward(model, one_stage(std::move(blocks), model->hparams().n_layer), max_batch) {}
 
-Forward::Forward(std::shared_ptr<const Model> model, std::vector<ForwardStage> stages, int64_t max_batch)
+Forward::Forward(std::shared_ptr<const Model> model, std::vector<ForwardStage> stages,
+                 int64_t max_batch)
     : model_(std::move(model)), max_batch_(max_batch), stages_(std::move(stages)) {
   assert(!stages_.empty() && stages_.back().end == model_->hparams().n_layer);
   for (size_t i = 0; i + 1 < stages_.size(); ++i) {
@@ -67,7 +70,9 @@ int64_t Forward::n_ctx() const {
 
 namespace {
 
-int64_t stage_begin(const std::vector<ForwardStage>& stages, size_t i) { return i == 0 ? 0 : stages[i - 1].end; }
+int64_t stage_begin(const std::vector<ForwardStage>& stages, size_t i) {
+  return i == 0 ? 0 : stages[i - 1].end;
+}
 
 }  // namespace
 
@@ -88,7 +93,8 @@ static Status check_kv_placement(const KvCache& kv, const Blocks& b, int64_t fir
   for (int64_t il = first; il < end; ++il) {
     if (b.on_device() ? !kv.on_device(il) : !kv.on_host(il)) {
       return invalid_argument("layer " + std::to_string(il) + "'s KV cache has no rows in " +
-                              (b.on_device() ? "device" : "host") + " memory, where the layer runs");
+                              (b.on_device() ? "device" : "host") +
+                              " memory, where the layer runs");
     }
   }
   return Status::ok();
@@ -103,7 +109,8 @@ Status Forward::check(const int32_t* tokens, std::span<const SeqRows> seqs) cons
   for (size_t i = 0; i < seqs.size(); ++i) {
     const SeqRows& s = seqs[i];
     const KvCache& kv = *s.kv;
-    if (s.n_tokens <= 0) return invalid_argument("a sequence of " + std::to_string(s.n_tokens) + " tokens");
+    if (s.n_tokens <= 0)
+      return invalid_argument("a sequence of " + std::to_string(s.n_tokens) + " tokens");
     if (s.pos < 0 || s.pos + s.n_tokens > kv.n_ctx()) {
       return resource_exhausted("context full: positions " + std::to_string(s.pos) + ".." +
                                 std::to_string(s.pos + s.n_tokens - 1) + " exceed n_ctx " +
@@ -111,13 +118,16 @@ Status Forward::check(const int32_t* tokens, std::span<const SeqRows> seqs) cons
     }
     if (kv.n_ctx() > n_ctx()) {
       return invalid_argument("a KV cache of " + std::to_string(kv.n_ctx()) +
-                              " positions exceeds the forward pass's context of " + std::to_string(n_ctx()));
+                              " positions exceeds the forward pass's context of " +
+                              std::to_string(n_ctx()));
     }
     for (size_t st = 0; st < stages.size(); ++st) {
-      HYPURA_RETURN_IF_ERROR(check_kv_placement(kv, *stages[st].blocks, stage_begin(stages, st), stages[st].end));
+      HYPURA_RETURN_IF_ERROR(
+          check_kv_placement(kv, *stages[st].blocks, stage_begin(stages, st), stages[st].end));
     }
     for (size_t j = 0; j < i; ++j) {
-      if (seqs[j].kv == s.kv) return invalid_argument("two sequences of one batch share a KV cache");
+      if (seqs[j].kv == s.kv)
+        return invalid_argument("two sequences of one batch share a KV cache");
     }
     n_rows += s.n_tokens;
   }
@@ -164,13 +174,15 @@ Status Forward::run_rows(const int32_t* tokens, std::span<const SeqRows> seqs, b
   }
   HYPURA_RETURN_IF_ERROR(run_stages(stages_for(n_rows), tokens, seqs, all_logits, logits, hidden));
   if (is_wide) {
-    for (const SeqRows& s : seqs) HYPURA_RETURN_IF_ERROR(s.kv->mirror_to_host(s.pos, s.pos + s.n_tokens));
+    for (const SeqRows& s : seqs)
+      HYPURA_RETURN_IF_ERROR(s.kv->mirror_to_host(s.pos, s.pos + s.n_tokens));
   }
   return Status::ok();
 }
 
-Status Forward::run_stages(std::vector<ForwardStage>& stages, const int32_t* tokens, std::span<const SeqRows> seqs,
-                           bool all_logits, float* logits, float* hidden) {
+Status Forward::run_stages(std::vector<ForwardStage>& stages, const int32_t* tokens,
+                           std::span<const SeqRows> seqs, bool all_logits, float* logits,
+                           float* hidden) {
   const HParams& hp = model_->hparams();
   const WeightMap& wm = model_->weights();
   const bool logits_only = logits != nullptr && hidden == nullptr;

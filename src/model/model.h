@@ -33,8 +33,12 @@
 #include "model/seq_rows.h"
 #include "model/weights.h"
 
-namespace hypura::gguf { class GgufFile; }
-namespace hypura::compute { class Context; }
+namespace hypura::gguf {
+class GgufFile;
+}
+namespace hypura::compute {
+class Context;
+}
 
 namespace hypura::model {
 
@@ -65,8 +69,8 @@ class Forward {
  public:
   // On the CPU. max_batch: most tokens per run() call; n_ctx: the KV cache's length
   // (attention scratch).
-  Forward(std::shared_ptr<const Model> model, compute::Context& ctx,
-          WeightProvider& provider, int64_t max_batch, int64_t n_ctx);
+  Forward(std::shared_ptr<const Model> model, compute::Context& ctx, WeightProvider& provider,
+          int64_t max_batch, int64_t n_ctx);
   // On the blocks' device (cuda_blocks.h: make_cuda_blocks); run() then needs a KV cache
   // in that device's memory.
   Forward(std::shared_ptr<const Model> model, std::unique_ptr<Blocks> blocks, int64_t max_batch);
@@ -90,8 +94,8 @@ class Forward {
   // (n_tokens, n_embd) the final-norm hidden states, the output layer's input.
   // REQUIRES: 0 < n_tokens <= max_batch, pos + n_tokens <= kv.n_ctx(), every token id
   // < n_vocab, kv where the blocks compute (checked: error).
-  Status run(const int32_t* tokens, int64_t n_tokens, int64_t pos, KvCache& kv,
-             bool all_logits, float* logits, float* hidden = nullptr);
+  Status run(const int32_t* tokens, int64_t n_tokens, int64_t pos, KvCache& kv, bool all_logits,
+             float* logits, float* hidden = nullptr);
 
   // One pass over the weights for several sequences at once (continuous batching):
   // tokens holds each sequence's n_tokens ids in order; logits (seqs.size(), n_vocab) gets
@@ -107,13 +111,15 @@ class Forward {
   Status check(const int32_t* tokens, std::span<const SeqRows> seqs) const;
   Status run_rows(const int32_t* tokens, std::span<const SeqRows> seqs, bool all_logits,
                   float* logits, float* hidden);
-  Status run_stages(std::vector<ForwardStage>& stages, const int32_t* tokens, std::span<const SeqRows> seqs,
-                    bool all_logits, float* logits, float* hidden);
+  Status run_stages(std::vector<ForwardStage>& stages, const int32_t* tokens,
+                    std::span<const SeqRows> seqs, bool all_logits, float* logits, float* hidden);
   // Layers [first, stage.end) on the stage's blocks, releasing each.
   Status run_layers(ForwardStage& stage, int64_t first);
   bool wide(int64_t n_rows) const { return !wide_.empty() && n_rows >= wide_min_rows_; }
   std::vector<ForwardStage>& stages_for(int64_t n_rows) { return wide(n_rows) ? wide_ : stages_; }
-  const std::vector<ForwardStage>& stages_for(int64_t n_rows) const { return wide(n_rows) ? wide_ : stages_; }
+  const std::vector<ForwardStage>& stages_for(int64_t n_rows) const {
+    return wide(n_rows) ? wide_ : stages_;
+  }
 
   std::shared_ptr<const Model> model_;
   int64_t max_batch_;

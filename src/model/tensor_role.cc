@@ -103,9 +103,9 @@ TensorRole unstacked_expert(std::string_view base) {
 TensorRole layer_role(std::string_view base, bool is_bias) {
   TensorRole role = lookup(base, kLayer);
   if (role == TensorRole::kOther) return unstacked_expert(base);
-  if (is_bias && (role == TensorRole::kAttnQ || role == TensorRole::kAttnK ||
-                  role == TensorRole::kAttnV || role == TensorRole::kAttnQkv ||
-                  role == TensorRole::kAttnOutput)) {
+  if (is_bias &&
+      (role == TensorRole::kAttnQ || role == TensorRole::kAttnK || role == TensorRole::kAttnV ||
+       role == TensorRole::kAttnQkv || role == TensorRole::kAttnOutput)) {
     return TensorRole::kAttnBias;
   }
   return role;
@@ -134,29 +134,52 @@ TensorClass classify_tensor(std::string_view name, std::string_view architecture
 
 const char* role_name(TensorRole role) {
   switch (role) {
-    case TensorRole::kTokenEmbedding: return "token_embd";
-    case TensorRole::kOutput: return "output";
-    case TensorRole::kOutputNorm: return "output_norm";
-    case TensorRole::kAttnQ: return "attn_q";
-    case TensorRole::kAttnK: return "attn_k";
-    case TensorRole::kAttnV: return "attn_v";
-    case TensorRole::kAttnQkv: return "attn_qkv";
-    case TensorRole::kAttnOutput: return "attn_output";
-    case TensorRole::kAttnNorm: return "attn_norm";
-    case TensorRole::kAttnQNorm: return "attn_q_norm";
-    case TensorRole::kAttnKNorm: return "attn_k_norm";
-    case TensorRole::kAttnBias: return "attn_bias";
-    case TensorRole::kFfnNorm: return "ffn_norm";
-    case TensorRole::kFfnGate: return "ffn_gate";
-    case TensorRole::kFfnUp: return "ffn_up";
-    case TensorRole::kFfnDown: return "ffn_down";
-    case TensorRole::kMoeRouter: return "moe_router";
-    case TensorRole::kMoeGateExperts: return "moe_experts_gate";
-    case TensorRole::kMoeUpExperts: return "moe_experts_up";
-    case TensorRole::kMoeDownExperts: return "moe_experts_down";
-    case TensorRole::kSharedExpert: return "shared_expert";
-    case TensorRole::kRopeFreqs: return "rope_freqs";
-    case TensorRole::kOther: return "other";
+    case TensorRole::kTokenEmbedding:
+      return "token_embd";
+    case TensorRole::kOutput:
+      return "output";
+    case TensorRole::kOutputNorm:
+      return "output_norm";
+    case TensorRole::kAttnQ:
+      return "attn_q";
+    case TensorRole::kAttnK:
+      return "attn_k";
+    case TensorRole::kAttnV:
+      return "attn_v";
+    case TensorRole::kAttnQkv:
+      return "attn_qkv";
+    case TensorRole::kAttnOutput:
+      return "attn_output";
+    case TensorRole::kAttnNorm:
+      return "attn_norm";
+    case TensorRole::kAttnQNorm:
+      return "attn_q_norm";
+    case TensorRole::kAttnKNorm:
+      return "attn_k_norm";
+    case TensorRole::kAttnBias:
+      return "attn_bias";
+    case TensorRole::kFfnNorm:
+      return "ffn_norm";
+    case TensorRole::kFfnGate:
+      return "ffn_gate";
+    case TensorRole::kFfnUp:
+      return "ffn_up";
+    case TensorRole::kFfnDown:
+      return "ffn_down";
+    case TensorRole::kMoeRouter:
+      return "moe_router";
+    case TensorRole::kMoeGateExperts:
+      return "moe_experts_gate";
+    case TensorRole::kMoeUpExperts:
+      return "moe_experts_up";
+    case TensorRole::kMoeDownExperts:
+      return "moe_experts_down";
+    case TensorRole::kSharedExpert:
+      return "shared_expert";
+    case TensorRole::kRopeFreqs:
+      return "rope_freqs";
+    case TensorRole::kOther:
+      return "other";
   }
   return "other";
 }
@@ -167,15 +190,20 @@ bool is_moe_expert(TensorRole role) {
 }
 
 bool is_dense_ffn(TensorRole role) {
-  return role == TensorRole::kFfnGate || role == TensorRole::kFfnUp ||
-         role == TensorRole::kFfnDown;
+  return role == TensorRole::kFfnGate || role == TensorRole::kFfnUp || role == TensorRole::kFfnDown;
 }
 
 bool is_attention(TensorRole role) {
   switch (role) {
-    case TensorRole::kAttnQ: case TensorRole::kAttnK: case TensorRole::kAttnV:
-    case TensorRole::kAttnQkv: case TensorRole::kAttnOutput: case TensorRole::kAttnNorm:
-    case TensorRole::kAttnQNorm: case TensorRole::kAttnKNorm: case TensorRole::kAttnBias:
+    case TensorRole::kAttnQ:
+    case TensorRole::kAttnK:
+    case TensorRole::kAttnV:
+    case TensorRole::kAttnQkv:
+    case TensorRole::kAttnOutput:
+    case TensorRole::kAttnNorm:
+    case TensorRole::kAttnQNorm:
+    case TensorRole::kAttnKNorm:
+    case TensorRole::kAttnBias:
       return true;
     default:
       return false;

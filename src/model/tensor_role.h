@@ -11,19 +11,28 @@
 namespace hypura::model {
 
 enum class TensorRole {
-  kTokenEmbedding,   // token_embd
-  kOutput,           // output (the LM head)
-  kOutputNorm,       // output_norm
-  kAttnQ, kAttnK, kAttnV, kAttnQkv, kAttnOutput,
-  kAttnNorm,         // attn_norm, post_attention_norm (gemma3)
-  kAttnQNorm, kAttnKNorm,
-  kAttnBias,         // q/k/v biases (qwen2)
-  kFfnNorm,          // ffn_norm, post_ffw_norm (gemma3)
-  kFfnGate, kFfnUp, kFfnDown,          // dense FFN
-  kMoeRouter,                          // ffn_gate_inp
-  kMoeGateExperts, kMoeUpExperts, kMoeDownExperts,  // ffn_*_exps (stacked experts)
-  kSharedExpert,                       // ffn_*_shexp and its gate
-  kRopeFreqs,                          // rope_freqs (llama3 scaling factors)
+  kTokenEmbedding,  // token_embd
+  kOutput,          // output (the LM head)
+  kOutputNorm,      // output_norm
+  kAttnQ,
+  kAttnK,
+  kAttnV,
+  kAttnQkv,
+  kAttnOutput,
+  kAttnNorm,  // attn_norm, post_attention_norm (gemma3)
+  kAttnQNorm,
+  kAttnKNorm,
+  kAttnBias,  // q/k/v biases (qwen2)
+  kFfnNorm,   // ffn_norm, post_ffw_norm (gemma3)
+  kFfnGate,
+  kFfnUp,
+  kFfnDown,    // dense FFN
+  kMoeRouter,  // ffn_gate_inp
+  kMoeGateExperts,
+  kMoeUpExperts,
+  kMoeDownExperts,  // ffn_*_exps (stacked experts)
+  kSharedExpert,    // ffn_*_shexp and its gate
+  kRopeFreqs,       // rope_freqs (llama3 scaling factors)
   kOther,
 };
 
@@ -38,9 +47,9 @@ TensorClass classify_tensor(std::string_view name, std::string_view architecture
 const char* role_name(TensorRole role);  // "attn_q", "moe_experts_up", ...
 
 // Broad groups the planner and inspect report by.
-bool is_moe_expert(TensorRole role);   // the three *_exps roles
-bool is_dense_ffn(TensorRole role);    // gate/up/down of a dense FFN
-bool is_attention(TensorRole role);    // q/k/v/qkv/o and their norms and biases
+bool is_moe_expert(TensorRole role);  // the three *_exps roles
+bool is_dense_ffn(TensorRole role);   // gate/up/down of a dense FFN
+bool is_attention(TensorRole role);   // q/k/v/qkv/o and their norms and biases
 bool is_norm(TensorRole role);
 
 }  // namespace hypura::model

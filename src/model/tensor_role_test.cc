@@ -30,73 +30,73 @@ void expect_cases(std::string_view arch, std::initializer_list<Case> cases) {
 
 TEST(TensorRole, Llama) {
   expect_cases("llama", {
-      {"token_embd.weight", TensorRole::kTokenEmbedding, -1},
-      {"output.weight", TensorRole::kOutput, -1},
-      {"output_norm.weight", TensorRole::kOutputNorm, -1},
-      {"rope_freqs.weight", TensorRole::kRopeFreqs, -1},
-      {"blk.0.attn_norm.weight", TensorRole::kAttnNorm, 0},
-      {"blk.7.attn_q.weight", TensorRole::kAttnQ, 7},
-      {"blk.7.attn_k.weight", TensorRole::kAttnK, 7},
-      {"blk.7.attn_v.weight", TensorRole::kAttnV, 7},
-      {"blk.79.attn_output.weight", TensorRole::kAttnOutput, 79},
-      {"blk.12.ffn_norm.weight", TensorRole::kFfnNorm, 12},
-      {"blk.12.ffn_gate.weight", TensorRole::kFfnGate, 12},
-      {"blk.12.ffn_up.weight", TensorRole::kFfnUp, 12},
-      {"blk.12.ffn_down.weight", TensorRole::kFfnDown, 12},
-      {"blk.3.attn_qkv.weight", TensorRole::kAttnQkv, 3},
-  });
+                            {"token_embd.weight", TensorRole::kTokenEmbedding, -1},
+                            {"output.weight", TensorRole::kOutput, -1},
+                            {"output_norm.weight", TensorRole::kOutputNorm, -1},
+                            {"rope_freqs.weight", TensorRole::kRopeFreqs, -1},
+                            {"blk.0.attn_norm.weight", TensorRole::kAttnNorm, 0},
+                            {"blk.7.attn_q.weight", TensorRole::kAttnQ, 7},
+                            {"blk.7.attn_k.weight", TensorRole::kAttnK, 7},
+                            {"blk.7.attn_v.weight", TensorRole::kAttnV, 7},
+                            {"blk.79.attn_output.weight", TensorRole::kAttnOutput, 79},
+                            {"blk.12.ffn_norm.weight", TensorRole::kFfnNorm, 12},
+                            {"blk.12.ffn_gate.weight", TensorRole::kFfnGate, 12},
+                            {"blk.12.ffn_up.weight", TensorRole::kFfnUp, 12},
+                            {"blk.12.ffn_down.weight", TensorRole::kFfnDown, 12},
+                            {"blk.3.attn_qkv.weight", TensorRole::kAttnQkv, 3},
+                        });
 }
 
 TEST(TensorRole, Qwen2Biases) {
   expect_cases("qwen2", {
-      {"blk.1.attn_q.bias", TensorRole::kAttnBias, 1},
-      {"blk.1.attn_k.bias", TensorRole::kAttnBias, 1},
-      {"blk.1.attn_v.bias", TensorRole::kAttnBias, 1},
-      {"blk.1.attn_q.weight", TensorRole::kAttnQ, 1},
-  });
+                            {"blk.1.attn_q.bias", TensorRole::kAttnBias, 1},
+                            {"blk.1.attn_k.bias", TensorRole::kAttnBias, 1},
+                            {"blk.1.attn_v.bias", TensorRole::kAttnBias, 1},
+                            {"blk.1.attn_q.weight", TensorRole::kAttnQ, 1},
+                        });
 }
 
 TEST(TensorRole, Qwen3AndGemma3Norms) {
   expect_cases("qwen3", {
-      {"blk.0.attn_q_norm.weight", TensorRole::kAttnQNorm, 0},
-      {"blk.0.attn_k_norm.weight", TensorRole::kAttnKNorm, 0},
-  });
+                            {"blk.0.attn_q_norm.weight", TensorRole::kAttnQNorm, 0},
+                            {"blk.0.attn_k_norm.weight", TensorRole::kAttnKNorm, 0},
+                        });
   expect_cases("gemma3", {
-      {"blk.5.post_attention_norm.weight", TensorRole::kAttnNorm, 5},
-      {"blk.5.post_ffw_norm.weight", TensorRole::kFfnNorm, 5},
-  });
+                             {"blk.5.post_attention_norm.weight", TensorRole::kAttnNorm, 5},
+                             {"blk.5.post_ffw_norm.weight", TensorRole::kFfnNorm, 5},
+                         });
 }
 
 TEST(TensorRole, MoE) {
   expect_cases("llama", {
-      {"blk.2.ffn_gate_inp.weight", TensorRole::kMoeRouter, 2},
-      {"blk.2.ffn_gate_exps.weight", TensorRole::kMoeGateExperts, 2},
-      {"blk.2.ffn_up_exps.weight", TensorRole::kMoeUpExperts, 2},
-      {"blk.2.ffn_down_exps.weight", TensorRole::kMoeDownExperts, 2},
-      // Old Mixtral conversions: one tensor per expert.
-      {"blk.2.ffn_gate.5.weight", TensorRole::kMoeGateExperts, 2},
-      {"blk.2.ffn_up.0.weight", TensorRole::kMoeUpExperts, 2},
-      {"blk.2.ffn_down.7.weight", TensorRole::kMoeDownExperts, 2},
-  });
+                            {"blk.2.ffn_gate_inp.weight", TensorRole::kMoeRouter, 2},
+                            {"blk.2.ffn_gate_exps.weight", TensorRole::kMoeGateExperts, 2},
+                            {"blk.2.ffn_up_exps.weight", TensorRole::kMoeUpExperts, 2},
+                            {"blk.2.ffn_down_exps.weight", TensorRole::kMoeDownExperts, 2},
+                            // Old Mixtral conversions: one tensor per expert.
+                            {"blk.2.ffn_gate.5.weight", TensorRole::kMoeGateExperts, 2},
+                            {"blk.2.ffn_up.0.weight", TensorRole::kMoeUpExperts, 2},
+                            {"blk.2.ffn_down.7.weight", TensorRole::kMoeDownExperts, 2},
+                        });
   expect_cases("qwen2moe", {
-      {"blk.4.ffn_gate_shexp.weight", TensorRole::kSharedExpert, 4},
-      {"blk.4.ffn_up_shexp.weight", TensorRole::kSharedExpert, 4},
-      {"blk.4.ffn_down_shexp.weight", TensorRole::kSharedExpert, 4},
-      {"blk.4.ffn_gate_inp_shexp.weight", TensorRole::kSharedExpert, 4},
-  });
+                               {"blk.4.ffn_gate_shexp.weight", TensorRole::kSharedExpert, 4},
+                               {"blk.4.ffn_up_shexp.weight", TensorRole::kSharedExpert, 4},
+                               {"blk.4.ffn_down_shexp.weight", TensorRole::kSharedExpert, 4},
+                               {"blk.4.ffn_gate_inp_shexp.weight", TensorRole::kSharedExpert, 4},
+                           });
 }
 
 TEST(TensorRole, UnknownNames) {
   expect_cases("llama", {
-      {"", TensorRole::kOther, -1},
-      {"blk.", TensorRole::kOther, -1},
-      {"blk.x.attn_q.weight", TensorRole::kOther, -1},
-      {"blk.-1.attn_q.weight", TensorRole::kOther, -1},
-      {"blk.99999999999999999999.attn_q.weight", TensorRole::kOther, -1},
-      {"blk.3.something_new.weight", TensorRole::kOther, 3},
-      {"blk.3.ffn_gate.x.weight", TensorRole::kOther, 3},
-      {"token_embd_norm.weight", TensorRole::kOther, -1},
-  });
+                            {"", TensorRole::kOther, -1},
+                            {"blk.", TensorRole::kOther, -1},
+                            {"blk.x.attn_q.weight", TensorRole::kOther, -1},
+                            {"blk.-1.attn_q.weight", TensorRole::kOther, -1},
+                            {"blk.99999999999999999999.attn_q.weight", TensorRole::kOther, -1},
+                            {"blk.3.something_new.weight", TensorRole::kOther, 3},
+                            {"blk.3.ffn_gate.x.weight", TensorRole::kOther, 3},
+                            {"token_embd_norm.weight", TensorRole::kOther, -1},
+                        });
 }
 
 TEST(TensorRole, Groups) {

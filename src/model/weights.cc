@@ -1,7 +1,6 @@
 #include "model/weights.h"
 
 #include <algorithm>
-
 #include <string>
 
 #include "gguf/gguf.h"
@@ -58,7 +57,9 @@ class Finder {
   Status status_;
 };
 
-bool has_qk_norm(Arch a) { return a == Arch::kQwen3 || a == Arch::kQwen3Moe || a == Arch::kGemma3; }
+bool has_qk_norm(Arch a) {
+  return a == Arch::kQwen3 || a == Arch::kQwen3Moe || a == Arch::kGemma3;
+}
 
 void find_attention(Finder& f, const HParams& hp, const std::string& p, LayerWeights& w) {
   const int64_t e = hp.n_embd;
@@ -135,9 +136,26 @@ std::vector<TensorId> layer_tensor_ids(const WeightMap& w, int64_t il) {
     return ids;
   }
   const LayerWeights& l = w.layers[static_cast<size_t>(il)];
-  for (TensorId id : {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.post_attn_norm,
-                      l.ffn_norm, l.post_ffn_norm, l.ffn_gate, l.ffn_up, l.ffn_down, l.ffn_router, l.ffn_gate_exps,
-                      l.ffn_up_exps, l.ffn_down_exps}) {
+  for (TensorId id : {l.attn_norm,
+                      l.wq,
+                      l.wk,
+                      l.wv,
+                      l.wo,
+                      l.bq,
+                      l.bk,
+                      l.bv,
+                      l.q_norm,
+                      l.k_norm,
+                      l.post_attn_norm,
+                      l.ffn_norm,
+                      l.post_ffn_norm,
+                      l.ffn_gate,
+                      l.ffn_up,
+                      l.ffn_down,
+                      l.ffn_router,
+                      l.ffn_gate_exps,
+                      l.ffn_up_exps,
+                      l.ffn_down_exps}) {
     add(id);
   }
   return ids;

@@ -14,7 +14,9 @@
 #include "common/status.h"
 #include "model/hparams.h"
 
-namespace hypura::gguf { class GgufFile; }
+namespace hypura::gguf {
+class GgufFile;
+}
 
 namespace hypura::model {
 
@@ -22,26 +24,26 @@ using TensorId = int32_t;
 inline constexpr TensorId kNone = -1;
 
 struct LayerWeights {
-  TensorId attn_norm = kNone;       // (n_embd)
-  TensorId wq = kNone;              // (n_embd) -> (n_head * head_dim)
-  TensorId wk = kNone;              // (n_embd) -> (n_head_kv * head_dim)
-  TensorId wv = kNone;              // (n_embd) -> (n_head_kv * head_dim_v)
-  TensorId wo = kNone;              // (n_head * head_dim_v) -> (n_embd)
+  TensorId attn_norm = kNone;                   // (n_embd)
+  TensorId wq = kNone;                          // (n_embd) -> (n_head * head_dim)
+  TensorId wk = kNone;                          // (n_embd) -> (n_head_kv * head_dim)
+  TensorId wv = kNone;                          // (n_embd) -> (n_head_kv * head_dim_v)
+  TensorId wo = kNone;                          // (n_head * head_dim_v) -> (n_embd)
   TensorId bq = kNone, bk = kNone, bv = kNone;  // qwen2 biases, shapes as the rows above
-  TensorId q_norm = kNone;          // (head_dim), applied per head (qwen3, gemma3)
-  TensorId k_norm = kNone;          // (head_dim)
-  TensorId post_attn_norm = kNone;  // (n_embd), gemma3
-  TensorId ffn_norm = kNone;        // (n_embd)
-  TensorId post_ffn_norm = kNone;   // (n_embd), gemma3
+  TensorId q_norm = kNone;                      // (head_dim), applied per head (qwen3, gemma3)
+  TensorId k_norm = kNone;                      // (head_dim)
+  TensorId post_attn_norm = kNone;              // (n_embd), gemma3
+  TensorId ffn_norm = kNone;                    // (n_embd)
+  TensorId post_ffn_norm = kNone;               // (n_embd), gemma3
   // Dense FFN.
-  TensorId ffn_gate = kNone;        // (n_embd) -> (n_ff)
-  TensorId ffn_up = kNone;          // (n_embd) -> (n_ff)
-  TensorId ffn_down = kNone;        // (n_ff) -> (n_embd)
+  TensorId ffn_gate = kNone;  // (n_embd) -> (n_ff)
+  TensorId ffn_up = kNone;    // (n_embd) -> (n_ff)
+  TensorId ffn_down = kNone;  // (n_ff) -> (n_embd)
   // MoE FFN.
-  TensorId ffn_router = kNone;      // ffn_gate_inp: (n_embd) -> (n_expert)
-  TensorId ffn_gate_exps = kNone;   // (n_embd, n_ff_expert, n_expert)
-  TensorId ffn_up_exps = kNone;     // (n_embd, n_ff_expert, n_expert)
-  TensorId ffn_down_exps = kNone;   // (n_ff_expert, n_embd, n_expert)
+  TensorId ffn_router = kNone;     // ffn_gate_inp: (n_embd) -> (n_expert)
+  TensorId ffn_gate_exps = kNone;  // (n_embd, n_ff_expert, n_expert)
+  TensorId ffn_up_exps = kNone;    // (n_embd, n_ff_expert, n_expert)
+  TensorId ffn_down_exps = kNone;  // (n_ff_expert, n_embd, n_expert)
 };
 
 struct WeightMap {

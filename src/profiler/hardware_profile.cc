@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 namespace hypura::profiler {
 namespace {
@@ -12,8 +11,11 @@ namespace {
 using nlohmann::json;
 
 json cpu_json(const CpuProfile& c) {
-  return {{"model", c.model}, {"physical_cores", c.physical_cores},
-          {"logical_cores", c.logical_cores}, {"simd", c.simd}, {"flags", c.flags}};
+  return {{"model", c.model},
+          {"physical_cores", c.physical_cores},
+          {"logical_cores", c.logical_cores},
+          {"simd", c.simd},
+          {"flags", c.flags}};
 }
 
 json memory_json(const MemoryProfile& m) {
@@ -45,14 +47,24 @@ json storage_json(const StorageProfile& s) {
     seq.push_back({{"block_bytes", p.block_bytes}, {"queue_depth", p.queue_depth}, {"bps", p.bps}});
   }
   for (const auto& p : s.random) {
-    rnd.push_back({{"block_bytes", p.block_bytes}, {"queue_depth", p.queue_depth},
-                   {"iops", p.iops}, {"bps", p.bps}});
+    rnd.push_back({{"block_bytes", p.block_bytes},
+                   {"queue_depth", p.queue_depth},
+                   {"iops", p.iops},
+                   {"bps", p.bps}});
   }
-  return {{"path", s.path}, {"mount_point", s.mount_point}, {"device", s.device},
-          {"device_id", s.device_id}, {"method", s.method}, {"test_bytes", s.test_bytes},
-          {"direct", s.direct}, {"engine", s.engine}, {"seq_read_bps", s.seq_read_bps},
-          {"best_block_bytes", s.best_block_bytes}, {"best_queue_depth", s.best_queue_depth},
-          {"sequential", seq}, {"random", rnd}};
+  return {{"path", s.path},
+          {"mount_point", s.mount_point},
+          {"device", s.device},
+          {"device_id", s.device_id},
+          {"method", s.method},
+          {"test_bytes", s.test_bytes},
+          {"direct", s.direct},
+          {"engine", s.engine},
+          {"seq_read_bps", s.seq_read_bps},
+          {"best_block_bytes", s.best_block_bytes},
+          {"best_queue_depth", s.best_queue_depth},
+          {"sequential", seq},
+          {"random", rnd}};
 }
 
 // Optional fields default; required ones throw json::out_of_range naming the key.
@@ -117,8 +129,8 @@ StorageProfile parse_storage(const json& j) {
   s.best_queue_depth = j.value("best_queue_depth", 32u);
   s.apply_min_in_flight();  // profiles cached before the rule existed
   for (const auto& p : j.value("sequential", json::array())) {
-    s.sequential.push_back({p.at("block_bytes").get<uint64_t>(), p.at("queue_depth").get<uint32_t>(),
-                            p.at("bps").get<double>()});
+    s.sequential.push_back({p.at("block_bytes").get<uint64_t>(),
+                            p.at("queue_depth").get<uint32_t>(), p.at("bps").get<double>()});
   }
   for (const auto& p : j.value("random", json::array())) {
     s.random.push_back({p.at("block_bytes").get<uint64_t>(), p.at("queue_depth").get<uint32_t>(),
@@ -144,7 +156,8 @@ void StorageProfile::apply_min_in_flight() {
 double StorageProfile::random_bps(uint64_t block_bytes, uint32_t max_queue_depth) const {
   double best = 0;
   for (const auto& p : random) {
-    if (p.block_bytes == block_bytes && p.queue_depth <= max_queue_depth) best = std::max(best, p.bps);
+    if (p.block_bytes == block_bytes && p.queue_depth <= max_queue_depth)
+      best = std::max(best, p.bps);
   }
   return best;
 }
@@ -152,10 +165,14 @@ double StorageProfile::random_bps(uint64_t block_bytes, uint32_t max_queue_depth
 std::string profile_to_json(const HardwareProfile& p) {
   json gpus = json::array();
   for (const auto& g : p.gpus) gpus.push_back(gpu_json(g));
-  json j = {{"schema_version", p.schema_version}, {"timestamp", p.timestamp},
-            {"fingerprint", p.fingerprint},       {"source", p.source},
-            {"cpu", cpu_json(p.cpu)},             {"memory", memory_json(p.memory)},
-            {"gpus", gpus},                       {"storage", storage_json(p.storage)}};
+  json j = {{"schema_version", p.schema_version},
+            {"timestamp", p.timestamp},
+            {"fingerprint", p.fingerprint},
+            {"source", p.source},
+            {"cpu", cpu_json(p.cpu)},
+            {"memory", memory_json(p.memory)},
+            {"gpus", gpus},
+            {"storage", storage_json(p.storage)}};
   return j.dump(2) + "\n";
 }
 
@@ -199,7 +216,8 @@ Status save_profile_file(const HardwareProfile& profile, const std::string& path
     out << profile_to_json(profile);
     if (!out) return io_error("cannot write " + tmp);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return io_error("cannot rename " + tmp + " to " + path);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    return io_error("cannot rename " + tmp + " to " + path);
   return Status::ok();
 }
 

@@ -20,20 +20,20 @@ namespace hypura::profiler {
 inline constexpr int kProfileSchemaVersion = 1;
 
 struct CpuProfile {
-  std::string model;              // "Intel(R) Xeon(R) Processor"
+  std::string model;  // "Intel(R) Xeon(R) Processor"
   int physical_cores = 0;
   int logical_cores = 0;
-  std::string simd;               // best level: "scalar", "avx2", "avx512", "avx512vnni"
-  std::vector<std::string> flags; // the SIMD features seen ("avx2", "fma", "avx512f", ...)
+  std::string simd;                // best level: "scalar", "avx2", "avx512", "avx512vnni"
+  std::vector<std::string> flags;  // the SIMD features seen ("avx2", "fma", "avx512f", ...)
 };
 
 struct MemoryProfile {
-  uint64_t total_bytes = 0;       // MemTotal
-  uint64_t available_bytes = 0;   // MemAvailable when measured (informative only)
+  uint64_t total_bytes = 0;                    // MemTotal
+  uint64_t available_bytes = 0;                // MemAvailable when measured (informative only)
   std::optional<uint64_t> cgroup_limit_bytes;  // memory.limit_in_bytes / memory.max, if set
-  std::string cgroup_version;     // "v1", "v2" or "none"
-  uint64_t effective_limit_bytes = 0;  // min(total, cgroup limit)
-  uint64_t reserve_bytes = 0;     // kept free for the OS (--reserve, default 2 GiB)
+  std::string cgroup_version;                  // "v1", "v2" or "none"
+  uint64_t effective_limit_bytes = 0;          // min(total, cgroup limit)
+  uint64_t reserve_bytes = 0;                  // kept free for the OS (--reserve, default 2 GiB)
   uint64_t usable_bytes = 0;      // usable_memory(*this, reserve): what the planner may fill
   double read_bandwidth_bps = 0;  // memory read bandwidth, all physical cores (B's probe)
   bool unified = false;           // GPU and CPU share this RAM (Apple-style rigs)
@@ -41,10 +41,10 @@ struct MemoryProfile {
 
 struct GpuProfile {
   std::string name;
-  uint64_t total_bytes = 0;       // device memory (unified: the GPU working-set limit)
+  uint64_t total_bytes = 0;  // device memory (unified: the GPU working-set limit)
   uint64_t free_bytes = 0;
-  double h2d_pinned_bps = 0;      // host-to-device copy from pinned memory
-  double h2d_pageable_bps = 0;    // ... from ordinary (pageable) memory
+  double h2d_pinned_bps = 0;        // host-to-device copy from pinned memory
+  double h2d_pageable_bps = 0;      // ... from ordinary (pageable) memory
   double memory_bandwidth_bps = 0;  // device memory read bandwidth (0: unknown)
 };
 
@@ -63,14 +63,14 @@ struct RandomReadPoint {
 };
 
 struct StorageProfile {
-  std::string path;               // directory or file the figures are for
-  std::string mount_point;        // filesystem holding it ("/")
-  std::string device;             // "/dev/vda", as mountinfo names it
-  uint64_t device_id = 0;         // st_dev of the filesystem: identifies it on this boot
-  std::string method;             // "scratch" (file written, read, deleted) or "file"
-  uint64_t test_bytes = 0;        // size of the file read
-  bool direct = false;            // measured with O_DIRECT (page cache bypassed)
-  std::string engine;             // "io_uring" or "threads"
+  std::string path;         // directory or file the figures are for
+  std::string mount_point;  // filesystem holding it ("/")
+  std::string device;       // "/dev/vda", as mountinfo names it
+  uint64_t device_id = 0;   // st_dev of the filesystem: identifies it on this boot
+  std::string method;       // "scratch" (file written, read, deleted) or "file"
+  uint64_t test_bytes = 0;  // size of the file read
+  bool direct = false;      // measured with O_DIRECT (page cache bypassed)
+  std::string engine;       // "io_uring" or "threads"
   std::vector<SeqReadPoint> sequential;
   std::vector<RandomReadPoint> random;
   double seq_read_bps = 0;        // best of the grid and a 1.5 s re-measure of its chosen point
@@ -92,12 +92,12 @@ struct StorageProfile {
 
 struct HardwareProfile {
   int schema_version = kProfileSchemaVersion;
-  std::string timestamp;          // ISO 8601 UTC, when measured
-  std::string fingerprint;        // machine identity (profiler.h: machine_fingerprint)
-  std::string source;             // "measured", or the fixture's own description
+  std::string timestamp;    // ISO 8601 UTC, when measured
+  std::string fingerprint;  // machine identity (profiler.h: machine_fingerprint)
+  std::string source;       // "measured", or the fixture's own description
   CpuProfile cpu;
   MemoryProfile memory;
-  std::vector<GpuProfile> gpus;   // empty: no GPU tier
+  std::vector<GpuProfile> gpus;  // empty: no GPU tier
   StorageProfile storage;
 };
 

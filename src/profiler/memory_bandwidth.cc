@@ -1,14 +1,12 @@
 #include "profiler/memory_bandwidth.h"
 
-#include "profiler/in_child.h"
-
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <atomic>
 #include <barrier>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +14,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "profiler/in_child.h"
 
 namespace hypura::profiler {
 namespace {

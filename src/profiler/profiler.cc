@@ -3,18 +3,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <algorithm>
 #include <filesystem>
 #include <sstream>
 #include <vector>
 
 #include "common/cache_dir.h"
 #include "common/log.h"
-
 #include "common/size.h"
 #include "profiler/gpu_probe.h"
 #include "profiler/memory_bandwidth.h"
@@ -55,7 +54,7 @@ std::string storage_target(const ProfileOptions& o) {
 }
 
 uint64_t device_of(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_dev) : 0;
 }
 
@@ -64,7 +63,8 @@ Result<StorageProfile> measure_storage_for(const ProfileOptions& o) {
   b.file = o.storage_file;
   b.dir = storage_target(o);
   b.scratch_bytes = o.scratch_bytes;
-  if (o.progress) b.progress = [](const std::string& w, double f) { show_progress(w, 0.1 + 0.9 * f); };
+  if (o.progress)
+    b.progress = [](const std::string& w, double f) { show_progress(w, 0.1 + 0.9 * f); };
   return measure_storage(b);
 }
 
@@ -133,7 +133,7 @@ Result<HardwareProfile> measure_profile(const ProfileOptions& o) {
   HYPURA_ASSIGN_OR_RETURN(p.storage, measure_storage_for(o));
   p.fingerprint = machine_fingerprint(p);
   log().info("profile: measured in {:.1f} s",
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return p;
 }
 
@@ -146,8 +146,9 @@ Result<HardwareProfile> load_or_measure(const ProfileOptions& o) {
   std::string cache = o.cache_path.empty() ? default_cache_path() : o.cache_path;
   uint64_t reserve = o.reserve_bytes.value_or(kDefaultReserveBytes);
   bool dirty = false;
-  Result<HardwareProfile> cached = o.refresh || cache.empty() ? Result<HardwareProfile>(not_found("no cache"))
-                                                              : load_profile_file(cache);
+  Result<HardwareProfile> cached = o.refresh || cache.empty()
+                                       ? Result<HardwareProfile>(not_found("no cache"))
+                                       : load_profile_file(cache);
   HardwareProfile p;
   if (cached.is_ok()) {
     p = std::move(cached).value();
@@ -186,7 +187,8 @@ std::string profile_to_text(const HardwareProfile& p) {
   std::ostringstream out;
   char line[256];
   auto gbps = [](double bps) { return bps / 1e9; };
-  out << "Hardware profile (" << p.source << ", " << p.timestamp << ", fingerprint " << p.fingerprint << ")\n";
+  out << "Hardware profile (" << p.source << ", " << p.timestamp << ", fingerprint "
+      << p.fingerprint << ")\n";
   out << "  CPU      " << p.cpu.model << ": " << p.cpu.physical_cores << " physical cores ("
       << p.cpu.logical_cores << " logical), SIMD " << p.cpu.simd << "\n";
   const MemoryProfile& m = p.memory;
@@ -196,28 +198,34 @@ std::string profile_to_text(const HardwareProfile& p) {
       << "\n           usable " << format_size(m.usable_bytes) << " = min(total - reserve "
       << format_size(m.reserve_bytes) << ", cgroup limit)"
       << (m.unified ? " (unified with GPU)" : "") << "\n";
-  std::snprintf(line, sizeof line, "           read bandwidth %.1f GB/s\n", gbps(m.read_bandwidth_bps));
+  std::snprintf(line, sizeof line, "           read bandwidth %.1f GB/s\n",
+                gbps(m.read_bandwidth_bps));
   out << line;
   if (p.gpus.empty()) out << "  GPU      none (no GPU tier)\n";
   for (const auto& g : p.gpus) {
-    std::snprintf(line, sizeof line,
-                  "  GPU      %s: %s (%s free), H2D pinned %.1f GB/s, pageable %.1f GB/s, memory %.0f GB/s\n",
-                  g.name.c_str(), format_size(g.total_bytes).c_str(), format_size(g.free_bytes).c_str(),
-                  gbps(g.h2d_pinned_bps), gbps(g.h2d_pageable_bps), gbps(g.memory_bandwidth_bps));
+    std::snprintf(
+        line, sizeof line,
+        "  GPU      %s: %s (%s free), H2D pinned %.1f GB/s, pageable %.1f GB/s, memory %.0f GB/s\n",
+        g.name.c_str(), format_size(g.total_bytes).c_str(), format_size(g.free_bytes).c_str(),
+        gbps(g.h2d_pinned_bps), gbps(g.h2d_pageable_bps), gbps(g.memory_bandwidth_bps));
     out << line;
   }
   const StorageProfile& s = p.storage;
   out << "  Storage  " << s.path << " on " << s.device << " (" << s.mount_point << "), "
       << (s.direct ? "O_DIRECT" : "buffered") << " via " << s.engine << ", " << s.method << " "
       << format_size(s.test_bytes) << "\n";
-  std::snprintf(line, sizeof line, "           sequential %.2f GB/s (best of the grid and a 1.5 s re-measure), chosen point %s x%u\n", gbps(s.seq_read_bps),
-                format_size(s.best_block_bytes).c_str(), s.best_queue_depth);
+  std::snprintf(line, sizeof line,
+                "           sequential %.2f GB/s (best of the grid and a 1.5 s re-measure), chosen "
+                "point %s x%u\n",
+                gbps(s.seq_read_bps), format_size(s.best_block_bytes).c_str(), s.best_queue_depth);
   out << line;
   if (!s.sequential.empty()) {
-    out << "           sequential GB/s by block (rows) and queue depth (columns):\n           block     ";
+    out << "           sequential GB/s by block (rows) and queue depth (columns):\n           "
+           "block     ";
     std::vector<uint32_t> depths;
     for (const auto& pt : s.sequential) {
-      if (std::find(depths.begin(), depths.end(), pt.queue_depth) == depths.end()) depths.push_back(pt.queue_depth);
+      if (std::find(depths.begin(), depths.end(), pt.queue_depth) == depths.end())
+        depths.push_back(pt.queue_depth);
     }
     for (uint32_t d : depths) {
       std::snprintf(line, sizeof line, "%7u", d);

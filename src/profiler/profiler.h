@@ -24,15 +24,15 @@ namespace hypura::profiler {
 inline constexpr uint64_t kDefaultReserveBytes = uint64_t{2} << 30;
 
 struct ProfileOptions {
-  std::string profile_file;   // --profile FILE: use this profile, measure nothing
-  bool refresh = false;       // measure everything again
+  std::string profile_file;               // --profile FILE: use this profile, measure nothing
+  bool refresh = false;                   // measure everything again
   std::optional<uint64_t> reserve_bytes;  // --reserve; default 2 GiB (a fixture's own wins)
-  std::string storage_dir;    // filesystem to measure (default: the model's, else ".")
-  std::string storage_file;   // measure read-only on this file instead of a scratch file
-  std::string model_path;     // the model that will run: its filesystem is measured
-  std::string cache_path;     // default: default_cache_path()
+  std::string storage_dir;                // filesystem to measure (default: the model's, else ".")
+  std::string storage_file;  // measure read-only on this file instead of a scratch file
+  std::string model_path;    // the model that will run: its filesystem is measured
+  std::string cache_path;    // default: default_cache_path()
   uint64_t scratch_bytes = uint64_t{1} << 30;
-  bool progress = true;       // progress bar on stderr
+  bool progress = true;  // progress bar on stderr
 };
 
 // profile.json in cache_dir() (common/cache_dir.h): $XDG_CACHE_HOME/hypura, else

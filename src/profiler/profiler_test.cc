@@ -1,4 +1,7 @@
+#include "profiler/profiler.h"
+
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -11,11 +14,8 @@
 #include <random>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "io/aligned_buffer.h"
 #include "profiler/hardware_profile.h"
-#include "profiler/profiler.h"
 #include "profiler/storage_bench.h"
 #include "profiler/system_info.h"
 
@@ -129,7 +129,8 @@ TEST(ProfileJson, MissingFieldIsNamed) {
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("physical_cores"), std::string::npos) << r.status().message();
   EXPECT_FALSE(profile_from_json("{").is_ok());
-  EXPECT_EQ(profile_from_json(R"({"schema_version": 99})").status().code(), StatusCode::kUnsupported);
+  EXPECT_EQ(profile_from_json(R"({"schema_version": 99})").status().code(),
+            StatusCode::kUnsupported);
 }
 
 TEST(Fingerprint, ChangesWithTheMachineNotWithSpeeds) {
@@ -142,7 +143,8 @@ TEST(Fingerprint, ChangesWithTheMachineNotWithSpeeds) {
 }
 
 TEST(LoadOrMeasure, ProfileFileWinsAndReserveApplies) {
-  std::string path = ::testing::TempDir() + "hypura_fixture_" + std::to_string(::getpid()) + ".json";
+  std::string path =
+      ::testing::TempDir() + "hypura_fixture_" + std::to_string(::getpid()) + ".json";
   ASSERT_TRUE(save_profile_file(sample_profile(), path).is_ok());
   ProfileOptions o;
   o.profile_file = path;
@@ -209,8 +211,9 @@ size_t resident_pages(const std::string& path, uint64_t bytes) {
 TEST_F(StorageBenchTest, PageCacheDoesNotInflateTheFigure) {
   auto first = measure_sequential_bps(path_, 1 << 20, 8, 0.3);
   ASSERT_TRUE(first.is_ok()) << first.status().message();
-  EXPECT_LT(resident_pages(path_, kBytes), kBytes / 4096 / 20) << "direct reads went through the page cache";
-  buffered_read_bps(path_);                     // fills the page cache
+  EXPECT_LT(resident_pages(path_, kBytes), kBytes / 4096 / 20)
+      << "direct reads went through the page cache";
+  buffered_read_bps(path_);                      // fills the page cache
   double cached_bps = buffered_read_bps(path_);  // served from it
   EXPECT_GT(resident_pages(path_, kBytes), kBytes / 4096 / 2);
   auto second = measure_sequential_bps(path_, 1 << 20, 8, 0.3);

@@ -1,6 +1,7 @@
 #include "profiler/storage_bench.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
@@ -15,8 +16,6 @@
 #include <random>
 #include <sstream>
 #include <type_traits>
-
-#include <spdlog/spdlog.h>
 
 #include "io/aligned_buffer.h"
 #include "io/storage.h"
@@ -46,7 +45,8 @@ Result<int> create_scratch(const std::string& dir, std::string* path) {
     int fd = ::open(path->c_str(), flags | O_DIRECT, 0600);
     if (fd < 0 && errno == EINVAL) fd = ::open(path->c_str(), flags, 0600);
     if (fd >= 0) return fd;
-    if (errno != EEXIST) return io_error("cannot create scratch file " + *path + ": " + std::strerror(errno));
+    if (errno != EEXIST)
+      return io_error("cannot create scratch file " + *path + ": " + std::strerror(errno));
   }
   return io_error("cannot create a scratch file in " + dir + ": every name tried exists");
 }
@@ -88,14 +88,15 @@ void drop_cache(const std::string& path) {
 // Keeps `depth` reads of `block` bytes in flight at offsets from next_offset() for
 // `seconds`; returns bytes per second. Each read has its own buffer from a ring of depth.
 template <typename NextOffset>
-double timed_reads(io::Storage& s, uint64_t block, uint32_t depth, double seconds, uint64_t* n_reads,
-                   NextOffset next_offset, Status* error) {
+double timed_reads(io::Storage& s, uint64_t block, uint32_t depth, double seconds,
+                   uint64_t* n_reads, NextOffset next_offset, Status* error) {
   std::vector<io::AlignedBuffer> bufs;
   for (uint32_t i = 0; i < depth; ++i) bufs.emplace_back(block);
   std::deque<std::pair<io::ReadId, uint32_t>> pending;  // (read, buffer index)
   uint64_t bytes = 0, reads = 0;
   auto t0 = Clock::now();
-  for (uint32_t i = 0; i < depth; ++i) pending.emplace_back(s.submit(next_offset(), bufs[i].span()), i);
+  for (uint32_t i = 0; i < depth; ++i)
+    pending.emplace_back(s.submit(next_offset(), bufs[i].span()), i);
   while (!pending.empty()) {
     auto [id, buf] = pending.front();
     pending.pop_front();
@@ -111,7 +112,8 @@ double timed_reads(io::Storage& s, uint64_t block, uint32_t depth, double second
   return static_cast<double>(bytes) / seconds_since(t0);
 }
 
-Result<std::unique_ptr<io::Storage>> open_for(const std::string& path, uint64_t block, uint32_t depth) {
+Result<std::unique_ptr<io::Storage>> open_for(const std::string& path, uint64_t block,
+                                              uint32_t depth) {
   io::StorageOptions o;
   o.queue_depth = depth;
   o.request_bytes = block;
@@ -202,7 +204,8 @@ Result<std::vector<SeqReadPoint>> grid(const std::string& path, const StorageBen
         o.progress("sequential " + std::to_string(block >> 10) + " KiB x" + std::to_string(depth),
                    static_cast<double>(done) / static_cast<double>(n_points));
       }
-      HYPURA_ASSIGN_OR_RETURN(double bps, sequential_point(path, block, depth, o.seconds_per_point, cursor));
+      HYPURA_ASSIGN_OR_RETURN(double bps,
+                              sequential_point(path, block, depth, o.seconds_per_point, cursor));
       points.push_back({block, depth, bps});
     }
   }
@@ -217,14 +220,14 @@ Result<std::vector<SeqReadPoint>> measure_sequential_grid(const std::string& pat
   HYPURA_ASSIGN_OR_RETURN(auto probe, open_for(path, 1 << 20, 1));
   const uint64_t size = probe->size();
   probe.reset();
-  return grid(path, options, size, options.block_sizes.size() * options.queue_depths.size(), cursor);
+  return grid(path, options, size, options.block_sizes.size() * options.queue_depths.size(),
+              cursor);
 }
 
 static_assert(std::is_trivially_copyable_v<SeqReadPoint>, "sent through a pipe as raw bytes");
 
-Result<std::vector<SeqReadPoint>> measure_sequential_grid_in_child(const std::string& path,
-                                                                   const StorageBenchOptions& options,
-                                                                   uint64_t* cursor) {
+Result<std::vector<SeqReadPoint>> measure_sequential_grid_in_child(
+    const std::string& path, const StorageBenchOptions& options, uint64_t* cursor) {
   StorageBenchOptions o = options;
   o.progress = nullptr;  // the child must not call back into the parent's state
   // The child's answer: the cursor, then the points as raw structs (trivially copyable);
@@ -238,12 +241,14 @@ Result<std::vector<SeqReadPoint>> measure_sequential_grid_in_child(const std::st
     return out;
   });
   if (!bytes) return measure_sequential_grid(path, options, cursor);  // no child: in-process
-  if (bytes->size() < sizeof(uint64_t) || (bytes->size() - sizeof(uint64_t)) % sizeof(SeqReadPoint) != 0) {
+  if (bytes->size() < sizeof(uint64_t) ||
+      (bytes->size() - sizeof(uint64_t)) % sizeof(SeqReadPoint) != 0) {
     return io_error("sequential read grid on " + path + " failed (in a child process)");
   }
   std::memcpy(cursor, bytes->data(), sizeof(uint64_t));
   std::vector<SeqReadPoint> points((bytes->size() - sizeof(uint64_t)) / sizeof(SeqReadPoint));
-  std::memcpy(points.data(), bytes->data() + sizeof(uint64_t), points.size() * sizeof(SeqReadPoint));
+  std::memcpy(points.data(), bytes->data() + sizeof(uint64_t),
+              points.size() * sizeof(SeqReadPoint));
   return points;
 }
 
@@ -256,7 +261,7 @@ SeqReadPoint fastest_point(const std::vector<SeqReadPoint>& points) {
 }
 
 void describe_filesystem(const std::string& path, StorageProfile& out) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) == 0) out.device_id = static_cast<uint64_t>(st.st_dev);
   std::string mountinfo = read_text_file("/proc/self/mountinfo").value_or("");
   std::istringstream in(mountinfo);
@@ -292,13 +297,15 @@ Result<StorageProfile> measure_storage(const StorageBenchOptions& o) {
     if (o.progress) o.progress(what, f);
   };
   if (scratch) {
-    struct statvfs vfs{};
-    if (::statvfs(o.dir.c_str(), &vfs) != 0) return io_error("cannot stat directory " + o.dir + ": " + std::strerror(errno));
+    struct statvfs vfs {};
+    if (::statvfs(o.dir.c_str(), &vfs) != 0)
+      return io_error("cannot stat directory " + o.dir + ": " + std::strerror(errno));
     uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
     if (avail < o.scratch_bytes + (uint64_t{1} << 30)) {
       return resource_exhausted("not enough free space in " + o.dir + " for a " +
                                 std::to_string(o.scratch_bytes >> 20) +
-                                " MiB scratch file (plus 1 GiB margin); use --file to measure read-only on an existing file");
+                                " MiB scratch file (plus 1 GiB margin); use --file to measure "
+                                "read-only on an existing file");
     }
     progress("writing scratch file", 0);
     HYPURA_ASSIGN_OR_RETURN(path, write_scratch(o.dir, o.scratch_bytes));
@@ -320,13 +327,15 @@ Result<StorageProfile> measure_storage(const StorageBenchOptions& o) {
       for (uint32_t depth : {1u, 32u}) {
         progress("random " + std::to_string(block >> 10) + " KiB x" + std::to_string(depth),
                  static_cast<double>(++done) / static_cast<double>(n_points));
-        HYPURA_ASSIGN_OR_RETURN(auto pt, random_point(path, block, depth, o.seconds_per_random_point));
+        HYPURA_ASSIGN_OR_RETURN(auto pt,
+                                random_point(path, block, depth, o.seconds_per_random_point));
         p.random.push_back(pt);
       }
     }
     choose_best(p);
     if (o.seconds_confirm > 0 && p.best_block_bytes > 0) {
-      progress("confirming the best point", static_cast<double>(n_points - 1) / static_cast<double>(n_points));
+      progress("confirming the best point",
+               static_cast<double>(n_points - 1) / static_cast<double>(n_points));
       HYPURA_ASSIGN_OR_RETURN(const double confirmed,
                               sequential_point(path, p.best_block_bytes, p.best_queue_depth,
                                                o.seconds_confirm, &cursor));

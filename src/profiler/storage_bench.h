@@ -23,8 +23,8 @@
 namespace hypura::profiler {
 
 struct StorageBenchOptions {
-  std::string dir = ".";       // scratch file goes here (ignored when `file` is set)
-  std::string file;            // read-only benchmark on this file instead
+  std::string dir = ".";  // scratch file goes here (ignored when `file` is set)
+  std::string file;       // read-only benchmark on this file instead
   uint64_t scratch_bytes = uint64_t{1} << 30;
   std::vector<uint64_t> block_sizes = {128 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20};
   std::vector<uint32_t> queue_depths = {1, 2, 4, 8, 16, 32};
@@ -59,9 +59,8 @@ Result<std::vector<SeqReadPoint>> measure_sequential_grid(const std::string& pat
 // The same in a forked child process (in_child.h), so its read buffers (up to two ranges
 // of max(block x depth, 32 MiB)) never count in this process's peak RSS: bench runs it
 // next to a loaded engine whose peak it compares with --ram-budget.
-Result<std::vector<SeqReadPoint>> measure_sequential_grid_in_child(const std::string& path,
-                                                                   const StorageBenchOptions& options,
-                                                                   uint64_t* cursor);
+Result<std::vector<SeqReadPoint>> measure_sequential_grid_in_child(
+    const std::string& path, const StorageBenchOptions& options, uint64_t* cursor);
 
 // The fastest point of a grid (zeros when empty).
 SeqReadPoint fastest_point(const std::vector<SeqReadPoint>& points);

@@ -32,7 +32,8 @@ std::string field(const std::string& text, std::string_view key) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
     size_t colon = line.find(':');
-    if (colon != std::string::npos && trim(line.substr(0, colon)) == key) return trim(line.substr(colon + 1));
+    if (colon != std::string::npos && trim(line.substr(0, colon)) == key)
+      return trim(line.substr(colon + 1));
   }
   return "";
 }
@@ -117,7 +118,9 @@ CpuProfile probe_cpu() {
   for (const auto& f : features) {
     if (f.present) c.flags.push_back(f.name);
   }
-  auto has = [&](const char* n) { return std::find(c.flags.begin(), c.flags.end(), n) != c.flags.end(); };
+  auto has = [&](const char* n) {
+    return std::find(c.flags.begin(), c.flags.end(), n) != c.flags.end();
+  };
   c.simd = has("avx512vnni") && has("avx512bw") ? "avx512vnni"
            : has("avx512f") && has("avx512bw")  ? "avx512"
            : has("avx2") && has("fma")          ? "avx2"
@@ -180,9 +183,9 @@ MemoryProfile probe_memory(uint64_t reserve_bytes) {
   };
   m.total_bytes = kib("MemTotal");
   m.available_bytes = kib("MemAvailable");
-  CgroupMemoryLimit cg = find_cgroup_memory_limit(read_text_file("/proc/self/cgroup").value_or(""),
-                                                  read_text_file("/proc/self/mountinfo").value_or(""),
-                                                  read_text_file);
+  CgroupMemoryLimit cg =
+      find_cgroup_memory_limit(read_text_file("/proc/self/cgroup").value_or(""),
+                               read_text_file("/proc/self/mountinfo").value_or(""), read_text_file);
   m.cgroup_version = cg.version;
   m.cgroup_limit_bytes = cg.limit_bytes;
   m.effective_limit_bytes = std::min(m.total_bytes, cg.limit_bytes.value_or(m.total_bytes));

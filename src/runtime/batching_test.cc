@@ -37,7 +37,8 @@ EngineOptions options_for(const std::string& model, uint64_t ram_budget) {
 std::unique_ptr<Engine> engine_in_mode(const std::string& model, const std::string& mode) {
   auto roomy = Engine::load(options_for(model, 0));
   EXPECT_TRUE(roomy.is_ok()) << roomy.status().message();
-  if (!roomy.is_ok() || mode == "full-resident") return roomy.is_ok() ? std::move(roomy).value() : nullptr;
+  if (!roomy.is_ok() || mode == "full-resident")
+    return roomy.is_ok() ? std::move(roomy).value() : nullptr;
   const uint64_t need = roomy.value()->tiers()->plan().memory.ram_total();
   roomy.value().reset();
   for (uint64_t shortfall = 5000; shortfall < need / 4; shortfall += 20000) {
@@ -109,7 +110,8 @@ TEST_P(Batching, ConcurrentSessionsShareStepsAndMatchAlone) {
   }
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(got[i], want[i]) << "prompt " << i << ": '" << got[i].text << "' vs '" << want[i].text << "'";
+    EXPECT_EQ(got[i], want[i]) << "prompt " << i << ": '" << got[i].text << "' vs '" << want[i].text
+                               << "'";
   }
   // Shared steps: some step held more than one sequence. How many depends on how the OS
   // schedules the four threads (a member misses a step when it is not run within the
@@ -125,7 +127,8 @@ INSTANTIATE_TEST_SUITE_P(Modes, Batching,
                                          ModeCase{"qwen3moe-q4_k_m", "expert-streaming"}),
                          [](const auto& info) {
                            std::string n = std::string(info.param.model) + "_" + info.param.mode;
-                           for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           for (char& c : n)
+                             c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            return n;
                          });
 
@@ -174,7 +177,8 @@ TEST(BatchingMembers, JoinLeaveAndCancelMidBatch) {
   const Output five = generate(*e->new_session(), prompts()[1], greedy(5));
   EXPECT_EQ(got[1], five);
   EXPECT_EQ(got[3].reason, "cancelled");
-  EXPECT_EQ(want[3].text.rfind(got[3].text, 0), 0u) << "'" << got[3].text << "' vs '" << want[3].text << "'";
+  EXPECT_EQ(want[3].text.rfind(got[3].text, 0), 0u)
+      << "'" << got[3].text << "' vs '" << want[3].text << "'";
   EXPECT_EQ(early, want[0]);
 }
 
@@ -208,7 +212,8 @@ TEST(BatchingMembers, ExclusiveWorkBetweenSteps) {
     while (pieces.load() < 3 && done.load() < 2) std::this_thread::yield();
     auto s = e->new_session();
     EXPECT_TRUE(s->eval(text, &got_logits).is_ok());
-    EXPECT_TRUE(s->reserve_context(e->n_ctx() * 2 <= e->max_context() ? e->n_ctx() * 2 : e->n_ctx()).is_ok());
+    EXPECT_TRUE(s->reserve_context(e->n_ctx() * 2 <= e->max_context() ? e->n_ctx() * 2 : e->n_ctx())
+                    .is_ok());
     EXPECT_TRUE(s->embed(text, e->pooling(), &got_embedding).is_ok());
   });
   for (auto& t : threads) t.join();

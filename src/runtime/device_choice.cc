@@ -18,7 +18,9 @@ Result<DeviceRequest> parse_device(std::string_view text) {
   return invalid_argument("--device '" + std::string(text) + "': expected auto, cpu or cuda");
 }
 
-const char* device_kind_name(DeviceKind kind) { return kind == DeviceKind::kCuda ? "cuda" : "cpu"; }
+const char* device_kind_name(DeviceKind kind) {
+  return kind == DeviceKind::kCuda ? "cuda" : "cpu";
+}
 
 uint64_t device_reserve_bytes(uint64_t total_bytes) {
   return std::max<uint64_t>(uint64_t{1} << 30, total_bytes / 20);
@@ -37,25 +39,30 @@ Result<DeviceChoice> decide_device(DeviceRequest request, const DeviceFacts& f) 
     c.reason = "cpu: " + why;
     return c;
   };
-  if (!f.built_with_cuda) return cpu_because(StatusCode::kUnsupported, "this build has no CUDA backend");
+  if (!f.built_with_cuda)
+    return cpu_because(StatusCode::kUnsupported, "this build has no CUDA backend");
   if (f.n_devices == 0) return cpu_because(StatusCode::kUnsupported, "no CUDA device");
-  if (!f.model_supported.is_ok()) return cpu_because(StatusCode::kUnsupported, f.model_supported.message());
-  if (f.kv_f32) return cpu_because(StatusCode::kUnsupported, "the GPU keeps its KV cache in F16 (--kv-type f32)");
+  if (!f.model_supported.is_ok())
+    return cpu_because(StatusCode::kUnsupported, f.model_supported.message());
+  if (f.kv_f32)
+    return cpu_because(StatusCode::kUnsupported,
+                       "the GPU keeps its KV cache in F16 (--kv-type f32)");
   c.reserve_bytes = device_reserve_bytes(f.total_bytes);
   c.free_bytes = f.free_bytes;
   c.total_bytes = f.total_bytes;
   c.gpu_name = f.gpu_name;
   if (f.free_bytes <= c.reserve_bytes) {
-    return cpu_because(StatusCode::kResourceExhausted, f.gpu_name + " has " + format_size(f.free_bytes) +
-                                                           " free, within its " + format_size(c.reserve_bytes) +
-                                                           " reserve");
+    return cpu_because(StatusCode::kResourceExhausted,
+                       f.gpu_name + " has " + format_size(f.free_bytes) + " free, within its " +
+                           format_size(c.reserve_bytes) + " reserve");
   }
   c.gpu_bytes = f.free_bytes - c.reserve_bytes;
   if (f.vram_budget > 0) c.gpu_bytes = std::min(c.gpu_bytes, f.vram_budget);
   c.kind = DeviceKind::kCuda;
-  c.reason = "cuda: " + format_size(c.gpu_bytes) + " of " + f.gpu_name + " (" + format_size(f.free_bytes) +
-             " free less a " + format_size(c.reserve_bytes) + " reserve" +
-             (f.vram_budget > 0 ? ", --vram-budget " + format_size(f.vram_budget) : std::string()) + ")";
+  c.reason =
+      "cuda: " + format_size(c.gpu_bytes) + " of " + f.gpu_name + " (" + format_size(f.free_bytes) +
+      " free less a " + format_size(c.reserve_bytes) + " reserve" +
+      (f.vram_budget > 0 ? ", --vram-budget " + format_size(f.vram_budget) : std::string()) + ")";
   return c;
 }
 
@@ -80,7 +87,8 @@ Result<DeviceChoice> choose_device(DeviceRequest request, const gguf::GgufFile& 
 #if HYPURA_HAVE_CUDA
   // The planner's GPU speed: a quick copy measurement (256 MiB, a few milliseconds).
   if (c.kind == DeviceKind::kCuda) {
-    if (auto bps = compute::cuda::measure_copy_bandwidth(size_t{256} << 20, 3); bps.is_ok()) c.copy_bps = *bps;
+    if (auto bps = compute::cuda::measure_copy_bandwidth(size_t{256} << 20, 3); bps.is_ok())
+      c.copy_bps = *bps;
   }
 #endif
   return c;

@@ -41,12 +41,12 @@ struct DeviceFacts {
   uint64_t free_bytes = 0, total_bytes = 0;  // device 0
   Status model_supported;                    // cuda_supports(): the kernels handle the model
   bool kv_f32 = false;
-  uint64_t vram_budget = 0;                  // --vram-budget; 0: none
+  uint64_t vram_budget = 0;  // --vram-budget; 0: none
 };
 
 struct DeviceChoice {
   DeviceKind kind = DeviceKind::kCpu;  // kCuda: the GPU tier exists (the plan may still use none)
-  std::string reason;  // one line for the log and `inspect --plan`
+  std::string reason;                  // one line for the log and `inspect --plan`
   std::string gpu_name;
   uint64_t gpu_bytes = 0;      // what the planner may place on the GPU
   uint64_t reserve_bytes = 0;  // kept free on the device: CUDA context, cuBLAS, fragmentation

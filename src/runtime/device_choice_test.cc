@@ -54,9 +54,9 @@ TEST(DeviceChoice, AutoFallsBackToTheCpuWithTheReason) {
   DeviceFacts odd = h200();
   odd.model_supported = unsupported("tensor 'x' is IQ2_XS");
   DeviceFacts nobuild;
-  for (const auto& [facts, why] : {std::pair{full, "reserve"}, std::pair{none, "no CUDA device"},
-                                   std::pair{f32, "F16"}, std::pair{odd, "IQ2_XS"},
-                                   std::pair{nobuild, "no CUDA backend"}}) {
+  for (const auto& [facts, why] :
+       {std::pair{full, "reserve"}, std::pair{none, "no CUDA device"}, std::pair{f32, "F16"},
+        std::pair{odd, "IQ2_XS"}, std::pair{nobuild, "no CUDA backend"}}) {
     auto c = decide_device(DeviceRequest::kAuto, facts);
     ASSERT_TRUE(c.is_ok());
     EXPECT_EQ(c->kind, DeviceKind::kCpu);

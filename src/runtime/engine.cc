@@ -1,5 +1,7 @@
 #include "runtime/engine.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -9,12 +11,10 @@
 #include <set>
 #include <thread>
 
-#include <spdlog/spdlog.h>
-
+#include "common/size.h"
 #include "compute/compute.h"
 #include "gguf/gguf.h"
 #include "grammar/token_mask.h"
-#include "common/size.h"
 #include "model/cpu_blocks.h"
 #include "model/cuda_blocks.h"
 #include "model/kv_cache.h"
@@ -97,7 +97,8 @@ class LocalSession final : public Session {
  public:
   explicit LocalSession(LocalEngine& engine);
 
-  Result<GenerateResult> generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
+  Result<GenerateResult> generate(const std::vector<int32_t>& prompt,
+                                  const GenerateOptions& options,
                                   const std::function<bool(std::string_view)>& on_piece) override;
   Status eval(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) override;
   Status prefill(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) override;
@@ -109,12 +110,15 @@ class LocalSession final : public Session {
   int64_t n_past() const override { return static_cast<int64_t>(history_.size()); }
   int64_t cached_prefix(const std::vector<int32_t>& tokens) const override {
     const size_t n = std::min(history_.size(), tokens.size());
-    return std::mismatch(history_.begin(), history_.begin() + static_cast<std::ptrdiff_t>(n), tokens.begin()).first -
+    return std::mismatch(history_.begin(), history_.begin() + static_cast<std::ptrdiff_t>(n),
+                         tokens.begin())
+               .first -
            history_.begin();
   }
   int64_t n_ctx() const override;
   Status reserve_context(int64_t n_ctx) override;
-  Status embed(const std::vector<int32_t>& tokens, Pooling pooling, std::vector<float>* out) override;
+  Status embed(const std::vector<int32_t>& tokens, Pooling pooling,
+               std::vector<float>* out) override;
 
  private:
   // Runs tokens at the end of the cache through the engine's steps (shared with the other
@@ -132,9 +136,9 @@ class LocalSession final : public Session {
   Status init_;  // why the session could not be built (every call returns it), or OK
   std::unique_ptr<model::KvCache> kv_;
   std::unique_ptr<BatchMembership> membership_;  // while set_batch_member(true)
-  std::vector<int32_t> history_;  // tokens whose keys/values the cache holds, in order
-  std::vector<float> logits_;     // (n_vocab) of the last fed token
-  std::vector<uint64_t> allowed_; // (n_vocab / 64) the token mask of constrained sampling
+  std::vector<int32_t> history_;   // tokens whose keys/values the cache holds, in order
+  std::vector<float> logits_;      // (n_vocab) of the last fed token
+  std::vector<uint64_t> allowed_;  // (n_vocab / 64) the token mask of constrained sampling
 
   // Sets the logits of the tokens the grammar refuses to -inf; false when none is left.
   bool mask_logits(grammar::TokenMatcher& matcher);
@@ -146,9 +150,7 @@ class LocalEngine final : public Engine {
 
   const gguf::GgufFile& file() const override { return file_; }
   const tokenizer::Tokenizer& tokenizer() const override { return *tokenizer_; }
-  std::unique_ptr<Session> new_session() override {
-    return std::make_unique<LocalSession>(*this);
-  }
+  std::unique_ptr<Session> new_session() override { return std::make_unique<LocalSession>(*this); }
   int64_t n_ctx() const override { return n_ctx_; }
   int64_t max_context() const override { return std::max(n_ctx_, model_->hparams().n_ctx_train); }
   int64_t n_vocab() const override { return model_->hparams().n_vocab; }
@@ -177,7 +179,8 @@ class LocalEngine final : public Engine {
   // The first layer the GPU computes (n_layer: none; 0: all), where each session's KV
   // cache switches to device memory.
   int64_t first_gpu_layer() const {
-    return on_gpu() ? model_->hparams().n_layer - weights_->plan().gpu.layers : model_->hparams().n_layer;
+    return on_gpu() ? model_->hparams().n_layer - weights_->plan().gpu.layers
+                    : model_->hparams().n_layer;
   }
   // Whether prompt batches run every layer on the GPU (the host layers' KV rows then
   // mirrored in device memory).
@@ -201,7 +204,7 @@ class LocalEngine final : public Engine {
   std::unique_ptr<tokenizer::ChatTemplate> chat_;
   std::unique_ptr<TieredWeights> weights_;  // placed by the planner (tiered_weights.h)
   std::unique_ptr<compute::Context> ctx_;
-  DeviceChoice device_;                            // where the forward passes run
+  DeviceChoice device_;                                   // where the forward passes run
   std::unique_ptr<tiers::DeviceWeights> device_weights_;  // the weights in GPU memory (cuda)
   // A split model's prompts on the GPU alone: the host layers' weights copied per layer
   // (null: no such path).
@@ -211,7 +214,8 @@ class LocalEngine final : public Engine {
   std::unique_ptr<StepBatcher> batcher_;  // owns the one Forward all sessions share
   Result<std::unique_ptr<model::Forward>> make_forward(int64_t n_ctx);
   Status stage_host_layers();
-  Result<std::vector<model::ForwardStage>> gpu_stages(model::WeightProvider& weights, int64_t gpu_from, int64_t n_ctx);
+  Result<std::vector<model::ForwardStage>> gpu_stages(model::WeightProvider& weights,
+                                                      int64_t gpu_from, int64_t n_ctx);
   mutable std::once_flag vocab_index_once_;
   mutable std::unique_ptr<grammar::VocabIndex> vocab_index_;
 };
@@ -220,12 +224,14 @@ const grammar::VocabIndex& LocalEngine::vocab_index() const {
   std::call_once(vocab_index_once_, [this] {
     const auto t0 = Clock::now();
     std::vector<std::string> pieces(static_cast<size_t>(tokenizer_->n_vocab()));
-    for (int32_t id = 0; id < tokenizer_->n_vocab(); ++id) pieces[id] = tokenizer_->token_to_piece(id);
+    for (int32_t id = 0; id < tokenizer_->n_vocab(); ++id)
+      pieces[id] = tokenizer_->token_to_piece(id);
     const auto& ends = tokenizer_->end_of_generation_ids();
     const std::vector<int32_t> end_ids(ends.begin(), ends.end());
     vocab_index_ = std::make_unique<grammar::VocabIndex>(pieces, end_ids);
-    spdlog::info("constrained sampling: vocabulary of {} tokens indexed ({} trie nodes) in {:.0f} ms",
-                 pieces.size(), vocab_index_->n_trie_nodes(), seconds_since(t0) * 1e3);
+    spdlog::info(
+        "constrained sampling: vocabulary of {} tokens indexed ({} trie nodes) in {:.0f} ms",
+        pieces.size(), vocab_index_->n_trie_nodes(), seconds_since(t0) * 1e3);
   });
   return *vocab_index_;
 }
@@ -244,15 +250,16 @@ Result<std::unique_ptr<Engine>> LocalEngine::create(const EngineOptions& options
       tokenizer::ChatTemplate::for_tokenizer(*e->tokenizer_));
   e->kv_f32_ = options.kv_f32;
   HYPURA_ASSIGN_OR_RETURN(const DeviceRequest request, parse_device(options.device));
-  HYPURA_ASSIGN_OR_RETURN(e->device_, choose_device(request, e->file_, e->model_->hparams(), options.kv_f32,
-                                                    options.gpu_budget));
+  HYPURA_ASSIGN_OR_RETURN(e->device_, choose_device(request, e->file_, e->model_->hparams(),
+                                                    options.kv_f32, options.gpu_budget));
   TierOptions tier;
   tier.plan = plan_request(options, e->device_);
   tier.progress = options.load_progress;
   tier.trace_path = options.trace_path;
   const std::string& predictor = options.expert_predictor;
   if (!predictor.empty() && !experts::parse_expert_predictor(predictor, &tier.expert_predictor)) {
-    return invalid_argument("expert predictor '" + predictor + "' is not none, coact, router or both");
+    return invalid_argument("expert predictor '" + predictor +
+                            "' is not none, coact, router or both");
   }
   if (const int d = options.expert_lookahead; d != 0) {
     if (d < 1 || d > experts::kMaxRouterLookahead) {
@@ -268,8 +275,10 @@ Result<std::unique_ptr<Engine>> LocalEngine::create(const EngineOptions& options
   e->n_ctx_ = e->weights_->plan().n_ctx;
   const int64_t want = tier.plan.budgets.n_ctx, n_train = e->model_->hparams().n_ctx_train;
   if (want > n_train && options.n_ctx_past_trained) {
-    spdlog::warn("context {} exceeds the model's trained length {}: speed only, outputs past it are not "
-                 "meaningful", want, n_train);
+    spdlog::warn(
+        "context {} exceeds the model's trained length {}: speed only, outputs past it are not "
+        "meaningful",
+        want, n_train);
   } else if (e->n_ctx_ < want) {
     spdlog::info("context {} capped to the model's trained length {}", want, e->n_ctx_);
   }
@@ -289,23 +298,26 @@ Status LocalEngine::place_on_device(const std::function<void(uint64_t, uint64_t)
   const scheduler::GpuSplit& split = weights_->plan().gpu;
   if (device_.kind == DeviceKind::kCuda && !split.any()) {
     device_.kind = DeviceKind::kCpu;
-    device_.reason = "cpu: nothing of the model fits the GPU beside its buffers (" + device_.reason + ")";
+    device_.reason =
+        "cpu: nothing of the model fits the GPU beside its buffers (" + device_.reason + ")";
   }
   if (device_.kind == DeviceKind::kCuda) {
-    auto read = tiers::DeviceWeights::read(file_, gpu_tensors(weights_->planned(), file_), progress);
+    auto read =
+        tiers::DeviceWeights::read(file_, gpu_tensors(weights_->planned(), file_), progress);
     if (!read.is_ok()) {
-      return read.status().with_context("placing the GPU's layers (--device cpu or a smaller --vram-budget avoids it)");
+      return read.status().with_context(
+          "placing the GPU's layers (--device cpu or a smaller --vram-budget avoids it)");
     }
     device_weights_ = std::move(read).value();
     HYPURA_RETURN_IF_ERROR(stage_host_layers());
     const int64_t n_layer = model_->hparams().n_layer;
-    device_.reason += "; the GPU computes " + std::to_string(split.layers) + " of " + std::to_string(n_layer) +
-                      " layers" + (split.head ? " and the head" : "") + " (" +
-                      format_size(device_weights_->device_bytes()) + " of weights)";
+    device_.reason += "; the GPU computes " + std::to_string(split.layers) + " of " +
+                      std::to_string(n_layer) + " layers" + (split.head ? " and the head" : "") +
+                      " (" + format_size(device_weights_->device_bytes()) + " of weights)";
     if (wide_prompts()) {
       device_.reason += ", and every layer of prompts of " + std::to_string(kWidePromptRows) +
-                        "+ tokens (the host layers copied through a " + format_size(staged_weights_->slot_bytes()) +
-                        " slot)";
+                        "+ tokens (the host layers copied through a " +
+                        format_size(staged_weights_->slot_bytes()) + " slot)";
     }
   }
   spdlog::info("device: {}", device_.reason);
@@ -313,7 +325,7 @@ Status LocalEngine::place_on_device(const std::function<void(uint64_t, uint64_t)
 }
 
 Result<std::vector<int32_t>> LocalEngine::tokenize_chat(const std::vector<ChatMessage>& messages,
-                                                           const ChatOptions& options) const {
+                                                        const ChatOptions& options) const {
   std::vector<tokenizer::ChatMessage> msgs;
   msgs.reserve(messages.size());
   for (const auto& m : messages) {
@@ -328,8 +340,9 @@ Result<std::vector<int32_t>> LocalEngine::tokenize_chat(const std::vector<ChatMe
     return invalid_argument("only an assistant's reply can be continued");
   }
   HYPURA_ASSIGN_OR_RETURN(tokenizer::PromptText prompt,
-                          options.continue_final ? chat_->render_continuing(msgs, options.tools)
-                                                 : chat_->render(msgs, options.add_generation_prompt, options.tools));
+                          options.continue_final
+                              ? chat_->render_continuing(msgs, options.tools)
+                              : chat_->render(msgs, options.add_generation_prompt, options.tools));
   return tokenizer_->encode(prompt, /*add_special=*/true);
 }
 
@@ -352,9 +365,10 @@ std::optional<FimTokens> LocalEngine::fim_tokens() const {
     }
     return -1;
   };
-  FimTokens fim{id("tokenizer.ggml.fim_pre_token_id", {"<|fim_prefix|>", "<fim_prefix>", "<fim-prefix>"}),
-                id("tokenizer.ggml.fim_suf_token_id", {"<|fim_suffix|>", "<fim_suffix>", "<fim-suffix>"}),
-                id("tokenizer.ggml.fim_mid_token_id", {"<|fim_middle|>", "<fim_middle>", "<fim-middle>"})};
+  FimTokens fim{
+      id("tokenizer.ggml.fim_pre_token_id", {"<|fim_prefix|>", "<fim_prefix>", "<fim-prefix>"}),
+      id("tokenizer.ggml.fim_suf_token_id", {"<|fim_suffix|>", "<fim_suffix>", "<fim-suffix>"}),
+      id("tokenizer.ggml.fim_mid_token_id", {"<|fim_middle|>", "<fim_middle>", "<fim-middle>"})};
   if (fim.prefix < 0 || fim.suffix < 0 || fim.middle < 0) return std::nullopt;
   return fim;
 }
@@ -365,7 +379,9 @@ LocalSession::LocalSession(LocalEngine& engine)
   history_.reserve(static_cast<size_t>(engine.n_ctx()));
 }
 
-int64_t LocalSession::n_ctx() const { return kv_ ? kv_->n_ctx() : engine_.n_ctx(); }
+int64_t LocalSession::n_ctx() const {
+  return kv_ ? kv_->n_ctx() : engine_.n_ctx();
+}
 
 Status LocalSession::build(int64_t n_ctx) {
   const model::HParams& hp = engine_.model()->hparams();
@@ -373,7 +389,8 @@ Status LocalSession::build(int64_t n_ctx) {
     kv_ = std::make_unique<model::KvCache>(hp, n_ctx, engine_.kv_f32());
     return Status::ok();
   }
-  HYPURA_ASSIGN_OR_RETURN(kv_, model::KvCache::on_device(hp, n_ctx, engine_.first_gpu_layer(), engine_.wide_prompts()));
+  HYPURA_ASSIGN_OR_RETURN(
+      kv_, model::KvCache::on_device(hp, n_ctx, engine_.first_gpu_layer(), engine_.wide_prompts()));
   return Status::ok();
 }
 
@@ -385,31 +402,35 @@ Status LocalSession::build(int64_t n_ctx) {
 Status LocalEngine::stage_host_layers() {
   if (first_gpu_layer() == 0 || weights_->experts() != nullptr) return Status::ok();
   const tiers::LedgerBuffer& resident = weights_->resident().buffer;
-  HYPURA_ASSIGN_OR_RETURN(staged_weights_,
-                          tiers::StagedWeights::create(file_, model_->weights(), provider(), *device_weights_,
-                                                       first_gpu_layer(), std::span(resident.data(), resident.size())));
+  HYPURA_ASSIGN_OR_RETURN(
+      staged_weights_,
+      tiers::StagedWeights::create(file_, model_->weights(), provider(), *device_weights_,
+                                   first_gpu_layer(), std::span(resident.data(), resident.size())));
   return Status::ok();
 }
 
 // The GPU stage (its layers and the head, or every layer with `weights` = the staged
 // ones), after a CPU stage for the layers before `gpu_from` and the embedding unless the
 // GPU holds it.
-Result<std::vector<model::ForwardStage>> LocalEngine::gpu_stages(model::WeightProvider& weights, int64_t gpu_from,
-                                                                 int64_t n_ctx) {
+Result<std::vector<model::ForwardStage>> LocalEngine::gpu_stages(model::WeightProvider& weights,
+                                                                 int64_t gpu_from, int64_t n_ctx) {
   const model::HParams& hp = model_->hparams();
   std::vector<model::ForwardStage> stages;
   if (!weights_->plan().gpu.embedding) {
-    stages.push_back(
-        {std::make_unique<model::CpuBlocks>(hp, model_->weights(), *ctx_, provider(), kMaxBatch, n_ctx), gpu_from});
+    stages.push_back({std::make_unique<model::CpuBlocks>(hp, model_->weights(), *ctx_, provider(),
+                                                         kMaxBatch, n_ctx),
+                      gpu_from});
   }
-  HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<model::Blocks> blocks,
-                          model::make_cuda_blocks(hp, model_->weights(), file_, weights, kMaxBatch, n_ctx));
+  HYPURA_ASSIGN_OR_RETURN(
+      std::unique_ptr<model::Blocks> blocks,
+      model::make_cuda_blocks(hp, model_->weights(), file_, weights, kMaxBatch, n_ctx));
   stages.push_back({std::move(blocks), hp.n_layer});
   return stages;
 }
 
 Result<std::unique_ptr<model::Forward>> LocalEngine::make_forward(int64_t n_ctx) {
-  if (!on_gpu()) return std::make_unique<model::Forward>(model_, *ctx_, provider(), kMaxBatch, n_ctx);
+  if (!on_gpu())
+    return std::make_unique<model::Forward>(model_, *ctx_, provider(), kMaxBatch, n_ctx);
   HYPURA_ASSIGN_OR_RETURN(auto stages, gpu_stages(*device_weights_, first_gpu_layer(), n_ctx));
   auto forward = std::make_unique<model::Forward>(model_, std::move(stages), kMaxBatch);
   if (wide_prompts()) {
@@ -451,7 +472,8 @@ Status LocalSession::reserve_context(int64_t n_ctx) {
                               " tokens exceeds the model's trained length of " +
                               std::to_string(engine_.max_context()));
   }
-  const uint64_t per_token = kv_->bytes() / static_cast<uint64_t>(std::max<int64_t>(kv_->n_ctx(), 1));
+  const uint64_t per_token =
+      kv_->bytes() / static_cast<uint64_t>(std::max<int64_t>(kv_->n_ctx(), 1));
   const uint64_t extra = per_token * static_cast<uint64_t>(n_ctx - kv_->n_ctx());
   const uint64_t available = profiler::probe_memory(0).available_bytes;
   if (!kv_->on_device() && available > 0 && extra > available / 2) {
@@ -488,17 +510,19 @@ Status LocalSession::feed_all_logits(std::span<const int32_t> tokens, std::vecto
     for (size_t i = 0; i < tokens.size(); i += kMaxBatch) {
       const int64_t n = std::min<int64_t>(kMaxBatch, tokens.size() - i);
       const int64_t pos = static_cast<int64_t>(history_.size());
-      HYPURA_RETURN_IF_ERROR(forward->run(tokens.data() + i, n, pos, *kv_, true, all->data() + i * n_vocab));
+      HYPURA_RETURN_IF_ERROR(
+          forward->run(tokens.data() + i, n, pos, *kv_, true, all->data() + i * n_vocab));
       history_.insert(history_.end(), tokens.begin() + i, tokens.begin() + i + n);
     }
     return Status::ok();
   }));
-  if (!tokens.empty()) std::copy_n(all->data() + (tokens.size() - 1) * n_vocab, n_vocab, logits_.data());
+  if (!tokens.empty())
+    std::copy_n(all->data() + (tokens.size() - 1) * n_vocab, n_vocab, logits_.data());
   return Status::ok();
 }
 
 Status LocalSession::embed(const std::vector<int32_t>& tokens, Pooling pooling,
-                              std::vector<float>* out) {
+                           std::vector<float>* out) {
   HYPURA_RETURN_IF_ERROR(init_);
   if (tokens.empty()) return invalid_argument("empty input");
   if (static_cast<int64_t>(tokens.size()) > n_ctx()) {
@@ -507,17 +531,20 @@ Status LocalSession::embed(const std::vector<int32_t>& tokens, Pooling pooling,
   }
   const int64_t n_embd = engine_.n_embd();
   std::vector<double> sum(static_cast<size_t>(n_embd), 0.0);  // per request, not per token
-  std::vector<float> hidden(static_cast<size_t>(std::min<int64_t>(kMaxBatch, tokens.size()) * n_embd));
+  std::vector<float> hidden(
+      static_cast<size_t>(std::min<int64_t>(kMaxBatch, tokens.size()) * n_embd));
   history_.clear();
   HYPURA_RETURN_IF_ERROR(engine_.batcher().exclusive([&](std::unique_ptr<model::Forward>& forward) {
     for (size_t i = 0; i < tokens.size(); i += kMaxBatch) {
       const int64_t n = std::min<int64_t>(kMaxBatch, tokens.size() - i);
       const int64_t pos = static_cast<int64_t>(i);
-      HYPURA_RETURN_IF_ERROR(forward->run(tokens.data() + i, n, pos, *kv_, false, nullptr, hidden.data()));
+      HYPURA_RETURN_IF_ERROR(
+          forward->run(tokens.data() + i, n, pos, *kv_, false, nullptr, hidden.data()));
       history_.insert(history_.end(), tokens.begin() + i, tokens.begin() + i + n);
       const bool last_batch = i + n == tokens.size();
       for (int64_t r = 0; r < n; ++r) {
-        const bool take = pooling == Pooling::kMean || (pooling == Pooling::kFirst && i == 0 && r == 0) ||
+        const bool take = pooling == Pooling::kMean ||
+                          (pooling == Pooling::kFirst && i == 0 && r == 0) ||
                           (pooling == Pooling::kLast && last_batch && r == n - 1);
         if (!take) continue;
         for (int64_t c = 0; c < n_embd; ++c) sum[c] += hidden[r * n_embd + c];
@@ -529,7 +556,8 @@ Status LocalSession::embed(const std::vector<int32_t>& tokens, Pooling pooling,
   for (double v : sum) norm += v * v;
   norm = std::sqrt(norm);
   out->resize(static_cast<size_t>(n_embd));
-  for (int64_t c = 0; c < n_embd; ++c) (*out)[c] = norm > 0 ? static_cast<float>(sum[c] / norm) : 0.0f;
+  for (int64_t c = 0; c < n_embd; ++c)
+    (*out)[c] = norm > 0 ? static_cast<float>(sum[c] / norm) : 0.0f;
   return Status::ok();
 }
 
@@ -619,8 +647,7 @@ Result<GenerateResult> LocalSession::generate(
     matcher = std::make_unique<grammar::TokenMatcher>(options.grammar, engine_.vocab_index());
     allowed_.resize(static_cast<size_t>((engine_.n_vocab() + 63) / 64));
   }
-  const int64_t limit = options.max_tokens < 0 ? n_ctx() - n_past()
-                                               : options.max_tokens;
+  const int64_t limit = options.max_tokens < 0 ? n_ctx() - n_past() : options.max_tokens;
   result.done_reason = "length";
   bool listening = true;  // on_piece has not asked to stop
   const auto emit = [&](const std::string& text) {
@@ -640,7 +667,9 @@ Result<GenerateResult> LocalSession::generate(
       const auto tm = Clock::now();
       const bool any = mask_logits(*matcher);
       result.grammar_seconds += seconds_since(tm);
-      if (!any) return Status(StatusCode::kInternal, "constrained sampling: no token of the vocabulary continues the document");
+      if (!any)
+        return Status(StatusCode::kInternal,
+                      "constrained sampling: no token of the vocabulary continues the document");
     }
     const int32_t id = sampler.sample(logits_.data(), history_);
     if (tok.is_end_of_generation(id)) {
@@ -648,7 +677,8 @@ Result<GenerateResult> LocalSession::generate(
       break;
     }
     if (matcher && !matcher->accept(id)) {
-      return Status(StatusCode::kInternal, "constrained sampling: the sampled token is outside the mask");
+      return Status(StatusCode::kInternal,
+                    "constrained sampling: the sampled token is outside the mask");
     }
     result.generated_tokens++;
     const std::string text = stops.push(detok.push(id), &stopped);

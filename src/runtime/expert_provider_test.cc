@@ -4,20 +4,20 @@
 // (misses + speculative reads) x expert bytes, counted independently by Storage; the
 // ledger budget holds; a failed expert read ends the forward pass with a clear error; the
 // router predictor guesses the next router's top-k on the observed hidden state.
+#include "experts/expert_provider.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 #include <set>
 
-#include <nlohmann/json.hpp>
-
 #include "compute/compute.h"
-#include "experts/expert_provider.h"
 #include "gguf/gguf.h"
 #include "io/fault_queue.h"
 #include "model/kv_cache.h"
@@ -52,7 +52,8 @@ TEST_P(ExpertLogits, BitIdenticalAndReadsOnlyMisses) {
   ASSERT_TRUE(golden::forward_logits(m.model, *resident.value(), tokens, 5, &want).is_ok());
 
   experts::ExpertConfig config;
-  config.cache_experts = c.slots_per_layer == 0 ? 1 : c.slots_per_layer * static_cast<uint32_t>(hp.n_layer);
+  config.cache_experts =
+      c.slots_per_layer == 0 ? 1 : c.slots_per_layer * static_cast<uint32_t>(hp.n_layer);
   config.speculate = c.speculate;
   config.predictor = c.predictor;
   config.min_confidence = 0.0;  // speculate whenever the predictor has support
@@ -88,7 +89,8 @@ TEST_P(ExpertLogits, BitIdenticalAndReadsOnlyMisses) {
   EXPECT_EQ(s.lookups, s.hits + s.misses);
   // The stall is split by what was waited for; each read is waited for at most once.
   // (The two parts are summed in another order than the total: equal up to rounding.)
-  EXPECT_NEAR(s.stall_seconds, s.stall_miss.seconds + s.stall_prefetched.seconds, 1e-9 * (1 + s.stall_seconds));
+  EXPECT_NEAR(s.stall_seconds, s.stall_miss.seconds + s.stall_prefetched.seconds,
+              1e-9 * (1 + s.stall_seconds));
   EXPECT_LE(s.stall_miss.waits, s.misses);
   EXPECT_LE(s.stall_prefetched.waits, s.speculative_used);
   if (!c.speculate || c.predictor == experts::ExpertPredictor::kNone) {
@@ -96,7 +98,8 @@ TEST_P(ExpertLogits, BitIdenticalAndReadsOnlyMisses) {
   }
   // Both predictors are scored whatever reads; the router one guesses every layer after
   // the first of every pass (a batch by its last token).
-  EXPECT_EQ(s.router.predicted, static_cast<uint64_t>(hp.n_layer - 1) * (tokens.size() - 4) * hp.n_expert_used);
+  EXPECT_EQ(s.router.predicted,
+            static_cast<uint64_t>(hp.n_layer - 1) * (tokens.size() - 4) * hp.n_expert_used);
   EXPECT_LE(s.router.correct, s.router.predicted);
   // Two layers: every guess is made one layer ahead, the nearest.
   EXPECT_EQ(s.router_at[0].predicted, s.router.predicted);
@@ -136,10 +139,11 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{"qwen3moe-f32", 2, true, experts::ExpertPredictor::kRouter},
                     Case{"qwen3moe-q4_k_m", 0, true, experts::ExpertPredictor::kRouter}),
     [](const auto& info) {
-      std::string n = std::string(info.param.model) + "_" + std::to_string(info.param.slots_per_layer) +
-                      (info.param.speculate
-                           ? std::string("_spec_") + experts::expert_predictor_name(info.param.predictor)
-                           : "");
+      std::string n =
+          std::string(info.param.model) + "_" + std::to_string(info.param.slots_per_layer) +
+          (info.param.speculate
+               ? std::string("_spec_") + experts::expert_predictor_name(info.param.predictor)
+               : "");
       for (char& ch : n) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
       return n;
     });
@@ -173,7 +177,8 @@ TEST(ExpertProvider, RouterPredictorReadsTheNextRoutersTopK) {
   ctx.matmul(router, x.data(), 1, logits.data());
   std::vector<int32_t> want(static_cast<size_t>(hp.n_expert));
   std::iota(want.begin(), want.end(), 0);
-  std::stable_sort(want.begin(), want.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  std::stable_sort(want.begin(), want.end(),
+                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
   want.resize(static_cast<size_t>(hp.n_expert_used));
   std::sort(want.begin(), want.end());
 
@@ -188,13 +193,13 @@ TEST(ExpertProvider, RouterPredictorReadsTheNextRoutersTopK) {
   EXPECT_EQ(s.router.correct, want.size());
   EXPECT_EQ(s.router.reads_used, want.size());
   EXPECT_EQ(s.router.wasted_bytes, 0u);
-  EXPECT_EQ(s.hits, want.size());                 // layer 1's experts were already there
+  EXPECT_EQ(s.hits, want.size());  // layer 1's experts were already there
   EXPECT_EQ(s.misses, layer0.size());
   EXPECT_EQ(s.bytes_read, (s.misses + s.speculative_reads) * ep.expert_bytes(0));
   for (int32_t e : want) {
     const model::ExpertRequest r[3] = {{m.model->weights().layers[1].ffn_gate_exps, e},
-                                {m.model->weights().layers[1].ffn_up_exps, e},
-                                {m.model->weights().layers[1].ffn_down_exps, e}};
+                                       {m.model->weights().layers[1].ffn_up_exps, e},
+                                       {m.model->weights().layers[1].ffn_down_exps, e}};
     compute::WeightView v[3];
     ASSERT_TRUE(ep.acquire_experts(1, r, v).is_ok());
   }
@@ -231,7 +236,8 @@ TEST(ExpertProvider, OrdersCachedExpertsBeforeReads) {
     const std::vector<int32_t> first = {5, 6};  // (1 token, n_expert_used = 2)
     ep.route(0, first, 2);
     for (int32_t e : first) {
-      const model::ExpertRequest r[3] = {{layer0.ffn_gate_exps, e}, {layer0.ffn_up_exps, e}, {layer0.ffn_down_exps, e}};
+      const model::ExpertRequest r[3] = {
+          {layer0.ffn_gate_exps, e}, {layer0.ffn_up_exps, e}, {layer0.ffn_down_exps, e}};
       compute::WeightView v[3];
       ASSERT_TRUE(ep.acquire_experts(0, r, v).is_ok());
     }
@@ -266,7 +272,8 @@ TEST(ExpertProvider, IoReferenceLeavesTheCacheCorrect) {
   ASSERT_TRUE(bps.is_ok()) << bps.status().message();
   EXPECT_GT(bps.value(), 0);
   EXPECT_EQ(ep.stats().bytes_read, before.bytes_read);
-  EXPECT_EQ(ep.storage_bytes_since_load(), before.bytes_read) << "reference reads counted as the model's";
+  EXPECT_EQ(ep.storage_bytes_since_load(), before.bytes_read)
+      << "reference reads counted as the model's";
   ASSERT_TRUE(golden::forward_logits(m.model, ep, tokens, 3, &got).is_ok());
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
@@ -320,7 +327,7 @@ TEST(ExpertProvider, CoactivationStatisticsPersist) {
   EXPECT_EQ(loaded->tokens(), sequence("C").size());
   uint64_t layer0 = 0;
   for (int e = 0; e < 8; ++e) layer0 += loaded->frequency(0, e);
-  EXPECT_EQ(layer0, sequence("C").size() * 2);  // top-2 per token
+  EXPECT_EQ(layer0, sequence("C").size() * 2);                          // top-2 per token
   EXPECT_FALSE(experts::CoactivationStats::load(path, 2, 16).is_ok());  // another geometry
   std::filesystem::remove_all(dir);
 }

@@ -4,15 +4,15 @@
 // HYPURA_GOLDEN_DIR).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "compute/compute.h"
 #include "gguf/gguf.h"
@@ -90,8 +90,8 @@ inline TieredStart tiered_start(const std::string& name) {
   }
   const TieredWeights& w = *roomy.value();
   if (w.mode() != "full-resident" || w.streamed_bytes_per_pass() != 0) {
-    ADD_FAILURE() << "the roomy plan is " << w.mode() << " streaming " << w.streamed_bytes_per_pass()
-                  << " B per pass, not full-resident";
+    ADD_FAILURE() << "the roomy plan is " << w.mode() << " streaming "
+                  << w.streamed_bytes_per_pass() << " B per pass, not full-resident";
     return s;
   }
   s.resident_ram = w.plan().memory.ram_total();
@@ -101,9 +101,10 @@ inline TieredStart tiered_start(const std::string& name) {
 // Logits (n_tokens, n_vocab) of `tokens` through `provider`: the first `first_batch` as one
 // forward pass (a prompt), then one token per pass (generation). Stops at the first failed
 // pass and returns its Status. *n_passes (when given) counts the passes run.
-inline Status forward_logits(const std::shared_ptr<const model::Model>& m, model::WeightProvider& provider,
-                             const std::vector<int32_t>& tokens, int64_t first_batch,
-                             std::vector<float>* logits, uint64_t* n_passes = nullptr) {
+inline Status forward_logits(const std::shared_ptr<const model::Model>& m,
+                             model::WeightProvider& provider, const std::vector<int32_t>& tokens,
+                             int64_t first_batch, std::vector<float>* logits,
+                             uint64_t* n_passes = nullptr) {
   const int64_t n_vocab = m->hparams().n_vocab;
   const auto n_ctx = static_cast<int64_t>(tokens.size());
   compute::Context ctx(2);
@@ -112,7 +113,8 @@ inline Status forward_logits(const std::shared_ptr<const model::Model>& m, model
   logits->assign(tokens.size() * n_vocab, 0.0f);
   if (n_passes != nullptr) *n_passes = 0;
   for (size_t i = 0; i < tokens.size();) {
-    const int64_t n = std::min<int64_t>(i == 0 ? first_batch : 1, static_cast<int64_t>(tokens.size() - i));
+    const int64_t n =
+        std::min<int64_t>(i == 0 ? first_batch : 1, static_cast<int64_t>(tokens.size() - i));
     HYPURA_RETURN_IF_ERROR(fwd.run(tokens.data() + i, n, static_cast<int64_t>(i), kv, true,
                                    logits->data() + i * n_vocab));
     if (n_passes != nullptr) ++*n_passes;

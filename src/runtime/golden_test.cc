@@ -10,8 +10,8 @@
 
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "compute/compute.h"
@@ -81,7 +81,8 @@ struct Pass {
 };
 
 std::unique_ptr<model::Blocks> cpu_blocks(Loaded& l, int64_t n_ctx) {
-  return std::make_unique<model::CpuBlocks>(l.model->hparams(), l.model->weights(), *l.ctx, *l.provider, 64, n_ctx);
+  return std::make_unique<model::CpuBlocks>(l.model->hparams(), l.model->weights(), *l.ctx,
+                                            *l.provider, 64, n_ctx);
 }
 
 // split >= 0: in two stages, layers [0, split) on the CPU and the rest (and the head) on
@@ -115,7 +116,8 @@ Pass make_pass(Loaded& l, bool gpu, bool kv_f32, int64_t n_ctx, int64_t split = 
   stages.push_back({std::move(blocks).value(), hp.n_layer});
   p.fwd = std::make_unique<model::Forward>(l.model, std::move(stages), 64);
   if (wide) {
-    auto staged = tiers::StagedWeights::create(l.file, l.model->weights(), *l.provider, *l.device, split);
+    auto staged =
+        tiers::StagedWeights::create(l.file, l.model->weights(), *l.provider, *l.device, split);
     EXPECT_TRUE(staged.is_ok()) << staged.status().message();
     if (!staged.is_ok()) return p;
     p.staged = std::move(staged).value();
@@ -152,14 +154,16 @@ std::unique_ptr<Loaded> load(const std::string& name) {
 // Logits of every position of `tokens`, fed in chunks of the sizes in `chunks` (the last
 // size repeated to the end).
 std::vector<float> eval_chunks(Loaded& l, const std::vector<int32_t>& tokens, bool kv_f32,
-                               const std::vector<int64_t>& chunks, int64_t n_ctx, bool gpu, int64_t split) {
+                               const std::vector<int64_t>& chunks, int64_t n_ctx, bool gpu,
+                               int64_t split) {
   const int64_t n_vocab = l.model->hparams().n_vocab;
   Pass p = make_pass(l, gpu, kv_f32, n_ctx, split);
   std::vector<float> logits(tokens.size() * n_vocab);
   if (!p.fwd) return logits;
   size_t c = 0;
   for (size_t i = 0; i < tokens.size();) {
-    const int64_t n = std::min<int64_t>(chunks[std::min(c++, chunks.size() - 1)], tokens.size() - i);
+    const int64_t n =
+        std::min<int64_t>(chunks[std::min(c++, chunks.size() - 1)], tokens.size() - i);
     Status st = p.fwd->run(tokens.data() + i, n, i, *p.kv, true, logits.data() + i * n_vocab);
     EXPECT_TRUE(st.is_ok()) << st.message();
     i += static_cast<size_t>(n);
@@ -217,8 +221,12 @@ Top1 top1(const std::vector<float>& got, const std::vector<float>& want, int64_t
   return t;
 }
 
-bool is_moe(const std::string& name) { return name.rfind("mixtral", 0) == 0 || name.rfind("qwen3moe", 0) == 0; }
-bool is_gemma(const std::string& name) { return name.rfind("gemma3", 0) == 0; }
+bool is_moe(const std::string& name) {
+  return name.rfind("mixtral", 0) == 0 || name.rfind("qwen3moe", 0) == 0;
+}
+bool is_gemma(const std::string& name) {
+  return name.rfind("gemma3", 0) == 0;
+}
 
 const char* const kArchs[] = {"llama", "qwen2", "qwen3", "gemma3", "mixtral", "qwen3moe"};
 
@@ -267,7 +275,9 @@ void check_f32_default_run(const std::string& arch, bool gpu) {
   }
 }
 
-TEST_P(GoldenF32, DefaultRunWithF16Kv) { check_f32_default_run(GetParam(), false); }
+TEST_P(GoldenF32, DefaultRunWithF16Kv) {
+  check_f32_default_run(GetParam(), false);
+}
 
 void check_q4_default_run(const std::string& arch, bool gpu) {
   const std::string name = arch + "-q4_k_m";
@@ -284,13 +294,15 @@ void check_q4_default_run(const std::string& arch, bool gpu) {
     EXPECT_LE(d.max_abs, tol_abs) << name << " " << seq;
     EXPECT_GE(t.agree_confident, 0.95 * t.rows_confident) << name << " " << seq;
     EXPECT_GE(t.agree, 0.85 * t.rows) << name << " " << seq;
-    std::printf("%-14s %s%s: rel_l2 %.2e max_abs %.2e top1 %d/%d (confident %d/%d)\n",
-                name.c_str(), seq, gpu ? " gpu" : "", d.rel_l2, d.max_abs, t.agree, t.rows,
-                t.agree_confident, t.rows_confident);
+    std::printf("%-14s %s%s: rel_l2 %.2e max_abs %.2e top1 %d/%d (confident %d/%d)\n", name.c_str(),
+                seq, gpu ? " gpu" : "", d.rel_l2, d.max_abs, t.agree, t.rows, t.agree_confident,
+                t.rows_confident);
   }
 }
 
-TEST_P(GoldenQ4, DefaultRun) { check_q4_default_run(GetParam(), false); }
+TEST_P(GoldenQ4, DefaultRun) {
+  check_q4_default_run(GetParam(), false);
+}
 
 // Greedy continuation of B: the batch, then 15 single-token steps. Each step's argmax is
 // compared with llama.cpp's id where its recorded top-1 margin is > 0.5; llama.cpp's id is
@@ -358,13 +370,16 @@ void check_batch_invariance(const std::string& name) {
   }
 }
 
-TEST_P(GoldenF32, BatchInvariance) { check_batch_invariance(std::string(GetParam()) + "-f32"); }
+TEST_P(GoldenF32, BatchInvariance) {
+  check_batch_invariance(std::string(GetParam()) + "-f32");
+}
 
 // 1200 pseudo-random ordinary tokens (ids 3..382), the same for every long-context test.
 std::vector<int32_t> long_sequence() {
   std::vector<int32_t> tokens(1200);
   uint32_t state = 12345;
-  for (auto& t : tokens) t = 3 + static_cast<int32_t>((state = state * 1664525u + 1013904223u) >> 8) % 380;
+  for (auto& t : tokens)
+    t = 3 + static_cast<int32_t>((state = state * 1664525u + 1013904223u) >> 8) % 380;
   return tokens;
 }
 
@@ -384,16 +399,20 @@ TEST_P(GoldenF32, BatchInvarianceAcrossKeySegments) {
         << name << " chunks of " << chunk;
   }
 }
-TEST_P(GoldenQ4, BatchInvariance) { check_batch_invariance(std::string(GetParam()) + "-q4_k_m"); }
+TEST_P(GoldenQ4, BatchInvariance) {
+  check_batch_invariance(std::string(GetParam()) + "-q4_k_m");
+}
 
 // Several sequences fed through one forward pass per step (continuous batching): each
 // started sequence contributes its next chunk of chunk_of(sequence, step) tokens (a
 // decode step when 1). Returns, per sequence, the logits of its last row of every step,
 // keyed by that row's position.
 using StepLogits = std::vector<std::pair<int64_t, std::vector<float>>>;
-std::vector<StepLogits> run_together(Loaded& l, bool gpu, const std::vector<std::vector<int32_t>>& seqs,
+std::vector<StepLogits> run_together(Loaded& l, bool gpu,
+                                     const std::vector<std::vector<int32_t>>& seqs,
                                      const std::vector<int>& start_step,
-                                     const std::function<int64_t(size_t, int)>& chunk_of, int64_t n_ctx) {
+                                     const std::function<int64_t(size_t, int)>& chunk_of,
+                                     int64_t n_ctx) {
   const int64_t n_vocab = l.model->hparams().n_vocab;
   std::vector<Pass> passes;
   for (size_t i = 0; i < seqs.size(); ++i) passes.push_back(make_pass(l, gpu, false, n_ctx));
@@ -422,8 +441,9 @@ std::vector<StepLogits> run_together(Loaded& l, bool gpu, const std::vector<std:
     for (size_t j = 0; j < rows.size(); ++j) {
       const size_t i = who[j];
       fed[i] += static_cast<size_t>(rows[j].n_tokens);
-      out[i].emplace_back(static_cast<int64_t>(fed[i]) - 1,
-                          std::vector<float>(logits.begin() + j * n_vocab, logits.begin() + (j + 1) * n_vocab));
+      out[i].emplace_back(
+          static_cast<int64_t>(fed[i]) - 1,
+          std::vector<float>(logits.begin() + j * n_vocab, logits.begin() + (j + 1) * n_vocab));
     }
   }
   return out;
@@ -439,12 +459,15 @@ void expect_same_as_alone(Loaded& l, bool gpu, const std::vector<std::vector<int
   const int64_t n_vocab = l.model->hparams().n_vocab;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const auto alone = eval(l, seqs[i], false, 64, n_ctx, gpu);
-    ASSERT_EQ(together[i].empty() ? 0 : together[i].back().first + 1, static_cast<int64_t>(seqs[i].size()));
+    ASSERT_EQ(together[i].empty() ? 0 : together[i].back().first + 1,
+              static_cast<int64_t>(seqs[i].size()));
     std::vector<float> got_rows, want_rows;
     for (const auto& [pos, row] : together[i]) {
-      const std::vector<float> want(alone.begin() + pos * n_vocab, alone.begin() + (pos + 1) * n_vocab);
+      const std::vector<float> want(alone.begin() + pos * n_vocab,
+                                    alone.begin() + (pos + 1) * n_vocab);
       if (!gpu) {
-        EXPECT_EQ(0, std::memcmp(row.data(), want.data(), row.size() * 4)) << name << " seq " << i << " pos " << pos;
+        EXPECT_EQ(0, std::memcmp(row.data(), want.data(), row.size() * 4))
+            << name << " seq " << i << " pos " << pos;
       }
       got_rows.insert(got_rows.end(), row.begin(), row.end());
       want_rows.insert(want_rows.end(), want.begin(), want.end());
@@ -452,8 +475,8 @@ void expect_same_as_alone(Loaded& l, bool gpu, const std::vector<std::vector<int
     if (gpu) {
       const Diff d = compare(got_rows, want_rows);
       EXPECT_LE(d.rel_l2, tol) << name << " seq " << i;
-      std::printf("%-14s gpu sequence %zu in shared steps vs alone: rel_l2 %.2e max_abs %.2e\n", name.c_str(), i,
-                  d.rel_l2, d.max_abs);
+      std::printf("%-14s gpu sequence %zu in shared steps vs alone: rel_l2 %.2e max_abs %.2e\n",
+                  name.c_str(), i, d.rel_l2, d.max_abs);
     }
   }
 }
@@ -465,18 +488,23 @@ void check_sequences_together(const std::string& name, bool gpu, double tol) {
   auto l = load(name);
   ASSERT_TRUE(l);
   const auto lng = long_sequence();
-  const std::vector<std::vector<int32_t>> seqs = {sequence("C"), std::vector<int32_t>(lng.begin(), lng.begin() + 30),
-                                                  sequence("B")};
+  const std::vector<std::vector<int32_t>> seqs = {
+      sequence("C"), std::vector<int32_t>(lng.begin(), lng.begin() + 30), sequence("B")};
   const auto chunk_of = [](size_t seq, int step) -> int64_t {
-    if (step < 2 + static_cast<int>(seq)) return 1 + static_cast<int64_t>((seq * 7 + step * 5) % 11);  // prompts
-    return 1;  // decoding
+    if (step < 2 + static_cast<int>(seq))
+      return 1 + static_cast<int64_t>((seq * 7 + step * 5) % 11);  // prompts
+    return 1;                                                      // decoding
   };
   const auto together = run_together(*l, gpu, seqs, {0, 1, 3}, chunk_of, kNCtx);
   expect_same_as_alone(*l, gpu, seqs, together, kNCtx, tol, name);
 }
 
-TEST_P(GoldenF32, SequencesInOneBatch) { check_sequences_together(std::string(GetParam()) + "-f32", false, 0); }
-TEST_P(GoldenQ4, SequencesInOneBatch) { check_sequences_together(std::string(GetParam()) + "-q4_k_m", false, 0); }
+TEST_P(GoldenF32, SequencesInOneBatch) {
+  check_sequences_together(std::string(GetParam()) + "-f32", false, 0);
+}
+TEST_P(GoldenQ4, SequencesInOneBatch) {
+  check_sequences_together(std::string(GetParam()) + "-q4_k_m", false, 0);
+}
 
 // Two long sequences: one decodes past two 512-key segments (the split path of steps of
 // up to 4 tokens) while the other still fills its prompt in batches of 24.
@@ -509,8 +537,12 @@ void check_stages(const std::string& name) {
     EXPECT_EQ(eval(*l, c, false, 7, kNCtx, false, split), one) << name << " split at " << split;
   }
 }
-TEST_P(GoldenF32, StagesMatchOneStage) { check_stages(std::string(GetParam()) + "-f32"); }
-TEST_P(GoldenQ4, StagesMatchOneStage) { check_stages(std::string(GetParam()) + "-q4_k_m"); }
+TEST_P(GoldenF32, StagesMatchOneStage) {
+  check_stages(std::string(GetParam()) + "-f32");
+}
+TEST_P(GoldenQ4, StagesMatchOneStage) {
+  check_stages(std::string(GetParam()) + "-q4_k_m");
+}
 
 // ---- the same references through the GPU forward pass ----
 
@@ -521,8 +553,12 @@ class GoldenGpu : public testing::TestWithParam<const char*> {
   }
 };
 
-TEST_P(GoldenGpu, F32DefaultRunWithF16Kv) { check_f32_default_run(GetParam(), true); }
-TEST_P(GoldenGpu, Q4DefaultRun) { check_q4_default_run(GetParam(), true); }
+TEST_P(GoldenGpu, F32DefaultRunWithF16Kv) {
+  check_f32_default_run(GetParam(), true);
+}
+TEST_P(GoldenGpu, Q4DefaultRun) {
+  check_q4_default_run(GetParam(), true);
+}
 TEST_P(GoldenGpu, F32GreedyContinuation) {
   check_greedy(std::string(GetParam()) + "-f32", false, "greedy_B", 0.0f, true);
 }
@@ -575,7 +611,8 @@ TEST_P(GoldenGpu, LongContextBatchShapesAgree) {
   }
   const Diff d = compare(batched, cpu);
   EXPECT_LE(d.rel_l2, 1e-4) << name << " gpu vs cpu";
-  std::printf("%-14s long context gpu vs cpu: rel_l2 %.2e max_abs %.2e\n", name.c_str(), d.rel_l2, d.max_abs);
+  std::printf("%-14s long context gpu vs cpu: rel_l2 %.2e max_abs %.2e\n", name.c_str(), d.rel_l2,
+              d.max_abs);
 }
 
 // Sequences sharing steps on the GPU: within the batch-shape tolerances above.

@@ -24,7 +24,9 @@ namespace {
 
 const std::string kSource = HYPURA_SOURCE_DIR;
 
-std::string model_path(const std::string& file) { return kSource + "/test-models/" + file; }
+std::string model_path(const std::string& file) {
+  return kSource + "/test-models/" + file;
+}
 
 std::vector<float> read_floats(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
@@ -42,7 +44,8 @@ TEST_P(RealModelReference, LogitsMatchFloat64Reference) {
   if (!std::filesystem::exists(HYPURA_PYTHON)) GTEST_SKIP() << "no " << HYPURA_PYTHON;
   // The float64 reference dequantizes the whole model in numpy: ~10 s for the default
   // model, minutes for the bigger ones, which run only when asked for.
-  if (std::string(GetParam()).rfind("smollm2", 0) != 0 && std::getenv("HYPURA_SLOW_TESTS") == nullptr) {
+  if (std::string(GetParam()).rfind("smollm2", 0) != 0 &&
+      std::getenv("HYPURA_SLOW_TESTS") == nullptr) {
     GTEST_SKIP() << "set HYPURA_SLOW_TESTS=1 to compare " << GetParam() << " (minutes)";
   }
   EngineOptions eo;

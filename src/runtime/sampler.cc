@@ -75,8 +75,9 @@ int32_t Sampler::sample(float* logits, std::span<const int32_t> history) {
   const auto by_logit = [](const Candidate& a, const Candidate& b) {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
   };
-  const size_t k = params_.top_k > 0 ? std::min(candidates_.size(), static_cast<size_t>(params_.top_k))
-                                     : candidates_.size();
+  const size_t k = params_.top_k > 0
+                       ? std::min(candidates_.size(), static_cast<size_t>(params_.top_k))
+                       : candidates_.size();
   std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(), by_logit);
   candidates_.resize(k);
   // Tokens a grammar masked (-inf) are never drawn, even by rounding in the last bucket.

@@ -21,11 +21,19 @@
 
 #include "common/status.h"
 
-namespace hypura::tokenizer { class Tokenizer; }
-namespace hypura::gguf { class GgufFile; }
+namespace hypura::tokenizer {
+class Tokenizer;
+}
+namespace hypura::gguf {
+class GgufFile;
+}
 
-namespace hypura::compute { class Context; }
-namespace hypura::grammar { struct Grammar; }
+namespace hypura::compute {
+class Context;
+}
+namespace hypura::grammar {
+struct Grammar;
+}
 
 namespace hypura::runtime {
 
@@ -33,17 +41,17 @@ class TieredWeights;  // runtime/tiered_weights.h
 
 struct EngineOptions {
   std::string model_path;
-  int n_threads = 0;            // 0: physical cores
-  int64_t n_ctx = 4096;         // capped by the model's trained length
+  int n_threads = 0;                // 0: physical cores
+  int64_t n_ctx = 4096;             // capped by the model's trained length
   bool n_ctx_past_trained = false;  // bench: keep n_ctx beyond the trained length (speed only)
-  bool kv_f32 = false;          // KV cache type: F16 (default) or F32
+  bool kv_f32 = false;              // KV cache type: F16 (default) or F32
   // Sequences decoded at once (serve --parallel, bench --batch): the plan keeps a KV cache
   // of n_ctx for each. 0: as many as a quarter of the memory holds, up to 4
   // (scheduler::default_parallel).
   int n_parallel = 1;
-  uint64_t ram_budget = 0;      // bytes, 0: from the hardware profile
-  uint64_t gpu_budget = 0;      // --vram-budget, bytes; 0: the GPU's free memory less a reserve
-  int gpu_layers = -1;          // --gpu-layers: at most this many (the last) layers on the GPU; -1: as fit
+  uint64_t ram_budget = 0;  // bytes, 0: from the hardware profile
+  uint64_t gpu_budget = 0;  // --vram-budget, bytes; 0: the GPU's free memory less a reserve
+  int gpu_layers = -1;  // --gpu-layers: at most this many (the last) layers on the GPU; -1: as fit
   std::string device = "auto";  // auto, cpu or cuda (runtime/device_choice.h)
   std::string profile_path;     // plan with this profile JSON; empty: the cache or a measurement
   std::string trace_path;       // expert-streaming: write the routing trace here at unload
@@ -62,13 +70,13 @@ struct SamplingParams {
   float min_p = 0.05f;          // 0: off
   float repeat_penalty = 1.1f;  // 1: off
   int repeat_last_n = 64;
-  uint64_t seed = 0;            // same seed, same output
+  uint64_t seed = 0;  // same seed, same output
 };
 
 struct GenerateOptions {
   SamplingParams sampling;
-  int max_tokens = 256;                 // -1: until the context is full
-  std::vector<std::string> stop;        // stop strings (not included in output)
+  int max_tokens = 256;                       // -1: until the context is full
+  std::vector<std::string> stop;              // stop strings (not included in output)
   const std::atomic<bool>* cancel = nullptr;  // checked before every token
   // A character left unfinished when generation ends (a max_tokens cut, cancellation, EOS
   // mid-character): dropped (so a cut text is a prefix of the longer one; the server), or
@@ -91,7 +99,7 @@ struct GenerateResult {
   int generated_tokens = 0;
   double prompt_seconds = 0;
   double generate_seconds = 0;
-  double grammar_seconds = 0;    // of generate_seconds: computing token masks
+  double grammar_seconds = 0;  // of generate_seconds: computing token masks
 };
 
 struct ChatMessage {
@@ -141,9 +149,9 @@ class Session {
   virtual ~Session() = default;
   // Generates from `prompt` tokens; on_piece receives valid UTF-8 text as it is produced
   // and returns false to stop. Reuses the KV cache of the longest common token prefix.
-  virtual Result<GenerateResult> generate(const std::vector<int32_t>& prompt,
-                                          const GenerateOptions& options,
-                                          const std::function<bool(std::string_view)>& on_piece) = 0;
+  virtual Result<GenerateResult> generate(
+      const std::vector<int32_t>& prompt, const GenerateOptions& options,
+      const std::function<bool(std::string_view)>& on_piece) = 0;
   // Logits of every position of `tokens` appended to the current cache (tests, bench).
   // out: (tokens.size(), n_vocab) row-major.
   virtual Status eval(const std::vector<int32_t>& tokens, std::vector<float>* out_logits) = 0;
@@ -166,7 +174,8 @@ class Session {
   // The embedding of `tokens`: the final-norm hidden states pooled, then L2-normalised.
   // out: (Engine::n_embd()). Runs from position 0 in this session's KV cache, so a
   // cached prefix is replaced by these tokens. kResourceExhausted past n_ctx().
-  virtual Status embed(const std::vector<int32_t>& tokens, Pooling pooling, std::vector<float>* out) = 0;
+  virtual Status embed(const std::vector<int32_t>& tokens, Pooling pooling,
+                       std::vector<float>* out) = 0;
   // Tokens this session's KV cache holds at most (starts at Engine::n_ctx()).
   virtual int64_t n_ctx() const = 0;
   // Grows the KV cache to hold n_ctx tokens, keeping what it holds; a smaller n_ctx is a

@@ -1,4 +1,6 @@
 // Sampler, stop strings and the Engine/Session contract on a golden model.
+#include "runtime/session.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -7,7 +9,6 @@
 
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
-#include "runtime/session.h"
 
 namespace hypura::runtime {
 namespace {
@@ -136,7 +137,8 @@ TEST(Session, EvalMatchesGoldenAndIsSplitInvariant) {
   std::vector<float> want(all.size());
   in.read(reinterpret_cast<char*>(want.data()), static_cast<std::streamsize>(want.size() * 4));
   double max_abs = 0;
-  for (size_t i = 0; i < want.size(); ++i) max_abs = std::max<double>(max_abs, std::abs(all[i] - want[i]));
+  for (size_t i = 0; i < want.size(); ++i)
+    max_abs = std::max<double>(max_abs, std::abs(all[i] - want[i]));
   EXPECT_LE(max_abs, 2e-4);
 }
 
@@ -165,7 +167,10 @@ TEST(Session, GenerateReusesThePrefixAndIsDeterministic) {
   o.max_tokens = 8;
   o.sampling.temperature = 0;
   std::string streamed;
-  auto r1 = s->generate(kB, o, [&](std::string_view p) { streamed += p; return true; });
+  auto r1 = s->generate(kB, o, [&](std::string_view p) {
+    streamed += p;
+    return true;
+  });
   ASSERT_TRUE(r1.is_ok()) << r1.status().message();
   EXPECT_EQ(r1->prompt_tokens, 13);
   EXPECT_EQ(r1->prompt_tokens_reused, 0);

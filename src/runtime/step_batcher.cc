@@ -85,7 +85,8 @@ void StepBatcher::lead(std::unique_lock<std::mutex>& lock) {
 
 // Waits (bounded) until every member has a request waiting, or the step is full anyway.
 void StepBatcher::gather(std::unique_lock<std::mutex>& lock) {
-  const auto wait = std::clamp<std::chrono::steady_clock::duration>(last_step_ / 10, kMinGather, kMaxGather);
+  const auto wait =
+      std::clamp<std::chrono::steady_clock::duration>(last_step_ / 10, kMinGather, kMaxGather);
   const auto deadline = std::chrono::steady_clock::now() + wait;
   const auto ready = [&] {
     int waiting_members = 0;
@@ -118,7 +119,8 @@ void StepBatcher::drop_cancelled() {
 // held back by a long prompt and a lone prompt gets whole batches.
 void StepBatcher::compose() {
   const int64_t max_rows = forward_->max_batch();
-  const size_t n = std::min<size_t>(queue_.size(), static_cast<size_t>(std::min(kMaxSeqsPerStep, max_rows)));
+  const size_t n =
+      std::min<size_t>(queue_.size(), static_cast<size_t>(std::min(kMaxSeqsPerStep, max_rows)));
   step_pending_.assign(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
   for (Pending* p : step_pending_) p->take = 1;
   int64_t room = max_rows - static_cast<int64_t>(n);

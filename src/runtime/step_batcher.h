@@ -4,9 +4,10 @@
 // forward pass that takes one token of every decoding sequence, then fills the rows left
 // (up to max_rows) with chunks of prompts in arrival order; a prompt longer than the room
 // continues in the following steps. The step's sequences run in the order of their KV
-// caches' addresses, so the same set of sequences is the same batch (a GPU graph replays). One step reads the weights once, whichever tier they
-// come from (resident, streamed or expert-streamed: the experts of every token's routing),
-// so N sequences decode for about the price of one where reading the weights dominates.
+// caches' addresses, so the same set of sequences is the same batch (a GPU graph replays). One step
+// reads the weights once, whichever tier they come from (resident, streamed or expert-streamed: the
+// experts of every token's routing), so N sequences decode for about the price of one where reading
+// the weights dominates.
 //
 // There is no scheduler thread. A caller whose request waits while no step runs becomes
 // the leader: it gathers the waiting requests, runs the step and hands out the logits,
@@ -58,10 +59,10 @@ class StepBatcher {
 
   struct Request {
     model::KvCache* kv = nullptr;
-    std::span<const int32_t> tokens;  // REQUIRES: not empty
-    int64_t pos = 0;                  // position of tokens[0] in kv
-    float* logits = nullptr;          // (n_vocab): the last token's logits
-    bool member = false;              // from a member (see above)
+    std::span<const int32_t> tokens;            // REQUIRES: not empty
+    int64_t pos = 0;                            // position of tokens[0] in kv
+    float* logits = nullptr;                    // (n_vocab): the last token's logits
+    bool member = false;                        // from a member (see above)
     const std::atomic<bool>* cancel = nullptr;  // checked between steps: kCancelled
   };
 
@@ -98,7 +99,7 @@ class StepBatcher {
   std::condition_variable cv_;
   std::unique_ptr<model::Forward> forward_;  // guarded by busy_
   const int64_t n_vocab_;
-  bool busy_ = false;  // a step or exclusive work is running
+  bool busy_ = false;          // a step or exclusive work is running
   int exclusive_waiting_ = 0;  // callers of exclusive() waiting: no new step starts
   int members_ = 0;
   std::deque<Pending*> queue_;  // waiting requests, in arrival order

@@ -1,14 +1,14 @@
 // StreamingProvider: bit-identity with the resident provider (three architectures,
 // dense and MoE), bytes read per pass, the memory budget, slot safety under slow reads,
 // and failed reads ending the request with a clear error. Uses the small golden models.
-#include <gtest/gtest.h>
+#include "tiers/streaming_provider.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "compute/compute.h"
@@ -19,7 +19,6 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "runtime/golden_fixtures.h"
-#include "tiers/streaming_provider.h"
 #include "tiers/testing/resident_provider.h"
 
 namespace hypura::runtime {
@@ -31,8 +30,8 @@ using golden::open_model;
 using golden::sequence;
 
 // golden::forward_logits, expecting every pass to succeed.
-std::vector<float> run(const Model& m, model::WeightProvider& provider, const std::vector<int32_t>& tokens,
-                       int64_t n_batch, uint64_t* n_passes) {
+std::vector<float> run(const Model& m, model::WeightProvider& provider,
+                       const std::vector<int32_t>& tokens, int64_t n_batch, uint64_t* n_passes) {
   std::vector<float> logits;
   Status st = golden::forward_logits(m.model, provider, tokens, n_batch, &logits, n_passes);
   EXPECT_TRUE(st.is_ok()) << st.message();
@@ -126,7 +125,8 @@ INSTANTIATE_TEST_SUITE_P(Archs, StreamedLogits,
                                          StreamCase{"mixtral-q4_k_m", 1, 3}),
                          [](const auto& info) {
                            std::string n = info.param.model;
-                           for (char& ch : n) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+                           for (char& ch : n)
+                             ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
                            return n;
                          });
 
@@ -153,20 +153,24 @@ TEST(StreamingReferences, IoOnlyPassesAndReloadKeepTheWeights) {
   EXPECT_GT(bps.value(), 0);
   const tiers::StreamingStats after = sp.stats();
   EXPECT_GE(after.passes, before.passes + 1);
-  EXPECT_EQ((after.bytes_read - after.unconsumed_bytes) - (before.bytes_read - before.unconsumed_bytes),
-            sp.bytes_per_pass() * (after.passes - before.passes));
+  EXPECT_EQ(
+      (after.bytes_read - after.unconsumed_bytes) - (before.bytes_read - before.unconsumed_bytes),
+      sp.bytes_per_pass() * (after.passes - before.passes));
 
   auto reload = sp.reload_resident_bps();
   ASSERT_TRUE(reload.is_ok()) << reload.status().message();
   EXPECT_GT(reload.value(), 0);
-  EXPECT_EQ(std::memcmp(resident_before.data(), sp.resident().buffer.data(), resident_before.size()), 0);
-  EXPECT_EQ(std::memcmp(run(m, sp, tokens, 5, &passes).data(), want.data(), want.size() * sizeof(float)), 0)
+  EXPECT_EQ(
+      std::memcmp(resident_before.data(), sp.resident().buffer.data(), resident_before.size()), 0);
+  EXPECT_EQ(
+      std::memcmp(run(m, sp, tokens, 5, &passes).data(), want.data(), want.size() * sizeof(float)),
+      0)
       << "logits changed after the reference reads";
 }
 
 // Builds a provider whose reads go through a fault-injecting engine.
-Result<std::unique_ptr<tiers::StreamingProvider>> faulty(const Model& m, io::FaultPlan plan, int n_slots,
-                                                  tiers::MemoryLedger& ledger) {
+Result<std::unique_ptr<tiers::StreamingProvider>> faulty(const Model& m, io::FaultPlan plan,
+                                                         int n_slots, tiers::MemoryLedger& ledger) {
   tiers::StreamingConfig config;
   config.streamed = ffn_mask(m, 1);
   config.n_slots = n_slots;
@@ -190,7 +194,9 @@ std::vector<model::TensorId> ffn_ids(const Model& m, int layer) {
 constexpr int kLayers = 8;
 constexpr int64_t kCols = 1000, kRows = 3;  // 12000 bytes per tensor
 
-uint8_t pattern(size_t tensor, uint64_t i) { return static_cast<uint8_t>(tensor * 131 + i * 7 + (i >> 9)); }
+uint8_t pattern(size_t tensor, uint64_t i) {
+  return static_cast<uint8_t>(tensor * 131 + i * 7 + (i >> 9));
+}
 
 // Removes its file at the end: each test writes its own (ctest runs tests as parallel
 // processes, and one shared path let one test rewrite the file another was reading).
@@ -198,7 +204,9 @@ struct Layered {
   std::string path;
   gguf::GgufFile file;
   Layered() = default;
-  Layered(Layered&& o) noexcept : path(std::move(o.path)), file(std::move(o.file)) { o.path.clear(); }
+  Layered(Layered&& o) noexcept : path(std::move(o.path)), file(std::move(o.file)) {
+    o.path.clear();
+  }
   ~Layered() {
     if (!path.empty()) std::remove(path.c_str());
   }
@@ -212,7 +220,8 @@ Layered write_layered() {
   w.add_string("general.architecture", "test");
   w.add_tensor("token_embd.weight", gguf::GgmlType::F32, {kCols, kRows});
   for (int i = 0; i < kLayers; ++i) {
-    w.add_tensor("blk." + std::to_string(i) + ".ffn_up.weight", gguf::GgmlType::F32, {kCols, kRows});
+    w.add_tensor("blk." + std::to_string(i) + ".ffn_up.weight", gguf::GgmlType::F32,
+                 {kCols, kRows});
   }
   std::vector<std::vector<uint8_t>> data(kLayers + 1, std::vector<uint8_t>(kCols * kRows * 4));
   for (size_t t = 0; t < data.size(); ++t) {
@@ -225,7 +234,9 @@ Layered write_layered() {
   return l;
 }
 
-model::TensorId layer_tensor(int layer) { return layer + 1; }
+model::TensorId layer_tensor(int layer) {
+  return layer + 1;
+}
 
 bool holds_pattern(const compute::WeightView& v, size_t tensor) {
   const auto* p = static_cast<const uint8_t*>(v.data);
@@ -236,7 +247,8 @@ bool holds_pattern(const compute::WeightView& v, size_t tensor) {
 }
 
 Result<std::unique_ptr<tiers::StreamingProvider>> layered_provider(const Layered& l, int n_slots,
-                                                            int64_t delay_us, tiers::MemoryLedger& ledger) {
+                                                                   int64_t delay_us,
+                                                                   tiers::MemoryLedger& ledger) {
   tiers::StreamingConfig config;
   config.streamed.assign(l.file.tensors().size(), true);
   config.streamed[0] = false;
@@ -272,7 +284,8 @@ TEST(StreamingProvider, RingReadsEveryLayerOncePerPass) {
       const model::TensorId id = layer_tensor(layer);
       compute::WeightView v;
       ASSERT_TRUE(sp.acquire(layer, std::span(&id, 1), std::span(&v, 1)).is_ok());
-      EXPECT_TRUE(holds_pattern(v, static_cast<size_t>(id))) << "pass " << pass << " layer " << layer;
+      EXPECT_TRUE(holds_pattern(v, static_cast<size_t>(id)))
+          << "pass " << pass << " layer " << layer;
       sp.release(layer);
     }
     sp.release(-1);
@@ -450,12 +463,14 @@ TEST(StreamingProvider, AbsentTensorsAreLeftToTheOtherStage) {
     if (!config.absent[id] && !config.streamed[id]) want_resident += m.file.tensors()[id].n_bytes;
   }
   EXPECT_GE(host.value()->stats().resident_bytes, want_resident);
-  EXPECT_LT(host.value()->stats().resident_bytes, want_resident + (uint64_t{64} << 10));  // alignment slack only
+  EXPECT_LT(host.value()->stats().resident_bytes,
+            want_resident + (uint64_t{64} << 10));  // alignment slack only
   model::TensorId absent_id = wm.output_norm;
   compute::WeightView view;
   const Status refused = host.value()->acquire(-1, std::span(&absent_id, 1), std::span(&view, 1));
   EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.message().find("not held in host memory"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("not held in host memory"), std::string::npos)
+      << refused.message();
 
   auto other = tiers::ResidentProvider::load(m.file, nullptr);
   ASSERT_TRUE(other.is_ok());
@@ -464,13 +479,16 @@ TEST(StreamingProvider, AbsentTensorsAreLeftToTheOtherStage) {
   const auto logits_of = [&](model::Forward& f) {
     model::KvCache kv(hp, kNCtx, false);
     std::vector<float> out(tokens.size() * static_cast<size_t>(hp.n_vocab));
-    EXPECT_TRUE(f.run(tokens.data(), static_cast<int64_t>(tokens.size()), 0, kv, true, out.data()).is_ok());
+    EXPECT_TRUE(
+        f.run(tokens.data(), static_cast<int64_t>(tokens.size()), 0, kv, true, out.data()).is_ok());
     return out;
   };
   model::Forward whole(m.model, ctx, *other.value(), 64, kNCtx);
   std::vector<model::ForwardStage> stages;
-  stages.push_back({std::make_unique<model::CpuBlocks>(hp, wm, ctx, *host.value(), 64, kNCtx), last});
-  stages.push_back({std::make_unique<model::CpuBlocks>(hp, wm, ctx, *other.value(), 64, kNCtx), hp.n_layer});
+  stages.push_back(
+      {std::make_unique<model::CpuBlocks>(hp, wm, ctx, *host.value(), 64, kNCtx), last});
+  stages.push_back(
+      {std::make_unique<model::CpuBlocks>(hp, wm, ctx, *other.value(), 64, kNCtx), hp.n_layer});
   model::Forward split(m.model, std::move(stages), 64);
   EXPECT_EQ(logits_of(split), logits_of(whole));
 }

@@ -12,7 +12,6 @@
 
 #include <cstring>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "compute/compute.h"
@@ -53,7 +52,8 @@ TEST_P(TieredStream, BudgetForcesStreamingWithIdenticalLogits) {
   ASSERT_TRUE(tensors.is_ok());
   for (size_t i = 0; i < plan.tiers.size(); ++i) {
     const auto& t = tensors->tensors[i];
-    if (plan.tiers[i] == scheduler::Tier::kStorage && t.role != model::TensorRole::kTokenEmbedding) {
+    if (plan.tiers[i] == scheduler::Tier::kStorage &&
+        t.role != model::TensorRole::kTokenEmbedding) {
       planned += t.bytes;
     }
   }
@@ -72,18 +72,16 @@ TEST_P(TieredStream, BudgetForcesStreamingWithIdenticalLogits) {
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
   const tiers::StreamingStats s = w.streaming().stats();
   EXPECT_EQ(passes, 7u);
-  EXPECT_EQ(s.bytes_read - s.unconsumed_bytes,
-            planned * passes);
+  EXPECT_EQ(s.bytes_read - s.unconsumed_bytes, planned * passes);
   EXPECT_LE(w.ledger().snapshot().peak, *opts.plan.budgets.ram_bytes);
   EXPECT_EQ(w.ledger().budget(), *opts.plan.budgets.ram_bytes);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, TieredStream, testing::Values("llama-f32"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& ch : n) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Archs, TieredStream, testing::Values("llama-f32"), [](const auto& info) {
+  std::string n = info.param;
+  for (char& ch : n) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return n;
+});
 
 }  // namespace
 }  // namespace hypura::runtime

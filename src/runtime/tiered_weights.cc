@@ -1,8 +1,8 @@
 #include "runtime/tiered_weights.h"
 
-#include <algorithm>
-
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 #include "common/size.h"
 #include "runtime/engine.h"
@@ -12,9 +12,12 @@ namespace hypura::runtime {
 std::string ledger_dry_run(const scheduler::MemoryPlan& m) {
   tiers::MemoryLedger ledger(m.ram_limit);
   const std::pair<tiers::MemoryKind, uint64_t> charges[] = {
-      {tiers::MemoryKind::kProcess, m.overhead_ram},     {tiers::MemoryKind::kKvCache, m.kv_ram},
-      {tiers::MemoryKind::kWork, m.work_ram},            {tiers::MemoryKind::kStreamPool, m.pool},
-      {tiers::MemoryKind::kExpertCache, m.expert_cache}, {tiers::MemoryKind::kResidentWeights, m.ram_weights}};
+      {tiers::MemoryKind::kProcess, m.overhead_ram},
+      {tiers::MemoryKind::kKvCache, m.kv_ram},
+      {tiers::MemoryKind::kWork, m.work_ram},
+      {tiers::MemoryKind::kStreamPool, m.pool},
+      {tiers::MemoryKind::kExpertCache, m.expert_cache},
+      {tiers::MemoryKind::kResidentWeights, m.ram_weights}};
   std::vector<tiers::Reservation> held;
   for (const auto& [kind, bytes] : charges) {
     if (bytes == 0) continue;
@@ -50,14 +53,16 @@ Result<std::unique_ptr<TieredWeights>> TieredWeights::load(const gguf::GgufFile&
   config.lock_resident = options.lock_resident;
   if (plan.io_queue_depth > 0) config.storage.queue_depth = plan.io_queue_depth;
   if (plan.io_request_bytes > 0) config.storage.request_bytes = plan.io_request_bytes;
-  HYPURA_ASSIGN_OR_RETURN(w->provider_, tiers::StreamingProvider::create(file, std::move(config),
-                                                                 *w->ledger_, options.progress));
-  spdlog::info("mode {}: {} resident, {} streamed per token through {} slots of {} "
-               "(prefetch {}); ledger {}",
-               w->mode(), format_size(w->provider_->stats().resident_bytes),
-               format_size(w->provider_->bytes_per_pass()), w->provider_->n_slots(),
-               format_size(w->provider_->slot_bytes()), w->provider_->prefetch_depth(),
-               w->ledger_->summary());
+  HYPURA_ASSIGN_OR_RETURN(
+      w->provider_,
+      tiers::StreamingProvider::create(file, std::move(config), *w->ledger_, options.progress));
+  spdlog::info(
+      "mode {}: {} resident, {} streamed per token through {} slots of {} "
+      "(prefetch {}); ledger {}",
+      w->mode(), format_size(w->provider_->stats().resident_bytes),
+      format_size(w->provider_->bytes_per_pass()), w->provider_->n_slots(),
+      format_size(w->provider_->slot_bytes()), w->provider_->prefetch_depth(),
+      w->ledger_->summary());
   return w;
 }
 
@@ -71,19 +76,20 @@ Status TieredWeights::load_experts(const gguf::GgufFile& file, const TierOptions
   config.absent = on_gpu_only(file);
   config.predictor = options.expert_predictor;
   config.router_lookahead = options.expert_lookahead;
-  config.stats_path = experts::CoactivationStats::default_path(file.paths().front(), file.total_bytes());
+  config.stats_path =
+      experts::CoactivationStats::default_path(file.paths().front(), file.total_bytes());
   if (plan.io_queue_depth > 0) config.storage.queue_depth = plan.io_queue_depth;
   if (plan.io_request_bytes > 0) config.storage.request_bytes = plan.io_request_bytes;
-  HYPURA_ASSIGN_OR_RETURN(experts_,
-                          experts::ExpertProvider::create(file, std::move(config), *ledger_, options.progress));
+  HYPURA_ASSIGN_OR_RETURN(experts_, experts::ExpertProvider::create(file, std::move(config),
+                                                                    *ledger_, options.progress));
   if (!options.trace_path.empty()) {
     trace_path_ = options.trace_path;
     experts_->record_trace(&trace_);
   }
-  spdlog::info("mode {}: {} resident, expert cache of {} experts x {} ({} policy); ledger {}", mode(),
-               format_size(experts_->stats().resident_bytes), experts_->cache_experts(),
-               format_size(experts_->slot_bytes()), experts::cache_policy_name(experts::kDefaultCachePolicy),
-               ledger_->summary());
+  spdlog::info("mode {}: {} resident, expert cache of {} experts x {} ({} policy); ledger {}",
+               mode(), format_size(experts_->stats().resident_bytes), experts_->cache_experts(),
+               format_size(experts_->slot_bytes()),
+               experts::cache_policy_name(experts::kDefaultCachePolicy), ledger_->summary());
   return Status::ok();
 }
 
@@ -137,17 +143,21 @@ std::vector<bool> gpu_tensors(const scheduler::PlannedModel& pm, const gguf::Ggu
     if (t.file_index < 0) continue;
     const bool copy = (plan.gpu.tied_head_copy && t.role == model::TensorRole::kTokenEmbedding) ||
                       t.role == model::TensorRole::kRopeFreqs;
-    if (plan.tiers[i] == scheduler::Tier::kGpu || copy) on[static_cast<size_t>(t.file_index)] = true;
+    if (plan.tiers[i] == scheduler::Tier::kGpu || copy)
+      on[static_cast<size_t>(t.file_index)] = true;
   }
   return on;
 }
 
-Result<scheduler::PlannedModel> plan_weights(const gguf::GgufFile& file, scheduler::PlanRequest request) {
+Result<scheduler::PlannedModel> plan_weights(const gguf::GgufFile& file,
+                                             scheduler::PlanRequest request) {
   if (request.expert_frequency.empty()) {
-    HYPURA_ASSIGN_OR_RETURN(scheduler::ModelTensors shape, scheduler::model_tensors_from_gguf(file));
+    HYPURA_ASSIGN_OR_RETURN(scheduler::ModelTensors shape,
+                            scheduler::model_tensors_from_gguf(file));
     if (shape.n_expert > 0) {
       request.expert_frequency = experts::CoactivationStats::recorded_frequency(
-          file.paths().front(), file.total_bytes(), shape.n_layer, static_cast<int>(shape.n_expert));
+          file.paths().front(), file.total_bytes(), shape.n_layer,
+          static_cast<int>(shape.n_expert));
     }
   }
   return scheduler::plan_model(file, request);
@@ -177,12 +187,16 @@ scheduler::Prediction TieredWeights::predict_with(const profiler::HardwareProfil
 Status TieredWeights::charge_fixed() {
   const scheduler::MemoryPlan& m = planned_.plan.memory;
   if (const uint64_t rss = tiers::current_rss_bytes(); rss > m.overhead_ram) {
-    spdlog::debug("RSS before the weights load {} exceeds the planned process overhead {} (earlier "
-                  "allocations of this process)", format_size(rss), format_size(m.overhead_ram));
+    spdlog::debug(
+        "RSS before the weights load {} exceeds the planned process overhead {} (earlier "
+        "allocations of this process)",
+        format_size(rss), format_size(m.overhead_ram));
   }
-  HYPURA_ASSIGN_OR_RETURN(process_, ledger_->reserve(tiers::MemoryKind::kProcess, m.overhead_ram, "process overhead"));
+  HYPURA_ASSIGN_OR_RETURN(
+      process_, ledger_->reserve(tiers::MemoryKind::kProcess, m.overhead_ram, "process overhead"));
   HYPURA_ASSIGN_OR_RETURN(kv_, ledger_->reserve(tiers::MemoryKind::kKvCache, m.kv_ram, "KV cache"));
-  HYPURA_ASSIGN_OR_RETURN(work_, ledger_->reserve(tiers::MemoryKind::kWork, m.work_ram, "work buffers"));
+  HYPURA_ASSIGN_OR_RETURN(work_,
+                          ledger_->reserve(tiers::MemoryKind::kWork, m.work_ram, "work buffers"));
   return Status::ok();
 }
 

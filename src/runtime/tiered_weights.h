@@ -65,7 +65,8 @@ std::vector<bool> gpu_tensors(const scheduler::PlannedModel& planned, const gguf
 // The one planning call: scheduler::plan_model with the routing that earlier runs of this
 // model recorded (coactivation.h), so the expert cache's predicted hit rate is the one
 // the runtime will see. `inspect --plan` prints its result; TieredWeights::load runs it.
-Result<scheduler::PlannedModel> plan_weights(const gguf::GgufFile& file, scheduler::PlanRequest request);
+Result<scheduler::PlannedModel> plan_weights(const gguf::GgufFile& file,
+                                             scheduler::PlanRequest request);
 
 // `inspect --plan`'s ledger figures: the plan's RAM allocations charged, in load order,
 // to a MemoryLedger with the plan's budget (the same ledger that refuses at load time),
@@ -78,7 +79,9 @@ class TieredWeights {
   static Result<std::unique_ptr<TieredWeights>> load(const gguf::GgufFile& file,
                                                      const TierOptions& options);
 
-  model::WeightProvider& provider() { return experts_ ? static_cast<model::WeightProvider&>(*experts_) : *provider_; }
+  model::WeightProvider& provider() {
+    return experts_ ? static_cast<model::WeightProvider&>(*experts_) : *provider_;
+  }
   // Expert-streaming mode: the expert provider (resident non-expert tensors, expert cache);
   // streaming() is then not available. Null in the other modes.
   const experts::ExpertProvider* experts() const { return experts_.get(); }
@@ -92,10 +95,13 @@ class TieredWeights {
     return experts_ ? experts_->reload_resident_bps() : provider_->reload_resident_bps();
   }
   Result<double> io_only_stream_bps(double seconds) {
-    return experts_ ? experts_->measure_io_only_bps(seconds) : provider_->measure_io_only_bps(seconds);
+    return experts_ ? experts_->measure_io_only_bps(seconds)
+                    : provider_->measure_io_only_bps(seconds);
   }
   // The tensors loaded into RAM at start, whichever provider holds them.
-  const tiers::ResidentTensors& resident() const { return experts_ ? experts_->resident() : provider_->resident(); }
+  const tiers::ResidentTensors& resident() const {
+    return experts_ ? experts_->resident() : provider_->resident();
+  }
   const scheduler::Plan& plan() const { return planned_.plan; }
   const scheduler::PlannedModel& planned() const { return planned_; }
   // The plan's prediction again (same tiers, pool and depth) on another profile: bench

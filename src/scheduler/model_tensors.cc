@@ -51,14 +51,17 @@ uint64_t ModelTensors::bytes_read_per_token() const {
 
 void set_access_frequencies(ModelTensors& m) {
   // Tied embeddings: the token embedding is also the output head, read whole every token.
-  bool tied = std::none_of(m.tensors.begin(), m.tensors.end(),
-                           [](const TensorDesc& t) { return t.role == model::TensorRole::kOutput; });
+  bool tied = std::none_of(m.tensors.begin(), m.tensors.end(), [](const TensorDesc& t) {
+    return t.role == model::TensorRole::kOutput;
+  });
   for (auto& t : m.tensors) {
     if (model::is_moe_expert(t.role) && t.n_expert > 0) {
       int64_t used = m.n_expert_used > 0 ? m.n_expert_used : 1;
-      t.access_per_token = std::min(1.0, static_cast<double>(used) / static_cast<double>(t.n_expert));
+      t.access_per_token =
+          std::min(1.0, static_cast<double>(used) / static_cast<double>(t.n_expert));
     } else if (t.role == model::TensorRole::kTokenEmbedding && t.row_bytes > 0 && !tied) {
-      t.access_per_token = static_cast<double>(t.row_bytes) / static_cast<double>(std::max<uint64_t>(t.bytes, 1));
+      t.access_per_token =
+          static_cast<double>(t.row_bytes) / static_cast<double>(std::max<uint64_t>(t.bytes, 1));
     } else {
       t.access_per_token = 1.0;
     }
@@ -78,7 +81,8 @@ Result<ModelTensors> model_tensors_from_gguf(const gguf::GgufFile& file) {
   }
   m.n_head = arch_int(md, a, "attention.head_count", 1);
   int64_t n_head_kv = arch_int(md, a, "attention.head_count_kv", m.n_head);
-  int64_t head_dim = arch_int(md, a, "attention.key_length", m.n_embd / std::max<int64_t>(m.n_head, 1));
+  int64_t head_dim =
+      arch_int(md, a, "attention.key_length", m.n_embd / std::max<int64_t>(m.n_head, 1));
   int64_t head_dim_v = arch_int(md, a, "attention.value_length", head_dim);
   m.kv_elements_per_token = static_cast<uint64_t>(m.n_layer * n_head_kv * (head_dim + head_dim_v));
   m.n_ctx_train = arch_int(md, a, "context_length", 4096);
@@ -105,7 +109,8 @@ Result<ModelTensors> model_tensors_from_gguf(const gguf::GgufFile& file) {
       t.n_expert = ti.ne[2];
       if (n_ff_exp == 0) n_ff_exp = std::min(ti.ne[0], ti.ne[1]);
     }
-    if (!ti.ne.empty() && ti.ne[0] > 0) t.row_bytes = ti.n_bytes / static_cast<uint64_t>(std::max<int64_t>(ti.n_rows(), 1));
+    if (!ti.ne.empty() && ti.ne[0] > 0)
+      t.row_bytes = ti.n_bytes / static_cast<uint64_t>(std::max<int64_t>(ti.n_rows(), 1));
     if (c.role == model::TensorRole::kTokenEmbedding && ti.ne.size() >= 2) m.n_vocab = ti.ne[1];
     m.tensors.push_back(std::move(t));
   }

@@ -21,7 +21,7 @@
 namespace hypura::scheduler {
 
 struct TensorDesc {
-  std::string name;               // GGUF name, "blk.3.ffn_up.weight"
+  std::string name;  // GGUF name, "blk.3.ffn_up.weight"
   model::TensorRole role = model::TensorRole::kOther;
   int layer = -1;                 // blk index, -1 outside the layer stack
   uint64_t bytes = 0;             // size of the tensor's data
@@ -34,17 +34,17 @@ struct TensorDesc {
 };
 
 struct ModelTensors {
-  std::string name;               // general.name or the shape's name
-  std::string architecture;       // general.architecture
+  std::string name;          // general.name or the shape's name
+  std::string architecture;  // general.architecture
   int n_layer = 0;
   int64_t n_embd = 0;
   int64_t n_head = 0;
   int64_t n_vocab = 0;
-  int64_t n_ff = 0;               // widest FFN a token passes through (dense, or experts used)
-  int64_t n_expert = 0;           // 0: dense
+  int64_t n_ff = 0;      // widest FFN a token passes through (dense, or experts used)
+  int64_t n_expert = 0;  // 0: dense
   int64_t n_expert_used = 0;
   uint64_t kv_elements_per_token = 0;  // K and V values stored per position, all layers
-  int64_t n_ctx_train = 4096;     // <arch>.context_length (the runtime's cap on the context)
+  int64_t n_ctx_train = 4096;          // <arch>.context_length (the runtime's cap on the context)
   // What the process holds beside the weights grows with these (process_overhead_bytes in
   // plan.h): the tokenizer's tokens and merges, and the metadata array elements the GGUF
   // directory keeps parsed. Shapes without a file estimate them from n_vocab.

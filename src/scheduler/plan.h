@@ -42,7 +42,7 @@ struct Budgets {
   int64_t n_batch = 512;                  // prompt tokens per batch: sizes work buffers
   int kv_bytes_per_element = 2;           // F16 KV cache (4 for F32)
   bool use_gpu = true;                    // false: plan without the GPU tier
-  int max_gpu_layers = -1;                // --gpu-layers: at most this many on a discrete GPU (-1: as fit)
+  int max_gpu_layers = -1;  // --gpu-layers: at most this many on a discrete GPU (-1: as fit)
 };
 
 // Constants of the cost model, in one place (docs/PLANNER.md explains each).
@@ -59,15 +59,16 @@ struct CostModel {
   // The process beside weights, KV cache, work buffers and pool (process_overhead_bytes),
   // from VmRSS at each step of loading SmolLM2-135M, Qwen2.5-0.5B and Gemma-3-270M
   // (docs/PLANNER.md, "Memory accounting"):
-  uint64_t process_base_bytes = uint64_t{10} << 20;  // code, libraries: VmRSS before the model opens (9.4 MiB)
+  uint64_t process_base_bytes = uint64_t{10}
+                                << 20;   // code, libraries: VmRSS before the model opens (9.4 MiB)
   uint64_t metadata_element_bytes = 52;  // one parsed metadata array element (49-52 B measured)
   uint64_t token_bytes = 134;            // one vocabulary token in the tokenizer
   uint64_t merge_bytes = 80;             // one BPE merge in the tokenizer
   uint64_t vocab_sampling_bytes = 16;    // per vocabulary entry: the sampler's candidates (12-16 B)
   uint64_t process_slack_bytes = uint64_t{4} << 20;  // allocator slack, thread stacks, I/O rings
-  uint64_t gpu_context_bytes = uint64_t{512} << 20;       // CUDA context, allocator slack
+  uint64_t gpu_context_bytes = uint64_t{512} << 20;  // CUDA context, allocator slack
   int max_prefetch_depth = 8;
-  uint32_t max_queue_depth = 64;   // device reads in flight at most (the I/O engine's ring)
+  uint32_t max_queue_depth = 64;  // device reads in flight at most (the I/O engine's ring)
   // Expert-streaming: the cache takes the host memory left over except this margin,
   // max(min bytes, fraction x the RAM limit), for memory the ledger does not see.
   double expert_cache_margin = 0.03;
@@ -80,10 +81,10 @@ struct MemoryPlan {
   uint64_t ram_weights = 0, gpu_weights = 0;
   uint64_t kv_ram = 0, kv_gpu = 0;
   uint64_t work_ram = 0, work_gpu = 0;
-  uint64_t pool = 0;           // streaming slots (RAM)
-  uint64_t expert_cache = 0;   // cached experts (RAM)
+  uint64_t pool = 0;          // streaming slots (RAM)
+  uint64_t expert_cache = 0;  // cached experts (RAM)
   uint64_t overhead_ram = 0, overhead_gpu = 0;
-  bool unified = false;        // GPU bytes are also RAM bytes
+  bool unified = false;  // GPU bytes are also RAM bytes
 
   uint64_t ram_total() const {
     return ram_weights + kv_ram + work_ram + pool + expert_cache + overhead_ram +
@@ -95,17 +96,17 @@ struct MemoryPlan {
 struct Prediction {
   double tok_per_s = 0;
   double seconds_per_token = 0;
-  double compute_s = 0;            // per token, all tiers, serial
-  double io_s = 0;                 // per token, device busy time
-  double io_demand_s = 0;          // part of io_s that cannot be prefetched (expert misses)
+  double compute_s = 0;    // per token, all tiers, serial
+  double io_s = 0;         // per token, device busy time
+  double io_demand_s = 0;  // part of io_s that cannot be prefetched (expert misses)
   uint64_t storage_bytes_per_token = 0;
   // Expected expert-cache hit rate: from ModelTensors::expert_frequency when recorded (the
   // cache holding the most often routed experts), else uniform routing; 1 when nothing
   // streams.
   double expert_hit_rate = 0;
   bool expert_hit_rate_recorded = false;  // expert_hit_rate came from recorded routing
-  double expert_misses_per_token = 0;  // experts read per generated token (expert-streaming)
-  double storage_bound_tok_s = 0;  // seq bandwidth / streamed bytes per token (0: none)
+  double expert_misses_per_token = 0;     // experts read per generated token (expert-streaming)
+  double storage_bound_tok_s = 0;         // seq bandwidth / streamed bytes per token (0: none)
   // The rate dense streaming's reads are predicted to reach: the profile's grid point the
   // pool's bytes in flight reach (0: nothing dense streams). At most seq_read_bps.
   double stream_read_bps = 0;
@@ -128,14 +129,14 @@ struct GpuSplit {
 
 struct Plan {
   Mode mode = Mode::kFullResident;
-  std::vector<Tier> tiers;         // parallel to ModelTensors::tensors
+  std::vector<Tier> tiers;  // parallel to ModelTensors::tensors
   // Streaming pool for dense tensors on storage: one slot per layer in memory (the one
   // computing plus prefetch_depth being read); a slot holds every streamed tensor of a
   // layer, file neighbours as one read, each read at its file offset's residue modulo 4 KiB
   // (O_DIRECT): slot_bytes is what StreamingProvider allocates for the largest layer.
   uint32_t pool_slots = 0;
   uint64_t pool_slot_bytes = 0;
-  int prefetch_depth = 0;          // layers read ahead of the one computing
+  int prefetch_depth = 0;  // layers read ahead of the one computing
   // Expert cache (expert-streaming): capacity in experts (one expert = its gate, up and
   // down slices in one layer) of expert_slot_bytes each: the runtime's slot, the largest
   // layer's three slices each rounded up to 4 KiB plus one spare block (ExpertProvider).
@@ -148,7 +149,7 @@ struct Plan {
   uint32_t io_queue_depth = 0;
   int64_t n_ctx = 0;
   int n_seq = 1;  // sequences with a KV cache each (Budgets::n_seq)
-  GpuSplit gpu;  // the discrete GPU's share (none without one)
+  GpuSplit gpu;   // the discrete GPU's share (none without one)
   MemoryPlan memory;
   Prediction prediction;
   std::vector<std::string> explanation;  // human-readable reasons, in order
@@ -196,12 +197,12 @@ bool evaluate(const ModelTensors& model, const profiler::HardwareProfile& profil
 
 // Simple alternatives the planner must never lose to (tests):
 // every layer kept whole, layers resident in order until memory is full, the rest streamed.
-Result<Plan> place_layers_in_order(const ModelTensors& model, const profiler::HardwareProfile& profile,
-                                   const Budgets& budgets, const CostModel& cost = {});
+Result<Plan> place_layers_in_order(const ModelTensors& model,
+                                   const profiler::HardwareProfile& profile, const Budgets& budgets,
+                                   const CostModel& cost = {});
 // Everything through mmap and the page cache: resident speed when it fits, else every
 // byte a token touches is faulted in from storage, synchronously.
 Prediction predict_mmap(const ModelTensors& model, const profiler::HardwareProfile& profile,
                         const Budgets& budgets, const CostModel& cost = {});
 
 }  // namespace hypura::scheduler
-

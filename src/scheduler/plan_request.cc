@@ -28,7 +28,8 @@ profiler::HardwareProfile quick_profile(uint64_t reserve) {
   p.memory = profiler::probe_memory(reserve);
   profiler::MemoryBandwidthOptions mo;
   mo.n_threads = std::max(1, p.cpu.physical_cores);
-  p.memory.read_bandwidth_bps = profiler::measure_memory_read_bandwidth_in_child(mo).read_bytes_per_second;
+  p.memory.read_bandwidth_bps =
+      profiler::measure_memory_read_bandwidth_in_child(mo).read_bytes_per_second;
   p.storage.seq_read_bps = 1e9;
   return p;
 }
@@ -39,7 +40,8 @@ Result<profiler::HardwareProfile> profile_for(const gguf::GgufFile& file, const 
   if (!r.profile_file.empty()) return profiler::load_profile_file(r.profile_file);
   const uint64_t reserve = r.budgets.reserve_bytes.value_or(profiler::kDefaultReserveBytes);
   const profiler::MemoryProfile mem = profiler::probe_memory(reserve);
-  if (!r.budgets.ram_bytes && file.total_bytes() + kComfortBytes < mem.usable_bytes) return quick_profile(reserve);
+  if (!r.budgets.ram_bytes && file.total_bytes() + kComfortBytes < mem.usable_bytes)
+    return quick_profile(reserve);
   profiler::ProfileOptions po;
   po.model_path = file.paths().front();
   po.progress = r.progress;
@@ -53,7 +55,8 @@ Result<PlannedModel> plan_model(const gguf::GgufFile& file, const PlanRequest& r
   pm.tensors.expert_frequency = r.expert_frequency;
   pm.budgets = r.budgets;
   if (pm.budgets.n_ctx <= 0) return invalid_argument("--context must be positive");
-  if (r.cap_context && pm.tensors.n_ctx_train > 0) pm.budgets.n_ctx = std::min(pm.budgets.n_ctx, pm.tensors.n_ctx_train);
+  if (r.cap_context && pm.tensors.n_ctx_train > 0)
+    pm.budgets.n_ctx = std::min(pm.budgets.n_ctx, pm.tensors.n_ctx_train);
   HYPURA_ASSIGN_OR_RETURN(pm.profile, profile_for(file, r));
   if (r.gpu && r.budgets.use_gpu) {
     profiler::GpuProfile g = *r.gpu;

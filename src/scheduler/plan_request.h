@@ -45,7 +45,7 @@ struct PlanRequest {
   // budgets.n_ctx is capped to the model's trained length (false: bench's speed runs
   // past it, EngineOptions::n_ctx_past_trained).
   bool cap_context = true;
-  bool progress = true;      // profiling progress on stderr if a measurement is needed
+  bool progress = true;  // profiling progress on stderr if a measurement is needed
   // Routing recorded in earlier runs (ModelTensors::expert_frequency); empty: uniform.
   std::vector<double> expert_frequency;
 };
@@ -62,7 +62,8 @@ struct PlannedModel {
 // model is far below usable memory (its plan cannot depend on storage speed), the cached
 // profile, or system facts and a memory-bandwidth probe (no storage benchmark); else the
 // cache or a fresh measurement of the model's filesystem (profiler::load_or_measure).
-Result<profiler::HardwareProfile> profile_for(const gguf::GgufFile& file, const PlanRequest& request);
+Result<profiler::HardwareProfile> profile_for(const gguf::GgufFile& file,
+                                              const PlanRequest& request);
 
 Result<PlannedModel> plan_model(const gguf::GgufFile& file, const PlanRequest& request);
 

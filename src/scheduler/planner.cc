@@ -18,7 +18,9 @@ using model::TensorRole;
 using profiler::HardwareProfile;
 
 constexpr uint64_t kAlign = 4096;
-uint64_t align_up(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+uint64_t align_up(uint64_t v) {
+  return (v + kAlign - 1) / kAlign * kAlign;
+}
 
 // Streaming classes, streamed in this order (docs/PLANNER.md: ratio of I/O added per
 // byte of memory freed, lowest first).
@@ -32,8 +34,11 @@ StreamClass stream_class(const TensorDesc& t) {
     return t.row_bytes > 0 && t.row_bytes < t.bytes ? StreamClass::kDenseFfn : StreamClass::kNever;
   }
   switch (t.role) {
-    case TensorRole::kAttnQ: case TensorRole::kAttnK: case TensorRole::kAttnV:
-    case TensorRole::kAttnQkv: case TensorRole::kAttnOutput:
+    case TensorRole::kAttnQ:
+    case TensorRole::kAttnK:
+    case TensorRole::kAttnV:
+    case TensorRole::kAttnQkv:
+    case TensorRole::kAttnOutput:
       return StreamClass::kAttention;
     case TensorRole::kOutput:
       // Its own class, streamed last: it is one group as large as several layers, so
@@ -60,7 +65,8 @@ int pipeline_layer(const ModelTensors& m, const TensorDesc& t) {
 // device busy while resident layers compute; a block of them would leave it idle).
 std::vector<int> spread(int k, int n) {
   std::vector<int> out;
-  for (int i = 0; i < k; ++i) out.push_back(static_cast<int>((2 * static_cast<int64_t>(i) + 1) * n / (2 * k)));
+  for (int i = 0; i < k; ++i)
+    out.push_back(static_cast<int>((2 * static_cast<int64_t>(i) + 1) * n / (2 * k)));
   return out;
 }
 
@@ -88,16 +94,21 @@ Limits limits(const HardwareProfile& p, const Budgets& b) {
 }
 
 uint64_t work_bytes(const ModelTensors& m, const Budgets& b) {
-  uint64_t acts = 4 * static_cast<uint64_t>(b.n_batch) * static_cast<uint64_t>(4 * m.n_embd + 3 * m.n_ff);
-  return acts + 8 * static_cast<uint64_t>(m.n_vocab) + 4 * static_cast<uint64_t>(m.n_head * b.n_ctx);
+  uint64_t acts =
+      4 * static_cast<uint64_t>(b.n_batch) * static_cast<uint64_t>(4 * m.n_embd + 3 * m.n_ff);
+  return acts + 8 * static_cast<uint64_t>(m.n_vocab) +
+         4 * static_cast<uint64_t>(m.n_head * b.n_ctx);
 }
 
 uint64_t kv_bytes(const ModelTensors& m, const Budgets& b) {
-  return m.kv_elements_per_token * static_cast<uint64_t>(b.n_ctx) * static_cast<uint64_t>(b.kv_bytes_per_element) *
+  return m.kv_elements_per_token * static_cast<uint64_t>(b.n_ctx) *
+         static_cast<uint64_t>(b.kv_bytes_per_element) *
          static_cast<uint64_t>(std::max(1, b.n_seq));
 }
 
-bool is_head(const TensorDesc& t) { return t.role == TensorRole::kOutput || t.role == TensorRole::kOutputNorm; }
+bool is_head(const TensorDesc& t) {
+  return t.role == TensorRole::kOutput || t.role == TensorRole::kOutputNorm;
+}
 
 // The tensor the output head multiplies by: `output`, or the token embedding when tied.
 const TensorDesc* head_matrix(const ModelTensors& m) {
@@ -127,7 +138,8 @@ std::vector<uint64_t> layer_bytes(const ModelTensors& m) {
 // layer's KV rows, a slot for the largest host layer and a second set of work buffers.
 uint64_t split_overhead(const ModelTensors& m, const Budgets& b, int first_gpu_layer) {
   const std::vector<uint64_t> bytes = layer_bytes(m);
-  const uint64_t slot = first_gpu_layer > 0 ? *std::max_element(bytes.begin(), bytes.begin() + first_gpu_layer) : 0;
+  const uint64_t slot =
+      first_gpu_layer > 0 ? *std::max_element(bytes.begin(), bytes.begin() + first_gpu_layer) : 0;
   return kv_bytes(m, b) + work_bytes(m, b) + slot;
 }
 
@@ -138,7 +150,8 @@ uint64_t split_overhead(const ModelTensors& m, const Budgets& b, int first_gpu_l
 // CUDA context and the split's own costs (split_overhead); the token embedding joins
 // when every layer is there (a CPU stage embeds from RAM otherwise). A tied head's
 // embedding is then on both: in RAM for the embedding and copied to the GPU for the head.
-std::vector<bool> gpu_suffix(const ModelTensors& m, const Budgets& b, const CostModel& c, const Limits& lim) {
+std::vector<bool> gpu_suffix(const ModelTensors& m, const Budgets& b, const CostModel& c,
+                             const Limits& lim) {
   std::vector<bool> on(m.tensors.size(), false);
   const TensorDesc* head = head_matrix(m);
   uint64_t fixed = work_bytes(m, b) + c.gpu_context_bytes + (head != nullptr ? head->bytes : 0);
@@ -160,18 +173,21 @@ std::vector<bool> gpu_suffix(const ModelTensors& m, const Budgets& b, const Cost
       if (need > lim.gpu) break;
       --first;
     }
-    if (first == m.n_layer && fixed + split_overhead(m, b, first) > lim.gpu) return on;  // not even the head
+    if (first == m.n_layer && fixed + split_overhead(m, b, first) > lim.gpu)
+      return on;  // not even the head
   }
   for (size_t i = 0; i < on.size(); ++i) {
     const TensorDesc& t = m.tensors[i];
     on[i] = is_head(t) || t.layer >= first;
     // Tied: the head's copy is already counted above.
-    if (t.role == TensorRole::kTokenEmbedding && first == 0 && (tied_head(m) || t.bytes <= room)) on[i] = true;
+    if (t.role == TensorRole::kTokenEmbedding && first == 0 && (tied_head(m) || t.bytes <= room))
+      on[i] = true;
   }
   return on;
 }
 
-Limits limits_for(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, const CostModel& c) {
+Limits limits_for(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
+                  const CostModel& c) {
   Limits l = limits(p, b);
   if (l.has_gpu && !l.unified) l.gpu_fixed = gpu_suffix(m, b, c, l);
   return l;
@@ -200,13 +216,16 @@ Status check_context_sizes(const ModelTensors& m, const Budgets& b) {
   const auto n_ctx = static_cast<uint64_t>(b.n_ctx);
   uint64_t per_token = 0, kv_one = 0, kv = 0, scores = 0;
   const bool overflow =
-      __builtin_mul_overflow(m.kv_elements_per_token, static_cast<uint64_t>(b.kv_bytes_per_element), &per_token) ||
+      __builtin_mul_overflow(m.kv_elements_per_token, static_cast<uint64_t>(b.kv_bytes_per_element),
+                             &per_token) ||
       __builtin_mul_overflow(per_token, n_ctx, &kv_one) ||
       __builtin_mul_overflow(kv_one, static_cast<uint64_t>(b.n_seq), &kv) ||
-      __builtin_mul_overflow(static_cast<uint64_t>(std::max<int64_t>(1, m.n_head)) * 4, n_ctx, &scores);
+      __builtin_mul_overflow(static_cast<uint64_t>(std::max<int64_t>(1, m.n_head)) * 4, n_ctx,
+                             &scores);
   if (overflow || kv > kMaxBytes || scores > kMaxBytes) {
-    return invalid_argument("context length " + std::to_string(b.n_ctx) +
-                            " is too large: its KV cache would exceed 2^60 bytes (lower --context)");
+    return invalid_argument(
+        "context length " + std::to_string(b.n_ctx) +
+        " is too large: its KV cache would exceed 2^60 bytes (lower --context)");
   }
   return Status::ok();
 }
@@ -229,7 +248,9 @@ struct StreamIo {
 constexpr double kMinSegmentShare = 0.7;
 
 // Segments a request of `bytes` becomes when cut into `block`-byte device reads.
-uint64_t segments(uint64_t bytes, uint64_t block) { return (bytes + block - 1) / block; }
+uint64_t segments(uint64_t bytes, uint64_t block) {
+  return (bytes + block - 1) / block;
+}
 
 // How fast dense streaming reads, and with what request size and queue depth, given the
 // streamed tensors' sizes and the bytes the pool keeps queued (`in_flight`: with `depth`
@@ -264,7 +285,8 @@ StreamIo stream_io(const profiler::StorageProfile& st, const std::vector<uint64_
   const auto envelope = [&](const profiler::SeqReadPoint& p) {
     double best = 0;
     for (const auto& q : st.sequential) {
-      if (q.block_bytes <= p.block_bytes && q.queue_depth <= p.queue_depth) best = std::max(best, q.bps);
+      if (q.block_bytes <= p.block_bytes && q.queue_depth <= p.queue_depth)
+        best = std::max(best, q.bps);
     }
     return best;
   };
@@ -274,16 +296,19 @@ StreamIo stream_io(const profiler::StorageProfile& st, const std::vector<uint64_
   double best_bps = 0;
   for (const auto& pt : st.sequential) {
     const double want = static_cast<double>(pt.block_bytes) * pt.queue_depth;
-    if (!smallest || want < static_cast<double>(smallest->block_bytes) * smallest->queue_depth) smallest = &pt;
+    if (!smallest || want < static_cast<double>(smallest->block_bytes) * smallest->queue_depth)
+      smallest = &pt;
     if (want > in_flight) continue;
     uint64_t n_seg = 0;
     for (uint64_t b : tensor_bytes) n_seg += segments(b, pt.block_bytes);
     const double mean_seg = static_cast<double>(total) / static_cast<double>(n_seg);
-    if (mean_seg < kMinSegmentShare * static_cast<double>(pt.block_bytes)) continue;  // not this point's reads
+    if (mean_seg < kMinSegmentShare * static_cast<double>(pt.block_bytes))
+      continue;  // not this point's reads
     const double depth = std::max<double>(pt.queue_depth, std::ceil(want / mean_seg));
     if (depth > max_queue_depth) continue;
     const double bps = envelope(pt);
-    const bool more_in_flight = best && want > static_cast<double>(best->block_bytes) * best->queue_depth;
+    const bool more_in_flight =
+        best && want > static_cast<double>(best->block_bytes) * best->queue_depth;
     if (!best || bps > best_bps || (bps == best_bps && more_in_flight)) {
       best = &pt;
       best_bps = bps;
@@ -298,7 +323,8 @@ StreamIo stream_io(const profiler::StorageProfile& st, const std::vector<uint64_
   }
   const double want = static_cast<double>(smallest->block_bytes) * smallest->queue_depth;
   io.request_bytes = smallest->block_bytes;
-  io.queue_depth = std::min<uint32_t>(max_queue_depth, std::max<uint32_t>(smallest->queue_depth, 1));
+  io.queue_depth =
+      std::min<uint32_t>(max_queue_depth, std::max<uint32_t>(smallest->queue_depth, 1));
   io.bps = smallest->bps * scale * std::max(0.0, in_flight) / want;
   return io;
 }
@@ -352,7 +378,8 @@ double bandwidth(const HardwareProfile& p, const CostModel& c, Tier tier) {
 
 bool has_recorded_routing(const ModelTensors& m) {
   const double total = std::accumulate(m.expert_frequency.begin(), m.expert_frequency.end(), 0.0);
-  return m.n_expert > 0 && m.expert_frequency.size() == static_cast<size_t>(m.n_layer * m.n_expert) && total > 0;
+  return m.n_expert > 0 &&
+         m.expert_frequency.size() == static_cast<size_t>(m.n_layer * m.n_expert) && total > 0;
 }
 
 // Expected hit rate of an expert cache of `slots` experts, per pipeline layer (those with
@@ -361,10 +388,12 @@ bool has_recorded_routing(const ModelTensors& m) {
 // went to its cached experts: on the "moe" synthetic's statistics this predicts 95.4% at
 // 116 of 192 experts, measured 95.2% (docs/MOE.md). Without, routing is uniform and every
 // layer hits with slots / experts_total.
-std::vector<double> expected_layer_hits(const ModelTensors& m, const std::vector<uint64_t>& expert_bytes_layer,
+std::vector<double> expected_layer_hits(const ModelTensors& m,
+                                        const std::vector<uint64_t>& expert_bytes_layer,
                                         uint64_t slots, uint64_t experts_total) {
   const size_t n_pipe = expert_bytes_layer.size();
-  const double uniform = experts_total ? static_cast<double>(slots) / static_cast<double>(experts_total) : 1.0;
+  const double uniform =
+      experts_total ? static_cast<double>(slots) / static_cast<double>(experts_total) : 1.0;
   std::vector<double> hit(n_pipe, 1.0);
   for (size_t L = 0; L < n_pipe; ++L) hit[L] = expert_bytes_layer[L] > 0 ? uniform : 1.0;
   if (!has_recorded_routing(m)) return hit;
@@ -377,14 +406,15 @@ std::vector<double> expected_layer_hits(const ModelTensors& m, const std::vector
   for (size_t L = 0; L < static_cast<size_t>(m.n_layer) && L < n_pipe; ++L) {
     if (expert_bytes_layer[L] == 0) continue;
     for (int64_t e = 0; e < m.n_expert; ++e) {
-      const double f = m.expert_frequency[L * static_cast<size_t>(m.n_expert) + static_cast<size_t>(e)];
+      const double f =
+          m.expert_frequency[L * static_cast<size_t>(m.n_expert) + static_cast<size_t>(e)];
       entries.push_back({f, L});
       layer_total[L] += f;
     }
   }
   const size_t keep = std::min<size_t>(slots, entries.size());
-  std::partial_sort(entries.begin(), entries.begin() + static_cast<std::ptrdiff_t>(keep), entries.end(),
-                    [](const Entry& a, const Entry& b) { return a.freq > b.freq; });
+  std::partial_sort(entries.begin(), entries.begin() + static_cast<std::ptrdiff_t>(keep),
+                    entries.end(), [](const Entry& a, const Entry& b) { return a.freq > b.freq; });
   for (size_t i = 0; i < keep; ++i) layer_cached[entries[i].layer] += entries[i].freq;
   for (size_t L = 0; L < n_pipe; ++L) {
     if (expert_bytes_layer[L] > 0 && layer_total[L] > 0) hit[L] = layer_cached[L] / layer_total[L];
@@ -411,11 +441,11 @@ double expected_miss_stall(int n_used, double miss, double one_read, double hidd
 
 // Per-layer quantities of the pipeline (index n_layer is the output head).
 struct LayerCosts {
-  std::vector<double> compute_s;   // all tensors of the layer, on their tier's bandwidth
-  std::vector<double> read_s;      // prefetchable storage reads (dense tensors)
-  std::vector<double> demand_s;    // stall of reads known only when the layer runs (expert
-                                   // misses): the part the layer's own compute cannot hide
-  std::vector<double> demand_io_s; // device busy time of those reads (>= demand_s)
+  std::vector<double> compute_s;    // all tensors of the layer, on their tier's bandwidth
+  std::vector<double> read_s;       // prefetchable storage reads (dense tensors)
+  std::vector<double> demand_s;     // stall of reads known only when the layer runs (expert
+                                    // misses): the part the layer's own compute cannot hide
+  std::vector<double> demand_io_s;  // device busy time of those reads (>= demand_s)
 };
 
 // Steady-state seconds per token: reads in layer order on one device, at most `slots`
@@ -439,7 +469,8 @@ double simulate(const LayerCosts& lc, int slots) {
         ready = std::max(ready, read_end);
       }
       double start = ready;
-      if (lc.demand_io_s[l] > 0) io_free = std::max(io_free, start) + lc.demand_io_s[l];  // same device
+      if (lc.demand_io_s[l] > 0)
+        io_free = std::max(io_free, start) + lc.demand_io_s[l];  // same device
       compute_end = start + lc.compute_s[l] + lc.demand_s[l];
       if (lc.read_s[l] > 0) streamed_end.push_back(compute_end);
     }
@@ -485,14 +516,16 @@ void assign_gpu(const ModelTensors& m, const Budgets& b, const CostModel& c, con
   uint64_t kv_layer = kv_bytes(m, b) / std::max(1, m.n_layer);
   std::vector<size_t> order;
   for (size_t i = 0; i < tiers.size(); ++i) {
-    if (tiers[i] == Tier::kRam && m.tensors[i].role != TensorRole::kTokenEmbedding) order.push_back(i);
+    if (tiers[i] == Tier::kRam && m.tensors[i].role != TensorRole::kTokenEmbedding)
+      order.push_back(i);
   }
   auto key = [&](size_t i) {
     const TensorDesc& t = m.tensors[i];
     int layer = t.layer < 0 ? -1 : t.layer;
     return std::make_tuple(-std::round(t.access_per_token * 1e6), layer, i);
   };
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t bb) { return key(a) < key(bb); });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t bb) { return key(a) < key(bb); });
   std::vector<bool> kv_on_gpu(static_cast<size_t>(std::max(1, m.n_layer)), false);
   for (size_t i : order) {
     const TensorDesc& t = m.tensors[i];
@@ -506,7 +539,9 @@ void assign_gpu(const ModelTensors& m, const Budgets& b, const CostModel& c, con
   }
 }
 
-std::string gib(uint64_t bytes) { return format_size(bytes); }
+std::string gib(uint64_t bytes) {
+  return format_size(bytes);
+}
 
 std::string fmt(const char* f, double v) {
   char buf[64];
@@ -518,19 +553,26 @@ std::string fmt(const char* f, double v) {
 
 const char* tier_name(Tier tier) {
   switch (tier) {
-    case Tier::kGpu: return "gpu";
-    case Tier::kRam: return "ram";
-    case Tier::kStorage: return "storage";
+    case Tier::kGpu:
+      return "gpu";
+    case Tier::kRam:
+      return "ram";
+    case Tier::kStorage:
+      return "storage";
   }
   return "?";
 }
 
 const char* mode_name(Mode mode) {
   switch (mode) {
-    case Mode::kFullResident: return "full-resident";
-    case Mode::kExpertStreaming: return "expert-streaming";
-    case Mode::kDenseFfnStreaming: return "dense-ffn-streaming";
-    case Mode::kFullStreaming: return "full-streaming";
+    case Mode::kFullResident:
+      return "full-resident";
+    case Mode::kExpertStreaming:
+      return "expert-streaming";
+    case Mode::kDenseFfnStreaming:
+      return "dense-ffn-streaming";
+    case Mode::kFullStreaming:
+      return "full-streaming";
   }
   return "?";
 }
@@ -550,7 +592,8 @@ GpuSplit gpu_split_of(const ModelTensors& m, const std::vector<Tier>& tiers) {
     }
   }
   if (!any_layer_tensor) return g;
-  while (g.layers < m.n_layer && layer_on[static_cast<size_t>(m.n_layer - 1 - g.layers)]) ++g.layers;
+  while (g.layers < m.n_layer && layer_on[static_cast<size_t>(m.n_layer - 1 - g.layers)])
+    ++g.layers;
   g.tied_head_copy = g.head && !g.embedding && tied_head(m);
   return g;
 }
@@ -562,16 +605,23 @@ TierTraffic tier_traffic(const ModelTensors& m, const Plan& plan) {
     const auto read = static_cast<uint64_t>(d.access_per_token * static_cast<double>(d.bytes));
     const bool gpu_head_copy = plan.gpu.tied_head_copy && d.role == TensorRole::kTokenEmbedding;
     switch (gpu_head_copy ? Tier::kGpu : plan.tiers[i]) {
-      case Tier::kGpu: t.gpu_bytes += read; break;
-      case Tier::kRam: t.ram_bytes += read; break;
-      case Tier::kStorage: t.storage_bytes += read; break;
+      case Tier::kGpu:
+        t.gpu_bytes += read;
+        break;
+      case Tier::kRam:
+        t.ram_bytes += read;
+        break;
+      case Tier::kStorage:
+        t.storage_bytes += read;
+        break;
     }
     const bool host_layer = d.layer >= 0 && d.layer < m.n_layer - plan.gpu.layers;
     if (plan.gpu.any() && host_layer) t.prompt_bus_bytes += d.bytes;
   }
   if (plan.gpu.any()) {
     const bool cpu_stage = !plan.gpu.embedding;
-    t.bus_bytes_per_token = 4 * static_cast<uint64_t>(m.n_vocab) + (cpu_stage ? 4 * static_cast<uint64_t>(m.n_embd) : 0);
+    t.bus_bytes_per_token = 4 * static_cast<uint64_t>(m.n_vocab) +
+                            (cpu_stage ? 4 * static_cast<uint64_t>(m.n_embd) : 0);
   }
   return t;
 }
@@ -585,8 +635,9 @@ uint64_t Plan::bytes_on(const ModelTensors& m, Tier tier) const {
 }
 
 uint64_t process_overhead_bytes(const ModelTensors& m, const CostModel& c) {
-  return c.process_base_bytes + c.process_slack_bytes + c.metadata_element_bytes * m.metadata_array_elements +
-         c.token_bytes * m.n_tokens + c.merge_bytes * m.n_merges +
+  return c.process_base_bytes + c.process_slack_bytes +
+         c.metadata_element_bytes * m.metadata_array_elements + c.token_bytes * m.n_tokens +
+         c.merge_bytes * m.n_merges +
          c.vocab_sampling_bytes * static_cast<uint64_t>(std::max<int64_t>(m.n_vocab, 0));
 }
 
@@ -602,8 +653,9 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   mem.overhead_ram = process_overhead_bytes(m, c);
   mem.work_ram = work_bytes(m, b);
 
-  LayerCosts lc{std::vector<double>(n_pipe, c.per_layer_overhead_s), std::vector<double>(n_pipe, 0.0),
-                std::vector<double>(n_pipe, 0.0), std::vector<double>(n_pipe, 0.0)};
+  LayerCosts lc{std::vector<double>(n_pipe, c.per_layer_overhead_s),
+                std::vector<double>(n_pipe, 0.0), std::vector<double>(n_pipe, 0.0),
+                std::vector<double>(n_pipe, 0.0)};
   // Only expert-streaming mode reads single experts through the cache (ExpertProvider); in
   // the other modes the streaming provider reads a streamed expert tensor whole, so it is
   // costed as a dense streamed tensor (all n_expert experts per token).
@@ -625,7 +677,8 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
     double touched = t.access_per_token * static_cast<double>(t.bytes);
     // Streamed tensors compute where their slots live: GPU-visible memory on a unified
     // machine (the original's Metal rig), host RAM for the CPU otherwise.
-    Tier computes_on = tier == Tier::kStorage ? (lim.unified && lim.has_gpu ? Tier::kGpu : Tier::kRam) : tier;
+    Tier computes_on =
+        tier == Tier::kStorage ? (lim.unified && lim.has_gpu ? Tier::kGpu : Tier::kRam) : tier;
     // A tied head on a discrete GPU: the embedding stays in RAM and a copy multiplies there.
     if (plan.gpu.tied_head_copy && t.role == TensorRole::kTokenEmbedding) {
       computes_on = Tier::kGpu;
@@ -652,7 +705,8 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   }
   // KV cache: per layer, on the GPU when the layer's attention is there.
   uint64_t kv_layer = kv_bytes(m, b) / std::max(1, m.n_layer);
-  for (size_t L = 0; L < static_cast<size_t>(m.n_layer); ++L) (kv_gpu[L] ? mem.kv_gpu : mem.kv_ram) += kv_layer;
+  for (size_t L = 0; L < static_cast<size_t>(m.n_layer); ++L)
+    (kv_gpu[L] ? mem.kv_gpu : mem.kv_ram) += kv_layer;
   if (any_gpu) {
     mem.work_gpu = work_bytes(m, b);
     mem.overhead_gpu = c.gpu_context_bytes;
@@ -678,7 +732,9 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
     read_sizes.insert(read_sizes.end(), reads.sizes.begin(), reads.sizes.end());
     dense_streamed += streamed_bytes[L];
   }
-  int depth = n_streamed_layers == 0 ? 0 : std::clamp(plan.prefetch_depth, 1, std::max(1, n_streamed_layers - 1));
+  int depth = n_streamed_layers == 0
+                  ? 0
+                  : std::clamp(plan.prefetch_depth, 1, std::max(1, n_streamed_layers - 1));
   if (n_streamed_layers == 1) depth = 1;
   // The rate the pool's reads reach depends on the bytes it keeps queued (stream_io).
   StreamIo sio = stream_io(st, {}, 0, c.max_queue_depth);
@@ -693,7 +749,8 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   }
   plan.prefetch_depth = depth;
   plan.pool_slot_bytes = slot_bytes;
-  plan.pool_slots = n_streamed_layers ? static_cast<uint32_t>(std::min(depth + 1, n_streamed_layers)) : 0;
+  plan.pool_slots =
+      n_streamed_layers ? static_cast<uint32_t>(std::min(depth + 1, n_streamed_layers)) : 0;
   mem.pool = plan.pool_slot_bytes * plan.pool_slots;
 
   // Expert cache (expert-streaming): slots of the provider's layout (the largest layer's
@@ -706,11 +763,13 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   // Not a plan figure, but it must fit.
   uint64_t resident_slack = 0;
   for (size_t i = 0; i < plan.tiers.size(); ++i) {
-    const bool starts_run = plan.tiers[i] == Tier::kRam && (i == 0 || plan.tiers[i - 1] != Tier::kRam);
+    const bool starts_run =
+        plan.tiers[i] == Tier::kRam && (i == 0 || plan.tiers[i - 1] != Tier::kRam);
     resident_slack += starts_run ? 2 * kAlign : 0;
   }
   if (expert_total_bytes > 0) {
-    for (size_t L = 0; L < n_pipe; ++L) experts_total += expert_bytes_layer[L] > 0 ? static_cast<uint64_t>(m.n_expert) : 0;
+    for (size_t L = 0; L < n_pipe; ++L)
+      experts_total += expert_bytes_layer[L] > 0 ? static_cast<uint64_t>(m.n_expert) : 0;
     const uint64_t slot = *std::max_element(expert_slot_layer.begin(), expert_slot_layer.end());
     plan.expert_slot_bytes = slot;
     const uint64_t used = mem.ram_total() + resident_slack + expert_cache_margin(c, lim.ram);
@@ -719,7 +778,8 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
     slots = std::min(std::max(slots, min_slots), experts_total);
     plan.expert_cache_experts = static_cast<uint32_t>(slots);
     mem.expert_cache = slots * slot;
-    const std::vector<double> layer_hit = expected_layer_hits(m, expert_bytes_layer, slots, experts_total);
+    const std::vector<double> layer_hit =
+        expected_layer_hits(m, expert_bytes_layer, slots, experts_total);
     const double lat = read_latency_s(st);
     double hit_sum = 0;
     int moe_layers = 0;
@@ -731,7 +791,8 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
       const double miss_bytes = static_cast<double>(m.n_expert_used) * expert_bytes_layer[L] * miss;
       const double one_read = expert_bytes_layer[L] / st.seq_read_bps + lat;
       lc.demand_io_s[L] += static_cast<double>(m.n_expert_used) * miss * one_read;
-      lc.demand_s[L] += expected_miss_stall(static_cast<int>(m.n_expert_used), miss, one_read, expert_compute_s[L]);
+      lc.demand_s[L] += expected_miss_stall(static_cast<int>(m.n_expert_used), miss, one_read,
+                                            expert_compute_s[L]);
       storage_bytes += static_cast<uint64_t>(miss_bytes);
       misses_per_token += static_cast<double>(m.n_expert_used) * miss;
       hit_sum += layer_hit[L];
@@ -754,7 +815,8 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   pr.expert_hit_rate = hit;
   pr.expert_hit_rate_recorded = expert_total_bytes > 0 && has_recorded_routing(m);
   pr.expert_misses_per_token = misses_per_token;
-  pr.storage_bound_tok_s = storage_bytes > 0 ? st.seq_read_bps / static_cast<double>(storage_bytes) : 0;
+  pr.storage_bound_tok_s =
+      storage_bytes > 0 ? st.seq_read_bps / static_cast<double>(storage_bytes) : 0;
   pr.io_bound = pr.io_s > pr.compute_s;
   plan.mode = derive_mode(m, plan.tiers);
   pr.stream_read_bps = n_streamed_layers > 0 ? sio.bps : 0;
@@ -770,8 +832,8 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
 namespace {
 
 // Tiers with the given tensors streamed and the rest resident, split between GPU and RAM.
-std::vector<Tier> with_streamed(const ModelTensors& m, const std::vector<bool>& streamed, const Budgets& b,
-                                const CostModel& c, const Limits& lim) {
+std::vector<Tier> with_streamed(const ModelTensors& m, const std::vector<bool>& streamed,
+                                const Budgets& b, const CostModel& c, const Limits& lim) {
   std::vector<Tier> tiers(m.tensors.size(), Tier::kRam);
   for (size_t i = 0; i < tiers.size(); ++i) {
     if (streamed[i]) tiers[i] = Tier::kStorage;
@@ -788,7 +850,8 @@ std::vector<Tier> with_streamed(const ModelTensors& m, const std::vector<bool>& 
 
 // Groups of one class: the tensors of that class in each pipeline layer, in layer order
 // (a discrete GPU's tensors are in none: they never stream).
-std::vector<std::vector<size_t>> class_groups(const ModelTensors& m, StreamClass cls, const Limits& lim) {
+std::vector<std::vector<size_t>> class_groups(const ModelTensors& m, StreamClass cls,
+                                              const Limits& lim) {
   std::map<int, std::vector<size_t>> by_layer;
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     if (!lim.gpu_fixed.empty() && lim.gpu_fixed[i]) continue;
@@ -826,7 +889,8 @@ struct Search {
   }
 
   // `base` plus k groups of `groups`, spread over the layers.
-  static std::vector<bool> plus(std::vector<bool> base, const std::vector<std::vector<size_t>>& groups, int k) {
+  static std::vector<bool> plus(std::vector<bool> base,
+                                const std::vector<std::vector<size_t>>& groups, int k) {
     for (int g : spread(k, static_cast<int>(groups.size()))) {
       for (size_t i : groups[static_cast<size_t>(g)]) base[i] = true;
     }
@@ -846,7 +910,8 @@ struct Search {
       Plan plan;
       if (!attempt(streamed, plan)) return false;
       Candidate& slot = is_pure ? pure : mixed;
-      if (!slot.found || plan.prediction.seconds_per_token < slot.plan.prediction.seconds_per_token * (1 - 1e-9)) {
+      if (!slot.found ||
+          plan.prediction.seconds_per_token < slot.plan.prediction.seconds_per_token * (1 - 1e-9)) {
         slot.found = true;
         slot.plan = std::move(plan);
       }
@@ -897,31 +962,35 @@ struct Search {
     // The output head streamed too, on top of either base (its slot size makes it last).
     if (auto head = class_groups(m, StreamClass::kOutputHead, lim); !head.empty()) {
       const int n_head = static_cast<int>(head.size());
-      if (!experts.empty()) frontier(plus(plus(none, experts, static_cast<int>(experts.size())), head, n_head), best);
+      if (!experts.empty())
+        frontier(plus(plus(none, experts, static_cast<int>(experts.size())), head, n_head), best);
       frontier(plus(none, head, n_head), best);
       if (best.found) return best;
     }
     std::vector<bool> all(m.tensors.size(), false);
-    for (size_t i = 0; i < all.size(); ++i) all[i] = stream_class(m.tensors[i]) != StreamClass::kNever;
+    for (size_t i = 0; i < all.size(); ++i)
+      all[i] = stream_class(m.tensors[i]) != StreamClass::kNever;
     if (attempt(all, best.plan)) best.found = true;
     return best;
   }
 };
 
 std::string gpu_split_text(const ModelTensors& m, const GpuSplit& g) {
-  if (!g.any()) return "Nothing fits on the GPU beside its work buffers: every layer computes on the CPU.";
+  if (!g.any())
+    return "Nothing fits on the GPU beside its work buffers: every layer computes on the CPU.";
   std::string s = "The GPU computes ";
   if (g.layers == m.n_layer) {
     s += "every layer";
   } else {
-    s += "layers " + std::to_string(m.n_layer - g.layers) + "-" + std::to_string(m.n_layer - 1) + " (" +
-         std::to_string(g.layers) + " of " + std::to_string(m.n_layer) + ")";
+    s += "layers " + std::to_string(m.n_layer - g.layers) + "-" + std::to_string(m.n_layer - 1) +
+         " (" + std::to_string(g.layers) + " of " + std::to_string(m.n_layer) + ")";
   }
   s += g.head ? " and the output head" : "";
   s += g.embedding ? ", the embedding too" : "";
   if (g.layers < m.n_layer) {
     s += "; the CPU computes the " + std::to_string(m.n_layer - g.layers) +
-         " layers before them from RAM or storage, and each step copies the residual rows to the GPU";
+         " layers before them from RAM or storage, and each step copies the residual rows to the "
+         "GPU";
   }
   if (g.tied_head_copy) s += "; the tied embedding is in RAM and on the GPU (for the head)";
   return s + ".";
@@ -933,20 +1002,25 @@ void explain(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, 
   const MemoryPlan& mem = plan.memory;
   uint64_t reserve = b.reserve_bytes.value_or(p.memory.reserve_bytes);
   std::string limit_src = "RAM " + gib(p.memory.total_bytes) + " - reserve " + gib(reserve);
-  if (p.memory.cgroup_limit_bytes && *p.memory.cgroup_limit_bytes <= p.memory.total_bytes - std::min(reserve, p.memory.total_bytes)) {
-    limit_src = "cgroup " + p.memory.cgroup_version + " memory limit " + gib(*p.memory.cgroup_limit_bytes);
+  if (p.memory.cgroup_limit_bytes &&
+      *p.memory.cgroup_limit_bytes <=
+          p.memory.total_bytes - std::min(reserve, p.memory.total_bytes)) {
+    limit_src =
+        "cgroup " + p.memory.cgroup_version + " memory limit " + gib(*p.memory.cgroup_limit_bytes);
   }
   if (b.ram_bytes && *b.ram_bytes == lim.ram) limit_src = "--ram-budget " + gib(*b.ram_bytes);
   e.push_back("Host memory limit " + gib(lim.ram) + ": " + limit_src + ".");
   if (lim.has_gpu) {
-    e.push_back("GPU " + p.gpus.front().name + ": " + gib(lim.gpu) + " usable" +
-                (lim.unified ? " (unified memory: GPU bytes count against the host limit too)." : "."));
+    e.push_back(
+        "GPU " + p.gpus.front().name + ": " + gib(lim.gpu) + " usable" +
+        (lim.unified ? " (unified memory: GPU bytes count against the host limit too)." : "."));
     if (!lim.unified) e.push_back(gpu_split_text(m, plan.gpu));
   } else {
     e.push_back("No GPU tier: tiers are RAM and storage.");
   }
-  e.push_back("Fixed costs: KV cache " + gib(mem.kv_ram + mem.kv_gpu) + " (" + std::to_string(b.n_ctx) +
-              " tokens" + (b.n_seq > 1 ? " x " + std::to_string(b.n_seq) + " sequences" : std::string()) +
+  e.push_back("Fixed costs: KV cache " + gib(mem.kv_ram + mem.kv_gpu) + " (" +
+              std::to_string(b.n_ctx) + " tokens" +
+              (b.n_seq > 1 ? " x " + std::to_string(b.n_seq) + " sequences" : std::string()) +
               "), work buffers " + gib(mem.work_ram + mem.work_gpu) + ", runtime " +
               gib(mem.overhead_ram + mem.overhead_gpu) + ".");
   uint64_t total = m.total_bytes();
@@ -954,54 +1028,74 @@ void explain(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, 
   if (on_storage == 0) {
     e.push_back("Model " + gib(total) + " fits: every tensor resident, no storage reads.");
   } else {
-    e.push_back("Model " + gib(total) + " does not fit: " + gib(on_storage) + " stays on storage (" +
-                mode_name(plan.mode) + "), chosen as the tensors that add the least storage traffic per byte "
-                "of memory freed (MoE experts, then dense FFN, then attention and the output head).");
+    e.push_back(
+        "Model " + gib(total) + " does not fit: " + gib(on_storage) + " stays on storage (" +
+        mode_name(plan.mode) +
+        "), chosen as the tensors that add the least storage traffic per byte "
+        "of memory freed (MoE experts, then dense FFN, then attention and the output head).");
   }
   if (plan.pool_slots > 0) {
-    e.push_back("Pool: " + std::to_string(plan.pool_slots) + " layer slots of " + gib(plan.pool_slot_bytes) +
-                " = " + gib(mem.pool) + "; prefetch " + std::to_string(plan.prefetch_depth) +
-                " layers ahead (the depth with the lowest predicted time: each extra layer of prefetch "
-                "costs its slots in memory, i.e. more streamed bytes).");
+    e.push_back(
+        "Pool: " + std::to_string(plan.pool_slots) + " layer slots of " +
+        gib(plan.pool_slot_bytes) + " = " + gib(mem.pool) + "; prefetch " +
+        std::to_string(plan.prefetch_depth) +
+        " layers ahead (the depth with the lowest predicted time: each extra layer of prefetch "
+        "costs its slots in memory, i.e. more streamed bytes).");
   }
   if (plan.mode == Mode::kExpertStreaming) {
-    e.push_back("Expert streaming: every non-expert tensor resident (" + gib(mem.ram_weights + mem.gpu_weights) +
-                "); the stacked expert tensors (" + gib(on_storage) + ") stay on storage and only the experts the "
-                "routers select are read, into an expert cache that takes the host memory left after the "
-                "fixed costs, less a margin of " + gib(expert_cache_margin(c, lim.ram)) + ".");
+    e.push_back(
+        "Expert streaming: every non-expert tensor resident (" +
+        gib(mem.ram_weights + mem.gpu_weights) + "); the stacked expert tensors (" +
+        gib(on_storage) +
+        ") stay on storage and only the experts the "
+        "routers select are read, into an expert cache that takes the host memory left after the "
+        "fixed costs, less a margin of " +
+        gib(expert_cache_margin(c, lim.ram)) + ".");
     e.push_back("Expert cache: " + std::to_string(plan.expert_cache_experts) + " experts of " +
                 gib(plan.expert_slot_bytes) + " = " + gib(mem.expert_cache) + "; " +
                 (plan.prediction.expert_hit_rate_recorded
-                     ? "hit rate from the routing recorded in earlier runs (the most often routed experts cached) "
+                     ? "hit rate from the routing recorded in earlier runs (the most often routed "
+                       "experts cached) "
                      : "uniform-routing hit rate ") +
                 fmt("%.1f%%", 100 * plan.prediction.expert_hit_rate) +
-                (plan.prediction.expert_hit_rate_recorded ? "" : " (real routing is more local: a lower bound)") +
-                "; expected misses " + fmt("%.1f", plan.prediction.expert_misses_per_token) + " experts per token.");
+                (plan.prediction.expert_hit_rate_recorded
+                     ? ""
+                     : " (real routing is more local: a lower bound)") +
+                "; expected misses " + fmt("%.1f", plan.prediction.expert_misses_per_token) +
+                " experts per token.");
   } else if (on_storage > 0 && m.n_expert > 0) {
-    e.push_back("Expert streaming does not fit (the non-expert tensors, fixed costs and a cache of two "
-                "layers' routed experts exceed the limit): expert tensors on storage are read whole.");
+    e.push_back(
+        "Expert streaming does not fit (the non-expert tensors, fixed costs and a cache of two "
+        "layers' routed experts exceed the limit): expert tensors on storage are read whole.");
   }
   const Prediction& pr = plan.prediction;
   std::string bound = pr.io_bound ? "storage-bound" : "compute-bound";
-  e.push_back("Predicted " + fmt("%.2f", pr.tok_per_s) + " tok/s (" + bound + ": compute " +
-              fmt("%.3f", pr.compute_s) + " s/token, storage reads " + fmt("%.3f", pr.io_s) + " s/token, " +
-              gib(pr.storage_bytes_per_token) + " read per token at " +
-              fmt("%.2f", (pr.stream_read_bps > 0 ? pr.stream_read_bps : p.storage.seq_read_bps) / 1e9) +
-              " GB/s" +
-              (pr.stream_read_bps > 0
-                   ? " (" + fmt("%.2f", pr.stream_read_bps / p.storage.seq_read_bps) + " x the disk's best " +
-                         fmt("%.2f", p.storage.seq_read_bps / 1e9) + " GB/s: the profile's grid at the pool's bytes in "
-                         "flight, reads of " + gib(plan.io_request_bytes) + " x" + std::to_string(plan.io_queue_depth) + ")"
-                   : std::string()) +
-              ").");
-  e.push_back("Peak memory: host " + gib(mem.ram_total()) + " of " + gib(lim.ram) +
-              (lim.has_gpu ? ", GPU " + gib(mem.gpu_total()) + " of " + gib(lim.gpu) : std::string()) + ".");
+  e.push_back(
+      "Predicted " + fmt("%.2f", pr.tok_per_s) + " tok/s (" + bound + ": compute " +
+      fmt("%.3f", pr.compute_s) + " s/token, storage reads " + fmt("%.3f", pr.io_s) + " s/token, " +
+      gib(pr.storage_bytes_per_token) + " read per token at " +
+      fmt("%.2f", (pr.stream_read_bps > 0 ? pr.stream_read_bps : p.storage.seq_read_bps) / 1e9) +
+      " GB/s" +
+      (pr.stream_read_bps > 0
+           ? " (" + fmt("%.2f", pr.stream_read_bps / p.storage.seq_read_bps) +
+                 " x the disk's best " + fmt("%.2f", p.storage.seq_read_bps / 1e9) +
+                 " GB/s: the profile's grid at the pool's bytes in "
+                 "flight, reads of " +
+                 gib(plan.io_request_bytes) + " x" + std::to_string(plan.io_queue_depth) + ")"
+           : std::string()) +
+      ").");
+  e.push_back(
+      "Peak memory: host " + gib(mem.ram_total()) + " of " + gib(lim.ram) +
+      (lim.has_gpu ? ", GPU " + gib(mem.gpu_total()) + " of " + gib(lim.gpu) : std::string()) +
+      ".");
 }
 
 }  // namespace
 
-Result<Plan> place(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, const CostModel& c) {
-  if (m.tensors.empty() || m.n_layer <= 0) return invalid_argument("model has no tensors or layers to place");
+Result<Plan> place(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
+                   const CostModel& c) {
+  if (m.tensors.empty() || m.n_layer <= 0)
+    return invalid_argument("model has no tensors or layers to place");
   if (p.storage.seq_read_bps <= 0) return invalid_argument("profile has no storage read bandwidth");
   HYPURA_RETURN_IF_ERROR(check_context_sizes(m, b));
   const Limits lim = limits_for(m, p, b, c);
@@ -1011,7 +1105,8 @@ Result<Plan> place(const ModelTensors& m, const HardwareProfile& p, const Budget
     Candidate cand = Search{m, p, b, c, lim, depth}.run();
     if (!cand.found) continue;
     // Strictly better only: ties keep the shallower depth (less memory, same speed).
-    if (!best.found || cand.plan.prediction.seconds_per_token < best.plan.prediction.seconds_per_token * (1 - 1e-9)) {
+    if (!best.found || cand.plan.prediction.seconds_per_token <
+                           best.plan.prediction.seconds_per_token * (1 - 1e-9)) {
       best = std::move(cand);
       worse = 0;
     } else if (++worse == 2) {
@@ -1028,30 +1123,32 @@ Result<Plan> place(const ModelTensors& m, const HardwareProfile& p, const Budget
     probe.prefetch_depth = 1;
     evaluate(m, p, b, c, probe);
     return resource_exhausted("no placement fits: even streaming every large tensor needs " +
-                              gib(probe.memory.ram_total()) + " of host memory (limit " + gib(lim.ram) +
-                              ": KV cache " + gib(probe.memory.kv_ram) + ", work buffers " +
-                              gib(probe.memory.work_ram) + ", pool " + gib(probe.memory.pool) +
-                              "); lower --context or raise the budget");
+                              gib(probe.memory.ram_total()) + " of host memory (limit " +
+                              gib(lim.ram) + ": KV cache " + gib(probe.memory.kv_ram) +
+                              ", work buffers " + gib(probe.memory.work_ram) + ", pool " +
+                              gib(probe.memory.pool) + "); lower --context or raise the budget");
   }
   // The layer-prefix placement (whole layers resident in order) is a candidate too: the
   // class order above is within one group of the best for dense models, but for MoE
   // models a whole resident layer can beat spreading the cache (docs/PLANNER.md).
   // Not for expert streaming: there the cache already holds what whole layers would.
-  auto prefix = best.plan.mode == Mode::kExpertStreaming ? Result<Plan>(resource_exhausted("expert streaming"))
-                                                         : place_layers_in_order(m, p, b, c);
-  bool prefix_won = prefix.is_ok() &&
-                    prefix->prediction.seconds_per_token < best.plan.prediction.seconds_per_token * (1 - 1e-9);
+  auto prefix = best.plan.mode == Mode::kExpertStreaming
+                    ? Result<Plan>(resource_exhausted("expert streaming"))
+                    : place_layers_in_order(m, p, b, c);
+  bool prefix_won = prefix.is_ok() && prefix->prediction.seconds_per_token <
+                                          best.plan.prediction.seconds_per_token * (1 - 1e-9);
   if (prefix_won) best.plan = std::move(prefix).value();
   explain(m, p, b, c, lim, best.plan);
   if (prefix_won) {
-    best.plan.explanation.push_back("Chosen over the class-ordered placement: keeping whole layers resident in "
-                                    "order predicts a faster token here.");
+    best.plan.explanation.push_back(
+        "Chosen over the class-ordered placement: keeping whole layers resident in "
+        "order predicts a faster token here.");
   }
   return std::move(best.plan);
 }
 
-Result<Plan> place_layers_in_order(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
-                                   const CostModel& c) {
+Result<Plan> place_layers_in_order(const ModelTensors& m, const HardwareProfile& p,
+                                   const Budgets& b, const CostModel& c) {
   HYPURA_RETURN_IF_ERROR(check_context_sizes(m, b));
   const Limits lim = limits_for(m, p, b, c);
   Plan best;
@@ -1067,7 +1164,8 @@ Result<Plan> place_layers_in_order(const ModelTensors& m, const HardwareProfile&
       plan.tiers = with_streamed(m, streamed, b, c, lim);
       plan.prefetch_depth = depth;
       if (!evaluate(m, p, b, c, plan)) continue;
-      if (!found || plan.prediction.seconds_per_token < best.prediction.seconds_per_token) best = plan;
+      if (!found || plan.prediction.seconds_per_token < best.prediction.seconds_per_token)
+        best = plan;
       found = true;
       break;
     }
@@ -1076,7 +1174,8 @@ Result<Plan> place_layers_in_order(const ModelTensors& m, const HardwareProfile&
   return best;
 }
 
-Prediction predict_mmap(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, const CostModel& c) {
+Prediction predict_mmap(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
+                        const CostModel& c) {
   const Limits lim = limits(p, b);
   Plan resident;
   resident.tiers.assign(m.tensors.size(), Tier::kRam);

@@ -1,10 +1,10 @@
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "common/size.h"
 #include "profiler/hardware_profile.h"
@@ -18,7 +18,8 @@ namespace {
 using profiler::HardwareProfile;
 
 HardwareProfile fixture(const std::string& name) {
-  auto p = profiler::load_profile_file(std::string(HYPURA_SOURCE_DIR) + "/src/scheduler/testdata/" + name);
+  auto p = profiler::load_profile_file(std::string(HYPURA_SOURCE_DIR) + "/src/scheduler/testdata/" +
+                                       name);
   EXPECT_TRUE(p.is_ok()) << p.status().message();
   return p.is_ok() ? *p : HardwareProfile{};
 }
@@ -29,13 +30,17 @@ Plan must_place(const ModelTensors& m, const HardwareProfile& p, const Budgets& 
   return plan.is_ok() ? *plan : Plan{};
 }
 
-double gib(uint64_t bytes) { return static_cast<double>(bytes) / (1ull << 30); }
+double gib(uint64_t bytes) {
+  return static_cast<double>(bytes) / (1ull << 30);
+}
 
 void print_plan(const char* what, const Plan& plan) {
-  std::printf("%-40s %-20s %7.3f tok/s  storage %.2f GiB/token  pool %u x %.0f MiB depth %d  experts cached %u\n",
-              what, mode_name(plan.mode), plan.prediction.tok_per_s,
-              gib(plan.prediction.storage_bytes_per_token), plan.pool_slots,
-              plan.pool_slot_bytes / 1048576.0, plan.prefetch_depth, plan.expert_cache_experts);
+  std::printf(
+      "%-40s %-20s %7.3f tok/s  storage %.2f GiB/token  pool %u x %.0f MiB depth %d  experts "
+      "cached %u\n",
+      what, mode_name(plan.mode), plan.prediction.tok_per_s,
+      gib(plan.prediction.storage_bytes_per_token), plan.pool_slots,
+      plan.pool_slot_bytes / 1048576.0, plan.prefetch_depth, plan.expert_cache_experts);
 }
 
 // The synthetic shapes must be the models the seeds talk about: published sizes (GiB).
@@ -154,7 +159,8 @@ TEST(Safety, PeakMemoryStaysWithinEveryBudget) {
       }
       const MemoryPlan& mem = plan->memory;
       EXPECT_LE(mem.ram_total(), *b.ram_bytes) << shape.name << " at " << budget_mib << " MiB";
-      EXPECT_EQ(mem.kv_ram + mem.kv_gpu, m.kv_elements_per_token * 2048 * 2 / m.n_layer * m.n_layer);
+      EXPECT_EQ(mem.kv_ram + mem.kv_gpu,
+                m.kv_elements_per_token * 2048 * 2 / m.n_layer * m.n_layer);
       EXPECT_GT(mem.work_ram, 0u);
       EXPECT_EQ(mem.ram_weights + plan->bytes_on(m, Tier::kStorage), m.total_bytes());
     }
@@ -220,7 +226,8 @@ TEST(Planner, WithinOneGroupOfTheExhaustiveOptimum) {
     for (size_t i = 0; i < m.tensors.size(); ++i) {
       if (m.tensors[i].layer != l) continue;
       if (model::is_dense_ffn(m.tensors[i].role)) ffn.push_back(i);
-      if (model::is_attention(m.tensors[i].role) && !model::is_norm(m.tensors[i].role)) attn.push_back(i);
+      if (model::is_attention(m.tensors[i].role) && !model::is_norm(m.tensors[i].role))
+        attn.push_back(i);
     }
     uint64_t fb = 0;
     for (size_t i : ffn) fb += m.tensors[i].bytes;
@@ -231,7 +238,8 @@ TEST(Planner, WithinOneGroupOfTheExhaustiveOptimum) {
   int planned = 0;
   for (double fraction : {0.7, 0.8, 0.9, 1.0}) {
     Budgets b;
-    uint64_t budget_mib = static_cast<uint64_t>(fraction * static_cast<double>(m.total_bytes() >> 20)) + 150;
+    uint64_t budget_mib =
+        static_cast<uint64_t>(fraction * static_cast<double>(m.total_bytes() >> 20)) + 150;
     b.ram_bytes = budget_mib << 20;
     b.n_ctx = 256;
     b.n_batch = 32;
@@ -249,12 +257,14 @@ TEST(Planner, WithinOneGroupOfTheExhaustiveOptimum) {
           }
         }
         cand.prefetch_depth = depth;
-        if (evaluate(m, p, b, CostModel{}, cand)) best = std::min(best, cand.prediction.seconds_per_token);
+        if (evaluate(m, p, b, CostModel{}, cand))
+          best = std::min(best, cand.prediction.seconds_per_token);
       }
     }
     double bound = static_cast<double>(largest) / p.storage.seq_read_bps;
     std::printf("budget %4llu MiB: planner %.4f s/token, exhaustive best %.4f, bound %.4f\n",
-                static_cast<unsigned long long>(budget_mib), plan->prediction.seconds_per_token, best, bound);
+                static_cast<unsigned long long>(budget_mib), plan->prediction.seconds_per_token,
+                best, bound);
     EXPECT_LE(plan->prediction.seconds_per_token, best + bound + 1e-9);
   }
   EXPECT_GE(planned, 3);
@@ -291,7 +301,8 @@ TEST(ExpertStreaming, ChosenUnderTightBudgetsForMoeShapes) {
       uint64_t margin = std::max(cost.expert_cache_margin_min_bytes,
                                  static_cast<uint64_t>(cost.expert_cache_margin * *b.ram_bytes));
       for (size_t i = 0; i < plan.tiers.size(); ++i) {
-        const bool starts_run = plan.tiers[i] == Tier::kRam && (i == 0 || plan.tiers[i - 1] != Tier::kRam);
+        const bool starts_run =
+            plan.tiers[i] == Tier::kRam && (i == 0 || plan.tiers[i - 1] != Tier::kRam);
         margin += starts_run ? 2 * 4096 : 0;
       }
       EXPECT_LE(mem.ram_total() + margin, *b.ram_bytes) << what;
@@ -326,7 +337,8 @@ TEST(ExpertStreaming, HitRateFromRecordedRouting) {
   m.expert_frequency.assign(n, 7.0);
   const Plan equal = must_place(m, p, b);
   EXPECT_TRUE(equal.prediction.expert_hit_rate_recorded);
-  EXPECT_NEAR(equal.prediction.expert_hit_rate, uniform.prediction.expert_hit_rate, 0.5 / m.n_expert);
+  EXPECT_NEAR(equal.prediction.expert_hit_rate, uniform.prediction.expert_hit_rate,
+              0.5 / m.n_expert);
 
   // Every layer routes to experts 0 and 1 nine times as often as to each of the others:
   // a cache of c experts per layer (c >= 2) holds 0, 1 and c - 2 others.
@@ -380,7 +392,8 @@ TEST(ExpertStreaming, PredictionOverlapsMissesWithExpertCompute) {
   const double miss_s = io.prediction.storage_bytes_per_token / fast_ram.storage.seq_read_bps;
   // Each miss is one read with the 1 MiB QD1 latency beyond the streaming rate.
   const double mib = 1 << 20;
-  const double latency = std::max(0.0, mib / fast_ram.storage.random_bps(1 << 20, 1) - mib / fast_ram.storage.seq_read_bps);
+  const double latency = std::max(
+      0.0, mib / fast_ram.storage.random_bps(1 << 20, 1) - mib / fast_ram.storage.seq_read_bps);
   EXPECT_GE(io.prediction.seconds_per_token, miss_s);
   EXPECT_LE(io.prediction.seconds_per_token,
             miss_s * 1.1 + io.prediction.expert_misses_per_token * latency + m.n_layer * 25e-6);
@@ -389,7 +402,8 @@ TEST(ExpertStreaming, PredictionOverlapsMissesWithExpertCompute) {
   fast_disk.storage.seq_read_bps = 1e15;
   fast_disk.storage.random.clear();
   Plan cpu = must_place(m, fast_disk, b);
-  EXPECT_NEAR(cpu.prediction.seconds_per_token, cpu.prediction.compute_s, cpu.prediction.compute_s * 0.02);
+  EXPECT_NEAR(cpu.prediction.seconds_per_token, cpu.prediction.compute_s,
+              cpu.prediction.compute_s * 0.02);
 }
 
 // When even the non-expert tensors and a minimal cache do not fit, the planner falls
@@ -423,13 +437,16 @@ TEST(Evaluate, ModeFollowsWhatIsOnStorage) {
     return plan.mode;
   };
   EXPECT_EQ(with([](const TensorDesc&) { return false; }), Mode::kFullResident);
-  EXPECT_EQ(with([](const TensorDesc& t) { return model::is_moe_expert(t.role); }), Mode::kExpertStreaming);
-  EXPECT_EQ(with([](const TensorDesc& t) { return t.role == model::TensorRole::kAttnQ; }), Mode::kFullStreaming);
+  EXPECT_EQ(with([](const TensorDesc& t) { return model::is_moe_expert(t.role); }),
+            Mode::kExpertStreaming);
+  EXPECT_EQ(with([](const TensorDesc& t) { return t.role == model::TensorRole::kAttnQ; }),
+            Mode::kFullStreaming);
   ModelTensors dense = synthetic_model(llama3_8b_q4km());
   Plan plan;
   plan.tiers.assign(dense.tensors.size(), Tier::kRam);
   for (size_t i = 0; i < dense.tensors.size(); ++i) {
-    if (model::is_dense_ffn(dense.tensors[i].role) && dense.tensors[i].layer == 3) plan.tiers[i] = Tier::kStorage;
+    if (model::is_dense_ffn(dense.tensors[i].role) && dense.tensors[i].layer == 3)
+      plan.tiers[i] = Tier::kStorage;
   }
   evaluate(dense, p, b, CostModel{}, plan);
   EXPECT_EQ(plan.mode, Mode::kDenseFfnStreaming);
@@ -515,14 +532,15 @@ TEST(Limits, HugeContextIsAnErrorNotAWrappedSize) {
   for (int64_t n_ctx : {int64_t{1} << 62, std::numeric_limits<int64_t>::max(), int64_t{1} << 50}) {
     Budgets b;
     b.n_ctx = n_ctx;
-    for (auto r : {place(m, fixture("cpu_24g.json"), b), place_layers_in_order(m, fixture("cpu_24g.json"), b)}) {
+    for (auto r : {place(m, fixture("cpu_24g.json"), b),
+                   place_layers_in_order(m, fixture("cpu_24g.json"), b)}) {
       ASSERT_FALSE(r.is_ok()) << n_ctx;
       EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-      EXPECT_NE(r.status().message().find("is too large"), std::string::npos) << r.status().message();
+      EXPECT_NE(r.status().message().find("is too large"), std::string::npos)
+          << r.status().message();
     }
   }
 }
-
 
 // serve's default --parallel: KV caches of n_ctx in a quarter of the memory limit, 1..4.
 TEST(DefaultParallel, KvCachesInAQuarterOfTheLimit) {
@@ -584,10 +602,12 @@ void expect_suffix_split(const ModelTensors& m, const Plan& plan) {
   const int first = m.n_layer - plan.gpu.layers;
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     const TensorDesc& t = m.tensors[i];
-    const bool want_gpu = (t.layer >= first) || (plan.gpu.head && (t.role == model::TensorRole::kOutput ||
-                                                                   t.role == model::TensorRole::kOutputNorm)) ||
+    const bool want_gpu = (t.layer >= first) ||
+                          (plan.gpu.head && (t.role == model::TensorRole::kOutput ||
+                                             t.role == model::TensorRole::kOutputNorm)) ||
                           (t.role == model::TensorRole::kTokenEmbedding && plan.gpu.embedding);
-    EXPECT_EQ(plan.tiers[i] == Tier::kGpu, want_gpu) << t.name << " with " << plan.gpu.layers << " GPU layers";
+    EXPECT_EQ(plan.tiers[i] == Tier::kGpu, want_gpu)
+        << t.name << " with " << plan.gpu.layers << " GPU layers";
   }
 }
 
@@ -609,7 +629,8 @@ TEST(DiscreteGpu, BudgetDecidesASuffixOfLayers) {
     last_layers = plan.gpu.layers;
     last_tok_s = plan.prediction.tok_per_s;
   }
-  EXPECT_FALSE(must_place(m, p, gpu_budget(uint64_t{256} << 20)).gpu.any());  // below the CUDA context
+  EXPECT_FALSE(
+      must_place(m, p, gpu_budget(uint64_t{256} << 20)).gpu.any());  // below the CUDA context
   const Plan part = must_place(m, p, gpu_budget(uint64_t{2048} << 20));
   EXPECT_TRUE(part.gpu.head);
   EXPECT_GT(part.gpu.layers, 0);
@@ -646,7 +667,8 @@ TEST(DiscreteGpu, TiedHeadIsCopiedToTheGpu) {
   ASSERT_LT(plan.gpu.layers, m.n_layer);
   EXPECT_TRUE(plan.gpu.tied_head_copy);
   uint64_t embd = 0;
-  for (const TensorDesc& t : m.tensors) embd += t.role == model::TensorRole::kTokenEmbedding ? t.bytes : 0;
+  for (const TensorDesc& t : m.tensors)
+    embd += t.role == model::TensorRole::kTokenEmbedding ? t.bytes : 0;
   EXPECT_EQ(plan.memory.ram_weights + plan.memory.gpu_weights, m.total_bytes() + embd);
 }
 
@@ -690,7 +712,8 @@ TEST(DiscreteGpu, TrafficPerTierAddsUp) {
   EXPECT_GT(t.ram_bytes, 0u);
   EXPECT_EQ(t.bus_bytes_per_token, 4 * static_cast<uint64_t>(m.n_vocab + m.n_embd));
   uint64_t host_layers = 0;
-  for (const TensorDesc& d : m.tensors) host_layers += d.layer >= 0 && d.layer < m.n_layer - 16 ? d.bytes : 0;
+  for (const TensorDesc& d : m.tensors)
+    host_layers += d.layer >= 0 && d.layer < m.n_layer - 16 ? d.bytes : 0;
   EXPECT_EQ(t.prompt_bus_bytes, host_layers);
   const TierTraffic cpu = tier_traffic(m, must_place(m, fixture("cpu_24g.json")));
   EXPECT_EQ(cpu.bus_bytes_per_token, 0u);

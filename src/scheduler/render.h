@@ -3,9 +3,8 @@
 // (schema in docs/PLANNER.md). Thread-safety: pure functions.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "profiler/hardware_profile.h"
 #include "scheduler/model_tensors.h"

@@ -20,10 +20,14 @@ struct Builder {
 
   GgmlType base() const {
     switch (s.mix) {
-      case QuantMix::kF16: return GgmlType::F16;
-      case QuantMix::kQ8_0: return GgmlType::Q8_0;
-      case QuantMix::kQ4_K_M: return GgmlType::Q4_K;
-      case QuantMix::kQ5_K_M: return GgmlType::Q5_K;
+      case QuantMix::kF16:
+        return GgmlType::F16;
+      case QuantMix::kQ8_0:
+        return GgmlType::Q8_0;
+      case QuantMix::kQ4_K_M:
+        return GgmlType::Q4_K;
+      case QuantMix::kQ5_K_M:
+        return GgmlType::Q5_K;
     }
     return GgmlType::Q4_K;
   }
@@ -40,7 +44,8 @@ struct Builder {
     t.role = role;
     t.layer = layer;
     t.row_bytes = gguf::row_bytes(type, n_cols);
-    t.bytes = t.row_bytes * static_cast<uint64_t>(n_rows) * static_cast<uint64_t>(n_expert > 0 ? n_expert : 1);
+    t.bytes = t.row_bytes * static_cast<uint64_t>(n_rows) *
+              static_cast<uint64_t>(n_expert > 0 ? n_expert : 1);
     t.n_expert = n_expert;
     m.tensors.push_back(std::move(t));
   }
@@ -70,11 +75,13 @@ struct Builder {
     add(p + "attn_q_a.weight", TensorRole::kAttnQ, il, base(), s.n_embd, s.q_lora_rank);
     add_norm(p + "attn_q_a_norm.weight", TensorRole::kAttnQNorm, il, s.q_lora_rank);
     add(p + "attn_q_b.weight", TensorRole::kAttnQ, il, base(), s.q_lora_rank, s.n_head * qk);
-    add(p + "attn_kv_a_mqa.weight", TensorRole::kAttnK, il, base(), s.n_embd, s.kv_lora_rank + s.qk_rope_dim);
+    add(p + "attn_kv_a_mqa.weight", TensorRole::kAttnK, il, base(), s.n_embd,
+        s.kv_lora_rank + s.qk_rope_dim);
     add_norm(p + "attn_kv_a_norm.weight", TensorRole::kAttnKNorm, il, s.kv_lora_rank);
     add(p + "attn_kv_b.weight", TensorRole::kAttnV, il, more_bits(il), s.kv_lora_rank,
         s.n_head * (s.qk_nope_dim + s.v_head_dim));
-    add(p + "attn_output.weight", TensorRole::kAttnOutput, il, base(), s.n_head * s.v_head_dim, s.n_embd);
+    add(p + "attn_output.weight", TensorRole::kAttnOutput, il, base(), s.n_head * s.v_head_dim,
+        s.n_embd);
   }
 
   void ffn(int il, const std::string& p) {
@@ -86,14 +93,18 @@ struct Builder {
       return;
     }
     add(p + "ffn_gate_inp.weight", TensorRole::kMoeRouter, il, GgmlType::F32, s.n_embd, s.n_expert);
-    add(p + "ffn_gate_exps.weight", TensorRole::kMoeGateExperts, il, base(), s.n_embd, s.n_ff_exp, s.n_expert);
-    add(p + "ffn_up_exps.weight", TensorRole::kMoeUpExperts, il, base(), s.n_embd, s.n_ff_exp, s.n_expert);
-    add(p + "ffn_down_exps.weight", TensorRole::kMoeDownExperts, il, more_bits(il), s.n_ff_exp, s.n_embd,
+    add(p + "ffn_gate_exps.weight", TensorRole::kMoeGateExperts, il, base(), s.n_embd, s.n_ff_exp,
         s.n_expert);
+    add(p + "ffn_up_exps.weight", TensorRole::kMoeUpExperts, il, base(), s.n_embd, s.n_ff_exp,
+        s.n_expert);
+    add(p + "ffn_down_exps.weight", TensorRole::kMoeDownExperts, il, more_bits(il), s.n_ff_exp,
+        s.n_embd, s.n_expert);
     if (s.n_ff_shexp > 0) {
-      add(p + "ffn_gate_shexp.weight", TensorRole::kSharedExpert, il, base(), s.n_embd, s.n_ff_shexp);
+      add(p + "ffn_gate_shexp.weight", TensorRole::kSharedExpert, il, base(), s.n_embd,
+          s.n_ff_shexp);
       add(p + "ffn_up_shexp.weight", TensorRole::kSharedExpert, il, base(), s.n_embd, s.n_ff_shexp);
-      add(p + "ffn_down_shexp.weight", TensorRole::kSharedExpert, il, more_bits(il), s.n_ff_shexp, s.n_embd);
+      add(p + "ffn_down_shexp.weight", TensorRole::kSharedExpert, il, more_bits(il), s.n_ff_shexp,
+          s.n_embd);
     }
   }
 
@@ -122,7 +133,8 @@ struct Builder {
     }
     add_norm("output_norm.weight", TensorRole::kOutputNorm, -1, s.n_embd);
     if (!s.tied_embeddings) {
-      add("output.weight", TensorRole::kOutput, -1, k_mix() ? GgmlType::Q6_K : base(), s.n_embd, s.n_vocab);
+      add("output.weight", TensorRole::kOutput, -1, k_mix() ? GgmlType::Q6_K : base(), s.n_embd,
+          s.n_vocab);
     }
     set_access_frequencies(m);
     return std::move(m);
@@ -131,22 +143,36 @@ struct Builder {
 
 }  // namespace
 
-ModelTensors synthetic_model(const ShapeSpec& spec) { return Builder{spec, {}}.build(); }
+ModelTensors synthetic_model(const ShapeSpec& spec) {
+  return Builder{spec, {}}.build();
+}
 
 ShapeSpec qwen25_14b_q4km() {
   ShapeSpec s;
   s.name = "Qwen2.5-14B Q4_K_M (shape)";
   s.architecture = "qwen2";
-  s.n_vocab = 152064; s.n_embd = 5120; s.n_layer = 48; s.n_head = 40; s.n_head_kv = 8;
-  s.n_ff = 13824; s.qkv_bias = true;
+  s.n_vocab = 152064;
+  s.n_embd = 5120;
+  s.n_layer = 48;
+  s.n_head = 40;
+  s.n_head_kv = 8;
+  s.n_ff = 13824;
+  s.qkv_bias = true;
   return s;
 }
 
 ShapeSpec mixtral_8x7b_q5km() {
   ShapeSpec s;
   s.name = "Mixtral-8x7B Q5_K_M (shape)";
-  s.n_vocab = 32000; s.n_embd = 4096; s.n_layer = 32; s.n_head = 32; s.n_head_kv = 8;
-  s.n_ff = 14336; s.n_expert = 8; s.n_expert_used = 2; s.n_ff_exp = 14336;
+  s.n_vocab = 32000;
+  s.n_embd = 4096;
+  s.n_layer = 32;
+  s.n_head = 32;
+  s.n_head_kv = 8;
+  s.n_ff = 14336;
+  s.n_expert = 8;
+  s.n_expert_used = 2;
+  s.n_ff_exp = 14336;
   s.mix = QuantMix::kQ5_K_M;
   return s;
 }
@@ -161,15 +187,26 @@ ShapeSpec mixtral_8x7b_q4km() {
 ShapeSpec moe_preset_q4km() {
   ShapeSpec s;
   s.name = "moe preset Q4_K_M (shape)";
-  s.n_vocab = 32000; s.n_embd = 2048; s.n_layer = 24; s.n_head = 32; s.n_head_kv = 8;
-  s.n_ff = 5632; s.n_expert = 8; s.n_expert_used = 2; s.n_ff_exp = 5632;
+  s.n_vocab = 32000;
+  s.n_embd = 2048;
+  s.n_layer = 24;
+  s.n_head = 32;
+  s.n_head_kv = 8;
+  s.n_ff = 5632;
+  s.n_expert = 8;
+  s.n_expert_used = 2;
+  s.n_ff_exp = 5632;
   return s;
 }
 
 ShapeSpec llama33_70b_q4km() {
   ShapeSpec s;
   s.name = "Llama-3.3-70B Q4_K_M (shape)";
-  s.n_vocab = 128256; s.n_embd = 8192; s.n_layer = 80; s.n_head = 64; s.n_head_kv = 8;
+  s.n_vocab = 128256;
+  s.n_embd = 8192;
+  s.n_layer = 80;
+  s.n_head = 64;
+  s.n_head_kv = 8;
   s.n_ff = 28672;
   return s;
 }
@@ -178,8 +215,16 @@ ShapeSpec qwen3_30b_a3b_q4km() {
   ShapeSpec s;
   s.name = "Qwen3-30B-A3B Q4_K_M (shape)";
   s.architecture = "qwen3moe";
-  s.n_vocab = 151936; s.n_embd = 2048; s.n_layer = 48; s.n_head = 32; s.n_head_kv = 4;
-  s.head_dim = 128; s.n_ff = 6144; s.n_expert = 128; s.n_expert_used = 8; s.n_ff_exp = 768;
+  s.n_vocab = 151936;
+  s.n_embd = 2048;
+  s.n_layer = 48;
+  s.n_head = 32;
+  s.n_head_kv = 4;
+  s.head_dim = 128;
+  s.n_ff = 6144;
+  s.n_expert = 128;
+  s.n_expert_used = 8;
+  s.n_ff_exp = 768;
   return s;
 }
 
@@ -187,17 +232,33 @@ ShapeSpec kimi_k2_q4km() {
   ShapeSpec s;
   s.name = "Kimi-K2 1T Q4_K_M (shape)";
   s.architecture = "deepseek2";
-  s.n_vocab = 163840; s.n_embd = 7168; s.n_layer = 61; s.n_head = 64; s.n_head_kv = 64;
-  s.n_ff = 18432; s.n_expert = 384; s.n_expert_used = 8; s.n_ff_exp = 2048; s.n_ff_shexp = 2048;
+  s.n_vocab = 163840;
+  s.n_embd = 7168;
+  s.n_layer = 61;
+  s.n_head = 64;
+  s.n_head_kv = 64;
+  s.n_ff = 18432;
+  s.n_expert = 384;
+  s.n_expert_used = 8;
+  s.n_ff_exp = 2048;
+  s.n_ff_shexp = 2048;
   s.n_dense_layers = 1;
-  s.q_lora_rank = 1536; s.kv_lora_rank = 512; s.qk_rope_dim = 64; s.qk_nope_dim = 128; s.v_head_dim = 128;
+  s.q_lora_rank = 1536;
+  s.kv_lora_rank = 512;
+  s.qk_rope_dim = 64;
+  s.qk_nope_dim = 128;
+  s.v_head_dim = 128;
   return s;
 }
 
 ShapeSpec llama3_8b_q4km() {
   ShapeSpec s;
   s.name = "8b preset Q4_K_M (shape)";
-  s.n_vocab = 128256; s.n_embd = 4096; s.n_layer = 32; s.n_head = 32; s.n_head_kv = 8;
+  s.n_vocab = 128256;
+  s.n_embd = 4096;
+  s.n_layer = 32;
+  s.n_head = 32;
+  s.n_head_kv = 8;
   s.n_ff = 14336;
   return s;
 }

@@ -3,7 +3,6 @@
 #include <cctype>
 #include <cmath>
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 namespace hypura::server {
@@ -113,8 +112,8 @@ Status get_stop(const json& obj, std::string_view prefix, const RequestLimits& l
   }
   for (const std::string& s : stop) {
     if (s.size() > limits.max_stop_length) {
-      return range_error(path, "strings of at most " + std::to_string(limits.max_stop_length) +
-                                   " bytes");
+      return range_error(path,
+                         "strings of at most " + std::to_string(limits.max_stop_length) + " bytes");
     }
   }
   out->clear();
@@ -208,7 +207,8 @@ Status parse_tool_calls(const json& m, const std::string& path, runtime::ChatMes
 // A JSON schema from a request, compiled; errors name the field it came in.
 Status compile_schema(const json& schema, std::string_view field_name, GenerationRequest* req) {
   Result<std::shared_ptr<const grammar::Grammar>> g = grammar::compile_json_schema(schema);
-  if (!g.is_ok()) return invalid_argument("\"" + std::string(field_name) + "\": " + g.status().message());
+  if (!g.is_ok())
+    return invalid_argument("\"" + std::string(field_name) + "\": " + g.status().message());
   req->format = "schema";
   req->grammar = *g;
   return Status::ok();
@@ -221,7 +221,8 @@ Status parse_ollama_format(const json& body, GenerationRequest* req) {
   if (v->is_object()) return compile_schema(*v, "format", req);
   if (v->is_string()) {
     const auto& s = v->get_ref<const std::string&>();
-    if (!s.empty() && s != "json") return invalid_argument("\"format\": must be \"json\" or a schema");
+    if (!s.empty() && s != "json")
+      return invalid_argument("\"format\": must be \"json\" or a schema");
     req->format = s;
     if (s == "json") req->grammar = grammar::any_json_object_grammar();
   } else {
@@ -240,8 +241,7 @@ Status parse_keep_alive(const json& body, bool* unload) {
   return Status::ok();
 }
 
-Status parse_ollama_options(const json& body, const RequestLimits& limits,
-                            GenerationRequest* req) {
+Status parse_ollama_options(const json& body, const RequestLimits& limits, GenerationRequest* req) {
   const json* opts = field(body, "options");
   if (!opts) return Status::ok();
   if (!opts->is_object()) return type_error("options", "an object");
@@ -266,8 +266,7 @@ Status parse_ollama_options(const json& body, const RequestLimits& limits,
   return get_stop(*opts, p, limits, &req->stop);
 }
 
-Status parse_ollama_common(const json& body, const RequestLimits& limits,
-                           GenerationRequest* req) {
+Status parse_ollama_common(const json& body, const RequestLimits& limits, GenerationRequest* req) {
   HYPURA_RETURN_IF_ERROR(parse_model(body, req));
   HYPURA_RETURN_IF_ERROR(get_bool(body, "stream", "", &req->stream));
   HYPURA_RETURN_IF_ERROR(parse_ollama_format(body, req));
@@ -391,8 +390,7 @@ Status parse_openai_sampling(const json& body, const RequestLimits& limits,
   return get_stop(body, "", limits, &req->stop);
 }
 
-Status parse_openai_common(const json& body, const RequestLimits& limits,
-                           GenerationRequest* req) {
+Status parse_openai_common(const json& body, const RequestLimits& limits, GenerationRequest* req) {
   req->stream = false;
   HYPURA_RETURN_IF_ERROR(parse_model(body, req));
   HYPURA_RETURN_IF_ERROR(get_bool(body, "stream", "", &req->stream));
@@ -445,7 +443,8 @@ Status parse_openai_chat(const json& body, const RequestLimits& limits, Generati
   HYPURA_RETURN_IF_ERROR(parse_tools(body, req));
   // tool_choice: "none" withdraws the tools; "auto", "required" or a named function
   // leave the choice to the model (not enforced).
-  if (const json* choice = field(body, "tool_choice"); choice && choice->is_string() && *choice == "none") {
+  if (const json* choice = field(body, "tool_choice");
+      choice && choice->is_string() && *choice == "none") {
     req->tools.clear();
   }
   HYPURA_RETURN_IF_ERROR(parse_openai_response_format(body, req));
@@ -487,7 +486,8 @@ Status parse_openai_completion(const json& body, const RequestLimits& limits,
 
 // Embedding inputs: a string or an array of strings; on /v1 also token ids ([int] is one
 // input, [[int]] several).
-Status parse_embed_input(const json& v, bool allow_tokens, const RequestLimits& limits, EmbedRequest* req) {
+Status parse_embed_input(const json& v, bool allow_tokens, const RequestLimits& limits,
+                         EmbedRequest* req) {
   const char* expected = allow_tokens ? "a string, an array of strings or of token arrays"
                                       : "a string or an array of strings";
   if (v.is_string()) {
@@ -500,7 +500,8 @@ Status parse_embed_input(const json& v, bool allow_tokens, const RequestLimits& 
   }
   const auto token_ids = [&](const json& a, std::vector<int32_t>* out) {
     for (const json& t : a) {
-      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) return false;
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
+        return false;
       out->push_back(static_cast<int32_t>(t.get<int64_t>()));
     }
     return true;
@@ -601,17 +602,28 @@ Result<GenerationRequest> parse_generation_request(Api api, std::string_view bod
   req.api = api;
   Status st;
   switch (api) {
-    case Api::kOllamaGenerate: st = parse_ollama_generate(doc, limits, &req); break;
-    case Api::kOllamaChat: st = parse_ollama_chat(doc, limits, &req); break;
-    case Api::kOpenAiChat: st = parse_openai_chat(doc, limits, &req); break;
-    case Api::kOpenAiCompletion: st = parse_openai_completion(doc, limits, &req); break;
-    default: st = invalid_argument("not a generation endpoint"); break;
+    case Api::kOllamaGenerate:
+      st = parse_ollama_generate(doc, limits, &req);
+      break;
+    case Api::kOllamaChat:
+      st = parse_ollama_chat(doc, limits, &req);
+      break;
+    case Api::kOpenAiChat:
+      st = parse_openai_chat(doc, limits, &req);
+      break;
+    case Api::kOpenAiCompletion:
+      st = parse_openai_completion(doc, limits, &req);
+      break;
+    default:
+      st = invalid_argument("not a generation endpoint");
+      break;
   }
   if (!st.is_ok()) return st;
   return req;
 }
 
-Result<EmbedRequest> parse_embed_request(Api api, std::string_view body, const RequestLimits& limits) {
+Result<EmbedRequest> parse_embed_request(Api api, std::string_view body,
+                                         const RequestLimits& limits) {
   HYPURA_ASSIGN_OR_RETURN(json doc, parse_body_object(body));
   EmbedRequest req;
   req.api = api;

@@ -22,11 +22,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "common/status.h"
 #include "grammar/json_schema.h"
@@ -57,26 +56,26 @@ struct GenerationRequest {
   std::vector<runtime::ChatMessage> messages;
   // Generate/completion APIs.
   std::string prompt;
-  std::string suffix;            // text after the insertion point (fill-in-the-middle)
-  std::string system;            // /api/generate "system"
-  std::string prompt_template;   // /api/generate "template" (Ollama Go-template subset)
-  bool raw = false;              // /api/generate "raw": prompt is tokenized as is
-  bool stream = true;            // Ollama default true, OpenAI default false
-  bool include_usage = false;    // OpenAI stream_options.include_usage
-  std::string format;            // "", "json" or "schema" (see docs/SERVER.md)
+  std::string suffix;           // text after the insertion point (fill-in-the-middle)
+  std::string system;           // /api/generate "system"
+  std::string prompt_template;  // /api/generate "template" (Ollama Go-template subset)
+  bool raw = false;             // /api/generate "raw": prompt is tokenized as is
+  bool stream = true;           // Ollama default true, OpenAI default false
+  bool include_usage = false;   // OpenAI stream_options.include_usage
+  std::string format;           // "", "json" or "schema" (see docs/SERVER.md)
   // The grammar that format/response_format compiles to (null: free text); an unsupported
   // schema keyword is a 400 at parse time.
   std::shared_ptr<const grammar::Grammar> grammar;
   // Chat APIs' "tools": the definitions as a JSON array (OpenAI's shape), "" for none
   // (also after OpenAI's tool_choice "none").
   std::string tools;
-  bool unload = false;           // keep_alive 0: unload the model after this request
+  bool unload = false;  // keep_alive 0: unload the model after this request
 
   runtime::SamplingParams sampling;
-  bool seed_given = false;       // false: the server picks a fresh seed
-  int num_predict = -1;          // tokens to generate; -1: until the context is full
-  int64_t num_ctx = 0;           // options.num_ctx: context window wanted; 0: --context
-  std::vector<std::string> stop; // stop strings
+  bool seed_given = false;        // false: the server picks a fresh seed
+  int num_predict = -1;           // tokens to generate; -1: until the context is full
+  int64_t num_ctx = 0;            // options.num_ctx: context window wanted; 0: --context
+  std::vector<std::string> stop;  // stop strings
 };
 
 // A validated embedding request (docs/SERVER.md "Embeddings"):
@@ -100,7 +99,7 @@ struct EmbedRequest {
 // Limits on what a request may contain (besides the body size, enforced by the HTTP layer).
 struct RequestLimits {
   size_t max_stop_strings = 16;
-  size_t max_stop_length = 256;   // bytes per stop string
+  size_t max_stop_length = 256;  // bytes per stop string
   size_t max_messages = 4096;
   size_t max_inputs = 2048;  // embedding inputs per request (OpenAI's limit)
 };
@@ -119,7 +118,8 @@ Result<GenerationRequest> parse_generation_request(Api api, std::string_view bod
                                                    const RequestLimits& limits = {});
 
 // Parses an embedding request (api: kOllamaEmbed, kOllamaEmbeddings or kOpenAiEmbeddings).
-Result<EmbedRequest> parse_embed_request(Api api, std::string_view body, const RequestLimits& limits = {});
+Result<EmbedRequest> parse_embed_request(Api api, std::string_view body,
+                                         const RequestLimits& limits = {});
 
 // POST /api/show body: {"model": "..."} (Ollama also accepts the older "name").
 Result<std::string> parse_show_request(std::string_view body);

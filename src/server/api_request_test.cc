@@ -58,8 +58,9 @@ TEST(ApiRequest, OllamaDefaults) {
 }
 
 TEST(ApiRequest, IntegersMayBeIntegralFloatsAndSeedMinusOneIsRandom) {
-  auto req = parse_ok(Api::kOllamaGenerate,
-                      R"({"model": "m", "options": {"top_k": 40.0, "seed": -1, "num_predict": -2}})");
+  auto req =
+      parse_ok(Api::kOllamaGenerate,
+               R"({"model": "m", "options": {"top_k": 40.0, "seed": -1, "num_predict": -2}})");
   EXPECT_EQ(req.sampling.top_k, 40);
   EXPECT_FALSE(req.seed_given);
   EXPECT_EQ(req.num_predict, -1);
@@ -85,9 +86,9 @@ TEST(ApiRequest, BadRequestsNameTheField) {
   EXPECT_NE(parse_error(Api::kOllamaChat, R"({"model": "m", "options": {"top_k": "5"}})")
                 .find("options.top_k"),
             std::string::npos);
-  EXPECT_NE(parse_error(Api::kOllamaChat, R"({"model": "m", "options": {"top_k": 1.5}})")
-                .find("integer"),
-            std::string::npos);
+  EXPECT_NE(
+      parse_error(Api::kOllamaChat, R"({"model": "m", "options": {"top_k": 1.5}})").find("integer"),
+      std::string::npos);
   EXPECT_NE(parse_error(Api::kOllamaChat, R"({"model": "m", "options": {"temperature": -1}})")
                 .find("options.temperature"),
             std::string::npos);
@@ -109,18 +110,21 @@ TEST(ApiRequest, BadRequestsNameTheField) {
 
 TEST(ApiRequest, UnknownRolesAndImagesAreRejected) {
   std::string msg = parse_error(
-      Api::kOllamaChat, R"({"model": "m", "messages": [{"role": "user"}, {"role": "wizard", "content": "x"}]})");
+      Api::kOllamaChat,
+      R"({"model": "m", "messages": [{"role": "user"}, {"role": "wizard", "content": "x"}]})");
   EXPECT_NE(msg.find("messages[1].role"), std::string::npos);
   EXPECT_NE(msg.find("wizard"), std::string::npos);
-  msg = parse_error(Api::kOllamaChat,
-                    R"({"model": "m", "messages": [{"role": "user", "content": "x", "images": ["aGk="]}]})");
+  msg = parse_error(
+      Api::kOllamaChat,
+      R"({"model": "m", "messages": [{"role": "user", "content": "x", "images": ["aGk="]}]})");
   EXPECT_NE(msg.find("images are not supported"), std::string::npos);
   msg = parse_error(Api::kOllamaGenerate, R"({"model": "m", "prompt": "x", "images": ["aGk="]})");
   EXPECT_NE(msg.find("images are not supported"), std::string::npos);
   msg = parse_error(Api::kOpenAiChat, R"({"model": "m", "messages": [{"role": "user", "content":
       [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "x"}}]}]})");
   EXPECT_NE(msg.find("image_url"), std::string::npos);
-  msg = parse_error(Api::kOpenAiChat, R"({"model": "m", "messages": [{"role": "function", "content": "x"}]})");
+  msg = parse_error(Api::kOpenAiChat,
+                    R"({"model": "m", "messages": [{"role": "function", "content": "x"}]})");
   EXPECT_NE(msg.find("unknown role"), std::string::npos);
 }
 
@@ -147,10 +151,11 @@ TEST(ApiRequest, ToolsAndToolMessages) {
   r = parse_ok(Api::kOpenAiChat, R"({"model": "m", "tool_choice": "none",
     "tools": [{"type": "function", "function": {"name": "f"}}], "messages": [{"role": "user", "content": "q"}]})");
   EXPECT_TRUE(r.tools.empty());
-  for (const char* bad : {R"({"model": "m", "tools": {}, "messages": []})",
-                          R"({"model": "m", "tools": [{"type": "web"}], "messages": []})",
-                          R"({"model": "m", "tools": [{"type": "function", "function": {}}], "messages": []})",
-                          R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"x": 1}]}]})"}) {
+  for (const char* bad :
+       {R"({"model": "m", "tools": {}, "messages": []})",
+        R"({"model": "m", "tools": [{"type": "web"}], "messages": []})",
+        R"({"model": "m", "tools": [{"type": "function", "function": {}}], "messages": []})",
+        R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"x": 1}]}]})"}) {
     parse_error(Api::kOllamaChat, bad);
   }
 }
@@ -177,16 +182,18 @@ TEST(ApiRequest, OpenAiChat) {
 }
 
 TEST(ApiRequest, OpenAiDefaultsAndLimits) {
-  auto req = parse_ok(Api::kOpenAiChat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})");
+  auto req = parse_ok(Api::kOpenAiChat,
+                      R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})");
   EXPECT_FALSE(req.stream);
   EXPECT_EQ(req.sampling.temperature, 1.0f);
   EXPECT_EQ(req.sampling.top_p, 1.0f);
   EXPECT_EQ(req.num_predict, -1);
   EXPECT_NE(parse_error(Api::kOpenAiChat, R"({"model": "m", "messages": []})").find("empty"),
             std::string::npos);
-  EXPECT_NE(parse_error(Api::kOpenAiChat, R"({"model": "m", "n": 2, "messages": [{"role": "user"}]})")
-                .find("\"n\""),
-            std::string::npos);
+  EXPECT_NE(
+      parse_error(Api::kOpenAiChat, R"({"model": "m", "n": 2, "messages": [{"role": "user"}]})")
+          .find("\"n\""),
+      std::string::npos);
   auto completion = parse_ok(Api::kOpenAiCompletion, R"({"model": "m", "prompt": ["once"]})");
   EXPECT_EQ(completion.prompt, "once");
   EXPECT_EQ(completion.num_predict, 16);
@@ -198,8 +205,8 @@ TEST(ApiRequest, OpenAiDefaultsAndLimits) {
 TEST(ApiRequest, StopStringLimits) {
   RequestLimits limits;
   limits.max_stop_strings = 2;
-  auto r = parse_generation_request(Api::kOllamaGenerate,
-                                    R"({"model": "m", "options": {"stop": ["a", "b", "c"]}})", limits);
+  auto r = parse_generation_request(
+      Api::kOllamaGenerate, R"({"model": "m", "options": {"stop": ["a", "b", "c"]}})", limits);
   EXPECT_FALSE(r.is_ok());
 }
 
@@ -216,7 +223,8 @@ TEST(ApiRequest, ShowAndNames) {
 // Issue 14: 4 MB of '[' made nlohmann's parser build millions of nested values (~90x the
 // body) before failing. Nesting is bounded before parsing, on both parsers.
 TEST(ApiRequest, EmbedRequests) {
-  auto r = parse_embed_request(Api::kOllamaEmbed, R"({"model": "m", "input": ["a", "b"], "truncate": false,
+  auto r = parse_embed_request(Api::kOllamaEmbed,
+                               R"({"model": "m", "input": ["a", "b"], "truncate": false,
                                                       "dimensions": 4, "keep_alive": 0, "options": {"num_ctx": 99}})");
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   EXPECT_EQ(r->texts, (std::vector<std::string>{"a", "b"}));
@@ -227,24 +235,30 @@ TEST(ApiRequest, EmbedRequests) {
   r = parse_embed_request(Api::kOllamaEmbeddings, R"({"model": "m", "prompt": "one"})");
   ASSERT_TRUE(r.is_ok());
   EXPECT_EQ(r->texts, (std::vector<std::string>{"one"}));
-  r = parse_embed_request(Api::kOpenAiEmbeddings, R"({"model": "m", "input": [[1, 2], [3]], "encoding_format": "base64"})");
+  r = parse_embed_request(Api::kOpenAiEmbeddings,
+                          R"({"model": "m", "input": [[1, 2], [3]], "encoding_format": "base64"})");
   ASSERT_TRUE(r.is_ok());
   EXPECT_EQ(r->token_inputs, (std::vector<std::vector<int32_t>>{{1, 2}, {3}}));
   EXPECT_TRUE(r->base64);
   r = parse_embed_request(Api::kOpenAiEmbeddings, R"({"model": "m", "input": [5, 6]})");
   ASSERT_TRUE(r.is_ok());
   EXPECT_EQ(r->token_inputs, (std::vector<std::vector<int32_t>>{{5, 6}}));
-  for (const char* bad : {R"({"model": "m"})", R"({"model": "m", "input": 3})", R"({"input": "x"})",
-                          R"({"model": "m", "input": ["a", [1]]})", R"({"model": "m", "input": [-1]})"}) {
+  for (const char* bad :
+       {R"({"model": "m"})", R"({"model": "m", "input": 3})", R"({"input": "x"})",
+        R"({"model": "m", "input": ["a", [1]]})", R"({"model": "m", "input": [-1]})"}) {
     EXPECT_FALSE(parse_embed_request(Api::kOpenAiEmbeddings, bad).is_ok()) << bad;
   }
-  EXPECT_FALSE(parse_embed_request(Api::kOllamaEmbed, R"({"model": "m", "input": [[1]]})").is_ok());  // text only
-  EXPECT_FALSE(parse_embed_request(Api::kOpenAiEmbeddings, R"({"model": "m", "input": "x", "encoding_format": "hex"})").is_ok());
+  EXPECT_FALSE(parse_embed_request(Api::kOllamaEmbed, R"({"model": "m", "input": [[1]]})")
+                   .is_ok());  // text only
+  EXPECT_FALSE(parse_embed_request(Api::kOpenAiEmbeddings,
+                                   R"({"model": "m", "input": "x", "encoding_format": "hex"})")
+                   .is_ok());
 }
 
 TEST(ApiRequest, DeepNestingIsRefusedBeforeParsing) {
   const std::string brackets(4u << 20, '[');
-  EXPECT_NE(parse_error(Api::kOllamaChat, brackets).find("nests deeper than 64 levels"), std::string::npos);
+  EXPECT_NE(parse_error(Api::kOllamaChat, brackets).find("nests deeper than 64 levels"),
+            std::string::npos);
   auto show = parse_show_request(brackets);
   ASSERT_FALSE(show.is_ok());
   EXPECT_NE(show.status().message().find("nests deeper"), std::string::npos);
@@ -257,7 +271,8 @@ TEST(ApiRequest, DeepNestingIsRefusedBeforeParsing) {
   EXPECT_NE(parse_error(Api::kOllamaGenerate, nested(kMaxJsonDepth + 1)).find("nests deeper"),
             std::string::npos);
   // Brackets inside strings (escaped quotes included) are text, not nesting.
-  parse_ok(Api::kOllamaGenerate, R"({"model": "m", "prompt": "\"[[[)" + std::string(100, '[') + "\"}");
+  parse_ok(Api::kOllamaGenerate,
+           R"({"model": "m", "prompt": "\"[[[)" + std::string(100, '[') + "\"}");
 }
 
 }  // namespace
@@ -267,24 +282,29 @@ namespace hypura::server {
 namespace {
 
 TEST(ApiRequest, FormatsCompileToGrammars) {
-  Result<GenerationRequest> r = parse_generation_request(Api::kOllamaChat, R"({"model": "m", "format": "json"})");
+  Result<GenerationRequest> r =
+      parse_generation_request(Api::kOllamaChat, R"({"model": "m", "format": "json"})");
   ASSERT_TRUE(r.is_ok());
   EXPECT_EQ(r->grammar, grammar::any_json_object_grammar());
-  r = parse_generation_request(Api::kOllamaGenerate,
-                               R"({"model": "m", "format": {"type": "object", "properties": {"a": {"type": "integer"}}}})");
+  r = parse_generation_request(
+      Api::kOllamaGenerate,
+      R"({"model": "m", "format": {"type": "object", "properties": {"a": {"type": "integer"}}}})");
   ASSERT_TRUE(r.is_ok());
   ASSERT_NE(r->grammar, nullptr);
   EXPECT_EQ(r->grammar->nodes[r->grammar->root].kind, grammar::NodeKind::kObject);
-  r = parse_generation_request(Api::kOpenAiChat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+  r = parse_generation_request(Api::kOpenAiChat,
+                               R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
       "response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true,
       "schema": {"type": "array", "items": {"type": "string"}}}}})");
   ASSERT_TRUE(r.is_ok());
   EXPECT_EQ(r->grammar->nodes[r->grammar->root].kind, grammar::NodeKind::kArray);
-  r = parse_generation_request(Api::kOpenAiCompletion,
-                               R"({"model": "m", "prompt": "x", "response_format": {"type": "json_object"}})");
+  r = parse_generation_request(
+      Api::kOpenAiCompletion,
+      R"({"model": "m", "prompt": "x", "response_format": {"type": "json_object"}})");
   ASSERT_TRUE(r.is_ok());
   EXPECT_EQ(r->grammar, grammar::any_json_object_grammar());
-  r = parse_generation_request(Api::kOpenAiChat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+  r = parse_generation_request(Api::kOpenAiChat,
+                               R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
       "response_format": {"type": "text"}})");
   ASSERT_TRUE(r.is_ok());
   EXPECT_EQ(r->grammar, nullptr);
@@ -294,14 +314,18 @@ TEST(ApiRequest, UnsupportedSchemaKeywordsAre400s) {
   Result<GenerationRequest> r = parse_generation_request(
       Api::kOllamaChat, R"({"model": "m", "format": {"type": "string", "pattern": "^a"}})");
   ASSERT_FALSE(r.is_ok());
-  EXPECT_EQ(r.status().message(), "\"format\": JSON schema keyword \"pattern\" at # is not supported");
-  r = parse_generation_request(Api::kOpenAiChat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+  EXPECT_EQ(r.status().message(),
+            "\"format\": JSON schema keyword \"pattern\" at # is not supported");
+  r = parse_generation_request(Api::kOpenAiChat,
+                               R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
       "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema":
       {"type": "object", "properties": {"d": {"type": "string", "format": "date"}}}}}})");
   ASSERT_FALSE(r.is_ok());
-  EXPECT_EQ(r.status().message(), "\"response_format.json_schema.schema\": JSON schema keyword \"format\" at "
-                                  "#/properties/d is not supported");
-  r = parse_generation_request(Api::kOpenAiChat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+  EXPECT_EQ(r.status().message(),
+            "\"response_format.json_schema.schema\": JSON schema keyword \"format\" at "
+            "#/properties/d is not supported");
+  r = parse_generation_request(Api::kOpenAiChat,
+                               R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
       "response_format": {"type": "json_schema"}})");
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("response_format.json_schema"), std::string::npos);

@@ -2,8 +2,8 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 
 namespace hypura::server {
@@ -29,7 +29,7 @@ json details(const ModelInfo& info) {
 
 std::string rfc3339(int64_t unix_ns) {
   std::time_t secs = static_cast<std::time_t>(unix_ns / 1'000'000'000);
-  std::tm tm {};
+  std::tm tm{};
   gmtime_r(&secs, &tm);
   char buf[64];
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%09lldZ", tm.tm_year + 1900,
@@ -59,7 +59,9 @@ std::string ollama_error(std::string_view message) {
 }
 
 std::string openai_error(std::string_view message, std::string_view type, std::string_view code) {
-  json err = {{"message", std::string(message)}, {"type", std::string(type)}, {"param", nullptr},
+  json err = {{"message", std::string(message)},
+              {"type", std::string(type)},
+              {"param", nullptr},
               {"code", nullptr}};
   if (!code.empty()) err["code"] = std::string(code);
   return dump_json({{"error", err}});
@@ -73,9 +75,12 @@ std::string error_body(Api api, int http_status, std::string_view message, std::
   return openai_error(message, "invalid_request_error");
 }
 
-ResponseFormatter::ResponseFormatter(Api api, std::string model, bool include_usage,
-                                     std::string id, int64_t created)
-    : api_(api), model_(std::move(model)), include_usage_(include_usage), id_(std::move(id)),
+ResponseFormatter::ResponseFormatter(Api api, std::string model, bool include_usage, std::string id,
+                                     int64_t created)
+    : api_(api),
+      model_(std::move(model)),
+      include_usage_(include_usage),
+      id_(std::move(id)),
       created_(created) {}
 
 const char* ResponseFormatter::content_type(bool stream) const {
@@ -89,9 +94,12 @@ json ResponseFormatter::ollama_base() const {
 
 json ResponseFormatter::openai_base(bool chunk) const {
   const bool chat = api_ == Api::kOpenAiChat;
-  const char* object = chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                            : "text_completion";
-  return {{"id", id_}, {"object", object}, {"created", created_}, {"model", model_},
+  const char* object =
+      chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+  return {{"id", id_},
+          {"object", object},
+          {"created", created_},
+          {"model", model_},
           {"system_fingerprint", "fp_hypura"}};
 }
 
@@ -125,16 +133,19 @@ json ResponseFormatter::usage(const Outcome& o) const {
 
 json ResponseFormatter::ollama_calls(const std::vector<ToolCall>& calls) const {
   json out = json::array();
-  for (const ToolCall& c : calls) out.push_back({{"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  for (const ToolCall& c : calls)
+    out.push_back({{"function", {{"name", c.name}, {"arguments", c.arguments}}}});
   return out;
 }
 
-json ResponseFormatter::openai_calls(const std::vector<ToolCall>& calls, size_t first_index, bool indexed) const {
+json ResponseFormatter::openai_calls(const std::vector<ToolCall>& calls, size_t first_index,
+                                     bool indexed) const {
   json out = json::array();
   for (size_t i = 0; i < calls.size(); ++i) {
-    json c = {{"id", "call_" + id_ + "_" + std::to_string(first_index + i)},
-              {"type", "function"},
-              {"function", {{"name", calls[i].name}, {"arguments", dump_json(calls[i].arguments)}}}};
+    json c = {
+        {"id", "call_" + id_ + "_" + std::to_string(first_index + i)},
+        {"type", "function"},
+        {"function", {{"name", calls[i].name}, {"arguments", dump_json(calls[i].arguments)}}}};
     if (indexed) c["index"] = first_index + i;
     out.push_back(std::move(c));
   }
@@ -145,7 +156,8 @@ std::string ResponseFormatter::finish_reason(const Outcome& o, bool made_calls) 
   return made_calls && api_ == Api::kOpenAiChat ? "tool_calls" : reason(o.result);
 }
 
-std::string ResponseFormatter::stream_tool_calls(const std::vector<ToolCall>& calls, size_t first_index) const {
+std::string ResponseFormatter::stream_tool_calls(const std::vector<ToolCall>& calls,
+                                                 size_t first_index) const {
   if (calls.empty()) return "";
   if (!is_openai(api_)) {
     json j = ollama_text("");
@@ -198,7 +210,8 @@ std::string ResponseFormatter::stream_end(const Outcome& o, bool made_calls) con
     return dump_json(j) + "\n";
   }
   json j = openai_base(true);
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(o, made_calls)}};
+  json choice = {
+      {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(o, made_calls)}};
   if (api_ == Api::kOpenAiChat) {
     choice["delta"] = json::object();
   } else {
@@ -230,7 +243,8 @@ std::string ResponseFormatter::full(const std::string& text, const Outcome& o,
     return dump_json(j);
   }
   json j = openai_base(false);
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(o, !calls.empty())}};
+  json choice = {
+      {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(o, !calls.empty())}};
   if (api_ == Api::kOpenAiChat) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
     if (!calls.empty()) {
@@ -264,19 +278,22 @@ void truncate_dimensions(int64_t dimensions, std::vector<float>* v) {
 }
 
 std::string base64_floats(const std::vector<float>& v) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string bytes(v.size() * 4, '\0');
   for (size_t i = 0; i < v.size(); ++i) {
     uint32_t u = 0;
     std::memcpy(&u, &v[i], 4);
-    for (int b = 0; b < 4; ++b) bytes[i * 4 + b] = static_cast<char>((u >> (8 * b)) & 0xff);  // little-endian
+    for (int b = 0; b < 4; ++b)
+      bytes[i * 4 + b] = static_cast<char>((u >> (8 * b)) & 0xff);  // little-endian
   }
   std::string out;
   out.reserve((bytes.size() + 2) / 3 * 4);
   for (size_t i = 0; i < bytes.size(); i += 3) {
     const size_t n = std::min<size_t>(3, bytes.size() - i);
     uint32_t chunk = 0;
-    for (size_t k = 0; k < n; ++k) chunk |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + k])) << (16 - 8 * k);
+    for (size_t k = 0; k < n; ++k)
+      chunk |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + k])) << (16 - 8 * k);
     for (size_t k = 0; k < 4; ++k) out += k <= n ? kAlphabet[(chunk >> (18 - 6 * k)) & 63] : '=';
   }
   return out;
@@ -289,8 +306,11 @@ std::string embed_body(const EmbedRequest& request, std::vector<std::vector<floa
     return dump_json({{"embedding", embeddings.empty() ? std::vector<float>{} : embeddings[0]}});
   }
   if (request.api == Api::kOllamaEmbed) {
-    return dump_json({{"model", request.model}, {"embeddings", embeddings}, {"total_duration", total_ns},
-                      {"load_duration", load_ns}, {"prompt_eval_count", n_tokens}});
+    return dump_json({{"model", request.model},
+                      {"embeddings", embeddings},
+                      {"total_duration", total_ns},
+                      {"load_duration", load_ns},
+                      {"prompt_eval_count", n_tokens}});
   }
   json data = json::array();
   for (size_t i = 0; i < embeddings.size(); ++i) {
@@ -302,19 +322,21 @@ std::string embed_body(const EmbedRequest& request, std::vector<std::vector<floa
     }
     data.push_back(std::move(item));
   }
-  return dump_json({{"object", "list"}, {"data", data}, {"model", request.model},
+  return dump_json({{"object", "list"},
+                    {"data", data},
+                    {"model", request.model},
                     {"usage", {{"prompt_tokens", n_tokens}, {"total_tokens", n_tokens}}}});
 }
 
 std::string version_body(std::string_view ollama_version, std::string_view hypura_version) {
-  return dump_json({{"version", std::string(ollama_version)},
-                    {"hypura_version", std::string(hypura_version)}});
+  return dump_json(
+      {{"version", std::string(ollama_version)}, {"hypura_version", std::string(hypura_version)}});
 }
 
 std::string tags_body(const ModelInfo& info) {
   const std::string modified = info.modified_at.empty() ? rfc3339(0) : info.modified_at;
-  json m = {{"name", info.name},         {"model", info.name},   {"modified_at", modified},
-            {"size", info.size_bytes},   {"digest", info.digest}, {"details", details(info)}};
+  json m = {{"name", info.name},       {"model", info.name},    {"modified_at", modified},
+            {"size", info.size_bytes}, {"digest", info.digest}, {"details", details(info)}};
   return dump_json({{"models", json::array({m})}});
 }
 
@@ -322,14 +344,10 @@ std::string ps_body(const ModelInfo& info, int64_t context) {
   if (context <= 0) return dump_json({{"models", json::array()}});
   // Loaded until a keep_alive 0 request: expires_at is far in the future, like Ollama's
   // keep_alive -1. size_vram is 0 until a GPU tier holds weights.
-  json m = {{"name", info.name},
-            {"model", info.name},
-            {"size", info.size_bytes},
-            {"digest", info.digest},
-            {"details", details(info)},
-            {"expires_at", "2318-01-01T00:00:00Z"},
-            {"size_vram", 0},
-            {"context_length", context}};
+  json m = {{"name", info.name},        {"model", info.name},
+            {"size", info.size_bytes},  {"digest", info.digest},
+            {"details", details(info)}, {"expires_at", "2318-01-01T00:00:00Z"},
+            {"size_vram", 0},           {"context_length", context}};
   return dump_json({{"models", json::array({m})}});
 }
 
@@ -347,7 +365,8 @@ std::string show_body(const ModelInfo& info, int64_t context) {
 }
 
 std::string openai_model_body(const ModelInfo& info) {
-  return dump_json({{"id", info.name}, {"object", "model"}, {"created", info.created}, {"owned_by", "hypura"}});
+  return dump_json(
+      {{"id", info.name}, {"object", "model"}, {"created", info.created}, {"owned_by", "hypura"}});
 }
 
 std::string openai_models_body(const ModelInfo& info) {

@@ -19,10 +19,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "runtime/session.h"
 #include "server/api_request.h"
@@ -51,7 +50,7 @@ std::string error_body(Api api, int http_status, std::string_view message,
 // How a generation went, for the final chunk / usage block.
 struct Outcome {
   runtime::GenerateResult result;
-  int64_t n_prompt = 0;   // prompt tokens, including those reused from the KV cache
+  int64_t n_prompt = 0;  // prompt tokens, including those reused from the KV cache
   int64_t total_ns = 0;
   int64_t load_ns = 0;
 };
@@ -91,7 +90,8 @@ class ResponseFormatter {
   void add_ollama_stats(const Outcome& outcome, nlohmann::json* j) const;
   nlohmann::json usage(const Outcome& outcome) const;
   nlohmann::json ollama_calls(const std::vector<ToolCall>& calls) const;
-  nlohmann::json openai_calls(const std::vector<ToolCall>& calls, size_t first_index, bool indexed) const;
+  nlohmann::json openai_calls(const std::vector<ToolCall>& calls, size_t first_index,
+                              bool indexed) const;
   std::string finish_reason(const Outcome& outcome, bool made_calls) const;
 
   Api api_;

@@ -2,6 +2,7 @@
 
 #include <netdb.h>
 #include <poll.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,8 +18,6 @@
 #include <thread>
 #include <vector>
 
-#include <spdlog/spdlog.h>
-
 namespace hypura::server {
 namespace {
 
@@ -33,13 +32,15 @@ enum class Phase { kIdle, kHeaders, kBusy };
 
 // Polls fd for `events` until the deadline, in slices so that a stopping server is
 // noticed. Returns 1 when ready, 0 on timeout or stop, -1 on error.
-int wait_for(int fd, short events, Clock::time_point deadline, const std::function<bool()>& running) {
+int wait_for(int fd, short events, Clock::time_point deadline,
+             const std::function<bool()>& running) {
   for (;;) {
     const auto left = deadline - Clock::now();
     if (left <= Clock::duration::zero() || !running()) return 0;
     const auto slice = std::min<Clock::duration>(left, kStopCheck);
     pollfd p{fd, events, 0};
-    const int r = ::poll(&p, 1, static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(slice).count()));
+    const int r = ::poll(
+        &p, 1, static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(slice).count()));
     if (r > 0) return 1;
     if (r < 0 && errno != EINTR) return -1;
   }
@@ -66,7 +67,10 @@ class GuardedStream : public httplib::Stream {
  public:
   GuardedStream(socket_t fd, const ConnectionLimits& limits, std::chrono::seconds write_timeout,
                 std::function<bool()> running, std::function<void()> on_headers_done)
-      : fd_(fd), limits_(limits), write_timeout_(write_timeout), running_(std::move(running)),
+      : fd_(fd),
+        limits_(limits),
+        write_timeout_(write_timeout),
+        running_(std::move(running)),
         on_headers_done_(std::move(on_headers_done)) {}
 
   // Waits up to `idle` for the first byte of a request.
@@ -114,8 +118,12 @@ class GuardedStream : public httplib::Stream {
     return n;
   }
 
-  void get_remote_ip_and_port(std::string& ip, int& port) const override { socket_address(fd_, true, ip, port); }
-  void get_local_ip_and_port(std::string& ip, int& port) const override { socket_address(fd_, false, ip, port); }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    socket_address(fd_, true, ip, port);
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    socket_address(fd_, false, ip, port);
+  }
   socket_t socket() const override { return fd_; }
 
  private:
@@ -182,7 +190,8 @@ void reject_busy(socket_t sock) {
       std::to_string(kBody.size()) + "\r\nConnection: close\r\n\r\n" + kBody;
   (void)!::send(sock, kReply.data(), kReply.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   static std::atomic<int64_t> last_warning{0};
-  const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(Clock::now().time_since_epoch()).count();
+  const int64_t now_s =
+      std::chrono::duration_cast<std::chrono::seconds>(Clock::now().time_since_epoch()).count();
   if (last_warning.exchange(now_s) != now_s) {  // at most one line a second under a flood
     spdlog::warn("too many connections: turning new ones away with 503");
   }
@@ -334,15 +343,22 @@ GuardedServer::GuardedServer(ConnectionLimits limits)
 
 GuardedServer::~GuardedServer() = default;
 
-RequestFault GuardedServer::request_fault() { return t_fault; }
-
-bool GuardedServer::raise_listen_backlog(int backlog) {
-  return running() && ::listen(svr_sock_, backlog) == 0;  // Linux updates a listening socket's backlog
+RequestFault GuardedServer::request_fault() {
+  return t_fault;
 }
 
-bool GuardedServer::running() const { return svr_sock_ != INVALID_SOCKET; }
+bool GuardedServer::raise_listen_backlog(int backlog) {
+  return running() &&
+         ::listen(svr_sock_, backlog) == 0;  // Linux updates a listening socket's backlog
+}
 
-size_t GuardedServer::busy_connections() const { return table_->count_busy(); }
+bool GuardedServer::running() const {
+  return svr_sock_ != INVALID_SOCKET;
+}
+
+size_t GuardedServer::busy_connections() const {
+  return table_->count_busy();
+}
 
 bool GuardedServer::process_and_close_socket(socket_t sock) {
   bool ok = false;
@@ -359,8 +375,9 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
 // httplib's keep-alive loop (process_server_socket_core) with our stream and phases.
 bool GuardedServer::serve_connection(socket_t sock) {
   const ConnectionTable::Id id = table_->add(sock);
-  GuardedStream strm(sock, limits_, std::chrono::seconds(write_timeout_sec_), [this] { return running(); },
-                     [&] { table_->set_phase(id, Phase::kBusy); });
+  GuardedStream strm(
+      sock, limits_, std::chrono::seconds(write_timeout_sec_), [this] { return running(); },
+      [&] { table_->set_phase(id, Phase::kBusy); });
   bool ok = false;
   for (size_t left = keep_alive_max_count_; left > 0 && running(); --left) {
     table_->set_phase(id, Phase::kIdle);

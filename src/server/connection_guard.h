@@ -29,12 +29,12 @@
 namespace hypura::server {
 
 struct ConnectionLimits {
-  size_t max_connections = 64;                       // connections served at once
+  size_t max_connections = 64;                      // connections served at once
   std::chrono::milliseconds idle_timeout{5000};     // waiting for a request (first or next)
   std::chrono::milliseconds header_timeout{10000};  // first byte of a request to its blank line
   std::chrono::milliseconds body_timeout{60000};    // the body, after the headers
-  size_t max_header_bytes = 64u << 10;               // request line + headers
-  size_t max_header_count = 100;                     // header lines
+  size_t max_header_bytes = 64u << 10;              // request line + headers
+  size_t max_header_count = 100;                    // header lines
 };
 
 // Why the request on this thread failed while its headers or body were read.

@@ -1,8 +1,8 @@
 #include "server/generation_worker.h"
 
-#include <algorithm>
-
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 namespace hypura::server {
 
@@ -14,7 +14,9 @@ runtime::GenerateResult result_with_reason(const char* reason) {
   r.done_reason = reason;
   return r;
 }
-runtime::GenerateResult cancelled_result() { return result_with_reason("cancelled"); }
+runtime::GenerateResult cancelled_result() {
+  return result_with_reason("cancelled");
+}
 }  // namespace
 
 GenerationWorker::GenerationWorker(runtime::Engine& engine, size_t max_queue, int parallel)
@@ -29,9 +31,13 @@ GenerationWorker::GenerationWorker(runtime::Engine& engine, size_t max_queue, in
   dispatcher_ = std::thread([this] { dispatch(); });
 }
 
-GenerationWorker::~GenerationWorker() { shutdown(); }
+GenerationWorker::~GenerationWorker() {
+  shutdown();
+}
 
-Status GenerationWorker::submit(std::shared_ptr<Job> job) { return queue_.push(std::move(job)); }
+Status GenerationWorker::submit(std::shared_ptr<Job> job) {
+  return queue_.push(std::move(job));
+}
 
 int64_t GenerationWorker::context() const {
   int64_t n = 0;
@@ -67,7 +73,8 @@ void GenerationWorker::dispatch() {
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] {
-        return stopping_ || std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return !s->job; });
+        return stopping_ ||
+               std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return !s->job; });
       });
       if (stopping_) return;
     }
@@ -76,7 +83,8 @@ void GenerationWorker::dispatch() {
     std::unique_lock lock(mu_);
     if (!job->is_embed() && job->prompt().empty()) {  // an unload: when every slot is idle
       cv_.wait(lock, [&] {
-        return stopping_ || std::all_of(slots_.begin(), slots_.end(), [](const auto& s) { return !s->job; });
+        return stopping_ ||
+               std::all_of(slots_.begin(), slots_.end(), [](const auto& s) { return !s->job; });
       });
       if (!stopping_) unload_idle();
       job->mark_started();
@@ -175,7 +183,8 @@ Result<runtime::GenerateResult> GenerationWorker::generate(Slot& slot, Job& job)
     job.push_piece(piece);
     return !job.cancelled();
   };
-  Result<runtime::GenerateResult> result = slot.session->generate(job.prompt(), job.options(), on_piece);
+  Result<runtime::GenerateResult> result =
+      slot.session->generate(job.prompt(), job.options(), on_piece);
   if (!result.is_ok()) {
     // The KV cache may hold a half-processed prompt; start the next request clean.
     spdlog::warn("generation failed: {}", result.status().message());

@@ -11,13 +11,15 @@ namespace {
 
 std::string lower(std::string_view s) {
   std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   return out;
 }
 
 // Whether `list` holds `item`, ignoring case.
 bool contains(const std::vector<std::string>& list, const std::string& item) {
-  return std::any_of(list.begin(), list.end(), [&](const std::string& e) { return lower(e) == item; });
+  return std::any_of(list.begin(), list.end(),
+                     [&](const std::string& e) { return lower(e) == item; });
 }
 
 // The host part of "host", "host:port", "[v6]" or "[v6]:port", lower case, brackets
@@ -28,8 +30,9 @@ std::string host_part(std::string_view authority) {
   if (!host.empty() && host.front() == '[') {
     const size_t close = host.find(']');
     host = close == std::string_view::npos ? host.substr(1) : host.substr(1, close - 1);
-  } else if (const size_t colon = host.find(':'); colon != std::string_view::npos &&
-                                                  host.find(':', colon + 1) == std::string_view::npos) {
+  } else if (const size_t colon = host.find(':');
+             colon != std::string_view::npos &&
+             host.find(':', colon + 1) == std::string_view::npos) {
     host = host.substr(0, colon);
   }
   if (!host.empty() && host.back() == '.') host.remove_suffix(1);
@@ -44,7 +47,7 @@ bool is_ip_literal(const std::string& host, bool* loopback) {
   }
   if (inet_pton(AF_INET6, host.c_str(), addr.data()) == 1) {
     static constexpr std::array<unsigned char, 16> kV6Loopback{0, 0, 0, 0, 0, 0, 0, 0,
-                                                                0, 0, 0, 0, 0, 0, 0, 1};
+                                                               0, 0, 0, 0, 0, 0, 0, 1};
     *loopback = addr == kV6Loopback;
     return true;
   }
@@ -54,7 +57,8 @@ bool is_ip_literal(const std::string& host, bool* loopback) {
 bool is_localhost_name(const std::string& host) {
   constexpr std::string_view kSuffix = ".localhost";
   return host == "localhost" ||
-         (host.size() > kSuffix.size() && host.compare(host.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0);
+         (host.size() > kSuffix.size() &&
+          host.compare(host.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0);
 }
 
 bool is_bind_host(const HostPolicy& policy, const std::string& host) {
@@ -76,8 +80,10 @@ bool glob_match(std::string_view pattern, std::string_view text) {
   // Greedy matching with one backtrack point (the last '*'), so a match costs at most
   // |pattern| x |text| steps. A '*' never spans a '/'.
   size_t p = 0, t = 0, star = std::string_view::npos, resume = 0;
-  const auto eq = [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) ==
-                                              std::tolower(static_cast<unsigned char>(b)); };
+  const auto eq = [](char a, char b) {
+    return std::tolower(static_cast<unsigned char>(a)) ==
+           std::tolower(static_cast<unsigned char>(b));
+  };
   while (t < text.size()) {
     if (p < pattern.size() && pattern[p] == '*') {
       star = p++;
@@ -96,7 +102,8 @@ bool glob_match(std::string_view pattern, std::string_view text) {
   return p == pattern.size();
 }
 
-std::vector<std::pair<std::string, std::string>> cors_headers(std::string_view origin, bool preflight,
+std::vector<std::pair<std::string, std::string>> cors_headers(std::string_view origin,
+                                                              bool preflight,
                                                               std::string_view request_headers) {
   std::vector<std::pair<std::string, std::string>> h;
   if (origin.empty()) return h;
@@ -106,9 +113,10 @@ std::vector<std::pair<std::string, std::string>> cors_headers(std::string_view o
     h.emplace_back("Access-Control-Allow-Methods", "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS");
     // What the Ollama and OpenAI browser clients send (authorization, x-stainless-*, ...).
     h.emplace_back("Access-Control-Allow-Headers",
-                   request_headers.empty() ? std::string("Authorization, Content-Type, User-Agent, Accept, "
-                                                         "X-Requested-With")
-                                           : std::string(request_headers));
+                   request_headers.empty()
+                       ? std::string("Authorization, Content-Type, User-Agent, Accept, "
+                                     "X-Requested-With")
+                       : std::string(request_headers));
     h.emplace_back("Access-Control-Max-Age", "43200");
   }
   return h;
@@ -121,7 +129,8 @@ bool origin_allowed(const HostPolicy& policy, std::string_view origin_header) {
     if (pattern == "*" || glob_match(pattern, origin)) return true;
   }
   // Desktop and editor apps (Ollama's defaults): their pages have these schemes.
-  for (std::string_view scheme : {"app://", "file://", "tauri://", "vscode-webview://", "vscode-file://"}) {
+  for (std::string_view scheme :
+       {"app://", "file://", "tauri://", "vscode-webview://", "vscode-file://"}) {
     if (origin.starts_with(scheme)) return true;
   }
   size_t authority = 0;
@@ -134,7 +143,8 @@ bool origin_allowed(const HostPolicy& policy, std::string_view origin_header) {
   }
   const std::string host = host_part(std::string_view(origin).substr(authority));
   bool loopback = false;
-  return (is_ip_literal(host, &loopback) && loopback) || is_localhost_name(host) || is_bind_host(policy, host);
+  return (is_ip_literal(host, &loopback) && loopback) || is_localhost_name(host) ||
+         is_bind_host(policy, host);
 }
 
 }  // namespace hypura::server

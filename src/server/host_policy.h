@@ -42,7 +42,8 @@ bool glob_match(std::string_view pattern, std::string_view text);
 // The CORS headers of a response to an allowed Origin (empty when there is none); for a
 // preflight (OPTIONS) also the methods and headers a request may use, echoing
 // Access-Control-Request-Headers.
-std::vector<std::pair<std::string, std::string>> cors_headers(std::string_view origin, bool preflight,
+std::vector<std::pair<std::string, std::string>> cors_headers(std::string_view origin,
+                                                              bool preflight,
                                                               std::string_view request_headers);
 
 }  // namespace hypura::server

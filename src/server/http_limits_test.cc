@@ -60,7 +60,9 @@ class RawConnection {
   bool closed_ = false;
 };
 
-std::string status_line(const std::string& reply) { return reply.substr(0, reply.find("\r\n")); }
+std::string status_line(const std::string& reply) {
+  return reply.substr(0, reply.find("\r\n"));
+}
 
 class LimitsTest : public ServerTest {
  protected:
@@ -114,11 +116,13 @@ TEST_F(LimitsTest, TooManyOrTooLargeHeadersGet431) {
   for (auto [count, size] : {std::pair{1000, 8}, std::pair{20, 8000}}) {
     RawConnection c(server_->port());
     std::string request = "GET /api/version HTTP/1.1\r\nHost: 127.0.0.1\r\n";
-    for (int i = 0; i < count; ++i) request += "X-H" + std::to_string(i) + ": " + std::string(size, 'b') + "\r\n";
+    for (int i = 0; i < count; ++i)
+      request += "X-H" + std::to_string(i) + ": " + std::string(size, 'b') + "\r\n";
     c.send(request + "\r\n");
     const std::string reply = c.receive(milliseconds(3000));
     EXPECT_EQ(status_line(reply), "HTTP/1.1 431 Request Header Fields Too Large") << count;
-    EXPECT_NE(reply.find("request headers are larger than 65536 bytes or 100 lines"), std::string::npos);
+    EXPECT_NE(reply.find("request headers are larger than 65536 bytes or 100 lines"),
+              std::string::npos);
   }
   // Within the budget: fine.
   RawConnection ok(server_->port());
@@ -140,7 +144,8 @@ TEST_F(LimitsTest, FullServerEvictsIdleConnectionsThenAnswers503) {
     std::this_thread::sleep_for(milliseconds(200));
     expect_version_answers();
   }
-  auto busy = open(10, "POST /api/show HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{");
+  auto busy =
+      open(10, "POST /api/show HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{");
   // On a loaded machine the server may take a while to read the busy connections' headers
   // (until then they are evictable, as any connection still sending headers).
   for (int i = 0; i < 200 && server_->busy_connections() < 10; ++i) {
@@ -179,19 +184,21 @@ TEST_F(LimitsTest, AllowFlagsWidenTheHostAndOriginPolicy) {
   options.allowed_hosts = {"box.lan"};
   options.allowed_origins = {"https://App.Example"};
   start({}, options);
-  auto res = client().Get("/api/version", {{"Host", "BOX.lan:8080"}, {"Origin", "https://app.example"}});
+  auto res =
+      client().Get("/api/version", {{"Host", "BOX.lan:8080"}, {"Origin", "https://app.example"}});
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200);
 }
 
 TEST(HostPolicy, Hosts) {
   HostPolicy p{"myhost", {}, {}};
-  for (const char* ok : {"", "127.0.0.1", "127.0.0.1:8080", "[::1]:80", "::1", "localhost",
-                         "LOCALHOST:1", "a.localhost", "localhost.", "192.168.1.5:11434", "myhost:1"}) {
+  for (const char* ok :
+       {"", "127.0.0.1", "127.0.0.1:8080", "[::1]:80", "::1", "localhost", "LOCALHOST:1",
+        "a.localhost", "localhost.", "192.168.1.5:11434", "myhost:1"}) {
     EXPECT_TRUE(host_allowed(p, ok)) << ok;
   }
-  for (const char* bad : {"evil.example", "evil.example:8080", "localhost.evil.example", "myhost.evil",
-                          "127.0.0.1.nip.io"}) {
+  for (const char* bad : {"evil.example", "evil.example:8080", "localhost.evil.example",
+                          "myhost.evil", "127.0.0.1.nip.io"}) {
     EXPECT_FALSE(host_allowed(p, bad)) << bad;
   }
   EXPECT_TRUE(host_allowed(HostPolicy{"127.0.0.1", {"*"}, {}}, "evil.example"));
@@ -199,16 +206,19 @@ TEST(HostPolicy, Hosts) {
 
 TEST(HostPolicy, Origins) {
   HostPolicy p{"0.0.0.0", {}, {"https://*.chat.example", "http://exact.example:8080"}};
-  // Ollama's defaults: loopback pages and the desktop/editor apps' schemes; then the flag's patterns.
-  for (const char* ok : {"", "http://localhost:3000", "https://127.0.0.1", "http://[::1]:8080",
-                         "http://app.localhost", "vscode-webview://abc", "file://", "app://obsidian.md",
-                         "tauri://localhost", "vscode-file://vscode-app", "https://ui.chat.example",
-                         "HTTPS://UI.Chat.Example", "http://exact.example:8080"}) {
+  // Ollama's defaults: loopback pages and the desktop/editor apps' schemes; then the flag's
+  // patterns.
+  for (const char* ok :
+       {"", "http://localhost:3000", "https://127.0.0.1", "http://[::1]:8080",
+        "http://app.localhost", "vscode-webview://abc", "file://", "app://obsidian.md",
+        "tauri://localhost", "vscode-file://vscode-app", "https://ui.chat.example",
+        "HTTPS://UI.Chat.Example", "http://exact.example:8080"}) {
     EXPECT_TRUE(origin_allowed(p, ok)) << ok;
   }
   for (const char* bad : {"null", "https://evil.example", "http://192.168.1.5", "http://0.0.0.0",
-                          "http://localhost.evil.example", "chrome-extension://abc", "https://chat.example",
-                          "http://ui.chat.example", "http://exact.example:8081", "https://evil.example/.chat.example"}) {
+                          "http://localhost.evil.example", "chrome-extension://abc",
+                          "https://chat.example", "http://ui.chat.example",
+                          "http://exact.example:8081", "https://evil.example/.chat.example"}) {
     EXPECT_FALSE(origin_allowed(p, bad)) << bad;
   }
   EXPECT_TRUE(origin_allowed(HostPolicy{"10.0.0.2", {}, {}}, "http://10.0.0.2:8080"));
@@ -229,10 +239,12 @@ TEST(HostPolicy, CorsHeaders) {
   EXPECT_TRUE(cors_headers("", true, "").empty());  // no Origin: not a browser, no CORS
   auto h = cors_headers("http://localhost:3000", false, "");
   ASSERT_EQ(h.size(), 2u);
-  EXPECT_EQ(h[0], std::make_pair(std::string("Access-Control-Allow-Origin"), std::string("http://localhost:3000")));
+  EXPECT_EQ(h[0], std::make_pair(std::string("Access-Control-Allow-Origin"),
+                                 std::string("http://localhost:3000")));
   h = cors_headers("app://x", true, "authorization, x-stainless-os");
   bool echoed = false;
-  for (const auto& [name, value] : h) echoed |= name == "Access-Control-Allow-Headers" && value == "authorization, x-stainless-os";
+  for (const auto& [name, value] : h)
+    echoed |= name == "Access-Control-Allow-Headers" && value == "authorization, x-stainless-os";
   EXPECT_TRUE(echoed);
 }
 

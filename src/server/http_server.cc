@@ -38,13 +38,16 @@ struct RequestLog {
 };
 thread_local RequestLog t_log{Clock::now(), {}};  // reset after each request by the logger
 
-bool is_openai_path(const std::string& path) { return path.rfind("/v1/", 0) == 0; }
+bool is_openai_path(const std::string& path) {
+  return path.rfind("/v1/", 0) == 0;
+}
 
 // The server's ConnectionLimits: enough connections for every request that can be in
 // flight (queue + running) plus a few for listings and health checks.
 ConnectionLimits connection_limits(const ServerOptions& o) {
   ConnectionLimits limits = o.connections;
-  limits.max_connections = std::max(limits.max_connections, o.max_queue + static_cast<size_t>(o.parallel) + 8);
+  limits.max_connections =
+      std::max(limits.max_connections, o.max_queue + static_cast<size_t>(o.parallel) + 8);
   return limits;
 }
 
@@ -55,12 +58,12 @@ struct Exchange {
   bool stream;
   int64_t n_prompt;
   bool started = false;
-  std::string text;  // non-streaming: the pieces so far
+  std::string text;             // non-streaming: the pieces so far
   size_t dropped_messages = 0;  // oldest chat messages left out to fit the context
   bool tools = false;           // the request offered tools: the reply is parsed for calls
   ToolCallParser parser{};
   std::vector<ToolCall> calls{};  // non-streaming: the calls so far
-  size_t n_calls = 0;           // calls made so far
+  size_t n_calls = 0;             // calls made so far
 };
 
 // The names of the tools a request offers (its "tools", validated by the parser).
@@ -84,9 +87,12 @@ ModelInfo with_capabilities(ModelInfo info, const runtime::Engine& engine) {
 
 struct HttpServer::Impl {
   Impl(runtime::Engine& engine, ModelInfo info, ServerOptions options)
-      : engine(engine), info(with_capabilities(std::move(info), engine)), options(std::move(options)),
+      : engine(engine),
+        info(with_capabilities(std::move(info), engine)),
+        options(std::move(options)),
         policy{this->options.host, this->options.allowed_hosts, this->options.allowed_origins},
-        svr(connection_limits(this->options)), worker(engine, this->options.max_queue, this->options.parallel),
+        svr(connection_limits(this->options)),
+        worker(engine, this->options.max_queue, this->options.parallel),
         seeds(std::random_device{}()) {}
 
   void setup();
@@ -97,15 +103,17 @@ struct HttpServer::Impl {
   bool model_matches(const std::string& requested) const;
   void reply_error(httplib::Response& res, Api api, int status, const std::string& message);
   void handle_generation(Api api, const httplib::Request& req, httplib::Response& res);
-  void respond_now(const GenerationRequest& request, const ResponseFormatter& fmt,
-                   int64_t n_prompt, httplib::Response& res);
+  void respond_now(const GenerationRequest& request, const ResponseFormatter& fmt, int64_t n_prompt,
+                   httplib::Response& res);
   void handle_embed(Api api, const httplib::Request& req, httplib::Response& res);
-  Result<std::vector<std::vector<int32_t>>> embed_inputs(const EmbedRequest& request, int64_t n_ctx);
+  Result<std::vector<std::vector<int32_t>>> embed_inputs(const EmbedRequest& request,
+                                                         int64_t n_ctx);
   void unload_now(Api api, const httplib::Request& req, const ResponseFormatter& fmt,
                   httplib::Response& res);
   void start_exchange(std::shared_ptr<Exchange> ex, httplib::Response& res);
   bool pump(Exchange& ex, httplib::DataSink& sink);
-  bool forward(Exchange& ex, httplib::DataSink& sink, std::string text, std::vector<ToolCall> calls);
+  bool forward(Exchange& ex, httplib::DataSink& sink, std::string text,
+               std::vector<ToolCall> calls);
   bool finish_exchange(Exchange& ex, httplib::DataSink& sink);
   uint64_t fresh_seed();
 
@@ -130,7 +138,9 @@ HttpServer::HttpServer(runtime::Engine& engine, ModelInfo info, ServerOptions op
   impl_->setup();
 }
 
-HttpServer::~HttpServer() { shutdown(); }
+HttpServer::~HttpServer() {
+  shutdown();
+}
 
 Status HttpServer::bind() {
   Impl& s = *impl_;
@@ -139,8 +149,8 @@ Status HttpServer::bind() {
     if (s.port <= 0) return io_error("cannot bind " + s.options.host + " to any port");
   } else {
     if (!s.svr.bind_to_port(s.options.host, s.options.port)) {
-      return io_error("cannot listen on " + s.options.host + ":" +
-                      std::to_string(s.options.port) + " (in use, or not a local address)");
+      return io_error("cannot listen on " + s.options.host + ":" + std::to_string(s.options.port) +
+                      " (in use, or not a local address)");
     }
     s.port = s.options.port;
   }
@@ -148,11 +158,17 @@ Status HttpServer::bind() {
   return Status::ok();
 }
 
-int HttpServer::port() const { return impl_->port; }
+int HttpServer::port() const {
+  return impl_->port;
+}
 
-size_t HttpServer::busy_connections() const { return impl_->svr.busy_connections(); }
+size_t HttpServer::busy_connections() const {
+  return impl_->svr.busy_connections();
+}
 
-void HttpServer::run() { impl_->svr.listen_after_bind(); }
+void HttpServer::run() {
+  impl_->svr.listen_after_bind();
+}
 
 void HttpServer::shutdown() {
   Impl& s = *impl_;
@@ -187,8 +203,9 @@ void HttpServer::Impl::setup_hooks() {
     std::string message = "HTTP error " + std::to_string(res.status);
     if (GuardedServer::request_fault() == RequestFault::kHeadersTooLarge) {
       res.status = 431;
-      message = "request headers are larger than " + std::to_string(options.connections.max_header_bytes) +
-                " bytes or " + std::to_string(options.connections.max_header_count) + " lines";
+      message = "request headers are larger than " +
+                std::to_string(options.connections.max_header_bytes) + " bytes or " +
+                std::to_string(options.connections.max_header_count) + " lines";
     } else if (GuardedServer::request_fault() == RequestFault::kTimeout) {
       res.status = 408;
       message = "request not received in time";
@@ -202,19 +219,19 @@ void HttpServer::Impl::setup_hooks() {
     }
     res.set_content(error_body(dialect, res.status, message), "application/json");
   });
-  svr.set_exception_handler([](const httplib::Request& req, httplib::Response& res,
-                               std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    spdlog::error("{} {}: {}", req.method, log_escape(req.path), log_escape(what));
-    res.status = 500;
-    res.set_content(ollama_error(what), "application/json");
-  });
+  svr.set_exception_handler(
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        spdlog::error("{} {}: {}", req.method, log_escape(req.path), log_escape(what));
+        res.status = 500;
+        res.set_content(ollama_error(what), "application/json");
+      });
   svr.set_logger([](const httplib::Request& req, const httplib::Response& res) {
     double ms = std::chrono::duration<double, std::milli>(Clock::now() - t_log.start).count();
     spdlog::info("{} \"{} {}\" {} {:.1f}ms{}{}", req.remote_addr, log_escape(req.method),
@@ -231,7 +248,8 @@ bool HttpServer::Impl::pre_route(const httplib::Request& req, httplib::Response&
   if (refuse_foreign(req, res)) return true;
   const std::string origin = req.get_header_value("Origin");
   const bool preflight = req.method == "OPTIONS";
-  for (auto& [name, value] : cors_headers(origin, preflight, req.get_header_value("Access-Control-Request-Headers"))) {
+  for (auto& [name, value] :
+       cors_headers(origin, preflight, req.get_header_value("Access-Control-Request-Headers"))) {
     res.set_header(name.c_str(), value);
   }
   if (preflight) {
@@ -245,7 +263,8 @@ bool HttpServer::Impl::pre_route(const httplib::Request& req, httplib::Response&
   auto& headers = const_cast<httplib::Request&>(req).headers;
   auto [first, last] = headers.equal_range("Content-Type");  // names compare ignoring case
   for (auto it = first; it != last; ++it) {
-    if (it->second.starts_with("application/x-www-form-urlencoded")) it->second = "application/json";
+    if (it->second.starts_with("application/x-www-form-urlencoded"))
+      it->second = "application/json";
   }
   return false;
 }
@@ -255,13 +274,15 @@ bool HttpServer::Impl::pre_route(const httplib::Request& req, httplib::Response&
 bool HttpServer::Impl::refuse_foreign(const httplib::Request& req, httplib::Response& res) {
   const Api dialect = is_openai_path(req.path) ? Api::kOpenAiChat : Api::kOllamaChat;
   if (!host_allowed(policy, req.get_header_value("Host"))) {
-    reply_error(res, dialect, 403, "Host \"" + req.get_header_value("Host") +
-                                       "\" is not allowed (hypura serve --allow-host NAME)");
+    reply_error(res, dialect, 403,
+                "Host \"" + req.get_header_value("Host") +
+                    "\" is not allowed (hypura serve --allow-host NAME)");
     return true;
   }
   if (!origin_allowed(policy, req.get_header_value("Origin"))) {
-    reply_error(res, dialect, 403, "Origin \"" + req.get_header_value("Origin") +
-                                       "\" is not allowed (hypura serve --allow-origin ORIGIN)");
+    reply_error(res, dialect, 403,
+                "Origin \"" + req.get_header_value("Origin") +
+                    "\" is not allowed (hypura serve --allow-origin ORIGIN)");
     return true;
   }
   return false;
@@ -317,7 +338,8 @@ void HttpServer::Impl::setup_routes() {
       {"/v1/embeddings", Api::kOpenAiEmbeddings},
   };
   for (const auto& [path, api] : embed_routes) {
-    svr.Post(path, [this, api = api](const Request& req, Response& res) { handle_embed(api, req, res); });
+    svr.Post(path,
+             [this, api = api](const Request& req, Response& res) { handle_embed(api, req, res); });
   }
 }
 
@@ -348,13 +370,13 @@ void HttpServer::Impl::handle_generation(Api api, const httplib::Request& req,
                        "model \"" + request.model + "\" not found, try pulling it first");
   }
   const uint64_t id = next_id.fetch_add(1);
-  ResponseFormatter fmt(api, request.model, request.include_usage,
-                        std::string(api == Api::kOpenAiChat ? "chatcmpl-" : "cmpl-") +
-                            std::to_string(id),
-                        now_unix_seconds());
-  const bool load_only = (api == Api::kOllamaChat && request.messages.empty()) ||
-                         (api == Api::kOllamaGenerate && request.prompt.empty() &&
-                          request.system.empty());
+  ResponseFormatter fmt(
+      api, request.model, request.include_usage,
+      std::string(api == Api::kOpenAiChat ? "chatcmpl-" : "cmpl-") + std::to_string(id),
+      now_unix_seconds());
+  const bool load_only =
+      (api == Api::kOllamaChat && request.messages.empty()) ||
+      (api == Api::kOllamaGenerate && request.prompt.empty() && request.system.empty());
   if (load_only) {  // Ollama clients "load" (or with keep_alive 0 unload) with an empty request
     if (request.unload) return unload_now(api, req, fmt, res);
     res.set_content(fmt.load_response(), "application/json");
@@ -364,22 +386,26 @@ void HttpServer::Impl::handle_generation(Api api, const httplib::Request& req,
   Result<PreparedPrompt> prompt = prepare_prompt(engine, request, &too_long);
   if (!prompt.is_ok()) {
     res.status = 400;
-    res.set_content(error_body(api, 400, prompt.status().message(), too_long ? "context_length_exceeded" : ""),
-                    "application/json");
+    res.set_content(
+        error_body(api, 400, prompt.status().message(), too_long ? "context_length_exceeded" : ""),
+        "application/json");
     t_log.detail = prompt.status().message();
     return;
   }
   const int64_t n_prompt = static_cast<int64_t>(prompt->tokens.size());
-  Result<runtime::GenerateOptions> gen = generate_options(request, n_prompt, prompt->n_ctx, fresh_seed());
+  Result<runtime::GenerateOptions> gen =
+      generate_options(request, n_prompt, prompt->n_ctx, fresh_seed());
   if (!gen.is_ok()) return reply_error(res, api, 400, gen.status().message());
   if (gen->max_tokens == 0) return respond_now(request, fmt, n_prompt, res);
 
-  auto job = std::make_shared<Job>(req.remote_addr, std::move(prompt->tokens), std::move(gen).value());
+  auto job =
+      std::make_shared<Job>(req.remote_addr, std::move(prompt->tokens), std::move(gen).value());
   job->set_context(prompt->n_ctx);
   job->set_unload(request.unload);
   Status submitted = worker.submit(job);
   if (!submitted.is_ok()) return reply_error(res, api, 503, submitted.message());
-  auto ex = std::make_shared<Exchange>(Exchange{job, std::move(fmt), request.stream, n_prompt, false, {}});
+  auto ex = std::make_shared<Exchange>(
+      Exchange{job, std::move(fmt), request.stream, n_prompt, false, {}});
   ex->dropped_messages = prompt->dropped_messages;
   ex->tools = !request.tools.empty();
   if (ex->tools) ex->parser = ToolCallParser(tool_names(request.tools));
@@ -387,8 +413,8 @@ void HttpServer::Impl::handle_generation(Api api, const httplib::Request& req,
 }
 
 // Token ids of each input, cut to n_ctx when request.truncate (else a 400).
-Result<std::vector<std::vector<int32_t>>> HttpServer::Impl::embed_inputs(const EmbedRequest& request,
-                                                                         int64_t n_ctx) {
+Result<std::vector<std::vector<int32_t>>> HttpServer::Impl::embed_inputs(
+    const EmbedRequest& request, int64_t n_ctx) {
   std::vector<std::vector<int32_t>> inputs = request.token_inputs;
   for (const std::string& text : request.texts) inputs.push_back(engine.tokenize(text, true));
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -396,15 +422,16 @@ Result<std::vector<std::vector<int32_t>>> HttpServer::Impl::embed_inputs(const E
     if (t.empty()) return invalid_argument("\"input\"[" + std::to_string(i) + "] is empty");
     for (int32_t id : t) {
       if (id >= engine.n_vocab()) {
-        return invalid_argument("\"input\"[" + std::to_string(i) + "]: token id " + std::to_string(id) +
-                                " is not in the vocabulary");
+        return invalid_argument("\"input\"[" + std::to_string(i) + "]: token id " +
+                                std::to_string(id) + " is not in the vocabulary");
       }
     }
     if (static_cast<int64_t>(t.size()) <= n_ctx) continue;
     if (!request.truncate || request.api == Api::kOpenAiEmbeddings) {
-      return invalid_argument("\"input\"[" + std::to_string(i) + "] is " + std::to_string(t.size()) +
-                              " tokens but the context window holds " + std::to_string(n_ctx) +
-                              (request.api == Api::kOllamaEmbed ? " (truncate: true cuts it)" : ""));
+      return invalid_argument(
+          "\"input\"[" + std::to_string(i) + "] is " + std::to_string(t.size()) +
+          " tokens but the context window holds " + std::to_string(n_ctx) +
+          (request.api == Api::kOllamaEmbed ? " (truncate: true cuts it)" : ""));
     }
     t.resize(static_cast<size_t>(n_ctx));
   }
@@ -416,20 +443,24 @@ void HttpServer::Impl::handle_embed(Api api, const httplib::Request& req, httpli
   if (!parsed.is_ok()) return reply_error(res, api, 400, parsed.status().message());
   const EmbedRequest& request = *parsed;
   if (!model_matches(request.model)) {
-    return reply_error(res, api, 404, "model \"" + request.model + "\" not found, try pulling it first");
+    return reply_error(res, api, 404,
+                       "model \"" + request.model + "\" not found, try pulling it first");
   }
-  const int64_t n_ctx = request.num_ctx > 0 ? std::min(request.num_ctx, engine.max_context()) : engine.n_ctx();
+  const int64_t n_ctx =
+      request.num_ctx > 0 ? std::min(request.num_ctx, engine.max_context()) : engine.n_ctx();
   Result<std::vector<std::vector<int32_t>>> inputs = embed_inputs(request, n_ctx);
   if (!inputs.is_ok()) return reply_error(res, api, 400, inputs.status().message());
   int64_t n_tokens = 0;
   for (const auto& t : *inputs) n_tokens += static_cast<int64_t>(t.size());
   std::vector<std::vector<float>> embeddings;
   if (!inputs->empty()) {
-    auto job = std::make_shared<Job>(req.remote_addr, std::vector<int32_t>{}, runtime::GenerateOptions{});
+    auto job =
+        std::make_shared<Job>(req.remote_addr, std::vector<int32_t>{}, runtime::GenerateOptions{});
     job->set_embed(std::move(inputs).value(), engine.pooling());
     job->set_context(n_ctx);
     job->set_unload(request.unload);
-    if (Status st = worker.submit(job); !st.is_ok()) return reply_error(res, api, 503, st.message());
+    if (Status st = worker.submit(job); !st.is_ok())
+      return reply_error(res, api, 503, st.message());
     while (!job->wait(kPollInterval).done) {
     }
     const Result<runtime::GenerateResult>& result = job->result();
@@ -437,18 +468,21 @@ void HttpServer::Impl::handle_embed(Api api, const httplib::Request& req, httpli
     if (result->done_reason == "cancelled") return reply_error(res, api, 503, job->cancel_reason());
     embeddings = job->take_embeddings();
     t_log.detail = fmt::format("embed inputs={} tokens={}", embeddings.size(), n_tokens);
-    res.set_content(embed_body(request, std::move(embeddings), n_tokens, ns_between(t_log.start, Clock::now()),
-                               ns_between(t_log.start, job->started())),
-                    "application/json");
+    res.set_content(
+        embed_body(request, std::move(embeddings), n_tokens, ns_between(t_log.start, Clock::now()),
+                   ns_between(t_log.start, job->started())),
+        "application/json");
     return;
   }
-  res.set_content(embed_body(request, {}, 0, ns_between(t_log.start, Clock::now()), 0), "application/json");
+  res.set_content(embed_body(request, {}, 0, ns_between(t_log.start, Clock::now()), 0),
+                  "application/json");
 }
 
 // keep_alive 0 with nothing to generate: unload in queue order, then answer.
-void HttpServer::Impl::unload_now(Api api, const httplib::Request& req, const ResponseFormatter& fmt,
-                                  httplib::Response& res) {
-  auto job = std::make_shared<Job>(req.remote_addr, std::vector<int32_t>{}, runtime::GenerateOptions{});
+void HttpServer::Impl::unload_now(Api api, const httplib::Request& req,
+                                  const ResponseFormatter& fmt, httplib::Response& res) {
+  auto job =
+      std::make_shared<Job>(req.remote_addr, std::vector<int32_t>{}, runtime::GenerateOptions{});
   if (Status st = worker.submit(job); !st.is_ok()) return reply_error(res, api, 503, st.message());
   while (!job->wait(kPollInterval).done) {
   }
@@ -535,7 +569,8 @@ bool HttpServer::Impl::finish_exchange(Exchange& ex, httplib::DataSink& sink) {
     ToolCallParser::Output out = ex.parser.finish();
     if (!forward(ex, sink, std::move(out.text), std::move(out.calls))) return false;
     // A reply that calls tools has no content besides the whitespace around its calls.
-    if (ex.n_calls > 0 && ex.text.find_first_not_of(" \t\r\n") == std::string::npos) ex.text.clear();
+    if (ex.n_calls > 0 && ex.text.find_first_not_of(" \t\r\n") == std::string::npos)
+      ex.text.clear();
   }
   const Job& job = *ex.job;
   const Result<runtime::GenerateResult>& result = job.result();
@@ -547,14 +582,18 @@ bool HttpServer::Impl::finish_exchange(Exchange& ex, httplib::DataSink& sink) {
   } else {
     Outcome outcome{*result, ex.n_prompt, ns_between(t_log.start, job.finished()),
                     ns_between(t_log.start, job.started())};
-    body = ex.stream ? ex.fmt.stream_end(outcome, ex.n_calls > 0) : ex.fmt.full(ex.text, outcome, ex.calls);
-    const double tok_s = result->generate_seconds > 0 ? result->generated_tokens / result->generate_seconds : 0;
+    body = ex.stream ? ex.fmt.stream_end(outcome, ex.n_calls > 0)
+                     : ex.fmt.full(ex.text, outcome, ex.calls);
+    const double tok_s =
+        result->generate_seconds > 0 ? result->generated_tokens / result->generate_seconds : 0;
     t_log.detail = fmt::format("prompt={} (reused {}) eval={} {:.1f} tok/s done={} ctx={}",
-                               ex.n_prompt, result->prompt_tokens_reused,
-                               result->generated_tokens, tok_s, result->done_reason, job.context());
-    if (ex.dropped_messages > 0) t_log.detail += fmt::format(" dropped={} messages", ex.dropped_messages);
+                               ex.n_prompt, result->prompt_tokens_reused, result->generated_tokens,
+                               tok_s, result->done_reason, job.context());
+    if (ex.dropped_messages > 0)
+      t_log.detail += fmt::format(" dropped={} messages", ex.dropped_messages);
     if (result->grammar_seconds > 0 && result->generated_tokens > 0) {
-      t_log.detail += fmt::format(" mask={:.2f}ms/token", 1e3 * result->grammar_seconds / result->generated_tokens);
+      t_log.detail += fmt::format(" mask={:.2f}ms/token",
+                                  1e3 * result->grammar_seconds / result->generated_tokens);
     }
   }
   if (!sink.write(body.data(), body.size())) return false;

@@ -45,11 +45,11 @@ namespace hypura::server {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                        // 0: any free port (tests)
-  size_t max_queue = 16;                  // requests waiting behind the running ones
-  int parallel = 1;                       // requests generated at once (one batch)
-  size_t max_body_bytes = 4u << 20;       // larger request bodies get 400
-  ConnectionLimits connections;           // raised to max_queue + 9 connections if lower
+  int port = 8080;                           // 0: any free port (tests)
+  size_t max_queue = 16;                     // requests waiting behind the running ones
+  int parallel = 1;                          // requests generated at once (one batch)
+  size_t max_body_bytes = 4u << 20;          // larger request bodies get 400
+  ConnectionLimits connections;              // raised to max_queue + 9 connections if lower
   std::vector<std::string> allowed_hosts;    // --allow-host: more Host names ("*": any)
   std::vector<std::string> allowed_origins;  // --allow-origin: more Origins ("*": any)
 };

@@ -32,7 +32,9 @@ std::vector<json> ndjson(const std::string& body) {
 }
 
 json chat_body(bool stream, const std::string& content = "hi") {
-  return {{"model", "fake"}, {"stream", stream}, {"options", {{"temperature", 0}}},
+  return {{"model", "fake"},
+          {"stream", stream},
+          {"options", {{"temperature", 0}}},
           {"messages", json::array({{{"role", "user"}, {"content", content}}})}};
 }
 
@@ -99,7 +101,9 @@ TEST_F(ServerTest, ChatStreamMatchesNonStreamAndHasStats) {
 
 TEST_F(ServerTest, GenerateHonoursNumPredictStopAndSeed) {
   start();
-  json body = {{"model", "fake"}, {"prompt", "once"}, {"stream", false},
+  json body = {{"model", "fake"},
+               {"prompt", "once"},
+               {"stream", false},
                {"options", {{"num_predict", 3}, {"temperature", 0.8}, {"seed", 5}}}};
   json a = json::parse(post("/api/generate", body)->body);
   EXPECT_EQ(a["eval_count"], 3);
@@ -142,7 +146,9 @@ TEST_F(ServerTest, ChatReusesTheKvPrefix) {
 
 TEST_F(ServerTest, OpenAiChatSseWithUsage) {
   start();
-  json body = {{"model", "fake:latest"}, {"stream", true}, {"temperature", 0},
+  json body = {{"model", "fake:latest"},
+               {"stream", true},
+               {"temperature", 0},
                {"stream_options", {{"include_usage", true}}},
                {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}};
   auto res = post("/v1/chat/completions", body);
@@ -167,7 +173,8 @@ TEST_F(ServerTest, OpenAiChatSseWithUsage) {
   EXPECT_EQ(joined, text);
   EXPECT_EQ(usage["completion_tokens"], whole["usage"]["completion_tokens"]);
   EXPECT_EQ(usage["prompt_tokens"], whole["usage"]["prompt_tokens"]);
-  json cmpl = json::parse(post("/v1/completions", {{"model", "fake"}, {"prompt", "x"}, {"max_tokens", 2}})->body);
+  json cmpl = json::parse(
+      post("/v1/completions", {{"model", "fake"}, {"prompt", "x"}, {"max_tokens", 2}})->body);
   EXPECT_EQ(cmpl["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(cmpl["usage"]["completion_tokens"], 2);
 }
@@ -200,7 +207,8 @@ TEST_F(ServerTest, BadRequestsGet400Json) {
   other["model"] = "gpt4";
   j = check("/api/chat", other.dump(), 404);
   EXPECT_NE(j["error"].get<std::string>().find("not found"), std::string::npos);
-  j = check("/v1/chat/completions", R"({"model": "nope", "messages": [{"role": "user", "content": "x"}]})", 404);
+  j = check("/v1/chat/completions",
+            R"({"model": "nope", "messages": [{"role": "user", "content": "x"}]})", 404);
   EXPECT_EQ(j["error"]["code"], "model_not_found");
   j = check("/v1/chat/completions", R"({"model": "fake", "messages": "x"})", 400);
   EXPECT_TRUE(j["error"]["message"].is_string());
@@ -213,11 +221,14 @@ TEST_F(ServerTest, BadRequestsGet400Json) {
 // /api/chat (oldest turns dropped); /v1 answers OpenAI's context_length_exceeded.
 TEST_F(ServerTest, LongChatDropsOldTurnsOnOllamaAnd400OnOpenAi) {
   start();  // 256-token context; the fake's tokens are bytes
-  json body = {{"model", "fake"}, {"stream", false}, {"options", {{"temperature", 0}, {"num_predict", 8}}}};
+  json body = {
+      {"model", "fake"}, {"stream", false}, {"options", {{"temperature", 0}, {"num_predict", 8}}}};
   body["messages"] = json::array({{{"role", "system"}, {"content", "SYSTEM-RULES"}}});
   for (int i = 0; i < 12; ++i) {
-    body["messages"].push_back({{"role", "user"}, {"content", "question " + std::to_string(i) + std::string(20, 'q')}});
-    body["messages"].push_back({{"role", "assistant"}, {"content", "answer " + std::to_string(i) + std::string(20, 'a')}});
+    body["messages"].push_back(
+        {{"role", "user"}, {"content", "question " + std::to_string(i) + std::string(20, 'q')}});
+    body["messages"].push_back(
+        {{"role", "assistant"}, {"content", "answer " + std::to_string(i) + std::string(20, 'a')}});
   }
   body["messages"].push_back({{"role", "user"}, {"content", "the last question"}});
   auto res = post("/api/chat", body);
@@ -238,7 +249,10 @@ TEST_F(ServerTest, LongChatDropsOldTurnsOnOllamaAnd400OnOpenAi) {
 TEST_F(ServerTest, NumCtxGrowsTheContextAndIsReported) {
   start(FakeConfig{.n_ctx = 256, .max_ctx = 1024});
   const std::string long_prompt(400, 'x');  // 400+ tokens: does not fit 256
-  json body = {{"model", "fake"}, {"prompt", long_prompt}, {"raw", true}, {"stream", false},
+  json body = {{"model", "fake"},
+               {"prompt", long_prompt},
+               {"raw", true},
+               {"stream", false},
                {"options", {{"num_predict", 4}}}};
   EXPECT_EQ(post("/api/generate", body)->status, 400);
   body["options"]["num_ctx"] = 600;
@@ -277,7 +291,10 @@ TEST_F(ServerTest, KeepAliveZeroUnloads) {
 // curl -d sends application/x-www-form-urlencoded: read as JSON, up to --max-body.
 TEST_F(ServerTest, FormContentTypeIsJson) {
   start(FakeConfig{.n_ctx = 100000});
-  json body = {{"model", "fake"}, {"prompt", std::string(20000, 'y')}, {"raw", true}, {"stream", false},
+  json body = {{"model", "fake"},
+               {"prompt", std::string(20000, 'y')},
+               {"raw", true},
+               {"stream", false},
                {"options", {{"num_predict", 2}}}};
   auto res = client().Post("/api/generate", body.dump(), "application/x-www-form-urlencoded");
   ASSERT_TRUE(res);
@@ -300,7 +317,8 @@ TEST_F(ServerTest, CorsForAllowedOrigins) {
   EXPECT_EQ(res->get_header_value("Access-Control-Allow-Origin"), "vscode-webview://abc");
   EXPECT_NE(res->get_header_value("Access-Control-Allow-Methods").find("POST"), std::string::npos);
   EXPECT_EQ(res->get_header_value("Access-Control-Allow-Headers"), "content-type, x-stainless-os");
-  res = client().Post("/api/chat", {{"Origin", "http://localhost:3000"}}, chat_body(false).dump(), "application/json");
+  res = client().Post("/api/chat", {{"Origin", "http://localhost:3000"}}, chat_body(false).dump(),
+                      "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200);
   EXPECT_EQ(res->get_header_value("Access-Control-Allow-Origin"), "http://localhost:3000");
@@ -329,7 +347,8 @@ TEST_F(ServerTest, Embeddings) {
   EXPECT_EQ(j["prompt_eval_count"], 17);  // BOS + bytes: 6 + 5 + 6
   EXPECT_EQ(engine_->last_session->embeds.load(), 3);
   // The legacy endpoint and /v1 give the same vector.
-  json legacy = json::parse(post("/api/embeddings", {{"model", "fake"}, {"prompt", "alpha"}})->body);
+  json legacy =
+      json::parse(post("/api/embeddings", {{"model", "fake"}, {"prompt", "alpha"}})->body);
   EXPECT_EQ(legacy["embedding"], j["embeddings"][0]);
   json v1 = json::parse(post("/v1/embeddings", {{"model", "fake"}, {"input", "alpha"}})->body);
   EXPECT_EQ(v1["data"][0]["embedding"], j["embeddings"][0]);
@@ -339,10 +358,13 @@ TEST_F(ServerTest, Embeddings) {
   res = post("/api/embed", {{"model", "fake"}, {"input", long_text}});
   ASSERT_EQ(res->status, 200);
   EXPECT_EQ(json::parse(res->body)["prompt_eval_count"], 64);
-  EXPECT_EQ(post("/api/embed", {{"model", "fake"}, {"input", long_text}, {"truncate", false}})->status, 400);
+  EXPECT_EQ(
+      post("/api/embed", {{"model", "fake"}, {"input", long_text}, {"truncate", false}})->status,
+      400);
   EXPECT_EQ(post("/v1/embeddings", {{"model", "fake"}, {"input", long_text}})->status, 400);
   // dimensions keeps the first components, normalised again.
-  json cut = json::parse(post("/api/embed", {{"model", "fake"}, {"input", "alpha"}, {"dimensions", 3}})->body);
+  json cut = json::parse(
+      post("/api/embed", {{"model", "fake"}, {"input", "alpha"}, {"dimensions", 3}})->body);
   ASSERT_EQ(cut["embeddings"][0].size(), 3u);
   EXPECT_EQ(post("/api/embed", {{"model", "other"}, {"input", "a"}})->status, 404);
   // A chat after embeddings still works (the embedding replaced the cached prefix).
@@ -355,8 +377,8 @@ TEST_F(ServerTest, FullQueueGets503) {
   ServerOptions options;
   options.max_queue = 1;
   start(config, options);
-  json body = {{"model", "fake"}, {"prompt", "p"}, {"stream", false},
-               {"options", {{"num_predict", 20}}}};
+  json body = {
+      {"model", "fake"}, {"prompt", "p"}, {"stream", false}, {"options", {{"num_predict", 20}}}};
   std::vector<std::thread> clients;
   std::atomic<int> ok{0};
   for (int i = 0; i < 2; ++i) {
@@ -381,7 +403,8 @@ TEST_F(ServerTest, ClientDisconnectCancelsGeneration) {
   start(config);
   json body = {{"model", "fake"}, {"prompt", "p"}, {"options", {{"num_predict", 200}}}};
   int chunks = 0;
-  auto res = post_streaming("/api/generate", body, [&](const char*, size_t) { return ++chunks < 3; });
+  auto res =
+      post_streaming("/api/generate", body, [&](const char*, size_t) { return ++chunks < 3; });
   EXPECT_FALSE(res);  // we hung up
   for (int i = 0; i < 100 && engine_->last_session->calls.load() == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -399,8 +422,8 @@ TEST_F(ServerTest, ClientGivingUpOnNonStreamedAnswerCancelsIt) {
   start(config);
   httplib::Client c = client();
   c.set_read_timeout(0, 200'000);  // gives up after 200 ms
-  json body = {{"model", "fake"}, {"prompt", "p"}, {"stream", false},
-               {"options", {{"num_predict", 200}}}};
+  json body = {
+      {"model", "fake"}, {"prompt", "p"}, {"stream", false}, {"options", {{"num_predict", 200}}}};
   EXPECT_FALSE(c.Post("/api/generate", body.dump(), "application/json"));
   for (int i = 0; i < 200 && engine_->last_session->calls.load() == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

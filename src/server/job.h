@@ -81,7 +81,7 @@ class Job {
   // After done: the outcome. REQUIRES: wait() returned done.
   const Result<runtime::GenerateResult>& result() const { return result_; }
   std::string cancel_reason() const;
-  Clock::time_point started() const;        // received() if never started
+  Clock::time_point started() const;  // received() if never started
   Clock::time_point finished() const;
 
  private:

@@ -76,13 +76,13 @@ std::string format_parameter_size(uint64_t n_params) {
 std::string file_type_name(uint64_t file_type) {
   // llama.cpp's LLAMA_FTYPE_MOSTLY_* numbering, as stored in general.file_type.
   static const std::pair<uint64_t, const char*> kNames[] = {
-      {0, "F32"},     {1, "F16"},     {2, "Q4_0"},    {3, "Q4_1"},    {7, "Q8_0"},
-      {8, "Q5_0"},    {9, "Q5_1"},    {10, "Q2_K"},   {11, "Q3_K_S"}, {12, "Q3_K_M"},
-      {13, "Q3_K_L"}, {14, "Q4_K_S"}, {15, "Q4_K_M"}, {16, "Q5_K_S"}, {17, "Q5_K_M"},
-      {18, "Q6_K"},   {19, "IQ2_XXS"}, {20, "IQ2_XS"}, {21, "Q2_K_S"}, {22, "IQ3_XS"},
-      {23, "IQ3_XXS"}, {24, "IQ1_S"}, {25, "IQ4_NL"}, {26, "IQ3_S"},  {27, "IQ3_M"},
-      {28, "IQ2_S"},  {29, "IQ2_M"},  {30, "IQ4_XS"}, {31, "IQ1_M"},  {32, "BF16"},
-      {36, "TQ1_0"},  {37, "TQ2_0"},  {38, "MXFP4_MOE"},
+      {0, "F32"},      {1, "F16"},      {2, "Q4_0"},       {3, "Q4_1"},    {7, "Q8_0"},
+      {8, "Q5_0"},     {9, "Q5_1"},     {10, "Q2_K"},      {11, "Q3_K_S"}, {12, "Q3_K_M"},
+      {13, "Q3_K_L"},  {14, "Q4_K_S"},  {15, "Q4_K_M"},    {16, "Q5_K_S"}, {17, "Q5_K_M"},
+      {18, "Q6_K"},    {19, "IQ2_XXS"}, {20, "IQ2_XS"},    {21, "Q2_K_S"}, {22, "IQ3_XS"},
+      {23, "IQ3_XXS"}, {24, "IQ1_S"},   {25, "IQ4_NL"},    {26, "IQ3_S"},  {27, "IQ3_M"},
+      {28, "IQ2_S"},   {29, "IQ2_M"},   {30, "IQ4_XS"},    {31, "IQ1_M"},  {32, "BF16"},
+      {36, "TQ1_0"},   {37, "TQ2_0"},   {38, "MXFP4_MOE"},
   };
   for (const auto& [id, name] : kNames) {
     if (id == file_type) return name;
@@ -97,12 +97,14 @@ ModelInfo model_info_from_gguf(const gguf::GgufFile& file, const std::string& pa
   if (info.name.find(':') == std::string::npos) info.name += ":latest";
   info.family = file.architecture();
   uint64_t n_params = 0;
-  for (const gguf::TensorInfo& t : file.tensors()) n_params += static_cast<uint64_t>(t.n_elements());
+  for (const gguf::TensorInfo& t : file.tensors())
+    n_params += static_cast<uint64_t>(t.n_elements());
   info.parameter_size = format_parameter_size(n_params);
   auto file_type = file.metadata().get_u64("general.file_type");
   info.quantization_level = file_type ? file_type_name(*file_type) : "unknown";
   info.size_bytes = file.total_bytes();
-  for (const auto& [key, value] : file.metadata().entries()) info.model_info[key] = value_to_json(value);
+  for (const auto& [key, value] : file.metadata().entries())
+    info.model_info[key] = value_to_json(value);
   info.model_info["general.parameter_count"] = n_params;
   info.chat_template = file.metadata().get_string("tokenizer.chat_template").value_or("");
   info.context_length = context_length;
@@ -113,7 +115,8 @@ ModelInfo model_info_from_gguf(const gguf::GgufFile& file, const std::string& pa
   }
   info.modified_at = rfc3339(mtime_ns);
   info.created = mtime_ns / 1'000'000'000;
-  info.digest = fingerprint(path + "|" + std::to_string(info.size_bytes) + "|" + std::to_string(mtime_ns));
+  info.digest =
+      fingerprint(path + "|" + std::to_string(info.size_bytes) + "|" + std::to_string(mtime_ns));
   return info;
 }
 

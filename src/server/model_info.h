@@ -12,14 +12,15 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "common/status.h"
 
-namespace hypura::gguf { class GgufFile; }
+namespace hypura::gguf {
+class GgufFile;
+}
 
 namespace hypura::server {
 
@@ -33,9 +34,9 @@ struct ModelInfo {
   std::string modified_at;         // RFC 3339, the file's mtime
   int64_t created = 0;             // the file's mtime, unix seconds (/v1/models "created")
   nlohmann::json model_info = nlohmann::json::object();  // metadata key -> value
-  std::string chat_template;       // tokenizer.chat_template, "" when absent
-  int64_t context_length = 0;      // the server's context window at start (--context), tokens
-  std::string mode;                // the engine's inference mode ("full-resident", ...)
+  std::string chat_template;                             // tokenizer.chat_template, "" when absent
+  int64_t context_length = 0;  // the server's context window at start (--context), tokens
+  std::string mode;            // the engine's inference mode ("full-resident", ...)
   // Ollama's capabilities: "completion", plus "tools" (the template renders tools) and
   // "insert" (fill-in-the-middle tokens) as the server finds them in the engine.
   std::vector<std::string> capabilities = {"completion"};

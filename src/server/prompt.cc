@@ -72,7 +72,8 @@ Result<std::string> render_prompt_template(std::string_view tmpl, const Template
   size_t pos = 0;
   while (pos <= tmpl.size()) {
     size_t open = tmpl.find("{{", pos);
-    std::string_view text = tmpl.substr(pos, open == std::string_view::npos ? tmpl.npos : open - pos);
+    std::string_view text =
+        tmpl.substr(pos, open == std::string_view::npos ? tmpl.npos : open - pos);
     if (trim_next) text = ltrim(text);
     bool trim_before = open != std::string_view::npos && tmpl.substr(open, 3) == "{{-";
     if (trim_before) text = rtrim(text);
@@ -97,17 +98,20 @@ namespace {
 runtime::ChatOptions chat_options(const GenerationRequest& request) {
   runtime::ChatOptions options;
   const auto& m = request.messages;
-  options.continue_final = !m.empty() && m.back().role == "assistant" && m.back().tool_calls.empty();
+  options.continue_final =
+      !m.empty() && m.back().role == "assistant" && m.back().tool_calls.empty();
   options.tools = request.tools;
   return options;
 }
 
 // <fim_prefix>prompt<fim_suffix>suffix<fim_middle>, after BOS where the model adds one.
-Result<std::vector<int32_t>> tokenize_fim(const runtime::Engine& engine, const GenerationRequest& request) {
+Result<std::vector<int32_t>> tokenize_fim(const runtime::Engine& engine,
+                                          const GenerationRequest& request) {
   const std::optional<runtime::FimTokens> fim = engine.fim_tokens();
   if (!fim) {
-    return invalid_argument("\"suffix\": this model has no fill-in-the-middle tokens, so it does "
-                            "not support insert");
+    return invalid_argument(
+        "\"suffix\": this model has no fill-in-the-middle tokens, so it does "
+        "not support insert");
   }
   std::vector<int32_t> tokens = engine.tokenize("", true);
   const auto append = [&](int32_t control, const std::string& text) {
@@ -129,7 +133,8 @@ std::vector<runtime::ChatMessage> keep_from(const std::vector<runtime::ChatMessa
   for (size_t i = 0; i < first_kept; ++i) {
     if (messages[i].role == "system") kept.push_back(messages[i]);
   }
-  kept.insert(kept.end(), messages.begin() + static_cast<std::ptrdiff_t>(first_kept), messages.end());
+  kept.insert(kept.end(), messages.begin() + static_cast<std::ptrdiff_t>(first_kept),
+              messages.end());
   return kept;
 }
 
@@ -154,7 +159,8 @@ Result<PreparedPrompt> fit_chat(const runtime::Engine& engine, const GenerationR
   std::vector<int32_t> best;
   while (lo < hi) {
     const size_t mid = lo + (hi - lo) / 2;
-    HYPURA_ASSIGN_OR_RETURN(std::vector<int32_t> t, engine.tokenize_chat(keep_from(m, starts[mid]), options));
+    HYPURA_ASSIGN_OR_RETURN(std::vector<int32_t> t,
+                            engine.tokenize_chat(keep_from(m, starts[mid]), options));
     if (static_cast<int64_t>(t.size()) + room <= n_ctx) {
       best = std::move(t);
       start = starts[mid];
@@ -191,7 +197,8 @@ Result<std::vector<int32_t>> tokenize_request(const runtime::Engine& engine,
   switch (request.api) {
     case Api::kOllamaChat:
     case Api::kOpenAiChat: {
-      HYPURA_ASSIGN_OR_RETURN(tokens, engine.tokenize_chat(request.messages, chat_options(request)));
+      HYPURA_ASSIGN_OR_RETURN(tokens,
+                              engine.tokenize_chat(request.messages, chat_options(request)));
       break;
     }
     case Api::kOpenAiCompletion:
@@ -202,7 +209,8 @@ Result<std::vector<int32_t>> tokenize_request(const runtime::Engine& engine,
         tokens = engine.tokenize(request.prompt, true);
       } else if (!request.prompt_template.empty()) {
         TemplateVars vars{request.system, request.prompt, ""};
-        HYPURA_ASSIGN_OR_RETURN(std::string text, render_prompt_template(request.prompt_template, vars));
+        HYPURA_ASSIGN_OR_RETURN(std::string text,
+                                render_prompt_template(request.prompt_template, vars));
         tokens = engine.tokenize(text, true);
       } else {
         std::vector<runtime::ChatMessage> messages;
@@ -230,8 +238,8 @@ int64_t reply_room(const GenerationRequest& request, int64_t n_ctx) {
   return std::max<int64_t>(room, 1);
 }
 
-Result<PreparedPrompt> prepare_prompt(const runtime::Engine& engine, const GenerationRequest& request,
-                                      bool* too_long) {
+Result<PreparedPrompt> prepare_prompt(const runtime::Engine& engine,
+                                      const GenerationRequest& request, bool* too_long) {
   *too_long = false;
   const int64_t n_ctx = request_context(request, engine);
   if (request.api == Api::kOllamaChat && !request.messages.empty()) {
@@ -262,11 +270,12 @@ Result<runtime::GenerateOptions> generate_options(const GenerationRequest& reque
   options.sampling = request.sampling;
   if (!request.seed_given) options.sampling.seed = fresh_seed;
   if (options.sampling.repeat_last_n < 0) options.sampling.repeat_last_n = static_cast<int>(n_ctx);
-  options.max_tokens = static_cast<int>(request.num_predict < 0 ? room
-                                                                : std::min<int64_t>(request.num_predict, room));
+  options.max_tokens = static_cast<int>(
+      request.num_predict < 0 ? room : std::min<int64_t>(request.num_predict, room));
   options.stop = request.stop;
   options.grammar = request.grammar;  // format / response_format
-  options.drop_unfinished_char = true;  // a cut stream never ends in U+FFFD (docs/SERVER.md "UTF-8")
+  options.drop_unfinished_char =
+      true;  // a cut stream never ends in U+FFFD (docs/SERVER.md "UTF-8")
   return options;
 }
 

@@ -55,8 +55,8 @@ struct PreparedPrompt {
 
 // Errors are HTTP 400s; *too_long is set when the error is a prompt that does not fit
 // (OpenAI's code context_length_exceeded).
-Result<PreparedPrompt> prepare_prompt(const runtime::Engine& engine, const GenerationRequest& request,
-                                      bool* too_long);
+Result<PreparedPrompt> prepare_prompt(const runtime::Engine& engine,
+                                      const GenerationRequest& request, bool* too_long);
 
 // The prompt's token ids, without fitting them to a context (no turn is dropped).
 Result<std::vector<int32_t>> tokenize_request(const runtime::Engine& engine,

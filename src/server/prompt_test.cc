@@ -9,7 +9,8 @@ namespace {
 
 TEST(PromptTemplate, SubstitutesAndBranches) {
   TemplateVars vars{"sys", "hi", ""};
-  auto out = render_prompt_template("{{ if .System }}[S]{{ .System }}[/S]{{ end }}[U]{{ .Prompt }}[A]", vars);
+  auto out = render_prompt_template(
+      "{{ if .System }}[S]{{ .System }}[/S]{{ end }}[U]{{ .Prompt }}[A]", vars);
   ASSERT_TRUE(out.is_ok()) << out.status().message();
   EXPECT_EQ(*out, "[S]sys[/S][U]hi[A]");
   vars.system.clear();
@@ -20,7 +21,8 @@ TEST(PromptTemplate, SubstitutesAndBranches) {
 
 TEST(PromptTemplate, TrimMarkersAndNesting) {
   TemplateVars vars{"s", "p", ""};
-  auto out = render_prompt_template("a  {{- .Prompt -}}  b{{ if .Prompt }}{{ if .Response }}R{{ end }}x{{ end }}", vars);
+  auto out = render_prompt_template(
+      "a  {{- .Prompt -}}  b{{ if .Prompt }}{{ if .Response }}R{{ end }}x{{ end }}", vars);
   ASSERT_TRUE(out.is_ok());
   EXPECT_EQ(*out, "apbx");
 }
@@ -44,7 +46,8 @@ TEST(Prompt, TokenizesEachApi) {
   EXPECT_EQ(*tokenize_request(engine, req), engine.tokenize("ab", true));
   req.raw = false;
   req.system = "s";
-  EXPECT_EQ(*tokenize_request(engine, req), *engine.tokenize_chat({{"system", "s"}, {"user", "ab"}}, {}));
+  EXPECT_EQ(*tokenize_request(engine, req),
+            *engine.tokenize_chat({{"system", "s"}, {"user", "ab"}}, {}));
   req.prompt_template = "{{ .System }}|{{ .Prompt }}";
   EXPECT_EQ(*tokenize_request(engine, req), engine.tokenize("s|ab", true));
   req.api = Api::kOllamaChat;
@@ -59,7 +62,7 @@ TEST(Prompt, OptionsCapTokensByContext) {
   auto opts = generate_options(req, 100, 256, 7);
   ASSERT_TRUE(opts.is_ok());
   EXPECT_EQ(opts->max_tokens, 156);
-  EXPECT_EQ(opts->sampling.seed, 7u);  // no seed given: the fresh one
+  EXPECT_EQ(opts->sampling.seed, 7u);       // no seed given: the fresh one
   EXPECT_TRUE(opts->drop_unfinished_char);  // streams never end in U+FFFD
   req.num_predict = 10;
   req.seed_given = true;
@@ -70,7 +73,7 @@ TEST(Prompt, OptionsCapTokensByContext) {
   EXPECT_EQ(opts->sampling.seed, 3u);
   EXPECT_EQ(opts->sampling.repeat_last_n, 256);
   EXPECT_EQ(request_context(req, engine), 256);  // no num_ctx: --context
-  req.num_ctx = 105;  // a smaller window for this request
+  req.num_ctx = 105;                             // a smaller window for this request
   EXPECT_EQ(generate_options(req, 100, request_context(req, engine), 7)->max_tokens, 5);
   req.num_ctx = 600;  // larger than --context: grows, up to the trained length
   EXPECT_EQ(request_context(req, engine), 600);
@@ -113,11 +116,13 @@ TEST(Prompt, LongChatDropsOldestTurnsKeepingSystem) {
   // It is exactly the longest tail that fits: the system message, then messages from
   // the first kept user turn on.
   std::vector<runtime::ChatMessage> kept = {req.messages[0]};
-  kept.insert(kept.end(), req.messages.begin() + 1 + static_cast<std::ptrdiff_t>(p->dropped_messages),
+  kept.insert(kept.end(),
+              req.messages.begin() + 1 + static_cast<std::ptrdiff_t>(p->dropped_messages),
               req.messages.end());
   EXPECT_EQ(p->tokens, *engine.tokenize_chat(kept, {}));
   std::vector<runtime::ChatMessage> one_more = {req.messages[0]};
-  one_more.insert(one_more.end(), req.messages.begin() + static_cast<std::ptrdiff_t>(p->dropped_messages) - 1,
+  one_more.insert(one_more.end(),
+                  req.messages.begin() + static_cast<std::ptrdiff_t>(p->dropped_messages) - 1,
                   req.messages.end());  // from the user turn before the first kept one
   EXPECT_GT(engine.tokenize_chat(one_more, {})->size() + 16, 256u);
 

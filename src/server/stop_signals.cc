@@ -1,14 +1,13 @@
 #include "server/stop_signals.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <thread>
-
-#include <spdlog/spdlog.h>
 
 namespace hypura::server {
 namespace {

@@ -22,12 +22,14 @@ bool parse_tool_call(std::string_view body, ToolCall* call) {
   const nlohmann::json j = nlohmann::json::parse(body.begin(), body.end(), nullptr, false);
   if (!j.is_object()) return false;
   const auto name = j.find("name");
-  if (name == j.end() || !name->is_string() || name->get_ref<const std::string&>().empty()) return false;
+  if (name == j.end() || !name->is_string() || name->get_ref<const std::string&>().empty())
+    return false;
   call->name = name->get<std::string>();
   call->arguments = nlohmann::json::object();
   if (const auto args = j.find("arguments"); args != j.end() && !args->is_null()) {
     if (args->is_string()) {  // some models write the arguments as a JSON string
-      nlohmann::json inner = nlohmann::json::parse(args->get_ref<const std::string&>(), nullptr, false);
+      nlohmann::json inner =
+          nlohmann::json::parse(args->get_ref<const std::string&>(), nullptr, false);
       call->arguments = inner.is_object() ? inner : *args;
     } else {
       call->arguments = *args;

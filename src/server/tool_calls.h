@@ -10,19 +10,18 @@
 // nothing the model wrote is lost. Small models often write the call without its tags
 // (Qwen2.5-Coder-0.5B does, from the reference prompt too): a reply that is, as a whole,
 // one such object or an array of them, naming only offered tools, is taken as calls;
-// so a reply whose first non-blank byte is '{' or '[' is held back to its end. Text that might be the start of "<tool_call>" is held
-// back until it is known not to be (as stop strings are), so a client never sees half
-// a tag.
+// so a reply whose first non-blank byte is '{' or '[' is held back to its end. Text that might be
+// the start of "<tool_call>" is held back until it is known not to be (as stop strings are), so a
+// client never sees half a tag.
 //
 // Thread-safety: one instance per reply, used by one thread.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace hypura::server {
 
@@ -34,7 +33,8 @@ struct ToolCall {
 class ToolCallParser {
  public:
   // tool_names: the offered tools' names (a bare JSON call must name one of them).
-  explicit ToolCallParser(std::vector<std::string> tool_names = {}) : names_(std::move(tool_names)) {}
+  explicit ToolCallParser(std::vector<std::string> tool_names = {})
+      : names_(std::move(tool_names)) {}
 
   struct Output {
     std::string text;             // content that is final now

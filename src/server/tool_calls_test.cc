@@ -25,8 +25,10 @@ ToolCallParser::Output run(const std::string& reply, size_t step) {
 
 TEST(ToolCalls, QwenFormatAtAnyPieceBoundary) {
   const std::string reply =
-      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
-      "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": \"{\\\"tz\\\": \\\"CET\\\"}\"}\n</tool_call>";
+      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Paris\"}}\n"
+      "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": \"{\\\"tz\\\": "
+      "\\\"CET\\\"}\"}\n</tool_call>";
   for (size_t step : {1, 2, 3, 7, 1000}) {
     ToolCallParser::Output out = run(reply, step);
     EXPECT_EQ(out.text, "Let me check.\n\n") << step;
@@ -51,7 +53,8 @@ TEST(ToolCalls, PlainTextAndLookalikesPassThrough) {
 
 TEST(ToolCalls, UnclosedCallAtTheEnd) {
   // Models often stop with EOS right after the object.
-  ToolCallParser::Output out = run("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"n\": 1}}\n", 4);
+  ToolCallParser::Output out =
+      run("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"n\": 1}}\n", 4);
   ASSERT_EQ(out.calls.size(), 1u);
   EXPECT_EQ(out.calls[0].name, "f");
   EXPECT_EQ(out.text, "");
@@ -62,15 +65,18 @@ TEST(ToolCalls, UnclosedCallAtTheEnd) {
 
 TEST(ToolCalls, BareJsonCallsOfOfferedTools) {
   for (size_t step : {1, 5, 1000}) {
-    ToolCallParser::Output out = run(" {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}", step);
+    ToolCallParser::Output out =
+        run(" {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}", step);
     EXPECT_EQ(out.text, "") << step;
     ASSERT_EQ(out.calls.size(), 1u);
     EXPECT_EQ(out.calls[0].arguments["city"], "Paris");
   }
-  ToolCallParser::Output out = run(R"([{"name": "f", "arguments": {}}, {"name": "get_weather"}])", 3);
+  ToolCallParser::Output out =
+      run(R"([{"name": "f", "arguments": {}}, {"name": "get_weather"}])", 3);
   EXPECT_EQ(out.calls.size(), 2u);
   // A JSON answer that is not a call of an offered tool stays text, whole.
-  for (const std::string text : {R"({"name": "other", "arguments": {}})", R"({"answer": 42})", "{not json"}) {
+  for (const std::string text :
+       {R"({"name": "other", "arguments": {}})", R"({"answer": 42})", "{not json"}) {
     out = run(text, 2);
     EXPECT_TRUE(out.calls.empty()) << text;
     EXPECT_EQ(out.text, text);

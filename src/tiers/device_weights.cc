@@ -27,7 +27,6 @@ compute::WeightView DeviceWeights::view(model::TensorId id) const {
   return views_[static_cast<size_t>(id)];
 }
 
-
 Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const gguf::GgufFile& file,
                                                              const model::WeightMap& weights,
                                                              model::WeightProvider& host,
@@ -39,7 +38,8 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const gguf::GgufFil
   d->buffers_ = std::make_unique<Buffers>();
   uint64_t total = 0, done = 0;
   for (int64_t il = -1; il < static_cast<int64_t>(weights.layers.size()); ++il) {
-    for (model::TensorId id : model::layer_tensor_ids(weights, il)) total += file.tensors()[id].n_bytes;
+    for (model::TensorId id : model::layer_tensor_ids(weights, il))
+      total += file.tensors()[id].n_bytes;
   }
   for (int64_t il = -1; il < static_cast<int64_t>(weights.layers.size()); ++il) {
     std::vector<model::TensorId> ids = model::layer_tensor_ids(weights, il);
@@ -75,8 +75,8 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::read(const gguf::GgufFile&
                                                            const std::vector<bool>& wanted,
                                                            const Progress& progress) {
   if (wanted.size() != file.tensors().size()) {
-    return invalid_argument("device tensors cover " + std::to_string(wanted.size()) + " tensors; the model has " +
-                            std::to_string(file.tensors().size()));
+    return invalid_argument("device tensors cover " + std::to_string(wanted.size()) +
+                            " tensors; the model has " + std::to_string(file.tensors().size()));
   }
 #if HYPURA_HAVE_CUDA
   namespace cuda = compute::cuda;
@@ -88,12 +88,14 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::read(const gguf::GgufFile&
   std::vector<std::ifstream> files;
   for (const std::string& path : file.paths()) files.emplace_back(path, std::ios::binary);
   uint64_t total = 0, done = 0;
-  for (size_t id = 0; id < wanted.size(); ++id) total += wanted[id] ? file.tensors()[id].n_bytes : 0;
+  for (size_t id = 0; id < wanted.size(); ++id)
+    total += wanted[id] ? file.tensors()[id].n_bytes : 0;
   for (size_t id = 0; id < wanted.size(); ++id) {
     if (!wanted[id]) continue;
     const gguf::TensorInfo& t = file.tensors()[id];
     auto allocated = cuda::DeviceBuffer::allocate(t.n_bytes);
-    if (!allocated.is_ok()) return allocated.status().with_context("reading '" + t.name + "' to the GPU");
+    if (!allocated.is_ok())
+      return allocated.status().with_context("reading '" + t.name + "' to the GPU");
     cuda::DeviceBuffer buf = std::move(allocated).value();
     std::ifstream& in = files[t.file_index];
     in.seekg(static_cast<std::streamoff>(t.offset));
@@ -102,7 +104,8 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::read(const gguf::GgufFile&
       if (!in.read(staging.as<char>(), static_cast<std::streamsize>(n))) {
         return io_error("reading '" + t.name + "' from " + file.paths()[t.file_index] + " failed");
       }
-      HYPURA_RETURN_IF_ERROR(cuda::copy_to_device(static_cast<uint8_t*>(buf.data()) + at, staging.data(), n));
+      HYPURA_RETURN_IF_ERROR(
+          cuda::copy_to_device(static_cast<uint8_t*>(buf.data()) + at, staging.data(), n));
       done += n;
       if (progress) progress(done, total);
     }

@@ -1,5 +1,6 @@
 #include "tiers/memory_ledger.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -11,8 +12,6 @@
 #include <fstream>
 #include <limits>
 #include <utility>
-
-#include <spdlog/spdlog.h>
 
 #include "common/size.h"
 
@@ -26,7 +25,8 @@ uint64_t status_field_bytes(const char* key) {
   std::string line;
   const size_t key_len = std::strlen(key);
   while (std::getline(in, line)) {
-    if (line.compare(0, key_len, key) == 0) return std::strtoull(line.c_str() + key_len, nullptr, 10) << 10;
+    if (line.compare(0, key_len, key) == 0)
+      return std::strtoull(line.c_str() + key_len, nullptr, 10) << 10;
   }
   return 0;
 }
@@ -35,12 +35,18 @@ uint64_t status_field_bytes(const char* key) {
 
 const char* memory_kind_name(MemoryKind kind) {
   switch (kind) {
-    case MemoryKind::kProcess: return "process";
-    case MemoryKind::kResidentWeights: return "resident_weights";
-    case MemoryKind::kStreamPool: return "stream_pool";
-    case MemoryKind::kExpertCache: return "expert_cache";
-    case MemoryKind::kKvCache: return "kv_cache";
-    case MemoryKind::kWork: return "work_buffers";
+    case MemoryKind::kProcess:
+      return "process";
+    case MemoryKind::kResidentWeights:
+      return "resident_weights";
+    case MemoryKind::kStreamPool:
+      return "stream_pool";
+    case MemoryKind::kExpertCache:
+      return "expert_cache";
+    case MemoryKind::kKvCache:
+      return "kv_cache";
+    case MemoryKind::kWork:
+      return "work_buffers";
   }
   return "?";
 }
@@ -50,7 +56,9 @@ Reservation::~Reservation() {
 }
 
 Reservation::Reservation(Reservation&& o) noexcept
-    : ledger_(std::exchange(o.ledger_, nullptr)), kind_(o.kind_), bytes_(std::exchange(o.bytes_, 0)) {}
+    : ledger_(std::exchange(o.ledger_, nullptr)),
+      kind_(o.kind_),
+      bytes_(std::exchange(o.bytes_, 0)) {}
 
 Reservation& Reservation::operator=(Reservation&& o) noexcept {
   std::swap(ledger_, o.ledger_);
@@ -96,7 +104,8 @@ bool LedgerBuffer::lock() {
   return locked_;
 }
 
-Result<Reservation> MemoryLedger::reserve(MemoryKind kind, uint64_t bytes, const std::string& what) {
+Result<Reservation> MemoryLedger::reserve(MemoryKind kind, uint64_t bytes,
+                                          const std::string& what) {
   std::lock_guard<std::mutex> lock(mu_);
   if (budget_ != 0 && used_ + bytes > budget_) {
     return resource_exhausted("memory budget exceeded: " + what + " needs " + format_size(bytes) +
@@ -169,7 +178,11 @@ std::string MemoryLedger::summary() const {
   return out;
 }
 
-uint64_t current_rss_bytes() { return status_field_bytes("VmRSS:"); }
-uint64_t peak_rss_bytes() { return status_field_bytes("VmHWM:"); }
+uint64_t current_rss_bytes() {
+  return status_field_bytes("VmRSS:");
+}
+uint64_t peak_rss_bytes() {
+  return status_field_bytes("VmHWM:");
+}
 
 }  // namespace hypura::tiers

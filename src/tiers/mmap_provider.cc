@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <cstring>
 
-
 namespace hypura::tiers {
 
 Result<std::unique_ptr<MmapProvider>> MmapProvider::open(const gguf::GgufFile& file) {

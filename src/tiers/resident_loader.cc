@@ -36,7 +36,8 @@ std::vector<TensorRun> merge_runs(const gguf::GgufFile& file, const std::vector<
   std::vector<TensorRun> runs;
   for (model::TensorId id : ids) {
     const auto& t = tensors[id];
-    if (runs.empty() || runs.back().file_index != t.file_index || t.offset > runs.back().end + kRunMergeGap) {
+    if (runs.empty() || runs.back().file_index != t.file_index ||
+        t.offset > runs.back().end + kRunMergeGap) {
       runs.push_back(TensorRun{t.file_index, t.offset, t.offset, {}});
     }
     runs.back().end = std::max(runs.back().end, t.offset + t.n_bytes);
@@ -93,8 +94,8 @@ std::vector<uint64_t> places_of(std::span<const FileRange> ranges) {
 // Reads the ranges into their places in `dst`, a few chunks in flight (faulting in each
 // chunk's pages first when the memory is fresh).
 Status read_ranges(std::span<const std::unique_ptr<io::Storage>> storages,
-                   std::span<const FileRange> ranges, std::span<const uint64_t> places, uint8_t* dst,
-                   uint64_t total, bool fresh_memory, double* populate_seconds,
+                   std::span<const FileRange> ranges, std::span<const uint64_t> places,
+                   uint8_t* dst, uint64_t total, bool fresh_memory, double* populate_seconds,
                    const LoadProgress& progress) {
   struct Chunk {
     uint32_t file_index;
@@ -117,7 +118,8 @@ Status read_ranges(std::span<const std::unique_ptr<io::Storage>> storages,
     for (uint64_t at = 0; at < r.length && failed.is_ok(); at += kLoadChunk) {
       const uint64_t n = std::min(kLoadChunk, r.length - at);
       if (fresh_memory) *populate_seconds += populate(dst + places[i] + at, n);
-      const io::ReadId id = storages[r.file_index]->submit(r.offset + at, {dst + places[i] + at, n});
+      const io::ReadId id =
+          storages[r.file_index]->submit(r.offset + at, {dst + places[i] + at, n});
       in_flight.push_back({r.file_index, id, n});
       if (static_cast<int>(in_flight.size()) >= kChunksInFlight) retire();
     }
@@ -128,11 +130,10 @@ Status read_ranges(std::span<const std::unique_ptr<io::Storage>> storages,
 
 }  // namespace
 
-Result<ResidentTensors> load_resident_tensors(const gguf::GgufFile& file,
-                                              const std::vector<bool>& wanted,
-                                              std::span<const std::unique_ptr<io::Storage>> storages,
-                                              MemoryLedger& ledger, const std::string& what,
-                                              bool lock, const LoadProgress& progress) {
+Result<ResidentTensors> load_resident_tensors(
+    const gguf::GgufFile& file, const std::vector<bool>& wanted,
+    std::span<const std::unique_ptr<io::Storage>> storages, MemoryLedger& ledger,
+    const std::string& what, bool lock, const LoadProgress& progress) {
   if (wanted.size() != file.tensors().size()) {
     return invalid_argument("resident set covers " + std::to_string(wanted.size()) +
                             " tensors; the model has " + std::to_string(file.tensors().size()));
@@ -144,11 +145,13 @@ Result<ResidentTensors> load_resident_tensors(const gguf::GgufFile& file,
     out.bytes += io::align_up(out.ranges.back().length, kAlign);
   }
   const std::vector<uint64_t> places = places_of(out.ranges);  // (runs)
-  HYPURA_ASSIGN_OR_RETURN(out.buffer, ledger.allocate(MemoryKind::kResidentWeights, out.bytes, what));
+  HYPURA_ASSIGN_OR_RETURN(out.buffer,
+                          ledger.allocate(MemoryKind::kResidentWeights, out.bytes, what));
   out.data.assign(file.tensors().size(), nullptr);
   for (size_t i = 0; i < runs.size(); ++i) {
     for (model::TensorId id : runs[i].tensors) {
-      out.data[id] = out.buffer.data() + places[i] + (file.tensors()[id].offset - out.ranges[i].offset);
+      out.data[id] =
+          out.buffer.data() + places[i] + (file.tensors()[id].offset - out.ranges[i].offset);
     }
   }
   const auto t0 = Clock::now();

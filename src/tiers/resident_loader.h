@@ -45,13 +45,13 @@ inline constexpr uint64_t kRunMergeGap = 4096;
 std::vector<TensorRun> merge_runs(const gguf::GgufFile& file, const std::vector<bool>& wanted);
 
 struct ResidentTensors {
-  LedgerBuffer buffer;                 // every loaded byte, charged as kResidentWeights
-  std::vector<const uint8_t*> data;    // (n_tensors): a tensor's bytes, null if not loaded
-  std::vector<FileRange> ranges;       // what was read (aligned), in file order
-  uint64_t bytes = 0;                  // == sum of ranges' lengths == buffer size
-  double seconds = 0;                  // time of the reads (allocation excluded)
-  double populate_seconds = 0;         // of which faulting in the fresh pages (overlaps reads)
-  bool locked = false;                 // mlock succeeded
+  LedgerBuffer buffer;               // every loaded byte, charged as kResidentWeights
+  std::vector<const uint8_t*> data;  // (n_tensors): a tensor's bytes, null if not loaded
+  std::vector<FileRange> ranges;     // what was read (aligned), in file order
+  uint64_t bytes = 0;                // == sum of ranges' lengths == buffer size
+  double seconds = 0;                // time of the reads (allocation excluded)
+  double populate_seconds = 0;       // of which faulting in the fresh pages (overlaps reads)
+  bool locked = false;               // mlock succeeded
 };
 
 using LoadProgress = std::function<void(uint64_t done, uint64_t total)>;  // bytes
@@ -59,11 +59,10 @@ using LoadProgress = std::function<void(uint64_t done, uint64_t total)>;  // byt
 // Loads the tensors with wanted[id] true. `storages` holds one Storage per split file
 // (io::Storage::open_all). Errors: the ledger's refusal, a failed read (naming file,
 // offset and errno); on error nothing is returned.
-Result<ResidentTensors> load_resident_tensors(const gguf::GgufFile& file,
-                                              const std::vector<bool>& wanted,
-                                              std::span<const std::unique_ptr<io::Storage>> storages,
-                                              MemoryLedger& ledger, const std::string& what,
-                                              bool lock, const LoadProgress& progress);
+Result<ResidentTensors> load_resident_tensors(
+    const gguf::GgufFile& file, const std::vector<bool>& wanted,
+    std::span<const std::unique_ptr<io::Storage>> storages, MemoryLedger& ledger,
+    const std::string& what, bool lock, const LoadProgress& progress);
 
 // Bench's same-run load reference: reads the resident ranges again, with the same code
 // and settings, into the same (already faulted-in) memory, and returns bytes per second.

@@ -1,10 +1,10 @@
 #include "tiers/staged_weights.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <limits>
 #include <string>
-
-#include <spdlog/spdlog.h>
 
 #include "tiers/tensor_view.h"
 
@@ -18,7 +18,9 @@ namespace {
 constexpr uint64_t kNotStaged = std::numeric_limits<uint64_t>::max();
 constexpr uint64_t kSlotAlign = 256;  // device loads of every block format stay aligned
 
-uint64_t align_up(uint64_t n) { return (n + kSlotAlign - 1) / kSlotAlign * kSlotAlign; }
+uint64_t align_up(uint64_t n) {
+  return (n + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
+}
 
 }  // namespace
 
@@ -31,36 +33,41 @@ struct StagedWeights::Slot {
 struct StagedWeights::Slot {};
 #endif
 
-StagedWeights::StagedWeights(const gguf::GgufFile& file, model::WeightProvider& host, DeviceWeights& device,
-                             int64_t first_device_layer)
-    : file_(file), host_(host), device_(device), first_device_(first_device_layer),
+StagedWeights::StagedWeights(const gguf::GgufFile& file, model::WeightProvider& host,
+                             DeviceWeights& device, int64_t first_device_layer)
+    : file_(file),
+      host_(host),
+      device_(device),
+      first_device_(first_device_layer),
       offset_(file.tensors().size(), kNotStaged) {}
 
 StagedWeights::~StagedWeights() {
   if (host_acquired_) host_.release(layer_);
 }
 
-Result<std::unique_ptr<StagedWeights>> StagedWeights::create(const gguf::GgufFile& file,
-                                                             const model::WeightMap& weights,
-                                                             model::WeightProvider& host, DeviceWeights& device,
-                                                             int64_t first_device_layer, std::span<uint8_t> pin) {
+Result<std::unique_ptr<StagedWeights>> StagedWeights::create(
+    const gguf::GgufFile& file, const model::WeightMap& weights, model::WeightProvider& host,
+    DeviceWeights& device, int64_t first_device_layer, std::span<uint8_t> pin) {
 #if HYPURA_HAVE_CUDA
   std::unique_ptr<StagedWeights> w(new StagedWeights(file, host, device, first_device_layer));
   for (int64_t il = 0; il < first_device_layer; ++il) {
     uint64_t bytes = 0;
-    for (model::TensorId id : model::layer_tensor_ids(weights, il)) bytes += align_up(file.tensors()[id].n_bytes);
+    for (model::TensorId id : model::layer_tensor_ids(weights, il))
+      bytes += align_up(file.tensors()[id].n_bytes);
     w->slot_bytes_ = std::max(w->slot_bytes_, bytes);
   }
   w->slot_ = std::make_unique<Slot>();
   if (w->slot_bytes_ > 0) {
     auto buf = compute::cuda::DeviceBuffer::allocate(w->slot_bytes_);
-    if (!buf.is_ok()) return buf.status().with_context("the GPU's slot for the host layers' weights");
+    if (!buf.is_ok())
+      return buf.status().with_context("the GPU's slot for the host layers' weights");
     w->slot_->buffer = std::move(buf).value();
   }
   if (auto pinned = compute::cuda::HostRegistration::pin(pin.data(), pin.size()); pinned.is_ok()) {
     w->slot_->pinned = std::move(pinned).value();
   } else {
-    spdlog::warn("{}: the host layers' copies to the GPU stay pageable (slower)", pinned.status().message());
+    spdlog::warn("{}: the host layers' copies to the GPU stay pageable (slower)",
+                 pinned.status().message());
   }
   return w;
 #else
@@ -108,7 +115,8 @@ Status StagedWeights::stage(int layer, model::TensorId id, compute::WeightView* 
 #endif
   }
 #if HYPURA_HAVE_CUDA
-  *out = tensor_view(t, static_cast<const uint8_t*>(slot_->buffer.data()) + offset_[static_cast<size_t>(id)]);
+  *out = tensor_view(
+      t, static_cast<const uint8_t*>(slot_->buffer.data()) + offset_[static_cast<size_t>(id)]);
 #endif
   return Status::ok();
 }
@@ -116,7 +124,8 @@ Status StagedWeights::stage(int layer, model::TensorId id, compute::WeightView* 
 // A host layer's tensors staged one by one (each acquire of the host provider returns
 // views valid until its release), then the device waits for the copies: a pageable copy
 // may return before its transfer ends.
-Status StagedWeights::acquire(int layer, std::span<const model::TensorId> ids, std::span<compute::WeightView> out) {
+Status StagedWeights::acquire(int layer, std::span<const model::TensorId> ids,
+                              std::span<compute::WeightView> out) {
   if (!on_host(layer)) {
     // Past the host layers (or a new pass): the last one goes back to the host provider
     // once the device is done with it, so no host layer stays held between passes.
@@ -138,7 +147,8 @@ Status StagedWeights::acquire_experts(int layer, std::span<const model::ExpertRe
   for (size_t i = 0; i < requests.size(); ++i) {
     compute::WeightView whole;
     HYPURA_RETURN_IF_ERROR(stage(layer, requests[i].tensor, &whole));
-    out[i] = expert_view(file_.tensors()[static_cast<size_t>(requests[i].tensor)], whole, requests[i].expert);
+    out[i] = expert_view(file_.tensors()[static_cast<size_t>(requests[i].tensor)], whole,
+                         requests[i].expert);
   }
 #if HYPURA_HAVE_CUDA
   HYPURA_RETURN_IF_ERROR(compute::cuda::synchronize_device());

@@ -39,12 +39,9 @@ class StagedWeights final : public model::WeightProvider {
   // locked while the provider lives so that their copies run at the bus's DMA rate (the
   // pageable path staged through the driver's buffer reached 5.6 GB/s on the H200 host);
   // when the OS refuses to lock it, copies stay pageable (logged).
-  static Result<std::unique_ptr<StagedWeights>> create(const gguf::GgufFile& file,
-                                                       const model::WeightMap& weights,
-                                                       model::WeightProvider& host,
-                                                       DeviceWeights& device,
-                                                       int64_t first_device_layer,
-                                                       std::span<uint8_t> pin = {});
+  static Result<std::unique_ptr<StagedWeights>> create(
+      const gguf::GgufFile& file, const model::WeightMap& weights, model::WeightProvider& host,
+      DeviceWeights& device, int64_t first_device_layer, std::span<uint8_t> pin = {});
   ~StagedWeights() override;
 
   Status acquire(int layer, std::span<const model::TensorId> ids,
@@ -73,11 +70,11 @@ class StagedWeights final : public model::WeightProvider {
   int64_t first_device_;
   uint64_t slot_bytes_ = 0;
   std::unique_ptr<Slot> slot_;
-  int layer_ = -2;                        // the host layer the slot holds (-2: none)
-  uint64_t used_ = 0;                     // bytes of the slot filled for layer_
-  std::vector<uint64_t> offset_;          // (n_tensors) where each staged tensor is; ~0: not staged
-  std::vector<model::TensorId> staged_;   // ids staged for layer_
-  bool host_acquired_ = false;            // layer_ is acquired from the host provider
+  int layer_ = -2;                       // the host layer the slot holds (-2: none)
+  uint64_t used_ = 0;                    // bytes of the slot filled for layer_
+  std::vector<uint64_t> offset_;         // (n_tensors) where each staged tensor is; ~0: not staged
+  std::vector<model::TensorId> staged_;  // ids staged for layer_
+  bool host_acquired_ = false;           // layer_ is acquired from the host provider
   uint64_t bytes_copied_ = 0;
 };
 

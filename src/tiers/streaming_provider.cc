@@ -1,11 +1,11 @@
 #include "tiers/streaming_provider.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cassert>
 #include <chrono>
 #include <deque>
-
-#include <spdlog/spdlog.h>
 
 #include "common/size.h"
 #include "io/aligned_buffer.h"
@@ -44,8 +44,9 @@ Result<std::unique_ptr<StreamingProvider>> StreamingProvider::create(const gguf:
                             " tensors; the model has " + std::to_string(file.tensors().size()));
   }
   if (!config.absent.empty() && config.absent.size() != file.tensors().size()) {
-    return invalid_argument("streaming config's absent tensors cover " + std::to_string(config.absent.size()) +
-                            " tensors; the model has " + std::to_string(file.tensors().size()));
+    return invalid_argument("streaming config's absent tensors cover " +
+                            std::to_string(config.absent.size()) + " tensors; the model has " +
+                            std::to_string(file.tensors().size()));
   }
   std::unique_ptr<StreamingProvider> p(new StreamingProvider(file, ledger));
   p->absent_ = config.absent;
@@ -85,7 +86,8 @@ Status StreamingProvider::build_layout(const StreamingConfig& config) {
     stream_of_layer_[key] = static_cast<int>(stream_layers_.size());
     stream_layers_.push_back(StreamLayer{key - 1, {}, {}, 0});
   }
-  std::vector<std::vector<bool>> wanted(stream_layers_.size(), std::vector<bool>(tensors.size(), false));
+  std::vector<std::vector<bool>> wanted(stream_layers_.size(),
+                                        std::vector<bool>(tensors.size(), false));
   for (size_t id = 0; id < tensors.size(); ++id) {
     if (!config.streamed[id]) continue;
     const int s = stream_of_layer_[layer_of(tensors[id].name) + 1];
@@ -102,7 +104,8 @@ Status StreamingProvider::build_layout(const StreamingConfig& config) {
     for (const TensorRun& run : merge_runs(file_, wanted[s])) {
       const uint64_t off = io::align_up(cursor, kAlign) + run.begin % kAlign;
       stream_layers_[s].reads.push_back({run.file_index, run.begin, run.end - run.begin, off});
-      for (model::TensorId id : run.tensors) locations_[id].slot_offset = off + (tensors[id].offset - run.begin);
+      for (model::TensorId id : run.tensors)
+        locations_[id].slot_offset = off + (tensors[id].offset - run.begin);
       cursor = off + (run.end - run.begin);
     }
     slot_bytes_ = std::max(slot_bytes_, io::align_up(cursor, kAlign));
@@ -145,7 +148,9 @@ int StreamingProvider::find_slot(int stream) const {
   return -1;
 }
 
-bool StreamingProvider::is_held(int stream) const { return find_slot(stream) >= 0; }
+bool StreamingProvider::is_held(int stream) const {
+  return find_slot(stream) >= 0;
+}
 
 int StreamingProvider::count_ahead() const {
   int n = 0;
@@ -250,7 +255,8 @@ Status StreamingProvider::view(int layer, model::TensorId id, compute::WeightVie
   const Location& loc = locations_[static_cast<size_t>(id)];
   if (loc.stream < 0) {
     if (loc.resident == nullptr) {
-      return invalid_argument("tensor '" + file_.tensors()[id].name + "' is not held in host memory (the GPU holds it)");
+      return invalid_argument("tensor '" + file_.tensors()[id].name +
+                              "' is not held in host memory (the GPU holds it)");
     }
     *out = tensor_view(file_.tensors()[id], loc.resident);
     return Status::ok();
@@ -299,7 +305,9 @@ void StreamingProvider::release(int layer) {
   top_up();
 }
 
-void StreamingProvider::hint(int layer) { top_up(); }
+void StreamingProvider::hint(int layer) {
+  top_up();
+}
 
 Result<double> StreamingProvider::measure_io_only_bps(double seconds) {
   if (stream_layers_.empty()) return 0.0;
@@ -307,7 +315,8 @@ Result<double> StreamingProvider::measure_io_only_bps(double seconds) {
   uint64_t bytes = 0;
   const auto t0 = Clock::now();
   do {
-    if (stream_layers_.front().layer >= 0) HYPURA_RETURN_IF_ERROR(acquire(-1, {}, {}));  // a pass begins
+    if (stream_layers_.front().layer >= 0)
+      HYPURA_RETURN_IF_ERROR(acquire(-1, {}, {}));  // a pass begins
     for (const StreamLayer& sl : stream_layers_) {
       views.resize(sl.tensors.size());
       HYPURA_RETURN_IF_ERROR(acquire(sl.layer, sl.tensors, views));

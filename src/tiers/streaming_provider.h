@@ -117,10 +117,10 @@ class StreamingProvider final : public model::WeightProvider {
  private:
   enum class SlotState { kFree, kReading, kReady, kInUse };
   struct Slot {
-    LedgerBuffer buffer;                // (slot_bytes_)
-    int stream = -1;                    // index into stream_layers_, -1: none
+    LedgerBuffer buffer;  // (slot_bytes_)
+    int stream = -1;      // index into stream_layers_, -1: none
     SlotState state = SlotState::kFree;
-    std::vector<io::PendingRead> reads;     // issued, not yet waited for
+    std::vector<io::PendingRead> reads;  // issued, not yet waited for
   };
   // One read of a layer: file-adjacent streamed tensors (a TensorRun) into its slot.
   struct LayerRead {
@@ -132,12 +132,12 @@ class StreamingProvider final : public model::WeightProvider {
     int layer = 0;
     std::vector<model::TensorId> tensors;
     std::vector<LayerRead> reads;  // the tensors merged into file-adjacent runs
-    uint64_t bytes = 0;  // sum of the tensors' n_bytes
+    uint64_t bytes = 0;            // sum of the tensors' n_bytes
   };
   // Where a tensor's bytes are: resident memory, or an offset inside a slot.
   struct Location {
     const uint8_t* resident = nullptr;
-    int stream = -1;           // index into stream_layers_
+    int stream = -1;  // index into stream_layers_
     uint64_t slot_offset = 0;
   };
 

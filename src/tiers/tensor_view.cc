@@ -8,7 +8,8 @@ Status AddressableProvider::acquire(int layer, std::span<const model::TensorId> 
   return Status::ok();
 }
 
-Status AddressableProvider::acquire_experts(int layer, std::span<const model::ExpertRequest> requests,
+Status AddressableProvider::acquire_experts(int layer,
+                                            std::span<const model::ExpertRequest> requests,
                                             std::span<compute::WeightView> out) {
   for (size_t i = 0; i < requests.size(); ++i) {
     const gguf::TensorInfo& t = file_.tensors()[static_cast<size_t>(requests[i].tensor)];

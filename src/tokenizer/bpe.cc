@@ -24,7 +24,7 @@ struct Bigram {
   int32_t left;
   int32_t right;
   int32_t rank;
-  int32_t left_id;   // ids when queued, to detect stale entries
+  int32_t left_id;  // ids when queued, to detect stale entries
   int32_t right_id;
   int32_t merged;
 
@@ -113,7 +113,8 @@ void emit(const Word& w, const TokenIndex& index, std::vector<int32_t>& out) {
 
 }  // namespace
 
-Result<std::unique_ptr<BpeEncoder>> BpeEncoder::create(const Vocab& vocab, const TokenIndex& index) {
+Result<std::unique_ptr<BpeEncoder>> BpeEncoder::create(const Vocab& vocab,
+                                                       const TokenIndex& index) {
   std::unique_ptr<BpeEncoder> enc(new BpeEncoder(index));
   const auto regexes = PreTokenizer::regexes_for(vocab.pre, &enc->ignore_merges_);
   HYPURA_ASSIGN_OR_RETURN(enc->pre_, PreTokenizer::create(regexes));
@@ -143,7 +144,8 @@ Result<std::unique_ptr<BpeEncoder>> BpeEncoder::create(const Vocab& vocab, const
   }
   if (dropped > 0) spdlog::warn("tokenizer: dropped {} malformed BPE merges", dropped);
 
-  for (int b = 0; b < 256; ++b) enc->byte_ids_[b] = index.find(byte_to_bpe_char(static_cast<uint8_t>(b)));
+  for (int b = 0; b < 256; ++b)
+    enc->byte_ids_[b] = index.find(byte_to_bpe_char(static_cast<uint8_t>(b)));
   return enc;
 }
 

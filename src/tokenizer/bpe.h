@@ -42,7 +42,8 @@ class BpeEncoder {
     int32_t merged;  // id of left+right, or -1 when that text is not a token
   };
   static uint64_t pair_key(int32_t left, int32_t right) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
+           static_cast<uint32_t>(right);
   }
 
   const TokenIndex& index_;

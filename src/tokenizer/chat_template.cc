@@ -72,8 +72,10 @@ bool is_known_role(std::string_view role) {
 // The roles callers validate are template text (they make up markers like <|user|>);
 // any other role string came from outside and is data.
 void append_role(PromptText& out, std::string_view role) {
-  if (is_known_role(role)) out.append_template(role);
-  else out.append_data(role);
+  if (is_known_role(role))
+    out.append_template(role);
+  else
+    out.append_data(role);
 }
 
 // Splits off a leading system message: returns its content (or "") and the rest.
@@ -98,20 +100,28 @@ std::shared_ptr<const JinjaTemplate> parse_tools_template(std::string_view t) {
 
 const char* chat_family_name(ChatFamily family) {
   switch (family) {
-    case ChatFamily::kChatml: return "chatml";
-    case ChatFamily::kLlama3: return "llama3";
-    case ChatFamily::kGemma: return "gemma";
-    case ChatFamily::kLlama2: return "llama2";
-    case ChatFamily::kMistral: return "mistral";
-    case ChatFamily::kPhi3: return "phi3";
-    case ChatFamily::kZephyr: return "zephyr";
-    case ChatFamily::kJinja: return "jinja";
+    case ChatFamily::kChatml:
+      return "chatml";
+    case ChatFamily::kLlama3:
+      return "llama3";
+    case ChatFamily::kGemma:
+      return "gemma";
+    case ChatFamily::kLlama2:
+      return "llama2";
+    case ChatFamily::kMistral:
+      return "mistral";
+    case ChatFamily::kPhi3:
+      return "phi3";
+    case ChatFamily::kZephyr:
+      return "zephyr";
+    case ChatFamily::kJinja:
+      return "jinja";
   }
   return "?";
 }
 
-ChatTemplate ChatTemplate::from_text(std::string_view t, std::string bos_text,
-                                     std::string eos_text, bool add_bos) {
+ChatTemplate ChatTemplate::from_text(std::string_view t, std::string bos_text, std::string eos_text,
+                                     bool add_bos) {
   ChatTemplate ct;
   ct.bos_ = std::move(bos_text);
   ct.eos_ = std::move(eos_text);
@@ -175,16 +185,32 @@ Result<PromptText> ChatTemplate::render(std::span<const ChatMessage> m, bool gen
   });
   if (!tools.empty() || tool_turns) return render_tools(m, gen, tools);
   PromptText out;
-  if (family_ != ChatFamily::kChatml && family_ != ChatFamily::kJinja) out.append_template(leading_bos_);
+  if (family_ != ChatFamily::kChatml && family_ != ChatFamily::kJinja)
+    out.append_template(leading_bos_);
   switch (family_) {
-    case ChatFamily::kChatml: render_chatml(m, gen, out); break;
-    case ChatFamily::kLlama3: render_llama3(m, gen, out); break;
-    case ChatFamily::kGemma: render_gemma(m, gen, out); break;
-    case ChatFamily::kLlama2: render_llama2(m, gen, out); break;
-    case ChatFamily::kMistral: render_mistral(m, gen, out); break;
-    case ChatFamily::kPhi3: render_phi3(m, gen, out); break;
-    case ChatFamily::kZephyr: render_zephyr(m, gen, out); break;
-    case ChatFamily::kJinja: return render_jinja(m, gen);
+    case ChatFamily::kChatml:
+      render_chatml(m, gen, out);
+      break;
+    case ChatFamily::kLlama3:
+      render_llama3(m, gen, out);
+      break;
+    case ChatFamily::kGemma:
+      render_gemma(m, gen, out);
+      break;
+    case ChatFamily::kLlama2:
+      render_llama2(m, gen, out);
+      break;
+    case ChatFamily::kMistral:
+      render_mistral(m, gen, out);
+      break;
+    case ChatFamily::kPhi3:
+      render_phi3(m, gen, out);
+      break;
+    case ChatFamily::kZephyr:
+      render_zephyr(m, gen, out);
+      break;
+    case ChatFamily::kJinja:
+      return render_jinja(m, gen);
   }
   return out;
 }
@@ -196,8 +222,9 @@ Result<PromptText> ChatTemplate::render_continuing(std::span<const ChatMessage> 
   HYPURA_ASSIGN_OR_RETURN(PromptText full, render(m, false, tools));
   const size_t at = full.text.rfind(reply);
   if (at == std::string::npos) {
-    return invalid_argument("the chat template does not write the final assistant message, so "
-                            "it cannot be continued");
+    return invalid_argument(
+        "the chat template does not write the final assistant message, so "
+        "it cannot be continued");
   }
   return full.slice(0, at + reply.size());
 }
@@ -206,18 +233,24 @@ Result<PromptText> ChatTemplate::render_continuation(std::span<const ChatMessage
                                                      size_t n_old, bool add_generation_prompt,
                                                      bool* prefix_ok) const {
   HYPURA_ASSIGN_OR_RETURN(PromptText full, render(messages, add_generation_prompt));
-  HYPURA_ASSIGN_OR_RETURN(PromptText old, render(messages.first(std::min(n_old, messages.size())), false));
+  HYPURA_ASSIGN_OR_RETURN(PromptText old,
+                          render(messages.first(std::min(n_old, messages.size())), false));
   *prefix_ok = full.text.starts_with(old.text);
   return *prefix_ok ? full.slice(old.text.size()) : full;
 }
 
 std::string ChatTemplate::end_of_turn() const {
   switch (family_) {
-    case ChatFamily::kChatml: return "<|im_end|>";
-    case ChatFamily::kLlama3: return "<|eot_id|>";
-    case ChatFamily::kGemma: return "<end_of_turn>";
-    case ChatFamily::kPhi3: return "<|end|>";
-    default: return eos_;
+    case ChatFamily::kChatml:
+      return "<|im_end|>";
+    case ChatFamily::kLlama3:
+      return "<|eot_id|>";
+    case ChatFamily::kGemma:
+      return "<end_of_turn>";
+    case ChatFamily::kPhi3:
+      return "<|end|>";
+    default:
+      return eos_;
   }
 }
 
@@ -282,8 +315,10 @@ void ChatTemplate::render_gemma(std::span<const ChatMessage> m, bool gen, Prompt
   const std::string_view system = take_system(m, &has_system);
   for (size_t i = 0; i < m.size(); ++i) {
     out.append_template("<start_of_turn>");
-    if (m[i].role == "assistant") out.append_template("model");
-    else append_role(out, m[i].role);
+    if (m[i].role == "assistant")
+      out.append_template("model");
+    else
+      append_role(out, m[i].role);
     out.append_template("\n");
     if (i == 0 && has_system) {
       out.append_data(system);
@@ -297,7 +332,8 @@ void ChatTemplate::render_gemma(std::span<const ChatMessage> m, bool gen, Prompt
 
 // Llama 2: every user turn opens with BOS; the system block sits inside the first one.
 // The template has no generation prompt: "[/INST]" already hands over.
-void ChatTemplate::render_llama2(std::span<const ChatMessage> m, bool /*gen*/, PromptText& out) const {
+void ChatTemplate::render_llama2(std::span<const ChatMessage> m, bool /*gen*/,
+                                 PromptText& out) const {
   bool has_system = false;
   const std::string_view system = take_system(m, &has_system);
   const size_t start = out.text.size();
@@ -325,7 +361,8 @@ void ChatTemplate::render_llama2(std::span<const ChatMessage> m, bool /*gen*/, P
 }
 
 // Mistral v0.1 style: [INST] user [/INST]assistant</s>; system joins the first user turn.
-void ChatTemplate::render_mistral(std::span<const ChatMessage> m, bool /*gen*/, PromptText& out) const {
+void ChatTemplate::render_mistral(std::span<const ChatMessage> m, bool /*gen*/,
+                                  PromptText& out) const {
   bool has_system = false;
   const std::string_view system = take_system(m, &has_system);
   for (size_t i = 0; i < m.size(); ++i) {
@@ -397,8 +434,10 @@ Result<PromptText> ChatTemplate::run_jinja(const JinjaTemplate& t, std::span<con
     if (!msg.tool_name.empty()) j["name"] = msg.tool_name;
     messages.push_back(std::move(j));
   }
-  ojson context = {{"messages", messages}, {"add_generation_prompt", gen},
-                   {"bos_token", bos_}, {"eos_token", eos_}};
+  ojson context = {{"messages", messages},
+                   {"add_generation_prompt", gen},
+                   {"bos_token", bos_},
+                   {"eos_token", eos_}};
   if (!tools.empty()) {
     ojson parsed = ojson::parse(tools, nullptr, false);
     if (!parsed.is_array()) return invalid_argument("tools: expected a JSON array");

@@ -117,21 +117,22 @@ class ChatTemplate {
   void render_phi3(std::span<const ChatMessage> m, bool gen, PromptText& out) const;
   void render_zephyr(std::span<const ChatMessage> m, bool gen, PromptText& out) const;
   Result<PromptText> render_jinja(std::span<const ChatMessage> m, bool gen) const;
-  Result<PromptText> render_tools(std::span<const ChatMessage> m, bool gen, std::string_view tools) const;
+  Result<PromptText> render_tools(std::span<const ChatMessage> m, bool gen,
+                                  std::string_view tools) const;
   Result<PromptText> run_jinja(const JinjaTemplate& t, std::span<const ChatMessage> m, bool gen,
                                std::string_view tools) const;
 
   ChatFamily family_ = ChatFamily::kChatml;
-  std::shared_ptr<const JinjaTemplate> jinja_;  // kJinja only
+  std::shared_ptr<const JinjaTemplate> jinja_;        // kJinja only
   std::shared_ptr<const JinjaTemplate> tools_jinja_;  // the template, when it uses `tools`
   RenderLimits limits_;
   bool add_bos_ = false;
   bool fallback_ = false;
   std::string bos_;
   std::string eos_;
-  std::string leading_bos_;        // BOS text the template writes first, unless the
-                                   // tokenizer adds BOS itself; else empty
-  std::string default_system_;     // chatml: the template's default system prompt
+  std::string leading_bos_;          // BOS text the template writes first, unless the
+                                     // tokenizer adds BOS itself; else empty
+  std::string default_system_;       // chatml: the template's default system prompt
   bool llama3_date_header_ = false;  // Llama 3.1+: "Cutting Knowledge Date" system block
   std::string date_;                 // llama3 "Today Date"; empty: today
   bool phi3_system_ = false;         // phi3: the template renders system messages

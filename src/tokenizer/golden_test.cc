@@ -58,10 +58,18 @@ void check_vocab_file(const std::string& name) {
   check_golden(*tok, name);
 }
 
-TEST(TokenizerGolden, LlamaSpm) { check_vocab_file("llama-spm"); }
-TEST(TokenizerGolden, Phi3) { check_vocab_file("phi-3"); }
-TEST(TokenizerGolden, Gpt2) { check_vocab_file("gpt-2"); }
-TEST(TokenizerGolden, DeepseekLlm) { check_vocab_file("deepseek-llm"); }
+TEST(TokenizerGolden, LlamaSpm) {
+  check_vocab_file("llama-spm");
+}
+TEST(TokenizerGolden, Phi3) {
+  check_vocab_file("phi-3");
+}
+TEST(TokenizerGolden, Gpt2) {
+  check_vocab_file("gpt-2");
+}
+TEST(TokenizerGolden, DeepseekLlm) {
+  check_vocab_file("deepseek-llm");
+}
 
 void check_real_model(const std::string& name, std::initializer_list<std::string_view> kinds,
                       std::string_view file_prefix = "") {
@@ -73,7 +81,9 @@ void check_real_model(const std::string& name, std::initializer_list<std::string
   check_golden(*tok, name);
 }
 
-TEST(TokenizerGolden, Qwen2WithRealVocab) { check_real_model("qwen2", {"gpt2/qwen2"}, "qwen2"); }
+TEST(TokenizerGolden, Qwen2WithRealVocab) {
+  check_real_model("qwen2", {"gpt2/qwen2"}, "qwen2");
+}
 TEST(TokenizerGolden, LlamaBpeWithRealVocab) {
   check_real_model("llama-bpe", {"gpt2/llama-bpe", "gpt2/llama3", "gpt2/llama-v3"});
 }
@@ -113,8 +123,9 @@ TEST(TokenizerGolden, EncodesLongText) {
       size_t n = 0;
       const double ms = encode_ms(*tok, text, parse_special, &n);
       EXPECT_GT(n, text.size() / 10) << name;
-      std::printf("[ perf ] %-12s parse_special=%d: %zu bytes -> %zu tokens in %.2f ms (%.1f MB/s)\n",
-                  name.c_str(), parse_special, text.size(), n, ms, text.size() / ms / 1e3);
+      std::printf(
+          "[ perf ] %-12s parse_special=%d: %zu bytes -> %zu tokens in %.2f ms (%.1f MB/s)\n",
+          name.c_str(), parse_special, text.size(), n, ms, text.size() / ms / 1e3);
     }
   }
 }

@@ -5,13 +5,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tokenizer/jinja.h"
 
@@ -31,17 +30,19 @@ struct LimitError : JinjaError {
   using JinjaError::JinjaError;
 };
 
-[[noreturn]] inline void fail(const std::string& msg) { throw JinjaError(msg); }
+[[noreturn]] inline void fail(const std::string& msg) {
+  throw JinjaError(msg);
+}
 [[noreturn]] void fail_limit(const std::string& msg);
 
 // Limits that keep a hostile template (GGUF metadata is untrusted) from exhausting the
 // stack, memory or time; work, bytes and time are in RenderLimits.
-constexpr int kMaxNesting = 64;                   // expression and block nesting depth
-constexpr int kMaxEvalDepth = 256;                // evaluation recursion (a + b + ... terms)
-constexpr int kMaxValueDepth = 128;               // nesting of lists and dicts in a value
-constexpr int64_t kMaxLoopIterations = 100000;    // per render, all loops together
-constexpr int64_t kMaxRange = 100000;             // elements of range()
-constexpr uint64_t kValueCost = 32;               // work units per JSON value (vs 1 per byte)
+constexpr int kMaxNesting = 64;                 // expression and block nesting depth
+constexpr int kMaxEvalDepth = 256;              // evaluation recursion (a + b + ... terms)
+constexpr int kMaxValueDepth = 128;             // nesting of lists and dicts in a value
+constexpr int64_t kMaxLoopIterations = 100000;  // per render, all loops together
+constexpr int64_t kMaxRange = 100000;           // elements of range()
+constexpr uint64_t kValueCost = 32;             // work units per JSON value (vs 1 per byte)
 
 // Counts nesting on construction; fails past `limit`. Parsing recurses once per
 // nesting level; evaluation also once per operator in a chain like a + b + c, hence a
@@ -72,8 +73,22 @@ using ExprPtr = std::shared_ptr<const Expr>;
 
 struct Expr {
   enum class Kind {
-    kLiteral, kName, kList, kDict, kAttr, kIndex, kSlice, kCall, kFilter, kTest, kNot, kNeg,
-    kBinary, kAnd, kOr, kCond
+    kLiteral,
+    kName,
+    kList,
+    kDict,
+    kAttr,
+    kIndex,
+    kSlice,
+    kCall,
+    kFilter,
+    kTest,
+    kNot,
+    kNeg,
+    kBinary,
+    kAnd,
+    kOr,
+    kCond
   } kind;
   Json literal;
   std::string name;                 // name, attribute, function/filter/test, operator
@@ -87,11 +102,12 @@ struct Expr {
 // A statement tree node; a template is a list of these.
 struct JinjaTemplate::Node {
   enum class Kind { kText, kOutput, kIf, kFor, kSet, kBreak, kContinue } kind;
-  std::string text;                 // kText
-  jinja_detail::ExprPtr expr;                     // kOutput, kFor iterable, kSet value
-  jinja_detail::ExprPtr filter;                   // kFor "if" filter
-  std::vector<std::string> targets; // kFor loop variables; kSet name [, attribute]
-  std::vector<std::pair<jinja_detail::ExprPtr, std::vector<std::shared_ptr<const Node>>>> branches;  // kIf
+  std::string text;                  // kText
+  jinja_detail::ExprPtr expr;        // kOutput, kFor iterable, kSet value
+  jinja_detail::ExprPtr filter;      // kFor "if" filter
+  std::vector<std::string> targets;  // kFor loop variables; kSet name [, attribute]
+  std::vector<std::pair<jinja_detail::ExprPtr, std::vector<std::shared_ptr<const Node>>>>
+      branches;                                              // kIf
   std::vector<std::shared_ptr<const Node>> body, else_body;  // kFor
 };
 

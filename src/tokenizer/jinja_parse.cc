@@ -30,8 +30,10 @@ size_t find_tag_end(std::string_view src, size_t from, char close_first) {
   for (size_t i = from; i + 1 < src.size(); ++i) {
     const char c = src[i];
     if (quote) {
-      if (c == '\\') ++i;
-      else if (c == quote) quote = 0;
+      if (c == '\\')
+        ++i;
+      else if (c == quote)
+        quote = 0;
     } else if (c == '\'' || c == '"') {
       quote = c;
     } else if (c == close_first && src[i + 1] == '}') {
@@ -49,7 +51,9 @@ std::vector<Piece> lex(std::string_view src) {
   size_t pos = 0;
   while (pos <= src.size()) {
     size_t p = pos;
-    while (p + 1 < src.size() && !(src[p] == '{' && (src[p + 1] == '{' || src[p + 1] == '%' || src[p + 1] == '#'))) ++p;
+    while (p + 1 < src.size() &&
+           !(src[p] == '{' && (src[p + 1] == '{' || src[p + 1] == '%' || src[p + 1] == '#')))
+      ++p;
     if (p + 1 >= src.size()) {
       if (pos < src.size()) pieces.push_back({Piece::Kind::kText, std::string(src.substr(pos))});
       break;
@@ -75,7 +79,8 @@ std::vector<Piece> lex(std::string_view src) {
     }
     if (!text.empty()) pieces.push_back({Piece::Kind::kText, std::string(text)});
     if (kind != '#') {
-      const size_t inner_from = p + 2 + (left_trim || (p + 2 < src.size() && src[p + 2] == '+') ? 1 : 0);
+      const size_t inner_from =
+          p + 2 + (left_trim || (p + 2 < src.size() && src[p + 2] == '+') ? 1 : 0);
       const size_t inner_to = end - (right_trim ? 1 : 0);
       pieces.push_back({kind == '{' ? Piece::Kind::kExpr : Piece::Kind::kStmt,
                         std::string(trim_view(src.substr(inner_from, inner_to - inner_from)))});
@@ -84,8 +89,10 @@ std::vector<Piece> lex(std::string_view src) {
     if (right_trim) {
       while (pos < src.size() && is_space(src[pos])) ++pos;
     } else if (block) {
-      if (pos < src.size() && src[pos] == '\n') ++pos;
-      else if (pos + 1 < src.size() && src[pos] == '\r' && src[pos + 1] == '\n') pos += 2;
+      if (pos < src.size() && src[pos] == '\n')
+        ++pos;
+      else if (pos + 1 < src.size() && src[pos] == '\r' && src[pos + 1] == '\n')
+        pos += 2;
     }
   }
   return pieces;
@@ -103,10 +110,18 @@ struct Tok {
 void append_escape(std::string& out, std::string_view s, size_t& i) {
   const char c = s[i];
   switch (c) {
-    case 'n': out += '\n'; break;
-    case 't': out += '\t'; break;
-    case 'r': out += '\r'; break;
-    case '0': out += '\0'; break;
+    case 'n':
+      out += '\n';
+      break;
+    case 't':
+      out += '\t';
+      break;
+    case 'r':
+      out += '\r';
+      break;
+    case '0':
+      out += '\0';
+      break;
     case 'u':
     case 'x': {
       const size_t digits = c == 'u' ? 4 : 2;
@@ -127,13 +142,16 @@ void append_escape(std::string& out, std::string_view s, size_t& i) {
       }
       break;
     }
-    default: out += c; break;  // \\ \' \" and unknown escapes
+    default:
+      out += c;
+      break;  // \\ \' \" and unknown escapes
   }
 }
 
 std::vector<Tok> tokenize(std::string_view s) {
-  static const char* kOps[] = {"==", "!=", "<=", ">=", "//", "**", "+", "-", "*", "/", "%", "~",
-                               "<", ">", "(", ")", "[", "]", "{", "}", ".", ",", ":", "|", "="};
+  static const char* kOps[] = {"==", "!=", "<=", ">=", "//", "**", "+", "-", "*",
+                               "/",  "%",  "~",  "<",  ">",  "(",  ")", "[", "]",
+                               "{",  "}",  ".",  ",",  ":",  "|",  "="};
   std::vector<Tok> toks;
   size_t i = 0;
   while (i < s.size()) {
@@ -296,7 +314,8 @@ class ExprParser {
   }
   ExprPtr parse_math2() {
     ExprPtr left = parse_unary();
-    for (int links = 0; is_op("*") || is_op("/") || is_op("//") || is_op("%"); check_chain(++links)) {
+    for (int links = 0; is_op("*") || is_op("/") || is_op("//") || is_op("%");
+         check_chain(++links)) {
       const std::string op = peek().text;
       skip();
       left = make({Expr::Kind::kBinary, {}, op, {left, parse_unary()}, {}});
@@ -315,7 +334,8 @@ class ExprParser {
   void parse_call_args(Expr& e) {
     expect_op("(");
     while (!is_op(")")) {
-      if (peek().kind == Tok::Kind::kName && peek(1).kind == Tok::Kind::kOp && peek(1).text == "=") {
+      if (peek().kind == Tok::Kind::kName && peek(1).kind == Tok::Kind::kOp &&
+          peek(1).text == "=") {
         e.kwargs.push_back(peek().text);
         skip();
         skip();
@@ -340,12 +360,17 @@ class ExprParser {
         }
         return make({Expr::Kind::kLiteral, Json(s), "", {}, {}});
       }
-      case Tok::Kind::kInt: return make({Expr::Kind::kLiteral, Json(t.i), "", {}, {}});
-      case Tok::Kind::kFloat: return make({Expr::Kind::kLiteral, Json(t.f), "", {}, {}});
+      case Tok::Kind::kInt:
+        return make({Expr::Kind::kLiteral, Json(t.i), "", {}, {}});
+      case Tok::Kind::kFloat:
+        return make({Expr::Kind::kLiteral, Json(t.f), "", {}, {}});
       case Tok::Kind::kName: {
-        if (t.text == "true" || t.text == "True") return make({Expr::Kind::kLiteral, Json(true), "", {}, {}});
-        if (t.text == "false" || t.text == "False") return make({Expr::Kind::kLiteral, Json(false), "", {}, {}});
-        if (t.text == "none" || t.text == "None") return make({Expr::Kind::kLiteral, Json(nullptr), "", {}, {}});
+        if (t.text == "true" || t.text == "True")
+          return make({Expr::Kind::kLiteral, Json(true), "", {}, {}});
+        if (t.text == "false" || t.text == "False")
+          return make({Expr::Kind::kLiteral, Json(false), "", {}, {}});
+        if (t.text == "none" || t.text == "None")
+          return make({Expr::Kind::kLiteral, Json(nullptr), "", {}, {}});
         if (is_op("(")) {
           Expr call{Expr::Kind::kCall, {}, t.text, {nullptr}, {""}};
           parse_call_args(call);
@@ -380,7 +405,8 @@ class ExprParser {
           return make(std::move(dict));
         }
         break;
-      default: break;
+      default:
+        break;
     }
     fail("unexpected '" + t.text + "' in expression");
   }
@@ -464,7 +490,6 @@ class ExprParser {
   int depth_ = 0;
 };
 
-
 class StmtParser {
  public:
   explicit StmtParser(std::vector<Piece> pieces) : pieces_(std::move(pieces)) {}
@@ -485,7 +510,8 @@ class StmtParser {
     while (pos_ < pieces_.size()) {
       const Piece& p = pieces_[pos_++];
       if (p.kind == Piece::Kind::kText) {
-        nodes.push_back(std::make_shared<const Node>(Node{Node::Kind::kText, p.text, {}, {}, {}, {}, {}, {}}));
+        nodes.push_back(
+            std::make_shared<const Node>(Node{Node::Kind::kText, p.text, {}, {}, {}, {}, {}, {}}));
         continue;
       }
       ExprParser ep(tokenize(p.text));
@@ -514,8 +540,10 @@ class StmtParser {
     if (kw == "if") return parse_if(ep);
     if (kw == "for") return parse_for(ep);
     if (kw == "set") return parse_set(ep);
-    if (kw == "break") return std::make_shared<const Node>(Node{Node::Kind::kBreak, "", {}, {}, {}, {}, {}, {}});
-    if (kw == "continue") return std::make_shared<const Node>(Node{Node::Kind::kContinue, "", {}, {}, {}, {}, {}, {}});
+    if (kw == "break")
+      return std::make_shared<const Node>(Node{Node::Kind::kBreak, "", {}, {}, {}, {}, {}, {}});
+    if (kw == "continue")
+      return std::make_shared<const Node>(Node{Node::Kind::kContinue, "", {}, {}, {}, {}, {}, {}});
     if (kw == "generation" || kw == "endgeneration") return nullptr;  // training-mask markers
     fail("unsupported statement {% " + kw + " %}");
   }
@@ -579,7 +607,9 @@ class StmtParser {
 
 }  // namespace
 
-NodeList parse_template(std::string_view source) { return StmtParser(lex(source)).parse_all(); }
+NodeList parse_template(std::string_view source) {
+  return StmtParser(lex(source)).parse_all();
+}
 
 }  // namespace jinja_detail
 

@@ -56,16 +56,23 @@ class Renderer {
         check_output(n.text.size());
         out_.append_template(n.text);
         return Flow::kNormal;
-      case Node::Kind::kOutput: emit(eval(*n.expr)); return Flow::kNormal;
+      case Node::Kind::kOutput:
+        emit(eval(*n.expr));
+        return Flow::kNormal;
       case Node::Kind::kIf:
         for (const auto& [cond, body] : n.branches) {
           if (!cond || truthy(eval(*cond))) return render_nodes(body);
         }
         return Flow::kNormal;
-      case Node::Kind::kFor: return render_for(n);
-      case Node::Kind::kSet: render_set(n); return Flow::kNormal;
-      case Node::Kind::kBreak: return Flow::kBreak;
-      case Node::Kind::kContinue: return Flow::kContinue;
+      case Node::Kind::kFor:
+        return render_for(n);
+      case Node::Kind::kSet:
+        render_set(n);
+        return Flow::kNormal;
+      case Node::Kind::kBreak:
+        return Flow::kBreak;
+      case Node::Kind::kContinue:
+        return Flow::kContinue;
     }
     return Flow::kNormal;
   }
@@ -156,8 +163,10 @@ class Renderer {
       if (++iterations_ > kMaxLoopIterations) fail_limit("template loops too long");
       scopes_.emplace_back();
       bind_targets(n, items[i], data);
-      Json loop = {{"index", i + 1}, {"index0", i}, {"revindex", len - i}, {"revindex0", len - i - 1},
-                   {"first", i == 0}, {"last", i == len - 1}, {"length", len}};
+      Json loop = {{"index", i + 1},      {"index0", i},
+                   {"revindex", len - i}, {"revindex0", len - i - 1},
+                   {"first", i == 0},     {"last", i == len - 1},
+                   {"length", len}};
       loop["previtem"] = i > 0 ? items[i - 1] : Json();
       loop["nextitem"] = i + 1 < len ? items[i + 1] : Json();
       budget_.charge(budget_.weight(loop));
@@ -179,7 +188,8 @@ class Renderer {
 
   Value lookup(const std::string& name) {
     if (Value* v = lookup_ref(name)) return *v;
-    if (name == "raise_exception" || name == "namespace" || name == "range" || name == "strftime_now") {
+    if (name == "raise_exception" || name == "namespace" || name == "range" ||
+        name == "strftime_now") {
       return Value{Json(), false, name, {}};
     }
     return Value::undef();
@@ -210,21 +220,31 @@ class Renderer {
   Value eval_uncharged(const Expr& e) {
     Value h0, h1;
     switch (e.kind) {
-      case Expr::Kind::kLiteral: return json_value(e.literal);
-      case Expr::Kind::kName: return lookup(e.name);
+      case Expr::Kind::kLiteral:
+        return json_value(e.literal);
+      case Expr::Kind::kName:
+        return lookup(e.name);
       case Expr::Kind::kList:
-      case Expr::Kind::kDict: return collection(e);
-      case Expr::Kind::kAttr: return attribute(view(*e.args[0], h0), e.name);
-      case Expr::Kind::kIndex: return index(view(*e.args[0], h0), view(*e.args[1], h1));
-      case Expr::Kind::kSlice: return slice(e);
-      case Expr::Kind::kCall: return call(e);
-      case Expr::Kind::kFilter: return filter(e);
+      case Expr::Kind::kDict:
+        return collection(e);
+      case Expr::Kind::kAttr:
+        return attribute(view(*e.args[0], h0), e.name);
+      case Expr::Kind::kIndex:
+        return index(view(*e.args[0], h0), view(*e.args[1], h1));
+      case Expr::Kind::kSlice:
+        return slice(e);
+      case Expr::Kind::kCall:
+        return call(e);
+      case Expr::Kind::kFilter:
+        return filter(e);
       case Expr::Kind::kTest: {
         const bool r = test(e);
         return json_value(Json(e.negate ? !r : r));
       }
-      case Expr::Kind::kNot: return json_value(Json(!truthy(view(*e.args[0], h0))));
-      case Expr::Kind::kNeg: return negate(view(*e.args[0], h0));
+      case Expr::Kind::kNot:
+        return json_value(Json(!truthy(view(*e.args[0], h0))));
+      case Expr::Kind::kNeg:
+        return negate(view(*e.args[0], h0));
       case Expr::Kind::kAnd: {
         Value l = eval(*e.args[0]);
         return truthy(l) ? eval(*e.args[1]) : l;
@@ -236,7 +256,8 @@ class Renderer {
       case Expr::Kind::kCond:
         if (truthy(eval(*e.args[0]))) return eval(*e.args[1]);
         return e.args[2] ? eval(*e.args[2]) : Value::undef();
-      case Expr::Kind::kBinary: return binary(e.name, view(*e.args[0], h0), view(*e.args[1], h1));
+      case Expr::Kind::kBinary:
+        return binary(e.name, view(*e.args[0], h0), view(*e.args[1], h1));
     }
     fail("bad expression");
   }
@@ -282,8 +303,9 @@ class Renderer {
   }
 
   bool trusted(const Json& value) const {
-    return value.is_string() && std::find(trusted_strings_.begin(), trusted_strings_.end(),
-                                          value.get_ref<const std::string&>()) != trusted_strings_.end();
+    return value.is_string() &&
+           std::find(trusted_strings_.begin(), trusted_strings_.end(),
+                     value.get_ref<const std::string&>()) != trusted_strings_.end();
   }
 
   Value index(const Value& obj, const Value& key) {
@@ -298,7 +320,8 @@ class Renderer {
       const auto cps = codepoints(obj.j.get_ref<const std::string&>());
       const int64_t i = norm_index(key.j.get<int64_t>(), static_cast<int64_t>(cps.size()));
       if (i < 0 || i >= static_cast<int64_t>(cps.size())) return Value::undef();
-      return with_data(str(from_cps(cps, static_cast<size_t>(i), static_cast<size_t>(i) + 1)), data);
+      return with_data(str(from_cps(cps, static_cast<size_t>(i), static_cast<size_t>(i) + 1)),
+                       data);
     }
     if (obj.j.is_object() && key.j.is_string()) return attribute(obj, key.j.get<std::string>());
     return Value::undef();
@@ -309,8 +332,10 @@ class Renderer {
     const Value& obj = view(*e.args[0], holder);
     const bool is_str = obj.j.is_string();
     if (!is_str && !obj.j.is_array()) fail("cannot slice " + repr(obj.j));
-    const std::vector<uint32_t> cps = is_str ? codepoints(obj.j.get_ref<const std::string&>()) : std::vector<uint32_t>();
-    const int64_t n = is_str ? static_cast<int64_t>(cps.size()) : static_cast<int64_t>(obj.j.size());
+    const std::vector<uint32_t> cps =
+        is_str ? codepoints(obj.j.get_ref<const std::string&>()) : std::vector<uint32_t>();
+    const int64_t n =
+        is_str ? static_cast<int64_t>(cps.size()) : static_cast<int64_t>(obj.j.size());
     const int64_t step = e.args[3] ? to_int(eval(*e.args[3])) : 1;
     if (step == 0) fail("slice step 0");
     auto bound = [&](const ExprPtr& x, int64_t dflt) {
@@ -324,8 +349,10 @@ class Renderer {
     std::vector<uint32_t> picked;
     // 128-bit index: start + step may pass INT64_MAX for a huge step.
     for (__int128 i = start; step > 0 ? i < stop : i > stop; i += step) {
-      if (is_str) picked.push_back(cps[static_cast<size_t>(i)]);
-      else out.push_back(obj.j[static_cast<size_t>(i)]);
+      if (is_str)
+        picked.push_back(cps[static_cast<size_t>(i)]);
+      else
+        out.push_back(obj.j[static_cast<size_t>(i)]);
     }
     return with_data(is_str ? str(from_cps(picked)) : json_value(std::move(out)), obj.taint.any());
   }
@@ -383,28 +410,33 @@ class Renderer {
     budget_.charge(budget_.weight(obj));
     Json out = Json::array();
     for (auto it = obj.begin(); it != obj.end(); ++it) {
-      if (which == "items") out.push_back(Json::array({it.key(), *it}));
-      else out.push_back(which == "keys" ? Json(it.key()) : *it);
+      if (which == "items")
+        out.push_back(Json::array({it.key(), *it}));
+      else
+        out.push_back(which == "keys" ? Json(it.key()) : *it);
     }
     return json_value(std::move(out));
   }
 
   Value call_global(const Expr& e, const std::vector<Value>& args) {
     const std::string& f = e.name;
-    if (f == "raise_exception") fail("template error: " + (args.empty() ? "" : output_text(args[0])));
+    if (f == "raise_exception")
+      fail("template error: " + (args.empty() ? "" : output_text(args[0])));
     if (f == "namespace") {
       Json obj = Json::object();
       for (size_t i = 0; i < args.size(); ++i) obj[e.kwargs[i + 1]] = args[i].j;
       return json_value(std::move(obj));
     }
     if (f == "range") return range(args);
-    if (f == "strftime_now") return str(strftime_now(args.empty() ? "%Y-%m-%d" : output_text(args[0])));
+    if (f == "strftime_now")
+      return str(strftime_now(args.empty() ? "%Y-%m-%d" : output_text(args[0])));
     fail("unknown function '" + f + "'");
   }
 
   Value range(const std::vector<Value>& args) {
     int64_t start = 0, stop = 0, step = 1;
-    if (args.size() == 1) stop = to_int(args[0]);
+    if (args.size() == 1)
+      stop = to_int(args[0]);
     else if (args.size() >= 2) {
       start = to_int(args[0]);
       stop = to_int(args[1]);
@@ -442,7 +474,8 @@ class Renderer {
   // ------------------------------------------------ strings (capped and charged)
 
   Value str(std::string s) {
-    if (s.size() > budget_.max_bytes()) fail_limit("a string grew past " + std::to_string(budget_.max_bytes()) + " bytes");
+    if (s.size() > budget_.max_bytes())
+      fail_limit("a string grew past " + std::to_string(budget_.max_bytes()) + " bytes");
     return json_value(Json(std::move(s)));
   }
   std::string text(const Json& j) { return to_text(j, budget_.max_bytes()); }
@@ -463,16 +496,21 @@ class Renderer {
 
   // std::string::find compares the needle at each candidate: up to n * m steps.
   size_t find(const std::string& haystack, const std::string& needle, size_t pos = 0) {
-    budget_.charge(sat_mul(haystack.size() - std::min(pos, haystack.size()) + 1, needle.size() + 1));
+    budget_.charge(
+        sat_mul(haystack.size() - std::min(pos, haystack.size()) + 1, needle.size() + 1));
     return haystack.find(needle, pos);
   }
 
   std::string strip_chars(const std::string& s, const Value* chars, bool left, bool right) {
-    const std::string set = (chars && !chars->undefined && chars->j.is_string()) ? chars->j.get<std::string>() : " \t\n\r\f\v";
+    const std::string set = (chars && !chars->undefined && chars->j.is_string())
+                                ? chars->j.get<std::string>()
+                                : " \t\n\r\f\v";
     budget_.charge(sat_mul(s.size(), set.size()));
     size_t b = 0, e = s.size();
-    if (left) while (b < e && set.find(s[b]) != std::string::npos) ++b;
-    if (right) while (e > b && set.find(s[e - 1]) != std::string::npos) --e;
+    if (left)
+      while (b < e && set.find(s[b]) != std::string::npos) ++b;
+    if (right)
+      while (e > b && set.find(s[e - 1]) != std::string::npos) --e;
     return s.substr(b, e - b);
   }
 
@@ -573,7 +611,9 @@ class Renderer {
     };
     if (f == "trim") return str(strip_chars(output_text(v), nullptr, true, true));
     if (f == "length" || f == "count") {
-      if (v.j.is_string()) return json_value(Json(static_cast<int64_t>(codepoints(v.j.get_ref<const std::string&>()).size())));
+      if (v.j.is_string())
+        return json_value(
+            Json(static_cast<int64_t>(codepoints(v.j.get_ref<const std::string&>()).size())));
       return json_value(Json(static_cast<int64_t>(v.undefined ? 0 : v.j.size())));
     }
     if (f == "tojson") return tojson(v, kwarg("indent", 0));
@@ -595,7 +635,8 @@ class Renderer {
     }
     if (f == "list") return json_value(Json(items_of(v)));
     if (f == "items") return v.j.is_object() ? dict_view(v.j, "items") : json_value(Json::array());
-    if (f == "replace") return str(replace_all(output_text(v), output_text(args.at(0)), output_text(args.at(1))));
+    if (f == "replace")
+      return str(replace_all(output_text(v), output_text(args.at(0)), output_text(args.at(1))));
     if (f == "int") {
       if (!v.j.is_string()) return json_value(Json(to_int(v)));
       return json_value(Json(std::stoll(v.j.get<std::string>())));  // std::out_of_range past int64
@@ -620,7 +661,8 @@ class Renderer {
       const Value* attr = kwarg("attribute", 99);
       if (attr == nullptr) fail("map() needs attribute=");
       Json arr = Json::array();
-      for (const auto& item : items_of(v)) arr.push_back(attribute(json_value(item), output_text(*attr)).j);
+      for (const auto& item : items_of(v))
+        arr.push_back(attribute(json_value(item), output_text(*attr)).j);
       return json_value(std::move(arr));
     }
     fail("unsupported filter '" + f + "'");
@@ -659,12 +701,18 @@ class Renderer {
       bool match = truthy(a);
       if (args.size() >= 2) {
         const std::string t = output_text(args[1]);
-        if (t == "equalto" || t == "eq" || t == "==") match = args.size() >= 3 && !a.undefined && equal(a, args[2]);
-        else if (t == "defined") match = !a.undefined;
-        else if (t == "undefined") match = a.undefined;
-        else if (t == "none") match = !a.undefined && a.j.is_null();
-        else if (t == "string") match = a.j.is_string();
-        else fail("unsupported selectattr test '" + t + "'");
+        if (t == "equalto" || t == "eq" || t == "==")
+          match = args.size() >= 3 && !a.undefined && equal(a, args[2]);
+        else if (t == "defined")
+          match = !a.undefined;
+        else if (t == "undefined")
+          match = a.undefined;
+        else if (t == "none")
+          match = !a.undefined && a.j.is_null();
+        else if (t == "string")
+          match = a.j.is_string();
+        else
+          fail("unsupported selectattr test '" + t + "'");
       }
       if (match == keep_matching) arr.push_back(item);
     }
@@ -716,7 +764,8 @@ class Renderer {
       out.insert(out.end(), r.j.begin(), r.j.end());
       return with_data(json_value(std::move(out)), l.taint.any() || r.taint.any());
     }
-    if (op == "*" && l.j.is_string() && r.j.is_number_integer()) return repeat(l, r.j.get<int64_t>());
+    if (op == "*" && l.j.is_string() && r.j.is_number_integer())
+      return repeat(l, r.j.get<int64_t>());
     if (!l.j.is_number() || !r.j.is_number() || l.undefined || r.undefined) {
       fail("unsupported operands for '" + op + "': " + repr(l.j) + ", " + repr(r.j));
     }
@@ -725,7 +774,8 @@ class Renderer {
 
   // l ~ r: the data ranges of both sides, in place.
   Value concat(const Value& l, const std::string& ls, const Value& r, const std::string& rs) {
-    if (ls.size() + rs.size() > budget_.max_bytes()) fail_limit("a string grew past " + std::to_string(budget_.max_bytes()) + " bytes");
+    if (ls.size() + rs.size() > budget_.max_bytes())
+      fail_limit("a string grew past " + std::to_string(budget_.max_bytes()) + " bytes");
     budget_.charge(ls.size() + rs.size());
     Value out = str(ls + rs);
     out.taint = concat_taint(l, ls.size(), r, rs.size());
@@ -736,7 +786,8 @@ class Renderer {
     const std::string& s = l.j.get_ref<const std::string&>();
     if (n <= 0 || s.empty()) return str("");
     // Divide rather than multiply: s.size() * n can wrap.
-    if (static_cast<uint64_t>(n) > budget_.max_bytes() / s.size()) fail_limit("string repetition too large");
+    if (static_cast<uint64_t>(n) > budget_.max_bytes() / s.size())
+      fail_limit("string repetition too large");
     budget_.charge(s.size() * static_cast<uint64_t>(n));
     std::string out;
     out.reserve(s.size() * static_cast<size_t>(n));
@@ -770,7 +821,8 @@ class Renderer {
 
   bool contains(const Value& haystack, const Value& needle) {
     const Json& r = haystack.j;
-    if (r.is_string()) return find(r.get_ref<const std::string&>(), output_text(needle)) != std::string::npos;
+    if (r.is_string())
+      return find(r.get_ref<const std::string&>(), output_text(needle)) != std::string::npos;
     if (r.is_array()) {
       budget_.charge(budget_.weight(r));
       return std::any_of(r.begin(), r.end(), [&](const Json& x) { return x == needle.j; });

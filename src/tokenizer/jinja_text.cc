@@ -56,7 +56,9 @@ void repr_into(const Json& j, size_t max_bytes, std::string& out) {
 
 }  // namespace
 
-void fail_limit(const std::string& msg) { throw LimitError(msg); }
+void fail_limit(const std::string& msg) {
+  throw LimitError(msg);
+}
 
 // Invalid UTF-8 bytes map to U+DC80..U+DCFF and back (Python's surrogateescape), so
 // content survives unchanged.
@@ -90,8 +92,10 @@ std::vector<uint32_t> to_cps(std::string_view s) {
 std::string from_cps(const std::vector<uint32_t>& cps, size_t begin, size_t end) {
   std::string out;
   for (size_t i = begin; i < std::min(end, cps.size()); ++i) {
-    if (cps[i] >= 0xDC80 && cps[i] <= 0xDCFF) out += static_cast<char>(cps[i] - 0xDC00);
-    else append_utf8(out, cps[i]);
+    if (cps[i] >= 0xDC80 && cps[i] <= 0xDCFF)
+      out += static_cast<char>(cps[i] - 0xDC00);
+    else
+      append_utf8(out, cps[i]);
   }
   return out;
 }
@@ -115,8 +119,8 @@ uint32_t case_map(uint32_t c, bool upper) {
   if (c == 0x178 && !upper) return 0xFF;
   if (c >= 0x100 && c <= 0x17F) {  // Latin Extended-A: adjacent upper/lower pairs
     const bool odd_upper = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
-    const bool paired = (c <= 0x137 && c != 0x130 && c != 0x131) || odd_upper ||
-                        (c >= 0x14A && c <= 0x177);
+    const bool paired =
+        (c <= 0x137 && c != 0x130 && c != 0x131) || odd_upper || (c >= 0x14A && c <= 0x177);
     if (!paired) return c;
     const bool is_upper = (c % 2 == 1) == odd_upper;
     if (upper && !is_upper) return c - 1;
@@ -173,7 +177,8 @@ void dump_json(const Json& j, int64_t indent, size_t depth, size_t max_bytes, st
       if (!first) out += item_sep;
       first = false;
       newline(depth + 1);
-      if (j.is_object()) out += Json(it.key()).dump(-1, ' ', false, Json::error_handler_t::replace) + ": ";
+      if (j.is_object())
+        out += Json(it.key()).dump(-1, ' ', false, Json::error_handler_t::replace) + ": ";
       dump_json(*it, indent, depth + 1, max_bytes, out);
       check_size(out.size(), max_bytes);
     }

@@ -8,7 +8,9 @@ namespace hypura::tokenizer::jinja_detail {
 
 using Clock = std::chrono::steady_clock;
 
-Value json_value(Json j) { return Value{std::move(j), false, "", {}}; }
+Value json_value(Json j) {
+  return Value{std::move(j), false, "", {}};
+}
 
 // `v` as data as a whole when `data` is set.
 Value with_data(Value v, bool data) {
@@ -45,20 +47,24 @@ Taint concat_taint(const Value& l, size_t l_size, const Value& r, size_t r_size)
   for (TextRange x : data_ranges(r, r_size)) {
     x.begin += l_size;
     x.end += l_size;
-    if (!t.ranges.empty() && t.ranges.back().end == x.begin) t.ranges.back().end = x.end;
-    else t.ranges.push_back(x);
+    if (!t.ranges.empty() && t.ranges.back().end == x.begin)
+      t.ranges.back().end = x.end;
+    else
+      t.ranges.push_back(x);
   }
   return t;
 }
 
 // Python-style index normalisation for sequences of length n (n >= 0, so no overflow).
-int64_t norm_index(int64_t i, int64_t n) { return i < 0 ? i + n : i; }
+int64_t norm_index(int64_t i, int64_t n) {
+  return i < 0 ? i + n : i;
+}
 
 // x op y for op in + - *, failing on overflow (Python ints do not wrap; ours must not
 // be undefined behaviour).
 int64_t checked(char op, int64_t x, int64_t y) {
   int64_t z = 0;
-  const bool overflow = op == '+' ? __builtin_add_overflow(x, y, &z)
+  const bool overflow = op == '+'   ? __builtin_add_overflow(x, y, &z)
                         : op == '-' ? __builtin_sub_overflow(x, y, &z)
                                     : __builtin_mul_overflow(x, y, &z);
   if (overflow) fail("integer overflow");
@@ -85,14 +91,17 @@ __int128 range_count(int64_t start, int64_t stop, int64_t step) {
 
 // Saturating a * b for work estimates.
 uint64_t sat_mul(uint64_t a, uint64_t b) {
-  return (b != 0 && a > std::numeric_limits<uint64_t>::max() / b) ? std::numeric_limits<uint64_t>::max() : a * b;
+  return (b != 0 && a > std::numeric_limits<uint64_t>::max() / b)
+             ? std::numeric_limits<uint64_t>::max()
+             : a * b;
 }
 
 void Budget::charge(uint64_t units) {
   const uint64_t room = std::numeric_limits<uint64_t>::max() - work_;
   work_ = units > room ? std::numeric_limits<uint64_t>::max() : work_ + units;
   if (work_ > limits_.max_work) {
-    fail_limit("rendering took more than its work limit (" + std::to_string(limits_.max_work) + " units)");
+    fail_limit("rendering took more than its work limit (" + std::to_string(limits_.max_work) +
+               " units)");
   }
   if (++calls_ % 1024 == 0 && Clock::now() > deadline_) {
     fail_limit("rendering took more than " + std::to_string(limits_.max_time.count()) + " ms");

@@ -79,8 +79,8 @@ std::vector<std::string> PreTokenizer::regexes_for(const std::string& pre, bool*
   if (is_one_of(pre, {"qwen2", "stablelm2", "deepseek-r1-qwen", "megrez", "hunyuan"})) {
     return {llama3_like(R"(\p{N})")};
   }
-  if (is_one_of(pre, {"gpt-2", "phi-2", "mpt", "olmo", "jais", "jina-es", "jina-de",
-                      "jina-v2-es", "jina-v2-de", "exaone4", "trillion", "roberta-bpe"})) {
+  if (is_one_of(pre, {"gpt-2", "phi-2", "mpt", "olmo", "jais", "jina-es", "jina-de", "jina-v2-es",
+                      "jina-v2-de", "exaone4", "trillion", "roberta-bpe"})) {
     return {kGpt2};
   }
   if (is_one_of(pre, {"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone",
@@ -112,15 +112,16 @@ std::vector<std::string> PreTokenizer::regexes_for(const std::string& pre, bool*
   return {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2, R"(\p{N}+)", "[0-9][0-9][0-9]"};
 }
 
-Result<std::unique_ptr<PreTokenizer>> PreTokenizer::create(const std::vector<std::string>& regexes) {
+Result<std::unique_ptr<PreTokenizer>> PreTokenizer::create(
+    const std::vector<std::string>& regexes) {
   std::unique_ptr<PreTokenizer> pt(new PreTokenizer());
   for (const auto& pattern : regexes) {
     int error = 0;
     PCRE2_SIZE error_offset = 0;
     auto compiled = std::make_unique<Compiled>();
-    compiled->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &error,
-                                   &error_offset, nullptr);
+    compiled->code =
+        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                      PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &error, &error_offset, nullptr);
     if (compiled->code == nullptr) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(error, msg, sizeof(msg));

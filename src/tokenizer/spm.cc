@@ -1,7 +1,7 @@
 #include "tokenizer/spm.h"
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <optional>
 #include <queue>
 #include <string>
@@ -76,8 +76,7 @@ void merge_by_score(std::string_view text, std::vector<Symbol>& symbols, ScoreOf
 
 }  // namespace
 
-SpmEncoder::SpmEncoder(const Vocab& vocab, const TokenIndex& index)
-    : vocab_(vocab), index_(index) {
+SpmEncoder::SpmEncoder(const Vocab& vocab, const TokenIndex& index) : vocab_(vocab), index_(index) {
   for (int b = 0; b < 256; ++b) {
     char hex[8];
     std::snprintf(hex, sizeof(hex), "<0x%02X>", b);

@@ -15,14 +15,22 @@ namespace {
 constexpr std::string_view kSpmSpace = "\xE2\x96\x81";  // U+2581 "▁"
 
 // End-of-turn token texts, in the order we prefer one as *the* EOT id.
-constexpr std::string_view kEotTexts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-    "<|end_of_text|>", "<EOT>", "_<EOT>", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
-    "<end_of_utterance>"};
+constexpr std::string_view kEotTexts[] = {"<|eot_id|>",
+                                          "<|im_end|>",
+                                          "<|end|>",
+                                          "<end_of_turn>",
+                                          "<|endoftext|>",
+                                          "<|end_of_text|>",
+                                          "<EOT>",
+                                          "_<EOT>",
+                                          "<\xEF\xBD\x9C"
+                                          "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+                                          "<end_of_utterance>"};
 // Texts of tokens that end generation, whatever the metadata says (llama.cpp's list).
-constexpr std::string_view kEogTexts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>",
-    "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>"};
+constexpr std::string_view kEogTexts[] = {"<|eot_id|>",    "<|im_end|>",      "<|end|>",
+                                          "<|return|>",    "<|call|>",        "<end_of_turn>",
+                                          "<|endoftext|>", "<|eom_id|>",      "<EOT>",
+                                          "_<EOT>",        "<|end_of_text|>", "<end_of_utterance>"};
 
 void replace_all(std::string& s, std::string_view from, std::string_view to) {
   std::string out;
@@ -172,7 +180,8 @@ void Tokenizer::build_pieces() {
         break;
       case TokenType::kByte:
         if (vocab_.model == VocabModel::kSpm && text.size() == 6 && text.starts_with("<0x")) {
-          pieces_[id] = std::string(1, static_cast<char>(std::strtol(text.substr(3, 2).c_str(), nullptr, 16)));
+          pieces_[id] = std::string(
+              1, static_cast<char>(std::strtol(text.substr(3, 2).c_str(), nullptr, 16)));
         } else {
           pieces_[id] = bpe_text_to_bytes(text);
         }
@@ -280,8 +289,8 @@ std::vector<int32_t> Tokenizer::encode(const PromptText& prompt, bool add_specia
   return encode(prompt.text, add_special, /*parse_special=*/true, prompt.data);
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
-                                       bool parse_special, std::span<const TextRange> data) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special,
+                                       std::span<const TextRange> data) const {
   std::vector<int32_t> out;
   if (add_special && vocab_.add_bos && vocab_.bos_id >= 0) out.push_back(vocab_.bos_id);
   if (!text.empty()) {

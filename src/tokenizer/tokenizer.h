@@ -32,7 +32,9 @@
 #include "tokenizer/token_index.h"
 #include "tokenizer/vocab.h"
 
-namespace hypura::gguf { class Metadata; }
+namespace hypura::gguf {
+class Metadata;
+}
 
 namespace hypura::tokenizer {
 
@@ -115,14 +117,14 @@ class Tokenizer {
   TokenIndex index_;
   std::unique_ptr<SpmEncoder> spm_;
   std::unique_ptr<BpeEncoder> bpe_;
-  std::vector<int32_t> special_ids_;    // control/user-defined/unknown, longest text first
+  std::vector<int32_t> special_ids_;        // control/user-defined/unknown, longest text first
   std::unordered_set<int32_t> rstrip_ids_;  // specials that eat the whitespace after them
   // Which special texts occur in a text is found in one scan: at each byte that starts
   // some special text, look up the candidate lengths in this set.
   std::unordered_set<std::string_view> special_texts_;
-  std::vector<size_t> special_lengths_;          // distinct lengths, ascending
-  std::array<bool, 256> special_first_byte_{};   // byte starts some special text
-  std::vector<std::string> pieces_;     // (n_vocab) token_to_piece(id, special = false)
+  std::vector<size_t> special_lengths_;         // distinct lengths, ascending
+  std::array<bool, 256> special_first_byte_{};  // byte starts some special text
+  std::vector<std::string> pieces_;             // (n_vocab) token_to_piece(id, special = false)
   std::unordered_set<int32_t> eog_ids_;
 };
 

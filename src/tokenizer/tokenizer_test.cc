@@ -1,5 +1,7 @@
 // Unit tests on hand-built vocabularies and on the golden vocab files: special tokens,
 // BOS/EOS, pieces, round trips, end-of-generation ids, streaming UTF-8.
+#include "tokenizer/tokenizer.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +10,6 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/test_util.h"
-#include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
 namespace hypura::tokenizer {
@@ -36,8 +37,21 @@ std::vector<std::string> golden_texts(const std::string& name) {
 Vocab tiny_spm() {
   Vocab v;
   v.model = VocabModel::kSpm;
-  v.tokens = {"<unk>", "<s>", "</s>", "<0xE2>", "<0x82>", "<0xAC>", "\xE2\x96\x81", "a", "b",
-              "\xE2\x96\x81" "a", "ab", "\xE2\x96\x81" "ab", "<ctl>"};
+  v.tokens = {"<unk>",
+              "<s>",
+              "</s>",
+              "<0xE2>",
+              "<0x82>",
+              "<0xAC>",
+              "\xE2\x96\x81",
+              "a",
+              "b",
+              "\xE2\x96\x81"
+              "a",
+              "ab",
+              "\xE2\x96\x81"
+              "ab",
+              "<ctl>"};
   v.scores = {0, 0, 0, 0, 0, 0, -1, -2, -2, -3, -5, -4, 0};
   v.types = {TokenType::kUnknown, TokenType::kControl, TokenType::kControl, TokenType::kByte,
              TokenType::kByte,    TokenType::kByte,    TokenType::kNormal,  TokenType::kNormal,
@@ -61,7 +75,9 @@ TEST(Tokenizer, ControlTokensAreNotParsedInData) {
   p.append_template("<ct");
   p.append_data("l>");  // a token split across template text and data is not one
   p.append_template("<ctl>");
-  auto n_ctl = [](const std::vector<int32_t>& ids) { return std::count(ids.begin(), ids.end(), 12); };
+  auto n_ctl = [](const std::vector<int32_t>& ids) {
+    return std::count(ids.begin(), ids.end(), 12);
+  };
   EXPECT_EQ(n_ctl(tok->encode(p, false)), 2);
   EXPECT_EQ(n_ctl(tok->encode(p.text, false, true)), 4);
   // No data: the same as parse_special everywhere.
@@ -138,8 +154,17 @@ Vocab tiny_bpe(const std::string& pre) {
   Vocab v;
   v.model = VocabModel::kBpe;
   v.pre = pre;
-  v.tokens = {"a", "b", "c", "ab", "bc", "abc", "ca", "\xC4\xA0" /* "Ġ": space */,
-              "\xC4\xA0" "a", "<eos>"};
+  v.tokens = {"a",
+              "b",
+              "c",
+              "ab",
+              "bc",
+              "abc",
+              "ca",
+              "\xC4\xA0" /* "Ġ": space */,
+              "\xC4\xA0"
+              "a",
+              "<eos>"};
   v.types.assign(v.tokens.size(), TokenType::kNormal);
   v.types.back() = TokenType::kControl;
   v.merges = {"b c", "a b", "\xC4\xA0 a", "a bc", "c a"};  // rank = index
@@ -255,7 +280,12 @@ TEST(Tokenizer, BpeAddsBosOnlyWhenAsked) {
 
 TEST(Tokenizer, BpeInvalidUtf8BecomesReplacementChar) {
   const Tokenizer* tok = golden("gpt-2");
-  EXPECT_EQ(tok->encode("a\xFF" "b", false, false), tok->encode("a\xEF\xBF\xBD" "b", false, false));
+  EXPECT_EQ(tok->encode("a\xFF"
+                        "b",
+                        false, false),
+            tok->encode("a\xEF\xBF\xBD"
+                        "b",
+                        false, false));
 }
 
 TEST(Tokenizer, Phi3EndOfTurnTokens) {
@@ -360,7 +390,9 @@ TEST(RealModels, Gemma3) {
   // Ids that transformers' GGUF tokenizer converter (5.24) also gives for this file.
   EXPECT_EQ(tok->encode("Hello, we can use", false, false),
             (std::vector<int32_t>{9259, 236764, 692, 740, 1161}));
-  EXPECT_EQ(tok->encode("\xC3\x85\xC3\x84\xC3\x96 fa\xC3\xA7" "ade na\xC3\xAFve", false, false),
+  EXPECT_EQ(tok->encode("\xC3\x85\xC3\x84\xC3\x96 fa\xC3\xA7"
+                        "ade na\xC3\xAFve",
+                        false, false),
             (std::vector<int32_t>{239685, 239122, 238255, 96008, 120362}));
   EXPECT_EQ(tok->encode("    indented code\n        more", false, false),
             (std::vector<int32_t>{140, 724, 16764, 3393, 107, 144, 5576}));

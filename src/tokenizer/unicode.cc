@@ -29,8 +29,8 @@ bool is_printable_byte(int b) {
 }
 
 struct ByteTables {
-  std::array<std::string, 256> byte_to_char;         // UTF-8 text of each byte's codepoint
-  std::array<int16_t, 512> cpt_to_byte;               // inverse; -1 where unmapped
+  std::array<std::string, 256> byte_to_char;  // UTF-8 text of each byte's codepoint
+  std::array<int16_t, 512> cpt_to_byte;       // inverse; -1 where unmapped
 
   ByteTables() {
     uint32_t next = 256;  // ends at 256 + 68 = 324, inside cpt_to_byte
@@ -72,7 +72,9 @@ size_t decode_utf8(std::string_view text, size_t i, uint32_t* cpt) {
 
 }  // namespace
 
-const std::string& byte_to_bpe_char(uint8_t b) { return tables().byte_to_char[b]; }
+const std::string& byte_to_bpe_char(uint8_t b) {
+  return tables().byte_to_char[b];
+}
 
 std::string bpe_text_to_bytes(std::string_view text) {
   const auto& map = tables().cpt_to_byte;

@@ -22,7 +22,9 @@
 
 #include "common/status.h"
 
-namespace hypura::gguf { class Metadata; }
+namespace hypura::gguf {
+class Metadata;
+}
 
 namespace hypura::tokenizer {
 
@@ -34,18 +36,18 @@ enum class TokenType : uint8_t {
   kControl = 3,      // <s>, <|im_end|>: matched in text only with parse_special
   kUserDefined = 4,  // always matched in text as a whole, printed verbatim
   kUnused = 5,
-  kByte = 6,         // SPM byte fallback <0xNN>
+  kByte = 6,  // SPM byte fallback <0xNN>
 };
 
 enum class VocabModel { kSpm, kBpe };
 
 struct Vocab {
   VocabModel model = VocabModel::kSpm;
-  std::string pre = "default";       // BPE pre-tokenizer name
-  std::vector<std::string> tokens;   // (n_vocab) token texts
-  std::vector<float> scores;         // (n_vocab) or empty (then all 0)
-  std::vector<TokenType> types;      // (n_vocab) or empty (then all kNormal)
-  std::vector<std::string> merges;   // BPE only: "left right" in rank order
+  std::string pre = "default";      // BPE pre-tokenizer name
+  std::vector<std::string> tokens;  // (n_vocab) token texts
+  std::vector<float> scores;        // (n_vocab) or empty (then all 0)
+  std::vector<TokenType> types;     // (n_vocab) or empty (then all kNormal)
+  std::vector<std::string> merges;  // BPE only: "left right" in rank order
 
   int32_t bos_id = -1;  // -1: none
   int32_t eos_id = -1;

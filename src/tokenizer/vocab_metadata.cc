@@ -10,7 +10,9 @@ namespace {
 
 constexpr std::string_view kPrefix = "tokenizer.ggml.";
 
-std::string key(std::string_view name) { return std::string(kPrefix) + std::string(name); }
+std::string key(std::string_view name) {
+  return std::string(kPrefix) + std::string(name);
+}
 
 Status read_strings(const gguf::Metadata& md, std::string_view name, bool required,
                     std::vector<std::string>* out) {

@@ -17,11 +17,10 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "gguf/gguf.h"
 #include "grammar/automaton.h"
@@ -63,7 +62,8 @@ std::string walk(const Grammar& g, std::mt19937_64& rng, std::array<State, 3>& s
       char c = options[rng() % options.size()];
       const size_t pressure = n > 100 ? 2 : 8;
       for (char pick : options) {
-        if ((pick == '"' || pick == '}' || pick == ']' || pick == ',') && rng() % pressure == 0) c = pick;
+        if ((pick == '"' || pick == '}' || pick == ']' || pick == ',') && rng() % pressure == 0)
+          c = pick;
       }
       step(g, *cur, static_cast<uint8_t>(c), next);
       cur = next;
@@ -132,7 +132,8 @@ int bench(const std::string& model, int repeats) {
     std::fprintf(stderr, "%s\n", file.status().message().c_str());
     return 1;
   }
-  Result<std::unique_ptr<tokenizer::Tokenizer>> tok = tokenizer::Tokenizer::from_metadata(file->metadata());
+  Result<std::unique_ptr<tokenizer::Tokenizer>> tok =
+      tokenizer::Tokenizer::from_metadata(file->metadata());
   if (!tok.is_ok()) {
     std::fprintf(stderr, "%s\n", tok.status().message().c_str());
     return 1;
@@ -141,13 +142,16 @@ int bench(const std::string& model, int repeats) {
   auto t0 = Clock::now();
   std::vector<std::string> pieces(static_cast<size_t>(t.n_vocab()));
   for (int32_t id = 0; id < t.n_vocab(); ++id) pieces[id] = t.token_to_piece(id);
-  const std::vector<int32_t> ends(t.end_of_generation_ids().begin(), t.end_of_generation_ids().end());
+  const std::vector<int32_t> ends(t.end_of_generation_ids().begin(),
+                                  t.end_of_generation_ids().end());
   VocabIndex index(pieces, ends);
-  std::printf("vocabulary: %d tokens, %zu trie nodes, longest piece %zu bytes; index built in %.1f ms\n",
-              t.n_vocab(), index.n_trie_nodes(), index.max_piece_bytes(), ms_since(t0));
+  std::printf(
+      "vocabulary: %d tokens, %zu trie nodes, longest piece %zu bytes; index built in %.1f ms\n",
+      t.n_vocab(), index.n_trie_nodes(), index.max_piece_bytes(), ms_since(t0));
   std::vector<uint64_t> mask(static_cast<size_t>((t.n_vocab() + 63) / 64));
   for (const BenchCase& c : kCases) {
-    std::shared_ptr<const Grammar> g = *c.schema ? *compile_json_schema(json::parse(c.schema)) : any_json_object_grammar();
+    std::shared_ptr<const Grammar> g =
+        *c.schema ? *compile_json_schema(json::parse(c.schema)) : any_json_object_grammar();
     const std::vector<int32_t> ids = t.encode(c.doc, false, false);
     std::vector<double> ms;
     size_t allowed_sum = 0;
@@ -161,7 +165,8 @@ int bench(const std::string& model, int repeats) {
           for (uint64_t w : mask) allowed_sum += static_cast<size_t>(__builtin_popcountll(w));
         }
         if (!((mask[id >> 6] >> (id & 63)) & 1) || !m.accept(id)) {
-          std::printf("  %s: token %d (%s) refused\n", c.name, id, json(t.token_to_piece(id)).dump().c_str());
+          std::printf("  %s: token %d (%s) refused\n", c.name, id,
+                      json(t.token_to_piece(id)).dump().c_str());
           return 1;
         }
       }
@@ -187,10 +192,12 @@ int bench(const std::string& model, int repeats) {
     std::sort(ms.begin(), ms.end());
     double sum = 0;
     for (double v : ms) sum += v;
-    std::printf("%-46s %3zu tokens: mask mean %.3f ms, p50 %.3f, p90 %.3f, max %.3f; allowed %.0f tokens on "
-                "average; every token checked alone: %.1f ms\n",
-                c.name, ids.size(), sum / ms.size(), ms[ms.size() / 2], ms[ms.size() * 9 / 10], ms.back(),
-                static_cast<double>(allowed_sum) / ids.size(), naive_ms / ids.size());
+    std::printf(
+        "%-46s %3zu tokens: mask mean %.3f ms, p50 %.3f, p90 %.3f, max %.3f; allowed %.0f tokens "
+        "on "
+        "average; every token checked alone: %.1f ms\n",
+        c.name, ids.size(), sum / ms.size(), ms[ms.size() / 2], ms[ms.size() * 9 / 10], ms.back(),
+        static_cast<double>(allowed_sum) / ids.size(), naive_ms / ids.size());
   }
   return 0;
 }

@@ -5,11 +5,11 @@
 //   hypura_fake_server [--port 0] [--token-delay-ms 5] [--n-ctx 256] [--max-queue 16]
 //                      [--max-body BYTES]
 // Prints the same "serving ... on http://HOST:PORT" line as `hypura serve`.
+#include <spdlog/spdlog.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <string>
-
-#include <spdlog/spdlog.h>
 
 #include "server/api_response.h"
 #include "server/http_server.h"
@@ -26,11 +26,16 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const long value = std::strtol(argv[i + 1], nullptr, 10);
-    if (flag == "--port") options.port = static_cast<int>(value);
-    else if (flag == "--token-delay-ms") config.token_delay = std::chrono::milliseconds(value);
-    else if (flag == "--n-ctx") config.n_ctx = value;
-    else if (flag == "--max-queue") options.max_queue = static_cast<size_t>(value);
-    else if (flag == "--max-body") options.max_body_bytes = static_cast<size_t>(value);
+    if (flag == "--port")
+      options.port = static_cast<int>(value);
+    else if (flag == "--token-delay-ms")
+      config.token_delay = std::chrono::milliseconds(value);
+    else if (flag == "--n-ctx")
+      config.n_ctx = value;
+    else if (flag == "--max-queue")
+      options.max_queue = static_cast<size_t>(value);
+    else if (flag == "--max-body")
+      options.max_body_bytes = static_cast<size_t>(value);
     else {
       spdlog::error("unknown flag {}", flag);
       return 2;

@@ -31,8 +31,8 @@ enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3 };
 
 // Attention kernels (see Context::widen_rows / attention_step in compute.h).
 using WidenRowsFn = void (*)(const KvRows& src, int64_t n_rows, int64_t width, float* out);
-using AttentionStepFn = void (*)(const AttentionRows& rows, const float* keys,
-                                 const float* values, int64_t n_keys);
+using AttentionStepFn = void (*)(const AttentionRows& rows, const float* keys, const float* values,
+                                 int64_t n_keys);
 
 constexpr int kMaxTypeId = 40;
 

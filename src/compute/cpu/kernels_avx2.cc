@@ -359,8 +359,9 @@ inline float quantize_block32(const float* x, int8_t* qs, int* sum) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 v[4];
   for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(x + 8 * i);
-  const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
-                                 _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)));
+  const __m256 m =
+      _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
+                    _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)));
   const float amax = hmax256(m);
   const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
   __m256i q[4];
@@ -370,7 +371,8 @@ inline float quantize_block32(const float* x, int8_t* qs, int* sum) {
   const __m128i s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
   *sum = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 1)));
   // packs work per 128-bit lane: restore element order with one dword permute.
-  const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+  const __m256i p =
+      _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs),
                       _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
   return amax / 127.0f;
@@ -385,7 +387,8 @@ void quantize_grouped(const float* x, void* vy, int64_t n) {
   int sum;
   for (int64_t gi = 0; gi < ng; ++gi) {
     for (int k = 0; k < kGroup; ++k) {
-      const float d = quantize_block32(x + (gi * kGroup + k) * quant::kQK, g[gi].qs + quant::kQK * k, &sum);
+      const float d =
+          quantize_block32(x + (gi * kGroup + k) * quant::kQK, g[gi].qs + quant::kQK * k, &sum);
       g[gi].d[k] = f2h(d);
       if constexpr (kSums) g[gi].s[k] = f2h(d * static_cast<float>(sum));
     }
@@ -401,9 +404,9 @@ void quantize_grouped(const float* x, void* vy, int64_t n) {
 // Four fp16 fields of consecutive weight blocks as floats.
 template <class Block, uint16_t Block::*Field>
 inline __m128 four_halves(const Block* b) {
-  return _mm_cvtph_ps(_mm_setr_epi16(static_cast<short>(b[0].*Field), static_cast<short>(b[1].*Field),
-                                     static_cast<short>(b[2].*Field), static_cast<short>(b[3].*Field),
-                                     0, 0, 0, 0));
+  return _mm_cvtph_ps(
+      _mm_setr_epi16(static_cast<short>(b[0].*Field), static_cast<short>(b[1].*Field),
+                     static_cast<short>(b[2].*Field), static_cast<short>(b[3].*Field), 0, 0, 0, 0));
 }
 
 inline __m128 load_halves4(const uint16_t* h) {
@@ -455,7 +458,8 @@ struct LegacySigned {
       const float dw = h2f(w[i].d);
       for (int t = 0; t < T; ++t) {
         const auto* y = reinterpret_cast<const BlockQ8_0*>(
-                            reinterpret_cast<const GroupQ8_0*>(x + t * xs) + ng) + (i - ng * kGroup);
+                            reinterpret_cast<const GroupQ8_0*>(x + t * xs) + ng) +
+                        (i - ng * kGroup);
         const __m256i ys = _mm256_sign_epi8(load256(y->qs), q);
         const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, ys), ones);
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * h2f(y->d)), acc[t]);
@@ -491,7 +495,8 @@ struct LegacyMin {
         const auto* y = reinterpret_cast<const GroupQ8_1*>(x + t * xs) + gi;
         __m256i s[kGroup];
         for (int k = 0; k < kGroup; ++k) {
-          s[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], load256(y->qs + quant::kQK * k)), ones);
+          s[k] =
+              _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], load256(y->qs + quant::kQK * k)), ones);
         }
         const __m128 sc = _mm_mul_ps(dw, load_halves4(y->d));
         acc[t] = _mm256_fmadd_ps(group_sums(s), _mm256_set_m128(sc, sc), acc[t]);
@@ -504,7 +509,8 @@ struct LegacyMin {
       const float dw = h2f(w[i].d), mw = h2f(w[i].m);
       for (int t = 0; t < T; ++t) {
         const auto* y = reinterpret_cast<const BlockQ8_1*>(
-                            reinterpret_cast<const GroupQ8_1*>(x + t * xs) + ng) + (i - ng * kGroup);
+                            reinterpret_cast<const GroupQ8_1*>(x + t * xs) + ng) +
+                        (i - ng * kGroup);
         const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(q, load256(y->qs)), ones);
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * h2f(y->d)), acc[t]);
         tail_m[t] += mw * h2f(y->s);
@@ -603,7 +609,8 @@ void fill_avx2_kernels(KernelTable* table) {
   for (gguf::GgmlType type : {gguf::GgmlType::Q8_0, gguf::GgmlType::Q4_0, gguf::GgmlType::Q5_0}) {
     act(type, quantize_grouped<false>);
   }
-  for (gguf::GgmlType type : {gguf::GgmlType::Q4_1, gguf::GgmlType::Q5_1}) act(type, quantize_grouped<true>);
+  for (gguf::GgmlType type : {gguf::GgmlType::Q4_1, gguf::GgmlType::Q5_1})
+    act(type, quantize_grouped<true>);
   set(gguf::GgmlType::Q2_K, tile_of<Q2K, 8>);
   set(gguf::GgmlType::Q3_K, tile_of<Q3K, 8>);
   set(gguf::GgmlType::Q4_K, tile_of<QK4<false>, 8>);

@@ -37,7 +37,8 @@ inline __m256 exp_nonpositive(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
@@ -70,7 +71,8 @@ inline __m256 scores8(const float* q, const float* keys, int64_t d) {
 
 // Lanes of positions g..g+7 inside [lo, hi).
 inline __m256 visible(int32_t g, int32_t lo, int32_t hi) {
-  const __m256i j = _mm256_add_epi32(_mm256_set1_epi32(g), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i j =
+      _mm256_add_epi32(_mm256_set1_epi32(g), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   const __m256i ge_lo = _mm256_cmpgt_epi32(j, _mm256_set1_epi32(lo - 1));
   const __m256i lt_hi = _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), j);
   return _mm256_castsi256_ps(_mm256_and_si256(ge_lo, lt_hi));
@@ -149,7 +151,8 @@ void widen_rows_avx2(const KvRows& src, int64_t n_rows, int64_t width, float* ou
     float* o = out + r * width;
     int64_t c = 0;
     for (; c + 8 <= width; c += 8) {
-      _mm256_storeu_ps(o + c, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + c))));
+      _mm256_storeu_ps(o + c,
+                       _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + c))));
     }
     for (; c < width; ++c) o[c] = _cvtsh_ss(in[c]);
   }
@@ -174,8 +177,9 @@ double int8_peak_avx2(double seconds) {
         acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(w[i], y), ones));
       }
       // Keeps the compiler from hoisting the loop-invariant products.
-      __asm__ volatile("" : "+x"(w[0]), "+x"(w[1]), "+x"(w[2]), "+x"(w[3]), "+x"(w[4]), "+x"(w[5]),
-                       "+x"(w[6]), "+x"(w[7]));
+      __asm__ volatile(""
+                       : "+x"(w[0]), "+x"(w[1]), "+x"(w[2]), "+x"(w[3]), "+x"(w[4]), "+x"(w[5]),
+                         "+x"(w[6]), "+x"(w[7]));
     }
     ++rounds;
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

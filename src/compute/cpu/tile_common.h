@@ -2,10 +2,10 @@
 //
 // A row kernel K provides
 //   template <int T> static void dot(n, w_row, x, x_stride, out, prefetch)
-// computing out[t] = dot(w_row, x row t) for t < T (T <= tile_of's kMaxTok) with the weights unpacked
-// once and reused for the T activation rows. Each token's arithmetic is independent of
-// T, which is what keeps results batch-invariant. `prefetch` asks for the weight lines
-// ahead of the row; only the first pass over a row (first token group) does that.
+// computing out[t] = dot(w_row, x row t) for t < T (T <= tile_of's kMaxTok) with the weights
+// unpacked once and reused for the T activation rows. Each token's arithmetic is independent of T,
+// which is what keeps results batch-invariant. `prefetch` asks for the weight lines ahead of the
+// row; only the first pass over a row (first token group) does that.
 //
 // Everything here must stay in an anonymous namespace: the same template compiled with
 // different -m flags in two files must not be merged by the linker.
@@ -13,10 +13,10 @@
 
 #include <immintrin.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <array>
 #include <utility>
 
 namespace {
@@ -56,7 +56,8 @@ void tile_of(int64_t n, const void* w, size_t w_stride, int n_rows, const void* 
   // dots[T - 1] = K::dot<T>: one instantiation per group size, chosen per group.
   static constexpr auto dots = []<int... I>(std::integer_sequence<int, I...>) {
     return std::array<DotFn, kMaxTok>{&K::template dot<I + 1>...};
-  }(std::make_integer_sequence<int, kMaxTok>{});
+  }
+  (std::make_integer_sequence<int, kMaxTok>{});
   const auto* xb = static_cast<const uint8_t*>(x);
   float out[kMaxTok];
   for (int t0 = 0; t0 < n_tok; t0 += kMaxTok) {

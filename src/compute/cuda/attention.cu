@@ -1,7 +1,6 @@
-#include "compute/cuda/attention.h"
-
 #include <cassert>
 
+#include "compute/cuda/attention.h"
 #include "compute/cuda/common.cuh"
 
 namespace hypura::compute::cuda {
@@ -9,10 +8,10 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxG = 8;  // q heads per thread block (a GQA group, or 8 of it)
+constexpr int kMaxG = 8;       // q heads per thread block (a GQA group, or 8 of it)
 constexpr int kMaxSeg = 1024;  // segments the merge kernel keeps in shared memory
 constexpr int kSeg = static_cast<int>(kAttnSegment);
-constexpr int kUnroll = 4;       // key rows loaded before the first is used
+constexpr int kUnroll = 4;        // key rows loaded before the first is used
 constexpr int kFillBlocks = 264;  // about two thread blocks per multiprocessor of an H100/H200
 
 __device__ __forceinline__ int pow2_at_least(int v) {
@@ -36,8 +35,8 @@ __device__ __forceinline__ void widen8(const uint4& raw, float (&out)[8]) {
 template <int kG>
 __global__ void __launch_bounds__(kThreads)
     attn_segment(AttnDecodeArgs a, float* __restrict__ partial, int n_seg, int seg_len) {
-  __shared__ float s_p[kG][kSeg];          // scores, then exp(s - m)
-  __shared__ float s_ml[kG][2];            // m, l per q head
+  __shared__ float s_p[kG][kSeg];            // scores, then exp(s - m)
+  __shared__ float s_ml[kG][2];              // m, l per q head
   __shared__ float s_red[kThreads * kG][8];  // V partials of every key slot
   const int seg = blockIdx.x, kv_head = blockIdx.y;
   const int group = static_cast<int>(a.n_head / a.n_head_kv);
@@ -52,7 +51,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int64_t first = kv_first + static_cast<int64_t>(seg) * seg_len;
   // Segments past the end (replayable form) have no keys: m = -inf, l = 0, acc = 0.
-  const int n_keys = static_cast<int>(max(int64_t{0}, min(kv_end - first, static_cast<int64_t>(seg_len))));
+  const int n_keys =
+      static_cast<int>(max(int64_t{0}, min(kv_end - first, static_cast<int64_t>(seg_len))));
 
   // Scores. A key row is read by lpk lanes, 8 dims each; a warp step covers 32 / lpk keys.
   {
@@ -216,7 +216,8 @@ int64_t segment_length(int64_t n_kv, int64_t blocks_per_segment) {
 
 }  // namespace
 
-size_t attention_scratch_bytes(int64_t n_head, int64_t n_head_kv, int64_t head_dim_v, int64_t n_kv) {
+size_t attention_scratch_bytes(int64_t n_head, int64_t n_head_kv, int64_t head_dim_v,
+                               int64_t n_kv) {
   // Shorter segments only happen while segments x blocks < kFillBlocks, so their count stays
   // under 2 * kFillBlocks / blocks + 2 (one halving past the threshold, rounding up).
   const int64_t per_seg = n_head_kv * head_chunks(n_head, n_head_kv);
@@ -236,7 +237,8 @@ void attention_decode(const AttnDecodeArgs& a, void* scratch, StreamHandle strea
   if (heads_per_block(a.n_head, a.n_head_kv) == 4) {
     attn_segment<4><<<grid, kThreads, 0, stream>>>(a, partial, n_seg, static_cast<int>(seg_len));
   } else {
-    attn_segment<kMaxG><<<grid, kThreads, 0, stream>>>(a, partial, n_seg, static_cast<int>(seg_len));
+    attn_segment<kMaxG>
+        <<<grid, kThreads, 0, stream>>>(a, partial, n_seg, static_cast<int>(seg_len));
   }
   attn_merge<<<static_cast<unsigned>(a.n_head), kThreads, 0, stream>>>(
       partial, n_seg, static_cast<int>(a.head_dim_v), a.out);

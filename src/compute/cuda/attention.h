@@ -60,7 +60,7 @@ struct AttnPrefillArgs {
   const float* q = nullptr;     // (n_tokens, n_head * head_dim)
   const uint16_t* k = nullptr;  // F16 cache rows: position p at k + p * k_stride
   const uint16_t* v = nullptr;
-  float* out = nullptr;         // (n_tokens, n_head * head_dim_v)
+  float* out = nullptr;  // (n_tokens, n_head * head_dim_v)
   int64_t n_tokens = 0, n_head = 0, n_head_kv = 0, head_dim = 0, head_dim_v = 0;
   int64_t k_stride = 0, v_stride = 0;
   int64_t pos0 = 0;

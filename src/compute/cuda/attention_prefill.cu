@@ -116,7 +116,8 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnPrefillArgs 
       const float4 k4 = *reinterpret_cast<const float4*>(krow + d);
 #pragma unroll
       for (int i = 0; i < kRowsPerWarp; ++i) {
-        const float4 q4 = *reinterpret_cast<const float4*>(s_q + (warp * kRowsPerWarp + i) * lay.q_stride + d);
+        const float4 q4 =
+            *reinterpret_cast<const float4*>(s_q + (warp * kRowsPerWarp + i) * lay.q_stride + d);
         s[i] += q4.x * k4.x;
         s[i] += q4.y * k4.y;
         s[i] += q4.z * k4.z;
@@ -171,19 +172,22 @@ void launch_prefill(const AttnPrefillArgs& a, StreamHandle stream) {
   const Smem lay = smem_layout(static_cast<int>(a.head_dim), kD);
   static bool configured = false;  // the opt-in for more than 48 KiB, once per process
   if (!configured) {
-    cudaFuncSetAttribute(attn_prefill_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(smem_layout(static_cast<int>(kAttnMaxHeadDim), kD).bytes));
+    cudaFuncSetAttribute(
+        attn_prefill_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        static_cast<int>(smem_layout(static_cast<int>(kAttnMaxHeadDim), kD).bytes));
     configured = true;
   }
   const int64_t n_rows = a.n_tokens * (a.n_head / a.n_head_kv);
-  const dim3 grid(static_cast<unsigned>((n_rows + kRows - 1) / kRows), static_cast<unsigned>(a.n_head_kv));
+  const dim3 grid(static_cast<unsigned>((n_rows + kRows - 1) / kRows),
+                  static_cast<unsigned>(a.n_head_kv));
   attn_prefill_kernel<kD><<<grid, kThreads, lay.bytes, stream>>>(a);
 }
 
 // Keys then values: one thread per element of either.
-__global__ void store_kv_kernel(const float* __restrict__ k, const float* __restrict__ v, int64_t nk,
-                                int64_t n, int k_width, int v_width, const int32_t* __restrict__ pos,
-                                __half* __restrict__ k_cache, __half* __restrict__ v_cache) {
+__global__ void store_kv_kernel(const float* __restrict__ k, const float* __restrict__ v,
+                                int64_t nk, int64_t n, int k_width, int v_width,
+                                const int32_t* __restrict__ pos, __half* __restrict__ k_cache,
+                                __half* __restrict__ v_cache) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const bool is_v = i >= nk;

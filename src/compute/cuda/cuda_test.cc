@@ -25,12 +25,12 @@
 #include "compute/cuda/attention.h"
 #include "compute/cuda/binary.h"
 #include "compute/cuda/dequant.h"
-#include "compute/cuda/fused.h"
 #include "compute/cuda/device.h"
+#include "compute/cuda/fused.h"
 #include "compute/cuda/gemm.h"
 #include "compute/cuda/matvec.h"
-#include "compute/cuda/moe.h"
 #include "compute/cuda/matvec_impl_config.h"
+#include "compute/cuda/moe.h"
 #include "compute/cuda/norm.h"
 #include "compute/cuda/quantize.h"
 #include "compute/cuda/rope.h"
@@ -140,7 +140,7 @@ TEST_F(CudaTest, DeviceInfoAndOutOfMemoryIsAStatus) {
 TEST_F(CudaTest, ActivationQuantizationMatchesCpuExactly) {
   const int64_t n = 4096;
   std::vector<float> x = random_floats(n, 7);
-  x[3] = 2.5f, x[9] = -2.5f;          // a tie of |max| inside one 32-block and one 256-block
+  x[3] = 2.5f, x[9] = -2.5f;  // a tie of |max| inside one 32-block and one 256-block
   for (int i = 256; i < 512; ++i) x[i] = 0.0f;  // an all-zero block
   DeviceBuffer dx = upload(x);
   auto scratch = DeviceBuffer::allocate(matvec_scratch_bytes(n));
@@ -233,7 +233,8 @@ TEST_F(CudaTest, RmsNormMatchesCpu) {
   for (bool with_w : {true, false}) {
     std::vector<float> want(rows * n);
     for (int64_t r = 0; r < rows; ++r) {
-      compute::rms_norm(x.data() + r * n, with_w ? w.data() : nullptr, n, 1e-5f, want.data() + r * n);
+      compute::rms_norm(x.data() + r * n, with_w ? w.data() : nullptr, n, 1e-5f,
+                        want.data() + r * n);
     }
     DeviceBuffer dx = upload(x), dw = upload(w), dy = poisoned(rows * n);
     cuda::rms_norm(dx.as<float>(), with_w ? dw.as<float>() : nullptr, rows, n, 1e-5f,
@@ -245,7 +246,7 @@ TEST_F(CudaTest, RmsNormMatchesCpu) {
 TEST_F(CudaTest, SoftmaxMatchesCpuWithMaskedEntries) {
   const int64_t rows = 4, n = 1000;
   std::vector<float> x = random_floats(rows * n, 3, 4.0f);
-  for (int64_t i = 0; i < n; i += 3) x[i] = -INFINITY;  // row 0 partly masked
+  for (int64_t i = 0; i < n; i += 3) x[i] = -INFINITY;   // row 0 partly masked
   for (int64_t i = 0; i < n; ++i) x[n + i] = -INFINITY;  // row 1 fully masked
   std::vector<float> want = x;
   for (int64_t r = 0; r < rows; ++r) compute::softmax(want.data() + r * n, n);
@@ -292,8 +293,9 @@ TEST_F(CudaTest, UnaryAndBinaryMatchCpu) {
     UnaryOp op;
     void (*cpu)(float*, int64_t);
   };
-  for (const Case& c : {Case{UnaryOp::kSilu, compute::silu}, Case{UnaryOp::kGeluTanh, compute::gelu_tanh},
-                        Case{UnaryOp::kGeluTanhFp16, compute::gelu_tanh_fp16}}) {
+  for (const Case& c :
+       {Case{UnaryOp::kSilu, compute::silu}, Case{UnaryOp::kGeluTanh, compute::gelu_tanh},
+        Case{UnaryOp::kGeluTanhFp16, compute::gelu_tanh_fp16}}) {
     std::vector<float> want = x;
     c.cpu(want.data(), n);
     DeviceBuffer dx = upload(x);
@@ -326,14 +328,16 @@ std::vector<float> attention_reference(const float* q, const std::vector<uint16_
     for (int64_t j = 0; j < n_kv; ++j) {
       float dot = 0.0f;
       for (int64_t d = 0; d < head_dim; ++d) {
-        dot += q[h * head_dim + d] * quant::fp16_to_f32(k[(first + j) * width + kvh * head_dim + d]);
+        dot +=
+            q[h * head_dim + d] * quant::fp16_to_f32(k[(first + j) * width + kvh * head_dim + d]);
       }
       p[j] = dot * kq_scale;
     }
     compute::softmax(p.data(), n_kv);
     for (int64_t j = 0; j < n_kv; ++j) {
       for (int64_t d = 0; d < head_dim; ++d) {
-        out[h * head_dim + d] += p[j] * quant::fp16_to_f32(v[(first + j) * width + kvh * head_dim + d]);
+        out[h * head_dim + d] +=
+            p[j] * quant::fp16_to_f32(v[(first + j) * width + kvh * head_dim + d]);
       }
     }
   }
@@ -378,7 +382,8 @@ TEST_F(CudaTest, AttentionDecodeMatchesCpu) {
     SCOPED_TRACE(std::to_string(c.head_dim) + " " + std::to_string(c.kv_end));
     const int64_t n_ctx = c.kv_end, width = c.n_head_kv * c.head_dim;
     const std::vector<float> q = random_floats(c.n_head * c.head_dim, 8);
-    const std::vector<float> kf = random_floats(n_ctx * width, 9), vf = random_floats(n_ctx * width, 10);
+    const std::vector<float> kf = random_floats(n_ctx * width, 9),
+                             vf = random_floats(n_ctx * width, 10);
     const std::vector<uint16_t> k = to_fp16(kf), v = to_fp16(vf);
     const float kq_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
@@ -386,7 +391,8 @@ TEST_F(CudaTest, AttentionDecodeMatchesCpu) {
     const std::vector<float> want = attention_reference(q.data(), k, v, c.n_head, c.n_head_kv,
                                                         c.head_dim, c.kv_first, c.kv_end, kq_scale);
     DeviceBuffer dq = upload(q), dk = upload(k), dv = upload(v), dout = poisoned(want.size());
-    auto scratch = DeviceBuffer::allocate(attention_scratch_bytes(c.n_head, c.n_head_kv, c.head_dim, n_kv));
+    auto scratch =
+        DeviceBuffer::allocate(attention_scratch_bytes(c.n_head, c.n_head_kv, c.head_dim, n_kv));
     ASSERT_TRUE(scratch.is_ok());
     AttnDecodeArgs a;
     attention_shape(a, dq, dk, dv, dout, c.n_head, c.n_head_kv, c.head_dim, width, kq_scale);
@@ -398,7 +404,8 @@ TEST_F(CudaTest, AttentionDecodeMatchesCpu) {
     // sized for more keys than are visible; a window when the case starts past 0.
     const std::vector<int32_t> pos = {static_cast<int32_t>(c.kv_end - 1)};
     DeviceBuffer dpos = upload(pos), dout2 = poisoned(want.size());
-    auto scratch2 = DeviceBuffer::allocate(attention_scratch_bytes(c.n_head, c.n_head_kv, c.head_dim, 2 * c.kv_end));
+    auto scratch2 = DeviceBuffer::allocate(
+        attention_scratch_bytes(c.n_head, c.n_head_kv, c.head_dim, 2 * c.kv_end));
     ASSERT_TRUE(scratch2.is_ok());
     a.out = dout2.as<float>();
     a.pos = dpos.as<int32_t>();
@@ -416,10 +423,13 @@ TEST_F(CudaTest, AttentionPrefillMatchesCpu) {
   struct Case {
     int64_t n_head, n_head_kv, head_dim, pos0, n_tokens, n_swa;
   };
-  for (const Case& c : {Case{8, 2, 128, 0, 37, 0}, Case{4, 1, 64, 100, 70, 16}, Case{6, 2, 96, 5, 20, 0},
-                        Case{2, 1, 256, 0, 33, 0}, Case{32, 8, 128, 300, 64, 0}, Case{4, 4, 64, 0, 1, 0}}) {
-    SCOPED_TRACE(std::to_string(c.head_dim) + " pos0 " + std::to_string(c.pos0) + " swa " + std::to_string(c.n_swa));
-    const int64_t n_ctx = c.pos0 + c.n_tokens, width = c.n_head_kv * c.head_dim, qw = c.n_head * c.head_dim;
+  for (const Case& c :
+       {Case{8, 2, 128, 0, 37, 0}, Case{4, 1, 64, 100, 70, 16}, Case{6, 2, 96, 5, 20, 0},
+        Case{2, 1, 256, 0, 33, 0}, Case{32, 8, 128, 300, 64, 0}, Case{4, 4, 64, 0, 1, 0}}) {
+    SCOPED_TRACE(std::to_string(c.head_dim) + " pos0 " + std::to_string(c.pos0) + " swa " +
+                 std::to_string(c.n_swa));
+    const int64_t n_ctx = c.pos0 + c.n_tokens, width = c.n_head_kv * c.head_dim,
+                  qw = c.n_head * c.head_dim;
     const std::vector<float> q = random_floats(c.n_tokens * qw, 11);
     const std::vector<uint16_t> k = to_fp16(random_floats(n_ctx * width, 12));
     const std::vector<uint16_t> v = to_fp16(random_floats(n_ctx * width, 13));
@@ -427,8 +437,8 @@ TEST_F(CudaTest, AttentionPrefillMatchesCpu) {
     std::vector<float> want;
     for (int64_t t = 0; t < c.n_tokens; ++t) {
       const int64_t p = c.pos0 + t, first = c.n_swa > 0 ? std::max<int64_t>(0, p - c.n_swa + 1) : 0;
-      const auto row = attention_reference(q.data() + t * qw, k, v, c.n_head, c.n_head_kv, c.head_dim,
-                                           first, p + 1, kq_scale);
+      const auto row = attention_reference(q.data() + t * qw, k, v, c.n_head, c.n_head_kv,
+                                           c.head_dim, first, p + 1, kq_scale);
       want.insert(want.end(), row.begin(), row.end());
     }
     DeviceBuffer dq = upload(q), dk = upload(k), dv = upload(v), dout = poisoned(want.size());
@@ -451,12 +461,14 @@ TEST_F(CudaTest, DequantizeMatchesCpuExactly) {
     const std::vector<uint8_t> w = random_weights(type, n_rows, n_cols, &seed);
     const size_t row = quant::row_size(type, n_cols);
     std::vector<float> rows(n_rows * n_cols);
-    for (int64_t r = 0; r < n_rows; ++r) quant::dequantize_row(type, w.data() + r * row, rows.data() + r * n_cols, n_cols);
+    for (int64_t r = 0; r < n_rows; ++r)
+      quant::dequantize_row(type, w.data() + r * row, rows.data() + r * n_cols, n_cols);
     const std::vector<int32_t> ids = {3, 0, 4, 3};
     DeviceBuffer dw = upload(w), dids = upload(ids), d32 = poisoned(ids.size() * n_cols),
                  d16 = poisoned(n_rows * n_cols);
     const WeightView view{dw.data(), type, n_cols, n_rows};
-    get_rows_f32(view, dids.as<int32_t>(), static_cast<int64_t>(ids.size()), d32.as<float>(), stream_.handle());
+    get_rows_f32(view, dids.as<int32_t>(), static_cast<int64_t>(ids.size()), d32.as<float>(),
+                 stream_.handle());
     dequantize_rows_f16(view, 1, 3, d16.as<uint16_t>(), stream_.handle());
     const std::vector<float> got32 = download(d32, ids.size() * n_cols);
     std::vector<uint16_t> got16(3 * n_cols);
@@ -465,7 +477,8 @@ TEST_F(CudaTest, DequantizeMatchesCpuExactly) {
     for (size_t i = 0; i < ids.size(); ++i) {
       bad += std::memcmp(got32.data() + i * n_cols, rows.data() + ids[i] * n_cols, n_cols * 4) != 0;
     }
-    for (int64_t i = 0; i < 3 * n_cols; ++i) bad += got16[i] != quant::f32_to_fp16(rows[n_cols + i]);
+    for (int64_t i = 0; i < 3 * n_cols; ++i)
+      bad += got16[i] != quant::f32_to_fp16(rows[n_cols + i]);
     EXPECT_EQ(bad, 0);
   }
 }
@@ -486,8 +499,10 @@ TEST_F(CudaTest, GemmMatchesCpu) {
     std::vector<float> want(n * n_rows);
     cpu.matmul(WeightView{w.data(), type, n_cols, n_rows}, x.data(), n, want.data());
     DeviceBuffer dw = upload(w), dx = upload(x), dy = poisoned(n * n_rows);
-    ASSERT_TRUE((*gemm)->matmul(WeightView{dw.data(), type, n_cols, n_rows}, dx.as<float>(), n, dy.as<float>()));
-    EXPECT_LE(rel_l2(download(dy, n * n_rows), want), type == GgmlType::F32 ? kFloatRelL2 : kGemmRelL2);
+    ASSERT_TRUE((*gemm)->matmul(WeightView{dw.data(), type, n_cols, n_rows}, dx.as<float>(), n,
+                                dy.as<float>()));
+    EXPECT_LE(rel_l2(download(dy, n * n_rows), want),
+              type == GgmlType::F32 ? kFloatRelL2 : kGemmRelL2);
   }
 }
 
@@ -506,8 +521,10 @@ TEST_F(CudaTest, BatchedMatvecMatchesCpu) {
       DeviceBuffer dw = upload(w), dx = upload(x), dy = poisoned(n * rows);
       auto scratch = DeviceBuffer::allocate(act_q8_layout(n * cols).total);
       ASSERT_TRUE(scratch.is_ok());
-      const ActQ8 act = quantize_for(type, dx.as<float>(), n * cols, scratch->data(), stream_.handle());
-      matvec_batched(WeightView{dw.data(), type, cols, rows}, act, n, dy.as<float>(), stream_.handle());
+      const ActQ8 act =
+          quantize_for(type, dx.as<float>(), n * cols, scratch->data(), stream_.handle());
+      matvec_batched(WeightView{dw.data(), type, cols, rows}, act, n, dy.as<float>(),
+                     stream_.handle());
       EXPECT_LE(rel_l2(download(dy, n * rows), want), kMatvecRelL2) << n;
     }
   }
@@ -520,7 +537,8 @@ TEST_F(CudaTest, GroupedMatvecMatchesCpu) {
   uint32_t seed = 900;
   const int64_t n_expert = 5, rows = 96, cols = 512, n_tok = 3, k = 2;
   const std::vector<int32_t> ids = {4, 1, 0, 4, 2, 3};  // (n_tok, k)
-  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::F32, GgmlType::Q6_K}) {
+  for (GgmlType type :
+       {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::F32, GgmlType::Q6_K}) {
     SCOPED_TRACE(gguf::type_name(type));
     const std::vector<uint8_t> w = random_weights(type, n_expert * rows, cols, &seed);
     const std::vector<float> x = random_floats(n_tok * cols, seed++);
@@ -529,15 +547,18 @@ TEST_F(CudaTest, GroupedMatvecMatchesCpu) {
       const int64_t n_pairs = act_div == 1 ? n_tok : n_tok * k;
       std::vector<float> want(n_pairs * rows);
       for (int64_t i = 0; i < n_pairs; ++i) {
-        cpu.matmul(host_all.rows(ids[i] * rows, rows), x.data() + (i / act_div) * cols, 1, want.data() + i * rows);
+        cpu.matmul(host_all.rows(ids[i] * rows, rows), x.data() + (i / act_div) * cols, 1,
+                   want.data() + i * rows);
       }
-      DeviceBuffer dw = upload(w), dx = upload(x), dids = upload(ids), dy = poisoned(n_pairs * rows);
+      DeviceBuffer dw = upload(w), dx = upload(x), dids = upload(ids),
+                   dy = poisoned(n_pairs * rows);
       const int64_t n_act = n_pairs / (act_div == 1 ? 1 : k);
       auto scratch = DeviceBuffer::allocate(act_q8_layout(n_act * cols).total);
       ASSERT_TRUE(scratch.is_ok());
-      const ActQ8 act = quantize_for(type, dx.as<float>(), n_act * cols, scratch->data(), stream_.handle());
-      matvec_grouped(WeightView{dw.data(), type, cols, rows}, dids.as<int32_t>(), n_pairs, act_div, act,
-                     dy.as<float>(), stream_.handle());
+      const ActQ8 act =
+          quantize_for(type, dx.as<float>(), n_act * cols, scratch->data(), stream_.handle());
+      matvec_grouped(WeightView{dw.data(), type, cols, rows}, dids.as<int32_t>(), n_pairs, act_div,
+                     act, dy.as<float>(), stream_.handle());
       EXPECT_LE(rel_l2(download(dy, n_pairs * rows), want), kMatvecRelL2) << act_div;
     }
   }
@@ -576,28 +597,35 @@ TEST_F(CudaTest, MoeRoutingAndRowsMatchCpu) {
   EXPECT_EQ(rel_l2(download(dw, n_tok * k), want_w), 0.0);
 
   // gather rows of tokens, scatter them to pairs, sum slots with the weights.
-  const std::vector<float> x = random_floats(n_tok * width, 22), slots = random_floats(n_tok * k * width, 23);
+  const std::vector<float> x = random_floats(n_tok * width, 22),
+                           slots = random_floats(n_tok * k * width, 23);
   const std::vector<int32_t> pairs = {5, 0, 20, 7};
   std::vector<float> want_g, want_c(n_tok * width);
-  for (int32_t p : pairs) want_g.insert(want_g.end(), x.begin() + (p / k) * width, x.begin() + (p / k + 1) * width);
+  for (int32_t p : pairs)
+    want_g.insert(want_g.end(), x.begin() + (p / k) * width, x.begin() + (p / k + 1) * width);
   for (int64_t t = 0; t < n_tok; ++t) {
     float* o = want_c.data() + t * width;
     for (int64_t s = 0; s < k; ++s) {
-      std::vector<float> r(slots.begin() + (t * k + s) * width, slots.begin() + (t * k + s + 1) * width);
+      std::vector<float> r(slots.begin() + (t * k + s) * width,
+                           slots.begin() + (t * k + s + 1) * width);
       compute::scale(r.data(), want_w[t * k + s], width);
-      if (s == 0) std::copy(r.begin(), r.end(), o);
-      else compute::add(o, r.data(), width);
+      if (s == 0)
+        std::copy(r.begin(), r.end(), o);
+      else
+        compute::add(o, r.data(), width);
     }
   }
   DeviceBuffer dx = upload(x), dpairs = upload(pairs), dg = poisoned(pairs.size() * width),
                dslots = upload(slots), dc = poisoned(n_tok * width), dscat = upload(slots);
   gather_rows(dx.as<float>(), dpairs.as<int32_t>(), 4, k, width, dg.as<float>(), stream_.handle());
-  moe_combine(dslots.as<float>(), dw.as<float>(), n_tok, k, width, dc.as<float>(), stream_.handle());
+  moe_combine(dslots.as<float>(), dw.as<float>(), n_tok, k, width, dc.as<float>(),
+              stream_.handle());
   scatter_rows(dg.as<float>(), dpairs.as<int32_t>(), 4, width, dscat.as<float>(), stream_.handle());
   EXPECT_EQ(rel_l2(download(dg, pairs.size() * width), want_g), 0.0);
   EXPECT_EQ(rel_l2(download(dc, n_tok * width), want_c), 0.0);
   std::vector<float> want_s = slots;
-  for (size_t r = 0; r < pairs.size(); ++r) std::copy_n(want_g.begin() + r * width, width, want_s.begin() + pairs[r] * width);
+  for (size_t r = 0; r < pairs.size(); ++r)
+    std::copy_n(want_g.begin() + r * width, width, want_s.begin() + pairs[r] * width);
   EXPECT_EQ(rel_l2(download(dscat, slots.size()), want_s), 0.0);
 }
 
@@ -615,14 +643,15 @@ TEST_F(CudaTest, FusedKernelsMatchTheirUnfusedPairsExactly) {
   };
   for (ActFormat f : {ActFormat::kQ8_K, ActFormat::kQ8_0, ActFormat::kQ8_1}) {
     SCOPED_TRACE(static_cast<int>(f));
-    DeviceBuffer dx = upload(x), dw = upload(w), out1 = poisoned(rows * n), out2 = poisoned(rows * n);
+    DeviceBuffer dx = upload(x), dw = upload(w), out1 = poisoned(rows * n),
+                 out2 = poisoned(rows * n);
     auto q1 = DeviceBuffer::allocate(bytes), q2 = DeviceBuffer::allocate(bytes);
     ASSERT_TRUE(q1.is_ok() && q2.is_ok());
     ASSERT_TRUE(zero_device(q1->data(), bytes) && zero_device(q2->data(), bytes));
     rms_norm(dx.as<float>(), dw.as<float>(), rows, n, 1e-5f, out1.as<float>(), stream_.handle());
     quantize_act(f, out1.as<float>(), rows * n, q1->data(), stream_.handle());
-    rms_norm_quantize(dx.as<float>(), dw.as<float>(), rows, n, 1e-5f, out2.as<float>(), f, q2->data(),
-                      stream_.handle());
+    rms_norm_quantize(dx.as<float>(), dw.as<float>(), rows, n, 1e-5f, out2.as<float>(), f,
+                      q2->data(), stream_.handle());
     EXPECT_EQ(bytes_of(out1, rows * n * 4), bytes_of(out2, rows * n * 4));
     EXPECT_EQ(bytes_of(*q1, bytes), bytes_of(*q2, bytes));
 
@@ -630,7 +659,8 @@ TEST_F(CudaTest, FusedKernelsMatchTheirUnfusedPairsExactly) {
     ASSERT_TRUE(zero_device(q1->data(), bytes) && zero_device(q2->data(), bytes));
     glu(UnaryOp::kSilu, g1.as<float>(), du.as<float>(), rows * n, stream_.handle());
     quantize_act(f, g1.as<float>(), rows * n, q1->data(), stream_.handle());
-    glu_quantize(UnaryOp::kSilu, g2.as<float>(), du.as<float>(), rows * n, f, q2->data(), stream_.handle());
+    glu_quantize(UnaryOp::kSilu, g2.as<float>(), du.as<float>(), rows * n, f, q2->data(),
+                 stream_.handle());
     EXPECT_EQ(bytes_of(g1, rows * n * 4), bytes_of(g2, rows * n * 4));
     EXPECT_EQ(bytes_of(*q1, bytes), bytes_of(*q2, bytes));
   }
@@ -643,7 +673,8 @@ TEST_F(CudaTest, FusedKernelsMatchTheirUnfusedPairsExactly) {
     if (f == ActFormat::kQ8_K) {
       std::vector<quant::BlockQ8_K> ref(n16 / 256);
       quant::quantize_row_q8_k(a.data(), ref.data(), n16);
-      for (int64_t i = 0; i < n16; ++i) want[i] = quant::f32_to_fp16(ref[i / 256].qs[i % 256] * ref[i / 256].d);
+      for (int64_t i = 0; i < n16; ++i)
+        want[i] = quant::f32_to_fp16(ref[i / 256].qs[i % 256] * ref[i / 256].d);
     } else {
       std::vector<quant::BlockQ8_0> r0(n16 / 32);
       std::vector<quant::BlockQ8_1> r1(n16 / 32);
@@ -665,7 +696,8 @@ TEST_F(CudaTest, FusedKernelsMatchTheirUnfusedPairsExactly) {
   }
   // RoPE of q and k in one launch: the two launches' results.
   const int64_t n_tok = 3, nq = 8, nk = 2, hd = 128;
-  const std::vector<float> q = random_floats(n_tok * nq * hd, 44), k = random_floats(n_tok * nk * hd, 45);
+  const std::vector<float> q = random_floats(n_tok * nq * hd, 44),
+                           k = random_floats(n_tok * nk * hd, 45);
   const std::vector<int32_t> pos = {5, 6, 7000};
   RopeParams p;
   p.head_dim = hd;
@@ -686,7 +718,8 @@ TEST_F(CudaTest, KvStoreBiasAndGluMatchCpu) {
   const std::vector<float> k = random_floats(n_tok * kw, 31), v = random_floats(n_tok * vw, 32);
   const std::vector<int32_t> pos = {4, 5, 9};
   std::vector<uint8_t> zeros(n_ctx * kw * 2, 0);
-  DeviceBuffer dk = upload(k), dv = upload(v), dpos = upload(pos), kc = upload(zeros), vc = upload(zeros);
+  DeviceBuffer dk = upload(k), dv = upload(v), dpos = upload(pos), kc = upload(zeros),
+               vc = upload(zeros);
   store_kv_f16(dk.as<float>(), dv.as<float>(), n_tok, kw, vw, dpos.as<int32_t>(), kc.as<uint16_t>(),
                vc.as<uint16_t>(), stream_.handle());
   ASSERT_TRUE(stream_.synchronize());
@@ -695,8 +728,10 @@ TEST_F(CudaTest, KvStoreBiasAndGluMatchCpu) {
   ASSERT_TRUE(copy_to_host(vh.data(), vc.data(), vh.size() * 2));
   int bad = 0;
   for (int64_t t = 0; t < n_tok; ++t) {
-    for (int64_t c = 0; c < kw; ++c) bad += kh[pos[t] * kw + c] != quant::f32_to_fp16(k[t * kw + c]);
-    for (int64_t c = 0; c < vw; ++c) bad += vh[pos[t] * vw + c] != quant::f32_to_fp16(v[t * vw + c]);
+    for (int64_t c = 0; c < kw; ++c)
+      bad += kh[pos[t] * kw + c] != quant::f32_to_fp16(k[t * kw + c]);
+    for (int64_t c = 0; c < vw; ++c)
+      bad += vh[pos[t] * vw + c] != quant::f32_to_fp16(v[t * vw + c]);
   }
   bad += kh[0] != 0 || vh[3 * vw] != 0;  // rows not stored stay
   EXPECT_EQ(bad, 0);
@@ -712,8 +747,10 @@ TEST_F(CudaTest, KvStoreBiasAndGluMatchCpu) {
   const std::vector<float> g = random_floats(n, 34, 3.0f), u = random_floats(n, 35);
   for (UnaryOp op : {UnaryOp::kSilu, UnaryOp::kGeluTanhFp16}) {
     std::vector<float> want = g;
-    if (op == UnaryOp::kSilu) compute::silu(want.data(), n);
-    else compute::gelu_tanh_fp16(want.data(), n);
+    if (op == UnaryOp::kSilu)
+      compute::silu(want.data(), n);
+    else
+      compute::gelu_tanh_fp16(want.data(), n);
     compute::mul(want.data(), u.data(), n);
     DeviceBuffer dg = upload(g), du = upload(u);
     glu(op, dg.as<float>(), du.as<float>(), n, stream_.handle());

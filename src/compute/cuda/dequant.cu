@@ -12,7 +12,9 @@ namespace {
 using quant::kQK;
 using quant::kQK_K;
 
-__device__ __forceinline__ float h2f(const uint8_t* p) { return half_bits_to_float(load_u16(p)); }
+__device__ __forceinline__ float h2f(const uint8_t* p) {
+  return half_bits_to_float(load_u16(p));
+}
 // d * q + m and d * q - m, rounded twice as on the CPU.
 __device__ __forceinline__ float mul_add(float d, int q, float m) {
   return __fadd_rn(__fmul_rn(d, static_cast<float>(q)), m);
@@ -52,7 +54,8 @@ struct DqQ5 {
     const uint32_t qh = static_cast<uint32_t>(load_int_a2(b + kQh));
     for (int k = 0; k < 8; ++k) {
       const int i = i0 + k;
-      const int q = ((b[kQs + i % 16] >> (4 * (i / 16))) & 0xF) | static_cast<int>(((qh >> i) & 1) << 4);
+      const int q =
+          ((b[kQs + i % 16] >> (4 * (i / 16))) & 0xF) | static_cast<int>(((qh >> i) & 1) << 4);
       if constexpr (kMin) {
         v[k] = mul_add(d, q, h2f(b + 2));
       } else {
@@ -130,7 +133,8 @@ struct DqK4 {
 struct DqQ6_K {
   static constexpr int kBlockBytes = 210, kBlockElems = kQK_K;
   static __device__ void dequant8(const uint8_t* b, int i0, float (&v)[8]) {
-    const float dl = __fmul_rn(h2f(b + 208), static_cast<float>(static_cast<int8_t>(b[192 + i0 / 16])));
+    const float dl =
+        __fmul_rn(h2f(b + 208), static_cast<float>(static_cast<int8_t>(b[192 + i0 / 16])));
     const int c = i0 / 128, h = (i0 % 128) / 64, s = (i0 % 128) / 32;
     for (int k = 0; k < 8; ++k) {
       const int i = i0 + k;
@@ -183,8 +187,8 @@ __global__ void dequant_kernel(const uint8_t* __restrict__ w, size_t row_bytes,
 // F32 / F16 / BF16 sources, one element per thread (any n_cols).
 template <int kFmt, class OutT>  // 0: F32, 1: F16, 2: BF16
 __global__ void widen_kernel(const uint8_t* __restrict__ w, size_t row_bytes,
-                             const int32_t* __restrict__ ids, int64_t row0, int n_cols,
-                             int64_t n, OutT* __restrict__ out) {
+                             const int32_t* __restrict__ ids, int64_t row0, int n_cols, int64_t n,
+                             OutT* __restrict__ out) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int64_t r = i / n_cols;
@@ -216,31 +220,60 @@ void launch_widen(const DequantArgs& a, OutT* out) {
   const int64_t n = a.n_rows * a.n_cols;
   if (n == 0) return;
   widen_kernel<kFmt, OutT><<<static_cast<unsigned>((n + 255) / 256), 256, 0, a.stream>>>(
-      static_cast<const uint8_t*>(a.w), a.row_bytes, a.ids, a.row0, static_cast<int>(a.n_cols), n, out);
+      static_cast<const uint8_t*>(a.w), a.row_bytes, a.ids, a.row0, static_cast<int>(a.n_cols), n,
+      out);
 }
 
 // GGUF type ids (gguf::GgmlType).
 template <class OutT>
 bool dequantize(uint32_t type_id, const DequantArgs& a, OutT* out) {
   switch (type_id) {
-    case 0: launch_widen<0>(a, out); return true;   // F32
-    case 1: launch_widen<1>(a, out); return true;   // F16
-    case 30: launch_widen<2>(a, out); return true;  // BF16
-    case 2: launch_quant<DqQ4_0>(a, out); return true;
-    case 3: launch_quant<DqQ4_1>(a, out); return true;
-    case 6: launch_quant<DqQ5<false>>(a, out); return true;
-    case 7: launch_quant<DqQ5<true>>(a, out); return true;
-    case 8: launch_quant<DqQ8_0>(a, out); return true;
-    case 10: launch_quant<DqQ2_K>(a, out); return true;
-    case 11: launch_quant<DqQ3_K>(a, out); return true;
-    case 12: launch_quant<DqK4<false>>(a, out); return true;
-    case 13: launch_quant<DqK4<true>>(a, out); return true;
-    case 14: launch_quant<DqQ6_K>(a, out); return true;
-    default: return false;
+    case 0:
+      launch_widen<0>(a, out);
+      return true;  // F32
+    case 1:
+      launch_widen<1>(a, out);
+      return true;  // F16
+    case 30:
+      launch_widen<2>(a, out);
+      return true;  // BF16
+    case 2:
+      launch_quant<DqQ4_0>(a, out);
+      return true;
+    case 3:
+      launch_quant<DqQ4_1>(a, out);
+      return true;
+    case 6:
+      launch_quant<DqQ5<false>>(a, out);
+      return true;
+    case 7:
+      launch_quant<DqQ5<true>>(a, out);
+      return true;
+    case 8:
+      launch_quant<DqQ8_0>(a, out);
+      return true;
+    case 10:
+      launch_quant<DqQ2_K>(a, out);
+      return true;
+    case 11:
+      launch_quant<DqQ3_K>(a, out);
+      return true;
+    case 12:
+      launch_quant<DqK4<false>>(a, out);
+      return true;
+    case 13:
+      launch_quant<DqK4<true>>(a, out);
+      return true;
+    case 14:
+      launch_quant<DqQ6_K>(a, out);
+      return true;
+    default:
+      return false;
   }
 }
 
-__global__ void f32_to_f16_kernel(const float* __restrict__ x, int64_t n, __half* __restrict__ out) {
+__global__ void f32_to_f16_kernel(const float* __restrict__ x, int64_t n,
+                                  __half* __restrict__ out) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = __float2half_rn(x[i]);
 }

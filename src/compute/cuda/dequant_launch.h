@@ -10,12 +10,12 @@
 namespace hypura::compute::cuda {
 
 struct DequantArgs {
-  const void* w = nullptr;      // rows of row_bytes
+  const void* w = nullptr;  // rows of row_bytes
   size_t row_bytes = 0;
   int64_t n_cols = 0;
   const int32_t* ids = nullptr;  // (n_rows) source rows, or null: rows row0 ..
   int64_t row0 = 0, n_rows = 0;
-  void* out = nullptr;           // (n_rows, n_cols) F16 or F32
+  void* out = nullptr;  // (n_rows, n_cols) F16 or F32
   bool f16 = true;
   StreamHandle stream = nullptr;
 };

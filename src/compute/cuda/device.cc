@@ -10,8 +10,8 @@ namespace {
 
 Status cuda_status(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::ok();
-  const StatusCode code = err == cudaErrorMemoryAllocation ? StatusCode::kResourceExhausted
-                                                           : StatusCode::kInternal;
+  const StatusCode code =
+      err == cudaErrorMemoryAllocation ? StatusCode::kResourceExhausted : StatusCode::kInternal;
   return Status(code, std::string(what) + ": " + cudaGetErrorName(err) + " (" +
                           cudaGetErrorString(err) + ")");
 }
@@ -38,7 +38,8 @@ Status select_device(int index) {
 Result<DeviceInfo> device_info(int index) {
   if (Status s = select_device(index); !s) return s;
   cudaDeviceProp prop{};
-  if (Status s = cuda_status(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties"); !s) {
+  if (Status s = cuda_status(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
+      !s) {
     return s;
   }
   DeviceInfo info;
@@ -64,8 +65,9 @@ Result<DeviceBuffer> DeviceBuffer::allocate(size_t bytes) {
     b.ptr_ = nullptr;
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    return cuda_status(err, "cudaMalloc").with_context(
-        "device memory: " + mib(bytes) + " requested, " + mib(free_b) + " free of " + mib(total_b));
+    return cuda_status(err, "cudaMalloc")
+        .with_context("device memory: " + mib(bytes) + " requested, " + mib(free_b) + " free of " +
+                      mib(total_b));
   }
   b.bytes_ = bytes;
   return b;
@@ -90,8 +92,8 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 Result<Stream> Stream::create() {
   Stream s;
   cudaStream_t h = nullptr;
-  if (Status st = cuda_status(cudaStreamCreateWithFlags(&h, cudaStreamNonBlocking),
-                              "cudaStreamCreate");
+  if (Status st =
+          cuda_status(cudaStreamCreateWithFlags(&h, cudaStreamNonBlocking), "cudaStreamCreate");
       !st) {
     return st;
   }
@@ -158,13 +160,16 @@ Graph& Graph::operator=(Graph&& other) noexcept {
 }
 
 Status Graph::launch(StreamHandle stream) const {
-  return cuda_status(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream), "cudaGraphLaunch");
+  return cuda_status(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream),
+                     "cudaGraphLaunch");
 }
 
 Result<HostRegistration> HostRegistration::pin(void* data, size_t bytes) {
   HostRegistration r;
   if (data == nullptr || bytes == 0) return r;
-  if (Status s = cuda_status(cudaHostRegister(data, bytes, cudaHostRegisterDefault), "cudaHostRegister"); !s) {
+  if (Status s =
+          cuda_status(cudaHostRegister(data, bytes, cudaHostRegisterDefault), "cudaHostRegister");
+      !s) {
     cudaGetLastError();
     return s.with_context("page-locking " + mib(bytes) + " of host memory");
   }
@@ -176,7 +181,8 @@ HostRegistration::~HostRegistration() {
   if (ptr_) cudaHostUnregister(ptr_);
 }
 
-HostRegistration::HostRegistration(HostRegistration&& other) noexcept : ptr_(std::exchange(other.ptr_, nullptr)) {}
+HostRegistration::HostRegistration(HostRegistration&& other) noexcept
+    : ptr_(std::exchange(other.ptr_, nullptr)) {}
 
 HostRegistration& HostRegistration::operator=(HostRegistration&& other) noexcept {
   if (this != &other) {
@@ -222,7 +228,8 @@ PinnedBuffer::~PinnedBuffer() {
   if (ptr_) cudaFreeHost(ptr_);
 }
 
-PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept : ptr_(std::exchange(other.ptr_, nullptr)) {}
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
+    : ptr_(std::exchange(other.ptr_, nullptr)) {}
 
 PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
   if (this != &other) {

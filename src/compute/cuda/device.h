@@ -53,7 +53,9 @@ class DeviceBuffer {
   void* data() const { return ptr_; }
   size_t size() const { return bytes_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
 
  private:
   void* ptr_ = nullptr;
@@ -142,7 +144,9 @@ class PinnedBuffer {
 
   void* data() const { return ptr_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
 
  private:
   void* ptr_ = nullptr;

@@ -1,5 +1,4 @@
 #include "compute/cuda/fused.h"
-
 #include "compute/cuda/norm_impl.cuh"
 #include "compute/cuda/quantize_impl.cuh"
 #include "compute/cuda/unary_impl.cuh"
@@ -69,9 +68,15 @@ template <UnaryOp kOp>
 void launch_glu(ActFormat format, unsigned grid, float* gate, const float* up, const Out& o,
                 StreamHandle stream) {
   switch (format) {
-    case ActFormat::kQ8_K: glu_quantize_kernel<kOp, ActFormat::kQ8_K><<<grid, 256, 0, stream>>>(gate, up, o.q, o.d, o.s); break;
-    case ActFormat::kQ8_0: glu_quantize_kernel<kOp, ActFormat::kQ8_0><<<grid, 256, 0, stream>>>(gate, up, o.q, o.d, o.s); break;
-    case ActFormat::kQ8_1: glu_quantize_kernel<kOp, ActFormat::kQ8_1><<<grid, 256, 0, stream>>>(gate, up, o.q, o.d, o.s); break;
+    case ActFormat::kQ8_K:
+      glu_quantize_kernel<kOp, ActFormat::kQ8_K><<<grid, 256, 0, stream>>>(gate, up, o.q, o.d, o.s);
+      break;
+    case ActFormat::kQ8_0:
+      glu_quantize_kernel<kOp, ActFormat::kQ8_0><<<grid, 256, 0, stream>>>(gate, up, o.q, o.d, o.s);
+      break;
+    case ActFormat::kQ8_1:
+      glu_quantize_kernel<kOp, ActFormat::kQ8_1><<<grid, 256, 0, stream>>>(gate, up, o.q, o.d, o.s);
+      break;
   }
 }
 
@@ -83,9 +88,18 @@ ActQ8 rms_norm_quantize(const float* x, const float* w, int64_t n_rows, int64_t 
   const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>(n / kNormThreads));
   const int nn = static_cast<int>(n);
   switch (format) {
-    case ActFormat::kQ8_K: norm_quantize_kernel<ActFormat::kQ8_K><<<grid, kNormThreads, 0, stream>>>(x, w, nn, eps, out, o.q, o.d, o.s); break;
-    case ActFormat::kQ8_0: norm_quantize_kernel<ActFormat::kQ8_0><<<grid, kNormThreads, 0, stream>>>(x, w, nn, eps, out, o.q, o.d, o.s); break;
-    case ActFormat::kQ8_1: norm_quantize_kernel<ActFormat::kQ8_1><<<grid, kNormThreads, 0, stream>>>(x, w, nn, eps, out, o.q, o.d, o.s); break;
+    case ActFormat::kQ8_K:
+      norm_quantize_kernel<ActFormat::kQ8_K>
+          <<<grid, kNormThreads, 0, stream>>>(x, w, nn, eps, out, o.q, o.d, o.s);
+      break;
+    case ActFormat::kQ8_0:
+      norm_quantize_kernel<ActFormat::kQ8_0>
+          <<<grid, kNormThreads, 0, stream>>>(x, w, nn, eps, out, o.q, o.d, o.s);
+      break;
+    case ActFormat::kQ8_1:
+      norm_quantize_kernel<ActFormat::kQ8_1>
+          <<<grid, kNormThreads, 0, stream>>>(x, w, nn, eps, out, o.q, o.d, o.s);
+      break;
   }
   return ActQ8{o.q, o.d, o.s, out};
 }
@@ -95,9 +109,15 @@ ActQ8 glu_quantize(UnaryOp op, float* gate, const float* up, int64_t n, ActForma
   const Out o = carve(scratch, n);
   const unsigned grid = static_cast<unsigned>(n / 256);
   switch (op) {
-    case UnaryOp::kSilu: launch_glu<UnaryOp::kSilu>(format, grid, gate, up, o, stream); break;
-    case UnaryOp::kGeluTanh: launch_glu<UnaryOp::kGeluTanh>(format, grid, gate, up, o, stream); break;
-    case UnaryOp::kGeluTanhFp16: launch_glu<UnaryOp::kGeluTanhFp16>(format, grid, gate, up, o, stream); break;
+    case UnaryOp::kSilu:
+      launch_glu<UnaryOp::kSilu>(format, grid, gate, up, o, stream);
+      break;
+    case UnaryOp::kGeluTanh:
+      launch_glu<UnaryOp::kGeluTanh>(format, grid, gate, up, o, stream);
+      break;
+    case UnaryOp::kGeluTanhFp16:
+      launch_glu<UnaryOp::kGeluTanhFp16>(format, grid, gate, up, o, stream);
+      break;
   }
   return ActQ8{o.q, o.d, o.s, gate};
 }

@@ -92,7 +92,8 @@ Result<std::unique_ptr<Gemm>> Gemm::create(StreamHandle stream, int64_t max_rows
   g->max_cols_ = max_cols;
   // At least 64 rows of the widest matrix, so a tile always holds 64 rows.
   g->tile_elems_ = std::max(tile_elems, 64 * max_cols);
-  HYPURA_ASSIGN_OR_RETURN(g->x16_, DeviceBuffer::allocate(static_cast<size_t>(max_rows * max_cols) * 2));
+  HYPURA_ASSIGN_OR_RETURN(g->x16_,
+                          DeviceBuffer::allocate(static_cast<size_t>(max_rows * max_cols) * 2));
   HYPURA_ASSIGN_OR_RETURN(g->w16_, DeviceBuffer::allocate(static_cast<size_t>(g->tile_elems_) * 2));
   const Cublas& api = cublas();
   if (!api.error.empty()) return unsupported(api.error);
@@ -101,7 +102,8 @@ Result<std::unique_ptr<Gemm>> Gemm::create(StreamHandle stream, int64_t max_rows
   g->handle_ = h;
   HYPURA_RETURN_IF_ERROR(cublas_status(api.set_stream(h, stream), "cublasSetStream"));
   // FP32 products stay FP32 (no TF32), the F16 ones accumulate in FP32.
-  HYPURA_RETURN_IF_ERROR(cublas_status(api.set_math_mode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
+  HYPURA_RETURN_IF_ERROR(
+      cublas_status(api.set_math_mode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
   return g;
 }
 
@@ -123,12 +125,13 @@ Status Gemm::matmul_shared(const WeightView* const* ws, float* const* ys, int co
   for (int i = 0; i < count; ++i) {
     const WeightView& w = *ws[i];
     float* y = ys[i];
-    const int m_all = static_cast<int>(w.n_rows), k = static_cast<int>(w.n_cols), nn = static_cast<int>(n);
+    const int m_all = static_cast<int>(w.n_rows), k = static_cast<int>(w.n_cols),
+              nn = static_cast<int>(n);
     if (w.type == gguf::GgmlType::F32) {
-      HYPURA_RETURN_IF_ERROR(cublas_status(
-          cublas().sgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, m_all, nn, k, &one,
-                      static_cast<const float*>(w.data), k, x, k, &zero, y, m_all),
-          "cublasSgemm"));
+      HYPURA_RETURN_IF_ERROR(
+          cublas_status(cublas().sgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, m_all, nn, k, &one,
+                                       static_cast<const float*>(w.data), k, x, k, &zero, y, m_all),
+                        "cublasSgemm"));
       continue;
     }
     // Quantized weights: the CPU's 8-bit activations widened to F16; float ones: F16 of x.
@@ -136,8 +139,9 @@ Status Gemm::matmul_shared(const WeightView* const* ws, float* const* ys, int co
     if (act_type != converted) {
       if (act_type == gguf::GgmlType::Q8_0 || act_type == gguf::GgmlType::Q8_1 ||
           act_type == gguf::GgmlType::Q8_K) {
-        const ActFormat f = act_type == gguf::GgmlType::Q8_K ? ActFormat::kQ8_K
-                            : act_type == gguf::GgmlType::Q8_1 ? ActFormat::kQ8_1 : ActFormat::kQ8_0;
+        const ActFormat f = act_type == gguf::GgmlType::Q8_K   ? ActFormat::kQ8_K
+                            : act_type == gguf::GgmlType::Q8_1 ? ActFormat::kQ8_1
+                                                               : ActFormat::kQ8_0;
         quantize_to_f16(f, x, n * w.n_cols, x16, stream_);
       } else {
         f32_to_f16(x, n * w.n_cols, x16, stream_);
@@ -156,8 +160,8 @@ Status Gemm::matmul_shared(const WeightView* const* ws, float* const* ys, int co
       }
       HYPURA_RETURN_IF_ERROR(cublas_status(
           cublas().gemm_ex(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(tr), nn, k, &one, a,
-                       CUDA_R_16F, k, x16, CUDA_R_16F, k, &zero, y + r0, CUDA_R_32F, m_all,
-                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                           CUDA_R_16F, k, x16, CUDA_R_16F, k, &zero, y + r0, CUDA_R_32F, m_all,
+                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           "cublasGemmEx"));
     }
   }

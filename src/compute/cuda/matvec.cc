@@ -15,8 +15,18 @@ namespace hypura::compute::cuda {
 bool matvec_supported(gguf::GgmlType type) {
   using T = gguf::GgmlType;
   switch (type) {
-    case T::F32: case T::F16: case T::BF16: case T::Q4_0: case T::Q4_1: case T::Q5_0:
-    case T::Q5_1: case T::Q8_0: case T::Q2_K: case T::Q3_K: case T::Q4_K: case T::Q5_K:
+    case T::F32:
+    case T::F16:
+    case T::BF16:
+    case T::Q4_0:
+    case T::Q4_1:
+    case T::Q5_0:
+    case T::Q5_1:
+    case T::Q8_0:
+    case T::Q2_K:
+    case T::Q3_K:
+    case T::Q4_K:
+    case T::Q5_K:
     case T::Q6_K:
       return true;
     default:
@@ -31,9 +41,12 @@ size_t matvec_scratch_bytes(int64_t n_cols) {
 ActQ8 quantize_for(gguf::GgmlType type, const float* x, int64_t n_cols, void* scratch,
                    StreamHandle stream) {
   switch (quant::activation_type(type)) {
-    case gguf::GgmlType::Q8_0: return quantize_act(ActFormat::kQ8_0, x, n_cols, scratch, stream);
-    case gguf::GgmlType::Q8_1: return quantize_act(ActFormat::kQ8_1, x, n_cols, scratch, stream);
-    case gguf::GgmlType::Q8_K: return quantize_act(ActFormat::kQ8_K, x, n_cols, scratch, stream);
+    case gguf::GgmlType::Q8_0:
+      return quantize_act(ActFormat::kQ8_0, x, n_cols, scratch, stream);
+    case gguf::GgmlType::Q8_1:
+      return quantize_act(ActFormat::kQ8_1, x, n_cols, scratch, stream);
+    case gguf::GgmlType::Q8_K:
+      return quantize_act(ActFormat::kQ8_K, x, n_cols, scratch, stream);
     default: {
       ActQ8 act;
       act.x = x;
@@ -61,8 +74,8 @@ MatvecArgs args_for(const WeightView& w, const ActQ8& act, float* y, StreamHandl
 // The kernel family of the weight's format.
 void launch(gguf::GgmlType type, const MatvecArgs& a) {
   const auto id = static_cast<uint32_t>(type);
-  const bool launched = launch_matvec_kquant(id, a) || launch_matvec_legacy(id, a) ||
-                        launch_matvec_float(id, a);
+  const bool launched =
+      launch_matvec_kquant(id, a) || launch_matvec_legacy(id, a) || launch_matvec_float(id, a);
   assert(launched);
   (void)launched;
 }
@@ -77,9 +90,13 @@ namespace {
 // Elements per activation scale: 256 for Q8_K, 32 for Q8_0 / Q8_1 (0: float activations).
 int64_t act_block(gguf::GgmlType type) {
   switch (quant::activation_type(type)) {
-    case gguf::GgmlType::Q8_K: return 256;
-    case gguf::GgmlType::Q8_0: case gguf::GgmlType::Q8_1: return 32;
-    default: return 0;
+    case gguf::GgmlType::Q8_K:
+      return 256;
+    case gguf::GgmlType::Q8_0:
+    case gguf::GgmlType::Q8_1:
+      return 32;
+    default:
+      return 0;
   }
 }
 }  // namespace
@@ -111,7 +128,8 @@ void matvec_grouped(const WeightView& expert, const int32_t* ids, int64_t n_pair
   launch(expert.type, a);
 }
 
-void matvec_batched(const WeightView& w, const ActQ8& act, int64_t n, float* y, StreamHandle stream) {
+void matvec_batched(const WeightView& w, const ActQ8& act, int64_t n, float* y,
+                    StreamHandle stream) {
   assert(n >= 1 && n <= kMatvecMaxTokens);
   MatvecArgs a = args_for(w, act, y, stream);
   a.n_tok = static_cast<int>(n);

@@ -82,11 +82,11 @@ struct Shape {
 };
 
 gguf::GgmlType parse_type(const std::string& s) {
-  for (gguf::GgmlType t : {gguf::GgmlType::Q4_K, gguf::GgmlType::Q8_0, gguf::GgmlType::F16,
-                           gguf::GgmlType::Q6_K, gguf::GgmlType::Q5_K, gguf::GgmlType::Q4_0,
-                           gguf::GgmlType::BF16, gguf::GgmlType::F32, gguf::GgmlType::Q2_K,
-                           gguf::GgmlType::Q3_K, gguf::GgmlType::Q5_0, gguf::GgmlType::Q4_1,
-                           gguf::GgmlType::Q5_1}) {
+  for (gguf::GgmlType t :
+       {gguf::GgmlType::Q4_K, gguf::GgmlType::Q8_0, gguf::GgmlType::F16, gguf::GgmlType::Q6_K,
+        gguf::GgmlType::Q5_K, gguf::GgmlType::Q4_0, gguf::GgmlType::BF16, gguf::GgmlType::F32,
+        gguf::GgmlType::Q2_K, gguf::GgmlType::Q3_K, gguf::GgmlType::Q5_0, gguf::GgmlType::Q4_1,
+        gguf::GgmlType::Q5_1}) {
     if (s == gguf::type_name(t)) return t;
   }
   std::fprintf(stderr, "unknown type %s\n", s.c_str());
@@ -134,7 +134,8 @@ void bench_one(gguf::GgmlType type, const Shape& sh, double copy_bps, cudaStream
     }
     for (int64_t r = 0; r < sh.n_rows; r += kDistinct) {
       const int64_t n = std::min<int64_t>(kDistinct, sh.n_rows - r);
-      check(cudaMemcpy(b->as<uint8_t>() + r * row, rows.data(), n * row, cudaMemcpyHostToDevice), "h2d");
+      check(cudaMemcpy(b->as<uint8_t>() + r * row, rows.data(), n * row, cudaMemcpyHostToDevice),
+            "h2d");
     }
     copies.push_back(std::move(*b));
   }
@@ -156,25 +157,29 @@ void bench_one(gguf::GgmlType type, const Shape& sh, double copy_bps, cudaStream
     return;
   }
   // Whole matvec() (quantize + product), then the product alone on pre-quantized x.
-  const double us_full = graph_us(s, [&](int i) {
-    matvec(view(i), dx->as<float>(), dy->as<float>(), scratch->data(), s);
-  });
-  const double us_kernel = graph_us(s, [&](int i) { matvec_quantized(view(i), act, dy->as<float>(), s); });
+  const double us_full = graph_us(
+      s, [&](int i) { matvec(view(i), dx->as<float>(), dy->as<float>(), scratch->data(), s); });
+  const double us_kernel =
+      graph_us(s, [&](int i) { matvec_quantized(view(i), act, dy->as<float>(), s); });
   auto gbps = [&](double us) { return static_cast<double>(bytes) / (us * 1e-6) / 1e9; };
   if (configs) {
     const char* names[] = {"1 row/warp", "2 rows/warp", "split over 2 warps"};
     for (int c = 0; c < 3; ++c) {
       g_matvec_config_override = c;
-      const double us = graph_us(s, [&](int i) { matvec_quantized(view(i), act, dy->as<float>(), s); });
-      std::printf("%-5s %-22s config %-18s kernel %8.2f us %6.0f GB/s %5.1f%%\n", gguf::type_name(type),
-                  sh.name, names[c], us, gbps(us), 100.0 * gbps(us) * 1e9 / copy_bps);
+      const double us =
+          graph_us(s, [&](int i) { matvec_quantized(view(i), act, dy->as<float>(), s); });
+      std::printf("%-5s %-22s config %-18s kernel %8.2f us %6.0f GB/s %5.1f%%\n",
+                  gguf::type_name(type), sh.name, names[c], us, gbps(us),
+                  100.0 * gbps(us) * 1e9 / copy_bps);
     }
     g_matvec_config_override = -1;
   }
-  std::printf("%-5s %-22s %8.1f MB | matvec %8.2f us %6.0f GB/s %5.1f%% | kernel %8.2f us %6.0f GB/s %5.1f%%\n",
-              gguf::type_name(type), sh.name, bytes / 1e6, us_full, gbps(us_full),
-              100.0 * gbps(us_full) * 1e9 / copy_bps, us_kernel, gbps(us_kernel),
-              100.0 * gbps(us_kernel) * 1e9 / copy_bps);
+  std::printf(
+      "%-5s %-22s %8.1f MB | matvec %8.2f us %6.0f GB/s %5.1f%% | kernel %8.2f us %6.0f GB/s "
+      "%5.1f%%\n",
+      gguf::type_name(type), sh.name, bytes / 1e6, us_full, gbps(us_full),
+      100.0 * gbps(us_full) * 1e9 / copy_bps, us_kernel, gbps(us_kernel),
+      100.0 * gbps(us_kernel) * 1e9 / copy_bps);
 }
 
 // Decode attention at Llama-3-8B's shape (32 q heads, 8 kv heads, head_dim 128) over an
@@ -182,7 +187,8 @@ void bench_one(gguf::GgmlType type, const Shape& sh, double copy_bps, cudaStream
 void bench_attention(int64_t n_kv, double copy_bps, cudaStream_t s) {
   const int64_t n_head = 32, n_head_kv = 8, hd = 128, width = n_head_kv * hd;
   const size_t kv_bytes = static_cast<size_t>(n_kv * width) * 2;
-  const int n_copies = static_cast<int>(std::max<size_t>(1, (size_t{512} << 20) / (2 * kv_bytes) + 1));
+  const int n_copies =
+      static_cast<int>(std::max<size_t>(1, (size_t{512} << 20) / (2 * kv_bytes) + 1));
   std::vector<uint16_t> host(static_cast<size_t>(n_kv * width));
   std::mt19937 rng(5);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -218,8 +224,9 @@ void bench_attention(int64_t n_kv, double copy_bps, cudaStream_t s) {
     attention_decode(a, scratch->data(), s);
   });
   const double gbps = 2.0 * kv_bytes / (us * 1e-6) / 1e9;
-  std::printf("attention decode 32/8 heads x 128, %6lld keys: %8.2f us %6.0f GB/s of K+V %5.1f%% of copy\n",
-              static_cast<long long>(n_kv), us, gbps, 100.0 * gbps * 1e9 / copy_bps);
+  std::printf(
+      "attention decode 32/8 heads x 128, %6lld keys: %8.2f us %6.0f GB/s of K+V %5.1f%% of copy\n",
+      static_cast<long long>(n_kv), us, gbps, 100.0 * gbps * 1e9 / copy_bps);
 }
 
 }  // namespace
@@ -237,9 +244,9 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
   const double copy_bps = copy_bandwidth(s);
-  std::printf("device %s: %d SMs, %.1f GiB, L2 %.0f MiB, cc %d.%d\n", info->name.c_str(), info->n_sm,
-              info->total_bytes / 1073741824.0, info->l2_bytes / 1048576.0, info->cc_major,
-              info->cc_minor);
+  std::printf("device %s: %d SMs, %.1f GiB, L2 %.0f MiB, cc %d.%d\n", info->name.c_str(),
+              info->n_sm, info->total_bytes / 1073741824.0, info->l2_bytes / 1048576.0,
+              info->cc_major, info->cc_minor);
   std::printf("device-to-device copy (2 GiB, read + write): %.0f GB/s\n", copy_bps / 1e9);
   std::vector<gguf::GgmlType> types;
   bool ncu = false, configs = false;

@@ -35,8 +35,8 @@ struct Float8 {
         wv[2 * k + 1] = widen<kFmt>(static_cast<uint16_t>(r[k] >> 16));
       }
     }
-    return wv[0] * x0.x + wv[1] * x0.y + wv[2] * x0.z + wv[3] * x0.w + wv[4] * x1.x +
-           wv[5] * x1.y + wv[6] * x1.z + wv[7] * x1.w;
+    return wv[0] * x0.x + wv[1] * x0.y + wv[2] * x0.z + wv[3] * x0.w + wv[4] * x1.x + wv[5] * x1.y +
+           wv[6] * x1.z + wv[7] * x1.w;
   }
 };
 
@@ -71,10 +71,17 @@ int g_matvec_config_override = -1;
 
 bool launch_matvec_float(uint32_t type_id, const MatvecArgs& a) {
   switch (type_id) {
-    case 0: launch_float<FloatFmt::kF32>(a); return true;    // F32
-    case 1: launch_float<FloatFmt::kF16>(a); return true;    // F16
-    case 30: launch_float<FloatFmt::kBF16>(a); return true;  // BF16
-    default: return false;
+    case 0:
+      launch_float<FloatFmt::kF32>(a);
+      return true;  // F32
+    case 1:
+      launch_float<FloatFmt::kF16>(a);
+      return true;  // F16
+    case 30:
+      launch_float<FloatFmt::kBF16>(a);
+      return true;  // BF16
+    default:
+      return false;
   }
 }
 

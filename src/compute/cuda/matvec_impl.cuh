@@ -17,8 +17,8 @@
 
 namespace hypura::compute::cuda {
 
-constexpr int kMatvecWarps = 4;  // warps per thread block
-constexpr int kMatvecUnroll = 4;   // item iterations whose loads are issued together
+constexpr int kMatvecWarps = 4;   // warps per thread block
+constexpr int kMatvecUnroll = 4;  // item iterations whose loads are issued together
 // The shape policy (launch_matvec), from every configuration timed at the four Llama-3-8B
 // shapes on an H200 (132 SMs; docs/GPU.md, device call 6):
 //   n_rows >= 65536 (the output head): two rows per warp (Q4_K 93 -> 84 us, Q6_K 161 ->
@@ -136,8 +136,9 @@ template <class Traits>
 void launch_matvec_batched(const MatvecArgs& a) {
   const unsigned grid = static_cast<unsigned>((a.n_rows + kMatvecWarps - 1) / kMatvecWarps);
   matvec_batched_kernel<Traits><<<grid, kMatvecWarps * 32, 0, a.stream>>>(
-      static_cast<const uint8_t*>(a.w), a.row_bytes, static_cast<int>(a.n_cols / Traits::kBlockElems),
-      a.act, a.y, static_cast<int>(a.n_rows), a.n_tok, a.q_stride, a.d_stride);
+      static_cast<const uint8_t*>(a.w), a.row_bytes,
+      static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y, static_cast<int>(a.n_rows),
+      a.n_tok, a.q_stride, a.d_stride);
 }
 
 template <class Traits, int kRows, int kSplit>
@@ -156,10 +157,10 @@ template <class Traits>
 void launch_matvec_grouped(const MatvecArgs& a) {
   const dim3 grid(static_cast<unsigned>((a.n_rows + kMatvecWarps - 1) / kMatvecWarps),
                   static_cast<unsigned>(a.group->n_pairs));
-  matvec_kernel<Traits, 1, 1, true><<<grid, kMatvecWarps * 32, 0, a.stream>>>(
-      static_cast<const uint8_t*>(a.w), a.row_bytes,
-      static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y, static_cast<int>(a.n_rows),
-      *a.group);
+  matvec_kernel<Traits, 1, 1, true>
+      <<<grid, kMatvecWarps * 32, 0, a.stream>>>(static_cast<const uint8_t*>(a.w), a.row_bytes,
+                                                 static_cast<int>(a.n_cols / Traits::kBlockElems),
+                                                 a.act, a.y, static_cast<int>(a.n_rows), *a.group);
 }
 
 template <class Traits>
@@ -174,7 +175,7 @@ void launch_matvec(const MatvecArgs& a) {
   }
   const int64_t items_per_lane = a.n_cols / Traits::kBlockElems * Traits::kChunks / 32;
   constexpr bool kFloat = Traits::kBlockElems < 32;  // F32 / F16 / BF16
-  int config = 0;  // one row per warp
+  int config = 0;                                    // one row per warp
   if (a.n_rows >= kMatvecOutputRows) {
     config = 1;  // two rows per warp
   } else if (a.n_rows >= kMatvecTallRows) {
@@ -184,9 +185,15 @@ void launch_matvec(const MatvecArgs& a) {
   }
   if (g_matvec_config_override >= 0) config = g_matvec_config_override;
   switch (config) {
-    case 1: launch_matvec_config<Traits, 2, 1>(a); break;
-    case 2: launch_matvec_config<Traits, 1, 2>(a); break;
-    default: launch_matvec_config<Traits, 1, 1>(a); break;
+    case 1:
+      launch_matvec_config<Traits, 2, 1>(a);
+      break;
+    case 2:
+      launch_matvec_config<Traits, 1, 2>(a);
+      break;
+    default:
+      launch_matvec_config<Traits, 1, 1>(a);
+      break;
   }
 }
 

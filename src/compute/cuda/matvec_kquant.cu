@@ -163,12 +163,23 @@ struct Q6_K {
 
 bool launch_matvec_kquant(uint32_t type_id, const MatvecArgs& a) {
   switch (type_id) {
-    case 10: launch_matvec<Q2_K>(a); return true;
-    case 11: launch_matvec<Q3_K>(a); return true;
-    case 12: launch_matvec<K4<false>>(a); return true;
-    case 13: launch_matvec<K4<true>>(a); return true;
-    case 14: launch_matvec<Q6_K>(a); return true;
-    default: return false;
+    case 10:
+      launch_matvec<Q2_K>(a);
+      return true;
+    case 11:
+      launch_matvec<Q3_K>(a);
+      return true;
+    case 12:
+      launch_matvec<K4<false>>(a);
+      return true;
+    case 13:
+      launch_matvec<K4<true>>(a);
+      return true;
+    case 14:
+      launch_matvec<Q6_K>(a);
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -26,8 +26,8 @@ struct MatvecArgs {
   const void* w = nullptr;  // (n_rows) rows of row_bytes, 16-byte aligned
   size_t row_bytes = 0;
   int64_t n_cols = 0, n_rows = 0;
-  ActQ8 act;              // quantized activations or act.x (float formats)
-  float* y = nullptr;     // (n_rows)
+  ActQ8 act;           // quantized activations or act.x (float formats)
+  float* y = nullptr;  // (n_rows)
   StreamHandle stream = nullptr;
   const MatvecGroup* group = nullptr;  // null: one product
   // Batched products: n_tok activation rows (q_stride / d_stride apart, as in MatvecGroup)

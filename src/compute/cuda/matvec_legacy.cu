@@ -72,12 +72,23 @@ struct Q8_0 {
 
 bool launch_matvec_legacy(uint32_t type_id, const MatvecArgs& a) {
   switch (type_id) {
-    case 2: launch_matvec<Q4_0>(a); return true;
-    case 3: launch_matvec<Q4_1>(a); return true;
-    case 6: launch_matvec<Q5_0>(a); return true;
-    case 7: launch_matvec<Q5_1>(a); return true;
-    case 8: launch_matvec<Q8_0>(a); return true;
-    default: return false;
+    case 2:
+      launch_matvec<Q4_0>(a);
+      return true;
+    case 3:
+      launch_matvec<Q4_1>(a);
+      return true;
+    case 6:
+      launch_matvec<Q5_0>(a);
+      return true;
+    case 7:
+      launch_matvec<Q5_1>(a);
+      return true;
+    case 8:
+      launch_matvec<Q8_0>(a);
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -55,12 +55,14 @@ __global__ void combine_kernel(const float* __restrict__ slot_out, const float* 
   out[i] = acc;
 }
 
-unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + 255) / 256); }
+unsigned blocks_for(int64_t n) {
+  return static_cast<unsigned>((n + 255) / 256);
+}
 
 }  // namespace
 
-void moe_top_k(const float* probs, int64_t n_tokens, int64_t n_expert, int64_t k,
-               int32_t* selected, float* weights, StreamHandle stream) {
+void moe_top_k(const float* probs, int64_t n_tokens, int64_t n_expert, int64_t k, int32_t* selected,
+               float* weights, StreamHandle stream) {
   if (n_tokens == 0) return;
   top_k_kernel<<<static_cast<unsigned>((n_tokens + 63) / 64), 64, 0, stream>>>(
       probs, static_cast<int>(n_tokens), static_cast<int>(n_expert), static_cast<int>(k), selected,
@@ -77,7 +79,8 @@ void gather_rows(const float* x, const int32_t* pairs, int64_t n, int64_t k, int
 void scatter_rows(const float* src, const int32_t* pairs, int64_t n, int64_t width, float* dst,
                   StreamHandle stream) {
   if (n == 0) return;
-  scatter_kernel<<<blocks_for(n * width), 256, 0, stream>>>(src, pairs, n, static_cast<int>(width), dst);
+  scatter_kernel<<<blocks_for(n * width), 256, 0, stream>>>(src, pairs, n, static_cast<int>(width),
+                                                            dst);
 }
 
 void moe_combine(const float* slot_out, const float* weights, int64_t n_tokens, int64_t k,

@@ -14,8 +14,8 @@ namespace hypura::compute::cuda {
 // probs: (n_tokens, n_expert), already softmaxed. For each token: the k most probable
 // experts by slot (the lower id on ties), selected (n_tokens, k), and their probabilities
 // divided by their float sum (summed in slot order), weights (n_tokens, k): as the CPU.
-void moe_top_k(const float* probs, int64_t n_tokens, int64_t n_expert, int64_t k,
-               int32_t* selected, float* weights, StreamHandle stream);
+void moe_top_k(const float* probs, int64_t n_tokens, int64_t n_expert, int64_t k, int32_t* selected,
+               float* weights, StreamHandle stream);
 
 // out[r, :] = x[pairs[r] / k, :] for r < n (pairs: token * k + slot). width floats per row.
 void gather_rows(const float* x, const int32_t* pairs, int64_t n, int64_t k, int64_t width,

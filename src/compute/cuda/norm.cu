@@ -5,7 +5,6 @@
 namespace hypura::compute::cuda {
 namespace {
 
-
 __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ w, int n,
                                 float eps, float* out) {
   __shared__ double partial[kNormThreads / 32];
@@ -20,8 +19,8 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
 void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* out,
               StreamHandle stream) {
   if (n_rows == 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(n_rows), kNormThreads, 0, stream>>>(x, w, static_cast<int>(n),
-                                                                          eps, out);
+  rms_norm_kernel<<<static_cast<unsigned>(n_rows), kNormThreads, 0, stream>>>(
+      x, w, static_cast<int>(n), eps, out);
 }
 
 }  // namespace hypura::compute::cuda

@@ -33,8 +33,8 @@ __global__ void quantize_q8_k(const float* __restrict__ x, int8_t* __restrict__ 
 // One 256-thread block per 256 values: each value's quant times its block's scale, in F16.
 // (Q8_0 / Q8_1: the last block may be partial, whole warps past the end return.)
 template <ActFormat kFormat>
-__global__ void __launch_bounds__(256) quantize_to_f16_kernel(const float* __restrict__ x, int64_t n,
-                                                             __half* __restrict__ out) {
+__global__ void __launch_bounds__(256)
+    quantize_to_f16_kernel(const float* __restrict__ x, int64_t n, __half* __restrict__ out) {
   __shared__ Q8kScratch sh;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
   Q8Value r;
@@ -49,18 +49,26 @@ __global__ void __launch_bounds__(256) quantize_to_f16_kernel(const float* __res
 
 }  // namespace
 
-void quantize_to_f16(ActFormat format, const float* x, int64_t n, uint16_t* out, StreamHandle stream) {
+void quantize_to_f16(ActFormat format, const float* x, int64_t n, uint16_t* out,
+                     StreamHandle stream) {
   if (n == 0) return;
   const unsigned grid = static_cast<unsigned>((n + 255) / 256);
   auto* o = reinterpret_cast<__half*>(out);
   switch (format) {
-    case ActFormat::kQ8_K: quantize_to_f16_kernel<ActFormat::kQ8_K><<<grid, 256, 0, stream>>>(x, n, o); break;
-    case ActFormat::kQ8_0: quantize_to_f16_kernel<ActFormat::kQ8_0><<<grid, 256, 0, stream>>>(x, n, o); break;
-    case ActFormat::kQ8_1: quantize_to_f16_kernel<ActFormat::kQ8_1><<<grid, 256, 0, stream>>>(x, n, o); break;
+    case ActFormat::kQ8_K:
+      quantize_to_f16_kernel<ActFormat::kQ8_K><<<grid, 256, 0, stream>>>(x, n, o);
+      break;
+    case ActFormat::kQ8_0:
+      quantize_to_f16_kernel<ActFormat::kQ8_0><<<grid, 256, 0, stream>>>(x, n, o);
+      break;
+    case ActFormat::kQ8_1:
+      quantize_to_f16_kernel<ActFormat::kQ8_1><<<grid, 256, 0, stream>>>(x, n, o);
+      break;
   }
 }
 
-ActQ8 quantize_act(ActFormat format, const float* x, int64_t n, void* scratch, StreamHandle stream) {
+ActQ8 quantize_act(ActFormat format, const float* x, int64_t n, void* scratch,
+                   StreamHandle stream) {
   const ActQ8Layout l = act_q8_layout(n);
   auto* base = static_cast<uint8_t*>(scratch);
   auto* q = reinterpret_cast<int8_t*>(base + l.q);

@@ -24,6 +24,7 @@ ActQ8 quantize_act(ActFormat format, const float* x, int64_t n, void* scratch, S
 // prefill products multiply these, so their activations carry the CPU's 8-bit rounding and
 // lose only the F16 rounding of each value. REQUIRES: n % 256 == 0 for kQ8_K, n % 32 == 0
 // otherwise.
-void quantize_to_f16(ActFormat format, const float* x, int64_t n, uint16_t* out, StreamHandle stream);
+void quantize_to_f16(ActFormat format, const float* x, int64_t n, uint16_t* out,
+                     StreamHandle stream);
 
 }  // namespace hypura::compute::cuda

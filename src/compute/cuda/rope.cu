@@ -51,17 +51,17 @@ void launch_rope(RopeTarget t0, RopeTarget t1, int64_t n_tokens, const int32_t* 
   // On the host with std::pow, as the CPU computes it, so theta_scale is the same float.
   const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
   const unsigned grid = static_cast<unsigned>((total + 255) / 256);
-  rope_kernel<<<grid, 256, 0, stream>>>(t0, t1, static_cast<int>(first), pos,
-                                        static_cast<int>(p.head_dim), static_cast<int>(p.n_rot),
-                                        theta_scale, p.freq_scale, p.freq_factors, p.neox,
-                                        static_cast<int>(total));
+  rope_kernel<<<grid, 256, 0, stream>>>(
+      t0, t1, static_cast<int>(first), pos, static_cast<int>(p.head_dim), static_cast<int>(p.n_rot),
+      theta_scale, p.freq_scale, p.freq_factors, p.neox, static_cast<int>(total));
 }
 
 }  // namespace
 
 void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t token_stride, const int32_t* pos,
           const RopeParams& p, StreamHandle stream) {
-  launch_rope({x, static_cast<int>(n_head), token_stride}, {nullptr, 0, 0}, n_tokens, pos, p, stream);
+  launch_rope({x, static_cast<int>(n_head), token_stride}, {nullptr, 0, 0}, n_tokens, pos, p,
+              stream);
 }
 
 void rope_qk(float* q, int64_t n_head_q, float* k, int64_t n_head_k, int64_t n_tokens,

@@ -11,7 +11,7 @@ namespace hypura::compute::cuda {
 
 struct RopeParams {
   int64_t head_dim = 0;
-  int64_t n_rot = 0;         // dims n_rot..head_dim pass through
+  int64_t n_rot = 0;  // dims n_rot..head_dim pass through
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;
   const float* freq_factors = nullptr;  // (n_rot / 2) device floats, or nullptr

@@ -23,8 +23,12 @@ void glu(UnaryOp op, float* gate, const float* up, int64_t n, StreamHandle strea
   if (n == 0) return;
   const unsigned grid = static_cast<unsigned>((n + 255) / 256);
   switch (op) {
-    case UnaryOp::kSilu: glu_kernel<UnaryOp::kSilu><<<grid, 256, 0, stream>>>(gate, up, n); break;
-    case UnaryOp::kGeluTanh: glu_kernel<UnaryOp::kGeluTanh><<<grid, 256, 0, stream>>>(gate, up, n); break;
+    case UnaryOp::kSilu:
+      glu_kernel<UnaryOp::kSilu><<<grid, 256, 0, stream>>>(gate, up, n);
+      break;
+    case UnaryOp::kGeluTanh:
+      glu_kernel<UnaryOp::kGeluTanh><<<grid, 256, 0, stream>>>(gate, up, n);
+      break;
     case UnaryOp::kGeluTanhFp16:
       glu_kernel<UnaryOp::kGeluTanhFp16><<<grid, 256, 0, stream>>>(gate, up, n);
       break;
@@ -35,8 +39,12 @@ void unary(UnaryOp op, float* x, int64_t n, StreamHandle stream) {
   if (n == 0) return;
   const unsigned grid = static_cast<unsigned>((n + 255) / 256);
   switch (op) {
-    case UnaryOp::kSilu: unary_kernel<UnaryOp::kSilu><<<grid, 256, 0, stream>>>(x, n); break;
-    case UnaryOp::kGeluTanh: unary_kernel<UnaryOp::kGeluTanh><<<grid, 256, 0, stream>>>(x, n); break;
+    case UnaryOp::kSilu:
+      unary_kernel<UnaryOp::kSilu><<<grid, 256, 0, stream>>>(x, n);
+      break;
+    case UnaryOp::kGeluTanh:
+      unary_kernel<UnaryOp::kGeluTanh><<<grid, 256, 0, stream>>>(x, n);
+      break;
     case UnaryOp::kGeluTanhFp16:
       unary_kernel<UnaryOp::kGeluTanhFp16><<<grid, 256, 0, stream>>>(x, n);
       break;

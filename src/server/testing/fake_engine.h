@@ -27,16 +27,17 @@ namespace hypura::server::testing {
 
 struct FakeConfig {
   int64_t n_ctx = 256;
-  int64_t max_ctx = 0;                           // trained length; 0: n_ctx
+  int64_t max_ctx = 0;                          // trained length; 0: n_ctx
   std::chrono::microseconds token_delay{2000};  // per generated token
-  std::chrono::microseconds prompt_delay{0};     // per processed prompt token
-  bool eos = true;                               // false: only limits end an answer
+  std::chrono::microseconds prompt_delay{0};    // per processed prompt token
+  bool eos = true;                              // false: only limits end an answer
 };
 
 inline const std::vector<std::string>& fake_words() {
   static const std::vector<std::string> words = {
       " hello", " world", " h\xc3\xa9llo", " \xe6\x97\xa5\xe6\x9c\xac", " fake",
-      " token", ".", " Hypura", " \xf0\x9f\xa6\x99", " STOP", " the", " model"};
+      " token", ".",      " Hypura",       " \xf0\x9f\xa6\x99",         " STOP",
+      " the",   " model"};
   return words;
 }
 
@@ -55,7 +56,8 @@ class FakeSession : public runtime::Session {
     runtime::GenerateResult r;
     auto t0 = std::chrono::steady_clock::now();
     size_t reuse = 0;
-    while (reuse < cache_.size() && reuse + 1 < prompt.size() && cache_[reuse] == prompt[reuse]) ++reuse;
+    while (reuse < cache_.size() && reuse + 1 < prompt.size() && cache_[reuse] == prompt[reuse])
+      ++reuse;
     r.prompt_tokens_reused = static_cast<int>(reuse);
     r.prompt_tokens = static_cast<int>(prompt.size() - reuse);
     std::this_thread::sleep_for(config_.prompt_delay * r.prompt_tokens);
@@ -68,10 +70,16 @@ class FakeSession : public runtime::Session {
     std::string pending;  // text held back while it could be the start of a stop string
     r.done_reason = "length";
     for (int i = 0;; ++i) {
-      if (options.cancel && options.cancel->load()) { r.done_reason = "cancelled"; break; }
+      if (options.cancel && options.cancel->load()) {
+        r.done_reason = "cancelled";
+        break;
+      }
       if (options.max_tokens >= 0 && i >= options.max_tokens) break;
       if (static_cast<int64_t>(cache_.size()) >= n_ctx_) break;
-      if (config_.eos && i >= n_words) { r.done_reason = "stop"; break; }
+      if (config_.eos && i >= n_words) {
+        r.done_reason = "stop";
+        break;
+      }
       std::this_thread::sleep_for(config_.token_delay);
       const uint64_t w = fake_hash(h, static_cast<uint64_t>(i)) % fake_words().size();
       cache_.push_back(1000 + static_cast<int32_t>(w));
@@ -89,7 +97,10 @@ class FakeSession : public runtime::Session {
       size_t hold = held_back(pending, options.stop);
       std::string out = pending.substr(0, pending.size() - hold);
       pending.erase(0, out.size());
-      if (!out.empty() && !emit(out, on_piece, &r)) { r.done_reason = "cancelled"; break; }
+      if (!out.empty() && !emit(out, on_piece, &r)) {
+        r.done_reason = "cancelled";
+        break;
+      }
     }
     if (r.done_reason != "cancelled" && !pending.empty()) emit(pending, on_piece, &r);
     auto t2 = std::chrono::steady_clock::now();
@@ -115,8 +126,10 @@ class FakeSession : public runtime::Session {
   }
   int64_t n_past() const override { return static_cast<int64_t>(cache_.size()); }
   // A deterministic unit vector of kFakeEmbd components from the tokens' hash.
-  Status embed(const std::vector<int32_t>& tokens, runtime::Pooling, std::vector<float>* out) override {
-    if (static_cast<int64_t>(tokens.size()) > n_ctx_) return resource_exhausted("fake: input too long");
+  Status embed(const std::vector<int32_t>& tokens, runtime::Pooling,
+               std::vector<float>* out) override {
+    if (static_cast<int64_t>(tokens.size()) > n_ctx_)
+      return resource_exhausted("fake: input too long");
     cache_ = tokens;
     uint64_t h = 1469598103934665603ull;
     for (int32_t t : tokens) h = fake_hash(h, static_cast<uint64_t>(t));
@@ -134,7 +147,8 @@ class FakeSession : public runtime::Session {
   std::atomic<int> embeds{0};
   int64_t n_ctx() const override { return n_ctx_; }
   Status reserve_context(int64_t n_ctx) override {
-    if (n_ctx > std::max(config_.n_ctx, config_.max_ctx)) return resource_exhausted("fake: too long");
+    if (n_ctx > std::max(config_.n_ctx, config_.max_ctx))
+      return resource_exhausted("fake: too long");
     n_ctx_ = std::max(n_ctx_, n_ctx);
     return Status::ok();
   }
@@ -155,7 +169,10 @@ class FakeSession : public runtime::Session {
     size_t best = 0;
     for (const std::string& s : stop) {
       for (size_t n = std::min(text.size(), s.size() - 1); n > best; --n) {
-        if (text.compare(text.size() - n, n, s, 0, n) == 0) { best = n; break; }
+        if (text.compare(text.size() - n, n, s, 0, n) == 0) {
+          best = n;
+          break;
+        }
       }
     }
     return best;

@@ -8,18 +8,21 @@
 #include <cstdlib>
 #include <cstring>
 
-
 namespace hypura::tiers {
 namespace {
 
 constexpr uint64_t kAlign = 64;
 constexpr uint64_t kChunk = 16ull << 20;  // bytes per pread: progress granularity
 
-uint64_t round_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+uint64_t round_up(uint64_t n, uint64_t a) {
+  return (n + a - 1) / a * a;
+}
 
 }  // namespace
 
-ResidentProvider::~ResidentProvider() { std::free(memory_); }
+ResidentProvider::~ResidentProvider() {
+  std::free(memory_);
+}
 
 Result<std::unique_ptr<ResidentProvider>> ResidentProvider::load(const gguf::GgufFile& file,
                                                                  const Progress& progress) {
