@@ -59,9 +59,10 @@ class Model {
 
 class Blocks;  // model/blocks.h
 
-// Layers [previous stage's end, end) computed by `blocks` (Forward's stages).
+// Layers [previous stage's end, end) computed by `blocks` (Forward's stages). A Blocks may
+// serve a stage of each list (set_wide_stages): one pass runs at a time.
 struct ForwardStage {
-  std::unique_ptr<Blocks> blocks;
+  std::shared_ptr<Blocks> blocks;
   int64_t end = 0;
 };
 

@@ -214,7 +214,8 @@ class LocalEngine final : public Engine {
   std::unique_ptr<StepBatcher> batcher_;  // owns the one Forward all sessions share
   Result<std::unique_ptr<model::Forward>> make_forward(int64_t n_ctx);
   Status stage_host_layers();
-  Result<std::vector<model::ForwardStage>> gpu_stages(model::WeightProvider& weights,
+  Result<std::vector<model::ForwardStage>> gpu_stages(const std::shared_ptr<model::Blocks>& cpu,
+                                                      model::WeightProvider& weights,
                                                       int64_t gpu_from, int64_t n_ctx);
   mutable std::once_flag vocab_index_once_;
   mutable std::unique_ptr<grammar::VocabIndex> vocab_index_;
@@ -394,8 +395,6 @@ Status LocalSession::build(int64_t n_ctx) {
   return Status::ok();
 }
 
-// The Forward's scratch (work buffers for kMaxBatch rows, attention partials for n_ctx
-// keys) on the engine's device.
 // A split model's prompts: every layer on the GPU, the host layers' weights copied over the
 // bus per layer, when the host serves whole tensors (not in expert streaming, whose host
 // holds single experts).
@@ -410,31 +409,33 @@ Status LocalEngine::stage_host_layers() {
 }
 
 // The GPU stage (its layers and the head, or every layer with `weights` = the staged
-// ones), after a CPU stage for the layers before `gpu_from` and the embedding unless the
-// GPU holds it.
-Result<std::vector<model::ForwardStage>> LocalEngine::gpu_stages(model::WeightProvider& weights,
-                                                                 int64_t gpu_from, int64_t n_ctx) {
-  const model::HParams& hp = model_->hparams();
+// ones), after `cpu` (when not null: the embedding, and the layers before `gpu_from`).
+Result<std::vector<model::ForwardStage>> LocalEngine::gpu_stages(
+    const std::shared_ptr<model::Blocks>& cpu, model::WeightProvider& weights, int64_t gpu_from,
+    int64_t n_ctx) {
   std::vector<model::ForwardStage> stages;
-  if (!weights_->plan().gpu.embedding) {
-    stages.push_back({std::make_unique<model::CpuBlocks>(hp, model_->weights(), *ctx_, provider(),
-                                                         kMaxBatch, n_ctx),
-                      gpu_from});
-  }
-  HYPURA_ASSIGN_OR_RETURN(
-      std::unique_ptr<model::Blocks> blocks,
-      model::make_cuda_blocks(hp, model_->weights(), file_, weights, kMaxBatch, n_ctx));
-  stages.push_back({std::move(blocks), hp.n_layer});
+  if (cpu) stages.push_back({cpu, gpu_from});
+  HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<model::Blocks> blocks,
+                          model::make_cuda_blocks(model_->hparams(), model_->weights(), file_,
+                                                  weights, kMaxBatch, n_ctx));
+  stages.push_back({std::move(blocks), model_->hparams().n_layer});
   return stages;
 }
 
+// The Forward's scratch (work buffers for kMaxBatch rows, attention partials for n_ctx
+// keys) on the engine's device; a split model's CPU stage serves both stage lists.
 Result<std::unique_ptr<model::Forward>> LocalEngine::make_forward(int64_t n_ctx) {
   if (!on_gpu())
     return std::make_unique<model::Forward>(model_, *ctx_, provider(), kMaxBatch, n_ctx);
-  HYPURA_ASSIGN_OR_RETURN(auto stages, gpu_stages(*device_weights_, first_gpu_layer(), n_ctx));
+  std::shared_ptr<model::Blocks> cpu;
+  if (!weights_->plan().gpu.embedding) {
+    cpu = std::make_shared<model::CpuBlocks>(model_->hparams(), model_->weights(), *ctx_,
+                                             provider(), kMaxBatch, n_ctx);
+  }
+  HYPURA_ASSIGN_OR_RETURN(auto stages, gpu_stages(cpu, *device_weights_, first_gpu_layer(), n_ctx));
   auto forward = std::make_unique<model::Forward>(model_, std::move(stages), kMaxBatch);
   if (wide_prompts()) {
-    HYPURA_ASSIGN_OR_RETURN(auto wide, gpu_stages(*staged_weights_, 0, n_ctx));
+    HYPURA_ASSIGN_OR_RETURN(auto wide, gpu_stages(cpu, *staged_weights_, 0, n_ctx));
     forward->set_wide_stages(std::move(wide), kWidePromptRows);
   }
   return forward;
