@@ -50,13 +50,18 @@ build() {
   echo "llama-bench built in $((SECONDS - t0)) s"
 }
 
-bench() {
-  local dir
-  dir=$(realpath "${1:-.devgpu}")
+# The packed folder's libraries and the device's own cuBLAS on the library path.
+gpu_env() {
   local cublas
   cublas=$(ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null ||
            find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -1)
-  export LD_LIBRARY_PATH="$dir/lib:$(dirname "$cublas")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH="$1/lib:$(dirname "$cublas")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+bench() {
+  local dir
+  dir=$(realpath "${1:-.devgpu}")
+  gpu_env "$dir"
   local args=${ARGS:--p 512 -n 128 -r 3} rc=0
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem \
     --format=csv,noheader || true
@@ -99,10 +104,7 @@ EOF
 split() {
   local dir
   dir=$(realpath "${1:-.devgpu}")
-  local cublas
-  cublas=$(ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null ||
-           find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -1)
-  export LD_LIBRARY_PATH="$dir/lib:$(dirname "$cublas")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  gpu_env "$dir"
   local args=${ARGS:--p 512 -n 128 -r 2} rc=0
   for name in ${MODELS_SPLIT:-8b}; do
     local model="$MODELS/$name.gguf"

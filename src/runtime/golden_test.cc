@@ -101,7 +101,7 @@ Pass make_pass(Loaded& l, bool gpu, bool kv_f32, int64_t n_ctx, int64_t split = 
   }
   EXPECT_FALSE(kv_f32) << "the GPU keeps its KV cache in F16";
   if (!l.device) {
-    auto d = tiers::DeviceWeights::upload(l.file, l.model->weights(), *l.provider);
+    auto d = tiers::DeviceWeights::read(l.file, std::vector<bool>(l.file.tensors().size(), true));
     EXPECT_TRUE(d.is_ok()) << d.status().message();
     if (!d.is_ok()) return p;
     l.device = std::move(d).value();
@@ -546,6 +546,14 @@ TEST_P(GoldenQ4, StagesMatchOneStage) {
 
 // ---- the same references through the GPU forward pass ----
 
+// The GPU's batch-shape tolerance (rel_l2) for a golden model: F32 products are FP32 on
+// both paths, so the bound is tight (gemma3: ggml's fp16 GELU table turns rounding-level
+// input differences into fp16 steps); Q4_K_M rounds activations to F16 or 8-bit blocks.
+double gpu_batch_tolerance(const std::string& name) {
+  const bool f32 = name.size() > 4 && name.compare(name.size() - 4, 4, "-f32") == 0;
+  return f32 ? (is_gemma(name) ? 3e-4 : 1e-4) : (is_moe(name) ? 1e-1 : 5e-2);
+}
+
 class GoldenGpu : public testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
@@ -578,8 +586,7 @@ TEST_P(GoldenGpu, BatchShapesAgree) {
     auto l = load(name);
     ASSERT_TRUE(l);
     const bool f32 = quant == std::string("-f32");
-    // gemma3: ggml's fp16 GELU table turns rounding-level input differences into fp16 steps.
-    const double tol = f32 ? (is_gemma(name) ? 3e-4 : 1e-4) : (is_moe(name) ? 1e-1 : 5e-2);
+    const double tol = gpu_batch_tolerance(name);
     const auto c = sequence("C");
     const auto one = eval(*l, c, false, 64, kNCtx, true);
     const auto cpu = eval(*l, c, false, 64, kNCtx, false);
@@ -632,8 +639,7 @@ TEST_P(GoldenGpu, SplitWithTheCpuAgrees) {
     const std::string name = std::string(GetParam()) + quant;
     auto l = load(name);
     ASSERT_TRUE(l);
-    const bool f32 = quant == std::string("-f32");
-    const double tol = f32 ? (is_gemma(name) ? 3e-4 : 1e-4) : (is_moe(name) ? 1e-1 : 5e-2);
+    const double tol = gpu_batch_tolerance(name);
     const int64_t n = l->model->hparams().n_layer;
     const auto c = sequence("C");
     const auto cpu = eval(*l, c, false, 7, kNCtx, false);

@@ -136,8 +136,9 @@ std::vector<uint64_t> layer_bytes(const ModelTensors& m) {
 // What a split (some layers on the CPU) costs the GPU beyond the layers it holds: prompts
 // run every layer there (runtime: StagedWeights, KvCache's mirror), so it holds every
 // layer's KV rows, a slot for the largest host layer and a second set of work buffers.
-uint64_t split_overhead(const ModelTensors& m, const Budgets& b, int first_gpu_layer) {
-  const std::vector<uint64_t> bytes = layer_bytes(m);
+// `bytes`: layer_bytes(m).
+uint64_t split_overhead(const ModelTensors& m, const Budgets& b, const std::vector<uint64_t>& bytes,
+                        int first_gpu_layer) {
   const uint64_t slot =
       first_gpu_layer > 0 ? *std::max_element(bytes.begin(), bytes.begin() + first_gpu_layer) : 0;
   return kv_bytes(m, b) + work_bytes(m, b) + slot;
@@ -166,14 +167,15 @@ std::vector<bool> gpu_suffix(const ModelTensors& m, const Budgets& b, const Cost
     room = lim.gpu - fixed - all_layers - kv_bytes(m, b);
   } else {
     first = m.n_layer;
+    uint64_t held = 0;  // the weights of layers first..
     const int lowest = m.n_layer - cap;
     while (first > lowest) {
-      const uint64_t need = fixed + split_overhead(m, b, first - 1) +
-                            std::accumulate(bytes.begin() + (first - 1), bytes.end(), uint64_t{0});
-      if (need > lim.gpu) break;
+      const uint64_t with_next = held + bytes[static_cast<size_t>(first - 1)];
+      if (fixed + split_overhead(m, b, bytes, first - 1) + with_next > lim.gpu) break;
+      held = with_next;
       --first;
     }
-    if (first == m.n_layer && fixed + split_overhead(m, b, first) > lim.gpu)
+    if (first == m.n_layer && fixed + split_overhead(m, b, bytes, first) > lim.gpu)
       return on;  // not even the head
   }
   for (size_t i = 0; i < on.size(); ++i) {
@@ -716,7 +718,7 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   if (!lim.unified && plan.gpu.any() && plan.gpu.layers < m.n_layer) {
     const int first = m.n_layer - plan.gpu.layers;
     mem.kv_gpu += kv_layer * static_cast<uint64_t>(first);
-    mem.work_gpu += split_overhead(m, b, first) - kv_bytes(m, b);
+    mem.work_gpu += split_overhead(m, b, layer_bytes(m), first) - kv_bytes(m, b);
   }
 
   // Dense streaming pool: one slot per streamed layer in memory (the one computing and

@@ -27,50 +27,6 @@ compute::WeightView DeviceWeights::view(model::TensorId id) const {
   return views_[static_cast<size_t>(id)];
 }
 
-Result<std::unique_ptr<DeviceWeights>> DeviceWeights::upload(const gguf::GgufFile& file,
-                                                             const model::WeightMap& weights,
-                                                             model::WeightProvider& host,
-                                                             const Progress& progress) {
-#if HYPURA_HAVE_CUDA
-  namespace cuda = compute::cuda;
-  std::unique_ptr<DeviceWeights> d(new DeviceWeights(file));
-  d->views_.assign(file.tensors().size(), compute::WeightView{});
-  d->buffers_ = std::make_unique<Buffers>();
-  uint64_t total = 0, done = 0;
-  for (int64_t il = -1; il < static_cast<int64_t>(weights.layers.size()); ++il) {
-    for (model::TensorId id : model::layer_tensor_ids(weights, il))
-      total += file.tensors()[id].n_bytes;
-  }
-  for (int64_t il = -1; il < static_cast<int64_t>(weights.layers.size()); ++il) {
-    std::vector<model::TensorId> ids = model::layer_tensor_ids(weights, il);
-    std::vector<compute::WeightView> host_views(ids.size());
-    HYPURA_RETURN_IF_ERROR(host.acquire(static_cast<int>(il), ids, host_views));
-    Status st;
-    for (size_t i = 0; i < ids.size() && st.is_ok(); ++i) {
-      const gguf::TensorInfo& t = file.tensors()[ids[i]];
-      if (d->views_[ids[i]].data != nullptr) continue;  // a tied tensor, already there
-      auto buf = cuda::DeviceBuffer::allocate(t.n_bytes);
-      if (!buf.is_ok()) {
-        st = buf.status().with_context("uploading '" + t.name + "' to the GPU");
-        break;
-      }
-      st = cuda::copy_to_device(buf->data(), host_views[i].data, t.n_bytes);
-      d->views_[ids[i]] = tensor_view(t, static_cast<const uint8_t*>(buf->data()));
-      d->device_bytes_ += t.n_bytes;
-      d->buffers_->held.push_back(std::move(buf).value());
-      done += t.n_bytes;
-      if (progress) progress(done, total);
-    }
-    host.release(static_cast<int>(il));
-    HYPURA_RETURN_IF_ERROR(st);
-  }
-  return d;
-#else
-  (void)file, (void)weights, (void)host, (void)progress;
-  return unsupported("this build has no CUDA backend (HYPURA_CUDA)");
-#endif
-}
-
 Result<std::unique_ptr<DeviceWeights>> DeviceWeights::read(const gguf::GgufFile& file,
                                                            const std::vector<bool>& wanted,
                                                            const Progress& progress) {
