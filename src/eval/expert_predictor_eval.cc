@@ -14,7 +14,7 @@ namespace {
 
 // Delegates to `base`, records every route() call, and at layer `swap` hands the model
 // layer swap+1's router in place of its own.
-class RouterSwap final : public model::WeightProvider {
+class RouterSwap final : public model::WeightProvider, public model::ExpertRouting {
  public:
   RouterSwap(model::WeightProvider& base, std::vector<model::TensorId> routers)
       : base_(base), routers_(std::move(routers)), routes_(routers_.size()) {}
@@ -23,6 +23,7 @@ class RouterSwap final : public model::WeightProvider {
   // (n_tokens * k) expert ids of the last pass's route(layer).
   const std::vector<int32_t>& routes(int layer) const { return routes_[layer]; }
 
+  Status begin_pass() override { return base_.begin_pass(); }
   Status acquire(int layer, std::span<const model::TensorId> ids,
                  std::span<compute::WeightView> out) override {
     HYPURA_RETURN_IF_ERROR(base_.acquire(layer, ids, out));
@@ -35,15 +36,19 @@ class RouterSwap final : public model::WeightProvider {
     }
     return Status::ok();
   }
-  void route(int layer, std::span<const int32_t> selected, int n_expert_used) override {
-    routes_[layer].assign(selected.begin(), selected.end());
-  }
   Status acquire_experts(int layer, std::span<const model::ExpertRequest> requests,
                          std::span<compute::WeightView> out) override {
     return base_.acquire_experts(layer, requests, out);
   }
   void release(int layer) override { base_.release(layer); }
+  model::ExpertRouting* routing() override { return this; }
   std::string name() const override { return "router-swap"; }
+
+  void observe_hidden(int layer, std::span<const float> x, int64_t n_rows) override {}
+  void route(int layer, std::span<const int32_t> selected, int n_expert_used) override {
+    routes_[layer].assign(selected.begin(), selected.end());
+  }
+  void order_experts(int layer, std::span<int32_t> experts) override {}
 
  private:
   model::WeightProvider& base_;

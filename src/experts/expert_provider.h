@@ -155,7 +155,7 @@ struct ExpertStats {
   double hit_rate() const { return lookups ? static_cast<double>(hits) / lookups : 0; }
 };
 
-class ExpertProvider final : public model::WeightProvider {
+class ExpertProvider final : public model::WeightProvider, public model::ExpertRouting {
  public:
   using Progress = std::function<void(uint64_t done, uint64_t total)>;  // resident bytes
 
@@ -169,12 +169,14 @@ class ExpertProvider final : public model::WeightProvider {
 
   Status acquire(int layer, std::span<const model::TensorId> ids,
                  std::span<compute::WeightView> out) override;
-  void observe_hidden(int layer, std::span<const float> x, int64_t n_rows) override;
-  void route(int layer, std::span<const int32_t> selected, int n_expert_used) override;
-  void order_experts(int layer, std::span<int32_t> experts) override;
   Status acquire_experts(int layer, std::span<const model::ExpertRequest> requests,
                          std::span<compute::WeightView> out) override;
   void release(int layer) override;
+  model::ExpertRouting* routing() override { return this; }
+  // ExpertRouting: the cache learns the routing (reads start at route()).
+  void observe_hidden(int layer, std::span<const float> x, int64_t n_rows) override;
+  void route(int layer, std::span<const int32_t> selected, int n_expert_used) override;
+  void order_experts(int layer, std::span<int32_t> experts) override;
   uint64_t bytes_read() const override { return stats_.bytes_read; }
   std::string name() const override { return "expert-streaming"; }
 

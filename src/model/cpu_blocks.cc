@@ -373,11 +373,13 @@ void CpuBlocks::gather_last_rows(const float* rows, float* out) const {
 }
 
 // The provider's look at each sequence's last row (gathered into expert_in_, which
-// run_experts() fills afresh afterwards).
+// run_experts() fills afresh afterwards), when it watches the routing.
 void CpuBlocks::observe_last_rows(int64_t il, const float* in) {
+  ExpertRouting* routing = provider_.routing();
+  if (routing == nullptr) return;
   const auto n = static_cast<int64_t>(seqs_.size());
   gather_last_rows(in, expert_in_.data());
-  provider_.observe_hidden(static_cast<int>(il), std::span(expert_in_.data(), n * hp_.n_embd), n);
+  routing->observe_hidden(static_cast<int>(il), std::span(expert_in_.data(), n * hp_.n_embd), n);
 }
 
 Status CpuBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) {
@@ -407,9 +409,11 @@ Status CpuBlocks::run_experts(int64_t il, const FfnViews& w, const float* in) {
   for (int64_t i = 0; i < n_tokens_ * k; ++i) used.push_back(selected_[i]);
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
-  provider_.route(static_cast<int>(il), std::span(selected_.data(), n_tokens_ * k),
-                  static_cast<int>(k));
-  provider_.order_experts(static_cast<int>(il), used);  // outputs go to per-slot rows: any order
+  if (ExpertRouting* routing = provider_.routing()) {
+    routing->route(static_cast<int>(il), std::span(selected_.data(), n_tokens_ * k),
+                   static_cast<int>(k));
+    routing->order_experts(static_cast<int>(il), used);  // outputs go to per-slot rows: any order
+  }
   for (int32_t id : used) {
     const ExpertRequest requests[3] = {{w.gate_exps, id}, {w.up_exps, id}, {w.down_exps, id}};
     WeightView views[3];

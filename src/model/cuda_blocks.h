@@ -19,8 +19,8 @@
 // positions (one small copy) and the logits (or hidden states) at finish(), which also
 // synchronizes the stream and returns the first error of the batch.
 //
-// The provider's MoE hints (observe_hidden, route, order_experts) are not called: a
-// resident device provider has nothing to prefetch.
+// The provider's routing hooks (WeightProvider::routing()) are not called: a resident
+// device provider has nothing to prefetch.
 //
 // Thread-safety: one forward pass at a time, from one thread (the stream's device current).
 #pragma once

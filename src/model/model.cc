@@ -149,7 +149,6 @@ Status Forward::run_layers(ForwardStage& stage, int64_t first) {
   WeightProvider& provider = b.provider();
   const LayerFn layer = layer_fn(model_->hparams().arch);
   for (int64_t il = first; il < stage.end; ++il) {
-    if (il + 1 < stage.end) provider.hint(static_cast<int>(il + 1));
     Status st = layer(b, il);
     provider.release(static_cast<int>(il));
     if (!st.is_ok()) return st.with_context("layer " + std::to_string(il));
@@ -196,6 +195,10 @@ Status Forward::run_stages(std::vector<ForwardStage>& stages, const int32_t* tok
   for (size_t i = 0; i < stages.size(); ++i) {
     Blocks& b = *stages[i].blocks;
     b.begin(seqs, logits_only);
+    if (Status st = b.provider().begin_pass(); !st.is_ok()) {
+      release_globals();
+      return st;
+    }
     const bool first = i == 0, last = i + 1 == stages.size();
     TensorId ids[4];
     compute::WeightView* targets[4];

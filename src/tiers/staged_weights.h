@@ -44,6 +44,7 @@ class StagedWeights final : public model::WeightProvider {
       DeviceWeights& device, int64_t first_device_layer, std::span<uint8_t> pin = {});
   ~StagedWeights() override;
 
+  Status begin_pass() override { return host_.begin_pass(); }  // the host layers' reads
   Status acquire(int layer, std::span<const model::TensorId> ids,
                  std::span<compute::WeightView> out) override;
   Status acquire_experts(int layer, std::span<const model::ExpertRequest> requests,

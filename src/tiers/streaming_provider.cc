@@ -273,12 +273,14 @@ Status StreamingProvider::view(int layer, model::TensorId id, compute::WeightVie
   return Status::ok();
 }
 
+Status StreamingProvider::begin_pass() {
+  stats_.passes++;
+  top_up();  // the first layers of this pass, if not already read ahead
+  return Status::ok();
+}
+
 Status StreamingProvider::acquire(int layer, std::span<const model::TensorId> ids,
                                   std::span<compute::WeightView> out) {
-  if (layer < 0) {
-    stats_.passes++;
-    top_up();  // the first layers of this pass, if not already read ahead
-  }
   for (size_t i = 0; i < ids.size(); ++i) HYPURA_RETURN_IF_ERROR(view(layer, ids[i], &out[i]));
   return Status::ok();
 }
@@ -305,18 +307,13 @@ void StreamingProvider::release(int layer) {
   top_up();
 }
 
-void StreamingProvider::hint(int layer) {
-  top_up();
-}
-
 Result<double> StreamingProvider::measure_io_only_bps(double seconds) {
   if (stream_layers_.empty()) return 0.0;
   std::vector<compute::WeightView> views;
   uint64_t bytes = 0;
   const auto t0 = Clock::now();
   do {
-    if (stream_layers_.front().layer >= 0)
-      HYPURA_RETURN_IF_ERROR(acquire(-1, {}, {}));  // a pass begins
+    HYPURA_RETURN_IF_ERROR(begin_pass());
     for (const StreamLayer& sl : stream_layers_) {
       views.resize(sl.tensors.size());
       HYPURA_RETURN_IF_ERROR(acquire(sl.layer, sl.tensors, views));

@@ -58,7 +58,7 @@ struct StreamingStats {
   uint64_t bytes_read = 0;        // streamed bytes requested from storage (all passes)
   uint64_t layers_read = 0;       // layer reads issued
   uint64_t demand_reads = 0;      // acquires that found their layer not yet issued
-  uint64_t passes = 0;            // forward passes begun (acquire of layer -1)
+  uint64_t passes = 0;            // forward passes begun (begin_pass)
   uint64_t unconsumed_bytes = 0;  // read (or reading) ahead, not yet acquired
   double stall_seconds = 0;       // time acquire() waited for reads
   uint64_t resident_bytes = 0;    // tensor bytes loaded at start
@@ -79,12 +79,12 @@ class StreamingProvider final : public model::WeightProvider {
                                                            const Progress& progress);
   ~StreamingProvider() override;
 
+  Status begin_pass() override;
   Status acquire(int layer, std::span<const model::TensorId> ids,
                  std::span<compute::WeightView> out) override;
   Status acquire_experts(int layer, std::span<const model::ExpertRequest> requests,
                          std::span<compute::WeightView> out) override;
   void release(int layer) override;
-  void hint(int layer) override;
   uint64_t bytes_read() const override { return stats_.bytes_read; }
   std::string name() const override;
 
