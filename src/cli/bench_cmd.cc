@@ -30,6 +30,7 @@
 #include "eval/tier_metrics.h"
 #include "experts/expert_metrics.h"
 #include "gguf/gguf.h"
+#include "profiler/decode_rates.h"
 #include "profiler/memory_bandwidth.h"
 #include "runtime/engine.h"
 #include "runtime/session.h"
@@ -316,6 +317,12 @@ int run_bench(const BenchArgs& a) {
   runtime::TieredWeights* io_tiers = (*engine)->mutable_tiers();
   eval::StorageReferences refs;
   refs.memory_read_bps = bandwidth;
+  // The CPU's decode rate of each weight type the model has, in a child (the same-run
+  // prediction's compute figure, scheduler/planner.cc).
+  if (!a.no_reference && tiers != nullptr) {
+    refs.decode_rates = profiler::measure_decode_rates_in_child(
+        profiler::matrix_types(file), threads, profiler::kDecodeProbeSeconds);
+  }
   if (references) refs.load_reference_bps = reference_or_zero(io_tiers->reload_resident_bps());
   // The disk's best sequential direct read (the profile's grid, on the model file) and the
   // provider's own I/O-only passes, just before and just after the tests, averaged: the
@@ -428,6 +435,8 @@ int run_bench(const BenchArgs& a) {
     j["memory_read_bandwidth_bps"] = bandwidth;
     j["tg_memory_bound_tps"] = ref_tg;
     j["int8_peak_gmacs"] = int8_peak / 1e9;
+    for (const profiler::DecodeRate& r : refs.decode_rates)
+      j["decode_bps"][gguf::type_name(r.type)] = r.bps;
     j["simd"] = ctx != nullptr ? ctx->simd_name() : "";
     j["device"] = device;
     if (gpu_copy_bps > 0) {
@@ -500,6 +509,12 @@ int run_bench(const BenchArgs& a) {
         "tg reads %.1f MiB of weights per token: %.2f tok/s = %.0f GB/s = %.1f%% of it\n",
         gpu_copy_bps / 1e9, bpt / 1048576.0, tg_tps, tg_tps * bpt / 1e9,
         100 * tg_tps * bpt / gpu_copy_bps);
+  }
+  if (!refs.decode_rates.empty()) {
+    std::printf("\nreference: decode probe (one token's products from RAM, %d threads):", threads);
+    for (const profiler::DecodeRate& r : refs.decode_rates)
+      std::printf(" %s %.1f GB/s", gguf::type_name(r.type), r.bps / 1e9);
+    std::printf("\n");
   }
   if (bandwidth > 0) {
     std::printf(

@@ -50,12 +50,14 @@ struct StorageReferences {
   std::vector<double> pattern_runs;               // the provider's I/O-only passes, bytes/s
   double load_reference_bps = 0;
   double memory_read_bps = 0;  // memory read bandwidth, before the load (0: none)
+  std::vector<profiler::DecodeRate> decode_rates;  // the decode probe of the model's types
 
   double disk_read_bps() const;     // mean of disk_runs (0: none)
   double pattern_read_bps() const;  // mean of pattern_runs (0: none)
   // The profile with this run's figures for TieredWeights::predict_with: `base` with its
-  // sequential points and seq_read_bps replaced by those measured, and the higher of its
-  // and this run's memory bandwidth (contention only lowers a probe).
+  // sequential points and seq_read_bps replaced by those measured, its decode rates by
+  // this run's, and the higher of its and this run's memory bandwidth (contention only
+  // lowers a probe).
   profiler::HardwareProfile same_run_profile(const profiler::HardwareProfile& base) const;
 };
 

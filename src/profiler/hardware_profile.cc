@@ -11,11 +11,18 @@ namespace {
 using nlohmann::json;
 
 json cpu_json(const CpuProfile& c) {
+  json decode = json::array();
+  for (const DecodeRate& r : c.decode) {
+    decode.push_back({{"type", gguf::type_name(r.type)},
+                      {"type_id", static_cast<uint32_t>(r.type)},
+                      {"bps", r.bps}});
+  }
   return {{"model", c.model},
           {"physical_cores", c.physical_cores},
           {"logical_cores", c.logical_cores},
           {"simd", c.simd},
-          {"flags", c.flags}};
+          {"flags", c.flags},
+          {"decode", decode}};
 }
 
 json memory_json(const MemoryProfile& m) {
@@ -81,6 +88,11 @@ CpuProfile parse_cpu(const json& j) {
   if (c.logical_cores == 0) c.logical_cores = c.physical_cores;
   get_opt(j, "simd", c.simd);
   get_opt(j, "flags", c.flags);
+  for (const auto& r : j.value("decode", json::array())) {
+    const uint32_t id = r.at("type_id").get<uint32_t>();
+    if (gguf::type_traits(id) == nullptr) continue;  // a type this build does not know
+    c.decode.push_back({static_cast<gguf::GgmlType>(id), r.at("bps").get<double>()});
+  }
   return c;
 }
 
@@ -140,6 +152,13 @@ StorageProfile parse_storage(const json& j) {
 }
 
 }  // namespace
+
+double CpuProfile::decode_bps(gguf::GgmlType type) const {
+  for (const DecodeRate& r : decode) {
+    if (r.type == type) return r.bps;
+  }
+  return 0;
+}
 
 uint64_t usable_memory(const MemoryProfile& m, uint64_t reserve) {
   uint64_t machine = m.total_bytes > reserve ? m.total_bytes - reserve : 0;

@@ -14,10 +14,19 @@
 #include <vector>
 
 #include "common/status.h"
+#include "gguf/gguf.h"
 
 namespace hypura::profiler {
 
 inline constexpr int kProfileSchemaVersion = 1;
+
+// How fast one token's products read weights of one type from RAM on every physical core
+// (compute/decode_probe.h): the CPU's resident decode speed, arithmetic and memory bus
+// together.
+struct DecodeRate {
+  gguf::GgmlType type = gguf::GgmlType::F32;
+  double bps = 0;  // weight bytes per second
+};
 
 struct CpuProfile {
   std::string model;  // "Intel(R) Xeon(R) Processor"
@@ -25,6 +34,9 @@ struct CpuProfile {
   int logical_cores = 0;
   std::string simd;                // best level: "scalar", "avx2", "avx512", "avx512vnni"
   std::vector<std::string> flags;  // the SIMD features seen ("avx2", "fma", "avx512f", ...)
+  std::vector<DecodeRate> decode;  // per weight type (empty: not measured, older profiles)
+
+  double decode_bps(gguf::GgmlType type) const;  // 0 when not measured
 };
 
 struct MemoryProfile {

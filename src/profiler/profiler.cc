@@ -15,6 +15,7 @@
 #include "common/cache_dir.h"
 #include "common/log.h"
 #include "common/size.h"
+#include "profiler/decode_rates.h"
 #include "profiler/gpu_probe.h"
 #include "profiler/memory_bandwidth.h"
 #include "profiler/storage_bench.h"
@@ -126,6 +127,9 @@ Result<HardwareProfile> measure_profile(const ProfileOptions& o) {
   mb.n_threads = p.cpu.physical_cores;
   mb.min_seconds = 0.5;
   p.memory.read_bandwidth_bps = measure_memory_read_bandwidth(mb).read_bytes_per_second;
+  if (o.progress) show_progress("decode kernels", 0.05);
+  p.cpu.decode = measure_decode_rates_in_child(profiled_decode_types(), p.cpu.physical_cores,
+                                               kDecodeProbeSeconds);
   if (o.progress) show_progress("gpu", 0.08);
   GpuProbeResult gpu = probe_gpus();
   p.gpus = gpu.gpus;
@@ -168,6 +172,12 @@ Result<HardwareProfile> load_or_measure(const ProfileOptions& o) {
     dirty = true;
   } else {
     refresh_memory(p.memory, reserve);
+    if (p.cpu.decode.empty()) {  // cached before the decode probe existed: a few seconds
+      log().info("profile: measuring the decode kernels' rates");
+      p.cpu.decode = measure_decode_rates_in_child(profiled_decode_types(), p.cpu.physical_cores,
+                                                   kDecodeProbeSeconds);
+      dirty = true;
+    }
     if (device_of(storage_target(o)) != p.storage.device_id || !o.storage_file.empty()) {
       log().info("profile: measuring the storage that holds {}", storage_target(o));
       HYPURA_ASSIGN_OR_RETURN(p.storage, measure_storage_for(o));
@@ -201,6 +211,14 @@ std::string profile_to_text(const HardwareProfile& p) {
   std::snprintf(line, sizeof line, "           read bandwidth %.1f GB/s\n",
                 gbps(m.read_bandwidth_bps));
   out << line;
+  if (!p.cpu.decode.empty()) {
+    out << "  Decode   one token's products from RAM, weight GB/s:";
+    for (const DecodeRate& r : p.cpu.decode) {
+      std::snprintf(line, sizeof line, " %s %.1f", gguf::type_name(r.type), gbps(r.bps));
+      out << line;
+    }
+    out << "\n";
+  }
   if (p.gpus.empty()) out << "  GPU      none (no GPU tier)\n";
   for (const auto& g : p.gpus) {
     std::snprintf(

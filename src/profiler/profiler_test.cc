@@ -96,7 +96,8 @@ HardwareProfile sample_profile() {
   HardwareProfile p;
   p.timestamp = "2026-01-01T00:00:00Z";
   p.source = "test";
-  p.cpu = {"Test CPU", 8, 16, "avx2", {"avx2", "fma"}};
+  p.cpu = {"Test CPU", 8, 16, "avx2", {"avx2", "fma"}, {}};
+  p.cpu.decode = {{gguf::GgmlType::Q4_K, 20e9}, {gguf::GgmlType::Q6_K, 16e9}};
   p.memory.total_bytes = 32ull << 30;
   p.memory.cgroup_limit_bytes = 24ull << 30;
   p.memory.cgroup_version = "v2";
@@ -122,6 +123,8 @@ TEST(ProfileJson, RoundTripsEveryField) {
   EXPECT_EQ(back->memory.usable_bytes, 24ull << 30);
   EXPECT_DOUBLE_EQ(back->storage.random_bps(4096, 1), 12000 * 4096.0);
   EXPECT_DOUBLE_EQ(back->storage.random_bps(4096), 100000 * 4096.0);
+  EXPECT_DOUBLE_EQ(back->cpu.decode_bps(gguf::GgmlType::Q6_K), 16e9);
+  EXPECT_DOUBLE_EQ(back->cpu.decode_bps(gguf::GgmlType::Q8_0), 0) << "not measured";
 }
 
 TEST(ProfileJson, MissingFieldIsNamed) {
@@ -275,17 +278,24 @@ TEST_F(StorageBenchTest, SequentialGridAloneContinuesAndPicksTheFastest) {
   EXPECT_EQ((*grid)[4].block_bytes, uint64_t{16} << 20);
   EXPECT_EQ((*grid)[4].queue_depth, 1u);
   for (const auto& p : *grid) EXPECT_GT(p.bps, 0);
-  EXPECT_GT(cursor, 0u);
-  const uint64_t after_first = cursor;
-  ASSERT_TRUE(measure_sequential_grid(path_, o, &cursor).is_ok());
-  EXPECT_NE(cursor, after_first);
+  // Continuity, exactly: with no time per point each point reads just its first two
+  // chunks (32 MiB each here), so a grid of 5 points moves the cursor on by 10 chunks
+  // modulo the file's 96 MiB. (A timed grid's end position depends on the disk's speed.)
+  StorageBenchOptions untimed = o;
+  untimed.seconds_per_point = 0;
+  const uint64_t chunk = 32 << 20, span = kBytes, step = 10 * chunk;
+  uint64_t at = 0;
+  ASSERT_TRUE(measure_sequential_grid(path_, untimed, &at).is_ok());
+  EXPECT_EQ(at, step % span);
+  ASSERT_TRUE(measure_sequential_grid(path_, untimed, &at).is_ok());
+  EXPECT_EQ(at, 2 * step % span);
   const SeqReadPoint best = fastest_point(*grid);
   for (const auto& p : *grid) EXPECT_LE(p.bps, best.bps);
   EXPECT_EQ(fastest_point({}).bps, 0);
   EXPECT_FALSE(measure_sequential_grid(path_ + ".missing", o, &cursor).is_ok());
   // In a child process: the same points come back through the pipe, the cursor moves on.
-  const uint64_t before_child = cursor;
-  auto child = measure_sequential_grid_in_child(path_, o, &cursor);
+  const uint64_t before_child = at;
+  auto child = measure_sequential_grid_in_child(path_, untimed, &at);
   ASSERT_TRUE(child.is_ok()) << child.status().message();
   ASSERT_EQ(child->size(), grid->size());
   for (size_t i = 0; i < child->size(); ++i) {
@@ -293,7 +303,7 @@ TEST_F(StorageBenchTest, SequentialGridAloneContinuesAndPicksTheFastest) {
     EXPECT_EQ((*child)[i].queue_depth, (*grid)[i].queue_depth);
     EXPECT_GT((*child)[i].bps, 0);
   }
-  EXPECT_NE(cursor, before_child);
+  EXPECT_EQ(at, (before_child + step) % span);
   EXPECT_FALSE(measure_sequential_grid_in_child(path_ + ".missing", o, &cursor).is_ok());
 }
 

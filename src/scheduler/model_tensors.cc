@@ -102,6 +102,7 @@ Result<ModelTensors> model_tensors_from_gguf(const gguf::GgufFile& file) {
     t.role = c.role;
     t.layer = c.layer;
     t.bytes = ti.n_bytes;
+    t.type = ti.type;
     t.file_index = static_cast<int32_t>(i);
     t.split = ti.file_index;
     t.offset = ti.offset;

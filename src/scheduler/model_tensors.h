@@ -23,8 +23,9 @@ namespace hypura::scheduler {
 struct TensorDesc {
   std::string name;  // GGUF name, "blk.3.ffn_up.weight"
   model::TensorRole role = model::TensorRole::kOther;
-  int layer = -1;                 // blk index, -1 outside the layer stack
-  uint64_t bytes = 0;             // size of the tensor's data
+  int layer = -1;                             // blk index, -1 outside the layer stack
+  uint64_t bytes = 0;                         // size of the tensor's data
+  gguf::GgmlType type = gguf::GgmlType::F32;  // block format (its CPU decode rate)
   int64_t n_expert = 0;           // experts stacked in this tensor (MoE expert roles), else 0
   uint64_t row_bytes = 0;         // bytes of one row (the embedding reads one per token)
   double access_per_token = 1.0;  // fraction of `bytes` one generated token reads

@@ -371,8 +371,13 @@ LayerReads layer_reads(std::vector<const TensorDesc*> layer) {
   return r;
 }
 
-double bandwidth(const HardwareProfile& p, const CostModel& c, Tier tier) {
-  double ram = std::max(1e9, p.memory.read_bandwidth_bps) * c.cpu_efficiency;
+// Weight bytes per second the tier computes a tensor of `type` at, for one token. The CPU:
+// the profile's decode rate of the type (its kernels and memory bus together: a 2-core
+// VM's Q4_K decode is bound by arithmetic, a server's by the bus), else the memory
+// bandwidth times cpu_efficiency (profiles without the probe, types it does not measure).
+double bandwidth(const HardwareProfile& p, const CostModel& c, Tier tier, gguf::GgmlType type) {
+  const double decode = p.cpu.decode_bps(type);
+  double ram = decode > 0 ? decode : std::max(1e9, p.memory.read_bandwidth_bps) * c.cpu_efficiency;
   if (tier != Tier::kGpu || p.gpus.empty()) return ram;
   double gpu = p.gpus.front().memory_bandwidth_bps;
   return gpu > 0 ? gpu * c.gpu_efficiency : ram;
@@ -687,8 +692,9 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
       mem.gpu_weights += t.bytes;
       any_gpu = true;
     }
-    lc.compute_s[L] += touched / bandwidth(p, c, computes_on);
-    if (model::is_moe_expert(t.role)) expert_compute_s[L] += touched / bandwidth(p, c, computes_on);
+    const double compute_s = touched / bandwidth(p, c, computes_on, t.type);
+    lc.compute_s[L] += compute_s;
+    if (model::is_moe_expert(t.role)) expert_compute_s[L] += compute_s;
     if (tier == Tier::kGpu) {
       any_gpu = true;
       mem.gpu_weights += t.bytes;

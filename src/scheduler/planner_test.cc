@@ -130,6 +130,32 @@ TEST(CpuOnly, TwentyFourGigMachineWithAndWithoutCgroup) {
   EXPECT_LE(big.memory.ram_total(), big.memory.ram_limit);
 }
 
+// A profile's decode rates (the CPU kernels' measured speed per weight type) set the
+// compute time of resident weights; without them the memory bandwidth does.
+TEST(CpuOnly, DecodeRatesPriceResidentCompute) {
+  ModelTensors m8b = synthetic_model(llama3_8b_q4km());
+  HardwareProfile p = fixture("cpu_24g.json");
+  ASSERT_TRUE(p.cpu.decode.empty());
+  const Plan by_bus = must_place(m8b, p);
+  // Every weight type of the file at a tenth of what the bus gives.
+  const double slow = p.memory.read_bandwidth_bps / 10;
+  for (const auto& t : m8b.tensors) {
+    if (t.type != gguf::GgmlType::F32 && p.cpu.decode_bps(t.type) == 0)
+      p.cpu.decode.push_back({t.type, slow});
+  }
+  const Plan by_kernels = must_place(m8b, p);
+  EXPECT_EQ(by_kernels.mode, Mode::kFullResident);
+  EXPECT_GT(by_kernels.prediction.compute_s, 5 * by_bus.prediction.compute_s);
+  uint64_t weights = 0;
+  for (const auto& t : m8b.tensors) {
+    if (t.type != gguf::GgmlType::F32)
+      weights += static_cast<uint64_t>(t.access_per_token * static_cast<double>(t.bytes));
+  }
+  // The matrices' bytes at the slow rate, within the norms' and layers' small overheads.
+  EXPECT_NEAR(by_kernels.prediction.compute_s, static_cast<double>(weights) / slow,
+              0.05 * static_cast<double>(weights) / slow);
+}
+
 TEST(KimiK2, PlansA1TParameterMoEOn32Gig) {
   ModelTensors kimi = synthetic_model(kimi_k2_q4km());
   Plan plan = must_place(kimi, fixture("cpu_32g.json"));

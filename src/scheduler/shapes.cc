@@ -43,6 +43,7 @@ struct Builder {
     t.name = std::move(name);
     t.role = role;
     t.layer = layer;
+    t.type = type;
     t.row_bytes = gguf::row_bytes(type, n_cols);
     t.bytes = t.row_bytes * static_cast<uint64_t>(n_rows) *
               static_cast<uint64_t>(n_expert > 0 ? n_expert : 1);
