@@ -1,5 +1,6 @@
 // Continuous batching through the Engine (step_batcher.h): sessions generating on their own
-// threads at once share forward passes, and each produces exactly what it produces alone,
+// threads at once (sharing forward passes as the OS schedules them) each produce exactly
+// what they produce alone,
 // in every mode the plan picks (resident, streaming every layer, expert streaming; the
 // golden models are too small for a dense-FFN-only plan); sequences
 // joining, leaving early and cancelled mid-batch do not disturb the others.
@@ -92,12 +93,11 @@ struct ModeCase {
 
 class Batching : public testing::TestWithParam<ModeCase> {};
 
-TEST_P(Batching, ConcurrentSessionsShareStepsAndMatchAlone) {
+TEST_P(Batching, ConcurrentSessionsMatchAlone) {
   auto e = engine_in_mode(GetParam().model, GetParam().mode);
   ASSERT_TRUE(e);
   constexpr int kTokens = 16;
   const std::vector<Output> want = alone(*e, kTokens);
-  const StepCounts before = e->step_counts();
   std::vector<Output> got(prompts().size());
   std::barrier start(static_cast<std::ptrdiff_t>(got.size()));
   std::vector<std::thread> threads;
@@ -113,12 +113,10 @@ TEST_P(Batching, ConcurrentSessionsShareStepsAndMatchAlone) {
     EXPECT_EQ(got[i], want[i]) << "prompt " << i << ": '" << got[i].text << "' vs '" << want[i].text
                                << "'";
   }
-  // Shared steps: some step held more than one sequence. How many depends on how the OS
-  // schedules the four threads (a member misses a step when it is not run within the
-  // gather time, as under a parallel ctest), so only sharing itself is asserted.
-  const StepCounts after = e->step_counts();
-  const uint64_t steps = after.steps - before.steps, seqs = after.seqs - before.seqs;
-  EXPECT_GT(seqs, steps) << steps << " steps for " << seqs << " sequence rows";
+  // Whether steps were shared is not asserted: it depends on how the OS schedules the four
+  // threads (under CI's parallel ctest one run gave 68 steps for 68 rows: each session ran
+  // its tokens before the next was scheduled). The sharing is what `hypura bench --batch`
+  // measures (docs/BENCHMARKS.md, continuous batching); this test holds the outputs.
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, Batching,
