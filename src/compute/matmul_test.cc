@@ -337,11 +337,32 @@ std::vector<uint8_t> ungroup(const std::vector<uint8_t>& got, GgmlType act, int6
   return out;
 }
 
+// The AVX-512 legacy kernels' transposed groups (kernels_avx512_impl.h, Legacy32) back in
+// the standard block layout: each run of up to 16 blocks stores its m scales (then m sums
+// for Q8_1), then 8 rows of m dwords, row k holding quants 4k..4k+3 of every block.
+std::vector<uint8_t> untranspose(const std::vector<uint8_t>& got, GgmlType act, int64_t n) {
+  const bool sums = act == GgmlType::Q8_1;
+  const size_t block = sums ? 36 : 34, head = sums ? 4 : 2;
+  const int64_t nb = n / 32;
+  std::vector<uint8_t> out(got.size());
+  for (int64_t b0 = 0; b0 < nb; b0 += 16) {
+    const int64_t m = std::min<int64_t>(16, nb - b0);
+    const uint8_t* in = got.data() + b0 * block;
+    for (int64_t l = 0; l < m; ++l) {
+      uint8_t* b = out.data() + (b0 + l) * block;
+      std::memcpy(b, in + 2 * l, 2);                      // d
+      if (sums) std::memcpy(b + 2, in + 2 * (m + l), 2);  // s
+      for (int k = 0; k < 8; ++k) std::memcpy(b + head + 4 * k, in + head * m + 4 * (k * m + l), 4);
+    }
+  }
+  return out;
+}
+
 TEST(Activations, TableQuantizersMatchReference) {
   std::mt19937 rng(20261201);
   std::normal_distribution<float> dist(0.0f, 3.0f);
-  // 1536 for every format; 1600 (50 blocks of 32, grouped layouts keep a tail of two)
-  // for the 32-element ones.
+  // 1536 for every format; 1600 (50 blocks of 32: AVX2's groups of four keep a tail of
+  // two, AVX-512's groups of 16 end in one of two) for the 32-element ones.
   const int64_t n_max = 256 * 6 + 64;
   std::vector<float> x(n_max);
   for (auto& v : x) v = dist(rng);
@@ -366,9 +387,9 @@ TEST(Activations, TableQuantizersMatchReference) {
         std::vector<uint8_t> ref(quant::row_size(act, n)), got(ref.size(), 0xCD);
         quant::quantize_activations(act, x.data(), ref.data(), n);
         fn(x.data(), got.data(), n);
-        if (l == static_cast<int>(SimdLevel::kAvx2) &&
-            (act == GgmlType::Q8_0 || act == GgmlType::Q8_1)) {
-          got = ungroup(got, act, n);
+        if (act == GgmlType::Q8_0 || act == GgmlType::Q8_1) {
+          got = l == static_cast<int>(SimdLevel::kAvx2) ? ungroup(got, act, n)
+                                                        : untranspose(got, act, n);
         }
         const bool nibble = std::string(t->name).rfind("avx512", 0) == 0 &&
                             (type == GgmlType::Q4_K || type == GgmlType::Q5_K);

@@ -309,8 +309,11 @@ class SmolTests(ServedModel):
         # Greedy, so a shorter answer is a prefix of a longer one; a cut inside a
         # multi-byte character must drop its start rather than emit broken bytes or U+FFFD.
         prompt = "Write the word 'cat' in Japanese, Chinese and Korean, and three animal emoji."
+        # How soon the answer reaches its CJK words depends on the SIMD path's rounding
+        # (some paths open with a sentence of English): cut longer until a cut fell inside
+        # a character, at most 48 tokens.
         texts = []
-        for n in range(1, 25):
+        for n in range(1, 49):
             raw = b""
             for chunk in self.s.ollama.generate(self.model, prompt, stream=True,
                                                 options={"temperature": 0, "num_predict": n}):
@@ -318,6 +321,8 @@ class SmolTests(ServedModel):
             text = raw.decode("utf-8", errors="strict")
             self.assertNotIn("\ufffd", text)
             texts.append(text)
+            if len(texts) > 1 and texts[-1] == texts[-2] and any(ord(c) > 0x7ff for c in text):
+                break
         for t in texts:
             self.assertTrue(texts[-1].startswith(t), (t, texts[-1]))
         self.assertTrue(any(ord(c) > 0x7ff for c in texts[-1]), texts[-1])

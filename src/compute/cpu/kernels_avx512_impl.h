@@ -14,6 +14,7 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 
@@ -48,15 +49,6 @@ inline __m512i dot_scaled(__m512i acc, __m512i w, __m512i y, __m512i s) {
   return _mm512_dpwssd_epi32(acc, p, s);
 #else
   return _mm512_add_epi32(acc, _mm512_madd_epi16(p, s));
-#endif
-}
-
-// Sums of 4 consecutive (u8 w * s8 y) products in 8 int32 lanes.
-inline __m256i dot_u8s8(__m256i w, __m256i y) {
-#if defined(__AVX512VNNI__)
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, y);
-#else
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, y), _mm256_set1_epi16(1));
 #endif
 }
 
@@ -202,23 +194,6 @@ void quantize_q8_k_nibble_order(const float* x, void* vy, int64_t n) {
   auto* y = static_cast<BlockQ8_K*>(vy);
   for (int64_t b = 0; b < n / quant::kQK_K; ++b) {
     quantize_block_q8_k(x + b * quant::kQK_K, y + b, kNibbleOrder);
-  }
-}
-
-// Q8_0 as llama.cpp's x86 backend: d = amax / 127, q = rint(x * (127 / amax)).
-void quantize_q8_0_avx512(const float* x, void* vy, int64_t n) {
-  auto* y = static_cast<BlockQ8_0*>(vy);
-  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  for (int64_t b = 0; b < n / quant::kQK; ++b) {
-    const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
-    const float amax = _mm512_reduce_max_ps(
-        _mm512_max_ps(_mm512_and_ps(v0, abs_mask), _mm512_and_ps(v1, abs_mask)));
-    const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-    y[b].d = _cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT);
-    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
-    const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs), _mm512_cvtsepi32_epi8(q0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16), _mm512_cvtsepi32_epi8(q1));
   }
 }
 
@@ -415,166 +390,260 @@ struct Q2K {
   }
 };
 
-// ---- 32-element formats against Q8_0 / Q8_1 activations (two blocks per 512-bit op) ----
+// ---- 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): transposed groups of 16 blocks ----
+//
+// A row's blocks go in groups of kLanes = 16 (the last group holds the rest, m < 16), and
+// int32 lane L of every vector belongs to block L of its group: vector k holds bytes
+// 4k..4k+3 (elements 4k..4k+3) of each block. Eight dpbusd then leave each block's exact
+// integer dot product in its own lane, and one float update per token scales 16 blocks.
+// The weights are transposed to that layout in registers (per group, shared by the tile's
+// tokens); the activations are quantized straight into it (quantize_grouped below):
+//   group of m blocks = d[m] (fp16) [, s[m] (fp16, Q8_1)], then 8 rows of m dwords,
+// the same bytes as m standard blocks, as the KernelTable contract requires. A partial
+// group's missing lanes are zero on both sides, so they add exactly nothing.
+constexpr int kLanes = 16;
 
-// Weights of blocks b[0], b[1] as bytes in one 512-bit vector (block 0 low, block 1 high):
-// signed for the zero-point formats (Q8_0, Q4_0, Q5_0), unsigned for Q4_1 / Q5_1.
-inline __m512i pair256(__m256i lo, __m256i hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+// Lanes of the group starting at block b0 of a row of nb blocks.
+inline int group_size(int64_t nb, int64_t b0) {
+  return static_cast<int>(nb - b0 < kLanes ? nb - b0 : kLanes);
 }
 
-// Nibbles of two blocks as [lo0, hi0, lo1, hi1] (128-bit lanes) = elements in order.
-inline __m512i unpack_nibbles2(const uint8_t* qs0, const uint8_t* qs1) {
-  const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(qs0)), load128(qs1), 1);
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m512i z = pair256(_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
-  return _mm512_shuffle_i64x2(z, z, 0xD8);  // lanes (0, 2, 1, 3)
+inline __mmask16 lane_mask(int m) {
+  return static_cast<__mmask16>((1u << m) - 1);
 }
 
-inline uint64_t qh_pair(const uint8_t* qh0, const uint8_t* qh1) {
-  uint32_t a, b;
-  std::memcpy(&a, qh0, 4);
-  std::memcpy(&b, qh1, 4);
-  return a | (static_cast<uint64_t>(b) << 32);
+// 32 floats to int8 as the reference activation quantizer does (id = 127 / amax, round
+// half to even): the same quants and scale bits. Returns amax / 127; *sum = sum of q.
+inline float quantize_block32(const float* x, int8_t* q, int* sum) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+  const float amax =
+      _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(v0, abs_mask), _mm512_and_ps(v1, abs_mask)));
+  const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+  const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
+  const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(q0));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(q1));
+  *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+  return amax / 127.0f;
 }
 
-inline __m512i with_bit4_pair(__m512i q, uint64_t qh) {
-  return _mm512_mask_or_epi32(q, 0xFFFF, q, _mm512_maskz_mov_epi8(qh, _mm512_set1_epi8(0x10)));
+inline uint16_t f2h(float f) {
+  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
 }
 
+// Q8_0 (kSums = false) or Q8_1 (kSums = true) activations in transposed groups.
+template <bool kSums>
+void quantize_grouped(const float* x, void* vy, int64_t n) {
+  auto* out = static_cast<uint8_t*>(vy);
+  const int64_t nb = n / quant::kQK;
+  for (int64_t b0 = 0; b0 < nb; b0 += kLanes) {
+    const int m = group_size(nb, b0);
+    auto* d = reinterpret_cast<uint16_t*>(out);
+    uint16_t* s = d + m;
+    uint8_t* rows = out + (kSums ? 4 : 2) * m;
+    for (int l = 0; l < m; ++l) {
+      alignas(16) int8_t q[quant::kQK];
+      int sum;
+      const float dl = quantize_block32(x + (b0 + l) * quant::kQK, q, &sum);
+      d[l] = f2h(dl);
+      if constexpr (kSums) s[l] = f2h(dl * static_cast<float>(sum));
+      for (int k = 0; k < 8; ++k) std::memcpy(rows + 4 * (k * m + l), q + 4 * k, 4);
+    }
+    out = rows + quant::kQK * m;
+  }
+}
+
+// One group's activations for a token: row k (8 of them) and the fp16 fields.
+struct ActGroup {
+  const uint8_t* base;  // the group's first byte
+  int m;
+  bool full() const { return m == kLanes; }
+  __m512i row(int k, int fields) const {
+    const uint8_t* p = base + 2 * fields * m + 4 * k * m;
+    return full() ? load512(p) : _mm512_maskz_loadu_epi32(lane_mask(m), p);
+  }
+  __m512 halves(int field) const {  // field 0: d, 1: s
+    const uint8_t* p = base + 2 * field * m;
+    return _mm512_cvtph_ps(full() ? load256(p) : _mm256_maskz_loadu_epi16(lane_mask(m), p));
+  }
+};
+
+// 4x4 dword transposes inside each 128-bit lane: z[g] lane i = 16 bytes of block g + 4i;
+// out v[c] dword lane 4i + g = dword c of block 4i + g.
+inline void transpose_lanes(const __m512i* z, __m512i* v) {
+  const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+  v[0] = _mm512_unpacklo_epi64(t0, t2);
+  v[1] = _mm512_unpackhi_epi64(t0, t2);
+  v[2] = _mm512_unpacklo_epi64(t1, t3);
+  v[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+// Bytes [off, off + 16) of each of the group's m blocks (stride `bs`), transposed: v[c]
+// lane L = dword c of those bytes of block L (zero for L >= m).
+inline void load_transposed16(const uint8_t* b, size_t bs, int m, int off, __m512i* v) {
+  __m512i z[4];
+  for (int g = 0; g < 4; ++g) {
+    __m512i r = _mm512_setzero_si512();
+    if (g < m) r = _mm512_castsi128_si512(load128(b + g * bs + off));
+    if (g + 4 < m) r = _mm512_inserti32x4(r, load128(b + (g + 4) * bs + off), 1);
+    if (g + 8 < m) r = _mm512_inserti32x4(r, load128(b + (g + 8) * bs + off), 2);
+    if (g + 12 < m) r = _mm512_inserti32x4(r, load128(b + (g + 12) * bs + off), 3);
+    z[g] = r;
+  }
+  transpose_lanes(z, v);
+}
+
+// The dword at byte `off` of each block of the group (zero lanes past m).
+inline __m512i gather_fields(const uint8_t* b, size_t bs, int m, int off) {
+  const __m512i idx =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(bs)));
+  return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), lane_mask(m), idx, b + off, 1);
+}
+
+// The low (hi = false) or high halves of 16 dwords as floats (fp16 fields).
+inline __m512 halves_of(__m512i dwords, bool hi) {
+  if (hi) dwords = _mm512_srli_epi32(dwords, 16);
+  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dwords));
+}
+
+// Nibble formats: W[k] for k < 4 are the low nibbles of qs dword k, W[k + 4] the high ones.
+inline void nibbles_transposed(const uint8_t* b, size_t bs, int m, int qs_off, __m512i* W) {
+  __m512i v[4];
+  load_transposed16(b, bs, m, qs_off, v);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int c = 0; c < 4; ++c) {
+    W[c] = _mm512_and_si512(v[c], m4);
+    W[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v[c], 4), m4);
+  }
+}
+
+// Adds 16 to the bytes whose element has its qh bit set (Q5_0 / Q5_1): byte p of W[k]'s
+// lane is element 4k + p, whose bit sits in qh byte k / 2 at bit 4 (k % 2) + p.
+inline void add_fifth_bit(const uint8_t* b, size_t bs, int m, int qh_off, __m512i* W) {
+  const __m512i qh = gather_fields(b, bs, m, qh_off);
+  const __m512i sixteen = _mm512_set1_epi8(16);
+  for (int k = 0; k < 8; ++k) {
+    const char s = static_cast<char>(k / 2);
+    const __m512i spread = _mm512_shuffle_epi8(
+        qh, _mm512_set_epi8(s + 12, s + 12, s + 12, s + 12, s + 8, s + 8, s + 8, s + 8, s + 4,
+                            s + 4, s + 4, s + 4, s, s, s, s, s + 12, s + 12, s + 12, s + 12, s + 8,
+                            s + 8, s + 8, s + 8, s + 4, s + 4, s + 4, s + 4, s, s, s, s, s + 12,
+                            s + 12, s + 12, s + 12, s + 8, s + 8, s + 8, s + 8, s + 4, s + 4, s + 4,
+                            s + 4, s, s, s, s, s + 12, s + 12, s + 12, s + 12, s + 8, s + 8, s + 8,
+                            s + 8, s + 4, s + 4, s + 4, s + 4, s, s, s, s));
+    const int sh = 4 * (k % 2);
+    const __m512i bit = _mm512_set1_epi32(static_cast<int>(0x08040201u << sh));
+    W[k] = _mm512_mask_add_epi8(W[k], _mm512_test_epi8_mask(spread, bit), W[k], sixteen);
+  }
+}
+
+// Each format's weights of one group: W[k] = elements 4k..4k+3 of each block, as signed
+// bytes (kSigned) or unsigned ones; scale (and min) fields as floats per lane.
 struct WQ8_0 {
   using Block = BlockQ8_0;
-  static __m512i weights2(const Block* b) { return pair256(load256(b[0].qs), load256(b[1].qs)); }
+  static constexpr bool kSigned = true;
+  static void weights(const uint8_t* b, int m, __m512i* W) {
+    load_transposed16(b, sizeof(Block), m, offsetof(Block, qs), W);
+    load_transposed16(b, sizeof(Block), m, offsetof(Block, qs) + 16, W + 4);
+  }
 };
 struct WQ4_0 {
   using Block = BlockQ4_0;
-  static __m512i weights2(const Block* b) {
-    return _mm512_sub_epi8(unpack_nibbles2(b[0].qs, b[1].qs), _mm512_set1_epi8(8));
+  static constexpr bool kSigned = true;
+  static void weights(const uint8_t* b, int m, __m512i* W) {
+    nibbles_transposed(b, sizeof(Block), m, offsetof(Block, qs), W);
+    for (int k = 0; k < 8; ++k) W[k] = _mm512_sub_epi8(W[k], _mm512_set1_epi8(8));
   }
 };
 struct WQ5_0 {
   using Block = BlockQ5_0;
-  static __m512i weights2(const Block* b) {
-    const __m512i q = with_bit4_pair(unpack_nibbles2(b[0].qs, b[1].qs), qh_pair(b[0].qh, b[1].qh));
-    return _mm512_sub_epi8(q, _mm512_set1_epi8(16));
+  static constexpr bool kSigned = true;
+  static void weights(const uint8_t* b, int m, __m512i* W) {
+    nibbles_transposed(b, sizeof(Block), m, offsetof(Block, qs), W);
+    add_fifth_bit(b, sizeof(Block), m, offsetof(Block, qh), W);
+    for (int k = 0; k < 8; ++k) W[k] = _mm512_sub_epi8(W[k], _mm512_set1_epi8(16));
   }
 };
 struct WQ4_1 {
   using Block = BlockQ4_1;
-  static __m512i weights2(const Block* b) { return unpack_nibbles2(b[0].qs, b[1].qs); }
+  static constexpr bool kSigned = false;
+  static void weights(const uint8_t* b, int m, __m512i* W) {
+    nibbles_transposed(b, sizeof(Block), m, offsetof(Block, qs), W);
+  }
 };
 struct WQ5_1 {
   using Block = BlockQ5_1;
-  static __m512i weights2(const Block* b) {
-    return with_bit4_pair(unpack_nibbles2(b[0].qs, b[1].qs), qh_pair(b[0].qh, b[1].qh));
+  static constexpr bool kSigned = false;
+  static void weights(const uint8_t* b, int m, __m512i* W) {
+    nibbles_transposed(b, sizeof(Block), m, offsetof(Block, qs), W);
+    add_fifth_bit(b, sizeof(Block), m, offsetof(Block, qh), W);
   }
 };
 
-// Sums of 4 consecutive (u8 w * s8 y) products in 16 int32 lanes.
-inline __m512i dot_u8s8_512(__m512i w, __m512i y) {
+// acc + sums of 4 consecutive (u8 w * s8 y) products per int32 lane.
+inline __m512i dot_u8s8_acc(__m512i acc, __m512i w, __m512i y) {
 #if defined(__AVX512VNNI__)
-  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, y);
+  return _mm512_dpbusd_epi32(acc, w, y);
 #else
-  return _mm512_madd_epi16(_mm512_maddubs_epi16(w, y), _mm512_set1_epi16(1));
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(w, y), _mm512_set1_epi16(1)));
 #endif
 }
 
-// [a x8, b x8] from the fp16 pairs (wa, wb) * (ya, yb).
-inline __m512 pair_scales(uint16_t wa, uint16_t wb, uint16_t ya, uint16_t yb) {
-  const __m128 w =
-      _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(wa | (static_cast<uint32_t>(wb) << 16))));
-  const __m128 y =
-      _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(ya | (static_cast<uint32_t>(yb) << 16))));
-  const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_mul_ps(w, y)));
-}
-
-// Two blocks per step in 512-bit vectors; an odd last block goes through 256-bit ops
-// into its own accumulator (the split depends only on n, so batching cannot change it).
+// Every 32-element format: per group, T tokens' exact block sums (lane L = block L), then
+// acc += sums * (d_w * d_y) per lane; formats with a minimum add m_w * s_y per lane.
+// Signed weights meet the activations as |w| and y with w's sign (|w| <= 128 fits u8).
 template <class WF>
-struct LegacySigned {
+struct Legacy32 {
+  using Block = typename WF::Block;
+  static constexpr bool kMin = !WF::kSigned;
   template <int T>
   static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out,
                   bool prefetch) {
-    const auto* w = reinterpret_cast<const typename WF::Block*>(wr);
-    const BlockQ8_0* y[T];
-    act_rows<BlockQ8_0, T>(x, xs, y);
-    __m512 acc[T];
-    float tail[T];
-    for (int t = 0; t < T; ++t) {
-      acc[t] = _mm512_setzero_ps();
-      tail[t] = 0.0f;
-    }
+    constexpr int kFields = kMin ? 2 : 1;  // fp16 fields ahead of an activation group's rows
+    constexpr size_t kActBlock = kMin ? sizeof(BlockQ8_1) : sizeof(BlockQ8_0);
+    __m512 acc[T], accm[T];
+    for (int t = 0; t < T; ++t) acc[t] = accm[t] = _mm512_setzero_ps();
     const int64_t nb = n / quant::kQK;
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-      if (prefetch) prefetch_ahead(w + i, 2 * sizeof(*w));
-      const __m512i q = WF::weights2(w + i);
-      const __mmask64 neg = _mm512_movepi8_mask(q);
-      const __m512i aq = _mm512_abs_epi8(q);
+    for (int64_t b0 = 0; b0 < nb; b0 += kLanes) {
+      const int m = group_size(nb, b0);
+      const uint8_t* wb = wr + b0 * sizeof(Block);
+      if (prefetch) prefetch_ahead(wb, kLanes * sizeof(Block));
+      __m512i W[8];
+      WF::weights(wb, m, W);
+      const __m512i fields = gather_fields(wb, sizeof(Block), m, 0);  // d (and m for Q4_1/Q5_1)
+      const __m512 dw = halves_of(fields, false);
+      ActGroup y[T];
+      for (int t = 0; t < T; ++t) y[t] = {x + t * xs + b0 * kActBlock, m};
+      __m512i isum[T];
+      for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+      for (int k = 0; k < 8; ++k) {
+        if constexpr (WF::kSigned) {
+          const __mmask64 neg = _mm512_movepi8_mask(W[k]);
+          const __m512i aw = _mm512_abs_epi8(W[k]);
+          for (int t = 0; t < T; ++t) {
+            const __m512i yk = y[t].row(k, kFields);
+            isum[t] = dot_u8s8_acc(isum[t], aw,
+                                   _mm512_mask_sub_epi8(yk, neg, _mm512_setzero_si512(), yk));
+          }
+        } else {
+          for (int t = 0; t < T; ++t) isum[t] = dot_u8s8_acc(isum[t], W[k], y[t].row(k, kFields));
+        }
+      }
       for (int t = 0; t < T; ++t) {
-        const __m512i yq = pair256(load256(y[t][i].qs), load256(y[t][i + 1].qs));
-        const __m512i s =
-            dot_u8s8_512(aq, _mm512_mask_sub_epi8(yq, neg, _mm512_setzero_si512(), yq));
-        const __m512 scale = pair_scales(w[i].d, w[i + 1].d, y[t][i].d, y[t][i + 1].d);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[t]);
+        acc[t] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, y[t].halves(0)), acc[t]);
+      }
+      if constexpr (kMin) {
+        const __m512 mw = halves_of(fields, true);
+        for (int t = 0; t < T; ++t) accm[t] = _mm512_fmadd_ps(mw, y[t].halves(1), accm[t]);
       }
     }
-    if (i < nb) {  // odd block count: the last block alone
-      typename WF::Block pair[2] = {w[i], w[i]};
-      const __m256i q = _mm512_castsi512_si256(WF::weights2(pair));
-      const __mmask32 neg = _mm256_movepi8_mask(q);
-      const __m256i aq = _mm256_abs_epi8(q);
-      for (int t = 0; t < T; ++t) {
-        const __m256i yq = load256(y[t][i].qs);
-        const __m256i s = dot_u8s8(aq, _mm256_mask_sub_epi8(yq, neg, _mm256_setzero_si256(), yq));
-        tail[t] = hsum256(
-            _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(h2f(w[i].d) * h2f(y[t][i].d))));
-      }
-    }
-    for (int t = 0; t < T; ++t) out[t] = hsum512(acc[t]) + tail[t];
-  }
-};
-
-template <class WF>
-struct LegacyMin {
-  template <int T>
-  static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out,
-                  bool prefetch) {
-    const auto* w = reinterpret_cast<const typename WF::Block*>(wr);
-    const BlockQ8_1* y[T];
-    act_rows<BlockQ8_1, T>(x, xs, y);
-    __m512 acc[T];
-    float accm[T], tail[T];
     for (int t = 0; t < T; ++t) {
-      acc[t] = _mm512_setzero_ps();
-      accm[t] = tail[t] = 0.0f;
+      out[t] = kMin ? hsum512(acc[t]) + hsum512(accm[t]) : hsum512(acc[t]);
     }
-    const int64_t nb = n / quant::kQK;
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-      if (prefetch) prefetch_ahead(w + i, 2 * sizeof(*w));
-      const __m512i q = WF::weights2(w + i);
-      const float m0 = h2f(w[i].m), m1 = h2f(w[i + 1].m);
-      for (int t = 0; t < T; ++t) {
-        const __m512i yq = pair256(load256(y[t][i].qs), load256(y[t][i + 1].qs));
-        const __m512 scale = pair_scales(w[i].d, w[i + 1].d, y[t][i].d, y[t][i + 1].d);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot_u8s8_512(q, yq)), scale, acc[t]);
-        accm[t] += m0 * h2f(y[t][i].s);
-        accm[t] += m1 * h2f(y[t][i + 1].s);
-      }
-    }
-    if (i < nb) {
-      typename WF::Block pair[2] = {w[i], w[i]};
-      const __m256i q = _mm512_castsi512_si256(WF::weights2(pair));
-      for (int t = 0; t < T; ++t) {
-        const __m256i s = dot_u8s8(q, load256(y[t][i].qs));
-        tail[t] = hsum256(
-            _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(h2f(w[i].d) * h2f(y[t][i].d))));
-        accm[t] += h2f(w[i].m) * h2f(y[t][i].s);
-      }
-    }
-    for (int t = 0; t < T; ++t) out[t] = hsum512(acc[t]) + tail[t] + accm[t];
   }
 };
 
@@ -641,11 +710,11 @@ void fill_avx512_table(KernelTable* table) {
   set(gguf::GgmlType::F32, tile_of<FloatDot<LoadF32>>);
   set(gguf::GgmlType::F16, tile_of<FloatDot<LoadF16>>);
   set(gguf::GgmlType::BF16, tile_of<FloatDot<LoadBF16>>);
-  set(gguf::GgmlType::Q8_0, tile_of<LegacySigned<WQ8_0>>);
-  set(gguf::GgmlType::Q4_0, tile_of<LegacySigned<WQ4_0>>);
-  set(gguf::GgmlType::Q5_0, tile_of<LegacySigned<WQ5_0>>);
-  set(gguf::GgmlType::Q4_1, tile_of<LegacyMin<WQ4_1>>);
-  set(gguf::GgmlType::Q5_1, tile_of<LegacyMin<WQ5_1>>);
+  set(gguf::GgmlType::Q8_0, tile_of<Legacy32<WQ8_0>, 8>);
+  set(gguf::GgmlType::Q4_0, tile_of<Legacy32<WQ4_0>, 8>);
+  set(gguf::GgmlType::Q5_0, tile_of<Legacy32<WQ5_0>, 8>);
+  set(gguf::GgmlType::Q4_1, tile_of<Legacy32<WQ4_1>, 8>);
+  set(gguf::GgmlType::Q5_1, tile_of<Legacy32<WQ5_1>, 8>);
   set(gguf::GgmlType::Q2_K, tile_of<Q2K>);
   set(gguf::GgmlType::Q3_K, tile_of<Q3K>);
   set(gguf::GgmlType::Q4_K, tile_of<QK4<false>>);
@@ -658,9 +727,11 @@ void fill_avx512_table(KernelTable* table) {
   act(gguf::GgmlType::Q2_K, quantize_q8_k_avx512);
   act(gguf::GgmlType::Q3_K, quantize_q8_k_avx512);
   act(gguf::GgmlType::Q6_K, quantize_q8_k_avx512);
-  act(gguf::GgmlType::Q8_0, quantize_q8_0_avx512);
-  act(gguf::GgmlType::Q4_0, quantize_q8_0_avx512);
-  act(gguf::GgmlType::Q5_0, quantize_q8_0_avx512);
+  act(gguf::GgmlType::Q8_0, quantize_grouped<false>);
+  act(gguf::GgmlType::Q4_0, quantize_grouped<false>);
+  act(gguf::GgmlType::Q5_0, quantize_grouped<false>);
+  act(gguf::GgmlType::Q4_1, quantize_grouped<true>);
+  act(gguf::GgmlType::Q5_1, quantize_grouped<true>);
   set(gguf::GgmlType::Q6_K, tile_of<Q6K>);
 }
 
