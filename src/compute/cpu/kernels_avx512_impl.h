@@ -715,10 +715,10 @@ void fill_avx512_table(KernelTable* table) {
   set(gguf::GgmlType::Q5_0, tile_of<Legacy32<WQ5_0>, 8>);
   set(gguf::GgmlType::Q4_1, tile_of<Legacy32<WQ4_1>, 8>);
   set(gguf::GgmlType::Q5_1, tile_of<Legacy32<WQ5_1>, 8>);
-  set(gguf::GgmlType::Q2_K, tile_of<Q2K>);
-  set(gguf::GgmlType::Q3_K, tile_of<Q3K>);
-  set(gguf::GgmlType::Q4_K, tile_of<QK4<false>>);
-  set(gguf::GgmlType::Q5_K, tile_of<QK4<true>>);
+  set(gguf::GgmlType::Q2_K, tile_of<Q2K, 8>);
+  set(gguf::GgmlType::Q3_K, tile_of<Q3K, 8>);
+  set(gguf::GgmlType::Q4_K, tile_of<QK4<false>, 8>);
+  set(gguf::GgmlType::Q5_K, tile_of<QK4<true>, 8>);
   auto act = [&](gguf::GgmlType type, QuantizeActFn fn) {
     table->quantize_act[static_cast<int>(type)] = fn;
   };
@@ -732,7 +732,7 @@ void fill_avx512_table(KernelTable* table) {
   act(gguf::GgmlType::Q5_0, quantize_grouped<false>);
   act(gguf::GgmlType::Q4_1, quantize_grouped<true>);
   act(gguf::GgmlType::Q5_1, quantize_grouped<true>);
-  set(gguf::GgmlType::Q6_K, tile_of<Q6K>);
+  set(gguf::GgmlType::Q6_K, tile_of<Q6K, 8>);
 }
 
 }  // namespace
