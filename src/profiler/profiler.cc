@@ -84,6 +84,15 @@ void apply_reserve(MemoryProfile& m, uint64_t reserve) {
   m.usable_bytes = usable_memory(m, reserve);
 }
 
+// Writes p to `cache` (creating its directory); a failure is only a warning.
+void save_to_cache(const HardwareProfile& p, const std::string& cache) {
+  if (cache.empty()) return;
+  std::error_code ec;
+  fs::create_directories(fs::path(cache).parent_path(), ec);
+  Status st = save_profile_file(p, cache);
+  if (!st.is_ok()) log().warn("profile: not cached: {}", st.message());
+}
+
 std::string hex64(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
@@ -172,24 +181,47 @@ Result<HardwareProfile> load_or_measure(const ProfileOptions& o) {
     dirty = true;
   } else {
     refresh_memory(p.memory, reserve);
-    if (p.cpu.decode.empty()) {  // cached before the decode probe existed: a few seconds
-      log().info("profile: measuring the decode kernels' rates");
-      p.cpu.decode = measure_decode_rates_in_child(profiled_decode_types(), p.cpu.physical_cores,
-                                                   kDecodeProbeSeconds);
-      dirty = true;
-    }
+    if (add_missing_decode_rates(p, profiled_decode_types())) dirty = true;  // older caches
     if (device_of(storage_target(o)) != p.storage.device_id || !o.storage_file.empty()) {
       log().info("profile: measuring the storage that holds {}", storage_target(o));
       HYPURA_ASSIGN_OR_RETURN(p.storage, measure_storage_for(o));
       dirty = true;
     }
   }
-  if (dirty && !cache.empty()) {
-    std::error_code ec;
-    fs::create_directories(fs::path(cache).parent_path(), ec);
-    Status st = save_profile_file(p, cache);
-    if (!st.is_ok()) log().warn("profile: not cached: {}", st.message());
+  if (dirty) save_to_cache(p, cache);
+  return p;
+}
+
+std::string quick_cache_path() {
+  const std::string full = default_cache_path();
+  return full.empty() ? "" : (fs::path(full).parent_path() / "quick-profile.json").string();
+}
+
+HardwareProfile load_or_quick_measure(uint64_t reserve, std::span<const gguf::GgmlType> types) {
+  HardwareProfile now;
+  now.cpu = probe_cpu();
+  now.memory = probe_memory(reserve);
+  now.gpus = probe_gpus(0).gpus;
+  const std::string fingerprint = machine_fingerprint(now);
+  for (const std::string& cache : {default_cache_path(), quick_cache_path()}) {
+    if (cache.empty() || !fs::exists(cache)) continue;
+    Result<HardwareProfile> cached = load_profile_file(cache);
+    if (!cached.is_ok() || cached->fingerprint != fingerprint) continue;
+    HardwareProfile p = std::move(cached).value();
+    refresh_memory(p.memory, reserve);
+    if (add_missing_decode_rates(p, types)) save_to_cache(p, cache);
+    return p;
   }
+  HardwareProfile p = now;
+  p.source = "system facts and memory bandwidth (no storage benchmark: the model fits)";
+  p.timestamp = now_iso8601();
+  p.fingerprint = fingerprint;
+  MemoryBandwidthOptions mo;
+  mo.n_threads = std::max(1, p.cpu.physical_cores);
+  p.memory.read_bandwidth_bps = measure_memory_read_bandwidth_in_child(mo).read_bytes_per_second;
+  add_missing_decode_rates(p, types);
+  p.storage.seq_read_bps = 1e9;
+  save_to_cache(p, quick_cache_path());
   return p;
 }
 

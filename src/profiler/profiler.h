@@ -14,9 +14,11 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "common/status.h"
+#include "gguf/gguf.h"
 #include "profiler/hardware_profile.h"
 
 namespace hypura::profiler {
@@ -50,6 +52,18 @@ Result<HardwareProfile> measure_profile(const ProfileOptions& options);
 // The profile to plan with: --profile FILE, else the cache when it fits this machine and
 // the model's filesystem, else a fresh measurement (saved to the cache).
 Result<HardwareProfile> load_or_measure(const ProfileOptions& options);
+
+// The profile for a model that fits in RAM with room to spare, whose plan no storage
+// figure can change: the full cache when it fits this machine, else the quick cache
+// (quick_cache_path()) when it does, else system facts, a memory-bandwidth probe and a
+// nominal storage figure, measured once and kept in the quick cache. Either way with the
+// decode rates of `types` (a resident prediction rests on them): the missing ones are
+// measured (about 0.3 s each) and the cache rewritten. RAM figures are always fresh.
+HardwareProfile load_or_quick_measure(uint64_t reserve_bytes,
+                                      std::span<const gguf::GgmlType> types);
+
+// quick-profile.json beside default_cache_path() ("" when there is no cache).
+std::string quick_cache_path();
 
 // A one-screen text summary (what `hypura profile` prints without --json).
 std::string profile_to_text(const HardwareProfile& profile);

@@ -163,6 +163,47 @@ TEST(LoadOrMeasure, ProfileFileWinsAndReserveApplies) {
   EXPECT_EQ(load_or_measure(o).status().code(), StatusCode::kNotFound);
 }
 
+// A model that fits is planned from a quick profile: measured once (memory bandwidth and
+// the model's decode rates), kept in the quick cache and reused; a rate the cache lacks is
+// measured and added; a full cache of another machine is never taken for this one.
+TEST(QuickProfile, MeasuredOnceThenReusedAndCompleted) {
+  const std::string dir = ::testing::TempDir() + "hypura_quick_" + std::to_string(::getpid()) + "/";
+  std::filesystem::create_directories(dir);
+  const char* old = std::getenv("XDG_CACHE_HOME");
+  const std::string saved = old ? old : "";
+  ::setenv("XDG_CACHE_HOME", dir.c_str(), 1);
+  HardwareProfile other = sample_profile();  // another machine's full profile
+  other.fingerprint = "0123456789abcdef";
+  std::filesystem::create_directories(std::filesystem::path(default_cache_path()).parent_path());
+  ASSERT_TRUE(save_profile_file(other, default_cache_path()).is_ok());
+
+  const gguf::GgmlType q4k[] = {gguf::GgmlType::Q4_K};
+  HardwareProfile first = load_or_quick_measure(2ull << 30, q4k);
+  EXPECT_NE(first.fingerprint, other.fingerprint) << "the other machine's cache was taken";
+  EXPECT_GT(first.memory.read_bandwidth_bps, 0);
+  EXPECT_GT(first.cpu.decode_bps(gguf::GgmlType::Q4_K), 0);
+  EXPECT_EQ(first.cpu.decode_bps(gguf::GgmlType::Q8_0), 0) << "only the model's types";
+  ASSERT_TRUE(std::filesystem::exists(quick_cache_path()));
+
+  const gguf::GgmlType both[] = {gguf::GgmlType::Q4_K, gguf::GgmlType::Q8_0};
+  HardwareProfile second = load_or_quick_measure(2ull << 30, both);
+  EXPECT_EQ(second.timestamp, first.timestamp) << "measured again instead of reused";
+  EXPECT_EQ(second.memory.read_bandwidth_bps, first.memory.read_bandwidth_bps);
+  EXPECT_EQ(second.cpu.decode_bps(gguf::GgmlType::Q4_K),
+            first.cpu.decode_bps(gguf::GgmlType::Q4_K));
+  EXPECT_GT(second.cpu.decode_bps(gguf::GgmlType::Q8_0), 0) << "the missing rate was not added";
+  auto cached = load_profile_file(quick_cache_path());
+  ASSERT_TRUE(cached.is_ok());
+  EXPECT_GT(cached->cpu.decode_bps(gguf::GgmlType::Q8_0), 0) << "the added rate was not kept";
+
+  if (old) {
+    ::setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+  } else {
+    ::unsetenv("XDG_CACHE_HOME");
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // A file written with O_DIRECT and dropped from the page cache, then measured.
 class StorageBenchTest : public ::testing::Test {
  protected:

@@ -1,10 +1,6 @@
 #include "scheduler/plan_request.h"
 
-#include <algorithm>
-#include <filesystem>
-
 #include "profiler/decode_rates.h"
-#include "profiler/memory_bandwidth.h"
 #include "profiler/profiler.h"
 #include "profiler/system_info.h"
 
@@ -14,34 +10,6 @@ namespace {
 // A model this far below usable memory is resident whatever the storage speed.
 constexpr uint64_t kComfortBytes = uint64_t{2} << 30;
 
-// The profile when storage speed cannot change the plan: the cached one if present, else
-// system facts and the memory bandwidth, with a nominal storage figure the plan ignores.
-// Either way with the CPU's decode rates of the model's weight types (what a resident
-// prediction rests on): measured when missing, and then kept in the cache.
-profiler::HardwareProfile quick_profile(const gguf::GgufFile& file, uint64_t reserve) {
-  const std::vector<gguf::GgmlType> types = profiler::matrix_types(file);
-  const std::string cache = profiler::default_cache_path();
-  if (!cache.empty() && std::filesystem::exists(cache)) {
-    auto cached = profiler::load_profile_file(cache);
-    if (cached.is_ok()) {
-      profiler::HardwareProfile p = std::move(cached).value();
-      if (profiler::add_missing_decode_rates(p, types)) (void)profiler::save_profile_file(p, cache);
-      return p;
-    }
-  }
-  profiler::HardwareProfile p;
-  p.source = "system facts and memory bandwidth (no storage benchmark: the model fits)";
-  p.cpu = profiler::probe_cpu();
-  p.memory = profiler::probe_memory(reserve);
-  profiler::MemoryBandwidthOptions mo;
-  mo.n_threads = std::max(1, p.cpu.physical_cores);
-  p.memory.read_bandwidth_bps =
-      profiler::measure_memory_read_bandwidth_in_child(mo).read_bytes_per_second;
-  profiler::add_missing_decode_rates(p, types);
-  p.storage.seq_read_bps = 1e9;
-  return p;
-}
-
 }  // namespace
 
 Result<profiler::HardwareProfile> profile_for(const gguf::GgufFile& file, const PlanRequest& r) {
@@ -49,7 +17,7 @@ Result<profiler::HardwareProfile> profile_for(const gguf::GgufFile& file, const 
   const uint64_t reserve = r.budgets.reserve_bytes.value_or(profiler::kDefaultReserveBytes);
   const profiler::MemoryProfile mem = profiler::probe_memory(reserve);
   if (!r.budgets.ram_bytes && file.total_bytes() + kComfortBytes < mem.usable_bytes)
-    return quick_profile(file, reserve);
+    return profiler::load_or_quick_measure(reserve, profiler::matrix_types(file));
   profiler::ProfileOptions po;
   po.model_path = file.paths().front();
   po.progress = r.progress;
