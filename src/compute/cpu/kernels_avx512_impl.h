@@ -52,6 +52,11 @@ inline __m512i dot_scaled(__m512i acc, __m512i w, __m512i y, __m512i s) {
 #endif
 }
 
+// The same with acc = 0 (one instruction fewer than zeroing an accumulator first).
+inline __m512i dot_scaled_first(__m512i w, __m512i y, __m512i s) {
+  return _mm512_madd_epi16(_mm512_maddubs_epi16(w, y), s);
+}
+
 inline float hsum256(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 s2 = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -251,14 +256,17 @@ struct QK4 {  // Q4_K (kFive = false) and Q5_K (kFive = true)
       std::memcpy(&dd, &w[i].d, 4);  // d and dmin are adjacent halves
       const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd)));
       const float dw = _mm_cvtss_f32(dm), dmin = _mm_cvtss_f32(_mm_movehdup_ps(dm));
+      const __m512 dwv = _mm512_set1_ps(dw);
+      const __m256 dminv = _mm256_set1_ps(dmin);
       for (int t = 0; t < T; ++t) {
         const int8_t* yq = y[t][i].qs;
-        __m512i isum = _mm512_setzero_si512();
-        for (int k = 0; k < 4; ++k) isum = dot_scaled(isum, W[k], load512(yq + 64 * k), S[k]);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dw * y[t][i].d), acc[t]);
+        __m512i isum = dot_scaled_first(W[0], load512(yq), S[0]);
+        for (int k = 1; k < 4; ++k) isum = dot_scaled(isum, W[k], load512(yq + 64 * k), S[k]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
+                                 _mm512_mul_ps(dwv, _mm512_set1_ps(y[t][i].d)), acc[t]);
         const __m256i msum = _mm256_madd_epi16(load256(y[t][i].bsums), mins);
-        accm[t] =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * y[t][i].d), accm[t]);
+        accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum),
+                                  _mm256_mul_ps(dminv, _mm256_set1_ps(y[t][i].d)), accm[t]);
       }
     }
     for (int t = 0; t < T; ++t) out[t] = hsum512(acc[t]) - hsum256(accm[t]);
@@ -297,14 +305,15 @@ struct Q6K {
         W[2 * c + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), h23);
       }
       for (int k = 0; k < 4; ++k) S[k] = _mm512_permutexvar_epi16(idx[k], scw);
-      const float dw = h2f(w[i].d);
+      const __m512 dwv = _mm512_set1_ps(h2f(w[i].d));
       for (int t = 0; t < T; ++t) {
         const int8_t* yq = y[t][i].qs;
-        __m512i isum = _mm512_setzero_si512();
-        for (int k = 0; k < 4; ++k) isum = dot_scaled(isum, W[k], load512(yq + 64 * k), S[k]);
+        __m512i isum = dot_scaled_first(W[0], load512(yq), S[0]);
+        for (int k = 1; k < 4; ++k) isum = dot_scaled(isum, W[k], load512(yq + 64 * k), S[k]);
         const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(load256(y[t][i].bsums), sc16), 5);
         isum = _mm512_sub_epi32(isum, _mm512_inserti64x4(_mm512_setzero_si512(), corr, 0));
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dw * y[t][i].d), acc[t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
+                                 _mm512_mul_ps(dwv, _mm512_set1_ps(y[t][i].d)), acc[t]);
       }
     }
     for (int t = 0; t < T; ++t) out[t] = hsum512(acc[t]);
@@ -336,14 +345,15 @@ struct Q3K {
             _mm512_or_si512(W[k], _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(hm, hbit[k]), bit3));
         S[k] = _mm512_permutexvar_epi16(idx[k], scw);
       }
-      const float dw = h2f(w[i].d);
+      const __m512 dwv = _mm512_set1_ps(h2f(w[i].d));
       for (int t = 0; t < T; ++t) {
         const int8_t* yq = y[t][i].qs;
-        __m512i isum = _mm512_setzero_si512();
-        for (int k = 0; k < 4; ++k) isum = dot_scaled(isum, W[k], load512(yq + 64 * k), S[k]);
+        __m512i isum = dot_scaled_first(W[0], load512(yq), S[0]);
+        for (int k = 1; k < 4; ++k) isum = dot_scaled(isum, W[k], load512(yq + 64 * k), S[k]);
         const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(load256(y[t][i].bsums), sc16), 2);
         isum = _mm512_sub_epi32(isum, _mm512_inserti64x4(_mm512_setzero_si512(), corr, 0));
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dw * y[t][i].d), acc[t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
+                                 _mm512_mul_ps(dwv, _mm512_set1_ps(y[t][i].d)), acc[t]);
       }
     }
     for (int t = 0; t < T; ++t) out[t] = hsum512(acc[t]);
@@ -375,15 +385,17 @@ struct Q2K {
       __m512i W[4], S[4];
       unpack_2bit(w[i].qs, W);
       for (int k = 0; k < 4; ++k) S[k] = _mm512_permutexvar_epi16(idx[k], scw);
-      const float dw = h2f(w[i].d), dmin = h2f(w[i].dmin);
+      const __m512 dwv = _mm512_set1_ps(h2f(w[i].d));
+      const __m256 dminv = _mm256_set1_ps(h2f(w[i].dmin));
       for (int t = 0; t < T; ++t) {
         const int8_t* yq = y[t][i].qs;
-        __m512i isum = _mm512_setzero_si512();
-        for (int k = 0; k < 4; ++k) isum = dot_scaled(isum, W[k], load512(yq + 64 * k), S[k]);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dw * y[t][i].d), acc[t]);
+        __m512i isum = dot_scaled_first(W[0], load512(yq), S[0]);
+        for (int k = 1; k < 4; ++k) isum = dot_scaled(isum, W[k], load512(yq + 64 * k), S[k]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
+                                 _mm512_mul_ps(dwv, _mm512_set1_ps(y[t][i].d)), acc[t]);
         const __m256i msum = _mm256_madd_epi16(load256(y[t][i].bsums), mins);
-        accm[t] =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * y[t][i].d), accm[t]);
+        accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum),
+                                  _mm256_mul_ps(dminv, _mm256_set1_ps(y[t][i].d)), accm[t]);
       }
     }
     for (int t = 0; t < T; ++t) out[t] = hsum512(acc[t]) - hsum256(accm[t]);
