@@ -539,14 +539,11 @@ inline void add_fifth_bit(const uint8_t* b, size_t bs, int m, int qh_off, __m512
   const __m512i qh = gather_fields(b, bs, m, qh_off);
   const __m512i sixteen = _mm512_set1_epi8(16);
   for (int k = 0; k < 8; ++k) {
-    const char s = static_cast<char>(k / 2);
+    // Every byte of dword j of each 128-bit lane takes qh byte k / 2 of that dword.
+    const int s = (k / 2) * 0x01010101;
     const __m512i spread = _mm512_shuffle_epi8(
-        qh, _mm512_set_epi8(s + 12, s + 12, s + 12, s + 12, s + 8, s + 8, s + 8, s + 8, s + 4,
-                            s + 4, s + 4, s + 4, s, s, s, s, s + 12, s + 12, s + 12, s + 12, s + 8,
-                            s + 8, s + 8, s + 8, s + 4, s + 4, s + 4, s + 4, s, s, s, s, s + 12,
-                            s + 12, s + 12, s + 12, s + 8, s + 8, s + 8, s + 8, s + 4, s + 4, s + 4,
-                            s + 4, s, s, s, s, s + 12, s + 12, s + 12, s + 12, s + 8, s + 8, s + 8,
-                            s + 8, s + 4, s + 4, s + 4, s + 4, s, s, s, s));
+        qh,
+        _mm512_broadcast_i32x4(_mm_setr_epi32(s, s + 0x04040404, s + 0x08080808, s + 0x0C0C0C0C)));
     const int sh = 4 * (k % 2);
     const __m512i bit = _mm512_set1_epi32(static_cast<int>(0x08040201u << sh));
     W[k] = _mm512_mask_add_epi8(W[k], _mm512_test_epi8_mask(spread, bit), W[k], sixteen);
@@ -554,7 +551,8 @@ inline void add_fifth_bit(const uint8_t* b, size_t bs, int m, int qh_off, __m512
 }
 
 // Each format's weights of one group: W[k] = elements 4k..4k+3 of each block, as signed
-// bytes (kSigned) or unsigned ones; scale (and min) fields as floats per lane.
+// bytes (kSigned) or unsigned ones (formats with a minimum). Legacy32 reads the scale (and
+// minimum) fields, which every format keeps at byte 0 (and 2).
 struct WQ8_0 {
   using Block = BlockQ8_0;
   static constexpr bool kSigned = true;
