@@ -185,9 +185,14 @@ TEST(QuickProfile, MeasuredOnceThenReusedAndCompleted) {
   EXPECT_EQ(first.cpu.decode_bps(gguf::GgmlType::Q8_0), 0) << "only the model's types";
   ASSERT_TRUE(std::filesystem::exists(quick_cache_path()));
 
+  // Mark the cached copy: a profile measured again would not carry the mark.
+  auto marked = load_profile_file(quick_cache_path());
+  ASSERT_TRUE(marked.is_ok());
+  marked->timestamp = "marked by the test";
+  ASSERT_TRUE(save_profile_file(*marked, quick_cache_path()).is_ok());
   const gguf::GgmlType both[] = {gguf::GgmlType::Q4_K, gguf::GgmlType::Q8_0};
   HardwareProfile second = load_or_quick_measure(2ull << 30, both);
-  EXPECT_EQ(second.timestamp, first.timestamp) << "measured again instead of reused";
+  EXPECT_EQ(second.timestamp, "marked by the test") << "measured again instead of reused";
   EXPECT_EQ(second.memory.read_bandwidth_bps, first.memory.read_bandwidth_bps);
   EXPECT_EQ(second.cpu.decode_bps(gguf::GgmlType::Q4_K),
             first.cpu.decode_bps(gguf::GgmlType::Q4_K));
