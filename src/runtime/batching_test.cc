@@ -1,8 +1,7 @@
 // Continuous batching through the Engine (step_batcher.h): sessions generating on their own
 // threads at once (sharing forward passes as the OS schedules them) each produce exactly
-// what they produce alone,
-// in every mode the plan picks (resident, streaming every layer, expert streaming; the
-// golden models are too small for a dense-FFN-only plan); sequences
+// what they produce alone, in every mode the plan picks (resident, streaming every layer,
+// expert streaming; the golden models are too small for a dense-FFN-only plan); sequences
 // joining, leaving early and cancelled mid-batch do not disturb the others.
 #include <gtest/gtest.h>
 
