@@ -143,8 +143,10 @@ void BM_AttentionTile(benchmark::State& state) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<uint16_t> kv(2 * n_keys * d);
   for (auto& h : kv) h = quant::f32_to_fp16(dist(rng));
-  std::vector<float> q(n_rows * d), keys(hypura::compute::kAttnMaxKeys * d),
-      values(hypura::compute::kAttnMaxKeys * d), m(n_rows), acc(n_rows * d);
+  // Scratch aligned as CpuBlocks' (compute::AlignedVector).
+  std::vector<float> q(n_rows * d), m(n_rows);
+  hypura::compute::AlignedVector<float> keys(hypura::compute::kAttnMaxKeys * d),
+      values(hypura::compute::kAttnMaxKeys * d), acc(n_rows * d);
   for (auto& v : q) v = dist(rng);
   std::vector<double> l(n_rows);
   std::vector<const float*> qs;

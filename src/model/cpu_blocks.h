@@ -68,9 +68,10 @@ class CpuBlocks final : public Blocks {
   Status run_experts(int64_t il, const FfnViews& w, const float* in);
 
   compute::Context& ctx_;
-  std::vector<float> x_buf_, cur_buf_, tmp_buf_, q_buf_, k_buf_, v_buf_, attn_buf_;
-  std::vector<float> ff_gate_;  // (max_batch, max(n_ff, n_ff_expert))
-  std::vector<float> ff_up_;    // (max_batch, max(n_ff, n_ff_expert))
+  std::vector<float> x_buf_, cur_buf_, tmp_buf_, k_buf_, v_buf_, attn_buf_;
+  compute::AlignedVector<float> q_buf_;  // the attention kernels load query rows whole
+  std::vector<float> ff_gate_;           // (max_batch, max(n_ff, n_ff_expert))
+  std::vector<float> ff_up_;             // (max_batch, max(n_ff, n_ff_expert))
   // Attention tiles (cpu_blocks.cc): query tokens per block, keys per aligned block, keys
   // per aligned segment, and the most tokens a step may have to split its segments over the pool.
   static constexpr int64_t kQueryBlock = 32;
@@ -79,22 +80,22 @@ class CpuBlocks final : public Blocks {
   static constexpr int64_t kSplitMaxTokens = 4;
   // Attention scratch per pool thread; rows = kQueryBlock * (n_head / n_head_kv).
   struct AttnScratch {
-    std::vector<float> keys;           // (kKeyBlock, head_dim) one widened key block
-    std::vector<float> values;         // (kKeyBlock, head_dim_v)
-    std::vector<const float*> q_rows;  // (rows) each row's query vector
-    std::vector<int32_t> lo, hi;       // (rows) visible keys of the current key block
-    std::vector<float> m;              // (rows) the merged partial of a query block
-    std::vector<double> l;             // (rows)
-    std::vector<float> acc;            // (rows, head_dim_v)
-    std::vector<float> seg_m;          // (rows) the partial of the segment being computed
-    std::vector<double> seg_l;         // (rows)
-    std::vector<float> seg_acc;        // (rows, head_dim_v)
+    compute::AlignedVector<float> keys;     // (kKeyBlock, head_dim) one widened key block
+    compute::AlignedVector<float> values;   // (kKeyBlock, head_dim_v)
+    std::vector<const float*> q_rows;       // (rows) each row's query vector
+    std::vector<int32_t> lo, hi;            // (rows) visible keys of the current key block
+    std::vector<float> m;                   // (rows) the merged partial of a query block
+    std::vector<double> l;                  // (rows)
+    compute::AlignedVector<float> acc;      // (rows, head_dim_v)
+    std::vector<float> seg_m;               // (rows) the partial of the segment being computed
+    std::vector<double> seg_l;              // (rows)
+    compute::AlignedVector<float> seg_acc;  // (rows, head_dim_v)
   };
   std::vector<AttnScratch> attn_scratch_;
   // Partials of a split step: (kv head, segment, row) for up to kSplitMaxTokens tokens.
-  std::vector<float> split_m_;    // (rows)
-  std::vector<double> split_l_;   // (rows)
-  std::vector<float> split_acc_;  // (rows, head_dim_v)
+  std::vector<float> split_m_;               // (rows)
+  std::vector<double> split_l_;              // (rows)
+  compute::AlignedVector<float> split_acc_;  // (rows, head_dim_v)
   // MoE routing state.
   std::vector<float> router_probs_;    // (max_batch, n_expert)
   std::vector<int32_t> selected_;      // (max_batch, n_expert_used) expert ids by slot

@@ -75,6 +75,7 @@ KernelTable make_table(SimdLevel level) {
       break;
   }
   if (level != SimdLevel::kScalar) fill_avx2_attention(&t);  // every level from AVX2 up
+  if (level >= SimdLevel::kAvx512) fill_avx512_attention(&t);
   return t;
 }
 

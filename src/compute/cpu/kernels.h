@@ -70,8 +70,9 @@ void fill_avx2_kernels(KernelTable* table);
 void fill_avx512_kernels(KernelTable* table);
 void fill_avx512vnni_kernels(KernelTable* table);
 // The AVX2 + FMA + F16C attention kernels and the int8 peak probe, used by every level
-// from AVX2 up.
+// from AVX2 up; the AVX-512 levels then take the AVX-512 attention kernels.
 void fill_avx2_attention(KernelTable* table);
+void fill_avx512_attention(KernelTable* table);
 
 // Scalar dot products (the reference twins): one weight row against one activation row.
 namespace ref {
