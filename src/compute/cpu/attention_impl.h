@@ -115,7 +115,8 @@ inline void accumulate_values_n(float* acc, const float* e, const float* values,
     const __m512 ej = _mm512_set1_ps(e[j]);
     const float* vj = values + j * dv;
     for (int i = 0; i < N; ++i) a[i] = _mm512_fmadd_ps(ej, _mm512_loadu_ps(vj + 16 * i), a[i]);
-    if constexpr (H == 1) b = _mm256_fmadd_ps(_mm512_castps512_ps256(ej), _mm256_loadu_ps(vj + 16 * N), b);
+    if constexpr (H == 1)
+      b = _mm256_fmadd_ps(_mm512_castps512_ps256(ej), _mm256_loadu_ps(vj + 16 * N), b);
   }
   for (int i = 0; i < N; ++i) _mm512_storeu_ps(acc + 16 * i, a[i]);
   if constexpr (H == 1) _mm256_storeu_ps(acc + 16 * N, b);
