@@ -49,7 +49,7 @@ EOF
 text_sha=$(sha256sum "$text" | cut -c1-16)
 
 # The SIMD levels this CPU runs (HYPURA_SIMD falls back below an unsupported one).
-levels=(scalar avx2 avx512 avx512vnni)
+levels=(scalar avx2 avx512 avx512vnni amx)
 
 for name in "${names[@]}"; do
   file=${FILES[$name]:-}

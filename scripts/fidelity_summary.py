@@ -4,7 +4,7 @@
     fidelity_summary.py [--sigmas K] [--worse-only] OUT_DIR MODEL_NAME ...
 
 Reads OUT_DIR/<model>.<level>.json (`hypura perplexity --kl-divergence --json --per-token`)
-for the levels scalar, avx2, avx512, avx512vnni; a level this CPU lacks falls back to one
+for the levels scalar, avx2, avx512, avx512vnni, amx; a level this CPU lacks falls back to one
 below it and is skipped as a duplicate. Each level is compared with scalar on the same
 tokens and exact log-probs. A level fails when its top-1 agreement differs from scalar's by
 more than 0.5 points, or its mean KL by more than 2%, beyond twice the standard error of
@@ -22,7 +22,7 @@ import math
 import os
 import sys
 
-LEVELS = ["scalar", "avx2", "avx512", "avx512vnni"]
+LEVELS = ["scalar", "avx2", "avx512", "avx512vnni", "amx"]
 TOP1_BOUND_POINTS = 0.5
 KL_BOUND_PERCENT = 2.0
 

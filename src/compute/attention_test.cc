@@ -24,7 +24,7 @@ constexpr double kRelL2 = 2e-6;
 
 std::vector<SimdLevel> supported_levels() {
   std::vector<SimdLevel> levels;
-  for (int l = 0; l <= 3; ++l) {
+  for (int l = 0; l < kSimdLevels; ++l) {
     if (cpu_supports(static_cast<SimdLevel>(l))) levels.push_back(static_cast<SimdLevel>(l));
   }
   return levels;

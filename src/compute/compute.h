@@ -2,7 +2,7 @@
 // helpers of a transformer, on a persistent CPU thread pool.
 //
 // Model code calls only this header; SIMD paths live in compute/cpu/ and are picked once
-// at start from CPUID (override: HYPURA_SIMD=scalar|avx2|avx512|avx512vnni).
+// at start from CPUID (override: HYPURA_SIMD=scalar|avx2|avx512|avx512vnni|amx).
 //
 // Batch invariance: every output element of matmul() is reduced in the same order
 // whatever n_tokens or the thread count, so a prompt processed in one batch, in chunks
@@ -106,7 +106,7 @@ const char* default_simd_name();
 class Context {
  public:
   explicit Context(int n_threads);
-  // As above with an explicit dispatch path ("scalar", "avx2", "avx512", "avx512vnni";
+  // As above with an explicit dispatch path ("scalar", "avx2", "avx512", "avx512vnni", "amx";
   // "" = the default). A path this CPU lacks falls back to the best one below it.
   Context(int n_threads, std::string_view simd);
   ~Context();

@@ -27,7 +27,7 @@ constexpr int64_t kTokBlock = 64;  // activation rows per tile call
 constexpr int64_t kRowAlign = 16;  // work items start on multiples of this
 
 SimdLevel level_from_name(std::string_view name) {
-  for (int l = 3; l >= 0; --l) {
+  for (int l = kSimdLevels - 1; l >= 0; --l) {
     const auto level = static_cast<SimdLevel>(l);
     if (name == simd_level_name(level)) {
       while (!cpu_supports(static_cast<SimdLevel>(l))) --l;

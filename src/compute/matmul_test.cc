@@ -37,7 +37,7 @@ const std::vector<GgmlType>& all_types() {
 
 std::vector<const char*> supported_paths() {
   std::vector<const char*> paths;
-  for (int l = 0; l <= 3; ++l) {
+  for (int l = 0; l < kSimdLevels; ++l) {
     if (cpu_supports(static_cast<SimdLevel>(l)))
       paths.push_back(simd_level_name(static_cast<SimdLevel>(l)));
   }
@@ -302,7 +302,7 @@ TEST(Matmul, BatchInvariance) {
 // The SIMD tables really replace the scalar kernels (else the tests above prove little).
 TEST(Dispatch, SimdTablesProvideOwnKernels) {
   const KernelTable& scalar = *kernel_table(SimdLevel::kScalar);
-  for (int l = 1; l <= 3; ++l) {
+  for (int l = 1; l < kSimdLevels; ++l) {
     const KernelTable* t = kernel_table(static_cast<SimdLevel>(l));
     if (!t) continue;
     for (GgmlType type : all_types()) {
@@ -315,7 +315,7 @@ TEST(Dispatch, SimdTablesProvideOwnKernels) {
 }
 
 // A table's own activation quantizer gives exactly the reference bytes: same scales, same
-// rounding. AVX-512 Q4_K / Q5_K store the 32-value sub-blocks of each Q8_K block in nibble
+// rounding. AVX-512 and AMX Q4_K / Q5_K store the 32-value sub-blocks of each Q8_K block in nibble
 // order 0, 2, 1, 3, 4, 6, 5, 7 (kernels_avx512_impl.h); the comparison undoes that.
 // The AVX2 legacy kernels' grouped activation rows (kernels_avx2.cc, GroupQ8_0/GroupQ8_1)
 // back in the standard block layout: groups of four blocks store 128 quants, then the
@@ -375,7 +375,7 @@ TEST(Activations, TableQuantizersMatchReference) {
   x[1100] = 5.0f;
   for (int i = 1280; i < 1312; ++i) x[i] = (i % 2 ? 0.5f : -0.5f);  // exact .5 products
   const int kNibble[8] = {0, 2, 1, 3, 4, 6, 5, 7};
-  for (int l = 1; l <= 3; ++l) {
+  for (int l = 1; l < kSimdLevels; ++l) {
     const KernelTable* t = kernel_table(static_cast<SimdLevel>(l));
     if (!t) continue;
     for (GgmlType type : all_types())
@@ -391,8 +391,8 @@ TEST(Activations, TableQuantizersMatchReference) {
           got = l == static_cast<int>(SimdLevel::kAvx2) ? ungroup(got, act, n)
                                                         : untranspose(got, act, n);
         }
-        const bool nibble = std::string(t->name).rfind("avx512", 0) == 0 &&
-                            (type == GgmlType::Q4_K || type == GgmlType::Q5_K);
+        const bool nibble =
+            t->level >= SimdLevel::kAvx512 && (type == GgmlType::Q4_K || type == GgmlType::Q5_K);
         if (!nibble) {
           EXPECT_EQ(std::memcmp(ref.data(), got.data(), ref.size()), 0)
               << t->name << " " << gguf::type_name(type);

@@ -95,7 +95,7 @@ TEST(RealModels, GemmaHaikuNearTieSameCandidatesOnEveryPath) {
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " absent (scripts/fetch-models.sh)";
   constexpr int32_t kNewlines = 108, kStartOfImage = 255999;
   std::vector<float> scalar;
-  for (const char* level : {"scalar", "avx2", "avx512", "avx512vnni"}) {
+  for (const char* level : {"scalar", "avx2", "avx512", "avx512vnni", "amx"}) {
     setenv("HYPURA_SIMD", level, 1);
     EngineOptions eo;
     eo.model_path = path;

@@ -3,9 +3,38 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "compute/cpu/kernels.h"
 
 namespace hypura::compute {
+namespace {
+
+// AMX-TILE and AMX-INT8 in CPUID, and the kernel's grant of the tile state to this process
+// (Linux hands the 8 KiB tile registers out only on request: arch_prctl
+// ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA; it fails where the kernel or a VM lacks it).
+bool amx_usable() {
+#if defined(__x86_64__) && defined(__linux__)
+  static const bool usable = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool tile = (edx >> 24) & 1, int8 = (edx >> 25) & 1;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return tile && int8 && syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return usable;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
 
 bool cpu_supports(SimdLevel level) {
 #if defined(__x86_64__)
@@ -22,6 +51,8 @@ bool cpu_supports(SimdLevel level) {
              __builtin_cpu_supports("avx512dq");
     case SimdLevel::kAvx512Vnni:
       return cpu_supports(SimdLevel::kAvx512) && __builtin_cpu_supports("avx512vnni");
+    case SimdLevel::kAmx:
+      return cpu_supports(SimdLevel::kAvx512Vnni) && amx_usable();
   }
 #endif
   return level == SimdLevel::kScalar;
@@ -37,14 +68,16 @@ const char* simd_level_name(SimdLevel level) {
       return "avx512";
     case SimdLevel::kAvx512Vnni:
       return "avx512vnni";
+    case SimdLevel::kAmx:
+      return "amx";
   }
   return "?";
 }
 
 SimdLevel default_simd_level() {
-  SimdLevel want = SimdLevel::kAvx512Vnni;
+  SimdLevel want = SimdLevel::kAmx;
   if (const char* env = std::getenv("HYPURA_SIMD")) {
-    for (int l = 0; l <= 3; ++l) {
+    for (int l = 0; l < kSimdLevels; ++l) {
       if (std::strcmp(env, simd_level_name(static_cast<SimdLevel>(l))) == 0) {
         want = static_cast<SimdLevel>(l);
       }
@@ -73,6 +106,9 @@ KernelTable make_table(SimdLevel level) {
     case SimdLevel::kAvx512Vnni:
       fill_avx512vnni_kernels(&t);
       break;
+    case SimdLevel::kAmx:
+      fill_amx_kernels(&t);
+      break;
   }
   if (level != SimdLevel::kScalar) fill_avx2_attention(&t);  // every level from AVX2 up
   if (level >= SimdLevel::kAvx512) fill_avx512_attention(&t);
@@ -97,6 +133,10 @@ const KernelTable* kernel_table(SimdLevel level) {
       return &t;
     }
     case SimdLevel::kAvx512Vnni: {
+      static const KernelTable t = make_table(level);
+      return &t;
+    }
+    case SimdLevel::kAmx: {
       static const KernelTable t = make_table(level);
       return &t;
     }

@@ -27,7 +27,8 @@ using TileFn = void (*)(int64_t n, const void* w, size_t w_stride, int n_rows, c
 // quant::activation_type's format; a kernel may reorder elements inside a block).
 using QuantizeActFn = void (*)(const float* x, void* y, int64_t n);
 
-enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3 };
+enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3, kAmx = 4 };
+constexpr int kSimdLevels = 5;  // scalar .. amx
 
 // Attention kernels (see Context::widen_rows / attention_step in compute.h).
 using WidenRowsFn = void (*)(const KvRows& src, int64_t n_rows, int64_t width, float* out);
@@ -53,7 +54,7 @@ struct KernelTable {
 // The table for `level`, or nullptr when this build or this CPU lacks it.
 const KernelTable* kernel_table(SimdLevel level);
 // The best level this CPU supports, or the one HYPURA_SIMD names (scalar|avx2|avx512|
-// avx512vnni; an unsupported request falls back to the best supported level below it).
+// avx512vnni|amx; an unsupported request falls back to the best supported level below it).
 SimdLevel default_simd_level();
 const char* simd_level_name(SimdLevel level);
 bool cpu_supports(SimdLevel level);
@@ -69,6 +70,8 @@ const KernelTable& scalar_kernels();
 void fill_avx2_kernels(KernelTable* table);
 void fill_avx512_kernels(KernelTable* table);
 void fill_avx512vnni_kernels(KernelTable* table);
+// avx512vnni with the Q4_K / Q5_K products on the AMX tile unit (kernels_amx.cc).
+void fill_amx_kernels(KernelTable* table);
 // The AVX2 + FMA + F16C attention kernels and the int8 peak probe, used by every level
 // from AVX2 up; the AVX-512 levels then take the AVX-512 attention kernels.
 void fill_avx2_attention(KernelTable* table);

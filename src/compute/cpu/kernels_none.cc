@@ -7,6 +7,7 @@ namespace hypura::compute {
 void fill_avx2_kernels(KernelTable*) {}
 void fill_avx512_kernels(KernelTable*) {}
 void fill_avx512vnni_kernels(KernelTable*) {}
+void fill_amx_kernels(KernelTable*) {}
 void fill_avx2_attention(KernelTable*) {}
 void fill_avx512_attention(KernelTable*) {}
 

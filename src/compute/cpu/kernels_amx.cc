@@ -1,0 +1,506 @@
+// AMX kernels (Intel Advanced Matrix Extensions, INT8 tiles; Sapphire Rapids and later):
+// the avx512vnni table with the Q4_K / Q5_K products moved onto the tile unit. Built with
+// -mamx-tile -mamx-int8 on top of the AVX-512 VNNI flags; dispatch.cc selects it only where
+// CPUID reports AMX and the kernel grants this process the tile state (arch_prctl).
+//
+// One TDPBUSD multiplies a 16 x 64 byte tile of unsigned weights by a 16 x 64 byte tile of
+// signed activations laid out four bytes per token ("VNNI layout"), accumulating a 16 x 16
+// int32 tile: 16384 multiply-accumulates in one instruction, against 64 for vpdpbusd. The
+// tile unit has no per-sub-block scales, so they are folded into the weights: a Q4_K
+// scale s (6 bits) is split as s = 8 * s_hi + s_lo (3 bits each) and the weight tiles hold
+// q * s_hi and q * s_lo (at most 15 * 7 = 105, or 31 * 7 = 217 for Q5_K: still a byte).
+// Two accumulators then give a super-block's exact integer dot
+//   T = sum_k q_k * s_j(k) * y_k = 8 * C_hi + C_lo
+// and the minimums' dot M = sum_j m_j * bsum_j comes from the Q8_K per-16 sums (vpmaddwd).
+//
+// Arithmetic of one output (row r, token t), the same whatever the tile shape, the tile's
+// position, the number of tokens and the thread (batch invariance, kernels.h):
+//   acc = 0; for each super-block i in order:
+//     acc = fma(float(T_i), d_i * dy_i, acc); acc = fnmadd(float(M_i), dmin_i * dy_i, acc)
+// T_i and M_i are exact integers. Up to kMaxVectorTokens tokens run on the vector unit
+// (vpdpwssd, T reduced over 16 lanes per row) with the float steps vectorised over rows;
+// more run on the tile unit with them vectorised over tokens: the same operations on each
+// element either way. This differs
+// from the avx512vnni table's order (there each super-block's integer dot is split over 16
+// lanes), so the two levels agree within the kernel tolerances, not bit for bit.
+//
+// Every function lives in an anonymous namespace (see tile_common.h).
+#include "compute/cpu/kernels_avx512_impl.h"
+
+namespace hypura::compute {
+namespace {
+
+constexpr int kRowsPerTile = 16;  // weight rows of an A tile (and of a C tile)
+constexpr int kToksPerTile = 16;  // tokens of a B tile (columns of a C tile)
+constexpr int kMaxRowTiles = 4;   // Context's kRowBlock (64) / 16
+constexpr int kMaxTokTiles = 4;   // Context's kTokBlock (64) / 16
+constexpr int kChunks = 4;        // 64-element chunks of a super-block (one TDPBUSD each)
+constexpr int kTileBytes = 1024;  // 16 rows x 64 bytes
+// Up to this many tokens the products run on the vector unit (vpdpwssd), above it on the
+// tile unit: preparing weight tiles costs more than the tile unit saves for few tokens.
+constexpr int kMaxVectorTokens = 8;
+
+// Tile registers: C hi/lo of token tile 0 in tmm0/1, of token tile 1 in tmm2/3, weight
+// tiles hi/lo in tmm4/5, activation tiles in tmm6/7 (two token tiles share each weight
+// tile load). GCC's tile intrinsics paste their register operands into the assembly text,
+// so the calls below spell these numbers out.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Every tile 16 rows x 64 bytes: C 16 x 16 int32, A 16 rows x 64 quants, B 16 x (16
+// tokens x 4 quants).
+const TileConfig& tile_config() {
+  static const TileConfig config = [] {
+    TileConfig c;
+    for (int t = 0; t < 8; ++t) {
+      c.rows[t] = 16;
+      c.colsb[t] = 64;
+    }
+    return c;
+  }();
+  return config;
+}
+
+// The per-row figures of one super-block for the float steps: d, dmin and the minimums in
+// pairs (m_{2p} | m_{2p+1} << 16, for vpmaddwd with the activation sums).
+struct RowMeta {
+  alignas(64) float d[kRowsPerTile];
+  alignas(64) float dmin[kRowsPerTile];
+  alignas(64) int32_t min_pair[4][kRowsPerTile];
+};
+
+// A row tile's weights of one super-block for the tile unit: chunk c's quants times the
+// high and the low three bits of their sub-block scales, rows padded with zeros.
+struct RowTile {
+  alignas(64) uint8_t a_hi[kChunks][kTileBytes];
+  alignas(64) uint8_t a_lo[kChunks][kTileBytes];
+  RowMeta meta;
+};
+
+// A token tile's activations of one super-block: VNNI layout (b[c] row k holds quants
+// 64c + 4k .. 64c + 4k + 3 of each token), the scales and the 32-element sums in pairs.
+struct TokTile {
+  alignas(64) int8_t b[kChunks][kTileBytes];
+  alignas(64) float d[kToksPerTile];
+  alignas(64) int32_t sum_pair[4][kToksPerTile];
+};
+
+// Integer C tiles of one job (two token tiles: hi, lo, hi, lo), stored for the float steps.
+struct CTiles {
+  alignas(64) int32_t c[4][kRowsPerTile * kToksPerTile];
+};
+
+struct Scratch {
+  RowTile rows[2];                // double-buffered: the next step's are written while
+  TokTile toks[2][kMaxTokTiles];  // the tile unit reads the current ones
+  CTiles c[2];
+  alignas(64) float acc[kMaxRowTiles][kMaxTokTiles][kRowsPerTile * kToksPerTile];  // [r][t]
+  alignas(64) int32_t isum[kMaxVectorTokens][kRowsPerTile][16];  // vector path, per row
+  RowMeta meta;                                                  // vector path
+  alignas(64) float acc_rows[kMaxVectorTokens][kRowsPerTile];
+};
+
+thread_local Scratch scratch;
+
+// ---- weights ----
+
+template <bool kFive>
+using BlockK4 = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
+
+// The activations are Q8_K blocks in nibble order (kernels_avx512_impl.h: sub-blocks stored
+// 0, 2, 1, 3, 4, 6, 5, 7), so the 64-byte chunk k of a block's quants meets the low (k even)
+// or high (k odd) nibbles of qs[64 (k / 2) ..] without a shuffle: sub-blocks (0 | 2),
+// (1 | 3), (4 | 6), (5 | 7). kChunkScales[k] selects their scale words.
+const __m512i kChunkScales[kChunks] = {lane_words(0, 0, 2, 2), lane_words(1, 1, 3, 3),
+                                       lane_words(4, 4, 6, 6), lane_words(5, 5, 7, 7)};
+
+// A block's quants as four 64-byte chunks (bytes 0..15, or 0..31 with Q5_K's fifth bit).
+template <bool kFive>
+inline void block_quants(const BlockK4<kFive>& b, __m512i* W) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int h = 0; h < 2; ++h) {
+    const __m512i q = load512(b.qs + 64 * h);
+    W[2 * h] = _mm512_and_si512(q, m4);
+    W[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+  }
+  if constexpr (kFive) {
+    const __m512i qh = _mm512_broadcast_i64x4(load256(b.qh));
+    const __m512i hbit[4] = {halves8(1, 4), halves8(2, 8), halves8(16, 64), halves8(32, 128)};
+    for (int k = 0; k < kChunks; ++k) {
+      W[k] = _mm512_or_si512(
+          W[k], _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(qh, hbit[k]), _mm512_set1_epi8(0x10)));
+    }
+  }
+}
+
+// Row r's d, dmin and minimum pairs; returns the eight 6-bit scales as bytes.
+template <bool kFive>
+inline uint64_t row_meta(const BlockK4<kFive>& b, int r, RowMeta* meta) {
+  uint64_t sc8, m8;
+  unpack_k4(b.scales, &sc8, &m8);
+  uint32_t dd;
+  std::memcpy(&dd, &b.d, 4);  // d and dmin are adjacent halves
+  const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd)));
+  meta->d[r] = _mm_cvtss_f32(dm);
+  meta->dmin[r] = _mm_cvtss_f32(_mm_movehdup_ps(dm));
+  // The minimums in the activations' sub-block order, each byte widened to a word.
+  const uint64_t mb = nibble_order_bytes(m8);
+  const uint64_t lo = _pdep_u64(mb, 0x00FF00FF00FF00FFull),
+                 hi = _pdep_u64(mb >> 32, 0x00FF00FF00FF00FFull);
+  meta->min_pair[0][r] = static_cast<int32_t>(lo);
+  meta->min_pair[1][r] = static_cast<int32_t>(lo >> 32);
+  meta->min_pair[2][r] = static_cast<int32_t>(hi);
+  meta->min_pair[3][r] = static_cast<int32_t>(hi >> 32);
+  return sc8;
+}
+
+inline void zero_meta(int r, RowMeta* meta) {
+  meta->d[r] = meta->dmin[r] = 0.0f;
+  for (int p = 0; p < 4; ++p) meta->min_pair[p][r] = 0;
+}
+
+inline __m512i scale_words(uint64_t bytes) {
+  return _mm512_castsi128_si512(
+      _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(bytes))));
+}
+
+// Row r of the tile unit's weights from block b. A 16-bit multiply of two packed quants by
+// s <= 7 never carries out of the low byte (31 * 7 < 256).
+template <bool kFive>
+inline void prepare_row(const BlockK4<kFive>& b, int r, RowTile* rt) {
+  const uint64_t sc8 = row_meta<kFive>(b, r, &rt->meta);
+  const __m512i lo_w = scale_words(sc8 & 0x0707070707070707ull);
+  const __m512i hi_w = scale_words((sc8 >> 3) & 0x0707070707070707ull);
+  __m512i W[kChunks];
+  block_quants<kFive>(b, W);
+  for (int c = 0; c < kChunks; ++c) {
+    const __m512i idx = kChunkScales[c];
+    _mm512_store_si512(rt->a_lo[c] + 64 * r,
+                       _mm512_mullo_epi16(W[c], _mm512_permutexvar_epi16(idx, lo_w)));
+    _mm512_store_si512(rt->a_hi[c] + 64 * r,
+                       _mm512_mullo_epi16(W[c], _mm512_permutexvar_epi16(idx, hi_w)));
+  }
+}
+
+// Asks for the cache lines of the block `ahead` bytes after b into L2. The kernels below
+// walk 16 rows at once, so one row's prefetch_ahead (a few KiB further along the row)
+// would run into the next rows, already in use, and leave the next tile's first blocks to
+// miss; they ask for the same block one tile (or one super-block) ahead instead.
+template <class Block>
+inline void prefetch_block(const Block* b, size_t ahead) {
+  const char* p = reinterpret_cast<const char*>(b) + ahead;
+  for (size_t l = 0; l < sizeof(Block); l += 64) _mm_prefetch(p + l, _MM_HINT_T1);
+}
+
+// Rows [0, n) of super-block i (rows w_stride bytes apart); rows past n are zero.
+template <bool kFive>
+void prepare_rows(const uint8_t* w, size_t w_stride, int n, int64_t i, RowTile* rt) {
+  for (int r = 0; r < n; ++r) {
+    const auto* b = reinterpret_cast<const BlockK4<kFive>*>(w + r * w_stride) + i;
+    prefetch_block(b, 2 * sizeof(*b));
+    prepare_row<kFive>(*b, r, rt);
+  }
+  for (int r = n; r < kRowsPerTile; ++r) {
+    for (int c = 0; c < kChunks; ++c) {
+      _mm512_store_si512(rt->a_lo[c] + 64 * r, _mm512_setzero_si512());
+      _mm512_store_si512(rt->a_hi[c] + 64 * r, _mm512_setzero_si512());
+    }
+    zero_meta(r, &rt->meta);
+  }
+}
+
+// ---- activations ----
+
+// The 16 x 16 dword transpose: v[k] dword t becomes v[t] dword k.
+inline void transpose16(__m512i* v) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+  }
+  // u[4g + j], 128-bit lane L: column 4L + j of rows 4g .. 4g + 3.
+  for (int g = 0; g < 4; ++g) {
+    u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512i a = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44);
+    const __m512i b = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44);
+    const __m512i c = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
+    const __m512i d = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+    v[j] = _mm512_shuffle_i32x4(a, b, 0x88);
+    v[4 + j] = _mm512_shuffle_i32x4(a, b, 0xDD);
+    v[8 + j] = _mm512_shuffle_i32x4(c, d, 0x88);
+    v[12 + j] = _mm512_shuffle_i32x4(c, d, 0xDD);
+  }
+}
+
+// Pair p of a Q8_K block's 32-element sums: bsum_{2p} | bsum_{2p+1} << 16.
+inline int32_t sum_pair(const BlockQ8_K& y, int p) {
+  const int lo = y.bsums[4 * p] + y.bsums[4 * p + 1];
+  const int hi = y.bsums[4 * p + 2] + y.bsums[4 * p + 3];
+  return static_cast<int32_t>(static_cast<uint16_t>(lo) | (static_cast<uint32_t>(hi) << 16));
+}
+
+// Tokens [0, n) of super-block i into the VNNI layout; missing tokens are zero.
+void prepare_tokens(const uint8_t* x, size_t x_stride, int n, int64_t i, TokTile* tt) {
+  const BlockQ8_K* y[kToksPerTile];
+  for (int t = 0; t < n; ++t) y[t] = reinterpret_cast<const BlockQ8_K*>(x + t * x_stride) + i;
+  for (int c = 0; c < kChunks; ++c) {
+    __m512i v[16];
+    for (int t = 0; t < 16; ++t) v[t] = t < n ? load512(y[t]->qs + 64 * c) : _mm512_setzero_si512();
+    transpose16(v);
+    for (int k = 0; k < 16; ++k) _mm512_store_si512(tt->b[c] + 64 * k, v[k]);
+  }
+  for (int t = 0; t < kToksPerTile; ++t) {
+    tt->d[t] = t < n ? y[t]->d : 0.0f;
+    for (int p = 0; p < 4; ++p) tt->sum_pair[p][t] = t < n ? sum_pair(*y[t], p) : 0;
+  }
+}
+
+// ---- the float steps ----
+
+// Tile unit form, vectors over the 16 tokens of a tile: c_hi / c_lo are C tiles [r][t].
+inline void accumulate_tokens(const RowMeta& rm, const TokTile& tt, const int32_t* c_hi,
+                              const int32_t* c_lo, float* acc) {
+  const __m512 dy = _mm512_load_ps(tt.d);
+  __m512i sums[4];
+  for (int p = 0; p < 4; ++p) sums[p] = _mm512_load_si512(tt.sum_pair[p]);
+  for (int r = 0; r < kRowsPerTile; ++r) {
+    const __m512i t_int = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c_hi + 16 * r), 3),
+                                           _mm512_load_si512(c_lo + 16 * r));
+    __m512i m_int = _mm512_madd_epi16(sums[0], _mm512_set1_epi32(rm.min_pair[0][r]));
+    for (int p = 1; p < 4; ++p)
+      m_int =
+          _mm512_add_epi32(m_int, _mm512_madd_epi16(sums[p], _mm512_set1_epi32(rm.min_pair[p][r])));
+    const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(rm.d[r]), dy);
+    const __m512 dm = _mm512_mul_ps(_mm512_set1_ps(rm.dmin[r]), dy);
+    __m512 a = _mm512_load_ps(acc + 16 * r);
+    a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t_int), dd, a);
+    a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m_int), dm, a);
+    _mm512_store_ps(acc + 16 * r, a);
+  }
+}
+
+// Vector unit form, one token, vectors over the 16 rows: t_int holds each row's T.
+inline void accumulate_rows(const RowMeta& rm, const BlockQ8_K& y, __m512i t_int, float* acc) {
+  __m512i m_int =
+      _mm512_madd_epi16(_mm512_load_si512(rm.min_pair[0]), _mm512_set1_epi32(sum_pair(y, 0)));
+  for (int p = 1; p < 4; ++p)
+    m_int = _mm512_add_epi32(m_int, _mm512_madd_epi16(_mm512_load_si512(rm.min_pair[p]),
+                                                      _mm512_set1_epi32(sum_pair(y, p))));
+  const __m512 dy = _mm512_set1_ps(y.d);
+  const __m512 dd = _mm512_mul_ps(_mm512_load_ps(rm.d), dy);
+  const __m512 dm = _mm512_mul_ps(_mm512_load_ps(rm.dmin), dy);
+  __m512 a = _mm512_load_ps(acc);
+  a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t_int), dd, a);
+  a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m_int), dm, a);
+  _mm512_store_ps(acc, a);
+}
+
+// Lane r of the result: the sum of the 16 lanes of v[r] (exact in integers).
+inline __m512i reduce16(const int32_t (*v)[16]) {
+  __m512i x[8], y[4], z[2];
+  for (int i = 0; i < 8; ++i) {  // lanes 0-7: row 2i folded to 8, lanes 8-15: row 2i + 1
+    const __m512i a = _mm512_load_si512(v[2 * i]), b = _mm512_load_si512(v[2 * i + 1]);
+    x[i] = _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, 0x44), _mm512_shuffle_i64x2(a, b, 0xEE));
+  }
+  for (int i = 0; i < 4; ++i)  // 128-bit lane L: row 4i + L folded to 4
+    y[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(x[2 * i], x[2 * i + 1], 0x88),
+                            _mm512_shuffle_i32x4(x[2 * i], x[2 * i + 1], 0xDD));
+  for (int i = 0; i < 2; ++i)  // lane L: rows 8i + L, 8i + 4 + L folded to 2 each
+    z[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(y[2 * i], y[2 * i + 1]),
+                            _mm512_unpackhi_epi64(y[2 * i], y[2 * i + 1]));
+  const __m512 e = _mm512_shuffle_ps(_mm512_castsi512_ps(z[0]), _mm512_castsi512_ps(z[1]), 0x88);
+  const __m512 o = _mm512_shuffle_ps(_mm512_castsi512_ps(z[0]), _mm512_castsi512_ps(z[1]), 0xDD);
+  // Lane 4L + j now holds row 4j + L.
+  const __m512i f = _mm512_add_epi32(_mm512_castps_si512(e), _mm512_castps_si512(o));
+  const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  return _mm512_permutexvar_epi32(order, f);
+}
+
+// ---- tile functions ----
+
+// Few tokens on the vector unit: per super-block each of 16 rows is unpacked once and its
+// scaled dot with every token kept as 16 lanes; reduce16 then gives T for all 16 rows.
+template <bool kFive>
+void tile_vector(int64_t n, const uint8_t* w, size_t w_stride, int n_rows, const uint8_t* x,
+                 size_t x_stride, int n_tok, float* y, size_t y_stride) {
+  Scratch& s = scratch;
+  for (int r0 = 0; r0 < n_rows; r0 += kRowsPerTile) {
+    const int nr = std::min(kRowsPerTile, n_rows - r0);
+    std::memset(s.acc_rows, 0, sizeof(s.acc_rows));
+    for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
+      for (int r = 0; r < kRowsPerTile; ++r) {
+        if (r >= nr) {
+          zero_meta(r, &s.meta);
+          for (int t = 0; t < n_tok; ++t) _mm512_store_si512(s.isum[t][r], _mm512_setzero_si512());
+          continue;
+        }
+        const auto& b = reinterpret_cast<const BlockK4<kFive>*>(w + (r0 + r) * w_stride)[i];
+        prefetch_block(&b, kRowsPerTile * w_stride);
+        const __m512i sw = scale_words(row_meta<kFive>(b, r, &s.meta));
+        __m512i W[kChunks], S[kChunks];
+        block_quants<kFive>(b, W);
+        for (int c = 0; c < kChunks; ++c) S[c] = _mm512_permutexvar_epi16(kChunkScales[c], sw);
+        for (int t = 0; t < n_tok; ++t) {
+          const int8_t* yq = reinterpret_cast<const BlockQ8_K*>(x + t * x_stride)[i].qs;
+          __m512i isum = dot_scaled_first(W[0], load512(yq), S[0]);
+          for (int c = 1; c < kChunks; ++c)
+            isum = dot_scaled(isum, W[c], load512(yq + 64 * c), S[c]);
+          _mm512_store_si512(s.isum[t][r], isum);
+        }
+      }
+      for (int t = 0; t < n_tok; ++t) {
+        const auto& yb = reinterpret_cast<const BlockQ8_K*>(x + t * x_stride)[i];
+        accumulate_rows(s.meta, yb, reduce16(s.isum[t]), s.acc_rows[t]);
+      }
+    }
+    for (int t = 0; t < n_tok; ++t)
+      for (int r = 0; r < nr; ++r) y[t * y_stride + r0 + r] = s.acc_rows[t][r];
+  }
+}
+
+// One job of the tile unit: token tiles tt0 (and tt0 + 1 when `pair`) against a row
+// tile, one super-block, into the C tiles of `out`.
+inline void multiply_job(const RowTile& rt, const TokTile* toks, int tt0, bool pair, CTiles* out) {
+  _tile_zero(0);
+  _tile_zero(1);
+  if (pair) {
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  for (int c = 0; c < kChunks; ++c) {
+    _tile_loadd(6, toks[tt0].b[c], 64);
+    _tile_loadd(4, rt.a_hi[c], 64);
+    _tile_loadd(5, rt.a_lo[c], 64);
+    _tile_dpbusd(0, 4, 6);
+    _tile_dpbusd(1, 5, 6);
+    if (pair) {
+      _tile_loadd(7, toks[tt0 + 1].b[c], 64);
+      _tile_dpbusd(2, 4, 7);
+      _tile_dpbusd(3, 5, 7);
+    }
+  }
+  _tile_stored(0, out->c[0], 64);
+  _tile_stored(1, out->c[1], 64);
+  if (pair) {
+    _tile_stored(2, out->c[2], 64);
+    _tile_stored(3, out->c[3], 64);
+  }
+}
+
+// A job whose C tiles wait for their float steps: they run one job later, so the vector
+// loads of the C tiles do not wait on the tile stores, nor the tile loads on the vector
+// stores that prepared them (such round trips through memory stall for tens of cycles).
+struct Pending {
+  const CTiles* c = nullptr;
+  const RowMeta* rows = nullptr;
+  const TokTile* toks = nullptr;  // the job's first token tile
+  float* acc[2] = {};             // its accumulators (the second: pair only)
+};
+
+inline void finish(const Pending& p) {
+  if (!p.c) return;
+  accumulate_tokens(*p.rows, p.toks[0], p.c->c[0], p.c->c[1], p.acc[0]);
+  if (p.acc[1]) accumulate_tokens(*p.rows, p.toks[1], p.c->c[2], p.c->c[3], p.acc[1]);
+}
+
+// Many tokens on the tile unit. Steps (super-block, row tile) in order; each step's jobs
+// take the token tiles in pairs. The next step's weight tiles (and at a super-block's
+// last row tile, the next super-block's activation tiles) are prepared after the step's
+// first job, into the other buffer.
+template <bool kFive>
+void tile_matrix(int64_t n, const uint8_t* w, size_t w_stride, int n_rows, const uint8_t* x,
+                 size_t x_stride, int n_tok, float* y, size_t y_stride) {
+  _tile_loadconfig(&tile_config());
+  Scratch& s = scratch;
+  const int n_rt = (n_rows + kRowsPerTile - 1) / kRowsPerTile;
+  const int n_tt = (n_tok + kToksPerTile - 1) / kToksPerTile;
+  const int64_t n_sb = n / quant::kQK_K;
+  for (int rt = 0; rt < n_rt; ++rt)
+    for (int tt = 0; tt < n_tt; ++tt) std::memset(s.acc[rt][tt], 0, sizeof(s.acc[rt][tt]));
+  auto prep_rows = [&](int64_t i, int rt, RowTile* dst) {
+    prepare_rows<kFive>(w + rt * kRowsPerTile * w_stride, w_stride,
+                        std::min(kRowsPerTile, n_rows - rt * kRowsPerTile), i, dst);
+  };
+  auto prep_toks = [&](int64_t i, TokTile* dst) {
+    for (int tt = 0; tt < n_tt; ++tt)
+      prepare_tokens(x + tt * kToksPerTile * x_stride, x_stride,
+                     std::min(kToksPerTile, n_tok - tt * kToksPerTile), i, &dst[tt]);
+  };
+  prep_toks(0, s.toks[0]);
+  prep_rows(0, 0, &s.rows[0]);
+  Pending pending;
+  int slot = 0;
+  const int64_t n_steps = n_sb * n_rt;
+  for (int64_t step = 0; step < n_steps; ++step) {
+    const int64_t i = step / n_rt;
+    const int rt = static_cast<int>(step % n_rt);
+    const RowTile& rows = s.rows[step & 1];
+    const TokTile* toks = s.toks[i & 1];
+    for (int tt = 0; tt < n_tt; tt += 2) {
+      const bool pair = tt + 1 < n_tt;
+      multiply_job(rows, toks, tt, pair, &s.c[slot]);
+      finish(pending);
+      pending = Pending{
+          &s.c[slot], &rows.meta, toks + tt, {s.acc[rt][tt], pair ? s.acc[rt][tt + 1] : nullptr}};
+      slot ^= 1;
+      if (tt == 0 && step + 1 < n_steps) {
+        const int64_t ni = (step + 1) / n_rt;
+        prep_rows(ni, static_cast<int>((step + 1) % n_rt), &s.rows[(step + 1) & 1]);
+        if (ni != i) prep_toks(ni, s.toks[ni & 1]);
+      }
+    }
+  }
+  finish(pending);
+  for (int rt = 0; rt < n_rt; ++rt)
+    for (int tt = 0; tt < n_tt; ++tt)
+      for (int r = 0; r < std::min(kRowsPerTile, n_rows - rt * kRowsPerTile); ++r)
+        for (int t = 0; t < std::min(kToksPerTile, n_tok - tt * kToksPerTile); ++t)
+          y[(tt * kToksPerTile + t) * y_stride + rt * kRowsPerTile + r] =
+              s.acc[rt][tt][kToksPerTile * r + t];
+}
+
+template <bool kFive>
+void tile_k4_amx(int64_t n, const void* w, size_t w_stride, int n_rows, const void* x,
+                 size_t x_stride, int n_tok, float* y, size_t y_stride) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* xb = static_cast<const uint8_t*>(x);
+  // Context calls with at most 64 rows and 64 tokens; larger calls are cut here.
+  for (int r0 = 0; r0 < n_rows; r0 += kMaxRowTiles * kRowsPerTile) {
+    const int nr = std::min(kMaxRowTiles * kRowsPerTile, n_rows - r0);
+    for (int t0 = 0; t0 < n_tok;) {
+      const int left = n_tok - t0;
+      const int nt = left <= kMaxVectorTokens ? left : std::min(kMaxTokTiles * kToksPerTile, left);
+      const uint8_t* wr = wb + r0 * w_stride;
+      const uint8_t* xt = xb + t0 * x_stride;
+      float* yt = y + t0 * y_stride + r0;
+      if (nt <= kMaxVectorTokens) {
+        tile_vector<kFive>(n, wr, w_stride, nr, xt, x_stride, nt, yt, y_stride);
+      } else {
+        tile_matrix<kFive>(n, wr, w_stride, nr, xt, x_stride, nt, yt, y_stride);
+      }
+      t0 += nt;
+    }
+  }
+}
+
+}  // namespace
+
+void fill_amx_kernels(KernelTable* table) {
+  fill_avx512_table(table);
+  table->tile[static_cast<int>(gguf::GgmlType::Q4_K)] = tile_k4_amx<false>;
+  table->tile[static_cast<int>(gguf::GgmlType::Q5_K)] = tile_k4_amx<true>;
+  table->quantize_act[static_cast<int>(gguf::GgmlType::Q4_K)] = quantize_q8_k_nibble_order;
+  table->quantize_act[static_cast<int>(gguf::GgmlType::Q5_K)] = quantize_q8_k_nibble_order;
+}
+
+}  // namespace hypura::compute
