@@ -20,6 +20,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 
 #include "cli/batch_bench.h"
 #include "cli/command.h"
@@ -500,8 +501,9 @@ int run_bench(const BenchArgs& a) {
   if (int8_peak > 0) {
     std::printf(
         "\nreference: int8 dot-product peak %.1f GMAC/s = %.1f GFLOP/s on %d threads (%s, "
-        "register-only maddubs/madd loop)\n",
-        int8_peak / 1e9, 2 * int8_peak / 1e9, threads, ctx->simd_name());
+        "register-only %s loop)\n",
+        int8_peak / 1e9, 2 * int8_peak / 1e9, threads, ctx->simd_name(),
+        std::string_view(ctx->simd_name()) == "amx" ? "TDPBUSD" : "maddubs/madd");
   }
   if (gpu_copy_bps > 0) {
     std::printf(

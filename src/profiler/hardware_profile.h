@@ -32,7 +32,7 @@ struct CpuProfile {
   std::string model;  // "Intel(R) Xeon(R) Processor"
   int physical_cores = 0;
   int logical_cores = 0;
-  std::string simd;                // best level: "scalar", "avx2", "avx512", "avx512vnni"
+  std::string simd;                // best level: "scalar", "avx2", "avx512", "avx512vnni", "amx"
   std::vector<std::string> flags;  // the SIMD features seen ("avx2", "fma", "avx512f", ...)
   std::vector<DecodeRate> decode;  // per weight type (empty: not measured, older profiles)
 

@@ -121,10 +121,13 @@ CpuProfile probe_cpu() {
   auto has = [&](const char* n) {
     return std::find(c.flags.begin(), c.flags.end(), n) != c.flags.end();
   };
-  c.simd = has("avx512vnni") && has("avx512bw") ? "avx512vnni"
-           : has("avx512f") && has("avx512bw")  ? "avx512"
-           : has("avx2") && has("fma")          ? "avx2"
-                                                : "scalar";
+  // The kernels' level (compute/cpu/dispatch.cc) needs the kernel's grant of the AMX tile
+  // state too; the flag alone is what a VM that hides AMX would not show.
+  c.simd = has("amx") && has("avx512vnni") && has("avx512bw") ? "amx"
+           : has("avx512vnni") && has("avx512bw")             ? "avx512vnni"
+           : has("avx512f") && has("avx512bw")                ? "avx512"
+           : has("avx2") && has("fma")                        ? "avx2"
+                                                              : "scalar";
   return c;
 }
 

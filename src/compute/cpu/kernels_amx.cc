@@ -1,28 +1,27 @@
 // AMX kernels (Intel Advanced Matrix Extensions, INT8 tiles; Sapphire Rapids and later):
-// the avx512vnni table with the Q4_K / Q5_K products moved onto the tile unit. Built with
-// -mamx-tile -mamx-int8 on top of the AVX-512 VNNI flags; dispatch.cc selects it only where
-// CPUID reports AMX and the kernel grants this process the tile state (arch_prctl).
+// the avx512vnni table with the K-quant products of Q4_K_M files (Q4_K, Q5_K, Q6_K) moved
+// onto the tile unit. Built with -mamx-tile -mamx-int8 on top of the AVX-512 VNNI flags;
+// dispatch.cc selects it only where CPUID reports AMX and the kernel grants this process
+// the tile state (arch_prctl).
 //
-// One TDPBUSD multiplies a 16 x 64 byte tile of unsigned weights by a 16 x 64 byte tile of
-// signed activations laid out four bytes per token ("VNNI layout"), accumulating a 16 x 16
-// int32 tile: 16384 multiply-accumulates in one instruction, against 64 for vpdpbusd. The
-// tile unit has no per-sub-block scales, so they are folded into the weights: a Q4_K
-// scale s (6 bits) is split as s = 8 * s_hi + s_lo (3 bits each) and the weight tiles hold
-// q * s_hi and q * s_lo (at most 15 * 7 = 105, or 31 * 7 = 217 for Q5_K: still a byte).
-// Two accumulators then give a super-block's exact integer dot
-//   T = sum_k q_k * s_j(k) * y_k = 8 * C_hi + C_lo
-// and the minimums' dot M = sum_j m_j * bsum_j comes from the Q8_K per-16 sums (vpmaddwd).
+// One TDPBUSD multiplies a 16 x 64 byte tile of weights by a 16 x 64 byte tile of
+// activations laid out four bytes per token ("VNNI layout"), accumulating a 16 x 16 int32
+// tile: 16384 multiply-accumulates in one instruction, against 64 for vpdpbusd. The tile
+// unit has no per-sub-block scales, so they are folded into the weights in small digits
+// whose products with the quants stay within a byte, one weight tile per digit (K4, K6
+// below); the C tiles' weighted sum is then each super-block's exact integer dot T (and,
+// for Q4_K / Q5_K, the minimums' dot M from the Q8_K per-16 sums).
 //
 // Arithmetic of one output (row r, token t), the same whatever the tile shape, the tile's
 // position, the number of tokens and the thread (batch invariance, kernels.h):
 //   acc = 0; for each super-block i in order:
 //     acc = fma(float(T_i), d_i * dy_i, acc); acc = fnmadd(float(M_i), dmin_i * dy_i, acc)
-// T_i and M_i are exact integers. Up to kMaxVectorTokens tokens run on the vector unit
-// (vpdpwssd, T reduced over 16 lanes per row) with the float steps vectorised over rows;
-// more run on the tile unit with them vectorised over tokens: the same operations on each
-// element either way. This differs
-// from the avx512vnni table's order (there each super-block's integer dot is split over 16
-// lanes), so the two levels agree within the kernel tolerances, not bit for bit.
+// (Q6_K: no M step). T_i and M_i are exact integers. Up to kMaxVectorTokens tokens run on
+// the vector unit (vpdpwssd, T reduced over 16 lanes per row) with the float steps
+// vectorised over rows; more run on the tile unit with them vectorised over tokens: the
+// same operations on each element either way. This differs from the avx512vnni table's
+// order (there each super-block's integer dot is split over 16 lanes), so the two levels
+// agree within the kernel tolerances, not bit for bit.
 //
 // Every function lives in an anonymous namespace (see tile_common.h).
 #include "compute/cpu/kernels_avx512_impl.h"
@@ -34,16 +33,12 @@ constexpr int kRowsPerTile = 16;  // weight rows of an A tile (and of a C tile)
 constexpr int kToksPerTile = 16;  // tokens of a B tile (columns of a C tile)
 constexpr int kMaxRowTiles = 4;   // Context's kRowBlock (64) / 16
 constexpr int kMaxTokTiles = 4;   // Context's kTokBlock (64) / 16
-constexpr int kChunks = 4;        // 64-element chunks of a super-block (one TDPBUSD each)
+constexpr int kChunks = 4;        // 64-element chunks of a super-block (one product each)
 constexpr int kTileBytes = 1024;  // 16 rows x 64 bytes
 // Up to this many tokens the products run on the vector unit (vpdpwssd), above it on the
 // tile unit: preparing weight tiles costs more than the tile unit saves for few tokens.
 constexpr int kMaxVectorTokens = 8;
 
-// Tile registers: C hi/lo of token tile 0 in tmm0/1, of token tile 1 in tmm2/3, weight
-// tiles hi/lo in tmm4/5, activation tiles in tmm6/7 (two token tiles share each weight
-// tile load). GCC's tile intrinsics paste their register operands into the assembly text,
-// so the calls below spell these numbers out.
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
   uint8_t start_row = 0;
@@ -74,11 +69,11 @@ struct RowMeta {
   alignas(64) int32_t min_pair[4][kRowsPerTile];
 };
 
-// A row tile's weights of one super-block for the tile unit: chunk c's quants times the
-// high and the low three bits of their sub-block scales, rows padded with zeros.
+// A row tile's weights of one super-block for the tile unit (a[i][c]: weight tile i of
+// 64-element chunk c, the format's own split of quants and scales), rows padded with zeros.
+constexpr int kMaxATiles = 5;
 struct RowTile {
-  alignas(64) uint8_t a_hi[kChunks][kTileBytes];
-  alignas(64) uint8_t a_lo[kChunks][kTileBytes];
+  alignas(64) int8_t a[kMaxATiles][kChunks][kTileBytes];
   RowMeta meta;
 };
 
@@ -90,9 +85,10 @@ struct TokTile {
   alignas(64) int32_t sum_pair[4][kToksPerTile];
 };
 
-// Integer C tiles of one job (two token tiles: hi, lo, hi, lo), stored for the float steps.
+// Integer C tiles of one job, stored for the float steps.
+constexpr int kMaxCTiles = 5;
 struct CTiles {
-  alignas(64) int32_t c[4][kRowsPerTile * kToksPerTile];
+  alignas(64) int32_t c[kMaxCTiles][kRowsPerTile * kToksPerTile];
 };
 
 struct Scratch {
@@ -107,58 +103,6 @@ struct Scratch {
 
 thread_local Scratch scratch;
 
-// ---- weights ----
-
-template <bool kFive>
-using BlockK4 = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
-
-// The activations are Q8_K blocks in nibble order (kernels_avx512_impl.h: sub-blocks stored
-// 0, 2, 1, 3, 4, 6, 5, 7), so the 64-byte chunk k of a block's quants meets the low (k even)
-// or high (k odd) nibbles of qs[64 (k / 2) ..] without a shuffle: sub-blocks (0 | 2),
-// (1 | 3), (4 | 6), (5 | 7). kChunkScales[k] selects their scale words.
-const __m512i kChunkScales[kChunks] = {lane_words(0, 0, 2, 2), lane_words(1, 1, 3, 3),
-                                       lane_words(4, 4, 6, 6), lane_words(5, 5, 7, 7)};
-
-// A block's quants as four 64-byte chunks (bytes 0..15, or 0..31 with Q5_K's fifth bit).
-template <bool kFive>
-inline void block_quants(const BlockK4<kFive>& b, __m512i* W) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  for (int h = 0; h < 2; ++h) {
-    const __m512i q = load512(b.qs + 64 * h);
-    W[2 * h] = _mm512_and_si512(q, m4);
-    W[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-  }
-  if constexpr (kFive) {
-    const __m512i qh = _mm512_broadcast_i64x4(load256(b.qh));
-    const __m512i hbit[4] = {halves8(1, 4), halves8(2, 8), halves8(16, 64), halves8(32, 128)};
-    for (int k = 0; k < kChunks; ++k) {
-      W[k] = _mm512_or_si512(
-          W[k], _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(qh, hbit[k]), _mm512_set1_epi8(0x10)));
-    }
-  }
-}
-
-// Row r's d, dmin and minimum pairs; returns the eight 6-bit scales as bytes.
-template <bool kFive>
-inline uint64_t row_meta(const BlockK4<kFive>& b, int r, RowMeta* meta) {
-  uint64_t sc8, m8;
-  unpack_k4(b.scales, &sc8, &m8);
-  uint32_t dd;
-  std::memcpy(&dd, &b.d, 4);  // d and dmin are adjacent halves
-  const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd)));
-  meta->d[r] = _mm_cvtss_f32(dm);
-  meta->dmin[r] = _mm_cvtss_f32(_mm_movehdup_ps(dm));
-  // The minimums in the activations' sub-block order, each byte widened to a word.
-  const uint64_t mb = nibble_order_bytes(m8);
-  const uint64_t lo = _pdep_u64(mb, 0x00FF00FF00FF00FFull),
-                 hi = _pdep_u64(mb >> 32, 0x00FF00FF00FF00FFull);
-  meta->min_pair[0][r] = static_cast<int32_t>(lo);
-  meta->min_pair[1][r] = static_cast<int32_t>(lo >> 32);
-  meta->min_pair[2][r] = static_cast<int32_t>(hi);
-  meta->min_pair[3][r] = static_cast<int32_t>(hi >> 32);
-  return sc8;
-}
-
 inline void zero_meta(int r, RowMeta* meta) {
   meta->d[r] = meta->dmin[r] = 0.0f;
   for (int p = 0; p < 4; ++p) meta->min_pair[p][r] = 0;
@@ -169,23 +113,264 @@ inline __m512i scale_words(uint64_t bytes) {
       _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(bytes))));
 }
 
-// Row r of the tile unit's weights from block b. A 16-bit multiply of two packed quants by
-// s <= 7 never carries out of the low byte (31 * 7 < 256).
-template <bool kFive>
-inline void prepare_row(const BlockK4<kFive>& b, int r, RowTile* rt) {
-  const uint64_t sc8 = row_meta<kFive>(b, r, &rt->meta);
-  const __m512i lo_w = scale_words(sc8 & 0x0707070707070707ull);
-  const __m512i hi_w = scale_words((sc8 >> 3) & 0x0707070707070707ull);
-  __m512i W[kChunks];
-  block_quants<kFive>(b, W);
-  for (int c = 0; c < kChunks; ++c) {
-    const __m512i idx = kChunkScales[c];
-    _mm512_store_si512(rt->a_lo[c] + 64 * r,
-                       _mm512_mullo_epi16(W[c], _mm512_permutexvar_epi16(idx, lo_w)));
-    _mm512_store_si512(rt->a_hi[c] + 64 * r,
-                       _mm512_mullo_epi16(W[c], _mm512_permutexvar_epi16(idx, hi_w)));
-  }
+// Pair p of a Q8_K block's 32-element sums: bsum_{2p} | bsum_{2p+1} << 16.
+inline int32_t sum_pair(const BlockQ8_K& y, int p) {
+  const int lo = y.bsums[4 * p] + y.bsums[4 * p + 1];
+  const int hi = y.bsums[4 * p + 2] + y.bsums[4 * p + 3];
+  return static_cast<int32_t>(static_cast<uint16_t>(lo) | (static_cast<uint32_t>(hi) << 16));
 }
+
+// ---- formats ----
+//
+// A format F gives the tile unit's side:
+//   kATiles, kCTiles       weight tiles per chunk, C tiles per token tile
+//   kPairs                 whether a job takes two token tiles (kCTiles <= 2 only)
+//   prepare_row(b, r, rt)  row r's weight tiles and meta from block b
+//   multiply(rt, toks, tt0, pair, out)      one job's tile products into out's C tiles
+//   accumulate_tokens(meta, tok, c, acc)    the float steps of C tiles c, over tokens
+// and the vector unit's:
+//   Row, unpack(b, r, meta, row)            a row's unpacked block
+//   dot(row, y)                             16 lanes whose sum is T
+//   accumulate_rows(meta, y, t_int, acc)    the float steps, over rows
+
+// Q4_K / Q5_K: T = 8 * C_hi + C_lo with weight tiles q * s_hi and q * s_lo (see the top).
+// The activations are Q8_K blocks in nibble order (kernels_avx512_impl.h: sub-blocks
+// stored 0, 2, 1, 3, 4, 6, 5, 7), so unpack_qk4's chunk k meets activation chunk k.
+template <bool kFive>
+struct K4 {
+  using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
+  static constexpr int kATiles = 2, kCTiles = 2;
+  static constexpr bool kPairs = true;
+  // Scale words of chunk k's sub-blocks (0 | 2), (1 | 3), (4 | 6), (5 | 7).
+  static inline const __m512i kScaleIndex[kChunks] = {
+      lane_words(0, 0, 2, 2), lane_words(1, 1, 3, 3), lane_words(4, 4, 6, 6),
+      lane_words(5, 5, 7, 7)};
+
+  // Row r's d, dmin and minimum pairs; returns the eight 6-bit scales as bytes.
+  static uint64_t meta(const Block& b, int r, RowMeta* m) {
+    uint64_t sc8, m8;
+    unpack_k4(b.scales, &sc8, &m8);
+    uint32_t dd;
+    std::memcpy(&dd, &b.d, 4);  // d and dmin are adjacent halves
+    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd)));
+    m->d[r] = _mm_cvtss_f32(dm);
+    m->dmin[r] = _mm_cvtss_f32(_mm_movehdup_ps(dm));
+    // The minimums in the activations' sub-block order, each byte widened to a word.
+    const uint64_t mb = nibble_order_bytes(m8);
+    const uint64_t lo = _pdep_u64(mb, 0x00FF00FF00FF00FFull),
+                   hi = _pdep_u64(mb >> 32, 0x00FF00FF00FF00FFull);
+    m->min_pair[0][r] = static_cast<int32_t>(lo);
+    m->min_pair[1][r] = static_cast<int32_t>(lo >> 32);
+    m->min_pair[2][r] = static_cast<int32_t>(hi);
+    m->min_pair[3][r] = static_cast<int32_t>(hi >> 32);
+    return sc8;
+  }
+
+  // A 16-bit multiply of two packed quants by s <= 7 never carries out of the low byte
+  // (31 * 7 < 256).
+  static void prepare_row(const Block& b, int r, RowTile* rt) {
+    const uint64_t sc8 = meta(b, r, &rt->meta);
+    const __m512i hi_w = scale_words((sc8 >> 3) & 0x0707070707070707ull);
+    const __m512i lo_w = scale_words(sc8 & 0x0707070707070707ull);
+    __m512i W[kChunks];
+    unpack_qk4<kFive>(b, W);
+    for (int c = 0; c < kChunks; ++c) {
+      const __m512i idx = kScaleIndex[c];
+      _mm512_store_si512(rt->a[0][c] + 64 * r,
+                         _mm512_mullo_epi16(W[c], _mm512_permutexvar_epi16(idx, hi_w)));
+      _mm512_store_si512(rt->a[1][c] + 64 * r,
+                         _mm512_mullo_epi16(W[c], _mm512_permutexvar_epi16(idx, lo_w)));
+    }
+  }
+
+  // C hi / lo of token tile tt0 in tmm0 / 1, of tt0 + 1 in tmm2 / 3; weight tiles in
+  // tmm4 / 5, activations in tmm6 / 7. (GCC's tile intrinsics paste their register
+  // operands into the assembly text, so the numbers are spelled out.)
+  static void multiply(const RowTile& rt, const TokTile* toks, int tt0, bool pair, CTiles* out) {
+    _tile_zero(0);
+    _tile_zero(1);
+    if (pair) {
+      _tile_zero(2);
+      _tile_zero(3);
+    }
+    for (int c = 0; c < kChunks; ++c) {
+      _tile_loadd(6, toks[tt0].b[c], 64);
+      _tile_loadd(4, rt.a[0][c], 64);
+      _tile_loadd(5, rt.a[1][c], 64);
+      _tile_dpbusd(0, 4, 6);
+      _tile_dpbusd(1, 5, 6);
+      if (pair) {
+        _tile_loadd(7, toks[tt0 + 1].b[c], 64);
+        _tile_dpbusd(2, 4, 7);
+        _tile_dpbusd(3, 5, 7);
+      }
+    }
+    _tile_stored(0, out->c[0], 64);
+    _tile_stored(1, out->c[1], 64);
+    if (pair) {
+      _tile_stored(2, out->c[2], 64);
+      _tile_stored(3, out->c[3], 64);
+    }
+  }
+
+  static void accumulate_tokens(const RowMeta& rm, const TokTile& tt, const int32_t (*c)[256],
+                                float* acc) {
+    const __m512 dy = _mm512_load_ps(tt.d);
+    __m512i sums[4];
+    for (int p = 0; p < 4; ++p) sums[p] = _mm512_load_si512(tt.sum_pair[p]);
+    for (int r = 0; r < kRowsPerTile; ++r) {
+      const __m512i t_int = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c[0] + 16 * r), 3),
+                                             _mm512_load_si512(c[1] + 16 * r));
+      __m512i m_int = _mm512_madd_epi16(sums[0], _mm512_set1_epi32(rm.min_pair[0][r]));
+      for (int p = 1; p < 4; ++p)
+        m_int = _mm512_add_epi32(m_int,
+                                 _mm512_madd_epi16(sums[p], _mm512_set1_epi32(rm.min_pair[p][r])));
+      const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(rm.d[r]), dy);
+      const __m512 dm = _mm512_mul_ps(_mm512_set1_ps(rm.dmin[r]), dy);
+      __m512 a = _mm512_load_ps(acc + 16 * r);
+      a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t_int), dd, a);
+      a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m_int), dm, a);
+      _mm512_store_ps(acc + 16 * r, a);
+    }
+  }
+
+  struct Row {
+    __m512i W[kChunks], S[kChunks];
+  };
+  static void unpack(const Block& b, int r, RowMeta* m, Row* row) {
+    const __m512i sw = scale_words(meta(b, r, m));
+    unpack_qk4<kFive>(b, row->W);
+    for (int c = 0; c < kChunks; ++c) row->S[c] = _mm512_permutexvar_epi16(kScaleIndex[c], sw);
+  }
+  static __m512i dot(const Row& row, const BlockQ8_K& y) {
+    __m512i isum = dot_scaled_first(row.W[0], load512(y.qs), row.S[0]);
+    for (int c = 1; c < kChunks; ++c)
+      isum = dot_scaled(isum, row.W[c], load512(y.qs + 64 * c), row.S[c]);
+    return isum;
+  }
+  static void accumulate_rows(const RowMeta& rm, const BlockQ8_K& y, __m512i t_int, float* acc) {
+    __m512i m_int =
+        _mm512_madd_epi16(_mm512_load_si512(rm.min_pair[0]), _mm512_set1_epi32(sum_pair(y, 0)));
+    for (int p = 1; p < 4; ++p)
+      m_int = _mm512_add_epi32(m_int, _mm512_madd_epi16(_mm512_load_si512(rm.min_pair[p]),
+                                                        _mm512_set1_epi32(sum_pair(y, p))));
+    const __m512 dy = _mm512_set1_ps(y.d);
+    const __m512 dd = _mm512_mul_ps(_mm512_load_ps(rm.d), dy);
+    const __m512 dm = _mm512_mul_ps(_mm512_load_ps(rm.dmin), dy);
+    __m512 a = _mm512_load_ps(acc);
+    a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t_int), dd, a);
+    a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m_int), dm, a);
+    _mm512_store_ps(acc, a);
+  }
+};
+
+// Q6_K: x = d * sc_j * (q - 32) with signed 8-bit sub-block scales sc_j (16 sub-blocks of
+// 16). Its scales do not split into two 3-bit halves whose products with q - 32 stay within
+// a byte, so u = sc + 128 (0..255) is written in base 4, u = sum_i 4^i u_i (u_i 0..3), and
+// the weight tiles hold (q - 32) * u_i (|.| <= 96) and q - 32 itself; with TDPBSSD
+//   T = sum_k sc (q_k - 32) y_k = 64 C_3 + 16 C_2 + 4 C_1 + C_0 - 128 C_q,
+// with no activation-sum term. Per output: acc = fma(float(T_i), d_i * dy_i, acc).
+struct K6 {
+  using Block = BlockQ6_K;
+  static constexpr int kATiles = 5, kCTiles = 5;
+  static constexpr bool kPairs = false;
+  // Scale words of chunk k: sub-block 4k + L in 128-bit lane L.
+  static inline const __m512i kScaleIndex[kChunks] = {
+      lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7), lane_words(8, 9, 10, 11),
+      lane_words(12, 13, 14, 15)};
+
+  // q * u_i never carries out of a 16-bit lane's low byte (63 * 3 < 256); subtracting
+  // 32 * u_i from each byte then gives (q - 32) * u_i.
+  static void prepare_row(const Block& b, int r, RowTile* rt) {
+    rt->meta.d[r] = h2f(b.d);
+    __m512i W[kChunks];
+    unpack_q6k(b, W);
+    const __m128i u = _mm_xor_si128(load128(b.scales), _mm_set1_epi8(static_cast<char>(0x80)));
+    __m512i digit[4], digit32[4];
+    for (int i = 0; i < 4; ++i) {
+      const __m128i ui = _mm_and_si128(_mm_srli_epi16(u, 2 * i), _mm_set1_epi8(3));
+      digit[i] = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(ui));
+      digit32[i] = _mm512_or_si512(_mm512_slli_epi16(digit[i], 5), _mm512_slli_epi16(digit[i], 13));
+    }
+    for (int c = 0; c < kChunks; ++c) {
+      const __m512i idx = kScaleIndex[c];
+      for (int i = 0; i < 4; ++i) {
+        const __m512i p = _mm512_mullo_epi16(W[c], _mm512_permutexvar_epi16(idx, digit[i]));
+        _mm512_store_si512(rt->a[i][c] + 64 * r,
+                           _mm512_sub_epi8(p, _mm512_permutexvar_epi16(idx, digit32[i])));
+      }
+      _mm512_store_si512(rt->a[4][c] + 64 * r, _mm512_sub_epi8(W[c], _mm512_set1_epi8(32)));
+    }
+  }
+
+  // C_0..C_3 and C_q in tmm0..4; weight tiles alternate between tmm5 and tmm7 so a load
+  // need not wait for the previous product to release its register; activations in tmm6.
+  static void multiply(const RowTile& rt, const TokTile* toks, int tt0, bool, CTiles* out) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_zero(4);
+    for (int c = 0; c < kChunks; ++c) {
+      _tile_loadd(6, toks[tt0].b[c], 64);
+      _tile_loadd(5, rt.a[0][c], 64);
+      _tile_dpbssd(0, 5, 6);
+      _tile_loadd(7, rt.a[1][c], 64);
+      _tile_dpbssd(1, 7, 6);
+      _tile_loadd(5, rt.a[2][c], 64);
+      _tile_dpbssd(2, 5, 6);
+      _tile_loadd(7, rt.a[3][c], 64);
+      _tile_dpbssd(3, 7, 6);
+      _tile_loadd(5, rt.a[4][c], 64);
+      _tile_dpbssd(4, 5, 6);
+    }
+    _tile_stored(0, out->c[0], 64);
+    _tile_stored(1, out->c[1], 64);
+    _tile_stored(2, out->c[2], 64);
+    _tile_stored(3, out->c[3], 64);
+    _tile_stored(4, out->c[4], 64);
+  }
+
+  static void accumulate_tokens(const RowMeta& rm, const TokTile& tt, const int32_t (*c)[256],
+                                float* acc) {
+    const __m512 dy = _mm512_load_ps(tt.d);
+    for (int r = 0; r < kRowsPerTile; ++r) {
+      __m512i t_int = _mm512_load_si512(c[3] + 16 * r);
+      for (int i = 2; i >= 0; --i)
+        t_int = _mm512_add_epi32(_mm512_slli_epi32(t_int, 2), _mm512_load_si512(c[i] + 16 * r));
+      t_int = _mm512_sub_epi32(t_int, _mm512_slli_epi32(_mm512_load_si512(c[4] + 16 * r), 7));
+      __m512 a = _mm512_load_ps(acc + 16 * r);
+      a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t_int), _mm512_mul_ps(_mm512_set1_ps(rm.d[r]), dy), a);
+      _mm512_store_ps(acc + 16 * r, a);
+    }
+  }
+
+  struct Row {
+    __m512i W[kChunks], S[kChunks];
+    __m256i sc16;
+  };
+  static void unpack(const Block& b, int r, RowMeta* m, Row* row) {
+    m->d[r] = h2f(b.d);
+    unpack_q6k(b, row->W);
+    row->sc16 = _mm256_cvtepi8_epi16(load128(b.scales));
+    const __m512i scw = _mm512_broadcast_i64x4(row->sc16);
+    for (int c = 0; c < kChunks; ++c) row->S[c] = _mm512_permutexvar_epi16(kScaleIndex[c], scw);
+  }
+  // The offset leaves through the per-16 sums: sum sc q y - 32 sum sc bsum.
+  static __m512i dot(const Row& row, const BlockQ8_K& y) {
+    __m512i isum = dot_scaled_first(row.W[0], load512(y.qs), row.S[0]);
+    for (int c = 1; c < kChunks; ++c)
+      isum = dot_scaled(isum, row.W[c], load512(y.qs + 64 * c), row.S[c]);
+    const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(load256(y.bsums), row.sc16), 5);
+    return _mm512_sub_epi32(isum, _mm512_inserti64x4(_mm512_setzero_si512(), corr, 0));
+  }
+  static void accumulate_rows(const RowMeta& rm, const BlockQ8_K& y, __m512i t_int, float* acc) {
+    const __m512 dd = _mm512_mul_ps(_mm512_load_ps(rm.d), _mm512_set1_ps(y.d));
+    _mm512_store_ps(acc, _mm512_fmadd_ps(_mm512_cvtepi32_ps(t_int), dd, _mm512_load_ps(acc)));
+  }
+};
+
+// ---- weights and activations into tiles ----
 
 // Asks for the cache lines of the block `ahead` bytes after b into L2. The kernels below
 // walk 16 rows at once, so one row's prefetch_ahead (a few KiB further along the row)
@@ -198,23 +383,20 @@ inline void prefetch_block(const Block* b, size_t ahead) {
 }
 
 // Rows [0, n) of super-block i (rows w_stride bytes apart); rows past n are zero.
-template <bool kFive>
+template <class F>
 void prepare_rows(const uint8_t* w, size_t w_stride, int n, int64_t i, RowTile* rt) {
   for (int r = 0; r < n; ++r) {
-    const auto* b = reinterpret_cast<const BlockK4<kFive>*>(w + r * w_stride) + i;
+    const auto* b = reinterpret_cast<const typename F::Block*>(w + r * w_stride) + i;
     prefetch_block(b, 2 * sizeof(*b));
-    prepare_row<kFive>(*b, r, rt);
+    F::prepare_row(*b, r, rt);
   }
   for (int r = n; r < kRowsPerTile; ++r) {
-    for (int c = 0; c < kChunks; ++c) {
-      _mm512_store_si512(rt->a_lo[c] + 64 * r, _mm512_setzero_si512());
-      _mm512_store_si512(rt->a_hi[c] + 64 * r, _mm512_setzero_si512());
-    }
+    for (int t = 0; t < F::kATiles; ++t)
+      for (int c = 0; c < kChunks; ++c)
+        _mm512_store_si512(rt->a[t][c] + 64 * r, _mm512_setzero_si512());
     zero_meta(r, &rt->meta);
   }
 }
-
-// ---- activations ----
 
 // The 16 x 16 dword transpose: v[k] dword t becomes v[t] dword k.
 inline void transpose16(__m512i* v) {
@@ -242,13 +424,6 @@ inline void transpose16(__m512i* v) {
   }
 }
 
-// Pair p of a Q8_K block's 32-element sums: bsum_{2p} | bsum_{2p+1} << 16.
-inline int32_t sum_pair(const BlockQ8_K& y, int p) {
-  const int lo = y.bsums[4 * p] + y.bsums[4 * p + 1];
-  const int hi = y.bsums[4 * p + 2] + y.bsums[4 * p + 3];
-  return static_cast<int32_t>(static_cast<uint16_t>(lo) | (static_cast<uint32_t>(hi) << 16));
-}
-
 // Tokens [0, n) of super-block i into the VNNI layout; missing tokens are zero.
 void prepare_tokens(const uint8_t* x, size_t x_stride, int n, int64_t i, TokTile* tt) {
   const BlockQ8_K* y[kToksPerTile];
@@ -263,46 +438,6 @@ void prepare_tokens(const uint8_t* x, size_t x_stride, int n, int64_t i, TokTile
     tt->d[t] = t < n ? y[t]->d : 0.0f;
     for (int p = 0; p < 4; ++p) tt->sum_pair[p][t] = t < n ? sum_pair(*y[t], p) : 0;
   }
-}
-
-// ---- the float steps ----
-
-// Tile unit form, vectors over the 16 tokens of a tile: c_hi / c_lo are C tiles [r][t].
-inline void accumulate_tokens(const RowMeta& rm, const TokTile& tt, const int32_t* c_hi,
-                              const int32_t* c_lo, float* acc) {
-  const __m512 dy = _mm512_load_ps(tt.d);
-  __m512i sums[4];
-  for (int p = 0; p < 4; ++p) sums[p] = _mm512_load_si512(tt.sum_pair[p]);
-  for (int r = 0; r < kRowsPerTile; ++r) {
-    const __m512i t_int = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c_hi + 16 * r), 3),
-                                           _mm512_load_si512(c_lo + 16 * r));
-    __m512i m_int = _mm512_madd_epi16(sums[0], _mm512_set1_epi32(rm.min_pair[0][r]));
-    for (int p = 1; p < 4; ++p)
-      m_int =
-          _mm512_add_epi32(m_int, _mm512_madd_epi16(sums[p], _mm512_set1_epi32(rm.min_pair[p][r])));
-    const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(rm.d[r]), dy);
-    const __m512 dm = _mm512_mul_ps(_mm512_set1_ps(rm.dmin[r]), dy);
-    __m512 a = _mm512_load_ps(acc + 16 * r);
-    a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t_int), dd, a);
-    a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m_int), dm, a);
-    _mm512_store_ps(acc + 16 * r, a);
-  }
-}
-
-// Vector unit form, one token, vectors over the 16 rows: t_int holds each row's T.
-inline void accumulate_rows(const RowMeta& rm, const BlockQ8_K& y, __m512i t_int, float* acc) {
-  __m512i m_int =
-      _mm512_madd_epi16(_mm512_load_si512(rm.min_pair[0]), _mm512_set1_epi32(sum_pair(y, 0)));
-  for (int p = 1; p < 4; ++p)
-    m_int = _mm512_add_epi32(m_int, _mm512_madd_epi16(_mm512_load_si512(rm.min_pair[p]),
-                                                      _mm512_set1_epi32(sum_pair(y, p))));
-  const __m512 dy = _mm512_set1_ps(y.d);
-  const __m512 dd = _mm512_mul_ps(_mm512_load_ps(rm.d), dy);
-  const __m512 dm = _mm512_mul_ps(_mm512_load_ps(rm.dmin), dy);
-  __m512 a = _mm512_load_ps(acc);
-  a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t_int), dd, a);
-  a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m_int), dm, a);
-  _mm512_store_ps(acc, a);
 }
 
 // Lane r of the result: the sum of the 16 lanes of v[r] (exact in integers).
@@ -330,7 +465,7 @@ inline __m512i reduce16(const int32_t (*v)[16]) {
 
 // Few tokens on the vector unit: per super-block each of 16 rows is unpacked once and its
 // scaled dot with every token kept as 16 lanes; reduce16 then gives T for all 16 rows.
-template <bool kFive>
+template <class F>
 void tile_vector(int64_t n, const uint8_t* w, size_t w_stride, int n_rows, const uint8_t* x,
                  size_t x_stride, int n_tok, float* y, size_t y_stride) {
   Scratch& s = scratch;
@@ -344,56 +479,22 @@ void tile_vector(int64_t n, const uint8_t* w, size_t w_stride, int n_rows, const
           for (int t = 0; t < n_tok; ++t) _mm512_store_si512(s.isum[t][r], _mm512_setzero_si512());
           continue;
         }
-        const auto& b = reinterpret_cast<const BlockK4<kFive>*>(w + (r0 + r) * w_stride)[i];
+        const auto& b = reinterpret_cast<const typename F::Block*>(w + (r0 + r) * w_stride)[i];
         prefetch_block(&b, kRowsPerTile * w_stride);
-        const __m512i sw = scale_words(row_meta<kFive>(b, r, &s.meta));
-        __m512i W[kChunks], S[kChunks];
-        block_quants<kFive>(b, W);
-        for (int c = 0; c < kChunks; ++c) S[c] = _mm512_permutexvar_epi16(kChunkScales[c], sw);
+        typename F::Row row;
+        F::unpack(b, r, &s.meta, &row);
         for (int t = 0; t < n_tok; ++t) {
-          const int8_t* yq = reinterpret_cast<const BlockQ8_K*>(x + t * x_stride)[i].qs;
-          __m512i isum = dot_scaled_first(W[0], load512(yq), S[0]);
-          for (int c = 1; c < kChunks; ++c)
-            isum = dot_scaled(isum, W[c], load512(yq + 64 * c), S[c]);
-          _mm512_store_si512(s.isum[t][r], isum);
+          const auto& yb = reinterpret_cast<const BlockQ8_K*>(x + t * x_stride)[i];
+          _mm512_store_si512(s.isum[t][r], F::dot(row, yb));
         }
       }
       for (int t = 0; t < n_tok; ++t) {
         const auto& yb = reinterpret_cast<const BlockQ8_K*>(x + t * x_stride)[i];
-        accumulate_rows(s.meta, yb, reduce16(s.isum[t]), s.acc_rows[t]);
+        F::accumulate_rows(s.meta, yb, reduce16(s.isum[t]), s.acc_rows[t]);
       }
     }
     for (int t = 0; t < n_tok; ++t)
       for (int r = 0; r < nr; ++r) y[t * y_stride + r0 + r] = s.acc_rows[t][r];
-  }
-}
-
-// One job of the tile unit: token tiles tt0 (and tt0 + 1 when `pair`) against a row
-// tile, one super-block, into the C tiles of `out`.
-inline void multiply_job(const RowTile& rt, const TokTile* toks, int tt0, bool pair, CTiles* out) {
-  _tile_zero(0);
-  _tile_zero(1);
-  if (pair) {
-    _tile_zero(2);
-    _tile_zero(3);
-  }
-  for (int c = 0; c < kChunks; ++c) {
-    _tile_loadd(6, toks[tt0].b[c], 64);
-    _tile_loadd(4, rt.a_hi[c], 64);
-    _tile_loadd(5, rt.a_lo[c], 64);
-    _tile_dpbusd(0, 4, 6);
-    _tile_dpbusd(1, 5, 6);
-    if (pair) {
-      _tile_loadd(7, toks[tt0 + 1].b[c], 64);
-      _tile_dpbusd(2, 4, 7);
-      _tile_dpbusd(3, 5, 7);
-    }
-  }
-  _tile_stored(0, out->c[0], 64);
-  _tile_stored(1, out->c[1], 64);
-  if (pair) {
-    _tile_stored(2, out->c[2], 64);
-    _tile_stored(3, out->c[3], 64);
   }
 }
 
@@ -404,20 +505,21 @@ struct Pending {
   const CTiles* c = nullptr;
   const RowMeta* rows = nullptr;
   const TokTile* toks = nullptr;  // the job's first token tile
-  float* acc[2] = {};             // its accumulators (the second: pair only)
+  float* acc[2] = {};             // its accumulators (the second: pairs only)
 };
 
-inline void finish(const Pending& p) {
+template <class F>
+void finish(const Pending& p) {
   if (!p.c) return;
-  accumulate_tokens(*p.rows, p.toks[0], p.c->c[0], p.c->c[1], p.acc[0]);
-  if (p.acc[1]) accumulate_tokens(*p.rows, p.toks[1], p.c->c[2], p.c->c[3], p.acc[1]);
+  F::accumulate_tokens(*p.rows, p.toks[0], p.c->c, p.acc[0]);
+  if (p.acc[1]) F::accumulate_tokens(*p.rows, p.toks[1], p.c->c + F::kCTiles, p.acc[1]);
 }
 
 // Many tokens on the tile unit. Steps (super-block, row tile) in order; each step's jobs
-// take the token tiles in pairs. The next step's weight tiles (and at a super-block's
-// last row tile, the next super-block's activation tiles) are prepared after the step's
-// first job, into the other buffer.
-template <bool kFive>
+// take the token tiles one or two at a time. The next step's weight tiles (and at a
+// super-block's last row tile, the next super-block's activation tiles) are prepared after
+// the step's first job, into the other buffer.
+template <class F>
 void tile_matrix(int64_t n, const uint8_t* w, size_t w_stride, int n_rows, const uint8_t* x,
                  size_t x_stride, int n_tok, float* y, size_t y_stride) {
   _tile_loadconfig(&tile_config());
@@ -428,8 +530,8 @@ void tile_matrix(int64_t n, const uint8_t* w, size_t w_stride, int n_rows, const
   for (int rt = 0; rt < n_rt; ++rt)
     for (int tt = 0; tt < n_tt; ++tt) std::memset(s.acc[rt][tt], 0, sizeof(s.acc[rt][tt]));
   auto prep_rows = [&](int64_t i, int rt, RowTile* dst) {
-    prepare_rows<kFive>(w + rt * kRowsPerTile * w_stride, w_stride,
-                        std::min(kRowsPerTile, n_rows - rt * kRowsPerTile), i, dst);
+    prepare_rows<F>(w + rt * kRowsPerTile * w_stride, w_stride,
+                    std::min(kRowsPerTile, n_rows - rt * kRowsPerTile), i, dst);
   };
   auto prep_toks = [&](int64_t i, TokTile* dst) {
     for (int tt = 0; tt < n_tt; ++tt)
@@ -440,16 +542,17 @@ void tile_matrix(int64_t n, const uint8_t* w, size_t w_stride, int n_rows, const
   prep_rows(0, 0, &s.rows[0]);
   Pending pending;
   int slot = 0;
+  const int per_job = F::kPairs ? 2 : 1;
   const int64_t n_steps = n_sb * n_rt;
   for (int64_t step = 0; step < n_steps; ++step) {
     const int64_t i = step / n_rt;
     const int rt = static_cast<int>(step % n_rt);
     const RowTile& rows = s.rows[step & 1];
     const TokTile* toks = s.toks[i & 1];
-    for (int tt = 0; tt < n_tt; tt += 2) {
-      const bool pair = tt + 1 < n_tt;
-      multiply_job(rows, toks, tt, pair, &s.c[slot]);
-      finish(pending);
+    for (int tt = 0; tt < n_tt; tt += per_job) {
+      const bool pair = F::kPairs && tt + 1 < n_tt;
+      F::multiply(rows, toks, tt, pair, &s.c[slot]);
+      finish<F>(pending);
       pending = Pending{
           &s.c[slot], &rows.meta, toks + tt, {s.acc[rt][tt], pair ? s.acc[rt][tt + 1] : nullptr}};
       slot ^= 1;
@@ -460,7 +563,7 @@ void tile_matrix(int64_t n, const uint8_t* w, size_t w_stride, int n_rows, const
       }
     }
   }
-  finish(pending);
+  finish<F>(pending);
   for (int rt = 0; rt < n_rt; ++rt)
     for (int tt = 0; tt < n_tt; ++tt)
       for (int r = 0; r < std::min(kRowsPerTile, n_rows - rt * kRowsPerTile); ++r)
@@ -469,9 +572,9 @@ void tile_matrix(int64_t n, const uint8_t* w, size_t w_stride, int n_rows, const
               s.acc[rt][tt][kToksPerTile * r + t];
 }
 
-template <bool kFive>
-void tile_k4_amx(int64_t n, const void* w, size_t w_stride, int n_rows, const void* x,
-                 size_t x_stride, int n_tok, float* y, size_t y_stride) {
+template <class F>
+void tile_amx(int64_t n, const void* w, size_t w_stride, int n_rows, const void* x, size_t x_stride,
+              int n_tok, float* y, size_t y_stride) {
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* xb = static_cast<const uint8_t*>(x);
   // Context calls with at most 64 rows and 64 tokens; larger calls are cut here.
@@ -484,23 +587,52 @@ void tile_k4_amx(int64_t n, const void* w, size_t w_stride, int n_rows, const vo
       const uint8_t* xt = xb + t0 * x_stride;
       float* yt = y + t0 * y_stride + r0;
       if (nt <= kMaxVectorTokens) {
-        tile_vector<kFive>(n, wr, w_stride, nr, xt, x_stride, nt, yt, y_stride);
+        tile_vector<F>(n, wr, w_stride, nr, xt, x_stride, nt, yt, y_stride);
       } else {
-        tile_matrix<kFive>(n, wr, w_stride, nr, xt, x_stride, nt, yt, y_stride);
+        tile_matrix<F>(n, wr, w_stride, nr, xt, x_stride, nt, yt, y_stride);
       }
       t0 += nt;
     }
   }
 }
 
+// The tile unit's own peak: four independent TDPBUSD chains on zeroed tiles (16 x 16 x 64
+// multiply-accumulates each), timed in rounds until `seconds` have passed. The Q4_K
+// kernels run two TDPBUSD per 64 products (q * s_hi and q * s_lo), so they reach at most
+// half of it.
+double int8_peak_amx(double seconds) {
+  _tile_loadconfig(&tile_config());
+  alignas(64) static const int8_t zeros[kTileBytes] = {};
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, zeros, 64);
+  _tile_loadd(5, zeros, 64);
+  _tile_loadd(6, zeros, 64);
+  _tile_loadd(7, zeros, 64);
+  constexpr int64_t kRound = 1 << 12;
+  const double rate = rounds_per_second(seconds, [] {
+    for (int64_t it = 0; it < kRound; ++it) {
+      _tile_dpbusd(0, 4, 6);
+      _tile_dpbusd(1, 4, 7);
+      _tile_dpbusd(2, 5, 6);
+      _tile_dpbusd(3, 5, 7);
+    }
+  });
+  return rate * kRound * 4 * (16 * 16 * 64);
+}
+
 }  // namespace
 
 void fill_amx_kernels(KernelTable* table) {
   fill_avx512_table(table);
-  table->tile[static_cast<int>(gguf::GgmlType::Q4_K)] = tile_k4_amx<false>;
-  table->tile[static_cast<int>(gguf::GgmlType::Q5_K)] = tile_k4_amx<true>;
+  table->tile[static_cast<int>(gguf::GgmlType::Q4_K)] = tile_amx<K4<false>>;
+  table->tile[static_cast<int>(gguf::GgmlType::Q5_K)] = tile_amx<K4<true>>;
+  table->tile[static_cast<int>(gguf::GgmlType::Q6_K)] = tile_amx<K6>;
   table->quantize_act[static_cast<int>(gguf::GgmlType::Q4_K)] = quantize_q8_k_nibble_order;
   table->quantize_act[static_cast<int>(gguf::GgmlType::Q5_K)] = quantize_q8_k_nibble_order;
+  table->int8_peak = int8_peak_amx;
 }
 
 }  // namespace hypura::compute

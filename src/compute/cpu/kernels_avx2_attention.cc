@@ -13,10 +13,9 @@
 // Also here: the int8 dot-product peak probe bench reports as its same-run yardstick.
 #include <immintrin.h>
 
-#include <chrono>
-
 #include "compute/cpu/attention_impl.h"
 #include "compute/cpu/kernels.h"
+#include "compute/cpu/tile_common.h"
 
 namespace hypura::compute {
 namespace {
@@ -31,10 +30,7 @@ double int8_peak_avx2(double seconds) {
   }
   const __m256i y = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
   constexpr int64_t kRound = 1 << 16;
-  int64_t rounds = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  double elapsed = 0;
-  do {
+  const double rate = rounds_per_second(seconds, [&] {
     for (int64_t it = 0; it < kRound; ++it) {
       for (int i = 0; i < 8; ++i) {
         acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(w[i], y), ones));
@@ -44,14 +40,12 @@ double int8_peak_avx2(double seconds) {
                        : "+x"(w[0]), "+x"(w[1]), "+x"(w[2]), "+x"(w[3]), "+x"(w[4]), "+x"(w[5]),
                          "+x"(w[6]), "+x"(w[7]));
     }
-    ++rounds;
-    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  } while (elapsed < seconds);
+  });
   __m256i sum = acc[0];
   for (int i = 1; i < 8; ++i) sum = _mm256_add_epi32(sum, acc[i]);
   volatile int sink = _mm256_extract_epi32(sum, 0);
   (void)sink;
-  return static_cast<double>(rounds) * kRound * 8 * 32 / elapsed;  // 32 int8 MACs per maddubs
+  return rate * kRound * 8 * 32;  // 32 int8 MACs per maddubs
 }
 
 }  // namespace
@@ -59,7 +53,7 @@ double int8_peak_avx2(double seconds) {
 void fill_avx2_attention(KernelTable* table) {
   table->widen_rows = widen_rows_simd;
   table->attention_step = attention_step_simd;
-  table->int8_peak = int8_peak_avx2;
+  if (!table->int8_peak) table->int8_peak = int8_peak_avx2;  // amx brings its own
 }
 
 }  // namespace hypura::compute

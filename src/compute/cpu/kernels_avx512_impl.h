@@ -208,6 +208,45 @@ inline uint64_t nibble_order_bytes(uint64_t v) {
          ((v & 0x00FF000000FF0000ull) >> 8);
 }
 
+// A Q4_K / Q5_K block's 256 quants as four 64-byte vectors W[k] of sub-blocks (0|2),
+// (1|3), (4|6), (5|7): the low and high nibbles of each 64-byte half of qs, plus Q5_K's
+// fifth bit. They meet activations in nibble order with plain loads.
+template <bool kFive, class Block>
+inline void unpack_qk4(const Block& b, __m512i* W) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int h = 0; h < 2; ++h) {
+    const __m512i q = load512(b.qs + 64 * h);
+    W[2 * h] = _mm512_and_si512(q, m4);
+    W[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+  }
+  if constexpr (kFive) {
+    const __m512i qh = _mm512_broadcast_i64x4(load256(b.qh));
+    const __m512i hbit[4] = {halves8(1, 4), halves8(2, 8), halves8(16, 64), halves8(32, 128)};
+    for (int k = 0; k < 4; ++k) {
+      W[k] = _mm512_or_si512(
+          W[k], _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(qh, hbit[k]), _mm512_set1_epi8(0x10)));
+    }
+  }
+}
+
+// A Q6_K block's 256 quants (0..63, offset 32 not removed) as four 64-byte vectors of
+// elements 64k .. 64k + 63 in natural order; sub-block 4k + L is 128-bit lane L of W[k].
+inline void unpack_q6k(const BlockQ6_K& b, __m512i* W) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
+  const __m512i sh01 =
+      _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(0), _mm512_set1_epi16(2));
+  const __m512i sh23 =
+      _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(6));
+  for (int c = 0; c < 2; ++c) {
+    const __m512i l = load512(b.ql + 64 * c);
+    const __m512i h = _mm512_broadcast_i64x4(load256(b.qh + 32 * c));
+    const __m512i h01 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(h, sh01), m2), 4);
+    const __m512i h23 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(h, sh23), m2), 4);
+    W[2 * c] = _mm512_or_si512(_mm512_and_si512(l, m4), h01);
+    W[2 * c + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), h23);
+  }
+}
+
 template <bool kFive>
 struct QK4 {  // Q4_K (kFive = false) and Q5_K (kFive = true)
   using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
@@ -223,12 +262,9 @@ struct QK4 {  // Q4_K (kFive = false) and Q5_K (kFive = true)
       acc[t] = _mm512_setzero_ps();
       accm[t] = _mm256_setzero_ps();
     }
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i bit5 = _mm512_set1_epi8(0x10);
-    // W[k] holds sub-blocks (0|2), (1|3), (4|6), (5|7): scale word indices and qh bits.
+    // W[k] holds sub-blocks (0|2), (1|3), (4|6), (5|7): their scale word indices.
     const __m512i idx[4] = {lane_words(0, 0, 2, 2), lane_words(1, 1, 3, 3), lane_words(4, 4, 6, 6),
                             lane_words(5, 5, 7, 7)};
-    const __m512i hbit[4] = {halves8(1, 4), halves8(2, 8), halves8(16, 64), halves8(32, 128)};
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
       if (prefetch) prefetch_ahead(w + i, sizeof(*w));
       uint64_t sc8, m8;
@@ -239,18 +275,7 @@ struct QK4 {  // Q4_K (kFive = false) and Q5_K (kFive = true)
       const __m128i mb = _mm_cvtsi64_si128(static_cast<long long>(nibble_order_bytes(m8)));
       const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mb, mb));  // m pairs
       __m512i W[4], S[4];
-      for (int h = 0; h < 2; ++h) {
-        const __m512i q = load512(w[i].qs + 64 * h);
-        W[2 * h] = _mm512_and_si512(q, m4);
-        W[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-      }
-      if constexpr (kFive) {
-        const __m512i qh = _mm512_broadcast_i64x4(load256(w[i].qh));
-        for (int k = 0; k < 4; ++k) {
-          W[k] = _mm512_or_si512(W[k],
-                                 _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(qh, hbit[k]), bit5));
-        }
-      }
+      unpack_qk4<kFive>(w[i], W);
       for (int k = 0; k < 4; ++k) S[k] = _mm512_permutexvar_epi16(idx[k], scw);
       uint32_t dd;
       std::memcpy(&dd, &w[i].d, 4);  // d and dmin are adjacent halves
@@ -284,11 +309,6 @@ struct Q6K {
     act_rows<BlockQ8_K, T>(x, xs, y);
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
-    const __m512i sh01 =
-        _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(0), _mm512_set1_epi16(2));
-    const __m512i sh23 =
-        _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(6));
     const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7),
                             lane_words(8, 9, 10, 11), lane_words(12, 13, 14, 15)};
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
@@ -296,14 +316,7 @@ struct Q6K {
       const __m256i sc16 = _mm256_cvtepi8_epi16(load128(w[i].scales));
       const __m512i scw = _mm512_broadcast_i64x4(sc16);
       __m512i W[4], S[4];
-      for (int c = 0; c < 2; ++c) {
-        const __m512i l = load512(w[i].ql + 64 * c);
-        const __m512i h = _mm512_broadcast_i64x4(load256(w[i].qh + 32 * c));
-        const __m512i h01 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(h, sh01), m2), 4);
-        const __m512i h23 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(h, sh23), m2), 4);
-        W[2 * c] = _mm512_or_si512(_mm512_and_si512(l, m4), h01);
-        W[2 * c + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), h23);
-      }
+      unpack_q6k(w[i], W);
       for (int k = 0; k < 4; ++k) S[k] = _mm512_permutexvar_epi16(idx[k], scw);
       const __m512 dwv = _mm512_set1_ps(h2f(w[i].d));
       for (int t = 0; t < T; ++t) {

@@ -14,6 +14,7 @@
 #include <immintrin.h>
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -43,6 +44,21 @@ inline void prefetch_ahead(const void* p, int bytes) {
   const char* q = static_cast<const char*>(p) + d;
   const int lines = bytes < 96 ? 1 : (bytes + 32) / 64;
   for (int l = 0; l < lines; ++l) _mm_prefetch(q + 64 * l, _MM_HINT_T0);
+}
+
+// Runs body() in rounds until `seconds` have passed; returns rounds per second (the int8
+// peak probes of the kernel tables).
+template <class Body>
+double rounds_per_second(double seconds, Body body) {
+  int64_t rounds = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  double elapsed = 0;
+  do {
+    body();
+    ++rounds;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  } while (elapsed < seconds);
+  return static_cast<double>(rounds) / elapsed;
 }
 
 // Token groups outside, rows inside: a group's activation rows (up to kMaxTok x ~4.6 KiB
