@@ -564,6 +564,9 @@ void tile_matrix(int64_t n, const uint8_t* w, size_t w_stride, int n_rows, const
     }
   }
   finish<F>(pending);
+  // Leaving the tile state in use would make every context switch of this thread save and
+  // restore its 8 KiB of tile data (the pool's threads sleep and wake once per product).
+  _tile_release();
   for (int rt = 0; rt < n_rt; ++rt)
     for (int tt = 0; tt < n_tt; ++tt)
       for (int r = 0; r < std::min(kRowsPerTile, n_rows - rt * kRowsPerTile); ++r)
@@ -620,6 +623,7 @@ double int8_peak_amx(double seconds) {
       _tile_dpbusd(3, 5, 7);
     }
   });
+  _tile_release();
   return rate * kRound * 4 * (16 * 16 * 64);
 }
 
