@@ -157,12 +157,12 @@ std::vector<double> CoactivationStats::recorded_frequency(const std::string& mod
   const std::string path = default_path(model_path, model_bytes);
   if (!std::filesystem::exists(path)) return {};
   auto stats = load(path, n_layer, n_expert);
-  if (!stats.is_ok()) return {};
-  std::vector<double> out;
-  for (int l = 0; l < n_layer; ++l) {
-    for (int e = 0; e < n_expert; ++e) out.push_back(static_cast<double>(stats->frequency(l, e)));
-  }
-  return out;
+  return stats.is_ok() ? stats->frequencies() : std::vector<double>{};
+}
+
+std::vector<double> CoactivationStats::frequencies() const {
+  if (tokens_ == 0) return {};
+  return std::vector<double>(freq_.begin(), freq_.end());
 }
 
 std::string CoactivationStats::default_path(const std::string& model_path, uint64_t model_bytes) {

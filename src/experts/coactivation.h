@@ -38,6 +38,9 @@ class CoactivationStats {
                std::vector<int32_t>* out) const;
 
   uint64_t frequency(int layer, int expert) const { return freq_[index(layer, expert)]; }
+  // Every frequency, (n_layer * n_expert) layer-major, as the planner takes them
+  // (scheduler::ModelTensors::expert_frequency); empty before any token was observed.
+  std::vector<double> frequencies() const;
   uint64_t tokens() const { return tokens_; }
   int n_layer() const { return n_layer_; }
   int n_expert() const { return n_expert_; }

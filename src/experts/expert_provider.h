@@ -185,6 +185,9 @@ class ExpertProvider final : public model::WeightProvider, public model::ExpertR
   Status save_stats() const;  // to config.stats_path; ok when that is empty
 
   ExpertStats stats() const;
+  // The routing seen so far: what earlier runs saved plus this run's, per (layer, expert),
+  // layer-major (CoactivationStats::frequencies).
+  std::vector<double> routing_frequency() const { return coact_->frequencies(); }
   ExpertPredictor predictor() const {
     return config_.speculate ? config_.predictor : ExpertPredictor::kNone;
   }

@@ -177,7 +177,14 @@ std::vector<bool> TieredWeights::on_gpu_only(const gguf::GgufFile& file) const {
 
 scheduler::Prediction TieredWeights::predict_with(const profiler::HardwareProfile& profile) const {
   scheduler::Plan plan = planned_.plan;
-  scheduler::evaluate(planned_.tensors, profile, planned_.budgets, planned_.cost, plan);
+  scheduler::ModelTensors tensors = planned_.tensors;
+  if (experts_) {
+    // The expert cache's hit rate from the routing seen up to now rather than at load: a
+    // first run of a model has no recorded routing and plans for uniform routing.
+    if (std::vector<double> seen = experts_->routing_frequency(); !seen.empty())
+      tensors.expert_frequency = std::move(seen);
+  }
+  scheduler::evaluate(tensors, profile, planned_.budgets, planned_.cost, plan);
   return plan.prediction;
 }
 

@@ -107,7 +107,8 @@ class TieredWeights {
   // The plan's prediction again (same tiers, pool and depth) on another profile: bench
   // re-predicts with the disk grid and memory bandwidth it measured in the same run, since
   // the cached profile's figures may be hours old on a shared machine whose disk and
-  // memory speeds drift.
+  // memory speeds drift. Expert streaming also takes the routing seen so far (earlier
+  // runs' and this one's), as inspect --plan will after this run saves it.
   scheduler::Prediction predict_with(const profiler::HardwareProfile& profile) const;
   const profiler::HardwareProfile& profile() const { return planned_.profile; }
   const tiers::MemoryLedger& ledger() const { return *ledger_; }
