@@ -82,8 +82,11 @@ void launch(gguf::GgmlType type, const MatvecArgs& a) {
 
 }  // namespace
 
-void matvec_quantized(const WeightView& w, const ActQ8& act, float* y, StreamHandle stream) {
-  launch(w.type, args_for(w, act, y, stream));
+void matvec_quantized(const WeightView& w, const ActQ8& act, float* y, StreamHandle stream,
+                      float* add_to) {
+  MatvecArgs a = args_for(w, act, y, stream);
+  a.add_to = add_to;
+  launch(w.type, a);
 }
 
 namespace {
@@ -112,10 +115,18 @@ ActQ8 act_row(const ActQ8& act, gguf::GgmlType type, int64_t n_cols, int64_t r) 
   return row;
 }
 
-void matvec_grouped(const WeightView& expert, const int32_t* ids, int64_t n_pairs, int act_div,
-                    const ActQ8& act, float* y, StreamHandle stream) {
+namespace {
+void launch_grouped(const WeightView& expert, const WeightView* second, const int32_t* ids,
+                    int64_t n_pairs, int act_div, const ActQ8& act, float* y, float* y_second,
+                    StreamHandle stream) {
   if (n_pairs == 0) return;
   MatvecGroup group;
+  if (second != nullptr) {
+    assert(second->type == expert.type && second->n_rows == expert.n_rows &&
+           second->n_cols == expert.n_cols);
+    group.w_second = static_cast<const uint8_t*>(second->data);
+    group.y_second = y_second;
+  }
   group.ids = ids;
   group.expert_bytes = expert.row_bytes() * static_cast<size_t>(expert.n_rows);
   group.n_pairs = static_cast<int>(n_pairs);
@@ -127,11 +138,24 @@ void matvec_grouped(const WeightView& expert, const int32_t* ids, int64_t n_pair
   a.group = &group;
   launch(expert.type, a);
 }
+}  // namespace
 
-void matvec_batched(const WeightView& w, const ActQ8& act, int64_t n, float* y,
-                    StreamHandle stream) {
+void matvec_grouped(const WeightView& expert, const int32_t* ids, int64_t n_pairs, int act_div,
+                    const ActQ8& act, float* y, StreamHandle stream) {
+  launch_grouped(expert, nullptr, ids, n_pairs, act_div, act, y, nullptr, stream);
+}
+
+void matvec_grouped_pair(const WeightView& first, const WeightView& second, const int32_t* ids,
+                         int64_t n_pairs, int act_div, const ActQ8& act, float* y, float* y_second,
+                         StreamHandle stream) {
+  launch_grouped(first, &second, ids, n_pairs, act_div, act, y, y_second, stream);
+}
+
+void matvec_batched(const WeightView& w, const ActQ8& act, int64_t n, float* y, StreamHandle stream,
+                    float* add_to) {
   assert(n >= 1 && n <= kMatvecMaxTokens);
   MatvecArgs a = args_for(w, act, y, stream);
+  a.add_to = add_to;
   a.n_tok = static_cast<int>(n);
   a.q_stride = w.n_cols;
   const int64_t block = act_block(w.type);

@@ -33,6 +33,31 @@ constexpr int64_t kMatvecOutputRows = 65536;
 constexpr int64_t kMatvecTallRows = 12288;
 constexpr int64_t kMatvecShortRows = 4224;
 
+// Bytes of each row (of each part of a split row) a warp asks L2 for before it waits for
+// the previous kernel: its first two unrolled item groups of F16, a whole 4096-wide Q4_K row.
+constexpr int kMatvecPrefetchBytes = 4096;
+
+// Lane r < kRows prefetches row r's stretch [part * kMatvecPrefetchBytes, +that) into L2
+// with one bulk prefetch (sm_90; 16-byte granules, kept inside the row).
+template <int kRows>
+__device__ __forceinline__ void prefetch_rows(const uint8_t* const (&wr)[kRows], size_t row_bytes,
+                                              int part, int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const size_t off = static_cast<size_t>(part) * kMatvecPrefetchBytes;
+    if (lane != r || off >= row_bytes) continue;
+    const size_t begin = __cvta_generic_to_global(wr[r]) + off;
+    const size_t start = (begin + 15) & ~size_t{15};
+    const size_t end = (begin + min(row_bytes - off, size_t{kMatvecPrefetchBytes})) & ~size_t{15};
+    if (end <= start) continue;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(start),
+                 "r"(static_cast<uint32_t>(end - start))
+                 : "memory");
+  }
+#endif
+}
+
 // kRows (1 or 2) rows per warp, their items interleaved so that kRows * kMatvecUnroll loads
 // per lane are in flight before the first is used; with kSplit == 2 a pair of warps shares
 // a row, each taking every other 32 items, and their sums meet in shared memory (fixed
@@ -44,10 +69,17 @@ constexpr int64_t kMatvecShortRows = 4224;
 template <class Traits, int kRows, int kSplit, bool kGrouped = false>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_blocks, ActQ8 act,
-                  float* __restrict__ y, int n_rows, MatvecGroup group) {
+                  float* __restrict__ y, int n_rows, MatvecGroup group,
+                  float* __restrict__ add_to) {
   __shared__ float s_part[kSplit == 2 ? kMatvecWarps : 1][kRows];
-  if constexpr (kGrouped) {
+  if constexpr (kGrouped) {  // the experts come from the routing kernels: wait for them
+    grid_dep_wait();
+    grid_dep_launch();
     const int pair = blockIdx.y, a = pair / group.act_div;
+    if (blockIdx.z == 1) {
+      w = group.w_second;
+      y = group.y_second;
+    }
     w += static_cast<size_t>(group.ids[pair]) * group.expert_bytes;
     if (act.q != nullptr) act.q += a * group.q_stride;
     if (act.d != nullptr) act.d += a * group.d_stride;
@@ -64,6 +96,13 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   for (int r = 0; r < kRows; ++r) {
     // A second row past the end repeats the last one (its sum is dropped).
     wr[r] = w + static_cast<size_t>(min(row0 + r, n_rows - 1)) * row_bytes;
+  }
+  if constexpr (!kGrouped) {
+    // Weights never depend on the kernel before: their first bytes start towards L2 while
+    // it finishes (programmatic dependent launch), then the activations are waited for.
+    if (live) prefetch_rows<kRows>(wr, row_bytes, part, lane);
+    grid_dep_wait();
+    grid_dep_launch();
   }
   const int n_items = live ? n_blocks * Traits::kChunks : 0;
   float sum[kRows] = {};
@@ -89,7 +128,10 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    if (lane == 0 && row0 + r < n_rows) y[row0 + r] = sum[r];
+    if (lane == 0 && row0 + r < n_rows) {
+      y[row0 + r] = sum[r];
+      if (add_to != nullptr) add_to[row0 + r] += sum[r];
+    }
   }
 }
 
@@ -101,7 +143,9 @@ template <class Traits>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_batched_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_blocks, ActQ8 act,
                           float* __restrict__ y, int n_rows, int n_tok, int64_t q_stride,
-                          int64_t d_stride) {
+                          int64_t d_stride, float* __restrict__ add_to) {
+  grid_dep_wait();
+  grid_dep_launch();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = blockIdx.x * kMatvecWarps + warp;
   if (row >= n_rows) return;
@@ -127,7 +171,10 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   for (int t = 0; t < kMatvecMaxTokens; ++t) {
     if (t < n_tok) {
       const float v = warp_sum(sum[t]);
-      if (lane == 0) y[static_cast<int64_t>(t) * n_rows + row] = v;
+      if (lane == 0) {
+        y[static_cast<int64_t>(t) * n_rows + row] = v;
+        if (add_to != nullptr) add_to[static_cast<int64_t>(t) * n_rows + row] += v;
+      }
     }
   }
 }
@@ -135,20 +182,20 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
 template <class Traits>
 void launch_matvec_batched(const MatvecArgs& a) {
   const unsigned grid = static_cast<unsigned>((a.n_rows + kMatvecWarps - 1) / kMatvecWarps);
-  matvec_batched_kernel<Traits><<<grid, kMatvecWarps * 32, 0, a.stream>>>(
-      static_cast<const uint8_t*>(a.w), a.row_bytes,
-      static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y, static_cast<int>(a.n_rows),
-      a.n_tok, a.q_stride, a.d_stride);
+  launch_kernel(matvec_batched_kernel<Traits>, grid, kMatvecWarps * 32, 0, a.stream,
+                static_cast<const uint8_t*>(a.w), a.row_bytes,
+                static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y,
+                static_cast<int>(a.n_rows), a.n_tok, a.q_stride, a.d_stride, a.add_to);
 }
 
 template <class Traits, int kRows, int kSplit>
 void launch_matvec_config(const MatvecArgs& a) {
   const int64_t rows_per_block = kMatvecWarps / kSplit * kRows;
   const unsigned grid = static_cast<unsigned>((a.n_rows + rows_per_block - 1) / rows_per_block);
-  matvec_kernel<Traits, kRows, kSplit><<<grid, kMatvecWarps * 32, 0, a.stream>>>(
-      static_cast<const uint8_t*>(a.w), a.row_bytes,
-      static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y, static_cast<int>(a.n_rows),
-      MatvecGroup{});
+  launch_kernel(matvec_kernel<Traits, kRows, kSplit>, grid, kMatvecWarps * 32, 0, a.stream,
+                static_cast<const uint8_t*>(a.w), a.row_bytes,
+                static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y,
+                static_cast<int>(a.n_rows), MatvecGroup{}, a.add_to);
 }
 
 // Grouped products: one row per warp (experts' matrices are short; one configuration keeps
@@ -156,11 +203,11 @@ void launch_matvec_config(const MatvecArgs& a) {
 template <class Traits>
 void launch_matvec_grouped(const MatvecArgs& a) {
   const dim3 grid(static_cast<unsigned>((a.n_rows + kMatvecWarps - 1) / kMatvecWarps),
-                  static_cast<unsigned>(a.group->n_pairs));
-  matvec_kernel<Traits, 1, 1, true>
-      <<<grid, kMatvecWarps * 32, 0, a.stream>>>(static_cast<const uint8_t*>(a.w), a.row_bytes,
-                                                 static_cast<int>(a.n_cols / Traits::kBlockElems),
-                                                 a.act, a.y, static_cast<int>(a.n_rows), *a.group);
+                  static_cast<unsigned>(a.group->n_pairs), a.group->w_second != nullptr ? 2u : 1u);
+  launch_kernel(matvec_kernel<Traits, 1, 1, true>, grid, kMatvecWarps * 32, 0, a.stream,
+                static_cast<const uint8_t*>(a.w), a.row_bytes,
+                static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y,
+                static_cast<int>(a.n_rows), *a.group, nullptr);
 }
 
 template <class Traits>

@@ -20,6 +20,10 @@ struct MatvecGroup {
   size_t expert_bytes = 0;
   int n_pairs = 0, act_div = 1;
   int64_t q_stride = 0, d_stride = 0;  // quants / scales between activation rows
+  // A second stacked tensor of the same type and shape on the same pairs (up beside gate):
+  // blockIdx.z 1 multiplies it into y_second. Null: one tensor.
+  const uint8_t* w_second = nullptr;
+  float* y_second = nullptr;
 };
 
 struct MatvecArgs {
@@ -28,6 +32,9 @@ struct MatvecArgs {
   int64_t n_cols = 0, n_rows = 0;
   ActQ8 act;           // quantized activations or act.x (float formats)
   float* y = nullptr;  // (n_rows)
+  // Not null: the residual rows the products are also added to (add_to[i] += y[i], the same
+  // float addition as compute::add), laid out as y. Single and batched products only.
+  float* add_to = nullptr;
   StreamHandle stream = nullptr;
   const MatvecGroup* group = nullptr;  // null: one product
   // Batched products: n_tok activation rows (q_stride / d_stride apart, as in MatvecGroup)
