@@ -442,7 +442,8 @@ void CudaBlocks::matvec_rows(const WeightView& w, const cuda::ActQ8& act, int64_
   if (n == 1) {
     cuda::matvec_quantized(w, act, out, s(), add_to);
   } else {
-    cuda::matvec_batched(w, act, n, out, s(), add_to);
+    cuda::matvec_batched(w, act, n, out, s());
+    if (add_to != nullptr) cuda::add(add_to, out, n * w.n_rows, s());
   }
 }
 

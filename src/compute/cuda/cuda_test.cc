@@ -228,18 +228,25 @@ TEST_F(CudaTest, MatvecMatchesCpuForEveryType) {
 }
 
 TEST_F(CudaTest, RmsNormMatchesCpu) {
-  const int64_t rows = 5, n = 4096;
-  const std::vector<float> x = random_floats(rows * n, 1), w = random_floats(n, 2);
-  for (bool with_w : {true, false}) {
-    std::vector<float> want(rows * n);
-    for (int64_t r = 0; r < rows; ++r) {
-      compute::rms_norm(x.data() + r * n, with_w ? w.data() : nullptr, n, 1e-5f,
-                        want.data() + r * n);
+  // A few 4096-wide rows (a block per 256 values, 16-byte loads), many (a block per row),
+  // and a width that is no multiple of 256 (scalar loads).
+  struct Shape {
+    int64_t rows, n;
+  };
+  for (const Shape sh : {Shape{5, 4096}, Shape{20, 4096}, Shape{3, 1000}}) {
+    const int64_t rows = sh.rows, n = sh.n;
+    const std::vector<float> x = random_floats(rows * n, 1), w = random_floats(n, 2);
+    for (bool with_w : {true, false}) {
+      std::vector<float> want(rows * n);
+      for (int64_t r = 0; r < rows; ++r) {
+        compute::rms_norm(x.data() + r * n, with_w ? w.data() : nullptr, n, 1e-5f,
+                          want.data() + r * n);
+      }
+      DeviceBuffer dx = upload(x), dw = upload(w), dy = poisoned(rows * n);
+      cuda::rms_norm(dx.as<float>(), with_w ? dw.as<float>() : nullptr, rows, n, 1e-5f,
+                     dy.as<float>(), stream_.handle());
+      EXPECT_LE(rel_l2(download(dy, rows * n), want), kFloatRelL2) << rows << " x " << n;
     }
-    DeviceBuffer dx = upload(x), dw = upload(w), dy = poisoned(rows * n);
-    cuda::rms_norm(dx.as<float>(), with_w ? dw.as<float>() : nullptr, rows, n, 1e-5f,
-                   dy.as<float>(), stream_.handle());
-    EXPECT_LE(rel_l2(download(dy, rows * n), want), kFloatRelL2);
   }
 }
 
@@ -527,21 +534,22 @@ TEST_F(CudaTest, BatchedMatvecMatchesCpu) {
                      stream_.handle());
       const std::vector<float> got = download(dy, n * rows);
       EXPECT_LE(rel_l2(got, want), kMatvecRelL2) << n;
-      // With a residual: the same products, also added to the residual rows (exactly
-      // compute::add of them); the single-row kernel likewise on row 0.
-      const std::vector<float> res = random_floats(n * rows, seed++);
-      std::vector<float> want_res = res, want_res1 = res;
-      compute::add(want_res.data(), got.data(), n * rows);
-      DeviceBuffer dres = upload(res), dres1 = upload(res), dy1 = poisoned(rows);
-      matvec_batched(WeightView{dw.data(), type, cols, rows}, act, n, dy.as<float>(),
-                     stream_.handle(), dres.as<float>());
-      EXPECT_EQ(download(dres, n * rows), want_res) << n;
-      EXPECT_EQ(download(dy, n * rows), got) << n;
-      matvec_quantized(WeightView{dw.data(), type, cols, rows}, act, dy1.as<float>(),
-                       stream_.handle(), dres1.as<float>());
-      const std::vector<float> got1 = download(dy1, rows);
-      compute::add(want_res1.data(), got1.data(), rows);
-      EXPECT_EQ(download(dres1, n * rows), want_res1) << n;
+      // With a residual, the single-token kernel on row 0 in each configuration: the
+      // product also added to the residual row (exactly compute::add of it).
+      for (int config : {0, 1, 2}) {
+        const std::vector<float> res = random_floats(rows, seed++);
+        std::vector<float> want_res = res;
+        DeviceBuffer dres = upload(res), dy1 = poisoned(rows);
+        g_matvec_config_override = config;
+        matvec_quantized(WeightView{dw.data(), type, cols, rows}, act, dy1.as<float>(),
+                         stream_.handle(), dres.as<float>());
+        g_matvec_config_override = -1;
+        const std::vector<float> got1 = download(dy1, rows);
+        EXPECT_LE(rel_l2(got1, std::vector<float>(want.begin(), want.begin() + rows)), kMatvecRelL2)
+            << config;
+        compute::add(want_res.data(), got1.data(), rows);
+        EXPECT_EQ(download(dres, rows), want_res) << config;
+      }
     }
   }
 }

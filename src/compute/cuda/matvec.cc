@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstdlib>
 
 #include "compute/cuda/matvec_launch.h"
 #include "compute/cuda/quantize.h"
@@ -57,6 +58,15 @@ ActQ8 quantize_for(gguf::GgmlType type, const float* x, int64_t n_cols, void* sc
 
 namespace {
 
+// HYPURA_CUDA_PREFETCH=N: MatvecArgs::prefetch_bytes (read once).
+int prefetch_bytes() {
+  static const int bytes = [] {
+    const char* env = std::getenv("HYPURA_CUDA_PREFETCH");
+    return env != nullptr ? std::max(0, std::atoi(env)) / 16 * 16 : 0;
+  }();
+  return bytes;
+}
+
 MatvecArgs args_for(const WeightView& w, const ActQ8& act, float* y, StreamHandle stream) {
   assert(matvec_supported(w.type));
   assert(w.n_cols % quant::block_size(w.type) == 0);
@@ -68,6 +78,7 @@ MatvecArgs args_for(const WeightView& w, const ActQ8& act, float* y, StreamHandl
   a.act = act;
   a.y = y;
   a.stream = stream;
+  a.prefetch_bytes = prefetch_bytes();
   return a;
 }
 
@@ -151,11 +162,10 @@ void matvec_grouped_pair(const WeightView& first, const WeightView& second, cons
   launch_grouped(first, &second, ids, n_pairs, act_div, act, y, y_second, stream);
 }
 
-void matvec_batched(const WeightView& w, const ActQ8& act, int64_t n, float* y, StreamHandle stream,
-                    float* add_to) {
+void matvec_batched(const WeightView& w, const ActQ8& act, int64_t n, float* y,
+                    StreamHandle stream) {
   assert(n >= 1 && n <= kMatvecMaxTokens);
   MatvecArgs a = args_for(w, act, y, stream);
-  a.add_to = add_to;
   a.n_tok = static_cast<int>(n);
   a.q_stride = w.n_cols;
   const int64_t block = act_block(w.type);

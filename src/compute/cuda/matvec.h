@@ -62,7 +62,7 @@ void matvec_grouped_pair(const WeightView& first, const WeightView& second, cons
 // the weights read once; x_t is row t of act (quantized over n * W.n_cols values), y is
 // (n, W.n_rows). Each row's result equals what matvec_quantized() gives that row, to
 // float rounding.
-void matvec_batched(const WeightView& w, const ActQ8& act, int64_t n, float* y, StreamHandle stream,
-                    float* add_to = nullptr);
+void matvec_batched(const WeightView& w, const ActQ8& act, int64_t n, float* y,
+                    StreamHandle stream);
 
 }  // namespace hypura::compute::cuda

@@ -33,24 +33,18 @@ constexpr int64_t kMatvecOutputRows = 65536;
 constexpr int64_t kMatvecTallRows = 12288;
 constexpr int64_t kMatvecShortRows = 4224;
 
-// Bytes of each row (of each part of a split row) a warp asks L2 for before it waits for
-// the previous kernel: its first two unrolled item groups of F16, a whole 4096-wide Q4_K row.
-constexpr int kMatvecPrefetchBytes = 4096;
-
-// Lane r < kRows prefetches row r's stretch [part * kMatvecPrefetchBytes, +that) into L2
-// with one bulk prefetch (sm_90; 16-byte granules, kept inside the row).
-template <int kRows>
-__device__ __forceinline__ void prefetch_rows(const uint8_t* const (&wr)[kRows], size_t row_bytes,
-                                              int part, int lane) {
+// Thread 0 of a block asks L2 for the first `bytes` of the block's rows (contiguous) with
+// one bulk prefetch (sm_90; 16-byte granules inside the rows), before the kernel waits for
+// the one before it: weights never depend on it (MatvecArgs::prefetch_bytes).
+__device__ __forceinline__ void prefetch_block_rows(const uint8_t* w, size_t row_bytes, int n_rows,
+                                                    int block_rows, int bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const size_t off = static_cast<size_t>(part) * kMatvecPrefetchBytes;
-    if (lane != r || off >= row_bytes) continue;
-    const size_t begin = __cvta_generic_to_global(wr[r]) + off;
-    const size_t start = (begin + 15) & ~size_t{15};
-    const size_t end = (begin + min(row_bytes - off, size_t{kMatvecPrefetchBytes})) & ~size_t{15};
-    if (end <= start) continue;
+  const size_t first = static_cast<size_t>(blockIdx.x) * block_rows;
+  const size_t n_here = min(static_cast<size_t>(block_rows), static_cast<size_t>(n_rows) - first);
+  const size_t begin = __cvta_generic_to_global(w) + first * row_bytes;
+  const size_t start = (begin + 15) & ~size_t{15};
+  const size_t end = (begin + min(n_here * row_bytes, static_cast<size_t>(bytes))) & ~size_t{15};
+  if (end > start) {
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(start),
                  "r"(static_cast<uint32_t>(end - start))
                  : "memory");
@@ -69,8 +63,8 @@ __device__ __forceinline__ void prefetch_rows(const uint8_t* const (&wr)[kRows],
 template <class Traits, int kRows, int kSplit, bool kGrouped = false>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_blocks, ActQ8 act,
-                  float* __restrict__ y, int n_rows, MatvecGroup group,
-                  float* __restrict__ add_to) {
+                  float* __restrict__ y, int n_rows, MatvecGroup group, float* __restrict__ add_to,
+                  int prefetch) {
   __shared__ float s_part[kSplit == 2 ? kMatvecWarps : 1][kRows];
   if constexpr (kGrouped) {  // the experts come from the routing kernels: wait for them
     grid_dep_wait();
@@ -100,7 +94,12 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   if constexpr (!kGrouped) {
     // Weights never depend on the kernel before: their first bytes start towards L2 while
     // it finishes (programmatic dependent launch), then the activations are waited for.
-    if (live) prefetch_rows<kRows>(wr, row_bytes, part, lane);
+    // (Float formats, one row per warp: elsewhere it cost registers, 32 -> 38 for Q6_K.)
+    if constexpr (Traits::kBlockElems < 32 && kRows == 1) {
+      if (prefetch > 0 && threadIdx.x == 0 && live) {
+        prefetch_block_rows(w, row_bytes, n_rows, kMatvecWarps / kSplit * kRows, prefetch);
+      }
+    }
     grid_dep_wait();
     grid_dep_launch();
   }
@@ -128,9 +127,11 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    if (lane == 0 && row0 + r < n_rows) {
-      y[row0 + r] = sum[r];
-      if (add_to != nullptr) add_to[row0 + r] += sum[r];
+    if (lane == 0 && row0 + r < n_rows) y[row0 + r] = sum[r];
+    // The residual (one row per warp only: with it the two-row kernels took more
+    // registers). Lane 1, not lane 0: that kept the quantized kernels at 32 registers.
+    if constexpr (kRows == 1) {
+      if (lane == 1 && row0 < n_rows && add_to != nullptr) add_to[row0] += sum[0];
     }
   }
 }
@@ -143,7 +144,7 @@ template <class Traits>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_batched_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_blocks, ActQ8 act,
                           float* __restrict__ y, int n_rows, int n_tok, int64_t q_stride,
-                          int64_t d_stride, float* __restrict__ add_to) {
+                          int64_t d_stride) {
   grid_dep_wait();
   grid_dep_launch();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -171,10 +172,7 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   for (int t = 0; t < kMatvecMaxTokens; ++t) {
     if (t < n_tok) {
       const float v = warp_sum(sum[t]);
-      if (lane == 0) {
-        y[static_cast<int64_t>(t) * n_rows + row] = v;
-        if (add_to != nullptr) add_to[static_cast<int64_t>(t) * n_rows + row] += v;
-      }
+      if (lane == 0) y[static_cast<int64_t>(t) * n_rows + row] = v;
     }
   }
 }
@@ -185,7 +183,7 @@ void launch_matvec_batched(const MatvecArgs& a) {
   launch_kernel(matvec_batched_kernel<Traits>, grid, kMatvecWarps * 32, 0, a.stream,
                 static_cast<const uint8_t*>(a.w), a.row_bytes,
                 static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y,
-                static_cast<int>(a.n_rows), a.n_tok, a.q_stride, a.d_stride, a.add_to);
+                static_cast<int>(a.n_rows), a.n_tok, a.q_stride, a.d_stride);
 }
 
 template <class Traits, int kRows, int kSplit>
@@ -195,7 +193,7 @@ void launch_matvec_config(const MatvecArgs& a) {
   launch_kernel(matvec_kernel<Traits, kRows, kSplit>, grid, kMatvecWarps * 32, 0, a.stream,
                 static_cast<const uint8_t*>(a.w), a.row_bytes,
                 static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y,
-                static_cast<int>(a.n_rows), MatvecGroup{}, a.add_to);
+                static_cast<int>(a.n_rows), MatvecGroup{}, a.add_to, a.prefetch_bytes);
 }
 
 // Grouped products: one row per warp (experts' matrices are short; one configuration keeps
@@ -207,7 +205,7 @@ void launch_matvec_grouped(const MatvecArgs& a) {
   launch_kernel(matvec_kernel<Traits, 1, 1, true>, grid, kMatvecWarps * 32, 0, a.stream,
                 static_cast<const uint8_t*>(a.w), a.row_bytes,
                 static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y,
-                static_cast<int>(a.n_rows), *a.group, nullptr);
+                static_cast<int>(a.n_rows), *a.group, nullptr, 0);
 }
 
 template <class Traits>
@@ -231,6 +229,7 @@ void launch_matvec(const MatvecArgs& a) {
     config = 2;
   }
   if (g_matvec_config_override >= 0) config = g_matvec_config_override;
+  if (a.add_to != nullptr && config == 1) config = 0;  // the residual needs one row per warp
   switch (config) {
     case 1:
       launch_matvec_config<Traits, 2, 1>(a);

@@ -33,8 +33,12 @@ struct MatvecArgs {
   ActQ8 act;           // quantized activations or act.x (float formats)
   float* y = nullptr;  // (n_rows)
   // Not null: the residual rows the products are also added to (add_to[i] += y[i], the same
-  // float addition as compute::add), laid out as y. Single and batched products only.
+  // float addition as compute::add). Single-token products only.
   float* add_to = nullptr;
+  // Bytes of each thread block's rows the single-token kernels of float formats prefetch
+  // into L2 before waiting for the previous kernel (programmatic dependent launch); 0: none.
+  // HYPURA_CUDA_PREFETCH=N sets it (an A/B switch; default 0).
+  int prefetch_bytes = 0;
   StreamHandle stream = nullptr;
   const MatvecGroup* group = nullptr;  // null: one product
   // Batched products: n_tok activation rows (q_stride / d_stride apart, as in MatvecGroup)
