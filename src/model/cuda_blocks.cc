@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cassert>
-#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -645,19 +644,12 @@ Status CudaBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float
     have_act = true;
   }
   flush_norm();
-  const bool aligned = reinterpret_cast<uintptr_t>(w.router.data) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(in) % 16 == 0 && w.router.n_cols % 8 == 0;
-  if (w.router.type == gguf::GgmlType::F32 && aligned) {  // product, softmax, top-k: one launch
-    cuda::moe_route_f32(floats(w.router), in, n_tokens_, w.router.n_cols, at(lay_.probs), ne, k,
-                        ints(lay_.selected), at(lay_.weights), s());
+  if (have_act && router_act == gate_act) {
+    matvec_rows(w.router, act, n_tokens_, at(lay_.probs));
   } else {
-    if (have_act && router_act == gate_act) {
-      matvec_rows(w.router, act, n_tokens_, at(lay_.probs));
-    } else {
-      matmul(w.router, in, n_tokens_, at(lay_.probs));
-    }
-    cuda::moe_route(at(lay_.probs), n_tokens_, ne, k, ints(lay_.selected), at(lay_.weights), s());
+    matmul(w.router, in, n_tokens_, at(lay_.probs));
   }
+  cuda::moe_route(at(lay_.probs), n_tokens_, ne, k, ints(lay_.selected), at(lay_.weights), s());
   HYPURA_RETURN_IF_ERROR(moe_small(e0, in, have_act ? &act : nullptr, at(lay_.slot_out)));
   float* slot_out = at(lay_.slot_out);
   float* weights = at(lay_.weights);

@@ -58,13 +58,11 @@ ActQ8 quantize_for(gguf::GgmlType type, const float* x, int64_t n_cols, void* sc
 
 namespace {
 
-// HYPURA_CUDA_PREFETCH=N: MatvecArgs::prefetch_bytes (read once); by default 4 KiB, half
-// of a 4096-wide F16 row (device call D9-2: 8b F16 tg128 187 against 181 without).
-constexpr int kDefaultPrefetchBytes = 4096;
+// HYPURA_CUDA_PREFETCH=N: MatvecArgs::prefetch_bytes (read once).
 int prefetch_bytes() {
   static const int bytes = [] {
     const char* env = std::getenv("HYPURA_CUDA_PREFETCH");
-    return env != nullptr ? std::max(0, std::atoi(env)) / 16 * 16 : kDefaultPrefetchBytes;
+    return env != nullptr ? std::max(0, std::atoi(env)) / 16 * 16 : 0;
   }();
   return bytes;
 }

@@ -37,7 +37,7 @@ struct MatvecArgs {
   float* add_to = nullptr;
   // Bytes of each thread block's rows the single-token kernels of float formats prefetch
   // into L2 before waiting for the previous kernel (programmatic dependent launch); 0: none.
-  // HYPURA_CUDA_PREFETCH=N sets it (default 4096, matvec.cc; 0 turns it off).
+  // HYPURA_CUDA_PREFETCH=N sets it (an A/B switch; default 0).
   int prefetch_bytes = 0;
   StreamHandle stream = nullptr;
   const MatvecGroup* group = nullptr;  // null: one product

@@ -50,39 +50,6 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
   if (threadIdx.x == 0) top_k_row(p, n_expert, k, selected + t * k, weights + t * k);
 }
 
-// The router's logits (F32 rows of n_embd floats, 16-byte aligned) of one token by a warp
-// per expert, in the float matvec's order (matvec_float.cu: lane l sums the 8-float chunks
-// l, l + 32, ... in turn, then the warp tree), then the softmax and top-k of
-// route_kernel: three launches in one.
-__global__ void __launch_bounds__(kSoftmaxThreads)
-    route_f32_kernel(const float* __restrict__ router, const float* __restrict__ x, int n_embd,
-                     float* __restrict__ probs, int n_expert, int k, int32_t* __restrict__ selected,
-                     float* __restrict__ weights) {
-  grid_dep_wait();
-  grid_dep_launch();
-  const int64_t t = blockIdx.x;
-  const float* xt = x + t * n_embd;
-  float* p = probs + t * n_expert;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int e = warp; e < n_expert; e += kSoftmaxThreads / 32) {
-    const float* wr = router + static_cast<int64_t>(e) * n_embd;
-    float sum = 0.0f;
-    for (int i = lane; i < n_embd / 8; i += 32) {
-      const float4* xv = reinterpret_cast<const float4*>(xt + i * 8);
-      const float4* wv = reinterpret_cast<const float4*>(wr + i * 8);
-      const float4 x0 = xv[0], x1 = xv[1], w0 = wv[0], w1 = wv[1];
-      sum += w0.x * x0.x + w0.y * x0.y + w0.z * x0.z + w0.w * x0.w + w1.x * x1.x + w1.y * x1.y +
-             w1.z * x1.z + w1.w * x1.w;
-    }
-    sum = warp_sum(sum);
-    if (lane == 0) p[e] = sum;
-  }
-  __syncthreads();  // every expert's logit, for the softmax
-  softmax_row(p, n_expert);
-  __syncthreads();
-  if (threadIdx.x == 0) top_k_row(p, n_expert, k, selected + t * k, weights + t * k);
-}
-
 __global__ void gather_kernel(const float* __restrict__ x, const int32_t* __restrict__ pairs,
                               int64_t n, int k, int width, float* __restrict__ out) {
   grid_dep_wait();
@@ -137,15 +104,6 @@ void moe_route(float* probs, int64_t n_tokens, int64_t n_expert, int64_t k, int3
   if (n_tokens == 0) return;
   launch_kernel(route_kernel, static_cast<unsigned>(n_tokens), kSoftmaxThreads, 0, stream, probs,
                 static_cast<int>(n_expert), static_cast<int>(k), selected, weights);
-}
-
-void moe_route_f32(const float* router, const float* x, int64_t n_tokens, int64_t n_embd,
-                   float* probs, int64_t n_expert, int64_t k, int32_t* selected, float* weights,
-                   StreamHandle stream) {
-  if (n_tokens == 0) return;
-  launch_kernel(route_f32_kernel, static_cast<unsigned>(n_tokens), kSoftmaxThreads, 0, stream,
-                router, x, static_cast<int>(n_embd), probs, static_cast<int>(n_expert),
-                static_cast<int>(k), selected, weights);
 }
 
 void gather_rows(const float* x, const int32_t* pairs, int64_t n, int64_t k, int64_t width,

@@ -16,13 +16,6 @@ namespace hypura::compute::cuda {
 void moe_route(float* probs, int64_t n_tokens, int64_t n_expert, int64_t k, int32_t* selected,
                float* weights, StreamHandle stream);
 
-// The router's product too, for an F32 router (n_expert rows of n_embd floats; n_embd a
-// multiple of 8, router and x 16-byte aligned): probs = router . x_t (as matvec() of F32
-// weights sums them), then moe_route(), in one launch.
-void moe_route_f32(const float* router, const float* x, int64_t n_tokens, int64_t n_embd,
-                   float* probs, int64_t n_expert, int64_t k, int32_t* selected, float* weights,
-                   StreamHandle stream);
-
 // probs: (n_tokens, n_expert), already softmaxed. For each token: the k most probable
 // experts by slot (the lower id on ties), selected (n_tokens, k), and their probabilities
 // divided by their float sum (summed in slot order), weights (n_tokens, k): as the CPU.
