@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -169,6 +170,11 @@ class CudaBlocks final : public Blocks {
   void linear(const WeightView& w, const float* in, float* out) override {
     if (replaying()) return;
     flush_norm();
+    if (n_tokens_ <= kCudaSmallBatch) {
+      defer_product(out,
+                    [this, w, in, out](float* add_to) { matmul(w, in, n_tokens_, out, add_to); });
+      return;
+    }
     matmul(w, in, n_tokens_, out);
   }
   void project_qkv(const AttnViews& a, const float* in) override;
@@ -189,11 +195,7 @@ class CudaBlocks final : public Blocks {
     flush_norm();
     cuda::scale(rows, sc, n_tokens_ * width, s());
   }
-  void residual(float* x, const float* y) override {
-    if (replaying()) return;
-    flush_norm();
-    cuda::add(x, y, n_tokens_ * hp_.n_embd, s());
-  }
+  void residual(float* x, const float* y) override;
   void attention(int64_t il, bool swa, float kq_scale) override;
   void attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_scale);
   void dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) override;
@@ -231,7 +233,8 @@ class CudaBlocks final : public Blocks {
   // quantization (queued after the products reading the old one: the same stream).
   cuda::ActQ8 activations(gguf::GgmlType type, const float* in, int64_t n_cols, int64_t n,
                           gguf::GgmlType* cached_type, cuda::ActQ8* cached);
-  void matvec_rows(const WeightView& w, const cuda::ActQ8& act, int64_t n, float* out);
+  void matvec_rows(const WeightView& w, const cuda::ActQ8& act, int64_t n, float* out,
+                   float* add_to = nullptr);
   // Products of ws[i] on `in` for i < n, a small batch; `in` may be the pending norm's
   // output, which is then computed and quantized in one launch.
   void shared_input(const WeightView* const* ws, float* const* outs, int n, const float* in);
@@ -243,10 +246,25 @@ class CudaBlocks final : public Blocks {
     int64_t width = 0;
     float* out = nullptr;
   };
+  // A small batch's last product into `out` (the attention output's, the FFN's down, the
+  // experts' slot sum) waits for the next op too: when that op is residual(x, out), the
+  // product's launch also adds it to x (the same float addition; one launch fewer), else
+  // it is launched as it was.
+  struct PendingProduct {
+    const float* out = nullptr;  // null: none pending
+    std::function<void(float* add_to)> launch;
+  };
+  void defer_product(const float* out, std::function<void(float* add_to)> launch) {
+    product_ = {out, std::move(launch)};
+  }
+  // Queues what waits (the pending product, then the pending norm: at most one of the two
+  // is pending at a time, as every op starts here).
   void flush_norm();
-  // out (n, w.n_rows) = in (n, w.n_cols) W^T: per-row matvecs or the matrix product.
-  void matmul(const WeightView& w, const float* in, int64_t n, float* out);
-  Status moe_small(const FfnViews& w, int64_t il, const float* in, float* out);
+  // out (n, w.n_rows) = in (n, w.n_cols) W^T: per-row matvecs or the matrix product;
+  // add_to (small batches only): also added to these rows.
+  void matmul(const WeightView& w, const float* in, int64_t n, float* out, float* add_to = nullptr);
+  Status moe_small(const WeightView (&e)[3], const float* in, const cuda::ActQ8* act,
+                   float* slot_out);
   Status moe_batch(const FfnViews& w, int64_t il, const float* in, float* out);
   void gather_last_rows();
 
@@ -266,6 +284,7 @@ class CudaBlocks final : public Blocks {
   std::vector<int64_t> expert_next_;   // (n_expert) fill positions while sorting
   Status error_;                       // the first error of the batch, returned by finish()
   PendingNorm pending_;
+  PendingProduct product_;
   Mode mode_ = Mode::kEager;
   bool use_graphs_ = true;  // HYPURA_CUDA_GRAPHS=0: every step eager
   int64_t bucket_ = 0;      // the context bucket of the step being captured
@@ -350,6 +369,7 @@ void CudaBlocks::stage_step(const int32_t* tokens) {
   std::copy_n(row_pos_.data(), n_tokens_, host + max_batch_);
   start_step();
   pending_ = {};
+  product_ = {};
   if (replaying()) return;
   fail(cuda::copy_to_device_async(ints(lay_.step), host, static_cast<size_t>(2 * max_batch_) * 4,
                                   s()));
@@ -381,6 +401,11 @@ void CudaBlocks::norm(const float* in, const WeightView& w, float* out) {
 }
 
 void CudaBlocks::flush_norm() {
+  if (product_.out != nullptr) {
+    PendingProduct p = std::move(product_);
+    product_ = {};
+    p.launch(nullptr);
+  }
   if (pending_.in == nullptr) return;
   cuda::rms_norm(pending_.in, pending_.w, n_tokens_, pending_.width, hp_.rms_eps, pending_.out,
                  s());
@@ -412,12 +437,26 @@ void CudaBlocks::rope_qk(float freq_base, float freq_scale) {
                 rope_params(freq_base, freq_scale), s());
 }
 
-void CudaBlocks::matvec_rows(const WeightView& w, const cuda::ActQ8& act, int64_t n, float* out) {
+void CudaBlocks::matvec_rows(const WeightView& w, const cuda::ActQ8& act, int64_t n, float* out,
+                             float* add_to) {
   if (n == 1) {
-    cuda::matvec_quantized(w, act, out, s());
+    cuda::matvec_quantized(w, act, out, s(), add_to);
   } else {
     cuda::matvec_batched(w, act, n, out, s());
+    if (add_to != nullptr) cuda::add(add_to, out, n * w.n_rows, s());
   }
+}
+
+void CudaBlocks::residual(float* x, const float* y) {
+  if (replaying()) return;
+  if (product_.out == y && pending_.in == nullptr) {
+    PendingProduct p = std::move(product_);
+    product_ = {};
+    p.launch(x);
+    return;
+  }
+  flush_norm();
+  cuda::add(x, y, n_tokens_ * hp_.n_embd, s());
 }
 
 cuda::ActQ8 CudaBlocks::activations(gguf::GgmlType type, const float* in, int64_t n_cols, int64_t n,
@@ -431,14 +470,16 @@ cuda::ActQ8 CudaBlocks::activations(gguf::GgmlType type, const float* in, int64_
   return *cached;
 }
 
-void CudaBlocks::matmul(const WeightView& w, const float* in, int64_t n, float* out) {
+void CudaBlocks::matmul(const WeightView& w, const float* in, int64_t n, float* out,
+                        float* add_to) {
   if (n > kCudaSmallBatch) {
+    assert(add_to == nullptr);
     fail(gemm_->matmul(w, in, n, out));
     return;
   }
   gguf::GgmlType none = kNothingCached;
   cuda::ActQ8 act;
-  matvec_rows(w, activations(w.type, in, w.n_cols, n, &none, &act), n, out);
+  matvec_rows(w, activations(w.type, in, w.n_cols, n, &none, &act), n, out, add_to);
 }
 
 // Small batches: the matrices of one type (and width) in one launch per row, on one
@@ -450,6 +491,7 @@ void CudaBlocks::shared_input(const WeightView* const* ws, float* const* outs, i
   gguf::GgmlType cached_type = kNothingCached;
   cuda::ActQ8 act;
   cuda::ActFormat format;
+  if (product_.out != nullptr) flush_norm();  // (never pending beside a norm)
   if (pending_.in != nullptr && pending_.out == in && act_format(ws[0]->type, &format)) {
     act = cuda::rms_norm_quantize(pending_.in, pending_.w, n_tokens_, pending_.width, hp_.rms_eps,
                                   pending_.out, format, act_.data(), s());
@@ -557,45 +599,89 @@ void CudaBlocks::dense_ffn(const FfnViews& w, FfnAct act, const float* in, float
   // The activation and the rounding of its result for down in one launch.
   cuda::ActFormat format;
   if (act_format(w.down.type, &format) && w.gate.n_rows % 256 == 0) {
-    matvec_rows(w.down, cuda::glu_quantize(unary_op(act), gate, up, n_ff, format, act_.data(), s()),
-                n_tokens_, out);
+    const cuda::ActQ8 a =
+        cuda::glu_quantize(unary_op(act), gate, up, n_ff, format, act_.data(), s());
+    const WeightView down = w.down;
+    defer_product(
+        out, [this, down, a, out](float* add_to) { matvec_rows(down, a, n_tokens_, out, add_to); });
     return;
   }
   cuda::glu(unary_op(act), gate, up, n_ff, s());
-  matmul(w.down, gate, n_tokens_, out);
+  const WeightView down = w.down;
+  defer_product(
+      out, [this, down, gate, out](float* add_to) { matmul(down, gate, n_tokens_, out, add_to); });
 }
 
 Status CudaBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) {
   if (replaying()) return Status::ok();
-  flush_norm();
   const int64_t ne = hp_.n_expert, k = hp_.n_expert_used;
-  matmul(w.router, in, n_tokens_, at(lay_.probs));
-  cuda::softmax(at(lay_.probs), n_tokens_, ne, s());
-  cuda::moe_top_k(at(lay_.probs), n_tokens_, ne, k, ints(lay_.selected), at(lay_.weights), s());
-  HYPURA_RETURN_IF_ERROR(n_tokens_ <= kCudaSmallBatch ? moe_small(w, il, in, at(lay_.slot_out))
-                                                      : moe_batch(w, il, in, at(lay_.slot_out)));
-  cuda::moe_combine(at(lay_.slot_out), at(lay_.weights), n_tokens_, k, hp_.n_embd, out, s());
-  return Status::ok();
-}
-
-// Few tokens: every (token, slot) pair's expert product in one grouped launch per matrix,
-// reading the selection on the device.
-Status CudaBlocks::moe_small(const FfnViews& w, int64_t il, const float* in, float* slot_out) {
-  const int64_t k = hp_.n_expert_used, n_pairs = n_tokens_ * k;
+  if (n_tokens_ > kCudaSmallBatch) {
+    flush_norm();
+    matmul(w.router, in, n_tokens_, at(lay_.probs));
+    cuda::moe_route(at(lay_.probs), n_tokens_, ne, k, ints(lay_.selected), at(lay_.weights), s());
+    HYPURA_RETURN_IF_ERROR(moe_batch(w, il, in, at(lay_.slot_out)));
+    cuda::moe_combine(at(lay_.slot_out), at(lay_.weights), n_tokens_, k, hp_.n_embd, out, s());
+    return Status::ok();
+  }
+  // Few tokens: the pending norm and the rounding of its output for the experts' gate and up
+  // in one launch, kept through the router's product when that reads floats or the same
+  // rounding; one launch for softmax and top-k; the slot sum waits for the residual.
   const ExpertRequest requests[3] = {{w.gate_exps, 0}, {w.up_exps, 0}, {w.down_exps, 0}};
   WeightView e0[3];  // expert 0's matrices: the stacked tensors' starts and shapes
   HYPURA_RETURN_IF_ERROR(provider_.acquire_experts(static_cast<int>(il), requests, e0));
-  const WeightView &gate = e0[0], &up = e0[1], &down = e0[2];
+  if (product_.out != nullptr) flush_norm();  // (never pending beside a norm)
+  const gguf::GgmlType gate_act = quant::activation_type(e0[0].type);
+  const gguf::GgmlType router_act = quant::activation_type(w.router.type);
+  cuda::ActQ8 act;
+  bool have_act = false;
+  cuda::ActFormat format, router_format;
+  const bool router_float = !act_format(w.router.type, &router_format);
+  if (pending_.in != nullptr && pending_.out == in && act_format(e0[0].type, &format) &&
+      (router_float || router_act == gate_act)) {
+    act = cuda::rms_norm_quantize(pending_.in, pending_.w, n_tokens_, pending_.width, hp_.rms_eps,
+                                  pending_.out, format, act_.data(), s());
+    pending_ = {};
+    have_act = true;
+  }
+  flush_norm();
+  if (have_act && router_act == gate_act) {
+    matvec_rows(w.router, act, n_tokens_, at(lay_.probs));
+  } else {
+    matmul(w.router, in, n_tokens_, at(lay_.probs));
+  }
+  cuda::moe_route(at(lay_.probs), n_tokens_, ne, k, ints(lay_.selected), at(lay_.weights), s());
+  HYPURA_RETURN_IF_ERROR(moe_small(e0, in, have_act ? &act : nullptr, at(lay_.slot_out)));
+  float* slot_out = at(lay_.slot_out);
+  float* weights = at(lay_.weights);
+  defer_product(out, [this, slot_out, weights, k, out](float* add_to) {
+    cuda::moe_combine(slot_out, weights, n_tokens_, k, hp_.n_embd, out, s(), add_to);
+  });
+  return Status::ok();
+}
+
+// Few tokens: every (token, slot) pair's expert product in one grouped launch per matrix
+// (gate and up together when they share a type), reading the selection on the device.
+// act: `in` already rounded for gate's type, or null.
+Status CudaBlocks::moe_small(const WeightView (&e)[3], const float* in, const cuda::ActQ8* act_in,
+                             float* slot_out) {
+  const int64_t k = hp_.n_expert_used, n_pairs = n_tokens_ * k;
+  const WeightView &gate = e[0], &up = e[1], &down = e[2];
   float* g = at(lay_.ff_gate);
   float* u = at(lay_.ff_up);
   const int32_t* sel = ints(lay_.selected);
   const int act_div = static_cast<int>(k);
-  cuda::ActQ8 act = cuda::quantize_for(gate.type, in, n_tokens_ * gate.n_cols, act_.data(), s());
-  cuda::matvec_grouped(gate, sel, n_pairs, act_div, act, g, s());
-  if (quant::activation_type(gate.type) != quant::activation_type(up.type)) {
-    act = cuda::quantize_for(up.type, in, n_tokens_ * up.n_cols, act_.data(), s());
+  cuda::ActQ8 act = act_in != nullptr ? *act_in
+                                      : cuda::quantize_for(gate.type, in, n_tokens_ * gate.n_cols,
+                                                           act_.data(), s());
+  if (gate.type == up.type && gate.n_rows == up.n_rows && gate.n_cols == up.n_cols) {
+    cuda::matvec_grouped_pair(gate, up, sel, n_pairs, act_div, act, g, u, s());
+  } else {
+    cuda::matvec_grouped(gate, sel, n_pairs, act_div, act, g, s());
+    if (quant::activation_type(gate.type) != quant::activation_type(up.type)) {
+      act = cuda::quantize_for(up.type, in, n_tokens_ * up.n_cols, act_.data(), s());
+    }
+    cuda::matvec_grouped(up, sel, n_pairs, act_div, act, u, s());
   }
-  cuda::matvec_grouped(up, sel, n_pairs, act_div, act, u, s());
   cuda::ActFormat format;
   if (act_format(down.type, &format) && (n_pairs * gate.n_rows) % 256 == 0) {
     act = cuda::glu_quantize(cuda::UnaryOp::kSilu, g, u, n_pairs * gate.n_rows, format, act_.data(),

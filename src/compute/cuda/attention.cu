@@ -38,6 +38,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float s_p[kG][kSeg];            // scores, then exp(s - m)
   __shared__ float s_ml[kG][2];              // m, l per q head
   __shared__ float s_red[kThreads * kG][8];  // V partials of every key slot
+  grid_dep_wait();
+  grid_dep_launch();
   const int seg = blockIdx.x, kv_head = blockIdx.y;
   const int group = static_cast<int>(a.n_head / a.n_head_kv);
   const int g0 = blockIdx.z * kG, ng = min(kG, group - g0);
@@ -170,6 +172,8 @@ __global__ void __launch_bounds__(kThreads)
     attn_merge(const float* __restrict__ partial, int n_seg, int hdv, float* __restrict__ out) {
   __shared__ float s_w[kMaxSeg];
   __shared__ float s_red[kWarps];
+  grid_dep_wait();
+  grid_dep_launch();
   const int head = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int stride = hdv + 2;
   const float* ph = partial + static_cast<size_t>(head) * n_seg * stride;
@@ -235,13 +239,14 @@ void attention_decode(const AttnDecodeArgs& a, void* scratch, StreamHandle strea
                   static_cast<unsigned>(chunks));
   assert(n_seg <= kMaxSeg);
   if (heads_per_block(a.n_head, a.n_head_kv) == 4) {
-    attn_segment<4><<<grid, kThreads, 0, stream>>>(a, partial, n_seg, static_cast<int>(seg_len));
+    launch_kernel(attn_segment<4>, grid, kThreads, 0, stream, a, partial, n_seg,
+                  static_cast<int>(seg_len));
   } else {
-    attn_segment<kMaxG>
-        <<<grid, kThreads, 0, stream>>>(a, partial, n_seg, static_cast<int>(seg_len));
+    launch_kernel(attn_segment<kMaxG>, grid, kThreads, 0, stream, a, partial, n_seg,
+                  static_cast<int>(seg_len));
   }
-  attn_merge<<<static_cast<unsigned>(a.n_head), kThreads, 0, stream>>>(
-      partial, n_seg, static_cast<int>(a.head_dim_v), a.out);
+  launch_kernel(attn_merge, static_cast<unsigned>(a.n_head), kThreads, 0, stream, partial, n_seg,
+                static_cast<int>(a.head_dim_v), a.out);
 }
 
 }  // namespace hypura::compute::cuda

@@ -55,6 +55,8 @@ __device__ __forceinline__ void load_tile(const uint16_t* src, int64_t src_strid
 template <int kD>
 __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnPrefillArgs a) {
   extern __shared__ float smem[];
+  grid_dep_wait();
+  grid_dep_launch();
   const int hd = static_cast<int>(a.head_dim), hdv = static_cast<int>(a.head_dim_v);
   const Smem lay = smem_layout(hd, kD);
   float* s_q = smem;
@@ -180,7 +182,7 @@ void launch_prefill(const AttnPrefillArgs& a, StreamHandle stream) {
   const int64_t n_rows = a.n_tokens * (a.n_head / a.n_head_kv);
   const dim3 grid(static_cast<unsigned>((n_rows + kRows - 1) / kRows),
                   static_cast<unsigned>(a.n_head_kv));
-  attn_prefill_kernel<kD><<<grid, kThreads, lay.bytes, stream>>>(a);
+  launch_kernel(attn_prefill_kernel<kD>, grid, kThreads, lay.bytes, stream, a);
 }
 
 // Keys then values: one thread per element of either.
@@ -188,6 +190,8 @@ __global__ void store_kv_kernel(const float* __restrict__ k, const float* __rest
                                 int64_t nk, int64_t n, int k_width, int v_width,
                                 const int32_t* __restrict__ pos, __half* __restrict__ k_cache,
                                 __half* __restrict__ v_cache) {
+  grid_dep_wait();
+  grid_dep_launch();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const bool is_v = i >= nk;
@@ -218,9 +222,9 @@ void store_kv_f16(const float* k, const float* v, int64_t n_tokens, int64_t k_wi
                   StreamHandle stream) {
   const int64_t nk = n_tokens * k_width, n = nk + n_tokens * v_width;
   if (n == 0) return;
-  store_kv_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
-      k, v, nk, n, static_cast<int>(k_width), static_cast<int>(v_width), pos,
-      reinterpret_cast<__half*>(k_cache), reinterpret_cast<__half*>(v_cache));
+  launch_kernel(store_kv_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, k, v, nk,
+                n, static_cast<int>(k_width), static_cast<int>(v_width), pos,
+                reinterpret_cast<__half*>(k_cache), reinterpret_cast<__half*>(v_cache));
 }
 
 }  // namespace hypura::compute::cuda

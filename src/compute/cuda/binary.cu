@@ -8,6 +8,8 @@ enum class BinOp { kAdd, kMul, kScale };
 
 template <BinOp kOp>
 __global__ void binary_kernel(float* y, const float* x, float s, int64_t n) {
+  grid_dep_wait();
+  grid_dep_launch();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   if constexpr (kOp == BinOp::kAdd) y[i] += x[i];
@@ -18,10 +20,13 @@ __global__ void binary_kernel(float* y, const float* x, float s, int64_t n) {
 template <BinOp kOp>
 void launch(float* y, const float* x, float s, int64_t n, StreamHandle stream) {
   if (n == 0) return;
-  binary_kernel<kOp><<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(y, x, s, n);
+  launch_kernel(binary_kernel<kOp>, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, y, x, s,
+                n);
 }
 
 __global__ void add_rows_kernel(float* y, const float* b, int64_t n, int64_t width) {
+  grid_dep_wait();
+  grid_dep_launch();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] += b[i % width];
 }
@@ -31,7 +36,8 @@ __global__ void add_rows_kernel(float* y, const float* b, int64_t n, int64_t wid
 void add_rows(float* y, const float* b, int64_t n_rows, int64_t width, StreamHandle stream) {
   const int64_t n = n_rows * width;
   if (n == 0) return;
-  add_rows_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(y, b, n, width);
+  launch_kernel(add_rows_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, y, b, n,
+                width);
 }
 
 void add(float* y, const float* x, int64_t n, StreamHandle stream) {

@@ -6,11 +6,49 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "compute/cuda/act_q8.h"
+#include "compute/cuda/device.h"
 #include "quant/blocks.h"
 
 namespace hypura::compute::cuda {
+
+// Programmatic dependent launch (sm_90; device.h's pdl_enabled). Every kernel launched by
+// launch_kernel calls grid_dep_wait() before its first access to memory an earlier kernel
+// of the stream writes or reads (nothing of it is visible before; a kernel that exits
+// without waiting could finish before its predecessor), then grid_dep_launch() to let the
+// next kernel's blocks start: they take the free multiprocessors and wait in turn. Both are
+// no-ops without a programmatic dependency or on other architectures.
+__device__ __forceinline__ void grid_dep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_dep_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization
+// when pdl_enabled() (the kernel must call grid_dep_wait()); captured into CUDA graphs as
+// programmatic edges. A launch error is left for cudaGetLastError, as with <<<>>>.
+template <class... KArgs, class... Args>
+void launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                   StreamHandle stream, Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
 
 __device__ __forceinline__ float half_bits_to_float(uint16_t h) {
   return __half2float(__ushort_as_half(h));

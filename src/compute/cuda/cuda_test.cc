@@ -228,18 +228,25 @@ TEST_F(CudaTest, MatvecMatchesCpuForEveryType) {
 }
 
 TEST_F(CudaTest, RmsNormMatchesCpu) {
-  const int64_t rows = 5, n = 4096;
-  const std::vector<float> x = random_floats(rows * n, 1), w = random_floats(n, 2);
-  for (bool with_w : {true, false}) {
-    std::vector<float> want(rows * n);
-    for (int64_t r = 0; r < rows; ++r) {
-      compute::rms_norm(x.data() + r * n, with_w ? w.data() : nullptr, n, 1e-5f,
-                        want.data() + r * n);
+  // A few 4096-wide rows (a block per 256 values, 16-byte loads), many (a block per row),
+  // and a width that is no multiple of 256 (scalar loads).
+  struct Shape {
+    int64_t rows, n;
+  };
+  for (const Shape sh : {Shape{5, 4096}, Shape{20, 4096}, Shape{3, 1000}}) {
+    const int64_t rows = sh.rows, n = sh.n;
+    const std::vector<float> x = random_floats(rows * n, 1), w = random_floats(n, 2);
+    for (bool with_w : {true, false}) {
+      std::vector<float> want(rows * n);
+      for (int64_t r = 0; r < rows; ++r) {
+        compute::rms_norm(x.data() + r * n, with_w ? w.data() : nullptr, n, 1e-5f,
+                          want.data() + r * n);
+      }
+      DeviceBuffer dx = upload(x), dw = upload(w), dy = poisoned(rows * n);
+      cuda::rms_norm(dx.as<float>(), with_w ? dw.as<float>() : nullptr, rows, n, 1e-5f,
+                     dy.as<float>(), stream_.handle());
+      EXPECT_LE(rel_l2(download(dy, rows * n), want), kFloatRelL2) << rows << " x " << n;
     }
-    DeviceBuffer dx = upload(x), dw = upload(w), dy = poisoned(rows * n);
-    cuda::rms_norm(dx.as<float>(), with_w ? dw.as<float>() : nullptr, rows, n, 1e-5f,
-                   dy.as<float>(), stream_.handle());
-    EXPECT_LE(rel_l2(download(dy, rows * n), want), kFloatRelL2);
   }
 }
 
@@ -525,7 +532,24 @@ TEST_F(CudaTest, BatchedMatvecMatchesCpu) {
           quantize_for(type, dx.as<float>(), n * cols, scratch->data(), stream_.handle());
       matvec_batched(WeightView{dw.data(), type, cols, rows}, act, n, dy.as<float>(),
                      stream_.handle());
-      EXPECT_LE(rel_l2(download(dy, n * rows), want), kMatvecRelL2) << n;
+      const std::vector<float> got = download(dy, n * rows);
+      EXPECT_LE(rel_l2(got, want), kMatvecRelL2) << n;
+      // With a residual, the single-token kernel on row 0 in each configuration: the
+      // product also added to the residual row (exactly compute::add of it).
+      for (int config : {0, 1, 2}) {
+        const std::vector<float> res = random_floats(rows, seed++);
+        std::vector<float> want_res = res;
+        DeviceBuffer dres = upload(res), dy1 = poisoned(rows);
+        g_matvec_config_override = config;
+        matvec_quantized(WeightView{dw.data(), type, cols, rows}, act, dy1.as<float>(),
+                         stream_.handle(), dres.as<float>());
+        g_matvec_config_override = -1;
+        const std::vector<float> got1 = download(dy1, rows);
+        EXPECT_LE(rel_l2(got1, std::vector<float>(want.begin(), want.begin() + rows)), kMatvecRelL2)
+            << config;
+        compute::add(want_res.data(), got1.data(), rows);
+        EXPECT_EQ(download(dres, rows), want_res) << config;
+      }
     }
   }
 }
@@ -559,7 +583,20 @@ TEST_F(CudaTest, GroupedMatvecMatchesCpu) {
           quantize_for(type, dx.as<float>(), n_act * cols, scratch->data(), stream_.handle());
       matvec_grouped(WeightView{dw.data(), type, cols, rows}, dids.as<int32_t>(), n_pairs, act_div,
                      act, dy.as<float>(), stream_.handle());
-      EXPECT_LE(rel_l2(download(dy, n_pairs * rows), want), kMatvecRelL2) << act_div;
+      const std::vector<float> got = download(dy, n_pairs * rows);
+      EXPECT_LE(rel_l2(got, want), kMatvecRelL2) << act_div;
+      // Two stacked tensors in one launch (gate and up): the first's results unchanged, the
+      // second's as its own grouped product.
+      const std::vector<uint8_t> w2 = random_weights(type, n_expert * rows, cols, &seed);
+      DeviceBuffer dw2 = upload(w2), dy2 = poisoned(n_pairs * rows),
+                   dy2a = poisoned(n_pairs * rows);
+      matvec_grouped(WeightView{dw2.data(), type, cols, rows}, dids.as<int32_t>(), n_pairs, act_div,
+                     act, dy2a.as<float>(), stream_.handle());
+      matvec_grouped_pair(WeightView{dw.data(), type, cols, rows},
+                          WeightView{dw2.data(), type, cols, rows}, dids.as<int32_t>(), n_pairs,
+                          act_div, act, dy.as<float>(), dy2.as<float>(), stream_.handle());
+      EXPECT_EQ(download(dy, n_pairs * rows), got) << act_div;
+      EXPECT_EQ(download(dy2, n_pairs * rows), download(dy2a, n_pairs * rows)) << act_div;
     }
   }
 }
@@ -570,6 +607,7 @@ TEST_F(CudaTest, MoeRoutingAndRowsMatchCpu) {
   const int64_t n_tok = 7, ne = 8, k = 3, width = 300;
   std::vector<float> probs = random_floats(n_tok * ne, 21, 2.0f);
   probs[2 * ne + 5] = probs[2 * ne + 1];  // a tie: the lower id wins
+  const std::vector<float> logits = probs;
   for (int64_t t = 0; t < n_tok; ++t) compute::softmax(probs.data() + t * ne, ne);
   std::vector<int32_t> want_sel(n_tok * k);
   std::vector<float> want_w(n_tok * k);
@@ -595,6 +633,23 @@ TEST_F(CudaTest, MoeRoutingAndRowsMatchCpu) {
   ASSERT_TRUE(copy_to_host(sel.data(), dsel.data(), sel.size() * 4));
   EXPECT_EQ(sel, want_sel);
   EXPECT_EQ(rel_l2(download(dw, n_tok * k), want_w), 0.0);
+  // Softmax and top-k in one launch: exactly the two kernels' results.
+  {
+    DeviceBuffer dl = upload(logits), dl2 = upload(logits), dsel2 = poisoned(n_tok * k),
+                 dw2 = poisoned(n_tok * k), dsel3 = poisoned(n_tok * k), dw3 = poisoned(n_tok * k);
+    softmax(dl.as<float>(), n_tok, ne, stream_.handle());
+    moe_top_k(dl.as<float>(), n_tok, ne, k, dsel2.as<int32_t>(), dw2.as<float>(), stream_.handle());
+    moe_route(dl2.as<float>(), n_tok, ne, k, dsel3.as<int32_t>(), dw3.as<float>(),
+              stream_.handle());
+    std::vector<int32_t> sel2(n_tok * k), sel3(n_tok * k);
+    ASSERT_TRUE(stream_.synchronize());
+    ASSERT_TRUE(copy_to_host(sel2.data(), dsel2.data(), sel2.size() * 4));
+    ASSERT_TRUE(copy_to_host(sel3.data(), dsel3.data(), sel3.size() * 4));
+    EXPECT_EQ(sel3, sel2);
+    EXPECT_EQ(sel3, want_sel);
+    EXPECT_EQ(download(dw3, n_tok * k), download(dw2, n_tok * k));
+    EXPECT_EQ(download(dl2, n_tok * ne), download(dl, n_tok * ne));
+  }
 
   // gather rows of tokens, scatter them to pairs, sum slots with the weights.
   const std::vector<float> x = random_floats(n_tok * width, 22),
@@ -623,6 +678,15 @@ TEST_F(CudaTest, MoeRoutingAndRowsMatchCpu) {
   scatter_rows(dg.as<float>(), dpairs.as<int32_t>(), 4, width, dscat.as<float>(), stream_.handle());
   EXPECT_EQ(rel_l2(download(dg, pairs.size() * width), want_g), 0.0);
   EXPECT_EQ(rel_l2(download(dc, n_tok * width), want_c), 0.0);
+  // The slot sum also added to residual rows: exactly compute::add of it.
+  const std::vector<float> res = random_floats(n_tok * width, 24);
+  std::vector<float> want_res = res;
+  compute::add(want_res.data(), want_c.data(), n_tok * width);
+  DeviceBuffer dres = upload(res), dc2 = poisoned(n_tok * width);
+  moe_combine(dslots.as<float>(), dw.as<float>(), n_tok, k, width, dc2.as<float>(),
+              stream_.handle(), dres.as<float>());
+  EXPECT_EQ(download(dres, n_tok * width), want_res);
+  EXPECT_EQ(rel_l2(download(dc2, n_tok * width), want_c), 0.0);
   std::vector<float> want_s = slots;
   for (size_t r = 0; r < pairs.size(); ++r)
     std::copy_n(want_g.begin() + r * width, width, want_s.begin() + pairs[r] * width);

@@ -160,6 +160,8 @@ template <class F, class OutT>
 __global__ void dequant_kernel(const uint8_t* __restrict__ w, size_t row_bytes,
                                const int32_t* __restrict__ ids, int64_t row0, int n_cols,
                                int64_t n_groups, OutT* __restrict__ out) {
+  grid_dep_wait();
+  grid_dep_launch();
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int groups = n_cols / 8;
   if (g >= n_groups) return;
@@ -189,6 +191,8 @@ template <int kFmt, class OutT>  // 0: F32, 1: F16, 2: BF16
 __global__ void widen_kernel(const uint8_t* __restrict__ w, size_t row_bytes,
                              const int32_t* __restrict__ ids, int64_t row0, int n_cols, int64_t n,
                              OutT* __restrict__ out) {
+  grid_dep_wait();
+  grid_dep_launch();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int64_t r = i / n_cols;
@@ -210,18 +214,18 @@ template <class F, class OutT>
 void launch_quant(const DequantArgs& a, OutT* out) {
   const int64_t n_groups = a.n_rows * (a.n_cols / 8);
   if (n_groups == 0) return;
-  dequant_kernel<F, OutT><<<static_cast<unsigned>((n_groups + 255) / 256), 256, 0, a.stream>>>(
-      static_cast<const uint8_t*>(a.w), a.row_bytes, a.ids, a.row0, static_cast<int>(a.n_cols),
-      n_groups, out);
+  launch_kernel(dequant_kernel<F, OutT>, static_cast<unsigned>((n_groups + 255) / 256), 256, 0,
+                a.stream, static_cast<const uint8_t*>(a.w), a.row_bytes, a.ids, a.row0,
+                static_cast<int>(a.n_cols), n_groups, out);
 }
 
 template <int kFmt, class OutT>
 void launch_widen(const DequantArgs& a, OutT* out) {
   const int64_t n = a.n_rows * a.n_cols;
   if (n == 0) return;
-  widen_kernel<kFmt, OutT><<<static_cast<unsigned>((n + 255) / 256), 256, 0, a.stream>>>(
-      static_cast<const uint8_t*>(a.w), a.row_bytes, a.ids, a.row0, static_cast<int>(a.n_cols), n,
-      out);
+  launch_kernel(widen_kernel<kFmt, OutT>, static_cast<unsigned>((n + 255) / 256), 256, 0, a.stream,
+                static_cast<const uint8_t*>(a.w), a.row_bytes, a.ids, a.row0,
+                static_cast<int>(a.n_cols), n, out);
 }
 
 // GGUF type ids (gguf::GgmlType).
@@ -274,6 +278,8 @@ bool dequantize(uint32_t type_id, const DequantArgs& a, OutT* out) {
 
 __global__ void f32_to_f16_kernel(const float* __restrict__ x, int64_t n,
                                   __half* __restrict__ out) {
+  grid_dep_wait();
+  grid_dep_launch();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = __float2half_rn(x[i]);
 }
@@ -287,8 +293,8 @@ bool launch_dequant(uint32_t type_id, const DequantArgs& a) {
 
 void launch_f32_to_f16(const float* x, int64_t n, uint16_t* out, StreamHandle stream) {
   if (n == 0) return;
-  f32_to_f16_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
-      x, n, reinterpret_cast<__half*>(out));
+  launch_kernel(f32_to_f16_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, x, n,
+                reinterpret_cast<__half*>(out));
 }
 
 }  // namespace hypura::compute::cuda

@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <utility>
 
 namespace hypura::compute::cuda {
@@ -280,6 +282,22 @@ Result<double> measure_copy_bandwidth(size_t bytes, int reps) {
 
 Status last_launch_status(const char* what) {
   return cuda_status(cudaGetLastError(), what);
+}
+
+bool pdl_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("HYPURA_CUDA_PDL");
+    if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return major == 9 && minor == 0;
+  }();
+  return enabled;
 }
 
 }  // namespace hypura::compute::cuda

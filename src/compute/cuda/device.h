@@ -160,4 +160,12 @@ Result<double> measure_copy_bandwidth(size_t bytes, int reps);
 // The error the last launch on this thread raised (cudaGetLastError), as a Status.
 Status last_launch_status(const char* what);
 
+// Whether kernels launch with programmatic dependent launch (launch_kernel, common.cuh):
+// a kernel may start while the one before it on the stream finishes, and waits for it
+// (griddepcontrol.wait) before touching what it wrote. Only on compute capability 9.0, the
+// one machine code the build carries with those instructions (sm_90a; the compute_80 PTX
+// lacks them, so other cards serialize as before); HYPURA_CUDA_PDL=0 turns it off (A/B).
+// Decided once per process, for the calling thread's current device.
+bool pdl_enabled();
+
 }  // namespace hypura::compute::cuda

@@ -30,6 +30,8 @@ __global__ void __launch_bounds__(kNormThreads)
                          float* __restrict__ out, int8_t* q, float* d, float* s) {
   __shared__ double partial[kNormThreads / 32];
   __shared__ Q8kScratch sh;
+  grid_dep_wait();
+  grid_dep_launch();
   const int64_t row = blockIdx.x;
   const int c = blockIdx.y * kNormThreads;
   const float* xr = x + row * n;
@@ -46,6 +48,8 @@ __global__ void __launch_bounds__(256)
     glu_quantize_kernel(float* __restrict__ gate, const float* __restrict__ up, int8_t* q, float* d,
                         float* s) {
   __shared__ Q8kScratch sh;
+  grid_dep_wait();
+  grid_dep_launch();
   const int64_t base = static_cast<int64_t>(blockIdx.x) * 256, i = base + threadIdx.x;
   const float v = apply<kOp>(gate[i]) * up[i];
   gate[i] = v;
@@ -69,13 +73,16 @@ void launch_glu(ActFormat format, unsigned grid, float* gate, const float* up, c
                 StreamHandle stream) {
   switch (format) {
     case ActFormat::kQ8_K:
-      glu_quantize_kernel<kOp, ActFormat::kQ8_K><<<grid, 256, 0, stream>>>(gate, up, o.q, o.d, o.s);
+      launch_kernel(glu_quantize_kernel<kOp, ActFormat::kQ8_K>, grid, 256, 0, stream, gate, up, o.q,
+                    o.d, o.s);
       break;
     case ActFormat::kQ8_0:
-      glu_quantize_kernel<kOp, ActFormat::kQ8_0><<<grid, 256, 0, stream>>>(gate, up, o.q, o.d, o.s);
+      launch_kernel(glu_quantize_kernel<kOp, ActFormat::kQ8_0>, grid, 256, 0, stream, gate, up, o.q,
+                    o.d, o.s);
       break;
     case ActFormat::kQ8_1:
-      glu_quantize_kernel<kOp, ActFormat::kQ8_1><<<grid, 256, 0, stream>>>(gate, up, o.q, o.d, o.s);
+      launch_kernel(glu_quantize_kernel<kOp, ActFormat::kQ8_1>, grid, 256, 0, stream, gate, up, o.q,
+                    o.d, o.s);
       break;
   }
 }
@@ -89,16 +96,16 @@ ActQ8 rms_norm_quantize(const float* x, const float* w, int64_t n_rows, int64_t 
   const int nn = static_cast<int>(n);
   switch (format) {
     case ActFormat::kQ8_K:
-      norm_quantize_kernel<ActFormat::kQ8_K>
-          <<<grid, kNormThreads, 0, stream>>>(x, w, nn, eps, out, o.q, o.d, o.s);
+      launch_kernel(norm_quantize_kernel<ActFormat::kQ8_K>, grid, kNormThreads, 0, stream, x, w, nn,
+                    eps, out, o.q, o.d, o.s);
       break;
     case ActFormat::kQ8_0:
-      norm_quantize_kernel<ActFormat::kQ8_0>
-          <<<grid, kNormThreads, 0, stream>>>(x, w, nn, eps, out, o.q, o.d, o.s);
+      launch_kernel(norm_quantize_kernel<ActFormat::kQ8_0>, grid, kNormThreads, 0, stream, x, w, nn,
+                    eps, out, o.q, o.d, o.s);
       break;
     case ActFormat::kQ8_1:
-      norm_quantize_kernel<ActFormat::kQ8_1>
-          <<<grid, kNormThreads, 0, stream>>>(x, w, nn, eps, out, o.q, o.d, o.s);
+      launch_kernel(norm_quantize_kernel<ActFormat::kQ8_1>, grid, kNormThreads, 0, stream, x, w, nn,
+                    eps, out, o.q, o.d, o.s);
       break;
   }
   return ActQ8{o.q, o.d, o.s, out};

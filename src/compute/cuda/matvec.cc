@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstdlib>
 
 #include "compute/cuda/matvec_launch.h"
 #include "compute/cuda/quantize.h"
@@ -57,6 +58,15 @@ ActQ8 quantize_for(gguf::GgmlType type, const float* x, int64_t n_cols, void* sc
 
 namespace {
 
+// HYPURA_CUDA_PREFETCH=N: MatvecArgs::prefetch_bytes (read once).
+int prefetch_bytes() {
+  static const int bytes = [] {
+    const char* env = std::getenv("HYPURA_CUDA_PREFETCH");
+    return env != nullptr ? std::max(0, std::atoi(env)) / 16 * 16 : 0;
+  }();
+  return bytes;
+}
+
 MatvecArgs args_for(const WeightView& w, const ActQ8& act, float* y, StreamHandle stream) {
   assert(matvec_supported(w.type));
   assert(w.n_cols % quant::block_size(w.type) == 0);
@@ -68,6 +78,7 @@ MatvecArgs args_for(const WeightView& w, const ActQ8& act, float* y, StreamHandl
   a.act = act;
   a.y = y;
   a.stream = stream;
+  a.prefetch_bytes = prefetch_bytes();
   return a;
 }
 
@@ -82,8 +93,11 @@ void launch(gguf::GgmlType type, const MatvecArgs& a) {
 
 }  // namespace
 
-void matvec_quantized(const WeightView& w, const ActQ8& act, float* y, StreamHandle stream) {
-  launch(w.type, args_for(w, act, y, stream));
+void matvec_quantized(const WeightView& w, const ActQ8& act, float* y, StreamHandle stream,
+                      float* add_to) {
+  MatvecArgs a = args_for(w, act, y, stream);
+  a.add_to = add_to;
+  launch(w.type, a);
 }
 
 namespace {
@@ -112,10 +126,18 @@ ActQ8 act_row(const ActQ8& act, gguf::GgmlType type, int64_t n_cols, int64_t r) 
   return row;
 }
 
-void matvec_grouped(const WeightView& expert, const int32_t* ids, int64_t n_pairs, int act_div,
-                    const ActQ8& act, float* y, StreamHandle stream) {
+namespace {
+void launch_grouped(const WeightView& expert, const WeightView* second, const int32_t* ids,
+                    int64_t n_pairs, int act_div, const ActQ8& act, float* y, float* y_second,
+                    StreamHandle stream) {
   if (n_pairs == 0) return;
   MatvecGroup group;
+  if (second != nullptr) {
+    assert(second->type == expert.type && second->n_rows == expert.n_rows &&
+           second->n_cols == expert.n_cols);
+    group.w_second = static_cast<const uint8_t*>(second->data);
+    group.y_second = y_second;
+  }
   group.ids = ids;
   group.expert_bytes = expert.row_bytes() * static_cast<size_t>(expert.n_rows);
   group.n_pairs = static_cast<int>(n_pairs);
@@ -126,6 +148,18 @@ void matvec_grouped(const WeightView& expert, const int32_t* ids, int64_t n_pair
   MatvecArgs a = args_for(expert, act, y, stream);
   a.group = &group;
   launch(expert.type, a);
+}
+}  // namespace
+
+void matvec_grouped(const WeightView& expert, const int32_t* ids, int64_t n_pairs, int act_div,
+                    const ActQ8& act, float* y, StreamHandle stream) {
+  launch_grouped(expert, nullptr, ids, n_pairs, act_div, act, y, nullptr, stream);
+}
+
+void matvec_grouped_pair(const WeightView& first, const WeightView& second, const int32_t* ids,
+                         int64_t n_pairs, int act_div, const ActQ8& act, float* y, float* y_second,
+                         StreamHandle stream) {
+  launch_grouped(first, &second, ids, n_pairs, act_div, act, y, y_second, stream);
 }
 
 void matvec_batched(const WeightView& w, const ActQ8& act, int64_t n, float* y,

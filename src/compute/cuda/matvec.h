@@ -38,7 +38,10 @@ void matvec(const WeightView& w, const float* x, float* y, void* scratch, Stream
 // activation format (quant::activation_type) may share one quantized x.
 ActQ8 quantize_for(gguf::GgmlType type, const float* x, int64_t n_cols, void* scratch,
                    StreamHandle stream);
-void matvec_quantized(const WeightView& w, const ActQ8& act, float* y, StreamHandle stream);
+// add_to (optional, W.n_rows floats): residual rows the product is also added to in the
+// same launch (add_to[r] += y[r], compute::add's float addition).
+void matvec_quantized(const WeightView& w, const ActQ8& act, float* y, StreamHandle stream,
+                      float* add_to = nullptr);
 
 // Activations of row r of rows quantized together (quantize_for over n_rows * n_cols
 // values: the formats' blocks never straddle rows, so a batch quantizes in one launch).
@@ -49,6 +52,11 @@ ActQ8 act_row(const ActQ8& act, gguf::GgmlType type, int64_t n_cols, int64_t r);
 // starting at expert.data and x_a is row a of act (quantized as above). ids: device int32.
 void matvec_grouped(const WeightView& expert, const int32_t* ids, int64_t n_pairs, int act_div,
                     const ActQ8& act, float* y, StreamHandle stream);
+// Two stacked tensors of one type and shape (gate and up) on the same pairs and activations,
+// in one launch: y = matvec_grouped(first), y_second = matvec_grouped(second).
+void matvec_grouped_pair(const WeightView& first, const WeightView& second, const int32_t* ids,
+                         int64_t n_pairs, int act_div, const ActQ8& act, float* y, float* y_second,
+                         StreamHandle stream);
 
 // Batched products for a few tokens: y[t, :] = W . x_t for t < n (n <= kMatvecMaxTokens),
 // the weights read once; x_t is row t of act (quantized over n * W.n_cols values), y is

@@ -33,6 +33,25 @@ constexpr int64_t kMatvecOutputRows = 65536;
 constexpr int64_t kMatvecTallRows = 12288;
 constexpr int64_t kMatvecShortRows = 4224;
 
+// Thread 0 of a block asks L2 for the first `bytes` of the block's rows (contiguous) with
+// one bulk prefetch (sm_90; 16-byte granules inside the rows), before the kernel waits for
+// the one before it: weights never depend on it (MatvecArgs::prefetch_bytes).
+__device__ __forceinline__ void prefetch_block_rows(const uint8_t* w, size_t row_bytes, int n_rows,
+                                                    int block_rows, int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const size_t first = static_cast<size_t>(blockIdx.x) * block_rows;
+  const size_t n_here = min(static_cast<size_t>(block_rows), static_cast<size_t>(n_rows) - first);
+  const size_t begin = __cvta_generic_to_global(w) + first * row_bytes;
+  const size_t start = (begin + 15) & ~size_t{15};
+  const size_t end = (begin + min(n_here * row_bytes, static_cast<size_t>(bytes))) & ~size_t{15};
+  if (end > start) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(start),
+                 "r"(static_cast<uint32_t>(end - start))
+                 : "memory");
+  }
+#endif
+}
+
 // kRows (1 or 2) rows per warp, their items interleaved so that kRows * kMatvecUnroll loads
 // per lane are in flight before the first is used; with kSplit == 2 a pair of warps shares
 // a row, each taking every other 32 items, and their sums meet in shared memory (fixed
@@ -44,10 +63,17 @@ constexpr int64_t kMatvecShortRows = 4224;
 template <class Traits, int kRows, int kSplit, bool kGrouped = false>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_blocks, ActQ8 act,
-                  float* __restrict__ y, int n_rows, MatvecGroup group) {
+                  float* __restrict__ y, int n_rows, MatvecGroup group, float* __restrict__ add_to,
+                  int prefetch) {
   __shared__ float s_part[kSplit == 2 ? kMatvecWarps : 1][kRows];
-  if constexpr (kGrouped) {
+  if constexpr (kGrouped) {  // the experts come from the routing kernels: wait for them
+    grid_dep_wait();
+    grid_dep_launch();
     const int pair = blockIdx.y, a = pair / group.act_div;
+    if (blockIdx.z == 1) {
+      w = group.w_second;
+      y = group.y_second;
+    }
     w += static_cast<size_t>(group.ids[pair]) * group.expert_bytes;
     if (act.q != nullptr) act.q += a * group.q_stride;
     if (act.d != nullptr) act.d += a * group.d_stride;
@@ -64,6 +90,18 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   for (int r = 0; r < kRows; ++r) {
     // A second row past the end repeats the last one (its sum is dropped).
     wr[r] = w + static_cast<size_t>(min(row0 + r, n_rows - 1)) * row_bytes;
+  }
+  if constexpr (!kGrouped) {
+    // Weights never depend on the kernel before: their first bytes start towards L2 while
+    // it finishes (programmatic dependent launch), then the activations are waited for.
+    // (Float formats, one row per warp: elsewhere it cost registers, 32 -> 38 for Q6_K.)
+    if constexpr (Traits::kBlockElems < 32 && kRows == 1) {
+      if (prefetch > 0 && threadIdx.x == 0 && live) {
+        prefetch_block_rows(w, row_bytes, n_rows, kMatvecWarps / kSplit * kRows, prefetch);
+      }
+    }
+    grid_dep_wait();
+    grid_dep_launch();
   }
   const int n_items = live ? n_blocks * Traits::kChunks : 0;
   float sum[kRows] = {};
@@ -90,6 +128,11 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     if (lane == 0 && row0 + r < n_rows) y[row0 + r] = sum[r];
+    // The residual (one row per warp only: with it the two-row kernels took more
+    // registers). Lane 1, not lane 0: that kept the quantized kernels at 32 registers.
+    if constexpr (kRows == 1) {
+      if (lane == 1 && row0 < n_rows && add_to != nullptr) add_to[row0] += sum[0];
+    }
   }
 }
 
@@ -102,6 +145,8 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_batched_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_blocks, ActQ8 act,
                           float* __restrict__ y, int n_rows, int n_tok, int64_t q_stride,
                           int64_t d_stride) {
+  grid_dep_wait();
+  grid_dep_launch();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = blockIdx.x * kMatvecWarps + warp;
   if (row >= n_rows) return;
@@ -135,20 +180,20 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
 template <class Traits>
 void launch_matvec_batched(const MatvecArgs& a) {
   const unsigned grid = static_cast<unsigned>((a.n_rows + kMatvecWarps - 1) / kMatvecWarps);
-  matvec_batched_kernel<Traits><<<grid, kMatvecWarps * 32, 0, a.stream>>>(
-      static_cast<const uint8_t*>(a.w), a.row_bytes,
-      static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y, static_cast<int>(a.n_rows),
-      a.n_tok, a.q_stride, a.d_stride);
+  launch_kernel(matvec_batched_kernel<Traits>, grid, kMatvecWarps * 32, 0, a.stream,
+                static_cast<const uint8_t*>(a.w), a.row_bytes,
+                static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y,
+                static_cast<int>(a.n_rows), a.n_tok, a.q_stride, a.d_stride);
 }
 
 template <class Traits, int kRows, int kSplit>
 void launch_matvec_config(const MatvecArgs& a) {
   const int64_t rows_per_block = kMatvecWarps / kSplit * kRows;
   const unsigned grid = static_cast<unsigned>((a.n_rows + rows_per_block - 1) / rows_per_block);
-  matvec_kernel<Traits, kRows, kSplit><<<grid, kMatvecWarps * 32, 0, a.stream>>>(
-      static_cast<const uint8_t*>(a.w), a.row_bytes,
-      static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y, static_cast<int>(a.n_rows),
-      MatvecGroup{});
+  launch_kernel(matvec_kernel<Traits, kRows, kSplit>, grid, kMatvecWarps * 32, 0, a.stream,
+                static_cast<const uint8_t*>(a.w), a.row_bytes,
+                static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y,
+                static_cast<int>(a.n_rows), MatvecGroup{}, a.add_to, a.prefetch_bytes);
 }
 
 // Grouped products: one row per warp (experts' matrices are short; one configuration keeps
@@ -156,11 +201,11 @@ void launch_matvec_config(const MatvecArgs& a) {
 template <class Traits>
 void launch_matvec_grouped(const MatvecArgs& a) {
   const dim3 grid(static_cast<unsigned>((a.n_rows + kMatvecWarps - 1) / kMatvecWarps),
-                  static_cast<unsigned>(a.group->n_pairs));
-  matvec_kernel<Traits, 1, 1, true>
-      <<<grid, kMatvecWarps * 32, 0, a.stream>>>(static_cast<const uint8_t*>(a.w), a.row_bytes,
-                                                 static_cast<int>(a.n_cols / Traits::kBlockElems),
-                                                 a.act, a.y, static_cast<int>(a.n_rows), *a.group);
+                  static_cast<unsigned>(a.group->n_pairs), a.group->w_second != nullptr ? 2u : 1u);
+  launch_kernel(matvec_kernel<Traits, 1, 1, true>, grid, kMatvecWarps * 32, 0, a.stream,
+                static_cast<const uint8_t*>(a.w), a.row_bytes,
+                static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y,
+                static_cast<int>(a.n_rows), *a.group, nullptr, 0);
 }
 
 template <class Traits>
@@ -184,6 +229,7 @@ void launch_matvec(const MatvecArgs& a) {
     config = 2;
   }
   if (g_matvec_config_override >= 0) config = g_matvec_config_override;
+  if (a.add_to != nullptr && config == 1) config = 0;  // the residual needs one row per warp
   switch (config) {
     case 1:
       launch_matvec_config<Traits, 2, 1>(a);

@@ -20,6 +20,10 @@ struct MatvecGroup {
   size_t expert_bytes = 0;
   int n_pairs = 0, act_div = 1;
   int64_t q_stride = 0, d_stride = 0;  // quants / scales between activation rows
+  // A second stacked tensor of the same type and shape on the same pairs (up beside gate):
+  // blockIdx.z 1 multiplies it into y_second. Null: one tensor.
+  const uint8_t* w_second = nullptr;
+  float* y_second = nullptr;
 };
 
 struct MatvecArgs {
@@ -28,6 +32,13 @@ struct MatvecArgs {
   int64_t n_cols = 0, n_rows = 0;
   ActQ8 act;           // quantized activations or act.x (float formats)
   float* y = nullptr;  // (n_rows)
+  // Not null: the residual rows the products are also added to (add_to[i] += y[i], the same
+  // float addition as compute::add). Single-token products only.
+  float* add_to = nullptr;
+  // Bytes of each thread block's rows the single-token kernels of float formats prefetch
+  // into L2 before waiting for the previous kernel (programmatic dependent launch); 0: none.
+  // HYPURA_CUDA_PREFETCH=N sets it (an A/B switch; default 0).
+  int prefetch_bytes = 0;
   StreamHandle stream = nullptr;
   const MatvecGroup* group = nullptr;  // null: one product
   // Batched products: n_tok activation rows (q_stride / d_stride apart, as in MatvecGroup)

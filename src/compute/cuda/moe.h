@@ -11,6 +11,11 @@
 
 namespace hypura::compute::cuda {
 
+// softmax() of each token's router logits in place, then moe_top_k() of them, in one launch
+// (the same results as the two).
+void moe_route(float* probs, int64_t n_tokens, int64_t n_expert, int64_t k, int32_t* selected,
+               float* weights, StreamHandle stream);
+
 // probs: (n_tokens, n_expert), already softmaxed. For each token: the k most probable
 // experts by slot (the lower id on ties), selected (n_tokens, k), and their probabilities
 // divided by their float sum (summed in slot order), weights (n_tokens, k): as the CPU.
@@ -26,7 +31,8 @@ void scatter_rows(const float* src, const int32_t* pairs, int64_t n, int64_t wid
 
 // out[t, :] = sum over slots s in order of slot_out[t * k + s, :] * weights[t * k + s]
 // (each product rounded, then added: the CPU's scale-then-add). out may not alias slot_out.
+// add_to (optional, like out): residual rows out is also added to (compute::add's addition).
 void moe_combine(const float* slot_out, const float* weights, int64_t n_tokens, int64_t k,
-                 int64_t width, float* out, StreamHandle stream);
+                 int64_t width, float* out, StreamHandle stream, float* add_to = nullptr);
 
 }  // namespace hypura::compute::cuda

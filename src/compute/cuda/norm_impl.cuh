@@ -13,7 +13,21 @@ constexpr int kNormThreads = 256;  // threads per row
 // of shared memory.
 __device__ __forceinline__ float row_rms_scale(const float* xr, int n, float eps, double* partial) {
   double sum = 0.0;
-  for (int i = threadIdx.x; i < n; i += kNormThreads) sum += static_cast<double>(xr[i] * xr[i]);
+  if (n % (4 * kNormThreads) == 0 && reinterpret_cast<uintptr_t>(xr) % 16 == 0) {
+    // 16-byte loads, four issued before the first is used (a decode row is a few of them
+    // per thread, so their latency, not bandwidth, is the cost).
+    const float4* x4 = reinterpret_cast<const float4*>(xr);
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n / 4; i += kNormThreads) {
+      const float4 v = x4[i];
+      sum += static_cast<double>(v.x * v.x);
+      sum += static_cast<double>(v.y * v.y);
+      sum += static_cast<double>(v.z * v.z);
+      sum += static_cast<double>(v.w * v.w);
+    }
+  } else {
+    for (int i = threadIdx.x; i < n; i += kNormThreads) sum += static_cast<double>(xr[i] * xr[i]);
+  }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;

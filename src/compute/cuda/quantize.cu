@@ -16,6 +16,8 @@ namespace {
 template <bool kWithSum>
 __global__ void quantize_q8_32(const float* __restrict__ x, int n_blocks, int8_t* __restrict__ q,
                                float* __restrict__ d, float* __restrict__ s) {
+  grid_dep_wait();
+  grid_dep_launch();
   const int b = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (b >= n_blocks) return;
@@ -26,6 +28,8 @@ __global__ void quantize_q8_32(const float* __restrict__ x, int n_blocks, int8_t
 __global__ void quantize_q8_k(const float* __restrict__ x, int8_t* __restrict__ q,
                               float* __restrict__ d) {
   __shared__ Q8kScratch scratch;
+  grid_dep_wait();
+  grid_dep_launch();
   const int b = blockIdx.x;
   q8k_block(x[b * 256 + threadIdx.x], q + b * 256, d + b, scratch);
 }
@@ -36,6 +40,8 @@ template <ActFormat kFormat>
 __global__ void __launch_bounds__(256)
     quantize_to_f16_kernel(const float* __restrict__ x, int64_t n, __half* __restrict__ out) {
   __shared__ Q8kScratch sh;
+  grid_dep_wait();
+  grid_dep_launch();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
   Q8Value r;
   if constexpr (kFormat == ActFormat::kQ8_K) {
@@ -56,13 +62,13 @@ void quantize_to_f16(ActFormat format, const float* x, int64_t n, uint16_t* out,
   auto* o = reinterpret_cast<__half*>(out);
   switch (format) {
     case ActFormat::kQ8_K:
-      quantize_to_f16_kernel<ActFormat::kQ8_K><<<grid, 256, 0, stream>>>(x, n, o);
+      launch_kernel(quantize_to_f16_kernel<ActFormat::kQ8_K>, grid, 256, 0, stream, x, n, o);
       break;
     case ActFormat::kQ8_0:
-      quantize_to_f16_kernel<ActFormat::kQ8_0><<<grid, 256, 0, stream>>>(x, n, o);
+      launch_kernel(quantize_to_f16_kernel<ActFormat::kQ8_0>, grid, 256, 0, stream, x, n, o);
       break;
     case ActFormat::kQ8_1:
-      quantize_to_f16_kernel<ActFormat::kQ8_1><<<grid, 256, 0, stream>>>(x, n, o);
+      launch_kernel(quantize_to_f16_kernel<ActFormat::kQ8_1>, grid, 256, 0, stream, x, n, o);
       break;
   }
 }
@@ -75,14 +81,14 @@ ActQ8 quantize_act(ActFormat format, const float* x, int64_t n, void* scratch,
   auto* d = reinterpret_cast<float*>(base + l.d);
   auto* s = reinterpret_cast<float*>(base + l.s);
   if (format == ActFormat::kQ8_K) {
-    quantize_q8_k<<<static_cast<unsigned>(n / 256), 256, 0, stream>>>(x, q, d);
+    launch_kernel(quantize_q8_k, static_cast<unsigned>(n / 256), 256, 0, stream, x, q, d);
   } else {
     const int n_blocks = static_cast<int>(n / 32);
     const unsigned grid = static_cast<unsigned>((n_blocks + 7) / 8);
     if (format == ActFormat::kQ8_1) {
-      quantize_q8_32<true><<<grid, 256, 0, stream>>>(x, n_blocks, q, d, s);
+      launch_kernel(quantize_q8_32<true>, grid, 256, 0, stream, x, n_blocks, q, d, s);
     } else {
-      quantize_q8_32<false><<<grid, 256, 0, stream>>>(x, n_blocks, q, d, s);
+      launch_kernel(quantize_q8_32<false>, grid, 256, 0, stream, x, n_blocks, q, d, s);
     }
   }
   return ActQ8{q, d, s, x};

@@ -18,6 +18,8 @@ struct RopeTarget {
 __global__ void rope_kernel(RopeTarget t0, RopeTarget t1, int n_first, const int32_t* pos,
                             int head_dim, int n_rot, float theta_scale, float freq_scale,
                             const float* freq_factors, bool neox, int n_pairs_total) {
+  grid_dep_wait();
+  grid_dep_launch();
   int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= n_pairs_total) return;
   const bool second = idx >= n_first;
@@ -51,9 +53,9 @@ void launch_rope(RopeTarget t0, RopeTarget t1, int64_t n_tokens, const int32_t* 
   // On the host with std::pow, as the CPU computes it, so theta_scale is the same float.
   const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
   const unsigned grid = static_cast<unsigned>((total + 255) / 256);
-  rope_kernel<<<grid, 256, 0, stream>>>(
-      t0, t1, static_cast<int>(first), pos, static_cast<int>(p.head_dim), static_cast<int>(p.n_rot),
-      theta_scale, p.freq_scale, p.freq_factors, p.neox, static_cast<int>(total));
+  launch_kernel(rope_kernel, grid, 256, 0, stream, t0, t1, static_cast<int>(first), pos,
+                static_cast<int>(p.head_dim), static_cast<int>(p.n_rot), theta_scale, p.freq_scale,
+                p.freq_factors, p.neox, static_cast<int>(total));
 }
 
 }  // namespace

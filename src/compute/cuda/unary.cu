@@ -7,12 +7,16 @@ namespace {
 
 template <UnaryOp kOp>
 __global__ void unary_kernel(float* x, int64_t n) {
+  grid_dep_wait();
+  grid_dep_launch();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] = apply<kOp>(x[i]);
 }
 
 template <UnaryOp kOp>
 __global__ void glu_kernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n) {
+  grid_dep_wait();
+  grid_dep_launch();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) gate[i] = apply<kOp>(gate[i]) * up[i];
 }
@@ -24,13 +28,13 @@ void glu(UnaryOp op, float* gate, const float* up, int64_t n, StreamHandle strea
   const unsigned grid = static_cast<unsigned>((n + 255) / 256);
   switch (op) {
     case UnaryOp::kSilu:
-      glu_kernel<UnaryOp::kSilu><<<grid, 256, 0, stream>>>(gate, up, n);
+      launch_kernel(glu_kernel<UnaryOp::kSilu>, grid, 256, 0, stream, gate, up, n);
       break;
     case UnaryOp::kGeluTanh:
-      glu_kernel<UnaryOp::kGeluTanh><<<grid, 256, 0, stream>>>(gate, up, n);
+      launch_kernel(glu_kernel<UnaryOp::kGeluTanh>, grid, 256, 0, stream, gate, up, n);
       break;
     case UnaryOp::kGeluTanhFp16:
-      glu_kernel<UnaryOp::kGeluTanhFp16><<<grid, 256, 0, stream>>>(gate, up, n);
+      launch_kernel(glu_kernel<UnaryOp::kGeluTanhFp16>, grid, 256, 0, stream, gate, up, n);
       break;
   }
 }
@@ -40,13 +44,13 @@ void unary(UnaryOp op, float* x, int64_t n, StreamHandle stream) {
   const unsigned grid = static_cast<unsigned>((n + 255) / 256);
   switch (op) {
     case UnaryOp::kSilu:
-      unary_kernel<UnaryOp::kSilu><<<grid, 256, 0, stream>>>(x, n);
+      launch_kernel(unary_kernel<UnaryOp::kSilu>, grid, 256, 0, stream, x, n);
       break;
     case UnaryOp::kGeluTanh:
-      unary_kernel<UnaryOp::kGeluTanh><<<grid, 256, 0, stream>>>(x, n);
+      launch_kernel(unary_kernel<UnaryOp::kGeluTanh>, grid, 256, 0, stream, x, n);
       break;
     case UnaryOp::kGeluTanhFp16:
-      unary_kernel<UnaryOp::kGeluTanhFp16><<<grid, 256, 0, stream>>>(x, n);
+      launch_kernel(unary_kernel<UnaryOp::kGeluTanhFp16>, grid, 256, 0, stream, x, n);
       break;
   }
 }

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# On the device machine, one call (docs/GPU.md "Device calls, session 9"): llama.cpp builds
+# in the background (DIR/llama-src.tar.xz, scripts/gpu_vs_llama.sh pack) while the kernel
+# tests, the GPU goldens and an ncu pass over one decode step run; then the side-by-side
+# benches (gpu_vs_llama.sh bench) and tg128 A/B runs (PDL off, prefetch off).
+#   bash scripts/gpu_decode_ab.sh DIR [steps]   DIR: scripts/gpu_pack.sh's folder;
+#                                               steps (default all): tests llama ncu bench ab
+# NCU_MODELS (default "f16 moe"), NCU_SKIP / NCU_COUNT pick the profiled kernels.
+set -uo pipefail
+DIR=$(realpath "$1"); shift
+STEPS=" ${*:-tests llama ncu bench ab} "
+LOG=${OUT:-/tmp/run9}; mkdir -p "$LOG"
+M=/tmp/hypura-models; mkdir -p "$M"
+has() { case "$STEPS" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+T0=$SECONDS
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,utilization.gpu --format=csv,noheader
+export LD_LIBRARY_PATH="$DIR/lib:/usr/local/cuda/lib64"
+if has llama; then
+  (bash "$DIR/scripts/gpu_vs_llama.sh" build "$DIR/llama-src.tar.xz" > "$LOG/llama_build_out.txt" 2>&1; echo "rc $?" >> "$LOG/llama_build_out.txt") &
+  LPID=$!
+fi
+if has tests; then
+  STEPS=kernels bash "$DIR/scripts/gpu_engine.sh" "$DIR" 2>&1 | grep -E "FAILED|PASSED|Failure|Expected|Which|rel_l2" | head -20
+  STEPS=golden bash "$DIR/scripts/gpu_engine.sh" "$DIR" 2>&1 | grep -E "FAILED|PASSED|tests ran" | head -20
+  echo "tests done at $((SECONDS - T0)) s"
+fi
+# synth NAME [PRESET [ARGS...]]: the model file, unless there.
+synth() {
+  [ -f "$M/$1.gguf" ] || timeout 150 "$DIR/bin/hypura" synth -o "$M/$1.gguf" --preset "${2:-$1}" "${@:3}" \
+    --vocab-from "$DIR/golden/llama-f32.gguf" -q --no-sync 2>&1 | tail -1
+}
+tg() { timeout 100 "$DIR/bin/hypura" bench "$M/$1.gguf" --device cuda -p 0 -n 128 -r 3 --no-reference 2>&1 | grep tg128 | awk -F'|' '{print $(NF-3)}'; }
+synth 8b; synth moe; synth f16 8b --quant f16
+if has ncu; then
+  for m in ${NCU_MODELS:-f16 moe}; do
+    HYPURA_CUDA_GRAPHS=0 timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+      --launch-skip "${NCU_SKIP:-3000}" --launch-count "${NCU_COUNT:-460}" "$DIR/bin/hypura" bench "$M/$m.gguf" --device cuda -p 0 -n 16 -r 1 --no-reference \
+      > "/tmp/ncu_$m.csv" 2> "/tmp/ncu_$m.err"
+    python3 - "/tmp/ncu_$m.csv" "$m" <<'PY'
+import csv, sys, re, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if not rows: print("no ncu rows"); sys.exit()
+h = rows[0]; ki = h.index("Kernel Name"); vi = h.index("Metric Value"); ui = h.index("Metric Unit")
+agg = collections.defaultdict(lambda: [0, 0.0]); tot = 0.0
+for r in rows[1:]:
+    v = float(r[vi].replace(",", "")); v = v / 1000 if r[ui] in ("nsecond", "ns") else v
+    name = re.sub(r"\(.*", "", r[ki]); name = re.sub(r"hypura::compute::cuda::|\(anonymous namespace\)::", "", name)[:90]
+    agg[name][0] += 1; agg[name][1] += v; tot += v
+    if "matvec" in name and "Grid Size" in h:
+        g = agg["  by grid " + r[h.index("Grid Size")] + " " + name[-12:]]; g[0] += 1; g[1] += v
+print(f"ncu {sys.argv[2]}: {len(rows)-1} kernels, {tot:.0f} us total (serialized)")
+for n, (c, t) in sorted(agg.items(), key=lambda x: -x[1][1])[:24]:
+    print(f"  {t:8.1f} us {c:4d}x {t/c:7.2f} us  {n}")
+PY
+  done
+  echo "ncu done at $((SECONDS - T0)) s"
+fi
+if has llama; then wait "$LPID"; tail -2 "$LOG/llama_build_out.txt"; echo "llama at $((SECONDS - T0)) s"; fi
+if has bench; then
+  KEEP_MODELS=1 MODELS="$M" bash "$DIR/scripts/gpu_vs_llama.sh" bench "$DIR" 2>&1 | grep -vE "^\| *model|^\| *-|^wrote"
+  echo "bench done at $((SECONDS - T0)) s"
+fi
+if has ab; then
+  synth 8b; synth moe; synth f16 8b --quant f16
+  for m in 8b moe f16; do
+    if [ "$m" = f16 ]; then
+      echo "== $m tg128: default $(tg $m) | nopdl $(HYPURA_CUDA_PDL=0 tg $m) | pf0 $(HYPURA_CUDA_PREFETCH=0 tg $m) | default $(tg $m)"
+    else
+      echo "== $m tg128: default $(tg $m) | nopdl $(HYPURA_CUDA_PDL=0 tg $m) | default $(tg $m)"
+    fi
+  done
+  echo "ab done at $((SECONDS - T0)) s"
+fi
+echo "total $((SECONDS - T0)) s"
