@@ -70,7 +70,7 @@ const KernelTable& scalar_kernels();
 void fill_avx2_kernels(KernelTable* table);
 void fill_avx512_kernels(KernelTable* table);
 void fill_avx512vnni_kernels(KernelTable* table);
-// avx512vnni with the Q4_K / Q5_K products on the AMX tile unit (kernels_amx.cc).
+// avx512vnni with the Q4_K / Q5_K / Q6_K products on the AMX tile unit (kernels_amx.cc).
 void fill_amx_kernels(KernelTable* table);
 // The AVX2 + FMA + F16C attention kernels and the int8 peak probe, used by every level
 // from AVX2 up; the AVX-512 levels then take the AVX-512 attention kernels.
