@@ -315,15 +315,20 @@ TEST(ExpertProvider, CoactivationStatisticsPersist) {
   config.cache_experts = 4;
   config.stats_path = path;
   tiers::MemoryLedger ledger(0);
+  std::vector<double> seen;
   {
     auto p = experts::ExpertProvider::create(m.file, config, ledger, nullptr);
     ASSERT_TRUE(p.is_ok());
+    EXPECT_TRUE(p.value()->routing_frequency().empty());  // nothing recorded, nothing seen
     std::vector<float> logits;
     ASSERT_TRUE(golden::forward_logits(m.model, *p.value(), sequence("C"), 5, &logits).is_ok());
+    seen = p.value()->routing_frequency();  // what bench's same-run prediction plans with
     ASSERT_TRUE(p.value()->save_stats().is_ok());
   }
   auto loaded = experts::CoactivationStats::load(path, 2, 8);
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  EXPECT_EQ(seen, loaded->frequencies());  // the planner's next start sees the same routing
+  EXPECT_EQ(seen.size(), 2u * 8u);
   EXPECT_EQ(loaded->tokens(), sequence("C").size());
   uint64_t layer0 = 0;
   for (int e = 0; e < 8; ++e) layer0 += loaded->frequency(0, e);
