@@ -141,10 +141,6 @@ struct K4 {
   using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
   static constexpr int kATiles = 2, kCTiles = 2;
   static constexpr bool kPairs = true;
-  // Scale words of chunk k's sub-blocks (0 | 2), (1 | 3), (4 | 6), (5 | 7).
-  static inline const __m512i kScaleIndex[kChunks] = {
-      lane_words(0, 0, 2, 2), lane_words(1, 1, 3, 3), lane_words(4, 4, 6, 6),
-      lane_words(5, 5, 7, 7)};
 
   // Row r's d, dmin and minimum pairs; returns the eight 6-bit scales as bytes.
   static uint64_t meta(const Block& b, int r, RowMeta* m) {
@@ -172,14 +168,14 @@ struct K4 {
     const uint64_t sc8 = meta(b, r, &rt->meta);
     const __m512i hi_w = scale_words((sc8 >> 3) & 0x0707070707070707ull);
     const __m512i lo_w = scale_words(sc8 & 0x0707070707070707ull);
-    __m512i W[kChunks];
+    __m512i W[kChunks], idx[kChunks];
     unpack_qk4<kFive>(b, W);
+    qk4_scale_index(idx);
     for (int c = 0; c < kChunks; ++c) {
-      const __m512i idx = kScaleIndex[c];
       _mm512_store_si512(rt->a[0][c] + 64 * r,
-                         _mm512_mullo_epi16(W[c], _mm512_permutexvar_epi16(idx, hi_w)));
+                         _mm512_mullo_epi16(W[c], _mm512_permutexvar_epi16(idx[c], hi_w)));
       _mm512_store_si512(rt->a[1][c] + 64 * r,
-                         _mm512_mullo_epi16(W[c], _mm512_permutexvar_epi16(idx, lo_w)));
+                         _mm512_mullo_epi16(W[c], _mm512_permutexvar_epi16(idx[c], lo_w)));
     }
   }
 
@@ -239,8 +235,10 @@ struct K4 {
   };
   static void unpack(const Block& b, int r, RowMeta* m, Row* row) {
     const __m512i sw = scale_words(meta(b, r, m));
+    __m512i idx[kChunks];
     unpack_qk4<kFive>(b, row->W);
-    for (int c = 0; c < kChunks; ++c) row->S[c] = _mm512_permutexvar_epi16(kScaleIndex[c], sw);
+    qk4_scale_index(idx);
+    for (int c = 0; c < kChunks; ++c) row->S[c] = _mm512_permutexvar_epi16(idx[c], sw);
   }
   static __m512i dot(const Row& row, const BlockQ8_K& y) {
     __m512i isum = dot_scaled_first(row.W[0], load512(y.qs), row.S[0]);
@@ -274,10 +272,6 @@ struct K6 {
   using Block = BlockQ6_K;
   static constexpr int kATiles = 5, kCTiles = 5;
   static constexpr bool kPairs = false;
-  // Scale words of chunk k: sub-block 4k + L in 128-bit lane L.
-  static inline const __m512i kScaleIndex[kChunks] = {
-      lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7), lane_words(8, 9, 10, 11),
-      lane_words(12, 13, 14, 15)};
 
   // q * u_i never carries out of a 16-bit lane's low byte (63 * 3 < 256); subtracting
   // 32 * u_i from each byte then gives (q - 32) * u_i.
@@ -292,12 +286,13 @@ struct K6 {
       digit[i] = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(ui));
       digit32[i] = _mm512_or_si512(_mm512_slli_epi16(digit[i], 5), _mm512_slli_epi16(digit[i], 13));
     }
+    __m512i idx[kChunks];
+    k16_scale_index(idx);
     for (int c = 0; c < kChunks; ++c) {
-      const __m512i idx = kScaleIndex[c];
       for (int i = 0; i < 4; ++i) {
-        const __m512i p = _mm512_mullo_epi16(W[c], _mm512_permutexvar_epi16(idx, digit[i]));
+        const __m512i p = _mm512_mullo_epi16(W[c], _mm512_permutexvar_epi16(idx[c], digit[i]));
         _mm512_store_si512(rt->a[i][c] + 64 * r,
-                           _mm512_sub_epi8(p, _mm512_permutexvar_epi16(idx, digit32[i])));
+                           _mm512_sub_epi8(p, _mm512_permutexvar_epi16(idx[c], digit32[i])));
       }
       _mm512_store_si512(rt->a[4][c] + 64 * r, _mm512_sub_epi8(W[c], _mm512_set1_epi8(32)));
     }
@@ -354,7 +349,9 @@ struct K6 {
     unpack_q6k(b, row->W);
     row->sc16 = _mm256_cvtepi8_epi16(load128(b.scales));
     const __m512i scw = _mm512_broadcast_i64x4(row->sc16);
-    for (int c = 0; c < kChunks; ++c) row->S[c] = _mm512_permutexvar_epi16(kScaleIndex[c], scw);
+    __m512i idx[kChunks];
+    k16_scale_index(idx);
+    for (int c = 0; c < kChunks; ++c) row->S[c] = _mm512_permutexvar_epi16(idx[c], scw);
   }
   // The offset leaves through the per-16 sums: sum sc q y - 32 sum sc bsum.
   static __m512i dot(const Row& row, const BlockQ8_K& y) {

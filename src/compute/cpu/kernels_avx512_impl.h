@@ -247,6 +247,21 @@ inline void unpack_q6k(const BlockQ6_K& b, __m512i* W) {
   }
 }
 
+// The scale word indices of unpack_qk4's chunks k (vpermw over the 8 scales as words):
+// sub-blocks (0|2), (1|3), (4|6), (5|7).
+inline void qk4_scale_index(__m512i* idx) {
+  idx[0] = lane_words(0, 0, 2, 2);
+  idx[1] = lane_words(1, 1, 3, 3);
+  idx[2] = lane_words(4, 4, 6, 6);
+  idx[3] = lane_words(5, 5, 7, 7);
+}
+
+// The same for chunks of 64 elements in natural order over 16-element sub-blocks (Q2_K,
+// Q3_K, Q6_K): sub-block 4k + L in 128-bit lane L of chunk k.
+inline void k16_scale_index(__m512i* idx) {
+  for (int k = 0; k < 4; ++k) idx[k] = lane_words(4 * k, 4 * k + 1, 4 * k + 2, 4 * k + 3);
+}
+
 template <bool kFive>
 struct QK4 {  // Q4_K (kFive = false) and Q5_K (kFive = true)
   using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
@@ -262,9 +277,8 @@ struct QK4 {  // Q4_K (kFive = false) and Q5_K (kFive = true)
       acc[t] = _mm512_setzero_ps();
       accm[t] = _mm256_setzero_ps();
     }
-    // W[k] holds sub-blocks (0|2), (1|3), (4|6), (5|7): their scale word indices.
-    const __m512i idx[4] = {lane_words(0, 0, 2, 2), lane_words(1, 1, 3, 3), lane_words(4, 4, 6, 6),
-                            lane_words(5, 5, 7, 7)};
+    __m512i idx[4];
+    qk4_scale_index(idx);
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
       if (prefetch) prefetch_ahead(w + i, sizeof(*w));
       uint64_t sc8, m8;
@@ -309,8 +323,8 @@ struct Q6K {
     act_rows<BlockQ8_K, T>(x, xs, y);
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-    const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7),
-                            lane_words(8, 9, 10, 11), lane_words(12, 13, 14, 15)};
+    __m512i idx[4];
+    k16_scale_index(idx);
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
       if (prefetch) prefetch_ahead(w + i, sizeof(*w));
       const __m256i sc16 = _mm256_cvtepi8_epi16(load128(w[i].scales));
@@ -343,8 +357,8 @@ struct Q3K {
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     const __m512i bit3 = _mm512_set1_epi8(4);
-    const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7),
-                            lane_words(8, 9, 10, 11), lane_words(12, 13, 14, 15)};
+    __m512i idx[4];
+    k16_scale_index(idx);
     const __m512i hbit[4] = {halves8(1, 2), halves8(4, 8), halves8(16, 32), halves8(64, 128)};
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
       if (prefetch) prefetch_ahead(w + i, sizeof(*w));
@@ -387,8 +401,8 @@ struct Q2K {
       accm[t] = _mm256_setzero_ps();
     }
     const __m128i m4 = _mm_set1_epi8(0x0F);
-    const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7),
-                            lane_words(8, 9, 10, 11), lane_words(12, 13, 14, 15)};
+    __m512i idx[4];
+    k16_scale_index(idx);
     for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
       if (prefetch) prefetch_ahead(w + i, sizeof(*w));
       const __m128i s = load128(w[i].scales);
