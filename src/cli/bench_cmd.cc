@@ -384,9 +384,11 @@ int run_bench(const BenchArgs& a) {
     expert_metrics =
         experts::expert_run_metrics(*experts, experts_before, experts->stats(), a.n_gen * a.reps);
     const runtime::TieredWeights& w = *(*engine)->tiers();
+    const scheduler::Prediction pr = w.predict_with(refs.same_run_profile(w.profile()));
     set_expert_bound(expert_metrics, rows.back().s.mean, refs.disk_read_bps(),
                      refs.pattern_read_bps(),
-                     w.predict_with(refs.same_run_profile(w.profile())).compute_s);
+                     {pr.compute_s, pr.seconds_per_token - pr.compute_s, pr.expert_hit_rate,
+                      pr.expert_misses_per_token});
   }
   const std::string arch = (*engine)->architecture(), mode = (*engine)->mode();
   const std::string device = (*engine)->device();
@@ -436,8 +438,10 @@ int run_bench(const BenchArgs& a) {
     j["memory_read_bandwidth_bps"] = bandwidth;
     j["tg_memory_bound_tps"] = ref_tg;
     j["int8_peak_gmacs"] = int8_peak / 1e9;
-    for (const profiler::DecodeRate& r : refs.decode_rates)
+    for (const profiler::DecodeRate& r : refs.decode_rates) {
       j["decode_bps"][gguf::type_name(r.type)] = r.bps;
+      j["decode_overhead_s"][gguf::type_name(r.type)] = r.overhead_s;
+    }
     j["simd"] = ctx != nullptr ? ctx->simd_name() : "";
     j["device"] = device;
     if (gpu_copy_bps > 0) {
@@ -515,7 +519,8 @@ int run_bench(const BenchArgs& a) {
   if (!refs.decode_rates.empty()) {
     std::printf("\nreference: decode probe (one token's products from RAM, %d threads):", threads);
     for (const profiler::DecodeRate& r : refs.decode_rates)
-      std::printf(" %s %.1f GB/s", gguf::type_name(r.type), r.bps / 1e9);
+      std::printf(" %s %.1f GB/s + %.1f us", gguf::type_name(r.type), r.bps / 1e9,
+                  1e6 * std::max(0.0, r.overhead_s));
     std::printf("\n");
   }
   if (bandwidth > 0) {

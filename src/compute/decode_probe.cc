@@ -37,37 +37,64 @@ class Mapping {
   uint8_t* data_ = nullptr;
 };
 
+// The median seconds of one product with matrices of `rows` rows taken in turn from the
+// buffer (every product reads from RAM: the buffer is far bigger than the caches), over
+// about `seconds`.
+double median_product_seconds(Context& ctx, const uint8_t* weights, gguf::GgmlType type,
+                              int64_t total_rows, int64_t rows, const float* x, float* y,
+                              double seconds) {
+  const uint64_t row = quant::row_size(type, kDecodeProbeCols);
+  const int64_t n_matrices = std::max<int64_t>(total_rows / rows, 1);
+  const auto view = [&](int64_t i) {
+    return WeightView{weights + static_cast<uint64_t>(i % n_matrices * rows) * row, type,
+                      kDecodeProbeCols, rows};
+  };
+  ctx.matmul(view(0), x, 1, y);  // warm: pages, activation scratch, the pool
+  const auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  std::vector<double> times;
+  const auto t0 = Clock::now();
+  for (int64_t i = 1; times.empty() || since(t0) < seconds; ++i) {
+    const auto p0 = Clock::now();
+    ctx.matmul(view(i), x, 1, y);
+    times.push_back(since(p0));
+  }
+  // The median: decode runs for minutes, so its sustained cost is what a prediction
+  // needs, not the best burst.
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
 }  // namespace
 
-double decode_bytes_per_second(Context& ctx, gguf::GgmlType type, uint64_t bytes, double seconds) {
-  if (!quant::is_supported(type)) return 0;
-  const int64_t n_cols = kDecodeProbeCols;
-  const uint64_t row = quant::row_size(type, n_cols);
+DecodeCost measure_decode_cost(Context& ctx, gguf::GgmlType type, uint64_t bytes, double seconds) {
+  if (!quant::is_supported(type)) return {};
+  const uint64_t row = quant::row_size(type, kDecodeProbeCols);
   const int64_t n_rows = static_cast<int64_t>(std::max<uint64_t>(bytes / row, 1));
   Mapping weights(row * static_cast<uint64_t>(n_rows));
-  if (weights.data() == nullptr) return 0;
+  if (weights.data() == nullptr) return {};
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(n_cols)), y(static_cast<size_t>(n_rows));
+  std::vector<float> x(static_cast<size_t>(kDecodeProbeCols));
   for (float& v : x) v = normal(rng);
   // One quantized random row, repeated: the bytes are the kernels' real work, and filling
   // hundreds of MiB through the reference quantizer would take longer than the probe.
-  quant::quantize_row_ref(type, x.data(), weights.data(), n_cols);
+  quant::quantize_row_ref(type, x.data(), weights.data(), kDecodeProbeCols);
   for (int64_t r = 1; r < n_rows; ++r) std::memcpy(weights.data() + r * row, weights.data(), row);
-  const WeightView w{weights.data(), type, n_cols, n_rows};
-  ctx.matmul(w, x.data(), 1, y.data());  // warm: pages, activation scratch, the pool
-  std::vector<double> rates;
-  const auto t0 = Clock::now();
-  do {
-    const auto p0 = Clock::now();
-    ctx.matmul(w, x.data(), 1, y.data());
-    const double s = std::chrono::duration<double>(Clock::now() - p0).count();
-    if (s > 0) rates.push_back(static_cast<double>(row * n_rows) / s);
-  } while (std::chrono::duration<double>(Clock::now() - t0).count() < seconds);
-  // The median pass: decode runs for minutes, so its sustained rate is what a prediction
-  // needs, not the best burst.
-  std::nth_element(rates.begin(), rates.begin() + rates.size() / 2, rates.end());
-  return rates.empty() ? 0 : rates[rates.size() / 2];
+  const int64_t narrow = std::min(kDecodeProbeNarrowRows, n_rows);
+  const int64_t wide = std::max(std::min(kDecodeProbeWideRows, n_rows / 2), narrow);
+  std::vector<float> y(static_cast<size_t>(wide));
+  const double t_wide = median_product_seconds(ctx, weights.data(), type, n_rows, wide, x.data(),
+                                               y.data(), seconds / 2);
+  const double t_narrow = median_product_seconds(ctx, weights.data(), type, n_rows, narrow,
+                                                 x.data(), y.data(), seconds / 2);
+  const double wide_bytes = static_cast<double>(row * static_cast<uint64_t>(wide));
+  const double narrow_bytes = static_cast<double>(row * static_cast<uint64_t>(narrow));
+  // A noisy pair (the narrow product no cheaper): the wide rate alone, no overhead.
+  if (t_wide <= t_narrow || wide == narrow) return {wide_bytes / t_wide, 0};
+  const double bps = (wide_bytes - narrow_bytes) / (t_wide - t_narrow);
+  return {bps, std::max(0.0, t_narrow - narrow_bytes / bps)};
 }
 
 }  // namespace hypura::compute

@@ -16,13 +16,27 @@
 
 namespace hypura::compute {
 
-// Weight bytes per second that ctx.matmul() reads for one token from a matrix of `bytes`
-// of `type` weights (rows of kDecodeProbeCols columns, one random row repeated, the buffer
-// given transparent huge pages as resident weights are), on every thread of ctx: the median
-// pass of about `seconds`. Bigger than the caches, it includes the trip to RAM. 0 when
-// ctx has no kernels for `type` or the buffer cannot be allocated.
-double decode_bytes_per_second(Context& ctx, gguf::GgmlType type, uint64_t bytes, double seconds);
+// What one token's product with a matrix of `type` weights costs on every thread of ctx:
+// bytes / bps + overhead_s. The overhead is what a product pays whatever its size (waking
+// the pool, quantizing the activation, the closing barrier, the first rows' trip to RAM):
+// about 7 us on the 2-core Xeon VM, a tenth of a 4 MiB product, and the reason a model of
+// many small matrices decodes slower than its bytes at the streaming rate say.
+struct DecodeCost {
+  double bps = 0;         // weight bytes per second, streaming from RAM
+  double overhead_s = 0;  // seconds per product beyond its bytes
+};
 
+// Measures DecodeCost for `type` (rows of kDecodeProbeCols columns, one random row
+// repeated over a buffer of `bytes` given transparent huge pages as resident weights are)
+// from two rings of distinct matrices over the buffer, so every product reads from RAM:
+// wide ones (kDecodeProbeWideRows rows) and narrow ones (kDecodeProbeNarrowRows rows), the
+// median product of each over half of `seconds`; the line through the two points gives
+// the rate (its slope) and the overhead (its intercept). Zero when ctx has no kernels for
+// `type` or the buffer cannot be allocated.
+DecodeCost measure_decode_cost(Context& ctx, gguf::GgmlType type, uint64_t bytes, double seconds);
+
+inline constexpr int64_t kDecodeProbeWideRows = 2048;
+inline constexpr int64_t kDecodeProbeNarrowRows = 64;
 inline constexpr int64_t kDecodeProbeCols = 4096;
 
 }  // namespace hypura::compute

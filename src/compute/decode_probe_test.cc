@@ -1,5 +1,6 @@
 // The decode probe measures; timing is not asserted (a shared machine), only that every
-// weight type the CPU multiplies gives a finite positive rate and others give none.
+// weight type the CPU multiplies gives a finite positive rate and a finite non-negative
+// overhead, and others give none.
 #include "compute/decode_probe.h"
 
 #include <gtest/gtest.h>
@@ -15,12 +16,14 @@ TEST(DecodeProbe, RatesForEveryMultipliedTypeAndNoneForOthers) {
   Context ctx(2);
   for (gguf::GgmlType type : {gguf::GgmlType::Q4_K, gguf::GgmlType::Q6_K, gguf::GgmlType::Q8_0,
                               gguf::GgmlType::Q4_1, gguf::GgmlType::F16}) {
-    const double bps = decode_bytes_per_second(ctx, type, 4 << 20, 0.01);
-    EXPECT_GT(bps, 0) << gguf::type_name(type);
-    EXPECT_TRUE(std::isfinite(bps)) << gguf::type_name(type);
+    const DecodeCost cost = measure_decode_cost(ctx, type, 4 << 20, 0.01);
+    EXPECT_GT(cost.bps, 0) << gguf::type_name(type);
+    EXPECT_TRUE(std::isfinite(cost.bps)) << gguf::type_name(type);
+    EXPECT_GE(cost.overhead_s, 0) << gguf::type_name(type);
+    EXPECT_TRUE(std::isfinite(cost.overhead_s)) << gguf::type_name(type);
   }
   ASSERT_FALSE(quant::is_supported(gguf::GgmlType::IQ2_XXS));
-  EXPECT_EQ(decode_bytes_per_second(ctx, gguf::GgmlType::IQ2_XXS, 4 << 20, 0.01), 0);
+  EXPECT_EQ(measure_decode_cost(ctx, gguf::GgmlType::IQ2_XXS, 4 << 20, 0.01).bps, 0);
 }
 
 }  // namespace

@@ -64,15 +64,7 @@ profiler::HardwareProfile StorageReferences::same_run_profile(
   // probe (20-29 GB/s on the shared VM within an hour), while the kernels' decode rate
   // stayed at 17-20 GB/s: the lower reading is the contention, not the machine.
   p.memory.read_bandwidth_bps = std::max(p.memory.read_bandwidth_bps, memory_read_bps);
-  for (const profiler::DecodeRate& r : decode_rates) {
-    auto same = std::find_if(p.cpu.decode.begin(), p.cpu.decode.end(),
-                             [&](const profiler::DecodeRate& q) { return q.type == r.type; });
-    if (same != p.cpu.decode.end()) {
-      same->bps = r.bps;
-    } else {
-      p.cpu.decode.push_back(r);
-    }
-  }
+  for (const profiler::DecodeRate& r : decode_rates) p.cpu.set_decode(r);
   if (disk_runs.empty()) return p;
   p.storage.sequential = disk_grid;
   p.storage.seq_read_bps = disk_read_bps();

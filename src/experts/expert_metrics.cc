@@ -93,11 +93,11 @@ ExpertRunMetrics expert_run_metrics(const ExpertProvider& p, const ExpertStats& 
 }
 
 void set_expert_bound(ExpertRunMetrics& m, double tg_tps, double disk_read_bps,
-                      double pattern_read_bps, double planned_compute_s) {
+                      double pattern_read_bps, const PlannedExperts& planned) {
   m.tg_tps = tg_tps;
   m.disk_read_bps = disk_read_bps;
   m.pattern_read_bps = pattern_read_bps;
-  m.planned_compute_s = planned_compute_s;
+  m.planned = planned;
   m.compute_s_per_token = std::max(0.0, ratio(1.0, tg_tps) - m.stall_s_per_token);
   const double io_s = ratio(m.bytes_per_token, disk_read_bps);
   m.io_bound_tps = ratio(1.0, io_s);
@@ -125,7 +125,10 @@ nlohmann::json expert_run_json(const ExpertRunMetrics& m) {
                         {"pattern_read_bps", m.pattern_read_bps},
                         {"io_bound_tps", m.io_bound_tps},
                         {"compute_s_per_token", m.compute_s_per_token},
-                        {"planned_compute_s_per_token", m.planned_compute_s},
+                        {"planned_compute_s_per_token", m.planned.compute_s},
+                        {"planned_stall_s_per_token", m.planned.stall_s},
+                        {"planned_expert_hit_rate", m.planned.hit_rate},
+                        {"planned_expert_misses_per_token", m.planned.misses_per_token},
                         {"bound_tps", m.bound_tps},
                         {"tg_tps", m.tg_tps},
                         {"tg_bound_ratio", m.tg_bound_ratio}};
@@ -141,6 +144,12 @@ std::string expert_run_text(const ExpertRunMetrics& m) {
       m.speculative_per_token, m.bytes_per_token / 1048576.0, m.wasted_bytes / 1048576.0,
       m.stall_s_per_token);
   std::string out = buf;
+  std::snprintf(buf, sizeof buf,
+                "planned: hit rate %.1f%%, %.2f misses/token, stalled %.3f s/token, compute %.4f "
+                "s/token\n",
+                100 * m.planned.hit_rate, m.planned.misses_per_token, m.planned.stall_s,
+                m.planned.compute_s);
+  out += buf;
   std::snprintf(
       buf, sizeof buf,
       "stall: %.3f s/token in %.2f waits for misses (reads arrived %.1f ms after submit), "
@@ -178,7 +187,7 @@ std::string expert_run_text(const ExpertRunMetrics& m) {
         "(measured, unstalled; planner %.4f) -> %.3f tok/s with reads overlapped; tg %.3f tok/s = "
         "%.2f x bound\n",
         m.disk_read_bps / 1e9, m.io_bound_tps, m.pattern_read_bps / 1e9, m.compute_s_per_token,
-        m.planned_compute_s, m.bound_tps, m.tg_tps, m.tg_bound_ratio);
+        m.planned.compute_s, m.bound_tps, m.tg_tps, m.tg_bound_ratio);
     out += buf;
   }
   return out;

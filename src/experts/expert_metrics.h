@@ -23,7 +23,7 @@
 //                         profile's block x depth grid on the model file, before and after
 //                         the tests, averaged), compute_s = the run's seconds per token not
 //                         spent stalled on expert reads (measured: the planner's estimate,
-//                         planned_compute_s, rests on the profile's RAM bandwidth and is
+//                         planned.compute_s, rests on the profile's RAM bandwidth and is
 //                         reported beside it); tg_bound_ratio = tg tok/s / bound_tps.
 //                         Beside it, pattern_read_bps: the provider's own pattern with no
 //                         compute (ExpertProvider::measure_io_only_bps, random experts
@@ -39,6 +39,15 @@
 #include "experts/expert_provider.h"
 
 namespace hypura::experts {
+
+// What the planner predicted for the run (scheduler::Prediction on the same-run profile),
+// printed beside the measured figures so a prediction's error has a visible cause.
+struct PlannedExperts {
+  double compute_s = 0;         // seconds per token of compute, stalls excluded
+  double stall_s = 0;           // seconds per token waited for expert misses
+  double hit_rate = 0;          // expert cache hit rate
+  double misses_per_token = 0;  // experts read on demand per token
+};
 
 struct PredictorRunMetrics {
   double precision = 0, recall = 0;
@@ -67,12 +76,12 @@ struct ExpertRunMetrics {
   double tg_tps = 0, disk_read_bps = 0, pattern_read_bps = 0;
   double io_bound_tps = 0, bound_tps = 0, tg_bound_ratio = 0;
   double compute_s_per_token = 0;  // measured: 1 / tg_tps - stall_s_per_token
-  double planned_compute_s = 0;    // the planner's estimate
+  PlannedExperts planned;          // the planner's same-run estimates of the same figures
 };
 
 // Fills the bound figures (see above). REQUIRES: m from expert_run_metrics (stall known).
 void set_expert_bound(ExpertRunMetrics& m, double tg_tps, double disk_read_bps,
-                      double pattern_read_bps, double planned_compute_s);
+                      double pattern_read_bps, const PlannedExperts& planned);
 
 ExpertRunMetrics expert_run_metrics(const ExpertProvider& p, const ExpertStats& before,
                                     const ExpertStats& after, int tokens);

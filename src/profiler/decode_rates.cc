@@ -32,12 +32,14 @@ std::vector<gguf::GgmlType> matrix_types(const gguf::GgufFile& file) {
 bool add_missing_decode_rates(HardwareProfile& p, std::span<const gguf::GgmlType> types) {
   std::vector<gguf::GgmlType> missing;
   for (gguf::GgmlType t : types) {
-    if (p.cpu.decode_bps(t) == 0) missing.push_back(t);
+    const auto same = std::find_if(p.cpu.decode.begin(), p.cpu.decode.end(),
+                                   [&](const DecodeRate& r) { return r.type == t; });
+    if (same == p.cpu.decode.end() || same->bps <= 0 || same->overhead_s < 0) missing.push_back(t);
   }
   if (missing.empty()) return false;
   const std::vector<DecodeRate> rates = measure_decode_rates_in_child(
       missing, std::max(1, p.cpu.physical_cores), kDecodeProbeSeconds);
-  p.cpu.decode.insert(p.cpu.decode.end(), rates.begin(), rates.end());
+  for (const DecodeRate& r : rates) p.cpu.set_decode(r);
   return !rates.empty();
 }
 
@@ -46,8 +48,9 @@ std::vector<DecodeRate> measure_decode_rates(std::span<const gguf::GgmlType> typ
   compute::Context ctx(n_threads);
   std::vector<DecodeRate> out;
   for (gguf::GgmlType type : types) {
-    const double bps = compute::decode_bytes_per_second(ctx, type, kDecodeProbeBytes, seconds_each);
-    if (bps > 0) out.push_back({type, bps});
+    const compute::DecodeCost cost =
+        compute::measure_decode_cost(ctx, type, kDecodeProbeBytes, seconds_each);
+    if (cost.bps > 0) out.push_back({type, cost.bps, cost.overhead_s});
   }
   return out;
 }

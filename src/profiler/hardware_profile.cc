@@ -15,7 +15,8 @@ json cpu_json(const CpuProfile& c) {
   for (const DecodeRate& r : c.decode) {
     decode.push_back({{"type", gguf::type_name(r.type)},
                       {"type_id", static_cast<uint32_t>(r.type)},
-                      {"bps", r.bps}});
+                      {"bps", r.bps},
+                      {"overhead_s", r.overhead_s}});
   }
   return {{"model", c.model},
           {"physical_cores", c.physical_cores},
@@ -91,7 +92,8 @@ CpuProfile parse_cpu(const json& j) {
   for (const auto& r : j.value("decode", json::array())) {
     const uint32_t id = r.at("type_id").get<uint32_t>();
     if (gguf::type_traits(id) == nullptr) continue;  // a type this build does not know
-    c.decode.push_back({static_cast<gguf::GgmlType>(id), r.at("bps").get<double>()});
+    c.decode.push_back(
+        {static_cast<gguf::GgmlType>(id), r.at("bps").get<double>(), r.value("overhead_s", -1.0)});
   }
   return c;
 }
@@ -158,6 +160,23 @@ double CpuProfile::decode_bps(gguf::GgmlType type) const {
     if (r.type == type) return r.bps;
   }
   return 0;
+}
+
+double CpuProfile::decode_overhead_s(gguf::GgmlType type) const {
+  for (const DecodeRate& r : decode) {
+    if (r.type == type) return std::max(0.0, r.overhead_s);
+  }
+  return 0;
+}
+
+void CpuProfile::set_decode(const DecodeRate& r) {
+  auto same = std::find_if(decode.begin(), decode.end(),
+                           [&](const DecodeRate& q) { return q.type == r.type; });
+  if (same != decode.end()) {
+    *same = r;
+  } else {
+    decode.push_back(r);
+  }
 }
 
 uint64_t usable_memory(const MemoryProfile& m, uint64_t reserve) {

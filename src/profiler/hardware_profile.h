@@ -22,10 +22,12 @@ inline constexpr int kProfileSchemaVersion = 1;
 
 // How fast one token's products read weights of one type from RAM on every physical core
 // (compute/decode_probe.h): the CPU's resident decode speed, arithmetic and memory bus
-// together.
+// together, and what each product costs beyond its bytes.
 struct DecodeRate {
   gguf::GgmlType type = gguf::GgmlType::F32;
-  double bps = 0;  // weight bytes per second
+  double bps = 0;          // weight bytes per second
+  double overhead_s = -1;  // seconds per product beyond bytes / bps; < 0: not measured
+                           // (profiles written before it), so it is measured again
 };
 
 struct CpuProfile {
@@ -36,7 +38,10 @@ struct CpuProfile {
   std::vector<std::string> flags;  // the SIMD features seen ("avx2", "fma", "avx512f", ...)
   std::vector<DecodeRate> decode;  // per weight type (empty: not measured, older profiles)
 
-  double decode_bps(gguf::GgmlType type) const;  // 0 when not measured
+  double decode_bps(gguf::GgmlType type) const;         // 0 when not measured
+  double decode_overhead_s(gguf::GgmlType type) const;  // 0 when not measured
+  // Adds r, or replaces the rate of its type.
+  void set_decode(const DecodeRate& r);
 };
 
 struct MemoryProfile {

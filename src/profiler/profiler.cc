@@ -244,9 +244,10 @@ std::string profile_to_text(const HardwareProfile& p) {
                 gbps(m.read_bandwidth_bps));
   out << line;
   if (!p.cpu.decode.empty()) {
-    out << "  Decode   one token's products from RAM, weight GB/s:";
+    out << "  Decode   one token's products from RAM, weight GB/s (+ per product):";
     for (const DecodeRate& r : p.cpu.decode) {
-      std::snprintf(line, sizeof line, " %s %.1f", gguf::type_name(r.type), gbps(r.bps));
+      std::snprintf(line, sizeof line, " %s %.1f (+%.1f us)", gguf::type_name(r.type), gbps(r.bps),
+                    1e6 * std::max(0.0, r.overhead_s));
       out << line;
     }
     out << "\n";

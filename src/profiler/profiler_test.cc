@@ -11,10 +11,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
 
 #include "io/aligned_buffer.h"
+#include "profiler/decode_rates.h"
 #include "profiler/hardware_profile.h"
 #include "profiler/storage_bench.h"
 #include "profiler/system_info.h"
@@ -97,7 +99,7 @@ HardwareProfile sample_profile() {
   p.timestamp = "2026-01-01T00:00:00Z";
   p.source = "test";
   p.cpu = {"Test CPU", 8, 16, "avx2", {"avx2", "fma"}, {}};
-  p.cpu.decode = {{gguf::GgmlType::Q4_K, 20e9}, {gguf::GgmlType::Q6_K, 16e9}};
+  p.cpu.decode = {{gguf::GgmlType::Q4_K, 20e9, 6e-6}, {gguf::GgmlType::Q6_K, 16e9, 7e-6}};
   p.memory.total_bytes = 32ull << 30;
   p.memory.cgroup_limit_bytes = 24ull << 30;
   p.memory.cgroup_version = "v2";
@@ -125,6 +127,23 @@ TEST(ProfileJson, RoundTripsEveryField) {
   EXPECT_DOUBLE_EQ(back->storage.random_bps(4096), 100000 * 4096.0);
   EXPECT_DOUBLE_EQ(back->cpu.decode_bps(gguf::GgmlType::Q6_K), 16e9);
   EXPECT_DOUBLE_EQ(back->cpu.decode_bps(gguf::GgmlType::Q8_0), 0) << "not measured";
+  EXPECT_DOUBLE_EQ(back->cpu.decode_overhead_s(gguf::GgmlType::Q6_K), 7e-6);
+}
+
+// A profile written before the per-product overhead was measured reads it as unknown
+// (counted as 0) and add_missing_decode_rates measures that type again, in place.
+TEST(ProfileJson, DecodeRateWithoutOverheadIsMeasuredAgain) {
+  nlohmann::json j = nlohmann::json::parse(profile_to_json(sample_profile()));
+  for (auto& r : j["cpu"]["decode"]) r.erase("overhead_s");
+  auto old = profile_from_json(j.dump());
+  ASSERT_TRUE(old.is_ok()) << old.status().message();
+  EXPECT_EQ(old->cpu.decode_overhead_s(gguf::GgmlType::Q4_K), 0);
+  const gguf::GgmlType q4k[] = {gguf::GgmlType::Q4_K};
+  EXPECT_TRUE(add_missing_decode_rates(*old, q4k));
+  ASSERT_EQ(old->cpu.decode.size(), 2u) << "the type was added twice";
+  EXPECT_GE(old->cpu.decode[0].overhead_s, 0);
+  EXPECT_NE(old->cpu.decode_bps(gguf::GgmlType::Q4_K), 20e9) << "the rate was not measured";
+  EXPECT_FALSE(add_missing_decode_rates(*old, q4k)) << "measured again";
 }
 
 TEST(ProfileJson, MissingFieldIsNamed) {

@@ -55,7 +55,7 @@ struct CostModel {
   // compute::cuda::measure_copy_bandwidth gives it): the 8b Q4_K_M decoded at 333 tok/s x
   // 4.92 GB = 1.64 TB/s of a measured 4.2 TB/s on the H200 (docs/GPU.md, 0.39).
   double gpu_efficiency = 0.39;
-  double per_layer_overhead_s = 20e-6;  // synchronisation, thread wake-ups per layer
+  double per_layer_overhead_s = 20e-6;  // norms, RoPE, attention at short contexts, per layer
   // The process beside weights, KV cache, work buffers and pool (process_overhead_bytes),
   // from VmRSS at each step of loading SmolLM2-135M, Qwen2.5-0.5B and Gemma-3-270M
   // (docs/PLANNER.md, "Memory accounting"):

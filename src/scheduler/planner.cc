@@ -383,6 +383,45 @@ double bandwidth(const HardwareProfile& p, const CostModel& c, Tier tier, gguf::
   return gpu > 0 ? gpu * c.gpu_efficiency : ram;
 }
 
+// Products one generated token runs with a tensor, each paying the CPU's per-product
+// overhead (CpuProfile::decode_overhead_s): one per weight matrix, n_expert_used per
+// stacked expert tensor, one for a token embedding that is also the head (read whole),
+// none for norms, biases and an embedding's row lookup.
+double products_per_token(const ModelTensors& m, const TensorDesc& t) {
+  using model::TensorRole;
+  if (model::is_moe_expert(t.role))
+    return static_cast<double>(std::max<int64_t>(m.n_expert_used, 1));
+  switch (t.role) {
+    case TensorRole::kTokenEmbedding:
+      return t.access_per_token >= 1.0 ? 1.0 : 0.0;
+    case TensorRole::kOutput:
+    case TensorRole::kAttnQ:
+    case TensorRole::kAttnK:
+    case TensorRole::kAttnV:
+    case TensorRole::kAttnQkv:
+    case TensorRole::kAttnOutput:
+    case TensorRole::kFfnGate:
+    case TensorRole::kFfnUp:
+    case TensorRole::kFfnDown:
+    case TensorRole::kMoeRouter:
+    case TensorRole::kSharedExpert:
+      return 1.0;
+    default:
+      return 0.0;
+  }
+}
+
+// Seconds one generated token computes with tensor t on `tier`: its bytes at the tier's
+// rate plus, on the CPU, each product's fixed cost.
+double tensor_compute_s(const ModelTensors& m, const TensorDesc& t, const HardwareProfile& p,
+                        const CostModel& c, Tier tier) {
+  const double touched = t.access_per_token * static_cast<double>(t.bytes);
+  const double fixed = tier == Tier::kGpu && !p.gpus.empty()
+                           ? 0.0
+                           : products_per_token(m, t) * p.cpu.decode_overhead_s(t.type);
+  return touched / bandwidth(p, c, tier, t.type) + fixed;
+}
+
 bool has_recorded_routing(const ModelTensors& m) {
   const double total = std::accumulate(m.expert_frequency.begin(), m.expert_frequency.end(), 0.0);
   return m.n_expert > 0 &&
@@ -431,16 +470,18 @@ std::vector<double> expected_layer_hits(const ModelTensors& m,
 
 // Expected stall of one MoE layer for one token: k of its n_used routed experts miss with
 // probability Binomial(n_used, miss), their reads take k x one_read on the device, and
-// the layer's expert compute (hidden_s) hides at most that much. The expectation of the
-// stall, not the stall of the expected misses: a miss is one whole expert read (15-19 ms
-// for the "moe" synthetic's 19.5 MB experts) against ~2 ms of compute, so rare misses
+// the compute of the n_used - k cached ones (expert_compute_s is all n_used) hides at most
+// that much: a missed expert computes after its own read. The expectation of the stall,
+// not the stall of the expected misses: a miss is one whole expert read (10-19 ms for the
+// "moe" synthetic's 21 MiB experts) against ~1 ms of compute per expert, so rare misses
 // are waited for nearly whole (measured: every miss is waited for, docs/MOE.md), which
 // max(0, mean io - compute) missed (predicted 13.3 tok/s, measured 9.2).
-double expected_miss_stall(int n_used, double miss, double one_read, double hidden_s) {
+double expected_miss_stall(int n_used, double miss, double one_read, double expert_compute_s) {
   double stall = 0, p_k = std::pow(1 - miss, n_used);  // P(k = 0)
   for (int k = 1; k <= n_used; ++k) {
     p_k *= miss / std::max(1e-300, 1 - miss) * (n_used - k + 1) / k;
     if (miss >= 1) p_k = k == n_used ? 1.0 : 0.0;
+    const double hidden_s = expert_compute_s * (n_used - k) / n_used;
     stall += p_k * std::max(0.0, k * one_read - hidden_s);
   }
   return stall;
@@ -681,7 +722,6 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
     const TensorDesc& t = m.tensors[i];
     Tier tier = plan.tiers[i];
     size_t L = static_cast<size_t>(pipeline_layer(m, t));
-    double touched = t.access_per_token * static_cast<double>(t.bytes);
     // Streamed tensors compute where their slots live: GPU-visible memory on a unified
     // machine (the original's Metal rig), host RAM for the CPU otherwise.
     Tier computes_on =
@@ -692,7 +732,7 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
       mem.gpu_weights += t.bytes;
       any_gpu = true;
     }
-    const double compute_s = touched / bandwidth(p, c, computes_on, t.type);
+    const double compute_s = tensor_compute_s(m, t, p, c, computes_on);
     lc.compute_s[L] += compute_s;
     if (model::is_moe_expert(t.role)) expert_compute_s[L] += compute_s;
     if (tier == Tier::kGpu) {
