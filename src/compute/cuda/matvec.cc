@@ -67,6 +67,15 @@ int prefetch_bytes() {
   return bytes;
 }
 
+// HYPURA_CUDA_FEW_FLOAT_ROWS=N: MatvecArgs::split_float_rows (read once).
+int64_t split_float_rows() {
+  static const int64_t rows = [] {
+    const char* env = std::getenv("HYPURA_CUDA_FEW_FLOAT_ROWS");
+    return env != nullptr ? std::max<int64_t>(0, std::atoll(env)) : int64_t{0};
+  }();
+  return rows;
+}
+
 MatvecArgs args_for(const WeightView& w, const ActQ8& act, float* y, StreamHandle stream) {
   assert(matvec_supported(w.type));
   assert(w.n_cols % quant::block_size(w.type) == 0);
@@ -79,6 +88,7 @@ MatvecArgs args_for(const WeightView& w, const ActQ8& act, float* y, StreamHandl
   a.y = y;
   a.stream = stream;
   a.prefetch_bytes = prefetch_bytes();
+  a.split_float_rows = split_float_rows();
   return a;
 }
 
