@@ -61,6 +61,9 @@ if has info; then
   cat /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor 2>/dev/null | sed 's/^/governor: /'
   grep -E "MemTotal|MemAvailable" /proc/meminfo | tr '\n' ' '
   echo
+  for f in enabled defrag; do
+    echo "THP $f: $(cat /sys/kernel/mm/transparent_hugepage/$f 2>/dev/null)"
+  done
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
   uptime
 fi
@@ -115,11 +118,25 @@ if has llama; then
 fi
 if has split; then
   synth 8b 8b
+  TG=${SPLIT_TG:--p 0 -n 128 -r 3}
+  stamp "split: tg ($TG) alternated, then pp512 (-p 512 -n 0 -r 2)"
   for n in ${SPLIT_LAYERS:-24 16 0}; do
     hy 8b "$n" -p 0 -n 32 -r 1 > /dev/null
     ll 8b "$n" -p 0 -n 32 -r 1 > /dev/null
+    # VARIANTS ("label|ENV=..." lines): extra hypura runs at VARIANT_LAYERS (A/B).
     for i in $(seq "${ROUNDS:-2}"); do
-      echo "  $n layers tg: hypura $(hy 8b "$n" -p 0 -n 128 -r 3) | llama.cpp $(ll 8b "$n" -p 0 -n 128 -r 3)"
+      line="  $n layers tg, round $i: hypura $(hy 8b "$n" $TG)"
+      if [[ " ${VARIANT_LAYERS:-16} " == *" $n "* ]]; then
+        while IFS='|' read -r label envs; do
+          [ -n "$label" ] || continue
+          # shellcheck disable=SC2086
+          line+=" | $label $(
+            [ -z "$envs" ] || export $envs
+            hy 8b "$n" $TG
+          )"
+        done <<< "${VARIANTS:-}"
+      fi
+      echo "$line | llama.cpp $(ll 8b "$n" $TG)"
     done
     echo "  $n layers pp: hypura $(hy 8b "$n" -p 512 -n 0 -r 2) | llama.cpp $(ll 8b "$n" -p 512 -n 0 -r 2)"
     stamp "split $n done"
@@ -127,19 +144,29 @@ if has split; then
 fi
 if has plan; then
   synth 8b 8b
-  n=${PLAN_LAYERS:-16}
-  timeout 120 "$H" inspect "$M/8b.gguf" --plan --context 512 --gpu-layers "$n" 2>&1 | grep -iE "predict|GPU computes|device" | head -6
-  timeout 300 "$H" bench "$M/8b.gguf" --device cuda --gpu-layers "$n" -p 0 -n 128 -r 3 --json \
-    > "$LOG/plan_bench.json" 2> "$LOG/plan_bench.err" || tail -3 "$LOG/plan_bench.err"
-  python3 - "$LOG/plan_bench.json" <<'EOF' || true
+  for n in ${PLAN_LAYERS:-24 16 0}; do
+    echo "inspect --plan --gpu-layers $n: $(timeout 120 "$H" inspect "$M/8b.gguf" --plan --context 512 \
+      --gpu-layers "$n" 2>&1 | grep -E "^Prediction" | head -1)"
+  done
+  for n in ${PLAN_BENCH_LAYERS:-16}; do
+    timeout 300 "$H" bench "$M/8b.gguf" --device cuda --gpu-layers "$n" -p 0 -n 128 -r 3 --json \
+      > "$LOG/plan_bench_$n.json" 2> "$LOG/plan_bench_$n.err" || tail -3 "$LOG/plan_bench_$n.err"
+    grep -E "decode with" "$LOG/plan_bench_$n.err" | sed 's/^/  /'
+    python3 - "$LOG/plan_bench_$n.json" "$n" <<'EOF'
 import json, sys
 j = json.load(open(sys.argv[1]))
 t = j.get("tiers", {})
-print("bench with references:", {k: j.get(k) for k in ("threads", "simd", "memory_read_bandwidth_bps", "decode_bps")})
-print("  tg", [(x["test"], round(x["tps_mean"], 2), round(x["tps_stddev"], 2)) for x in j["tests"]])
-print("  tiers", {k: t.get(k) for k in ("tok_s", "predicted_tps", "predicted_at_load_tps", "prediction_ratio")})
-print("  traffic", j.get("traffic_per_token"))
+b = j.get("traffic_per_token", {}).get("bound", {})
+print(f"bench with references at {sys.argv[2]} layers: threads {j.get('threads')}, simd {j.get('simd')}, "
+      f"memory {j.get('memory_read_bandwidth_bps', 0) / 1e9:.1f} GB/s, decode probe",
+      {k: round(v / 1e9, 1) for k, v in j.get("decode_bps", {}).items()})
+print("  tg", [(x["test"], round(x["tps_mean"], 2), round(x["tps_stddev"], 2)) for x in j["tests"]],
+      "predicted same-run", round(t.get("predicted_tps", 0), 2), "at load", round(t.get("predicted_at_load_tps", 0), 2))
+print("  traffic", {k: v for k, v in j.get("traffic_per_token", {}).items() if k != "bound"})
+print("  bound", {k: (round(v, 5) if isinstance(v, float) else v) for k, v in b.items()})
 EOF
+  done
+  grep -E "AnonHugePages" /proc/meminfo
   stamp "plan done"
 fi
 stamp "total"

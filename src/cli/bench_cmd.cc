@@ -277,16 +277,18 @@ struct TrafficBoundFigures {
 };
 
 TrafficBoundFigures traffic_bound_figures(const runtime::TieredWeights& tiers, double ram_bps,
-                                          double gpu_copy_bps,
+                                          double gpu_copy_bps, double h2d_bps,
                                           const eval::StorageReferences& refs) {
   const profiler::HardwareProfile& p = tiers.profile();
   TrafficBoundFigures f;
   f.traffic = scheduler::tier_traffic(tiers.planned().tensors, tiers.plan());
   f.rates.ram_bps = ram_bps > 0 ? ram_bps : p.memory.read_bandwidth_bps;
   f.rates.storage_bps = refs.disk_read_bps() > 0 ? refs.disk_read_bps() : p.storage.seq_read_bps;
+  f.rates.gpu_bps = gpu_copy_bps;
+  f.rates.bus_bps = h2d_bps;
   if (!p.gpus.empty()) {
-    f.rates.gpu_bps = gpu_copy_bps > 0 ? gpu_copy_bps : p.gpus.front().memory_bandwidth_bps;
-    f.rates.bus_bps = p.gpus.front().h2d_pinned_bps;
+    if (f.rates.gpu_bps <= 0) f.rates.gpu_bps = p.gpus.front().memory_bandwidth_bps;
+    if (f.rates.bus_bps <= 0) f.rates.bus_bps = p.gpus.front().h2d_pinned_bps;
   }
   f.bound = scheduler::traffic_bound(f.traffic, f.rates);
   return f;
@@ -451,11 +453,14 @@ int run_bench(const BenchArgs& a) {
   const std::string arch = (*engine)->architecture(), mode = (*engine)->mode();
   const std::string device = (*engine)->device();
   // On the GPU: its copy bandwidth in this run, the yardstick of tg (docs/GPU.md).
-  double gpu_copy_bps = 0;
+  double gpu_copy_bps = 0, h2d_bps = 0;
 #if HYPURA_HAVE_CUDA
   if (device == "cuda" && !a.no_reference) {
     auto bps = compute::cuda::measure_copy_bandwidth(size_t{1} << 30, 5);
     gpu_copy_bps = reference_or_zero(bps);
+    // The bus, for the traffic bound of a split (its rows and logits cross it every token).
+    if (tiers != nullptr && tiers->plan().gpu.any())
+      h2d_bps = reference_or_zero(compute::cuda::measure_h2d_bandwidth(size_t{256} << 20, 3));
   }
 #endif
   const double tg_tps = a.n_gen > 0 ? rows.back().s.mean : 0;
@@ -516,7 +521,8 @@ int run_bench(const BenchArgs& a) {
                                 {"prompt_batch_bus_bytes", t.prompt_bus_bytes},
                                 {"gpu_layers", tiers->plan().gpu.layers},
                                 {"gpu_head", tiers->plan().gpu.head}};
-      const TrafficBoundFigures f = traffic_bound_figures(*tiers, bandwidth, gpu_copy_bps, refs);
+      const TrafficBoundFigures f =
+          traffic_bound_figures(*tiers, bandwidth, gpu_copy_bps, h2d_bps, refs);
       j["traffic_per_token"]["bound"] = traffic_bound_json(f, tg_tps);
     }
     if (baseline) {
@@ -575,7 +581,8 @@ int run_bench(const BenchArgs& a) {
         100 * tg_tps * bpt / gpu_copy_bps);
   }
   if (tiers != nullptr && a.n_gen > 0) {
-    const TrafficBoundFigures f = traffic_bound_figures(*tiers, bandwidth, gpu_copy_bps, refs);
+    const TrafficBoundFigures f =
+        traffic_bound_figures(*tiers, bandwidth, gpu_copy_bps, h2d_bps, refs);
     std::printf("\n%s", traffic_bound_text(f, tg_tps).c_str());
   }
   if (!refs.decode_rates.empty()) {

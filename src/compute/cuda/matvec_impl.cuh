@@ -28,8 +28,8 @@ constexpr int kMatvecUnroll = 4;  // item iterations whose loads are issued toge
 //     over two warps (F16 33.4 -> 31.5, Q8_0 18.7 -> 18.2);
 //   n_rows <= 4224 with >= 8 items per lane, quantized (ffn_down): split over two warps
 //     (Q4_K 14.2 -> 13.2 us; F16 loses 5% there and keeps one row);
-//   float formats with n_rows <= MatvecArgs::split_float_rows (default 0) and >= 8 items
-//     per lane: split over two warps (an A/B switch for the 8b F16's 1024-row k/v);
+//   float formats with n_rows <= MatvecArgs::split_float_rows (1024) and >= 8 items per
+//     lane: split over two warps (the 8b F16's k/v: tg128 +4%, device call S10-1);
 //   else one row per warp.
 constexpr int64_t kMatvecOutputRows = 65536;
 constexpr int64_t kMatvecTallRows = 12288;
