@@ -9,7 +9,8 @@
 #   llama   builds llama.cpp in the background (joined before the split step)
 #   sweep   hypura tg at SWEEP_LAYERS (default 16) GPU layers under each line of $SWEEP
 #           ("label|ENV=... ENV=...|bench args"; default: the A/B switches below)
-#   f16     8b F16 tg128, HYPURA_CUDA_FEW_FLOAT_ROWS=1024 against the default, alternated
+#   f16     8b F16 tg128, HYPURA_CUDA_FEW_FLOAT_ROWS=$F16_ROWS (default 0) against the
+#           default, alternated
 #   split   hypura and llama.cpp alternated at SPLIT_LAYERS (default "24 16 0"): tg128
 #           (-p 0 -n 128 -r 3) ROUNDS times each (default 2), then pp512 (-p 512 -n 0 -r 2)
 #   plan    `inspect --plan` and bench with its same-run references (predicted vs measured)
@@ -106,7 +107,7 @@ if has f16; then
   synth f16 8b --quant f16
   stamp "f16 tg128 (-p 0 -n 128 -r 3), all layers on the GPU"
   for i in 1 2; do
-    echo "  default: $(hy f16 99 -p 0 -n 128 -r 3) | few-float-rows 1024: $(HYPURA_CUDA_FEW_FLOAT_ROWS=1024 hy f16 99 -p 0 -n 128 -r 3)"
+    echo "  default: $(hy f16 99 -p 0 -n 128 -r 3) | few-float-rows ${F16_ROWS:-0}: $(HYPURA_CUDA_FEW_FLOAT_ROWS=${F16_ROWS:-0} hy f16 99 -p 0 -n 128 -r 3)"
   done
   rm -f "$M/f16.gguf"
   stamp "f16 done"
@@ -124,7 +125,8 @@ if has split; then
     hy 8b "$n" -p 0 -n 32 -r 1 > /dev/null
     ll 8b "$n" -p 0 -n 32 -r 1 > /dev/null
     # VARIANTS ("label|ENV=..." lines): extra hypura runs at VARIANT_LAYERS (A/B).
-    for i in $(seq "${ROUNDS:-2}"); do
+    rounds_n="ROUNDS_$n"  # ROUNDS_<n>: the rounds at n layers (default ROUNDS, 2)
+    for i in $(seq "${!rounds_n:-${ROUNDS:-2}}"); do
       line="  $n layers tg, round $i: hypura $(hy 8b "$n" $TG)"
       if [[ " ${VARIANT_LAYERS:-16} " == *" $n "* ]]; then
         while IFS='|' read -r label envs; do
