@@ -19,5 +19,6 @@ ldd "$DIR/bin/hypura" "$DIR/bin/runtime_test" | awk '/=> \// {print $3}' | sort 
   grep -v -E '/(libc|libm|libgcc_s|libstdc\+\+|libpthread|libdl|librt|ld-linux[^/]*|libcublas|libcublasLt|libssl|libcrypto|libz)\.so' |
   while read -r lib; do cp -L "$lib" "$DIR/lib/"; done
 cp "$GOLDEN"/*.gguf "$GOLDEN"/*.f32 "$GOLDEN"/manifest.json "$DIR/golden/"
-cp scripts/gpu_engine.sh scripts/gpu.sh scripts/gpu_vs_llama.sh scripts/gpu_decode_ab.sh "$DIR/scripts/"
+cp scripts/gpu_engine.sh scripts/gpu.sh scripts/gpu_vs_llama.sh scripts/gpu_decode_ab.sh \
+  scripts/gpu_split_ab.sh "$DIR/scripts/"
 du -sh "$DIR"

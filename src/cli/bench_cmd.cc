@@ -267,6 +267,68 @@ int run_batched_bench(const BenchArgs& a, const std::string& path) {
   return 0;
 }
 
+// A token's traffic per tier by the plan and the memory-bound ceiling it implies
+// (scheduler::traffic_bound), at this run's figures where it measured them (the memory
+// read bandwidth, the GPU's copy bandwidth, the disk grid), else the profile's.
+struct TrafficBoundFigures {
+  scheduler::TierTraffic traffic;
+  scheduler::TrafficRates rates;
+  scheduler::TrafficBound bound;
+};
+
+TrafficBoundFigures traffic_bound_figures(const runtime::TieredWeights& tiers, double ram_bps,
+                                          double gpu_copy_bps, double h2d_bps,
+                                          const eval::StorageReferences& refs) {
+  const profiler::HardwareProfile& p = tiers.profile();
+  TrafficBoundFigures f;
+  f.traffic = scheduler::tier_traffic(tiers.planned().tensors, tiers.plan());
+  f.rates.ram_bps = ram_bps > 0 ? ram_bps : p.memory.read_bandwidth_bps;
+  f.rates.storage_bps = refs.disk_read_bps() > 0 ? refs.disk_read_bps() : p.storage.seq_read_bps;
+  f.rates.gpu_bps = gpu_copy_bps;
+  f.rates.bus_bps = h2d_bps;
+  if (!p.gpus.empty()) {
+    if (f.rates.gpu_bps <= 0) f.rates.gpu_bps = p.gpus.front().memory_bandwidth_bps;
+    if (f.rates.bus_bps <= 0) f.rates.bus_bps = p.gpus.front().h2d_pinned_bps;
+  }
+  f.bound = scheduler::traffic_bound(f.traffic, f.rates);
+  return f;
+}
+
+nlohmann::json traffic_bound_json(const TrafficBoundFigures& f, double tg_tps) {
+  const scheduler::TrafficBound& b = f.bound;
+  return {{"gpu_bps", f.rates.gpu_bps},
+          {"ram_bps", f.rates.ram_bps},
+          {"storage_bps", f.rates.storage_bps},
+          {"bus_bps", f.rates.bus_bps},
+          {"gpu_s", b.gpu_s},
+          {"ram_s", b.ram_s},
+          {"storage_s", b.storage_s},
+          {"bus_s", b.bus_s},
+          {"tps", b.tok_s},
+          {"limit", b.limit},
+          {"tg_share", b.tok_s > 0 ? tg_tps / b.tok_s : 0}};
+}
+
+std::string traffic_bound_text(const TrafficBoundFigures& f, double tg_tps) {
+  const auto mib = [](uint64_t bytes) { return static_cast<double>(bytes) / 1048576.0; };
+  const scheduler::TrafficBound& b = f.bound;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "reference: a token reads %.1f MiB from the GPU, %.1f MiB from RAM, %.1f MiB from "
+                "storage and moves %.1f KiB over the bus; ",
+                mib(f.traffic.gpu_bytes), mib(f.traffic.ram_bytes), mib(f.traffic.storage_bytes),
+                static_cast<double>(f.traffic.bus_bytes_per_token) / 1024.0);
+  std::string s = line;
+  if (b.tok_s <= 0) return s + "bound unknown (a tier's bandwidth is not measured)\n";
+  std::snprintf(line, sizeof line,
+                "at %.0f / %.1f / %.2f / %.1f GB/s that is %.3f + %.3f + %.3f ms (storage %.3f ms "
+                "under them): bound %.2f tok/s (%s); tg %.2f = %.1f%% of it\n",
+                f.rates.gpu_bps / 1e9, f.rates.ram_bps / 1e9, f.rates.storage_bps / 1e9,
+                f.rates.bus_bps / 1e9, 1e3 * b.gpu_s, 1e3 * b.ram_s, 1e3 * b.bus_s,
+                1e3 * b.storage_s, b.tok_s, b.limit.c_str(), tg_tps, 100 * tg_tps / b.tok_s);
+  return s + line;
+}
+
 int run_bench(const BenchArgs& a) {
   const std::string path = resolve_model_path(a.model);
   if (path.empty()) {
@@ -393,11 +455,14 @@ int run_bench(const BenchArgs& a) {
   const std::string arch = (*engine)->architecture(), mode = (*engine)->mode();
   const std::string device = (*engine)->device();
   // On the GPU: its copy bandwidth in this run, the yardstick of tg (docs/GPU.md).
-  double gpu_copy_bps = 0;
+  double gpu_copy_bps = 0, h2d_bps = 0;
 #if HYPURA_HAVE_CUDA
   if (device == "cuda" && !a.no_reference) {
     auto bps = compute::cuda::measure_copy_bandwidth(size_t{1} << 30, 5);
     gpu_copy_bps = reference_or_zero(bps);
+    // The bus, for the traffic bound of a split (its rows and logits cross it every token).
+    if (tiers != nullptr && tiers->plan().gpu.any())
+      h2d_bps = reference_or_zero(compute::cuda::measure_h2d_bandwidth(size_t{256} << 20, 3));
   }
 #endif
   const double tg_tps = a.n_gen > 0 ? rows.back().s.mean : 0;
@@ -460,6 +525,9 @@ int run_bench(const BenchArgs& a) {
                                 {"prompt_batch_bus_bytes", t.prompt_bus_bytes},
                                 {"gpu_layers", tiers->plan().gpu.layers},
                                 {"gpu_head", tiers->plan().gpu.head}};
+      const TrafficBoundFigures f =
+          traffic_bound_figures(*tiers, bandwidth, gpu_copy_bps, h2d_bps, refs);
+      j["traffic_per_token"]["bound"] = traffic_bound_json(f, tg_tps);
     }
     if (baseline) {
       j["baseline"] = {
@@ -515,6 +583,11 @@ int run_bench(const BenchArgs& a) {
         "tg reads %.1f MiB of weights per token: %.2f tok/s = %.0f GB/s = %.1f%% of it\n",
         gpu_copy_bps / 1e9, bpt / 1048576.0, tg_tps, tg_tps * bpt / 1e9,
         100 * tg_tps * bpt / gpu_copy_bps);
+  }
+  if (tiers != nullptr && a.n_gen > 0) {
+    const TrafficBoundFigures f =
+        traffic_bound_figures(*tiers, bandwidth, gpu_copy_bps, h2d_bps, refs);
+    std::printf("\n%s", traffic_bound_text(f, tg_tps).c_str());
   }
   if (!refs.decode_rates.empty()) {
     std::printf("\nreference: decode probe (one token's products from RAM, %d threads):", threads);

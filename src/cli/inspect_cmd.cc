@@ -33,6 +33,7 @@ struct InspectArgs {
   std::string profile;
   std::string reserve;  // --reserve SIZE ("": the profile's)
   int64_t context = 4096;
+  int gpu_layers = -1;  // --gpu-layers N: at most N (the last) layers on the GPU; -1: as fit
 };
 
 // The plan run, bench and serve would execute with these options (runtime::plan_weights),
@@ -46,6 +47,7 @@ Result<scheduler::PlannedModel> plan_for(const gguf::GgufFile& file, const std::
   eo.ram_budget = args.ram_budget;
   eo.gpu_budget = args.vram_budget;
   eo.profile_path = args.profile;
+  eo.gpu_layers = args.gpu_layers;
   scheduler::PlanRequest request = runtime::plan_request(eo, device);
   if (!args.reserve.empty()) {
     auto reserve = parse_size(args.reserve);
@@ -134,6 +136,9 @@ std::function<int()> setup_inspect(CLI::App& app) {
   add_vram_budget_option(app, &args->vram_budget);
   app.add_option("--reserve", args->reserve, "RAM left to the OS (default 2G)");
   add_context_option(app, &args->context);
+  app.add_option("--gpu-layers", args->gpu_layers,
+                 "with --plan: at most this many (the last) layers on the GPU, as run's "
+                 "--gpu-layers (default: as many as fit)");
   return [args] { return run_inspect(*args); };
 }
 

@@ -137,6 +137,16 @@ class Context {
   // x: (n_tokens, W.n_cols) F32 row-major; y: (n_tokens, W.n_rows) F32 row-major.
   void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y);
 
+  // y[i] = matmul(*w[i], x, n_tokens) for i < n (<= kMaxSharedProducts): products that share
+  // their input (Q/K/V, gate/up), each bit-identical to its own matmul(). Up to
+  // kSharedMaxTokens rows they run as one job of the pool over all their rows (one wait
+  // instead of n), x quantized once per activation format; more rows, one by one.
+  // REQUIRES: every w[i]->n_cols is equal. HYPURA_CPU_SHARED=0 always runs them one by one.
+  static constexpr int kMaxSharedProducts = 4;
+  static constexpr int64_t kSharedMaxTokens = 16;
+  void matmul_shared(const WeightView* const* w, float* const* y, int n, const float* x,
+                     int64_t n_tokens);
+
   // out[i, :] = dequantized row ids[i] of W (embedding lookup). out: (n_ids, W.n_cols).
   void get_rows(const WeightView& w, const int32_t* ids, int64_t n_ids, float* out);
 

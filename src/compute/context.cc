@@ -10,6 +10,7 @@
 // makes results independent of n_tokens and of the thread count.
 #include <algorithm>
 #include <cassert>
+#include <cstdlib>
 #include <cstring>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,16 @@ namespace {
 constexpr int64_t kRowBlock = 64;  // weight rows per cache block (a few hundred KiB at most)
 constexpr int64_t kTokBlock = 64;  // activation rows per tile call
 constexpr int64_t kRowAlign = 16;  // work items start on multiples of this
+
+// Work items of a product per pool thread (HYPURA_POOL_ITEMS=N overrides 4: an A/B switch).
+// More items shorten the wait for the last one; each claim is one atomic operation.
+int64_t items_per_thread() {
+  static const int64_t n = [] {
+    const char* env = std::getenv("HYPURA_POOL_ITEMS");
+    return env != nullptr ? std::max<int64_t>(1, std::atoll(env)) : int64_t{4};
+  }();
+  return n;
+}
 
 SimdLevel level_from_name(std::string_view name) {
   for (int l = kSimdLevels - 1; l >= 0; --l) {
@@ -84,7 +95,10 @@ void Context::reserve(int64_t max_tokens, int64_t max_cols) {
   // is larger for this width; F32 activations are used in place.
   const int64_t q8k = (max_cols + 255) / 256 * static_cast<int64_t>(sizeof(quant::BlockQ8_K));
   const int64_t q81 = (max_cols + 31) / 32 * static_cast<int64_t>(sizeof(quant::BlockQ8_1));
-  impl_->ensure_act(static_cast<size_t>(max_tokens * std::max(q8k, q81)));
+  // matmul_shared's small batches keep up to kMaxSharedProducts quantized copies of x.
+  const int64_t rows =
+      std::max(max_tokens, kMaxSharedProducts * std::min(max_tokens, kSharedMaxTokens));
+  impl_->ensure_act(static_cast<size_t>(rows * std::max(q8k, q81)));
 }
 
 uint64_t Context::macs() const {
@@ -131,8 +145,9 @@ void Context::matmul(const WeightView& w, const float* x, int64_t n_tokens, floa
   const auto* wbytes = static_cast<const uint8_t*>(w.data);
   const auto* xbytes = static_cast<const uint8_t*>(xa);
   // Items of kRowAlign-multiple rows, about four per thread, claimed dynamically.
-  const int64_t per_item = std::max<int64_t>(
-      kRowAlign, (n_rows + 4 * n_threads() - 1) / (4 * n_threads()) / kRowAlign * kRowAlign);
+  const int64_t n_share = items_per_thread() * n_threads();
+  const int64_t per_item =
+      std::max<int64_t>(kRowAlign, (n_rows + n_share - 1) / n_share / kRowAlign * kRowAlign);
   const int64_t n_items = (n_rows + per_item - 1) / per_item;
   impl_->pool.parallel_for(n_items, [&](int64_t item) {
     const int64_t r_begin = item * per_item, r_end = std::min(n_rows, r_begin + per_item);
@@ -143,6 +158,113 @@ void Context::matmul(const WeightView& w, const float* x, int64_t n_tokens, floa
         tile(n_cols, wbytes + r0 * w_stride, w_stride, nr, xbytes + t0 * x_stride, x_stride, nt,
              y + t0 * n_rows + r0, static_cast<size_t>(n_rows));
       }
+    }
+  });
+}
+
+namespace {
+bool shared_products_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("HYPURA_CPU_SHARED");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  return on;
+}
+}  // namespace
+
+void Context::matmul_shared(const WeightView* const* w, float* const* y, int n, const float* x,
+                            int64_t n_tokens) {
+  assert(n >= 1 && n <= kMaxSharedProducts);
+  if (n == 1 || n_tokens > kSharedMaxTokens || !shared_products_enabled()) {
+    for (int i = 0; i < n; ++i) matmul(*w[i], x, n_tokens, y[i]);
+    return;
+  }
+  const int64_t n_cols = w[0]->n_cols;
+  struct Product {
+    TileFn tile;
+    const uint8_t* w;
+    size_t w_stride;
+    const uint8_t* x;
+    size_t x_stride;
+    int64_t n_rows, first_item;
+    float* y;
+  };
+  Product p[kMaxSharedProducts];
+  // Each distinct (activation format, quantizer) quantizes x once, into its own region.
+  struct Quantized {
+    gguf::GgmlType type;
+    QuantizeActFn fn;
+    int region;
+  };
+  Quantized done[kMaxSharedProducts];
+  int n_done = 0, n_regions = 0;
+  size_t region_bytes = 0;
+  for (int i = 0; i < n; ++i) {
+    assert(w[i]->n_cols == n_cols);
+    if (quant::activation_type(w[i]->type) != gguf::GgmlType::F32)
+      region_bytes =
+          std::max(region_bytes, quant::row_size(quant::activation_type(w[i]->type), n_cols) *
+                                     static_cast<size_t>(n_tokens));
+  }
+  impl_->ensure_act(region_bytes * static_cast<size_t>(n));
+  int64_t total_rows = 0;
+  for (int i = 0; i < n; ++i) {
+    const WeightView& wi = *w[i];
+    impl_->macs += static_cast<uint64_t>(wi.n_rows * wi.n_cols * n_tokens);
+    const gguf::GgmlType act_type = quant::activation_type(wi.type);
+    p[i].tile = tile_fn(*impl_->kernels, wi.type);
+    assert(p[i].tile != nullptr && "matmul_shared: weight type without kernels");
+    assert(wi.n_cols % quant::block_size(wi.type) == 0);
+    p[i].w = static_cast<const uint8_t*>(wi.data);
+    p[i].w_stride = quant::row_size(wi.type, n_cols);
+    p[i].n_rows = wi.n_rows;
+    p[i].y = y[i];
+    total_rows += wi.n_rows;
+    if (act_type == gguf::GgmlType::F32) {
+      p[i].x = reinterpret_cast<const uint8_t*>(x);
+      p[i].x_stride = static_cast<size_t>(n_cols) * sizeof(float);
+      continue;
+    }
+    p[i].x_stride = quant::row_size(act_type, n_cols);
+    const QuantizeActFn own = quantize_act_fn(*impl_->kernels, wi.type);
+    int region = -1;
+    for (int j = 0; j < n_done; ++j) {
+      if (done[j].type == act_type && done[j].fn == own) region = done[j].region;
+    }
+    if (region < 0) {
+      region = n_regions++;
+      done[n_done++] = {act_type, own, region};
+      uint8_t* act = impl_->act.data() + static_cast<size_t>(region) * region_bytes;
+      const size_t stride = p[i].x_stride;
+      impl_->pool.parallel_for(n_tokens, [&](int64_t t) {
+        if (own) {
+          own(x + t * n_cols, act + t * stride, n_cols);
+        } else {
+          quant::quantize_activations(act_type, x + t * n_cols, act + t * stride, n_cols);
+        }
+      });
+    }
+    p[i].x = impl_->act.data() + static_cast<size_t>(region) * region_bytes;
+  }
+  // Items of kRowAlign-multiple rows over all the products' rows, claimed dynamically.
+  const int64_t n_share = items_per_thread() * n_threads();
+  const int64_t per_item =
+      std::max<int64_t>(kRowAlign, (total_rows + n_share - 1) / n_share / kRowAlign * kRowAlign);
+  int64_t n_items = 0;
+  for (int i = 0; i < n; ++i) {
+    p[i].first_item = n_items;
+    n_items += (p[i].n_rows + per_item - 1) / per_item;
+  }
+  impl_->pool.parallel_for(n_items, [&](int64_t item) {
+    int i = n - 1;
+    while (p[i].first_item > item) --i;
+    const Product& q = p[i];
+    const int64_t r_begin = (item - q.first_item) * per_item;
+    const int64_t r_end = std::min(q.n_rows, r_begin + per_item);
+    for (int64_t r0 = r_begin; r0 < r_end; r0 += kRowBlock) {
+      const int nr = static_cast<int>(std::min(kRowBlock, r_end - r0));
+      q.tile(n_cols, q.w + r0 * q.w_stride, q.w_stride, nr, q.x, q.x_stride,
+             static_cast<int>(n_tokens), q.y + r0, static_cast<size_t>(q.n_rows));
     }
   });
 }

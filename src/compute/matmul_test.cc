@@ -299,6 +299,53 @@ TEST(Matmul, BatchInvariance) {
   }
 }
 
+// Products that share their input in one job (matmul_shared: Q/K/V, gate/up) give each
+// product's matmul() bit for bit, on every path, for mixed formats (several activation
+// formats and quantizers at once), one to kSharedMaxTokens tokens and past it, without
+// growing the scratch reserve() sized.
+TEST(Matmul, SharedInputMatchesOneProductEach) {
+  std::mt19937 rng(6);
+  const std::vector<std::vector<GgmlType>> groups = {
+      {GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K},
+      {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0},
+      {GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1},
+      {GgmlType::F32, GgmlType::BF16}};
+  for (const char* path : supported_paths()) {
+    for (const auto& types : groups) {
+      for (int64_t n_tok : {int64_t{1}, int64_t{5}, Context::kSharedMaxTokens, int64_t{19}}) {
+        std::vector<Problem> ps;
+        for (size_t i = 0; i < types.size(); ++i)
+          ps.push_back(make_problem(types[i], 40 + 24 * static_cast<int64_t>(i), 512, n_tok, rng));
+        Context ctx(3, path);
+        ctx.reserve(19, 512);
+        const size_t reserved = ctx.scratch_bytes();
+        std::vector<WeightView> views;
+        std::vector<std::vector<float>> shared, one;
+        for (const Problem& p : ps) {
+          views.push_back(p.view());
+          shared.emplace_back(n_tok * p.n_rows, std::numeric_limits<float>::quiet_NaN());
+          one.emplace_back(n_tok * p.n_rows, std::numeric_limits<float>::quiet_NaN());
+          ctx.matmul(p.view(), ps.front().x.data(), n_tok, one.back().data());
+        }
+        std::vector<const WeightView*> w;
+        std::vector<float*> y;
+        for (size_t i = 0; i < ps.size(); ++i) {
+          w.push_back(&views[i]);
+          y.push_back(shared[i].data());
+        }
+        ctx.matmul_shared(w.data(), y.data(), static_cast<int>(ps.size()), ps.front().x.data(),
+                          n_tok);
+        for (size_t i = 0; i < ps.size(); ++i) {
+          EXPECT_EQ(std::memcmp(one[i].data(), shared[i].data(), one[i].size() * sizeof(float)), 0)
+              << path << " " << gguf::type_name(types[i]) << " in a group of " << ps.size() << ", "
+              << n_tok << " tokens";
+        }
+        EXPECT_EQ(ctx.scratch_bytes(), reserved) << path << ", " << n_tok << " tokens";
+      }
+    }
+  }
+}
+
 // The SIMD tables really replace the scalar kernels (else the tests above prove little).
 TEST(Dispatch, SimdTablesProvideOwnKernels) {
   const KernelTable& scalar = *kernel_table(SimdLevel::kScalar);

@@ -126,9 +126,9 @@ void CpuBlocks::linear(const WeightView& w, const float* in, float* out) {
 }
 
 void CpuBlocks::project_qkv(const AttnViews& a, const float* in) {
-  ctx_.matmul(a.wq, in, n_tokens_, q());
-  ctx_.matmul(a.wk, in, n_tokens_, k());
-  ctx_.matmul(a.wv, in, n_tokens_, v());
+  const WeightView* w[] = {&a.wq, &a.wk, &a.wv};
+  float* y[] = {q(), k(), v()};
+  ctx_.matmul_shared(w, y, 3, in, n_tokens_);
 }
 
 void CpuBlocks::add_bias(float* rows, const WeightView& b) {
@@ -321,8 +321,9 @@ void CpuBlocks::attend_block(int64_t il, const SeqRows& seq, int64_t g, int64_t 
 
 void CpuBlocks::dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) {
   const int64_t ff = w.gate.n_rows;
-  linear(w.gate, in, ff_gate_.data());
-  linear(w.up, in, ff_up_.data());
+  const WeightView* gate_up[] = {&w.gate, &w.up};
+  float* y[] = {ff_gate_.data(), ff_up_.data()};
+  ctx_.matmul_shared(gate_up, y, 2, in, n_tokens_);
   gated_activation(act, n_tokens_ * ff);
   linear(w.down, ff_gate_.data(), out);
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -185,6 +186,17 @@ class LocalEngine final : public Engine {
   // Whether prompt batches run every layer on the GPU (the host layers' KV rows then
   // mirrored in device memory).
   bool wide_prompts() const { return staged_weights_ != nullptr; }
+  // The CPU kernels' level ("": the default). A split whose prompts run on the GPU (wide
+  // stages) leaves the CPU batches under kWidePromptRows rows, one token a step when
+  // decoding; there the amx level's products run on its vector path (tile_vector: 16 rows
+  // a super-block at a time), which decoded the 8b's CPU layers slower than the avx512
+  // levels' row-by-row kernels on the H200 host (16 Sapphire Rapids cores; docs/GPU.md,
+  // session 10). Such a split takes avx512vnni instead of amx; HYPURA_SIMD still decides
+  // when set. Batch invariance holds within a level, and the CPU computes no other batches.
+  std::string cpu_stage_simd() const {
+    if (!wide_prompts() || std::getenv("HYPURA_SIMD") != nullptr) return "";
+    return std::string_view(compute::default_simd_name()) == "amx" ? "avx512vnni" : "";
+  }
   compute::Context* compute_context() override { return ctx_.get(); }
   model::WeightProvider& provider() { return weights_->provider(); }
   bool kv_f32() const { return kv_f32_; }
@@ -285,7 +297,10 @@ Result<std::unique_ptr<Engine>> LocalEngine::create(const EngineOptions& options
   }
   HYPURA_RETURN_IF_ERROR(e->place_on_device(options.load_progress));
   const int n_threads = options.n_threads > 0 ? options.n_threads : physical_cores();
-  e->ctx_ = std::make_unique<compute::Context>(n_threads);
+  const std::string simd = e->cpu_stage_simd();
+  e->ctx_ = std::make_unique<compute::Context>(n_threads, simd);
+  if (!simd.empty())
+    spdlog::info("the CPU's layers decode with the {} kernels", e->ctx_->simd_name());
   HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<model::Forward> forward, e->make_forward(e->n_ctx_));
   e->batcher_ = std::make_unique<StepBatcher>(std::move(forward), e->n_vocab());
   return std::unique_ptr<Engine>(std::move(e));

@@ -170,6 +170,26 @@ struct TierTraffic {
 };
 TierTraffic tier_traffic(const ModelTensors& model, const Plan& plan);
 
+// The bandwidths a token's traffic is timed at (bytes per second; 0: unknown): the GPU's
+// memory, the host's memory read bandwidth, storage's sequential reads, the bus (pinned
+// host-to-device copies).
+struct TrafficRates {
+  double gpu_bps = 0, ram_bps = 0, storage_bps = 0, bus_bps = 0;
+};
+// The memory-bound ceiling a token's traffic implies. Each tier's seconds are its bytes
+// over its bandwidth; weights streamed from storage are read into RAM and then computed
+// from there, so they count in ram_s too. One sequence's decode runs its stages one after
+// the other (the CPU's layers, the bus, the GPU's layers), while storage reads are
+// prefetched under compute: seconds = max(storage_s, ram_s + bus_s + gpu_s), tok_s its
+// inverse, limit the largest term ("gpu", "ram", "storage" or "bus"). A term with bytes but
+// no known rate leaves the bound unknown (tok_s 0, limit "unknown").
+struct TrafficBound {
+  double gpu_s = 0, ram_s = 0, storage_s = 0, bus_s = 0;
+  double seconds = 0, tok_s = 0;
+  std::string limit;
+};
+TrafficBound traffic_bound(const TierTraffic& traffic, const TrafficRates& rates);
+
 // Host memory the process holds beside the plan's other figures (weights, KV cache, work
 // buffers, pool, expert cache): code, the parsed GGUF directory, the tokenizer, the
 // sampler and slack. Computed from the model so that a plan is reproducible and every

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <numeric>
 #include <tuple>
+#include <utility>
 
 #include "common/size.h"
 #include "scheduler/plan.h"
@@ -672,6 +674,33 @@ TierTraffic tier_traffic(const ModelTensors& m, const Plan& plan) {
                             (cpu_stage ? 4 * static_cast<uint64_t>(m.n_embd) : 0);
   }
   return t;
+}
+
+TrafficBound traffic_bound(const TierTraffic& t, const TrafficRates& r) {
+  TrafficBound b;
+  bool known = true;
+  const auto time = [&](uint64_t bytes, double bps) {
+    if (bytes == 0) return 0.0;
+    if (bps <= 0) {
+      known = false;
+      return 0.0;
+    }
+    return static_cast<double>(bytes) / bps;
+  };
+  b.gpu_s = time(t.gpu_bytes, r.gpu_bps);
+  b.ram_s = time(t.ram_bytes + t.storage_bytes, r.ram_bps);
+  b.storage_s = time(t.storage_bytes, r.storage_bps);
+  b.bus_s = time(t.bus_bytes_per_token, r.bus_bps);
+  if (!known) {
+    b.limit = "unknown";
+    return b;
+  }
+  b.seconds = std::max(b.storage_s, b.ram_s + b.bus_s + b.gpu_s);
+  b.tok_s = b.seconds > 0 ? 1 / b.seconds : 0;
+  const std::pair<double, const char*> terms[] = {
+      {b.gpu_s, "gpu"}, {b.ram_s, "ram"}, {b.storage_s, "storage"}, {b.bus_s, "bus"}};
+  b.limit = std::max_element(std::begin(terms), std::end(terms))->second;
+  return b;
 }
 
 uint64_t Plan::bytes_on(const ModelTensors& m, Tier tier) const {

@@ -776,3 +776,59 @@ TEST(DiscreteGpu, TrafficPerTierAddsUp) {
 
 }  // namespace
 }  // namespace hypura::scheduler
+
+namespace hypura::scheduler {
+namespace {
+
+// The bound of a token's traffic: bytes over each tier's bandwidth, the stages in series,
+// storage reads under them; an unknown rate for bytes that move leaves it unknown.
+TEST(DiscreteGpu, TrafficBoundTimesEachTier) {
+  TierTraffic t;
+  t.gpu_bytes = 2'000'000'000;
+  t.ram_bytes = 1'000'000'000;
+  t.bus_bytes_per_token = 1'000'000;
+  const TrafficRates r{.gpu_bps = 4e12, .ram_bps = 100e9, .storage_bps = 5e9, .bus_bps = 50e9};
+  TrafficBound b = traffic_bound(t, r);
+  EXPECT_DOUBLE_EQ(b.gpu_s, 0.0005);
+  EXPECT_DOUBLE_EQ(b.ram_s, 0.01);
+  EXPECT_DOUBLE_EQ(b.bus_s, 0.00002);
+  EXPECT_DOUBLE_EQ(b.storage_s, 0);
+  EXPECT_DOUBLE_EQ(b.seconds, 0.01052);
+  EXPECT_DOUBLE_EQ(b.tok_s, 1 / 0.01052);
+  EXPECT_EQ(b.limit, "ram");
+  // Streamed weights: read from storage (prefetched) and computed from RAM.
+  t.storage_bytes = 1'000'000'000;
+  b = traffic_bound(t, r);
+  EXPECT_DOUBLE_EQ(b.ram_s, 0.02);
+  EXPECT_DOUBLE_EQ(b.storage_s, 0.2);
+  EXPECT_DOUBLE_EQ(b.seconds, 0.2);
+  EXPECT_EQ(b.limit, "storage");
+  // No GPU rate: unknown while the GPU reads bytes, fine without them.
+  TrafficRates no_gpu = r;
+  no_gpu.gpu_bps = 0;
+  b = traffic_bound(t, no_gpu);
+  EXPECT_EQ(b.tok_s, 0);
+  EXPECT_EQ(b.limit, "unknown");
+  t.gpu_bytes = 0;
+  t.bus_bytes_per_token = 0;
+  t.storage_bytes = 0;
+  b = traffic_bound(t, no_gpu);
+  EXPECT_DOUBLE_EQ(b.tok_s, 100);
+  EXPECT_EQ(b.limit, "ram");
+}
+
+// The bound of a real split's plan: the CPU's 16 layers dominate the 8b at 16 GPU layers.
+TEST(DiscreteGpu, TrafficBoundOfASplit) {
+  const ModelTensors m = synthetic_model(llama3_8b_q4km());
+  Budgets b = gpu_budget(uint64_t{64} << 30);
+  b.max_gpu_layers = 16;
+  const Plan plan = must_place(m, with_discrete_gpu(), b);
+  const TrafficBound tb =
+      traffic_bound(tier_traffic(m, plan), {.gpu_bps = 4e12, .ram_bps = 100e9, .bus_bps = 50e9});
+  EXPECT_EQ(tb.limit, "ram");
+  EXPECT_GT(tb.ram_s, 10 * tb.gpu_s);
+  EXPECT_NEAR(tb.seconds, tb.ram_s + tb.gpu_s + tb.bus_s, 1e-12);
+}
+
+}  // namespace
+}  // namespace hypura::scheduler

@@ -280,6 +280,31 @@ Result<double> measure_copy_bandwidth(size_t bytes, int reps) {
   return best_ms > 0 ? 2.0 * static_cast<double>(bytes) / (best_ms * 1e-3) : 0.0;
 }
 
+Result<double> measure_h2d_bandwidth(size_t bytes, int reps) {
+  HYPURA_ASSIGN_OR_RETURN(DeviceBuffer dst, DeviceBuffer::allocate(bytes));
+  void* host = nullptr;
+  HYPURA_RETURN_IF_ERROR(cuda_status(cudaMallocHost(&host, bytes), "cudaMallocHost"));
+  std::memset(host, 1, bytes);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  Status st = cuda_status(cudaEventCreate(&start), "cudaEventCreate");
+  if (st.is_ok()) st = cuda_status(cudaEventCreate(&stop), "cudaEventCreate");
+  float best_ms = 0;
+  for (int r = 0; r <= reps && st.is_ok(); ++r) {
+    cudaEventRecord(start);
+    cudaMemcpyAsync(dst.data(), host, bytes, cudaMemcpyHostToDevice, nullptr);
+    cudaEventRecord(stop);
+    st = cuda_status(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    if (r > 0 && (best_ms == 0 || ms < best_ms)) best_ms = ms;  // r == 0: the warm-up
+  }
+  if (start != nullptr) cudaEventDestroy(start);
+  if (stop != nullptr) cudaEventDestroy(stop);
+  cudaFreeHost(host);
+  HYPURA_RETURN_IF_ERROR(st);
+  return best_ms > 0 ? static_cast<double>(bytes) / (best_ms * 1e-3) : 0.0;
+}
+
 Status last_launch_status(const char* what) {
   return cuda_status(cudaGetLastError(), what);
 }

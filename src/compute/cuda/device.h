@@ -156,6 +156,9 @@ class PinnedBuffer {
 // the best of `reps` after one warm-up, as bytes read plus bytes written per second (the
 // yardstick docs/GPU.md measures memory-bound kernels against).
 Result<double> measure_copy_bandwidth(size_t bytes, int reps);
+// Host-to-device copies from page-locked memory (the bus a split's rows and staged layers
+// cross): `bytes` per copy timed with events, the best of `reps` after one warm-up.
+Result<double> measure_h2d_bandwidth(size_t bytes, int reps);
 
 // The error the last launch on this thread raised (cudaGetLastError), as a Status.
 Status last_launch_status(const char* what);

@@ -67,6 +67,17 @@ int prefetch_bytes() {
   return bytes;
 }
 
+// MatvecArgs::split_float_rows: 1024 (the 8b F16's k/v split over two warps: tg128 196.3-
+// 197.4 tok/s against 188.3-190.6, device call S10-1, alternated in one lease);
+// HYPURA_CUDA_FEW_FLOAT_ROWS=N overrides it (0: one row per warp). Read once.
+int64_t split_float_rows() {
+  static const int64_t rows = [] {
+    const char* env = std::getenv("HYPURA_CUDA_FEW_FLOAT_ROWS");
+    return env != nullptr ? std::max<int64_t>(0, std::atoll(env)) : int64_t{1024};
+  }();
+  return rows;
+}
+
 MatvecArgs args_for(const WeightView& w, const ActQ8& act, float* y, StreamHandle stream) {
   assert(matvec_supported(w.type));
   assert(w.n_cols % quant::block_size(w.type) == 0);
@@ -79,6 +90,7 @@ MatvecArgs args_for(const WeightView& w, const ActQ8& act, float* y, StreamHandl
   a.y = y;
   a.stream = stream;
   a.prefetch_bytes = prefetch_bytes();
+  a.split_float_rows = split_float_rows();
   return a;
 }
 

@@ -28,6 +28,8 @@ constexpr int kMatvecUnroll = 4;  // item iterations whose loads are issued toge
 //     over two warps (F16 33.4 -> 31.5, Q8_0 18.7 -> 18.2);
 //   n_rows <= 4224 with >= 8 items per lane, quantized (ffn_down): split over two warps
 //     (Q4_K 14.2 -> 13.2 us; F16 loses 5% there and keeps one row);
+//   float formats with n_rows <= MatvecArgs::split_float_rows (1024) and >= 8 items per
+//     lane: split over two warps (the 8b F16's k/v: tg128 +4%, device call S10-1);
 //   else one row per warp.
 constexpr int64_t kMatvecOutputRows = 65536;
 constexpr int64_t kMatvecTallRows = 12288;
@@ -226,6 +228,8 @@ void launch_matvec(const MatvecArgs& a) {
   } else if (a.n_rows >= kMatvecTallRows) {
     config = items_per_lane < 8 ? 1 : 2;  // 2: split over two warps
   } else if (a.n_rows <= kMatvecShortRows && items_per_lane >= 8 && !kFloat) {
+    config = 2;
+  } else if (kFloat && a.n_rows <= a.split_float_rows && items_per_lane >= 8) {
     config = 2;
   }
   if (g_matvec_config_override >= 0) config = g_matvec_config_override;
