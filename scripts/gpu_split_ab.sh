@@ -85,9 +85,6 @@ if has sweep; then
   stamp "sweep at $L layers (tg: -p 0 ${SWEEP_ARGS:--n 64 -r 3})"
   DEFAULT_SWEEP="default||
 shared off|HYPURA_CPU_SHARED=0|
-pin|HYPURA_POOL_PIN=1|
-items 16|HYPURA_POOL_ITEMS=16|
-spin 64k|HYPURA_POOL_SPIN=65536|
 t 15||-t 15
 t 12||-t 12
 simd avx512|HYPURA_SIMD=avx512|

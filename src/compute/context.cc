@@ -27,15 +27,10 @@ constexpr int64_t kRowBlock = 64;  // weight rows per cache block (a few hundred
 constexpr int64_t kTokBlock = 64;  // activation rows per tile call
 constexpr int64_t kRowAlign = 16;  // work items start on multiples of this
 
-// Work items of a product per pool thread (HYPURA_POOL_ITEMS=N overrides 4: an A/B switch).
-// More items shorten the wait for the last one; each claim is one atomic operation.
-int64_t items_per_thread() {
-  static const int64_t n = [] {
-    const char* env = std::getenv("HYPURA_POOL_ITEMS");
-    return env != nullptr ? std::max<int64_t>(1, std::atoll(env)) : int64_t{4};
-  }();
-  return n;
-}
+// Work items of a product per pool thread: more items shorten the wait for the last one;
+// each claim is one atomic operation (8 and 16 measured no better on the H200 host's 16
+// cores, docs/GPU.md session 10).
+constexpr int64_t kItemsPerThread = 4;
 
 SimdLevel level_from_name(std::string_view name) {
   for (int l = kSimdLevels - 1; l >= 0; --l) {
@@ -145,7 +140,7 @@ void Context::matmul(const WeightView& w, const float* x, int64_t n_tokens, floa
   const auto* wbytes = static_cast<const uint8_t*>(w.data);
   const auto* xbytes = static_cast<const uint8_t*>(xa);
   // Items of kRowAlign-multiple rows, about four per thread, claimed dynamically.
-  const int64_t n_share = items_per_thread() * n_threads();
+  const int64_t n_share = kItemsPerThread * n_threads();
   const int64_t per_item =
       std::max<int64_t>(kRowAlign, (n_rows + n_share - 1) / n_share / kRowAlign * kRowAlign);
   const int64_t n_items = (n_rows + per_item - 1) / per_item;
@@ -247,7 +242,7 @@ void Context::matmul_shared(const WeightView* const* w, float* const* y, int n, 
     p[i].x = impl_->act.data() + static_cast<size_t>(region) * region_bytes;
   }
   // Items of kRowAlign-multiple rows over all the products' rows, claimed dynamically.
-  const int64_t n_share = items_per_thread() * n_threads();
+  const int64_t n_share = kItemsPerThread * n_threads();
   const int64_t per_item =
       std::max<int64_t>(kRowAlign, (total_rows + n_share - 1) / n_share / kRowAlign * kRowAlign);
   int64_t n_items = 0;

@@ -385,10 +385,11 @@ double bandwidth(const HardwareProfile& p, const CostModel& c, Tier tier, gguf::
   return gpu > 0 ? gpu * c.gpu_efficiency : ram;
 }
 
-// Products one generated token runs with a tensor, each paying the CPU's per-product
-// overhead (CpuProfile::decode_overhead_s): one per weight matrix, n_expert_used per
-// stacked expert tensor, one for a token embedding that is also the head (read whole),
-// none for norms, biases and an embedding's row lookup.
+// Pool jobs one generated token runs with a tensor, each paying the CPU's fixed cost per
+// product (CpuProfile::decode_overhead_s): one per weight matrix, but Q/K/V and a dense
+// FFN's gate/up share their input and run as one job (Context::matmul_shared: K, V and up
+// count none); n_expert_used per stacked expert tensor; one for a token embedding that is
+// also the head (read whole); none for norms, biases and an embedding's row lookup.
 double products_per_token(const ModelTensors& m, const TensorDesc& t) {
   using model::TensorRole;
   if (model::is_moe_expert(t.role))
@@ -398,12 +399,9 @@ double products_per_token(const ModelTensors& m, const TensorDesc& t) {
       return t.access_per_token >= 1.0 ? 1.0 : 0.0;
     case TensorRole::kOutput:
     case TensorRole::kAttnQ:
-    case TensorRole::kAttnK:
-    case TensorRole::kAttnV:
     case TensorRole::kAttnQkv:
     case TensorRole::kAttnOutput:
     case TensorRole::kFfnGate:
-    case TensorRole::kFfnUp:
     case TensorRole::kFfnDown:
     case TensorRole::kMoeRouter:
     case TensorRole::kSharedExpert:

@@ -1,12 +1,5 @@
 #include "compute/cpu/thread_pool.h"
 
-#include <pthread.h>
-#include <sched.h>
-
-#include <algorithm>
-#include <cstdlib>
-#include <cstring>
-
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -22,41 +15,8 @@ inline void cpu_relax() {
 
 // Spin iterations before a worker sleeps (some hundred microseconds): long enough to
 // bridge the gap between the matmuls of one token, short enough not to hold a core that
-// someone else needs when the engine is idle. HYPURA_POOL_SPIN=N overrides it (an A/B
-// switch: a split decode step leaves the pool idle while the GPU computes its layers).
-int spin_iterations() {
-  static const int n = [] {
-    const char* env = std::getenv("HYPURA_POOL_SPIN");
-    return env != nullptr ? std::max(1, std::atoi(env)) : 1 << 12;
-  }();
-  return n;
-}
-
-// HYPURA_POOL_PIN=1: thread i of the pool (the caller is 0) runs only on the i-th CPU this
-// process may use (an A/B switch; off by default).
-void pin_thread(int i) {
-  static const bool pin = [] {
-    const char* env = std::getenv("HYPURA_POOL_PIN");
-    return env != nullptr && std::strcmp(env, "1") == 0;
-  }();
-  if (!pin) return;
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
-  const int n = CPU_COUNT(&allowed);
-  if (n <= 0) return;
-  int k = i % n;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (!CPU_ISSET(cpu, &allowed)) continue;
-    if (k-- == 0) {
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(cpu, &one);
-      pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-      return;
-    }
-  }
-}
+// someone else needs when the engine is idle.
+constexpr int kSpinIterations = 1 << 12;
 
 inline uint64_t job_of(uint64_t state) {
   return state >> 32;
@@ -67,12 +27,7 @@ constexpr uint64_t kClosed = 0xffffffffu;  // item index meaning "no items to cl
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
   workers_.reserve(static_cast<size_t>(n_threads_ - 1));
-  for (int i = 1; i < n_threads_; ++i) {
-    workers_.emplace_back([this, i] {
-      pin_thread(i);
-      worker_loop();
-    });
-  }
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -108,7 +63,7 @@ void ThreadPool::run_items(int64_t n_items, ItemFn fn, void* ctx) {
   work_on(generation);
   int spins = 0;
   while (done_.load(std::memory_order_acquire) != n_items) {
-    if (++spins < spin_iterations()) {
+    if (++spins < kSpinIterations) {
       cpu_relax();
     } else {
       std::this_thread::yield();  // a worker is inside an item but descheduled
@@ -134,7 +89,7 @@ void ThreadPool::worker_loop() {
   for (;;) {
     int spins = 0;
     while (job_of(state_.load(std::memory_order_acquire)) == seen && !stop_.load() &&
-           spins < spin_iterations()) {
+           spins < kSpinIterations) {
       cpu_relax();
       ++spins;
     }
