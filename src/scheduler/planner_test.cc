@@ -436,6 +436,34 @@ TEST(ExpertStreaming, PredictionOverlapsMissesWithExpertCompute) {
             cpu.prediction.compute_s * 1.02 + cpu.prediction.expert_misses_per_token * 100e-6);
 }
 
+// A missed expert computes only after its own read: the layer's other experts hide it,
+// never the missed one's own compute. With compute far slower than a read, a layer whose
+// routed experts all miss (probability miss^2 for two) still waits for both reads, and
+// nothing else stalls (one miss is hidden by the cached expert's compute).
+TEST(ExpertStreaming, AMissedExpertWaitsForItsOwnRead) {
+  ModelTensors m = synthetic_model(moe_preset_q4km());
+  ASSERT_EQ(m.n_expert_used, 2);
+  Budgets b;
+  b.ram_bytes = 2ull << 30;
+  b.n_ctx = 1024;
+  HardwareProfile slow_cpu = fixture("cpu_24g.json");
+  slow_cpu.cpu.decode.clear();
+  slow_cpu.memory.read_bandwidth_bps = 1e9;  // ~25 ms per expert, against ~10 ms per read
+  const Plan plan = must_place(m, slow_cpu, b);
+  ASSERT_EQ(plan.mode, Mode::kExpertStreaming);
+  const Prediction& pr = plan.prediction;
+  ASSERT_FALSE(pr.expert_hit_rate_recorded);  // uniform routing: one miss rate for all layers
+  const double miss = 1 - pr.expert_hit_rate;
+  const double expert_bytes = pr.storage_bytes_per_token / pr.expert_misses_per_token;
+  const profiler::StorageProfile& st = slow_cpu.storage;
+  const double mib = 1 << 20;
+  const double latency = std::max(0.0, mib / st.random_bps(1 << 20, 1) - mib / st.seq_read_bps);
+  const double one_read = expert_bytes / st.seq_read_bps + latency;
+  ASSERT_GT(pr.compute_s / m.n_layer / 2, one_read) << "the test needs compute to dominate";
+  const double both_missed = m.n_layer * miss * miss * 2 * one_read;
+  EXPECT_NEAR(pr.seconds_per_token - pr.compute_s, both_missed, both_missed * 1e-6);
+}
+
 // Each pool job a token runs pays the CPU's measured per-product cost beside its bytes:
 // one per weight matrix, Q/K/V as one job, n_expert_used per stacked expert tensor, none
 // for norms or the embedding's row lookup (a model of many small matrices decodes slower
