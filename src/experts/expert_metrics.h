@@ -29,6 +29,9 @@
 //                         compute (ExpertProvider::measure_io_only_bps, random experts
 //                         into the cache's slots), which says how much of the gap to the
 //                         disk is the small scattered reads themselves
+//   planned               the planner's same-run figures for the same quantities (hit
+//                         rate, misses and stall per token, compute): where a prediction
+//                         misses, the line beside the measured one says which part
 //
 // Thread-safety: plain functions over snapshots.
 #pragma once
