@@ -384,7 +384,7 @@ int run_bench(const BenchArgs& a) {
   // prediction's compute figure, scheduler/planner.cc).
   if (!a.no_reference && tiers != nullptr) {
     refs.decode_rates = profiler::measure_decode_rates_in_child(
-        profiler::matrix_types(file), threads, profiler::kDecodeProbeSeconds);
+        profiler::matrix_shapes(file), threads, profiler::kDecodeProbeSeconds);
   }
   if (references) refs.load_reference_bps = reference_or_zero(io_tiers->reload_resident_bps());
   // The disk's best sequential direct read (the profile's grid, on the model file) and the
@@ -504,8 +504,8 @@ int run_bench(const BenchArgs& a) {
     j["tg_memory_bound_tps"] = ref_tg;
     j["int8_peak_gmacs"] = int8_peak / 1e9;
     for (const profiler::DecodeRate& r : refs.decode_rates) {
-      j["decode_bps"][gguf::type_name(r.type)] = r.bps;
-      j["decode_overhead_s"][gguf::type_name(r.type)] = r.overhead_s;
+      j["decode_bps"][profiler::decode_shape_name(r)] = r.bps;
+      j["decode_overhead_s"][profiler::decode_shape_name(r)] = r.overhead_s;
     }
     j["simd"] = ctx != nullptr ? ctx->simd_name() : "";
     j["device"] = device;
@@ -592,7 +592,7 @@ int run_bench(const BenchArgs& a) {
   if (!refs.decode_rates.empty()) {
     std::printf("\nreference: decode probe (one token's products from RAM, %d threads):", threads);
     for (const profiler::DecodeRate& r : refs.decode_rates)
-      std::printf(" %s %.1f GB/s + %.1f us", gguf::type_name(r.type), r.bps / 1e9,
+      std::printf(" %s %.1f GB/s + %.1f us", profiler::decode_shape_name(r).c_str(), r.bps / 1e9,
                   1e6 * std::max(0.0, r.overhead_s));
     std::printf("\n");
   }

@@ -41,13 +41,13 @@ class Mapping {
 // buffer (every product reads from RAM: the buffer is far bigger than the caches), over
 // about `seconds`.
 double median_product_seconds(Context& ctx, const uint8_t* weights, gguf::GgmlType type,
-                              int64_t total_rows, int64_t rows, const float* x, float* y,
-                              double seconds) {
-  const uint64_t row = quant::row_size(type, kDecodeProbeCols);
+                              int64_t n_cols, int64_t total_rows, int64_t rows, const float* x,
+                              float* y, double seconds) {
+  const uint64_t row = quant::row_size(type, n_cols);
   const int64_t n_matrices = std::max<int64_t>(total_rows / rows, 1);
   const auto view = [&](int64_t i) {
-    return WeightView{weights + static_cast<uint64_t>(i % n_matrices * rows) * row, type,
-                      kDecodeProbeCols, rows};
+    return WeightView{weights + static_cast<uint64_t>(i % n_matrices * rows) * row, type, n_cols,
+                      rows};
   };
   ctx.matmul(view(0), x, 1, y);  // warm: pages, activation scratch, the pool
   const auto since = [](Clock::time_point t) {
@@ -68,26 +68,29 @@ double median_product_seconds(Context& ctx, const uint8_t* weights, gguf::GgmlTy
 
 }  // namespace
 
-DecodeCost measure_decode_cost(Context& ctx, gguf::GgmlType type, uint64_t bytes, double seconds) {
-  if (!quant::is_supported(type)) return {};
-  const uint64_t row = quant::row_size(type, kDecodeProbeCols);
+DecodeCost measure_decode_cost(Context& ctx, gguf::GgmlType type, int64_t n_cols, uint64_t bytes,
+                               double seconds) {
+  if (n_cols <= 0) n_cols = kDecodeProbeCols;
+  if (!quant::is_supported(type) || n_cols % quant::block_size(type) != 0) return {};
+  const uint64_t row = quant::row_size(type, n_cols);
   const int64_t n_rows = static_cast<int64_t>(std::max<uint64_t>(bytes / row, 1));
   Mapping weights(row * static_cast<uint64_t>(n_rows));
   if (weights.data() == nullptr) return {};
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(kDecodeProbeCols));
+  std::vector<float> x(static_cast<size_t>(n_cols));
   for (float& v : x) v = normal(rng);
   // One quantized random row, repeated: the bytes are the kernels' real work, and filling
   // hundreds of MiB through the reference quantizer would take longer than the probe.
-  quant::quantize_row_ref(type, x.data(), weights.data(), kDecodeProbeCols);
+  quant::quantize_row_ref(type, x.data(), weights.data(), n_cols);
   for (int64_t r = 1; r < n_rows; ++r) std::memcpy(weights.data() + r * row, weights.data(), row);
   const int64_t narrow = std::min(kDecodeProbeNarrowRows, n_rows);
-  const int64_t wide = std::max(std::min(kDecodeProbeWideRows, n_rows / 2), narrow);
+  const int64_t wide_at_width = kDecodeProbeWideRows * kDecodeProbeCols / n_cols;
+  const int64_t wide = std::max(std::min(wide_at_width, n_rows / 2), narrow);
   std::vector<float> y(static_cast<size_t>(wide));
-  const double t_wide = median_product_seconds(ctx, weights.data(), type, n_rows, wide, x.data(),
-                                               y.data(), seconds / 2);
-  const double t_narrow = median_product_seconds(ctx, weights.data(), type, n_rows, narrow,
+  const double t_wide = median_product_seconds(ctx, weights.data(), type, n_cols, n_rows, wide,
+                                               x.data(), y.data(), seconds / 2);
+  const double t_narrow = median_product_seconds(ctx, weights.data(), type, n_cols, n_rows, narrow,
                                                  x.data(), y.data(), seconds / 2);
   const double wide_bytes = static_cast<double>(row * static_cast<uint64_t>(wide));
   const double narrow_bytes = static_cast<double>(row * static_cast<uint64_t>(narrow));

@@ -26,14 +26,16 @@ struct DecodeCost {
   double overhead_s = 0;  // seconds per product beyond its bytes
 };
 
-// Measures DecodeCost for `type` (rows of kDecodeProbeCols columns, one random row
-// repeated over a buffer of `bytes` given transparent huge pages as resident weights are)
-// from two rings of distinct matrices over the buffer, so every product reads from RAM:
-// wide ones (kDecodeProbeWideRows rows) and narrow ones (kDecodeProbeNarrowRows rows), the
-// median product of each over half of `seconds`; the line through the two points gives
-// the rate (its slope) and the overhead (its intercept). Zero when ctx has no kernels for
-// `type` or the buffer cannot be allocated.
-DecodeCost measure_decode_cost(Context& ctx, gguf::GgmlType type, uint64_t bytes, double seconds);
+// Measures DecodeCost for `type` at rows of n_cols columns (0: kDecodeProbeCols; a
+// multiple of the type's block), one random row repeated over a buffer of `bytes` given
+// transparent huge pages as resident weights are, from two rings of distinct matrices
+// over the buffer, so every product reads from RAM: wide ones (kDecodeProbeWideRows rows
+// at kDecodeProbeCols, as many bytes at other widths) and narrow ones
+// (kDecodeProbeNarrowRows rows), the median product of each over half of `seconds`; the
+// line through the two points gives the rate (its slope) and the overhead (its
+// intercept). Zero when ctx has no kernels for `type` or the buffer cannot be allocated.
+DecodeCost measure_decode_cost(Context& ctx, gguf::GgmlType type, int64_t n_cols, uint64_t bytes,
+                               double seconds);
 
 inline constexpr int64_t kDecodeProbeWideRows = 2048;
 inline constexpr int64_t kDecodeProbeNarrowRows = 64;

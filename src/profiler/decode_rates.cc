@@ -11,30 +11,39 @@
 
 namespace hypura::profiler {
 
-std::span<const gguf::GgmlType> profiled_decode_types() {
+static_assert(kDefaultDecodeCols == compute::kDecodeProbeCols, "one default probe width");
+
+std::span<const DecodeShape> profiled_decode_shapes() {
   using gguf::GgmlType;
-  static constexpr GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
-                                        GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,
-                                        GgmlType::F16};
-  return kTypes;
+  static constexpr DecodeShape kShapes[] = {{GgmlType::Q4_K}, {GgmlType::Q5_K}, {GgmlType::Q6_K},
+                                            {GgmlType::Q8_0}, {GgmlType::Q4_0}, {GgmlType::Q4_1},
+                                            {GgmlType::F16}};
+  return kShapes;
 }
 
-std::vector<gguf::GgmlType> matrix_types(const gguf::GgufFile& file) {
-  std::vector<gguf::GgmlType> types;
+std::vector<DecodeShape> matrix_shapes(const gguf::GgufFile& file) {
+  std::vector<DecodeShape> shapes;
   for (const auto& t : file.tensors()) {
-    if (t.type != gguf::GgmlType::F32 && t.ne.size() >= 2) types.push_back(t.type);
+    if (t.type != gguf::GgmlType::F32 && t.ne.size() >= 2)
+      shapes.push_back({t.type, static_cast<int64_t>(t.ne[0])});
   }
-  std::sort(types.begin(), types.end());
-  types.erase(std::unique(types.begin(), types.end()), types.end());
-  return types;
+  const auto key = [](const DecodeShape& s) { return std::pair(s.type, s.n_cols); };
+  std::sort(shapes.begin(), shapes.end(),
+            [&](const DecodeShape& a, const DecodeShape& b) { return key(a) < key(b); });
+  shapes.erase(
+      std::unique(shapes.begin(), shapes.end(),
+                  [&](const DecodeShape& a, const DecodeShape& b) { return key(a) == key(b); }),
+      shapes.end());
+  return shapes;
 }
 
-bool add_missing_decode_rates(HardwareProfile& p, std::span<const gguf::GgmlType> types) {
-  std::vector<gguf::GgmlType> missing;
-  for (gguf::GgmlType t : types) {
-    const auto same = std::find_if(p.cpu.decode.begin(), p.cpu.decode.end(),
-                                   [&](const DecodeRate& r) { return r.type == t; });
-    if (same == p.cpu.decode.end() || same->bps <= 0 || same->overhead_s < 0) missing.push_back(t);
+bool add_missing_decode_rates(HardwareProfile& p, std::span<const DecodeShape> shapes) {
+  std::vector<DecodeShape> missing;
+  for (const DecodeShape& s : shapes) {
+    const auto same =
+        std::find_if(p.cpu.decode.begin(), p.cpu.decode.end(),
+                     [&](const DecodeRate& r) { return r.type == s.type && r.n_cols == s.n_cols; });
+    if (same == p.cpu.decode.end() || same->bps <= 0 || same->overhead_s < 0) missing.push_back(s);
   }
   if (missing.empty()) return false;
   const std::vector<DecodeRate> rates = measure_decode_rates_in_child(
@@ -43,24 +52,24 @@ bool add_missing_decode_rates(HardwareProfile& p, std::span<const gguf::GgmlType
   return !rates.empty();
 }
 
-std::vector<DecodeRate> measure_decode_rates(std::span<const gguf::GgmlType> types, int n_threads,
+std::vector<DecodeRate> measure_decode_rates(std::span<const DecodeShape> shapes, int n_threads,
                                              double seconds_each) {
   compute::Context ctx(n_threads);
   std::vector<DecodeRate> out;
-  for (gguf::GgmlType type : types) {
+  for (const DecodeShape& s : shapes) {
     const compute::DecodeCost cost =
-        compute::measure_decode_cost(ctx, type, kDecodeProbeBytes, seconds_each);
-    if (cost.bps > 0) out.push_back({type, cost.bps, cost.overhead_s});
+        compute::measure_decode_cost(ctx, s.type, s.n_cols, kDecodeProbeBytes, seconds_each);
+    if (cost.bps > 0) out.push_back({s.type, cost.bps, cost.overhead_s, s.n_cols});
   }
   return out;
 }
 
 static_assert(std::is_trivially_copyable_v<DecodeRate>, "sent through a pipe as raw bytes");
 
-std::vector<DecodeRate> measure_decode_rates_in_child(std::span<const gguf::GgmlType> types,
+std::vector<DecodeRate> measure_decode_rates_in_child(std::span<const DecodeShape> shapes,
                                                       int n_threads, double seconds_each) {
   const auto bytes = run_in_child([&] {
-    const std::vector<DecodeRate> rates = measure_decode_rates(types, n_threads, seconds_each);
+    const std::vector<DecodeRate> rates = measure_decode_rates(shapes, n_threads, seconds_each);
     return std::string(reinterpret_cast<const char*>(rates.data()),
                        rates.size() * sizeof(DecodeRate));
   });

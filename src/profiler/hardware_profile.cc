@@ -1,6 +1,7 @@
 #include "profiler/hardware_profile.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -16,7 +17,8 @@ json cpu_json(const CpuProfile& c) {
     decode.push_back({{"type", gguf::type_name(r.type)},
                       {"type_id", static_cast<uint32_t>(r.type)},
                       {"bps", r.bps},
-                      {"overhead_s", r.overhead_s}});
+                      {"overhead_s", r.overhead_s},
+                      {"n_cols", r.n_cols}});
   }
   return {{"model", c.model},
           {"physical_cores", c.physical_cores},
@@ -92,8 +94,8 @@ CpuProfile parse_cpu(const json& j) {
   for (const auto& r : j.value("decode", json::array())) {
     const uint32_t id = r.at("type_id").get<uint32_t>();
     if (gguf::type_traits(id) == nullptr) continue;  // a type this build does not know
-    c.decode.push_back(
-        {static_cast<gguf::GgmlType>(id), r.at("bps").get<double>(), r.value("overhead_s", -1.0)});
+    c.decode.push_back({static_cast<gguf::GgmlType>(id), r.at("bps").get<double>(),
+                        r.value("overhead_s", -1.0), r.value("n_cols", int64_t{0})});
   }
   return c;
 }
@@ -155,23 +157,41 @@ StorageProfile parse_storage(const json& j) {
 
 }  // namespace
 
-double CpuProfile::decode_bps(gguf::GgmlType type) const {
-  for (const DecodeRate& r : decode) {
-    if (r.type == type) return r.bps;
-  }
-  return 0;
+std::string decode_shape_name(const DecodeRate& r) {
+  std::string name = gguf::type_name(r.type);
+  return r.n_cols > 0 ? name + "x" + std::to_string(r.n_cols) : name;
 }
 
-double CpuProfile::decode_overhead_s(gguf::GgmlType type) const {
+const DecodeRate* CpuProfile::decode_rate(gguf::GgmlType type, int64_t n_cols) const {
+  // Widths compare by ratio (576 is nearer 1024 than 4096); 0 stands for the probe's default.
+  const auto width = [](int64_t c) { return static_cast<double>(c > 0 ? c : kDefaultDecodeCols); };
+  const DecodeRate* best = nullptr;
+  double best_distance = 0;
   for (const DecodeRate& r : decode) {
-    if (r.type == type) return std::max(0.0, r.overhead_s);
+    if (r.type != type) continue;
+    const double distance = std::abs(std::log(width(r.n_cols) / width(n_cols)));
+    if (best == nullptr || distance < best_distance) {
+      best = &r;
+      best_distance = distance;
+    }
   }
-  return 0;
+  return best;
+}
+
+double CpuProfile::decode_bps(gguf::GgmlType type, int64_t n_cols) const {
+  const DecodeRate* r = decode_rate(type, n_cols);
+  return r != nullptr ? r->bps : 0;
+}
+
+double CpuProfile::decode_overhead_s(gguf::GgmlType type, int64_t n_cols) const {
+  const DecodeRate* r = decode_rate(type, n_cols);
+  return r != nullptr ? std::max(0.0, r->overhead_s) : 0;
 }
 
 void CpuProfile::set_decode(const DecodeRate& r) {
-  auto same = std::find_if(decode.begin(), decode.end(),
-                           [&](const DecodeRate& q) { return q.type == r.type; });
+  auto same = std::find_if(decode.begin(), decode.end(), [&](const DecodeRate& q) {
+    return q.type == r.type && q.n_cols == r.n_cols;
+  });
   if (same != decode.end()) {
     *same = r;
   } else {

@@ -20,7 +20,18 @@ namespace hypura::profiler {
 
 inline constexpr int kProfileSchemaVersion = 1;
 
-// How fast one token's products read weights of one type from RAM on every physical core
+// The row width of a rate measured without one (compute::kDecodeProbeCols).
+inline constexpr int64_t kDefaultDecodeCols = 4096;
+
+// A weight type at a row width: narrow rows decode slower per byte in some formats (the
+// AVX-512 kernels of the 32-element formats take rows in groups of 16 blocks, so a
+// 576-column row does the work of 1024: Q4_1 read 13 GB/s there against 20 at 4096).
+struct DecodeShape {
+  gguf::GgmlType type = gguf::GgmlType::F32;
+  int64_t n_cols = 0;  // 0: the probe's default width (compute::kDecodeProbeCols)
+};
+
+// How fast one token's products read weights of one shape from RAM on every physical core
 // (compute/decode_probe.h): the CPU's resident decode speed, arithmetic and memory bus
 // together, and what each product costs beyond its bytes.
 struct DecodeRate {
@@ -28,7 +39,11 @@ struct DecodeRate {
   double bps = 0;          // weight bytes per second
   double overhead_s = -1;  // seconds per product beyond bytes / bps; < 0: not measured
                            // (profiles written before it), so it is measured again
+  int64_t n_cols = 0;      // the row width measured (0: the probe's default)
 };
+
+// "Q4_K" for the default width, "Q4_Kx576" for another (reports and JSON keys).
+std::string decode_shape_name(const DecodeRate& r);
 
 struct CpuProfile {
   std::string model;  // "Intel(R) Xeon(R) Processor"
@@ -38,9 +53,12 @@ struct CpuProfile {
   std::vector<std::string> flags;  // the SIMD features seen ("avx2", "fma", "avx512f", ...)
   std::vector<DecodeRate> decode;  // per weight type (empty: not measured, older profiles)
 
-  double decode_bps(gguf::GgmlType type) const;         // 0 when not measured
-  double decode_overhead_s(gguf::GgmlType type) const;  // 0 when not measured
-  // Adds r, or replaces the rate of its type.
+  // The rate measured for `type` at the width nearest n_cols (0: the default width);
+  // nullptr when the type was not measured.
+  const DecodeRate* decode_rate(gguf::GgmlType type, int64_t n_cols = 0) const;
+  double decode_bps(gguf::GgmlType type, int64_t n_cols = 0) const;         // 0 when not measured
+  double decode_overhead_s(gguf::GgmlType type, int64_t n_cols = 0) const;  // the same
+  // Adds r, or replaces the rate of its type and width.
   void set_decode(const DecodeRate& r);
 };
 

@@ -137,7 +137,7 @@ Result<HardwareProfile> measure_profile(const ProfileOptions& o) {
   mb.min_seconds = 0.5;
   p.memory.read_bandwidth_bps = measure_memory_read_bandwidth(mb).read_bytes_per_second;
   if (o.progress) show_progress("decode kernels", 0.05);
-  p.cpu.decode = measure_decode_rates_in_child(profiled_decode_types(), p.cpu.physical_cores,
+  p.cpu.decode = measure_decode_rates_in_child(profiled_decode_shapes(), p.cpu.physical_cores,
                                                kDecodeProbeSeconds);
   if (o.progress) show_progress("gpu", 0.08);
   GpuProbeResult gpu = probe_gpus();
@@ -181,7 +181,8 @@ Result<HardwareProfile> load_or_measure(const ProfileOptions& o) {
     dirty = true;
   } else {
     refresh_memory(p.memory, reserve);
-    if (add_missing_decode_rates(p, profiled_decode_types())) dirty = true;  // older caches
+    if (add_missing_decode_rates(p, profiled_decode_shapes())) dirty = true;  // older caches
+    if (add_missing_decode_rates(p, o.decode_shapes)) dirty = true;
     if (device_of(storage_target(o)) != p.storage.device_id || !o.storage_file.empty()) {
       log().info("profile: measuring the storage that holds {}", storage_target(o));
       HYPURA_ASSIGN_OR_RETURN(p.storage, measure_storage_for(o));
@@ -197,7 +198,7 @@ std::string quick_cache_path() {
   return full.empty() ? "" : (fs::path(full).parent_path() / "quick-profile.json").string();
 }
 
-HardwareProfile load_or_quick_measure(uint64_t reserve, std::span<const gguf::GgmlType> types) {
+HardwareProfile load_or_quick_measure(uint64_t reserve, std::span<const DecodeShape> shapes) {
   HardwareProfile now;
   now.cpu = probe_cpu();
   now.memory = probe_memory(reserve);
@@ -209,7 +210,7 @@ HardwareProfile load_or_quick_measure(uint64_t reserve, std::span<const gguf::Gg
     if (!cached.is_ok() || cached->fingerprint != fingerprint) continue;
     HardwareProfile p = std::move(cached).value();
     refresh_memory(p.memory, reserve);
-    if (add_missing_decode_rates(p, types)) save_to_cache(p, cache);
+    if (add_missing_decode_rates(p, shapes)) save_to_cache(p, cache);
     return p;
   }
   HardwareProfile p = now;
@@ -219,7 +220,7 @@ HardwareProfile load_or_quick_measure(uint64_t reserve, std::span<const gguf::Gg
   MemoryBandwidthOptions mo;
   mo.n_threads = std::max(1, p.cpu.physical_cores);
   p.memory.read_bandwidth_bps = measure_memory_read_bandwidth_in_child(mo).read_bytes_per_second;
-  add_missing_decode_rates(p, types);
+  add_missing_decode_rates(p, shapes);
   p.storage.seq_read_bps = 1e9;
   save_to_cache(p, quick_cache_path());
   return p;
@@ -246,8 +247,8 @@ std::string profile_to_text(const HardwareProfile& p) {
   if (!p.cpu.decode.empty()) {
     out << "  Decode   one token's products from RAM, weight GB/s (+ per product):";
     for (const DecodeRate& r : p.cpu.decode) {
-      std::snprintf(line, sizeof line, " %s %.1f (+%.1f us)", gguf::type_name(r.type), gbps(r.bps),
-                    1e6 * std::max(0.0, r.overhead_s));
+      std::snprintf(line, sizeof line, " %s %.1f (+%.1f us)", decode_shape_name(r).c_str(),
+                    gbps(r.bps), 1e6 * std::max(0.0, r.overhead_s));
       out << line;
     }
     out << "\n";

@@ -32,7 +32,8 @@ struct ProfileOptions {
   std::string storage_dir;                // filesystem to measure (default: the model's, else ".")
   std::string storage_file;  // measure read-only on this file instead of a scratch file
   std::string model_path;    // the model that will run: its filesystem is measured
-  std::string cache_path;    // default: default_cache_path()
+  std::vector<DecodeShape> decode_shapes;  // its matrices' shapes: decode rates added if missing
+  std::string cache_path;                  // default: default_cache_path()
   uint64_t scratch_bytes = uint64_t{1} << 30;
   bool progress = true;  // progress bar on stderr
 };
@@ -57,10 +58,9 @@ Result<HardwareProfile> load_or_measure(const ProfileOptions& options);
 // figure can change: the full cache when it fits this machine, else the quick cache
 // (quick_cache_path()) when it does, else system facts, a memory-bandwidth probe and a
 // nominal storage figure, measured once and kept in the quick cache. Either way with the
-// decode rates of `types` (a resident prediction rests on them): the missing ones are
+// decode rates of `shapes` (a resident prediction rests on them): the missing ones are
 // measured (about 0.3 s each) and the cache rewritten. RAM figures are always fresh.
-HardwareProfile load_or_quick_measure(uint64_t reserve_bytes,
-                                      std::span<const gguf::GgmlType> types);
+HardwareProfile load_or_quick_measure(uint64_t reserve_bytes, std::span<const DecodeShape> shapes);
 
 // quick-profile.json beside default_cache_path() ("" when there is no cache).
 std::string quick_cache_path();

@@ -99,7 +99,9 @@ HardwareProfile sample_profile() {
   p.timestamp = "2026-01-01T00:00:00Z";
   p.source = "test";
   p.cpu = {"Test CPU", 8, 16, "avx2", {"avx2", "fma"}, {}};
-  p.cpu.decode = {{gguf::GgmlType::Q4_K, 20e9, 6e-6}, {gguf::GgmlType::Q6_K, 16e9, 7e-6}};
+  p.cpu.decode = {{gguf::GgmlType::Q4_K, 20e9, 6e-6},
+                  {gguf::GgmlType::Q6_K, 16e9, 7e-6},
+                  {gguf::GgmlType::Q6_K, 12e9, 8e-6, 576}};
   p.memory.total_bytes = 32ull << 30;
   p.memory.cgroup_limit_bytes = 24ull << 30;
   p.memory.cgroup_version = "v2";
@@ -128,6 +130,23 @@ TEST(ProfileJson, RoundTripsEveryField) {
   EXPECT_DOUBLE_EQ(back->cpu.decode_bps(gguf::GgmlType::Q6_K), 16e9);
   EXPECT_DOUBLE_EQ(back->cpu.decode_bps(gguf::GgmlType::Q8_0), 0) << "not measured";
   EXPECT_DOUBLE_EQ(back->cpu.decode_overhead_s(gguf::GgmlType::Q6_K), 7e-6);
+  EXPECT_DOUBLE_EQ(back->cpu.decode_bps(gguf::GgmlType::Q6_K, 576), 12e9);
+}
+
+// A tensor's rate is the one measured at the nearest row width, by ratio; a width never
+// measured falls back to the type's nearest, and the default width stands for 4096.
+TEST(ProfileJson, DecodeRateOfTheNearestWidth) {
+  const CpuProfile cpu = sample_profile().cpu;
+  using gguf::GgmlType;
+  EXPECT_DOUBLE_EQ(cpu.decode_bps(GgmlType::Q6_K), 16e9);
+  EXPECT_DOUBLE_EQ(cpu.decode_bps(GgmlType::Q6_K, 4096), 16e9);
+  EXPECT_DOUBLE_EQ(cpu.decode_bps(GgmlType::Q6_K, 14336), 16e9);
+  EXPECT_DOUBLE_EQ(cpu.decode_bps(GgmlType::Q6_K, 576), 12e9);
+  EXPECT_DOUBLE_EQ(cpu.decode_bps(GgmlType::Q6_K, 896), 12e9);   // 1.6x from 576, 4.6x from 4096
+  EXPECT_DOUBLE_EQ(cpu.decode_bps(GgmlType::Q6_K, 2048), 16e9);  // 3.6x from 576, 2x from 4096
+  EXPECT_DOUBLE_EQ(cpu.decode_overhead_s(GgmlType::Q6_K, 640), 8e-6);
+  EXPECT_DOUBLE_EQ(cpu.decode_bps(GgmlType::Q4_K, 576), 20e9) << "the type's only width";
+  EXPECT_EQ(cpu.decode_rate(GgmlType::Q8_0, 576), nullptr);
 }
 
 // A profile written before the per-product overhead was measured reads it as unknown
@@ -138,9 +157,9 @@ TEST(ProfileJson, DecodeRateWithoutOverheadIsMeasuredAgain) {
   auto old = profile_from_json(j.dump());
   ASSERT_TRUE(old.is_ok()) << old.status().message();
   EXPECT_EQ(old->cpu.decode_overhead_s(gguf::GgmlType::Q4_K), 0);
-  const gguf::GgmlType q4k[] = {gguf::GgmlType::Q4_K};
+  const DecodeShape q4k[] = {{gguf::GgmlType::Q4_K}};
   EXPECT_TRUE(add_missing_decode_rates(*old, q4k));
-  ASSERT_EQ(old->cpu.decode.size(), 2u) << "the type was added twice";
+  ASSERT_EQ(old->cpu.decode.size(), 3u) << "the type was added twice";
   EXPECT_GE(old->cpu.decode[0].overhead_s, 0);
   EXPECT_NE(old->cpu.decode_bps(gguf::GgmlType::Q4_K), 20e9) << "the rate was not measured";
   EXPECT_FALSE(add_missing_decode_rates(*old, q4k)) << "measured again";
@@ -196,7 +215,7 @@ TEST(QuickProfile, MeasuredOnceThenReusedAndCompleted) {
   std::filesystem::create_directories(std::filesystem::path(default_cache_path()).parent_path());
   ASSERT_TRUE(save_profile_file(other, default_cache_path()).is_ok());
 
-  const gguf::GgmlType q4k[] = {gguf::GgmlType::Q4_K};
+  const DecodeShape q4k[] = {{gguf::GgmlType::Q4_K}};
   HardwareProfile first = load_or_quick_measure(2ull << 30, q4k);
   EXPECT_NE(first.fingerprint, other.fingerprint) << "the other machine's cache was taken";
   EXPECT_GT(first.memory.read_bandwidth_bps, 0);
@@ -209,7 +228,7 @@ TEST(QuickProfile, MeasuredOnceThenReusedAndCompleted) {
   ASSERT_TRUE(marked.is_ok());
   marked->timestamp = "marked by the test";
   ASSERT_TRUE(save_profile_file(*marked, quick_cache_path()).is_ok());
-  const gguf::GgmlType both[] = {gguf::GgmlType::Q4_K, gguf::GgmlType::Q8_0};
+  const DecodeShape both[] = {{gguf::GgmlType::Q4_K}, {gguf::GgmlType::Q8_0}};
   HardwareProfile second = load_or_quick_measure(2ull << 30, both);
   EXPECT_EQ(second.timestamp, "marked by the test") << "measured again instead of reused";
   EXPECT_EQ(second.memory.read_bandwidth_bps, first.memory.read_bandwidth_bps);

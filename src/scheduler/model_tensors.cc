@@ -112,6 +112,7 @@ Result<ModelTensors> model_tensors_from_gguf(const gguf::GgufFile& file) {
     }
     if (!ti.ne.empty() && ti.ne[0] > 0)
       t.row_bytes = ti.n_bytes / static_cast<uint64_t>(std::max<int64_t>(ti.n_rows(), 1));
+    if (ti.ne.size() >= 2) t.n_cols = ti.ne[0];
     if (c.role == model::TensorRole::kTokenEmbedding && ti.ne.size() >= 2) m.n_vocab = ti.ne[1];
     m.tensors.push_back(std::move(t));
   }

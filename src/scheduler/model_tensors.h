@@ -28,6 +28,8 @@ struct TensorDesc {
   gguf::GgmlType type = gguf::GgmlType::F32;  // block format (its CPU decode rate)
   int64_t n_expert = 0;           // experts stacked in this tensor (MoE expert roles), else 0
   uint64_t row_bytes = 0;         // bytes of one row (the embedding reads one per token)
+  int64_t n_cols = 0;             // elements of one row (the CPU's decode rate depends on it);
+                                  // 0: unknown (synthetic shapes), the probe's default width
   double access_per_token = 1.0;  // fraction of `bytes` one generated token reads
   int32_t file_index = -1;        // index in GgufFile::tensors() (model::TensorId); -1: synthetic
   uint32_t split = 0;             // which split file holds the data (file_index >= 0)

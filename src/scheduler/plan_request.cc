@@ -17,9 +17,10 @@ Result<profiler::HardwareProfile> profile_for(const gguf::GgufFile& file, const 
   const uint64_t reserve = r.budgets.reserve_bytes.value_or(profiler::kDefaultReserveBytes);
   const profiler::MemoryProfile mem = profiler::probe_memory(reserve);
   if (!r.budgets.ram_bytes && file.total_bytes() + kComfortBytes < mem.usable_bytes)
-    return profiler::load_or_quick_measure(reserve, profiler::matrix_types(file));
+    return profiler::load_or_quick_measure(reserve, profiler::matrix_shapes(file));
   profiler::ProfileOptions po;
   po.model_path = file.paths().front();
+  po.decode_shapes = profiler::matrix_shapes(file);
   po.progress = r.progress;
   po.reserve_bytes = r.budgets.reserve_bytes;
   return profiler::load_or_measure(po);

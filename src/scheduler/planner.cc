@@ -377,8 +377,9 @@ LayerReads layer_reads(std::vector<const TensorDesc*> layer) {
 // the profile's decode rate of the type (its kernels and memory bus together: a 2-core
 // VM's Q4_K decode is bound by arithmetic, a server's by the bus), else the memory
 // bandwidth times cpu_efficiency (profiles without the probe, types it does not measure).
-double bandwidth(const HardwareProfile& p, const CostModel& c, Tier tier, gguf::GgmlType type) {
-  const double decode = p.cpu.decode_bps(type);
+double bandwidth(const HardwareProfile& p, const CostModel& c, Tier tier, gguf::GgmlType type,
+                 int64_t n_cols = 0) {
+  const double decode = p.cpu.decode_bps(type, n_cols);
   double ram = decode > 0 ? decode : std::max(1e9, p.memory.read_bandwidth_bps) * c.cpu_efficiency;
   if (tier != Tier::kGpu || p.gpus.empty()) return ram;
   double gpu = p.gpus.front().memory_bandwidth_bps;
@@ -418,8 +419,8 @@ double tensor_compute_s(const ModelTensors& m, const TensorDesc& t, const Hardwa
   const double touched = t.access_per_token * static_cast<double>(t.bytes);
   const double fixed = tier == Tier::kGpu && !p.gpus.empty()
                            ? 0.0
-                           : products_per_token(m, t) * p.cpu.decode_overhead_s(t.type);
-  return touched / bandwidth(p, c, tier, t.type) + fixed;
+                           : products_per_token(m, t) * p.cpu.decode_overhead_s(t.type, t.n_cols);
+  return touched / bandwidth(p, c, tier, t.type, t.n_cols) + fixed;
 }
 
 bool has_recorded_routing(const ModelTensors& m) {
