@@ -85,7 +85,11 @@ DecodeCost measure_decode_cost(Context& ctx, gguf::GgmlType type, int64_t n_cols
   quant::quantize_row_ref(type, x.data(), weights.data(), n_cols);
   for (int64_t r = 1; r < n_rows; ++r) std::memcpy(weights.data() + r * row, weights.data(), row);
   const int64_t narrow = std::min(kDecodeProbeNarrowRows, n_rows);
-  const int64_t wide_at_width = kDecodeProbeWideRows * kDecodeProbeCols / n_cols;
+  // Wide matrices grow with the threads, so each thread's share stays long enough to reach
+  // its streaming rate (4.5 MiB of Q4_K split 16 ways read 75 GB/s where the 8b's own
+  // 33 MiB products read 90, on the H200 host; docs/GPU.md session 10).
+  const int64_t wide_at_width =
+      kDecodeProbeWideRows * kDecodeProbeCols / n_cols * std::max(1, ctx.n_threads() / 2);
   const int64_t wide = std::max(std::min(wide_at_width, n_rows / 2), narrow);
   std::vector<float> y(static_cast<size_t>(wide));
   const double t_wide = median_product_seconds(ctx, weights.data(), type, n_cols, n_rows, wide,

@@ -30,7 +30,8 @@ struct DecodeCost {
 // multiple of the type's block), one random row repeated over a buffer of `bytes` given
 // transparent huge pages as resident weights are, from two rings of distinct matrices
 // over the buffer, so every product reads from RAM: wide ones (kDecodeProbeWideRows rows
-// at kDecodeProbeCols, as many bytes at other widths) and narrow ones
+// at kDecodeProbeCols, as many bytes at other widths, times half the threads beyond two)
+// and narrow ones
 // (kDecodeProbeNarrowRows rows), the median product of each over half of `seconds`; the
 // line through the two points gives the rate (its slope) and the overhead (its
 // intercept). Zero when ctx has no kernels for `type` or the buffer cannot be allocated.
