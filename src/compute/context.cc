@@ -32,6 +32,26 @@ constexpr int64_t kRowAlign = 16;  // work items start on multiples of this
 // cores, docs/GPU.md session 10).
 constexpr int64_t kItemsPerThread = 4;
 
+// Rows per work item when n_rows rows are shared among the pool: kRowAlign multiples,
+// about kItemsPerThread items per thread.
+int64_t rows_per_item(int64_t n_rows, int n_threads) {
+  const int64_t n_share = kItemsPerThread * n_threads;
+  return std::max<int64_t>(kRowAlign, (n_rows + n_share - 1) / n_share / kRowAlign * kRowAlign);
+}
+
+// Quantizes n_tokens rows of x (n_cols floats each) into `act`, `stride` bytes apart, in
+// act_type with the kernels' own quantizer `own` when they have one, one row per item.
+void quantize_rows(ThreadPool& pool, gguf::GgmlType act_type, QuantizeActFn own, const float* x,
+                   int64_t n_tokens, int64_t n_cols, uint8_t* act, size_t stride) {
+  pool.parallel_for(n_tokens, [&](int64_t t) {
+    if (own) {
+      own(x + t * n_cols, act + t * stride, n_cols);
+    } else {
+      quant::quantize_activations(act_type, x + t * n_cols, act + t * stride, n_cols);
+    }
+  });
+}
+
 SimdLevel level_from_name(std::string_view name) {
   for (int l = kSimdLevels - 1; l >= 0; --l) {
     const auto level = static_cast<SimdLevel>(l);
@@ -124,25 +144,15 @@ void Context::matmul(const WeightView& w, const float* x, int64_t n_tokens, floa
   if (act_type != gguf::GgmlType::F32) {
     x_stride = quant::row_size(act_type, n_cols);
     impl_->ensure_act(x_stride * static_cast<size_t>(n_tokens));
-    uint8_t* act = impl_->act.data();
-    const QuantizeActFn own = quantize_act_fn(*impl_->kernels, w.type);
-    auto quantize = [&](int64_t t) {
-      if (own) {
-        own(x + t * n_cols, act + t * x_stride, n_cols);
-      } else {
-        quant::quantize_activations(act_type, x + t * n_cols, act + t * x_stride, n_cols);
-      }
-    };
-    impl_->pool.parallel_for(n_tokens, quantize);
-    xa = act;
+    quantize_rows(impl_->pool, act_type, quantize_act_fn(*impl_->kernels, w.type), x, n_tokens,
+                  n_cols, impl_->act.data(), x_stride);
+    xa = impl_->act.data();
   }
 
   const auto* wbytes = static_cast<const uint8_t*>(w.data);
   const auto* xbytes = static_cast<const uint8_t*>(xa);
-  // Items of kRowAlign-multiple rows, about four per thread, claimed dynamically.
-  const int64_t n_share = kItemsPerThread * n_threads();
-  const int64_t per_item =
-      std::max<int64_t>(kRowAlign, (n_rows + n_share - 1) / n_share / kRowAlign * kRowAlign);
+  // Items of kRowAlign-multiple rows, claimed dynamically.
+  const int64_t per_item = rows_per_item(n_rows, n_threads());
   const int64_t n_items = (n_rows + per_item - 1) / per_item;
   impl_->pool.parallel_for(n_items, [&](int64_t item) {
     const int64_t r_begin = item * per_item, r_end = std::min(n_rows, r_begin + per_item);
@@ -229,22 +239,13 @@ void Context::matmul_shared(const WeightView* const* w, float* const* y, int n, 
     if (region < 0) {
       region = n_regions++;
       done[n_done++] = {act_type, own, region};
-      uint8_t* act = impl_->act.data() + static_cast<size_t>(region) * region_bytes;
-      const size_t stride = p[i].x_stride;
-      impl_->pool.parallel_for(n_tokens, [&](int64_t t) {
-        if (own) {
-          own(x + t * n_cols, act + t * stride, n_cols);
-        } else {
-          quant::quantize_activations(act_type, x + t * n_cols, act + t * stride, n_cols);
-        }
-      });
+      quantize_rows(impl_->pool, act_type, own, x, n_tokens, n_cols,
+                    impl_->act.data() + static_cast<size_t>(region) * region_bytes, p[i].x_stride);
     }
     p[i].x = impl_->act.data() + static_cast<size_t>(region) * region_bytes;
   }
   // Items of kRowAlign-multiple rows over all the products' rows, claimed dynamically.
-  const int64_t n_share = kItemsPerThread * n_threads();
-  const int64_t per_item =
-      std::max<int64_t>(kRowAlign, (total_rows + n_share - 1) / n_share / kRowAlign * kRowAlign);
+  const int64_t per_item = rows_per_item(total_rows, n_threads());
   int64_t n_items = 0;
   for (int i = 0; i < n; ++i) {
     p[i].first_item = n_items;

@@ -40,10 +40,8 @@ std::vector<DecodeShape> matrix_shapes(const gguf::GgufFile& file) {
 bool add_missing_decode_rates(HardwareProfile& p, std::span<const DecodeShape> shapes) {
   std::vector<DecodeShape> missing;
   for (const DecodeShape& s : shapes) {
-    const auto same =
-        std::find_if(p.cpu.decode.begin(), p.cpu.decode.end(),
-                     [&](const DecodeRate& r) { return r.type == s.type && r.n_cols == s.n_cols; });
-    if (same == p.cpu.decode.end() || same->bps <= 0 || same->overhead_s < 0) missing.push_back(s);
+    const DecodeRate* same = p.cpu.measured(s);
+    if (same == nullptr || same->bps <= 0 || same->overhead_s < 0) missing.push_back(s);
   }
   if (missing.empty()) return false;
   const std::vector<DecodeRate> rates = measure_decode_rates_in_child(

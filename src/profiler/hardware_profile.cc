@@ -188,12 +188,16 @@ double CpuProfile::decode_overhead_s(gguf::GgmlType type, int64_t n_cols) const 
   return r != nullptr ? std::max(0.0, r->overhead_s) : 0;
 }
 
+const DecodeRate* CpuProfile::measured(const DecodeShape& shape) const {
+  for (const DecodeRate& r : decode) {
+    if (r.type == shape.type && r.n_cols == shape.n_cols) return &r;
+  }
+  return nullptr;
+}
+
 void CpuProfile::set_decode(const DecodeRate& r) {
-  auto same = std::find_if(decode.begin(), decode.end(), [&](const DecodeRate& q) {
-    return q.type == r.type && q.n_cols == r.n_cols;
-  });
-  if (same != decode.end()) {
-    *same = r;
+  if (const DecodeRate* same = measured({r.type, r.n_cols})) {
+    decode[static_cast<size_t>(same - decode.data())] = r;
   } else {
     decode.push_back(r);
   }

@@ -58,6 +58,8 @@ struct CpuProfile {
   const DecodeRate* decode_rate(gguf::GgmlType type, int64_t n_cols = 0) const;
   double decode_bps(gguf::GgmlType type, int64_t n_cols = 0) const;         // 0 when not measured
   double decode_overhead_s(gguf::GgmlType type, int64_t n_cols = 0) const;  // the same
+  // The rate measured for exactly this shape; nullptr when there is none.
+  const DecodeRate* measured(const DecodeShape& shape) const;
   // Adds r, or replaces the rate of its type and width.
   void set_decode(const DecodeRate& r);
 };

@@ -373,12 +373,13 @@ LayerReads layer_reads(std::vector<const TensorDesc*> layer) {
   return r;
 }
 
-// Weight bytes per second the tier computes a tensor of `type` at, for one token. The CPU:
-// the profile's decode rate of the type (its kernels and memory bus together: a 2-core
+// Weight bytes per second the tier computes a tensor of `type` with rows of n_cols at, for
+// one token. The CPU: the profile's decode rate of the type at the nearest measured width
+// (its kernels and memory bus together: a 2-core
 // VM's Q4_K decode is bound by arithmetic, a server's by the bus), else the memory
 // bandwidth times cpu_efficiency (profiles without the probe, types it does not measure).
 double bandwidth(const HardwareProfile& p, const CostModel& c, Tier tier, gguf::GgmlType type,
-                 int64_t n_cols = 0) {
+                 int64_t n_cols) {
   const double decode = p.cpu.decode_bps(type, n_cols);
   double ram = decode > 0 ? decode : std::max(1e9, p.memory.read_bandwidth_bps) * c.cpu_efficiency;
   if (tier != Tier::kGpu || p.gpus.empty()) return ram;
