@@ -14,6 +14,12 @@
 #   split   hypura and llama.cpp alternated at SPLIT_LAYERS (default "24 16 0"): tg128
 #           (-p 0 -n 128 -r 3) ROUNDS times each (default 2), then pp512 (-p 512 -n 0 -r 2)
 #   plan    `inspect --plan` and bench with its same-run references (predicted vs measured)
+#   moe     the moe with its routed experts in RAM (issue 17): llama.cpp -ngl 99 -ncmoe 24,
+#           its peak VRAM sampled by nvidia-smi; hypura under --vram-budget of that peak
+#           (the expert split), tg128 alternated ROUNDS times, pp512 (llama.cpp with and
+#           without mmap), inspect --plan and bench --json at that budget
+#   b70     a 70b-shaped file under --vram-budget 24G --ram-budget 32G: bench --json (the
+#           traffic bound and tg's share of it), inspect --plan, llama.cpp at B70_NGL layers
 # Hygiene: every synthetic file is synced to disk and the page cache left to settle
 # (sync; sleep) before any timing, and each engine runs a warm-up pass of its own.
 set -uo pipefail
@@ -34,16 +40,18 @@ H="$DIR/bin/hypura"
 # synth NAME PRESET [ARGS...]: the model file, written once, then synced and settled.
 synth() {
   [ -f "$M/$1.gguf" ] && return 0
-  timeout 200 "$H" synth -o "$M/$1.gguf" --preset "$2" "${@:3}" \
+  timeout "${SYNTH_TIMEOUT:-200}" "$H" synth -o "$M/$1.gguf" --preset "$2" "${@:3}" \
     --vocab-from "$DIR/golden/llama-f32.gguf" -q --no-sync 2>&1 | tail -1
   sync
   sleep 5
 }
-# tg NAME LAYERS [ARGS...]: "mean ± sd" of hypura's tg line (env from the caller).
+# hy NAME LAYERS [ARGS...]: "mean ± sd" of hypura's lines (env from the caller); LAYERS
+# "-": as the planner places them (a --vram-budget among ARGS).
 hy() {
-  local name=$1 n=$2
+  local name=$1 n=$2 layers=()
   shift 2
-  timeout 200 "$H" bench "$M/$name.gguf" --device cuda --gpu-layers "$n" --no-reference "$@" \
+  [ "$n" = "-" ] || layers=(--gpu-layers "$n")
+  timeout 200 "$H" bench "$M/$name.gguf" --device cuda "${layers[@]}" --no-reference "$@" \
     > "$LOG/last.txt" 2> "$LOG/last.err" || { tail -3 "$LOG/last.err"; return 1; }
   grep -E "^\| .*(tg|pp)[0-9]+" "$LOG/last.txt" | awk -F'|' '{printf "%s %s; ", $(NF-4), $(NF-3)}'
 }
@@ -141,6 +149,68 @@ if has split; then
     stamp "split $n done"
   done
 fi
+# peak_mib CMD...: runs CMD while nvidia-smi samples the memory used (CMD's stdout
+# unchanged); the peak over the idle figure before it goes to $LOG/peak.txt (MiB).
+peak_mib() {
+  local idle smi
+  idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$LOG/smi.txt" &
+  smi=$!
+  "$@"
+  kill "$smi" 2>/dev/null
+  wait "$smi" 2>/dev/null
+  echo $(($(sort -n "$LOG/smi.txt" | tail -1) - idle)) > "$LOG/peak.txt"
+}
+# json_summary FILE: the bench JSON's figures (tg, predictions, traffic and its bound).
+json_summary() {
+  python3 - "$1" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+t = j.get("tiers", {})
+b = j.get("traffic_per_token", {}).get("bound", {})
+print("  tests", [(x["test"], round(x["tps_mean"], 2), round(x["tps_stddev"], 2)) for x in j["tests"]],
+      "predicted same-run", round(t.get("predicted_tps", 0), 2), "at load", round(t.get("predicted_at_load_tps", 0), 2))
+print("  memory", round(j.get("memory_read_bandwidth_bps", 0) / 1e9, 1), "GB/s; decode probe",
+      {k: round(v / 1e9, 1) for k, v in j.get("decode_bps", {}).items()})
+print("  traffic", {k: v for k, v in j.get("traffic_per_token", {}).items() if k != "bound"})
+print("  bound", {k: (round(v, 5) if isinstance(v, float) else v) for k, v in b.items()})
+EOF
+}
+if has moe; then
+  synth moe moe
+  NCMOE=${NCMOE:-24}
+  ll moe 99 -ncmoe "$NCMOE" -p 0 -n 32 -r 1 > /dev/null
+  peak_mib ll moe 99 -ncmoe "$NCMOE" -p 0 -n 128 -r 1 > /dev/null
+  BUDGET=${MOE_BUDGET:-$(cat "$LOG/peak.txt")M}
+  stamp "moe: llama.cpp -ngl 99 -ncmoe $NCMOE (peak $(cat "$LOG/peak.txt") MiB) against hypura --vram-budget $BUDGET"
+  echo "  inspect: $(timeout 120 "$H" inspect "$M/moe.gguf" --plan --context 512 --vram-budget "$BUDGET" 2>&1 |
+    grep -E "^Prediction|GPU computes" | tr '\n' ' ')"
+  hy moe - --vram-budget "$BUDGET" -p 0 -n 32 -r 1 > /dev/null
+  for i in $(seq "${ROUNDS:-2}"); do
+    line="  tg128 round $i: hypura $(peak_mib hy moe - --vram-budget "$BUDGET" -p 0 -n 128 -r 3)"
+    echo "$line (peak $(cat "$LOG/peak.txt") MiB) | llama.cpp $(ll moe 99 -ncmoe "$NCMOE" -p 0 -n 128 -r 3)"
+  done
+  echo "  pp512: hypura $(hy moe - --vram-budget "$BUDGET" -p 512 -n 0 -r 2) | llama.cpp $(ll moe 99 -ncmoe "$NCMOE" -p 512 -n 0 -r 2) | no mmap $(ll moe 99 -ncmoe "$NCMOE" -mmp 0 -p 512 -n 0 -r 2)"
+  timeout 300 "$H" bench "$M/moe.gguf" --device cuda --vram-budget "$BUDGET" -p 0 -n 128 -r 3 --json \
+    > "$LOG/moe_bench.json" 2> "$LOG/moe_bench.err" || tail -3 "$LOG/moe_bench.err"
+  grep -E "device:" "$LOG/moe_bench.err" | sed 's/^/  /'
+  json_summary "$LOG/moe_bench.json"
+  stamp "moe done"
+fi
+if has b70; then
+  rm -f "$M/8b.gguf" "$M/moe.gguf" "$M/f16.gguf"
+  SYNTH_TIMEOUT=540 synth 70b 70b
+  stamp "70b written: $(du -h "$M/70b.gguf" | cut -f1)"
+  echo "  inspect: $(timeout 120 "$H" inspect "$M/70b.gguf" --plan --context 512 --vram-budget 24G --ram-budget 32G 2>&1 |
+    grep -E "^Prediction|GPU computes" | tr '\n' ' ')"
+  timeout 400 "$H" bench "$M/70b.gguf" --device cuda --vram-budget 24G --ram-budget 32G -p 0 -n 32 -r 2 --json \
+    > "$LOG/b70_bench.json" 2> "$LOG/b70_bench.err" || tail -3 "$LOG/b70_bench.err"
+  grep -E "device:" "$LOG/b70_bench.err" | sed 's/^/  /'
+  json_summary "$LOG/b70_bench.json"
+  [ -z "${B70_NGL:-}" ] || echo "  llama.cpp -ngl $B70_NGL: $(ll 70b "$B70_NGL" -p 0 -n 32 -r 2)"
+  rm -f "$M/70b.gguf"
+  stamp "b70 done"
+fi
 if has plan; then
   synth 8b 8b
   for n in ${PLAN_LAYERS:-24 16 0}; do
@@ -151,19 +221,8 @@ if has plan; then
     timeout 300 "$H" bench "$M/8b.gguf" --device cuda --gpu-layers "$n" -p 0 -n 128 -r 3 --json \
       > "$LOG/plan_bench_$n.json" 2> "$LOG/plan_bench_$n.err" || tail -3 "$LOG/plan_bench_$n.err"
     grep -E "decode with" "$LOG/plan_bench_$n.err" | sed 's/^/  /'
-    python3 - "$LOG/plan_bench_$n.json" "$n" <<'EOF'
-import json, sys
-j = json.load(open(sys.argv[1]))
-t = j.get("tiers", {})
-b = j.get("traffic_per_token", {}).get("bound", {})
-print(f"bench with references at {sys.argv[2]} layers: threads {j.get('threads')}, simd {j.get('simd')}, "
-      f"memory {j.get('memory_read_bandwidth_bps', 0) / 1e9:.1f} GB/s, decode probe",
-      {k: round(v / 1e9, 1) for k, v in j.get("decode_bps", {}).items()})
-print("  tg", [(x["test"], round(x["tps_mean"], 2), round(x["tps_stddev"], 2)) for x in j["tests"]],
-      "predicted same-run", round(t.get("predicted_tps", 0), 2), "at load", round(t.get("predicted_at_load_tps", 0), 2))
-print("  traffic", {k: v for k, v in j.get("traffic_per_token", {}).items() if k != "bound"})
-print("  bound", {k: (round(v, 5) if isinstance(v, float) else v) for k, v in b.items()})
-EOF
+    echo "bench with references at $n layers:"
+    json_summary "$LOG/plan_bench_$n.json"
   done
   grep -E "AnonHugePages" /proc/meminfo
   stamp "plan done"

@@ -65,10 +65,8 @@ CpuBlocks::CpuBlocks(const HParams& hp, const WeightMap& weights, compute::Conte
     selected_.resize(rows(hp.n_expert_used));
     selected_w_.resize(rows(hp.n_expert_used));
     slot_out_.resize(rows(hp.n_expert_used * hp.n_embd));
-    expert_in_.resize(rows(hp.n_embd));
-    expert_out_.resize(rows(hp.n_embd));
-    expert_rows_.resize(rows(hp.n_expert_used));
-    used_experts_.reserve(static_cast<size_t>(hp.n_expert));
+    last_rows_.resize(rows(hp.n_embd));
+    experts_ = std::make_unique<HostExperts>(hp, ctx, provider, max_batch);
   }
   ctx.reserve(max_batch, std::max({hp.n_embd, ff, hp.n_head * hp.head_dim_v}));
 }
@@ -324,24 +322,8 @@ void CpuBlocks::dense_ffn(const FfnViews& w, FfnAct act, const float* in, float*
   const WeightView* gate_up[] = {&w.gate, &w.up};
   float* y[] = {ff_gate_.data(), ff_up_.data()};
   ctx_.matmul_shared(gate_up, y, 2, in, n_tokens_);
-  gated_activation(act, n_tokens_ * ff);
+  gated_activation(ctx_, act, ff_gate_.data(), ff_up_.data(), n_tokens_ * ff);
   linear(w.down, ff_gate_.data(), out);
-}
-
-// ff_gate_[0..n) = act(ff_gate_) * ff_up_, in chunks across the pool.
-void CpuBlocks::gated_activation(FfnAct act, int64_t n) {
-  constexpr int64_t kChunk = 1024;
-  parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c0, int64_t c1) {
-    const int64_t begin = c0 * kChunk, len = std::min(c1 * kChunk, n) - begin;
-    float* g = ff_gate_.data() + begin;
-    if (act == FfnAct::kSilu) {
-      compute::silu(g, len);
-    } else {
-      // ggml's CPU GELU rounds input and output through fp16; so do we, to match it.
-      compute::gelu_tanh_fp16(g, len);
-    }
-    compute::mul(g, ff_up_.data() + begin, len);
-  });
 }
 
 // Router: probabilities by softmax, the n_expert_used most probable experts (lower id on
@@ -373,70 +355,27 @@ void CpuBlocks::gather_last_rows(const float* rows, float* out) const {
   }
 }
 
-// The provider's look at each sequence's last row (gathered into expert_in_, which
-// run_experts() fills afresh afterwards), when it watches the routing.
+// The provider's look at each sequence's last row, when it watches the routing.
 void CpuBlocks::observe_last_rows(int64_t il, const float* in) {
   ExpertRouting* routing = provider_.routing();
   if (routing == nullptr) return;
   const auto n = static_cast<int64_t>(seqs_.size());
-  gather_last_rows(in, expert_in_.data());
-  routing->observe_hidden(static_cast<int>(il), std::span(expert_in_.data(), n * hp_.n_embd), n);
+  gather_last_rows(in, last_rows_.data());
+  routing->observe_hidden(static_cast<int>(il), std::span(last_rows_.data(), n * hp_.n_embd), n);
 }
 
 Status CpuBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) {
   observe_last_rows(il, in);
   linear(w.router, in, router_probs_.data());
   route(in);
-  HYPURA_RETURN_IF_ERROR(run_experts(il, w, in));
+  HYPURA_RETURN_IF_ERROR(experts_->run(il, {w.gate_exps, w.up_exps, w.down_exps}, in, n_tokens_,
+                                       selected_.data(), selected_w_.data(), slot_out_.data()));
   const int64_t k = hp_.n_expert_used, e = hp_.n_embd;
   for (int64_t t = 0; t < n_tokens_; ++t) {
     const float* slots = slot_out_.data() + t * k * e;
     float* o = out + t * e;
     std::memcpy(o, slots, static_cast<size_t>(e) * sizeof(float));
     for (int64_t slot = 1; slot < k; ++slot) compute::add(o, slots + slot * e, e);
-  }
-  return Status::ok();
-}
-
-// Runs each selected expert once on the rows routed to it; results land in slot_out_
-// scaled by their routing weight. The provider learns the routing first (route()) and
-// picks the order (order_experts(): what is in RAM first), then the experts are acquired
-// one at a time and computed before the next is asked for, so a streaming provider
-// overlaps later reads with earlier compute.
-Status CpuBlocks::run_experts(int64_t il, const FfnViews& w, const float* in) {
-  const int64_t k = hp_.n_expert_used, e = hp_.n_embd;
-  std::vector<int32_t>& used = used_experts_;
-  used.clear();
-  for (int64_t i = 0; i < n_tokens_ * k; ++i) used.push_back(selected_[i]);
-  std::sort(used.begin(), used.end());
-  used.erase(std::unique(used.begin(), used.end()), used.end());
-  if (ExpertRouting* routing = provider_.routing()) {
-    routing->route(static_cast<int>(il), std::span(selected_.data(), n_tokens_ * k),
-                   static_cast<int>(k));
-    routing->order_experts(static_cast<int>(il), used);  // outputs go to per-slot rows: any order
-  }
-  for (int32_t id : used) {
-    const ExpertRequest requests[3] = {{w.gate_exps, id}, {w.up_exps, id}, {w.down_exps, id}};
-    WeightView views[3];
-    HYPURA_RETURN_IF_ERROR(provider_.acquire_experts(static_cast<int>(il), requests, views));
-    int64_t m = 0;
-    for (int64_t i = 0; i < n_tokens_ * k; ++i) {
-      if (selected_[i] != id) continue;
-      expert_rows_[m] = static_cast<int32_t>(i);
-      std::memcpy(expert_in_.data() + m * e, in + (i / k) * e, static_cast<size_t>(e) * 4);
-      ++m;
-    }
-    const WeightView &gate = views[0], &up = views[1], &down = views[2];
-    ctx_.matmul(gate, expert_in_.data(), m, ff_gate_.data());
-    ctx_.matmul(up, expert_in_.data(), m, ff_up_.data());
-    gated_activation(FfnAct::kSilu, m * gate.n_rows);
-    ctx_.matmul(down, ff_gate_.data(), m, expert_out_.data());
-    for (int64_t r = 0; r < m; ++r) {
-      const int32_t i = expert_rows_[r];  // token * k + slot
-      float* dst = slot_out_.data() + static_cast<int64_t>(i) * e;
-      std::memcpy(dst, expert_out_.data() + r * e, static_cast<size_t>(e) * 4);
-      compute::scale(dst, selected_w_[i], e);
-    }
   }
   return Status::ok();
 }

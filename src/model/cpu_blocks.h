@@ -8,9 +8,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/blocks.h"
+#include "model/host_experts.h"
 
 namespace hypura::model {
 
@@ -64,8 +66,6 @@ class CpuBlocks final : public Blocks {
   void gather_last_rows(const float* rows, float* out) const;
   void observe_last_rows(int64_t il, const float* in);
   void route(const float* in);
-  void gated_activation(FfnAct act, int64_t n);
-  Status run_experts(int64_t il, const FfnViews& w, const float* in);
 
   compute::Context& ctx_;
   std::vector<float> x_buf_, cur_buf_, tmp_buf_, k_buf_, v_buf_, attn_buf_;
@@ -97,14 +97,12 @@ class CpuBlocks final : public Blocks {
   std::vector<double> split_l_;              // (rows)
   compute::AlignedVector<float> split_acc_;  // (rows, head_dim_v)
   // MoE routing state.
-  std::vector<float> router_probs_;    // (max_batch, n_expert)
-  std::vector<int32_t> selected_;      // (max_batch, n_expert_used) expert ids by slot
-  std::vector<float> selected_w_;      // (max_batch, n_expert_used) renormalised weights
-  std::vector<float> slot_out_;        // (max_batch, n_expert_used, n_embd)
-  std::vector<float> expert_in_;       // (max_batch, n_embd) gathered rows of one expert
-  std::vector<float> expert_out_;      // (max_batch, n_embd)
-  std::vector<int32_t> expert_rows_;   // (max_batch * n_expert_used) token*K+slot per expert
-  std::vector<int32_t> used_experts_;  // distinct experts of the batch (capacity n_expert)
+  std::vector<float> router_probs_;       // (max_batch, n_expert)
+  std::vector<int32_t> selected_;         // (max_batch, n_expert_used) expert ids by slot
+  std::vector<float> selected_w_;         // (max_batch, n_expert_used) renormalised weights
+  std::vector<float> slot_out_;           // (max_batch, n_expert_used, n_embd)
+  std::vector<float> last_rows_;          // (max_batch, n_embd) each sequence's last row
+  std::unique_ptr<HostExperts> experts_;  // the routed experts (MoE models)
 };
 
 }  // namespace hypura::model

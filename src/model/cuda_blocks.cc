@@ -4,8 +4,12 @@
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
+#include <iterator>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gguf/gguf.h"
@@ -158,8 +162,8 @@ Layout layout_for(const HParams& hp, const Sizes& s) {
 class CudaBlocks final : public Blocks {
  public:
   CudaBlocks(const HParams& hp, const WeightMap& weights, WeightProvider& provider,
-             int64_t max_batch, int64_t n_ctx)
-      : Blocks(hp, weights, provider, max_batch, n_ctx) {}
+             int64_t max_batch, int64_t n_ctx, HostExpertLayers host)
+      : Blocks(hp, weights, provider, max_batch, n_ctx), host_(host) {}
 
   Status init(const gguf::GgufFile& file);
 
@@ -266,6 +270,18 @@ class CudaBlocks final : public Blocks {
   Status moe_small(const WeightView (&e)[3], const float* in, const cuda::ActQ8* act,
                    float* slot_out);
   Status moe_batch(const FfnViews& w, int64_t il, const float* in, float* out);
+  bool experts_on_host(int64_t il) const { return host_.experts != nullptr && il < host_.n_layers; }
+  // The experts of a HostExpertLayers layer (cuda_blocks.h): the rows and the selection
+  // down, the CPU's slot outputs up, in slot_out.
+  void moe_on_host(int64_t il, const FfnViews& w, const float* in, float* slot_out);
+  // What a host callback computes: one layer's experts for a batch of n_rows rows. Kept
+  // for the blocks' lifetime, since a graph replays the callback with the same argument.
+  struct HostCall {
+    CudaBlocks* self;
+    int64_t il, n_rows;
+    ExpertTensors tensors;
+  };
+  static void run_host_call(void* call);
   void gather_last_rows();
 
   Sizes sizes_;
@@ -282,7 +298,13 @@ class CudaBlocks final : public Blocks {
   cuda::PinnedBuffer pairs_host_;      // (max_batch * k) pairs grouped by expert
   std::vector<int64_t> expert_begin_;  // (n_expert + 1) offsets into pairs, host
   std::vector<int64_t> expert_next_;   // (n_expert) fill positions while sorting
-  Status error_;                       // the first error of the batch, returned by finish()
+  HostExpertLayers host_;
+  cuda::PinnedBuffer expert_rows_host_;  // (max_batch, n_embd) a host layer's expert input
+  cuda::PinnedBuffer slots_host_;        // (max_batch, k, n_embd) its slot outputs
+  std::deque<HostCall> host_calls_;
+  std::mutex host_mu_;
+  Status host_error_;  // the first error of a host callback (host_mu_), returned by finish()
+  Status error_;       // the first error of the batch, returned by finish()
   PendingNorm pending_;
   PendingProduct product_;
   Mode mode_ = Mode::kEager;
@@ -323,6 +345,11 @@ Status CudaBlocks::init(const gguf::GgufFile& file) {
     HYPURA_ASSIGN_OR_RETURN(pairs_host_, cuda::PinnedBuffer::allocate(pairs));
     expert_begin_.assign(static_cast<size_t>(hp_.n_expert + 1), 0);
     expert_next_.assign(static_cast<size_t>(hp_.n_expert), 0);
+  }
+  if (host_.experts != nullptr && hp_.n_expert > 0) {
+    const auto rows = static_cast<size_t>(max_batch_ * hp_.n_embd) * 4;
+    HYPURA_ASSIGN_OR_RETURN(expert_rows_host_, cuda::PinnedBuffer::allocate(rows));
+    HYPURA_ASSIGN_OR_RETURN(slots_host_, cuda::PinnedBuffer::allocate(rows * sizes_.k));
   }
   const char* graphs = std::getenv("HYPURA_CUDA_GRAPHS");
   use_graphs_ = graphs == nullptr || std::string(graphs) != "0";
@@ -615,6 +642,23 @@ void CudaBlocks::dense_ffn(const FfnViews& w, FfnAct act, const float* in, float
 Status CudaBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) {
   if (replaying()) return Status::ok();
   const int64_t ne = hp_.n_expert, k = hp_.n_expert_used;
+  if (experts_on_host(il)) {
+    flush_norm();
+    matmul(w.router, in, n_tokens_, at(lay_.probs));
+    cuda::moe_route(at(lay_.probs), n_tokens_, ne, k, ints(lay_.selected), at(lay_.weights), s());
+    moe_on_host(il, w, in, at(lay_.slot_out));
+    float* slot_out = at(lay_.slot_out);
+    float* weights = at(lay_.weights);
+    const auto combine = [this, slot_out, weights, k, out](float* add_to) {
+      cuda::moe_combine(slot_out, weights, n_tokens_, k, hp_.n_embd, out, s(), add_to);
+    };
+    if (n_tokens_ <= kCudaSmallBatch) {
+      defer_product(out, combine);
+    } else {
+      combine(nullptr);
+    }
+    return Status::ok();
+  }
   if (n_tokens_ > kCudaSmallBatch) {
     flush_norm();
     matmul(w.router, in, n_tokens_, at(lay_.probs));
@@ -743,6 +787,37 @@ Status CudaBlocks::moe_batch(const FfnViews& w, int64_t il, const float* in, flo
   return Status::ok();
 }
 
+void CudaBlocks::moe_on_host(int64_t il, const FfnViews& w, const float* in, float* slot_out) {
+  const int64_t k = hp_.n_expert_used, e = hp_.n_embd;
+  auto call = std::find_if(host_calls_.begin(), host_calls_.end(),
+                           [&](const HostCall& c) { return c.il == il && c.n_rows == n_tokens_; });
+  if (call == host_calls_.end()) {
+    host_calls_.push_back({this, il, n_tokens_, {w.gate_exps, w.up_exps, w.down_exps}});
+    call = std::prev(host_calls_.end());
+  }
+  const auto rows = static_cast<size_t>(n_tokens_ * e) * 4;
+  fail(cuda::copy_to_host_async(expert_rows_host_.data(), in, rows, s()));
+  fail(cuda::copy_to_host_async(sel_host_.data(), ints(lay_.selected),
+                                static_cast<size_t>(n_tokens_ * k) * 4, s()));
+  fail(cuda::launch_host_func(s(), &CudaBlocks::run_host_call, &*call));
+  fail(
+      cuda::copy_to_device_async(slot_out, slots_host_.data(), rows * static_cast<size_t>(k), s()));
+}
+
+// On the driver's callback thread, while the stream waits: the forward pass's thread is
+// blocked in finish() (or queueing later ops), so the CPU's pool is free.
+void CudaBlocks::run_host_call(void* arg) {
+  const auto* call = static_cast<const HostCall*>(arg);
+  CudaBlocks& b = *call->self;
+  Status st =
+      b.host_.experts->run(call->il, call->tensors, b.expert_rows_host_.as<float>(), call->n_rows,
+                           b.sel_host_.as<int32_t>(), nullptr, b.slots_host_.as<float>());
+  if (st.is_ok()) return;
+  std::lock_guard<std::mutex> lock(b.host_mu_);
+  if (b.host_error_.is_ok())
+    b.host_error_ = st.with_context("the CPU's experts of layer " + std::to_string(call->il));
+}
+
 // tmp() rows i = cur()'s last row of sequence i (device copies on the stream).
 void CudaBlocks::gather_last_rows() {
   const int64_t e = hp_.n_embd;
@@ -809,6 +884,10 @@ Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logi
   }
   mode_ = Mode::kEager;
   Status synced = stream_.synchronize();
+  {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    if (!host_error_.is_ok()) synced = std::exchange(host_error_, Status::ok());
+  }
   if (!error_.is_ok()) synced = error_;
   if (!st.is_ok()) synced = st;
   error_ = Status::ok();
@@ -834,9 +913,9 @@ uint64_t cuda_blocks_bytes(const HParams& hp, const gguf::GgufFile& file, int64_
 Result<std::unique_ptr<Blocks>> make_cuda_blocks(const HParams& hp, const WeightMap& weights,
                                                  const gguf::GgufFile& file,
                                                  WeightProvider& device_weights, int64_t max_batch,
-                                                 int64_t n_ctx) {
+                                                 int64_t n_ctx, HostExpertLayers host) {
   HYPURA_RETURN_IF_ERROR(cuda_supports(hp, file));
-  auto b = std::make_unique<CudaBlocks>(hp, weights, device_weights, max_batch, n_ctx);
+  auto b = std::make_unique<CudaBlocks>(hp, weights, device_weights, max_batch, n_ctx, host);
   HYPURA_RETURN_IF_ERROR(b->init(file).with_context("GPU buffers"));
   return std::unique_ptr<Blocks>(std::move(b));
 }
@@ -849,7 +928,7 @@ uint64_t cuda_blocks_bytes(const HParams&, const gguf::GgufFile&, int64_t, int64
 
 Result<std::unique_ptr<Blocks>> make_cuda_blocks(const HParams&, const WeightMap&,
                                                  const gguf::GgufFile&, WeightProvider&, int64_t,
-                                                 int64_t) {
+                                                 int64_t, HostExpertLayers) {
   return unsupported("this build has no CUDA backend (HYPURA_CUDA)");
 }
 

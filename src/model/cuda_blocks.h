@@ -14,7 +14,9 @@
 //   moe_ffn     router, softmax and top-k on the device; few tokens: grouped expert
 //               matvecs over (token, slot) pairs, no host round trip; a prompt: the
 //               selection copied to the host, each used expert's rows gathered and
-//               multiplied as a matrix, the outputs scattered back, summed in slot order
+//               multiplied as a matrix, the outputs scattered back, summed in slot order;
+//               experts in host memory (HostExpertLayers): computed by the CPU in a host
+//               callback on the stream, between a copy down and a copy up
 // Nothing is allocated per token; the host copies of a step are the token ids and
 // positions (one small copy) and the logits (or hidden states) at finish(), which also
 // synchronizes the stream and returns the first error of the batch.
@@ -30,6 +32,7 @@
 
 #include "common/status.h"
 #include "model/blocks.h"
+#include "model/host_experts.h"
 
 namespace hypura::model {
 
@@ -48,11 +51,23 @@ Status cuda_supports(const HParams& hp, const gguf::GgufFile& file);
 uint64_t cuda_blocks_bytes(const HParams& hp, const gguf::GgufFile& file, int64_t max_batch,
                            int64_t n_ctx);
 
+// The routed experts of layers [0, n_layers) of a MoE model stay in host memory and
+// compute on the CPU (the planner's expert split: scheduler::GpuSplit::host_experts). A
+// layer among them: the GPU computes its attention, the FFN norm and the routing, copies
+// the normalized rows and the selection to pinned host memory, a host callback on the
+// stream (a node of the step's CUDA graph) runs `experts` on them, the slot outputs go
+// back up and the GPU sums them by the routing weights as for its own experts.
+struct HostExpertLayers {
+  HostExperts* experts = nullptr;
+  int64_t n_layers = 0;
+};
+
 // The GPU blocks on the current CUDA device. device_weights must hand out device views of
-// every tensor; kResourceExhausted when the buffers do not fit, kUnsupported without CUDA.
+// every tensor but the host experts'; kResourceExhausted when the buffers do not fit,
+// kUnsupported without CUDA.
 Result<std::unique_ptr<Blocks>> make_cuda_blocks(const HParams& hp, const WeightMap& weights,
                                                  const gguf::GgufFile& file,
                                                  WeightProvider& device_weights, int64_t max_batch,
-                                                 int64_t n_ctx);
+                                                 int64_t n_ctx, HostExpertLayers host = {});
 
 }  // namespace hypura::model

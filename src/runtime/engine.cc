@@ -221,6 +221,8 @@ class LocalEngine final : public Engine {
   // A split model's prompts on the GPU alone: the host layers' weights copied per layer
   // (null: no such path).
   std::unique_ptr<tiers::StagedWeights> staged_weights_;
+  // The expert split's routed experts in RAM, computed by the CPU (null: none).
+  std::unique_ptr<model::HostExperts> host_experts_;
   int64_t n_ctx_ = 0;
   bool kv_f32_ = false;
   std::unique_ptr<StepBatcher> batcher_;  // owns the one Forward all sessions share
@@ -228,7 +230,8 @@ class LocalEngine final : public Engine {
   Status stage_host_layers();
   Result<std::vector<model::ForwardStage>> gpu_stages(const std::shared_ptr<model::Blocks>& cpu,
                                                       model::WeightProvider& weights,
-                                                      int64_t gpu_from, int64_t n_ctx);
+                                                      int64_t gpu_from, int64_t n_ctx,
+                                                      model::HostExpertLayers host = {});
   mutable std::once_flag vocab_index_once_;
   mutable std::unique_ptr<grammar::VocabIndex> vocab_index_;
 };
@@ -330,6 +333,10 @@ Status LocalEngine::place_on_device(const std::function<void(uint64_t, uint64_t)
     device_.reason += "; the GPU computes " + std::to_string(split.layers) + " of " +
                       std::to_string(n_layer) + " layers" + (split.head ? " and the head" : "") +
                       " (" + format_size(device_weights_->device_bytes()) + " of weights)";
+    if (split.host_experts > 0) {
+      device_.reason += ", the CPU the routed experts of " + std::to_string(split.host_experts) +
+                        " of them from RAM";
+    }
     if (wide_prompts()) {
       device_.reason += ", and every layer of prompts of " + std::to_string(kWidePromptRows) +
                         "+ tokens (the host layers copied through a " +
@@ -410,11 +417,12 @@ Status LocalSession::build(int64_t n_ctx) {
   return Status::ok();
 }
 
-// A split model's prompts: every layer on the GPU, the host layers' weights copied over the
-// bus per layer, when the host serves whole tensors (not in expert streaming, whose host
-// holds single experts).
+// A split model's prompts: every layer on the GPU, the host layers' weights (or an expert
+// split's host experts) copied over the bus per layer, when the host serves whole tensors
+// (not in expert streaming, whose host holds single experts).
 Status LocalEngine::stage_host_layers() {
-  if (first_gpu_layer() == 0 || weights_->experts() != nullptr) return Status::ok();
+  const bool host_part = first_gpu_layer() > 0 || weights_->plan().gpu.host_experts > 0;
+  if (!host_part || weights_->experts() != nullptr) return Status::ok();
   const tiers::LedgerBuffer& resident = weights_->resident().buffer;
   HYPURA_ASSIGN_OR_RETURN(
       staged_weights_,
@@ -427,12 +435,12 @@ Status LocalEngine::stage_host_layers() {
 // ones), after `cpu` (when not null: the embedding, and the layers before `gpu_from`).
 Result<std::vector<model::ForwardStage>> LocalEngine::gpu_stages(
     const std::shared_ptr<model::Blocks>& cpu, model::WeightProvider& weights, int64_t gpu_from,
-    int64_t n_ctx) {
+    int64_t n_ctx, model::HostExpertLayers host) {
   std::vector<model::ForwardStage> stages;
   if (cpu) stages.push_back({cpu, gpu_from});
   HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<model::Blocks> blocks,
                           model::make_cuda_blocks(model_->hparams(), model_->weights(), file_,
-                                                  weights, kMaxBatch, n_ctx));
+                                                  weights, kMaxBatch, n_ctx, host));
   stages.push_back({std::move(blocks), model_->hparams().n_layer});
   return stages;
 }
@@ -447,7 +455,18 @@ Result<std::unique_ptr<model::Forward>> LocalEngine::make_forward(int64_t n_ctx)
     cpu = std::make_shared<model::CpuBlocks>(model_->hparams(), model_->weights(), *ctx_,
                                              provider(), kMaxBatch, n_ctx);
   }
-  HYPURA_ASSIGN_OR_RETURN(auto stages, gpu_stages(cpu, *device_weights_, first_gpu_layer(), n_ctx));
+  // The expert split: decode steps (and prompts without staging) compute the host experts
+  // on the CPU; staged prompts copy them to the GPU instead.
+  model::HostExpertLayers host;
+  if (const int n = weights_->plan().gpu.host_experts; n > 0) {
+    if (!host_experts_) {
+      host_experts_ =
+          std::make_unique<model::HostExperts>(model_->hparams(), *ctx_, provider(), kMaxBatch);
+    }
+    host = {host_experts_.get(), first_gpu_layer() + n};
+  }
+  HYPURA_ASSIGN_OR_RETURN(auto stages,
+                          gpu_stages(cpu, *device_weights_, first_gpu_layer(), n_ctx, host));
   auto forward = std::make_unique<model::Forward>(model_, std::move(stages), kMaxBatch);
   if (wide_prompts()) {
     HYPURA_ASSIGN_OR_RETURN(auto wide, gpu_stages(cpu, *staged_weights_, 0, n_ctx));

@@ -18,6 +18,7 @@
 #include "gguf/gguf.h"
 #include "model/cpu_blocks.h"
 #include "model/cuda_blocks.h"
+#include "model/host_experts.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "runtime/engine.h"
@@ -651,6 +652,66 @@ TEST_P(GoldenGpu, SplitWithTheCpuAgrees) {
         EXPECT_LE(d.rel_l2, tol) << name << " split at " << split << ", first chunk " << chunks[0];
         std::printf("%-14s split %2lld chunks %2lld.. vs cpu: rel_l2 %.2e\n", name.c_str(),
                     static_cast<long long>(split), static_cast<long long>(chunks[0]), d.rel_l2);
+      }
+    }
+  }
+}
+
+// A MoE model's expert split (the engine's plan when the model does not fit: every layer's
+// attention and routing on the GPU, the routed experts of layers [0, h) in host memory
+// computed by the CPU in a host callback on the stream; prompts of kWidePromptRows rows or
+// more copy those experts to the GPU instead) within the GPU's batch-shape tolerances of
+// the CPU, at h = 1, half and all layers: token by token (decode graphs replaying the
+// callback), in one batch, and mixed.
+TEST_P(GoldenGpu, ExpertSplitAgrees) {
+  if (!is_moe(GetParam())) GTEST_SKIP() << "dense model";
+  for (const char* quant : {"-f32", "-q4_k_m"}) {
+    const std::string name = std::string(GetParam()) + quant;
+    auto l = load(name);
+    ASSERT_TRUE(l);
+    const model::HParams& hp = l->model->hparams();
+    const auto c = sequence("C");
+    const auto cpu = eval(*l, c, false, 7, kNCtx, false);
+    for (int64_t h : {int64_t{1}, hp.n_layer / 2, hp.n_layer}) {
+      std::vector<bool> wanted(l->file.tensors().size(), true);
+      for (int64_t il = 0; il < h; ++il) {
+        const model::LayerWeights& lw = l->model->weights().layers[il];
+        for (model::TensorId id : {lw.ffn_gate_exps, lw.ffn_up_exps, lw.ffn_down_exps})
+          wanted[static_cast<size_t>(id)] = false;
+      }
+      auto device = tiers::DeviceWeights::read(l->file, wanted);
+      ASSERT_TRUE(device.is_ok()) << device.status().message();
+      model::HostExperts experts(hp, *l->ctx, *l->provider, 64);
+      auto staged =
+          tiers::StagedWeights::create(l->file, l->model->weights(), *l->provider, **device, 0);
+      ASSERT_TRUE(staged.is_ok()) << staged.status().message();
+      const std::vector<int64_t> shapes[] = {{64}, {1}, {5, 33, 3}};
+      for (const auto& chunks : shapes) {
+        auto kv = model::KvCache::on_device(hp, kNCtx, 0, true);
+        ASSERT_TRUE(kv.is_ok()) << kv.status().message();
+        auto split = model::make_cuda_blocks(hp, l->model->weights(), l->file, **device, 64, kNCtx,
+                                             {&experts, h});
+        auto wide = model::make_cuda_blocks(hp, l->model->weights(), l->file, **staged, 64, kNCtx);
+        ASSERT_TRUE(split.is_ok() && wide.is_ok());
+        model::Forward fwd(l->model, std::move(split).value(), 64);
+        std::vector<model::ForwardStage> all;
+        all.push_back({std::move(wide).value(), hp.n_layer});
+        fwd.set_wide_stages(std::move(all), kWidePromptRows);
+        std::vector<float> logits(c.size() * static_cast<size_t>(hp.n_vocab));
+        size_t i = 0, k = 0;
+        while (i < c.size()) {
+          const int64_t n = std::min<int64_t>(chunks[std::min(k++, chunks.size() - 1)],
+                                              static_cast<int64_t>(c.size() - i));
+          Status st = fwd.run(c.data() + i, n, static_cast<int64_t>(i), **kv, true,
+                              logits.data() + i * hp.n_vocab);
+          ASSERT_TRUE(st.is_ok()) << st.message();
+          i += static_cast<size_t>(n);
+        }
+        const Diff d = compare(logits, cpu);
+        EXPECT_LE(d.rel_l2, gpu_batch_tolerance(name))
+            << name << " host experts in " << h << " layers, first chunk " << chunks[0];
+        std::printf("%-14s host experts %2lld chunks %2lld.. vs cpu: rel_l2 %.2e\n", name.c_str(),
+                    static_cast<long long>(h), static_cast<long long>(chunks[0]), d.rel_l2);
       }
     }
   }

@@ -56,6 +56,9 @@ struct CostModel {
   // 4.92 GB = 1.64 TB/s of a measured 4.2 TB/s on the H200 (docs/GPU.md, 0.39).
   double gpu_efficiency = 0.39;
   double per_layer_overhead_s = 20e-6;  // norms, RoPE, attention at short contexts, per layer
+  // A layer of the expert split whose experts compute on the CPU (GpuSplit::host_experts):
+  // two small copies and a host callback on the GPU's stream, per token.
+  double host_expert_sync_s = 30e-6;
   // The process beside weights, KV cache, work buffers and pool (process_overhead_bytes),
   // from VmRSS at each step of loading SmolLM2-135M, Qwen2.5-0.5B and Gemma-3-270M
   // (docs/PLANNER.md, "Memory accounting"):
@@ -115,13 +118,16 @@ struct Prediction {
 
 // What a discrete GPU (CUDA) computes, from the tiers: the output head (output_norm and
 // the output matrix), the last `layers` layers, and the token embedding when every layer is
-// there; the CPU computes the layers before. tied_head_copy: the head multiplies by the
-// token embedding (tied weights), which stays in RAM for the CPU's embedding and is copied
-// to the GPU too. On a unified GPU (assign_gpu's tensor split) this only describes the
-// head and a suffix, not what runs.
+// there; the CPU computes the layers before. host_experts: of the GPU's layers, the first
+// host_experts keep their routed experts in host memory, where the CPU computes them (the
+// expert split of a MoE model: the GPU holds every layer's attention, router and KV cache).
+// tied_head_copy: the head multiplies by the token embedding (tied weights), which stays in RAM for
+// the CPU's embedding and is copied to the GPU too. On a unified GPU (assign_gpu's tensor split)
+// this only describes the head and a suffix, not what runs.
 struct GpuSplit {
   bool head = false;
   int layers = 0;
+  int host_experts = 0;
   bool embedding = false;
   bool tied_head_copy = false;
   bool any() const { return head || layers > 0 || embedding; }

@@ -146,6 +146,27 @@ uint64_t split_overhead(const ModelTensors& m, const Budgets& b, const std::vect
   return kv_bytes(m, b) + work_bytes(m, b) + slot;
 }
 
+// The GPU's fixed share: work buffers, the CUDA context, the head (output norm and matrix).
+uint64_t gpu_fixed_bytes(const ModelTensors& m, const Budgets& b, const CostModel& c) {
+  const TensorDesc* head = head_matrix(m);
+  uint64_t fixed = work_bytes(m, b) + c.gpu_context_bytes + (head != nullptr ? head->bytes : 0);
+  for (const TensorDesc& t : m.tensors) fixed += t.role == TensorRole::kOutputNorm ? t.bytes : 0;
+  return fixed;
+}
+
+// Marks the head, the tensors of layers >= first and, when it fits in `room` (or is the
+// tied head, already counted), the token embedding.
+std::vector<bool> gpu_tensors_from(const ModelTensors& m, int first, uint64_t room) {
+  std::vector<bool> on(m.tensors.size(), false);
+  for (size_t i = 0; i < on.size(); ++i) {
+    const TensorDesc& t = m.tensors[i];
+    on[i] = is_head(t) || t.layer >= first;
+    if (t.role == TensorRole::kTokenEmbedding && first == 0 && (tied_head(m) || t.bytes <= room))
+      on[i] = true;
+  }
+  return on;
+}
+
 // A discrete GPU computes a suffix of the layers and the output head (the CPU the layers
 // before it, from RAM or storage), so a decode step crosses the bus twice: the residual
 // rows up, the logits down. The head goes first (read by every token, and the last op),
@@ -155,11 +176,8 @@ uint64_t split_overhead(const ModelTensors& m, const Budgets& b, const std::vect
 // embedding is then on both: in RAM for the embedding and copied to the GPU for the head.
 std::vector<bool> gpu_suffix(const ModelTensors& m, const Budgets& b, const CostModel& c,
                              const Limits& lim) {
-  std::vector<bool> on(m.tensors.size(), false);
-  const TensorDesc* head = head_matrix(m);
-  uint64_t fixed = work_bytes(m, b) + c.gpu_context_bytes + (head != nullptr ? head->bytes : 0);
-  for (const TensorDesc& t : m.tensors) fixed += t.role == TensorRole::kOutputNorm ? t.bytes : 0;
-  if (!lim.has_gpu || lim.gpu < fixed) return on;
+  const uint64_t fixed = gpu_fixed_bytes(m, b, c);
+  if (!lim.has_gpu || lim.gpu < fixed) return std::vector<bool>(m.tensors.size(), false);
   const std::vector<uint64_t> bytes = layer_bytes(m);
   const uint64_t all_layers = std::accumulate(bytes.begin(), bytes.end(), uint64_t{0});
   const int cap = b.max_gpu_layers < 0 ? m.n_layer : std::min(m.n_layer, b.max_gpu_layers);
@@ -178,22 +196,66 @@ std::vector<bool> gpu_suffix(const ModelTensors& m, const Budgets& b, const Cost
       --first;
     }
     if (first == m.n_layer && fixed + split_overhead(m, b, bytes, first) > lim.gpu)
-      return on;  // not even the head
+      return std::vector<bool>(m.tensors.size(), false);  // not even the head
   }
+  return gpu_tensors_from(m, first, room);
+}
+
+// Bytes of the routed experts' stacked tensors per layer.
+std::vector<uint64_t> expert_layer_bytes(const ModelTensors& m) {
+  std::vector<uint64_t> bytes(static_cast<size_t>(std::max(0, m.n_layer)), 0);
+  for (const TensorDesc& t : m.tensors) {
+    if (t.layer >= 0 && t.layer < m.n_layer && model::is_moe_expert(t.role))
+      bytes[static_cast<size_t>(t.layer)] += t.bytes;
+  }
+  return bytes;
+}
+
+// A MoE model that does not fit whole: the expert split (llama.cpp's --n-cpu-moe, chosen
+// by the budget). A token reads all of every layer's attention, router and norms but only
+// n_used of n_expert experts, so the GPU takes everything but the routed experts (every
+// layer's attention and KV cache, the head, the embedding when it fits), then the experts
+// of whole layers from the last one down while they fit; the other layers' experts stay
+// in RAM (or stream from storage) and the CPU computes them (HostExperts). Prompts copy
+// the host experts of one layer at a time into a slot over the bus (StagedWeights), which
+// the GPU holds too. Empty when even the part without experts does not fit.
+std::vector<bool> gpu_expert_split(const ModelTensors& m, const Budgets& b, const CostModel& c,
+                                   const Limits& lim) {
+  const std::vector<uint64_t> layers = layer_bytes(m), experts = expert_layer_bytes(m);
+  uint64_t need = gpu_fixed_bytes(m, b, c) + kv_bytes(m, b) +
+                  *std::max_element(experts.begin(), experts.end());  // the prompts' slot
+  for (size_t L = 0; L < layers.size(); ++L) need += layers[L] - experts[L];
+  if (!lim.has_gpu || need > lim.gpu) return {};
+  uint64_t room = lim.gpu - need;
+  int first = m.n_layer;  // the first layer whose experts are on the GPU
+  while (first > 0 && experts[static_cast<size_t>(first - 1)] <= room) {
+    room -= experts[static_cast<size_t>(first - 1)];
+    --first;
+  }
+  std::vector<bool> on = gpu_tensors_from(m, 0, room);
   for (size_t i = 0; i < on.size(); ++i) {
     const TensorDesc& t = m.tensors[i];
-    on[i] = is_head(t) || t.layer >= first;
-    // Tied: the head's copy is already counted above.
-    if (t.role == TensorRole::kTokenEmbedding && first == 0 && (tied_head(m) || t.bytes <= room))
-      on[i] = true;
+    if (model::is_moe_expert(t.role) && t.layer < first) on[i] = false;
   }
   return on;
 }
 
+// The GPU's tensors: everything when it fits, else for a MoE model the expert split
+// (unless --gpu-layers asks for whole layers), else a suffix of whole layers.
+std::vector<bool> gpu_placement(const ModelTensors& m, const Budgets& b, const CostModel& c,
+                                const Limits& lim, bool expert_split) {
+  std::vector<bool> on = gpu_suffix(m, b, c, lim);
+  bool every_layer = true;
+  for (size_t i = 0; i < on.size(); ++i) every_layer &= on[i] || m.tensors[i].layer < 0;
+  if (every_layer || !expert_split || m.n_expert == 0 || b.max_gpu_layers >= 0) return on;
+  std::vector<bool> split = gpu_expert_split(m, b, c, lim);
+  return split.empty() ? on : split;
+}
+
 Limits limits_for(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
-                  const CostModel& c) {
+                  const CostModel& c, bool expert_split = true) {
   Limits l = limits(p, b);
-  if (l.has_gpu && !l.unified) l.gpu_fixed = gpu_suffix(m, b, c, l);
+  if (l.has_gpu && !l.unified) l.gpu_fixed = gpu_placement(m, b, c, l, expert_split);
   return l;
 }
 
@@ -629,7 +691,9 @@ const char* mode_name(Mode mode) {
 
 GpuSplit gpu_split_of(const ModelTensors& m, const std::vector<Tier>& tiers) {
   GpuSplit g;
+  // Per layer: everything but the routed experts on the GPU; the experts too.
   std::vector<bool> layer_on(static_cast<size_t>(std::max(0, m.n_layer)), true);
+  std::vector<bool> experts_on(layer_on.size(), true);
   bool any_layer_tensor = false;
   for (size_t i = 0; i < tiers.size() && i < m.tensors.size(); ++i) {
     const TensorDesc& t = m.tensors[i];
@@ -638,12 +702,15 @@ GpuSplit gpu_split_of(const ModelTensors& m, const std::vector<Tier>& tiers) {
     if (t.role == TensorRole::kTokenEmbedding) g.embedding = on;
     if (t.layer >= 0 && t.layer < m.n_layer) {
       any_layer_tensor = true;
-      if (!on) layer_on[static_cast<size_t>(t.layer)] = false;
+      auto& flags = model::is_moe_expert(t.role) ? experts_on : layer_on;
+      if (!on) flags[static_cast<size_t>(t.layer)] = false;
     }
   }
   if (!any_layer_tensor) return g;
   while (g.layers < m.n_layer && layer_on[static_cast<size_t>(m.n_layer - 1 - g.layers)])
     ++g.layers;
+  for (int L = m.n_layer - g.layers; L < m.n_layer; ++L)
+    g.host_experts += experts_on[static_cast<size_t>(L)] ? 0 : 1;
   g.tied_head_copy = g.head && !g.embedding && tied_head(m);
   return g;
 }
@@ -665,13 +732,17 @@ TierTraffic tier_traffic(const ModelTensors& m, const Plan& plan) {
         t.storage_bytes += read;
         break;
     }
-    const bool host_layer = d.layer >= 0 && d.layer < m.n_layer - plan.gpu.layers;
-    if (plan.gpu.any() && host_layer) t.prompt_bus_bytes += d.bytes;
+    // A prompt copies every layer tensor the GPU does not hold (StagedWeights).
+    if (plan.gpu.any() && d.layer >= 0 && plan.tiers[i] != Tier::kGpu)
+      t.prompt_bus_bytes += d.bytes;
   }
   if (plan.gpu.any()) {
     const bool cpu_stage = !plan.gpu.embedding;
+    // A host-expert layer's rows go down and its n_used slot outputs come back up.
+    const auto expert_rows = static_cast<uint64_t>(plan.gpu.host_experts) * 4 *
+                             static_cast<uint64_t>(m.n_embd * (1 + m.n_expert_used));
     t.bus_bytes_per_token = 4 * static_cast<uint64_t>(m.n_vocab) +
-                            (cpu_stage ? 4 * static_cast<uint64_t>(m.n_embd) : 0);
+                            (cpu_stage ? 4 * static_cast<uint64_t>(m.n_embd) : 0) + expert_rows;
   }
   return t;
 }
@@ -794,6 +865,15 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
     const int first = m.n_layer - plan.gpu.layers;
     mem.kv_gpu += kv_layer * static_cast<uint64_t>(first);
     mem.work_gpu += split_overhead(m, b, layer_bytes(m), first) - kv_bytes(m, b);
+  }
+  // The expert split: the prompts' slot for one layer's experts, and per host-expert layer
+  // and token the round trip (rows down, a host callback, slot outputs up).
+  if (!lim.unified && plan.gpu.host_experts > 0) {
+    const std::vector<uint64_t> experts = expert_layer_bytes(m);
+    mem.work_gpu += *std::max_element(experts.begin(), experts.end());
+    const int first = m.n_layer - plan.gpu.layers;
+    for (int L = first; L < first + plan.gpu.host_experts; ++L)
+      lc.compute_s[static_cast<size_t>(L)] += c.host_expert_sync_s;
   }
 
   // Dense streaming pool: one slot per streamed layer in memory (the one computing and
@@ -1063,6 +1143,13 @@ std::string gpu_split_text(const ModelTensors& m, const GpuSplit& g) {
          " (" + std::to_string(g.layers) + " of " + std::to_string(m.n_layer) + ")";
   }
   s += g.head ? " and the output head" : "";
+  if (g.host_experts > 0) {
+    const int first = m.n_layer - g.layers;
+    s += ", except the routed experts of layers " + std::to_string(first) + "-" +
+         std::to_string(first + g.host_experts - 1) +
+         ", which stay in host memory and compute on the CPU (each step copies those layers' "
+         "rows down and their experts' outputs up)";
+  }
   s += g.embedding ? ", the embedding too" : "";
   if (g.layers < m.n_layer) {
     s += "; the CPU computes the " + std::to_string(m.n_layer - g.layers) +
@@ -1169,13 +1256,14 @@ void explain(const ModelTensors& m, const HardwareProfile& p, const Budgets& b, 
 
 }  // namespace
 
-Result<Plan> place(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
-                   const CostModel& c) {
-  if (m.tensors.empty() || m.n_layer <= 0)
-    return invalid_argument("model has no tensors or layers to place");
-  if (p.storage.seq_read_bps <= 0) return invalid_argument("profile has no storage read bandwidth");
-  HYPURA_RETURN_IF_ERROR(check_context_sizes(m, b));
-  const Limits lim = limits_for(m, p, b, c);
+namespace {
+
+Result<Plan> layers_in_order(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
+                             const CostModel& c, const Limits& lim);
+
+// place() within the limits (and the GPU's tensors) of `lim`.
+Result<Plan> place_within(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
+                          const CostModel& c, const Limits& lim) {
   Candidate best;
   int worse = 0;
   for (int depth = 1; depth <= c.max_prefetch_depth; ++depth) {
@@ -1211,7 +1299,7 @@ Result<Plan> place(const ModelTensors& m, const HardwareProfile& p, const Budget
   // Not for expert streaming: there the cache already holds what whole layers would.
   auto prefix = best.plan.mode == Mode::kExpertStreaming
                     ? Result<Plan>(resource_exhausted("expert streaming"))
-                    : place_layers_in_order(m, p, b, c);
+                    : layers_in_order(m, p, b, c, lim);
   bool prefix_won = prefix.is_ok() && prefix->prediction.seconds_per_token <
                                           best.plan.prediction.seconds_per_token * (1 - 1e-9);
   if (prefix_won) best.plan = std::move(prefix).value();
@@ -1224,10 +1312,8 @@ Result<Plan> place(const ModelTensors& m, const HardwareProfile& p, const Budget
   return std::move(best.plan);
 }
 
-Result<Plan> place_layers_in_order(const ModelTensors& m, const HardwareProfile& p,
-                                   const Budgets& b, const CostModel& c) {
-  HYPURA_RETURN_IF_ERROR(check_context_sizes(m, b));
-  const Limits lim = limits_for(m, p, b, c);
+Result<Plan> layers_in_order(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
+                             const CostModel& c, const Limits& lim) {
   Plan best;
   bool found = false;
   for (int depth = 1; depth <= c.max_prefetch_depth; ++depth) {
@@ -1249,6 +1335,29 @@ Result<Plan> place_layers_in_order(const ModelTensors& m, const HardwareProfile&
   }
   if (!found) return resource_exhausted("layers-in-order placement does not fit");
   return best;
+}
+
+}  // namespace
+
+Result<Plan> place(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
+                   const CostModel& c) {
+  if (m.tensors.empty() || m.n_layer <= 0)
+    return invalid_argument("model has no tensors or layers to place");
+  if (p.storage.seq_read_bps <= 0) return invalid_argument("profile has no storage read bandwidth");
+  HYPURA_RETURN_IF_ERROR(check_context_sizes(m, b));
+  Result<Plan> plan = place_within(m, p, b, c, limits_for(m, p, b, c));
+  // The CPU computes an expert split's host experts from RAM, in a callback on the GPU's
+  // stream; experts read from storage there are not supported yet, so such a plan gives
+  // way to whole layers on the GPU.
+  if (plan.is_ok() && plan->gpu.host_experts > 0 && plan->mode != Mode::kFullResident)
+    plan = place_within(m, p, b, c, limits_for(m, p, b, c, /*expert_split=*/false));
+  return plan;
+}
+
+Result<Plan> place_layers_in_order(const ModelTensors& m, const HardwareProfile& p,
+                                   const Budgets& b, const CostModel& c) {
+  HYPURA_RETURN_IF_ERROR(check_context_sizes(m, b));
+  return layers_in_order(m, p, b, c, limits_for(m, p, b, c));
 }
 
 Prediction predict_mmap(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,

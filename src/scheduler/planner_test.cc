@@ -862,3 +862,51 @@ TEST(DiscreteGpu, TrafficBoundOfASplit) {
 
 }  // namespace
 }  // namespace hypura::scheduler
+
+namespace hypura::scheduler {
+namespace {
+
+// A MoE model that does not fit the GPU whole: every layer's attention, router and KV
+// cache go to the GPU and the routed experts of a prefix of layers stay in RAM (the
+// expert split); more VRAM moves more layers' experts up, the prediction never gets
+// slower, and --gpu-layers still asks for whole layers.
+TEST(DiscreteGpu, MoeSplitsItsExpertsFirst) {
+  const ModelTensors m = synthetic_model(mixtral_8x7b_q5km());
+  HardwareProfile p = with_discrete_gpu();
+  p.memory.total_bytes = p.memory.effective_limit_bytes = uint64_t{128} << 30;
+  p.memory.cgroup_limit_bytes.reset();
+  int last_host = m.n_layer + 1;
+  double last_tok_s = 0;
+  for (uint64_t gib_budget : {4, 8, 16}) {
+    const Budgets b = gpu_budget(gib_budget << 30);
+    const Plan plan = must_place(m, p, b);
+    EXPECT_EQ(plan.gpu.layers, m.n_layer) << gib_budget;
+    EXPECT_GT(plan.gpu.host_experts, 0) << gib_budget;
+    EXPECT_LT(plan.gpu.host_experts, last_host) << gib_budget;
+    EXPECT_EQ(plan.mode, Mode::kFullResident) << gib_budget;
+    EXPECT_LE(plan.memory.gpu_total(), gib_budget << 30) << gib_budget;
+    EXPECT_GE(plan.prediction.tok_per_s, last_tok_s) << gib_budget;
+    for (size_t i = 0; i < m.tensors.size(); ++i) {
+      const TensorDesc& t = m.tensors[i];
+      const bool host_expert = model::is_moe_expert(t.role) && t.layer < plan.gpu.host_experts;
+      if (t.role == model::TensorRole::kTokenEmbedding) continue;
+      EXPECT_EQ(plan.tiers[i] == Tier::kGpu, !host_expert) << t.name << " at " << gib_budget;
+    }
+    // Decode carries each host-expert layer's rows down and n_used outputs up.
+    const TierTraffic traffic = tier_traffic(m, plan);
+    EXPECT_EQ(traffic.bus_bytes_per_token,
+              4 * static_cast<uint64_t>(m.n_vocab) +
+                  static_cast<uint64_t>(plan.gpu.host_experts) * 4 *
+                      static_cast<uint64_t>(m.n_embd * (1 + m.n_expert_used)));
+    last_host = plan.gpu.host_experts;
+    last_tok_s = plan.prediction.tok_per_s;
+  }
+  Budgets whole = gpu_budget(uint64_t{16} << 30);
+  whole.max_gpu_layers = 8;
+  const Plan layers = must_place(m, p, whole);
+  EXPECT_EQ(layers.gpu.layers, 8);
+  EXPECT_EQ(layers.gpu.host_experts, 0);
+}
+
+}  // namespace
+}  // namespace hypura::scheduler

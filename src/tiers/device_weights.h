@@ -38,6 +38,10 @@ class DeviceWeights final : public AddressableProvider {
 
   std::string name() const override { return "cuda-resident"; }
   compute::WeightView view(model::TensorId id) const override;
+  // Whether tensor `id` is in device memory.
+  bool holds(model::TensorId id) const {
+    return id >= 0 && static_cast<size_t>(id) < views_.size() && views_[id].data != nullptr;
+  }
   uint64_t device_bytes() const { return device_bytes_; }
 
  private:

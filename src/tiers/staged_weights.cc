@@ -50,10 +50,14 @@ Result<std::unique_ptr<StagedWeights>> StagedWeights::create(
     DeviceWeights& device, int64_t first_device_layer, std::span<uint8_t> pin) {
 #if HYPURA_HAVE_CUDA
   std::unique_ptr<StagedWeights> w(new StagedWeights(file, host, device, first_device_layer));
-  for (int64_t il = 0; il < first_device_layer; ++il) {
+  w->host_layer_.assign(weights.layers.size(), false);
+  for (size_t il = 0; il < weights.layers.size(); ++il) {
     uint64_t bytes = 0;
-    for (model::TensorId id : model::layer_tensor_ids(weights, il))
+    for (model::TensorId id : model::layer_tensor_ids(weights, static_cast<int64_t>(il))) {
+      if (!w->staged_tensor(static_cast<int>(il), id)) continue;
       bytes += align_up(file.tensors()[id].n_bytes);
+      w->host_layer_[il] = true;
+    }
     w->slot_bytes_ = std::max(w->slot_bytes_, bytes);
   }
   w->slot_ = std::make_unique<Slot>();
@@ -126,14 +130,20 @@ Status StagedWeights::stage(int layer, model::TensorId id, compute::WeightView* 
 // may return before its transfer ends.
 Status StagedWeights::acquire(int layer, std::span<const model::TensorId> ids,
                               std::span<compute::WeightView> out) {
-  if (!on_host(layer)) {
+  if (!host_layer(layer)) {
     // Past the host layers (or a new pass): the last one goes back to the host provider
     // once the device is done with it, so no host layer stays held between passes.
     if (layer_ != -2) HYPURA_RETURN_IF_ERROR(start_layer(-2));
     return device_.acquire(layer, ids, out);
   }
   HYPURA_RETURN_IF_ERROR(start_layer(layer));
-  for (size_t i = 0; i < ids.size(); ++i) HYPURA_RETURN_IF_ERROR(stage(layer, ids[i], &out[i]));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (staged_tensor(layer, ids[i])) {
+      HYPURA_RETURN_IF_ERROR(stage(layer, ids[i], &out[i]));
+    } else {
+      HYPURA_RETURN_IF_ERROR(device_.acquire(layer, ids.subspan(i, 1), out.subspan(i, 1)));
+    }
+  }
 #if HYPURA_HAVE_CUDA
   HYPURA_RETURN_IF_ERROR(compute::cuda::synchronize_device());
 #endif
@@ -142,9 +152,14 @@ Status StagedWeights::acquire(int layer, std::span<const model::TensorId> ids,
 
 Status StagedWeights::acquire_experts(int layer, std::span<const model::ExpertRequest> requests,
                                       std::span<compute::WeightView> out) {
-  if (!on_host(layer)) return device_.acquire_experts(layer, requests, out);
+  if (!host_layer(layer)) return device_.acquire_experts(layer, requests, out);
   HYPURA_RETURN_IF_ERROR(start_layer(layer));
   for (size_t i = 0; i < requests.size(); ++i) {
+    if (!staged_tensor(layer, requests[i].tensor)) {
+      HYPURA_RETURN_IF_ERROR(
+          device_.acquire_experts(layer, requests.subspan(i, 1), out.subspan(i, 1)));
+      continue;
+    }
     compute::WeightView whole;
     HYPURA_RETURN_IF_ERROR(stage(layer, requests[i].tensor, &whole));
     out[i] = expert_view(file_.tensors()[static_cast<size_t>(requests[i].tensor)], whole,
@@ -159,7 +174,7 @@ Status StagedWeights::acquire_experts(int layer, std::span<const model::ExpertRe
 // The slot stays with its layer until the next one starts (start_layer), when the device
 // is known to be done with it; the host provider's release waits until then too.
 void StagedWeights::release(int layer) {
-  if (!on_host(layer)) device_.release(layer);
+  if (!host_layer(layer)) device_.release(layer);
 }
 
 }  // namespace hypura::tiers

@@ -3,12 +3,14 @@
 // milliseconds of bus copy per host layer beat the CPU computing it for hundreds of rows;
 // model.h, "wide stages").
 //
-//   layers the GPU holds, the head   views of DeviceWeights (pointer arithmetic)
-//   a host layer L                   acquire(L) acquires L from the host provider (RAM, or
-//                                    a streaming pool slot) and copies its tensors into one
-//                                    device slot sized for the largest host layer; experts
-//                                    are copied as whole stacked tensors on their first
-//                                    request; release(L) releases the host layer
+//   tensors the GPU holds, the head  views of DeviceWeights (pointer arithmetic)
+//   a host layer L                   acquire(L) acquires L's host tensors (those of a layer
+//                                    before first_device_layer, or that DeviceWeights does
+//                                    not hold: an expert split's routed experts) from the
+//                                    host provider (RAM, or a streaming pool slot) and
+//                                    copies them into one device slot sized for the largest
+//                                    host layer; experts are copied as whole stacked tensors
+//                                    on their first request; release(L) releases the layer
 //
 // The copies are synchronous and the slot is reused layer after layer, so acquire waits
 // for the device to finish the previous layer first: no copy overlaps compute yet (the
@@ -33,7 +35,8 @@ namespace hypura::tiers {
 
 class StagedWeights final : public model::WeightProvider {
  public:
-  // Layers [0, first_device_layer) come from `host`, the rest and layer -1 from `device`.
+  // Layers [0, first_device_layer) come from `host`, the rest and layer -1 from `device`,
+  // but for the layer tensors `device` does not hold (DeviceWeights::holds), also staged.
   // kResourceExhausted when the device has no room for the slot; kUnsupported without CUDA.
   // pin: the host memory the host layers' resident tensors are in (may be empty), page-
   // locked while the provider lives so that their copies run at the bus's DMA rate (the
@@ -59,7 +62,14 @@ class StagedWeights final : public model::WeightProvider {
  private:
   StagedWeights(const gguf::GgufFile& file, model::WeightProvider& host, DeviceWeights& device,
                 int64_t first_device_layer);
-  bool on_host(int layer) const { return layer >= 0 && layer < first_device_; }
+  // Whether tensor `id` of `layer` is copied from the host rather than held by the device.
+  bool staged_tensor(int layer, model::TensorId id) const {
+    return layer < first_device_ || !device_.holds(id);
+  }
+  // Whether `layer` has staged tensors.
+  bool host_layer(int layer) const {
+    return layer >= 0 && static_cast<size_t>(layer) < host_layer_.size() && host_layer_[layer];
+  }
   // Tensor `id` of host layer `layer` in the slot (copied on first use this layer).
   Status stage(int layer, model::TensorId id, compute::WeightView* out);
   Status start_layer(int layer);
@@ -69,6 +79,7 @@ class StagedWeights final : public model::WeightProvider {
   model::WeightProvider& host_;
   DeviceWeights& device_;
   int64_t first_device_;
+  std::vector<bool> host_layer_;  // (n_layer) layers with staged tensors
   uint64_t slot_bytes_ = 0;
   std::unique_ptr<Slot> slot_;
   int layer_ = -2;                       // the host layer the slot holds (-2: none)

@@ -256,6 +256,10 @@ Status copy_device_to_device_async(void* dst, const void* src, size_t bytes, Str
                      "cudaMemcpyAsync D2D");
 }
 
+Status launch_host_func(StreamHandle stream, void (*fn)(void*), void* arg) {
+  return cuda_status(cudaLaunchHostFunc(stream, fn, arg), "cudaLaunchHostFunc");
+}
+
 Result<double> measure_copy_bandwidth(size_t bytes, int reps) {
   HYPURA_ASSIGN_OR_RETURN(DeviceBuffer src, DeviceBuffer::allocate(bytes));
   HYPURA_ASSIGN_OR_RETURN(DeviceBuffer dst, DeviceBuffer::allocate(bytes));

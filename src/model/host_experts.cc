@@ -1,0 +1,89 @@
+#include "model/host_experts.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "compute/cpu/thread_pool.h"
+#include "model/weight_provider.h"
+
+namespace hypura::model {
+
+void gated_activation(compute::Context& ctx, FfnAct act, float* gate, const float* up, int64_t n) {
+  constexpr int64_t kChunk = 1024;
+  const auto chunks = [&](int64_t c0, int64_t c1) {
+    const int64_t begin = c0 * kChunk, len = std::min(c1 * kChunk, n) - begin;
+    float* g = gate + begin;
+    if (act == FfnAct::kSilu) {
+      compute::silu(g, len);
+    } else {
+      // ggml's CPU GELU rounds input and output through fp16; so do we, to match it.
+      compute::gelu_tanh_fp16(g, len);
+    }
+    compute::mul(g, up + begin, len);
+  };
+  const int64_t n_chunks = (n + kChunk - 1) / kChunk;
+  if (n_chunks < 2 || ctx.n_threads() == 1) {
+    chunks(0, n_chunks);
+    return;
+  }
+  ctx.pool().run([&](int ith, int nth) {
+    int64_t c0, c1;
+    compute::split_range(n_chunks, ith, nth, 1, &c0, &c1);
+    if (c0 < c1) chunks(c0, c1);
+  });
+}
+
+HostExperts::HostExperts(const HParams& hp, compute::Context& ctx, WeightProvider& provider,
+                         int64_t max_rows)
+    : hp_(hp), ctx_(ctx), provider_(provider) {
+  const auto rows = [&](int64_t width) { return static_cast<size_t>(max_rows * width); };
+  gate_.resize(rows(hp.n_ff_expert));
+  up_.resize(rows(hp.n_ff_expert));
+  rows_in_.resize(rows(hp.n_embd));
+  rows_out_.resize(rows(hp.n_embd));
+  pair_of_.resize(rows(1));
+  used_.reserve(static_cast<size_t>(hp.n_expert));
+  ctx.reserve(max_rows, std::max(hp.n_embd, hp.n_ff_expert));
+}
+
+// The provider learns the routing first and picks the order (order_experts(): what is in
+// RAM first); then the experts are acquired one at a time and computed before the next is
+// asked for, so a streaming provider overlaps later reads with earlier compute.
+Status HostExperts::run(int64_t il, const ExpertTensors& t, const float* in, int64_t n_rows,
+                        const int32_t* selected, const float* weights, float* slot_out) {
+  const int64_t k = hp_.n_expert_used, e = hp_.n_embd;
+  used_.assign(selected, selected + n_rows * k);
+  std::sort(used_.begin(), used_.end());
+  used_.erase(std::unique(used_.begin(), used_.end()), used_.end());
+  if (ExpertRouting* routing = provider_.routing()) {
+    routing->route(static_cast<int>(il), std::span(selected, static_cast<size_t>(n_rows * k)),
+                   static_cast<int>(k));
+    routing->order_experts(static_cast<int>(il), used_);  // outputs go to per-slot rows: any order
+  }
+  for (int32_t id : used_) {
+    const ExpertRequest requests[3] = {{t.gate, id}, {t.up, id}, {t.down, id}};
+    WeightView views[3];
+    HYPURA_RETURN_IF_ERROR(provider_.acquire_experts(static_cast<int>(il), requests, views));
+    int64_t m = 0;
+    for (int64_t i = 0; i < n_rows * k; ++i) {
+      if (selected[i] != id) continue;
+      pair_of_[static_cast<size_t>(m)] = static_cast<int32_t>(i);
+      std::memcpy(rows_in_.data() + m * e, in + (i / k) * e, static_cast<size_t>(e) * 4);
+      ++m;
+    }
+    const WeightView* gate_up[] = {&views[0], &views[1]};
+    float* outs[] = {gate_.data(), up_.data()};
+    ctx_.matmul_shared(gate_up, outs, 2, rows_in_.data(), m);
+    gated_activation(ctx_, FfnAct::kSilu, gate_.data(), up_.data(), m * views[0].n_rows);
+    ctx_.matmul(views[2], gate_.data(), m, rows_out_.data());
+    for (int64_t r = 0; r < m; ++r) {
+      const int32_t i = pair_of_[static_cast<size_t>(r)];  // row * k + slot
+      float* dst = slot_out + static_cast<int64_t>(i) * e;
+      std::memcpy(dst, rows_out_.data() + r * e, static_cast<size_t>(e) * 4);
+      if (weights != nullptr) compute::scale(dst, weights[i], e);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace hypura::model

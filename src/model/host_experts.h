@@ -1,0 +1,65 @@
+// HostExperts: a MoE layer's routed experts computed on the CPU, from weights in host
+// memory (RAM, or read on demand by an expert-streaming provider).
+//
+// Given a batch's normalized FFN rows and each row's selected experts, it runs every used
+// expert once over the rows routed to it (gate and up in one pool job, the gated
+// activation, down) and writes each (row, slot) pair's output to its own row, so the
+// caller sums the slots in slot order whatever order the experts ran in. Two users:
+//   CpuBlocks        every MoE layer of a model on the CPU
+//   CudaBlocks       the layers of a GPU model whose experts stay in RAM (the planner's
+//                    expert split, llama.cpp's --n-cpu-moe): the GPU computes attention
+//                    and routing, copies the rows down, this computes the experts, the
+//                    slot outputs go back up (cuda_blocks.h)
+// The provider's routing hooks (route, order_experts) are called as the WeightProvider
+// contract describes, so a streaming provider overlaps its reads with the compute.
+//
+// Thread-safety: one run() at a time; the context's pool parallelises inside. run() may
+// be called from a thread other than the one that built it (a CUDA host callback) as
+// long as no other user of the context runs meanwhile.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "compute/compute.h"
+#include "model/blocks.h"
+
+namespace hypura::model {
+
+// gate[0..n) = act(gate) * up, in chunks across the context's pool (elementwise: the
+// values do not depend on the split).
+void gated_activation(compute::Context& ctx, FfnAct act, float* gate, const float* up, int64_t n);
+
+// The stacked expert tensors of one layer (model/weights.h's ffn_*_exps).
+struct ExpertTensors {
+  TensorId gate = kNone, up = kNone, down = kNone;
+};
+
+class HostExperts {
+ public:
+  // max_rows: most rows per run(); the context and provider must outlive this.
+  HostExperts(const HParams& hp, compute::Context& ctx, WeightProvider& provider, int64_t max_rows);
+
+  WeightProvider& provider() { return provider_; }
+
+  // slot_out (n_rows, n_expert_used, n_embd): row t's slot s = expert selected[t, s] applied
+  // to in row t, times weights[t, s] when weights is not null. in: (n_rows, n_embd);
+  // selected: (n_rows, n_expert_used) expert ids. Returns the provider's error, if any.
+  // REQUIRES: n_rows <= max_rows, ids < n_expert.
+  Status run(int64_t il, const ExpertTensors& t, const float* in, int64_t n_rows,
+             const int32_t* selected, const float* weights, float* slot_out);
+
+ private:
+  const HParams& hp_;
+  compute::Context& ctx_;
+  WeightProvider& provider_;
+  std::vector<float> gate_, up_;  // (max_rows, n_ff_expert)
+  std::vector<float> rows_in_;    // (max_rows, n_embd) gathered rows of one expert
+  std::vector<float> rows_out_;   // (max_rows, n_embd)
+  std::vector<int32_t> pair_of_;  // (max_rows * n_expert_used) row*k+slot per gathered row
+  std::vector<int32_t> used_;     // distinct experts of the batch (capacity n_expert)
+};
+
+}  // namespace hypura::model
