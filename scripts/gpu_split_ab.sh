@@ -182,19 +182,40 @@ if has moe; then
   ll moe 99 -ncmoe "$NCMOE" -p 0 -n 32 -r 1 > /dev/null
   peak_mib ll moe 99 -ncmoe "$NCMOE" -p 0 -n 128 -r 1 > /dev/null
   BUDGET=${MOE_BUDGET:-$(cat "$LOG/peak.txt")M}
-  stamp "moe: llama.cpp -ngl 99 -ncmoe $NCMOE (peak $(cat "$LOG/peak.txt") MiB) against hypura --vram-budget $BUDGET"
-  echo "  inspect: $(timeout 120 "$H" inspect "$M/moe.gguf" --plan --context 512 --vram-budget "$BUDGET" 2>&1 |
-    grep -E "^Prediction|GPU computes" | tr '\n' ' ')"
-  hy moe - --vram-budget "$BUDGET" -p 0 -n 32 -r 1 > /dev/null
+  stamp "moe: llama.cpp -ngl 99 -ncmoe $NCMOE (peak $(cat "$LOG/peak.txt") MiB); hypura at its VRAM and with the same placement"
+  # hypura's configurations: "label|bench args" (default: llama.cpp's peak as the budget, and
+  # llama.cpp's placement, every routed expert in RAM).
+  CONFIGS=${MOE_CONFIGS:-"budget $BUDGET|--vram-budget $BUDGET
+experts in RAM|--cpu-moe-layers $NCMOE"}
+  while IFS='|' read -r label args; do
+    # shellcheck disable=SC2086
+    echo "  $label: inspect $(timeout 120 "$H" inspect "$M/moe.gguf" --plan --context 512 $args 2>&1 |
+      grep -E "^Prediction|GPU computes|GPU .* of " | tr '\n' ' ')"
+    # shellcheck disable=SC2086
+    hy moe - $args -p 0 -n 32 -r 1 > /dev/null
+  done <<< "$CONFIGS"
   for i in $(seq "${ROUNDS:-2}"); do
-    line="  tg128 round $i: hypura $(peak_mib hy moe - --vram-budget "$BUDGET" -p 0 -n 128 -r 3)"
-    echo "$line (peak $(cat "$LOG/peak.txt") MiB) | llama.cpp $(ll moe 99 -ncmoe "$NCMOE" -p 0 -n 128 -r 3)"
+    line="  tg128 round $i:"
+    while IFS='|' read -r label args; do
+      # shellcheck disable=SC2086
+      line+=" $label $(peak_mib hy moe - $args -p 0 -n 128 -r 3)(peak $(cat "$LOG/peak.txt") MiB) |"
+    done <<< "$CONFIGS"
+    echo "$line llama.cpp $(ll moe 99 -ncmoe "$NCMOE" -p 0 -n 128 -r 3)"
   done
-  echo "  pp512: hypura $(hy moe - --vram-budget "$BUDGET" -p 512 -n 0 -r 2) | llama.cpp $(ll moe 99 -ncmoe "$NCMOE" -p 512 -n 0 -r 2) | no mmap $(ll moe 99 -ncmoe "$NCMOE" -mmp 0 -p 512 -n 0 -r 2)"
-  timeout 300 "$H" bench "$M/moe.gguf" --device cuda --vram-budget "$BUDGET" -p 0 -n 128 -r 3 --json \
-    > "$LOG/moe_bench.json" 2> "$LOG/moe_bench.err" || tail -3 "$LOG/moe_bench.err"
-  grep -E "device:" "$LOG/moe_bench.err" | sed 's/^/  /'
-  json_summary "$LOG/moe_bench.json"
+  line="  pp512:"
+  while IFS='|' read -r label args; do
+    # shellcheck disable=SC2086
+    line+=" $label $(hy moe - $args -p 512 -n 0 -r 2)|"
+  done <<< "$CONFIGS"
+  echo "$line llama.cpp $(ll moe 99 -ncmoe "$NCMOE" -p 512 -n 0 -r 2) | no mmap $(ll moe 99 -ncmoe "$NCMOE" -mmp 0 -p 512 -n 0 -r 2)"
+  while IFS='|' read -r label args; do
+    # shellcheck disable=SC2086
+    timeout 300 "$H" bench "$M/moe.gguf" --device cuda $args -p 0 -n 128 -r 3 --json \
+      > "$LOG/moe_bench.json" 2> "$LOG/moe_bench.err" || tail -3 "$LOG/moe_bench.err"
+    echo "  $label, bench with references:"
+    grep -E "device:" "$LOG/moe_bench.err" | sed 's/^/  /'
+    json_summary "$LOG/moe_bench.json"
+  done <<< "$CONFIGS"
   stamp "moe done"
 fi
 if has b70; then

@@ -77,6 +77,7 @@ struct EngineFlags {
   uint64_t ram_budget = 0;       // 0: the profile's usable memory
   uint64_t vram_budget = 0;      // 0: the GPU's free memory less a reserve
   int gpu_layers = -1;           // --gpu-layers N; -1: as many as fit
+  int cpu_moe_layers = -1;       // --cpu-moe-layers N; -1: as the budget decides
   std::string profile;           // --profile FILE
   std::string expert_predictor;  // --expert-predictor; empty: the default (both)
   int expert_lookahead = 0;      // --expert-lookahead 1..4; 0: the default (1)

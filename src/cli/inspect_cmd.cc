@@ -33,7 +33,8 @@ struct InspectArgs {
   std::string profile;
   std::string reserve;  // --reserve SIZE ("": the profile's)
   int64_t context = 4096;
-  int gpu_layers = -1;  // --gpu-layers N: at most N (the last) layers on the GPU; -1: as fit
+  int gpu_layers = -1;      // --gpu-layers N: at most N (the last) layers on the GPU; -1: as fit
+  int cpu_moe_layers = -1;  // --cpu-moe-layers N: experts of the first N layers in RAM
 };
 
 // The plan run, bench and serve would execute with these options (runtime::plan_weights),
@@ -48,6 +49,7 @@ Result<scheduler::PlannedModel> plan_for(const gguf::GgufFile& file, const std::
   eo.gpu_budget = args.vram_budget;
   eo.profile_path = args.profile;
   eo.gpu_layers = args.gpu_layers;
+  eo.cpu_moe_layers = args.cpu_moe_layers;
   scheduler::PlanRequest request = runtime::plan_request(eo, device);
   if (!args.reserve.empty()) {
     auto reserve = parse_size(args.reserve);
@@ -139,6 +141,9 @@ std::function<int()> setup_inspect(CLI::App& app) {
   app.add_option("--gpu-layers", args->gpu_layers,
                  "with --plan: at most this many (the last) layers on the GPU, as run's "
                  "--gpu-layers (default: as many as fit)");
+  app.add_option("--cpu-moe-layers", args->cpu_moe_layers,
+                 "with --plan: a MoE model's routed experts of the first N layers in RAM, as "
+                 "run's --cpu-moe-layers");
   return [args] { return run_inspect(*args); };
 }
 

@@ -101,6 +101,12 @@ void add_engine_flags(CLI::App& app, EngineFlags* flags) {
          "at most this many of the last layers on the GPU (like llama.cpp's -ngl; default: as many "
          "as fit the GPU's memory); the output head goes there whenever it fits")
       ->check(CLI::Range(0, 1 << 20));
+  app.add_option(
+         "--cpu-moe-layers", flags->cpu_moe_layers,
+         "MoE on a GPU: keep the routed experts of the first N layers in RAM, computed by the CPU, "
+         "and the rest of every layer on the GPU (like llama.cpp's --n-cpu-moe; default: as the "
+         "--vram-budget decides)")
+      ->check(CLI::Range(0, 1 << 20));
   add_profile_option(app, &flags->profile);
   app.add_option("--expert-predictor", flags->expert_predictor,
                  "MoE expert streaming: what guesses the next layer's experts to read ahead "
@@ -122,6 +128,7 @@ runtime::EngineOptions engine_options(const EngineFlags& flags, const std::strin
   eo.ram_budget = flags.ram_budget;
   eo.gpu_budget = flags.vram_budget;
   eo.gpu_layers = flags.gpu_layers;
+  eo.cpu_moe_layers = flags.cpu_moe_layers;
   eo.profile_path = flags.profile;
   eo.expert_predictor = flags.expert_predictor;
   eo.expert_lookahead = flags.expert_lookahead;

@@ -270,7 +270,9 @@ class CudaBlocks final : public Blocks {
   Status moe_small(const WeightView (&e)[3], const float* in, const cuda::ActQ8* act,
                    float* slot_out);
   Status moe_batch(const FfnViews& w, int64_t il, const float* in, float* out);
-  bool experts_on_host(int64_t il) const { return host_.experts != nullptr && il < host_.n_layers; }
+  bool experts_on_host(int64_t il) const {
+    return host_.experts != nullptr && il < host_.n_layers && n_tokens_ < host_.max_rows;
+  }
   // The experts of a HostExpertLayers layer (cuda_blocks.h): the rows and the selection
   // down, the CPU's slot outputs up, in slot_out.
   void moe_on_host(int64_t il, const FfnViews& w, const float* in, float* slot_out);

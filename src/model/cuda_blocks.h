@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 
 #include "common/status.h"
@@ -57,9 +58,12 @@ uint64_t cuda_blocks_bytes(const HParams& hp, const gguf::GgufFile& file, int64_
 // the normalized rows and the selection to pinned host memory, a host callback on the
 // stream (a node of the step's CUDA graph) runs `experts` on them, the slot outputs go
 // back up and the GPU sums them by the routing weights as for its own experts.
+// Batches of max_rows rows or more use the provider's views of those experts instead
+// (a split's prompts, whose provider stages them: tiers/staged_weights.h).
 struct HostExpertLayers {
   HostExperts* experts = nullptr;
   int64_t n_layers = 0;
+  int64_t max_rows = std::numeric_limits<int64_t>::max();
 };
 
 // The GPU blocks on the current CUDA device. device_weights must hand out device views of

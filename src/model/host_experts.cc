@@ -35,7 +35,7 @@ void gated_activation(compute::Context& ctx, FfnAct act, float* gate, const floa
 
 HostExperts::HostExperts(const HParams& hp, compute::Context& ctx, WeightProvider& provider,
                          int64_t max_rows)
-    : hp_(hp), ctx_(ctx), provider_(provider) {
+    : hp_(hp), ctx_(ctx), provider_(provider), max_rows_(max_rows) {
   const auto rows = [&](int64_t width) { return static_cast<size_t>(max_rows * width); };
   gate_.resize(rows(hp.n_ff_expert));
   up_.resize(rows(hp.n_ff_expert));
@@ -52,6 +52,8 @@ HostExperts::HostExperts(const HParams& hp, compute::Context& ctx, WeightProvide
 Status HostExperts::run(int64_t il, const ExpertTensors& t, const float* in, int64_t n_rows,
                         const int32_t* selected, const float* weights, float* slot_out) {
   const int64_t k = hp_.n_expert_used, e = hp_.n_embd;
+  if (n_rows == 1 && provider_.routing() == nullptr && k <= max_rows_)
+    return run_one_row(il, t, in, selected, weights, slot_out);
   used_.assign(selected, selected + n_rows * k);
   std::sort(used_.begin(), used_.end());
   used_.erase(std::unique(used_.begin(), used_.end()), used_.end());
@@ -82,6 +84,45 @@ Status HostExperts::run(int64_t il, const ExpertTensors& t, const float* in, int
       std::memcpy(dst, rows_out_.data() + r * e, static_cast<size_t>(e) * 4);
       if (weights != nullptr) compute::scale(dst, weights[i], e);
     }
+  }
+  return Status::ok();
+}
+
+// One row (a decode step): every selected expert reads the same input, so their gate and
+// up products share pool jobs (matmul_shared, up to kMaxSharedProducts products each) and
+// one job applies the activation to all; only the downs, whose inputs differ, run one by
+// one. Each product is bit for bit the one run() computes expert by expert. The views of
+// all the experts are taken in one call, which a provider without on-demand reads serves
+// from memory (routing() null: nothing to overlap).
+Status HostExperts::run_one_row(int64_t il, const ExpertTensors& t, const float* in,
+                                const int32_t* selected, const float* weights, float* slot_out) {
+  const int64_t k = hp_.n_expert_used, e = hp_.n_embd, ff = hp_.n_ff_expert;
+  requests_.clear();
+  for (int64_t s = 0; s < k; ++s) {
+    for (TensorId id : {t.gate, t.up, t.down}) requests_.push_back({id, selected[s]});
+  }
+  views_.resize(requests_.size());
+  HYPURA_RETURN_IF_ERROR(provider_.acquire_experts(static_cast<int>(il), requests_, views_));
+  constexpr int kPerJob = compute::Context::kMaxSharedProducts;
+  const WeightView* ws[kPerJob];
+  float* outs[kPerJob];
+  int n = 0;
+  for (int64_t s = 0; s < k; ++s) {
+    for (int part = 0; part < 2; ++part) {  // gate, up
+      ws[n] = &views_[static_cast<size_t>(3 * s + part)];
+      outs[n++] = (part == 0 ? gate_.data() : up_.data()) + s * ff;
+      if (n == kPerJob) {
+        ctx_.matmul_shared(ws, outs, n, in, 1);
+        n = 0;
+      }
+    }
+  }
+  if (n > 0) ctx_.matmul_shared(ws, outs, n, in, 1);
+  gated_activation(ctx_, FfnAct::kSilu, gate_.data(), up_.data(), k * ff);
+  for (int64_t s = 0; s < k; ++s) {
+    float* dst = slot_out + s * e;
+    ctx_.matmul(views_[static_cast<size_t>(3 * s + 2)], gate_.data() + s * ff, 1, dst);
+    if (weights != nullptr) compute::scale(dst, weights[s], e);
   }
   return Status::ok();
 }

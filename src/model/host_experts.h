@@ -52,9 +52,15 @@ class HostExperts {
              const int32_t* selected, const float* weights, float* slot_out);
 
  private:
+  Status run_one_row(int64_t il, const ExpertTensors& t, const float* in, const int32_t* selected,
+                     const float* weights, float* slot_out);
+
   const HParams& hp_;
   compute::Context& ctx_;
   WeightProvider& provider_;
+  int64_t max_rows_;
+  std::vector<ExpertRequest> requests_;  // run_one_row's, (n_expert_used * 3)
+  std::vector<WeightView> views_;
   std::vector<float> gate_, up_;  // (max_rows, n_ff_expert)
   std::vector<float> rows_in_;    // (max_rows, n_embd) gathered rows of one expert
   std::vector<float> rows_out_;   // (max_rows, n_embd)

@@ -228,10 +228,6 @@ class LocalEngine final : public Engine {
   std::unique_ptr<StepBatcher> batcher_;  // owns the one Forward all sessions share
   Result<std::unique_ptr<model::Forward>> make_forward(int64_t n_ctx);
   Status stage_host_layers();
-  Result<std::vector<model::ForwardStage>> gpu_stages(const std::shared_ptr<model::Blocks>& cpu,
-                                                      model::WeightProvider& weights,
-                                                      int64_t gpu_from, int64_t n_ctx,
-                                                      model::HostExpertLayers host = {});
   mutable std::once_flag vocab_index_once_;
   mutable std::unique_ptr<grammar::VocabIndex> vocab_index_;
 };
@@ -431,22 +427,10 @@ Status LocalEngine::stage_host_layers() {
   return Status::ok();
 }
 
-// The GPU stage (its layers and the head, or every layer with `weights` = the staged
-// ones), after `cpu` (when not null: the embedding, and the layers before `gpu_from`).
-Result<std::vector<model::ForwardStage>> LocalEngine::gpu_stages(
-    const std::shared_ptr<model::Blocks>& cpu, model::WeightProvider& weights, int64_t gpu_from,
-    int64_t n_ctx, model::HostExpertLayers host) {
-  std::vector<model::ForwardStage> stages;
-  if (cpu) stages.push_back({cpu, gpu_from});
-  HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<model::Blocks> blocks,
-                          model::make_cuda_blocks(model_->hparams(), model_->weights(), file_,
-                                                  weights, kMaxBatch, n_ctx, host));
-  stages.push_back({std::move(blocks), model_->hparams().n_layer});
-  return stages;
-}
-
 // The Forward's scratch (work buffers for kMaxBatch rows, attention partials for n_ctx
-// keys) on the engine's device; a split model's CPU stage serves both stage lists.
+// keys) on the engine's device. A split model's CPU stage and GPU blocks serve both stage
+// lists: the GPU's provider is then the staged one, which hands out device views of what
+// the GPU holds and stages the rest only for the wide passes that ask for it.
 Result<std::unique_ptr<model::Forward>> LocalEngine::make_forward(int64_t n_ctx) {
   if (!on_gpu())
     return std::make_unique<model::Forward>(model_, *ctx_, provider(), kMaxBatch, n_ctx);
@@ -455,8 +439,8 @@ Result<std::unique_ptr<model::Forward>> LocalEngine::make_forward(int64_t n_ctx)
     cpu = std::make_shared<model::CpuBlocks>(model_->hparams(), model_->weights(), *ctx_,
                                              provider(), kMaxBatch, n_ctx);
   }
-  // The expert split: decode steps (and prompts without staging) compute the host experts
-  // on the CPU; staged prompts copy them to the GPU instead.
+  // The expert split: batches under kWidePromptRows rows (and every batch when nothing is
+  // staged) compute the host experts on the CPU; staged prompts copy them to the GPU.
   model::HostExpertLayers host;
   if (const int n = weights_->plan().gpu.host_experts; n > 0) {
     if (!host_experts_) {
@@ -464,12 +448,21 @@ Result<std::unique_ptr<model::Forward>> LocalEngine::make_forward(int64_t n_ctx)
           std::make_unique<model::HostExperts>(model_->hparams(), *ctx_, provider(), kMaxBatch);
     }
     host = {host_experts_.get(), first_gpu_layer() + n};
+    if (wide_prompts()) host.max_rows = kWidePromptRows;
   }
-  HYPURA_ASSIGN_OR_RETURN(auto stages,
-                          gpu_stages(cpu, *device_weights_, first_gpu_layer(), n_ctx, host));
+  model::WeightProvider& gpu_weights =
+      wide_prompts() ? static_cast<model::WeightProvider&>(*staged_weights_) : *device_weights_;
+  HYPURA_ASSIGN_OR_RETURN(std::shared_ptr<model::Blocks> gpu,
+                          model::make_cuda_blocks(model_->hparams(), model_->weights(), file_,
+                                                  gpu_weights, kMaxBatch, n_ctx, host));
+  std::vector<model::ForwardStage> stages;
+  if (cpu) stages.push_back({cpu, first_gpu_layer()});
+  stages.push_back({gpu, model_->hparams().n_layer});
   auto forward = std::make_unique<model::Forward>(model_, std::move(stages), kMaxBatch);
   if (wide_prompts()) {
-    HYPURA_ASSIGN_OR_RETURN(auto wide, gpu_stages(cpu, *staged_weights_, 0, n_ctx));
+    std::vector<model::ForwardStage> wide;
+    if (cpu) wide.push_back({cpu, 0});
+    wide.push_back({gpu, model_->hparams().n_layer});
     forward->set_wide_stages(std::move(wide), kWidePromptRows);
   }
   return forward;

@@ -52,6 +52,9 @@ struct EngineOptions {
   uint64_t ram_budget = 0;  // bytes, 0: from the hardware profile
   uint64_t gpu_budget = 0;  // --vram-budget, bytes; 0: the GPU's free memory less a reserve
   int gpu_layers = -1;  // --gpu-layers: at most this many (the last) layers on the GPU; -1: as fit
+  // --cpu-moe-layers: a MoE model's routed experts of the first N layers in RAM (the expert
+  // split, scheduler::Budgets::min_host_expert_layers); -1: as the GPU's memory decides.
+  int cpu_moe_layers = -1;
   std::string device = "auto";  // auto, cpu or cuda (runtime/device_choice.h)
   std::string profile_path;     // plan with this profile JSON; empty: the cache or a measurement
   std::string trace_path;       // expert-streaming: write the routing trace here at unload

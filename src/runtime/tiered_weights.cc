@@ -112,6 +112,7 @@ scheduler::PlanRequest plan_request(const EngineOptions& o) {
   if (o.ram_budget > 0) r.budgets.ram_bytes = o.ram_budget;
   if (o.gpu_budget > 0) r.budgets.gpu_bytes = o.gpu_budget;
   r.budgets.max_gpu_layers = o.gpu_layers;
+  r.budgets.min_host_expert_layers = o.cpu_moe_layers;
   r.budgets.n_ctx = o.n_ctx > 0 ? o.n_ctx : 4096;
   r.budgets.n_seq = o.n_parallel;
   r.cap_context = !o.n_ctx_past_trained;

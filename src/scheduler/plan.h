@@ -43,6 +43,9 @@ struct Budgets {
   int kv_bytes_per_element = 2;           // F16 KV cache (4 for F32)
   bool use_gpu = true;                    // false: plan without the GPU tier
   int max_gpu_layers = -1;  // --gpu-layers: at most this many on a discrete GPU (-1: as fit)
+  // --cpu-moe-layers: a MoE model on a discrete GPU keeps at least the routed experts of the
+  // first N layers in RAM (the expert split, even when more would fit; -1: as fit).
+  int min_host_expert_layers = -1;
 };
 
 // Constants of the cost model, in one place (docs/PLANNER.md explains each).

@@ -228,7 +228,8 @@ std::vector<bool> gpu_expert_split(const ModelTensors& m, const Budgets& b, cons
   if (!lim.has_gpu || need > lim.gpu) return {};
   uint64_t room = lim.gpu - need;
   int first = m.n_layer;  // the first layer whose experts are on the GPU
-  while (first > 0 && experts[static_cast<size_t>(first - 1)] <= room) {
+  const int lowest = std::clamp(b.min_host_expert_layers, 0, m.n_layer);
+  while (first > lowest && experts[static_cast<size_t>(first - 1)] <= room) {
     room -= experts[static_cast<size_t>(first - 1)];
     --first;
   }
@@ -240,14 +241,17 @@ std::vector<bool> gpu_expert_split(const ModelTensors& m, const Budgets& b, cons
   return on;
 }
 
-// The GPU's tensors: everything when it fits, else for a MoE model the expert split
-// (unless --gpu-layers asks for whole layers), else a suffix of whole layers.
+// The GPU's tensors: everything when it fits (and --cpu-moe-layers asks for no host
+// experts), else for a MoE model the expert split (unless --gpu-layers asks for whole
+// layers), else a suffix of whole layers.
 std::vector<bool> gpu_placement(const ModelTensors& m, const Budgets& b, const CostModel& c,
                                 const Limits& lim, bool expert_split) {
   std::vector<bool> on = gpu_suffix(m, b, c, lim);
   bool every_layer = true;
   for (size_t i = 0; i < on.size(); ++i) every_layer &= on[i] || m.tensors[i].layer < 0;
-  if (every_layer || !expert_split || m.n_expert == 0 || b.max_gpu_layers >= 0) return on;
+  const bool asked = b.min_host_expert_layers > 0;
+  if ((every_layer && !asked) || !expert_split || m.n_expert == 0 || b.max_gpu_layers >= 0)
+    return on;
   std::vector<bool> split = gpu_expert_split(m, b, c, lim);
   return split.empty() ? on : split;
 }

@@ -901,6 +901,12 @@ TEST(DiscreteGpu, MoeSplitsItsExpertsFirst) {
     last_host = plan.gpu.host_experts;
     last_tok_s = plan.prediction.tok_per_s;
   }
+  // --cpu-moe-layers: at least that many layers' experts in RAM, even when more would fit.
+  Budgets asked = gpu_budget(uint64_t{64} << 30);
+  asked.min_host_expert_layers = 20;
+  const Plan forced = must_place(m, p, asked);
+  EXPECT_EQ(forced.gpu.layers, m.n_layer);
+  EXPECT_EQ(forced.gpu.host_experts, 20);
   Budgets whole = gpu_budget(uint64_t{16} << 30);
   whole.max_gpu_layers = 8;
   const Plan layers = must_place(m, p, whole);

@@ -127,15 +127,15 @@ Status StagedWeights::stage(int layer, model::TensorId id, compute::WeightView* 
 
 // A host layer's tensors staged one by one (each acquire of the host provider returns
 // views valid until its release), then the device waits for the copies: a pageable copy
-// may return before its transfer ends.
+// may return before its transfer ends. An acquire that stages nothing (a device layer, or
+// an expert split's attention) is pointer arithmetic and never waits: a decode pass of the
+// same GPU blocks goes through this provider while its CUDA graph is being captured.
 Status StagedWeights::acquire(int layer, std::span<const model::TensorId> ids,
                               std::span<compute::WeightView> out) {
-  if (!host_layer(layer)) {
-    // Past the host layers (or a new pass): the last one goes back to the host provider
-    // once the device is done with it, so no host layer stays held between passes.
-    if (layer_ != -2) HYPURA_RETURN_IF_ERROR(start_layer(-2));
-    return device_.acquire(layer, ids, out);
-  }
+  const bool stages_any = host_layer(layer) &&
+                          std::any_of(ids.begin(), ids.end(),
+                                      [&](model::TensorId id) { return staged_tensor(layer, id); });
+  if (!stages_any) return device_.acquire(layer, ids, out);
   HYPURA_RETURN_IF_ERROR(start_layer(layer));
   for (size_t i = 0; i < ids.size(); ++i) {
     if (staged_tensor(layer, ids[i])) {
@@ -172,8 +172,11 @@ Status StagedWeights::acquire_experts(int layer, std::span<const model::ExpertRe
 }
 
 // The slot stays with its layer until the next one starts (start_layer), when the device
-// is known to be done with it; the host provider's release waits until then too.
+// is known to be done with it; the host provider's release waits until then too, or until
+// the pass ends (release(-1), after the blocks' finish() synchronized), so no host layer
+// stays held between passes.
 void StagedWeights::release(int layer) {
+  if (layer < 0 && layer_ != -2) (void)start_layer(-2);
   if (!host_layer(layer)) device_.release(layer);
 }
 
