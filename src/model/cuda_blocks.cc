@@ -4,10 +4,7 @@
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <functional>
-#include <iterator>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +19,7 @@
 #include "compute/cuda/device.h"
 #include "compute/cuda/fused.h"
 #include "compute/cuda/gemm.h"
+#include "compute/cuda/host_signal.h"
 #include "compute/cuda/matvec.h"
 #include "compute/cuda/moe.h"
 #include "compute/cuda/norm.h"
@@ -274,16 +272,24 @@ class CudaBlocks final : public Blocks {
     return host_.experts != nullptr && il < host_.n_layers && n_tokens_ < host_.max_rows;
   }
   // The experts of a HostExpertLayers layer (cuda_blocks.h): the rows and the selection
-  // down, the CPU's slot outputs up, in slot_out.
+  // down, a handshake with the host thread (host_signal.h), the CPU's slot outputs up, in
+  // slot_out. The host thread serves the layer when it reaches serve_host_calls().
   void moe_on_host(int64_t il, const FfnViews& w, const float* in, float* slot_out);
-  // What a host callback computes: one layer's experts for a batch of n_rows rows. Kept
-  // for the blocks' lifetime, since a graph replays the callback with the same argument.
+  // One layer's experts for a batch of n_rows rows, computed by the host thread.
   struct HostCall {
-    CudaBlocks* self;
     int64_t il, n_rows;
     ExpertTensors tensors;
   };
-  static void run_host_call(void* call);
+  // Serves the step's host calls from `first` on, in order: waits for each layer's rows,
+  // computes its experts, lets the stream go on. Called once everything before is queued
+  // (finish) or before the host waits for the stream (moe_batch), never while capturing.
+  Status serve_host_calls(std::span<const HostCall> calls);
+  Status serve_pending_host_calls() {
+    const std::span<const HostCall> pending(step_calls_.data() + step_served_,
+                                            step_calls_.size() - step_served_);
+    step_served_ = step_calls_.size();
+    return serve_host_calls(pending);
+  }
   void gather_last_rows();
 
   Sizes sizes_;
@@ -303,10 +309,12 @@ class CudaBlocks final : public Blocks {
   HostExpertLayers host_;
   cuda::PinnedBuffer expert_rows_host_;  // (max_batch, n_embd) a host layer's expert input
   cuda::PinnedBuffer slots_host_;        // (max_batch, k, n_embd) its slot outputs
-  std::deque<HostCall> host_calls_;
-  std::mutex host_mu_;
-  Status host_error_;  // the first error of a host callback (host_mu_), returned by finish()
-  Status error_;       // the first error of the batch, returned by finish()
+  cuda::PinnedBuffer flags_;             // (n_layer) HostFlag per layer, mapped
+  cuda::HostFlag* flags_dev_ = nullptr;  // their device address
+  std::vector<uint32_t> served_;         // (n_layer) handshakes the host completed
+  std::vector<HostCall> step_calls_;     // this (eager or captured) step's, in order
+  size_t step_served_ = 0;               // step_calls_ served so far
+  Status error_;                         // the first error of the batch, returned by finish()
   PendingNorm pending_;
   PendingProduct product_;
   Mode mode_ = Mode::kEager;
@@ -316,6 +324,7 @@ class CudaBlocks final : public Blocks {
     std::vector<const void*> kv;  // the KV caches' storage the graph reads and writes, in order
     int64_t bucket = 0;
     cuda::Graph graph;
+    std::vector<HostCall> host_calls;  // the handshakes each replay needs served, in order
   };
   std::vector<const void*> step_kv_;  // this step's caches (start_step)
   std::vector<StepGraph> graphs_;
@@ -352,6 +361,12 @@ Status CudaBlocks::init(const gguf::GgufFile& file) {
     const auto rows = static_cast<size_t>(max_batch_ * hp_.n_embd) * 4;
     HYPURA_ASSIGN_OR_RETURN(expert_rows_host_, cuda::PinnedBuffer::allocate(rows));
     HYPURA_ASSIGN_OR_RETURN(slots_host_, cuda::PinnedBuffer::allocate(rows * sizes_.k));
+    const auto n_flags = static_cast<size_t>(hp_.n_layer);
+    HYPURA_ASSIGN_OR_RETURN(flags_, cuda::PinnedBuffer::allocate(n_flags * sizeof(cuda::HostFlag)));
+    std::fill_n(flags_.as<cuda::HostFlag>(), n_flags, cuda::HostFlag{});
+    HYPURA_ASSIGN_OR_RETURN(void* dev, cuda::mapped_device_pointer(flags_.data()));
+    flags_dev_ = static_cast<cuda::HostFlag*>(dev);
+    served_.assign(n_flags, 0);
   }
   const char* graphs = std::getenv("HYPURA_CUDA_GRAPHS");
   use_graphs_ = graphs == nullptr || std::string(graphs) != "0";
@@ -393,6 +408,8 @@ void CudaBlocks::start_step() {
 // first node of a graph, whose replays copy what this staged. The previous batch ended
 // with a synchronize (finish), so the staging buffers are free.
 void CudaBlocks::stage_step(const int32_t* tokens) {
+  step_calls_.clear();
+  step_served_ = 0;
   int32_t* host = step_host_.as<int32_t>();
   if (tokens != nullptr) std::memcpy(host, tokens, static_cast<size_t>(n_tokens_) * 4);
   std::copy_n(row_pos_.data(), n_tokens_, host + max_batch_);
@@ -748,6 +765,7 @@ Status CudaBlocks::moe_batch(const FfnViews& w, int64_t il, const float* in, flo
   int32_t* pairs = pairs_host_.as<int32_t>();
   HYPURA_RETURN_IF_ERROR(
       cuda::copy_to_host_async(sel, ints(lay_.selected), static_cast<size_t>(n_pairs) * 4, s()));
+  HYPURA_RETURN_IF_ERROR(serve_pending_host_calls());  // earlier host layers of this pass
   HYPURA_RETURN_IF_ERROR(stream_.synchronize());
   // Counting sort of the pairs by expert, pairs ascending within an expert.
   std::fill(expert_begin_.begin(), expert_begin_.end(), 0);
@@ -791,33 +809,39 @@ Status CudaBlocks::moe_batch(const FfnViews& w, int64_t il, const float* in, flo
 
 void CudaBlocks::moe_on_host(int64_t il, const FfnViews& w, const float* in, float* slot_out) {
   const int64_t k = hp_.n_expert_used, e = hp_.n_embd;
-  auto call = std::find_if(host_calls_.begin(), host_calls_.end(),
-                           [&](const HostCall& c) { return c.il == il && c.n_rows == n_tokens_; });
-  if (call == host_calls_.end()) {
-    host_calls_.push_back({this, il, n_tokens_, {w.gate_exps, w.up_exps, w.down_exps}});
-    call = std::prev(host_calls_.end());
-  }
   const auto rows = static_cast<size_t>(n_tokens_ * e) * 4;
   fail(cuda::copy_to_host_async(expert_rows_host_.data(), in, rows, s()));
   fail(cuda::copy_to_host_async(sel_host_.data(), ints(lay_.selected),
                                 static_cast<size_t>(n_tokens_ * k) * 4, s()));
-  fail(cuda::launch_host_func(s(), &CudaBlocks::run_host_call, &*call));
+  cuda::signal_host(flags_dev_ + il, s());
+  cuda::wait_for_host(flags_dev_ + il, s());
   fail(
       cuda::copy_to_device_async(slot_out, slots_host_.data(), rows * static_cast<size_t>(k), s()));
+  step_calls_.push_back({il, n_tokens_, {w.gate_exps, w.up_exps, w.down_exps}});
 }
 
-// On the driver's callback thread, while the stream waits: the forward pass's thread is
-// blocked in finish() (or queueing later ops), so the CPU's pool is free.
-void CudaBlocks::run_host_call(void* arg) {
-  const auto* call = static_cast<const HostCall*>(arg);
-  CudaBlocks& b = *call->self;
-  Status st =
-      b.host_.experts->run(call->il, call->tensors, b.expert_rows_host_.as<float>(), call->n_rows,
-                           b.sel_host_.as<int32_t>(), nullptr, b.slots_host_.as<float>());
-  if (st.is_ok()) return;
-  std::lock_guard<std::mutex> lock(b.host_mu_);
-  if (b.host_error_.is_ok())
-    b.host_error_ = st.with_context("the CPU's experts of layer " + std::to_string(call->il));
+// The stream raises a layer's flag once its rows are down, and waits on it until the host
+// copies it to `done`: the host's wait is bounded too, so a stream that died (an earlier
+// kernel failed) fails the pass instead of hanging it.
+Status CudaBlocks::serve_host_calls(std::span<const HostCall> calls) {
+  constexpr double kTimeoutS = 30;
+  cuda::HostFlag* flags = flags_.as<cuda::HostFlag>();
+  Status first;
+  for (const HostCall& c : calls) {
+    cuda::HostFlag& flag = flags[c.il];
+    const uint32_t round = served_[static_cast<size_t>(c.il)] + 1;
+    if (!flag.wait_ready(round, kTimeoutS)) {
+      return Status(StatusCode::kInternal,
+                    "the GPU never handed layer " + std::to_string(c.il) + "'s rows to the CPU");
+    }
+    Status st = host_.experts->run(c.il, c.tensors, expert_rows_host_.as<float>(), c.n_rows,
+                                   sel_host_.as<int32_t>(), nullptr, slots_host_.as<float>());
+    if (first.is_ok() && !st.is_ok())
+      first = st.with_context("the CPU's experts of layer " + std::to_string(c.il));
+    flag.set_done(round);  // even after an error: the stream must not wait in vain
+    served_[static_cast<size_t>(c.il)] = round;
+  }
+  return first;
 }
 
 // tmp() rows i = cur()'s last row of sequence i (device copies on the stream).
@@ -837,11 +861,16 @@ Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logi
   // graph's copy needs it); every row's, or more sequences', go straight to `logits`.
   const bool staged = logits != nullptr && !(all_logits && n_tokens_ > 1) &&
                       static_cast<int64_t>(seqs_.size()) <= kGraphSeqs;
-  Status st;
+  // The host thread serves the pass's host-expert layers (if any) once their work is
+  // queued: after the launch of a graph, before an eager pass's copies to pageable memory,
+  // which would block this thread until the stream, waiting for it, got there.
+  Status st, served;
   if (replaying()) {
     st = graphs_[replay_].graph.launch(s());
+    served = serve_host_calls(graphs_[replay_].host_calls);
   } else {
     flush_norm();
+    if (mode_ == Mode::kEager) served = serve_pending_host_calls();
     if (hidden != nullptr) {
       fail(cuda::copy_to_host_async(hidden, cur(), static_cast<size_t>(n_tokens_ * e) * 4, s()));
     }
@@ -876,20 +905,24 @@ Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logi
       auto graph = cuda::Graph::end_capture(s());
       if (graph.is_ok()) {
         if (graphs_.size() == kMaxGraphs) graphs_.erase(graphs_.begin());
-        graphs_.push_back({step_kv_, bucket_, std::move(graph).value()});
+        graphs_.push_back({step_kv_, bucket_, std::move(graph).value(), step_calls_});
         st = graphs_.back().graph.launch(s());
+        served = serve_pending_host_calls();
       } else {
         use_graphs_ = false;  // this step's work was only recorded: it is lost
         st = graph.status().with_context("capturing a decode step");
+        step_served_ = step_calls_.size();  // nothing will signal them
       }
     }
   }
+  const std::vector<HostCall>& calls = replaying() ? graphs_[replay_].host_calls : step_calls_;
   mode_ = Mode::kEager;
   Status synced = stream_.synchronize();
-  {
-    std::lock_guard<std::mutex> lock(host_mu_);
-    if (!host_error_.is_ok()) synced = std::exchange(host_error_, Status::ok());
+  for (const HostCall& c : calls) {
+    if (flags_.as<cuda::HostFlag>()[c.il].timed_out != 0)
+      served = Status(StatusCode::kInternal, "the GPU gave up waiting for the CPU's experts");
   }
+  if (!served.is_ok()) synced = served;
   if (!error_.is_ok()) synced = error_;
   if (!st.is_ok()) synced = st;
   error_ = Status::ok();

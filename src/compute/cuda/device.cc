@@ -256,8 +256,11 @@ Status copy_device_to_device_async(void* dst, const void* src, size_t bytes, Str
                      "cudaMemcpyAsync D2D");
 }
 
-Status launch_host_func(StreamHandle stream, void (*fn)(void*), void* arg) {
-  return cuda_status(cudaLaunchHostFunc(stream, fn, arg), "cudaLaunchHostFunc");
+Result<void*> mapped_device_pointer(void* host) {
+  void* device = nullptr;
+  HYPURA_RETURN_IF_ERROR(
+      cuda_status(cudaHostGetDevicePointer(&device, host, 0), "cudaHostGetDevicePointer"));
+  return device;
 }
 
 Result<double> measure_copy_bandwidth(size_t bytes, int reps) {

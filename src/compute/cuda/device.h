@@ -130,10 +130,9 @@ Status zero_device(void* dst, size_t bytes);  // cudaMemset to 0, synchronous
 Status copy_to_device_async(void* dst, const void* src, size_t bytes, StreamHandle stream);
 Status copy_to_host_async(void* dst, const void* src, size_t bytes, StreamHandle stream);
 Status copy_device_to_device_async(void* dst, const void* src, size_t bytes, StreamHandle stream);
-// Queues fn(arg) on `stream`: it runs on a driver thread once the work before it is done,
-// and the work after it waits for it (a host node when the stream is captured into a
-// graph, run at each replay). fn must not call CUDA.
-Status launch_host_func(StreamHandle stream, void (*fn)(void*), void* arg);
+// The device's address of page-locked host memory (a PinnedBuffer's), which kernels may
+// read and write directly (mapped memory).
+Result<void*> mapped_device_pointer(void* host);
 // Page-locked host memory (cudaMallocHost), freed on destruction. Move-only: the staging
 // buffers of asynchronous copies.
 class PinnedBuffer {
