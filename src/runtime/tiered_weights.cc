@@ -5,6 +5,8 @@
 #include <algorithm>
 
 #include "common/size.h"
+#include "model/cuda_blocks.h"
+#include "model/hparams.h"
 #include "runtime/engine.h"
 
 namespace hypura::runtime {
@@ -152,6 +154,12 @@ std::vector<bool> gpu_tensors(const scheduler::PlannedModel& pm, const gguf::Ggu
 
 Result<scheduler::PlannedModel> plan_weights(const gguf::GgufFile& file,
                                              scheduler::PlanRequest request) {
+  if (request.budgets.use_gpu && request.gpu) {
+    // What the GPU blocks allocate beside the weights (rows, prefill tile, BLAS workspace).
+    HYPURA_ASSIGN_OR_RETURN(const model::HParams hp, model::read_hparams(file));
+    request.budgets.gpu_work_bytes =
+        model::cuda_blocks_bytes(hp, file, request.budgets.n_batch, request.budgets.n_ctx);
+  }
   if (request.expert_frequency.empty()) {
     HYPURA_ASSIGN_OR_RETURN(scheduler::ModelTensors shape,
                             scheduler::model_tensors_from_gguf(file));

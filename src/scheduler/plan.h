@@ -40,6 +40,7 @@ struct Budgets {
   int n_seq = 1;                          // sequences decoded at once: a KV cache each
                                           // (0: plan_model picks default_parallel)
   int64_t n_batch = 512;                  // prompt tokens per batch: sizes work buffers
+  uint64_t gpu_work_bytes = 0;            // the GPU blocks' buffers (0: estimated from n_batch)
   int kv_bytes_per_element = 2;           // F16 KV cache (4 for F32)
   bool use_gpu = true;                    // false: plan without the GPU tier
   int max_gpu_layers = -1;  // --gpu-layers: at most this many on a discrete GPU (-1: as fit)
@@ -59,9 +60,12 @@ struct CostModel {
   // 4.92 GB = 1.64 TB/s of a measured 4.2 TB/s on the H200 (docs/GPU.md, 0.39).
   double gpu_efficiency = 0.39;
   double per_layer_overhead_s = 20e-6;  // norms, RoPE, attention at short contexts, per layer
-  // A layer of the expert split whose experts compute on the CPU (GpuSplit::host_experts):
-  // two small copies and a host callback on the GPU's stream, per token.
-  double host_expert_sync_s = 30e-6;
+  // A layer of the expert split whose experts compute on the CPU (GpuSplit::host_experts),
+  // per token: the rows down, the handshake with the host thread, the outputs up, and the
+  // CPU idle while the GPU computes the next layer's attention. Fitted to the moe with all
+  // its experts in RAM on the H200 host (S11-3: 77-81 tok/s measured, 85 predicted with
+  // 30 us here: 58 us a layer more).
+  double host_expert_sync_s = 90e-6;
   // The process beside weights, KV cache, work buffers and pool (process_overhead_bytes),
   // from VmRSS at each step of loading SmolLM2-135M, Qwen2.5-0.5B and Gemma-3-270M
   // (docs/PLANNER.md, "Memory accounting"):

@@ -102,6 +102,13 @@ uint64_t work_bytes(const ModelTensors& m, const Budgets& b) {
          4 * static_cast<uint64_t>(m.n_head * b.n_ctx);
 }
 
+// The GPU's work buffers: the runtime's own figure for its GPU blocks when it gave one
+// (Budgets::gpu_work_bytes: prompt-sized rows, the F16 tile of the prefill products, the
+// BLAS workspace), never less than the host's estimate.
+uint64_t gpu_work_bytes(const ModelTensors& m, const Budgets& b) {
+  return std::max(work_bytes(m, b), b.gpu_work_bytes);
+}
+
 uint64_t kv_bytes(const ModelTensors& m, const Budgets& b) {
   return m.kv_elements_per_token * static_cast<uint64_t>(b.n_ctx) *
          static_cast<uint64_t>(b.kv_bytes_per_element) *
@@ -136,20 +143,20 @@ std::vector<uint64_t> layer_bytes(const ModelTensors& m) {
 }
 
 // What a split (some layers on the CPU) costs the GPU beyond the layers it holds: prompts
-// run every layer there (runtime: StagedWeights, KvCache's mirror), so it holds every
-// layer's KV rows, a slot for the largest host layer and a second set of work buffers.
+// run every layer there (runtime: StagedWeights, KvCache's mirror, the same GPU blocks),
+// so it holds every layer's KV rows and a slot for the largest host layer.
 // `bytes`: layer_bytes(m).
 uint64_t split_overhead(const ModelTensors& m, const Budgets& b, const std::vector<uint64_t>& bytes,
                         int first_gpu_layer) {
   const uint64_t slot =
       first_gpu_layer > 0 ? *std::max_element(bytes.begin(), bytes.begin() + first_gpu_layer) : 0;
-  return kv_bytes(m, b) + work_bytes(m, b) + slot;
+  return kv_bytes(m, b) + slot;
 }
 
 // The GPU's fixed share: work buffers, the CUDA context, the head (output norm and matrix).
 uint64_t gpu_fixed_bytes(const ModelTensors& m, const Budgets& b, const CostModel& c) {
   const TensorDesc* head = head_matrix(m);
-  uint64_t fixed = work_bytes(m, b) + c.gpu_context_bytes + (head != nullptr ? head->bytes : 0);
+  uint64_t fixed = gpu_work_bytes(m, b) + c.gpu_context_bytes + (head != nullptr ? head->bytes : 0);
   for (const TensorDesc& t : m.tensors) fixed += t.role == TensorRole::kOutputNorm ? t.bytes : 0;
   return fixed;
 }
@@ -626,7 +633,7 @@ void assign_gpu(const ModelTensors& m, const Budgets& b, const CostModel& c, con
     if (t == Tier::kGpu) t = Tier::kRam;
   }
   if (!lim.has_gpu) return;
-  uint64_t fixed = work_bytes(m, b) + c.gpu_context_bytes;
+  uint64_t fixed = gpu_work_bytes(m, b) + c.gpu_context_bytes;
   if (lim.gpu <= fixed) return;
   uint64_t room = lim.gpu - fixed;
   uint64_t kv_layer = kv_bytes(m, b) / std::max(1, m.n_layer);
@@ -860,7 +867,7 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   for (size_t L = 0; L < static_cast<size_t>(m.n_layer); ++L)
     (kv_gpu[L] ? mem.kv_gpu : mem.kv_ram) += kv_layer;
   if (any_gpu) {
-    mem.work_gpu = work_bytes(m, b);
+    mem.work_gpu = gpu_work_bytes(m, b);
     mem.overhead_gpu = c.gpu_context_bytes;
   }
   // A discrete GPU's split: the host layers' KV rows mirrored, their staging slot and the
