@@ -280,9 +280,9 @@ class CudaBlocks final : public Blocks {
     int64_t il, n_rows;
     ExpertTensors tensors;
   };
-  // Serves the step's host calls from `first` on, in order: waits for each layer's rows,
-  // computes its experts, lets the stream go on. Called once everything before is queued
-  // (finish) or before the host waits for the stream (moe_batch), never while capturing.
+  // Serves host calls in order: waits for each layer's rows, computes its experts, lets the
+  // stream go on. Called once their work is queued or launched (finish) and before the
+  // host waits for the stream (moe_batch), never while capturing.
   Status serve_host_calls(std::span<const HostCall> calls);
   Status serve_pending_host_calls() {
     const std::span<const HostCall> pending(step_calls_.data() + step_served_,
@@ -867,7 +867,7 @@ Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logi
   Status st, served;
   if (replaying()) {
     st = graphs_[replay_].graph.launch(s());
-    served = serve_host_calls(graphs_[replay_].host_calls);
+    if (st.is_ok()) served = serve_host_calls(graphs_[replay_].host_calls);
   } else {
     flush_norm();
     if (mode_ == Mode::kEager) served = serve_pending_host_calls();
@@ -907,7 +907,7 @@ Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logi
         if (graphs_.size() == kMaxGraphs) graphs_.erase(graphs_.begin());
         graphs_.push_back({step_kv_, bucket_, std::move(graph).value(), step_calls_});
         st = graphs_.back().graph.launch(s());
-        served = serve_pending_host_calls();
+        if (st.is_ok()) served = serve_pending_host_calls();
       } else {
         use_graphs_ = false;  // this step's work was only recorded: it is lost
         st = graph.status().with_context("capturing a decode step");

@@ -47,7 +47,10 @@ class StagedWeights final : public model::WeightProvider {
       DeviceWeights& device, int64_t first_device_layer, std::span<uint8_t> pin = {});
   ~StagedWeights() override;
 
-  Status begin_pass() override { return host_.begin_pass(); }  // the host layers' reads
+  // Nothing: the host provider's pass is begun by the CPU stage every layer split has (it
+  // embeds the tokens: the embedding is on the GPU only when every layer is), and would
+  // count twice; an expert split's host is resident (scheduler::place), with no pass.
+  Status begin_pass() override { return Status::ok(); }
   Status acquire(int layer, std::span<const model::TensorId> ids,
                  std::span<compute::WeightView> out) override;
   Status acquire_experts(int layer, std::span<const model::ExpertRequest> requests,
