@@ -15,8 +15,8 @@
 //               matvecs over (token, slot) pairs, no host round trip; a prompt: the
 //               selection copied to the host, each used expert's rows gathered and
 //               multiplied as a matrix, the outputs scattered back, summed in slot order;
-//               experts in host memory (HostExpertLayers): computed by the CPU in a host
-//               callback on the stream, between a copy down and a copy up
+//               experts in host memory (HostExpertLayers): computed by the host thread,
+//               between a copy down and a copy up, in a handshake with the stream
 // Nothing is allocated per token; the host copies of a step are the token ids and
 // positions (one small copy) and the logits (or hidden states) at finish(), which also
 // synchronizes the stream and returns the first error of the batch.
@@ -55,9 +55,10 @@ uint64_t cuda_blocks_bytes(const HParams& hp, const gguf::GgufFile& file, int64_
 // The routed experts of layers [0, n_layers) of a MoE model stay in host memory and
 // compute on the CPU (the planner's expert split: scheduler::GpuSplit::host_experts). A
 // layer among them: the GPU computes its attention, the FFN norm and the routing, copies
-// the normalized rows and the selection to pinned host memory, a host callback on the
-// stream (a node of the step's CUDA graph) runs `experts` on them, the slot outputs go
-// back up and the GPU sums them by the routing weights as for its own experts.
+// the normalized rows and the selection to pinned host memory and raises a flag there;
+// the host thread (in finish(), after the step is queued or its CUDA graph launched) runs
+// `experts` on them and lets the stream go on (compute/cuda/host_signal.h); the slot
+// outputs go back up and the GPU sums them by the routing weights as for its own experts.
 // Batches of max_rows rows or more use the provider's views of those experts instead
 // (a split's prompts, whose provider stages them: tiers/staged_weights.h).
 struct HostExpertLayers {

@@ -13,9 +13,8 @@
 // The provider's routing hooks (route, order_experts) are called as the WeightProvider
 // contract describes, so a streaming provider overlaps its reads with the compute.
 //
-// Thread-safety: one run() at a time; the context's pool parallelises inside. run() may
-// be called from a thread other than the one that built it (a CUDA host callback) as
-// long as no other user of the context runs meanwhile.
+// Thread-safety: one run() at a time; the context's pool parallelises inside, and no
+// other user of the context may run meanwhile.
 #pragma once
 
 #include <cstdint>

@@ -659,10 +659,10 @@ TEST_P(GoldenGpu, SplitWithTheCpuAgrees) {
 
 // A MoE model's expert split (the engine's plan when the model does not fit: every layer's
 // attention and routing on the GPU, the routed experts of layers [0, h) in host memory
-// computed by the CPU in a host callback on the stream; prompts of kWidePromptRows rows or
+// computed by the host thread in a handshake with the stream; prompts of kWidePromptRows rows or
 // more copy those experts to the GPU instead) within the GPU's batch-shape tolerances of
 // the CPU, at h = 1, half and all layers: token by token (decode graphs replaying the
-// callback), in one batch, and mixed.
+// handshake), in one batch, and mixed.
 TEST_P(GoldenGpu, ExpertSplitAgrees) {
   if (!is_moe(GetParam())) GTEST_SKIP() << "dense model";
   for (const char* quant : {"-f32", "-q4_k_m"}) {

@@ -878,7 +878,7 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
     mem.work_gpu += split_overhead(m, b, layer_bytes(m), first) - kv_bytes(m, b);
   }
   // The expert split: the prompts' slot for one layer's experts, and per host-expert layer
-  // and token the round trip (rows down, a host callback, slot outputs up).
+  // and token the round trip (rows down, the handshake with the host thread, outputs up).
   if (!lim.unified && plan.gpu.host_experts > 0) {
     const std::vector<uint64_t> experts = expert_layer_bytes(m);
     mem.work_gpu += *std::max_element(experts.begin(), experts.end());
@@ -1357,8 +1357,8 @@ Result<Plan> place(const ModelTensors& m, const HardwareProfile& p, const Budget
   if (p.storage.seq_read_bps <= 0) return invalid_argument("profile has no storage read bandwidth");
   HYPURA_RETURN_IF_ERROR(check_context_sizes(m, b));
   Result<Plan> plan = place_within(m, p, b, c, limits_for(m, p, b, c));
-  // The CPU computes an expert split's host experts from RAM, in a callback on the GPU's
-  // stream; experts read from storage there are not supported yet, so such a plan gives
+  // The host thread computes an expert split's host experts from RAM between the GPU's
+  // steps; experts read from storage there are not supported yet, so such a plan gives
   // way to whole layers on the GPU.
   if (plan.is_ok() && plan->gpu.host_experts > 0 && plan->mode != Mode::kFullResident)
     plan = place_within(m, p, b, c, limits_for(m, p, b, c, /*expert_split=*/false));
