@@ -912,6 +912,14 @@ TEST(DiscreteGpu, MoeSplitsItsExpertsFirst) {
   const Plan layers = must_place(m, p, whole);
   EXPECT_EQ(layers.gpu.layers, 8);
   EXPECT_EQ(layers.gpu.host_experts, 0);
+  // Host experts must be RAM-resident (the host thread computes them between GPU steps):
+  // under a RAM budget too small for them the plan falls back to whole layers.
+  Budgets tight = gpu_budget(uint64_t{8} << 30);
+  tight.ram_bytes = uint64_t{12} << 30;
+  const Plan fallback = must_place(m, p, tight);
+  EXPECT_EQ(fallback.gpu.host_experts, 0);
+  EXPECT_LT(fallback.gpu.layers, m.n_layer);
+  expect_suffix_split(m, fallback);
 }
 
 }  // namespace
