@@ -268,6 +268,7 @@ class CudaBlocks final : public Blocks {
   Status moe_small(const WeightView (&e)[3], const float* in, const cuda::ActQ8* act,
                    float* slot_out);
   Status moe_batch(const FfnViews& w, int64_t il, const float* in, float* out);
+  void combine_slots(float* out);
   bool experts_on_host(int64_t il) const {
     return host_.experts != nullptr && il < host_.n_layers && n_tokens_ < host_.max_rows;
   }
@@ -666,16 +667,7 @@ Status CudaBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float
     matmul(w.router, in, n_tokens_, at(lay_.probs));
     cuda::moe_route(at(lay_.probs), n_tokens_, ne, k, ints(lay_.selected), at(lay_.weights), s());
     moe_on_host(il, w, in, at(lay_.slot_out));
-    float* slot_out = at(lay_.slot_out);
-    float* weights = at(lay_.weights);
-    const auto combine = [this, slot_out, weights, k, out](float* add_to) {
-      cuda::moe_combine(slot_out, weights, n_tokens_, k, hp_.n_embd, out, s(), add_to);
-    };
-    if (n_tokens_ <= kCudaSmallBatch) {
-      defer_product(out, combine);
-    } else {
-      combine(nullptr);
-    }
+    combine_slots(out);
     return Status::ok();
   }
   if (n_tokens_ > kCudaSmallBatch) {
@@ -683,7 +675,7 @@ Status CudaBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float
     matmul(w.router, in, n_tokens_, at(lay_.probs));
     cuda::moe_route(at(lay_.probs), n_tokens_, ne, k, ints(lay_.selected), at(lay_.weights), s());
     HYPURA_RETURN_IF_ERROR(moe_batch(w, il, in, at(lay_.slot_out)));
-    cuda::moe_combine(at(lay_.slot_out), at(lay_.weights), n_tokens_, k, hp_.n_embd, out, s());
+    combine_slots(out);
     return Status::ok();
   }
   // Few tokens: the pending norm and the rounding of its output for the experts' gate and up
@@ -714,12 +706,24 @@ Status CudaBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float
   }
   cuda::moe_route(at(lay_.probs), n_tokens_, ne, k, ints(lay_.selected), at(lay_.weights), s());
   HYPURA_RETURN_IF_ERROR(moe_small(e0, in, have_act ? &act : nullptr, at(lay_.slot_out)));
+  combine_slots(out);
+  return Status::ok();
+}
+
+// out = the slot outputs summed by the routing weights: a small batch's sum waits for the
+// residual that follows (PendingProduct), a larger one is launched now.
+void CudaBlocks::combine_slots(float* out) {
   float* slot_out = at(lay_.slot_out);
   float* weights = at(lay_.weights);
-  defer_product(out, [this, slot_out, weights, k, out](float* add_to) {
+  const int64_t k = hp_.n_expert_used;
+  const auto combine = [this, slot_out, weights, k, out](float* add_to) {
     cuda::moe_combine(slot_out, weights, n_tokens_, k, hp_.n_embd, out, s(), add_to);
-  });
-  return Status::ok();
+  };
+  if (n_tokens_ <= kCudaSmallBatch) {
+    defer_product(out, combine);
+  } else {
+    combine(nullptr);
+  }
 }
 
 // Few tokens: every (token, slot) pair's expert product in one grouped launch per matrix

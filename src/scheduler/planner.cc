@@ -133,11 +133,14 @@ bool tied_head(const ModelTensors& m) {
   return h != nullptr && h->role == TensorRole::kTokenEmbedding;
 }
 
-// Per-layer weight bytes (layer index -> bytes of its tensors).
-std::vector<uint64_t> layer_bytes(const ModelTensors& m) {
+// Per-layer weight bytes (layer index -> bytes of its tensors; experts_only: of its
+// routed experts' stacked tensors).
+std::vector<uint64_t> layer_bytes(const ModelTensors& m, bool experts_only = false) {
   std::vector<uint64_t> bytes(static_cast<size_t>(std::max(0, m.n_layer)), 0);
   for (const TensorDesc& t : m.tensors) {
-    if (t.layer >= 0 && t.layer < m.n_layer) bytes[static_cast<size_t>(t.layer)] += t.bytes;
+    if (t.layer < 0 || t.layer >= m.n_layer) continue;
+    if (!experts_only || model::is_moe_expert(t.role))
+      bytes[static_cast<size_t>(t.layer)] += t.bytes;
   }
   return bytes;
 }
@@ -208,27 +211,19 @@ std::vector<bool> gpu_suffix(const ModelTensors& m, const Budgets& b, const Cost
   return gpu_tensors_from(m, first, room);
 }
 
-// Bytes of the routed experts' stacked tensors per layer.
-std::vector<uint64_t> expert_layer_bytes(const ModelTensors& m) {
-  std::vector<uint64_t> bytes(static_cast<size_t>(std::max(0, m.n_layer)), 0);
-  for (const TensorDesc& t : m.tensors) {
-    if (t.layer >= 0 && t.layer < m.n_layer && model::is_moe_expert(t.role))
-      bytes[static_cast<size_t>(t.layer)] += t.bytes;
-  }
-  return bytes;
-}
-
 // A MoE model that does not fit whole: the expert split (llama.cpp's --n-cpu-moe, chosen
 // by the budget). A token reads all of every layer's attention, router and norms but only
 // n_used of n_expert experts, so the GPU takes everything but the routed experts (every
 // layer's attention and KV cache, the head, the embedding when it fits), then the experts
 // of whole layers from the last one down while they fit; the other layers' experts stay
-// in RAM (or stream from storage) and the CPU computes them (HostExperts). Prompts copy
+// in RAM and the CPU computes them (HostExperts; place() falls back to whole layers when
+// they would have to stream from storage). Prompts copy
 // the host experts of one layer at a time into a slot over the bus (StagedWeights), which
 // the GPU holds too. Empty when even the part without experts does not fit.
 std::vector<bool> gpu_expert_split(const ModelTensors& m, const Budgets& b, const CostModel& c,
                                    const Limits& lim) {
-  const std::vector<uint64_t> layers = layer_bytes(m), experts = expert_layer_bytes(m);
+  const std::vector<uint64_t> layers = layer_bytes(m),
+                              experts = layer_bytes(m, /*experts_only=*/true);
   uint64_t need = gpu_fixed_bytes(m, b, c) + kv_bytes(m, b) +
                   *std::max_element(experts.begin(), experts.end());  // the prompts' slot
   for (size_t L = 0; L < layers.size(); ++L) need += layers[L] - experts[L];
@@ -880,7 +875,7 @@ bool evaluate(const ModelTensors& m, const HardwareProfile& p, const Budgets& b,
   // The expert split: the prompts' slot for one layer's experts, and per host-expert layer
   // and token the round trip (rows down, the handshake with the host thread, outputs up).
   if (!lim.unified && plan.gpu.host_experts > 0) {
-    const std::vector<uint64_t> experts = expert_layer_bytes(m);
+    const std::vector<uint64_t> experts = layer_bytes(m, /*experts_only=*/true);
     mem.work_gpu += *std::max_element(experts.begin(), experts.end());
     const int first = m.n_layer - plan.gpu.layers;
     for (int L = first; L < first + plan.gpu.host_experts; ++L)
