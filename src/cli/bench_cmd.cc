@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -59,6 +60,7 @@ struct BenchArgs {
   std::vector<std::string> sweep;  // --sweep: RAM budgets, one child bench each (cli/sweep.h)
   std::string plot;                // --plot FILE: the sweep's SVG chart
   std::vector<int> batch;          // --batch: sequence counts decoded at once (cli/batch_bench.h)
+  bool n_prompt_given = false;     // -p on the command line (else the defaults, clipped)
 };
 
 struct Stats {
@@ -329,6 +331,356 @@ std::string traffic_bound_text(const TrafficBoundFigures& f, double tg_tps) {
   return s + line;
 }
 
+// With --context: every test must fit the KV cache (depth + its tokens). Default prompt
+// lengths that do not are dropped with a note, as llama-bench clips them; lengths the user
+// asked for are an error before anything runs.
+Status fit_tests_to_context(BenchArgs& a) {
+  if (a.context <= 0) return Status::ok();
+  const int max_depth = *std::max_element(a.depths.begin(), a.depths.end());
+  const auto fits = [&](int n) { return max_depth + n <= a.context; };
+  if (!fits(a.n_gen)) {
+    return invalid_argument("tg" + std::to_string(a.n_gen) + " at depth " +
+                            std::to_string(max_depth) + " exceeds --context " +
+                            std::to_string(a.context));
+  }
+  std::vector<int> kept;
+  for (int p : a.n_prompt) {
+    if (fits(p)) {
+      kept.push_back(p);
+    } else if (a.n_prompt_given) {
+      return invalid_argument("pp" + std::to_string(p) + " at depth " + std::to_string(max_depth) +
+                              " exceeds --context " + std::to_string(a.context));
+    } else {
+      std::cerr << "hypura bench: pp" << p << " skipped: it exceeds --context " << a.context
+                << "\n";
+    }
+  }
+  if (kept.empty()) kept.push_back(0);
+  a.n_prompt = kept;
+  return Status::ok();
+}
+
+// Everything one bench invocation measured, captured while the engine is alive (the
+// --baseline run frees it before the report is rendered).
+struct BenchReport {
+  std::string path, arch, mode, device, simd;
+  int threads = 0;
+  uint64_t file_bytes = 0;
+  double bytes_per_token = 0;
+  double bandwidth = 0;  // memory read bandwidth, before the load (0: not measured)
+  double int8_peak = 0;  // MAC/s
+  double gpu_copy_bps = 0, h2d_bps = 0;
+  struct Row {
+    std::string test;
+    Stats s;
+  };
+  std::vector<Row> rows;
+  double tg_tps = 0;
+  eval::StorageReferences refs;
+  std::optional<eval::TierMetrics> tier;
+  std::optional<experts::ExpertRunMetrics> experts;
+  std::optional<TrafficBoundFigures> traffic;
+  scheduler::GpuSplit gpu;
+  std::optional<eval::BaselineResult> baseline;
+  std::string baseline_refused;
+
+  double tg_memory_bound() const { return bandwidth > 0 ? bandwidth / bytes_per_token : 0; }
+};
+
+// The tests in order: per depth every pp size, then tg (so the tg test is the last one,
+// which the tier and expert counters span).
+struct Test {
+  int n, depth;
+  bool tg;
+};
+std::vector<Test> bench_tests(const BenchArgs& a) {
+  std::vector<Test> tests;
+  for (int depth : a.depths) {
+    for (int p : a.n_prompt) {
+      if (p > 0) tests.push_back({p, depth, false});
+    }
+    if (a.n_gen > 0) tests.push_back({a.n_gen, depth, true});
+  }
+  return tests;
+}
+
+// The references measured before the tests: the CPU's int8 peak, the decode probe of the
+// model's types, the reload bandwidth of the resident tensors.
+void measure_references_before(const BenchArgs& a, runtime::Engine& engine, BenchReport& r) {
+  compute::Context* ctx = engine.compute_context();
+  r.simd = ctx != nullptr ? ctx->simd_name() : "";
+  // The int8 dot-product ceiling of these cores, on the pool the tests use (pp yardstick).
+  if (!a.no_reference && ctx != nullptr) r.int8_peak = ctx->int8_peak_macs_per_second(0.5);
+  r.refs.memory_read_bps = r.bandwidth;
+  runtime::TieredWeights* tiers = engine.mutable_tiers();
+  if (a.no_reference || tiers == nullptr) return;
+  // The CPU's decode rate of each weight type the model has, in a child (the same-run
+  // prediction's compute figure).
+  r.refs.decode_rates = profiler::measure_decode_rates_in_child(
+      profiler::matrix_shapes(engine.file()), r.threads, profiler::kDecodeProbeSeconds);
+  r.refs.load_reference_bps = reference_or_zero(tiers->reload_resident_bps());
+}
+
+// The disk's best sequential direct read (the profile's grid, on the model file) and the
+// provider's own I/O-only passes, just before and just after the tests, averaged: the
+// disk's speed drifts, and this brackets the runs they are compared with.
+void measure_storage_references(const BenchArgs& a, runtime::Engine& engine, BenchReport& r) {
+  runtime::TieredWeights* tiers = engine.mutable_tiers();
+  if (a.no_reference || tiers == nullptr) return;
+  if (tiers->experts() == nullptr && tiers->streamed_bytes_per_pass() == 0) return;
+  if (Status st = eval::measure_disk_reference(engine.file().paths().front(), r.refs);
+      !st.is_ok()) {
+    spdlog::warn("bench disk reference not measured: {}", st.message());
+  }
+  if (const double bps = reference_or_zero(tiers->io_only_stream_bps(2.0)); bps > 0)
+    r.refs.pattern_runs.push_back(bps);
+}
+
+// On the GPU: its copy bandwidth in this run, the yardstick of tg (docs/GPU.md), and the
+// bus's, for the traffic bound of a split (its rows and logits cross it every token).
+void measure_gpu_references(const BenchArgs& a, runtime::Engine& engine, BenchReport& r) {
+#if HYPURA_HAVE_CUDA
+  if (r.device != "cuda" || a.no_reference) return;
+  r.gpu_copy_bps = reference_or_zero(compute::cuda::measure_copy_bandwidth(size_t{1} << 30, 5));
+  const runtime::TieredWeights* tiers = engine.tiers();
+  if (tiers != nullptr && tiers->plan().gpu.any())
+    r.h2d_bps = reference_or_zero(compute::cuda::measure_h2d_bandwidth(size_t{256} << 20, 3));
+#else
+  (void)a, (void)engine, (void)r;
+#endif
+}
+
+// Runs the pp and tg tests, with the tier and expert counters spanning the timed tg runs.
+Status measure_tests(const BenchArgs& a, runtime::Engine& engine, runtime::Session& session,
+                     BenchReport& r) {
+  const runtime::TieredWeights* tiers = engine.tiers();
+  const experts::ExpertProvider* experts = tiers != nullptr ? tiers->experts() : nullptr;
+  experts::ExpertStats experts_before;
+  eval::TierCounters tier_before;
+  Clock::time_point tier_t0;
+  for (const Test& test : bench_tests(a)) {
+    const auto snapshot = [&] {
+      if (!test.tg) return;
+      if (experts != nullptr) experts_before = experts->stats();
+      if (tiers != nullptr) {
+        tier_before = eval::TierCounters::take(*tiers);
+        tier_t0 = Clock::now();
+      }
+    };
+    HYPURA_ASSIGN_OR_RETURN(
+        Stats s, run_test(engine, session, test.n, test.tg, test.depth, a.reps, snapshot));
+    r.rows.push_back({(test.tg ? "tg" : "pp") + std::to_string(test.n) +
+                          (test.depth > 0 ? " @ d" + std::to_string(test.depth) : ""),
+                      s});
+  }
+  if (a.n_gen <= 0) return Status::ok();
+  r.tg_tps = r.rows.back().s.mean;
+  if (tiers != nullptr) {
+    const double secs = std::chrono::duration<double>(Clock::now() - tier_t0).count();
+    const eval::TierCounters tier_after = eval::TierCounters::take(*tiers);
+    if (!r.refs.disk_runs.empty() || !r.refs.pattern_runs.empty())
+      measure_storage_references(a, engine, r);
+    r.tier = eval::tier_metrics(*tiers, tier_before, tier_after, a.n_gen * a.reps, secs, r.refs);
+  }
+  if (experts != nullptr) {
+    experts::ExpertRunMetrics m =
+        experts::expert_run_metrics(*experts, experts_before, experts->stats(), a.n_gen * a.reps);
+    const scheduler::Prediction pr = tiers->predict_with(r.refs.same_run_profile(tiers->profile()));
+    set_expert_bound(m, r.tg_tps, r.refs.disk_read_bps(), r.refs.pattern_read_bps(),
+                     {pr.compute_s, pr.seconds_per_token - pr.compute_s, pr.expert_hit_rate,
+                      pr.expert_misses_per_token});
+    r.experts = m;
+  }
+  return Status::ok();
+}
+
+// --baseline: the plain mmap run, after this engine's memory is given back.
+void run_baseline(const BenchArgs& a, const std::string& path, int64_t n_ctx,
+                  std::unique_ptr<runtime::Session>& session,
+                  std::unique_ptr<runtime::Engine>& engine, BenchReport& r) {
+  if (!a.baseline || a.n_gen <= 0) return;
+  Status allowed = eval::mmap_baseline_allowed(engine->file(), a.force);
+  if (!allowed.is_ok()) {
+    r.baseline_refused = allowed.message();
+    std::cerr << "hypura bench: " << r.baseline_refused << "\n";
+    return;
+  }
+  auto plain_file = gguf::GgufFile::open(path);
+  session.reset();
+  engine.reset();
+  if (!plain_file.is_ok()) {
+    r.baseline_refused = plain_file.status().message();
+    return;
+  }
+  auto b = eval::run_mmap_baseline(*plain_file, a.n_gen, r.threads, n_ctx);
+  if (b.is_ok())
+    r.baseline = *b;
+  else
+    r.baseline_refused = b.status().message();
+}
+
+// Loads the model, runs every test and measures the same-run references.
+Result<BenchReport> measure_bench(const BenchArgs& a, const std::string& path) {
+  BenchReport r;
+  r.path = path;
+  const int max_prompt = *std::max_element(a.n_prompt.begin(), a.n_prompt.end());
+  const int max_depth = *std::max_element(a.depths.begin(), a.depths.end());
+  runtime::EngineOptions eo = engine_options(
+      a.engine, path, a.context > 0 ? a.context : max_depth + std::max(max_prompt, a.n_gen) + 1);
+  eo.n_ctx_past_trained = true;  // pp4096 on a 2048-token model, as llama-bench runs it
+  eo.trace_path = a.trace;
+  r.threads = a.engine.threads > 0 ? a.engine.threads : runtime::physical_cores();
+  // The memory reference first, in a child process: its 1 GiB buffer must not count in
+  // this process's peak RSS, which bench compares with --ram-budget.
+  if (!a.no_reference) {
+    profiler::MemoryBandwidthOptions mo;
+    mo.n_threads = r.threads;
+    r.bandwidth = profiler::measure_memory_read_bandwidth_in_child(mo).read_bytes_per_second;
+  }
+  auto loaded = runtime::Engine::load(eo);
+  if (!loaded.is_ok()) return loaded.status().with_context(path);
+  std::unique_ptr<runtime::Engine> engine = std::move(loaded).value();
+  std::unique_ptr<runtime::Session> session = engine->new_session();
+  const gguf::GgufFile& file = engine->file();
+  r.arch = engine->architecture();
+  r.mode = engine->mode();
+  r.device = engine->device();
+  r.file_bytes = file.total_bytes();
+  r.bytes_per_token = bytes_per_token(file);
+  measure_references_before(a, *engine, r);
+  measure_storage_references(a, *engine, r);
+  HYPURA_RETURN_IF_ERROR(measure_tests(a, *engine, *session, r));
+  measure_gpu_references(a, *engine, r);
+  if (const runtime::TieredWeights* tiers = engine->tiers(); tiers != nullptr) {
+    r.gpu = tiers->plan().gpu;
+    if (a.n_gen > 0)
+      r.traffic = traffic_bound_figures(*tiers, r.bandwidth, r.gpu_copy_bps, r.h2d_bps, r.refs);
+  }
+  run_baseline(a, path, eo.n_ctx, session, engine, r);
+  return r;
+}
+
+double baseline_speedup(const BenchReport& r) {
+  return r.baseline && r.baseline->tg_tok_s > 0 && r.tier ? r.tier->tok_s / r.baseline->tg_tok_s
+                                                          : 0;
+}
+
+nlohmann::json bench_json(const BenchArgs& a, const BenchReport& r) {
+  nlohmann::json j;
+  j["model"] = r.path;
+  j["arch"] = r.arch;
+  j["mode"] = r.mode;
+  j["size_bytes"] = r.file_bytes;
+  j["threads"] = r.threads;
+  j["kv_type"] = a.engine.kv_type;
+  j["reps"] = a.reps;
+  j["bytes_per_token"] = r.bytes_per_token;
+  j["memory_read_bandwidth_bps"] = r.bandwidth;
+  j["tg_memory_bound_tps"] = r.tg_memory_bound();
+  j["int8_peak_gmacs"] = r.int8_peak / 1e9;
+  for (const profiler::DecodeRate& d : r.refs.decode_rates) {
+    j["decode_bps"][profiler::decode_shape_name(d)] = d.bps;
+    j["decode_overhead_s"][profiler::decode_shape_name(d)] = d.overhead_s;
+  }
+  j["simd"] = r.simd;
+  j["device"] = r.device;
+  if (r.gpu_copy_bps > 0) {
+    j["gpu_copy_bandwidth_bps"] = r.gpu_copy_bps;
+    j["tg_share_of_gpu_copy_bandwidth"] = r.tg_tps * r.bytes_per_token / r.gpu_copy_bps;
+  }
+  if (r.experts) j["experts"] = experts::expert_run_json(*r.experts);
+  if (r.tier) j["tiers"] = eval::tier_metrics_json(*r.tier);
+  if (r.traffic) {
+    const scheduler::TierTraffic& t = r.traffic->traffic;
+    j["traffic_per_token"] = {{"gpu_bytes", t.gpu_bytes},
+                              {"ram_bytes", t.ram_bytes},
+                              {"storage_bytes", t.storage_bytes},
+                              {"bus_bytes", t.bus_bytes_per_token},
+                              {"prompt_batch_bus_bytes", t.prompt_bus_bytes},
+                              {"gpu_layers", r.gpu.layers},
+                              {"gpu_head", r.gpu.head},
+                              {"bound", traffic_bound_json(*r.traffic, r.tg_tps)}};
+  }
+  if (r.baseline) {
+    j["baseline"] = {{"method", "mmap"},
+                     {"tg_tps", r.baseline->tg_tok_s},
+                     {"tokens", r.baseline->tokens},
+                     {"peak_rss_bytes", r.baseline->peak_rss},
+                     {"speedup", baseline_speedup(r)}};
+  } else if (!r.baseline_refused.empty()) {
+    j["baseline"] = {{"refused", r.baseline_refused}};
+  }
+  for (const auto& row : r.rows) {
+    j["tests"].push_back(
+        {{"test", row.test},
+         {"tps_mean", row.s.mean},
+         {"tps_stddev", row.s.stddev},
+         {"gflops", row.s.gflops},
+         {"share_of_int8_peak", r.int8_peak > 0 ? row.s.gflops * 1e9 / (2 * r.int8_peak) : 0}});
+  }
+  return j;
+}
+
+void print_bench_table(const BenchReport& r) {
+  std::printf("device: %s\n", r.device.c_str());
+  std::printf("| model | arch | size | mode | threads | test | t/s | GFLOP/s | of int8 peak |\n");
+  std::printf("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+  const double file_gib = static_cast<double>(r.file_bytes) / (1 << 30);
+  for (const auto& row : r.rows) {
+    // Without the peak probe (--no-reference) the share is unknown, not zero.
+    char share[16] = "-";
+    if (r.int8_peak > 0)
+      std::snprintf(share, sizeof share, "%.0f%%", 100 * row.s.gflops * 1e9 / (2 * r.int8_peak));
+    std::printf("| %s | %s | %.2f GiB | %s | %d | %s | %.2f ± %.2f | %.1f | %s |\n", r.path.c_str(),
+                r.arch.c_str(), file_gib, r.mode.c_str(), r.threads, row.test.c_str(), row.s.mean,
+                row.s.stddev, row.s.gflops, share);
+  }
+}
+
+void print_bench_references(const BenchReport& r) {
+  if (r.int8_peak > 0) {
+    std::printf(
+        "\nreference: int8 dot-product peak %.1f GMAC/s = %.1f GFLOP/s on %d threads (%s, "
+        "register-only %s loop)\n",
+        r.int8_peak / 1e9, 2 * r.int8_peak / 1e9, r.threads, r.simd.c_str(),
+        r.simd == "amx" ? "TDPBUSD" : "maddubs/madd");
+  }
+  const double mib_per_token = r.bytes_per_token / 1048576.0;
+  if (r.gpu_copy_bps > 0) {
+    std::printf(
+        "\nreference: GPU copy bandwidth %.0f GB/s (1 GiB device-to-device, read + written); "
+        "tg reads %.1f MiB of weights per token: %.2f tok/s = %.0f GB/s = %.1f%% of it\n",
+        r.gpu_copy_bps / 1e9, mib_per_token, r.tg_tps, r.tg_tps * r.bytes_per_token / 1e9,
+        100 * r.tg_tps * r.bytes_per_token / r.gpu_copy_bps);
+  }
+  if (r.traffic) std::printf("\n%s", traffic_bound_text(*r.traffic, r.tg_tps).c_str());
+  if (!r.refs.decode_rates.empty()) {
+    std::printf("\nreference: decode probe (one token's products from RAM, %d threads):",
+                r.threads);
+    for (const profiler::DecodeRate& d : r.refs.decode_rates)
+      std::printf(" %s %.1f GB/s + %.1f us", profiler::decode_shape_name(d).c_str(), d.bps / 1e9,
+                  1e6 * std::max(0.0, d.overhead_s));
+    std::printf("\n");
+  }
+  if (r.bandwidth > 0) {
+    std::printf(
+        "\nreference: memory read bandwidth %.2f GB/s / %.1f MiB read per token = "
+        "%.2f tok/s (tg ceiling)\n",
+        r.bandwidth / 1e9, mib_per_token, r.tg_memory_bound());
+  }
+}
+
+void print_bench_text(const BenchReport& r) {
+  print_bench_table(r);
+  if (r.experts) std::printf("\n%s", experts::expert_run_text(*r.experts).c_str());
+  if (r.tier) std::printf("\n%s", eval::tier_metrics_text(*r.tier).c_str());
+  if (r.baseline) {
+    std::printf("baseline (plain mmap): tg %.3f tok/s over %d tokens; hypura is %.2fx faster\n",
+                r.baseline->tg_tok_s, r.baseline->tokens, baseline_speedup(r));
+  }
+  print_bench_references(r);
+}
+
 int run_bench(const BenchArgs& a) {
   const std::string path = resolve_model_path(a.model);
   if (path.empty()) {
@@ -337,281 +689,31 @@ int run_bench(const BenchArgs& a) {
   }
   if (!a.sweep.empty()) return run_sweep_bench(a, path);
   if (!a.batch.empty()) return run_batched_bench(a, path);
-  const int max_prompt = *std::max_element(a.n_prompt.begin(), a.n_prompt.end());
-  const int max_depth = *std::max_element(a.depths.begin(), a.depths.end());
-  runtime::EngineOptions eo = engine_options(
-      a.engine, path, a.context > 0 ? a.context : max_depth + std::max(max_prompt, a.n_gen) + 1);
-  eo.n_ctx_past_trained = true;  // pp4096 on a 2048-token model, as llama-bench runs it
-  eo.trace_path = a.trace;
-  // The memory reference first, in a child process: its 1 GiB buffer must not count in
-  // this process's peak RSS, which bench compares with --ram-budget.
-  const int threads = a.engine.threads > 0 ? a.engine.threads : runtime::physical_cores();
-  double bandwidth = 0;
-  if (!a.no_reference) {
-    profiler::MemoryBandwidthOptions mo;
-    mo.n_threads = threads;
-    bandwidth = profiler::measure_memory_read_bandwidth_in_child(mo).read_bytes_per_second;
+  BenchArgs clipped = a;
+  if (Status st = fit_tests_to_context(clipped); !st.is_ok()) {
+    std::cerr << "hypura bench: " << st.message() << "\n";
+    return 2;
   }
-  auto engine = runtime::Engine::load(eo);
-  if (!engine.is_ok()) {
-    std::cerr << "hypura bench: " << path << ": " << engine.status().message() << "\n";
+  auto report = measure_bench(clipped, path);
+  if (!report.is_ok()) {
+    std::cerr << "hypura bench: " << report.status().message() << "\n";
     return 1;
   }
-  auto session = (*engine)->new_session();
-  const gguf::GgufFile& file = (*engine)->file();
-  // The int8 dot-product ceiling of these cores, on the pool the tests use (pp yardstick).
-  compute::Context* ctx = (*engine)->compute_context();
-  const double int8_peak =
-      !a.no_reference && ctx != nullptr ? ctx->int8_peak_macs_per_second(0.5) : 0;
-  const double bpt = bytes_per_token(file);
-  struct Row {
-    std::string test;
-    Stats s;
-  };
-  std::vector<Row> rows;
-  // Expert-streaming figures over the timed tg runs (after the warm-up run).
-  const experts::ExpertProvider* experts =
-      (*engine)->tiers() ? (*engine)->tiers()->experts() : nullptr;
-  experts::ExpertStats experts_before;
-  // Tier figures (H): a direct-I/O read bandwidth measured in this run, and the streaming
-  // counters over the timed tg runs.
-  const runtime::TieredWeights* tiers = (*engine)->tiers();
-  const bool references = tiers != nullptr && !a.no_reference;
-  runtime::TieredWeights* io_tiers = (*engine)->mutable_tiers();
-  eval::StorageReferences refs;
-  refs.memory_read_bps = bandwidth;
-  // The CPU's decode rate of each weight type the model has, in a child (the same-run
-  // prediction's compute figure, scheduler/planner.cc).
-  if (!a.no_reference && tiers != nullptr) {
-    refs.decode_rates = profiler::measure_decode_rates_in_child(
-        profiler::matrix_shapes(file), threads, profiler::kDecodeProbeSeconds);
-  }
-  if (references) refs.load_reference_bps = reference_or_zero(io_tiers->reload_resident_bps());
-  // The disk's best sequential direct read (the profile's grid, on the model file) and the
-  // provider's own I/O-only passes, just before and just after the tests, averaged: the
-  // disk's speed drifts, and this brackets the runs they are compared with.
-  const bool streams =
-      tiers != nullptr && (tiers->experts() != nullptr || tiers->streamed_bytes_per_pass() > 0);
-  const auto measure_storage_references = [&] {
-    if (!references || !streams) return;
-    if (Status st = eval::measure_disk_reference(file.paths().front(), refs); !st.is_ok()) {
-      spdlog::warn("bench disk reference not measured: {}", st.message());
-    }
-    if (const double bps = reference_or_zero(io_tiers->io_only_stream_bps(2.0)); bps > 0)
-      refs.pattern_runs.push_back(bps);
-  };
-  measure_storage_references();
-  eval::TierCounters tier_before;
-  Clock::time_point tier_t0;
-  // Per depth: every pp size, then tg (so the last tg run is the last test, which the
-  // tier and expert counters below span).
-  struct Test {
-    int n, depth;
-    bool tg;
-  };
-  std::vector<Test> tests;
-  for (int depth : a.depths) {
-    for (int p : a.n_prompt) {
-      if (p > 0) tests.push_back({p, depth, false});
-    }
-    if (a.n_gen > 0) tests.push_back({a.n_gen, depth, true});
-  }
-  for (const Test& test : tests) {
-    const bool tg = test.tg;
-    const auto snapshot = [&] {
-      if (experts != nullptr && tg) experts_before = experts->stats();
-      if (tiers != nullptr && tg) {
-        tier_before = eval::TierCounters::take(*tiers);
-        tier_t0 = Clock::now();
-      }
-    };
-    auto s = run_test(**engine, *session, test.n, tg, test.depth, a.reps, snapshot);
-    if (!s.is_ok()) {
-      std::cerr << "hypura bench: " << s.status().message() << "\n";
-      return 1;
-    }
-    rows.push_back({(tg ? "tg" : "pp") + std::to_string(test.n) +
-                        (test.depth > 0 ? " @ d" + std::to_string(test.depth) : ""),
-                    *s});
-  }
-  std::optional<eval::TierMetrics> tier;
-  if (tiers != nullptr && a.n_gen > 0) {
-    const double secs = std::chrono::duration<double>(Clock::now() - tier_t0).count();
-    const eval::TierCounters tier_after = eval::TierCounters::take(*tiers);
-    if (!refs.disk_runs.empty() || !refs.pattern_runs.empty()) measure_storage_references();
-    tier = eval::tier_metrics(*tiers, tier_before, tier_after, a.n_gen * a.reps, secs, refs);
-  }
-  experts::ExpertRunMetrics expert_metrics;
-  if (experts != nullptr && a.n_gen > 0) {
-    expert_metrics =
-        experts::expert_run_metrics(*experts, experts_before, experts->stats(), a.n_gen * a.reps);
-    const runtime::TieredWeights& w = *(*engine)->tiers();
-    const scheduler::Prediction pr = w.predict_with(refs.same_run_profile(w.profile()));
-    set_expert_bound(expert_metrics, rows.back().s.mean, refs.disk_read_bps(),
-                     refs.pattern_read_bps(),
-                     {pr.compute_s, pr.seconds_per_token - pr.compute_s, pr.expert_hit_rate,
-                      pr.expert_misses_per_token});
-  }
-  const std::string arch = (*engine)->architecture(), mode = (*engine)->mode();
-  const std::string device = (*engine)->device();
-  // On the GPU: its copy bandwidth in this run, the yardstick of tg (docs/GPU.md).
-  double gpu_copy_bps = 0, h2d_bps = 0;
-#if HYPURA_HAVE_CUDA
-  if (device == "cuda" && !a.no_reference) {
-    auto bps = compute::cuda::measure_copy_bandwidth(size_t{1} << 30, 5);
-    gpu_copy_bps = reference_or_zero(bps);
-    // The bus, for the traffic bound of a split (its rows and logits cross it every token).
-    if (tiers != nullptr && tiers->plan().gpu.any())
-      h2d_bps = reference_or_zero(compute::cuda::measure_h2d_bandwidth(size_t{256} << 20, 3));
-  }
-#endif
-  const double tg_tps = a.n_gen > 0 ? rows.back().s.mean : 0;
-  const uint64_t file_bytes = file.total_bytes();
-  // --baseline: the plain mmap run, after this engine's memory is given back (H).
-  std::optional<eval::BaselineResult> baseline;
-  std::string baseline_refused;
-  if (a.baseline && a.n_gen > 0) {
-    Status allowed = eval::mmap_baseline_allowed(file, a.force);
-    if (!allowed.is_ok()) {
-      baseline_refused = allowed.message();
-      std::cerr << "hypura bench: " << baseline_refused << "\n";
-    } else {
-      auto plain_file = gguf::GgufFile::open(path);
-      session.reset();
-      engine.value().reset();
-      if (plain_file.is_ok()) {
-        auto r = eval::run_mmap_baseline(*plain_file, a.n_gen, threads, eo.n_ctx);
-        if (r.is_ok())
-          baseline = *r;
-        else
-          baseline_refused = r.status().message();
-      }
-    }
-  }
-  const double file_gib = static_cast<double>(file_bytes) / (1 << 30);
-  const double ref_tg = bandwidth > 0 ? bandwidth / bpt : 0;
-  if (a.json) {
-    nlohmann::json j;
-    j["model"] = path;
-    j["arch"] = arch;
-    j["mode"] = mode;
-    j["size_bytes"] = file_bytes;
-    j["threads"] = threads;
-    j["kv_type"] = a.engine.kv_type;
-    j["reps"] = a.reps;
-    j["bytes_per_token"] = bpt;
-    j["memory_read_bandwidth_bps"] = bandwidth;
-    j["tg_memory_bound_tps"] = ref_tg;
-    j["int8_peak_gmacs"] = int8_peak / 1e9;
-    for (const profiler::DecodeRate& r : refs.decode_rates) {
-      j["decode_bps"][profiler::decode_shape_name(r)] = r.bps;
-      j["decode_overhead_s"][profiler::decode_shape_name(r)] = r.overhead_s;
-    }
-    j["simd"] = ctx != nullptr ? ctx->simd_name() : "";
-    j["device"] = device;
-    if (gpu_copy_bps > 0) {
-      j["gpu_copy_bandwidth_bps"] = gpu_copy_bps;
-      j["tg_share_of_gpu_copy_bandwidth"] = tg_tps * bpt / gpu_copy_bps;
-    }
-    if (experts != nullptr && a.n_gen > 0) j["experts"] = experts::expert_run_json(expert_metrics);
-    if (tier) j["tiers"] = eval::tier_metrics_json(*tier);
-    if (tiers != nullptr) {
-      const scheduler::TierTraffic t =
-          scheduler::tier_traffic(tiers->planned().tensors, tiers->plan());
-      j["traffic_per_token"] = {{"gpu_bytes", t.gpu_bytes},
-                                {"ram_bytes", t.ram_bytes},
-                                {"storage_bytes", t.storage_bytes},
-                                {"bus_bytes", t.bus_bytes_per_token},
-                                {"prompt_batch_bus_bytes", t.prompt_bus_bytes},
-                                {"gpu_layers", tiers->plan().gpu.layers},
-                                {"gpu_head", tiers->plan().gpu.head}};
-      const TrafficBoundFigures f =
-          traffic_bound_figures(*tiers, bandwidth, gpu_copy_bps, h2d_bps, refs);
-      j["traffic_per_token"]["bound"] = traffic_bound_json(f, tg_tps);
-    }
-    if (baseline) {
-      j["baseline"] = {
-          {"method", "mmap"},
-          {"tg_tps", baseline->tg_tok_s},
-          {"tokens", baseline->tokens},
-          {"peak_rss_bytes", baseline->peak_rss},
-          {"speedup", baseline->tg_tok_s > 0 && tier ? tier->tok_s / baseline->tg_tok_s : 0}};
-    } else if (!baseline_refused.empty()) {
-      j["baseline"] = {{"refused", baseline_refused}};
-    }
-    for (const auto& r : rows) {
-      j["tests"].push_back(
-          {{"test", r.test},
-           {"tps_mean", r.s.mean},
-           {"tps_stddev", r.s.stddev},
-           {"gflops", r.s.gflops},
-           {"share_of_int8_peak", int8_peak > 0 ? r.s.gflops * 1e9 / (2 * int8_peak) : 0}});
-    }
-    std::cout << j.dump(1) << "\n";
-    return 0;
-  }
-  std::printf("device: %s\n", device.c_str());
-  std::printf("| model | arch | size | mode | threads | test | t/s | GFLOP/s | of int8 peak |\n");
-  std::printf("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
-  for (const auto& r : rows) {
-    // Without the peak probe (--no-reference) the share is unknown, not zero.
-    char share[16] = "-";
-    if (int8_peak > 0)
-      std::snprintf(share, sizeof share, "%.0f%%", 100 * r.s.gflops * 1e9 / (2 * int8_peak));
-    std::printf("| %s | %s | %.2f GiB | %s | %d | %s | %.2f ± %.2f | %.1f | %s |\n", path.c_str(),
-                arch.c_str(), file_gib, mode.c_str(), threads, r.test.c_str(), r.s.mean, r.s.stddev,
-                r.s.gflops, share);
-  }
-  if (experts != nullptr && a.n_gen > 0)
-    std::printf("\n%s", experts::expert_run_text(expert_metrics).c_str());
-  if (tier) std::printf("\n%s", eval::tier_metrics_text(*tier).c_str());
-  if (baseline) {
-    std::printf("baseline (plain mmap): tg %.3f tok/s over %d tokens; hypura is %.2fx faster\n",
-                baseline->tg_tok_s, baseline->tokens,
-                baseline->tg_tok_s > 0 && tier ? tier->tok_s / baseline->tg_tok_s : 0.0);
-  }
-  if (int8_peak > 0) {
-    std::printf(
-        "\nreference: int8 dot-product peak %.1f GMAC/s = %.1f GFLOP/s on %d threads (%s, "
-        "register-only %s loop)\n",
-        int8_peak / 1e9, 2 * int8_peak / 1e9, threads, ctx->simd_name(),
-        std::string_view(ctx->simd_name()) == "amx" ? "TDPBUSD" : "maddubs/madd");
-  }
-  if (gpu_copy_bps > 0) {
-    std::printf(
-        "\nreference: GPU copy bandwidth %.0f GB/s (1 GiB device-to-device, read + written); "
-        "tg reads %.1f MiB of weights per token: %.2f tok/s = %.0f GB/s = %.1f%% of it\n",
-        gpu_copy_bps / 1e9, bpt / 1048576.0, tg_tps, tg_tps * bpt / 1e9,
-        100 * tg_tps * bpt / gpu_copy_bps);
-  }
-  if (tiers != nullptr && a.n_gen > 0) {
-    const TrafficBoundFigures f =
-        traffic_bound_figures(*tiers, bandwidth, gpu_copy_bps, h2d_bps, refs);
-    std::printf("\n%s", traffic_bound_text(f, tg_tps).c_str());
-  }
-  if (!refs.decode_rates.empty()) {
-    std::printf("\nreference: decode probe (one token's products from RAM, %d threads):", threads);
-    for (const profiler::DecodeRate& r : refs.decode_rates)
-      std::printf(" %s %.1f GB/s + %.1f us", profiler::decode_shape_name(r).c_str(), r.bps / 1e9,
-                  1e6 * std::max(0.0, r.overhead_s));
-    std::printf("\n");
-  }
-  if (bandwidth > 0) {
-    std::printf(
-        "\nreference: memory read bandwidth %.2f GB/s / %.1f MiB read per token = "
-        "%.2f tok/s (tg ceiling)\n",
-        bandwidth / 1e9, bpt / 1048576.0, ref_tg);
-  }
+  if (a.json)
+    std::cout << bench_json(a, *report).dump(1) << "\n";
+  else
+    print_bench_text(*report);
   return 0;
 }
 
 std::function<int()> setup_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   app.add_option("model", a->model, "GGUF file; default: the default test model");
-  app.add_option("-p,--n-prompt", a->n_prompt, "prompt tokens of the pp tests, a list (0: skip)")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 20));
+  auto* n_prompt = app.add_option("-p,--n-prompt", a->n_prompt,
+                                  "prompt tokens of the pp tests, a list (0: skip)")
+                       ->delimiter(',')
+                       ->capture_default_str()
+                       ->check(CLI::Range(0, 1 << 20));
   app.add_option("-d,--depth", a->depths,
                  "tokens already in the KV cache before each test, a list (like llama-bench -d)")
       ->delimiter(',')
@@ -647,7 +749,10 @@ std::function<int()> setup_bench(CLI::App& app) {
   sweep->excludes(app.get_option("--ram-budget"));
   sweep->excludes(
       app.get_option("--json"));  // a sweep prints its table (its children's JSON is read)
-  return [a] { return run_bench(*a); };
+  return [a, n_prompt] {
+    a->n_prompt_given = n_prompt->count() > 0;
+    return run_bench(*a);
+  };
 }
 
 const Registrar kRegistrar({"bench", "measure prompt and generation speed", 40, setup_bench});

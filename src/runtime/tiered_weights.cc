@@ -95,6 +95,15 @@ Status TieredWeights::load_experts(const gguf::GgufFile& file, const TierOptions
   return Status::ok();
 }
 
+std::string TieredWeights::mode() const {
+  const scheduler::Plan& p = planned_.plan;
+  const std::string cpu_mode = scheduler::mode_name(p.mode);
+  if (!p.gpu.any()) return cpu_mode;
+  if (p.gpu.host_experts > 0) return "expert split";
+  if (p.gpu.head && p.gpu.layers >= planned_.tensors.n_layer) return "gpu";
+  return p.mode == scheduler::Mode::kFullResident ? "gpu+cpu split" : "gpu+cpu split, " + cpu_mode;
+}
+
 TieredWeights::~TieredWeights() {
   if (!experts_) return;
   if (Status st = experts_->save_stats(); !st.is_ok()) spdlog::warn("{}", st.message());

@@ -112,7 +112,11 @@ class TieredWeights {
   scheduler::Prediction predict_with(const profiler::HardwareProfile& profile) const;
   const profiler::HardwareProfile& profile() const { return planned_.profile; }
   const tiers::MemoryLedger& ledger() const { return *ledger_; }
-  std::string mode() const { return scheduler::mode_name(planned_.plan.mode); }
+  // The placement in a word or two: "gpu" (every layer and the head on the GPU), "expert
+  // split" (the GPU with some layers' routed experts on the CPU), "gpu+cpu split" (the
+  // last layers on the GPU, the rest on the CPU, streamed or not), else the CPU's mode
+  // ("full-resident", "expert-streaming", "dense-ffn-streaming", "full-streaming").
+  std::string mode() const;
   // Streamed bytes one forward pass reads (the plan's dense streamed tensors).
   uint64_t streamed_bytes_per_pass() const { return provider_ ? provider_->bytes_per_pass() : 0; }
 

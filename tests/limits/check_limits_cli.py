@@ -5,6 +5,9 @@ message and exit status, never a signal.
   run/serve -c INT64_MAX      with a model's 2^62 context, the KV size wrapped -> usage error
   inspect of a 30 MB GGUF holding a 30M-element u8 array, under a 1 GiB address space:
                               the reader reserved 1.4 GB before its value budget -> exit 1
+  bench --context 1024        failed after pp512 (pp2048 beyond the cache) -> the default
+                              prompt lengths are clipped with a note; an explicit -p 2048
+                              is a usage error naming --context before anything runs
 
 Usage: check_limits_cli.py HYPURA_BINARY
 """
@@ -16,7 +19,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from cli_check import expect, report, run  # noqa: E402
+from cli_check import expect, golden_dir, report, run  # noqa: E402
 
 
 def expect_usage_error(binary, args, flag):
@@ -36,6 +39,17 @@ def limit_address_space():
     resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 
 
+def check_bench_context(binary):
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    model = os.path.join(golden_dir(source), "llama-f32.gguf")
+    base = ["bench", model, "--context", "256", "-n", "4", "-r", "1", "--no-reference"]
+    r = run([binary, *base], timeout=120)
+    expect(r.returncode == 0, f"bench --context 256: exit {r.returncode}: {r.stderr[-300:]!r}")
+    expect("pp512 skipped" in r.stderr, f"bench --context 256: no clipping note: {r.stderr[-300:]!r}")
+    expect("tg4" in r.stdout, f"bench --context 256: no tg row: {r.stdout[-300:]!r}")
+    expect_usage_error(binary, [*base, "-p", "2048"], "--context")
+
+
 def main():
     binary = sys.argv[1]
     for cmd in ("run", "serve", "bench"):
@@ -49,6 +63,7 @@ def main():
                            preexec_fn=limit_address_space)
         expect(r.returncode == 1, f"inspect of a 30M-element array under 1 GiB: exit {r.returncode}")
         expect("more than 4194304 metadata values" in r.stderr, f"inspect message: {r.stderr[-300:]!r}")
+    check_bench_context(binary)
     return report("limits CLI")
 
 
