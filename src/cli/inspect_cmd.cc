@@ -6,6 +6,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "cli/command.h"
 #include "cli/inspect_report.h"
@@ -59,6 +60,26 @@ Result<scheduler::PlannedModel> plan_for(const gguf::GgufFile& file, const std::
   return runtime::plan_weights(file, request);
 }
 
+// The device decision run/bench/serve make in front of the plan (--device auto), or with
+// --profile the one for the machine that profile describes (its GPU, even on a machine
+// without one), and the line that explains it. Only a profile that cannot be read fails.
+Result<std::pair<runtime::DeviceChoice, std::string>> plan_device(const gguf::GgufFile& file,
+                                                                  const InspectArgs& args) {
+  auto hp = model::read_hparams(file);
+  if (!hp.is_ok()) return std::pair{runtime::DeviceChoice{}, "cpu: " + hp.status().message()};
+  Result<runtime::DeviceChoice> choice = runtime::DeviceChoice{};
+  if (!args.profile.empty()) {
+    HYPURA_ASSIGN_OR_RETURN(const profiler::HardwareProfile profile,
+                            profiler::load_profile_file(args.profile));
+    choice = runtime::device_from_profile(profile, file, *hp, args.vram_budget);
+  } else {
+    choice =
+        runtime::choose_device(runtime::DeviceRequest::kAuto, file, *hp, false, args.vram_budget);
+  }
+  if (!choice.is_ok()) return std::pair{runtime::DeviceChoice{}, choice.status().message()};
+  return std::pair{*choice, choice->reason};
+}
+
 int run_inspect(const InspectArgs& args) {
   std::string path = resolve_model_path(args.model);
   if (path.empty()) {
@@ -78,16 +99,13 @@ int run_inspect(const InspectArgs& args) {
   std::optional<scheduler::PlannedModel> planned;
   std::string device_line;
   if (args.plan) {
-    // The device decision run/bench/serve make in front of this plan (--device auto).
-    runtime::DeviceChoice device;
-    if (auto hp = model::read_hparams(*file); hp.is_ok()) {
-      auto choice = runtime::choose_device(runtime::DeviceRequest::kAuto, *file, *hp, false,
-                                           args.vram_budget);
-      if (choice.is_ok()) device = *choice;
-      device_line = choice.is_ok() ? choice->reason : choice.status().message();
-    } else {
-      device_line = "cpu: " + hp.status().message();
+    auto choice = plan_device(*file, args);
+    if (!choice.is_ok()) {
+      std::cerr << "hypura inspect: " << choice.status().message() << "\n";
+      return 1;
     }
+    const runtime::DeviceChoice& device = choice->first;
+    device_line = choice->second;
     auto pm = plan_for(*file, path, args, device);
     if (!pm.is_ok()) {
       std::cerr << "hypura inspect: plan: " << pm.status().message() << "\n";
@@ -117,7 +135,10 @@ int run_inspect(const InspectArgs& args) {
                 << scheduler::plan_to_text(planned->plan, planned->tensors)
                 << "Ledger (dry run of the plan's allocations): "
                 << runtime::ledger_dry_run(planned->plan.memory) << "\n"
-                << "Device (--device auto of run, bench, serve): " << device_line << "\n";
+                << "Device ("
+                << (args.profile.empty() ? "--device auto of run, bench, serve"
+                                         : "the machine of " + args.profile)
+                << "): " << device_line << "\n";
     }
   }
   return 0;

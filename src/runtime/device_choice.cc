@@ -66,6 +66,29 @@ Result<DeviceChoice> decide_device(DeviceRequest request, const DeviceFacts& f) 
   return c;
 }
 
+Result<DeviceChoice> device_from_profile(const profiler::HardwareProfile& profile,
+                                         const gguf::GgufFile& file, const model::HParams& hp,
+                                         uint64_t vram_budget) {
+  if (profile.gpus.empty()) {
+    DeviceChoice c;
+    c.reason = "cpu: the profile lists no GPU";
+    return c;
+  }
+  const profiler::GpuProfile& g = profile.gpus.front();
+  DeviceFacts f;
+  f.built_with_cuda = true;
+  f.n_devices = static_cast<int>(profile.gpus.size());
+  f.gpu_name = g.name;
+  f.total_bytes = g.total_bytes;
+  f.free_bytes = g.free_bytes > 0 ? g.free_bytes : g.total_bytes;
+  f.model_supported = model::cuda_supports(hp, file);
+  f.vram_budget = vram_budget;
+  HYPURA_ASSIGN_OR_RETURN(DeviceChoice c, decide_device(DeviceRequest::kAuto, f));
+  c.copy_bps = g.memory_bandwidth_bps;
+  if (c.kind == DeviceKind::kCuda) c.reason += ", from the profile";
+  return c;
+}
+
 Result<DeviceChoice> choose_device(DeviceRequest request, const gguf::GgufFile& file,
                                    const model::HParams& hp, bool kv_f32, uint64_t vram_budget) {
   DeviceFacts f;

@@ -23,6 +23,7 @@
 #include "common/status.h"
 #include "gguf/gguf.h"
 #include "model/hparams.h"
+#include "profiler/hardware_profile.h"
 
 namespace hypura::runtime {
 
@@ -59,6 +60,13 @@ uint64_t device_reserve_bytes(uint64_t total_bytes);
 
 // kCuda requested but impossible: kUnsupported or kResourceExhausted with the reason.
 Result<DeviceChoice> decide_device(DeviceRequest request, const DeviceFacts& facts);
+
+// The decision for the machine a hardware profile describes (`inspect --plan --profile
+// FILE`): its first GPU, as if present, or the CPU when it lists none. Plans for another
+// machine, e.g. a 24 GiB card, from one without a GPU.
+Result<DeviceChoice> device_from_profile(const profiler::HardwareProfile& profile,
+                                         const gguf::GgufFile& file, const model::HParams& hp,
+                                         uint64_t vram_budget);
 
 // The facts for this model and device 0, and the decision.
 Result<DeviceChoice> choose_device(DeviceRequest request, const gguf::GgufFile& file,

@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "gguf/gguf.h"
+
 namespace hypura::runtime {
 namespace {
 
@@ -74,6 +78,31 @@ TEST(DeviceChoice, CpuIsAlwaysTheCpu) {
   auto c = decide_device(DeviceRequest::kCpu, h200());
   ASSERT_TRUE(c.is_ok());
   EXPECT_EQ(c->kind, DeviceKind::kCpu);
+}
+
+// inspect --plan --profile FILE: the GPU a profile describes decides, on a machine without one.
+TEST(DeviceChoice, FromAProfileTakesItsGpu) {
+  auto file = gguf::GgufFile::open(std::string(HYPURA_GOLDEN_DIR) + "/llama-q4_k_m.gguf");
+  ASSERT_TRUE(file.is_ok()) << file.status().message();
+  auto hp = model::read_hparams(*file);
+  ASSERT_TRUE(hp.is_ok());
+  auto profile = profiler::load_profile_file(std::string(HYPURA_SOURCE_DIR) +
+                                             "/src/scheduler/testdata/gpu24g_ram64g.json");
+  ASSERT_TRUE(profile.is_ok()) << profile.status().message();
+  auto c = device_from_profile(*profile, *file, *hp, 0);
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_EQ(c->kind, DeviceKind::kCuda);
+  EXPECT_EQ(c->total_bytes, 24 * kGiB);
+  EXPECT_EQ(c->gpu_bytes, profile->gpus[0].free_bytes - device_reserve_bytes(24 * kGiB));
+  EXPECT_EQ(c->copy_bps, 1.0e12);
+  EXPECT_NE(c->reason.find("from the profile"), std::string::npos) << c->reason;
+  auto capped = device_from_profile(*profile, *file, *hp, 8 * kGiB);
+  ASSERT_TRUE(capped.is_ok());
+  EXPECT_EQ(capped->gpu_bytes, 8 * kGiB);
+  profile->gpus.clear();
+  auto cpu = device_from_profile(*profile, *file, *hp, 0);
+  ASSERT_TRUE(cpu.is_ok());
+  EXPECT_EQ(cpu->kind, DeviceKind::kCpu);
 }
 
 }  // namespace
