@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the device machine, one call (docs/GPU.md "Device calls, session 9"): llama.cpp builds
+# On the device machine, one call (docs/BENCHMARKS.md "GPU decode and prompts"): llama.cpp builds
 # in the background (DIR/llama-src.tar.xz, scripts/gpu_vs_llama.sh pack) while the kernel
 # tests, the GPU goldens and an ncu pass over one decode step run; then the side-by-side
 # benches (gpu_vs_llama.sh bench) and tg128 A/B runs (PDL off, prefetch off).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the device machine, one call (docs/GPU.md "Device calls, session 10"): the 8b split
+# On the device machine, one call (docs/BENCHMARKS.md "GPU and CPU together"): the 8b split
 # between the GPU and the CPU (issue 17) measured with care for the CPU stage, and A/B runs.
 #   bash scripts/gpu_split_ab.sh DIR [steps]   DIR: scripts/gpu_pack.sh's folder (with
 #                                               llama-src.tar.xz for the llama step)
