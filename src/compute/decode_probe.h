@@ -4,7 +4,7 @@
 // Memory bandwidth alone does not say it: a many-core server's Q4_K decode is bound by the
 // memory bus, but a 2-core VM's by the kernels' arithmetic (the synthetic 8b read 17.5 GB/s
 // there while the bus gave 28 GB/s). The planner predicts with this figure per weight type
-// (scheduler/planner.cc), the profile measures it (profiler/), bench re-measures it.
+// (scheduler/cost.cc), the profile measures it (profiler/), bench re-measures it.
 //
 // Thread-safety: uses the context's pool like any product (one job at a time).
 #pragma once

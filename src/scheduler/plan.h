@@ -51,30 +51,24 @@ struct Budgets {
 
 // Constants of the cost model, in one place (docs/PLANNER.md explains each).
 struct CostModel {
-  // Fraction of the measured RAM read bandwidth a CPU decode step reaches: the 8b Q4_K_M
-  // read 3.80 tok/s x 4.40 GB = 16.7 GB/s of a measured 19.45 GB/s (0.86) on the Zen 3 VM
-  // (docs/BENCHMARKS.md, issue 15 targets); 0.6 predicted resident runs 1.4-1.5x too slow.
+  // Fraction of the measured RAM read bandwidth a CPU decode step reaches, for types and
+  // profiles without a decode probe (docs/PLANNER.md, "Constants of the cost model").
   double cpu_efficiency = 0.85;
   // The same for GPU kernels against the device's copy bandwidth (read + written, as
-  // compute::cuda::measure_copy_bandwidth gives it): the 8b Q4_K_M decoded at 333 tok/s x
-  // 4.92 GB = 1.64 TB/s of a measured 4.2 TB/s on the H200 (docs/GPU.md, 0.39).
+  // compute::cuda::measure_copy_bandwidth gives it).
   double gpu_efficiency = 0.39;
   double per_layer_overhead_s = 20e-6;  // norms, RoPE, attention at short contexts, per layer
   // A layer of the expert split whose experts compute on the CPU (GpuSplit::host_experts),
   // per token: the rows down, the handshake with the host thread, the outputs up, and the
-  // CPU idle while the GPU computes the next layer's attention. Fitted to the moe with all
-  // its experts in RAM on the H200 host (S11-3: 77-81 tok/s measured, 85 predicted with
-  // 30 us here: 58 us a layer more).
+  // CPU idle while the GPU computes the next layer's attention.
   double host_expert_sync_s = 90e-6;
   // The process beside weights, KV cache, work buffers and pool (process_overhead_bytes),
-  // from VmRSS at each step of loading SmolLM2-135M, Qwen2.5-0.5B and Gemma-3-270M
-  // (docs/PLANNER.md, "Memory accounting"):
-  uint64_t process_base_bytes = uint64_t{10}
-                                << 20;   // code, libraries: VmRSS before the model opens (9.4 MiB)
-  uint64_t metadata_element_bytes = 52;  // one parsed metadata array element (49-52 B measured)
-  uint64_t token_bytes = 134;            // one vocabulary token in the tokenizer
-  uint64_t merge_bytes = 80;             // one BPE merge in the tokenizer
-  uint64_t vocab_sampling_bytes = 16;    // per vocabulary entry: the sampler's candidates (12-16 B)
+  // fitted to VmRSS while loading small models (docs/PLANNER.md, "Memory accounting"):
+  uint64_t process_base_bytes = uint64_t{10} << 20;  // code, libraries: before the model opens
+  uint64_t metadata_element_bytes = 52;              // one parsed metadata array element
+  uint64_t token_bytes = 134;                        // one vocabulary token in the tokenizer
+  uint64_t merge_bytes = 80;                         // one BPE merge in the tokenizer
+  uint64_t vocab_sampling_bytes = 16;  // per vocabulary entry: the sampler's candidates
   uint64_t process_slack_bytes = uint64_t{4} << 20;  // allocator slack, thread stacks, I/O rings
   uint64_t gpu_context_bytes = uint64_t{512} << 20;  // CUDA context, allocator slack
   int max_prefetch_depth = 8;
