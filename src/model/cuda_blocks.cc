@@ -840,6 +840,8 @@ Status CudaBlocks::serve_host_calls(std::span<const HostCall> calls) {
     }
     Status st = host_.experts->run(c.il, c.tensors, expert_rows_host_.as<float>(), c.n_rows,
                                    sel_host_.as<int32_t>(), nullptr, slots_host_.as<float>());
+    // A streaming provider's cache slots of this layer's experts may be reused now.
+    host_.experts->provider().release(static_cast<int>(c.il));
     if (first.is_ok() && !st.is_ok())
       first = st.with_context("the CPU's experts of layer " + std::to_string(c.il));
     flag.set_done(round);  // even after an error: the stream must not wait in vain

@@ -912,14 +912,44 @@ TEST(DiscreteGpu, MoeSplitsItsExpertsFirst) {
   const Plan layers = must_place(m, p, whole);
   EXPECT_EQ(layers.gpu.layers, 8);
   EXPECT_EQ(layers.gpu.host_experts, 0);
-  // Host experts must be RAM-resident (the host thread computes them between GPU steps):
-  // under a RAM budget too small for them the plan falls back to whole layers.
+  // Under a RAM budget too small for the host experts they stream from storage into the
+  // expert cache (the host thread reads the routed ones), when that beats whole layers on
+  // the GPU with the CPU streaming the rest of each layer.
   Budgets tight = gpu_budget(uint64_t{8} << 30);
   tight.ram_bytes = uint64_t{12} << 30;
-  const Plan fallback = must_place(m, p, tight);
-  EXPECT_EQ(fallback.gpu.host_experts, 0);
-  EXPECT_LT(fallback.gpu.layers, m.n_layer);
-  expect_suffix_split(m, fallback);
+  const Plan streamed = must_place(m, p, tight);
+  EXPECT_EQ(streamed.gpu.layers, m.n_layer);
+  EXPECT_GT(streamed.gpu.host_experts, 0);
+  EXPECT_EQ(streamed.mode, Mode::kExpertStreaming);
+  EXPECT_LE(streamed.memory.ram_total(), tight.ram_bytes.value());
+  EXPECT_GT(streamed.expert_cache_experts, 0u);
+  Budgets whole_layers = tight;
+  whole_layers.max_gpu_layers = m.n_layer;  // --gpu-layers: whole layers only
+  const Plan by_layers = must_place(m, p, whole_layers);
+  EXPECT_EQ(by_layers.gpu.host_experts, 0);
+  EXPECT_LT(by_layers.gpu.layers, m.n_layer);
+  expect_suffix_split(m, by_layers);
+  EXPECT_GT(streamed.prediction.tok_per_s, by_layers.prediction.tok_per_s);
+}
+
+// Whatever the RAM budget, the plan place() picks is never predicted slower than whole
+// layers on the GPU (the alternative it weighs a streamed expert split against).
+TEST(DiscreteGpu, StreamedExpertSplitOnlyWhenFaster) {
+  const ModelTensors m = synthetic_model(mixtral_8x7b_q5km());
+  HardwareProfile p = with_discrete_gpu();
+  p.memory.total_bytes = p.memory.effective_limit_bytes = uint64_t{128} << 30;
+  p.memory.cgroup_limit_bytes.reset();
+  for (uint64_t ram_gib : {6, 12, 20}) {
+    Budgets b = gpu_budget(uint64_t{8} << 30);
+    b.ram_bytes = ram_gib << 30;
+    const Plan chosen = must_place(m, p, b);
+    Budgets layers_only = b;
+    layers_only.max_gpu_layers = m.n_layer;
+    const Result<Plan> layers = place(m, p, layers_only);
+    if (layers.is_ok()) {
+      EXPECT_GE(chosen.prediction.tok_per_s, layers->prediction.tok_per_s) << ram_gib;
+    }
+  }
 }
 
 }  // namespace

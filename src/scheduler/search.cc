@@ -301,11 +301,15 @@ Result<Plan> place(const ModelTensors& m, const profiler::HardwareProfile& p, co
   if (p.storage.seq_read_bps <= 0) return invalid_argument("profile has no storage read bandwidth");
   HYPURA_RETURN_IF_ERROR(check_context_sizes(m, b));
   Result<Plan> plan = place_within(m, p, b, c, limits_for(m, p, b, c));
-  // The host thread computes an expert split's host experts from RAM between the GPU's
-  // steps; experts read from storage there are not supported yet, so such a plan gives
-  // way to whole layers on the GPU.
-  if (plan.is_ok() && plan->gpu.host_experts > 0 && plan->mode != Mode::kFullResident)
-    plan = place_within(m, p, b, c, limits_for(m, p, b, c, /*expert_split=*/false));
+  // An expert split whose host experts do not fit in RAM streams them from storage into
+  // the expert cache; whole layers on the GPU (the rest streamed by the CPU) may still be
+  // faster, so the faster prediction wins unless --cpu-moe-layers asked for the split.
+  if (plan.is_ok() && plan->gpu.host_experts > 0 && plan->mode != Mode::kFullResident &&
+      b.min_host_expert_layers <= 0) {
+    Result<Plan> layers = place_within(m, p, b, c, limits_for(m, p, b, c, /*expert_split=*/false));
+    if (layers.is_ok() && layers->prediction.tok_per_s > plan->prediction.tok_per_s)
+      plan = std::move(layers);
+  }
   return plan;
 }
 
