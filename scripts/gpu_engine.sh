@@ -7,6 +7,9 @@
 #   STEPS="kernels golden 8b moe f16" (default: all) picks the steps:
 #     kernels  compute_cuda_test (every kernel against its CPU twin)
 #     golden   runtime_test's GPU goldens (shared/golden through the CUDA forward pass)
+#     moe-stream  the moe's expert split with its host experts in RAM and streamed from
+#              storage (--ram-budget): the same greedy text, both benches, and the plan
+#              the planner picks on its own under a small VRAM and RAM budget
 #     8b, moe, f16   `hypura synth` of the 8b Q4_K_M, moe Q4_K_M and 8b F16 presets, then
 #              `hypura bench --device cuda` (pp512, tg128; BENCH_ARGS overrides); with
 #              GRAPH_AB=1 a second bench with HYPURA_CUDA_GRAPHS=0 (eager decode steps)
@@ -64,6 +67,23 @@ bench() {  # name, synth args...
   fi
   [ "${KEEP_MODELS:-0}" = 1 ] || rm -f "$model"
 }
+if step moe-stream; then
+  model="$MODELS/moe-stream.gguf"
+  timeout 150 "$DIR/bin/hypura" synth -o "$model" --preset moe --vocab-from "$DIR/golden/llama-f32.gguf" -q --no-sync 2>&1 | tail -1
+  gen() { timeout 200 "$DIR/bin/hypura" run "$model" --device cuda --no-chat --temp 0 -n 48 \
+            -p "The quick brown fox" "$@" 2>"$LOG/run_stderr.log"; }
+  ram=$(gen --cpu-moe-layers 24); streamed=$(gen --cpu-moe-layers 24 --ram-budget 2G)
+  grep -iE "mode|expert|device|cuda" "$LOG/run_stderr.log" | head -5
+  if [ -n "$ram" ] && [ "$ram" = "$streamed" ]; then echo "moe-stream: greedy text identical (RAM vs streamed host experts)"
+  else echo "moe-stream: TEXT DIFFERS"; echo "ram:      $ram"; echo "streamed: $streamed"; rc=1; fi
+  for args in "--cpu-moe-layers 24" "--cpu-moe-layers 24 --ram-budget 2G" "--vram-budget 1200M --ram-budget 2G"; do
+    echo "== moe-stream: bench $args"
+    # shellcheck disable=SC2086
+    timeout 200 "$DIR/bin/hypura" bench "$model" --device cuda -p 64 -n 64 -r 2 $args 2>&1 | grep -E "^\| |stall|hit rate|planned|bound" | head -12 || rc=1
+  done
+  timeout 60 "$DIR/bin/hypura" inspect "$model" --plan --vram-budget 1200M --ram-budget 2G 2>&1 | sed -n '/Placement plan/,/Layers:/p'
+  [ "${KEEP_MODELS:-0}" = 1 ] || rm -f "$model"
+fi
 step 8b && bench 8b --preset 8b
 step moe && bench moe --preset moe
 step f16 && BENCH_ARGS="${F16_BENCH_ARGS:--p 512 -n 128 -r 3}" bench 8b-f16 --preset 8b --quant f16
