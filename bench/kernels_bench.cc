@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
   const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q6_K, GgmlType::Q5_K,
                             GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q4_1, GgmlType::Q5_1,
                             GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::F16,  GgmlType::BF16,
-                            GgmlType::F32};
+                            GgmlType::F32,  GgmlType::MXFP4};
   for (GgmlType type : types) {
     const std::string name = std::string("matvec/") + hypura::gguf::type_name(type);
     auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Matvec, type, false);
@@ -224,8 +224,8 @@ int main(int argc, char** argv) {
       ->Args({4096, 128, 96})
       ->Args({4096, 64, 3})
       ->Args({4096, 128, 8});
-  for (GgmlType type :
-       {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q4_1,
+                        GgmlType::Q8_0, GgmlType::MXFP4}) {
     const std::string name = std::string("prompt/") + hypura::gguf::type_name(type);
     auto* p = benchmark::RegisterBenchmark(name.c_str(), BM_Prompt, type);
     p->ArgNames({"cols", "rows", "tokens", "threads"})

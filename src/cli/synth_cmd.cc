@@ -219,7 +219,7 @@ std::function<int()> setup_synth(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--arch", args->arch,
                  "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe (default: the preset's)");
-  app.add_option("--quant", args->quant, "quant mix: f16, q8_0, q4_k_m, q5_k_m")
+  app.add_option("--quant", args->quant, "quant mix: f16, q8_0, q4_k_m, q5_k_m, mxfp4_moe")
       ->capture_default_str();
   app.add_option("--vocab-from", args->vocab_from,
                  "GGUF whose tokenizer is copied (default: a test model, see docs/MODELS.md)");

@@ -31,7 +31,7 @@ const std::vector<GgmlType>& all_types() {
   static const std::vector<GgmlType> types = {
       GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
       GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K,
-      GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+      GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4};
   return types;
 }
 
@@ -78,7 +78,8 @@ std::vector<int> half_offsets(GgmlType type) {
 }
 
 // Odd rows: quantized N(0, 0.05) data; even rows of block types: random bytes with finite
-// scales, which reach every bit pattern (negative Q3_K scales, -128 quants, high bits).
+// scales, which reach every bit pattern (negative Q3_K scales, -128 quants, high bits;
+// MXFP4: every code, -0 included, under E8M0 scales 2^-18 .. 2^-3).
 Problem make_problem(GgmlType type, int64_t n_rows, int64_t n_cols, int64_t n_tok,
                      std::mt19937& rng) {
   Problem p{type, n_rows, n_cols, n_tok, {}, {}};
@@ -90,6 +91,11 @@ Problem make_problem(GgmlType type, int64_t n_rows, int64_t n_cols, int64_t n_to
   const size_t bs = quant::type_size(type);
   for (int64_t r = 0; r < n_rows; ++r) {
     uint8_t* dst = p.w.data() + r * rs;
+    if (r % 2 == 0 && type == GgmlType::MXFP4) {
+      for (size_t k = 0; k < rs; ++k) dst[k] = static_cast<uint8_t>(rng());
+      for (size_t b = 0; b < rs / bs; ++b) dst[b * bs] = static_cast<uint8_t>(110 + rng() % 16);
+      continue;
+    }
     if (r % 2 == 0 && !halves.empty()) {
       for (size_t k = 0; k < rs; ++k) dst[k] = static_cast<uint8_t>(rng());
       for (size_t b = 0; b < rs / bs; ++b) {
@@ -212,18 +218,17 @@ TEST(Matmul, EveryPathMatchesReference) {
 }
 
 // What real models contain (gemma-3, SmolLM2, Qwen2.5 rows are 576, 640, 896, 960, 4864...
-// wide): row lengths that are not multiples of 256 or of any SIMD unroll, odd block counts,
-// and activations as large as gemma-3's (its residual stream reaches 1e5; normed inputs
-// of the projections carry outliers of 1e3). Every path against the float64 reference and
-// against its scalar twin, within twice the named bound (both are within it of the
-// reference).
+// wide; gpt-oss's 2880): row lengths that are not multiples of 256 or of any SIMD unroll, odd block
+// counts, and activations as large as gemma-3's (its residual stream reaches 1e5; normed inputs of
+// the projections carry outliers of 1e3). Every path against the float64 reference and against its
+// scalar twin, within twice the named bound (both are within it of the reference).
 //
 // Q4_1 / Q5_1 take Q8_1 activations, whose per-block sum s = d * sum(q) is an fp16 (as in
 // llama.cpp): it overflows when a block's |x| sums past 65504, so their activations stay
 // below that here; the other formats get the full range.
 TEST(Matmul, RealModelRowLengthsAndLargeActivations) {
   std::mt19937 rng(2);  // fixed: failures reproduce
-  const int64_t legacy_lengths[] = {576, 608, 640, 896, 960, 1056, 4864};
+  const int64_t legacy_lengths[] = {576, 608, 640, 896, 960, 1056, 2880, 4864};
   const int64_t k_lengths[] = {768, 1280, 2304, 4864};
   for (GgmlType type : all_types()) {
     const int64_t bs = quant::block_size(type);
@@ -259,13 +264,54 @@ TEST(Matmul, RealModelRowLengthsAndLargeActivations) {
   }
 }
 
+// MXFP4 at gpt-oss's shapes (2880 columns: 90 blocks, not a multiple of 256) and small
+// ones, every path against dequantized weights times the float activations themselves:
+// the only error beyond float rounding is the Q8_0 rounding of x, at most half a step plus
+// the fp16 rounding of the step (127 * d * 2^-11) per element, so per output element
+//   |y - ref| <= sum_k |w_k| * d_k * (0.5 + 127 / 2048) + kC * eps * sum_k |w_k x_k|.
+// Over all outputs the relative RMS error (against the RMS of ref) stays below 1%.
+TEST(Matmul, Mxfp4AgainstFloatActivations) {
+  std::mt19937 rng(7);  // fixed: failures reproduce
+  for (int64_t n : {int64_t{32}, int64_t{96}, int64_t{512}, int64_t{2880}}) {
+    const Problem p = make_problem(GgmlType::MXFP4, 45, n, 4, rng);
+    std::vector<float> w(p.n_rows * n);
+    for (int64_t r = 0; r < p.n_rows; ++r)
+      quant::dequantize_row(p.type, p.w.data() + r * quant::row_size(p.type, n), &w[r * n], n);
+    std::vector<quant::BlockQ8_0> xq(n / 32);
+    for (const char* path : supported_paths()) {
+      const std::vector<float> y = run_matmul(p, 2, path, p.n_tok);
+      double err2 = 0, ref2 = 0;
+      for (int64_t t = 0; t < p.n_tok; ++t) {
+        const float* x = p.x.data() + t * n;
+        quant::quantize_row_q8_0(x, xq.data(), n);
+        for (int64_t r = 0; r < p.n_rows; ++r) {
+          double ref = 0, abs_sum = 0, act_bound = 0;
+          for (int64_t k = 0; k < n; ++k) {
+            const double wk = w[r * n + k];
+            ref += wk * x[k];
+            abs_sum += std::fabs(wk * x[k]);
+            act_bound += std::fabs(wk) * quant::fp16_to_f32(xq[k / 32].d) * (0.5 + 127.0 / 2048);
+          }
+          const double bound =
+              act_bound + 2 * bound_c(p.type, n) * std::ldexp(1.0, -24) * abs_sum + 1e-30;
+          const double got = y[t * p.n_rows + r];
+          EXPECT_LE(std::fabs(got - ref), bound) << path << " n " << n << " row " << r;
+          err2 += (got - ref) * (got - ref);
+          ref2 += ref * ref;
+        }
+      }
+      EXPECT_LT(std::sqrt(err2 / ref2), 0.01) << path << " n " << n;
+    }
+  }
+}
+
 // Shapes that stress tails: one row, rows not a multiple of the thread count or tile,
 // the smallest row length, many tokens; outputs start as NaN to catch unwritten cells.
 TEST(Matmul, OddShapesAndPoisonedOutputs) {
   std::mt19937 rng(3);  // fixed: failures reproduce
   const int64_t shapes[][3] = {{1, 1, 1}, {3, 1, 2}, {17, 2, 5}, {130, 1, 67}, {33, 3, 1}};
   for (GgmlType type : {GgmlType::F32, GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K,
-                        GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q2_K}) {
+                        GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q2_K, GgmlType::MXFP4}) {
     const int64_t bs = std::max<int64_t>(quant::block_size(type), 32);
     for (const auto& s : shapes) {
       const Problem p = make_problem(type, s[0], bs * s[1], s[2], rng);
@@ -309,7 +355,8 @@ TEST(Matmul, SharedInputMatchesOneProductEach) {
       {GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K},
       {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0},
       {GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1},
-      {GgmlType::F32, GgmlType::BF16}};
+      {GgmlType::F32, GgmlType::BF16},
+      {GgmlType::MXFP4, GgmlType::MXFP4, GgmlType::Q8_0}};
   for (const char* path : supported_paths()) {
     for (const auto& types : groups) {
       for (int64_t n_tok : {int64_t{1}, int64_t{5}, Context::kSharedMaxTokens, int64_t{19}}) {

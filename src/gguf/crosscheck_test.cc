@@ -186,6 +186,7 @@ TEST_F(CrossCheck, WeWriteGgufPyReads) {
       {"blk.0.attn_k.weight", GgmlType::Q2_K, {256, 1}},
       {"blk.0.attn_v.weight", GgmlType::Q3_K, {256, 2}},
       {"blk.0.attn_output.weight", GgmlType::Q4_0, {64, 2}},
+      {"blk.0.ffn_gate_exps.weight", GgmlType::MXFP4, {96, 3, 2}},  // 17-byte blocks
       {"output.weight", GgmlType::F16, {33, 2}},
       {"output_norm.weight", GgmlType::BF16, {10}},
   };

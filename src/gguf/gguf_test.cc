@@ -35,6 +35,8 @@ TEST(TypeTraits, KnownTypes) {
   EXPECT_EQ(type_traits(GgmlType::BF16).type_size, 2);
   EXPECT_EQ(row_bytes(GgmlType::Q4_K, 4096), 16u * 144u);
   EXPECT_EQ(row_bytes(GgmlType::F32, 3), 12u);
+  EXPECT_STREQ(type_traits(39)->name, "MXFP4");  // gpt-oss's experts: E8M0 + 16 nibbles
+  EXPECT_EQ(row_bytes(GgmlType::MXFP4, 2880), 90u * 17u);
 }
 
 TEST(TypeTraits, RetiredAndUnknownIds) {

@@ -17,7 +17,7 @@ std::span<const DecodeShape> profiled_decode_shapes() {
   using gguf::GgmlType;
   static constexpr DecodeShape kShapes[] = {{GgmlType::Q4_K}, {GgmlType::Q5_K}, {GgmlType::Q6_K},
                                             {GgmlType::Q8_0}, {GgmlType::Q4_0}, {GgmlType::Q4_1},
-                                            {GgmlType::F16}};
+                                            {GgmlType::F16},  {GgmlType::MXFP4}};
   return kShapes;
 }
 

@@ -4,7 +4,7 @@
 // layout), little-endian, no padding. Halves (`uint16_t d`) are IEEE fp16 bit patterns;
 // see fp16.h. Element i of a row lives in block i / block_size.
 //
-// Weight formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (32-element blocks) and the K-quants
+// Weight formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4 (32-element blocks) and the K-quants
 // Q2_K..Q6_K (256-element super-blocks with 16 or 8 sub-blocks and quantized scales).
 // Activation formats (what x is rounded to before an integer dot product): Q8_0 and
 // Q8_1 (32 elements, Q8_1 also carries d * sum(qs)), and Q8_K (256 elements, float
@@ -47,6 +47,15 @@ struct BlockQ8_0 {
   uint16_t d;
   int8_t qs[kQK];
 };
+// MXFP4 (OCP microscaling FP4): x = e8m0_half_to_f32(e) * kMxfp4Values[q], q a 4-bit E2M1
+// code (bit 3 the sign); nibble order as Q4_0. Its activations are Q8_0.
+struct BlockMXFP4 {
+  uint8_t e;  // E8M0: a power of two, biased by 127
+  uint8_t qs[kQK / 2];
+};
+// The 16 E2M1 values (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives) doubled to integers.
+inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
 // Activation format for Q4_1 / Q5_1: x = d * q; s = d * sum(qs) applies the weight's m.
 struct BlockQ8_1 {
   uint16_t d;
@@ -110,6 +119,7 @@ static_assert(sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_1) == 36);
+static_assert(sizeof(BlockMXFP4) == 17);
 static_assert(sizeof(BlockQ2_K) == 84);
 static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ4_K) == 144);

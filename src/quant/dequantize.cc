@@ -66,6 +66,16 @@ void dequantize_row_q8_0(const BlockQ8_0* x, float* y, int64_t n) {
   }
 }
 
+void dequantize_row_mxfp4(const BlockMXFP4* x, float* y, int64_t n) {
+  for (int64_t b = 0; b < n / kQK; ++b, y += kQK) {
+    const float d = e8m0_half_to_f32(x[b].e);
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[j] = static_cast<float>(kMxfp4Values[x[b].qs[j] & 0xF]) * d;
+      y[j + kQK / 2] = static_cast<float>(kMxfp4Values[x[b].qs[j] >> 4]) * d;
+    }
+  }
+}
+
 void dequantize_row_q2_k(const BlockQ2_K* x, float* y, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b, y += kQK_K) {
     const float d = fp16_to_f32(x[b].d);
@@ -174,6 +184,8 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
       return dequantize_row_q5_1(static_cast<const BlockQ5_1*>(src), dst, n);
     case GgmlType::Q8_0:
       return dequantize_row_q8_0(static_cast<const BlockQ8_0*>(src), dst, n);
+    case GgmlType::MXFP4:
+      return dequantize_row_mxfp4(static_cast<const BlockMXFP4*>(src), dst, n);
     case GgmlType::Q2_K:
       return dequantize_row_q2_k(static_cast<const BlockQ2_K*>(src), dst, n);
     case GgmlType::Q3_K:

@@ -1,4 +1,4 @@
-// IEEE half (fp16) and bfloat16 <-> float conversions, exact and portable (no F16C).
+// IEEE half (fp16), bfloat16 and E8M0 <-> float conversions, exact and portable (no F16C).
 //
 // Rounding is to nearest even, as ggml's GGML_FP32_TO_FP16 / GGML_FP32_TO_BF16 do, so
 // scales written by our quantizers are bit-identical to llama.cpp's. SIMD kernels use
@@ -59,6 +59,13 @@ inline uint16_t f32_to_bf16(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 64);  // quiet nan
   u += 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>(u >> 16);
+}
+
+// Half of the E8M0 scale e (2^(e - 127)), i.e. 2^(e - 128): MXFP4's table holds twice the
+// E2M1 values, so this is the factor its codes are multiplied by. Exact (e < 2: subnormal);
+// e = 255 (NaN in OCP MX) is read as a plain exponent, as ggml does.
+inline float e8m0_half_to_f32(uint8_t e) {
+  return bits_float(e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23);
 }
 
 }  // namespace hypura::quant

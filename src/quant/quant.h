@@ -4,9 +4,9 @@
 // "Row" means n consecutive elements; n must be a multiple of the type's block size.
 //
 // Three kinds of quantizer live here:
-//   * quantize_row_ref: weights. Legacy types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) round exactly
-//     like ggml's reference quantizers (and gguf-py's numpy ones); K-quants use a simple
-//     scale search of our own whose round-trip error is bounded (see quant_test.cc).
+//   * quantize_row_ref: weights. Legacy types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and MXFP4
+//     round exactly like ggml's reference quantizers (and gguf-py's numpy ones); K-quants use a
+//     simple scale search of our own whose round-trip error is bounded (see quant_test.cc).
 //   * quantize_row_q8_0 / q8_1 / q8_k: activations, rounded exactly as llama.cpp's CPU
 //     backend rounds x before an integer dot product, so logits match its reference data.
 #pragma once
@@ -29,7 +29,7 @@ int64_t type_size(GgmlType type);
 uint64_t row_size(GgmlType type, int64_t n);
 
 // The 8-bit format activations are rounded to before a dot with weights of `type`
-// (Q8_K for K-quants, Q8_1 for Q4_1/Q5_1, Q8_0 for Q4_0/Q5_0/Q8_0), or F32 when the
+// (Q8_K for K-quants, Q8_1 for Q4_1/Q5_1, Q8_0 for Q4_0/Q5_0/Q8_0/MXFP4), or F32 when the
 // product is computed in float (F32, F16, BF16 weights).
 GgmlType activation_type(GgmlType weight_type);
 
@@ -54,6 +54,7 @@ void dequantize_row_q4_1(const BlockQ4_1* x, float* y, int64_t n);
 void dequantize_row_q5_0(const BlockQ5_0* x, float* y, int64_t n);
 void dequantize_row_q5_1(const BlockQ5_1* x, float* y, int64_t n);
 void dequantize_row_q8_0(const BlockQ8_0* x, float* y, int64_t n);
+void dequantize_row_mxfp4(const BlockMXFP4* x, float* y, int64_t n);
 void dequantize_row_q2_k(const BlockQ2_K* x, float* y, int64_t n);
 void dequantize_row_q3_k(const BlockQ3_K* x, float* y, int64_t n);
 void dequantize_row_q4_k(const BlockQ4_K* x, float* y, int64_t n);
@@ -67,6 +68,9 @@ void quantize_row_q4_1_ref(const float* x, BlockQ4_1* y, int64_t n);
 void quantize_row_q5_0_ref(const float* x, BlockQ5_0* y, int64_t n);
 void quantize_row_q5_1_ref(const float* x, BlockQ5_1* y, int64_t n);
 void quantize_row_q8_0_ref(const float* x, BlockQ8_0* y, int64_t n);
+// MXFP4 as ggml: the block's scale is 2^(floor(log2(amax)) - 2) in E2M1 units (values above
+// 6 times it clip), each value the nearest code, the first in table order on ties.
+void quantize_row_mxfp4_ref(const float* x, BlockMXFP4* y, int64_t n);
 void quantize_row_q2_k_ref(const float* x, BlockQ2_K* y, int64_t n);
 void quantize_row_q3_k_ref(const float* x, BlockQ3_K* y, int64_t n);
 void quantize_row_q4_k_ref(const float* x, BlockQ4_K* y, int64_t n);

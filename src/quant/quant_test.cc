@@ -36,6 +36,7 @@ const std::vector<TypeCase>& all_cases() {
       {GgmlType::Q8_0, "Q8_0", {0}},    {GgmlType::Q2_K, "Q2_K", {80, 82}},
       {GgmlType::Q3_K, "Q3_K", {108}},  {GgmlType::Q4_K, "Q4_K", {0, 2}},
       {GgmlType::Q5_K, "Q5_K", {0, 2}}, {GgmlType::Q6_K, "Q6_K", {208}},
+      {GgmlType::MXFP4, "MXFP4", {}},  // every E8M0 byte, subnormal and overflowing scales too
   };
   return cases;
 }
@@ -165,8 +166,9 @@ TEST(QuantizeLegacy, MatchesGgufPyBitExact) {
   for (auto& v : x) v = dist(rng);
   for (int i = 0; i < 32; ++i) x[i] = 0.0f;  // an all-zero block (d = 0 path)
   const std::vector<std::pair<GgmlType, const char*>> types = {
-      {GgmlType::Q4_0, "Q4_0"}, {GgmlType::Q4_1, "Q4_1"}, {GgmlType::Q5_0, "Q5_0"},
-      {GgmlType::Q5_1, "Q5_1"}, {GgmlType::Q8_0, "Q8_0"}, {GgmlType::BF16, "BF16"}};
+      {GgmlType::Q4_0, "Q4_0"},  {GgmlType::Q4_1, "Q4_1"}, {GgmlType::Q5_0, "Q5_0"},
+      {GgmlType::Q5_1, "Q5_1"},  {GgmlType::Q8_0, "Q8_0"}, {GgmlType::BF16, "BF16"},
+      {GgmlType::MXFP4, "MXFP4"}};
   std::string names;
   for (const auto& [type, name] : types) {
     write_file(dir / (std::string(name) + ".f32"), x);
@@ -181,6 +183,55 @@ TEST(QuantizeLegacy, MatchesGgufPyBitExact) {
     EXPECT_EQ(std::memcmp(theirs.data(), ours.data(), ours.size()), 0) << name;
   }
   fs::remove_all(dir);
+}
+
+// MXFP4: a block whose largest code is +-6 (doubled: 12) and that has no -0 code comes
+// back byte for byte from its dequantized values (the scale is recovered from amax).
+TEST(QuantizeMxfp4, RoundTripsDequantizedBlocks) {
+  std::mt19937 rng(5);  // fixed: failures reproduce
+  const int64_t n = 32 * 512;
+  std::vector<BlockMXFP4> blocks(n / 32), back(n / 32);
+  for (auto& b : blocks) {
+    b.e = static_cast<uint8_t>(2 + rng() % 250);
+    for (auto& q : b.qs) {
+      q = static_cast<uint8_t>(rng());
+      if ((q & 0xF) == 8) q ^= 0x1;  // -0 would come back as +0
+      if ((q >> 4) == 8) q ^= 0x10;
+    }
+    b.qs[rng() % 16] = static_cast<uint8_t>((rng() & 1) ? 0x7F : 0xF0);  // a +-6
+  }
+  std::vector<float> x(n);
+  dequantize_row(GgmlType::MXFP4, blocks.data(), x.data(), n);
+  quantize_row_ref(GgmlType::MXFP4, x.data(), back.data(), n);
+  EXPECT_EQ(std::memcmp(blocks.data(), back.data(), sizeof(BlockMXFP4) * blocks.size()), 0);
+}
+
+// MXFP4 of N(0, 1) rows: every value within half a code step of its scale (steps grow to
+// 2 units of the scale between 4 and 6) or clipped at 6 units, zero blocks stay zero.
+TEST(QuantizeMxfp4, RoundTripWithinBound) {
+  std::mt19937 rng(6);  // fixed: failures reproduce
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t n = 32 * 256;
+  std::vector<float> x(n), back(n);
+  for (auto& v : x) v = dist(rng);
+  for (int i = 0; i < 32; ++i) x[i] = 0.0f;
+  std::vector<BlockMXFP4> q(n / 32);
+  quantize_row_ref(GgmlType::MXFP4, x.data(), q.data(), n);
+  dequantize_row(GgmlType::MXFP4, q.data(), back.data(), n);
+  double err2 = 0, x2 = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float unit = 2.0f * e8m0_half_to_f32(q[i / 32].e);  // one E2M1 unit
+    const float err = std::fabs(back[i] - x[i]);
+    if (std::fabs(x[i]) <= 6.0f * unit) {
+      ASSERT_LE(err, std::fabs(x[i]) >= 4.0f * unit ? unit : 0.5f * unit) << i;
+    } else {
+      ASSERT_EQ(std::fabs(back[i]), 6.0f * unit) << i;
+    }
+    err2 += static_cast<double>(err) * err;
+    x2 += static_cast<double>(x[i]) * x[i];
+  }
+  EXPECT_LT(std::sqrt(err2 / x2), 0.2);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(back[i], 0.0f);
 }
 
 // K-quant quantizers: each value round-trips within the bound stated in quantize_k.cc,
@@ -278,6 +329,8 @@ TEST(Sizes, MatchGgmlTraits) {
   EXPECT_EQ(row_size(GgmlType::Q6_K, 256), 210u);
   EXPECT_EQ(row_size(GgmlType::Q8_0, 64), 68u);
   EXPECT_EQ(row_size(GgmlType::F16, 10), 20u);
+  EXPECT_EQ(row_size(GgmlType::MXFP4, 2880), 2880u / 32 * 17);
+  EXPECT_EQ(activation_type(GgmlType::MXFP4), GgmlType::Q8_0);
   for (const auto& c : all_cases()) {
     EXPECT_EQ(row_size(c.type, 256), gguf::row_bytes(c.type, 256)) << c.name;
   }

@@ -20,6 +20,7 @@ bool is_supported(GgmlType type) {
     case GgmlType::Q5_0:
     case GgmlType::Q5_1:
     case GgmlType::Q8_0:
+    case GgmlType::MXFP4:
     case GgmlType::Q2_K:
     case GgmlType::Q3_K:
     case GgmlType::Q4_K:
@@ -68,6 +69,8 @@ int64_t type_size(GgmlType type) {
       return sizeof(BlockQ8_0);
     case GgmlType::Q8_1:
       return sizeof(BlockQ8_1);
+    case GgmlType::MXFP4:
+      return sizeof(BlockMXFP4);
     case GgmlType::Q2_K:
       return sizeof(BlockQ2_K);
     case GgmlType::Q3_K:
@@ -96,6 +99,7 @@ GgmlType activation_type(GgmlType weight_type) {
     case GgmlType::Q4_0:
     case GgmlType::Q5_0:
     case GgmlType::Q8_0:
+    case GgmlType::MXFP4:
       return GgmlType::Q8_0;
     case GgmlType::Q4_1:
     case GgmlType::Q5_1:
@@ -211,6 +215,35 @@ void quantize_row_q8_0_ref(const float* x, BlockQ8_0* y, int64_t n) {
   }
 }
 
+// The code nearest to x / d (x = d * kMxfp4Values[code]), the first in table order on ties.
+static uint8_t nearest_mxfp4(float x, float d) {
+  int best = 0;
+  float best_err = std::fabs(static_cast<float>(kMxfp4Values[0]) * d - x);
+  for (int i = 1; i < 16; ++i) {
+    const float err = std::fabs(static_cast<float>(kMxfp4Values[i]) * d - x);
+    if (err < best_err) {
+      best = i;
+      best_err = err;
+    }
+  }
+  return static_cast<uint8_t>(best);
+}
+
+void quantize_row_mxfp4_ref(const float* x, BlockMXFP4* y, int64_t n) {
+  for (int64_t b = 0; b < n / kQK; ++b, x += kQK) {
+    float amax;
+    signed_absmax(x, kQK, &amax);
+    // Biased exponent of amax / 4, kept in range for tiny, infinite or NaN blocks.
+    const float e = amax > 0.0f ? std::floor(std::log2(amax)) - 2.0f + 127.0f : 0.0f;
+    y[b].e = e >= 254.0f ? 254 : e > 0.0f ? static_cast<uint8_t>(e) : 0;
+    const float d = e8m0_half_to_f32(y[b].e);
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[b].qs[j] =
+          static_cast<uint8_t>(nearest_mxfp4(x[j], d) | (nearest_mxfp4(x[j + kQK / 2], d) << 4));
+    }
+  }
+}
+
 // ---- activation quantizers (llama.cpp x86: id = 127 / amax, round half to even) ----
 
 void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
@@ -305,6 +338,8 @@ void quantize_row_ref(GgmlType type, const float* src, void* dst, int64_t n) {
       return quantize_row_q5_1_ref(src, static_cast<BlockQ5_1*>(dst), n);
     case GgmlType::Q8_0:
       return quantize_row_q8_0_ref(src, static_cast<BlockQ8_0*>(dst), n);
+    case GgmlType::MXFP4:
+      return quantize_row_mxfp4_ref(src, static_cast<BlockMXFP4*>(dst), n);
     case GgmlType::Q2_K:
       return quantize_row_q2_k_ref(src, static_cast<BlockQ2_K*>(dst), n);
     case GgmlType::Q3_K:

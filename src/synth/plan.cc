@@ -79,15 +79,18 @@ GgmlType k_mix_type(const Context& c, Kind kind, int64_t layer) {
   }
 }
 
-GgmlType choose_type(const Context& c, Kind kind, int64_t layer, int64_t row) {
+// ne: the tensor's dimensions (three for stacked experts).
+GgmlType choose_type(const Context& c, Kind kind, int64_t layer, const std::vector<int64_t>& ne) {
   if (kind == Kind::kNorm || kind == Kind::kBias || kind == Kind::kRouter) return GgmlType::F32;
   switch (c.spec.mix) {
     case QuantMix::kF16:
       return GgmlType::F16;
     case QuantMix::kQ8_0:
       return GgmlType::Q8_0;
+    case QuantMix::kMxfp4Moe:  // llama-quantize: 3-D (expert) tensors MXFP4, the rest Q8_0
+      return ne.size() == 3 ? GgmlType::MXFP4 : GgmlType::Q8_0;
     default:
-      return fallback(k_mix_type(c, kind, layer), row);
+      return fallback(k_mix_type(c, kind, layer), ne[0]);
   }
 }
 
@@ -117,7 +120,7 @@ class Planner {
 
  private:
   void add(std::string name, Kind kind, int64_t layer, std::vector<int64_t> ne) {
-    GgmlType type = choose_type(c_, kind, layer, ne[0]);
+    GgmlType type = choose_type(c_, kind, layer, ne);
     ValueSpec values = values_for(kind, ne[0]);
     out_.push_back(TensorPlan{std::move(name), type, std::move(ne), values});
   }

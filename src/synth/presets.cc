@@ -152,12 +152,15 @@ const char* mix_name(QuantMix mix) {
       return "Q4_K_M";
     case QuantMix::kQ5_K_M:
       return "Q5_K_M";
+    case QuantMix::kMxfp4Moe:
+      return "MXFP4_MOE";
   }
   return "?";
 }
 
 uint32_t mix_file_type(QuantMix mix) {
-  switch (mix) {  // llama_ftype: MOSTLY_F16 = 1, MOSTLY_Q8_0 = 7, Q4_K_M = 15, Q5_K_M = 17
+  // llama_ftype: MOSTLY_F16 = 1, MOSTLY_Q8_0 = 7, Q4_K_M = 15, Q5_K_M = 17, MXFP4_MOE = 38
+  switch (mix) {
     case QuantMix::kF16:
       return 1;
     case QuantMix::kQ8_0:
@@ -166,17 +169,20 @@ uint32_t mix_file_type(QuantMix mix) {
       return 15;
     case QuantMix::kQ5_K_M:
       return 17;
+    case QuantMix::kMxfp4Moe:
+      return 38;
   }
   return 0;
 }
 
 Result<QuantMix> parse_mix(std::string_view name) {
   std::string n = lower(name);
-  for (QuantMix m : {QuantMix::kF16, QuantMix::kQ8_0, QuantMix::kQ4_K_M, QuantMix::kQ5_K_M}) {
+  for (QuantMix m : {QuantMix::kF16, QuantMix::kQ8_0, QuantMix::kQ4_K_M, QuantMix::kQ5_K_M,
+                     QuantMix::kMxfp4Moe}) {
     if (n == lower(mix_name(m))) return m;
   }
   return invalid_argument("unknown quant mix '" + std::string(name) +
-                          "' (f16, q8_0, q4_k_m, q5_k_m)");
+                          "' (f16, q8_0, q4_k_m, q5_k_m, mxfp4_moe)");
 }
 
 const std::vector<Preset>& presets() {

@@ -138,6 +138,32 @@ void make_q5_1(Rng& rng, float d_base, uint8_t* dst) {
   rng.bytes(dst + 4, 20);
 }
 
+// MXFP4 (17 B: e, qs[16]): x = 2^(e - 128) * v, v a doubled E2M1 value (quant/blocks.h),
+// codes uniform (mean 0, v std sqrt(34.25)). The scale is a power of two, so each block
+// takes exponent e0 or e0 + 1 with the probability that makes the mean of d^2 the target.
+constexpr float kMxfp4ValueStd = 5.8523500f;  // sqrt(mean of the 16 values squared)
+
+struct Mxfp4Scale {
+  int e0 = 0;         // biased E8M0 exponent of the smaller scale
+  float p_up = 0.0f;  // probability of e0 + 1
+};
+
+Mxfp4Scale mxfp4_scale(float std) {
+  const float d = std / kMxfp4ValueStd;  // the scale, were it continuous
+  Mxfp4Scale s;
+  if (!(d > 0.0f)) return s;
+  const int lg = static_cast<int>(std::floor(std::log2(d)));
+  s.e0 = std::clamp(lg + 128, 2, 253);
+  const float d0 = std::ldexp(1.0f, s.e0 - 128);
+  s.p_up = std::clamp((d * d / (d0 * d0) - 1.0f) / 3.0f, 0.0f, 1.0f);
+  return s;
+}
+
+void make_mxfp4(Rng& rng, const Mxfp4Scale& scale, uint8_t* dst) {
+  dst[0] = static_cast<uint8_t>(scale.e0 + (rng.uniform(0.0f, 1.0f) < scale.p_up ? 1 : 0));
+  rng.bytes(dst + 1, 16);
+}
+
 // Block scale d that gives the requested std for each type (see the layouts above).
 float base_scale(GgmlType type, float std) {
   switch (type) {
@@ -169,6 +195,7 @@ bool can_generate(GgmlType type) {
     case GgmlType::Q4_K:
     case GgmlType::Q5_K:
     case GgmlType::Q6_K:
+    case GgmlType::MXFP4:
       return true;
     default:
       return false;
@@ -197,6 +224,11 @@ TensorBytes::TensorBytes(GgmlType type, ValueSpec values, uint64_t seed)
   assert(values.mean == 0.0f);
   unit_bytes_ = static_cast<uint64_t>(gguf::type_traits(type).type_size);
   d_base_ = base_scale(type, values.std);
+  if (type == GgmlType::MXFP4) {
+    const Mxfp4Scale m = mxfp4_scale(values.std);
+    mxfp4_e0_ = m.e0;
+    mxfp4_p_up_ = m.p_up;
+  }
 }
 
 void TensorBytes::make_unit(uint64_t unit, uint8_t* dst) const {
@@ -231,6 +263,9 @@ void TensorBytes::make_unit(uint64_t unit, uint8_t* dst) const {
       break;
     case GgmlType::Q5_1:
       make_q5_1(rng, d_base_, dst);
+      break;
+    case GgmlType::MXFP4:
+      make_mxfp4(rng, Mxfp4Scale{mxfp4_e0_, mxfp4_p_up_}, dst);
       break;
     default:
       assert(false && "type not generated");

@@ -28,7 +28,8 @@ struct ValueSpec {
   float std = 0.0f;
 };
 
-// True for the types TensorBytes can generate: F32, F16, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
+// True for the types TensorBytes can generate: F32, F16, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K,
+// MXFP4.
 bool can_generate(gguf::GgmlType type);
 
 class TensorBytes {
@@ -51,6 +52,8 @@ class TensorBytes {
   uint64_t seed_;
   uint64_t unit_bytes_;
   float d_base_ = 0.0f;                    // quant types: the block scale before per-block jitter
+  int mxfp4_e0_ = 0;                       // MXFP4: the smaller of the two block exponents
+  float mxfp4_p_up_ = 0.0f;                // MXFP4: the probability of the larger one
   std::array<uint16_t, 256> f16_table_{};  // F16: value for each random byte
   std::array<float, 256> f32_table_{};     // F32: value for each random byte
 };

@@ -34,10 +34,11 @@ const char* arch_cli_name(Arch arch);  // "llama", "qwen2", "qwen3", "gemma3", "
 bool arch_is_moe(Arch arch);
 Result<Arch> parse_arch(std::string_view name);
 
-// Quant mixes named as llama-quantize's file types.
-enum class QuantMix { kF16, kQ8_0, kQ4_K_M, kQ5_K_M };
-const char* mix_name(QuantMix mix);                 // "F16", "Q8_0", "Q4_K_M", "Q5_K_M"
-uint32_t mix_file_type(QuantMix mix);               // general.file_type (llama_ftype numbering)
+// Quant mixes named as llama-quantize's file types. MXFP4_MOE: stacked expert tensors
+// MXFP4, every other matrix Q8_0 (gpt-oss's published files).
+enum class QuantMix { kF16, kQ8_0, kQ4_K_M, kQ5_K_M, kMxfp4Moe };
+const char* mix_name(QuantMix mix);    // "F16", "Q8_0", "Q4_K_M", "Q5_K_M", "MXFP4_MOE"
+uint32_t mix_file_type(QuantMix mix);  // general.file_type (llama_ftype numbering)
 Result<QuantMix> parse_mix(std::string_view name);  // case-insensitive
 
 // Model dimensions, in the project's one vocabulary. 0 in n_vocab means "the vocabulary

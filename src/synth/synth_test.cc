@@ -170,6 +170,29 @@ TEST(SynthPlan, QuantMixSizesMatchRealFiles) {
   EXPECT_NEAR(bytes("mixtral-8x7b", QuantMix::kQ5_K_M) / (30.9 * gib), 1.0, 0.01);
 }
 
+// MXFP4_MOE as llama-quantize makes it: stacked experts MXFP4, the router and 1-D
+// tensors F32, every other matrix Q8_0.
+TEST(SynthPlan, Mxfp4MoeMix) {
+  SynthSpec spec;
+  spec.arch = Arch::kQwen3Moe;
+  spec.shape = preset_shape(find_preset("tiny").value(), spec.arch).value();
+  spec.mix = QuantMix::kMxfp4Moe;
+  spec.vocab_from = "unused";
+  int experts = 0;
+  for (const TensorPlan& t : plan_tensors(validate(spec).value())) {
+    const bool stacked = t.ne.size() == 3;
+    experts += stacked;
+    const GgmlType want = stacked ? GgmlType::MXFP4
+                          : t.ne.size() == 1 || t.name.find("gate_inp") != std::string::npos
+                              ? GgmlType::F32
+                              : GgmlType::Q8_0;
+    EXPECT_EQ(t.type, want) << t.name;
+  }
+  EXPECT_EQ(experts, 3 * spec.shape.n_layer);
+  EXPECT_EQ(parse_mix("mxfp4_moe").value(), QuantMix::kMxfp4Moe);
+  EXPECT_EQ(mix_file_type(QuantMix::kMxfp4Moe), 38u);
+}
+
 TEST(SynthPlan, ValidateRejectsImpossibleShapes) {
   SynthSpec base;
   base.shape = preset_shape(find_preset("tiny").value(), Arch::kLlama).value();
@@ -197,8 +220,9 @@ TEST(SynthPlan, ValidateRejectsImpossibleShapes) {
 
 // ---- random blocks ------------------------------------------------------------------
 
-const GgmlType kGenerated[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::Q8_0, GgmlType::Q5_0,
-                               GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+const GgmlType kGenerated[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::Q8_0,
+                               GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K,
+                               GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4};
 
 TEST(SynthBlocks, AnyByteRangeMatchesTheWholeTensor) {
   for (GgmlType type : kGenerated) {
@@ -241,6 +265,17 @@ TEST(SynthBlocks, DequantizedStatistics) {
       EXPECT_NEAR(m, mean, 0.05 * std) << gguf::type_name(type);
       EXPECT_NEAR(sd / std, 1.0, 0.05) << gguf::type_name(type);
     }
+  }
+  // MXFP4's power-of-two scales reach any std, e.g. 1/sqrt(2880) (gpt-oss's fan-in).
+  for (float std : {1.0f / std::sqrt(2880.0f), 0.05f, 0.011f}) {
+    TensorBytes gen(GgmlType::MXFP4, {0.0f, std}, 3);
+    std::vector<uint8_t> bytes(quant::row_size(GgmlType::MXFP4, n));
+    gen.fill(0, bytes);
+    std::vector<float> x(n);
+    quant::dequantize_row(GgmlType::MXFP4, bytes.data(), x.data(), n);
+    double sum2 = 0;
+    for (float v : x) sum2 += static_cast<double>(v) * v;
+    EXPECT_NEAR(std::sqrt(sum2 / n) / std, 1.0, 0.05) << std;
   }
 }
 
@@ -313,7 +348,8 @@ TEST(SynthFile, EveryArchitectureReadsBack) {
   std::string check = std::string(HYPURA_PYTHON) + " " + kSource + "/src/synth/check_synth.py";
   for (Arch arch :
        {Arch::kLlama, Arch::kQwen2, Arch::kQwen3, Arch::kGemma3, Arch::kMixtral, Arch::kQwen3Moe}) {
-    for (QuantMix mix : {QuantMix::kF16, QuantMix::kQ8_0, QuantMix::kQ4_K_M, QuantMix::kQ5_K_M}) {
+    for (QuantMix mix : {QuantMix::kF16, QuantMix::kQ8_0, QuantMix::kQ4_K_M, QuantMix::kQ5_K_M,
+                         QuantMix::kMxfp4Moe}) {
       SynthSpec spec = tiny_spec(arch, vocab, mix);
       std::string path = dir.file(std::string(arch_cli_name(arch)) + "-" + mix_name(mix) + ".gguf");
       ASSERT_TRUE(synth_file(spec, path).is_ok()) << path;

@@ -87,6 +87,7 @@ float dot_q4_1(int64_t n, const void* w, const void* x);
 float dot_q5_0(int64_t n, const void* w, const void* x);
 float dot_q5_1(int64_t n, const void* w, const void* x);
 float dot_q8_0(int64_t n, const void* w, const void* x);
+float dot_mxfp4(int64_t n, const void* w, const void* x);
 float dot_q2_k(int64_t n, const void* w, const void* x);
 float dot_q3_k(int64_t n, const void* w, const void* x);
 float dot_q4_k(int64_t n, const void* w, const void* x);

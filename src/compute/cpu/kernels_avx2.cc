@@ -16,6 +16,7 @@
 namespace hypura::compute {
 namespace {
 
+using quant::BlockMXFP4;
 using quant::BlockQ2_K;
 using quant::BlockQ3_K;
 using quant::BlockQ4_0;
@@ -316,6 +317,16 @@ struct WQ5_0 {
     return _mm256_sub_epi8(with_bit4(unpack_nibbles(b.qs), b.qh), _mm256_set1_epi8(16));
   }
 };
+// MXFP4: the nibbles are codes, looked up in the doubled E2M1 values (one table per lane;
+// written out here rather than read from quant::kMxfp4Values: see check_isa_symbols.cmake).
+struct WMXFP4 {
+  using Block = BlockMXFP4;
+  static __m256i weights(const Block& b) {
+    const __m256i values = _mm256_broadcastsi128_si256(
+        _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+    return _mm256_shuffle_epi8(values, unpack_nibbles(b.qs));
+  }
+};
 struct WQ4_1 {
   using Block = BlockQ4_1;
   static __m256i weights(const Block& b) { return unpack_nibbles(b.qs); }
@@ -413,6 +424,31 @@ inline __m128 load_halves4(const uint16_t* h) {
   return _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(h)));
 }
 
+// 2^(e - 128) for four E8M0 bytes (quant::e8m0_half_to_f32: subnormal below e = 2).
+inline __m128 e8m0_half4(__m128i e) {
+  const __m128i normal = _mm_slli_epi32(_mm_sub_epi32(e, _mm_set1_epi32(1)), 23);
+  const __m128i tiny = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e);
+  return _mm_castsi128_ps(_mm_blendv_epi8(tiny, normal, _mm_cmpgt_epi32(e, _mm_set1_epi32(1))));
+}
+
+// The scale of one block and of four consecutive blocks: fp16 d, or MXFP4's E8M0 e.
+template <class Block>
+inline __m128 block_scales4(const Block* b) {
+  if constexpr (std::is_same_v<Block, BlockMXFP4>) {
+    return e8m0_half4(_mm_setr_epi32(b[0].e, b[1].e, b[2].e, b[3].e));
+  } else {
+    return four_halves<Block, &Block::d>(b);
+  }
+}
+template <class Block>
+inline float block_scale(const Block& b) {
+  if constexpr (std::is_same_v<Block, BlockMXFP4>) {
+    return _mm_cvtss_f32(e8m0_half4(_mm_cvtsi32_si128(b.e)));
+  } else {
+    return h2f(b.d);
+  }
+}
+
 // Block sums of four madd results (8 int32 lanes each): lanes k and k + 4 of the result
 // are the two halves of block k's sum, so one float update scales all four blocks.
 inline __m256 group_sums(const __m256i* s) {
@@ -420,7 +456,7 @@ inline __m256 group_sums(const __m256i* s) {
       _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3])));
 }
 
-// Signed weights (Q4_0, Q5_0, Q8_0) against grouped Q8_0 activations.
+// Signed weights (Q4_0, Q5_0, Q8_0, MXFP4) against grouped Q8_0 activations.
 template <class WF>
 struct LegacySigned {
   template <int T>
@@ -440,7 +476,7 @@ struct LegacySigned {
         q[k] = WF::weights(wb[k]);
         aq[k] = _mm256_sign_epi8(q[k], q[k]);
       }
-      const __m128 dw = four_halves<Block, &Block::d>(wb);
+      const __m128 dw = block_scales4(wb);
       for (int t = 0; t < T; ++t) {
         const auto* y = reinterpret_cast<const GroupQ8_0*>(x + t * xs) + gi;
         __m256i s[kGroup];
@@ -455,7 +491,7 @@ struct LegacySigned {
     for (int64_t i = ng * kGroup; i < nb; ++i) {  // the row's ungrouped last blocks
       const __m256i q = WF::weights(w[i]);
       const __m256i aq = _mm256_sign_epi8(q, q);
-      const float dw = h2f(w[i].d);
+      const float dw = block_scale(w[i]);
       for (int t = 0; t < T; ++t) {
         const auto* y = reinterpret_cast<const BlockQ8_0*>(
                             reinterpret_cast<const GroupQ8_0*>(x + t * xs) + ng) +
@@ -600,13 +636,15 @@ void fill_avx2_kernels(KernelTable* table) {
   set(gguf::GgmlType::Q8_0, tile_of<LegacySigned<WQ8_0>, 8>);
   set(gguf::GgmlType::Q4_0, tile_of<LegacySigned<WQ4_0>, 8>);
   set(gguf::GgmlType::Q5_0, tile_of<LegacySigned<WQ5_0>, 8>);
+  set(gguf::GgmlType::MXFP4, tile_of<LegacySigned<WMXFP4>, 8>);
   set(gguf::GgmlType::Q4_1, tile_of<LegacyMin<WQ4_1>, 8>);
   set(gguf::GgmlType::Q5_1, tile_of<LegacyMin<WQ5_1>, 8>);
   // The legacy kernels read their grouped activation layout (see GroupQ8_0).
   auto act = [&](gguf::GgmlType type, QuantizeActFn fn) {
     table->quantize_act[static_cast<int>(type)] = fn;
   };
-  for (gguf::GgmlType type : {gguf::GgmlType::Q8_0, gguf::GgmlType::Q4_0, gguf::GgmlType::Q5_0}) {
+  for (gguf::GgmlType type :
+       {gguf::GgmlType::Q8_0, gguf::GgmlType::Q4_0, gguf::GgmlType::Q5_0, gguf::GgmlType::MXFP4}) {
     act(type, quantize_grouped<false>);
   }
   for (gguf::GgmlType type : {gguf::GgmlType::Q4_1, gguf::GgmlType::Q5_1})

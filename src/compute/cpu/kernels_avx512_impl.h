@@ -25,6 +25,7 @@
 namespace hypura::compute {
 namespace {
 
+using quant::BlockMXFP4;
 using quant::BlockQ2_K;
 using quant::BlockQ3_K;
 using quant::BlockQ4_0;
@@ -429,7 +430,8 @@ struct Q2K {
   }
 };
 
-// ---- 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): transposed groups of 16 blocks ----
+// ---- 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4): transposed groups of 16 blocks
+// ----
 //
 // A row's blocks go in groups of kLanes = 16 (the last group holds the rest, m < 16), and
 // int32 lane L of every vector belongs to block L of its group: vector k holds bytes
@@ -605,6 +607,18 @@ struct WQ5_0 {
     for (int k = 0; k < 8; ++k) W[k] = _mm512_sub_epi8(W[k], _mm512_set1_epi8(16));
   }
 };
+// MXFP4: nibble codes looked up in the doubled E2M1 values (one table per 128-bit lane;
+// written out here rather than read from quant::kMxfp4Values: see check_isa_symbols.cmake).
+struct WMXFP4 {
+  using Block = BlockMXFP4;
+  static constexpr bool kSigned = true;
+  static void weights(const uint8_t* b, int m, __m512i* W) {
+    nibbles_transposed(b, sizeof(Block), m, offsetof(Block, qs), W);
+    const __m512i values = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+    for (int k = 0; k < 8; ++k) W[k] = _mm512_shuffle_epi8(values, W[k]);
+  }
+};
 struct WQ4_1 {
   using Block = BlockQ4_1;
   static constexpr bool kSigned = false;
@@ -620,6 +634,21 @@ struct WQ5_1 {
     add_fifth_bit(b, sizeof(Block), m, offsetof(Block, qh), W);
   }
 };
+
+// The group's weight scales from the dwords at byte 0 of its blocks: the low fp16 half, or
+// MXFP4's E8M0 byte as 2^(e - 128) (quant::e8m0_half_to_f32: subnormal below e = 2).
+template <class Block>
+inline __m512 weight_scales(__m512i fields) {
+  if constexpr (std::is_same_v<Block, BlockMXFP4>) {
+    const __m512i e = _mm512_and_si512(fields, _mm512_set1_epi32(0xFF));
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    const __mmask16 is_normal = _mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(is_normal, tiny, normal));
+  } else {
+    return halves_of(fields, false);
+  }
+}
 
 // acc + sums of 4 consecutive (u8 w * s8 y) products per int32 lane.
 inline __m512i dot_u8s8_acc(__m512i acc, __m512i w, __m512i y) {
@@ -652,7 +681,7 @@ struct Legacy32 {
       __m512i W[8];
       WF::weights(wb, m, W);
       const __m512i fields = gather_fields(wb, sizeof(Block), m, 0);  // d (and m for Q4_1/Q5_1)
-      const __m512 dw = halves_of(fields, false);
+      const __m512 dw = weight_scales<Block>(fields);
       ActGroup y[T];
       for (int t = 0; t < T; ++t) y[t] = {x + t * xs + b0 * kActBlock, m};
       __m512i isum[T];
@@ -753,6 +782,7 @@ void fill_avx512_table(KernelTable* table) {
   set(gguf::GgmlType::Q5_0, tile_of<Legacy32<WQ5_0>, 8>);
   set(gguf::GgmlType::Q4_1, tile_of<Legacy32<WQ4_1>, 8>);
   set(gguf::GgmlType::Q5_1, tile_of<Legacy32<WQ5_1>, 8>);
+  set(gguf::GgmlType::MXFP4, tile_of<Legacy32<WMXFP4>, 8>);
   set(gguf::GgmlType::Q2_K, tile_of<Q2K, 8>);
   set(gguf::GgmlType::Q3_K, tile_of<Q3K, 8>);
   set(gguf::GgmlType::Q4_K, tile_of<QK4<false>, 8>);
@@ -768,6 +798,7 @@ void fill_avx512_table(KernelTable* table) {
   act(gguf::GgmlType::Q8_0, quantize_grouped<false>);
   act(gguf::GgmlType::Q4_0, quantize_grouped<false>);
   act(gguf::GgmlType::Q5_0, quantize_grouped<false>);
+  act(gguf::GgmlType::MXFP4, quantize_grouped<false>);
   act(gguf::GgmlType::Q4_1, quantize_grouped<true>);
   act(gguf::GgmlType::Q5_1, quantize_grouped<true>);
   set(gguf::GgmlType::Q6_K, tile_of<Q6K, 8>);

@@ -120,6 +120,21 @@ float dot_q8_0(int64_t n, const void* w, const void* x) {
   return sum;
 }
 
+float dot_mxfp4(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const BlockMXFP4*>(w);
+  const auto* b = static_cast<const BlockQ8_0*>(x);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    int sumi = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      sumi += kMxfp4Values[a[i].qs[j] & 0xF] * b[i].qs[j];
+      sumi += kMxfp4Values[a[i].qs[j] >> 4] * b[i].qs[j + kQK / 2];
+    }
+    sum += static_cast<float>(sumi) * (e8m0_half_to_f32(a[i].e) * fp16_to_f32(b[i].d));
+  }
+  return sum;
+}
+
 // Sum over a 16-element sub-block of q(i) * y.qs[i], q supplied by a getter.
 template <class Q>
 static int sub_dot16(int sub, const int8_t* yq, Q q) {
@@ -242,6 +257,7 @@ const KernelTable& scalar_kernels() {
     set(gguf::GgmlType::Q5_0, tile_from_dot<ref::dot_q5_0>);
     set(gguf::GgmlType::Q5_1, tile_from_dot<ref::dot_q5_1>);
     set(gguf::GgmlType::Q8_0, tile_from_dot<ref::dot_q8_0>);
+    set(gguf::GgmlType::MXFP4, tile_from_dot<ref::dot_mxfp4>);
     set(gguf::GgmlType::Q2_K, tile_from_dot<ref::dot_q2_k>);
     set(gguf::GgmlType::Q3_K, tile_from_dot<ref::dot_q3_k>);
     set(gguf::GgmlType::Q4_K, tile_from_dot<ref::dot_q4_k>);

@@ -89,6 +89,30 @@ __device__ __forceinline__ uint16_t load_u16(const uint8_t* p) {
   return *reinterpret_cast<const uint16_t*>(p);
 }
 
+// Four bytes at p as a little-endian int, any alignment (MXFP4's 17-byte blocks).
+__device__ __forceinline__ int load_int_a1(const uint8_t* p) {
+  return static_cast<int>(static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+                          (static_cast<uint32_t>(p[2]) << 16) |
+                          (static_cast<uint32_t>(p[3]) << 24));
+}
+
+// MXFP4's scale: 2^(e - 128) for the E8M0 byte e (quant::e8m0_half_to_f32).
+__device__ __forceinline__ float e8m0_half_to_float(uint32_t e) {
+  return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+}
+
+// The doubled E2M1 values (quant::kMxfp4Values) of four 4-bit codes, one per byte of
+// codes: the magnitude of code & 7 picked by a byte permute of the table {0, 1, 2, 3, 4, 6,
+// 8, 12}, negated where bit 3 is set.
+__device__ __forceinline__ int mxfp4_values4(uint32_t codes) {
+  const uint32_t m = codes & 0x07070707u;
+  const uint32_t t = m | (m >> 4);  // selector nibbles: byte k's index at bits 4k..4k+2
+  const uint32_t sel = (t & 0xFFu) | ((t >> 8) & 0xFF00u);
+  const uint32_t mag = __byte_perm(0x03020100u, 0x0C080604u, sel);
+  const uint32_t neg = ((codes >> 3) & 0x01010101u) * 0xFFu;
+  return static_cast<int>((mag & ~neg) | (__vneg4(mag) & neg));
+}
+
 // Sum of the four signed bytes of v (dp4a against ones).
 __device__ __forceinline__ int byte_sum(int v, int acc) {
   return __dp4a(v, 0x01010101, acc);

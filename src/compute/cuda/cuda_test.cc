@@ -52,7 +52,7 @@ constexpr double kGemmRelL2 = 2e-3;
 const GgmlType kAllTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,
                               GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
                               GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
-                              GgmlType::Q6_K};
+                              GgmlType::Q6_K, GgmlType::MXFP4};
 
 double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
   double num = 0, den = 0;
@@ -206,6 +206,10 @@ TEST_F(CudaTest, MatvecMatchesCpuForEveryType) {
     }
     shapes.push_back({12289, 256, -1});
     shapes.push_back({33, 8192, -1});
+    if (type == GgmlType::MXFP4) {  // gpt-oss's rows (1530 bytes) and odd-length ones
+      for (int config = 0; config < 3; ++config) shapes.push_back({67, 2880, config});
+      shapes.push_back({45, 2912, -1});
+    }
     for (const MatvecShape& sh : shapes) {
       SCOPED_TRACE(std::string(gguf::type_name(type)) + " " + std::to_string(sh.n_rows) + "x" +
                    std::to_string(sh.n_cols) + " config " + std::to_string(sh.config));
@@ -464,7 +468,10 @@ TEST_F(CudaTest, DequantizeMatchesCpuExactly) {
   uint32_t seed = 500;
   for (GgmlType type : kAllTypes) {
     SCOPED_TRACE(gguf::type_name(type));
-    const int64_t n_rows = 5, n_cols = quant::block_size(type) == 1 ? 104 : 512;
+    // MXFP4: 91 blocks of 17 bytes, rows of odd length.
+    const int64_t n_rows = 5, n_cols = quant::block_size(type) == 1 ? 104
+                                       : type == GgmlType::MXFP4    ? 2912
+                                                                    : 512;
     const std::vector<uint8_t> w = random_weights(type, n_rows, n_cols, &seed);
     const size_t row = quant::row_size(type, n_cols);
     std::vector<float> rows(n_rows * n_cols);
@@ -561,8 +568,8 @@ TEST_F(CudaTest, GroupedMatvecMatchesCpu) {
   uint32_t seed = 900;
   const int64_t n_expert = 5, rows = 96, cols = 512, n_tok = 3, k = 2;
   const std::vector<int32_t> ids = {4, 1, 0, 4, 2, 3};  // (n_tok, k)
-  for (GgmlType type :
-       {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::F32, GgmlType::Q6_K}) {
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::F32,
+                        GgmlType::Q6_K, GgmlType::MXFP4}) {
     SCOPED_TRACE(gguf::type_name(type));
     const std::vector<uint8_t> w = random_weights(type, n_expert * rows, cols, &seed);
     const std::vector<float> x = random_floats(n_tok * cols, seed++);

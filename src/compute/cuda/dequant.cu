@@ -73,6 +73,17 @@ struct DqQ8_0 {
     }
   }
 };
+struct DqMXFP4 {
+  static constexpr int kBlockBytes = 17, kBlockElems = kQK;
+  static __device__ void dequant8(const uint8_t* b, int i0, float (&v)[8]) {
+    const float d = e8m0_half_to_float(b[0]);
+    for (int k = 0; k < 8; ++k) {
+      const int i = i0 + k;
+      const uint32_t code = (b[1 + i % 16] >> (4 * (i / 16))) & 0xF;
+      v[k] = __fmul_rn(static_cast<float>(static_cast<int8_t>(mxfp4_values4(code) & 0xFF)), d);
+    }
+  }
+};
 struct DqQ2_K {
   static constexpr int kBlockBytes = 84, kBlockElems = kQK_K;
   static __device__ void dequant8(const uint8_t* b, int i0, float (&v)[8]) {
@@ -255,6 +266,9 @@ bool dequantize(uint32_t type_id, const DequantArgs& a, OutT* out) {
       return true;
     case 8:
       launch_quant<DqQ8_0>(a, out);
+      return true;
+    case 39:
+      launch_quant<DqMXFP4>(a, out);
       return true;
     case 10:
       launch_quant<DqQ2_K>(a, out);

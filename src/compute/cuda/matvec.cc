@@ -24,6 +24,7 @@ bool matvec_supported(gguf::GgmlType type) {
     case T::Q5_0:
     case T::Q5_1:
     case T::Q8_0:
+    case T::MXFP4:
     case T::Q2_K:
     case T::Q3_K:
     case T::Q4_K:

@@ -1,12 +1,13 @@
 // Matrix-vector products on the GPU for decode: y = W x for one activation row, for every
-// weight format the CPU multiplies (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+// weight format the CPU multiplies (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4,
 // Q2_K .. Q6_K).
 //
 // Activations are rounded as the CPU rounds them (quant::activation_type: Q8_K for
 // K-quants, Q8_0 or Q8_1 for the 32-element formats, float for F32/F16/BF16) by the same
 // operations (quantize.h), so GPU and CPU products differ only by the order of float
 // additions. The weight matrix is in GGUF layout in device memory, rows 16-byte aligned
-// (cudaMalloc'd tensors of real shapes are); W.n_cols a multiple of the block size.
+// (cudaMalloc'd tensors of real shapes are; MXFP4 rows may have any alignment); W.n_cols a
+// multiple of the block size.
 //
 // Thread-safety: one caller per scratch buffer. No allocation: the caller owns scratch.
 #pragma once

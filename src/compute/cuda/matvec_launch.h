@@ -53,7 +53,7 @@ struct MatvecArgs {
 
 // type_id: the GGUF type id (gguf::GgmlType). Each returns false for ids it lacks.
 bool launch_matvec_float(uint32_t type_id, const MatvecArgs& a);   // F32, F16, BF16
-bool launch_matvec_legacy(uint32_t type_id, const MatvecArgs& a);  // Q4_0 .. Q8_0
+bool launch_matvec_legacy(uint32_t type_id, const MatvecArgs& a);  // Q4_0 .. Q8_0, MXFP4
 bool launch_matvec_kquant(uint32_t type_id, const MatvecArgs& a);  // Q2_K .. Q6_K
 
 }  // namespace hypura::compute::cuda

@@ -1,7 +1,8 @@
-// Matrix-vector products of the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) with
-// activations in Q8_0 (Q4_0, Q5_0, Q8_0) or Q8_1 (Q4_1, Q5_1), as on the CPU. Two chunks
-// per block: a chunk is 8 bytes of nibbles (elements j..j+7 and j+16..j+23) or, for Q8_0,
-// 16 quants. The blocks are 2-byte aligned, so quants load as pairs of halves.
+// Matrix-vector products of the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4)
+// with activations in Q8_0 (Q4_0, Q5_0, Q8_0, MXFP4) or Q8_1 (Q4_1, Q5_1), as on the CPU.
+// Two chunks per block: a chunk is 8 bytes of nibbles (elements j..j+7 and j+16..j+23) or,
+// for Q8_0, 16 quants. The blocks are 2-byte aligned, so quants load as pairs of halves;
+// MXFP4's 17-byte blocks are not, and load byte by byte.
 #include "compute/cuda/matvec_impl.cuh"
 
 namespace hypura::compute::cuda {
@@ -68,6 +69,23 @@ struct Q8_0 {
   }
 };
 
+// MXFP4: the codes become their doubled E2M1 values (mxfp4_values4), then dot as Q4_0.
+struct MXFP4 {
+  static constexpr int kBlockBytes = 17, kBlockElems = kQK, kChunks = 2;
+  static __device__ __forceinline__ float dot(const uint8_t* w, const ActQ8& act, int b, int c) {
+    const uint8_t* qs = w + 1 + 8 * c;
+    const auto* xq = reinterpret_cast<const uint8_t*>(act.q + b * kQK + 8 * c);
+    int sumi = 0;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const uint32_t v = static_cast<uint32_t>(load_int_a1(qs + 4 * k));
+      sumi = __dp4a(mxfp4_values4(v & 0x0F0F0F0Fu), load_int_a4(xq + 4 * k), sumi);
+      sumi = __dp4a(mxfp4_values4((v >> 4) & 0x0F0F0F0Fu), load_int_a4(xq + 16 + 4 * k), sumi);
+    }
+    return static_cast<float>(sumi) * (e8m0_half_to_float(w[0]) * act.d[b]);
+  }
+};
+
 }  // namespace
 
 bool launch_matvec_legacy(uint32_t type_id, const MatvecArgs& a) {
@@ -86,6 +104,9 @@ bool launch_matvec_legacy(uint32_t type_id, const MatvecArgs& a) {
       return true;
     case 8:
       launch_matvec<Q8_0>(a);
+      return true;
+    case 39:
+      launch_matvec<MXFP4>(a);
       return true;
     default:
       return false;
