@@ -55,6 +55,26 @@ TEST(Shapes, SizesMatchThePublishedFiles) {
   EXPECT_LT(kimi, 640);
 }
 
+// MXFP4_MOE on a gpt-oss-20b-like shape: experts MXFP4 (17 bytes per 32 weights), every
+// other matrix Q8_0, norms and the router F32.
+TEST(Shapes, Mxfp4MoeMix) {
+  ShapeSpec s = qwen3_30b_a3b_q4km();
+  s.n_embd = 2880, s.n_layer = 24, s.n_head = 64, s.n_head_kv = 8, s.head_dim = 64;
+  s.n_expert = 32, s.n_expert_used = 4, s.n_ff_exp = 2880, s.n_vocab = 201088;
+  s.mix = QuantMix::kMxfp4Moe;
+  uint64_t expert_bytes = 0;
+  for (const auto& t : synthetic_model(s).tensors) {
+    const gguf::GgmlType want =
+        model::is_moe_expert(t.role) ? gguf::GgmlType::MXFP4
+        : t.role == model::TensorRole::kMoeRouter || t.name.find("norm") != std::string::npos
+            ? gguf::GgmlType::F32
+            : gguf::GgmlType::Q8_0;
+    EXPECT_EQ(t.type, want) << t.name;
+    if (model::is_moe_expert(t.role)) expert_bytes += t.bytes;
+  }
+  EXPECT_EQ(expert_bytes, uint64_t{24} * 3 * 32 * 2880 * 2880 / 32 * 17);
+}
+
 TEST(Shapes, TiedEmbeddingsAreReadWholeEveryToken) {
   ShapeSpec s = llama3_8b_q4km();
   s.tied_embeddings = true;

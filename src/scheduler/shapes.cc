@@ -23,6 +23,7 @@ struct Builder {
       case QuantMix::kF16:
         return GgmlType::F16;
       case QuantMix::kQ8_0:
+      case QuantMix::kMxfp4Moe:
         return GgmlType::Q8_0;
       case QuantMix::kQ4_K_M:
         return GgmlType::Q4_K;
@@ -35,6 +36,9 @@ struct Builder {
   GgmlType more_bits(int64_t layer) const {
     return k_mix() && use_more_bits(layer, s.n_layer) ? GgmlType::Q6_K : base();
   }
+
+  // The type of a stacked expert tensor whose mix type would be `t`.
+  GgmlType experts(GgmlType t) const { return s.mix == QuantMix::kMxfp4Moe ? GgmlType::MXFP4 : t; }
 
   // A (n_rows x n_cols) matrix, or n_expert of them stacked.
   void add(std::string name, TensorRole role, int layer, GgmlType type, int64_t n_cols,
@@ -94,12 +98,12 @@ struct Builder {
       return;
     }
     add(p + "ffn_gate_inp.weight", TensorRole::kMoeRouter, il, GgmlType::F32, s.n_embd, s.n_expert);
-    add(p + "ffn_gate_exps.weight", TensorRole::kMoeGateExperts, il, base(), s.n_embd, s.n_ff_exp,
-        s.n_expert);
-    add(p + "ffn_up_exps.weight", TensorRole::kMoeUpExperts, il, base(), s.n_embd, s.n_ff_exp,
-        s.n_expert);
-    add(p + "ffn_down_exps.weight", TensorRole::kMoeDownExperts, il, more_bits(il), s.n_ff_exp,
-        s.n_embd, s.n_expert);
+    add(p + "ffn_gate_exps.weight", TensorRole::kMoeGateExperts, il, experts(base()), s.n_embd,
+        s.n_ff_exp, s.n_expert);
+    add(p + "ffn_up_exps.weight", TensorRole::kMoeUpExperts, il, experts(base()), s.n_embd,
+        s.n_ff_exp, s.n_expert);
+    add(p + "ffn_down_exps.weight", TensorRole::kMoeDownExperts, il, experts(more_bits(il)),
+        s.n_ff_exp, s.n_embd, s.n_expert);
     if (s.n_ff_shexp > 0) {
       add(p + "ffn_gate_shexp.weight", TensorRole::kSharedExpert, il, base(), s.n_embd,
           s.n_ff_shexp);

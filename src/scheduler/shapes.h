@@ -17,7 +17,8 @@
 
 namespace hypura::scheduler {
 
-enum class QuantMix { kF16, kQ8_0, kQ4_K_M, kQ5_K_M };
+// kMxfp4Moe: llama-quantize's MXFP4_MOE (gpt-oss): stacked experts MXFP4, other matrices Q8_0.
+enum class QuantMix { kF16, kQ8_0, kQ4_K_M, kQ5_K_M, kMxfp4Moe };
 
 struct ShapeSpec {
   std::string name;
