@@ -70,12 +70,14 @@ bench() {  # name, synth args...
 if step moe-stream; then
   model="$MODELS/moe-stream.gguf"
   timeout 150 "$DIR/bin/hypura" synth -o "$model" --preset moe --vocab-from "$DIR/golden/llama-f32.gguf" -q --no-sync 2>&1 | tail -1
-  gen() { timeout 200 "$DIR/bin/hypura" run "$model" --device cuda --no-chat --temp 0 -n 48 \
-            -p "The quick brown fox" "$@" 2>"$LOG/run_stderr.log"; }
-  ram=$(gen --cpu-moe-layers 24); streamed=$(gen --cpu-moe-layers 24 --ram-budget 2G)
-  grep -iE "mode|expert|device|cuda" "$LOG/run_stderr.log" | head -5
-  if [ -n "$ram" ] && [ "$ram" = "$streamed" ]; then echo "moe-stream: greedy text identical (RAM vs streamed host experts)"
-  else echo "moe-stream: TEXT DIFFERS"; echo "ram:      $ram"; echo "streamed: $streamed"; rc=1; fi
+  # Logits of 16-token chunks (under the wide-prompt size, so the CPU computes the host
+  # experts in both runs): bit-identical whether those experts sit in RAM or stream.
+  for i in $(seq 1 40); do echo "The quick brown fox jumps over the lazy dog number $i."; done > "$MODELS/text.txt"
+  ppl() { timeout 300 "$DIR/bin/hypura" perplexity "$model" --device cuda -f "$MODELS/text.txt" -c 16 \
+            --chunks 8 --cpu-moe-layers 24 --save-logits "$@" 2>&1 | grep -E "^perplexity: +[0-9]|rror" | head -3; }
+  ppl "$MODELS/ram.logits"; ppl "$MODELS/streamed.logits" --ram-budget 2G
+  if cmp -s "$MODELS/ram.logits" "$MODELS/streamed.logits"; then echo "moe-stream: logits bit-identical (RAM vs streamed host experts)"
+  else echo "moe-stream: LOGITS DIFFER"; rc=1; fi
   for args in "--cpu-moe-layers 24" "--cpu-moe-layers 24 --ram-budget 2G" "--vram-budget 1200M --ram-budget 2G"; do
     echo "== moe-stream: bench $args"
     # shellcheck disable=SC2086

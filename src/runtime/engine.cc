@@ -330,8 +330,10 @@ Status LocalEngine::place_on_device(const std::function<void(uint64_t, uint64_t)
                       std::to_string(n_layer) + " layers" + (split.head ? " and the head" : "") +
                       " (" + format_size(device_weights_->device_bytes()) + " of weights)";
     if (split.host_experts > 0) {
-      device_.reason += ", the CPU the routed experts of " + std::to_string(split.host_experts) +
-                        " of them from RAM";
+      device_.reason +=
+          ", the CPU the routed experts of " + std::to_string(split.host_experts) +
+          " of them from " +
+          (weights_->experts() != nullptr ? "storage through the expert cache" : "RAM");
     }
     if (wide_prompts()) {
       device_.reason += ", and every layer of prompts of " + std::to_string(kWidePromptRows) +
