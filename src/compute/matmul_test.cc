@@ -305,6 +305,35 @@ TEST(Matmul, Mxfp4AgainstFloatActivations) {
   }
 }
 
+// MXFP4 rows whose blocks all share one E8M0 exponent, from the subnormal scales (e = 0,
+// 1: 2^-128, 2^-127) to large ones, so every path's scale conversion shows in the result:
+// the named bound without the absolute floor that would hide rows this small.
+TEST(Matmul, Mxfp4ExtremeScales) {
+  std::mt19937 rng(8);  // fixed: failures reproduce
+  const uint8_t exponents[] = {0, 1, 2, 3, 100, 127, 150, 190};
+  const int64_t n = 2880;
+  Problem p = make_problem(GgmlType::MXFP4, std::size(exponents), n, 3, rng);
+  for (float& v : p.x) v *= 1000.0f;  // scales of x near 2^4: every product a normal float
+  const size_t rs = quant::row_size(p.type, n);
+  for (size_t r = 0; r < std::size(exponents); ++r) {
+    for (int64_t b = 0; b < n / 32; ++b) {
+      uint8_t* block = p.w.data() + r * rs + b * sizeof(quant::BlockMXFP4);
+      for (int k = 1; k < 17; ++k) block[k] = static_cast<uint8_t>(rng());
+      block[0] = exponents[r];
+    }
+  }
+  const Reference ref = reference(p);
+  const double c = bound_c(p.type, n) * std::ldexp(1.0, -24);
+  for (const char* path : supported_paths()) {
+    const std::vector<float> y = run_matmul(p, 2, path, p.n_tok);
+    for (size_t i = 0; i < y.size(); ++i) {
+      EXPECT_LE(std::fabs(y[i] - ref.value[i]), c * ref.abs_sum[i])
+          << path << " e " << int{exponents[i % std::size(exponents)]} << ": " << y[i] << " vs "
+          << ref.value[i];
+    }
+  }
+}
+
 // Shapes that stress tails: one row, rows not a multiple of the thread count or tile,
 // the smallest row length, many tokens; outputs start as NaN to catch unwritten cells.
 TEST(Matmul, OddShapesAndPoisonedOutputs) {
