@@ -14,7 +14,7 @@
 // Weights: W.type must satisfy quant::is_supported() and W.n_cols must be a multiple of
 // its block size; callers validate untrusted files before building views (matmul only
 // asserts). Activations are rounded as llama.cpp's CPU backend rounds them (Q8_K for
-// K-quants, Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1); F32/F16/BF16 weights multiply
+// K-quants, Q8_0 for Q4_0/Q5_0/Q8_0/MXFP4, Q8_1 for Q4_1/Q5_1); F32/F16/BF16 weights multiply
 // float activations directly.
 #pragma once
 
