@@ -34,6 +34,7 @@ struct SynthArgs {
   bool quiet = false;
   bool no_sync = false;
   bool tied = false;
+  double logit_scale = 1.0;
   std::map<std::string, int64_t> dims;  // flag name -> value, only those given
 };
 
@@ -78,6 +79,7 @@ Result<synth::SynthSpec> build_spec(const SynthArgs& args) {
   HYPURA_ASSIGN_OR_RETURN(spec.mix, synth::parse_mix(args.quant));
   spec.seed = args.seed;
   spec.tied_embeddings = args.tied;
+  spec.logit_scale = args.logit_scale;
   spec.vocab_from = args.vocab_from.empty()
                         ? synth::default_vocab_source(arch, default_models_dir())
                         : args.vocab_from;
@@ -219,7 +221,7 @@ std::function<int()> setup_synth(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--arch", args->arch,
                  "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe (default: the preset's)");
-  app.add_option("--quant", args->quant, "quant mix: f16, q8_0, q4_k_m, q5_k_m, mxfp4_moe")
+  app.add_option("--quant", args->quant, "quant mix: f32, f16, q8_0, q4_k_m, q5_k_m, mxfp4_moe")
       ->capture_default_str();
   app.add_option("--vocab-from", args->vocab_from,
                  "GGUF whose tokenizer is copied (default: a test model, see docs/MODELS.md)");
@@ -232,6 +234,9 @@ std::function<int()> setup_synth(CLI::App& app) {
         "override the preset's " + std::string(flag));
   }
   app.add_flag("--tied-embeddings", args->tied, "no output.weight (always so for gemma3)");
+  app.add_option("--logit-scale", args->logit_scale,
+                 "multiply the output head's weight std (3: logits of std ~3, as the goldens)")
+      ->capture_default_str();
   app.add_flag("--dry-run", args->dry_run, "print the shape and size, write nothing");
   app.add_flag("-q,--quiet", args->quiet, "no progress bar");
   app.add_flag("--no-sync", args->no_sync, "skip the final fdatasync");

@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -29,6 +31,66 @@ inline const std::string kDir = HYPURA_GOLDEN_DIR;
 inline std::vector<int32_t> sequence(const std::string& name) {
   std::ifstream in(kDir + "/manifest.json");
   return nlohmann::json::parse(in)["sequences"][name].get<std::vector<int32_t>>();
+}
+
+// How far logits are from a reference: rel_l2 = ||got - want||_2 / ||want||_2 over the whole
+// array, and the largest absolute difference.
+struct Diff {
+  double rel_l2 = 0, max_abs = 0;
+};
+
+inline Diff compare(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0, max_abs = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    num += d * d;
+    den += static_cast<double>(want[i]) * want[i];
+    max_abs = std::max(max_abs, std::abs(d));
+  }
+  return {std::sqrt(num / den), max_abs};
+}
+
+inline int64_t argmax(const float* row, int64_t n) {
+  return std::max_element(row, row + n) - row;
+}
+
+// The gap between a row's two largest logits.
+inline double margin(const float* row, int64_t n) {
+  std::vector<float> v(row, row + n);
+  std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<float>());
+  return v[0] - v[1];
+}
+
+// Rows whose argmax agrees with the reference's, over all rows and over the rows where the
+// reference's top-1 margin exceeds min_margin ("confident").
+struct Top1 {
+  int agree = 0, rows = 0, agree_confident = 0, rows_confident = 0;
+};
+
+inline Top1 top1(const std::vector<float>& got, const std::vector<float>& want, int64_t n_vocab,
+                 double min_margin) {
+  Top1 t;
+  for (size_t r = 0; r * n_vocab < want.size(); ++r) {
+    const bool same = argmax(&got[r * n_vocab], n_vocab) == argmax(&want[r * n_vocab], n_vocab);
+    t.rows++;
+    t.agree += same;
+    if (margin(&want[r * n_vocab], n_vocab) > min_margin) {
+      t.rows_confident++;
+      t.agree_confident += same;
+    }
+  }
+  return t;
+}
+
+// A raw little-endian float32 logits file ([n_tokens, n_vocab], no header); empty if absent.
+inline std::vector<float> read_f32_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return {};
+  const auto size = static_cast<size_t>(in.tellg());
+  std::vector<float> v(size / sizeof(float));
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(size));
+  return v;
 }
 
 struct Model {

@@ -22,6 +22,7 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "runtime/engine.h"
+#include "runtime/golden_fixtures.h"
 #include "tiers/device_weights.h"
 #include "tiers/staged_weights.h"
 #include "tiers/testing/resident_provider.h"
@@ -49,12 +50,7 @@ std::vector<int32_t> sequence(const std::string& name) {
 }
 
 std::vector<float> read_logits(const std::string& file) {
-  std::ifstream in(kGolden + "/" + file, std::ios::binary | std::ios::ate);
-  const auto size = static_cast<size_t>(in.tellg());
-  std::vector<float> v(size / sizeof(float));
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(size));
-  return v;
+  return golden::read_f32_file(kGolden + "/" + file);
 }
 
 bool have_gpu() {
@@ -178,49 +174,11 @@ std::vector<float> eval(Loaded& l, const std::vector<int32_t>& tokens, bool kv_f
   return eval_chunks(l, tokens, kv_f32, {chunk}, n_ctx, gpu, split);
 }
 
-struct Diff {
-  double rel_l2 = 0, max_abs = 0;
-};
-
-Diff compare(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0, max_abs = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    num += d * d;
-    den += static_cast<double>(want[i]) * want[i];
-    max_abs = std::max(max_abs, std::abs(d));
-  }
-  return {std::sqrt(num / den), max_abs};
-}
-
-int64_t argmax(const float* row, int64_t n) {
-  return std::max_element(row, row + n) - row;
-}
-
-double margin(const float* row, int64_t n) {
-  std::vector<float> v(row, row + n);
-  std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<float>());
-  return v[0] - v[1];
-}
-
-struct Top1 {
-  int agree = 0, rows = 0, agree_confident = 0, rows_confident = 0;
-};
-
-Top1 top1(const std::vector<float>& got, const std::vector<float>& want, int64_t n_vocab,
-          double min_margin) {
-  Top1 t;
-  for (size_t r = 0; r * n_vocab < want.size(); ++r) {
-    const bool same = argmax(&got[r * n_vocab], n_vocab) == argmax(&want[r * n_vocab], n_vocab);
-    t.rows++;
-    t.agree += same;
-    if (margin(&want[r * n_vocab], n_vocab) > min_margin) {
-      t.rows_confident++;
-      t.agree_confident += same;
-    }
-  }
-  return t;
-}
+using golden::argmax;
+using golden::compare;
+using golden::Diff;
+using golden::Top1;
+using golden::top1;
 
 bool is_moe(const std::string& name) {
   return name.rfind("mixtral", 0) == 0 || name.rfind("qwen3moe", 0) == 0;

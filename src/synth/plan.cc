@@ -83,6 +83,8 @@ GgmlType k_mix_type(const Context& c, Kind kind, int64_t layer) {
 GgmlType choose_type(const Context& c, Kind kind, int64_t layer, const std::vector<int64_t>& ne) {
   if (kind == Kind::kNorm || kind == Kind::kBias || kind == Kind::kRouter) return GgmlType::F32;
   switch (c.spec.mix) {
+    case QuantMix::kF32:
+      return GgmlType::F32;
     case QuantMix::kF16:
       return GgmlType::F16;
     case QuantMix::kQ8_0:
@@ -122,6 +124,9 @@ class Planner {
   void add(std::string name, Kind kind, int64_t layer, std::vector<int64_t> ne) {
     GgmlType type = choose_type(c_, kind, layer, ne);
     ValueSpec values = values_for(kind, ne[0]);
+    if (kind == Kind::kOutput || (kind == Kind::kTokenEmbd && !c_.has_output)) {
+      values.std *= static_cast<float>(c_.spec.logit_scale);
+    }
     out_.push_back(TensorPlan{std::move(name), type, std::move(ne), values});
   }
   void add_blk(int64_t il, const char* what, Kind kind, std::vector<int64_t> ne) {

@@ -70,13 +70,13 @@ Status check_experts(Arch arch, Shape& s) {
 // Quantized mixes need every row length to be a multiple of 32 (the legacy block size;
 // K-quant rows that are not multiples of 256 fall back as llama-quantize does).
 Status check_row_lengths(const SynthSpec& spec) {
-  if (spec.mix == QuantMix::kF16) return Status::ok();
+  if (spec.mix == QuantMix::kF32 || spec.mix == QuantMix::kF16) return Status::ok();
   const Shape& s = spec.shape;
   int64_t rows[] = {s.n_embd, s.n_head * s.head_dim, arch_is_moe(spec.arch) ? s.n_ff_exp : s.n_ff};
   for (int64_t n : rows) {
     if (n % 32 != 0) {
       return invalid_argument("row length " + std::to_string(n) + " is not a multiple of 32, " +
-                              "which " + mix_name(spec.mix) + " needs (use --quant f16)");
+                              "which " + mix_name(spec.mix) + " needs (use --quant f16 or f32)");
     }
   }
   return Status::ok();
@@ -144,6 +144,8 @@ Result<Arch> parse_arch(std::string_view name) {
 
 const char* mix_name(QuantMix mix) {
   switch (mix) {
+    case QuantMix::kF32:
+      return "F32";
     case QuantMix::kF16:
       return "F16";
     case QuantMix::kQ8_0:
@@ -159,8 +161,11 @@ const char* mix_name(QuantMix mix) {
 }
 
 uint32_t mix_file_type(QuantMix mix) {
-  // llama_ftype: MOSTLY_F16 = 1, MOSTLY_Q8_0 = 7, Q4_K_M = 15, Q5_K_M = 17, MXFP4_MOE = 38
+  // llama_ftype: ALL_F32 = 0, MOSTLY_F16 = 1, MOSTLY_Q8_0 = 7, Q4_K_M = 15, Q5_K_M = 17,
+  // MXFP4_MOE = 38
   switch (mix) {
+    case QuantMix::kF32:
+      return 0;
     case QuantMix::kF16:
       return 1;
     case QuantMix::kQ8_0:
@@ -177,12 +182,12 @@ uint32_t mix_file_type(QuantMix mix) {
 
 Result<QuantMix> parse_mix(std::string_view name) {
   std::string n = lower(name);
-  for (QuantMix m : {QuantMix::kF16, QuantMix::kQ8_0, QuantMix::kQ4_K_M, QuantMix::kQ5_K_M,
-                     QuantMix::kMxfp4Moe}) {
+  for (QuantMix m : {QuantMix::kF32, QuantMix::kF16, QuantMix::kQ8_0, QuantMix::kQ4_K_M,
+                     QuantMix::kQ5_K_M, QuantMix::kMxfp4Moe}) {
     if (n == lower(mix_name(m))) return m;
   }
   return invalid_argument("unknown quant mix '" + std::string(name) +
-                          "' (f16, q8_0, q4_k_m, q5_k_m, mxfp4_moe)");
+                          "' (f32, f16, q8_0, q4_k_m, q5_k_m, mxfp4_moe)");
 }
 
 const std::vector<Preset>& presets() {
@@ -233,6 +238,10 @@ Result<Shape> preset_shape(const Preset& preset, Arch arch) {
 Result<SynthSpec> validate(SynthSpec spec) {
   HYPURA_RETURN_IF_ERROR(check_shape(spec.arch, spec.shape));
   HYPURA_RETURN_IF_ERROR(check_row_lengths(spec));
+  if (!(spec.logit_scale > 0 && spec.logit_scale <= 100)) {
+    return invalid_argument("logit scale must be in (0, 100], got " +
+                            std::to_string(spec.logit_scale));
+  }
   if (spec.vocab_from.empty()) {
     return invalid_argument(
         "no vocabulary source: pass --vocab-from FILE (a GGUF with a "

@@ -34,10 +34,11 @@ const char* arch_cli_name(Arch arch);  // "llama", "qwen2", "qwen3", "gemma3", "
 bool arch_is_moe(Arch arch);
 Result<Arch> parse_arch(std::string_view name);
 
-// Quant mixes named as llama-quantize's file types. MXFP4_MOE: stacked expert tensors
-// MXFP4, every other matrix Q8_0 (gpt-oss's published files).
-enum class QuantMix { kF16, kQ8_0, kQ4_K_M, kQ5_K_M, kMxfp4Moe };
-const char* mix_name(QuantMix mix);    // "F16", "Q8_0", "Q4_K_M", "Q5_K_M", "MXFP4_MOE"
+// Quant mixes named as llama-quantize's file types. F32: every tensor F32, the source that
+// llama-quantize turns into reference mixes. MXFP4_MOE: stacked expert tensors MXFP4,
+// every other matrix Q8_0 (gpt-oss's published files).
+enum class QuantMix { kF32, kF16, kQ8_0, kQ4_K_M, kQ5_K_M, kMxfp4Moe };
+const char* mix_name(QuantMix mix);    // "F32", "F16", "Q8_0", "Q4_K_M", "Q5_K_M", "MXFP4_MOE"
 uint32_t mix_file_type(QuantMix mix);  // general.file_type (llama_ftype numbering)
 Result<QuantMix> parse_mix(std::string_view name);  // case-insensitive
 
@@ -76,7 +77,10 @@ struct SynthSpec {
   QuantMix mix = QuantMix::kQ4_K_M;
   std::string vocab_from;  // a GGUF whose tokenizer.* metadata is copied
   uint64_t seed = 42;
-  bool tied_embeddings = false;    // no output.weight: the head reuses token_embd (gemma3 always)
+  bool tied_embeddings = false;  // no output.weight: the head reuses token_embd (gemma3 always)
+  // Multiplies the output head's weight std (the tied token_embd's when there is no output):
+  // reference models use 3 so logits have std ~3 and clear top-1 margins.
+  double logit_scale = 1.0;
   std::string name = "synthetic";  // general.name
 };
 

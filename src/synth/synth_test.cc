@@ -216,6 +216,29 @@ TEST(SynthPlan, ValidateRejectsImpossibleShapes) {
   EXPECT_FALSE(preset_shape(find_preset("moe").value(), Arch::kLlama).is_ok());
   EXPECT_FALSE(parse_arch("gpt2").is_ok());
   EXPECT_EQ(parse_mix("q5_k_m").value(), QuantMix::kQ5_K_M);
+  EXPECT_EQ(parse_mix("F32").value(), QuantMix::kF32);
+}
+
+// F32: every tensor F32 and general.file_type ALL_F32 (0), the input llama-quantize takes.
+TEST(SynthPlan, F32MixIsAllF32) {
+  SynthSpec spec;
+  spec.arch = Arch::kQwen3Moe;
+  spec.shape = preset_shape(find_preset("tiny").value(), spec.arch).value();
+  spec.shape.n_vocab = 384;
+  spec.mix = QuantMix::kF32;
+  spec.vocab_from = "x";
+  spec.logit_scale = 3;  // scales the head only
+  for (const TensorPlan& t : plan_tensors(validate(spec).value())) {
+    EXPECT_EQ(t.type, GgmlType::F32) << t.name;
+    const float base = 1.0f / std::sqrt(static_cast<float>(t.ne[0]));
+    const float scale = t.name == "output.weight" ? 3.0f : 1.0f;
+    if (t.name == "output.weight" || t.name == "blk.0.attn_q.weight") {
+      EXPECT_FLOAT_EQ(t.values.std, scale * base) << t.name;
+    }
+  }
+  EXPECT_EQ(mix_file_type(QuantMix::kF32), 0u);
+  spec.logit_scale = 0;
+  EXPECT_FALSE(validate(spec).is_ok());
 }
 
 // ---- random blocks ------------------------------------------------------------------
@@ -348,8 +371,8 @@ TEST(SynthFile, EveryArchitectureReadsBack) {
   std::string check = std::string(HYPURA_PYTHON) + " " + kSource + "/src/synth/check_synth.py";
   for (Arch arch :
        {Arch::kLlama, Arch::kQwen2, Arch::kQwen3, Arch::kGemma3, Arch::kMixtral, Arch::kQwen3Moe}) {
-    for (QuantMix mix : {QuantMix::kF16, QuantMix::kQ8_0, QuantMix::kQ4_K_M, QuantMix::kQ5_K_M,
-                         QuantMix::kMxfp4Moe}) {
+    for (QuantMix mix : {QuantMix::kF32, QuantMix::kF16, QuantMix::kQ8_0, QuantMix::kQ4_K_M,
+                         QuantMix::kQ5_K_M, QuantMix::kMxfp4Moe}) {
       SynthSpec spec = tiny_spec(arch, vocab, mix);
       std::string path = dir.file(std::string(arch_cli_name(arch)) + "-" + mix_name(mix) + ".gguf");
       ASSERT_TRUE(synth_file(spec, path).is_ok()) << path;
