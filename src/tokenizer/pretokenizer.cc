@@ -21,16 +21,18 @@ std::string llama3_like(const char* digits) {
   return std::string(kContractions) + R"(|[^\r\n\p{L}\p{N}]?\p{L}+|)" + digits +
          R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 }
-constexpr const char* kTekken =
-    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|)"
-    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|)"
-    R"(\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-constexpr const char* kGpt4o =
-    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+)"
-    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|)"
-    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*)"
-    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|)"
-    R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Case classes of the tekken and gpt-4o words, as llama.cpp evaluates them: "a letter
+// that is not a-z" and "a letter that is not A-Z", so every non-ASCII letter is in both
+// and combining marks are in neither (the models' own regexes use \p{Lu}/\p{Ll} and \p{M}).
+constexpr const char* kUpperish = R"([^\P{L}a-z])";
+constexpr const char* kLowerish = R"([^\P{L}A-Z])";
+// tekken and gpt-4o differ only in the contraction suffix and the digit run.
+std::string cased_words(const std::string& suffix, const char* digits) {
+  const std::string lead = R"([^\r\n\p{L}\p{N}]?)";
+  const std::string up = kUpperish, low = kLowerish;
+  return lead + up + "*" + low + "+" + suffix + "|" + lead + up + "+" + low + "*" + suffix + "|" +
+         digits + R"(| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+}
 // DeepSeek LLM: cased letters (Unicode LC), ASCII and full-width punctuation, CJK.
 constexpr const char* kDeepseekLetters =
     R"(\s?[A-Za-z\x{B5}\x{C0}-\x{D6}\x{D8}-\x{F6}\x{F8}-\x{1BA}\x{1BC}-\x{1BF}\x{1C4}-\x{293})"
@@ -58,6 +60,17 @@ bool is_one_of(const std::string& s, std::initializer_list<const char*> names) {
     if (s == n) return true;
   }
   return false;
+}
+
+// PCRE2's \s matches U+180E, which llama.cpp (Unicode White_Space) does not; U+200B, a
+// format character like it and of the same UTF-8 length, splits as llama.cpp does.
+std::string mongolian_vowel_separator_as_format(std::string_view text) {
+  constexpr std::string_view kMvs = "\xE1\xA0\x8E", kZwsp = "\xE2\x80\x8B";
+  std::string out(text);
+  for (size_t p = 0; (p = out.find(kMvs, p)) != std::string::npos; p += kZwsp.size()) {
+    out.replace(p, kMvs.size(), kZwsp);
+  }
+  return out;
 }
 
 }  // namespace
@@ -103,9 +116,11 @@ std::vector<std::string> PreTokenizer::regexes_for(const std::string& pre, bool*
   }
   if (pre == "tekken") {
     *ignore_merges = true;
-    return {kTekken};
+    return {cased_words("", R"(\p{N})")};
   }
-  if (is_one_of(pre, {"gpt-4o", "llama4"})) return {kGpt4o};
+  if (is_one_of(pre, {"gpt-4o", "llama4"})) {
+    return {cased_words(std::string(kContractions) + "?", R"(\p{N}{1,3})")};
+  }
   if (pre != "default") {
     spdlog::warn("tokenizer: unknown pre-tokenizer '{}', using the default regexes", pre);
   }
@@ -141,6 +156,11 @@ PreTokenizer::~PreTokenizer() = default;
 std::vector<std::pair<size_t, size_t>> PreTokenizer::split(std::string_view text) const {
   std::vector<std::pair<size_t, size_t>> pieces = {{0, text.size()}};
   if (text.empty()) return {};
+  std::string replaced;
+  if (text.find("\xE1\xA0\x8E") != std::string_view::npos) {
+    replaced = mongolian_vowel_separator_as_format(text);
+    text = replaced;
+  }
   std::vector<std::pair<size_t, size_t>> next;
   for (const auto& re : regexes_) {
     pcre2_match_data* md = pcre2_match_data_create_from_pattern(re->code, nullptr);

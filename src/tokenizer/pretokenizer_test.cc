@@ -47,8 +47,45 @@ TEST(PreTokenizer, DeepseekDollarMeansEndOfPiece) {
   EXPECT_EQ(split("deepseek-llm", "ab  "), (V{"ab", "  "}));
 }
 
+// gpt-4o (gpt-oss, llama4) as llama.cpp splits it: case runs split ASCII words, any
+// non-ASCII letter joins either run, combining marks are not part of words.
+TEST(PreTokenizer, Gpt4oCaseRunsAsLlamaCpp) {
+  EXPECT_EQ(split("gpt-4o", "HelloWORLD camelCase XMLHttp"),
+            (V{"Hello", "WORLD", " camel", "Case", " XMLHttp"}));
+  EXPECT_EQ(split("gpt-4o", "\xC3\xA9\xC3\x89"), (V{"\xC3\xA9\xC3\x89"}));  // "éÉ": one word
+  EXPECT_EQ(split("gpt-4o", "cafe\xCC\x81!"), (V{"cafe", "\xCC\x81!"}));    // e + U+0301
+  EXPECT_EQ(split("gpt-4o", "DON'T don't 1234567"), (V{"DON'T", " don't", " ", "123", "456", "7"}));
+  EXPECT_EQ(split("gpt-4o", "a/b//\n\nc"), (V{"a", "/b", "//\n\n", "c"}));
+}
+
+// DeepSeek-V3: digits in threes first, then CJK and kana runs, then words where one ASCII
+// punctuation mark may lead ASCII letters.
+TEST(PreTokenizer, DeepseekV3) {
+  EXPECT_EQ(split("deepseek-v3", "12345 ab"), (V{"123", "45", " ab"}));
+  EXPECT_EQ(split("deepseek-v3", ".world (x)"), (V{".world", " (", "x", ")"}));
+  // "日本語のテキスト": the Han and kana run is one piece.
+  EXPECT_EQ(split("deepseek-v3", "\xE6\x97\xA5\xE6\x9C\xAC\xE3\x81\xAE x"),
+            (V{"\xE6\x97\xA5\xE6\x9C\xAC\xE3\x81\xAE", " x"}));
+  EXPECT_EQ(split("deepseek-v3", "cafe\xCC\x81 x"), (V{"cafe\xCC\x81", " x"}));
+}
+
+// GLM-4 uses Llama 3's split: digits in threes, one non-letter may lead a word.
+TEST(PreTokenizer, Glm4IsLlama3Split) {
+  for (const std::string pre : {"glm4", "chatglm-bpe"}) {
+    EXPECT_EQ(split(pre, "ab 12345 $x\n\n y"),
+              (V{"ab", " ", "123", "45", " $", "x", "\n\n", " y"}));
+  }
+}
+
+// U+0085 is whitespace and U+180E is not, as in llama.cpp (PCRE2 alone says both are).
+TEST(PreTokenizer, WhitespaceIsUnicodeWhiteSpace) {
+  EXPECT_EQ(split("llama-bpe", "a\xC2\x85 b"), (V{"a", "\xC2\x85", " b"}));
+  EXPECT_EQ(split("gpt-2", "x\xE1\xA0\x8E\xE1\xA0\x8E!"), (V{"x", "\xE1\xA0\x8E\xE1\xA0\x8E!"}));
+}
+
 TEST(PreTokenizer, LongRunsSplitCompletely) {
-  for (const std::string pre : {"gpt-2", "llama-bpe", "qwen2", "deepseek-llm", "default"}) {
+  for (const std::string pre :
+       {"gpt-2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-v3", "gpt-4o", "default"}) {
     for (const std::string fill : {" ", "a", "!", "\n", " \n"}) {
       std::string text = "x";
       while (text.size() < 200000) text += fill;

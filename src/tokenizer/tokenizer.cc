@@ -87,6 +87,7 @@ Status Tokenizer::init() {
   }
   index_ = TokenIndex(vocab_.tokens);
   find_end_of_generation_tokens();
+  apply_harmony_rules();
 
   if (vocab_.model == VocabModel::kSpm) {
     spm_ = std::make_unique<SpmEncoder>(vocab_, index_);
@@ -159,6 +160,25 @@ void Tokenizer::find_end_of_generation_tokens() {
   }
   for (int32_t id : {vocab_.eos_id, vocab_.eot_id, vocab_.eom_id}) {
     if (id >= 0) eog_ids_.insert(id);
+  }
+}
+
+// o200k_harmony (gpt-oss), as llama.cpp does: the message markup tokens are user-defined
+// (matched without parse_special, printed) so a reply's markup reaches its parser; when
+// <|return|> and <|call|> end a turn, <|end|> only closes one message and is printed too.
+void Tokenizer::apply_harmony_rules() {
+  for (std::string_view text : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"}) {
+    if (const int32_t id = index_.find(text); id >= 0) vocab_.types[id] = TokenType::kUserDefined;
+  }
+  auto ends_generation = [&](std::string_view text) {
+    const int32_t id = index_.find(text);
+    return id >= 0 && eog_ids_.count(id) != 0;
+  };
+  if (ends_generation("<|end|>") && ends_generation("<|return|>") && ends_generation("<|call|>")) {
+    const int32_t end = index_.find("<|end|>");
+    eog_ids_.erase(end);
+    vocab_.types[end] = TokenType::kUserDefined;
+    if (vocab_.eot_id == end) vocab_.eot_id = -1;
   }
 }
 

@@ -96,6 +96,7 @@ class Tokenizer {
   explicit Tokenizer(Vocab vocab);
   Status init();
   void find_end_of_generation_tokens();
+  void apply_harmony_rules();
   void build_pieces();
   void set_strip_flags();
 

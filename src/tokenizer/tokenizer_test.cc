@@ -149,6 +149,22 @@ TEST(Tokenizer, MetadataErrorsNameTheKey) {
   EXPECT_NE(r.status().message().find("t5"), std::string::npos);
 }
 
+// GGUF metadata values for hand-built metadata.
+gguf::Value str(std::string s) {
+  gguf::Value v;
+  v.type = gguf::ValueType::STRING;
+  v.data = std::move(s);
+  return v;
+}
+
+gguf::Value arr(gguf::ValueType t, std::vector<gguf::Value> items) {
+  gguf::Value v;
+  v.type = gguf::ValueType::ARRAY;
+  v.array_type = t;
+  v.data = std::move(items);
+  return v;
+}
+
 // A tiny byte-level BPE vocabulary over "a", "b", "c" with ranked merges.
 Vocab tiny_bpe(const std::string& pre) {
   Vocab v;
@@ -197,20 +213,47 @@ TEST(Tokenizer, Llama3TakesWholeWordTokensWithoutMerging) {
   EXPECT_EQ(qwen2->encode("cab", false, false), (std::vector<int32_t>{2, 3}));
 }
 
+// o200k_harmony (gpt-oss): the message markup is user-defined (parsed without
+// parse_special and printed); with <|return|> and <|call|> present, <|end|> is printed
+// and does not end generation.
+TEST(Tokenizer, HarmonyMarkupTokens) {
+  Vocab v = tiny_bpe("gpt-4o");
+  for (const char* t : {"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>",
+                        "<|return|>", "<|call|>"}) {
+    v.tokens.push_back(t);
+    v.types.push_back(TokenType::kControl);
+  }
+  auto tok = Tokenizer::from_vocab(v).value();
+  EXPECT_EQ(tok->encode("<|start|>a<|message|>b<|end|>", false, false),
+            (std::vector<int32_t>{10, 0, 12, 1, 14}));
+  EXPECT_EQ(tok->token_to_piece(11), "<|channel|>");
+  EXPECT_EQ(tok->token_to_piece(14), "<|end|>");
+  EXPECT_FALSE(tok->is_end_of_generation(14));
+  EXPECT_TRUE(tok->is_end_of_generation(15));
+  EXPECT_TRUE(tok->is_end_of_generation(16));
+  EXPECT_EQ(tok->token_to_piece(15), "");  // <|return|> stays a control token
+  // Without <|return|>/<|call|> (Phi-3's <|end|>), <|end|> still ends generation.
+  Vocab phi = tiny_bpe("gpt-2");
+  phi.tokens.push_back("<|end|>");
+  phi.types.push_back(TokenType::kControl);
+  EXPECT_TRUE(Tokenizer::from_vocab(phi).value()->is_end_of_generation(10));
+}
+
+// GLM-4 files name their BOS ([gMASK]) themselves; without one there is none, not GPT-2's 11.
+TEST(Tokenizer, Glm4HasNoDefaultBos) {
+  std::vector<gguf::Value> texts;
+  for (int i = 0; i < 12; ++i) texts.push_back(str(std::string(1, static_cast<char>('a' + i))));
+  for (const char* pre : {"glm4", "gpt-2"}) {
+    gguf::Metadata md;
+    md.add("tokenizer.ggml.model", str("gpt2"));
+    md.add("tokenizer.ggml.pre", str(pre));
+    md.add("tokenizer.ggml.tokens", arr(gguf::ValueType::STRING, texts));
+    md.add("tokenizer.ggml.merges", arr(gguf::ValueType::STRING, {}));
+    EXPECT_EQ(Tokenizer::from_metadata(md).value()->bos_id(), pre == std::string("glm4") ? -1 : 11);
+  }
+}
+
 TEST(Tokenizer, MetadataWithBadArraysIsRejected) {
-  auto str = [](std::string s) {
-    gguf::Value v;
-    v.type = gguf::ValueType::STRING;
-    v.data = std::move(s);
-    return v;
-  };
-  auto arr = [](gguf::ValueType t, std::vector<gguf::Value> items) {
-    gguf::Value v;
-    v.type = gguf::ValueType::ARRAY;
-    v.array_type = t;
-    v.data = std::move(items);
-    return v;
-  };
   gguf::Value one;
   one.type = gguf::ValueType::INT32;
   one.data = int64_t{9};

@@ -90,6 +90,8 @@ Status set_model_defaults(const std::string& model, Vocab* v) {
     v->bos_id = 11;
     v->eos_id = 11;
     v->add_bos = bpe_adds_bos_by_default(v->pre);
+    // GLM-4 has no BOS unless the file names one ([gMASK], written by its chat template).
+    if (v->pre == "glm4" || v->pre == "chatglm-bpe") v->bos_id = -1;
     return Status::ok();
   }
   return unsupported("tokenizer model '" + model +
