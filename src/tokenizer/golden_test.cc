@@ -42,9 +42,10 @@ std::vector<Case> load_cases(const std::filesystem::path& inp_path,
   return cases;
 }
 
-std::vector<Case> load_cases(const std::string& name) {
-  return load_cases(golden_dir() / ("ggml-vocab-" + name + ".gguf.inp"),
-                    golden_dir() / ("ggml-vocab-" + name + ".gguf.out"));
+std::vector<Case> load_cases(const std::string& name,
+                             const std::filesystem::path& dir = golden_dir()) {
+  return load_cases(dir / ("ggml-vocab-" + name + ".gguf.inp"),
+                    dir / ("ggml-vocab-" + name + ".gguf.out"));
 }
 
 // `special`: add BOS/EOS as the vocabulary says and parse special-token texts.
@@ -59,8 +60,9 @@ void check_cases(const Tokenizer& tok, const std::string& name, const std::vecto
   EXPECT_EQ(failures, 0) << name << ": " << failures << " of " << cases.size() << " differ";
 }
 
-void check_golden(const Tokenizer& tok, const std::string& name) {
-  const auto cases = load_cases(name);
+void check_golden(const Tokenizer& tok, const std::string& name,
+                  const std::filesystem::path& dir = golden_dir()) {
+  const auto cases = load_cases(name, dir);
   ASSERT_GE(cases.size(), 30u) << name;
   check_cases(tok, name, cases);
 }
@@ -82,6 +84,14 @@ TEST(TokenizerGolden, Gpt2) {
 }
 TEST(TokenizerGolden, DeepseekLlm) {
   check_vocab_file("deepseek-llm");
+}
+// Copied unchanged from llama.cpp's models/ (docs/TOKENIZER.md).
+TEST(TokenizerGolden, DeepseekCoder) {
+  const auto dir = std::filesystem::path(HYPURA_SOURCE_DIR) / "src/tokenizer/testdata/llama.cpp";
+  const Tokenizer* tok =
+      testing_util::load_cached((dir / "ggml-vocab-deepseek-coder.gguf").string());
+  ASSERT_NE(tok, nullptr);
+  check_golden(*tok, "deepseek-coder", dir);
 }
 
 void check_real_model(const std::string& name, std::initializer_list<std::string_view> kinds,
