@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <sstream>
 
 #include "tokenizer/test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -111,6 +113,35 @@ TEST(TokenizerGolden, LlamaBpeWithRealVocab) {
   check_real_model("llama-bpe", {"gpt2/llama-bpe", "gpt2/llama3", "gpt2/llama-v3"});
 }
 
+// llama.cpp's list ("id eog piece-in-hex" per line) of the tokens that end generation or
+// print as text although not normal tokens, against ours.
+void check_specials(const Tokenizer& tok, const std::filesystem::path& path) {
+  using Entry = std::pair<bool, std::string>;
+  std::map<int32_t, Entry> want, got;
+  std::istringstream lines(read_file(path));
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    int32_t id = -1;
+    int eog = 0;
+    std::string hex, piece;
+    fields >> id >> eog >> hex;
+    for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+      piece += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+    }
+    want[id] = {eog != 0, piece};
+  }
+  ASSERT_FALSE(want.empty()) << path;
+  for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+    const TokenType t = tok.vocab().types[id];
+    const bool normal = t == TokenType::kNormal || t == TokenType::kByte;
+    const std::string piece = normal ? "" : tok.token_to_piece(id);
+    if (tok.is_end_of_generation(id) || !piece.empty()) {
+      got[id] = {tok.is_end_of_generation(id), piece};
+    }
+  }
+  EXPECT_EQ(got, want) << path;
+}
+
 // Vocabularies that llama.cpp's models/ folder lacks, built from the models' public
 // tokenizer definitions into test-models/vocab/ by scripts/fetch-models.sh (with
 // scripts/make_vocab_gguf.py); the expected ids in testdata/vocab/ are llama.cpp's
@@ -130,6 +161,7 @@ void check_built_vocab(const std::string& name) {
   const auto special = load_cases(data / "strings-special.inp", data / (name + ".special.out"));
   ASSERT_GE(special.size(), 9u) << name;
   check_cases(*tok, name + " (special)", special, /*special=*/true);
+  check_specials(*tok, data / (name + ".specials"));
 }
 
 TEST(TokenizerGolden, DeepseekV3WithRealVocab) {
