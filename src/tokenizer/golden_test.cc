@@ -175,6 +175,10 @@ TEST(TokenizerGolden, GptOssWithRealVocab) {
 TEST(TokenizerGolden, Glm4SplitOnO200kVocab) {
   check_built_vocab("o200k-glm4");
 }
+// Likewise Mistral's tekken split (same case classes as gpt-4o, whole-word tokens, BOS).
+TEST(TokenizerGolden, TekkenSplitOnO200kVocab) {
+  check_built_vocab("o200k-tekken");
+}
 
 // Speed guard and measurement (figures in docs/BENCHMARKS.md): ~64 KB of mixed text,
 // including 4 KB single "words", must encode in milliseconds, not seconds (no O(n^2)).
