@@ -111,6 +111,8 @@ def merges_from_ranks(ranks):
 
 
 def harmony_specials():
+    """o200k_harmony's special tokens by id, as tiktoken (0.14) defines that encoding;
+    200018 keeps o200k_base's name for it."""
     named = {199998: "<|startoftext|>", 199999: "<|endoftext|>", 200002: "<|return|>",
              200003: "<|constrain|>", 200005: "<|channel|>", 200006: "<|start|>",
              200007: "<|end|>", 200008: "<|message|>", 200012: "<|call|>",
