@@ -69,7 +69,11 @@ Status Blocks::acquire_ffn(int64_t il, FfnViews* out) {
                         {lw.ffn_gate, &out->gate},
                         {lw.ffn_up, &out->up},
                         {lw.ffn_down, &out->down},
-                        {lw.ffn_router, &out->router}});
+                        {lw.ffn_router, &out->router},
+                        {lw.ffn_exp_probs_b, &out->exp_probs_b},
+                        {lw.ffn_gate_shexp, &out->gate_shexp},
+                        {lw.ffn_up_shexp, &out->up_shexp},
+                        {lw.ffn_down_shexp, &out->down_shexp}});
 }
 
 }  // namespace hypura::model

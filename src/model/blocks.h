@@ -55,8 +55,10 @@ struct AttnViews {
 // moe_ffn(), after routing, so a streaming provider reads only the selected ones.
 struct FfnViews {
   WeightView norm, post_norm;
-  WeightView gate, up, down;  // dense
-  WeightView router;          // MoE ffn_gate_inp
+  WeightView gate, up, down;                    // dense
+  WeightView router;                            // MoE ffn_gate_inp
+  WeightView exp_probs_b;                       // MoE selection bias (routing.h), optional
+  WeightView gate_shexp, up_shexp, down_shexp;  // MoE shared expert, optional
   TensorId gate_exps = kNone, up_exps = kNone, down_exps = kNone;
 };
 
@@ -126,8 +128,9 @@ class Blocks {
 
   // out = down(act(gate(in)) * up(in)). in, out: (n_tokens, n_embd); may alias.
   virtual void dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) = 0;
-  // Mixture of experts: softmax router, top n_expert_used, weights renormalised to sum 1,
-  // SwiGLU experts, weighted sum in slot order. in, out: (n_tokens, n_embd); may alias.
+  // Mixture of experts: the router and route_row() (routing.h: gating, selection bias,
+  // groups, weight norm and scale), SwiGLU experts, weighted sum in slot order, plus the
+  // shared expert's output when the layer has one. in, out: (n_tokens, n_embd); may alias.
   virtual Status moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) = 0;
 
   // Ends the batch: hidden (when not null, host) = cur() (n_tokens, n_embd), the final-

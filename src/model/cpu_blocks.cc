@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "compute/cpu/thread_pool.h"
+#include "model/routing.h"
 #include "model/weight_provider.h"
 
 namespace hypura::model {
@@ -35,7 +36,7 @@ CpuBlocks::CpuBlocks(const HParams& hp, const WeightMap& weights, compute::Conte
   k_ = k_buf_.data();
   v_ = v_buf_.data();
   attn_ = attn_buf_.data();
-  const int64_t ff = std::max(hp.n_ff, hp.n_ff_expert);
+  const int64_t ff = std::max({hp.n_ff, hp.n_ff_expert, hp.n_ff_shexp()});
   ff_gate_.resize(rows(ff));
   ff_up_.resize(rows(ff));
   attn_scratch_.resize(static_cast<size_t>(ctx.n_threads()));
@@ -62,6 +63,8 @@ CpuBlocks::CpuBlocks(const HParams& hp, const WeightMap& weights, compute::Conte
   split_acc_.resize(split_rows * static_cast<size_t>(hp.head_dim_v));
   if (hp.n_expert > 0) {
     router_probs_.resize(rows(hp.n_expert));
+    route_scratch_.resize(static_cast<size_t>(hp.n_expert));
+    if (hp.n_expert_shared > 0) shared_out_.resize(rows(hp.n_embd));
     selected_.resize(rows(hp.n_expert_used));
     selected_w_.resize(rows(hp.n_expert_used));
     slot_out_.resize(rows(hp.n_expert_used * hp.n_embd));
@@ -318,32 +321,26 @@ void CpuBlocks::attend_block(int64_t il, const SeqRows& seq, int64_t g, int64_t 
 }
 
 void CpuBlocks::dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) {
-  const int64_t ff = w.gate.n_rows;
-  const WeightView* gate_up[] = {&w.gate, &w.up};
+  gated_ffn(w.gate, w.up, w.down, act, in, out);
+}
+
+void CpuBlocks::gated_ffn(const WeightView& gate, const WeightView& up, const WeightView& down,
+                          FfnAct act, const float* in, float* out) {
+  const int64_t ff = gate.n_rows;
+  const WeightView* gate_up[] = {&gate, &up};
   float* y[] = {ff_gate_.data(), ff_up_.data()};
   ctx_.matmul_shared(gate_up, y, 2, in, n_tokens_);
   gated_activation(ctx_, act, ff_gate_.data(), ff_up_.data(), n_tokens_ * ff);
-  linear(w.down, ff_gate_.data(), out);
+  linear(down, ff_gate_.data(), out);
 }
 
-// Router: probabilities by softmax, the n_expert_used most probable experts (lower id on
-// ties), their probabilities renormalised to sum 1.
-void CpuBlocks::route(const float* in) {
+// Router: each row's logits (router_probs_) to its selected experts and weights.
+void CpuBlocks::route(const WeightView& bias) {
   const int64_t ne = hp_.n_expert, k = hp_.n_expert_used;
   for (int64_t t = 0; t < n_tokens_; ++t) {
-    float* probs = router_probs_.data() + t * ne;
-    compute::softmax(probs, ne);
-    int32_t* sel = selected_.data() + t * k;
-    float* wts = selected_w_.data() + t * k;
-    compute::top_k(probs, ne, k, sel);
-    float sum = 0.0f;
-    for (int64_t slot = 0; slot < k; ++slot) {
-      wts[slot] = probs[sel[slot]];
-      sum += wts[slot];
-    }
-    for (int64_t slot = 0; slot < k; ++slot) wts[slot] /= sum;
+    route_row(hp_, router_probs_.data() + t * ne, as_floats(bias), route_scratch_.data(),
+              selected_.data() + t * k, selected_w_.data() + t * k);
   }
-  (void)in;
 }
 
 // out row i = rows' (n_tokens, n_embd) last row of sequence i.
@@ -367,15 +364,20 @@ void CpuBlocks::observe_last_rows(int64_t il, const float* in) {
 Status CpuBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) {
   observe_last_rows(il, in);
   linear(w.router, in, router_probs_.data());
-  route(in);
+  route(w.exp_probs_b);
   HYPURA_RETURN_IF_ERROR(experts_->run(il, {w.gate_exps, w.up_exps, w.down_exps}, in, n_tokens_,
                                        selected_.data(), selected_w_.data(), slot_out_.data()));
+  // The shared expert reads in before out (which may alias it) is written.
+  const bool shared = w.down_shexp.data != nullptr;
+  if (shared)
+    gated_ffn(w.gate_shexp, w.up_shexp, w.down_shexp, FfnAct::kSilu, in, shared_out_.data());
   const int64_t k = hp_.n_expert_used, e = hp_.n_embd;
   for (int64_t t = 0; t < n_tokens_; ++t) {
     const float* slots = slot_out_.data() + t * k * e;
     float* o = out + t * e;
     std::memcpy(o, slots, static_cast<size_t>(e) * sizeof(float));
     for (int64_t slot = 1; slot < k; ++slot) compute::add(o, slots + slot * e, e);
+    if (shared) compute::add(o, shared_out_.data() + t * e, e);
   }
   return Status::ok();
 }

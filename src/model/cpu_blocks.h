@@ -65,7 +65,10 @@ class CpuBlocks final : public Blocks {
   void parallel_for(int64_t n, Fn&& fn);
   void gather_last_rows(const float* rows, float* out) const;
   void observe_last_rows(int64_t il, const float* in);
-  void route(const float* in);
+  void route(const WeightView& bias);
+  // out = down(act(gate(in)) * up(in)): a dense FFN or a shared expert.
+  void gated_ffn(const WeightView& gate, const WeightView& up, const WeightView& down, FfnAct act,
+                 const float* in, float* out);
 
   compute::Context& ctx_;
   std::vector<float> x_buf_, cur_buf_, tmp_buf_, k_buf_, v_buf_, attn_buf_;
@@ -98,6 +101,8 @@ class CpuBlocks final : public Blocks {
   compute::AlignedVector<float> split_acc_;  // (rows, head_dim_v)
   // MoE routing state.
   std::vector<float> router_probs_;       // (max_batch, n_expert)
+  std::vector<float> route_scratch_;      // (n_expert) route_row's
+  std::vector<float> shared_out_;         // (max_batch, n_embd) the shared expert's output
   std::vector<int32_t> selected_;         // (max_batch, n_expert_used) expert ids by slot
   std::vector<float> selected_w_;         // (max_batch, n_expert_used) renormalised weights
   std::vector<float> slot_out_;           // (max_batch, n_expert_used, n_embd)

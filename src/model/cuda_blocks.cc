@@ -77,6 +77,16 @@ Status cuda_supports(const HParams& hp, const gguf::GgufFile& file) {
                        std::to_string(compute::cuda::kAttnMaxHeadDim) + " (model: " +
                        std::to_string(hp.head_dim) + ", " + std::to_string(hp.head_dim_v) + ")");
   }
+  if (hp.n_expert > 0 && (hp.expert_gating != ExpertGating::kSoftmax || !hp.expert_weights_norm ||
+                          hp.expert_weights_scale != 1.0f || hp.n_expert_groups > 1 ||
+                          hp.n_expert_shared > 0 || hp.n_layer_dense_lead > 0 ||
+                          file.find_tensor("blk." + std::to_string(hp.n_layer - 1) +
+                                           ".exp_probs_b.bias") != nullptr)) {
+    return unsupported(
+        "the GPU MoE path has softmax routing with renormalised weights only "
+        "(no sigmoid gating, selection bias, expert groups, weight scale, shared "
+        "experts or leading dense layers yet)");
+  }
   for (const auto& t : file.tensors()) {
     if (!compute::cuda::matvec_supported(t.type)) {
       return unsupported("tensor '" + t.name + "' is " + gguf::type_name(t.type) +

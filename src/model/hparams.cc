@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "gguf/gguf.h"
+#include "model/routing.h"
 
 namespace hypura::model {
 namespace {
@@ -123,6 +124,48 @@ void set_arch_specifics(HParams& hp, const KeyReader& keys, const gguf::Metadata
   (void)md;
 }
 
+// The MoE routing keys llama.cpp reads (model/routing.h); mixtral and qwen3moe ignore the
+// file and always renormalise softmax weights.
+Status read_routing(HParams& hp, const KeyReader& keys, const gguf::Metadata& md) {
+  Status st;
+  const int64_t gating = keys.int_or("expert_gating_func", 0, &st);
+  HYPURA_RETURN_IF_ERROR(st);
+  switch (gating) {
+    case 0:  // none: the architecture's own
+      break;
+    case 1:
+      hp.expert_gating = ExpertGating::kSoftmax;
+      break;
+    case 2:
+      hp.expert_gating = ExpertGating::kSigmoid;
+      break;
+    case 3:
+      hp.expert_gating = ExpertGating::kSoftmaxWeight;
+      break;
+    default:
+      return unsupported(keys.key("expert_gating_func") + " " + std::to_string(gating) +
+                         " is not supported (1 softmax, 2 sigmoid, 3 softmax over the chosen)");
+  }
+  hp.expert_weights_norm = md.get_bool(keys.key("expert_weights_norm")).value_or(false);
+  const float scale = keys.float_or("expert_weights_scale", 0.0f);
+  hp.expert_weights_scale = scale == 0.0f ? 1.0f : scale;  // 0: not scaled, as llama.cpp
+  hp.n_expert_groups = keys.int_or("expert_group_count", 0, &st);
+  hp.n_group_used = keys.int_or("expert_group_used_count", 0, &st);
+  hp.n_expert_shared = keys.int_or("expert_shared_count", 0, &st);
+  hp.n_layer_dense_lead = keys.int_or("leading_dense_block_count", 0, &st);
+  HYPURA_RETURN_IF_ERROR(st);
+  if (hp.arch == Arch::kLlama || hp.arch == Arch::kQwen3Moe) {
+    hp.expert_gating = ExpertGating::kSoftmax;
+    hp.expert_weights_norm = true;
+    hp.expert_weights_scale = 1.0f;
+    hp.n_expert_groups = hp.n_group_used = hp.n_expert_shared = hp.n_layer_dense_lead = 0;
+  }
+  if (hp.n_layer_dense_lead > hp.n_layer) {
+    return corrupt(keys.key("leading_dense_block_count") + " exceeds the block count");
+  }
+  return check_routing(hp);
+}
+
 }  // namespace
 
 const char* supported_architectures() {
@@ -185,6 +228,7 @@ Result<HParams> read_hparams(const gguf::GgufFile& file) {
   }
   set_arch_specifics(hp, keys, md);
   HYPURA_RETURN_IF_ERROR(check_positive(hp));
+  if (hp.n_expert > 0) HYPURA_RETURN_IF_ERROR(read_routing(hp, keys, md));
   return hp;
 }
 

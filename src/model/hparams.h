@@ -22,6 +22,13 @@ namespace hypura::model {
 
 enum class Arch { kLlama, kQwen2, kQwen3, kGemma3, kQwen3Moe };
 
+// How a MoE router's logits become expert weights (model/routing.h).
+enum class ExpertGating {
+  kSoftmax,        // softmax over all experts, top-k of the probabilities
+  kSigmoid,        // sigmoid per expert, top-k of the probabilities
+  kSoftmaxWeight,  // top-k of the raw logits, softmax over the k chosen
+};
+
 // "llama, qwen2, qwen3, gemma3, qwen3moe": for error messages.
 const char* supported_architectures();
 const char* arch_name(Arch arch);
@@ -41,6 +48,15 @@ struct HParams {
   int64_t n_expert = 0;    // 0: dense model
   int64_t n_expert_used = 0;
   int64_t n_ff_expert = 0;  // per-expert FFN width
+  // MoE routing and its shared pieces (model/routing.h); the defaults are mixtral's.
+  ExpertGating expert_gating = ExpertGating::kSoftmax;  // expert_gating_func
+  bool expert_weights_norm = true;                      // weights divided by their sum
+  float expert_weights_scale = 1.0f;                    // weights multiplied by this
+  int64_t n_expert_groups = 0;     // expert_group_count; > 1: group-limited top-k
+  int64_t n_group_used = 0;        // expert_group_used_count
+  int64_t n_expert_shared = 0;     // expert_shared_count: an always-on expert of this many
+                                   // n_ff_expert widths (ffn_*_shexp), added to the routed sum
+  int64_t n_layer_dense_lead = 0;  // leading_dense_block_count: layers with a dense FFN
   float rms_eps = 1e-5f;
 
   // RoPE.
@@ -61,6 +77,9 @@ struct HParams {
   bool is_swa_layer(int64_t il) const {
     return n_swa > 0 && swa_pattern > 0 && (il % swa_pattern) < swa_pattern - 1;
   }
+  // Whether layer il's FFN is a mixture of experts (else dense, n_ff wide).
+  bool is_moe_layer(int64_t il) const { return n_expert > 0 && il >= n_layer_dense_lead; }
+  int64_t n_ff_shexp() const { return n_ff_expert * n_expert_shared; }
   int64_t q_width() const { return n_head * head_dim; }       // rows of attn_q
   int64_t k_width() const { return n_head_kv * head_dim; }    // rows of attn_k
   int64_t v_width() const { return n_head_kv * head_dim_v; }  // rows of attn_v

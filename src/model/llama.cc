@@ -23,7 +23,7 @@ Status llama_layer(Blocks& b, int64_t il) {
   FfnViews f;
   HYPURA_RETURN_IF_ERROR(b.acquire_ffn(il, &f));
   b.norm(b.x(), f.norm, b.cur());
-  if (hp.n_expert > 0) {
+  if (hp.is_moe_layer(il)) {
     HYPURA_RETURN_IF_ERROR(b.moe_ffn(il, f, b.cur(), b.cur()));
   } else {
     b.dense_ffn(f, FfnAct::kSilu, b.cur(), b.cur());

@@ -32,7 +32,14 @@ class Finder {
   TensorId optional(const std::string& name, std::vector<int64_t> ne) { return lookup(name, ne); }
   // Norm weights and biases are read as float arrays: they must be stored as F32.
   TensorId require_f32(const std::string& name, std::vector<int64_t> ne) {
-    TensorId id = require(name, std::move(ne));
+    return check_f32(name, require(name, std::move(ne)));
+  }
+  TensorId optional_f32(const std::string& name, std::vector<int64_t> ne) {
+    return check_f32(name, optional(name, std::move(ne)));
+  }
+
+ private:
+  TensorId check_f32(const std::string& name, TensorId id) {
     if (id != kNone && file_.tensors()[id].type != gguf::GgmlType::F32 && status_.is_ok()) {
       status_ = unsupported("tensor '" + name + "' is " +
                             gguf::type_name(file_.tensors()[id].type) + "; expected F32");
@@ -40,7 +47,6 @@ class Finder {
     return id;
   }
 
- private:
   TensorId lookup(const std::string& name, const std::vector<int64_t>& ne) {
     const gguf::TensorInfo* t = file_.find_tensor(name);
     if (t == nullptr) return kNone;
@@ -82,16 +88,23 @@ void find_attention(Finder& f, const HParams& hp, const std::string& p, LayerWei
   }
 }
 
-void find_ffn(Finder& f, const HParams& hp, const std::string& p, LayerWeights& w) {
+void find_ffn(Finder& f, const HParams& hp, int64_t il, const std::string& p, LayerWeights& w) {
   const int64_t e = hp.n_embd;
   w.ffn_norm = f.require_f32(p + "ffn_norm.weight", {e});
   if (hp.arch == Arch::kGemma3) w.post_ffn_norm = f.require_f32(p + "post_ffw_norm.weight", {e});
-  if (hp.n_expert > 0) {
+  if (hp.is_moe_layer(il)) {
     const int64_t ffe = hp.n_ff_expert, ne = hp.n_expert;
     w.ffn_router = f.require(p + "ffn_gate_inp.weight", {e, ne});
+    w.ffn_exp_probs_b = f.optional_f32(p + "exp_probs_b.bias", {ne});
     w.ffn_gate_exps = f.require(p + "ffn_gate_exps.weight", {e, ffe, ne});
     w.ffn_up_exps = f.require(p + "ffn_up_exps.weight", {e, ffe, ne});
     w.ffn_down_exps = f.require(p + "ffn_down_exps.weight", {ffe, e, ne});
+    if (hp.n_expert_shared > 0) {
+      const int64_t ffs = hp.n_ff_shexp();
+      w.ffn_gate_shexp = f.require(p + "ffn_gate_shexp.weight", {e, ffs});
+      w.ffn_up_shexp = f.require(p + "ffn_up_shexp.weight", {e, ffs});
+      w.ffn_down_shexp = f.require(p + "ffn_down_shexp.weight", {ffs, e});
+    }
     return;
   }
   w.ffn_gate = f.require(p + "ffn_gate.weight", {e, hp.n_ff});
@@ -109,7 +122,7 @@ Result<WeightMap> build_weight_map(const gguf::GgufFile& file, const HParams& hp
   m.output = f.optional("output.weight", {hp.n_embd, hp.n_vocab});
   if (m.output == kNone) m.output = m.token_embd;  // tied embeddings
   m.rope_freqs = f.optional("rope_freqs.weight", {hp.n_rot / 2});
-  if (hp.n_expert == 0 && hp.n_ff <= 0) {
+  if ((hp.n_expert == 0 || hp.n_layer_dense_lead > 0) && hp.n_ff <= 0) {
     return corrupt(hp.arch_name + ".feed_forward_length is missing or 0");
   }
   if (hp.n_expert > 0 && hp.n_ff_expert <= 0) {
@@ -119,7 +132,7 @@ Result<WeightMap> build_weight_map(const gguf::GgufFile& file, const HParams& hp
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
     find_attention(f, hp, p, m.layers[il]);
-    find_ffn(f, hp, p, m.layers[il]);
+    find_ffn(f, hp, il, p, m.layers[il]);
     HYPURA_RETURN_IF_ERROR(f.status());
   }
   HYPURA_RETURN_IF_ERROR(f.status());
@@ -155,7 +168,11 @@ std::vector<TensorId> layer_tensor_ids(const WeightMap& w, int64_t il) {
                       l.ffn_router,
                       l.ffn_gate_exps,
                       l.ffn_up_exps,
-                      l.ffn_down_exps}) {
+                      l.ffn_down_exps,
+                      l.ffn_exp_probs_b,
+                      l.ffn_gate_shexp,
+                      l.ffn_up_shexp,
+                      l.ffn_down_shexp}) {
     add(id);
   }
   return ids;

@@ -40,10 +40,15 @@ struct LayerWeights {
   TensorId ffn_up = kNone;    // (n_embd) -> (n_ff)
   TensorId ffn_down = kNone;  // (n_ff) -> (n_embd)
   // MoE FFN.
-  TensorId ffn_router = kNone;     // ffn_gate_inp: (n_embd) -> (n_expert)
-  TensorId ffn_gate_exps = kNone;  // (n_embd, n_ff_expert, n_expert)
-  TensorId ffn_up_exps = kNone;    // (n_embd, n_ff_expert, n_expert)
-  TensorId ffn_down_exps = kNone;  // (n_ff_expert, n_embd, n_expert)
+  TensorId ffn_router = kNone;       // ffn_gate_inp: (n_embd) -> (n_expert)
+  TensorId ffn_gate_exps = kNone;    // (n_embd, n_ff_expert, n_expert)
+  TensorId ffn_up_exps = kNone;      // (n_embd, n_ff_expert, n_expert)
+  TensorId ffn_down_exps = kNone;    // (n_ff_expert, n_embd, n_expert)
+  TensorId ffn_exp_probs_b = kNone;  // exp_probs_b: (n_expert) selection bias, optional
+  // Shared expert (n_expert_shared > 0): a dense SwiGLU FFN of n_ff_shexp() on every row.
+  TensorId ffn_gate_shexp = kNone;  // (n_embd) -> (n_ff_shexp)
+  TensorId ffn_up_shexp = kNone;    // (n_embd) -> (n_ff_shexp)
+  TensorId ffn_down_shexp = kNone;  // (n_ff_shexp) -> (n_embd)
 };
 
 struct WeightMap {
