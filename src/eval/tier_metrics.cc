@@ -61,8 +61,7 @@ profiler::HardwareProfile StorageReferences::same_run_profile(
     const profiler::HardwareProfile& base) const {
   profiler::HardwareProfile p = base;
   // The higher of the two memory readings: other processes' traffic only ever lowers a
-  // probe (20-29 GB/s on the shared VM within an hour), while the kernels' decode rate
-  // stayed at 17-20 GB/s: the lower reading is the contention, not the machine.
+  // probe, so on a shared machine the lower reading is the contention, not the machine.
   p.memory.read_bandwidth_bps = std::max(p.memory.read_bandwidth_bps, memory_read_bps);
   for (const profiler::DecodeRate& r : decode_rates) p.cpu.set_decode(r);
   if (disk_runs.empty()) return p;

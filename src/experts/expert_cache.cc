@@ -84,8 +84,8 @@ class ExpertCache::Usage {
   static constexpr double kPrior = 64;
 
   // The frequency's aging per routing of the key's layer: a half-life of 128 tokens,
-  // long enough to tell a layer's hot experts apart (a shorter one, 32, lost ~0.5 points
-  // at 25-40% of the experts on the calibrated traces).
+  // long enough to tell a layer's hot experts apart (shorter ones lost hits in
+  // trace-replay on the calibrated traces).
   static inline const float kFreqDecay = std::exp2(-1.0f / 128);
   // h: bit i set if the routing i+1 back used the key.
   static int state(uint32_t h, float freq) {

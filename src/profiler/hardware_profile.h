@@ -25,7 +25,7 @@ inline constexpr int64_t kDefaultDecodeCols = 4096;
 
 // A weight type at a row width: narrow rows decode slower per byte in some formats (the
 // AVX-512 kernels of the 32-element formats take rows in groups of 16 blocks, so a
-// 576-column row does the work of 1024: Q4_1 read 13 GB/s there against 20 at 4096).
+// 576-column row does the work of 1024; docs/PROFILE.md, "decode rates").
 struct DecodeShape {
   gguf::GgmlType type = gguf::GgmlType::F32;
   int64_t n_cols = 0;  // 0: the probe's default width (compute::kDecodeProbeCols)
@@ -116,8 +116,7 @@ struct StorageProfile {
 
   // Streaming and loading keep at least this many bytes of reads queued, whatever depth
   // the grid's best point had: at depth 1 the device idles during every submission and
-  // every page fault on a fresh destination (4 MiB reads into new memory measured
-  // 0.2-0.5 GB/s at depth 1 against 1.5-1.9 GB/s at depth 8 on the same disk), and on a
+  // every page fault on a fresh destination (docs/STREAMING.md), and on a
   // noisy virtual disk a depth-1 point often wins the grid by chance.
   static constexpr uint64_t kMinBytesInFlight = 32ull << 20;
   // Raises best_queue_depth to kMinBytesInFlight / best_block_bytes.

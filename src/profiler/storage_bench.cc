@@ -163,11 +163,9 @@ Result<RandomReadPoint> random_point(const std::string& path, uint64_t block, ui
 }
 
 // The headline sequential figure: the best of the grid's points and the confirmation
-// run. Streaming keeps deep queues of large reads, the grid's best case, and on our VM
-// disk (whose speed drifts 1.0-2.2 GB/s) the dense-streaming reads of bench ran at
-// 1.56-2.12 GB/s while the grid's best point read 1.55-2.13 GB/s and the mean of its
-// three best points with a 1.5 s re-measure only 1.20-1.64 (git history of BENCHMARKS.md): the
-// planner's predictions were 25-40% low with the mean, within 20% with the best.
+// run. Streaming keeps deep queues of large reads, the grid's best case: on a drifting
+// disk dense streaming read as fast as the best point, and a mean of the best points
+// made the planner's predictions too low (docs/PROFILE.md, "best").
 double headline_bps(const std::vector<SeqReadPoint>& points, double confirmed) {
   double best = confirmed;
   for (const auto& p : points) best = std::max(best, p.bps);

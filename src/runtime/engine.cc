@@ -189,10 +189,10 @@ class LocalEngine final : public Engine {
   // The CPU kernels' level ("": the default). A split whose prompts run on the GPU (wide
   // stages) leaves the CPU batches under kWidePromptRows rows, one token a step when
   // decoding; there the amx level's products run on its vector path (tile_vector: 16 rows
-  // a super-block at a time), which decoded the 8b's CPU layers slower than the avx512
-  // levels' row-by-row kernels on the H200 host (16 Sapphire Rapids cores; docs/GPU.md,
-  // session 10). Such a split takes avx512vnni instead of amx; HYPURA_SIMD still decides
-  // when set. Batch invariance holds within a level, and the CPU computes no other batches.
+  // a super-block at a time), slower for one token than the avx512 levels' row-by-row
+  // kernels (docs/GPU.md, "The CPU stage"). Such a split takes avx512vnni instead of amx;
+  // HYPURA_SIMD still decides when set. Batch invariance holds within a level, and the
+  // CPU computes no other batches.
   std::string cpu_stage_simd() const {
     if (!wide_prompts() || std::getenv("HYPURA_SIMD") != nullptr) return "";
     return std::string_view(compute::default_simd_name()) == "amx" ? "avx512vnni" : "";

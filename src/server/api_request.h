@@ -105,7 +105,7 @@ struct RequestLimits {
 };
 
 // Deepest nesting of arrays and objects a body may have. nlohmann's parser builds a value
-// per bracket: 4 MB of '[' cost ~90x its size, so deeper bodies are refused before parsing.
+// per bracket, many times the body's size, so deeper bodies are refused before parsing.
 constexpr int kMaxJsonDepth = 64;
 
 // Whether `text`'s arrays and objects nest at most max_depth deep. A scan of brackets

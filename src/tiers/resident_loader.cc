@@ -59,10 +59,9 @@ FileRange aligned_range(const Run& r, uint64_t file_size) {
 // Faults in the pages of [p, p + n) (page-aligned p) before a read lands there, split
 // over the cores. Fresh memory costs a page fault and a zeroed page per 4 KiB, and in a
 // VM memory freed a few seconds earlier has gone back to the host, which must back it
-// again: measured 0.35 GB/s per core for that against 5-8 GB/s for memory just freed,
-// below the disk's 1-2 GB/s. Done on the loading side, for the next chunk while the
-// device reads the previous ones, not inside the I/O thread's submission where it would
-// stall the queue.
+// again, slower than the disk reads (docs/STREAMING.md). Done on the loading side, for
+// the next chunk while the device reads the previous ones, not inside the I/O thread's
+// submission where it would stall the queue.
 double populate(uint8_t* p, uint64_t n) {
   const auto t0 = Clock::now();
   const auto touch = [](uint8_t* q, uint64_t m) {

@@ -40,7 +40,7 @@ class StagedWeights final : public model::WeightProvider {
   // kResourceExhausted when the device has no room for the slot; kUnsupported without CUDA.
   // pin: the host memory the host layers' resident tensors are in (may be empty), page-
   // locked while the provider lives so that their copies run at the bus's DMA rate (the
-  // pageable path staged through the driver's buffer reached 5.6 GB/s on the H200 host);
+  // pageable path, staged through the driver's buffer, is far slower; docs/GPU.md);
   // when the OS refuses to lock it, copies stay pageable (logged).
   static Result<std::unique_ptr<StagedWeights>> create(
       const gguf::GgufFile& file, const model::WeightMap& weights, model::WeightProvider& host,
