@@ -181,6 +181,23 @@ void top_k(const float* x, int64_t n, int64_t k, int32_t* out);
 // freq_scale/ext factors follow ggml's YaRN-free "rope" (llama3 scaling via freq_factors).
 void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float freq_base, float freq_scale,
           const float* freq_factors, bool neox);
+
+// YaRN's blend of interpolated and original frequencies (ggml's rope with ext_factor != 0):
+// dims below corr_lo keep their original frequency, dims above corr_hi are interpolated by
+// freq_scale, a linear ramp in between; cos and sin are scaled by attn_factor (times
+// 1 + 0.1 ln(1 / freq_scale) when ext_factor != 0). The default is plain RoPE.
+struct Yarn {
+  float ext_factor = 0.0f;
+  float attn_factor = 1.0f;
+  float corr_lo = 0.0f, corr_hi = 0.0f;  // correction dims (pair indices)
+};
+// ggml_rope_yarn_corr_dims: the dims where a wavelength spans beta_fast / beta_slow turns of
+// the original context.
+Yarn yarn(int64_t n_rot, int64_t n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+          float ext_factor, float attn_factor);
+// rope() with YaRN: the rotated dims are x[0..n_rot).
+void rope_yarn(float* x, int64_t n_rot, int64_t pos, float freq_base, float freq_scale,
+               const float* freq_factors, const Yarn& y, bool neox);
 void silu(float* x, int64_t n);       // x * sigmoid(x), in place
 void gelu_tanh(float* x, int64_t n);  // tanh approximation, in place
 // As ggml's CPU GELU: input and result rounded through fp16 (its lookup table), so

@@ -51,12 +51,41 @@ void softmax(float* x, int64_t n) {
 void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float freq_base, float freq_scale,
           const float* freq_factors, bool neox) {
   (void)head_dim;  // dims n_rot..head_dim pass through unchanged
+  rope_yarn(x, n_rot, pos, freq_base, freq_scale, freq_factors, Yarn{}, neox);
+}
+
+Yarn yarn(int64_t n_rot, int64_t n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+          float ext_factor, float attn_factor) {
+  const auto dim = [&](float turns) {
+    return static_cast<float>(n_rot) *
+           std::log(static_cast<float>(n_ctx_orig) / (turns * 2.0f * static_cast<float>(M_PI))) /
+           (2.0f * std::log(freq_base));
+  };
+  Yarn y;
+  y.ext_factor = ext_factor;
+  y.attn_factor = attn_factor;
+  y.corr_lo = std::max(0.0f, std::floor(dim(beta_fast)));
+  y.corr_hi = std::min(static_cast<float>(n_rot - 1), std::ceil(dim(beta_slow)));
+  return y;
+}
+
+void rope_yarn(float* x, int64_t n_rot, int64_t pos, float freq_base, float freq_scale,
+               const float* freq_factors, const Yarn& y, bool neox) {
   const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
+  float mscale = y.attn_factor;
+  if (y.ext_factor != 0.0f) mscale *= 1.0f + 0.1f * std::log(1.0f / freq_scale);
   float theta_base = static_cast<float>(pos);
   for (int64_t i0 = 0; i0 < n_rot; i0 += 2) {
     const float ff = freq_factors ? freq_factors[i0 / 2] : 1.0f;
-    const float theta = freq_scale * (theta_base / ff);
-    const float c = std::cos(theta), s = std::sin(theta);
+    const float theta_extrap = theta_base / ff;
+    float theta = freq_scale * theta_extrap;
+    if (y.ext_factor != 0.0f) {
+      const float r =
+          (static_cast<float>(i0 / 2) - y.corr_lo) / std::max(0.001f, y.corr_hi - y.corr_lo);
+      const float mix = (1.0f - std::min(1.0f, std::max(0.0f, r))) * y.ext_factor;
+      theta = theta * (1.0f - mix) + theta_extrap * mix;
+    }
+    const float c = std::cos(theta) * mscale, s = std::sin(theta) * mscale;
     const int64_t a = neox ? i0 / 2 : i0;
     const int64_t b = neox ? i0 / 2 + n_rot / 2 : i0 + 1;
     const float x0 = x[a], x1 = x[b];

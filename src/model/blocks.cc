@@ -8,14 +8,15 @@ namespace {
 // Acquires the non-absent ids among `slots` and fills the matching views.
 Status acquire_views(WeightProvider& provider, int64_t il,
                      std::initializer_list<std::pair<TensorId, WeightView*>> slots) {
-  TensorId ids[16];
-  WeightView views[16];
-  WeightView* targets[16];
+  constexpr size_t kMax = 24;
+  TensorId ids[kMax];
+  WeightView views[kMax];
+  WeightView* targets[kMax];
   size_t n = 0;
   for (const auto& [id, view] : slots) {
     *view = WeightView{};
     if (id == kNone) continue;
-    assert(n < 16);
+    assert(n < kMax);
     ids[n] = id;
     targets[n] = view;
     ++n;
@@ -55,7 +56,14 @@ Status Blocks::acquire_attention(int64_t il, AttnViews* out) {
                         {lw.bv, &out->bv},
                         {lw.q_norm, &out->q_norm},
                         {lw.k_norm, &out->k_norm},
-                        {lw.post_attn_norm, &out->post_norm}});
+                        {lw.post_attn_norm, &out->post_norm},
+                        {lw.wq_a, &out->wq_a},
+                        {lw.q_a_norm, &out->q_a_norm},
+                        {lw.wq_b, &out->wq_b},
+                        {lw.wkv_a, &out->wkv_a},
+                        {lw.kv_a_norm, &out->kv_a_norm},
+                        {lw.wk_b, &out->wk_b},
+                        {lw.wv_b, &out->wv_b}});
 }
 
 Status Blocks::acquire_ffn(int64_t il, FfnViews* out) {

@@ -49,6 +49,8 @@ struct AttnViews {
   WeightView bq, bk, bv;      // qwen2
   WeightView q_norm, k_norm;  // qwen3, gemma3
   WeightView post_norm;       // gemma3
+  // deepseek2's multi-head latent attention (wq is attn_q when q_lora_rank is 0).
+  WeightView wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm, wk_b, wv_b;
 };
 
 // Views of one layer's FFN weights. MoE experts are acquired per token batch inside
@@ -93,6 +95,9 @@ class Blocks {
   float* k() { return k_; }        // (n_tokens, n_head_kv * head_dim)
   float* v() { return v_; }        // (n_tokens, n_head_kv * head_dim_v)
   float* attn() { return attn_; }  // (n_tokens, n_head * head_dim_v)
+  // MLA only: (n_tokens, q_lora_rank) and (n_tokens, n_head * max(head_dim_mla, head_dim_v_mla)).
+  float* mla_lora() { return mla_lora_; }
+  float* mla_heads() { return mla_heads_; }
 
   Status acquire_attention(int64_t il, AttnViews* out);
   Status acquire_ffn(int64_t il, FfnViews* out);
@@ -117,6 +122,17 @@ class Blocks {
   virtual void rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) = 0;
   // rope() of q() (n_head heads) and of k() (n_head_kv heads) with the same frequencies.
   virtual void rope_qk(float freq_base, float freq_scale) = 0;
+  // Multi-head latent attention (deepseek2), in the absorbed form: attention runs as MQA
+  // over the cached latent, so the cache holds kv_lora_rank + n_rot values per position.
+  // k() rows hold attn_kv_a_mqa's output [latent, k_pe]: each latent is RMS-normed by
+  // kv_norm and each k_pe rotated at its row's position (YaRN), giving the key to cache.
+  virtual void mla_kv(const WeightView& kv_norm) = 0;
+  // q() = per head [wk_b[h] . q_nope, RoPE(q_pe)] from q_heads (n_tokens, n_head *
+  // head_dim_mla) laid out [q_nope, q_pe] per head: q_nope absorbed into the latent space.
+  virtual void mla_absorb_q(const float* q_heads, const WeightView& wk_b) = 0;
+  // out (n_tokens, n_head * head_dim_v_mla) = per head wv_b[h] . attn()[t, h]: each head's
+  // attention over latents decompressed into its values.
+  virtual void mla_values(const WeightView& wv_b, float* out) = 0;
   // rows (n_tokens, width) *= s
   virtual void scale(float* rows, int64_t width, float s) = 0;
   // x (n_tokens, n_embd) += y
@@ -162,7 +178,7 @@ class Blocks {
 
   // The row buffers, set by the implementation (its memory).
   float *x_ = nullptr, *cur_ = nullptr, *tmp_ = nullptr, *q_ = nullptr, *k_ = nullptr,
-        *v_ = nullptr, *attn_ = nullptr;
+        *v_ = nullptr, *attn_ = nullptr, *mla_lora_ = nullptr, *mla_heads_ = nullptr;
 };
 
 }  // namespace hypura::model

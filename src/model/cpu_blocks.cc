@@ -36,6 +36,15 @@ CpuBlocks::CpuBlocks(const HParams& hp, const WeightMap& weights, compute::Conte
   k_ = k_buf_.data();
   v_ = v_buf_.data();
   attn_ = attn_buf_.data();
+  if (hp.is_mla()) {
+    const int64_t heads = hp.n_head * std::max(hp.head_dim_mla, hp.head_dim_v_mla);
+    mla_lora_buf_.resize(rows(hp.q_lora_rank));
+    mla_heads_buf_.resize(rows(heads));
+    head_in_.resize(rows(std::max(hp.qk_nope(), hp.kv_lora_rank)));
+    head_out_.resize(rows(std::max(hp.kv_lora_rank, hp.head_dim_v_mla)));
+    mla_lora_ = mla_lora_buf_.data();
+    mla_heads_ = mla_heads_buf_.data();
+  }
   const int64_t ff = std::max({hp.n_ff, hp.n_ff_expert, hp.n_ff_shexp()});
   ff_gate_.resize(rows(ff));
   ff_up_.resize(rows(ff));
@@ -71,7 +80,9 @@ CpuBlocks::CpuBlocks(const HParams& hp, const WeightMap& weights, compute::Conte
     last_rows_.resize(rows(hp.n_embd));
     experts_ = std::make_unique<HostExperts>(hp, ctx, provider, max_batch);
   }
-  ctx.reserve(max_batch, std::max({hp.n_embd, ff, hp.n_head * hp.head_dim_v}));
+  ctx.reserve(max_batch,
+              std::max({hp.n_embd, ff, hp.n_head * hp.head_dim_v, hp.q_lora_rank,
+                        hp.n_head * hp.head_dim_v_mla, hp.n_ff_expert * hp.n_expert_shared}));
 }
 
 template <class Fn>
@@ -145,17 +156,70 @@ void CpuBlocks::head_norm(float* rows, int64_t n_heads, const WeightView& w) {
   });
 }
 
+void CpuBlocks::rope_row(float* row, int64_t n_heads, int64_t head_stride, int64_t t,
+                         float freq_base, float freq_scale) const {
+  const compute::Yarn y =
+      compute::yarn(hp_.n_rot, hp_.n_ctx_orig_yarn, freq_base, hp_.yarn_beta_fast,
+                    hp_.yarn_beta_slow, hp_.yarn_ext_factor, hp_.yarn_attn_factor);
+  for (int64_t h = 0; h < n_heads; ++h) {
+    compute::rope_yarn(row + h * head_stride, hp_.n_rot, row_pos_[static_cast<size_t>(t)],
+                       freq_base, freq_scale, rope_factors_, y, hp_.rope_neox);
+  }
+}
+
 void CpuBlocks::rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) {
-  const float* factors = rope_factors_;
   const int64_t d = hp_.head_dim;
   parallel_for(n_tokens_, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      for (int64_t h = 0; h < n_heads; ++h) {
-        compute::rope(rows + (t * n_heads + h) * d, d, hp_.n_rot, row_pos_[static_cast<size_t>(t)],
-                      freq_base, freq_scale, factors, hp_.rope_neox);
-      }
+      rope_row(rows + t * n_heads * d, n_heads, d, t, freq_base, freq_scale);
     }
   });
+}
+
+void CpuBlocks::mla_kv(const WeightView& kv_norm) {
+  const int64_t rank = hp_.kv_lora_rank, d = hp_.head_dim;
+  parallel_for(n_tokens_, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* row = k() + t * d;
+      compute::rms_norm(row, as_floats(kv_norm), rank, hp_.rms_eps, row);
+      rope_row(row + rank, 1, d, t, hp_.rope_freq_base, hp_.rope_freq_scale);
+    }
+  });
+}
+
+void CpuBlocks::head_products(const WeightView& w, const float* in, int64_t in_stride, float* out,
+                              int64_t out_stride) {
+  const int64_t n_out = w.n_rows / hp_.n_head, n_in = w.n_cols;
+  for (int64_t h = 0; h < hp_.n_head; ++h) {
+    for (int64_t t = 0; t < n_tokens_; ++t) {
+      std::copy_n(in + t * hp_.n_head * in_stride + h * in_stride, n_in,
+                  head_in_.data() + t * n_in);
+    }
+    ctx_.matmul(w.rows(h * n_out, n_out), head_in_.data(), n_tokens_, head_out_.data());
+    for (int64_t t = 0; t < n_tokens_; ++t) {
+      std::copy_n(head_out_.data() + t * n_out, n_out,
+                  out + t * hp_.n_head * out_stride + h * out_stride);
+    }
+  }
+}
+
+void CpuBlocks::mla_absorb_q(const float* q_heads, const WeightView& wk_b) {
+  const int64_t dq = hp_.head_dim_mla, d = hp_.head_dim, nope = hp_.qk_nope();
+  head_products(wk_b, q_heads, dq, q(), d);
+  parallel_for(n_tokens_, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t h = 0; h < hp_.n_head; ++h) {
+        std::copy_n(q_heads + (t * hp_.n_head + h) * dq + nope, hp_.n_rot,
+                    q() + (t * hp_.n_head + h) * d + hp_.kv_lora_rank);
+      }
+      rope_row(q() + t * hp_.n_head * d + hp_.kv_lora_rank, hp_.n_head, d, t, hp_.rope_freq_base,
+               hp_.rope_freq_scale);
+    }
+  });
+}
+
+void CpuBlocks::mla_values(const WeightView& wv_b, float* out) {
+  head_products(wv_b, attn(), hp_.head_dim_v, out, hp_.head_dim_v_mla);
 }
 
 void CpuBlocks::scale(float* rows, int64_t width, float s) {

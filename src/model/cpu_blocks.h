@@ -34,6 +34,9 @@ class CpuBlocks final : public Blocks {
     rope(q(), hp_.n_head, freq_base, freq_scale);
     rope(k(), hp_.n_head_kv, freq_base, freq_scale);
   }
+  void mla_kv(const WeightView& kv_norm) override;
+  void mla_absorb_q(const float* q_heads, const WeightView& wk_b) override;
+  void mla_values(const WeightView& wv_b, float* out) override;
   void scale(float* rows, int64_t width, float s) override;
   void residual(float* x, const float* y) override;
   void attention(int64_t il, bool swa, float kq_scale) override;
@@ -64,6 +67,13 @@ class CpuBlocks final : public Blocks {
   template <class Fn>
   void parallel_for(int64_t n, Fn&& fn);
   void gather_last_rows(const float* rows, float* out) const;
+  // The rotation of n_heads vectors of n_rot values, head_stride apart, in row t.
+  void rope_row(float* row, int64_t n_heads, int64_t head_stride, int64_t t, float freq_base,
+                float freq_scale) const;
+  // out[t, h] = w[h] . in[t, h] for every head h: a per-head product of a stacked
+  // (n_cols, n_out, n_head) tensor, in/out (n_tokens, n_head, stride) at column offsets.
+  void head_products(const WeightView& w, const float* in, int64_t in_stride, float* out,
+                     int64_t out_stride);
   void observe_last_rows(int64_t il, const float* in);
   void route(const WeightView& bias);
   // out = down(act(gate(in)) * up(in)): a dense FFN or a shared expert.
@@ -72,9 +82,11 @@ class CpuBlocks final : public Blocks {
 
   compute::Context& ctx_;
   std::vector<float> x_buf_, cur_buf_, tmp_buf_, k_buf_, v_buf_, attn_buf_;
-  compute::AlignedVector<float> q_buf_;  // the attention kernels load query rows whole
-  std::vector<float> ff_gate_;           // (max_batch, max(n_ff, n_ff_expert))
-  std::vector<float> ff_up_;             // (max_batch, max(n_ff, n_ff_expert))
+  compute::AlignedVector<float> q_buf_;              // the attention kernels load query rows whole
+  std::vector<float> mla_lora_buf_, mla_heads_buf_;  // MLA rows (blocks.h)
+  std::vector<float> head_in_, head_out_;            // (max_batch, head width) per-head products
+  std::vector<float> ff_gate_;                       // (max_batch, max(n_ff, n_ff_expert))
+  std::vector<float> ff_up_;                         // (max_batch, max(n_ff, n_ff_expert))
   // Attention tiles (cpu_blocks.cc): query tokens per block, keys per aligned block, keys
   // per aligned segment, and the most tokens a step may have to split its segments over the pool.
   static constexpr int64_t kQueryBlock = 32;

@@ -69,6 +69,13 @@ Sizes sizes_for(const HParams& hp, const gguf::GgufFile& file, int64_t max_batch
 
 Status cuda_supports(const HParams& hp, const gguf::GgufFile& file) {
 #if HYPURA_HAVE_CUDA
+  if (hp.is_mla()) {
+    return unsupported("the GPU blocks do not run multi-head latent attention (" + hp.arch_name +
+                       ") yet; use --device cpu");
+  }
+  if (hp.yarn_ext_factor != 0.0f) {
+    return unsupported("the GPU blocks do not run YaRN RoPE scaling yet; use --device cpu");
+  }
   const auto dims_ok = [](int64_t d) {
     return d > 0 && d % 8 == 0 && d <= compute::cuda::kAttnMaxHeadDim;
   };
@@ -202,6 +209,10 @@ class CudaBlocks final : public Blocks {
   }
   void rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) override;
   void rope_qk(float freq_base, float freq_scale) override;
+  // MLA never reaches the GPU blocks (cuda_supports refuses it).
+  void mla_kv(const WeightView&) override { assert(false); }
+  void mla_absorb_q(const float*, const WeightView&) override { assert(false); }
+  void mla_values(const WeightView&, float*) override { assert(false); }
   void scale(float* rows, int64_t width, float sc) override {
     if (replaying()) return;
     flush_norm();

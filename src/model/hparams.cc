@@ -15,7 +15,7 @@ struct ArchEntry {
 };
 constexpr ArchEntry kArchs[] = {
     {"llama", Arch::kLlama},   {"qwen2", Arch::kQwen2},       {"qwen3", Arch::kQwen3},
-    {"gemma3", Arch::kGemma3}, {"qwen3moe", Arch::kQwen3Moe},
+    {"gemma3", Arch::kGemma3}, {"qwen3moe", Arch::kQwen3Moe}, {"deepseek2", Arch::kDeepseek2},
 };
 
 // Reads "<arch>.<key>" as an integer; arrays (per-layer values) must be uniform.
@@ -107,7 +107,8 @@ int64_t vocab_rows(const gguf::GgufFile& file) {
 }
 
 void set_arch_specifics(HParams& hp, const KeyReader& keys, const gguf::Metadata& md) {
-  hp.rope_neox = hp.arch != Arch::kLlama;  // qwen2/qwen3/gemma3 rotate NeoX-style
+  // qwen2/qwen3/gemma3 rotate NeoX-style; llama and deepseek2 pairwise.
+  hp.rope_neox = hp.arch != Arch::kLlama && hp.arch != Arch::kDeepseek2;
   if (hp.arch == Arch::kGemma3) {
     hp.embd_scale = std::sqrt(static_cast<float>(hp.n_embd));
     hp.rope_freq_base_swa = keys.float_or("rope.freq_base_swa", 10000.0f);
@@ -166,10 +167,88 @@ Status read_routing(HParams& hp, const KeyReader& keys, const gguf::Metadata& md
   return check_routing(hp);
 }
 
+// rope.scaling.*: linear divides positions by the factor; YaRN (llama.cpp's context
+// setup) also sets ext_factor 1 and the attention factor that cancels ggml's own mscale.
+Status read_rope_scaling(HParams& hp, const KeyReader& keys, const gguf::Metadata& md) {
+  auto scaling = md.get_string(keys.key("rope.scaling.type"));
+  const std::string type = scaling ? *scaling : "";
+  const float factor = keys.float_or("rope.scaling.factor", 0.0f);
+  if (type != "linear" && type != "yarn" && type != "none" && type != "") {
+    return unsupported("rope scaling type '" + type + "' is not supported (linear, yarn)");
+  }
+  Status st;
+  hp.n_ctx_orig_yarn = keys.int_or("rope.scaling.original_context_length", hp.n_ctx_train, &st);
+  HYPURA_RETURN_IF_ERROR(st);
+  hp.yarn_log_mul = keys.float_or("rope.scaling.yarn_log_multiplier", 0.0f);
+  // deepseek2 files store 0.1 * mscale_all_dim; llama.cpp's loader divides it back out.
+  if (hp.arch == Arch::kDeepseek2) hp.yarn_log_mul /= 0.1f;
+  if ((type == "linear" || type == "yarn") && factor > 0.0f) hp.rope_freq_scale = 1.0f / factor;
+  if (type == "none") hp.rope_freq_scale = 1.0f;
+  hp.yarn_beta_fast = keys.float_or("rope.scaling.yarn_beta_fast", 32.0f);
+  hp.yarn_beta_slow = keys.float_or("rope.scaling.yarn_beta_slow", 1.0f);
+  hp.yarn_ext_factor = keys.float_or("rope.scaling.yarn_ext_factor", type == "yarn" ? 1.0f : 0.0f);
+  hp.yarn_attn_factor = keys.float_or("rope.scaling.yarn_attn_factor", 1.0f);
+  if (hp.yarn_ext_factor != 0.0f) {
+    const auto mscale = [](float scale, float m) {
+      return scale <= 1.0f ? 1.0f : 0.1f * m * std::log(scale) + 1.0f;
+    };
+    const float f = 1.0f / hp.rope_freq_scale;
+    if (hp.yarn_log_mul != 0.0f) {
+      // DeepSeek-V2 configs give mscale == mscale_all_dim; others leave mscale at 1.
+      const float all_dims = hp.yarn_log_mul;
+      const float m = hp.arch == Arch::kDeepseek2 && all_dims != 1.0f ? all_dims : 1.0f;
+      hp.yarn_attn_factor = mscale(f, m) / mscale(f, all_dims);
+    } else {
+      hp.yarn_attn_factor = mscale(f, 1.0f);
+    }
+    // ggml's YaRN rope multiplies by 1 + 0.1 ln(factor) itself: cancel it.
+    hp.yarn_attn_factor /= 1.0f + 0.1f * std::log(f);
+  }
+  hp.yarn_attn_factor *= keys.float_or("rope.scaling.attn_factor", 1.0f);
+  return Status::ok();
+}
+
+// deepseek2's multi-head latent attention. Files from llama.cpp's current converter store
+// key_length = kv_lora_rank + rope dims, value_length = kv_lora_rank and the per-head sizes
+// in the *_mla keys, with attn_kv_b split into attn_k_b / attn_v_b.
+Status read_mla(HParams& hp, const KeyReader& keys) {
+  Status st;
+  hp.q_lora_rank = keys.int_or("attention.q_lora_rank", 0, &st);
+  hp.kv_lora_rank = keys.int_or("attention.kv_lora_rank", 0, &st);
+  hp.head_dim_mla = keys.int_or("attention.key_length_mla", 0, &st);
+  hp.head_dim_v_mla = keys.int_or("attention.value_length_mla", 0, &st);
+  HYPURA_RETURN_IF_ERROR(st);
+  hp.rms_eps = keys.float_or("attention.layer_norm_rms_epsilon", 1e-6f);
+  if (hp.kv_lora_rank <= 0) return corrupt(keys.key("attention.kv_lora_rank") + " is missing or 0");
+  if (hp.head_dim_mla == 0 || hp.head_dim_v_mla == 0) {
+    return unsupported(
+        "deepseek2 file without " + keys.key("attention.key_length_mla") +
+        " (an older conversion with the combined attn_kv_b); re-convert it with a current "
+        "llama.cpp, which splits attn_kv_b into attn_k_b / attn_v_b for the latent KV cache");
+  }
+  if (hp.head_dim != hp.kv_lora_rank + hp.n_rot || hp.head_dim_v != hp.kv_lora_rank ||
+      hp.n_head_kv != 1) {
+    return corrupt("deepseek2 attention.key_length / value_length / head_count_kv (" +
+                   std::to_string(hp.head_dim) + " / " + std::to_string(hp.head_dim_v) + " / " +
+                   std::to_string(hp.n_head_kv) + ") do not describe the latent cache of rank " +
+                   std::to_string(hp.kv_lora_rank));
+  }
+  if (hp.head_dim_mla <= hp.n_rot) {
+    return corrupt("deepseek2 " + keys.key("attention.key_length_mla") + " " +
+                   std::to_string(hp.head_dim_mla) + " leaves no un-rotated dims");
+  }
+  // llama.cpp pre-scales the softmax by the YaRN magnitude, squared (q and k both carry it).
+  const float ln_f = std::log(1.0f / hp.rope_freq_scale);
+  const float attn_factor_org = hp.yarn_attn_factor * (1.0f + 0.1f * ln_f);
+  const float m = attn_factor_org * (1.0f + 0.1f * hp.yarn_log_mul * ln_f);
+  hp.kq_scale = m * m / std::sqrt(static_cast<float>(hp.head_dim_mla));
+  return Status::ok();
+}
+
 }  // namespace
 
 const char* supported_architectures() {
-  return "llama (incl. Mistral and Mixtral-style MoE), qwen2, qwen3, gemma3, qwen3moe";
+  return "llama (incl. Mistral and Mixtral-style MoE), qwen2, qwen3, gemma3, qwen3moe, deepseek2";
 }
 
 const char* arch_name(Arch arch) {
@@ -216,17 +295,13 @@ Result<HParams> read_hparams(const gguf::GgufFile& file) {
   hp.rms_eps =
       keys.float_or("attention.layer_norm_rms_epsilon", hp.arch == Arch::kGemma3 ? 1e-6f : 1e-5f);
   hp.rope_freq_base = keys.float_or("rope.freq_base", 10000.0f);
-  auto scaling = md.get_string(keys.key("rope.scaling.type"));
-  const float factor = keys.float_or("rope.scaling.factor", 1.0f);
-  if (scaling && *scaling == "linear" && factor > 0.0f) hp.rope_freq_scale = 1.0f / factor;
-  if (scaling && *scaling != "linear" && *scaling != "none" && *scaling != "") {
-    return unsupported("rope scaling type '" + *scaling + "' is not supported (linear only)");
-  }
+  HYPURA_RETURN_IF_ERROR(read_rope_scaling(hp, keys, md));
   hp.n_vocab = vocab_rows(file);
   if (hp.arch == Arch::kQwen3Moe && hp.n_expert == 0) {
     return corrupt("qwen3moe model without " + keys.key("expert_count"));
   }
   set_arch_specifics(hp, keys, md);
+  if (hp.arch == Arch::kDeepseek2) HYPURA_RETURN_IF_ERROR(read_mla(hp, keys));
   HYPURA_RETURN_IF_ERROR(check_positive(hp));
   if (hp.n_expert > 0) HYPURA_RETURN_IF_ERROR(read_routing(hp, keys, md));
   return hp;

@@ -20,7 +20,7 @@ class GgufFile;
 
 namespace hypura::model {
 
-enum class Arch { kLlama, kQwen2, kQwen3, kGemma3, kQwen3Moe };
+enum class Arch { kLlama, kQwen2, kQwen3, kGemma3, kQwen3Moe, kDeepseek2 };
 
 // How a MoE router's logits become expert weights (model/routing.h).
 enum class ExpertGating {
@@ -74,6 +74,24 @@ struct HParams {
   float q_scale = 0.0f;     // applied to Q before QK^T; 0: use kq_scale instead
   float kq_scale = 0.0f;    // softmax scale of QK^T
 
+  // YaRN RoPE scaling (rope.scaling.type "yarn"), as llama.cpp's context derives it:
+  // ext_factor 1 mixes interpolated and original frequencies between the correction dims
+  // of beta_fast / beta_slow; attn_factor scales the rotated values.
+  float yarn_ext_factor = 0.0f;  // 0: plain (or linear) RoPE
+  float yarn_attn_factor = 1.0f;
+  float yarn_beta_fast = 32.0f;
+  float yarn_beta_slow = 1.0f;
+  float yarn_log_mul = 0.0f;  // deepseek2: mscale_all_dim (rope.scaling.yarn_log_multiplier / 0.1)
+  int64_t n_ctx_orig_yarn = 0;
+
+  // Multi-head latent attention (deepseek2). Attention runs as MQA over the latent: head_dim
+  // = kv_lora_rank + n_rot (the cached key: normalized latent, then rotated k_pe),
+  // head_dim_v = kv_lora_rank (the cached value is the latent itself, the key's prefix).
+  int64_t q_lora_rank = 0;         // 0: attn_q straight from n_embd (V2-Lite)
+  int64_t kv_lora_rank = 0;        // 0: not MLA
+  int64_t head_dim_mla = 0;        // per-head q/k size before absorption: qk_nope + qk_rope
+  int64_t head_dim_v_mla = 0;      // per-head v size after attn_v_b
+
   bool is_swa_layer(int64_t il) const {
     return n_swa > 0 && swa_pattern > 0 && (il % swa_pattern) < swa_pattern - 1;
   }
@@ -83,6 +101,11 @@ struct HParams {
   int64_t q_width() const { return n_head * head_dim; }       // rows of attn_q
   int64_t k_width() const { return n_head_kv * head_dim; }    // rows of attn_k
   int64_t v_width() const { return n_head_kv * head_dim_v; }  // rows of attn_v
+  bool is_mla() const { return kv_lora_rank > 0; }
+  int64_t qk_nope() const { return head_dim_mla - n_rot; }  // MLA: un-rotated q/k dims
+  // Values one position stores in the KV cache, per layer: MLA keeps the latent and k_pe
+  // once (its value is the key's prefix); others K and V of every kv head.
+  int64_t kv_per_token() const { return is_mla() ? head_dim : k_width() + v_width(); }
 };
 
 // Reads the hyperparameters of the model's architecture; unknown architectures and

@@ -27,7 +27,7 @@ KvCache::KvCache(const HParams& hp, int64_t n_ctx)
       f32_(false),
       n_layer_(hp.n_layer),
       k_width_(hp.k_width()),
-      v_width_(hp.v_width()),
+      v_width_(hp.is_mla() ? 0 : hp.v_width()),  // MLA: values are the keys' latent prefix
       head_dim_(hp.head_dim),
       head_dim_v_(hp.head_dim_v) {}
 
@@ -220,6 +220,7 @@ compute::KvRows KvCache::k_rows(int64_t il, int64_t h, int64_t first) const {
 }
 
 compute::KvRows KvCache::v_rows(int64_t il, int64_t h, int64_t first) const {
+  if (v_width_ == 0) return rows(k_base_[il], k_width_, 0, first);  // MLA: the latent
   return rows(v_base_[il], v_width_, h * head_dim_v_, first);
 }
 

@@ -1,7 +1,10 @@
 // KV cache: keys and values of every past position, per layer, in F16 (default) or F32.
 //
 // Layout per layer: K (n_ctx, n_head_kv * head_dim) and V (n_ctx, n_head_kv * head_dim_v),
-// row-major, one row per position. A row is written once when its token is processed;
+// row-major, one row per position. Multi-head latent attention (deepseek2) stores only K:
+// (n_ctx, kv_lora_rank + n_rot), the normalized latent then the rotated k_pe; its values
+// are the latent, read as the first head_dim_v columns of the same rows
+// (HParams::kv_per_token). A row is written once when its token is processed;
 // attention widens rows back to F32 (compute::Context::widen_rows, exact), so a token's
 // own key is read back rounded exactly like every earlier key and the result does not
 // depend on how the prompt was split into batches.
@@ -96,7 +99,7 @@ class KvCache {
   bool f32_;
   int64_t n_layer_;
   int64_t k_width_;  // n_head_kv * head_dim
-  int64_t v_width_;  // n_head_kv * head_dim_v
+  int64_t v_width_;  // n_head_kv * head_dim_v; 0 for MLA (values read from K)
   int64_t head_dim_;
   int64_t head_dim_v_;
   int64_t first_device_ = 0;               // with device_: layers from here on are there

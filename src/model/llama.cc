@@ -44,6 +44,8 @@ LayerFn layer_fn(Arch arch) {
       return qwen3_layer;
     case Arch::kGemma3:
       return gemma3_layer;
+    case Arch::kDeepseek2:
+      return deepseek2_layer;
   }
   return nullptr;
 }

@@ -28,7 +28,7 @@ constexpr std::array<NamedRole, 4> kTopLevel = {{
 
 // Names inside blk.N, without the .weight/.bias suffix. Biases of q/k/v/o are
 // recognised by suffix below; their weights use these roles.
-constexpr std::array<NamedRole, 27> kLayer = {{
+constexpr std::array<NamedRole, 34> kLayer = {{
     {"attn_norm", TensorRole::kAttnNorm},
     {"post_attention_norm", TensorRole::kAttnNorm},  // gemma3: norm after attention
     {"attn_q", TensorRole::kAttnQ},
@@ -38,6 +38,14 @@ constexpr std::array<NamedRole, 27> kLayer = {{
     {"attn_output", TensorRole::kAttnOutput},
     {"attn_q_norm", TensorRole::kAttnQNorm},
     {"attn_k_norm", TensorRole::kAttnKNorm},
+    // deepseek2 multi-head latent attention: q and kv low-rank projections and their norms.
+    {"attn_q_a", TensorRole::kAttnQ},
+    {"attn_q_b", TensorRole::kAttnQ},
+    {"attn_q_a_norm", TensorRole::kAttnQNorm},
+    {"attn_kv_a_mqa", TensorRole::kAttnK},
+    {"attn_kv_a_norm", TensorRole::kAttnKNorm},
+    {"attn_k_b", TensorRole::kAttnK},
+    {"attn_v_b", TensorRole::kAttnV},
     {"ffn_norm", TensorRole::kFfnNorm},
     {"post_ffw_norm", TensorRole::kFfnNorm},  // gemma3: norm after the FFN
     {"ffn_gate", TensorRole::kFfnGate},

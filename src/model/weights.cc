@@ -67,9 +67,28 @@ bool has_qk_norm(Arch a) {
   return a == Arch::kQwen3 || a == Arch::kQwen3Moe || a == Arch::kGemma3;
 }
 
+// deepseek2: low-rank q (or attn_q when q_lora_rank is 0), the latent kv projection with
+// its rope part, and attn_kv_b split per head into attn_k_b (transposed) and attn_v_b.
+void find_mla(Finder& f, const HParams& hp, const std::string& p, LayerWeights& w) {
+  const int64_t e = hp.n_embd, h = hp.n_head, rank = hp.kv_lora_rank;
+  if (hp.q_lora_rank > 0) {
+    w.wq_a = f.require(p + "attn_q_a.weight", {e, hp.q_lora_rank});
+    w.q_a_norm = f.require_f32(p + "attn_q_a_norm.weight", {hp.q_lora_rank});
+    w.wq_b = f.require(p + "attn_q_b.weight", {hp.q_lora_rank, h * hp.head_dim_mla});
+  } else {
+    w.wq = f.require(p + "attn_q.weight", {e, h * hp.head_dim_mla});
+  }
+  w.wkv_a = f.require(p + "attn_kv_a_mqa.weight", {e, rank + hp.n_rot});
+  w.kv_a_norm = f.require_f32(p + "attn_kv_a_norm.weight", {rank});
+  w.wk_b = f.require(p + "attn_k_b.weight", {hp.qk_nope(), rank, h});
+  w.wv_b = f.require(p + "attn_v_b.weight", {rank, hp.head_dim_v_mla, h});
+  w.wo = f.require(p + "attn_output.weight", {h * hp.head_dim_v_mla, e});
+}
+
 void find_attention(Finder& f, const HParams& hp, const std::string& p, LayerWeights& w) {
   const int64_t e = hp.n_embd;
   w.attn_norm = f.require_f32(p + "attn_norm.weight", {e});
+  if (hp.is_mla()) return find_mla(f, hp, p, w);
   w.wq = f.require(p + "attn_q.weight", {e, hp.q_width()});
   w.wk = f.require(p + "attn_k.weight", {e, hp.k_width()});
   w.wv = f.require(p + "attn_v.weight", {e, hp.v_width()});
@@ -160,6 +179,13 @@ std::vector<TensorId> layer_tensor_ids(const WeightMap& w, int64_t il) {
                       l.q_norm,
                       l.k_norm,
                       l.post_attn_norm,
+                      l.wq_a,
+                      l.q_a_norm,
+                      l.wq_b,
+                      l.wkv_a,
+                      l.kv_a_norm,
+                      l.wk_b,
+                      l.wv_b,
                       l.ffn_norm,
                       l.post_ffn_norm,
                       l.ffn_gate,

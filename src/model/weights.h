@@ -33,8 +33,16 @@ struct LayerWeights {
   TensorId q_norm = kNone;                      // (head_dim), applied per head (qwen3, gemma3)
   TensorId k_norm = kNone;                      // (head_dim)
   TensorId post_attn_norm = kNone;              // (n_embd), gemma3
-  TensorId ffn_norm = kNone;                    // (n_embd)
-  TensorId post_ffn_norm = kNone;               // (n_embd), gemma3
+  // Multi-head latent attention (deepseek2); wq is attn_q when q_lora_rank == 0.
+  TensorId wq_a = kNone;           // (n_embd) -> (q_lora_rank)
+  TensorId q_a_norm = kNone;       // (q_lora_rank)
+  TensorId wq_b = kNone;           // (q_lora_rank) -> (n_head * head_dim_mla)
+  TensorId wkv_a = kNone;          // attn_kv_a_mqa: (n_embd) -> (kv_lora_rank + n_rot)
+  TensorId kv_a_norm = kNone;      // (kv_lora_rank)
+  TensorId wk_b = kNone;           // per head (qk_nope) -> (kv_lora_rank): absorbs q_nope
+  TensorId wv_b = kNone;           // per head (kv_lora_rank) -> (head_dim_v_mla)
+  TensorId ffn_norm = kNone;       // (n_embd)
+  TensorId post_ffn_norm = kNone;  // (n_embd), gemma3
   // Dense FFN.
   TensorId ffn_gate = kNone;  // (n_embd) -> (n_ff)
   TensorId ffn_up = kNone;    // (n_embd) -> (n_ff)

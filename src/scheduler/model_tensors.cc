@@ -84,7 +84,12 @@ Result<ModelTensors> model_tensors_from_gguf(const gguf::GgufFile& file) {
   int64_t head_dim =
       arch_int(md, a, "attention.key_length", m.n_embd / std::max<int64_t>(m.n_head, 1));
   int64_t head_dim_v = arch_int(md, a, "attention.value_length", head_dim);
-  m.kv_elements_per_token = static_cast<uint64_t>(m.n_layer * n_head_kv * (head_dim + head_dim_v));
+  // Multi-head latent attention (deepseek2) caches one row per position, the latent and
+  // k_pe: its values are the key's prefix (model::HParams::kv_per_token).
+  const bool latent = arch_int(md, a, "attention.kv_lora_rank", 0) > 0 &&
+                      arch_int(md, a, "attention.key_length_mla", 0) > 0;
+  m.kv_elements_per_token =
+      static_cast<uint64_t>(m.n_layer * n_head_kv * (latent ? head_dim : head_dim + head_dim_v));
   m.n_ctx_train = arch_int(md, a, "context_length", 4096);
   m.n_tokens = array_size(md, "tokenizer.ggml.tokens");
   m.n_merges = array_size(md, "tokenizer.ggml.merges");

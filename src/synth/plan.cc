@@ -133,8 +133,45 @@ class Planner {
     add("blk." + std::to_string(il) + "." + what, kind, il, std::move(ne));
   }
 
+  // deepseek2: latent attention (attn_kv_b split per head into attn_k_b / attn_v_b, as
+  // llama.cpp's converter writes it), a dense FFN in the leading layers, then routed
+  // experts with the router's score bias and the shared experts.
+  void add_deepseek2_layer(int64_t il) {
+    const Mla& m = s_.mla;
+    const int64_t e = s_.n_embd, h = s_.n_head, nope = s_.head_dim - m.qk_rope;
+    add_blk(il, "attn_norm.weight", Kind::kNorm, {e});
+    if (m.q_lora_rank > 0) {
+      add_blk(il, "attn_q_a.weight", Kind::kAttnQ, {e, m.q_lora_rank});
+      add_blk(il, "attn_q_a_norm.weight", Kind::kNorm, {m.q_lora_rank});
+      add_blk(il, "attn_q_b.weight", Kind::kAttnQ, {m.q_lora_rank, h * s_.head_dim});
+    } else {
+      add_blk(il, "attn_q.weight", Kind::kAttnQ, {e, h * s_.head_dim});
+    }
+    add_blk(il, "attn_kv_a_mqa.weight", Kind::kAttnQ, {e, m.kv_lora_rank + m.qk_rope});
+    add_blk(il, "attn_kv_a_norm.weight", Kind::kNorm, {m.kv_lora_rank});
+    add_blk(il, "attn_k_b.weight", Kind::kAttnQ, {nope, m.kv_lora_rank, h});
+    add_blk(il, "attn_v_b.weight", Kind::kAttnQ, {m.kv_lora_rank, m.v_head_dim, h});
+    add_blk(il, "attn_output.weight", Kind::kAttnOut, {h * m.v_head_dim, e});
+    add_blk(il, "ffn_norm.weight", Kind::kNorm, {e});
+    if (il < m.n_dense_lead) {
+      add_blk(il, "ffn_gate.weight", Kind::kFfnGateUp, {e, s_.n_ff});
+      add_blk(il, "ffn_up.weight", Kind::kFfnGateUp, {e, s_.n_ff});
+      add_blk(il, "ffn_down.weight", Kind::kFfnDown, {s_.n_ff, e});
+      return;
+    }
+    add_experts(il);
+    if (m.sigmoid) add_blk(il, "exp_probs_b.bias", Kind::kBias, {s_.n_expert});
+    const int64_t sh = s_.n_ff_exp * m.n_expert_shared;
+    if (sh > 0) {
+      add_blk(il, "ffn_gate_shexp.weight", Kind::kFfnGateUp, {e, sh});
+      add_blk(il, "ffn_up_shexp.weight", Kind::kFfnGateUp, {e, sh});
+      add_blk(il, "ffn_down_shexp.weight", Kind::kFfnDown, {sh, e});
+    }
+  }
+
   void add_layer(int64_t il) {
     const Arch arch = c_.spec.arch;
+    if (arch == Arch::kDeepseek2) return add_deepseek2_layer(il);
     const int64_t n_q = s_.n_head * s_.head_dim;
     const int64_t n_kv = s_.n_head_kv * s_.head_dim;
     const bool qk_norm = arch == Arch::kQwen3 || arch == Arch::kQwen3Moe || arch == Arch::kGemma3;

@@ -14,9 +14,13 @@ struct ArchName {
   bool moe;
 };
 constexpr ArchName kArchNames[] = {
-    {Arch::kLlama, "llama", "llama", false},    {Arch::kQwen2, "qwen2", "qwen2", false},
-    {Arch::kQwen3, "qwen3", "qwen3", false},    {Arch::kGemma3, "gemma3", "gemma3", false},
-    {Arch::kMixtral, "mixtral", "llama", true}, {Arch::kQwen3Moe, "qwen3moe", "qwen3moe", true},
+    {Arch::kLlama, "llama", "llama", false},
+    {Arch::kQwen2, "qwen2", "qwen2", false},
+    {Arch::kQwen3, "qwen3", "qwen3", false},
+    {Arch::kGemma3, "gemma3", "gemma3", false},
+    {Arch::kMixtral, "mixtral", "llama", true},
+    {Arch::kQwen3Moe, "qwen3moe", "qwen3moe", true},
+    {Arch::kDeepseek2, "deepseek2", "deepseek2", true},
 };
 
 const ArchName& arch_entry(Arch arch) {
@@ -47,6 +51,19 @@ Status check_range(const char* what, int64_t v, int64_t lo, int64_t hi) {
   return Status::ok();
 }
 
+Status check_mla(const Shape& s) {
+  const Mla& m = s.mla;
+  HYPURA_RETURN_IF_ERROR(check_range("kv_lora_rank", m.kv_lora_rank, 2, kMaxDim));
+  HYPURA_RETURN_IF_ERROR(check_range("q_lora_rank", m.q_lora_rank, 0, kMaxDim));
+  HYPURA_RETURN_IF_ERROR(check_range("qk_rope", m.qk_rope, 2, s.head_dim - 2));
+  HYPURA_RETURN_IF_ERROR(check_range("v_head_dim", m.v_head_dim, 1, kMaxDim));
+  HYPURA_RETURN_IF_ERROR(check_range("n_dense_lead", m.n_dense_lead, 0, s.n_layer));
+  if (m.n_group > 0 && s.n_expert % m.n_group != 0) {
+    return invalid_argument("n_expert must be a multiple of the expert groups");
+  }
+  return check_range("n_group_used", m.n_group_used, 0, m.n_group);
+}
+
 Status check_experts(Arch arch, Shape& s) {
   if (!arch_is_moe(arch)) {
     if (s.n_expert != 0) {
@@ -61,6 +78,7 @@ Status check_experts(Arch arch, Shape& s) {
     s.n_ff = s.n_ff_exp;
   }
   if (s.n_ff == 0) s.n_ff = s.n_ff_exp;
+  if (arch == Arch::kDeepseek2) HYPURA_RETURN_IF_ERROR(check_mla(s));
   HYPURA_RETURN_IF_ERROR(check_range("n_expert", s.n_expert, 1, kMaxExperts));
   HYPURA_RETURN_IF_ERROR(check_range("n_expert_used", s.n_expert_used, 1, s.n_expert));
   HYPURA_RETURN_IF_ERROR(check_range("n_ff_exp", s.n_ff_exp, 1, kMaxDim));
@@ -72,7 +90,15 @@ Status check_experts(Arch arch, Shape& s) {
 Status check_row_lengths(const SynthSpec& spec) {
   if (spec.mix == QuantMix::kF32 || spec.mix == QuantMix::kF16) return Status::ok();
   const Shape& s = spec.shape;
-  int64_t rows[] = {s.n_embd, s.n_head * s.head_dim, arch_is_moe(spec.arch) ? s.n_ff_exp : s.n_ff};
+  const Mla& m = s.mla;
+  const int64_t nope = spec.arch == Arch::kDeepseek2 ? s.head_dim - m.qk_rope : 32;
+  int64_t rows[] = {s.n_embd,
+                    s.n_head * s.head_dim,
+                    arch_is_moe(spec.arch) ? s.n_ff_exp : s.n_ff,
+                    nope,
+                    m.q_lora_rank,
+                    m.kv_lora_rank,
+                    s.n_head * m.v_head_dim};
   for (int64_t n : rows) {
     if (n % 32 != 0) {
       return invalid_argument("row length " + std::to_string(n) + " is not a multiple of 32, " +
@@ -139,7 +165,7 @@ Result<Arch> parse_arch(std::string_view name) {
     if (n == a.cli) return a.arch;
   }
   return invalid_argument("unknown architecture '" + std::string(name) +
-                          "' (llama, qwen2, qwen3, gemma3, mixtral, qwen3moe)");
+                          "' (llama, qwen2, qwen3, gemma3, mixtral, qwen3moe, deepseek2)");
 }
 
 const char* mix_name(QuantMix mix) {
@@ -196,6 +222,21 @@ const std::vector<Preset>& presets() {
     Shape tiny = with_experts(dense(0, 256, 2, 4, 2, 512, 2048), 4, 2, 256);
     Shape qwen3_30b = with_experts(dense(151936, 2048, 48, 32, 4, 6144, 40960, 1e6), 128, 8, 768);
     qwen3_30b.head_dim = 128;
+    // DeepSeek-V3 / R1 (config.json): sigmoid routing over 8 groups of 32 experts, 4 used.
+    Shape v3 = with_experts(dense(129280, 7168, 61, 128, 128, 18432, 163840, 10000), 256, 8, 2048);
+    v3.head_dim = 192;
+    v3.mla = {1536, 512, 64, 128, 1, 3, 8, 4, true, true, 2.5f, 40.0f, 4096, 1.0f};
+    // DeepSeek-V2-Lite: no q compression, softmax routing without renormalisation.
+    Shape v2_lite =
+        with_experts(dense(102400, 2048, 27, 16, 16, 10944, 163840, 10000), 64, 6, 1408);
+    v2_lite.head_dim = 192;
+    v2_lite.mla = {0, 512, 64, 128, 2, 1, 1, 1, false, false, 1.0f, 40.0f, 4096, 0.707f};
+    // Test shapes of both attention variants; the vocabulary comes from --vocab-from.
+    Shape ds_tiny = with_experts(dense(0, 256, 3, 4, 4, 512, 512, 10000), 8, 2, 256);
+    ds_tiny.head_dim = 48;
+    ds_tiny.mla = {96, 64, 16, 32, 1, 1, 2, 1, true, true, 2.5f, 4.0f, 128, 1.0f};
+    Shape ds_lite_tiny = ds_tiny;
+    ds_lite_tiny.mla = {0, 64, 16, 32, 2, 1, 0, 0, false, false, 1.0f, 0.0f, 0, 0.0f};
     return std::vector<Preset>{
         {"tiny", Arch::kLlama, tiny},
         {"1b", Arch::kLlama, dense(32000, 2048, 22, 32, 4, 5632, 2048)},
@@ -206,6 +247,10 @@ const std::vector<Preset>& presets() {
         {"mixtral-8x7b", Arch::kMixtral,
          with_experts(dense(32000, 4096, 32, 32, 8, 0, 32768, 1e6), 8, 2, 14336)},
         {"qwen3-30b-a3b", Arch::kQwen3Moe, qwen3_30b},
+        {"deepseek-v3", Arch::kDeepseek2, v3},
+        {"deepseek-v2-lite", Arch::kDeepseek2, v2_lite},
+        {"deepseek2-tiny", Arch::kDeepseek2, ds_tiny},
+        {"deepseek2-lite-tiny", Arch::kDeepseek2, ds_lite_tiny},
     };
   }();
   return kPresets;
@@ -217,11 +262,17 @@ Result<Preset> find_preset(std::string_view name) {
     if (p.name == n) return p;
   }
   return invalid_argument("unknown preset '" + std::string(name) +
-                          "' (tiny, 1b, 8b, moe, 70b, mixtral-8x7b, qwen3-30b-a3b)");
+                          "' (tiny, 1b, 8b, moe, 70b, mixtral-8x7b, qwen3-30b-a3b, "
+                          "deepseek-v3, deepseek-v2-lite, deepseek2-tiny, deepseek2-lite-tiny)");
 }
 
 Result<Shape> preset_shape(const Preset& preset, Arch arch) {
   Shape s = preset.shape;
+  if ((preset.default_arch == Arch::kDeepseek2) != (arch == Arch::kDeepseek2)) {
+    return invalid_argument("preset " + preset.name + " and --arch " + arch_cli_name(arch) +
+                            " do not match: deepseek2 takes the deepseek presets, which only it "
+                            "can hold (latent attention)");
+  }
   if (!arch_is_moe(arch)) {
     if (arch_is_moe(preset.default_arch)) {
       return invalid_argument("preset " + preset.name +

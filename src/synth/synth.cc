@@ -16,6 +16,8 @@ ArchDefaults arch_defaults(Arch arch) {
   switch (arch) {
     case Arch::kLlama:
       return {1e-5f, 10000.0};
+    case Arch::kDeepseek2:
+      return {1e-6f, 10000.0};
     case Arch::kMixtral:
       return {1e-5f, 1e6};
     default:
@@ -35,6 +37,37 @@ void add_u32(gguf::GgufWriter& w, const std::string& key, int64_t v) {
   w.add_u32(key, static_cast<uint32_t>(v));
 }
 
+// deepseek2 as llama.cpp's converter writes it: attention as MQA over the latent
+// (head_count_kv 1, key_length kv_lora_rank + rope dims, value_length kv_lora_rank), the
+// per-head sizes in the *_mla keys, routing and YaRN keys.
+void add_deepseek2(gguf::GgufWriter& w, const std::string& a, const Shape& s) {
+  const Mla& m = s.mla;
+  add_u32(w, a + "vocab_size", s.n_vocab);
+  add_u32(w, a + "leading_dense_block_count", m.n_dense_lead);
+  add_u32(w, a + "attention.q_lora_rank", m.q_lora_rank);
+  add_u32(w, a + "attention.kv_lora_rank", m.kv_lora_rank);
+  add_u32(w, a + "attention.key_length", m.kv_lora_rank + m.qk_rope);
+  add_u32(w, a + "attention.value_length", m.kv_lora_rank);
+  add_u32(w, a + "attention.key_length_mla", s.head_dim);
+  add_u32(w, a + "attention.value_length_mla", m.v_head_dim);
+  add_u32(w, a + "expert_feed_forward_length", s.n_ff_exp);
+  add_u32(w, a + "expert_shared_count", m.n_expert_shared);
+  w.add_f32(a + "expert_weights_scale", m.weights_scale);
+  if (m.weights_norm) w.add_bool(a + "expert_weights_norm", true);
+  add_u32(w, a + "expert_gating_func", m.sigmoid ? 2 : 1);  // llama.cpp: 1 softmax, 2 sigmoid
+  if (m.n_group > 0) {
+    add_u32(w, a + "expert_group_count", m.n_group);
+    add_u32(w, a + "expert_group_used_count", m.n_group_used);
+  }
+  add_u32(w, a + "rope.dimension_count", m.qk_rope);
+  if (m.yarn_factor > 0.0f) {
+    w.add_string(a + "rope.scaling.type", "yarn");
+    w.add_f32(a + "rope.scaling.factor", m.yarn_factor);
+    add_u32(w, a + "rope.scaling.original_context_length", m.yarn_orig_ctx);
+    w.add_f32(a + "rope.scaling.yarn_log_multiplier", 0.1f * m.yarn_mscale_all_dim);
+  }
+}
+
 // <arch>.* hyperparameters under the names llama.cpp's loader reads (llama-arch.cpp).
 void add_hparams(gguf::GgufWriter& w, const SynthSpec& spec) {
   const Shape& s = spec.shape;
@@ -46,13 +79,14 @@ void add_hparams(gguf::GgufWriter& w, const SynthSpec& spec) {
   add_u32(w, a + "block_count", s.n_layer);
   add_u32(w, a + "feed_forward_length", s.n_ff);
   add_u32(w, a + "attention.head_count", s.n_head);
-  add_u32(w, a + "attention.head_count_kv", s.n_head_kv);
+  add_u32(w, a + "attention.head_count_kv", arch == Arch::kDeepseek2 ? 1 : s.n_head_kv);
   w.add_f32(a + "attention.layer_norm_rms_epsilon", d.rms_eps);
   w.add_f32(a + "rope.freq_base",
             static_cast<float>(s.rope_freq_base > 0 ? s.rope_freq_base : d.rope_freq_base));
+  if (arch == Arch::kDeepseek2) add_deepseek2(w, a, s);
   const bool explicit_head_dim = arch == Arch::kQwen3 || arch == Arch::kQwen3Moe ||
                                  arch == Arch::kGemma3 || s.head_dim * s.n_head != s.n_embd;
-  if (explicit_head_dim) {
+  if (explicit_head_dim && arch != Arch::kDeepseek2) {
     add_u32(w, a + "attention.key_length", s.head_dim);
     add_u32(w, a + "attention.value_length", s.head_dim);
   }

@@ -27,7 +27,7 @@
 
 namespace hypura::synth {
 
-enum class Arch { kLlama, kQwen2, kQwen3, kGemma3, kMixtral, kQwen3Moe };
+enum class Arch { kLlama, kQwen2, kQwen3, kGemma3, kMixtral, kQwen3Moe, kDeepseek2 };
 // Mixtral is GGUF architecture "llama" with experts; the rest are named as in GGUF.
 const char* arch_gguf_name(Arch arch);
 const char* arch_cli_name(Arch arch);  // "llama", "qwen2", "qwen3", "gemma3", "mixtral", "qwen3moe"
@@ -41,6 +41,24 @@ enum class QuantMix { kF32, kF16, kQ8_0, kQ4_K_M, kQ5_K_M, kMxfp4Moe };
 const char* mix_name(QuantMix mix);    // "F32", "F16", "Q8_0", "Q4_K_M", "Q5_K_M", "MXFP4_MOE"
 uint32_t mix_file_type(QuantMix mix);  // general.file_type (llama_ftype numbering)
 Result<QuantMix> parse_mix(std::string_view name);  // case-insensitive
+
+// deepseek2's extras: multi-head latent attention (head_dim of the Shape is qk_nope +
+// qk_rope), shared experts after leading dense layers, its routing and YaRN keys.
+struct Mla {
+  int64_t q_lora_rank = 0;  // 0: attn_q straight from n_embd (V2-Lite)
+  int64_t kv_lora_rank = 0;
+  int64_t qk_rope = 0;  // rope.dimension_count
+  int64_t v_head_dim = 0;
+  int64_t n_expert_shared = 0;
+  int64_t n_dense_lead = 0;               // leading layers with a dense FFN of n_ff
+  int64_t n_group = 0, n_group_used = 0;  // group-limited top-k; 0: not written
+  bool sigmoid = false;                   // sigmoid gating with exp_probs_b (V3); softmax otherwise
+  bool weights_norm = false;              // expert weights renormalised to sum 1
+  float weights_scale = 1.0f;
+  float yarn_factor = 0.0f;  // 0: no rope scaling
+  int64_t yarn_orig_ctx = 0;
+  float yarn_mscale_all_dim = 0.0f;
+};
 
 // Model dimensions, in the project's one vocabulary. 0 in n_vocab means "the vocabulary
 // source's size"; 0 in head_dim means n_embd / n_head.
@@ -57,6 +75,7 @@ struct Shape {
   int64_t n_ff_exp = 0;       // width of one expert's FFN
   int64_t n_ctx = 4096;       // context_length written to metadata
   double rope_freq_base = 0;  // 0: the architecture's usual value
+  Mla mla;                    // deepseek2 only
 };
 
 struct Preset {
@@ -64,7 +83,8 @@ struct Preset {
   Arch default_arch;
   Shape shape;
 };
-// tiny, 1b, 8b, moe, 70b, mixtral-8x7b, qwen3-30b-a3b (shapes in SPEC.md section 5).
+// tiny, 1b, 8b, moe, 70b, mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, deepseek-v2-lite,
+// deepseek2-tiny, deepseek2-lite-tiny (shapes in SPEC.md section 5 and docs/MODELS.md).
 const std::vector<Preset>& presets();
 Result<Preset> find_preset(std::string_view name);
 // The preset's shape for `arch`: dense architectures drop the expert fields; a MoE
