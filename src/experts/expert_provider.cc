@@ -150,6 +150,9 @@ Status ExpertProvider::build_layout() {
   for (size_t l = 0; l < layers_.size(); ++l) {
     ExpertLayer& el = layers_[l];
     uint64_t cursor = 0;
+    // A layer without experts has a dense FFN (deepseek2's leading layers): resident.
+    if (el.tensors[0] < 0 && el.tensors[1] < 0 && el.tensors[2] < 0) continue;
+    moe_layers_.push_back(static_cast<int>(l));
     for (int p = 0; p < 3; ++p) {
       if (el.tensors[p] < 0) {
         return invalid_argument("layer " + std::to_string(l) + " lacks " + kPartNames[p]);
@@ -278,14 +281,15 @@ Result<double> ExpertProvider::measure_io_only_bps(double seconds) {
     return resource_exhausted("expert I/O reference: every slot is pinned or being read");
   const uint64_t storage_before = storage_bytes_since_load();
   std::mt19937_64 rng(static_cast<uint64_t>(slots_.size()) * 7919 + reads_started_);
-  std::uniform_int_distribution<int> pick_layer(0, n_layer() - 1), pick_expert(0, n_expert_ - 1);
+  std::uniform_int_distribution<size_t> pick_layer(0, moe_layers_.size() - 1);
+  std::uniform_int_distribution<int> pick_expert(0, n_expert_ - 1);
   uint64_t bytes = 0;
   const auto t0 = Clock::now();
   for (size_t i = 0; seconds_since(t0) < seconds || i % use.size() != 0; ++i) {
     const int slot = use[i % use.size()];
     HYPURA_RETURN_IF_ERROR(
         io::wait_all(storages_, slots_[slot].reads));  // this slot's previous read
-    const int layer = pick_layer(rng);
+    const int layer = moe_layers_[pick_layer(rng)];
     submit_expert(slot, layer, pick_expert(rng), io::Priority::kNormal);
     bytes += expert_bytes(layer);
   }

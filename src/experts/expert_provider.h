@@ -269,6 +269,7 @@ class ExpertProvider final : public model::WeightProvider, public model::ExpertR
   int64_t n_embd_ = 0;
   std::vector<std::unique_ptr<io::Storage>> storages_;  // one per split file
   std::vector<ExpertLayer> layers_;                     // (n_layer)
+  std::vector<int> moe_layers_;                         // the layers with experts, ascending
   std::vector<int> part_of_tensor_;                     // (n_tensors): 0..2, or -1
   std::vector<int> layer_of_tensor_;                    // (n_tensors): expert tensors' layer
   tiers::ResidentTensors resident_;                     // .data (n_tensors): null for experts
