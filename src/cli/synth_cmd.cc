@@ -35,6 +35,7 @@ struct SynthArgs {
   bool no_sync = false;
   bool tied = false;
   double logit_scale = 1.0;
+  bool header_only = false;
   std::map<std::string, int64_t> dims;  // flag name -> value, only those given
 };
 
@@ -80,6 +81,7 @@ Result<synth::SynthSpec> build_spec(const SynthArgs& args) {
   spec.seed = args.seed;
   spec.tied_embeddings = args.tied;
   spec.logit_scale = args.logit_scale;
+  spec.header_only = args.header_only;
   spec.vocab_from = args.vocab_from.empty()
                         ? synth::default_vocab_source(arch, default_models_dir())
                         : args.vocab_from;
@@ -188,7 +190,7 @@ int run_synth(const SynthArgs& args) {
 
   ProgressBar bar;
   Clock::time_point start = Clock::now();
-  Status st = check_free_space(args.output, sum.data_bytes);
+  Status st = args.header_only ? Status::ok() : check_free_space(args.output, sum.data_bytes);
   if (st.is_ok()) {
     auto progress = [&bar, &args](uint64_t done, uint64_t total) {
       if (!args.quiet) bar.update(done, total);
@@ -240,6 +242,10 @@ std::function<int()> setup_synth(CLI::App& app) {
                  "multiply the output head's weight std (3: logits of std ~3, as the goldens)")
       ->capture_default_str();
   app.add_flag("--dry-run", args->dry_run, "print the shape and size, write nothing");
+  app.add_flag("--header-only", args->header_only,
+               "write the header and leave the tensor data a hole (a sparse file of full "
+               "size whose weights read as zeros): for inspect --plan of shapes bigger than "
+               "the disk, not for running");
   app.add_flag("-q,--quiet", args->quiet, "no progress bar");
   app.add_flag("--no-sync", args->no_sync, "skip the final fdatasync");
   return [args] { return run_synth(*args); };

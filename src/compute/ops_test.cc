@@ -1,6 +1,7 @@
 // F32 helpers against float64 formulas (bounds: a few float ulps of the result scale).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -58,6 +59,34 @@ TEST(Ops, RopeNormalAndNeox) {
       EXPECT_NEAR(x[b], rb, 2e-5) << neox << " " << i;
     }
   }
+}
+
+// YaRN against the formula in float64: dims below the correction range keep the original
+// frequency, dims above it are interpolated, a ramp between; the magnitude scale applies.
+TEST(Ops, RopeYarnMatchesFloat64) {
+  const int64_t n_rot = 16, pos = 37;
+  const float base = 10000.0f, fs = 0.25f, attn = 0.8f;
+  const Yarn y = yarn(n_rot, 128, base, 32.0f, 1.0f, 1.0f, attn);
+  EXPECT_EQ(y.corr_lo, 0.0f);  // floor(-0.39) clamped
+  EXPECT_EQ(y.corr_hi, 3.0f);  // ceil(2.62)
+  std::vector<float> x(n_rot);
+  for (int64_t i = 0; i < n_rot; ++i) x[i] = 0.1f * static_cast<float>(i) - 0.7f;
+  std::vector<float> got = x;
+  rope_yarn(got.data(), n_rot, pos, base, fs, nullptr, y, /*neox=*/false);
+  for (int64_t i = 0; i < n_rot / 2; ++i) {
+    const double extrap = pos * std::pow(10000.0, -2.0 * i / n_rot);
+    const double r = std::clamp((i - 0.0) / 3.0, 0.0, 1.0);
+    const double theta = fs * extrap * r + extrap * (1 - r);
+    const double m = attn * (1 + 0.1 * std::log(1 / fs));
+    const double a = x[2 * i], b = x[2 * i + 1];
+    EXPECT_NEAR(got[2 * i], (a * std::cos(theta) - b * std::sin(theta)) * m, 2e-5) << i;
+    EXPECT_NEAR(got[2 * i + 1], (a * std::sin(theta) + b * std::cos(theta)) * m, 2e-5) << i;
+  }
+  // Without YaRN it is rope() exactly.
+  std::vector<float> plain = x, off = x;
+  rope(plain.data(), n_rot, n_rot, pos, base, fs, nullptr, true);
+  rope_yarn(off.data(), n_rot, pos, base, fs, nullptr, Yarn{}, true);
+  EXPECT_EQ(plain, off);
 }
 
 TEST(Ops, Activations) {

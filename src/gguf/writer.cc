@@ -236,6 +236,21 @@ Status GgufWriter::write(const std::string& path, const Fill& fill, uint64_t chu
   return st;
 }
 
+Status GgufWriter::write_header_only(const std::string& path) const {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return io_error(path + ": cannot create: " + std::strerror(errno));
+  std::vector<uint8_t> header = serialize_header(metadata_, alignment_, tensors_);
+  Status st = write_all(fd, header.data(), header.size(), path);
+  const auto size = static_cast<off_t>(header.size() + data_bytes());
+  if (st.is_ok() && ::ftruncate(fd, size) != 0)
+    st = io_error(path + ": cannot extend to " + std::to_string(size) +
+                  " bytes: " + std::strerror(errno));
+  if (::close(fd) != 0 && st.is_ok())
+    st = io_error(path + ": close failed: " + std::strerror(errno));
+  if (!st.is_ok()) ::unlink(path.c_str());
+  return st;
+}
+
 Status GgufWriter::write(const std::string& path,
                          const std::vector<std::vector<uint8_t>>& data) const {
   if (data.size() != tensors_.size()) {

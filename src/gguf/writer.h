@@ -5,8 +5,9 @@
 // caller-supplied fill function, in tensor order. Tensor data offsets are aligned to
 // `alignment`; padding is zero bytes, after every tensor including the last (as gguf-py
 // does, so a golden model read and written back is byte-identical). Files are fully
-// written (no sparse holes); general.alignment is added when alignment != 32. Memory: the
-// serialized header plus one chunk buffer. A failed write removes the partial file.
+// written (no sparse holes) except by write_header_only(); general.alignment is added when
+// alignment != 32. Memory: the serialized header plus one chunk buffer. A failed write removes the
+// partial file.
 //
 // Thread-safety: none; one writer per thread.
 #pragma once
@@ -43,6 +44,11 @@ class GgufWriter {
   // Writes the file. Tensor data is requested in chunks of at most chunk_bytes.
   Status write(const std::string& path, const Fill& fill, uint64_t chunk_bytes = 16 << 20,
                const std::function<void(uint64_t done, uint64_t total)>& progress = {}) const;
+
+  // Writes the header and tensor directory, then extends the file to its full size without
+  // writing the data: a sparse file whose tensors read as zeros. For planning and
+  // inspecting shapes larger than the disk (`hypura synth --header-only`).
+  Status write_header_only(const std::string& path) const;
 
   // Writes the file with tensor data held in memory (tests). data[i] is tensor i's bytes.
   Status write(const std::string& path, const std::vector<std::vector<uint8_t>>& data) const;

@@ -121,6 +121,10 @@ Status write_model(const SynthSpec& spec, const Vocab& vocab, const std::string&
   for (const auto& [key, value] : vocab.entries) writer.add_metadata(key, value);
 
   std::vector<TensorPlan> tensors = plan_tensors(spec);
+  if (spec.header_only) {
+    for (const TensorPlan& t : tensors) writer.add_tensor(t.name, t.type, t.ne);
+    return writer.write_header_only(path).with_context(path);
+  }
   std::vector<TensorBytes> bytes;  // one generator per tensor, same order
   bytes.reserve(tensors.size());
   for (const TensorPlan& t : tensors) {

@@ -102,6 +102,7 @@ struct SynthSpec {
   // reference models use 3 so logits have std ~3 and clear top-1 margins.
   double logit_scale = 1.0;
   std::string name = "synthetic";  // general.name
+  bool header_only = false;        // write_model: tensor data left as a hole (zeros), for planning
 };
 
 // Checks the spec for shapes the architecture or the mix cannot hold; fills head_dim.
