@@ -87,10 +87,10 @@ struct HParams {
   // Multi-head latent attention (deepseek2). Attention runs as MQA over the latent: head_dim
   // = kv_lora_rank + n_rot (the cached key: normalized latent, then rotated k_pe),
   // head_dim_v = kv_lora_rank (the cached value is the latent itself, the key's prefix).
-  int64_t q_lora_rank = 0;         // 0: attn_q straight from n_embd (V2-Lite)
-  int64_t kv_lora_rank = 0;        // 0: not MLA
-  int64_t head_dim_mla = 0;        // per-head q/k size before absorption: qk_nope + qk_rope
-  int64_t head_dim_v_mla = 0;      // per-head v size after attn_v_b
+  int64_t q_lora_rank = 0;     // 0: attn_q straight from n_embd (V2-Lite)
+  int64_t kv_lora_rank = 0;    // 0: not MLA
+  int64_t head_dim_mla = 0;    // per-head q/k size before absorption: qk_nope + qk_rope
+  int64_t head_dim_v_mla = 0;  // per-head v size after attn_v_b
 
   bool is_swa_layer(int64_t il) const {
     return n_swa > 0 && swa_pattern > 0 && (il % swa_pattern) < swa_pattern - 1;

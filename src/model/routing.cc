@@ -77,8 +77,8 @@ Status check_routing(const HParams& hp) {
     }
     if (hp.n_group_used < 1 || hp.n_group_used > g ||
         hp.n_expert_used > hp.n_group_used * (hp.n_expert / g)) {
-      return corrupt(key + "_used_count " + std::to_string(hp.n_group_used) +
-                     " must be in 1.." + std::to_string(g) + " and its groups must hold the " +
+      return corrupt(key + "_used_count " + std::to_string(hp.n_group_used) + " must be in 1.." +
+                     std::to_string(g) + " and its groups must hold the " +
                      std::to_string(hp.n_expert_used) + " used experts");
     }
   }
