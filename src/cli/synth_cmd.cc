@@ -220,11 +220,12 @@ std::function<int()> setup_synth(CLI::App& app) {
   app.add_option("-o,--output", args->output, "GGUF file to write")->required();
   app.add_option("--preset", args->preset,
                  "shape: tiny, 1b, 8b, moe, 70b, mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, "
-                 "deepseek-v2-lite, deepseek2-tiny, deepseek2-lite-tiny")
+                 "deepseek-v2-lite, deepseek2-tiny, deepseek2-lite-tiny, gpt-oss-20b, "
+                 "gpt-oss-120b, gpt-oss-tiny")
       ->capture_default_str();
   app.add_option("--arch", args->arch,
-                 "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe, deepseek2 (default: the "
-                 "preset's)");
+                 "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe, deepseek2, gpt-oss (default: "
+                 "the preset's)");
   app.add_option("--quant", args->quant, "quant mix: f32, f16, q8_0, q4_k_m, q5_k_m, mxfp4_moe")
       ->capture_default_str();
   app.add_option("--vocab-from", args->vocab_from,

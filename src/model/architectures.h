@@ -1,6 +1,6 @@
 // One transformer layer per architecture, each in its own file that reads like the math
-// (llama.cc, qwen2.cc, qwen3.cc, gemma3.cc, deepseek2.cc), composed of the shared blocks in
-// blocks.h.
+// (llama.cc, qwen2.cc, qwen3.cc, gemma3.cc, deepseek2.cc, gpt_oss.cc), composed of the
+// shared blocks in blocks.h.
 //
 // A layer function reads the residual stream Blocks::x() of the batch, acquires its
 // weights from the provider, and leaves the updated stream in x(). The caller releases
@@ -22,6 +22,7 @@ Status qwen2_layer(Blocks& b, int64_t il);      // qkv biases
 Status qwen3_layer(Blocks& b, int64_t il);      // q/k norms; qwen3moe when n_expert > 0
 Status gemma3_layer(Blocks& b, int64_t il);     // GeGLU, pre/post norms, sliding window
 Status deepseek2_layer(Blocks& b, int64_t il);  // latent attention, shared experts
+Status gpt_oss_layer(Blocks& b, int64_t il);    // sinks, biases, alternating SWA, clamped SwiGLU
 
 LayerFn layer_fn(Arch arch);
 

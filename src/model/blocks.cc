@@ -63,7 +63,9 @@ Status Blocks::acquire_attention(int64_t il, AttnViews* out) {
                         {lw.wkv_a, &out->wkv_a},
                         {lw.kv_a_norm, &out->kv_a_norm},
                         {lw.wk_b, &out->wk_b},
-                        {lw.wv_b, &out->wv_b}});
+                        {lw.wv_b, &out->wv_b},
+                        {lw.bo, &out->bo},
+                        {lw.attn_sinks, &out->sinks}});
 }
 
 Status Blocks::acquire_ffn(int64_t il, FfnViews* out) {
@@ -81,7 +83,11 @@ Status Blocks::acquire_ffn(int64_t il, FfnViews* out) {
                         {lw.ffn_exp_probs_b, &out->exp_probs_b},
                         {lw.ffn_gate_shexp, &out->gate_shexp},
                         {lw.ffn_up_shexp, &out->up_shexp},
-                        {lw.ffn_down_shexp, &out->down_shexp}});
+                        {lw.ffn_down_shexp, &out->down_shexp},
+                        {lw.ffn_router_b, &out->router_b},
+                        {lw.ffn_gate_exps_b, &out->gate_exps_b},
+                        {lw.ffn_up_exps_b, &out->up_exps_b},
+                        {lw.ffn_down_exps_b, &out->down_exps_b}});
 }
 
 }  // namespace hypura::model

@@ -51,6 +51,8 @@ struct AttnViews {
   WeightView post_norm;       // gemma3
   // deepseek2's multi-head latent attention (wq is attn_q when q_lora_rank is 0).
   WeightView wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm, wk_b, wv_b;
+  WeightView bo;     // attn_output bias (gpt-oss)
+  WeightView sinks;  // (n_head) attention sink logits (gpt-oss)
 };
 
 // Views of one layer's FFN weights. MoE experts are acquired per token batch inside
@@ -62,9 +64,9 @@ struct FfnViews {
   WeightView exp_probs_b;                       // MoE selection bias (routing.h), optional
   WeightView gate_shexp, up_shexp, down_shexp;  // MoE shared expert, optional
   TensorId gate_exps = kNone, up_exps = kNone, down_exps = kNone;
+  WeightView router_b;                             // router logit bias (gpt-oss)
+  WeightView gate_exps_b, up_exps_b, down_exps_b;  // every expert's bias rows (gpt-oss)
 };
-
-enum class FfnAct { kSilu, kGeluTanh };
 
 class Blocks {
  public:
@@ -116,6 +118,12 @@ class Blocks {
   virtual void project_qkv(const AttnViews& a, const float* in) = 0;
   // rows (n_tokens, b.n_cols) += b
   virtual void add_bias(float* rows, const WeightView& b) = 0;
+  // q(), k(), v() += the layer's q/k/v biases.
+  void add_qkv_biases(const AttnViews& a) {
+    add_bias(q(), a.bq);
+    add_bias(k(), a.bk);
+    add_bias(v(), a.bv);
+  }
   // Per-head RMS norm: rows (n_tokens, n_heads * w.n_cols), each head normed by w.
   virtual void head_norm(float* rows, int64_t n_heads, const WeightView& w) = 0;
   // RoPE on rows (n_tokens, n_heads * head_dim) at the batch's positions.
@@ -139,14 +147,20 @@ class Blocks {
   virtual void residual(float* x, const float* y) = 0;
 
   // Stores k()/v() in the cache, then attn() = softmax(q k^T * kq_scale + mask) v for every
-  // query row and head; swa restricts each query to the last n_swa positions.
-  virtual void attention(int64_t il, bool swa, float kq_scale) = 0;
+  // query row and head; swa restricts each query to the last n_swa positions. sinks (n_head
+  // F32, or absent): head h's softmax denominator also sums exp(sinks[h]), a logit with no
+  // value vector, so a head may attend to nothing.
+  virtual void attention(int64_t il, bool swa, float kq_scale, const WeightView& sinks) = 0;
+  void attention(int64_t il, bool swa, float kq_scale) {
+    attention(il, swa, kq_scale, WeightView{});
+  }
 
   // out = down(act(gate(in)) * up(in)). in, out: (n_tokens, n_embd); may alias.
   virtual void dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) = 0;
-  // Mixture of experts: the router and route_row() (routing.h: gating, selection bias,
-  // groups, weight norm and scale), SwiGLU experts, weighted sum in slot order, plus the
-  // shared expert's output when the layer has one. in, out: (n_tokens, n_embd); may alias.
+  // Mixture of experts: the router (plus its bias, if any) and route_row() (routing.h:
+  // gating, selection bias, groups, weight norm and scale), the experts (hp().expert_act,
+  // plus their biases when present), weighted sum in slot order, plus the shared expert's
+  // output when the layer has one. in, out: (n_tokens, n_embd); may alias.
   virtual Status moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) = 0;
 
   // Ends the batch: hidden (when not null, host) = cur() (n_tokens, n_embd), the final-

@@ -246,7 +246,8 @@ void CpuBlocks::residual(float* x, const float* y) {
 // Batch invariance: a query row meets the same segments and key blocks in the same order,
 // and every score, update and merge is computed by the same code whichever path, batch or
 // block it is in, so a prompt split into any batches gives bit-identical rows.
-void CpuBlocks::attention(int64_t il, bool swa, float kq_scale) {
+void CpuBlocks::attention(int64_t il, bool swa, float kq_scale, const WeightView& sinks) {
+  sinks_ = as_floats(sinks);
   for (const SeqRows& seq : seqs_) attend_seq(il, seq, swa, kq_scale);
 }
 
@@ -355,14 +356,22 @@ void CpuBlocks::segment_partial(int64_t il, const SeqRows& seq, int64_t g, int64
   }
 }
 
-// attn() rows of the sequence's tokens [t0, t1), every q head of kv head g: acc / l.
+// attn() rows of the sequence's tokens [t0, t1), every q head of kv head g: acc / l. A
+// head's sink joins the merged partial last, as one more logit whose value is zero.
 void CpuBlocks::write_attention(const SeqRows& seq, int64_t g, int64_t t0, int64_t t1,
                                 const Partial& total) {
   const int64_t dv = hp_.head_dim_v, n_gqa = hp_.n_head / hp_.n_head_kv;
   for (int64_t r = 0; r < (t1 - t0) * n_gqa; ++r) {
     const int64_t t = t0 + r / n_gqa, h = g * n_gqa + r % n_gqa;
     float* out = attn() + ((seq.row0 + t) * hp_.n_head + h) * dv;
-    const float inv = total.l[r] > 0 ? static_cast<float>(1.0 / total.l[r]) : 0.0f;
+    double l = total.l[r];
+    float acc_scale = 1.0f;
+    if (sinks_ != nullptr && l > 0) {
+      const float sink = sinks_[h], m = std::fmax(total.m[r], sink);
+      acc_scale = std::exp(total.m[r] - m);
+      l = l * acc_scale + std::exp(sink - m);
+    }
+    const float inv = l > 0 ? static_cast<float>(acc_scale / l) : 0.0f;
     for (int64_t c = 0; c < dv; ++c) out[c] = total.acc[r * dv + c] * inv;
   }
 }
@@ -428,9 +437,20 @@ void CpuBlocks::observe_last_rows(int64_t il, const float* in) {
 Status CpuBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) {
   observe_last_rows(il, in);
   linear(w.router, in, router_probs_.data());
+  // gpt-oss's router bias shifts the logits themselves (exp_probs_b only the selection).
+  if (w.router_b.data != nullptr) {
+    for (int64_t t = 0; t < n_tokens_; ++t)
+      compute::add(router_probs_.data() + t * hp_.n_expert, as_floats(w.router_b), hp_.n_expert);
+  }
   route(w.exp_probs_b);
-  HYPURA_RETURN_IF_ERROR(experts_->run(il, {w.gate_exps, w.up_exps, w.down_exps}, in, n_tokens_,
-                                       selected_.data(), selected_w_.data(), slot_out_.data()));
+  const ExpertTensors tensors{w.gate_exps,
+                              w.up_exps,
+                              w.down_exps,
+                              as_floats(w.gate_exps_b),
+                              as_floats(w.up_exps_b),
+                              as_floats(w.down_exps_b)};
+  HYPURA_RETURN_IF_ERROR(experts_->run(il, tensors, in, n_tokens_, selected_.data(),
+                                       selected_w_.data(), slot_out_.data()));
   // The shared expert reads in before out (which may alias it) is written.
   const bool shared = w.down_shexp.data != nullptr;
   if (shared)

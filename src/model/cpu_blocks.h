@@ -39,7 +39,8 @@ class CpuBlocks final : public Blocks {
   void mla_values(const WeightView& wv_b, float* out) override;
   void scale(float* rows, int64_t width, float s) override;
   void residual(float* x, const float* y) override;
-  void attention(int64_t il, bool swa, float kq_scale) override;
+  using Blocks::attention;
+  void attention(int64_t il, bool swa, float kq_scale, const WeightView& sinks) override;
   void dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) override;
   Status moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) override;
   Status finish(const WeightView& output, bool all_logits, float* logits, float* hidden) override;
@@ -62,6 +63,7 @@ class CpuBlocks final : public Blocks {
   void clear_partial(const Partial& p, int64_t n_rows) const;
   void merge_partial(const Partial& total, const Partial& part, int64_t n_rows) const;
   void write_attention(const SeqRows& seq, int64_t g, int64_t t0, int64_t t1, const Partial& total);
+  const float* sinks_ = nullptr;  // the current attention()'s sink logits (n_head), or null
   // Runs fn(begin, end) over [0, n) split across the compute pool (inline when n < 2).
   // Elementwise and row-wise work only: results do not depend on the split.
   template <class Fn>

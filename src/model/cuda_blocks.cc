@@ -69,6 +69,11 @@ Sizes sizes_for(const HParams& hp, const gguf::GgufFile& file, int64_t max_batch
 
 Status cuda_supports(const HParams& hp, const gguf::GgufFile& file) {
 #if HYPURA_HAVE_CUDA
+  if (hp.arch == Arch::kGptOss) {
+    return unsupported(
+        "the GPU blocks do not compute gpt-oss yet (attention sinks, expert biases, the "
+        "clamped SwiGLU); run it on the CPU");
+  }
   if (hp.is_mla()) {
     return unsupported("the GPU blocks do not run multi-head latent attention (" + hp.arch_name +
                        ") yet; use --device cpu");
@@ -219,7 +224,8 @@ class CudaBlocks final : public Blocks {
     cuda::scale(rows, sc, n_tokens_ * width, s());
   }
   void residual(float* x, const float* y) override;
-  void attention(int64_t il, bool swa, float kq_scale) override;
+  using Blocks::attention;
+  void attention(int64_t il, bool swa, float kq_scale, const WeightView& sinks) override;
   void attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_scale);
   void dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) override;
   Status moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) override;
@@ -585,7 +591,10 @@ void CudaBlocks::project_qkv(const AttnViews& a, const float* in) {
   shared_input(ws, outs, 3, in);
 }
 
-void CudaBlocks::attention(int64_t il, bool swa, float kq_scale) {
+// Attention sinks have no GPU kernel yet: cuda_supports() keeps such models on the CPU.
+void CudaBlocks::attention(int64_t il, bool swa, float kq_scale, const WeightView& sinks) {
+  assert(sinks.data == nullptr);
+  (void)sinks;
   if (replaying()) return;
   flush_norm();
   for (const SeqRows& seq : seqs_) attend_seq(il, seq, swa, kq_scale);

@@ -18,8 +18,6 @@ namespace hypura::model {
 Status gemma3_layer(Blocks& b, int64_t il) {
   const HParams& hp = b.hp();
   const bool local = hp.is_swa_layer(il);
-  const float base = local ? hp.rope_freq_base_swa : hp.rope_freq_base;
-  const float scale = local ? hp.rope_freq_scale_swa : hp.rope_freq_scale;
 
   AttnViews a;
   HYPURA_RETURN_IF_ERROR(b.acquire_attention(il, &a));
@@ -27,7 +25,7 @@ Status gemma3_layer(Blocks& b, int64_t il) {
   b.project_qkv(a, b.cur());
   b.head_norm(b.q(), hp.n_head, a.q_norm);
   b.head_norm(b.k(), hp.n_head_kv, a.k_norm);
-  b.rope_qk(base, scale);
+  b.rope_qk(hp.rope_base(il), hp.rope_scale(il));
   b.scale(b.q(), hp.q_width(), hp.q_scale);
   b.attention(il, local, hp.kq_scale);
   b.linear(a.wo, b.attn(), b.cur());

@@ -13,6 +13,10 @@ void gated_activation(compute::Context& ctx, FfnAct act, float* gate, const floa
   const auto chunks = [&](int64_t c0, int64_t c1) {
     const int64_t begin = c0 * kChunk, len = std::min(c1 * kChunk, n) - begin;
     float* g = gate + begin;
+    if (act == FfnAct::kSwigluOai) {
+      compute::swiglu_oai(g, up + begin, len, kSwigluOaiAlpha, kSwigluOaiLimit);
+      return;
+    }
     if (act == FfnAct::kSilu) {
       compute::silu(g, len);
     } else {
@@ -42,6 +46,7 @@ HostExperts::HostExperts(const HParams& hp, compute::Context& ctx, WeightProvide
   rows_in_.resize(rows(hp.n_embd));
   rows_out_.resize(rows(hp.n_embd));
   pair_of_.resize(rows(1));
+  ids_.reserve(static_cast<size_t>(max_rows));
   used_.reserve(static_cast<size_t>(hp.n_expert));
   ctx.reserve(max_rows, std::max(hp.n_embd, hp.n_ff_expert));
 }
@@ -76,12 +81,14 @@ Status HostExperts::run(int64_t il, const ExpertTensors& t, const float* in, int
     const WeightView* gate_up[] = {&views[0], &views[1]};
     float* outs[] = {gate_.data(), up_.data()};
     ctx_.matmul_shared(gate_up, outs, 2, rows_in_.data(), m);
-    gated_activation(ctx_, FfnAct::kSilu, gate_.data(), up_.data(), m * views[0].n_rows);
+    ids_.assign(static_cast<size_t>(m), id);
+    activate(t, ids_.data(), m);
     ctx_.matmul(views[2], gate_.data(), m, rows_out_.data());
     for (int64_t r = 0; r < m; ++r) {
       const int32_t i = pair_of_[static_cast<size_t>(r)];  // row * k + slot
       float* dst = slot_out + static_cast<int64_t>(i) * e;
       std::memcpy(dst, rows_out_.data() + r * e, static_cast<size_t>(e) * 4);
+      if (t.down_b != nullptr) compute::add(dst, t.down_b + static_cast<int64_t>(id) * e, e);
       if (weights != nullptr) compute::scale(dst, weights[i], e);
     }
   }
@@ -118,13 +125,24 @@ Status HostExperts::run_one_row(int64_t il, const ExpertTensors& t, const float*
     }
   }
   if (n > 0) ctx_.matmul_shared(ws, outs, n, in, 1);
-  gated_activation(ctx_, FfnAct::kSilu, gate_.data(), up_.data(), k * ff);
+  activate(t, selected, k);
   for (int64_t s = 0; s < k; ++s) {
     float* dst = slot_out + s * e;
     ctx_.matmul(views_[static_cast<size_t>(3 * s + 2)], gate_.data() + s * ff, 1, dst);
+    if (t.down_b != nullptr) compute::add(dst, t.down_b + static_cast<int64_t>(selected[s]) * e, e);
     if (weights != nullptr) compute::scale(dst, weights[s], e);
   }
   return Status::ok();
+}
+
+void HostExperts::activate(const ExpertTensors& t, const int32_t* ids, int64_t n_rows) {
+  const int64_t ff = hp_.n_ff_expert;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const int64_t off = static_cast<int64_t>(ids[r]) * ff;
+    if (t.gate_b != nullptr) compute::add(gate_.data() + r * ff, t.gate_b + off, ff);
+    if (t.up_b != nullptr) compute::add(up_.data() + r * ff, t.up_b + off, ff);
+  }
+  gated_activation(ctx_, hp_.expert_act, gate_.data(), up_.data(), n_rows * ff);
 }
 
 }  // namespace hypura::model

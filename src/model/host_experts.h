@@ -31,9 +31,11 @@ namespace hypura::model {
 // values do not depend on the split).
 void gated_activation(compute::Context& ctx, FfnAct act, float* gate, const float* up, int64_t n);
 
-// The stacked expert tensors of one layer (model/weights.h's ffn_*_exps).
+// The stacked expert tensors of one layer (model/weights.h's ffn_*_exps), and their
+// biases when the model has them (host F32 (width, n_expert): expert e adds row e).
 struct ExpertTensors {
   TensorId gate = kNone, up = kNone, down = kNone;
+  const float *gate_b = nullptr, *up_b = nullptr, *down_b = nullptr;
 };
 
 class HostExperts {
@@ -53,6 +55,8 @@ class HostExperts {
  private:
   Status run_one_row(int64_t il, const ExpertTensors& t, const float* in, const int32_t* selected,
                      const float* weights, float* slot_out);
+  // gate/up rows (n_rows, n_ff_expert) of expert ids[r] += their biases, then the activation.
+  void activate(const ExpertTensors& t, const int32_t* ids, int64_t n_rows);
 
   const HParams& hp_;
   compute::Context& ctx_;
@@ -64,6 +68,7 @@ class HostExperts {
   std::vector<float> rows_in_;    // (max_rows, n_embd) gathered rows of one expert
   std::vector<float> rows_out_;   // (max_rows, n_embd)
   std::vector<int32_t> pair_of_;  // (max_rows * n_expert_used) row*k+slot per gathered row
+  std::vector<int32_t> ids_;      // (gathered rows) the expert of each, for activate()
   std::vector<int32_t> used_;     // distinct experts of the batch (capacity n_expert)
 };
 

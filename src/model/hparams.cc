@@ -14,8 +14,9 @@ struct ArchEntry {
   Arch arch;
 };
 constexpr ArchEntry kArchs[] = {
-    {"llama", Arch::kLlama},   {"qwen2", Arch::kQwen2},       {"qwen3", Arch::kQwen3},
-    {"gemma3", Arch::kGemma3}, {"qwen3moe", Arch::kQwen3Moe}, {"deepseek2", Arch::kDeepseek2},
+    {"llama", Arch::kLlama},    {"qwen2", Arch::kQwen2},       {"qwen3", Arch::kQwen3},
+    {"gemma3", Arch::kGemma3},  {"qwen3moe", Arch::kQwen3Moe}, {"deepseek2", Arch::kDeepseek2},
+    {"gpt-oss", Arch::kGptOss},
 };
 
 // Reads "<arch>.<key>" as an integer; arrays (per-layer values) must be uniform.
@@ -122,11 +123,17 @@ void set_arch_specifics(HParams& hp, const KeyReader& keys, const gguf::Metadata
   } else {
     hp.kq_scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
   }
+  if (hp.arch == Arch::kGptOss) {
+    hp.expert_act = FfnAct::kSwigluOai;
+    hp.kq_scale = 1.0f / std::sqrt(static_cast<float>(hp.n_rot));
+    hp.rope_freq_base_swa = keys.float_or("rope.freq_base_swa", hp.rope_freq_base);
+    hp.rope_freq_scale_swa = hp.rope_freq_scale;
+  }
   (void)md;
 }
 
 // The MoE routing keys llama.cpp reads (model/routing.h); mixtral and qwen3moe ignore the
-// file and always renormalise softmax weights.
+// file and always renormalise softmax weights; gpt-oss always softmaxes its chosen logits.
 Status read_routing(HParams& hp, const KeyReader& keys, const gguf::Metadata& md) {
   Status st;
   const int64_t gating = keys.int_or("expert_gating_func", 0, &st);
@@ -160,6 +167,10 @@ Status read_routing(HParams& hp, const KeyReader& keys, const gguf::Metadata& md
     hp.expert_weights_norm = true;
     hp.expert_weights_scale = 1.0f;
     hp.n_expert_groups = hp.n_group_used = hp.n_expert_shared = hp.n_layer_dense_lead = 0;
+  }
+  if (hp.arch == Arch::kGptOss) {  // llama.cpp's build_moe_ffn call for it, whatever the file
+    hp.expert_gating = ExpertGating::kSoftmaxWeight;
+    hp.expert_weights_norm = false;
   }
   if (hp.n_layer_dense_lead > hp.n_layer) {
     return corrupt(keys.key("leading_dense_block_count") + " exceeds the block count");
@@ -248,7 +259,8 @@ Status read_mla(HParams& hp, const KeyReader& keys) {
 }  // namespace
 
 const char* supported_architectures() {
-  return "llama (incl. Mistral and Mixtral-style MoE), qwen2, qwen3, gemma3, qwen3moe, deepseek2";
+  return "llama (incl. Mistral and Mixtral-style MoE), qwen2, qwen3, gemma3, qwen3moe, deepseek2, "
+         "gpt-oss";
 }
 
 const char* arch_name(Arch arch) {
@@ -289,16 +301,22 @@ Result<HParams> read_hparams(const gguf::GgufFile& file) {
   hp.n_ff_expert = keys.int_or("expert_feed_forward_length", hp.n_ff, &st);
   hp.n_rot = keys.int_or("rope.dimension_count", hp.head_dim, &st);
   hp.n_swa = keys.int_or("attention.sliding_window", 0, &st);
-  hp.swa_pattern = keys.int_or("attention.sliding_window_pattern", 6, &st);
+  // gemma3: five local layers per global one; gpt-oss alternates, local first.
+  hp.swa_pattern =
+      keys.int_or("attention.sliding_window_pattern", hp.arch == Arch::kGptOss ? 2 : 6, &st);
   HYPURA_RETURN_IF_ERROR(st);
-  if (hp.arch != Arch::kGemma3) hp.n_swa = 0;  // others: full attention everywhere
+  const bool has_swa = hp.arch == Arch::kGemma3 || hp.arch == Arch::kGptOss;
+  if (!has_swa) hp.n_swa = 0;  // others: full attention everywhere
   hp.rms_eps =
       keys.float_or("attention.layer_norm_rms_epsilon", hp.arch == Arch::kGemma3 ? 1e-6f : 1e-5f);
   hp.rope_freq_base = keys.float_or("rope.freq_base", 10000.0f);
   HYPURA_RETURN_IF_ERROR(read_rope_scaling(hp, keys, md));
   hp.n_vocab = vocab_rows(file);
-  if (hp.arch == Arch::kQwen3Moe && hp.n_expert == 0) {
-    return corrupt("qwen3moe model without " + keys.key("expert_count"));
+  if ((hp.arch == Arch::kQwen3Moe || hp.arch == Arch::kGptOss) && hp.n_expert == 0) {
+    return corrupt(hp.arch_name + " model without " + keys.key("expert_count"));
+  }
+  if (hp.arch == Arch::kGptOss && hp.n_swa <= 0) {
+    return corrupt("gpt-oss model without " + keys.key("attention.sliding_window"));
   }
   set_arch_specifics(hp, keys, md);
   if (hp.arch == Arch::kDeepseek2) HYPURA_RETURN_IF_ERROR(read_mla(hp, keys));

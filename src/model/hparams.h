@@ -20,7 +20,13 @@ class GgufFile;
 
 namespace hypura::model {
 
-enum class Arch { kLlama, kQwen2, kQwen3, kGemma3, kQwen3Moe, kDeepseek2 };
+enum class Arch { kLlama, kQwen2, kQwen3, kGemma3, kQwen3Moe, kDeepseek2, kGptOss };
+
+// A gated FFN's activation of gate (times up): SiLU, tanh GELU, or gpt-oss's clamped
+// SwiGLU (gate clamped above, up clamped both ways and shifted by 1, sigmoid(alpha x)).
+enum class FfnAct { kSilu, kGeluTanh, kSwigluOai };
+inline constexpr float kSwigluOaiAlpha = 1.702f;
+inline constexpr float kSwigluOaiLimit = 7.0f;
 
 // How a MoE router's logits become expert weights (model/routing.h).
 enum class ExpertGating {
@@ -52,11 +58,12 @@ struct HParams {
   ExpertGating expert_gating = ExpertGating::kSoftmax;  // expert_gating_func
   bool expert_weights_norm = true;                      // weights divided by their sum
   float expert_weights_scale = 1.0f;                    // weights multiplied by this
-  int64_t n_expert_groups = 0;     // expert_group_count; > 1: group-limited top-k
-  int64_t n_group_used = 0;        // expert_group_used_count
-  int64_t n_expert_shared = 0;     // expert_shared_count: an always-on expert of this many
-                                   // n_ff_expert widths (ffn_*_shexp), added to the routed sum
-  int64_t n_layer_dense_lead = 0;  // leading_dense_block_count: layers with a dense FFN
+  int64_t n_expert_groups = 0;        // expert_group_count; > 1: group-limited top-k
+  int64_t n_group_used = 0;           // expert_group_used_count
+  int64_t n_expert_shared = 0;        // expert_shared_count: an always-on expert of this many
+                                      // n_ff_expert widths (ffn_*_shexp), added to the routed sum
+  int64_t n_layer_dense_lead = 0;     // leading_dense_block_count: layers with a dense FFN
+  FfnAct expert_act = FfnAct::kSilu;  // the routed experts' activation
   float rms_eps = 1e-5f;
 
   // RoPE.
@@ -67,7 +74,16 @@ struct HParams {
   float rope_freq_base_swa = 10000.0f;  // gemma3 local layers
   float rope_freq_scale_swa = 1.0f;
 
-  // Sliding-window attention (gemma3): a query at p sees key j when p - j < n_swa.
+  // YaRN RoPE scaling (rope.scaling.type "yarn"), as llama.cpp's context derives it:
+  // ext_factor 1 mixes interpolated and original frequencies between the correction dims
+  // of beta_fast / beta_slow; attn_factor scales the rotated values.
+  float yarn_ext_factor = 0.0f;  // 0: plain (or linear) RoPE
+  float yarn_attn_factor = 1.0f;
+  float yarn_beta_fast = 32.0f;
+  float yarn_beta_slow = 1.0f;
+  int64_t n_ctx_orig_yarn = 0;
+
+  // Sliding-window attention (gemma3, gpt-oss): a query at p sees key j when p - j < n_swa.
   int64_t n_swa = 0;        // 0: no SWA layers
   int64_t swa_pattern = 0;  // layer il is local when il % pattern < pattern - 1
   float embd_scale = 1.0f;  // multiplies token embeddings (gemma: sqrt(n_embd))
@@ -98,6 +114,13 @@ struct HParams {
   // Whether layer il's FFN is a mixture of experts (else dense, n_ff wide).
   bool is_moe_layer(int64_t il) const { return n_expert > 0 && il >= n_layer_dense_lead; }
   int64_t n_ff_shexp() const { return n_ff_expert * n_expert_shared; }
+  // Layer il's RoPE frequencies: local (sliding-window) layers have their own.
+  float rope_base(int64_t il) const {
+    return is_swa_layer(il) ? rope_freq_base_swa : rope_freq_base;
+  }
+  float rope_scale(int64_t il) const {
+    return is_swa_layer(il) ? rope_freq_scale_swa : rope_freq_scale;
+  }
   int64_t q_width() const { return n_head * head_dim; }       // rows of attn_q
   int64_t k_width() const { return n_head_kv * head_dim; }    // rows of attn_k
   int64_t v_width() const { return n_head_kv * head_dim_v; }  // rows of attn_v

@@ -46,6 +46,8 @@ LayerFn layer_fn(Arch arch) {
       return gemma3_layer;
     case Arch::kDeepseek2:
       return deepseek2_layer;
+    case Arch::kGptOss:
+      return gpt_oss_layer;
   }
   return nullptr;
 }

@@ -14,9 +14,7 @@ Status qwen2_layer(Blocks& b, int64_t il) {
   HYPURA_RETURN_IF_ERROR(b.acquire_attention(il, &a));
   b.norm(b.x(), a.norm, b.cur());
   b.project_qkv(a, b.cur());
-  b.add_bias(b.q(), a.bq);
-  b.add_bias(b.k(), a.bk);
-  b.add_bias(b.v(), a.bv);
+  b.add_qkv_biases(a);
   b.rope_qk(hp.rope_freq_base, hp.rope_freq_scale);
   b.attention(il, /*swa=*/false, hp.kq_scale);
   b.linear(a.wo, b.attn(), b.cur());

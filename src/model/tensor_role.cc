@@ -28,7 +28,7 @@ constexpr std::array<NamedRole, 4> kTopLevel = {{
 
 // Names inside blk.N, without the .weight/.bias suffix. Biases of q/k/v/o are
 // recognised by suffix below; their weights use these roles.
-constexpr std::array<NamedRole, 34> kLayer = {{
+constexpr std::array<NamedRole, 35> kLayer = {{
     {"attn_norm", TensorRole::kAttnNorm},
     {"post_attention_norm", TensorRole::kAttnNorm},  // gemma3: norm after attention
     {"attn_q", TensorRole::kAttnQ},
@@ -46,6 +46,7 @@ constexpr std::array<NamedRole, 34> kLayer = {{
     {"attn_kv_a_norm", TensorRole::kAttnKNorm},
     {"attn_k_b", TensorRole::kAttnK},
     {"attn_v_b", TensorRole::kAttnV},
+    {"attn_sinks", TensorRole::kAttnSinks},
     {"ffn_norm", TensorRole::kFfnNorm},
     {"post_ffw_norm", TensorRole::kFfnNorm},  // gemma3: norm after the FFN
     {"ffn_gate", TensorRole::kFfnGate},
@@ -108,9 +109,14 @@ TensorRole unstacked_expert(std::string_view base) {
   return TensorRole::kOther;
 }
 
-TensorRole layer_role(std::string_view base, bool is_bias) {
+TensorRole layer_role(std::string_view base, bool is_bias, std::string_view architecture) {
   TensorRole role = lookup(base, kLayer);
   if (role == TensorRole::kOther) return unstacked_expert(base);
+  // gpt-oss's post_attention_norm is its FFN's input norm (there is no ffn_norm).
+  if (role == TensorRole::kAttnNorm && base == "post_attention_norm" && architecture == "gpt-oss")
+    return TensorRole::kFfnNorm;
+  // Expert biases stay resident: a bias row is a few KiB, too small to read on demand.
+  if (is_bias && is_moe_expert(role)) return TensorRole::kMoeExpertBias;
   if (is_bias &&
       (role == TensorRole::kAttnQ || role == TensorRole::kAttnK || role == TensorRole::kAttnV ||
        role == TensorRole::kAttnQkv || role == TensorRole::kAttnOutput)) {
@@ -123,8 +129,7 @@ TensorRole layer_role(std::string_view base, bool is_bias) {
 
 TensorClass classify_tensor(std::string_view name, std::string_view architecture) {
   // The architectures we support share llama.cpp's names; `architecture` is the place
-  // to special-case one that does not.
-  (void)architecture;
+  // to special-case one that does not (layer_role).
   std::string_view base = name;
   bool is_bias = consume_suffix(&base, ".bias");
   if (!is_bias) consume_suffix(&base, ".weight");
@@ -133,7 +138,7 @@ TensorClass classify_tensor(std::string_view name, std::string_view architecture
     int layer = 0;
     if (!consume_index(&base, &layer)) return c;
     c.layer = layer;
-    c.role = layer_role(base, is_bias);
+    c.role = layer_role(base, is_bias, architecture);
     return c;
   }
   c.role = lookup(base, kTopLevel);
@@ -166,6 +171,8 @@ const char* role_name(TensorRole role) {
       return "attn_k_norm";
     case TensorRole::kAttnBias:
       return "attn_bias";
+    case TensorRole::kAttnSinks:
+      return "attn_sinks";
     case TensorRole::kFfnNorm:
       return "ffn_norm";
     case TensorRole::kFfnGate:
@@ -182,6 +189,8 @@ const char* role_name(TensorRole role) {
       return "moe_experts_up";
     case TensorRole::kMoeDownExperts:
       return "moe_experts_down";
+    case TensorRole::kMoeExpertBias:
+      return "moe_expert_bias";
     case TensorRole::kSharedExpert:
       return "shared_expert";
     case TensorRole::kRopeFreqs:
@@ -212,6 +221,7 @@ bool is_attention(TensorRole role) {
     case TensorRole::kAttnQNorm:
     case TensorRole::kAttnKNorm:
     case TensorRole::kAttnBias:
+    case TensorRole::kAttnSinks:
       return true;
     default:
       return false;

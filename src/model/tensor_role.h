@@ -22,8 +22,9 @@ enum class TensorRole {
   kAttnNorm,  // attn_norm, post_attention_norm (gemma3)
   kAttnQNorm,
   kAttnKNorm,
-  kAttnBias,  // q/k/v biases (qwen2)
-  kFfnNorm,   // ffn_norm, post_ffw_norm (gemma3)
+  kAttnBias,   // q/k/v/o biases (qwen2, gpt-oss)
+  kAttnSinks,  // attn_sinks: a per-head logit in the softmax's denominator (gpt-oss)
+  kFfnNorm,    // ffn_norm, post_ffw_norm (gemma3)
   kFfnGate,
   kFfnUp,
   kFfnDown,    // dense FFN
@@ -31,6 +32,7 @@ enum class TensorRole {
   kMoeGateExperts,
   kMoeUpExperts,
   kMoeDownExperts,  // ffn_*_exps (stacked experts)
+  kMoeExpertBias,   // ffn_*_exps.bias: every expert's bias rows, small and kept resident
   kSharedExpert,    // ffn_*_shexp and its gate
   kRopeFreqs,       // rope_freqs (llama3 scaling factors)
   kOther,

@@ -86,6 +86,23 @@ TEST(TensorRole, MoE) {
                            });
 }
 
+// gpt-oss: sinks and the o bias are attention; its post_attention_norm is the FFN's input
+// norm; expert biases are their own (resident) role, not experts.
+TEST(TensorRole, GptOss) {
+  expect_cases("gpt-oss", {
+                              {"blk.3.attn_sinks.weight", TensorRole::kAttnSinks, 3},
+                              {"blk.3.attn_output.bias", TensorRole::kAttnBias, 3},
+                              {"blk.3.post_attention_norm.weight", TensorRole::kFfnNorm, 3},
+                              {"blk.3.ffn_gate_inp.bias", TensorRole::kMoeRouter, 3},
+                              {"blk.3.ffn_gate_exps.bias", TensorRole::kMoeExpertBias, 3},
+                              {"blk.3.ffn_up_exps.bias", TensorRole::kMoeExpertBias, 3},
+                              {"blk.3.ffn_down_exps.bias", TensorRole::kMoeExpertBias, 3},
+                              {"blk.3.ffn_down_exps.weight", TensorRole::kMoeDownExperts, 3},
+                          });
+  EXPECT_TRUE(is_attention(TensorRole::kAttnSinks));
+  EXPECT_FALSE(is_moe_expert(TensorRole::kMoeExpertBias));
+}
+
 TEST(TensorRole, UnknownNames) {
   expect_cases("llama", {
                             {"", TensorRole::kOther, -1},

@@ -93,10 +93,14 @@ void find_attention(Finder& f, const HParams& hp, const std::string& p, LayerWei
   w.wk = f.require(p + "attn_k.weight", {e, hp.k_width()});
   w.wv = f.require(p + "attn_v.weight", {e, hp.v_width()});
   w.wo = f.require(p + "attn_output.weight", {hp.n_head * hp.head_dim_v, e});
-  if (hp.arch == Arch::kQwen2) {
+  if (hp.arch == Arch::kQwen2 || hp.arch == Arch::kGptOss) {
     w.bq = f.require_f32(p + "attn_q.bias", {hp.q_width()});
     w.bk = f.require_f32(p + "attn_k.bias", {hp.k_width()});
     w.bv = f.require_f32(p + "attn_v.bias", {hp.v_width()});
+  }
+  if (hp.arch == Arch::kGptOss) {
+    w.bo = f.require_f32(p + "attn_output.bias", {e});
+    w.attn_sinks = f.require_f32(p + "attn_sinks.weight", {hp.n_head});
   }
   if (has_qk_norm(hp.arch)) {
     w.q_norm = f.require_f32(p + "attn_q_norm.weight", {hp.head_dim});
@@ -109,7 +113,9 @@ void find_attention(Finder& f, const HParams& hp, const std::string& p, LayerWei
 
 void find_ffn(Finder& f, const HParams& hp, int64_t il, const std::string& p, LayerWeights& w) {
   const int64_t e = hp.n_embd;
-  w.ffn_norm = f.require_f32(p + "ffn_norm.weight", {e});
+  // gpt-oss names its FFN's input norm post_attention_norm (it follows the attention).
+  w.ffn_norm = f.require_f32(
+      p + (hp.arch == Arch::kGptOss ? "post_attention_norm.weight" : "ffn_norm.weight"), {e});
   if (hp.arch == Arch::kGemma3) w.post_ffn_norm = f.require_f32(p + "post_ffw_norm.weight", {e});
   if (hp.is_moe_layer(il)) {
     const int64_t ffe = hp.n_ff_expert, ne = hp.n_expert;
@@ -123,6 +129,12 @@ void find_ffn(Finder& f, const HParams& hp, int64_t il, const std::string& p, La
       w.ffn_gate_shexp = f.require(p + "ffn_gate_shexp.weight", {e, ffs});
       w.ffn_up_shexp = f.require(p + "ffn_up_shexp.weight", {e, ffs});
       w.ffn_down_shexp = f.require(p + "ffn_down_shexp.weight", {ffs, e});
+    }
+    if (hp.arch == Arch::kGptOss) {
+      w.ffn_router_b = f.require_f32(p + "ffn_gate_inp.bias", {ne});
+      w.ffn_gate_exps_b = f.require_f32(p + "ffn_gate_exps.bias", {ffe, ne});
+      w.ffn_up_exps_b = f.require_f32(p + "ffn_up_exps.bias", {ffe, ne});
+      w.ffn_down_exps_b = f.require_f32(p + "ffn_down_exps.bias", {e, ne});
     }
     return;
   }
@@ -186,19 +198,25 @@ std::vector<TensorId> layer_tensor_ids(const WeightMap& w, int64_t il) {
                       l.kv_a_norm,
                       l.wk_b,
                       l.wv_b,
+                      l.bo,
+                      l.attn_sinks,
                       l.ffn_norm,
                       l.post_ffn_norm,
                       l.ffn_gate,
                       l.ffn_up,
                       l.ffn_down,
                       l.ffn_router,
+                      l.ffn_router_b,
                       l.ffn_gate_exps,
                       l.ffn_up_exps,
                       l.ffn_down_exps,
                       l.ffn_exp_probs_b,
                       l.ffn_gate_shexp,
                       l.ffn_up_shexp,
-                      l.ffn_down_shexp}) {
+                      l.ffn_down_shexp,
+                      l.ffn_gate_exps_b,
+                      l.ffn_up_exps_b,
+                      l.ffn_down_exps_b}) {
     add(id);
   }
   return ids;

@@ -41,6 +41,8 @@ struct LayerWeights {
   TensorId kv_a_norm = kNone;      // (kv_lora_rank)
   TensorId wk_b = kNone;           // per head (qk_nope) -> (kv_lora_rank): absorbs q_nope
   TensorId wv_b = kNone;           // per head (kv_lora_rank) -> (head_dim_v_mla)
+  TensorId bo = kNone;             // (n_embd) attn_output bias, gpt-oss
+  TensorId attn_sinks = kNone;     // (n_head) per-head softmax sink logit, gpt-oss
   TensorId ffn_norm = kNone;       // (n_embd)
   TensorId post_ffn_norm = kNone;  // (n_embd), gemma3
   // Dense FFN.
@@ -57,6 +59,12 @@ struct LayerWeights {
   TensorId ffn_gate_shexp = kNone;  // (n_embd) -> (n_ff_shexp)
   TensorId ffn_up_shexp = kNone;    // (n_embd) -> (n_ff_shexp)
   TensorId ffn_down_shexp = kNone;  // (n_ff_shexp) -> (n_embd)
+  // gpt-oss's biases: the router's logits and each expert's gate/up/down outputs. Small
+  // F32 tensors kept resident (TensorRole::kMoeExpertBias), not streamed with the experts.
+  TensorId ffn_router_b = kNone;     // (n_expert)
+  TensorId ffn_gate_exps_b = kNone;  // (n_ff_expert, n_expert)
+  TensorId ffn_up_exps_b = kNone;    // (n_ff_expert, n_expert)
+  TensorId ffn_down_exps_b = kNone;  // (n_embd, n_expert)
 };
 
 struct WeightMap {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cross-checks a synthetic GGUF (hypura synth) with the `gguf` PyPI package.
 
-Usage: check_synth.py FILE ARCH [FILE ARCH ...]   (ARCH as given to --arch: llama ... qwen3moe)
+Usage: check_synth.py FILE ARCH [FILE ARCH ...]   (ARCH as given to --arch: llama ... gpt-oss)
 
 An independent reader of our files: checks that the architecture's metadata keys are
 present, that the tensor set (names and shapes) is exactly the one llama.cpp expects
@@ -53,9 +53,16 @@ def expected_tensors(arch, md):
             b + "attn_k.weight": [n_embd, n_kv * head_dim],
             b + "attn_v.weight": [n_embd, n_kv * head_dim],
             b + "attn_output.weight": [n_head * head_dim, n_embd],
-            b + "ffn_norm.weight": [n_embd],
         })
-        if arch == "qwen2":
+        if arch == "gpt-oss":  # its FFN input norm is post_attention_norm
+            want.update({b + "post_attention_norm.weight": [n_embd], b + "attn_sinks.weight": [n_head],
+                         b + "attn_output.bias": [n_embd], b + "ffn_gate_inp.bias": [n_expert],
+                         b + "ffn_gate_exps.bias": [n_ff_exp, n_expert],
+                         b + "ffn_up_exps.bias": [n_ff_exp, n_expert],
+                         b + "ffn_down_exps.bias": [n_embd, n_expert]})
+        else:
+            want[b + "ffn_norm.weight"] = [n_embd]
+        if arch in ("qwen2", "gpt-oss"):
             want.update({b + "attn_q.bias": [n_head * head_dim], b + "attn_k.bias": [n_kv * head_dim],
                          b + "attn_v.bias": [n_kv * head_dim]})
         if arch in ("qwen3", "qwen3moe", "gemma3"):
@@ -83,6 +90,9 @@ REQUIRED = {
     "qwen3moe": ["attention.key_length", "attention.value_length", "expert_count",
                  "expert_used_count", "expert_feed_forward_length"],
     "gemma3": ["attention.key_length", "attention.value_length", "attention.sliding_window"],
+    "gpt-oss": ["attention.key_length", "attention.value_length", "expert_count", "expert_used_count",
+                "expert_feed_forward_length", "attention.sliding_window", "rope.scaling.type",
+                "rope.scaling.factor", "rope.scaling.original_context_length"],
 }
 COMMON = ["context_length", "embedding_length", "block_count", "feed_forward_length",
           "attention.head_count", "attention.head_count_kv", "attention.layer_norm_rms_epsilon",
@@ -130,6 +140,10 @@ def check_values(t):
     if "norm" in name:
         if abs(x.mean() - 1.0) > 0.05:
             fail(f"{name}: norm mean {x.mean():.4f}, want ~1")
+        return
+    if name.endswith("attn_sinks.weight"):  # logits, std 1 whatever the head count
+        if abs(x.std() - 1.0) > 0.5:
+            fail(f"{name}: sink std {x.std():.4f}, want ~1")
         return
     if name.endswith(".bias"):
         if abs(x.mean()) > 0.02 or x.std() > 0.05:

@@ -22,6 +22,7 @@ enum class Kind {
   kRouter,
   kNorm,
   kBias,
+  kSinks,
 };
 
 // llama.cpp's use_more_bits(): the first and last eighth of the layers, and every third
@@ -81,7 +82,8 @@ GgmlType k_mix_type(const Context& c, Kind kind, int64_t layer) {
 
 // ne: the tensor's dimensions (three for stacked experts).
 GgmlType choose_type(const Context& c, Kind kind, int64_t layer, const std::vector<int64_t>& ne) {
-  if (kind == Kind::kNorm || kind == Kind::kBias || kind == Kind::kRouter) return GgmlType::F32;
+  if (kind == Kind::kNorm || kind == Kind::kBias || kind == Kind::kSinks || kind == Kind::kRouter)
+    return GgmlType::F32;
   switch (c.spec.mix) {
     case QuantMix::kF32:
       return GgmlType::F32;
@@ -102,6 +104,8 @@ ValueSpec values_for(Kind kind, int64_t fan_in) {
       return {1.0f, 0.02f};  // gains near 1 (gemma's are stored with the +1)
     case Kind::kBias:
       return {0.0f, 0.02f};
+    case Kind::kSinks:
+      return {0.0f, 1.0f};  // logits on the scale of attention scores
     default:
       return {0.0f, 1.0f / std::sqrt(static_cast<float>(fan_in))};
   }
@@ -175,11 +179,12 @@ class Planner {
     const int64_t n_q = s_.n_head * s_.head_dim;
     const int64_t n_kv = s_.n_head_kv * s_.head_dim;
     const bool qk_norm = arch == Arch::kQwen3 || arch == Arch::kQwen3Moe || arch == Arch::kGemma3;
+    const bool gpt_oss = arch == Arch::kGptOss;
     add_blk(il, "attn_norm.weight", Kind::kNorm, {s_.n_embd});
     add_blk(il, "attn_q.weight", Kind::kAttnQ, {s_.n_embd, n_q});
     add_blk(il, "attn_k.weight", Kind::kAttnK, {s_.n_embd, n_kv});
     add_blk(il, "attn_v.weight", Kind::kAttnV, {s_.n_embd, n_kv});
-    if (arch == Arch::kQwen2) {
+    if (arch == Arch::kQwen2 || gpt_oss) {
       add_blk(il, "attn_q.bias", Kind::kBias, {n_q});
       add_blk(il, "attn_k.bias", Kind::kBias, {n_kv});
       add_blk(il, "attn_v.bias", Kind::kBias, {n_kv});
@@ -189,8 +194,14 @@ class Planner {
       add_blk(il, "attn_k_norm.weight", Kind::kNorm, {s_.head_dim});
     }
     add_blk(il, "attn_output.weight", Kind::kAttnOut, {n_q, s_.n_embd});
-    if (arch == Arch::kGemma3) add_blk(il, "post_attention_norm.weight", Kind::kNorm, {s_.n_embd});
-    add_blk(il, "ffn_norm.weight", Kind::kNorm, {s_.n_embd});
+    if (gpt_oss) {
+      add_blk(il, "attn_output.bias", Kind::kBias, {s_.n_embd});
+      add_blk(il, "attn_sinks.weight", Kind::kSinks, {s_.n_head});
+    }
+    // gpt-oss's FFN input norm is named post_attention_norm; it has no ffn_norm.
+    if (arch == Arch::kGemma3 || gpt_oss)
+      add_blk(il, "post_attention_norm.weight", Kind::kNorm, {s_.n_embd});
+    if (!gpt_oss) add_blk(il, "ffn_norm.weight", Kind::kNorm, {s_.n_embd});
     if (arch_is_moe(arch)) {
       add_experts(il);
     } else {
@@ -202,12 +213,18 @@ class Planner {
   }
 
   // Stacked experts: ne = {n_embd, n_ff_exp, n_expert} for gate/up, {n_ff_exp, n_embd,
-  // n_expert} for down; the router maps n_embd to one logit per expert.
+  // n_expert} for down; the router maps n_embd to one logit per expert. gpt-oss adds a
+  // bias to the router and to each expert's three outputs.
   void add_experts(int64_t il) {
+    const bool biases = c_.spec.arch == Arch::kGptOss;
     add_blk(il, "ffn_gate_inp.weight", Kind::kRouter, {s_.n_embd, s_.n_expert});
+    if (biases) add_blk(il, "ffn_gate_inp.bias", Kind::kBias, {s_.n_expert});
     add_blk(il, "ffn_gate_exps.weight", Kind::kFfnGateUp, {s_.n_embd, s_.n_ff_exp, s_.n_expert});
+    if (biases) add_blk(il, "ffn_gate_exps.bias", Kind::kBias, {s_.n_ff_exp, s_.n_expert});
     add_blk(il, "ffn_up_exps.weight", Kind::kFfnGateUp, {s_.n_embd, s_.n_ff_exp, s_.n_expert});
+    if (biases) add_blk(il, "ffn_up_exps.bias", Kind::kBias, {s_.n_ff_exp, s_.n_expert});
     add_blk(il, "ffn_down_exps.weight", Kind::kFfnDown, {s_.n_ff_exp, s_.n_embd, s_.n_expert});
+    if (biases) add_blk(il, "ffn_down_exps.bias", Kind::kBias, {s_.n_embd, s_.n_expert});
   }
 
   Context c_;

@@ -21,6 +21,7 @@ constexpr ArchName kArchNames[] = {
     {Arch::kMixtral, "mixtral", "llama", true},
     {Arch::kQwen3Moe, "qwen3moe", "qwen3moe", true},
     {Arch::kDeepseek2, "deepseek2", "deepseek2", true},
+    {Arch::kGptOss, "gpt-oss", "gpt-oss", true},
 };
 
 const ArchName& arch_entry(Arch arch) {
@@ -68,7 +69,7 @@ Status check_experts(Arch arch, Shape& s) {
   if (!arch_is_moe(arch)) {
     if (s.n_expert != 0) {
       return invalid_argument(std::string(arch_cli_name(arch)) +
-                              " is dense; use --arch mixtral or qwen3moe for experts");
+                              " is dense; use --arch mixtral, qwen3moe or gpt-oss for experts");
     }
     return check_range("n_ff", s.n_ff, 1, kMaxDim);
   }
@@ -165,7 +166,7 @@ Result<Arch> parse_arch(std::string_view name) {
     if (n == a.cli) return a.arch;
   }
   return invalid_argument("unknown architecture '" + std::string(name) +
-                          "' (llama, qwen2, qwen3, gemma3, mixtral, qwen3moe, deepseek2)");
+                          "' (llama, qwen2, qwen3, gemma3, mixtral, qwen3moe, deepseek2, gpt-oss)");
 }
 
 const char* mix_name(QuantMix mix) {
@@ -237,6 +238,17 @@ const std::vector<Preset>& presets() {
     ds_tiny.mla = {96, 64, 16, 32, 1, 1, 2, 1, true, true, 2.5f, 4.0f, 128, 1.0f};
     Shape ds_lite_tiny = ds_tiny;
     ds_lite_tiny.mla = {0, 64, 16, 32, 2, 1, 0, 0, false, false, 1.0f, 0.0f, 0, 0.0f};
+    // gpt-oss: head_dim 64 (64 * 64 != n_embd), window 128, YaRN x32 over 4096 positions.
+    const auto gpt_oss = [](int64_t n_vocab, int64_t n_embd, int64_t n_layer, int64_t n_head,
+                            int64_t n_head_kv, int64_t n_expert, int64_t n_used, int64_t n_ff,
+                            int64_t n_swa) {
+      Shape s =
+          with_experts(dense(n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, 131072, 150000),
+                       n_expert, n_used, n_ff);
+      s.head_dim = 64;
+      s.n_swa = n_swa;
+      return s;
+    };
     return std::vector<Preset>{
         {"tiny", Arch::kLlama, tiny},
         {"1b", Arch::kLlama, dense(32000, 2048, 22, 32, 4, 5632, 2048)},
@@ -251,6 +263,9 @@ const std::vector<Preset>& presets() {
         {"deepseek-v2-lite", Arch::kDeepseek2, v2_lite},
         {"deepseek2-tiny", Arch::kDeepseek2, ds_tiny},
         {"deepseek2-lite-tiny", Arch::kDeepseek2, ds_lite_tiny},
+        {"gpt-oss-20b", Arch::kGptOss, gpt_oss(201088, 2880, 24, 64, 8, 32, 4, 2880, 128)},
+        {"gpt-oss-120b", Arch::kGptOss, gpt_oss(201088, 2880, 36, 64, 8, 128, 4, 2880, 128)},
+        {"gpt-oss-tiny", Arch::kGptOss, gpt_oss(0, 256, 2, 4, 2, 8, 2, 256, 16)},
     };
   }();
   return kPresets;
@@ -263,7 +278,8 @@ Result<Preset> find_preset(std::string_view name) {
   }
   return invalid_argument("unknown preset '" + std::string(name) +
                           "' (tiny, 1b, 8b, moe, 70b, mixtral-8x7b, qwen3-30b-a3b, "
-                          "deepseek-v3, deepseek-v2-lite, deepseek2-tiny, deepseek2-lite-tiny)");
+                          "deepseek-v3, deepseek-v2-lite, deepseek2-tiny, deepseek2-lite-tiny, "
+                          "gpt-oss-20b, gpt-oss-120b, gpt-oss-tiny)");
 }
 
 Result<Shape> preset_shape(const Preset& preset, Arch arch) {
@@ -276,12 +292,13 @@ Result<Shape> preset_shape(const Preset& preset, Arch arch) {
   if (!arch_is_moe(arch)) {
     if (arch_is_moe(preset.default_arch)) {
       return invalid_argument("preset " + preset.name +
-                              " has experts; use --arch mixtral or qwen3moe");
+                              " has experts; use --arch mixtral, qwen3moe or gpt-oss");
     }
     s.n_expert = s.n_expert_used = s.n_ff_exp = 0;
   } else if (s.n_expert == 0) {
-    return invalid_argument("preset " + preset.name + " is dense; " + arch_cli_name(arch) +
-                            " needs experts (use tiny, moe, mixtral-8x7b, qwen3-30b-a3b)");
+    return invalid_argument(
+        "preset " + preset.name + " is dense; " + arch_cli_name(arch) +
+        " needs experts (use tiny, moe, mixtral-8x7b, qwen3-30b-a3b, gpt-oss-20b)");
   }
   return s;
 }

@@ -20,6 +20,8 @@ ArchDefaults arch_defaults(Arch arch) {
       return {1e-6f, 10000.0};
     case Arch::kMixtral:
       return {1e-5f, 1e6};
+    case Arch::kGptOss:
+      return {1e-5f, 150000.0};
     default:
       return {1e-6f, 1e6};  // qwen2, qwen3, qwen3moe, gemma3
   }
@@ -85,7 +87,8 @@ void add_hparams(gguf::GgufWriter& w, const SynthSpec& spec) {
             static_cast<float>(s.rope_freq_base > 0 ? s.rope_freq_base : d.rope_freq_base));
   if (arch == Arch::kDeepseek2) add_deepseek2(w, a, s);
   const bool explicit_head_dim = arch == Arch::kQwen3 || arch == Arch::kQwen3Moe ||
-                                 arch == Arch::kGemma3 || s.head_dim * s.n_head != s.n_embd;
+                                 arch == Arch::kGemma3 || arch == Arch::kGptOss ||
+                                 s.head_dim * s.n_head != s.n_embd;
   if (explicit_head_dim && arch != Arch::kDeepseek2) {
     add_u32(w, a + "attention.key_length", s.head_dim);
     add_u32(w, a + "attention.value_length", s.head_dim);
@@ -98,7 +101,16 @@ void add_hparams(gguf::GgufWriter& w, const SynthSpec& spec) {
     add_u32(w, a + "expert_count", s.n_expert);
     add_u32(w, a + "expert_used_count", s.n_expert_used);
   }
-  if (arch == Arch::kQwen3Moe) add_u32(w, a + "expert_feed_forward_length", s.n_ff_exp);
+  if (arch == Arch::kQwen3Moe || arch == Arch::kGptOss)
+    add_u32(w, a + "expert_feed_forward_length", s.n_ff_exp);
+  if (arch == Arch::kGptOss) {
+    // Even layers slide over the last n_swa positions (llama.cpp's default pattern 2);
+    // YaRN stretches the 4096 trained positions 32 times, as the released models do.
+    add_u32(w, a + "attention.sliding_window", s.n_swa > 0 ? s.n_swa : 128);
+    w.add_string(a + "rope.scaling.type", "yarn");
+    w.add_f32(a + "rope.scaling.factor", 32.0f);
+    add_u32(w, a + "rope.scaling.original_context_length", 4096);
+  }
   if (arch == Arch::kGemma3) {
     // Gemma 3: 5 local (sliding window) layers per global one; local rope base 10000.
     add_u32(w, a + "attention.sliding_window", std::min<int64_t>(512, s.n_ctx));

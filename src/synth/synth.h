@@ -27,10 +27,11 @@
 
 namespace hypura::synth {
 
-enum class Arch { kLlama, kQwen2, kQwen3, kGemma3, kMixtral, kQwen3Moe, kDeepseek2 };
+enum class Arch { kLlama, kQwen2, kQwen3, kGemma3, kMixtral, kQwen3Moe, kDeepseek2, kGptOss };
 // Mixtral is GGUF architecture "llama" with experts; the rest are named as in GGUF.
 const char* arch_gguf_name(Arch arch);
-const char* arch_cli_name(Arch arch);  // "llama", "qwen2", "qwen3", "gemma3", "mixtral", "qwen3moe"
+// "llama", "qwen2", "qwen3", "gemma3", "mixtral", "qwen3moe", "gpt-oss"
+const char* arch_cli_name(Arch arch);
 bool arch_is_moe(Arch arch);
 Result<Arch> parse_arch(std::string_view name);
 
@@ -76,6 +77,7 @@ struct Shape {
   int64_t n_ctx = 4096;       // context_length written to metadata
   double rope_freq_base = 0;  // 0: the architecture's usual value
   Mla mla;                    // deepseek2 only
+  int64_t n_swa = 0;          // sliding window of local layers (gpt-oss); 0: 128
 };
 
 struct Preset {
@@ -84,7 +86,8 @@ struct Preset {
   Shape shape;
 };
 // tiny, 1b, 8b, moe, 70b, mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, deepseek-v2-lite,
-// deepseek2-tiny, deepseek2-lite-tiny (shapes in SPEC.md section 5 and docs/MODELS.md).
+// deepseek2-tiny, deepseek2-lite-tiny, gpt-oss-20b, gpt-oss-120b, gpt-oss-tiny (shapes in
+// SPEC.md section 5 and docs/MODELS.md).
 const std::vector<Preset>& presets();
 Result<Preset> find_preset(std::string_view name);
 // The preset's shape for `arch`: dense architectures drop the expert fields; a MoE

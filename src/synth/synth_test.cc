@@ -140,7 +140,9 @@ TEST(SynthPlan, PresetParameterCounts) {
                {"8b", 8.030e9},
                {"70b", 70.55e9},
                {"mixtral-8x7b", 46.70e9},
-               {"qwen3-30b-a3b", 30.53e9}};
+               {"qwen3-30b-a3b", 30.53e9},
+               {"gpt-oss-20b", 20.91e9},
+               {"gpt-oss-120b", 116.83e9}};
   for (const Case& c : cases) {
     Preset p = find_preset(c.preset).value();
     SynthSpec spec;
@@ -369,8 +371,8 @@ TEST(SynthFile, EveryArchitectureReadsBack) {
   TempDir dir;
   std::string vocab = write_test_vocab(dir);
   std::string check = std::string(HYPURA_PYTHON) + " " + kSource + "/src/synth/check_synth.py";
-  for (Arch arch :
-       {Arch::kLlama, Arch::kQwen2, Arch::kQwen3, Arch::kGemma3, Arch::kMixtral, Arch::kQwen3Moe}) {
+  for (Arch arch : {Arch::kLlama, Arch::kQwen2, Arch::kQwen3, Arch::kGemma3, Arch::kMixtral,
+                    Arch::kQwen3Moe, Arch::kGptOss}) {
     for (QuantMix mix : {QuantMix::kF32, QuantMix::kF16, QuantMix::kQ8_0, QuantMix::kQ4_K_M,
                          QuantMix::kQ5_K_M, QuantMix::kMxfp4Moe}) {
       SynthSpec spec = tiny_spec(arch, vocab, mix);

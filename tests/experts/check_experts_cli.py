@@ -4,8 +4,9 @@ experts_cli).
 
 Usage: check_experts_cli.py HYPURA_BINARY SOURCE_DIR
 
-For two synthetic Q4_K_M models with the golden llama's 384-token vocabulary, a
-qwen3moe with 512 experts of which 10 are used and a mixtral with 8 of which 1 is used,
+For three synthetic Q4_K_M models with the golden llama's 384-token vocabulary, a
+qwen3moe with 512 experts of which 10 are used, a mixtral with 8 of which 1 is used and a
+gpt-oss with 8 of which 2 are used,
 run on a fixture hardware profile (the same plan on every machine, no storage benchmark):
   - bench under a --ram-budget smaller than the model chooses expert-streaming, its peak
     RSS (VmHWM) and the ledger's peak stay within the budget, and it reports the expert
@@ -32,6 +33,9 @@ SHAPES = [
     ("qwen3moe-512x10", ["--arch", "qwen3moe", "--n-expert", "512", "--n-expert-used", "10",
                          "--n-embd", "256", "--n-layer", "3", "--n-ff-exp", "256"], 80 << 20),
     ("mixtral-8x1", ["--arch", "mixtral", "--n-expert", "8", "--n-expert-used", "1",
+                     "--n-embd", "512", "--n-layer", "4", "--n-ff-exp", "4096"], 100 << 20),
+    # gpt-oss: biased experts (their biases resident), sinks, a sliding window
+    ("gpt-oss-8x2", ["--arch", "gpt-oss", "--n-expert", "8", "--n-expert-used", "2",
                      "--n-embd", "512", "--n-layer", "4", "--n-ff-exp", "4096"], 100 << 20),
 ]
 
