@@ -74,15 +74,6 @@ struct HParams {
   float rope_freq_base_swa = 10000.0f;  // gemma3 local layers
   float rope_freq_scale_swa = 1.0f;
 
-  // YaRN RoPE scaling (rope.scaling.type "yarn"), as llama.cpp's context derives it:
-  // ext_factor 1 mixes interpolated and original frequencies between the correction dims
-  // of beta_fast / beta_slow; attn_factor scales the rotated values.
-  float yarn_ext_factor = 0.0f;  // 0: plain (or linear) RoPE
-  float yarn_attn_factor = 1.0f;
-  float yarn_beta_fast = 32.0f;
-  float yarn_beta_slow = 1.0f;
-  int64_t n_ctx_orig_yarn = 0;
-
   // Sliding-window attention (gemma3, gpt-oss): a query at p sees key j when p - j < n_swa.
   int64_t n_swa = 0;        // 0: no SWA layers
   int64_t swa_pattern = 0;  // layer il is local when il % pattern < pattern - 1
