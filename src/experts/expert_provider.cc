@@ -11,6 +11,7 @@
 
 #include "common/size.h"
 #include "io/aligned_buffer.h"
+#include "model/routing.h"
 #include "tiers/tensor_view.h"
 
 namespace hypura::experts {
@@ -170,6 +171,7 @@ Status ExpertProvider::build_layout() {
 // n_expert_used, for the router predictor; without them that predictor stays off.
 void ExpertProvider::find_routers() {
   routers_.assign(layers_.size(), -1);
+  router_biases_.assign(layers_.size(), -1);
   const auto& tensors = file_.tensors();
   for (size_t l = 0; l < layers_.size(); ++l) {
     const gguf::TensorInfo* t =
@@ -179,6 +181,9 @@ void ExpertProvider::find_routers() {
       continue;
     routers_[l] = static_cast<model::TensorId>(t - tensors.data());
     n_embd_ = t->ne[0];
+    const gguf::TensorInfo* b = file_.find_tensor("blk." + std::to_string(l) + ".exp_probs_b.bias");
+    if (b != nullptr && b->type == gguf::GgmlType::F32 && b->ne[0] == n_expert_)
+      router_biases_[l] = static_cast<model::TensorId>(b - tensors.data());
   }
   const auto k = file_.metadata().get_u64(file_.architecture() + ".expert_used_count");
   if (k && *k >= 1 && *k <= static_cast<uint64_t>(n_expert_)) n_expert_used_ = static_cast<int>(*k);
@@ -187,6 +192,13 @@ void ExpertProvider::find_routers() {
     router_ctx_->reserve(kMaxPredictedRows, n_embd_);
     router_logits_.resize(static_cast<size_t>(kMaxPredictedRows * n_expert_));
     router_top_.resize(static_cast<size_t>(kMaxPredictedRows * n_expert_used_));
+    // The guess selects as the model routes (sigmoid gating, score bias, expert groups).
+    auto hp = model::read_hparams(file_);
+    if (hp.is_ok() && hp->n_expert == n_expert_ && hp->n_expert_used == n_expert_used_) {
+      routing_hp_ = std::make_unique<model::HParams>(*hp);
+      route_scratch_.resize(static_cast<size_t>(n_expert_));
+      route_w_.resize(static_cast<size_t>(n_expert_used_));
+    }
   }
 }
 
@@ -393,9 +405,10 @@ void ExpertProvider::check_predictions(int layer, std::span<const int32_t> exper
   }
 }
 
-// The router predictor: top-k of layer L+d's router on `x` (one token's FFN input of
-// layer L, (n_embd)), best first, lower id on ties as the model routes; those whose
-// softmax probability reaches router_min_prob are the ones to read.
+// The router predictor: the experts layer L+d's router would select on `x` (one token's
+// FFN input of layer L, (n_embd)), best first, lower id on ties, with the model's gating,
+// score bias and expert groups (model/routing.h); those whose probability reaches
+// router_min_prob are the ones to read.
 void ExpertProvider::predict_router(int layer, const float* x, int64_t n_rows) {
   const int k = n_expert_used_;
   for (int d = 1; d <= config_.router_lookahead; ++d) {
@@ -407,8 +420,15 @@ void ExpertProvider::predict_router(int layer, const float* x, int64_t n_rows) {
     const compute::WeightView router{resident_.data[id], t.type, t.ne[0], t.n_rows()};
     router_ctx_->matmul(router, x, n_rows, router_logits_.data());
     // Each row's top k (lower id on ties), in rank order.
+    const model::TensorId bias = router_biases_[target];
     for (int64_t r = 0; r < n_rows; ++r) {
       float* probs = router_logits_.data() + r * n_expert_;
+      if (routing_hp_ != nullptr) {
+        model::route_row(*routing_hp_, probs,
+                         bias >= 0 ? reinterpret_cast<const float*>(resident_.data[bias]) : nullptr,
+                         route_scratch_.data(), router_top_.data() + r * k, route_w_.data());
+        continue;
+      }
       compute::softmax(probs, n_expert_);
       compute::top_k(probs, n_expert_, k, router_top_.data() + r * k);
     }

@@ -48,6 +48,7 @@
 #include "experts/routing_trace.h"
 #include "gguf/gguf.h"
 #include "io/storage.h"
+#include "model/hparams.h"
 #include "model/weight_provider.h"
 #include "tiers/memory_ledger.h"
 #include "tiers/resident_loader.h"
@@ -285,6 +286,9 @@ class ExpertProvider final : public model::WeightProvider, public model::ExpertR
   std::array<std::vector<std::vector<int32_t>>, kMaxRouterLookahead> router_at_,
       router_confident_at_;
   std::vector<model::TensorId> routers_;          // (n_layer): ffn_gate_inp, or -1
+  std::vector<model::TensorId> router_biases_;    // (n_layer): exp_probs_b, or -1
+  std::unique_ptr<model::HParams> routing_hp_;    // the model's routing; null: softmax top-k
+  std::vector<float> route_scratch_, route_w_;    // route_row's (n_expert), (n_expert_used)
   std::unique_ptr<compute::Context> router_ctx_;  // one thread: the router products
   std::vector<float> router_logits_;              // (kMaxPredictedRows, n_expert)
   std::vector<int32_t> router_top_;               // (kMaxPredictedRows, n_expert_used)

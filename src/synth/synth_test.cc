@@ -4,6 +4,7 @@
 #include "synth/synth.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -142,7 +143,9 @@ TEST(SynthPlan, PresetParameterCounts) {
                {"mixtral-8x7b", 46.70e9},
                {"qwen3-30b-a3b", 30.53e9},
                {"gpt-oss-20b", 20.91e9},
-               {"gpt-oss-120b", 116.83e9}};
+               {"gpt-oss-120b", 116.83e9},
+               {"deepseek-v3", 671.0e9},
+               {"deepseek-v2-lite", 15.7e9}};
   for (const Case& c : cases) {
     Preset p = find_preset(c.preset).value();
     SynthSpec spec;
@@ -153,6 +156,28 @@ TEST(SynthPlan, PresetParameterCounts) {
     SynthSummary sum = summarize(plan_tensors(valid));
     EXPECT_NEAR(static_cast<double>(sum.n_params) / c.params, 1.0, 0.01) << c.preset;
   }
+}
+
+// --header-only: a 377 GiB deepseek-v3 file that opens and plans but takes no disk.
+TEST(SynthWrite, HeaderOnlyIsASparseFileOfFullSize) {
+  TempDir dir;
+  Preset p = find_preset("deepseek-v3").value();
+  SynthSpec spec;
+  spec.arch = p.default_arch;
+  spec.shape = preset_shape(p, spec.arch).value();
+  spec.vocab_from = write_test_vocab(dir);
+  spec.header_only = true;
+  Vocab vocab = load_vocab(spec.vocab_from, spec.shape.n_vocab).value();
+  SynthSpec valid = validate(spec).value();
+  const std::string path = dir.file("v3.gguf");
+  ASSERT_TRUE(write_model(valid, vocab, path).is_ok());
+  auto file = gguf::GgufFile::open(path);
+  ASSERT_TRUE(file.is_ok()) << file.status().message();
+  EXPECT_EQ(file->tensors().size(), plan_tensors(valid).size());
+  EXPECT_GT(fs::file_size(path), summarize(plan_tensors(valid)).data_bytes);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, uint64_t{64} << 20) << "not sparse";
 }
 
 // The SPEC's file sizes, which are GiB as tools print them: Llama 3.3 70B Q4_K_M 39.6
