@@ -14,6 +14,7 @@
 
 #include "experts/expert_provider.h"
 #include "gguf/gguf.h"
+#include "model/cuda_blocks.h"
 #include "model/model.h"
 #include "runtime/golden_fixtures.h"
 #include "synth/synth.h"
@@ -87,6 +88,19 @@ TEST_P(Deepseek2, SplitInvariantAndStreamedBitIdentical) {
   EXPECT_EQ(std::memcmp(streamed.data(), chunked.data(), chunked.size() * sizeof(float)), 0)
       << "expert-streaming logits differ from resident ones";
   EXPECT_GT(created.value()->stats().misses, 0u);
+  std::filesystem::remove(s.path);
+}
+
+// The GPU blocks do not run latent attention yet: a clear refusal, which --device auto
+// turns into the CPU (runtime/device_choice.cc) and --device cuda into the error.
+TEST(Deepseek2Gpu, RefusedWithTheReason) {
+  Synthesized s = synthesize("deepseek2-tiny");
+  ASSERT_NE(s.model, nullptr);
+  const Status st = model::cuda_supports(s.model->hparams(), s.file);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported);
+#if HYPURA_HAVE_CUDA
+  EXPECT_NE(st.message().find("latent attention (deepseek2)"), std::string::npos) << st.message();
+#endif
   std::filesystem::remove(s.path);
 }
 
