@@ -91,6 +91,23 @@ TEST_P(Deepseek2, SplitInvariantAndStreamedBitIdentical) {
   std::filesystem::remove(s.path);
 }
 
+// Past one 512-key segment: decode steps split their segments over the pool and merge
+// the partials; the latent cache (values read from the keys' rows) must give the same
+// rows as one prompt pass.
+TEST(Deepseek2Long, BatchInvariantAcrossKeySegments) {
+  Synthesized s = synthesize("deepseek2-tiny");
+  ASSERT_NE(s.model, nullptr);
+  std::vector<int32_t> tokens(600);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(3 + (i * 37) % 381);
+  auto resident = tiers::ResidentProvider::load(s.file, nullptr);
+  ASSERT_TRUE(resident.is_ok()) << resident.status().message();
+  std::vector<float> whole, stepped;
+  ASSERT_TRUE(golden::forward_logits(s.model, *resident.value(), tokens, 512, &whole).is_ok());
+  ASSERT_TRUE(golden::forward_logits(s.model, *resident.value(), tokens, 1, &stepped).is_ok());
+  EXPECT_EQ(std::memcmp(whole.data(), stepped.data(), whole.size() * sizeof(float)), 0);
+  std::filesystem::remove(s.path);
+}
+
 // The GPU blocks do not run latent attention yet: a clear refusal, which --device auto
 // turns into the CPU (runtime/device_choice.cc) and --device cuda into the error.
 TEST(Deepseek2Gpu, RefusedWithTheReason) {
