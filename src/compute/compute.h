@@ -200,8 +200,10 @@ void rope_yarn(float* x, int64_t n_rot, int64_t pos, float freq_base, float freq
                const float* freq_factors, const Yarn& y, bool neox);
 void silu(float* x, int64_t n);  // x * sigmoid(x), in place
 // gpt-oss's clamped SwiGLU, in place on gate: g = min(gate, limit), u = clamp(up, +-limit),
-// gate = g * sigmoid(alpha * g) * (u + 1).
+// gate = g * sigmoid(alpha * g) * (u + 1). gpt-oss's constants (llama.cpp's too) below.
 void swiglu_oai(float* gate, const float* up, int64_t n, float alpha, float limit);
+inline constexpr float kSwigluOaiAlpha = 1.702f;
+inline constexpr float kSwigluOaiLimit = 7.0f;
 void gelu_tanh(float* x, int64_t n);  // tanh approximation, in place
 // As ggml's CPU GELU: input and result rounded through fp16 (its lookup table), so
 // gemma-style models match llama.cpp's logits closely. x <= -10 -> 0, x >= 10 -> x.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -69,17 +70,9 @@ Sizes sizes_for(const HParams& hp, const gguf::GgufFile& file, int64_t max_batch
 
 Status cuda_supports(const HParams& hp, const gguf::GgufFile& file) {
 #if HYPURA_HAVE_CUDA
-  if (hp.arch == Arch::kGptOss) {
-    return unsupported(
-        "the GPU blocks do not compute gpt-oss yet (attention sinks, expert biases, the "
-        "clamped SwiGLU); run it on the CPU");
-  }
   if (hp.is_mla()) {
     return unsupported("the GPU blocks do not run multi-head latent attention (" + hp.arch_name +
                        ") yet; use --device cpu");
-  }
-  if (hp.yarn_ext_factor != 0.0f) {
-    return unsupported("the GPU blocks do not run YaRN RoPE scaling yet; use --device cpu");
   }
   const auto dims_ok = [](int64_t d) {
     return d > 0 && d % 8 == 0 && d <= compute::cuda::kAttnMaxHeadDim;
@@ -89,13 +82,18 @@ Status cuda_supports(const HParams& hp, const gguf::GgufFile& file) {
                        std::to_string(compute::cuda::kAttnMaxHeadDim) + " (model: " +
                        std::to_string(hp.head_dim) + ", " + std::to_string(hp.head_dim_v) + ")");
   }
-  if (hp.n_expert > 0 && (hp.expert_gating != ExpertGating::kSoftmax || !hp.expert_weights_norm ||
-                          hp.expert_weights_scale != 1.0f || hp.n_expert_groups > 1 ||
-                          hp.n_expert_shared > 0 || hp.n_layer_dense_lead > 0 ||
-                          file.find_tensor("blk." + std::to_string(hp.n_layer - 1) +
-                                           ".exp_probs_b.bias") != nullptr)) {
+  // Softmax routing renormalised, or gpt-oss's softmax over the chosen logits.
+  const bool softmax_norm = hp.expert_gating == ExpertGating::kSoftmax && hp.expert_weights_norm;
+  const bool softmax_of_k =
+      hp.expert_gating == ExpertGating::kSoftmaxWeight && !hp.expert_weights_norm;
+  if (hp.n_expert > 0 &&
+      ((!softmax_norm && !softmax_of_k) || hp.expert_weights_scale != 1.0f ||
+       hp.n_expert_groups > 1 || hp.n_expert_shared > 0 || hp.n_layer_dense_lead > 0 ||
+       file.find_tensor("blk." + std::to_string(hp.n_layer - 1) + ".exp_probs_b.bias") !=
+           nullptr)) {
     return unsupported(
-        "the GPU MoE path has softmax routing with renormalised weights only "
+        "the GPU MoE path has softmax routing with renormalised weights or over the chosen "
+        "logits only "
         "(no sigmoid gating, selection bias, expert groups, weight scale, shared "
         "experts or leading dense layers yet)");
   }
@@ -115,6 +113,11 @@ Status cuda_supports(const HParams& hp, const gguf::GgufFile& file) {
 namespace {
 
 namespace cuda = compute::cuda;
+
+// A device F32 vector's elements (null for an absent tensor).
+const float* as_floats(const WeightView& w) {
+  return static_cast<const float*>(w.data);
+}
 using cuda::align256;
 
 // No activation format (CudaBlocks::activations): nothing quantized yet.
@@ -227,6 +230,9 @@ class CudaBlocks final : public Blocks {
   using Blocks::attention;
   void attention(int64_t il, bool swa, float kq_scale, const WeightView& sinks) override;
   void attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_scale);
+  const float* sinks_ = nullptr;  // the current attention()'s sink logits (device), or null
+  // The router (bias, gating) over lay_.probs' logits: lay_.selected and lay_.weights.
+  void route(const FfnViews& w);
   void dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) override;
   Status moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) override;
   Status finish(const WeightView& output, bool all_logits, float* logits, float* hidden) override;
@@ -292,8 +298,8 @@ class CudaBlocks final : public Blocks {
   // out (n, w.n_rows) = in (n, w.n_cols) W^T: per-row matvecs or the matrix product;
   // add_to (small batches only): also added to these rows.
   void matmul(const WeightView& w, const float* in, int64_t n, float* out, float* add_to = nullptr);
-  Status moe_small(const WeightView (&e)[3], const float* in, const cuda::ActQ8* act,
-                   float* slot_out);
+  Status moe_small(const FfnViews& w, const WeightView (&e)[3], const float* in,
+                   const cuda::ActQ8* act, float* slot_out);
   Status moe_batch(const FfnViews& w, int64_t il, const float* in, float* out);
   void combine_slots(float* out);
   bool experts_on_host(int64_t il) const {
@@ -494,6 +500,17 @@ cuda::RopeParams CudaBlocks::rope_params(float freq_base, float freq_scale) cons
   p.freq_scale = freq_scale;
   p.freq_factors = rope_factors_;
   p.neox = hp_.rope_neox;
+  if (hp_.yarn_ext_factor != 0.0f) {
+    const compute::Yarn y =
+        compute::yarn(hp_.n_rot, hp_.n_ctx_orig_yarn, freq_base, hp_.yarn_beta_fast,
+                      hp_.yarn_beta_slow, hp_.yarn_ext_factor, hp_.yarn_attn_factor);
+    p.ext_factor = y.ext_factor;
+    p.corr_lo = y.corr_lo;
+    p.corr_hi = y.corr_hi;
+    p.mscale = y.attn_factor * (1.0f + 0.1f * std::log(1.0f / freq_scale));
+  } else {
+    p.mscale = hp_.yarn_attn_factor;
+  }
   return p;
 }
 
@@ -591,10 +608,8 @@ void CudaBlocks::project_qkv(const AttnViews& a, const float* in) {
   shared_input(ws, outs, 3, in);
 }
 
-// Attention sinks have no GPU kernel yet: cuda_supports() keeps such models on the CPU.
 void CudaBlocks::attention(int64_t il, bool swa, float kq_scale, const WeightView& sinks) {
-  assert(sinks.data == nullptr);
-  (void)sinks;
+  sinks_ = static_cast<const float*>(sinks.data);
   if (replaying()) return;
   flush_norm();
   for (const SeqRows& seq : seqs_) attend_seq(il, seq, swa, kq_scale);
@@ -620,6 +635,7 @@ void CudaBlocks::attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_s
     a.k_stride = hp_.k_width();
     a.v_stride = hp_.v_width();
     a.kq_scale = kq_scale;
+    a.sinks = sinks_;
   };
   if (n <= kCudaDecodeAttention) {
     cuda::AttnDecodeArgs a;
@@ -655,7 +671,15 @@ void CudaBlocks::attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_s
 
 cuda::UnaryOp unary_op(FfnAct act) {
   // ggml's CPU GELU rounds input and output through fp16; so do both our devices.
-  return act == FfnAct::kSilu ? cuda::UnaryOp::kSilu : cuda::UnaryOp::kGeluTanhFp16;
+  switch (act) {
+    case FfnAct::kSilu:
+      return cuda::UnaryOp::kSilu;
+    case FfnAct::kSwigluOai:
+      return cuda::UnaryOp::kSwigluOai;
+    case FfnAct::kGeluTanh:
+      break;
+  }
+  return cuda::UnaryOp::kGeluTanhFp16;
 }
 
 void CudaBlocks::dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) {
@@ -691,11 +715,15 @@ void CudaBlocks::dense_ffn(const FfnViews& w, FfnAct act, const float* in, float
 
 Status CudaBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) {
   if (replaying()) return Status::ok();
-  const int64_t ne = hp_.n_expert, k = hp_.n_expert_used;
   if (experts_on_host(il)) {
+    if (w.gate_exps_b.data != nullptr) {
+      return unsupported(
+          "the CPU's share of an expert split does not add expert biases yet "
+          "(gpt-oss): keep its experts on the GPU or run it on the CPU");
+    }
     flush_norm();
     matmul(w.router, in, n_tokens_, at(lay_.probs));
-    cuda::moe_route(at(lay_.probs), n_tokens_, ne, k, ints(lay_.selected), at(lay_.weights), s());
+    route(w);
     moe_on_host(il, w, in, at(lay_.slot_out));
     combine_slots(out);
     return Status::ok();
@@ -703,7 +731,7 @@ Status CudaBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float
   if (n_tokens_ > kCudaSmallBatch) {
     flush_norm();
     matmul(w.router, in, n_tokens_, at(lay_.probs));
-    cuda::moe_route(at(lay_.probs), n_tokens_, ne, k, ints(lay_.selected), at(lay_.weights), s());
+    route(w);
     HYPURA_RETURN_IF_ERROR(moe_batch(w, il, in, at(lay_.slot_out)));
     combine_slots(out);
     return Status::ok();
@@ -734,10 +762,16 @@ Status CudaBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float
   } else {
     matmul(w.router, in, n_tokens_, at(lay_.probs));
   }
-  cuda::moe_route(at(lay_.probs), n_tokens_, ne, k, ints(lay_.selected), at(lay_.weights), s());
-  HYPURA_RETURN_IF_ERROR(moe_small(e0, in, have_act ? &act : nullptr, at(lay_.slot_out)));
+  route(w);
+  HYPURA_RETURN_IF_ERROR(moe_small(w, e0, in, have_act ? &act : nullptr, at(lay_.slot_out)));
   combine_slots(out);
   return Status::ok();
+}
+
+void CudaBlocks::route(const FfnViews& w) {
+  cuda::moe_route(at(lay_.probs), n_tokens_, hp_.n_expert, hp_.n_expert_used, ints(lay_.selected),
+                  at(lay_.weights), s(), static_cast<const float*>(w.router_b.data),
+                  hp_.expert_gating == ExpertGating::kSoftmaxWeight);
 }
 
 // out = the slot outputs summed by the routing weights: a small batch's sum waits for the
@@ -759,8 +793,8 @@ void CudaBlocks::combine_slots(float* out) {
 // Few tokens: every (token, slot) pair's expert product in one grouped launch per matrix
 // (gate and up together when they share a type), reading the selection on the device.
 // act: `in` already rounded for gate's type, or null.
-Status CudaBlocks::moe_small(const WeightView (&e)[3], const float* in, const cuda::ActQ8* act_in,
-                             float* slot_out) {
+Status CudaBlocks::moe_small(const FfnViews& w, const WeightView (&e)[3], const float* in,
+                             const cuda::ActQ8* act_in, float* slot_out) {
   const int64_t k = hp_.n_expert_used, n_pairs = n_tokens_ * k;
   const WeightView &gate = e[0], &up = e[1], &down = e[2];
   float* g = at(lay_.ff_gate);
@@ -779,15 +813,18 @@ Status CudaBlocks::moe_small(const WeightView (&e)[3], const float* in, const cu
     }
     cuda::matvec_grouped(up, sel, n_pairs, act_div, act, u, s());
   }
+  cuda::add_rows_by_id(g, as_floats(w.gate_exps_b), sel, n_pairs, gate.n_rows, s());
+  cuda::add_rows_by_id(u, as_floats(w.up_exps_b), sel, n_pairs, up.n_rows, s());
+  const cuda::UnaryOp op = unary_op(hp_.expert_act);
   cuda::ActFormat format;
   if (act_format(down.type, &format) && (n_pairs * gate.n_rows) % 256 == 0) {
-    act = cuda::glu_quantize(cuda::UnaryOp::kSilu, g, u, n_pairs * gate.n_rows, format, act_.data(),
-                             s());
+    act = cuda::glu_quantize(op, g, u, n_pairs * gate.n_rows, format, act_.data(), s());
   } else {
-    cuda::glu(cuda::UnaryOp::kSilu, g, u, n_pairs * gate.n_rows, s());
+    cuda::glu(op, g, u, n_pairs * gate.n_rows, s());
     act = cuda::quantize_for(down.type, g, n_pairs * down.n_cols, act_.data(), s());
   }
   cuda::matvec_grouped(down, sel, n_pairs, 1, act, slot_out, s());
+  cuda::add_rows_by_id(slot_out, as_floats(w.down_exps_b), sel, n_pairs, hp_.n_embd, s());
   return Status::ok();
 }
 
@@ -834,10 +871,16 @@ Status CudaBlocks::moe_batch(const FfnViews& w, int64_t il, const float* in, flo
       matmul(views[0], ein, m, g);
       matmul(views[1], ein, m, u);
     }
-    cuda::glu(cuda::UnaryOp::kSilu, g, u, m * views[0].n_rows, s());
+    const int64_t ff = views[0].n_rows;
+    if (w.gate_exps_b.data != nullptr)
+      cuda::add_rows(g, as_floats(w.gate_exps_b) + e * ff, m, ff, s());
+    if (w.up_exps_b.data != nullptr) cuda::add_rows(u, as_floats(w.up_exps_b) + e * ff, m, ff, s());
+    cuda::glu(unary_op(hp_.expert_act), g, u, m * ff, s());
     matmul(views[2], g, m, eout);
     cuda::scatter_rows(eout, pairs_dev + off, m, hp_.n_embd, slot_out, s());
   }
+  cuda::add_rows_by_id(slot_out, as_floats(w.down_exps_b), ints(lay_.selected), n_pairs, hp_.n_embd,
+                       s());
   return Status::ok();
 }
 

@@ -14,7 +14,7 @@ void gated_activation(compute::Context& ctx, FfnAct act, float* gate, const floa
     const int64_t begin = c0 * kChunk, len = std::min(c1 * kChunk, n) - begin;
     float* g = gate + begin;
     if (act == FfnAct::kSwigluOai) {
-      compute::swiglu_oai(g, up + begin, len, kSwigluOaiAlpha, kSwigluOaiLimit);
+      compute::swiglu_oai(g, up + begin, len, compute::kSwigluOaiAlpha, compute::kSwigluOaiLimit);
       return;
     }
     if (act == FfnAct::kSilu) {

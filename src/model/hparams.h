@@ -25,8 +25,6 @@ enum class Arch { kLlama, kQwen2, kQwen3, kGemma3, kQwen3Moe, kDeepseek2, kGptOs
 // A gated FFN's activation of gate (times up): SiLU, tanh GELU, or gpt-oss's clamped
 // SwiGLU (gate clamped above, up clamped both ways and shifted by 1, sigmoid(alpha x)).
 enum class FfnAct { kSilu, kGeluTanh, kSwigluOai };
-inline constexpr float kSwigluOaiAlpha = 1.702f;
-inline constexpr float kSwigluOaiLimit = 7.0f;
 
 // How a MoE router's logits become expert weights (model/routing.h).
 enum class ExpertGating {

@@ -165,11 +165,13 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// out[head] = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s. The segments' weights go to
-// shared memory first (threads over segments), so no thread walks the partials serially
-// for its statistics; then a thread per dimension sums the weighted accumulators.
+// out[head] = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s (plus e^(sink - M) with a
+// sink, M then covering it too). The segments' weights go to shared memory first (threads
+// over segments), so no thread walks the partials serially for its statistics; then a
+// thread per dimension sums the weighted accumulators.
 __global__ void __launch_bounds__(kThreads)
-    attn_merge(const float* __restrict__ partial, int n_seg, int hdv, float* __restrict__ out) {
+    attn_merge(const float* __restrict__ partial, int n_seg, int hdv, const float* sinks,
+               float* __restrict__ out) {
   __shared__ float s_w[kMaxSeg];
   __shared__ float s_red[kWarps];
   grid_dep_wait();
@@ -183,6 +185,7 @@ __global__ void __launch_bounds__(kThreads)
   if (lane == 0) s_red[warp] = big;
   __syncthreads();
   big = fmaxf(fmaxf(s_red[0], s_red[1]), fmaxf(s_red[2], s_red[3]));
+  if (sinks != nullptr) big = fmaxf(big, sinks[head]);
   __syncthreads();
   float l = 0.0f;
   for (int s = threadIdx.x; s < n_seg; s += kThreads) {
@@ -193,7 +196,8 @@ __global__ void __launch_bounds__(kThreads)
   l = warp_sum(l);
   if (lane == 0) s_red[warp] = l;
   __syncthreads();
-  const float inv = 1.0f / (((s_red[0] + s_red[1]) + s_red[2]) + s_red[3]);
+  const float sink = sinks != nullptr ? expf(sinks[head] - big) : 0.0f;
+  const float inv = 1.0f / ((((s_red[0] + s_red[1]) + s_red[2]) + s_red[3]) + sink);
   for (int d = threadIdx.x; d < hdv; d += kThreads) {
     float acc = 0.0f;
 #pragma unroll 8
@@ -246,7 +250,7 @@ void attention_decode(const AttnDecodeArgs& a, void* scratch, StreamHandle strea
                   static_cast<int>(seg_len));
   }
   launch_kernel(attn_merge, static_cast<unsigned>(a.n_head), kThreads, 0, stream, partial, n_seg,
-                static_cast<int>(a.head_dim_v), a.out);
+                static_cast<int>(a.head_dim_v), a.sinks, a.out);
 }
 
 }  // namespace hypura::compute::cuda

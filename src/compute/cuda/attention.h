@@ -37,6 +37,9 @@ struct AttnDecodeArgs {
   const int32_t* pos = nullptr;
   int64_t n_swa = 0;
   int64_t max_kv = 0;
+  // (n_head) sink logits (gpt-oss): head h's softmax denominator also sums exp(sinks[h]),
+  // a logit with no value vector; null: none.
+  const float* sinks = nullptr;
 };
 
 // Bytes of device scratch attention_decode needs for up to n_kv visible keys.
@@ -66,6 +69,7 @@ struct AttnPrefillArgs {
   int64_t pos0 = 0;
   int64_t n_swa = 0;  // 0: no window
   float kq_scale = 1.0f;
+  const float* sinks = nullptr;  // (n_head) sink logits, as AttnDecodeArgs::sinks
 };
 
 // REQUIRES: head_dim, head_dim_v multiples of 8 and <= kAttnMaxHeadDim; k, v, strides

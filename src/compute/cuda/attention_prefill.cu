@@ -160,7 +160,13 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnPrefillArgs 
     if (row >= n_rows) continue;
     const int64_t t = row / group, h = kv * group + row % group;
     float* o = a.out + t * a.n_head * hdv + h * hdv;
-    const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+    float scale = 1.0f, li = l[i];
+    if (a.sinks != nullptr && li > 0.0f) {  // the sink joins the softmax as a last logit
+      const float s = a.sinks[h], mm = fmaxf(m[i], s);
+      scale = expf(m[i] - mm);
+      li = li * scale + expf(s - mm);
+    }
+    const float inv = li > 0.0f ? scale / li : 0.0f;
 #pragma unroll
     for (int c = 0; c < kD; ++c) {
       const int d = lane + 32 * c;

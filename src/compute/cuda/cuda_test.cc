@@ -610,6 +610,89 @@ TEST_F(CudaTest, GroupedMatvecMatchesCpu) {
 
 // Routing and the MoE plumbing against the CPU's rule (top-k by probability, lower id on
 // ties, weights renormalised), and the exact row moves and slot sums.
+// gpt-oss's pieces against the CPU's: the router bias and the softmax over the chosen
+// logits, each (token, slot) row's expert bias, the clamped SwiGLU (plain and fused with
+// the down product's rounding) and RoPE with YaRN.
+TEST_F(CudaTest, GptOssPiecesMatchCpu) {
+  const int64_t n_tok = 5, ne = 8, k = 2, width = 256;
+  const std::vector<float> logits = random_floats(n_tok * ne, 31, 2.0f);
+  const std::vector<float> bias = random_floats(ne, 32, 0.5f);
+  std::vector<int32_t> want_sel(n_tok * k);
+  std::vector<float> want_w(n_tok * k);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    std::vector<float> row(logits.begin() + t * ne, logits.begin() + (t + 1) * ne);
+    compute::add(row.data(), bias.data(), ne);
+    compute::top_k(row.data(), ne, k, want_sel.data() + t * k);
+    for (int64_t s = 0; s < k; ++s) want_w[t * k + s] = row[want_sel[t * k + s]];
+    compute::softmax(want_w.data() + t * k, k);
+  }
+  DeviceBuffer dl = upload(logits), db = upload(bias), dsel = poisoned(n_tok * k),
+               dw = poisoned(n_tok * k);
+  moe_route(dl.as<float>(), n_tok, ne, k, dsel.as<int32_t>(), dw.as<float>(), stream_.handle(),
+            db.as<float>(), /*softmax_of_k=*/true);
+  std::vector<int32_t> sel(n_tok * k);
+  ASSERT_TRUE(stream_.synchronize());
+  ASSERT_TRUE(copy_to_host(sel.data(), dsel.data(), sel.size() * 4));
+  EXPECT_EQ(sel, want_sel);
+  EXPECT_LE(rel_l2(download(dw, n_tok * k), want_w), 1e-6);
+
+  // Expert biases by row: row r += bias[sel[r]].
+  const std::vector<float> rows = random_floats(n_tok * k * width, 33);
+  const std::vector<float> ebias = random_floats(ne * width, 34, 0.1f);
+  std::vector<float> want_rows = rows;
+  for (int64_t r = 0; r < n_tok * k; ++r)
+    compute::add(want_rows.data() + r * width, ebias.data() + want_sel[r] * width, width);
+  DeviceBuffer dr = upload(rows), deb = upload(ebias);
+  add_rows_by_id(dr.as<float>(), deb.as<float>(), dsel.as<int32_t>(), n_tok * k, width,
+                 stream_.handle());
+  ASSERT_TRUE(stream_.synchronize());
+  EXPECT_EQ(download(dr, rows.size()), want_rows);
+
+  // The clamped SwiGLU, with gate and up values past the limit.
+  const int64_t n = 4 * width;
+  const std::vector<float> gate = random_floats(n, 35, 12.0f), up = random_floats(n, 36, 12.0f);
+  std::vector<float> want_glu = gate;
+  compute::swiglu_oai(want_glu.data(), up.data(), n, compute::kSwigluOaiAlpha,
+                      compute::kSwigluOaiLimit);
+  DeviceBuffer dg = upload(gate), du = upload(up), dg2 = upload(gate);
+  glu(UnaryOp::kSwigluOai, dg.as<float>(), du.as<float>(), n, stream_.handle());
+  auto q = DeviceBuffer::allocate(act_q8_layout(n).total);
+  ASSERT_TRUE(q.is_ok());
+  glu_quantize(UnaryOp::kSwigluOai, dg2.as<float>(), du.as<float>(), n, ActFormat::kQ8_0, q->data(),
+               stream_.handle());
+  ASSERT_TRUE(stream_.synchronize());
+  EXPECT_LE(rel_l2(download(dg, n), want_glu), 1e-6);
+  EXPECT_LE(rel_l2(download(dg2, n), want_glu), 1e-6);
+
+  // RoPE with YaRN (gpt-oss's: factor 32 over 4096 positions, base 150000).
+  const int64_t hd = 64, n_head = 3;
+  const std::vector<float> x = random_floats(n_tok * n_head * hd, 37);
+  const std::vector<int32_t> pos = {0, 1, 17, 300, 4095};
+  const float freq_base = 150000.0f, freq_scale = 1.0f / 32.0f;
+  const compute::Yarn y = compute::yarn(hd, 4096, freq_base, 32.0f, 1.0f, 1.0f, 1.0f);
+  std::vector<float> want_x = x;
+  for (int64_t t = 0; t < n_tok; ++t) {
+    for (int64_t h = 0; h < n_head; ++h) {
+      compute::rope_yarn(want_x.data() + (t * n_head + h) * hd, hd, pos[t], freq_base, freq_scale,
+                         nullptr, y, true);
+    }
+  }
+  RopeParams p;
+  p.head_dim = hd;
+  p.n_rot = hd;
+  p.freq_base = freq_base;
+  p.freq_scale = freq_scale;
+  p.neox = true;
+  p.ext_factor = y.ext_factor;
+  p.corr_lo = y.corr_lo;
+  p.corr_hi = y.corr_hi;
+  p.mscale = y.attn_factor * (1.0f + 0.1f * std::log(1.0f / freq_scale));
+  DeviceBuffer dx = upload(x), dpos = upload(pos);
+  rope(dx.as<float>(), n_tok, n_head, n_head * hd, dpos.as<int32_t>(), p, stream_.handle());
+  ASSERT_TRUE(stream_.synchronize());
+  EXPECT_LE(rel_l2(download(dx, x.size()), want_x), 1e-6);
+}
+
 TEST_F(CudaTest, MoeRoutingAndRowsMatchCpu) {
   const int64_t n_tok = 7, ne = 8, k = 3, width = 300;
   std::vector<float> probs = random_floats(n_tok * ne, 21, 2.0f);

@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(256)
   grid_dep_wait();
   grid_dep_launch();
   const int64_t base = static_cast<int64_t>(blockIdx.x) * 256, i = base + threadIdx.x;
-  const float v = apply<kOp>(gate[i]) * up[i];
+  const float v = glu_one<kOp>(gate[i], up[i]);
   gate[i] = v;
   quantize_256<kFormat>(v, base, q, d, s, sh);
 }
@@ -124,6 +124,9 @@ ActQ8 glu_quantize(UnaryOp op, float* gate, const float* up, int64_t n, ActForma
       break;
     case UnaryOp::kGeluTanhFp16:
       launch_glu<UnaryOp::kGeluTanhFp16>(format, grid, gate, up, o, stream);
+      break;
+    case UnaryOp::kSwigluOai:
+      launch_glu<UnaryOp::kSwigluOai>(format, grid, gate, up, o, stream);
       break;
   }
   return ActQ8{o.q, o.d, o.s, gate};

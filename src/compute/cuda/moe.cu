@@ -6,9 +6,10 @@ namespace hypura::compute::cuda {
 namespace {
 
 // The k largest of p (n_expert) in order, ties to the lower id, and their weights
-// renormalised to sum to one (the CPU's routing rule). n_expert * k comparisons, a few
-// thousand at most: one thread.
-__device__ void top_k_row(const float* p, int n_expert, int k, int32_t* sel, float* w) {
+// renormalised to sum to one (the CPU's routing rule), or with softmax_of_k their softmax
+// (p are then logits: gpt-oss). n_expert * k comparisons, a few thousand at most: one thread.
+__device__ void top_k_row(const float* p, int n_expert, int k, int32_t* sel, float* w,
+                          bool softmax_of_k = false) {
   float sum = 0.0f;
   for (int slot = 0; slot < k; ++slot) {
     int best = -1;
@@ -21,6 +22,16 @@ __device__ void top_k_row(const float* p, int n_expert, int k, int32_t* sel, flo
     sel[slot] = best;
     w[slot] = p[best];
     sum = __fadd_rn(sum, p[best]);
+  }
+  if (softmax_of_k) {  // compute::softmax: the first slot holds the max
+    double total = 0.0;
+    for (int slot = 0; slot < k; ++slot) {
+      w[slot] = expf(w[slot] - p[sel[0]]);
+      total += static_cast<double>(w[slot]);
+    }
+    const float inv = static_cast<float>(1.0 / total);
+    for (int slot = 0; slot < k; ++slot) w[slot] = __fmul_rn(w[slot], inv);
+    return;
   }
   for (int slot = 0; slot < k; ++slot) w[slot] = __fdiv_rn(w[slot], sum);
 }
@@ -36,18 +47,34 @@ __global__ void top_k_kernel(const float* __restrict__ probs, int n_tokens, int 
             selected + static_cast<int64_t>(t) * k, weights + static_cast<int64_t>(t) * k);
 }
 
-// One block per token: the softmax of its router logits, then its top k (thread 0), in one
-// launch instead of two.
+// One block per token: the router bias (if any) and the softmax of its router logits, then
+// its top k (thread 0), in one launch instead of two; softmax_of_k: top k of the logits,
+// then their softmax.
 __global__ void __launch_bounds__(kSoftmaxThreads)
     route_kernel(float* __restrict__ probs, int n_expert, int k, int32_t* __restrict__ selected,
-                 float* __restrict__ weights) {
+                 float* __restrict__ weights, const float* __restrict__ bias, bool softmax_of_k) {
   grid_dep_wait();
   grid_dep_launch();
   const int64_t t = blockIdx.x;
   float* p = probs + t * n_expert;
-  softmax_row(p, n_expert);
+  if (bias != nullptr) {
+    for (int i = threadIdx.x; i < n_expert; i += kSoftmaxThreads) p[i] = __fadd_rn(p[i], bias[i]);
+    __syncthreads();
+  }
+  if (!softmax_of_k) softmax_row(p, n_expert);
   __syncthreads();  // the row's probabilities, written by every thread, for thread 0
-  if (threadIdx.x == 0) top_k_row(p, n_expert, k, selected + t * k, weights + t * k);
+  if (threadIdx.x == 0) top_k_row(p, n_expert, k, selected + t * k, weights + t * k, softmax_of_k);
+}
+
+// rows[r, :] += bias[ids[r], :] (width floats per row).
+__global__ void add_rows_by_id_kernel(float* __restrict__ rows, const float* __restrict__ bias,
+                                      const int32_t* __restrict__ ids, int64_t n, int width) {
+  grid_dep_wait();
+  grid_dep_launch();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n * width) return;
+  const int64_t r = i / width;
+  rows[i] = __fadd_rn(rows[i], bias[static_cast<int64_t>(ids[r]) * width + i % width]);
 }
 
 __global__ void gather_kernel(const float* __restrict__ x, const int32_t* __restrict__ pairs,
@@ -100,10 +127,18 @@ void moe_top_k(const float* probs, int64_t n_tokens, int64_t n_expert, int64_t k
 }
 
 void moe_route(float* probs, int64_t n_tokens, int64_t n_expert, int64_t k, int32_t* selected,
-               float* weights, StreamHandle stream) {
+               float* weights, StreamHandle stream, const float* bias, bool softmax_of_k) {
   if (n_tokens == 0) return;
   launch_kernel(route_kernel, static_cast<unsigned>(n_tokens), kSoftmaxThreads, 0, stream, probs,
-                static_cast<int>(n_expert), static_cast<int>(k), selected, weights);
+                static_cast<int>(n_expert), static_cast<int>(k), selected, weights, bias,
+                softmax_of_k);
+}
+
+void add_rows_by_id(float* rows, const float* bias, const int32_t* ids, int64_t n, int64_t width,
+                    StreamHandle stream) {
+  if (n == 0 || bias == nullptr) return;
+  launch_kernel(add_rows_by_id_kernel, blocks_for(n * width), 256, 0, stream, rows, bias, ids, n,
+                static_cast<int>(width));
 }
 
 void gather_rows(const float* x, const int32_t* pairs, int64_t n, int64_t k, int64_t width,

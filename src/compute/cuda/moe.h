@@ -12,9 +12,17 @@
 namespace hypura::compute::cuda {
 
 // softmax() of each token's router logits in place, then moe_top_k() of them, in one launch
-// (the same results as the two).
+// (the same results as the two). bias (n_expert, or null) is added to the logits first;
+// softmax_of_k (gpt-oss's gating): the top k of the logits, their weights the softmax of
+// the k.
 void moe_route(float* probs, int64_t n_tokens, int64_t n_expert, int64_t k, int32_t* selected,
-               float* weights, StreamHandle stream);
+               float* weights, StreamHandle stream, const float* bias = nullptr,
+               bool softmax_of_k = false);
+
+// rows[r, :] += bias[ids[r], :] for r < n: each (token, slot) row its expert's bias row
+// (gpt-oss's expert biases). Nothing when bias is null.
+void add_rows_by_id(float* rows, const float* bias, const int32_t* ids, int64_t n, int64_t width,
+                    StreamHandle stream);
 
 // probs: (n_tokens, n_expert), already softmaxed. For each token: the k most probable
 // experts by slot (the lower id on ties), selected (n_tokens, k), and their probabilities

@@ -17,7 +17,8 @@ struct RopeTarget {
 // second's (n_first of them).
 __global__ void rope_kernel(RopeTarget t0, RopeTarget t1, int n_first, const int32_t* pos,
                             int head_dim, int n_rot, float theta_scale, float freq_scale,
-                            const float* freq_factors, bool neox, int n_pairs_total) {
+                            const float* freq_factors, bool neox, int n_pairs_total,
+                            float ext_factor, float corr_lo, float corr_hi, float mscale) {
   grid_dep_wait();
   grid_dep_launch();
   int idx = blockIdx.x * blockDim.x + threadIdx.x;
@@ -34,9 +35,17 @@ __global__ void rope_kernel(RopeTarget t0, RopeTarget t1, int n_first, const int
   float theta_base = static_cast<float>(pos[t]);
   for (int k = 0; k < i; ++k) theta_base *= theta_scale;  // the CPU's sequence of roundings
   const float ff = freq_factors ? freq_factors[i] : 1.0f;
-  const float theta = freq_scale * (theta_base / ff);
+  const float theta_extrap = theta_base / ff;
+  float theta = freq_scale * theta_extrap;
+  if (ext_factor != 0.0f) {
+    const float r = (static_cast<float>(i) - corr_lo) / fmaxf(0.001f, corr_hi - corr_lo);
+    const float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, r))) * ext_factor;
+    theta = theta * (1.0f - mix) + theta_extrap * mix;
+  }
   float s, c;
   sincosf(theta, &s, &c);
+  c *= mscale;
+  s *= mscale;
   float* h = x + t * token_stride + static_cast<int64_t>(head) * head_dim;
   const int a = neox ? i : 2 * i;
   const int b = neox ? i + half : 2 * i + 1;
@@ -55,7 +64,8 @@ void launch_rope(RopeTarget t0, RopeTarget t1, int64_t n_tokens, const int32_t* 
   const unsigned grid = static_cast<unsigned>((total + 255) / 256);
   launch_kernel(rope_kernel, grid, 256, 0, stream, t0, t1, static_cast<int>(first), pos,
                 static_cast<int>(p.head_dim), static_cast<int>(p.n_rot), theta_scale, p.freq_scale,
-                p.freq_factors, p.neox, static_cast<int>(total));
+                p.freq_factors, p.neox, static_cast<int>(total), p.ext_factor, p.corr_lo, p.corr_hi,
+                p.mscale);
 }
 
 }  // namespace

@@ -16,6 +16,12 @@ struct RopeParams {
   float freq_scale = 1.0f;
   const float* freq_factors = nullptr;  // (n_rot / 2) device floats, or nullptr
   bool neox = false;
+  // YaRN (compute::rope_yarn): ext_factor != 0 blends the interpolated and original angles
+  // of pairs between corr_lo and corr_hi; cos and sin are multiplied by mscale (the
+  // attention factor times 1 + 0.1 ln(1 / freq_scale) with YaRN).
+  float ext_factor = 0.0f;
+  float corr_lo = 0.0f, corr_hi = 0.0f;
+  float mscale = 1.0f;
 };
 
 // x: n_tokens rows of n_head heads of head_dim floats, rows token_stride floats apart,

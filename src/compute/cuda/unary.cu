@@ -18,7 +18,7 @@ __global__ void glu_kernel(float* __restrict__ gate, const float* __restrict__ u
   grid_dep_wait();
   grid_dep_launch();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) gate[i] = apply<kOp>(gate[i]) * up[i];
+  if (i < n) gate[i] = glu_one<kOp>(gate[i], up[i]);
 }
 
 }  // namespace
@@ -36,6 +36,9 @@ void glu(UnaryOp op, float* gate, const float* up, int64_t n, StreamHandle strea
     case UnaryOp::kGeluTanhFp16:
       launch_kernel(glu_kernel<UnaryOp::kGeluTanhFp16>, grid, 256, 0, stream, gate, up, n);
       break;
+    case UnaryOp::kSwigluOai:
+      launch_kernel(glu_kernel<UnaryOp::kSwigluOai>, grid, 256, 0, stream, gate, up, n);
+      break;
   }
 }
 
@@ -51,6 +54,8 @@ void unary(UnaryOp op, float* x, int64_t n, StreamHandle stream) {
       break;
     case UnaryOp::kGeluTanhFp16:
       launch_kernel(unary_kernel<UnaryOp::kGeluTanhFp16>, grid, 256, 0, stream, x, n);
+      break;
+    case UnaryOp::kSwigluOai:  // gated only
       break;
   }
 }
