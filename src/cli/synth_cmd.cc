@@ -53,6 +53,10 @@ const std::vector<std::pair<const char*, int64_t synth::Shape::*>>& dim_flags() 
       {"n-expert-used", &synth::Shape::n_expert_used},
       {"n-ff-exp", &synth::Shape::n_ff_exp},
       {"n-ctx", &synth::Shape::n_ctx},
+      {"n-rot", &synth::Shape::n_rot},
+      {"n-expert-shared", &synth::Shape::n_expert_shared},
+      {"n-dense-lead", &synth::Shape::n_dense_lead},
+      {"n-nextn", &synth::Shape::n_nextn},
   };
   return kFlags;
 }
@@ -166,6 +170,11 @@ void print_plan(const synth::SynthSpec& spec, const synth::SynthSummary& sum) {
                  static_cast<long long>(s.n_expert), static_cast<long long>(s.n_expert_used),
                  static_cast<long long>(s.n_ff_exp));
   }
+  if (s.n_expert_shared + s.n_dense_lead + s.n_nextn > 0 || (s.n_rot > 0 && s.n_rot < s.head_dim)) {
+    std::fprintf(stderr, " shared %lld dense-lead %lld nextn %lld n_rot %lld",
+                 static_cast<long long>(s.n_expert_shared), static_cast<long long>(s.n_dense_lead),
+                 static_cast<long long>(s.n_nextn), static_cast<long long>(s.n_rot));
+  }
   std::fprintf(stderr,
                "\nsynth: %zu tensors, %.3f B parameters, %s of tensor data; vocab from %s\n",
                sum.n_tensors, static_cast<double>(sum.n_params) / 1e9,
@@ -221,11 +230,12 @@ std::function<int()> setup_synth(CLI::App& app) {
   app.add_option("--preset", args->preset,
                  "shape: tiny, 1b, 8b, moe, 70b, mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, "
                  "deepseek-v2-lite, deepseek2-tiny, deepseek2-lite-tiny, gpt-oss-20b, "
-                 "gpt-oss-120b, gpt-oss-tiny")
+                 "gpt-oss-120b, gpt-oss-tiny, glm-4.5-air, glm4moe-tiny")
       ->capture_default_str();
-  app.add_option("--arch", args->arch,
-                 "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe, deepseek2, gpt-oss (default: "
-                 "the preset's)");
+  app.add_option(
+      "--arch", args->arch,
+      "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe, deepseek2, gpt-oss, glm4moe (default: "
+      "the preset's)");
   app.add_option("--quant", args->quant, "quant mix: f32, f16, q8_0, q4_k_m, q5_k_m, mxfp4_moe")
       ->capture_default_str();
   app.add_option("--vocab-from", args->vocab_from,

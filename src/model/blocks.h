@@ -118,11 +118,11 @@ class Blocks {
   virtual void project_qkv(const AttnViews& a, const float* in) = 0;
   // rows (n_tokens, b.n_cols) += b
   virtual void add_bias(float* rows, const WeightView& b) = 0;
-  // q(), k(), v() += the layer's q/k/v biases.
+  // q(), k(), v() += the layer's q/k/v biases, those the file has.
   void add_qkv_biases(const AttnViews& a) {
-    add_bias(q(), a.bq);
-    add_bias(k(), a.bk);
-    add_bias(v(), a.bv);
+    if (a.bq.data != nullptr) add_bias(q(), a.bq);
+    if (a.bk.data != nullptr) add_bias(k(), a.bk);
+    if (a.bv.data != nullptr) add_bias(v(), a.bv);
   }
   // Per-head RMS norm: rows (n_tokens, n_heads * w.n_cols), each head normed by w.
   virtual void head_norm(float* rows, int64_t n_heads, const WeightView& w) = 0;

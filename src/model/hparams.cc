@@ -16,7 +16,7 @@ struct ArchEntry {
 constexpr ArchEntry kArchs[] = {
     {"llama", Arch::kLlama},    {"qwen2", Arch::kQwen2},       {"qwen3", Arch::kQwen3},
     {"gemma3", Arch::kGemma3},  {"qwen3moe", Arch::kQwen3Moe}, {"deepseek2", Arch::kDeepseek2},
-    {"gpt-oss", Arch::kGptOss},
+    {"gpt-oss", Arch::kGptOss}, {"glm4moe", Arch::kGlm4Moe},
 };
 
 // Reads "<arch>.<key>" as an integer; arrays (per-layer values) must be uniform.
@@ -140,6 +140,7 @@ Status read_routing(HParams& hp, const KeyReader& keys, const gguf::Metadata& md
   HYPURA_RETURN_IF_ERROR(st);
   switch (gating) {
     case 0:  // none: the architecture's own
+      if (hp.arch == Arch::kGlm4Moe) hp.expert_gating = ExpertGating::kSigmoid;
       break;
     case 1:
       hp.expert_gating = ExpertGating::kSoftmax;
@@ -260,7 +261,7 @@ Status read_mla(HParams& hp, const KeyReader& keys) {
 
 const char* supported_architectures() {
   return "llama (incl. Mistral and Mixtral-style MoE), qwen2, qwen3, gemma3, qwen3moe, deepseek2, "
-         "gpt-oss";
+         "gpt-oss, glm4moe";
 }
 
 const char* arch_name(Arch arch) {
@@ -289,6 +290,12 @@ Result<HParams> read_hparams(const gguf::GgufFile& file) {
   Status st;
   HYPURA_ASSIGN_OR_RETURN(hp.n_embd, keys.require_int("embedding_length"));
   HYPURA_ASSIGN_OR_RETURN(hp.n_layer, keys.require_int("block_count"));
+  // NextN/MTP layers follow the model's own (glm4moe); llama.cpp's forward pass skips them.
+  hp.n_layer_nextn = keys.int_or("nextn_predict_layers", 0, &st);
+  if (hp.n_layer_nextn >= hp.n_layer) {
+    return corrupt(keys.key("nextn_predict_layers") + " must be below the block count");
+  }
+  hp.n_layer -= hp.n_layer_nextn;
   HYPURA_ASSIGN_OR_RETURN(hp.n_head, keys.require_int("attention.head_count"));
   hp.n_ctx_train = keys.int_or("context_length", 4096, &st);
   hp.n_head_kv = keys.int_or("attention.head_count_kv", hp.n_head, &st);
@@ -312,7 +319,8 @@ Result<HParams> read_hparams(const gguf::GgufFile& file) {
   hp.rope_freq_base = keys.float_or("rope.freq_base", 10000.0f);
   HYPURA_RETURN_IF_ERROR(read_rope_scaling(hp, keys, md));
   hp.n_vocab = vocab_rows(file);
-  if ((hp.arch == Arch::kQwen3Moe || hp.arch == Arch::kGptOss) && hp.n_expert == 0) {
+  if ((hp.arch == Arch::kQwen3Moe || hp.arch == Arch::kGptOss || hp.arch == Arch::kGlm4Moe) &&
+      hp.n_expert == 0) {
     return corrupt(hp.arch_name + " model without " + keys.key("expert_count"));
   }
   if (hp.arch == Arch::kGptOss && hp.n_swa <= 0) {

@@ -20,7 +20,7 @@ class GgufFile;
 
 namespace hypura::model {
 
-enum class Arch { kLlama, kQwen2, kQwen3, kGemma3, kQwen3Moe, kDeepseek2, kGptOss };
+enum class Arch { kLlama, kQwen2, kQwen3, kGemma3, kQwen3Moe, kDeepseek2, kGptOss, kGlm4Moe };
 
 // A gated FFN's activation of gate (times up): SiLU, tanh GELU, or gpt-oss's clamped
 // SwiGLU (gate clamped above, up clamped both ways and shifted by 1, sigmoid(alpha x)).
@@ -33,7 +33,7 @@ enum class ExpertGating {
   kSoftmaxWeight,  // top-k of the raw logits, softmax over the k chosen
 };
 
-// "llama, qwen2, qwen3, gemma3, qwen3moe": for error messages.
+// "llama, qwen2, qwen3, gemma3, qwen3moe, glm4moe": for error messages.
 const char* supported_architectures();
 const char* arch_name(Arch arch);
 
@@ -43,7 +43,8 @@ struct HParams {
   int64_t n_vocab = 0;
   int64_t n_ctx_train = 0;
   int64_t n_embd = 0;
-  int64_t n_layer = 0;
+  int64_t n_layer = 0;        // layers the forward pass runs (block_count less n_layer_nextn)
+  int64_t n_layer_nextn = 0;  // nextn_predict_layers: MTP layers stored after them, unused
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;    // per-head size of q and k (attention.key_length)

@@ -20,10 +20,14 @@ Status llama_layer(Blocks& b, int64_t il) {
   b.linear(a.wo, b.attn(), b.cur());
   b.residual(b.x(), b.cur());
 
+  return residual_ffn(b, il);
+}
+
+Status residual_ffn(Blocks& b, int64_t il) {
   FfnViews f;
   HYPURA_RETURN_IF_ERROR(b.acquire_ffn(il, &f));
   b.norm(b.x(), f.norm, b.cur());
-  if (hp.is_moe_layer(il)) {
+  if (b.hp().is_moe_layer(il)) {
     HYPURA_RETURN_IF_ERROR(b.moe_ffn(il, f, b.cur(), b.cur()));
   } else {
     b.dense_ffn(f, FfnAct::kSilu, b.cur(), b.cur());
@@ -48,6 +52,8 @@ LayerFn layer_fn(Arch arch) {
       return deepseek2_layer;
     case Arch::kGptOss:
       return gpt_oss_layer;
+    case Arch::kGlm4Moe:
+      return glm4moe_layer;
   }
   return nullptr;
 }

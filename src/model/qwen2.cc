@@ -19,13 +19,7 @@ Status qwen2_layer(Blocks& b, int64_t il) {
   b.attention(il, /*swa=*/false, hp.kq_scale);
   b.linear(a.wo, b.attn(), b.cur());
   b.residual(b.x(), b.cur());
-
-  FfnViews f;
-  HYPURA_RETURN_IF_ERROR(b.acquire_ffn(il, &f));
-  b.norm(b.x(), f.norm, b.cur());
-  b.dense_ffn(f, FfnAct::kSilu, b.cur(), b.cur());
-  b.residual(b.x(), b.cur());
-  return Status::ok();
+  return residual_ffn(b, il);
 }
 
 }  // namespace hypura::model

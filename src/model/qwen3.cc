@@ -24,16 +24,7 @@ Status qwen3_layer(Blocks& b, int64_t il) {
   b.linear(a.wo, b.attn(), b.cur());
   b.residual(b.x(), b.cur());
 
-  FfnViews f;
-  HYPURA_RETURN_IF_ERROR(b.acquire_ffn(il, &f));
-  b.norm(b.x(), f.norm, b.cur());
-  if (hp.is_moe_layer(il)) {
-    HYPURA_RETURN_IF_ERROR(b.moe_ffn(il, f, b.cur(), b.cur()));
-  } else {
-    b.dense_ffn(f, FfnAct::kSilu, b.cur(), b.cur());
-  }
-  b.residual(b.x(), b.cur());
-  return Status::ok();
+  return residual_ffn(b, il);
 }
 
 }  // namespace hypura::model

@@ -106,6 +106,13 @@ void find_attention(Finder& f, const HParams& hp, const std::string& p, LayerWei
     w.q_norm = f.require_f32(p + "attn_q_norm.weight", {hp.head_dim});
     w.k_norm = f.require_f32(p + "attn_k_norm.weight", {hp.head_dim});
   }
+  if (hp.arch == Arch::kGlm4Moe) {  // GLM-4.5: biases; q/k norms in some variants
+    w.bq = f.optional_f32(p + "attn_q.bias", {hp.q_width()});
+    w.bk = f.optional_f32(p + "attn_k.bias", {hp.k_width()});
+    w.bv = f.optional_f32(p + "attn_v.bias", {hp.v_width()});
+    w.q_norm = f.optional_f32(p + "attn_q_norm.weight", {hp.head_dim});
+    w.k_norm = f.optional_f32(p + "attn_k_norm.weight", {hp.head_dim});
+  }
   if (hp.arch == Arch::kGemma3) {
     w.post_attn_norm = f.require_f32(p + "post_attention_norm.weight", {e});
   }
@@ -113,9 +120,10 @@ void find_attention(Finder& f, const HParams& hp, const std::string& p, LayerWei
 
 void find_ffn(Finder& f, const HParams& hp, int64_t il, const std::string& p, LayerWeights& w) {
   const int64_t e = hp.n_embd;
-  // gpt-oss names its FFN's input norm post_attention_norm (it follows the attention).
-  w.ffn_norm = f.require_f32(
-      p + (hp.arch == Arch::kGptOss ? "post_attention_norm.weight" : "ffn_norm.weight"), {e});
+  // gpt-oss and glm4moe name their FFN's input norm post_attention_norm (it follows the
+  // attention).
+  const bool post = hp.arch == Arch::kGptOss || hp.arch == Arch::kGlm4Moe;
+  w.ffn_norm = f.require_f32(p + (post ? "post_attention_norm.weight" : "ffn_norm.weight"), {e});
   if (hp.arch == Arch::kGemma3) w.post_ffn_norm = f.require_f32(p + "post_ffw_norm.weight", {e});
   if (hp.is_moe_layer(il)) {
     const int64_t ffe = hp.n_ff_expert, ne = hp.n_expert;

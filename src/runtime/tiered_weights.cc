@@ -182,13 +182,13 @@ Result<scheduler::PlannedModel> plan_weights(const gguf::GgufFile& file,
 }
 
 // What the host does not hold: the plan's GPU tensors (a tied embedding stays: it is
-// kRam, the CPU's embedding reads it).
+// kRam, the CPU's embedding reads it) and the tensors the plan leaves out (NextN layers).
 std::vector<bool> TieredWeights::on_gpu_only(const gguf::GgufFile& file) const {
-  std::vector<bool> absent(file.tensors().size(), false);
+  std::vector<bool> absent(file.tensors().size(), true);
   const scheduler::Plan& plan = planned_.plan;
   for (size_t i = 0; i < planned_.tensors.tensors.size(); ++i) {
     const int32_t id = planned_.tensors.tensors[i].file_index;
-    if (id >= 0 && plan.tiers[i] == scheduler::Tier::kGpu) absent[static_cast<size_t>(id)] = true;
+    if (id >= 0) absent[static_cast<size_t>(id)] = plan.tiers[i] == scheduler::Tier::kGpu;
   }
   return absent;
 }

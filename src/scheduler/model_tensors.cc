@@ -75,6 +75,9 @@ Result<ModelTensors> model_tensors_from_gguf(const gguf::GgufFile& file) {
   m.name = md.get_string("general.name").value_or("");
   const std::string& a = m.architecture;
   m.n_layer = static_cast<int>(arch_int(md, a, "block_count", 0));
+  // NextN/MTP layers (glm4moe) come after the model's own, which never run them.
+  const int n_nextn = static_cast<int>(arch_int(md, a, "nextn_predict_layers", 0));
+  if (n_nextn > 0 && n_nextn < m.n_layer) m.n_layer -= n_nextn;
   m.n_embd = arch_int(md, a, "embedding_length", 0);
   if (m.n_layer <= 0 || m.n_embd <= 0) {
     return corrupt("model metadata lacks " + a + ".block_count or " + a + ".embedding_length");
@@ -102,6 +105,7 @@ Result<ModelTensors> model_tensors_from_gguf(const gguf::GgufFile& file) {
   for (size_t i = 0; i < infos.size(); ++i) {
     const gguf::TensorInfo& ti = infos[i];
     model::TensorClass c = model::classify_tensor(ti.name, a);
+    if (c.layer >= m.n_layer) continue;  // a NextN layer's: not placed, loaded or streamed
     TensorDesc t;
     t.name = ti.name;
     t.role = c.role;

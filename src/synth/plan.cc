@@ -23,6 +23,7 @@ enum class Kind {
   kNorm,
   kBias,
   kSinks,
+  kSelectionBias,  // exp_probs_b: large enough to change which experts are chosen
 };
 
 // llama.cpp's use_more_bits(): the first and last eighth of the layers, and every third
@@ -82,7 +83,8 @@ GgmlType k_mix_type(const Context& c, Kind kind, int64_t layer) {
 
 // ne: the tensor's dimensions (three for stacked experts).
 GgmlType choose_type(const Context& c, Kind kind, int64_t layer, const std::vector<int64_t>& ne) {
-  if (kind == Kind::kNorm || kind == Kind::kBias || kind == Kind::kSinks || kind == Kind::kRouter)
+  if (kind == Kind::kNorm || kind == Kind::kBias || kind == Kind::kSinks ||
+      kind == Kind::kSelectionBias || kind == Kind::kRouter)
     return GgmlType::F32;
   switch (c.spec.mix) {
     case QuantMix::kF32:
@@ -106,6 +108,8 @@ ValueSpec values_for(Kind kind, int64_t fan_in) {
       return {0.0f, 0.02f};
     case Kind::kSinks:
       return {0.0f, 1.0f};  // logits on the scale of attention scores
+    case Kind::kSelectionBias:
+      return {0.0f, 0.1f};
     default:
       return {0.0f, 1.0f / std::sqrt(static_cast<float>(fan_in))};
   }
@@ -118,7 +122,7 @@ class Planner {
 
   std::vector<TensorPlan> run() {
     add("token_embd.weight", Kind::kTokenEmbd, -1, {s_.n_embd, s_.n_vocab});
-    for (int64_t il = 0; il < s_.n_layer; ++il) add_layer(il);
+    for (int64_t il = 0; il < s_.n_layer + s_.n_nextn; ++il) add_layer(il);
     add("output_norm.weight", Kind::kNorm, -1, {s_.n_embd});
     if (c_.has_output) add("output.weight", Kind::kOutput, -1, {s_.n_embd, s_.n_vocab});
     return std::move(out_);
@@ -165,12 +169,15 @@ class Planner {
     }
     add_experts(il);
     if (m.sigmoid) add_blk(il, "exp_probs_b.bias", Kind::kBias, {s_.n_expert});
-    const int64_t sh = s_.n_ff_exp * m.n_expert_shared;
-    if (sh > 0) {
-      add_blk(il, "ffn_gate_shexp.weight", Kind::kFfnGateUp, {e, sh});
-      add_blk(il, "ffn_up_shexp.weight", Kind::kFfnGateUp, {e, sh});
-      add_blk(il, "ffn_down_shexp.weight", Kind::kFfnDown, {sh, e});
-    }
+    add_shared_expert(il, s_.n_ff_exp * m.n_expert_shared);
+  }
+
+  // Shared experts of `width` (0: none): a dense SwiGLU beside the routed ones.
+  void add_shared_expert(int64_t il, int64_t width) {
+    if (width == 0) return;
+    add_blk(il, "ffn_gate_shexp.weight", Kind::kFfnGateUp, {s_.n_embd, width});
+    add_blk(il, "ffn_up_shexp.weight", Kind::kFfnGateUp, {s_.n_embd, width});
+    add_blk(il, "ffn_down_shexp.weight", Kind::kFfnDown, {width, s_.n_embd});
   }
 
   void add_layer(int64_t il) {
@@ -184,7 +191,7 @@ class Planner {
     add_blk(il, "attn_q.weight", Kind::kAttnQ, {s_.n_embd, n_q});
     add_blk(il, "attn_k.weight", Kind::kAttnK, {s_.n_embd, n_kv});
     add_blk(il, "attn_v.weight", Kind::kAttnV, {s_.n_embd, n_kv});
-    if (arch == Arch::kQwen2 || gpt_oss) {
+    if (arch == Arch::kQwen2 || gpt_oss || arch == Arch::kGlm4Moe) {
       add_blk(il, "attn_q.bias", Kind::kBias, {n_q});
       add_blk(il, "attn_k.bias", Kind::kBias, {n_kv});
       add_blk(il, "attn_v.bias", Kind::kBias, {n_kv});
@@ -198,11 +205,12 @@ class Planner {
       add_blk(il, "attn_output.bias", Kind::kBias, {s_.n_embd});
       add_blk(il, "attn_sinks.weight", Kind::kSinks, {s_.n_head});
     }
-    // gpt-oss's FFN input norm is named post_attention_norm; it has no ffn_norm.
-    if (arch == Arch::kGemma3 || gpt_oss)
+    // gpt-oss's and glm4moe's FFN input norm is named post_attention_norm; no ffn_norm.
+    const bool post_norm = gpt_oss || arch == Arch::kGlm4Moe;
+    if (arch == Arch::kGemma3 || post_norm)
       add_blk(il, "post_attention_norm.weight", Kind::kNorm, {s_.n_embd});
-    if (!gpt_oss) add_blk(il, "ffn_norm.weight", Kind::kNorm, {s_.n_embd});
-    if (arch_is_moe(arch)) {
+    if (!post_norm) add_blk(il, "ffn_norm.weight", Kind::kNorm, {s_.n_embd});
+    if (arch_is_moe(arch) && il >= s_.n_dense_lead) {
       add_experts(il);
     } else {
       add_blk(il, "ffn_gate.weight", Kind::kFfnGateUp, {s_.n_embd, s_.n_ff});
@@ -210,6 +218,15 @@ class Planner {
       add_blk(il, "ffn_down.weight", Kind::kFfnDown, {s_.n_ff, s_.n_embd});
     }
     if (arch == Arch::kGemma3) add_blk(il, "post_ffw_norm.weight", Kind::kNorm, {s_.n_embd});
+    if (il >= s_.n_layer) add_nextn(il);
+  }
+
+  // A NextN (multi-token prediction) layer's own tensors, as llama.cpp loads them.
+  void add_nextn(int64_t il) {
+    add_blk(il, "nextn.eh_proj.weight", Kind::kFfnGateUp, {2 * s_.n_embd, s_.n_embd});
+    add_blk(il, "nextn.enorm.weight", Kind::kNorm, {s_.n_embd});
+    add_blk(il, "nextn.hnorm.weight", Kind::kNorm, {s_.n_embd});
+    add_blk(il, "nextn.shared_head_norm.weight", Kind::kNorm, {s_.n_embd});
   }
 
   // Stacked experts: ne = {n_embd, n_ff_exp, n_expert} for gate/up, {n_ff_exp, n_embd,
@@ -225,6 +242,10 @@ class Planner {
     if (biases) add_blk(il, "ffn_up_exps.bias", Kind::kBias, {s_.n_ff_exp, s_.n_expert});
     add_blk(il, "ffn_down_exps.weight", Kind::kFfnDown, {s_.n_ff_exp, s_.n_embd, s_.n_expert});
     if (biases) add_blk(il, "ffn_down_exps.bias", Kind::kBias, {s_.n_embd, s_.n_expert});
+    if (c_.spec.arch == Arch::kGlm4Moe) {
+      add_blk(il, "exp_probs_b.bias", Kind::kSelectionBias, {s_.n_expert});
+    }
+    add_shared_expert(il, s_.n_ff_exp * s_.n_expert_shared);
   }
 
   Context c_;

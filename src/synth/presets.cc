@@ -22,6 +22,7 @@ constexpr ArchName kArchNames[] = {
     {Arch::kQwen3Moe, "qwen3moe", "qwen3moe", true},
     {Arch::kDeepseek2, "deepseek2", "deepseek2", true},
     {Arch::kGptOss, "gpt-oss", "gpt-oss", true},
+    {Arch::kGlm4Moe, "glm4moe", "glm4moe", true},
 };
 
 const ArchName& arch_entry(Arch arch) {
@@ -68,8 +69,9 @@ Status check_mla(const Shape& s) {
 Status check_experts(Arch arch, Shape& s) {
   if (!arch_is_moe(arch)) {
     if (s.n_expert != 0) {
-      return invalid_argument(std::string(arch_cli_name(arch)) +
-                              " is dense; use --arch mixtral, qwen3moe or gpt-oss for experts");
+      return invalid_argument(
+          std::string(arch_cli_name(arch)) +
+          " is dense; use --arch mixtral, qwen3moe, gpt-oss or glm4moe for experts");
     }
     return check_range("n_ff", s.n_ff, 1, kMaxDim);
   }
@@ -86,11 +88,33 @@ Status check_experts(Arch arch, Shape& s) {
   return check_range("n_ff", s.n_ff, 1, kMaxDim);
 }
 
+// glm4moe's parts: partial RoPE, shared experts, leading dense layers, NextN layers.
+Status check_glm_parts(Arch arch, Shape& s) {
+  if (arch != Arch::kGlm4Moe) {
+    if (s.n_rot != 0 || s.n_expert_shared != 0 || s.n_dense_lead != 0 || s.n_nextn != 0 ||
+        s.expert_weights_scale != 1.0) {
+      return invalid_argument(
+          "n_rot, n_expert_shared, n_dense_lead, n_nextn and the expert weights scale are "
+          "glm4moe's (--arch glm4moe)");
+    }
+    return Status::ok();
+  }
+  if (s.n_rot == 0) s.n_rot = s.head_dim;
+  HYPURA_RETURN_IF_ERROR(check_range("n_rot", s.n_rot, 2, s.head_dim));
+  if (s.n_rot % 2 != 0) return invalid_argument("n_rot must be even (rope rotates pairs)");
+  HYPURA_RETURN_IF_ERROR(check_range("n_expert_shared", s.n_expert_shared, 0, 64));
+  HYPURA_RETURN_IF_ERROR(check_range("n_dense_lead", s.n_dense_lead, 0, s.n_layer));
+  HYPURA_RETURN_IF_ERROR(check_range("n_nextn", s.n_nextn, 0, 16));
+  if (!(s.expert_weights_scale > 0)) return invalid_argument("expert weights scale must be > 0");
+  return Status::ok();
+}
+
 // Quantized mixes need every row length to be a multiple of 32 (the legacy block size;
 // K-quant rows that are not multiples of 256 fall back as llama-quantize does).
 Status check_row_lengths(const SynthSpec& spec) {
   if (spec.mix == QuantMix::kF32 || spec.mix == QuantMix::kF16) return Status::ok();
   const Shape& s = spec.shape;
+  const bool dense_ffn = !arch_is_moe(spec.arch) || s.n_dense_lead > 0;
   const Mla& m = s.mla;
   const int64_t nope = spec.arch == Arch::kDeepseek2 ? s.head_dim - m.qk_rope : 32;
   int64_t rows[] = {s.n_embd,
@@ -99,7 +123,8 @@ Status check_row_lengths(const SynthSpec& spec) {
                     nope,
                     m.q_lora_rank,
                     m.kv_lora_rank,
-                    s.n_head * m.v_head_dim};
+                    s.n_head * m.v_head_dim,
+                    dense_ffn ? s.n_ff : s.n_embd};
   for (int64_t n : rows) {
     if (n % 32 != 0) {
       return invalid_argument("row length " + std::to_string(n) + " is not a multiple of 32, " +
@@ -124,7 +149,8 @@ Status check_shape(Arch arch, Shape& s) {
   if (s.head_dim % 2 != 0) return invalid_argument("head_dim must be even (rope rotates pairs)");
   HYPURA_RETURN_IF_ERROR(check_range("n_vocab", s.n_vocab, 0, kMaxVocab));
   HYPURA_RETURN_IF_ERROR(check_range("n_ctx", s.n_ctx, 1, 1 << 24));
-  return check_experts(arch, s);
+  HYPURA_RETURN_IF_ERROR(check_experts(arch, s));
+  return check_glm_parts(arch, s);
 }
 
 Shape dense(int64_t n_vocab, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
@@ -165,8 +191,9 @@ Result<Arch> parse_arch(std::string_view name) {
   for (const ArchName& a : kArchNames) {
     if (n == a.cli) return a.arch;
   }
-  return invalid_argument("unknown architecture '" + std::string(name) +
-                          "' (llama, qwen2, qwen3, gemma3, mixtral, qwen3moe, deepseek2, gpt-oss)");
+  return invalid_argument(
+      "unknown architecture '" + std::string(name) +
+      "' (llama, qwen2, qwen3, gemma3, mixtral, qwen3moe, deepseek2, gpt-oss, glm4moe)");
 }
 
 const char* mix_name(QuantMix mix) {
@@ -249,6 +276,19 @@ const std::vector<Preset>& presets() {
       s.n_swa = n_swa;
       return s;
     };
+    // GLM-4.5-Air (zai-org/GLM-4.5-Air config.json): 46 layers and one NextN layer, the
+    // first dense; half of each 128-wide head rotated; sigmoid routing, one shared expert.
+    Shape glm_air = with_experts(dense(151552, 4096, 46, 96, 8, 10944, 131072, 1e6), 128, 8, 1408);
+    glm_air.head_dim = 128;
+    glm_air.n_rot = 64;
+    glm_air.n_expert_shared = glm_air.n_dense_lead = glm_air.n_nextn = 1;
+    // The test model: every glm4moe part at golden size (a 384-token vocabulary from
+    // --vocab-from), a weights scale that is not 1.
+    Shape glm_tiny = with_experts(dense(0, 256, 3, 4, 2, 512, 2048, 1e6), 8, 2, 256);
+    glm_tiny.head_dim = 64;
+    glm_tiny.n_rot = 32;
+    glm_tiny.n_expert_shared = glm_tiny.n_dense_lead = glm_tiny.n_nextn = 1;
+    glm_tiny.expert_weights_scale = 2.5;
     return std::vector<Preset>{
         {"tiny", Arch::kLlama, tiny},
         {"1b", Arch::kLlama, dense(32000, 2048, 22, 32, 4, 5632, 2048)},
@@ -266,6 +306,8 @@ const std::vector<Preset>& presets() {
         {"gpt-oss-20b", Arch::kGptOss, gpt_oss(201088, 2880, 24, 64, 8, 32, 4, 2880, 128)},
         {"gpt-oss-120b", Arch::kGptOss, gpt_oss(201088, 2880, 36, 64, 8, 128, 4, 2880, 128)},
         {"gpt-oss-tiny", Arch::kGptOss, gpt_oss(0, 256, 2, 4, 2, 8, 2, 256, 16)},
+        {"glm-4.5-air", Arch::kGlm4Moe, glm_air},
+        {"glm4moe-tiny", Arch::kGlm4Moe, glm_tiny},
     };
   }();
   return kPresets;
@@ -279,7 +321,7 @@ Result<Preset> find_preset(std::string_view name) {
   return invalid_argument("unknown preset '" + std::string(name) +
                           "' (tiny, 1b, 8b, moe, 70b, mixtral-8x7b, qwen3-30b-a3b, "
                           "deepseek-v3, deepseek-v2-lite, deepseek2-tiny, deepseek2-lite-tiny, "
-                          "gpt-oss-20b, gpt-oss-120b, gpt-oss-tiny)");
+                          "gpt-oss-20b, gpt-oss-120b, gpt-oss-tiny, glm-4.5-air, glm4moe-tiny)");
 }
 
 Result<Shape> preset_shape(const Preset& preset, Arch arch) {
@@ -292,13 +334,17 @@ Result<Shape> preset_shape(const Preset& preset, Arch arch) {
   if (!arch_is_moe(arch)) {
     if (arch_is_moe(preset.default_arch)) {
       return invalid_argument("preset " + preset.name +
-                              " has experts; use --arch mixtral, qwen3moe or gpt-oss");
+                              " has experts; use --arch mixtral, qwen3moe, gpt-oss or glm4moe");
     }
     s.n_expert = s.n_expert_used = s.n_ff_exp = 0;
   } else if (s.n_expert == 0) {
     return invalid_argument(
         "preset " + preset.name + " is dense; " + arch_cli_name(arch) +
         " needs experts (use tiny, moe, mixtral-8x7b, qwen3-30b-a3b, gpt-oss-20b)");
+  }
+  if (arch != Arch::kGlm4Moe) {  // another architecture of a glm4moe preset's sizes
+    s.n_rot = s.n_expert_shared = s.n_dense_lead = s.n_nextn = 0;
+    s.expert_weights_scale = 1.0;
   }
   return s;
 }

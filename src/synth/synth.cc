@@ -19,6 +19,7 @@ ArchDefaults arch_defaults(Arch arch) {
     case Arch::kDeepseek2:
       return {1e-6f, 10000.0};
     case Arch::kMixtral:
+    case Arch::kGlm4Moe:
       return {1e-5f, 1e6};
     case Arch::kGptOss:
       return {1e-5f, 150000.0};
@@ -70,6 +71,17 @@ void add_deepseek2(gguf::GgufWriter& w, const std::string& a, const Shape& s) {
   }
 }
 
+// glm4moe's keys, as convert_hf_to_gguf.py writes them for GLM-4.5.
+void add_glm4moe(gguf::GgufWriter& w, const std::string& a, const Shape& s) {
+  add_u32(w, a + "rope.dimension_count", s.n_rot);
+  add_u32(w, a + "expert_shared_count", s.n_expert_shared);
+  add_u32(w, a + "leading_dense_block_count", s.n_dense_lead);
+  add_u32(w, a + "expert_gating_func", 2);  // sigmoid
+  w.add_f32(a + "expert_weights_scale", static_cast<float>(s.expert_weights_scale));
+  w.add_bool(a + "expert_weights_norm", true);
+  add_u32(w, a + "nextn_predict_layers", s.n_nextn);
+}
+
 // <arch>.* hyperparameters under the names llama.cpp's loader reads (llama-arch.cpp).
 void add_hparams(gguf::GgufWriter& w, const SynthSpec& spec) {
   const Shape& s = spec.shape;
@@ -78,7 +90,7 @@ void add_hparams(gguf::GgufWriter& w, const SynthSpec& spec) {
   const ArchDefaults d = arch_defaults(arch);
   add_u32(w, a + "context_length", s.n_ctx);
   add_u32(w, a + "embedding_length", s.n_embd);
-  add_u32(w, a + "block_count", s.n_layer);
+  add_u32(w, a + "block_count", s.n_layer + s.n_nextn);
   add_u32(w, a + "feed_forward_length", s.n_ff);
   add_u32(w, a + "attention.head_count", s.n_head);
   add_u32(w, a + "attention.head_count_kv", arch == Arch::kDeepseek2 ? 1 : s.n_head_kv);
@@ -88,7 +100,7 @@ void add_hparams(gguf::GgufWriter& w, const SynthSpec& spec) {
   if (arch == Arch::kDeepseek2) add_deepseek2(w, a, s);
   const bool explicit_head_dim = arch == Arch::kQwen3 || arch == Arch::kQwen3Moe ||
                                  arch == Arch::kGemma3 || arch == Arch::kGptOss ||
-                                 s.head_dim * s.n_head != s.n_embd;
+                                 arch == Arch::kGlm4Moe || s.head_dim * s.n_head != s.n_embd;
   if (explicit_head_dim && arch != Arch::kDeepseek2) {
     add_u32(w, a + "attention.key_length", s.head_dim);
     add_u32(w, a + "attention.value_length", s.head_dim);
@@ -101,7 +113,7 @@ void add_hparams(gguf::GgufWriter& w, const SynthSpec& spec) {
     add_u32(w, a + "expert_count", s.n_expert);
     add_u32(w, a + "expert_used_count", s.n_expert_used);
   }
-  if (arch == Arch::kQwen3Moe || arch == Arch::kGptOss)
+  if (arch == Arch::kQwen3Moe || arch == Arch::kGptOss || arch == Arch::kGlm4Moe)
     add_u32(w, a + "expert_feed_forward_length", s.n_ff_exp);
   if (arch == Arch::kGptOss) {
     // Even layers slide over the last n_swa positions (llama.cpp's default pattern 2);
@@ -111,6 +123,7 @@ void add_hparams(gguf::GgufWriter& w, const SynthSpec& spec) {
     w.add_f32(a + "rope.scaling.factor", 32.0f);
     add_u32(w, a + "rope.scaling.original_context_length", 4096);
   }
+  if (arch == Arch::kGlm4Moe) add_glm4moe(w, a, s);
   if (arch == Arch::kGemma3) {
     // Gemma 3: 5 local (sliding window) layers per global one; local rope base 10000.
     add_u32(w, a + "attention.sliding_window", std::min<int64_t>(512, s.n_ctx));

@@ -27,10 +27,20 @@
 
 namespace hypura::synth {
 
-enum class Arch { kLlama, kQwen2, kQwen3, kGemma3, kMixtral, kQwen3Moe, kDeepseek2, kGptOss };
+enum class Arch {
+  kLlama,
+  kQwen2,
+  kQwen3,
+  kGemma3,
+  kMixtral,
+  kQwen3Moe,
+  kDeepseek2,
+  kGptOss,
+  kGlm4Moe
+};
 // Mixtral is GGUF architecture "llama" with experts; the rest are named as in GGUF.
 const char* arch_gguf_name(Arch arch);
-// "llama", "qwen2", "qwen3", "gemma3", "mixtral", "qwen3moe", "gpt-oss"
+// "llama", "qwen2", "qwen3", "gemma3", "mixtral", "qwen3moe", "gpt-oss", "glm4moe"
 const char* arch_cli_name(Arch arch);
 bool arch_is_moe(Arch arch);
 Result<Arch> parse_arch(std::string_view name);
@@ -73,7 +83,14 @@ struct Shape {
   int64_t n_ff = 0;      // dense FFN width (for qwen3moe: metadata only)
   int64_t n_expert = 0;  // 0 for dense models
   int64_t n_expert_used = 0;
-  int64_t n_ff_exp = 0;       // width of one expert's FFN
+  int64_t n_ff_exp = 0;  // width of one expert's FFN
+  // glm4moe: partial RoPE, a shared expert, leading dense layers, NextN layers after the
+  // n_layer of the model (written, never run), the routed weights' scale.
+  int64_t n_rot = 0;  // rotated dims per head; 0: head_dim
+  int64_t n_expert_shared = 0;
+  int64_t n_dense_lead = 0;
+  int64_t n_nextn = 0;
+  double expert_weights_scale = 1.0;
   int64_t n_ctx = 4096;       // context_length written to metadata
   double rope_freq_base = 0;  // 0: the architecture's usual value
   Mla mla;                    // deepseek2 only
@@ -86,8 +103,8 @@ struct Preset {
   Shape shape;
 };
 // tiny, 1b, 8b, moe, 70b, mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, deepseek-v2-lite,
-// deepseek2-tiny, deepseek2-lite-tiny, gpt-oss-20b, gpt-oss-120b, gpt-oss-tiny (shapes in
-// SPEC.md section 5 and docs/MODELS.md).
+// deepseek2-tiny, deepseek2-lite-tiny, gpt-oss-20b, gpt-oss-120b, gpt-oss-tiny, glm-4.5-air,
+// glm4moe-tiny (shapes in SPEC.md section 5 and docs/MODELS.md).
 const std::vector<Preset>& presets();
 Result<Preset> find_preset(std::string_view name);
 // The preset's shape for `arch`: dense architectures drop the expert fields; a MoE
