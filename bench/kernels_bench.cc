@@ -6,7 +6,8 @@
 // together several times the last-level cache, so weights come from DRAM as in real
 // generation and not from cache.
 //
-//   hypura_bench_kernels [--benchmark_filter=...]   (HYPURA_SIMD=... selects the path)
+//   hypura_bench_kernels [--simd=LEVEL] [--benchmark_filter=...]
+//   (--simd: scalar, avx2, avx512, avx512vnni or amx; default the best this CPU runs)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compute/compute.h"
@@ -27,6 +29,8 @@
 #include "quant/quant.h"
 
 namespace {
+
+std::string g_simd;  // --simd=LEVEL: the kernels' path (empty: the best)
 
 using hypura::compute::Context;
 using hypura::compute::WeightView;
@@ -79,7 +83,7 @@ void BM_Matvec(benchmark::State& state, GgmlType type, bool hot) {
   const int64_t n_cols = state.range(0), n_rows = state.range(1);
   const int threads = static_cast<int>(state.range(2));
   const MatrixSet m = make_matrices(type, n_rows, n_cols, hot ? 0 : working_set_bytes());
-  Context ctx(threads);
+  Context ctx(threads, g_simd);
   ctx.reserve(1, n_cols);
   std::vector<float> x(n_cols, 0.5f), y(n_rows);
   int copy = 0;
@@ -117,7 +121,7 @@ void BM_Prompt(benchmark::State& state, GgmlType type) {
   const int64_t n_cols = state.range(0), n_rows = state.range(1), n_tok = state.range(2);
   const int threads = static_cast<int>(state.range(3));
   const MatrixSet m = make_matrices(type, n_rows, n_cols, 0);
-  Context ctx(threads);
+  Context ctx(threads, g_simd);
   ctx.reserve(n_tok, n_cols);
   std::vector<float> x(n_tok * n_cols), y(n_tok * n_rows);
   std::mt19937 rng(3);
@@ -138,7 +142,7 @@ void BM_Prompt(benchmark::State& state, GgmlType type) {
 // head_dim 64 as in SmolLM2); rows 3: one decode token's heads of a kv head (SmolLM2).
 void BM_AttentionTile(benchmark::State& state) {
   const int64_t n_keys = state.range(0), d = state.range(1), n_rows = state.range(2);
-  Context ctx(1);
+  Context ctx(1, g_simd);
   std::mt19937 rng(5);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<uint16_t> kv(2 * n_keys * d);
@@ -172,7 +176,7 @@ void BM_AttentionTile(benchmark::State& state) {
 
 // Cost of one empty job on the persistent pool (the floor under every small matmul).
 void BM_PoolRun(benchmark::State& state) {
-  Context ctx(static_cast<int>(state.range(0)));
+  Context ctx(static_cast<int>(state.range(0)), g_simd);
   std::atomic<int> sink{0};
   for (auto _ : state) {
     ctx.pool().run([&](int ith, int) { sink.fetch_add(ith, std::memory_order_relaxed); });
@@ -188,6 +192,16 @@ void BM_MemoryBandwidth(benchmark::State& state) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --simd=LEVEL is ours; the rest goes to Google Benchmark.
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg.starts_with("--simd="))
+      g_simd = std::string(arg.substr(7));
+    else
+      argv[kept++] = argv[i];
+  }
+  argc = kept;
   for (int threads : {1, 2}) {
     hypura::profiler::MemoryBandwidthOptions opt;
     opt.n_threads = threads;

@@ -48,7 +48,7 @@ with open(sys.argv[1], "w") as f:
 EOF
 text_sha=$(sha256sum "$text" | cut -c1-16)
 
-# The SIMD levels this CPU runs (HYPURA_SIMD falls back below an unsupported one).
+# The SIMD levels this CPU runs (--simd falls back below an unsupported one).
 levels=(scalar avx2 avx512 avx512vnni amx)
 
 for name in "${names[@]}"; do
@@ -72,7 +72,7 @@ for name in "${names[@]}"; do
   fi
   for level in "${levels[@]}"; do
     log "$name: $level"
-    HYPURA_SIMD=$level "$BIN" perplexity "$model" --kl-divergence "$logp" --json --per-token \
+    "$BIN" perplexity "$model" --simd "$level" --kl-divergence "$logp" --json --per-token \
       >"$OUT/$name.$level.json"
   done
 done

@@ -29,12 +29,12 @@ synth() {
   [ -f "$M/$1.gguf" ] || timeout 150 "$DIR/bin/hypura" synth -o "$M/$1.gguf" --preset "${2:-$1}" "${@:3}" \
     --vocab-from "$DIR/golden/llama-f32.gguf" -q --no-sync 2>&1 | tail -1
 }
-tg() { timeout 100 "$DIR/bin/hypura" bench "$M/$1.gguf" --device cuda -p 0 -n 128 -r 3 --no-reference 2>&1 | grep tg128 | awk -F'|' '{print $(NF-3)}'; }
+tg() { local m=$1; shift; timeout 100 "$DIR/bin/hypura" bench "$M/$m.gguf" --device cuda -p 0 -n 128 -r 3 --no-reference "$@" 2>&1 | grep tg128 | awk -F'|' '{print $(NF-3)}'; }
 synth 8b; synth moe; synth f16 8b --quant f16
 if has ncu; then
   for m in ${NCU_MODELS:-f16 moe}; do
-    HYPURA_CUDA_GRAPHS=0 timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-      --launch-skip "${NCU_SKIP:-3000}" --launch-count "${NCU_COUNT:-460}" "$DIR/bin/hypura" bench "$M/$m.gguf" --device cuda -p 0 -n 16 -r 1 --no-reference \
+    timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+      --launch-skip "${NCU_SKIP:-3000}" --launch-count "${NCU_COUNT:-460}" "$DIR/bin/hypura" bench "$M/$m.gguf" --device cuda -p 0 -n 16 -r 1 --no-reference --no-cuda-graphs \
       > "/tmp/ncu_$m.csv" 2> "/tmp/ncu_$m.err"
     python3 - "/tmp/ncu_$m.csv" "$m" <<'PY'
 import csv, sys, re, collections
@@ -63,11 +63,7 @@ fi
 if has ab; then
   synth 8b; synth moe; synth f16 8b --quant f16
   for m in 8b moe f16; do
-    if [ "$m" = f16 ]; then
-      echo "== $m tg128: default $(tg $m) | nopdl $(HYPURA_CUDA_PDL=0 tg $m) | pf0 $(HYPURA_CUDA_PREFETCH=0 tg $m) | default $(tg $m)"
-    else
-      echo "== $m tg128: default $(tg $m) | nopdl $(HYPURA_CUDA_PDL=0 tg $m) | default $(tg $m)"
-    fi
+    echo "== $m tg128: $(tg $m) | graphs off $(tg $m --no-cuda-graphs) | $(tg $m)"
   done
   echo "ab done at $((SECONDS - T0)) s"
 fi

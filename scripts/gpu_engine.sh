@@ -12,7 +12,7 @@
 #              the planner picks on its own under a small VRAM and RAM budget
 #     8b, moe, f16   `hypura synth` of the 8b Q4_K_M, moe Q4_K_M and 8b F16 presets, then
 #              `hypura bench --device cuda` (pp512, tg128; BENCH_ARGS overrides); with
-#              GRAPH_AB=1 a second bench with HYPURA_CUDA_GRAPHS=0 (eager decode steps)
+#              GRAPH_AB=1 a second bench with --no-cuda-graphs (eager decode steps)
 # KEEP_MODELS=1 keeps the synthetic models in $MODELS (default /tmp/hypura-models).
 # Logs go to $OUT (the device tool's output folder) or /tmp/gpu_engine.
 set -uo pipefail
@@ -62,8 +62,8 @@ bench() {  # name, synth args...
   # shellcheck disable=SC2086
   timeout 200 "$DIR/bin/hypura" bench "$model" --device cuda $BENCH_ARGS 2>&1 | tee "$LOG/bench_$name.log" | grep -v "^\[info\]" || rc=1
   if [ "${GRAPH_AB:-0}" = 1 ]; then
-    echo "== $name: bench --device cuda -p 0 -n 128 (HYPURA_CUDA_GRAPHS=0)"
-    HYPURA_CUDA_GRAPHS=0 timeout 200 "$DIR/bin/hypura" bench "$model" --device cuda -p 0 -n 128 -r 3 --no-reference 2>&1 | grep "tg128" || rc=1
+    echo "== $name: bench --device cuda -p 0 -n 128 --no-cuda-graphs"
+    timeout 200 "$DIR/bin/hypura" bench "$model" --device cuda -p 0 -n 128 -r 3 --no-reference --no-cuda-graphs 2>&1 | grep "tg128" || rc=1
   fi
   [ "${KEEP_MODELS:-0}" = 1 ] || rm -f "$model"
 }

@@ -8,9 +8,8 @@
 #   tests   kernel tests and the GPU goldens (scripts/gpu_engine.sh)
 #   llama   builds llama.cpp in the background (joined before the split step)
 #   sweep   hypura tg at SWEEP_LAYERS (default 16) GPU layers under each line of $SWEEP
-#           ("label|ENV=... ENV=...|bench args"; default: the A/B switches below)
-#   f16     8b F16 tg128, HYPURA_CUDA_FEW_FLOAT_ROWS=$F16_ROWS (default 0) against the
-#           default, alternated
+#           ("label|ENV=... ENV=...|bench args"; default: the thread and SIMD choices below)
+#   f16     8b F16 tg128, twice
 #   split   hypura and llama.cpp alternated at SPLIT_LAYERS (default "24 16 0"): tg128
 #           (-p 0 -n 128 -r 3) ROUNDS times each (default 2), then pp512 (-p 512 -n 0 -r 2)
 #   plan    `inspect --plan` and bench with its same-run references (predicted vs measured)
@@ -92,11 +91,10 @@ if has sweep; then
   hy 8b "$L" -p 0 -n 32 -r 1 > /dev/null  # warm-up of the page cache and the GPU
   stamp "sweep at $L layers (tg: -p 0 ${SWEEP_ARGS:--n 64 -r 3})"
   DEFAULT_SWEEP="default||
-shared off|HYPURA_CPU_SHARED=0|
 t 15||-t 15
 t 12||-t 12
-simd avx512|HYPURA_SIMD=avx512|
-simd avx2|HYPURA_SIMD=avx2|
+simd avx512||--simd avx512
+simd avx2||--simd avx2
 default||"
   while IFS='|' read -r label envs args; do
     [ -n "$label" ] || continue
@@ -112,7 +110,7 @@ if has f16; then
   synth f16 8b --quant f16
   stamp "f16 tg128 (-p 0 -n 128 -r 3), all layers on the GPU"
   for i in 1 2; do
-    echo "  default: $(hy f16 99 -p 0 -n 128 -r 3) | few-float-rows ${F16_ROWS:-0}: $(HYPURA_CUDA_FEW_FLOAT_ROWS=${F16_ROWS:-0} hy f16 99 -p 0 -n 128 -r 3)"
+    echo "  tg128: $(hy f16 99 -p 0 -n 128 -r 3)"
   done
   rm -f "$M/f16.gguf"
   stamp "f16 done"

@@ -81,6 +81,8 @@ struct EngineFlags {
   std::string profile;           // --profile FILE
   std::string expert_predictor;  // --expert-predictor; empty: the default (both)
   int expert_lookahead = 0;      // --expert-lookahead 1..4; 0: the default (1)
+  std::string simd;              // --simd LEVEL; empty: the best this CPU runs
+  bool no_cuda_graphs = false;   // --no-cuda-graphs
 };
 void add_engine_flags(CLI::App& app, EngineFlags* flags);
 runtime::EngineOptions engine_options(const EngineFlags& flags, const std::string& model_path,

@@ -115,6 +115,13 @@ void add_engine_flags(CLI::App& app, EngineFlags* flags) {
   app.add_option("--expert-lookahead", flags->expert_lookahead,
                  "MoE expert streaming: layers ahead the router predictor guesses (default 1)")
       ->check(CLI::Range(1, experts::kMaxRouterLookahead));
+  app.add_option("--simd", flags->simd,
+                 "the CPU kernels' instruction set: scalar, avx2, avx512, avx512vnni or amx (a "
+                 "level this CPU lacks falls back to the best below it; default: the best)")
+      ->check(CLI::IsMember({"scalar", "avx2", "avx512", "avx512vnni", "amx"}));
+  app.add_flag("--no-cuda-graphs", flags->no_cuda_graphs,
+               "run every GPU decode step eagerly instead of replaying CUDA graphs (for "
+               "profilers that time kernels one by one)");
 }
 
 runtime::EngineOptions engine_options(const EngineFlags& flags, const std::string& model_path,
@@ -132,6 +139,8 @@ runtime::EngineOptions engine_options(const EngineFlags& flags, const std::strin
   eo.profile_path = flags.profile;
   eo.expert_predictor = flags.expert_predictor;
   eo.expert_lookahead = flags.expert_lookahead;
+  eo.simd = flags.simd;
+  eo.cuda_graphs = !flags.no_cuda_graphs;
   return eo;
 }
 

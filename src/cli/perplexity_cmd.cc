@@ -88,11 +88,11 @@ Result<std::vector<int32_t>> chunks_to_evaluate(const runtime::Engine& engine,
   return eval::make_chunks(tokens, a.context, a.chunks, bos);
 }
 
-nlohmann::json report_json(const PerplexityArgs& a, const std::string& path,
+nlohmann::json report_json(const PerplexityArgs& a, const std::string& path, const char* simd,
                            const eval::PerplexityResult& r, double seconds) {
   const auto& n = r.nll;
   nlohmann::json j = {{"model", path},
-                      {"simd", compute::default_simd_name()},
+                      {"simd", simd},
                       {"n_ctx", r.n_ctx},
                       {"chunks", r.n_chunks},
                       {"tokens_scored", n.count},
@@ -197,7 +197,9 @@ int run_perplexity(const PerplexityArgs& a) {
   if (save) {
     if (Status st = save->close(); !st.is_ok()) return fail(st.message());
   }
-  const nlohmann::json report = report_json(a, path, *result, seconds_since(t0));
+  const compute::Context* ctx = (*engine)->compute_context();
+  const char* simd = ctx != nullptr ? ctx->simd_name() : compute::default_simd_name();
+  const nlohmann::json report = report_json(a, path, simd, *result, seconds_since(t0));
   if (a.json) {
     std::printf("%s\n", report.dump(2).c_str());
   } else {

@@ -2,7 +2,7 @@
 // helpers of a transformer, on a persistent CPU thread pool.
 //
 // Model code calls only this header; SIMD paths live in compute/cpu/ and are picked once
-// at start from CPUID (override: HYPURA_SIMD=scalar|avx2|avx512|avx512vnni|amx).
+// at start from CPUID, or per Context by name (scalar|avx2|avx512|avx512vnni|amx: --simd).
 //
 // Batch invariance: every output element of matmul() is reduced in the same order
 // whatever n_tokens or the thread count, so a prompt processed in one batch, in chunks
@@ -99,8 +99,8 @@ struct AttentionRows {
 
 class ThreadPool;  // compute/cpu/thread_pool.h
 
-// The dispatch path a Context made with the default gets on this CPU (HYPURA_SIMD
-// honoured), e.g. "avx512vnni": for reports that say which kernels produced a figure.
+// The dispatch path a Context made with the default gets on this CPU, e.g. "avx512vnni":
+// for reports that say which kernels produced a figure.
 const char* default_simd_name();
 
 class Context {
@@ -141,7 +141,7 @@ class Context {
   // their input (Q/K/V, gate/up), each bit-identical to its own matmul(). Up to
   // kSharedMaxTokens rows they run as one job of the pool over all their rows (one wait
   // instead of n), x quantized once per activation format; more rows, one by one.
-  // REQUIRES: every w[i]->n_cols is equal. HYPURA_CPU_SHARED=0 always runs them one by one.
+  // REQUIRES: every w[i]->n_cols is equal.
   static constexpr int kMaxSharedProducts = 4;
   static constexpr int64_t kSharedMaxTokens = 16;
   void matmul_shared(const WeightView* const* w, float* const* y, int n, const float* x,

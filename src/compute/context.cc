@@ -167,20 +167,10 @@ void Context::matmul(const WeightView& w, const float* x, int64_t n_tokens, floa
   });
 }
 
-namespace {
-bool shared_products_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("HYPURA_CPU_SHARED");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
-  return on;
-}
-}  // namespace
-
 void Context::matmul_shared(const WeightView* const* w, float* const* y, int n, const float* x,
                             int64_t n_tokens) {
   assert(n >= 1 && n <= kMaxSharedProducts);
-  if (n == 1 || n_tokens > kSharedMaxTokens || !shared_products_enabled()) {
+  if (n == 1 || n_tokens > kSharedMaxTokens) {
     for (int i = 0; i < n; ++i) matmul(*w[i], x, n_tokens, y[i]);
     return;
   }

@@ -185,8 +185,8 @@ Layout layout_for(const HParams& hp, const Sizes& s) {
 class CudaBlocks final : public Blocks {
  public:
   CudaBlocks(const HParams& hp, const WeightMap& weights, WeightProvider& provider,
-             int64_t max_batch, int64_t n_ctx, HostExpertLayers host)
-      : Blocks(hp, weights, provider, max_batch, n_ctx), host_(host) {}
+             int64_t max_batch, int64_t n_ctx, HostExpertLayers host, bool graphs)
+      : Blocks(hp, weights, provider, max_batch, n_ctx), host_(host), use_graphs_(graphs) {}
 
   Status init(const gguf::GgufFile& file);
 
@@ -352,7 +352,7 @@ class CudaBlocks final : public Blocks {
   PendingNorm pending_;
   PendingProduct product_;
   Mode mode_ = Mode::kEager;
-  bool use_graphs_ = true;  // HYPURA_CUDA_GRAPHS=0: every step eager
+  bool use_graphs_ = true;  // false (--no-cuda-graphs): every step eager
   int64_t bucket_ = 0;      // the context bucket of the step being captured
   struct StepGraph {
     std::vector<const void*> kv;  // the KV caches' storage the graph reads and writes, in order
@@ -402,8 +402,6 @@ Status CudaBlocks::init(const gguf::GgufFile& file) {
     flags_dev_ = static_cast<cuda::HostFlag*>(dev);
     served_.assign(n_flags, 0);
   }
-  const char* graphs = std::getenv("HYPURA_CUDA_GRAPHS");
-  use_graphs_ = graphs == nullptr || std::string(graphs) != "0";
   x_ = at(lay_.x);
   cur_ = at(lay_.cur);
   tmp_ = at(lay_.tmp);
@@ -1027,9 +1025,11 @@ uint64_t cuda_blocks_bytes(const HParams& hp, const gguf::GgufFile& file, int64_
 Result<std::unique_ptr<Blocks>> make_cuda_blocks(const HParams& hp, const WeightMap& weights,
                                                  const gguf::GgufFile& file,
                                                  WeightProvider& device_weights, int64_t max_batch,
-                                                 int64_t n_ctx, HostExpertLayers host) {
+                                                 int64_t n_ctx, HostExpertLayers host,
+                                                 bool graphs) {
   HYPURA_RETURN_IF_ERROR(cuda_supports(hp, file));
-  auto b = std::make_unique<CudaBlocks>(hp, weights, device_weights, max_batch, n_ctx, host);
+  auto b =
+      std::make_unique<CudaBlocks>(hp, weights, device_weights, max_batch, n_ctx, host, graphs);
   HYPURA_RETURN_IF_ERROR(b->init(file).with_context("GPU buffers"));
   return std::unique_ptr<Blocks>(std::move(b));
 }
@@ -1042,7 +1042,7 @@ uint64_t cuda_blocks_bytes(const HParams&, const gguf::GgufFile&, int64_t, int64
 
 Result<std::unique_ptr<Blocks>> make_cuda_blocks(const HParams&, const WeightMap&,
                                                  const gguf::GgufFile&, WeightProvider&, int64_t,
-                                                 int64_t, HostExpertLayers) {
+                                                 int64_t, HostExpertLayers, bool) {
   return unsupported("this build has no CUDA backend (HYPURA_CUDA)");
 }
 

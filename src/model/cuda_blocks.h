@@ -69,10 +69,12 @@ struct HostExpertLayers {
 
 // The GPU blocks on the current CUDA device. device_weights must hand out device views of
 // every tensor but the host experts'; kResourceExhausted when the buffers do not fit,
-// kUnsupported without CUDA.
+// kUnsupported without CUDA. graphs: decode steps replay captured CUDA graphs (false:
+// every step eager, for profilers that time kernels one by one).
 Result<std::unique_ptr<Blocks>> make_cuda_blocks(const HParams& hp, const WeightMap& weights,
                                                  const gguf::GgufFile& file,
                                                  WeightProvider& device_weights, int64_t max_batch,
-                                                 int64_t n_ctx, HostExpertLayers host = {});
+                                                 int64_t n_ctx, HostExpertLayers host = {},
+                                                 bool graphs = true);
 
 }  // namespace hypura::model

@@ -23,18 +23,12 @@ namespace {
 // Bytes ahead of the read position that each thread asks for with prefetch hints: a
 // single core only reaches DRAM's rate with many lines in flight, which the hardware
 // prefetcher alone does not sustain on the VMs we measured.
-size_t prefetch_bytes() {
-  static const size_t d = [] {
-    const char* e = std::getenv("HYPURA_PROBE_PREFETCH");
-    return e ? static_cast<size_t>(std::atoll(e)) : size_t{4096};
-  }();
-  return d;
-}
+constexpr size_t kPrefetchBytes = 4096;
 
 // Sums n 64-bit words with independent accumulators (loads, not the add chain, limit).
 uint64_t read_words(const uint64_t* p, size_t n) {
   uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
-  const size_t ahead = prefetch_bytes() / sizeof(uint64_t);
+  const size_t ahead = kPrefetchBytes / sizeof(uint64_t);
   for (size_t i = 0; i + 8 <= n; i += 8) {
     if (ahead) __builtin_prefetch(p + i + ahead);
     a0 += p[i];

@@ -186,15 +186,14 @@ class LocalEngine final : public Engine {
   // Whether prompt batches run every layer on the GPU (the host layers' KV rows then
   // mirrored in device memory).
   bool wide_prompts() const { return staged_weights_ != nullptr; }
-  // The CPU kernels' level ("": the default). A split whose prompts run on the GPU (wide
-  // stages) leaves the CPU batches under kWidePromptRows rows, one token a step when
-  // decoding; there the amx level's products run on its vector path (tile_vector: 16 rows
-  // a super-block at a time), slower for one token than the avx512 levels' row-by-row
-  // kernels (docs/GPU.md, "The CPU stage"). Such a split takes avx512vnni instead of amx;
-  // HYPURA_SIMD still decides when set. Batch invariance holds within a level, and the
-  // CPU computes no other batches.
-  std::string cpu_stage_simd() const {
-    if (!wide_prompts() || std::getenv("HYPURA_SIMD") != nullptr) return "";
+  // The CPU kernels' level ("": the default): --simd when given. A split whose prompts run
+  // on the GPU (wide stages) leaves the CPU batches under kWidePromptRows rows, one token a
+  // step when decoding, where the amx level's products run on its vector path, slower than
+  // the avx512 levels' row-by-row kernels (docs/GPU.md, "The CPU stage"); such a split takes
+  // avx512vnni instead of amx. Batch invariance holds within a level.
+  std::string cpu_stage_simd(const std::string& asked) const {
+    if (!asked.empty()) return asked;
+    if (!wide_prompts()) return "";
     return std::string_view(compute::default_simd_name()) == "amx" ? "avx512vnni" : "";
   }
   compute::Context* compute_context() override { return ctx_.get(); }
@@ -222,6 +221,7 @@ class LocalEngine final : public Engine {
   // (null: no such path).
   std::unique_ptr<tiers::StagedWeights> staged_weights_;
   // The expert split's routed experts in RAM, computed by the CPU (null: none).
+  bool cuda_graphs_ = true;  // EngineOptions::cuda_graphs
   std::unique_ptr<model::HostExperts> host_experts_;
   int64_t n_ctx_ = 0;
   bool kv_f32_ = false;
@@ -261,6 +261,7 @@ Result<std::unique_ptr<Engine>> LocalEngine::create(const EngineOptions& options
   e->chat_ = std::make_unique<tokenizer::ChatTemplate>(
       tokenizer::ChatTemplate::for_tokenizer(*e->tokenizer_));
   e->kv_f32_ = options.kv_f32;
+  e->cuda_graphs_ = options.cuda_graphs;
   HYPURA_ASSIGN_OR_RETURN(const DeviceRequest request, parse_device(options.device));
   HYPURA_ASSIGN_OR_RETURN(e->device_, choose_device(request, e->file_, e->model_->hparams(),
                                                     options.kv_f32, options.gpu_budget));
@@ -296,7 +297,7 @@ Result<std::unique_ptr<Engine>> LocalEngine::create(const EngineOptions& options
   }
   HYPURA_RETURN_IF_ERROR(e->place_on_device(options.load_progress));
   const int n_threads = options.n_threads > 0 ? options.n_threads : physical_cores();
-  const std::string simd = e->cpu_stage_simd();
+  const std::string simd = e->cpu_stage_simd(options.simd);
   e->ctx_ = std::make_unique<compute::Context>(n_threads, simd);
   if (!simd.empty())
     spdlog::info("the CPU's layers decode with the {} kernels", e->ctx_->simd_name());
@@ -454,9 +455,10 @@ Result<std::unique_ptr<model::Forward>> LocalEngine::make_forward(int64_t n_ctx)
   }
   model::WeightProvider& gpu_weights =
       wide_prompts() ? static_cast<model::WeightProvider&>(*staged_weights_) : *device_weights_;
-  HYPURA_ASSIGN_OR_RETURN(std::shared_ptr<model::Blocks> gpu,
-                          model::make_cuda_blocks(model_->hparams(), model_->weights(), file_,
-                                                  gpu_weights, kMaxBatch, n_ctx, host));
+  HYPURA_ASSIGN_OR_RETURN(
+      std::shared_ptr<model::Blocks> gpu,
+      model::make_cuda_blocks(model_->hparams(), model_->weights(), file_, gpu_weights, kMaxBatch,
+                              n_ctx, host, cuda_graphs_));
   std::vector<model::ForwardStage> stages;
   if (cpu) stages.push_back({cpu, first_gpu_layer()});
   stages.push_back({gpu, model_->hparams().n_layer});

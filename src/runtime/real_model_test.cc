@@ -96,12 +96,11 @@ TEST(RealModels, GemmaHaikuNearTieSameCandidatesOnEveryPath) {
   constexpr int32_t kNewlines = 108, kStartOfImage = 255999;
   std::vector<float> scalar;
   for (const char* level : {"scalar", "avx2", "avx512", "avx512vnni", "amx"}) {
-    setenv("HYPURA_SIMD", level, 1);
     EngineOptions eo;
     eo.model_path = path;
     eo.n_ctx = 64;
+    eo.simd = level;
     auto engine = Engine::load(eo);
-    unsetenv("HYPURA_SIMD");
     ASSERT_TRUE(engine.is_ok()) << engine.status().message();
     const auto tokens = (*engine)->tokenize("A haiku about autumn leaves:", true);
     std::vector<float> logits;

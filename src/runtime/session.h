@@ -63,6 +63,10 @@ struct EngineOptions {
   // ahead the router predictor guesses (1..4; 0: the default).
   std::string expert_predictor;
   int expert_lookahead = 0;
+  // The CPU kernels' SIMD level ("scalar", "avx2", "avx512", "avx512vnni", "amx"; a level
+  // the CPU lacks falls back to the best below it); empty: the best this CPU runs.
+  std::string simd;
+  bool cuda_graphs = true;  // false: every GPU decode step eager (kernel-by-kernel profiling)
   std::function<void(uint64_t done, uint64_t total)> load_progress;  // bytes loaded
 };
 

@@ -1,4 +1,4 @@
-// Picks the kernel table once from CPUID (and HYPURA_SIMD), and builds each table by
+// Picks the kernel table once from CPUID (or a level asked for), and builds each table by
 // starting from the scalar one and letting the ISA file overwrite what it accelerates.
 #include <cstdlib>
 #include <cstring>
@@ -75,15 +75,7 @@ const char* simd_level_name(SimdLevel level) {
 }
 
 SimdLevel default_simd_level() {
-  SimdLevel want = SimdLevel::kAmx;
-  if (const char* env = std::getenv("HYPURA_SIMD")) {
-    for (int l = 0; l < kSimdLevels; ++l) {
-      if (std::strcmp(env, simd_level_name(static_cast<SimdLevel>(l))) == 0) {
-        want = static_cast<SimdLevel>(l);
-      }
-    }
-  }
-  int l = static_cast<int>(want);
+  int l = static_cast<int>(SimdLevel::kAmx);
   while (l > 0 && !cpu_supports(static_cast<SimdLevel>(l))) --l;
   return static_cast<SimdLevel>(l);
 }

@@ -53,8 +53,7 @@ struct KernelTable {
 
 // The table for `level`, or nullptr when this build or this CPU lacks it.
 const KernelTable* kernel_table(SimdLevel level);
-// The best level this CPU supports, or the one HYPURA_SIMD names (scalar|avx2|avx512|
-// avx512vnni|amx; an unsupported request falls back to the best supported level below it).
+// The best level this CPU supports.
 SimdLevel default_simd_level();
 const char* simd_level_name(SimdLevel level);
 bool cpu_supports(SimdLevel level);

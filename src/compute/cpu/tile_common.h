@@ -22,26 +22,17 @@
 
 namespace {
 
-// Software prefetch distance for weight streams (bytes ahead of the block in use;
-// HYPURA_PREFETCH overrides it, 0 disables). Measured on the Xeon this runs on: 3 KiB
-// took 2-thread Q4_K matvec from ~10 to ~20 GB/s (docs/BENCHMARKS.md).
+// Software prefetch distance for weight streams, in bytes ahead of the block in use.
 // Weights are read once per token: the hardware prefetcher alone leaves a core waiting
-// on DRAM between bursts of compute; asking for lines this far ahead overlaps the two.
-inline int prefetch_distance() {
-  static const int d = [] {
-    const char* e = std::getenv("HYPURA_PREFETCH");
-    return e ? std::atoi(e) : 3072;
-  }();
-  return d;
-}
+// on DRAM between bursts of compute; asking for lines this far ahead overlaps the two
+// (docs/BENCHMARKS.md, "CPU kernels").
+constexpr int kPrefetchDistance = 3072;
 
 // Prefetches about bytes / 64 lines from p + distance on: called once per block of a
 // contiguous stream, it asks for each line of the stream about once (rounding to the
 // nearest line count keeps the extra instructions low for 34- or 144-byte blocks).
 inline void prefetch_ahead(const void* p, int bytes) {
-  const int d = prefetch_distance();
-  if (d == 0) return;
-  const char* q = static_cast<const char*>(p) + d;
+  const char* q = static_cast<const char*>(p) + kPrefetchDistance;
   const int lines = bytes < 96 ? 1 : (bytes + 32) / 64;
   for (int l = 0; l < lines; ++l) _mm_prefetch(q + 64 * l, _MM_HINT_T0);
 }

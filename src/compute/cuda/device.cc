@@ -318,8 +318,6 @@ Status last_launch_status(const char* what) {
 
 bool pdl_enabled() {
   static const bool enabled = [] {
-    const char* env = std::getenv("HYPURA_CUDA_PDL");
-    if (env != nullptr && std::strcmp(env, "0") == 0) return false;
     int dev = 0, major = 0, minor = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||

@@ -170,7 +170,7 @@ Status last_launch_status(const char* what);
 // a kernel may start while the one before it on the stream finishes, and waits for it
 // (griddepcontrol.wait) before touching what it wrote. Only on compute capability 9.0, the
 // one machine code the build carries with those instructions (sm_90a; the compute_80 PTX
-// lacks them, so other cards serialize as before); HYPURA_CUDA_PDL=0 turns it off (A/B).
+// lacks them, so other cards serialize as before).
 // Decided once per process, for the calling thread's current device.
 bool pdl_enabled();
 

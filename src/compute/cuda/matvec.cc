@@ -59,26 +59,6 @@ ActQ8 quantize_for(gguf::GgmlType type, const float* x, int64_t n_cols, void* sc
 
 namespace {
 
-// HYPURA_CUDA_PREFETCH=N: MatvecArgs::prefetch_bytes (read once).
-int prefetch_bytes() {
-  static const int bytes = [] {
-    const char* env = std::getenv("HYPURA_CUDA_PREFETCH");
-    return env != nullptr ? std::max(0, std::atoi(env)) / 16 * 16 : 0;
-  }();
-  return bytes;
-}
-
-// MatvecArgs::split_float_rows: 1024 (the 8b F16's k/v split over two warps: tg128 196.3-
-// 197.4 tok/s against 188.3-190.6, device call S10-1, alternated in one lease);
-// HYPURA_CUDA_FEW_FLOAT_ROWS=N overrides it (0: one row per warp). Read once.
-int64_t split_float_rows() {
-  static const int64_t rows = [] {
-    const char* env = std::getenv("HYPURA_CUDA_FEW_FLOAT_ROWS");
-    return env != nullptr ? std::max<int64_t>(0, std::atoll(env)) : int64_t{1024};
-  }();
-  return rows;
-}
-
 MatvecArgs args_for(const WeightView& w, const ActQ8& act, float* y, StreamHandle stream) {
   assert(matvec_supported(w.type));
   assert(w.n_cols % quant::block_size(w.type) == 0);
@@ -90,8 +70,6 @@ MatvecArgs args_for(const WeightView& w, const ActQ8& act, float* y, StreamHandl
   a.act = act;
   a.y = y;
   a.stream = stream;
-  a.prefetch_bytes = prefetch_bytes();
-  a.split_float_rows = split_float_rows();
   return a;
 }
 

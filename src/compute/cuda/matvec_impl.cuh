@@ -28,31 +28,13 @@ constexpr int kMatvecUnroll = 4;  // item iterations whose loads are issued toge
 //     over two warps (F16 33.4 -> 31.5, Q8_0 18.7 -> 18.2);
 //   n_rows <= 4224 with >= 8 items per lane, quantized (ffn_down): split over two warps
 //     (Q4_K 14.2 -> 13.2 us; F16 loses 5% there and keeps one row);
-//   float formats with n_rows <= MatvecArgs::split_float_rows (1024) and >= 8 items per
-//     lane: split over two warps (the 8b F16's k/v: tg128 +4%, device call S10-1);
+//   float formats with n_rows <= kMatvecSplitFloatRows and >= 8 items per lane: split over
+//     two warps (an F16 k/v of 1024 rows, one per warp, leaves too few bytes in flight);
 //   else one row per warp.
 constexpr int64_t kMatvecOutputRows = 65536;
 constexpr int64_t kMatvecTallRows = 12288;
 constexpr int64_t kMatvecShortRows = 4224;
-
-// Thread 0 of a block asks L2 for the first `bytes` of the block's rows (contiguous) with
-// one bulk prefetch (sm_90; 16-byte granules inside the rows), before the kernel waits for
-// the one before it: weights never depend on it (MatvecArgs::prefetch_bytes).
-__device__ __forceinline__ void prefetch_block_rows(const uint8_t* w, size_t row_bytes, int n_rows,
-                                                    int block_rows, int bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const size_t first = static_cast<size_t>(blockIdx.x) * block_rows;
-  const size_t n_here = min(static_cast<size_t>(block_rows), static_cast<size_t>(n_rows) - first);
-  const size_t begin = __cvta_generic_to_global(w) + first * row_bytes;
-  const size_t start = (begin + 15) & ~size_t{15};
-  const size_t end = (begin + min(n_here * row_bytes, static_cast<size_t>(bytes))) & ~size_t{15};
-  if (end > start) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(start),
-                 "r"(static_cast<uint32_t>(end - start))
-                 : "memory");
-  }
-#endif
-}
+constexpr int64_t kMatvecSplitFloatRows = 1024;
 
 // kRows (1 or 2) rows per warp, their items interleaved so that kRows * kMatvecUnroll loads
 // per lane are in flight before the first is used; with kSplit == 2 a pair of warps shares
@@ -65,8 +47,8 @@ __device__ __forceinline__ void prefetch_block_rows(const uint8_t* w, size_t row
 template <class Traits, int kRows, int kSplit, bool kGrouped = false>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_blocks, ActQ8 act,
-                  float* __restrict__ y, int n_rows, MatvecGroup group, float* __restrict__ add_to,
-                  int prefetch) {
+                  float* __restrict__ y, int n_rows, MatvecGroup group,
+                  float* __restrict__ add_to) {
   __shared__ float s_part[kSplit == 2 ? kMatvecWarps : 1][kRows];
   if constexpr (kGrouped) {  // the experts come from the routing kernels: wait for them
     grid_dep_wait();
@@ -94,14 +76,6 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
     wr[r] = w + static_cast<size_t>(min(row0 + r, n_rows - 1)) * row_bytes;
   }
   if constexpr (!kGrouped) {
-    // Weights never depend on the kernel before: their first bytes start towards L2 while
-    // it finishes (programmatic dependent launch), then the activations are waited for.
-    // (Float formats, one row per warp: elsewhere it cost registers, 32 -> 38 for Q6_K.)
-    if constexpr (Traits::kBlockElems < 32 && kRows == 1) {
-      if (prefetch > 0 && threadIdx.x == 0 && live) {
-        prefetch_block_rows(w, row_bytes, n_rows, kMatvecWarps / kSplit * kRows, prefetch);
-      }
-    }
     grid_dep_wait();
     grid_dep_launch();
   }
@@ -195,7 +169,7 @@ void launch_matvec_config(const MatvecArgs& a) {
   launch_kernel(matvec_kernel<Traits, kRows, kSplit>, grid, kMatvecWarps * 32, 0, a.stream,
                 static_cast<const uint8_t*>(a.w), a.row_bytes,
                 static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y,
-                static_cast<int>(a.n_rows), MatvecGroup{}, a.add_to, a.prefetch_bytes);
+                static_cast<int>(a.n_rows), MatvecGroup{}, a.add_to);
 }
 
 // Grouped products: one row per warp (experts' matrices are short; one configuration keeps
@@ -207,7 +181,7 @@ void launch_matvec_grouped(const MatvecArgs& a) {
   launch_kernel(matvec_kernel<Traits, 1, 1, true>, grid, kMatvecWarps * 32, 0, a.stream,
                 static_cast<const uint8_t*>(a.w), a.row_bytes,
                 static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y,
-                static_cast<int>(a.n_rows), *a.group, nullptr, 0);
+                static_cast<int>(a.n_rows), *a.group, nullptr);
 }
 
 template <class Traits>
@@ -229,7 +203,7 @@ void launch_matvec(const MatvecArgs& a) {
     config = items_per_lane < 8 ? 1 : 2;  // 2: split over two warps
   } else if (a.n_rows <= kMatvecShortRows && items_per_lane >= 8 && !kFloat) {
     config = 2;
-  } else if (kFloat && a.n_rows <= a.split_float_rows && items_per_lane >= 8) {
+  } else if (kFloat && a.n_rows <= kMatvecSplitFloatRows && items_per_lane >= 8) {
     config = 2;
   }
   if (g_matvec_config_override >= 0) config = g_matvec_config_override;

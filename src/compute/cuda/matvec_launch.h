@@ -35,14 +35,6 @@ struct MatvecArgs {
   // Not null: the residual rows the products are also added to (add_to[i] += y[i], the same
   // float addition as compute::add). Single-token products only.
   float* add_to = nullptr;
-  // Bytes of each thread block's rows the single-token kernels of float formats prefetch
-  // into L2 before waiting for the previous kernel (programmatic dependent launch); 0: none.
-  // HYPURA_CUDA_PREFETCH=N sets it (an A/B switch; default 0).
-  int prefetch_bytes = 0;
-  // Single-token products of float formats with at most this many rows (and >= 8 items per
-  // lane) split each row over two warps (the 8b F16's k/v: 1024 rows, one per warp, leave
-  // too few bytes in flight). matvec.cc sets 1024; HYPURA_CUDA_FEW_FLOAT_ROWS=N overrides it.
-  int64_t split_float_rows = 0;
   StreamHandle stream = nullptr;
   const MatvecGroup* group = nullptr;  // null: one product
   // Batched products: n_tok activation rows (q_stride / d_stride apart, as in MatvecGroup)
