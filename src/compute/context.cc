@@ -28,8 +28,8 @@ constexpr int64_t kTokBlock = 64;  // activation rows per tile call
 constexpr int64_t kRowAlign = 16;  // work items start on multiples of this
 
 // Work items of a product per pool thread: more items shorten the wait for the last one;
-// each claim is one atomic operation (8 and 16 measured no better on the H200 host's 16
-// cores, docs/GPU.md session 10).
+// each claim is one atomic operation (more items per thread measured no better,
+// docs/BENCHMARKS.md, "CPU kernels").
 constexpr int64_t kItemsPerThread = 4;
 
 // Rows per work item when n_rows rows are shared among the pool: kRowAlign multiples,

@@ -86,8 +86,8 @@ DecodeCost measure_decode_cost(Context& ctx, gguf::GgmlType type, int64_t n_cols
   for (int64_t r = 1; r < n_rows; ++r) std::memcpy(weights.data() + r * row, weights.data(), row);
   const int64_t narrow = std::min(kDecodeProbeNarrowRows, n_rows);
   // Wide matrices grow with the threads, so each thread's share stays long enough to reach
-  // its streaming rate (4.5 MiB of Q4_K split 16 ways read 75 GB/s where the 8b's own
-  // 33 MiB products read 90, on the H200 host; docs/GPU.md session 10).
+  // its streaming rate: a short share per thread reads slower than the model's own products
+  // (docs/BENCHMARKS.md, "Planner predictions").
   const int64_t wide_at_width =
       kDecodeProbeWideRows * kDecodeProbeCols / n_cols * std::max(1, ctx.n_threads() / 2);
   const int64_t wide = std::max(std::min(wide_at_width, n_rows / 2), narrow);
