@@ -14,12 +14,20 @@
 #include "cli/command.h"
 #include "gguf/gguf.h"
 #include "runtime/session.h"
+#include "server/host_policy.h"
 #include "server/http_server.h"
 #include "server/model_info.h"
 #include "server/stop_signals.h"
 
 namespace hypura::cli {
 namespace {
+
+// ", app://, file://, ...": the schemes the server allows by default, for --help.
+std::string app_schemes() {
+  std::string out;
+  for (std::string_view scheme : server::kAppOriginSchemes) out += ", " + std::string(scheme);
+  return out;
+}
 
 struct ServeArgs {
   std::string model;
@@ -94,11 +102,11 @@ std::function<int()> setup_serve(CLI::App& app) {
   app.add_option("--allow-host", a->server.allowed_hosts,
                  "also answer requests whose Host is NAME (repeatable; '*': any). Default: IP "
                  "addresses, localhost and --host");
-  app.add_option(
-      "--allow-origin", a->server.allowed_origins,
-      "also answer browsers (with CORS headers) from origins matching PATTERN, e.g. "
-      "https://app.example or https://*.example.com (repeatable; '*': any). Default: "
-      "http(s) pages on localhost and --host, app://, file://, tauri://, vscode-webview://");
+  app.add_option("--allow-origin", a->server.allowed_origins,
+                 "also answer browsers (with CORS headers) from origins matching PATTERN, e.g. "
+                 "https://app.example or https://*.example.com (repeatable; '*': any). Default: "
+                 "http(s) pages on localhost and --host" +
+                     app_schemes());
   app.add_option("--alias", a->alias, "model name to serve under (default: the file name)");
   add_engine_flags(app, &a->engine);
   return [a] { return run_serve(*a); };

@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "runtime/golden_fixtures.h"
+#include "runtime/testing/golden_fixtures.h"
 #include "tiers/testing/resident_provider.h"
 
 namespace hypura::eval {

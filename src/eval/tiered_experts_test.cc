@@ -18,7 +18,7 @@
 #include "gguf/gguf.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
-#include "runtime/golden_fixtures.h"
+#include "runtime/testing/golden_fixtures.h"
 #include "runtime/tiered_weights.h"
 #include "tiers/mmap_provider.h"
 

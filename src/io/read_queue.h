@@ -3,7 +3,7 @@
 // A queue executes reads of (fd, offset, length) into a buffer and reports how many
 // bytes each one returned (or -errno). It knows nothing about alignment, splitting,
 // short-read handling or files: Storage (storage.h) does all of that on top, so the
-// fault-injecting queue (fault_queue.h) exercises exactly the code the real ones use.
+// fault-injecting queue (testing/fault_queue.h) exercises exactly the code the real ones use.
 //
 // Implementations: io_uring (the default) and a pool of threads calling pread (where
 // io_uring is unavailable: old kernels, seccomp'd containers, io_uring_disabled=2).

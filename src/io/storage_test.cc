@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "io/aligned_buffer.h"
-#include "io/fault_queue.h"
+#include "io/testing/fault_queue.h"
 
 namespace hypura::io {
 namespace {
@@ -205,14 +205,16 @@ TEST_P(FaultTest, RandomEioNeverReportsSuccessForABadBuffer) {
   EXPECT_EQ(static_cast<uint64_t>(failed), s->stats().failed_requests);
 }
 
-TEST_P(FaultTest, SlowReadsDelayCompletion) {
+TEST_P(FaultTest, HeldReadCompletesWhenItsGateOpens) {
   FaultPlan plan;
-  plan.delay_us = 20000;
+  plan.gate = std::make_shared<ReadGate>();
   std::shared_ptr<const FaultCounts> counts;
   auto s = open_faulty(plan, &counts);
+  OpenAtExit open_at_exit{plan.gate};
   std::vector<uint8_t> buf(100000);
   ReadId id = s->submit(5000, buf);
-  EXPECT_FALSE(s->done(id));  // the plan holds every read back 20 ms
+  EXPECT_FALSE(s->done(id));  // the gate holds every read
+  plan.gate->open(5000, 5000 + buf.size());
   ASSERT_TRUE(s->wait(id).is_ok());
   expect_bytes(buf.data(), 5000, buf.size());
 }
@@ -222,15 +224,18 @@ TEST_P(FaultTest, SlowReadsDelayCompletion) {
 // deliver their bytes.
 TEST_P(FaultTest, NormalReadsOvertakeBackgroundReads) {
   FaultPlan plan;
-  plan.delay_us = 20000;
+  plan.gate = std::make_shared<ReadGate>();
+  plan.gate->open(3 << 20, 4 << 20);  // the normal read's bytes; the background ones wait
   std::shared_ptr<const FaultCounts> counts;
   auto s = open_faulty(plan, &counts);
+  OpenAtExit open_at_exit{plan.gate};
   std::vector<uint8_t> background(2 << 20), normal(100000);  // 8 device reads, and 1
   ReadId bg = s->submit(4096, background, Priority::kBackground);
   ReadId id = s->submit(3 << 20, normal);
-  ASSERT_TRUE(s->wait(id).is_ok());
-  EXPECT_FALSE(s->done(bg)) << "8 background reads of >= 20 ms each, one at a time, cannot be done";
+  ASSERT_TRUE(s->wait(id).is_ok()) << "the normal read must not queue behind held ones";
+  EXPECT_FALSE(s->done(bg));
   expect_bytes(normal.data(), 3 << 20, normal.size());
+  plan.gate->open_all();
   ASSERT_TRUE(s->wait(bg).is_ok());
   expect_bytes(background.data(), 4096, background.size());
 }
@@ -255,16 +260,19 @@ TEST_P(FaultTest, FinishedRequestsLeaveTheirQueue) {
 // submitted before it.
 TEST_P(FaultTest, ExpeditedBackgroundReadOvertakesOtherBackgroundReads) {
   FaultPlan plan;
-  plan.delay_us = 20000;
+  plan.gate = std::make_shared<ReadGate>();
+  plan.gate->open(3 << 20, 4 << 20);  // the second read's bytes; the first one waits
   std::shared_ptr<const FaultCounts> counts;
   auto s = open_faulty(plan, &counts);
+  OpenAtExit open_at_exit{plan.gate};
   std::vector<uint8_t> first(2 << 20), second(100000);
   ReadId a = s->submit(4096, first, Priority::kBackground);
   ReadId b = s->submit(3 << 20, second, Priority::kBackground);
   s->expedite(b);
-  ASSERT_TRUE(s->wait(b).is_ok());
+  ASSERT_TRUE(s->wait(b).is_ok()) << "the expedited read must not queue behind the held one";
   EXPECT_FALSE(s->done(a));
   expect_bytes(second.data(), 3 << 20, second.size());
+  plan.gate->open_all();
   ASSERT_TRUE(s->wait(a).is_ok());
   expect_bytes(first.data(), 4096, first.size());
 }

@@ -16,7 +16,7 @@
 #include "gguf/gguf.h"
 #include "model/cuda_blocks.h"
 #include "model/model.h"
-#include "runtime/golden_fixtures.h"
+#include "runtime/testing/golden_fixtures.h"
 #include "synth/synth.h"
 #include "tiers/testing/resident_provider.h"
 

@@ -11,7 +11,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "model/tensor_role.h"
-#include "runtime/golden_fixtures.h"
+#include "runtime/testing/golden_fixtures.h"
 #include "scheduler/model_tensors.h"
 #include "synth/synth.h"
 #include "tiers/testing/resident_provider.h"

@@ -22,7 +22,7 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "runtime/engine.h"
-#include "runtime/golden_fixtures.h"
+#include "runtime/testing/golden_fixtures.h"
 #include "tiers/device_weights.h"
 #include "tiers/staged_weights.h"
 #include "tiers/testing/resident_provider.h"

@@ -17,7 +17,7 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "model/tensor_role.h"
-#include "runtime/golden_fixtures.h"
+#include "runtime/testing/golden_fixtures.h"
 #include "runtime/tiered_weights.h"
 #include "scheduler/model_tensors.h"
 #include "synth/synth.h"

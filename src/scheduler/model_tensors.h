@@ -4,7 +4,7 @@
 // it one generated token reads (dense weights: all of it; a stacked MoE expert tensor:
 // n_expert_used / n_expert of it; the token embedding: one row). Plus the few dimensions
 // that size the KV cache and the work buffers. Built from a GGUF file's directory, or
-// synthetically from a shape (scheduler/shapes.h) so plans for models that are not on
+// synthetically from a shape (scheduler/testing/shapes.h) so plans for models that are not on
 // disk (a 1T-parameter MoE) can be made and tested.
 //
 // Thread-safety: plain data.

@@ -10,7 +10,7 @@
 #include "profiler/hardware_profile.h"
 #include "scheduler/plan.h"
 #include "scheduler/render.h"
-#include "scheduler/shapes.h"
+#include "scheduler/testing/shapes.h"
 
 namespace hypura::scheduler {
 namespace {
@@ -61,7 +61,7 @@ TEST(Shapes, Mxfp4MoeMix) {
   ShapeSpec s = qwen3_30b_a3b_q4km();
   s.n_embd = 2880, s.n_layer = 24, s.n_head = 64, s.n_head_kv = 8, s.head_dim = 64;
   s.n_expert = 32, s.n_expert_used = 4, s.n_ff_exp = 2880, s.n_vocab = 201088;
-  s.mix = QuantMix::kMxfp4Moe;
+  s.mix = synth::QuantMix::kMxfp4Moe;
   uint64_t expert_bytes = 0;
   for (const auto& t : synthetic_model(s).tensors) {
     const gguf::GgmlType want =

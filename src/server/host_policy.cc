@@ -129,8 +129,7 @@ bool origin_allowed(const HostPolicy& policy, std::string_view origin_header) {
     if (pattern == "*" || glob_match(pattern, origin)) return true;
   }
   // Desktop and editor apps (Ollama's defaults): their pages have these schemes.
-  for (std::string_view scheme :
-       {"app://", "file://", "tauri://", "vscode-webview://", "vscode-file://"}) {
+  for (std::string_view scheme : kAppOriginSchemes) {
     if (origin.starts_with(scheme)) return true;
   }
   size_t authority = 0;

@@ -19,12 +19,18 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <array>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 namespace hypura::server {
+
+// The desktop and editor apps' page schemes allowed without --allow-origin (Ollama's
+// defaults); `hypura serve --help` lists them from here.
+inline constexpr std::array<std::string_view, 5> kAppOriginSchemes = {
+    "app://", "file://", "tauri://", "vscode-webview://", "vscode-file://"};
 
 struct HostPolicy {
   std::string bind_host;                     // --host

@@ -9,22 +9,7 @@ namespace {
 
 using gguf::GgmlType;
 
-// What a tensor is, as far as llama-quantize's type choice is concerned.
-enum class Kind {
-  kTokenEmbd,
-  kOutput,
-  kAttnQ,
-  kAttnK,
-  kAttnV,
-  kAttnOut,
-  kFfnGateUp,
-  kFfnDown,
-  kRouter,
-  kNorm,
-  kBias,
-  kSinks,
-  kSelectionBias,  // exp_probs_b: large enough to change which experts are chosen
-};
+using Kind = TensorKind;
 
 // llama.cpp's use_more_bits(): the first and last eighth of the layers, and every third
 // layer between, get more bits for attn_v and ffn_down in the _M mixes.
@@ -47,17 +32,12 @@ GgmlType fallback(GgmlType type, int64_t row) {
   }
 }
 
-struct Context {
-  const SynthSpec& spec;
-  bool has_output;  // false when the output head is tied to token_embd
-};
-
 // The _M mixes, following llama_tensor_get_type() in llama.cpp.
-GgmlType k_mix_type(const Context& c, Kind kind, int64_t layer) {
-  const bool q4 = c.spec.mix == QuantMix::kQ4_K_M;
+GgmlType k_mix_type(const MixModel& c, Kind kind, int64_t layer) {
+  const bool q4 = c.mix == QuantMix::kQ4_K_M;
   const GgmlType base = q4 ? GgmlType::Q4_K : GgmlType::Q5_K;
-  const int64_t n_layer = c.spec.shape.n_layer;
-  const bool eight_experts = c.spec.shape.n_expert == 8;
+  const int64_t n_layer = c.n_layer;
+  const bool eight_experts = c.n_expert == 8;
   switch (kind) {
     case Kind::kOutput:
       return GgmlType::Q6_K;
@@ -67,7 +47,7 @@ GgmlType k_mix_type(const Context& c, Kind kind, int64_t layer) {
       if (eight_experts) return GgmlType::Q8_0;
       GgmlType t = use_more_bits(layer, n_layer) ? GgmlType::Q6_K : base;
       // llama.cpp's 70B rule: 8x-shared attn_v is tiny, so give it Q5_K.
-      if (n_layer == 80 && c.spec.arch == Arch::kLlama && t == GgmlType::Q4_K) t = GgmlType::Q5_K;
+      if (n_layer == 80 && c.arch == Arch::kLlama && t == GgmlType::Q4_K) t = GgmlType::Q5_K;
       return t;
     }
     case Kind::kAttnK:
@@ -81,12 +61,13 @@ GgmlType k_mix_type(const Context& c, Kind kind, int64_t layer) {
   }
 }
 
-// ne: the tensor's dimensions (three for stacked experts).
-GgmlType choose_type(const Context& c, Kind kind, int64_t layer, const std::vector<int64_t>& ne) {
+}  // namespace
+
+GgmlType mix_type(const MixModel& c, Kind kind, int64_t layer, const std::vector<int64_t>& ne) {
   if (kind == Kind::kNorm || kind == Kind::kBias || kind == Kind::kSinks ||
       kind == Kind::kSelectionBias || kind == Kind::kRouter)
     return GgmlType::F32;
-  switch (c.spec.mix) {
+  switch (c.mix) {
     case QuantMix::kF32:
       return GgmlType::F32;
     case QuantMix::kF16:
@@ -99,6 +80,8 @@ GgmlType choose_type(const Context& c, Kind kind, int64_t layer, const std::vect
       return fallback(k_mix_type(c, kind, layer), ne[0]);
   }
 }
+
+namespace {
 
 ValueSpec values_for(Kind kind, int64_t fan_in) {
   switch (kind) {
@@ -118,7 +101,10 @@ ValueSpec values_for(Kind kind, int64_t fan_in) {
 class Planner {
  public:
   explicit Planner(const SynthSpec& spec)
-      : c_{spec, spec.arch != Arch::kGemma3 && !spec.tied_embeddings}, s_(spec.shape) {}
+      : spec_(spec),
+        c_{spec.mix, spec.arch, spec.shape.n_layer, spec.shape.n_expert,
+           spec.arch != Arch::kGemma3 && !spec.tied_embeddings},
+        s_(spec.shape) {}
 
   std::vector<TensorPlan> run() {
     add("token_embd.weight", Kind::kTokenEmbd, -1, {s_.n_embd, s_.n_vocab});
@@ -130,10 +116,10 @@ class Planner {
 
  private:
   void add(std::string name, Kind kind, int64_t layer, std::vector<int64_t> ne) {
-    GgmlType type = choose_type(c_, kind, layer, ne);
+    GgmlType type = mix_type(c_, kind, layer, ne);
     ValueSpec values = values_for(kind, ne[0]);
     if (kind == Kind::kOutput || (kind == Kind::kTokenEmbd && !c_.has_output)) {
-      values.std *= static_cast<float>(c_.spec.logit_scale);
+      values.std *= static_cast<float>(spec_.logit_scale);
     }
     out_.push_back(TensorPlan{std::move(name), type, std::move(ne), values});
   }
@@ -181,7 +167,7 @@ class Planner {
   }
 
   void add_layer(int64_t il) {
-    const Arch arch = c_.spec.arch;
+    const Arch arch = spec_.arch;
     if (arch == Arch::kDeepseek2) return add_deepseek2_layer(il);
     const int64_t n_q = s_.n_head * s_.head_dim;
     const int64_t n_kv = s_.n_head_kv * s_.head_dim;
@@ -233,7 +219,7 @@ class Planner {
   // n_expert} for down; the router maps n_embd to one logit per expert. gpt-oss adds a
   // bias to the router and to each expert's three outputs.
   void add_experts(int64_t il) {
-    const bool biases = c_.spec.arch == Arch::kGptOss;
+    const bool biases = spec_.arch == Arch::kGptOss;
     add_blk(il, "ffn_gate_inp.weight", Kind::kRouter, {s_.n_embd, s_.n_expert});
     if (biases) add_blk(il, "ffn_gate_inp.bias", Kind::kBias, {s_.n_expert});
     add_blk(il, "ffn_gate_exps.weight", Kind::kFfnGateUp, {s_.n_embd, s_.n_ff_exp, s_.n_expert});
@@ -242,13 +228,14 @@ class Planner {
     if (biases) add_blk(il, "ffn_up_exps.bias", Kind::kBias, {s_.n_ff_exp, s_.n_expert});
     add_blk(il, "ffn_down_exps.weight", Kind::kFfnDown, {s_.n_ff_exp, s_.n_embd, s_.n_expert});
     if (biases) add_blk(il, "ffn_down_exps.bias", Kind::kBias, {s_.n_embd, s_.n_expert});
-    if (c_.spec.arch == Arch::kGlm4Moe) {
+    if (spec_.arch == Arch::kGlm4Moe) {
       add_blk(il, "exp_probs_b.bias", Kind::kSelectionBias, {s_.n_expert});
     }
     add_shared_expert(il, s_.n_ff_exp * s_.n_expert_shared);
   }
 
-  Context c_;
+  const SynthSpec& spec_;
+  MixModel c_;
   const Shape& s_;
   std::vector<TensorPlan> out_;
 };

@@ -53,6 +53,39 @@ const char* mix_name(QuantMix mix);    // "F32", "F16", "Q8_0", "Q4_K_M", "Q5_K_
 uint32_t mix_file_type(QuantMix mix);  // general.file_type (llama_ftype numbering)
 Result<QuantMix> parse_mix(std::string_view name);  // case-insensitive
 
+// What a tensor is, as far as llama-quantize's type choice is concerned.
+enum class TensorKind {
+  kTokenEmbd,
+  kOutput,
+  kAttnQ,
+  kAttnK,
+  kAttnV,
+  kAttnOut,
+  kFfnGateUp,
+  kFfnDown,
+  kRouter,
+  kNorm,
+  kBias,
+  kSinks,
+  kSelectionBias,  // exp_probs_b: large enough to change which experts are chosen
+};
+
+// The facts of a model that llama-quantize's type choice depends on.
+struct MixModel {
+  QuantMix mix = QuantMix::kQ4_K_M;
+  Arch arch = Arch::kLlama;
+  int64_t n_layer = 0;
+  int64_t n_expert = 0;
+  bool has_output = true;  // false: the output head is tied to token_embd
+};
+
+// The type llama-quantize gives a tensor of `kind` in `layer` (-1 outside the layer stack)
+// with ggml dimensions `ne` (three for stacked experts): llama.cpp's
+// llama_tensor_get_type() for the mixes above. One rule for the synthetic files and the
+// planner's synthetic shapes (scheduler/testing/shapes.h).
+gguf::GgmlType mix_type(const MixModel& model, TensorKind kind, int64_t layer,
+                        const std::vector<int64_t>& ne);
+
 // deepseek2's extras: multi-head latent attention (head_dim of the Shape is qk_nope +
 // qk_rope), shared experts after leading dense layers, its routing and YaRN keys.
 struct Mla {

@@ -25,7 +25,7 @@
 #include "gguf/gguf.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
-#include "runtime/golden_fixtures.h"
+#include "runtime/testing/golden_fixtures.h"
 #include "tiers/testing/resident_provider.h"
 
 namespace hypura::runtime {

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "compute/cpu/kernels.h"
+#include "compute/cpu/simd_common.h"
 
 namespace hypura::compute {
 namespace {
@@ -40,12 +41,6 @@ inline __m256 exp_nonpositive(__m256 x) {
   const __m256i e =
       _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-
-inline float hmax256(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
 }
 
 // The same fold as the scalar twin: ((0+4) + (1+5)) + ((2+6) + (3+7)).

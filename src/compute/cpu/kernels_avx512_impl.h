@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "compute/cpu/kernels.h"
+#include "compute/cpu/simd_common.h"
 #include "compute/cpu/tile_common.h"
 #include "quant/blocks.h"
 
@@ -39,10 +40,6 @@ using quant::BlockQ8_0;
 using quant::BlockQ8_1;
 using quant::BlockQ8_K;
 
-inline float h2f(uint16_t h) {
-  return _cvtsh_ss(h);
-}
-
 // acc + sum over byte pairs of (u8 w * s8 y), each pair sum times the int16 lane of s.
 inline __m512i dot_scaled(__m512i acc, __m512i w, __m512i y, __m512i s) {
   const __m512i p = _mm512_maddubs_epi16(w, y);
@@ -58,12 +55,6 @@ inline __m512i dot_scaled_first(__m512i w, __m512i y, __m512i s) {
   return _mm512_madd_epi16(_mm512_maddubs_epi16(w, y), s);
 }
 
-inline float hsum256(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 s2 = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
-}
-
 inline float hsum512(__m512 v) {
   return hsum256(_mm256_add_ps(_mm512_castps512_ps256(v),
                                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
@@ -72,13 +63,6 @@ inline float hsum512(__m512 v) {
 inline __m512i load512(const void* p) {
   return _mm512_loadu_si512(p);
 }
-inline __m256i load256(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-inline __m128i load128(const void* p) {
-  return _mm_loadu_si128(static_cast<const __m128i*>(p));
-}
-
 // Word-index vector whose 16-bit lanes select, per 128-bit lane j, word v[j] (vpermw).
 inline __m512i lane_words(int v0, int v1, int v2, int v3) {
   auto w = [](int v) { return static_cast<int>(static_cast<unsigned>(v) * 0x10001u); };
@@ -90,34 +74,6 @@ inline __m512i lane_words(int v0, int v1, int v2, int v3) {
 inline __m512i halves8(int b_lo, int b_hi) {
   return _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull, _mm512_set1_epi8(static_cast<char>(b_lo)),
                                 _mm512_set1_epi8(static_cast<char>(b_hi)));
-}
-
-// The eight 6-bit scales and mins of a Q4_K / Q5_K block as bytes.
-inline void unpack_k4(const uint8_t* s, uint64_t* sc, uint64_t* m) {
-  uint32_t a, b, c;
-  std::memcpy(&a, s, 4);
-  std::memcpy(&b, s + 4, 4);
-  std::memcpy(&c, s + 8, 4);
-  const uint32_t sc_hi = (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u);
-  const uint32_t m_hi = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u);
-  *sc = (a & 0x3f3f3f3fu) | (static_cast<uint64_t>(sc_hi) << 32);
-  *m = (b & 0x3f3f3f3fu) | (static_cast<uint64_t>(m_hi) << 32);
-}
-
-// The sixteen 6-bit Q3_K scales, minus 32, as int8 bytes.
-inline __m128i unpack_q3k_scales(const uint8_t* s) {
-  uint32_t a, b, c;
-  std::memcpy(&a, s, 4);
-  std::memcpy(&b, s + 4, 4);
-  std::memcpy(&c, s + 8, 4);
-  const uint32_t lo = 0x0f0f0f0fu, hi = 0x03030303u;
-  const uint32_t o0 = (a & lo) | ((c & hi) << 4);
-  const uint32_t o1 = (b & lo) | (((c >> 2) & hi) << 4);
-  const uint32_t o2 = ((a >> 4) & lo) | (((c >> 4) & hi) << 4);
-  const uint32_t o3 = ((b >> 4) & lo) | (((c >> 6) & hi) << 4);
-  return _mm_sub_epi8(_mm_set_epi32(static_cast<int>(o3), static_cast<int>(o2),
-                                    static_cast<int>(o1), static_cast<int>(o0)),
-                      _mm_set1_epi8(32));
 }
 
 // Elements 64k..64k+63 of a 2-bit plane (Q2_K / Q3_K low bits) as bytes 0..3.
@@ -132,12 +88,6 @@ inline void unpack_2bit(const uint8_t* qs, __m512i* W) {
   W[1] = _mm512_shuffle_i64x2(s2, s3, 0x44);
   W[2] = _mm512_shuffle_i64x2(s0, s1, 0xEE);
   W[3] = _mm512_shuffle_i64x2(s2, s3, 0xEE);
-}
-
-// Pointers to the T activation rows.
-template <class B, int T>
-inline void act_rows(const uint8_t* x, size_t xs, const B** y) {
-  for (int t = 0; t < T; ++t) y[t] = reinterpret_cast<const B*>(x + t * xs);
 }
 
 // ---- K-quants ----
@@ -467,10 +417,6 @@ inline float quantize_block32(const float* x, int8_t* q, int* sum) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(q1));
   *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
   return amax / 127.0f;
-}
-
-inline uint16_t f2h(float f) {
-  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
 }
 
 // Q8_0 (kSums = false) or Q8_1 (kSums = true) activations in transposed groups.

@@ -1,4 +1,4 @@
-#include "scheduler/shapes.h"
+#include "scheduler/testing/shapes.h"
 
 #include <vector>
 
@@ -7,67 +7,56 @@ namespace {
 
 using gguf::GgmlType;
 using model::TensorRole;
-
-// llama-quantize's "use_more_bits": the first and last eighth of the layers and every
-// third layer between get more bits for attn_v and ffn_down.
-bool use_more_bits(int64_t i, int64_t n) {
-  return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
-}
+using synth::TensorKind;
 
 struct Builder {
   const ShapeSpec& s;
   ModelTensors m;
+  synth::MixModel mix{s.mix,
+                      s.architecture == "qwen2"       ? synth::Arch::kQwen2
+                      : s.architecture == "qwen3moe"  ? synth::Arch::kQwen3Moe
+                      : s.architecture == "deepseek2" ? synth::Arch::kDeepseek2
+                      : s.n_expert > 0                ? synth::Arch::kMixtral
+                                                      : synth::Arch::kLlama,
+                      s.n_layer, s.n_expert, !s.tied_embeddings};
 
-  GgmlType base() const {
-    switch (s.mix) {
-      case QuantMix::kF16:
-        return GgmlType::F16;
-      case QuantMix::kQ8_0:
-      case QuantMix::kMxfp4Moe:
-        return GgmlType::Q8_0;
-      case QuantMix::kQ4_K_M:
-        return GgmlType::Q4_K;
-      case QuantMix::kQ5_K_M:
-        return GgmlType::Q5_K;
-    }
-    return GgmlType::Q4_K;
+  // llama-quantize's type for the tensor (n_expert > 0: stacked experts).
+  GgmlType type(TensorKind kind, int layer, int64_t n_cols, int64_t n_rows,
+                int64_t n_expert = 0) const {
+    std::vector<int64_t> ne = {n_cols, n_rows};
+    if (n_expert > 0) ne.push_back(n_expert);
+    return synth::mix_type(mix, kind, layer, ne);
   }
-  bool k_mix() const { return s.mix == QuantMix::kQ4_K_M || s.mix == QuantMix::kQ5_K_M; }
-  GgmlType more_bits(int64_t layer) const {
-    return k_mix() && use_more_bits(layer, s.n_layer) ? GgmlType::Q6_K : base();
-  }
-
-  // The type of a stacked expert tensor whose mix type would be `t`.
-  GgmlType experts(GgmlType t) const { return s.mix == QuantMix::kMxfp4Moe ? GgmlType::MXFP4 : t; }
 
   // A (n_rows x n_cols) matrix, or n_expert of them stacked.
-  void add(std::string name, TensorRole role, int layer, GgmlType type, int64_t n_cols,
+  void add(std::string name, TensorRole role, int layer, TensorKind kind, int64_t n_cols,
            int64_t n_rows, int64_t n_expert = 0) {
     TensorDesc t;
     t.name = std::move(name);
     t.role = role;
     t.layer = layer;
-    t.type = type;
-    t.row_bytes = gguf::row_bytes(type, n_cols);
+    t.type = type(kind, layer, n_cols, n_rows, n_expert);
+    t.row_bytes = gguf::row_bytes(t.type, n_cols);
     t.bytes = t.row_bytes * static_cast<uint64_t>(n_rows) *
               static_cast<uint64_t>(n_expert > 0 ? n_expert : 1);
     t.n_expert = n_expert;
     m.tensors.push_back(std::move(t));
   }
   void add_norm(const std::string& name, TensorRole role, int layer, int64_t n) {
-    add(name, role, layer, GgmlType::F32, n, 1);
+    add(name, role, layer, TensorKind::kNorm, n, 1);
   }
 
   void attention(int il, const std::string& p) {
     add_norm(p + "attn_norm.weight", TensorRole::kAttnNorm, il, s.n_embd);
     if (s.kv_lora_rank > 0) return mla(il, p);
     int64_t hd = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
-    GgmlType kv = k_mix() && s.n_expert == 8 ? GgmlType::Q8_0 : base();
-    GgmlType v = kv == GgmlType::Q8_0 ? kv : more_bits(il);
-    add(p + "attn_q.weight", TensorRole::kAttnQ, il, base(), s.n_embd, s.n_head * hd);
-    add(p + "attn_k.weight", TensorRole::kAttnK, il, kv, s.n_embd, s.n_head_kv * hd);
-    add(p + "attn_v.weight", TensorRole::kAttnV, il, v, s.n_embd, s.n_head_kv * hd);
-    add(p + "attn_output.weight", TensorRole::kAttnOutput, il, base(), s.n_head * hd, s.n_embd);
+    add(p + "attn_q.weight", TensorRole::kAttnQ, il, TensorKind::kAttnQ, s.n_embd, s.n_head * hd);
+    add(p + "attn_k.weight", TensorRole::kAttnK, il, TensorKind::kAttnK, s.n_embd,
+        s.n_head_kv * hd);
+    add(p + "attn_v.weight", TensorRole::kAttnV, il, TensorKind::kAttnV, s.n_embd,
+        s.n_head_kv * hd);
+    add(p + "attn_output.weight", TensorRole::kAttnOutput, il, TensorKind::kAttnOut, s.n_head * hd,
+        s.n_embd);
     if (s.qkv_bias) {
       add_norm(p + "attn_q.bias", TensorRole::kAttnBias, il, s.n_head * hd);
       add_norm(p + "attn_k.bias", TensorRole::kAttnBias, il, s.n_head_kv * hd);
@@ -75,41 +64,46 @@ struct Builder {
     }
   }
 
+  // The latent attention's matrices are all of llama-quantize's default kind (none of
+  // its names is attn_v or attn_k).
   void mla(int il, const std::string& p) {
     int64_t qk = s.qk_nope_dim + s.qk_rope_dim;
-    add(p + "attn_q_a.weight", TensorRole::kAttnQ, il, base(), s.n_embd, s.q_lora_rank);
+    const TensorKind q = TensorKind::kAttnQ;
+    add(p + "attn_q_a.weight", TensorRole::kAttnQ, il, q, s.n_embd, s.q_lora_rank);
     add_norm(p + "attn_q_a_norm.weight", TensorRole::kAttnQNorm, il, s.q_lora_rank);
-    add(p + "attn_q_b.weight", TensorRole::kAttnQ, il, base(), s.q_lora_rank, s.n_head * qk);
-    add(p + "attn_kv_a_mqa.weight", TensorRole::kAttnK, il, base(), s.n_embd,
+    add(p + "attn_q_b.weight", TensorRole::kAttnQ, il, q, s.q_lora_rank, s.n_head * qk);
+    add(p + "attn_kv_a_mqa.weight", TensorRole::kAttnK, il, q, s.n_embd,
         s.kv_lora_rank + s.qk_rope_dim);
     add_norm(p + "attn_kv_a_norm.weight", TensorRole::kAttnKNorm, il, s.kv_lora_rank);
-    add(p + "attn_kv_b.weight", TensorRole::kAttnV, il, more_bits(il), s.kv_lora_rank,
+    add(p + "attn_kv_b.weight", TensorRole::kAttnV, il, q, s.kv_lora_rank,
         s.n_head * (s.qk_nope_dim + s.v_head_dim));
-    add(p + "attn_output.weight", TensorRole::kAttnOutput, il, base(), s.n_head * s.v_head_dim,
-        s.n_embd);
+    add(p + "attn_output.weight", TensorRole::kAttnOutput, il, TensorKind::kAttnOut,
+        s.n_head * s.v_head_dim, s.n_embd);
   }
 
   void ffn(int il, const std::string& p) {
+    const TensorKind gate_up = TensorKind::kFfnGateUp, down = TensorKind::kFfnDown;
     add_norm(p + "ffn_norm.weight", TensorRole::kFfnNorm, il, s.n_embd);
     if (s.n_expert == 0 || il < s.n_dense_layers) {
-      add(p + "ffn_gate.weight", TensorRole::kFfnGate, il, base(), s.n_embd, s.n_ff);
-      add(p + "ffn_up.weight", TensorRole::kFfnUp, il, base(), s.n_embd, s.n_ff);
-      add(p + "ffn_down.weight", TensorRole::kFfnDown, il, more_bits(il), s.n_ff, s.n_embd);
+      add(p + "ffn_gate.weight", TensorRole::kFfnGate, il, gate_up, s.n_embd, s.n_ff);
+      add(p + "ffn_up.weight", TensorRole::kFfnUp, il, gate_up, s.n_embd, s.n_ff);
+      add(p + "ffn_down.weight", TensorRole::kFfnDown, il, down, s.n_ff, s.n_embd);
       return;
     }
-    add(p + "ffn_gate_inp.weight", TensorRole::kMoeRouter, il, GgmlType::F32, s.n_embd, s.n_expert);
-    add(p + "ffn_gate_exps.weight", TensorRole::kMoeGateExperts, il, experts(base()), s.n_embd,
-        s.n_ff_exp, s.n_expert);
-    add(p + "ffn_up_exps.weight", TensorRole::kMoeUpExperts, il, experts(base()), s.n_embd,
-        s.n_ff_exp, s.n_expert);
-    add(p + "ffn_down_exps.weight", TensorRole::kMoeDownExperts, il, experts(more_bits(il)),
-        s.n_ff_exp, s.n_embd, s.n_expert);
+    add(p + "ffn_gate_inp.weight", TensorRole::kMoeRouter, il, TensorKind::kRouter, s.n_embd,
+        s.n_expert);
+    add(p + "ffn_gate_exps.weight", TensorRole::kMoeGateExperts, il, gate_up, s.n_embd, s.n_ff_exp,
+        s.n_expert);
+    add(p + "ffn_up_exps.weight", TensorRole::kMoeUpExperts, il, gate_up, s.n_embd, s.n_ff_exp,
+        s.n_expert);
+    add(p + "ffn_down_exps.weight", TensorRole::kMoeDownExperts, il, down, s.n_ff_exp, s.n_embd,
+        s.n_expert);
     if (s.n_ff_shexp > 0) {
-      add(p + "ffn_gate_shexp.weight", TensorRole::kSharedExpert, il, base(), s.n_embd,
+      add(p + "ffn_gate_shexp.weight", TensorRole::kSharedExpert, il, gate_up, s.n_embd,
           s.n_ff_shexp);
-      add(p + "ffn_up_shexp.weight", TensorRole::kSharedExpert, il, base(), s.n_embd, s.n_ff_shexp);
-      add(p + "ffn_down_shexp.weight", TensorRole::kSharedExpert, il, more_bits(il), s.n_ff_shexp,
-          s.n_embd);
+      add(p + "ffn_up_shexp.weight", TensorRole::kSharedExpert, il, gate_up, s.n_embd,
+          s.n_ff_shexp);
+      add(p + "ffn_down_shexp.weight", TensorRole::kSharedExpert, il, down, s.n_ff_shexp, s.n_embd);
     }
   }
 
@@ -129,8 +123,8 @@ struct Builder {
     int64_t hd = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
     m.kv_elements_per_token = static_cast<uint64_t>(
         s.n_layer * (s.kv_lora_rank > 0 ? s.kv_lora_rank + s.qk_rope_dim : 2 * s.n_head_kv * hd));
-    GgmlType embd = s.mix == QuantMix::kQ5_K_M ? GgmlType::Q5_K : base();
-    add("token_embd.weight", TensorRole::kTokenEmbedding, -1, embd, s.n_embd, s.n_vocab);
+    add("token_embd.weight", TensorRole::kTokenEmbedding, -1, TensorKind::kTokenEmbd, s.n_embd,
+        s.n_vocab);
     for (int il = 0; il < s.n_layer; ++il) {
       std::string p = "blk." + std::to_string(il) + ".";
       attention(il, p);
@@ -138,8 +132,7 @@ struct Builder {
     }
     add_norm("output_norm.weight", TensorRole::kOutputNorm, -1, s.n_embd);
     if (!s.tied_embeddings) {
-      add("output.weight", TensorRole::kOutput, -1, k_mix() ? GgmlType::Q6_K : base(), s.n_embd,
-          s.n_vocab);
+      add("output.weight", TensorRole::kOutput, -1, TensorKind::kOutput, s.n_embd, s.n_vocab);
     }
     set_access_frequencies(m);
     return std::move(m);
@@ -178,14 +171,14 @@ ShapeSpec mixtral_8x7b_q5km() {
   s.n_expert = 8;
   s.n_expert_used = 2;
   s.n_ff_exp = 14336;
-  s.mix = QuantMix::kQ5_K_M;
+  s.mix = synth::QuantMix::kQ5_K_M;
   return s;
 }
 
 ShapeSpec mixtral_8x7b_q4km() {
   ShapeSpec s = mixtral_8x7b_q5km();
   s.name = "Mixtral-8x7B Q4_K_M (shape)";
-  s.mix = QuantMix::kQ4_K_M;
+  s.mix = synth::QuantMix::kQ4_K_M;
   return s;
 }
 

@@ -1,7 +1,7 @@
 // Test fixtures over the golden models of ../shared/golden (llama.cpp's reference
-// outputs): their token sequences, the models opened, the tiered tests' starting point,
-// and logits through any WeightProvider. For the tests of runtime/ and eval/ only (needs
-// HYPURA_GOLDEN_DIR).
+// outputs): their token sequences, logit comparisons, the models opened, and logits
+// through any WeightProvider. For tests only (needs HYPURA_GOLDEN_DIR); the tiered tests'
+// starting point is runtime/testing/golden_fixtures.h.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -21,9 +21,8 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "model/weight_provider.h"
-#include "runtime/tiered_weights.h"
 
-namespace hypura::runtime::golden {
+namespace hypura::model::golden {
 
 inline const std::string kDir = HYPURA_GOLDEN_DIR;
 
@@ -116,50 +115,6 @@ inline Model open_model(const std::string& name) {
   return m;
 }
 
-// TieredWeights options of the tiered tests: the fixture profile (the same plan on every
-// machine, no storage benchmark), a small context and batch, no mlock.
-inline TierOptions fixture_tier_options() {
-  TierOptions opts;
-  opts.plan.profile_file = std::string(HYPURA_SOURCE_DIR) + "/src/scheduler/testdata/cpu_24g.json";
-  opts.plan.budgets.n_ctx = 64;
-  opts.plan.budgets.n_batch = 16;
-  opts.lock_resident = false;
-  return opts;
-}
-
-// Where the tiered tests start: a golden model, the first ten tokens of sequence "B", the
-// fixture options, and the RAM that the resident plan under those options needs (the
-// model is loaded once to check that plan is full-resident and streams nothing, then
-// released). A failure fails the test and leaves `resident_ram` 0.
-struct TieredStart {
-  Model m;
-  std::vector<int32_t> tokens;
-  TierOptions opts;
-  uint64_t resident_ram = 0;
-};
-
-inline TieredStart tiered_start(const std::string& name) {
-  TieredStart s;
-  s.m = open_model(name);
-  if (s.m.model == nullptr) return s;
-  s.tokens = sequence("B");
-  s.tokens.resize(10);
-  s.opts = fixture_tier_options();
-  auto roomy = TieredWeights::load(s.m.file, s.opts);
-  if (!roomy.is_ok()) {
-    ADD_FAILURE() << roomy.status().message();
-    return s;
-  }
-  const TieredWeights& w = *roomy.value();
-  if (w.mode() != "full-resident" || w.streamed_bytes_per_pass() != 0) {
-    ADD_FAILURE() << "the roomy plan is " << w.mode() << " streaming "
-                  << w.streamed_bytes_per_pass() << " B per pass, not full-resident";
-    return s;
-  }
-  s.resident_ram = w.plan().memory.ram_total();
-  return s;
-}
-
 // Logits (n_tokens, n_vocab) of `tokens` through `provider`: the first `first_batch` as one
 // forward pass (a prompt), then one token per pass (generation). Stops at the first failed
 // pass and returns its Status. *n_passes (when given) counts the passes run.
@@ -185,4 +140,4 @@ inline Status forward_logits(const std::shared_ptr<const model::Model>& m,
   return Status::ok();
 }
 
-}  // namespace hypura::runtime::golden
+}  // namespace hypura::model::golden

@@ -2,10 +2,10 @@
 // are not on disk, such as the original's three models on its M1 Max rig, or a
 // 1T-parameter MoE on a 32 GiB machine.
 //
-// Tensor names, shapes and the quant mix follow llama.cpp's conventions (the Q4_K_M and
-// Q5_K_M rules of llama-quantize: attn_v and ffn_down get Q6_K in the "more bits" layers,
-// the output head Q6_K, 8-expert models Q8_0 attn_k/attn_v), so sizes land within a few
-// percent of the published files; tests check them against the published sizes.
+// Tensor names and shapes follow llama.cpp's conventions and each tensor's type is
+// llama-quantize's for the mix (synth::mix_type, the rule `hypura synth` writes files
+// with), so sizes land within a few percent of the published files; tests check them
+// against the published sizes.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -14,11 +14,9 @@
 #include <string>
 
 #include "scheduler/model_tensors.h"
+#include "synth/synth.h"
 
 namespace hypura::scheduler {
-
-// kMxfp4Moe: llama-quantize's MXFP4_MOE (gpt-oss): stacked experts MXFP4, other matrices Q8_0.
-enum class QuantMix { kF16, kQ8_0, kQ4_K_M, kQ5_K_M, kMxfp4Moe };
 
 struct ShapeSpec {
   std::string name;
@@ -39,7 +37,7 @@ struct ShapeSpec {
   int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_rope_dim = 0, qk_nope_dim = 0, v_head_dim = 0;
   bool qkv_bias = false;         // qwen2
   bool tied_embeddings = false;  // no separate output tensor
-  QuantMix mix = QuantMix::kQ4_K_M;
+  synth::QuantMix mix = synth::QuantMix::kQ4_K_M;
 };
 
 ModelTensors synthetic_model(const ShapeSpec& spec);

@@ -6,24 +6,27 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "compute/compute.h"
 #include "gguf/gguf.h"
 #include "gguf/writer.h"
-#include "io/fault_queue.h"
+#include "io/testing/fault_queue.h"
 #include "model/cpu_blocks.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
-#include "runtime/golden_fixtures.h"
+#include "model/testing/golden.h"
 #include "tiers/testing/resident_provider.h"
 
-namespace hypura::runtime {
+namespace hypura::tiers {
 namespace {
 
+namespace golden = model::golden;
 constexpr int64_t kNCtx = 128;
 using golden::Model;
 using golden::open_model;
@@ -216,7 +219,7 @@ Layered write_layered() {
   Layered l;
   l.path = testing::TempDir() + "/hypura_layered_" + std::to_string(::getpid()) + "_" +
            testing::UnitTest::GetInstance()->current_test_info()->name() + ".gguf";
-  gguf::GgufWriter w;
+  gguf::GgufWriter w(4096);  // each tensor's device reads stay within its own pages
   w.add_string("general.architecture", "test");
   w.add_tensor("token_embd.weight", gguf::GgmlType::F32, {kCols, kRows});
   for (int i = 0; i < kLayers; ++i) {
@@ -246,9 +249,10 @@ bool holds_pattern(const compute::WeightView& v, size_t tensor) {
   return true;
 }
 
-Result<std::unique_ptr<tiers::StreamingProvider>> layered_provider(const Layered& l, int n_slots,
-                                                                   int64_t delay_us,
-                                                                   tiers::MemoryLedger& ledger) {
+// gate: holds the streamed reads until the test opens them (null: none waits).
+Result<std::unique_ptr<tiers::StreamingProvider>> layered_provider(
+    const Layered& l, int n_slots, std::shared_ptr<io::ReadGate> gate,
+    tiers::MemoryLedger& ledger) {
   tiers::StreamingConfig config;
   config.streamed.assign(l.file.tensors().size(), true);
   config.streamed[0] = false;
@@ -256,7 +260,7 @@ Result<std::unique_ptr<tiers::StreamingProvider>> layered_provider(const Layered
   config.prefetch_depth = n_slots - 1;
   config.storage.queue_depth = 4;
   io::FaultPlan plan;
-  plan.delay_us = delay_us;
+  plan.gate = std::move(gate);
   config.make_queue = [plan] {
     return std::make_unique<io::FaultInjectingQueue>(io::make_thread_queue(4, 2), plan);
   };
@@ -269,7 +273,7 @@ Result<std::unique_ptr<tiers::StreamingProvider>> layered_provider(const Layered
 TEST(StreamingProvider, RingReadsEveryLayerOncePerPass) {
   Layered l = write_layered();
   tiers::MemoryLedger ledger(0);
-  auto p = layered_provider(l, 3, 0, ledger);
+  auto p = layered_provider(l, 3, nullptr, ledger);
   ASSERT_TRUE(p.is_ok()) << p.status().message();
   tiers::StreamingProvider& sp = *p.value();
   EXPECT_EQ(sp.n_streamed_layers(), kLayers);
@@ -297,13 +301,23 @@ TEST(StreamingProvider, RingReadsEveryLayerOncePerPass) {
   EXPECT_EQ(s.unconsumed_bytes, 2u * kCols * kRows * 4) << "depth 2 reads into the next pass";
 }
 
-// With slow reads, the slot of a layer in use keeps its layer and its bytes while the
-// read-ahead fills the other slots, and no slot is reused before its layer is released.
+// The file bytes of a layered tensor, for the gate.
+void open_tensor(io::ReadGate& gate, const Layered& l, model::TensorId id) {
+  const auto& t = l.file.tensors()[static_cast<size_t>(id)];
+  gate.open(t.offset, t.offset + t.n_bytes);
+}
+
+// With reads held at the gate, the slot of a layer in use keeps its layer and its bytes
+// while the read-ahead fills the other slots, and no slot is reused before its layer is
+// released.
 TEST(StreamingProvider, NeverEvictsSlotInUseOrReading) {
   Layered l = write_layered();
   tiers::MemoryLedger ledger(0);
-  auto p = layered_provider(l, 3, 20000, ledger);
+  auto gate = std::make_shared<io::ReadGate>();
+  open_tensor(*gate, l, 0);  // the resident embedding loads at once
+  auto p = layered_provider(l, 3, gate, ledger);
   ASSERT_TRUE(p.is_ok()) << p.status().message();
+  io::OpenAtExit open_at_exit{gate};
   tiers::StreamingProvider& sp = *p.value();
 
   compute::WeightView g;
@@ -319,8 +333,15 @@ TEST(StreamingProvider, NeverEvictsSlotInUseOrReading) {
 
   const model::TensorId id0 = layer_tensor(0), id1 = layer_tensor(1);
   compute::WeightView v0, v1;
+  // acquire(0) returns only once layer 0's read is let through, whenever that happens.
+  std::atomic<bool> opened{false};
+  std::thread opener([&] {
+    opened = true;
+    open_tensor(*gate, l, id0);
+  });
   ASSERT_TRUE(sp.acquire(0, std::span(&id0, 1), std::span(&v0, 1)).is_ok());
-  EXPECT_GT(sp.stats().stall_seconds, 0.0) << "the slow read must have been waited for";
+  EXPECT_TRUE(opened) << "acquire handed over a slot whose read had not finished";
+  opener.join();
   // The read-ahead never touches the slot in use; the ring had room for one more layer.
   info = sp.slot_info();
   EXPECT_TRUE(info[0].in_use);
@@ -328,6 +349,7 @@ TEST(StreamingProvider, NeverEvictsSlotInUseOrReading) {
   EXPECT_EQ(info[1].layer, 1);
   EXPECT_EQ(info[2].layer, 2);
   EXPECT_TRUE(info[2].reading);
+  open_tensor(*gate, l, id1);
   ASSERT_TRUE(sp.acquire(1, std::span(&id1, 1), std::span(&v1, 1)).is_ok());
   // Two slots in use, one reading: nothing is free, so nothing new was issued...
   EXPECT_EQ(sp.stats().layers_read, 3u);
@@ -352,7 +374,7 @@ TEST(StreamingProvider, NeverEvictsSlotInUseOrReading) {
 TEST(StreamingProvider, OutOfOrderAcquireReadsOnDemand) {
   Layered l = write_layered();
   tiers::MemoryLedger ledger(0);
-  auto p = layered_provider(l, 2, 0, ledger);
+  auto p = layered_provider(l, 2, nullptr, ledger);
   ASSERT_TRUE(p.is_ok()) << p.status().message();
   tiers::StreamingProvider& sp = *p.value();
   for (int layer : {5, 6, 2, 3}) {
@@ -492,4 +514,4 @@ TEST(StreamingProvider, AbsentTensorsAreLeftToTheOtherStage) {
 }
 
 }  // namespace
-}  // namespace hypura::runtime
+}  // namespace hypura::tiers

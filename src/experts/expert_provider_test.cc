@@ -19,15 +19,16 @@
 
 #include "compute/compute.h"
 #include "gguf/gguf.h"
-#include "io/fault_queue.h"
+#include "io/testing/fault_queue.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
-#include "runtime/golden_fixtures.h"
+#include "model/testing/golden.h"
 #include "tiers/testing/resident_provider.h"
 
-namespace hypura::runtime {
+namespace hypura::experts {
 namespace {
 
+namespace golden = model::golden;
 using golden::Model;
 using golden::open_model;
 using golden::sequence;
@@ -338,4 +339,4 @@ TEST(ExpertProvider, CoactivationStatisticsPersist) {
 }
 
 }  // namespace
-}  // namespace hypura::runtime
+}  // namespace hypura::experts

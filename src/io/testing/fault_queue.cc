@@ -1,7 +1,8 @@
-#include "io/fault_queue.h"
+#include "io/testing/fault_queue.h"
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -9,8 +10,26 @@
 
 namespace hypura::io {
 
+void ReadGate::open(uint64_t begin, uint64_t end) {
+  std::lock_guard<std::mutex> lock(mu_);
+  opened_.emplace_back(begin, end);
+}
+
+void ReadGate::open_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  all_open_ = true;
+}
+
+bool ReadGate::holds(uint64_t offset, uint64_t length) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (all_open_) return false;
+  return std::none_of(opened_.begin(), opened_.end(), [&](const auto& r) {
+    return offset < r.second && offset + length > r.first;
+  });
+}
+
 FaultInjectingQueue::FaultInjectingQueue(std::unique_ptr<ReadQueue> inner, FaultPlan plan)
-    : inner_(std::move(inner)), plan_(plan), rng_(plan.seed) {}
+    : inner_(std::move(inner)), plan_(std::move(plan)), rng_(plan_.seed) {}
 
 uint32_t FaultInjectingQueue::in_flight() const {
   return forwarded_ + static_cast<uint32_t>(held_.size());
@@ -22,24 +41,22 @@ bool FaultInjectingQueue::chance(double p) {
 
 Status FaultInjectingQueue::submit(std::span<const IoOp> ops) {
   std::vector<IoOp> forward;
-  auto now = Clock::now();
-  auto ready = now + std::chrono::microseconds(plan_.delay_us);
   for (IoOp op : ops) {
     ++counts_->reads;
     bool in_bad_range = op.offset < plan_.fail_end && op.offset + op.length > plan_.fail_begin;
     if (in_bad_range || chance(plan_.eio_probability)) {
       ++counts_->eio;
-      held_.push_back({IoResult{op.cookie, -EIO}, ready});
+      held_.push_back({IoResult{op.cookie, -EIO}, op.offset, op.length});
     } else if (chance(plan_.eintr_probability)) {
       ++counts_->eintr;
-      held_.push_back({IoResult{op.cookie, -EINTR}, ready});
+      held_.push_back({IoResult{op.cookie, -EINTR}, op.offset, op.length});
     } else {
       if (op.length > kDirectAlignment && chance(plan_.short_probability)) {
         ++counts_->short_reads;
         op.length = static_cast<uint32_t>(align_down(op.length / 2, kDirectAlignment));
       }
       forward.push_back(op);
-      submitted_.push_back(now);
+      forwarded_ops_[op.cookie] = {op.offset, op.length};
     }
   }
   forwarded_ += static_cast<uint32_t>(forward.size());
@@ -48,28 +65,28 @@ Status FaultInjectingQueue::submit(std::span<const IoOp> ops) {
 }
 
 size_t FaultInjectingQueue::reap(std::span<IoResult> out, int64_t timeout_us) {
+  using Clock = std::chrono::steady_clock;
   auto deadline = Clock::now() + std::chrono::microseconds(timeout_us);
   std::vector<IoResult> got(inner_->capacity());
   for (;;) {
-    // Move the inner engine's completions into held_, each ready delay_us after submit.
+    // Move the inner engine's completions into held_; the gate decides when they leave.
     size_t n = forwarded_ > 0 ? inner_->reap(got, held_.empty() ? 200 : 0) : 0;
     for (size_t i = 0; i < n; ++i) {
-      auto ready = submitted_.front() + std::chrono::microseconds(plan_.delay_us);
-      submitted_.pop_front();
-      held_.push_back({got[i], ready});
+      auto it = forwarded_ops_.find(got[i].cookie);
+      held_.push_back({got[i], it->second.first, it->second.second});
+      forwarded_ops_.erase(it);
     }
     forwarded_ -= static_cast<uint32_t>(n);
     size_t count = 0;
-    auto now = Clock::now();
     for (auto it = held_.begin(); it != held_.end() && count < out.size();) {
-      if (it->ready <= now) {
+      if (!gated(*it)) {
         out[count++] = it->result;
         it = held_.erase(it);
       } else {
         ++it;
       }
     }
-    if (count > 0 || now >= deadline || in_flight() == 0) return count;
+    if (count > 0 || Clock::now() >= deadline || in_flight() == 0) return count;
     if (forwarded_ == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
 }
