@@ -16,6 +16,7 @@ namespace {
 using json = nlohmann::json;
 using testing::FakeConfig;
 using testing::FakeEngine;
+using testing::GenerationGate;
 using testing::ServerTest;
 
 std::vector<json> ndjson(const std::string& body) {
@@ -371,72 +372,77 @@ TEST_F(ServerTest, Embeddings) {
   EXPECT_EQ(post("/api/chat", chat_body(false))->status, 200);
 }
 
+// One request held running at the gate and a queue of one: of two more requests, one
+// waits and the other is refused.
 TEST_F(ServerTest, FullQueueGets503) {
   FakeConfig config;
-  config.token_delay = std::chrono::milliseconds(30);
+  config.gate = std::make_shared<GenerationGate>();
   ServerOptions options;
   options.max_queue = 1;
   start(config, options);
   json body = {
       {"model", "fake"}, {"prompt", "p"}, {"stream", false}, {"options", {{"num_predict", 20}}}};
+  std::atomic<int> ok{0}, busy{0};
+  auto request = [&] {
+    auto r = post("/api/generate", body);
+    if (r && r->status == 200) ++ok;
+    if (r && r->status == 503 &&
+        json::parse(r->body)["error"].get<std::string>().find("busy") != std::string::npos) {
+      ++busy;
+    }
+  };
   std::vector<std::thread> clients;
-  std::atomic<int> ok{0};
-  for (int i = 0; i < 2; ++i) {
-    clients.emplace_back([&] {
-      auto r = post("/api/generate", body);
-      if (r && r->status == 200) ++ok;
-    });
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  auto busy = post("/api/generate", body);  // one running, one waiting: full
-  ASSERT_TRUE(busy);
-  EXPECT_EQ(busy->status, 503);
-  EXPECT_NE(json::parse(busy->body)["error"].get<std::string>().find("busy"), std::string::npos);
+  clients.emplace_back(request);
+  EXPECT_TRUE(eventually([&] { return config.gate->waiting.load() == 1; }));
+  clients.emplace_back(request);
+  clients.emplace_back(request);
+  EXPECT_TRUE(eventually([&] { return busy.load() == 1; }));
+  config.gate->open();
   for (auto& t : clients) t.join();
   EXPECT_EQ(ok.load(), 2);
+  EXPECT_EQ(busy.load(), 1);
   EXPECT_EQ(post("/api/generate", body)->status, 200);  // room again
 }
 
+// The generation stops at the gate after five tokens and can only end by cancellation.
 TEST_F(ServerTest, ClientDisconnectCancelsGeneration) {
   FakeConfig config;
-  config.token_delay = std::chrono::milliseconds(20);
+  config.gate = std::make_shared<GenerationGate>();
+  config.gate_at = 5;
   start(config);
   json body = {{"model", "fake"}, {"prompt", "p"}, {"options", {{"num_predict", 200}}}};
   int chunks = 0;
   auto res =
       post_streaming("/api/generate", body, [&](const char*, size_t) { return ++chunks < 3; });
   EXPECT_FALSE(res);  // we hung up
-  for (int i = 0; i < 100 && engine_->last_session->calls.load() == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_EQ(engine_->last_session->calls.load(), 1);
+  ASSERT_TRUE(eventually([&] { return engine_->last_session->calls.load() == 1; }));
   EXPECT_TRUE(engine_->last_session->last_cancelled.load());
-  EXPECT_LT(engine_->last_session->last_generated.load(), 20);
-  EXPECT_EQ(post("/api/chat", chat_body(false))->status, 200);  // still serving
+  EXPECT_LE(engine_->last_session->last_generated.load(), 5);
+  config.gate->open();
+  auto after = post("/api/chat", chat_body(false));
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, 200);  // still serving
 }
 
 TEST_F(ServerTest, ClientGivingUpOnNonStreamedAnswerCancelsIt) {
   FakeConfig config;
-  config.token_delay = std::chrono::milliseconds(10);
-  config.eos = false;
+  config.gate = std::make_shared<GenerationGate>();
+  config.gate_at = 5;
   start(config);
   httplib::Client c = client();
   c.set_read_timeout(0, 200'000);  // gives up after 200 ms
   json body = {
       {"model", "fake"}, {"prompt", "p"}, {"stream", false}, {"options", {{"num_predict", 200}}}};
   EXPECT_FALSE(c.Post("/api/generate", body.dump(), "application/json"));
-  for (int i = 0; i < 200 && engine_->last_session->calls.load() == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_EQ(engine_->last_session->calls.load(), 1);
+  ASSERT_TRUE(eventually([&] { return engine_->last_session->calls.load() == 1; }));
   EXPECT_TRUE(engine_->last_session->last_cancelled.load());
-  EXPECT_LT(engine_->last_session->last_generated.load(), 100);
+  EXPECT_LE(engine_->last_session->last_generated.load(), 5);
 }
 
 TEST_F(ServerTest, ShutdownEndsOpenStreamsWithAnError) {
   FakeConfig config;
-  config.token_delay = std::chrono::milliseconds(20);
-  config.eos = false;
+  config.gate = std::make_shared<GenerationGate>();
+  config.gate_at = 5;
   start(config);
   std::string received;
   std::thread streamer([&] {
@@ -446,12 +452,12 @@ TEST_F(ServerTest, ShutdownEndsOpenStreamsWithAnError) {
       return true;
     });
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(eventually([&] { return config.gate->waiting.load() == 1; }));
   server_->shutdown();
   thread_.join();
   streamer.join();
-  // The stream was cut, not finished (500 tokens at 20 ms would take 10 s): its last line
-  // is the shutdown error.
+  // The stream was cut, not finished (the gate never opens): its last line is the
+  // shutdown error.
   auto lines = ndjson(received);
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines.back()["error"], "server is shutting down");

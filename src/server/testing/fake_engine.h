@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,12 +26,39 @@
 
 namespace hypura::server::testing {
 
+// Holds generations at a token until the test opens it or the generation is cancelled, so
+// a test knows a request is running (or cannot finish) without waiting on a timer.
+class GenerationGate {
+ public:
+  void open() { open_ = true; }
+  // Waits until the gate opens (true) or *cancel is set (false).
+  bool pass(const std::atomic<bool>* cancel) {
+    ++waiting;
+    bool opened = true;
+    while (!open_) {
+      if (cancel != nullptr && cancel->load()) {
+        opened = false;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    --waiting;
+    return opened;
+  }
+  std::atomic<int> waiting{0};  // generations held now
+
+ private:
+  std::atomic<bool> open_{false};
+};
+
 struct FakeConfig {
   int64_t n_ctx = 256;
   int64_t max_ctx = 0;                          // trained length; 0: n_ctx
   std::chrono::microseconds token_delay{2000};  // per generated token
   std::chrono::microseconds prompt_delay{0};    // per processed prompt token
   bool eos = true;                              // false: only limits end an answer
+  std::shared_ptr<GenerationGate> gate{};       // null: nothing holds generations
+  int gate_at = 0;                              // generated tokens before the gate
 };
 
 inline const std::vector<std::string>& fake_words() {
@@ -78,6 +106,10 @@ class FakeSession : public runtime::Session {
       if (static_cast<int64_t>(cache_.size()) >= n_ctx_) break;
       if (config_.eos && i >= n_words) {
         r.done_reason = "stop";
+        break;
+      }
+      if (config_.gate && i == config_.gate_at && !config_.gate->pass(options.cancel)) {
+        r.done_reason = "cancelled";
         break;
       }
       std::this_thread::sleep_for(config_.token_delay);

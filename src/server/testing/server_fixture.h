@@ -59,6 +59,15 @@ class ServerTest : public ::testing::Test {
     return client().Post(path.c_str(), body.dump(), "application/json");
   }
 
+  // Waits until done() holds: the tests' gates make it happen; the bound only ends a broken
+  // run instead of hanging it.
+  static bool eventually(const std::function<bool()>& done) {
+    for (int i = 0; i < 30000 && !done(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return done();
+  }
+
   std::unique_ptr<FakeEngine> engine_;
   std::unique_ptr<HttpServer> server_;
   std::thread thread_;
