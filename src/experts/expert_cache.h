@@ -33,7 +33,7 @@
 //             accesses; learned on ties). Learned wins wherever routing has locality
 //             and ties LRU (within 0.22 points) on uniform routing; the LRU ghost is
 //             the guard for routing its features do not describe (docs/MOE.md,
-//             routing_trace_test.cc).
+//             eval/trace_replay_test.cc).
 //
 // Cost: victim() is one pass over the occupied slots (a table lookup each for kLearned);
 // kAdaptive adds a pass per ghost that misses. begin_routing() is O(n_expert + n_layer)

@@ -49,7 +49,7 @@ TraceLocality measure_locality(const RoutingTrace& trace, int window = 8);
 // Parameters of the generator. The defaults are calibrated to published figures for
 // Qwen3-30B-A3B (48 layers, 128 experts, 8 used): ~45% of a layer's selections repeat at
 // the next token, ~80% recur within 8 tokens, LRU holding 40% of the experts reaches
-// 90-95% hits after ~64 tokens (checked by routing_trace_test.cc). Each slot of a token's
+// 90-95% hits after ~64 tokens (checked by eval/trace_replay_test.cc). Each slot of a token's
 // selection is, in turn: one of the previous token's experts (p_previous), one of the
 // experts of the 7 tokens before it (p_recent), a uniformly random expert (p_cold), or
 // a draw from the layer's popularity: Zipf(zipf_s) over a hot set of n_hot experts.

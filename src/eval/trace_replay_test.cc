@@ -1,16 +1,14 @@
-// Routing traces: file round trip, the calibrated generator against the published
-// Qwen3-30B-A3B locality figures (checked before any policy is judged on its traces),
-// and the cache policies against LRU and Belady's optimum on generated traces.
-#include "experts/routing_trace.h"
+// Trace replay: the calibrated generator against the published Qwen3-30B-A3B locality
+// figures (checked before any policy is judged on its traces), and the cache policies
+// against LRU and Belady's optimum on generated traces.
+#include "eval/trace_replay.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <filesystem>
 #include <vector>
 
-#include "eval/trace_replay.h"
+#include "experts/routing_trace.h"
 
 namespace hypura::eval {
 namespace {
@@ -20,32 +18,6 @@ constexpr int kWarmup = 64;
 
 uint32_t fraction_of_experts(const experts::RoutingTrace& t, double f) {
   return static_cast<uint32_t>(f * t.n_layer * t.n_expert);
-}
-
-TEST(RoutingTrace, FileRoundTrip) {
-  experts::RoutingTrace t =
-      experts::TraceGenerator{.n_layer = 3, .n_expert = 16, .n_expert_used = 4}.generate(5);
-  const int32_t prompt[] = {1, 2, 3, 4, 5, 6, 7, 8};  // a 2-token batch record
-  t.add(5, 1, prompt, 8);
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "hypura_trace_test.txt").string();
-  ASSERT_TRUE(t.write(path).is_ok());
-  auto back = experts::RoutingTrace::read(path);
-  ASSERT_TRUE(back.is_ok()) << back.status().message();
-  EXPECT_EQ(back->n_expert, 16);
-  ASSERT_EQ(back->records.size(), t.records.size());
-  for (size_t i = 0; i < t.records.size(); ++i) {
-    EXPECT_EQ(back->records[i].layer, t.records[i].layer);
-    EXPECT_EQ(back->records[i].n_tokens, t.records[i].n_tokens);
-    EXPECT_EQ(back->records[i].selected, t.records[i].selected);
-  }
-  std::FILE* f = std::fopen(path.c_str(), "a");
-  std::fputs("0 1 1 3 99 1 2\n", f);  // expert id out of range
-  std::fclose(f);
-  auto bad = experts::RoutingTrace::read(path);
-  EXPECT_FALSE(bad.is_ok());
-  EXPECT_NE(bad.status().message().find("bad or missing expert id"), std::string::npos);
-  std::filesystem::remove(path);
 }
 
 // The three published figures, within 5 points each.
@@ -141,32 +113,6 @@ TEST(TraceReplay, DefaultPolicyNearTheOnlineCeiling) {
       }
     }
   }
-}
-
-// The adaptive policy follows whichever rule its ghosts score better: the learned one on a
-// calibrated trace with a cache far smaller than a token's working set (LRU thrashes to 0
-// there), and the learned rule alone is as good as the default there.
-TEST(ExpertCache, AdaptiveFollowsTheBetterGhost) {
-  const experts::RoutingTrace t = experts::TraceGenerator{}.generate(80);
-  experts::ExpertCache cache(fraction_of_experts(t, 0.05), t.n_layer, t.n_expert,
-                             experts::CachePolicy::kAdaptive);
-  for (const experts::RoutingRecord& r : t.records) {
-    std::vector<int32_t> distinct(r.selected.begin(), r.selected.end());
-    std::sort(distinct.begin(), distinct.end());
-    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-    cache.begin_routing(r.layer, distinct);
-    for (int32_t e : distinct) {
-      const int slot = cache.lookup(r.layer, e);
-      if (slot >= 0) {
-        cache.touch(slot);
-      } else {
-        cache.assign(cache.victim([](int) { return true; }), r.layer, e);
-      }
-    }
-  }
-  EXPECT_EQ(cache.following(), experts::CachePolicy::kLearned);
-  EXPECT_EQ(experts::parse_cache_policy("adaptive").value(), experts::CachePolicy::kAdaptive);
-  EXPECT_EQ(experts::parse_cache_policy("learned").value(), experts::CachePolicy::kLearned);
 }
 
 }  // namespace
