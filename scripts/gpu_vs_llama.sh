@@ -17,7 +17,8 @@
 #   bash scripts/gpu_vs_llama.sh split [DIR]   the model split between GPU and CPU at several
 #                                              layer counts, both engines (see split())
 #
-# MODELS_AB (default "8b moe f16") picks the models; ARGS (default "-p 512 -n 128 -r 3") the
+# MODELS_AB (default "8b moe f16") picks the models: synth presets, PRESET@QUANT for another
+# mix (e.g. gpt-oss-20b@mxfp4_moe), f16 for the 8b in F16; ARGS (default "-p 512 -n 128 -r 3") the
 # tests, given to both. LLAMA (default /tmp/llama) is where llama.cpp is built. Logs go to
 # $OUT (the device tool's output folder) or /tmp/gpu_vs_llama.
 set -uo pipefail
@@ -66,10 +67,11 @@ bench() {
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem \
     --format=csv,noheader || true
   for name in ${MODELS_AB:-8b moe f16}; do
-    local synth=(--preset "$name")
+    local synth=(--preset "${name%@*}")
+    [[ "$name" == *@* ]] && synth+=(--quant "${name#*@}")
     [ "$name" = f16 ] && synth=(--preset 8b --quant f16)
     local model="$MODELS/$name.gguf"
-    timeout 150 "$dir/bin/hypura" synth -o "$model" "${synth[@]}" \
+    timeout 240 "$dir/bin/hypura" synth -o "$model" "${synth[@]}" \
       --vocab-from "$dir/golden/llama-f32.gguf" -q --no-sync 2>&1 | tail -1
     echo "== $name: hypura bench --device cuda $args"
     # shellcheck disable=SC2086

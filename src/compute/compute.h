@@ -147,6 +147,15 @@ class Context {
   void matmul_shared(const WeightView* const* w, float* const* y, int n, const float* x,
                      int64_t n_tokens);
 
+  // Per-group products of one stacked tensor: for g < n_groups, y_g = W_g . x_g with W_g
+  // the rows [g * n_out, (g + 1) * n_out) of w (n_out = w.n_rows / n_groups), x_g the
+  // (n_tokens, w.n_cols) block g of x and y_g the (n_tokens, n_out) block g of y. One job
+  // of the pool over every group's rows (MLA's per-head products: one wait, not n_groups);
+  // each y_g bit-identical to matmul(W_g, x_g, n_tokens).
+  // REQUIRES: w.n_rows % n_groups == 0.
+  void matmul_grouped(const WeightView& w, int64_t n_groups, const float* x, int64_t n_tokens,
+                      float* y);
+
   // out[i, :] = dequantized row ids[i] of W (embedding lookup). out: (n_ids, W.n_cols).
   void get_rows(const WeightView& w, const int32_t* ids, int64_t n_ids, float* out);
 

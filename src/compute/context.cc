@@ -255,6 +255,50 @@ void Context::matmul_shared(const WeightView* const* w, float* const* y, int n, 
   });
 }
 
+void Context::matmul_grouped(const WeightView& w, int64_t n_groups, const float* x,
+                             int64_t n_tokens, float* y) {
+  assert(n_groups > 0 && w.n_rows % n_groups == 0);
+  impl_->macs += static_cast<uint64_t>(w.n_rows * w.n_cols * n_tokens);
+  const gguf::GgmlType act_type = quant::activation_type(w.type);
+  const TileFn tile = tile_fn(*impl_->kernels, w.type);
+  assert(tile != nullptr && "matmul_grouped: weight type without kernels");
+  assert(w.n_cols % quant::block_size(w.type) == 0);
+  const size_t w_stride = quant::row_size(w.type, w.n_cols);
+  const int64_t n_cols = w.n_cols, n_out = w.n_rows / n_groups;
+
+  const void* xa = x;
+  size_t x_stride = static_cast<size_t>(n_cols) * sizeof(float);
+  if (act_type != gguf::GgmlType::F32) {
+    x_stride = quant::row_size(act_type, n_cols);
+    impl_->ensure_act(x_stride * static_cast<size_t>(n_groups * n_tokens));
+    quantize_rows(impl_->pool, act_type, quantize_act_fn(*impl_->kernels, w.type), x,
+                  n_groups * n_tokens, n_cols, impl_->act.data(), x_stride);
+    xa = impl_->act.data();
+  }
+
+  const auto* wbytes = static_cast<const uint8_t*>(w.data);
+  const auto* xbytes = static_cast<const uint8_t*>(xa);
+  // Items of kRowAlign-multiple rows within one group, claimed dynamically.
+  const int64_t per_item = std::min(n_out, rows_per_item(w.n_rows, n_threads()));
+  const int64_t items_per_group = (n_out + per_item - 1) / per_item;
+  impl_->pool.parallel_for(n_groups * items_per_group, [&](int64_t item) {
+    const int64_t g = item / items_per_group;
+    const int64_t r_begin = (item % items_per_group) * per_item;
+    const int64_t r_end = std::min(n_out, r_begin + per_item);
+    const uint8_t* wg = wbytes + static_cast<size_t>(g * n_out) * w_stride;
+    const uint8_t* xg = xbytes + static_cast<size_t>(g * n_tokens) * x_stride;
+    float* yg = y + g * n_tokens * n_out;
+    for (int64_t r0 = r_begin; r0 < r_end; r0 += kRowBlock) {
+      const int nr = static_cast<int>(std::min(kRowBlock, r_end - r0));
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokBlock) {
+        const int nt = static_cast<int>(std::min(kTokBlock, n_tokens - t0));
+        tile(n_cols, wg + r0 * w_stride, w_stride, nr, xg + t0 * x_stride, x_stride, nt,
+             yg + t0 * n_out + r0, static_cast<size_t>(n_out));
+      }
+    }
+  });
+}
+
 void Context::get_rows(const WeightView& w, const int32_t* ids, int64_t n_ids, float* out) {
   const size_t w_stride = quant::row_size(w.type, w.n_cols);
   const auto* base = static_cast<const uint8_t*>(w.data);

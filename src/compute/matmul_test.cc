@@ -422,6 +422,35 @@ TEST(Matmul, SharedInputMatchesOneProductEach) {
   }
 }
 
+// Per-group products of one stacked tensor in one job (matmul_grouped: MLA's per-head
+// products) give each group's matmul() bit for bit, on every path, for one token, a few,
+// and more than a tile's worth.
+TEST(Matmul, GroupedMatchesOneProductPerGroup) {
+  std::mt19937 rng(8);
+  for (const char* path : supported_paths()) {
+    for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K,
+                          GgmlType::Q6_K, GgmlType::MXFP4}) {
+      for (int64_t n_tok : {int64_t{1}, int64_t{3}, int64_t{70}}) {
+        const int64_t n_groups = 5, n_out = 24, n_cols = 256;
+        const Problem p = make_problem(type, n_groups * n_out, n_cols, n_groups * n_tok, rng);
+        Context ctx(3, path);
+        std::vector<float> grouped(n_groups * n_tok * n_out, std::nanf(""));
+        ctx.matmul_grouped(p.view(), n_groups, p.x.data(), n_tok, grouped.data());
+        for (int64_t g = 0; g < n_groups; ++g) {
+          std::vector<float> one(n_tok * n_out, std::nanf(""));
+          ctx.matmul(p.view().rows(g * n_out, n_out), p.x.data() + g * n_tok * n_cols, n_tok,
+                     one.data());
+          EXPECT_EQ(std::memcmp(one.data(), grouped.data() + g * n_tok * n_out,
+                                one.size() * sizeof(float)),
+                    0)
+              << path << " " << gguf::type_name(type) << " group " << g << ", " << n_tok
+              << " tokens";
+        }
+      }
+    }
+  }
+}
+
 // The SIMD tables really replace the scalar kernels (else the tests above prove little).
 TEST(Dispatch, SimdTablesProvideOwnKernels) {
   const KernelTable& scalar = *kernel_table(SimdLevel::kScalar);

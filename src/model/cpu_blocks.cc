@@ -40,8 +40,8 @@ CpuBlocks::CpuBlocks(const HParams& hp, const WeightMap& weights, compute::Conte
     const int64_t heads = hp.n_head * std::max(hp.head_dim_mla, hp.head_dim_v_mla);
     mla_lora_buf_.resize(rows(hp.q_lora_rank));
     mla_heads_buf_.resize(rows(heads));
-    head_in_.resize(rows(std::max(hp.qk_nope(), hp.kv_lora_rank)));
-    head_out_.resize(rows(std::max(hp.kv_lora_rank, hp.head_dim_v_mla)));
+    head_in_.resize(rows(hp.n_head * std::max(hp.qk_nope(), hp.kv_lora_rank)));
+    head_out_.resize(rows(hp.n_head * std::max(hp.kv_lora_rank, hp.head_dim_v_mla)));
     mla_lora_ = mla_lora_buf_.data();
     mla_heads_ = mla_heads_buf_.data();
   }
@@ -189,16 +189,19 @@ void CpuBlocks::mla_kv(const WeightView& kv_norm) {
 
 void CpuBlocks::head_products(const WeightView& w, const float* in, int64_t in_stride, float* out,
                               int64_t out_stride) {
-  const int64_t n_out = w.n_rows / hp_.n_head, n_in = w.n_cols;
-  for (int64_t h = 0; h < hp_.n_head; ++h) {
+  const int64_t n_head = hp_.n_head, n_out = w.n_rows / n_head, n_in = w.n_cols;
+  // Head-major blocks for one grouped product: head h's rows at (h * n_tokens + t).
+  for (int64_t h = 0; h < n_head; ++h) {
     for (int64_t t = 0; t < n_tokens_; ++t) {
-      std::copy_n(in + t * hp_.n_head * in_stride + h * in_stride, n_in,
-                  head_in_.data() + t * n_in);
+      std::copy_n(in + (t * n_head + h) * in_stride, n_in,
+                  head_in_.data() + (h * n_tokens_ + t) * n_in);
     }
-    ctx_.matmul(w.rows(h * n_out, n_out), head_in_.data(), n_tokens_, head_out_.data());
+  }
+  ctx_.matmul_grouped(w, n_head, head_in_.data(), n_tokens_, head_out_.data());
+  for (int64_t h = 0; h < n_head; ++h) {
     for (int64_t t = 0; t < n_tokens_; ++t) {
-      std::copy_n(head_out_.data() + t * n_out, n_out,
-                  out + t * hp_.n_head * out_stride + h * out_stride);
+      std::copy_n(head_out_.data() + (h * n_tokens_ + t) * n_out, n_out,
+                  out + (t * n_head + h) * out_stride);
     }
   }
 }

@@ -86,9 +86,9 @@ class CpuBlocks final : public Blocks {
   std::vector<float> x_buf_, cur_buf_, tmp_buf_, k_buf_, v_buf_, attn_buf_;
   compute::AlignedVector<float> q_buf_;              // the attention kernels load query rows whole
   std::vector<float> mla_lora_buf_, mla_heads_buf_;  // MLA rows (blocks.h)
-  std::vector<float> head_in_, head_out_;            // (max_batch, head width) per-head products
-  std::vector<float> ff_gate_;                       // (max_batch, max(n_ff, n_ff_expert))
-  std::vector<float> ff_up_;                         // (max_batch, max(n_ff, n_ff_expert))
+  std::vector<float> head_in_, head_out_;  // (n_head, max_batch, head width) per-head products
+  std::vector<float> ff_gate_;             // (max_batch, max(n_ff, n_ff_expert))
+  std::vector<float> ff_up_;               // (max_batch, max(n_ff, n_ff_expert))
   // Attention tiles (cpu_blocks.cc): query tokens per block, keys per aligned block, keys
   // per aligned segment, and the most tokens a step may have to split its segments over the pool.
   static constexpr int64_t kQueryBlock = 32;
