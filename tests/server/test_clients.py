@@ -11,8 +11,9 @@ and `openai` Python clients, with curl and with raw HTTP:
   concurrency test (N clients at once, some hanging up mid-stream: every completed greedy
   answer equals the same request served alone, and the server's memory does not grow
   across rounds); with the real engine, requests joining, leaving and cancelled in the
-  middle of a shared batch (--parallel 4); a full queue answering 503 (fake engine); SIGTERM / SIGINT stopping it
-  gracefully with exit status 0.
+  middle of a shared batch (--parallel 4); SIGTERM / SIGINT stopping it gracefully with
+  exit status 0. (A full queue answering 503: server_test's FullQueueGets503, which holds
+  the running request at a gate instead of timing slow tokens.)
 
   test_clients.py --server BUILD/hypura_fake_server --fake
   test_clients.py --server BUILD/hypura --source-dir . [--model FILE]
@@ -440,33 +441,6 @@ class ClientTests(unittest.TestCase):
         self.assertEqual(got["short"], alone[(p_short, 5)])
         self.assertEqual(got["late"], alone[(p_late, 40)])
         self.assertIn("4 parallel", self.server.log())
-
-
-class QueueTests(unittest.TestCase):
-    """A full queue answers 503 (fake engine only: it needs slow tokens)."""
-
-    def test_full_queue_503(self):
-        if not ARGS.fake:
-            self.skipTest("needs the fake engine")
-        server = ServerProcess(["--max-queue", "1", "--token-delay-ms", "40"])
-        try:
-            body = {"model": "fake", "prompt": "p", "stream": False, "options": {"num_predict": 15}}
-            statuses = []
-            threads = []
-            for _ in range(2):
-                t = threading.Thread(target=lambda: statuses.append(
-                    raw_request(server.port, "POST", "/api/generate", json.dumps(body).encode())[0]))
-                t.start()
-                threads.append(t)
-                time.sleep(0.15)
-            status, reply = raw_request(server.port, "POST", "/api/generate", json.dumps(body).encode())
-            self.assertEqual(status, 503)
-            self.assertIn("busy", reply["error"])
-            for t in threads:
-                t.join()
-            self.assertEqual(statuses, [200, 200])
-        finally:
-            self.assertEqual(server.stop(), 0)
 
 
 class StopTests(unittest.TestCase):

@@ -182,7 +182,9 @@ def deep_json(srv):
 def log_injection(srv):
     forged = "x\n[info] 127.0.0.1 \"GET /admin\" 200 forged\x1b[2J"
     request(srv.port, "POST", "/api/chat", body=json.dumps({"model": forged, "messages": []}))
-    time.sleep(0.3)
+    deadline = time.time() + 10  # the line is written just after the reply: wait for it
+    while "forged" not in "".join(srv.lines) and time.time() < deadline:
+        time.sleep(0.01)
     log = "".join(srv.lines)
     expect("forged" in log, "the request was not logged")
     expect(not any(l.startswith("[info] 127.0.0.1 \"GET /admin\"") for l in srv.lines),
