@@ -5,8 +5,12 @@
 #
 #   bash scripts/gpu_engine.sh [DIR]       DIR: the packed folder (default .devgpu)
 #   STEPS="kernels golden 8b moe f16" (default: all) picks the steps:
-#     kernels  compute_cuda_test (every kernel against its CPU twin)
-#     golden   runtime_test's GPU goldens (shared/golden through the CUDA forward pass)
+#     kernels  compute_cuda_test (every kernel against its CPU twin) and model_test's
+#              CudaRouting (the routing kernel against model::route_row)
+#     golden   runtime_test's GPU goldens (shared/golden through the CUDA forward pass),
+#              its SynthMoeGpu (glm4moe-tiny, gpt-oss-tiny: GPU vs CPU resident, split and
+#              expert split) and synth_golden_test's GPU runs (tests/golden/synth against
+#              llama.cpp; read from the working directory: run this from the checkout's root)
 #     moe-stream  the moe's expert split with its host experts in RAM and streamed from
 #              storage (--ram-budget): the same greedy text, both benches, and the plan
 #              the planner picks on its own under a small VRAM and RAM budget
@@ -42,14 +46,16 @@ step() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 if step kernels; then
   echo "== kernels"
   timeout 150 "$DIR/bin/compute_cuda_test" > "$LOG/kernels.log" 2>&1 || rc=1
+  timeout 60 "$DIR/bin/model_test" --gtest_filter='CudaRouting*' >> "$LOG/kernels.log" 2>&1 || rc=1
   grep -E "^\[  (FAILED|PASSED) |Failure|Expected|Which is|rel_l2|actual" "$LOG/kernels.log" | head -30
   tail -2 "$LOG/kernels.log"
 fi
 
 if step golden; then
   echo "== golden (GPU)"
-  timeout 240 "$DIR/bin/runtime_test" --gtest_filter='Archs/GoldenGpu*' > "$LOG/golden.log" 2>&1 || rc=1
-  grep -E "gpu|^\[  FAILED|Failure|Expected|Which is|actual" "$LOG/golden.log" | grep -v "^\[ RUN" | head -80
+  timeout 240 "$DIR/bin/runtime_test" --gtest_filter='Archs/GoldenGpu*:Presets/SynthMoeGpu*' > "$LOG/golden.log" 2>&1 || rc=1
+  timeout 240 "$DIR/bin/synth_golden_test" --gtest_filter='*OnTheGpu*' >> "$LOG/golden.log" 2>&1 || rc=1
+  grep -E "gpu|vs cpu|^\[  FAILED|Failure|Expected|Which is|actual" "$LOG/golden.log" | grep -v "^\[ RUN" | head -80
   tail -2 "$LOG/golden.log"
 fi
 

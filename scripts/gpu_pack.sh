@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the CI machine: packs what scripts/gpu_engine.sh runs on the device machine into DIR
 # (default: .devgpu in this checkout, which must be git-ignored there): the hypura binary,
-# runtime_test and compute_cuda_test from BUILD_DIR (stripped), the Debian libraries the
+# runtime_test, compute_cuda_test, model_test and synth_golden_test from BUILD_DIR (stripped), the Debian libraries the
 # device lacks, the golden models, and the scripts. Prints the folder's size (the device
 # tool carries at most 64 MiB with the checkout).
 set -euo pipefail
@@ -11,7 +11,8 @@ DIR=${1:-.devgpu}
 GOLDEN=${HYPURA_GOLDEN_DIR:-../shared/golden}
 rm -rf "$DIR"
 mkdir -p "$DIR/bin" "$DIR/lib" "$DIR/golden" "$DIR/scripts"
-for b in hypura src/runtime/runtime_test src/compute/cuda/compute_cuda_test; do
+for b in hypura src/runtime/runtime_test src/compute/cuda/compute_cuda_test src/model/model_test \
+  tests/golden/synth_golden_test; do
   strip -o "$DIR/bin/$(basename "$b")" "$BUILD_DIR/$b"
 done
 # Shared libraries outside the C runtime and the CUDA toolkit.

@@ -53,7 +53,7 @@ struct Sizes {
 Sizes sizes_for(const HParams& hp, const gguf::GgufFile& file, int64_t max_batch) {
   Sizes s;
   s.max_batch = max_batch;
-  s.ff = std::max(hp.n_ff, hp.n_ff_expert);
+  s.ff = std::max({hp.n_ff, hp.n_ff_expert, hp.n_ff_shexp()});
   s.k = std::max<int64_t>(hp.n_expert_used, 1);
   s.max_cols = std::max({hp.n_embd, s.ff, hp.n_head * hp.head_dim_v});
   // Quantized activations: a small batch's rows, or its (token, slot) pairs.
@@ -82,20 +82,10 @@ Status cuda_supports(const HParams& hp, const gguf::GgufFile& file) {
                        std::to_string(compute::cuda::kAttnMaxHeadDim) + " (model: " +
                        std::to_string(hp.head_dim) + ", " + std::to_string(hp.head_dim_v) + ")");
   }
-  // Softmax routing renormalised, or gpt-oss's softmax over the chosen logits.
-  const bool softmax_norm = hp.expert_gating == ExpertGating::kSoftmax && hp.expert_weights_norm;
-  const bool softmax_of_k =
-      hp.expert_gating == ExpertGating::kSoftmaxWeight && !hp.expert_weights_norm;
-  if (hp.n_expert > 0 &&
-      ((!softmax_norm && !softmax_of_k) || hp.expert_weights_scale != 1.0f ||
-       hp.n_expert_groups > 1 || hp.n_expert_shared > 0 || hp.n_layer_dense_lead > 0 ||
-       file.find_tensor("blk." + std::to_string(hp.n_layer - 1) + ".exp_probs_b.bias") !=
-           nullptr)) {
-    return unsupported(
-        "the GPU MoE path has softmax routing with renormalised weights or over the chosen "
-        "logits only "
-        "(no sigmoid gating, selection bias, expert groups, weight scale, shared "
-        "experts or leading dense layers yet)");
+  if (hp.n_expert > compute::cuda::kRouteMaxExperts) {
+    return unsupported("the GPU routing kernel takes at most " +
+                       std::to_string(compute::cuda::kRouteMaxExperts) +
+                       " experts (model: " + std::to_string(hp.n_expert) + ")");
   }
   for (const auto& t : file.tensors()) {
     if (!compute::cuda::matvec_supported(t.type)) {
@@ -110,6 +100,30 @@ Status cuda_supports(const HParams& hp, const gguf::GgufFile& file) {
 }
 
 #if HYPURA_HAVE_CUDA
+compute::cuda::RouteOptions cuda_route_options(const HParams& hp, const float* logit_bias,
+                                               const float* select_bias) {
+  namespace cuda = compute::cuda;
+  cuda::RouteOptions o;
+  switch (hp.expert_gating) {
+    case ExpertGating::kSoftmax:
+      o.gating = cuda::RouteGating::kSoftmax;
+      break;
+    case ExpertGating::kSigmoid:
+      o.gating = cuda::RouteGating::kSigmoid;
+      break;
+    case ExpertGating::kSoftmaxWeight:
+      o.gating = cuda::RouteGating::kSoftmaxOfK;
+      break;
+  }
+  o.logit_bias = logit_bias;
+  o.select_bias = select_bias;
+  o.n_groups = static_cast<int>(hp.n_expert_groups);
+  o.n_group_used = static_cast<int>(hp.n_group_used);
+  o.norm = hp.expert_weights_norm;
+  o.scale = hp.expert_weights_scale;
+  return o;
+}
+
 namespace {
 
 namespace cuda = compute::cuda;
@@ -143,7 +157,7 @@ bool act_format(gguf::GgmlType weight_type, cuda::ActFormat* format) {
 // Offsets of the row buffers inside one device allocation.
 struct Layout {
   size_t x, cur, tmp, q, k, v, attn, ff_gate, ff_up, logits;
-  size_t probs, weights, slot_out, expert_in, expert_out, selected, pairs, step;
+  size_t probs, weights, slot_out, expert_in, expert_out, selected, pairs, shared, step;
   size_t total;
 };
 
@@ -176,6 +190,7 @@ Layout layout_for(const HParams& hp, const Sizes& s) {
     l.expert_out = take(rows(b, hp.n_embd));
     l.selected = take(rows(b, s.k));
     l.pairs = take(rows(b, s.k));
+    if (hp.n_expert_shared > 0) l.shared = take(rows(b, hp.n_embd));
   }
   l.step = take(static_cast<size_t>(2 * b) * 4);  // token ids, then positions
   l.total = at;
@@ -234,6 +249,12 @@ class CudaBlocks final : public Blocks {
   // The router (bias, gating) over lay_.probs' logits: lay_.selected and lay_.weights.
   void route(const FfnViews& w);
   void dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) override;
+  // out = down(act(gate(in)) * up(in)); defer: a small batch's down product waits for the
+  // residual that follows (PendingProduct), else it is launched now.
+  void gated_ffn(const WeightView& gate, const WeightView& up, const WeightView& down, FfnAct act,
+                 const float* in, float* out, bool defer);
+  // The shared expert's output (lay_.shared) of in, or null when the layer has none.
+  const float* shared_expert(const FfnViews& w, const float* in);
   Status moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) override;
   Status finish(const WeightView& output, bool all_logits, float* logits, float* hidden) override;
 
@@ -301,14 +322,17 @@ class CudaBlocks final : public Blocks {
   Status moe_small(const FfnViews& w, const WeightView (&e)[3], const float* in,
                    const cuda::ActQ8* act, float* slot_out);
   Status moe_batch(const FfnViews& w, int64_t il, const float* in, float* out);
-  void combine_slots(float* out);
+  // out = the slot outputs summed by the routing weights, plus shared (or null) rows.
+  void combine_slots(float* out, const float* shared);
   bool experts_on_host(int64_t il) const {
     return host_.experts != nullptr && il < host_.n_layers && n_tokens_ < host_.max_rows;
   }
   // The experts of a HostExpertLayers layer (cuda_blocks.h): the rows and the selection
   // down, a handshake with the host thread (host_signal.h), the CPU's slot outputs up, in
   // slot_out. The host thread serves the layer when it reaches serve_host_calls().
-  void moe_on_host(int64_t il, const FfnViews& w, const float* in, float* slot_out);
+  // The shared expert's output (or null) is computed between the handshake's two halves,
+  // while the CPU computes the routed experts.
+  const float* moe_on_host(int64_t il, const FfnViews& w, const float* in, float* slot_out);
   // One layer's experts for a batch of n_rows rows, computed by the host thread.
   struct HostCall {
     int64_t il, n_rows;
@@ -318,6 +342,8 @@ class CudaBlocks final : public Blocks {
   // stream go on. Called once their work is queued or launched (finish) and before the
   // host waits for the stream (moe_batch), never while capturing.
   Status serve_host_calls(std::span<const HostCall> calls);
+  // host_bias_ of every host-expert layer, from the device's views.
+  Status copy_host_biases();
   Status serve_pending_host_calls() {
     const std::span<const HostCall> pending(step_calls_.data() + step_served_,
                                             step_calls_.size() - step_served_);
@@ -346,9 +372,12 @@ class CudaBlocks final : public Blocks {
   cuda::PinnedBuffer flags_;             // (n_layer) HostFlag per layer, mapped
   cuda::HostFlag* flags_dev_ = nullptr;  // their device address
   std::vector<uint32_t> served_;         // (n_layer) handshakes the host completed
-  std::vector<HostCall> step_calls_;     // this (eager or captured) step's, in order
-  size_t step_served_ = 0;               // step_calls_ served so far
-  Status error_;                         // the first error of the batch, returned by finish()
+  // (3 * host-expert layers) host copies of each layer's expert biases, gate, up, down (the
+  // CPU's experts add them as CpuBlocks does: gpt-oss); empty where the layer has none.
+  std::vector<std::vector<float>> host_bias_;
+  std::vector<HostCall> step_calls_;  // this (eager or captured) step's, in order
+  size_t step_served_ = 0;            // step_calls_ served so far
+  Status error_;                      // the first error of the batch, returned by finish()
   PendingNorm pending_;
   PendingProduct product_;
   Mode mode_ = Mode::kEager;
@@ -401,6 +430,7 @@ Status CudaBlocks::init(const gguf::GgufFile& file) {
     HYPURA_ASSIGN_OR_RETURN(void* dev, cuda::mapped_device_pointer(flags_.data()));
     flags_dev_ = static_cast<cuda::HostFlag*>(dev);
     served_.assign(n_flags, 0);
+    HYPURA_RETURN_IF_ERROR(copy_host_biases());
   }
   x_ = at(lay_.x);
   cur_ = at(lay_.cur);
@@ -410,6 +440,34 @@ Status CudaBlocks::init(const gguf::GgufFile& file) {
   v_ = at(lay_.v);
   attn_ = at(lay_.attn);
   return stream_.synchronize();
+}
+
+Status CudaBlocks::copy_host_biases() {
+  const int64_t n = std::min(host_.n_layers, hp_.n_layer);
+  host_bias_.assign(static_cast<size_t>(3 * n), {});
+  for (int64_t il = 0; il < n; ++il) {
+    const LayerWeights& lw = weights_.layers[static_cast<size_t>(il)];
+    const TensorId all[3] = {lw.ffn_gate_exps_b, lw.ffn_up_exps_b, lw.ffn_down_exps_b};
+    TensorId ids[3];
+    int slot[3];
+    int m = 0;
+    for (int i = 0; i < 3; ++i) {
+      if (all[i] == kNone) continue;
+      ids[m] = all[i];
+      slot[m++] = i;
+    }
+    if (m == 0) continue;
+    WeightView views[3];
+    HYPURA_RETURN_IF_ERROR(
+        provider_.acquire(static_cast<int>(il), std::span(ids, m), std::span(views, m)));
+    for (int i = 0; i < m; ++i) {
+      std::vector<float>& b = host_bias_[static_cast<size_t>(3 * il + slot[i])];
+      b.resize(static_cast<size_t>(views[i].n_rows * views[i].n_cols));
+      HYPURA_RETURN_IF_ERROR(cuda::copy_to_host(b.data(), views[i].data, b.size() * 4));
+    }
+    provider_.release(static_cast<int>(il));
+  }
+  return Status::ok();
 }
 
 // Eager, capture or replay: a graph for this KV cache and bucket replays; else a decode
@@ -682,48 +740,59 @@ cuda::UnaryOp unary_op(FfnAct act) {
 
 void CudaBlocks::dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) {
   if (replaying()) return;
+  gated_ffn(w.gate, w.up, w.down, act, in, out, /*defer=*/true);
+}
+
+void CudaBlocks::gated_ffn(const WeightView& gate_w, const WeightView& up_w, const WeightView& down,
+                           FfnAct act, const float* in, float* out, bool defer) {
   float* gate = at(lay_.ff_gate);
   float* up = at(lay_.ff_up);
-  const int64_t n_ff = n_tokens_ * w.gate.n_rows;
-  const WeightView* ws[2] = {&w.gate, &w.up};  // gate and up share their input
+  const int64_t n_ff = n_tokens_ * gate_w.n_rows;
+  const WeightView* ws[2] = {&gate_w, &up_w};  // gate and up share their input
   float* outs[2] = {gate, up};
   if (n_tokens_ > kCudaSmallBatch) {
     flush_norm();
     fail(gemm_->matmul_shared(ws, outs, 2, in, n_tokens_));
     cuda::glu(unary_op(act), gate, up, n_ff, s());
-    matmul(w.down, gate, n_tokens_, out);
+    matmul(down, gate, n_tokens_, out);
     return;
   }
   shared_input(ws, outs, 2, in);
+  std::function<void(float*)> launch;
   // The activation and the rounding of its result for down in one launch.
   cuda::ActFormat format;
-  if (act_format(w.down.type, &format) && w.gate.n_rows % 256 == 0) {
+  if (act_format(down.type, &format) && gate_w.n_rows % 256 == 0) {
     const cuda::ActQ8 a =
         cuda::glu_quantize(unary_op(act), gate, up, n_ff, format, act_.data(), s());
-    const WeightView down = w.down;
-    defer_product(
-        out, [this, down, a, out](float* add_to) { matvec_rows(down, a, n_tokens_, out, add_to); });
-    return;
+    launch = [this, down, a, out](float* add_to) { matvec_rows(down, a, n_tokens_, out, add_to); };
+  } else {
+    cuda::glu(unary_op(act), gate, up, n_ff, s());
+    launch = [this, down, gate, out](float* add_to) { matmul(down, gate, n_tokens_, out, add_to); };
   }
-  cuda::glu(unary_op(act), gate, up, n_ff, s());
-  const WeightView down = w.down;
-  defer_product(
-      out, [this, down, gate, out](float* add_to) { matmul(down, gate, n_tokens_, out, add_to); });
+  if (defer) {
+    defer_product(out, std::move(launch));
+  } else {
+    launch(nullptr);
+  }
+}
+
+// After the routed experts (their buffers free again): the shared expert's SwiGLU FFN,
+// summed into the routed sum by the combine (once, whichever launch adds it).
+const float* CudaBlocks::shared_expert(const FfnViews& w, const float* in) {
+  if (w.down_shexp.data == nullptr) return nullptr;
+  float* out = at(lay_.shared);
+  gated_ffn(w.gate_shexp, w.up_shexp, w.down_shexp, FfnAct::kSilu, in, out, /*defer=*/false);
+  return out;
 }
 
 Status CudaBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) {
   if (replaying()) return Status::ok();
   if (experts_on_host(il)) {
-    if (w.gate_exps_b.data != nullptr) {
-      return unsupported(
-          "the CPU's share of an expert split does not add expert biases yet "
-          "(gpt-oss): keep its experts on the GPU or run it on the CPU");
-    }
     flush_norm();
     matmul(w.router, in, n_tokens_, at(lay_.probs));
     route(w);
-    moe_on_host(il, w, in, at(lay_.slot_out));
-    combine_slots(out);
+    const float* shared = moe_on_host(il, w, in, at(lay_.slot_out));
+    combine_slots(out, shared);
     return Status::ok();
   }
   if (n_tokens_ > kCudaSmallBatch) {
@@ -731,12 +800,12 @@ Status CudaBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float
     matmul(w.router, in, n_tokens_, at(lay_.probs));
     route(w);
     HYPURA_RETURN_IF_ERROR(moe_batch(w, il, in, at(lay_.slot_out)));
-    combine_slots(out);
+    combine_slots(out, shared_expert(w, in));
     return Status::ok();
   }
   // Few tokens: the pending norm and the rounding of its output for the experts' gate and up
   // in one launch, kept through the router's product when that reads floats or the same
-  // rounding; one launch for softmax and top-k; the slot sum waits for the residual.
+  // rounding; one launch for the routing; the slot sum waits for the residual.
   const ExpertRequest requests[3] = {{w.gate_exps, 0}, {w.up_exps, 0}, {w.down_exps, 0}};
   WeightView e0[3];  // expert 0's matrices: the stacked tensors' starts and shapes
   HYPURA_RETURN_IF_ERROR(provider_.acquire_experts(static_cast<int>(il), requests, e0));
@@ -762,24 +831,24 @@ Status CudaBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float
   }
   route(w);
   HYPURA_RETURN_IF_ERROR(moe_small(w, e0, in, have_act ? &act : nullptr, at(lay_.slot_out)));
-  combine_slots(out);
+  combine_slots(out, shared_expert(w, in));
   return Status::ok();
 }
 
 void CudaBlocks::route(const FfnViews& w) {
   cuda::moe_route(at(lay_.probs), n_tokens_, hp_.n_expert, hp_.n_expert_used, ints(lay_.selected),
-                  at(lay_.weights), s(), static_cast<const float*>(w.router_b.data),
-                  hp_.expert_gating == ExpertGating::kSoftmaxWeight);
+                  at(lay_.weights), s(),
+                  cuda_route_options(hp_, as_floats(w.router_b), as_floats(w.exp_probs_b)));
 }
 
-// out = the slot outputs summed by the routing weights: a small batch's sum waits for the
-// residual that follows (PendingProduct), a larger one is launched now.
-void CudaBlocks::combine_slots(float* out) {
+// A small batch's sum waits for the residual that follows (PendingProduct), a larger one
+// is launched now.
+void CudaBlocks::combine_slots(float* out, const float* shared) {
   float* slot_out = at(lay_.slot_out);
   float* weights = at(lay_.weights);
   const int64_t k = hp_.n_expert_used;
-  const auto combine = [this, slot_out, weights, k, out](float* add_to) {
-    cuda::moe_combine(slot_out, weights, n_tokens_, k, hp_.n_embd, out, s(), add_to);
+  const auto combine = [this, slot_out, weights, k, out, shared](float* add_to) {
+    cuda::moe_combine(slot_out, weights, n_tokens_, k, hp_.n_embd, out, s(), add_to, shared);
   };
   if (n_tokens_ <= kCudaSmallBatch) {
     defer_product(out, combine);
@@ -882,17 +951,25 @@ Status CudaBlocks::moe_batch(const FfnViews& w, int64_t il, const float* in, flo
   return Status::ok();
 }
 
-void CudaBlocks::moe_on_host(int64_t il, const FfnViews& w, const float* in, float* slot_out) {
+const float* CudaBlocks::moe_on_host(int64_t il, const FfnViews& w, const float* in,
+                                     float* slot_out) {
   const int64_t k = hp_.n_expert_used, e = hp_.n_embd;
   const auto rows = static_cast<size_t>(n_tokens_ * e) * 4;
   fail(cuda::copy_to_host_async(expert_rows_host_.data(), in, rows, s()));
   fail(cuda::copy_to_host_async(sel_host_.data(), ints(lay_.selected),
                                 static_cast<size_t>(n_tokens_ * k) * 4, s()));
   cuda::signal_host(flags_dev_ + il, s());
+  const float* shared = shared_expert(w, in);
   cuda::wait_for_host(flags_dev_ + il, s());
   fail(
       cuda::copy_to_device_async(slot_out, slots_host_.data(), rows * static_cast<size_t>(k), s()));
-  step_calls_.push_back({il, n_tokens_, {w.gate_exps, w.up_exps, w.down_exps}});
+  const auto bias = [&](int i) {
+    const std::vector<float>& b = host_bias_[static_cast<size_t>(3 * il + i)];
+    return b.empty() ? nullptr : b.data();
+  };
+  step_calls_.push_back(
+      {il, n_tokens_, {w.gate_exps, w.up_exps, w.down_exps, bias(0), bias(1), bias(2)}});
+  return shared;
 }
 
 // The stream raises a layer's flag once its rows are down, and waits on it until the host

@@ -35,6 +35,10 @@
 #include "model/blocks.h"
 #include "model/host_experts.h"
 
+#if HYPURA_HAVE_CUDA
+#include "compute/cuda/moe.h"
+#endif
+
 namespace hypura::model {
 
 // Batches of at most this many tokens multiply by batched matvecs (exact integer dots,
@@ -47,6 +51,13 @@ inline constexpr int64_t kCudaDecodeAttention = 4;
 // Whether the GPU forward pass computes this model (head sizes, weight types); the error
 // says why not. Cheap: no device access.
 Status cuda_supports(const HParams& hp, const gguf::GgufFile& file);
+
+#if HYPURA_HAVE_CUDA
+// The routing kernel's options for hp's routing (routing.h's variants): logit_bias the
+// router's bias (gpt-oss), select_bias exp_probs_b; both device F32 vectors, or null.
+compute::cuda::RouteOptions cuda_route_options(const HParams& hp, const float* logit_bias,
+                                               const float* select_bias);
+#endif
 
 // Device bytes make_cuda_blocks() takes (buffers, scratch, cuBLAS workspace estimate).
 uint64_t cuda_blocks_bytes(const HParams& hp, const gguf::GgufFile& file, int64_t max_batch,

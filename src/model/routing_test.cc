@@ -1,4 +1,8 @@
-// route_row() against a direct reference of each routing variant on random router logits.
+// route_row() against a direct reference of each routing variant on random router logits;
+// the GPU's routing kernel (compute::cuda::moe_route, through the options CudaBlocks derives
+// from the hyperparameters) against route_row() for every variant the families use: the
+// same experts in the same slots, weights within float rounding (libm's exp against
+// CUDA's; CudaRouting.*, skipped without a GPU).
 #include "model/routing.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +14,12 @@
 #include <vector>
 
 #include "compute/compute.h"
+#include "model/cuda_blocks.h"
+
+#if HYPURA_HAVE_CUDA
+#include "compute/cuda/device.h"
+#include "compute/cuda/moe.h"
+#endif
 
 namespace hypura::model {
 namespace {
@@ -200,6 +210,124 @@ TEST(Routing, RejectsInconsistentGroups) {
   hp.expert_weights_scale = -1.0f;
   EXPECT_FALSE(check_routing(hp).is_ok());
 }
+
+#if HYPURA_HAVE_CUDA
+namespace cuda = compute::cuda;
+
+cuda::DeviceBuffer upload(const void* src, size_t bytes) {
+  auto b = cuda::DeviceBuffer::allocate(bytes);
+  EXPECT_TRUE(b.is_ok()) << b.status().message();
+  EXPECT_TRUE(cuda::copy_to_device(b->data(), src, bytes).is_ok());
+  return std::move(*b);
+}
+
+// n_tokens rows of random logits (std `spread`, every 7th row with a tie between two
+// experts), an optional router logit bias and selection bias, through both.
+void check_gpu_routing(const HParams& hp, bool logit_bias, bool select_bias, float spread = 2.0f,
+                       float offset = 0.0f) {
+  ASSERT_TRUE(check_routing(hp).is_ok()) << check_routing(hp).message();
+  const int64_t n_tok = 37, ne = hp.n_expert, k = hp.n_expert_used;
+  std::mt19937 rng(static_cast<uint32_t>(ne * 131 + k));
+  std::normal_distribution<float> logit(offset, spread), b(0.0f, 0.5f);
+  std::vector<float> logits(n_tok * ne), lbias(ne), sbias(ne);
+  for (float& v : logits) v = logit(rng);
+  for (float& v : lbias) v = b(rng);
+  for (float& v : sbias) v = b(rng);
+  for (int64_t t = 0; t < n_tok; t += 7) logits[t * ne + ne - 1] = logits[t * ne + 1];
+  // The CPU: the logit bias added as CpuBlocks adds it, then route_row.
+  std::vector<int32_t> want_sel(n_tok * k);
+  std::vector<float> want_w(n_tok * k), scratch(ne);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    std::vector<float> row(logits.begin() + t * ne, logits.begin() + (t + 1) * ne);
+    if (logit_bias) compute::add(row.data(), lbias.data(), ne);
+    route_row(hp, row.data(), select_bias ? sbias.data() : nullptr, scratch.data(),
+              want_sel.data() + t * k, want_w.data() + t * k);
+  }
+  cuda::DeviceBuffer dl = upload(logits.data(), logits.size() * 4);
+  cuda::DeviceBuffer dlb = upload(lbias.data(), lbias.size() * 4);
+  cuda::DeviceBuffer dsb = upload(sbias.data(), sbias.size() * 4);
+  const std::vector<float> poison(n_tok * k, NAN);
+  cuda::DeviceBuffer dsel = upload(poison.data(), poison.size() * 4);
+  cuda::DeviceBuffer dw = upload(poison.data(), poison.size() * 4);
+  auto stream = cuda::Stream::create();
+  ASSERT_TRUE(stream.is_ok());
+  cuda::moe_route(dl.as<float>(), n_tok, ne, k, dsel.as<int32_t>(), dw.as<float>(),
+                  stream->handle(),
+                  cuda_route_options(hp, logit_bias ? dlb.as<float>() : nullptr,
+                                     select_bias ? dsb.as<float>() : nullptr));
+  ASSERT_TRUE(stream->synchronize().is_ok());
+  std::vector<int32_t> sel(n_tok * k);
+  std::vector<float> w(n_tok * k);
+  ASSERT_TRUE(cuda::copy_to_host(sel.data(), dsel.data(), sel.size() * 4).is_ok());
+  ASSERT_TRUE(cuda::copy_to_host(w.data(), dw.data(), w.size() * 4).is_ok());
+  for (int64_t i = 0; i < n_tok * k; ++i) {
+    ASSERT_EQ(sel[i], want_sel[i]) << "token " << i / k << " slot " << i % k;
+    EXPECT_NEAR(w[i], want_w[i], 2e-6 * std::max(1.0f, std::abs(want_w[i])))
+        << "token " << i / k << " slot " << i % k;
+  }
+}
+
+class CudaRouting : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    ASSERT_TRUE(cuda::select_device(0).is_ok());
+  }
+};
+
+TEST_F(CudaRouting, SoftmaxRenormalised) {  // mixtral, qwen3moe
+  check_gpu_routing(moe(8, 2), false, false);
+  check_gpu_routing(moe(128, 8), false, false);
+}
+
+TEST_F(CudaRouting, SoftmaxUnnormalisedScaledGrouped) {  // deepseek-v2
+  HParams hp = moe(64, 6);
+  hp.expert_weights_norm = false;
+  hp.expert_weights_scale = 16.0f;
+  check_gpu_routing(hp, false, false);
+  hp.n_expert_groups = 8;
+  hp.n_group_used = 3;
+  check_gpu_routing(hp, false, false);
+}
+
+TEST_F(CudaRouting, SigmoidWithSelectionBias) {  // glm4moe
+  HParams hp = moe(128, 8);
+  hp.expert_gating = ExpertGating::kSigmoid;
+  check_gpu_routing(hp, false, true);
+  hp.expert_weights_scale = 2.5f;
+  check_gpu_routing(hp, false, true);
+  hp.expert_weights_norm = false;
+  check_gpu_routing(hp, false, true);
+  check_gpu_routing(hp, false, false);
+}
+
+TEST_F(CudaRouting, SigmoidGroupLimited) {  // deepseek-v3: 8 groups, 4 used
+  HParams hp = moe(256, 8);
+  hp.expert_gating = ExpertGating::kSigmoid;
+  hp.n_expert_groups = 8;
+  hp.n_group_used = 4;
+  hp.expert_weights_scale = 2.5f;
+  check_gpu_routing(hp, false, true);
+  check_gpu_routing(hp, false, false);
+  hp.n_expert_groups = 64;  // groups of 4, more groups than a warp's lanes
+  hp.n_group_used = 40;
+  check_gpu_routing(hp, false, true);
+}
+
+TEST_F(CudaRouting, TinyWeightsClampTheirSum) {  // sigmoid of very negative logits
+  HParams hp = moe(32, 4);
+  hp.expert_gating = ExpertGating::kSigmoid;
+  check_gpu_routing(hp, false, true, 1.0f, -20.0f);
+}
+
+TEST_F(CudaRouting, SoftmaxOverTheChosenWithLogitBias) {  // gpt-oss
+  HParams hp = moe(32, 4);
+  hp.expert_gating = ExpertGating::kSoftmaxWeight;
+  hp.expert_weights_norm = false;
+  check_gpu_routing(hp, true, false);
+  check_gpu_routing(hp, false, false);
+}
+#endif
 
 }  // namespace
 }  // namespace hypura::model

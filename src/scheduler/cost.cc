@@ -186,8 +186,13 @@ TierTraffic tier_traffic(const ModelTensors& m, const Plan& plan) {
   if (plan.gpu.any()) {
     const bool cpu_stage = !plan.gpu.embedding;
     // A host-expert layer's rows go down and its n_used slot outputs come back up.
-    const auto expert_rows = static_cast<uint64_t>(plan.gpu.host_experts) * 4 *
-                             static_cast<uint64_t>(m.n_embd * (1 + m.n_expert_used));
+    const std::vector<uint64_t> experts = detail::layer_bytes(m, /*experts_only=*/true);
+    const int first = m.n_layer - plan.gpu.layers;
+    uint64_t host_layers = 0;  // the span's layers with experts (not its leading dense ones)
+    for (int L = first; L < first + plan.gpu.host_experts && L < m.n_layer; ++L)
+      host_layers += experts[static_cast<size_t>(L)] > 0 ? 1 : 0;
+    const auto expert_rows =
+        host_layers * 4 * static_cast<uint64_t>(m.n_embd * (1 + m.n_expert_used));
     t.bus_bytes_per_token = 4 * static_cast<uint64_t>(m.n_vocab) +
                             (cpu_stage ? 4 * static_cast<uint64_t>(m.n_embd) : 0) + expert_rows;
   }

@@ -122,8 +122,10 @@ void add_fixed_costs(const ModelTensors& m, const Budgets& b, const CostModel& c
   if (gpu.host_experts > 0) {
     const std::vector<uint64_t> experts = layer_bytes(m, /*experts_only=*/true);
     mem.work_gpu += *std::max_element(experts.begin(), experts.end());
-    for (int L = first; L < first + gpu.host_experts; ++L)
-      tally.lc.compute_s[static_cast<size_t>(L)] += c.host_expert_sync_s;
+    for (int L = first; L < first + gpu.host_experts; ++L) {
+      if (experts[static_cast<size_t>(L)] > 0)  // (leading dense layers make no round trip)
+        tally.lc.compute_s[static_cast<size_t>(L)] += c.host_expert_sync_s;
+    }
   }
 }
 

@@ -221,8 +221,11 @@ GpuSplit gpu_split_of(const ModelTensors& m, const std::vector<Tier>& tiers) {
   if (!any_layer_tensor) return g;
   while (g.layers < m.n_layer && layer_on[static_cast<size_t>(m.n_layer - 1 - g.layers)])
     ++g.layers;
-  for (int L = m.n_layer - g.layers; L < m.n_layer; ++L)
-    g.host_experts += experts_on[static_cast<size_t>(L)] ? 0 : 1;
+  // The span up to the last layer whose experts stay on the host: leading dense layers
+  // (no experts) inside it count, as the runtime takes the first host_experts layers.
+  for (int L = m.n_layer - g.layers; L < m.n_layer; ++L) {
+    if (!experts_on[static_cast<size_t>(L)]) g.host_experts = L - (m.n_layer - g.layers) + 1;
+  }
   g.tied_head_copy = g.head && !g.embedding && detail::tied_head(m);
   return g;
 }

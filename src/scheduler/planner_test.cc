@@ -952,6 +952,45 @@ TEST(DiscreteGpu, MoeSplitsItsExpertsFirst) {
   EXPECT_GT(streamed.prediction.tok_per_s, by_layers.prediction.tok_per_s);
 }
 
+// A leading dense layer (glm4moe, deepseek2) has no experts: host_experts spans it, up to
+// the last layer whose experts are the host's, as the runtime takes the first host_experts
+// layers; the bus carries rows only for the layers with experts.
+TEST(DiscreteGpu, ExpertSplitSpansLeadingDenseLayers) {
+  ModelTensors m;
+  m.n_layer = 3;
+  m.n_embd = 8;
+  m.n_vocab = 10;
+  m.n_expert = 4;
+  m.n_expert_used = 2;
+  std::vector<Tier> tiers;
+  const auto add = [&](int layer, model::TensorRole role, Tier tier) {
+    TensorDesc t;
+    t.layer = layer;
+    t.role = role;
+    t.bytes = 1024;
+    m.tensors.push_back(t);
+    tiers.push_back(tier);
+  };
+  add(-1, model::TensorRole::kOutputNorm, Tier::kGpu);
+  add(-1, model::TensorRole::kTokenEmbedding, Tier::kGpu);
+  for (int L = 0; L < 3; ++L) {
+    add(L, model::TensorRole::kAttnQ, Tier::kGpu);
+    if (L == 0) {
+      add(L, model::TensorRole::kFfnUp, Tier::kGpu);  // the dense lead layer
+      continue;
+    }
+    add(L, model::TensorRole::kMoeUpExperts, L == 1 ? Tier::kRam : Tier::kGpu);
+  }
+  const GpuSplit g = gpu_split_of(m, tiers);
+  EXPECT_EQ(g.layers, 3);
+  EXPECT_EQ(g.host_experts, 2);  // layers 0 (dense) and 1
+  Plan plan;
+  plan.tiers = tiers;
+  plan.gpu = g;
+  EXPECT_EQ(tier_traffic(m, plan).bus_bytes_per_token,
+            4 * static_cast<uint64_t>(m.n_vocab) + 4 * static_cast<uint64_t>(m.n_embd * 3));
+}
+
 // Whatever the RAM budget, the plan place() picks is never predicted slower than whole
 // layers on the GPU (the alternative it weighs a streamed expert split against).
 TEST(DiscreteGpu, StreamedExpertSplitOnlyWhenFaster) {

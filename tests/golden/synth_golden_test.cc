@@ -13,20 +13,33 @@
 // >= 95% of rows with margin > 0.5 per sequence and >= 85% of all rows of A, B and C
 // together; greedy ids where the margin > 0.5 (MoE quantized: the golden id's logit
 // within 1.5 of our top one, as golden_test.cc allows for expert-selection flips).
+//
+// The GPU variant (MatchesLlamaCppOnTheGpu) runs every model whose architecture the CUDA
+// forward pass supports (model::cuda_supports) through it, against the default runs with
+// the same tolerances, as golden_test.cc's GoldenGpu does (the GPU's KV cache is F16, so
+// the exact runs are CPU-only); it skips without a device. On the device machine, whose
+// checkout lies elsewhere, the goldens are read from tests/golden/synth under the working
+// directory and the hypura binary beside the test's own when the built-in paths are absent.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "compute/compute.h"
 #include "gguf/gguf.h"
+#include "model/cuda_blocks.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "runtime/testing/golden_fixtures.h"
+#include "tiers/device_weights.h"
 #include "tiers/testing/resident_provider.h"
+#if HYPURA_HAVE_CUDA
+#include "compute/cuda/device.h"
+#endif
 
 namespace hypura::runtime {
 namespace {
@@ -37,7 +50,14 @@ using golden::Diff;
 using golden::Top1;
 using nlohmann::json;
 
-const std::string kSynthGoldens = std::string(HYPURA_SOURCE_DIR) + "/tests/golden/synth";
+// The built-in path, else the working directory's (a device machine's checkout).
+std::string existing_or(const std::string& built_in, const std::string& fallback) {
+  return fs::exists(built_in) ? built_in : fallback;
+}
+const std::string kSynthGoldens =
+    existing_or(std::string(HYPURA_SOURCE_DIR) + "/tests/golden/synth", "tests/golden/synth");
+const std::string kHypura = existing_or(
+    HYPURA_BINARY, (fs::read_symlink("/proc/self/exe").parent_path() / "hypura").string());
 constexpr int64_t kNCtx = 512;
 const char* const kLevels[] = {"scalar", "avx2", "avx512", "avx512vnni", "amx"};
 
@@ -82,7 +102,7 @@ std::string sha256(const std::string& path) {
 // standing for HYPURA_GOLDEN_DIR); fails the test when its bytes drifted.
 std::string regenerate_f32(const std::string& name, const json& m) {
   const std::string path = testing::TempDir() + "/synth_golden_" + name + "-f32.gguf";
-  std::string cmd = shell_quoted(HYPURA_BINARY) + " synth -q --no-sync -o " + shell_quoted(path);
+  std::string cmd = shell_quoted(kHypura) + " synth -q --no-sync -o " + shell_quoted(path);
   for (std::string arg : m["synth_args"].get<std::vector<std::string>>()) {
     const size_t at = arg.find("{golden}");
     if (at != std::string::npos) arg.replace(at, 8, HYPURA_GOLDEN_DIR);
@@ -100,7 +120,40 @@ struct Loaded {
   gguf::GgufFile file;
   std::shared_ptr<const model::Model> model;
   std::unique_ptr<tiers::ResidentProvider> provider;
+  std::unique_ptr<tiers::DeviceWeights> device;  // the GPU's copy, on its first pass
 };
+
+// A forward pass and its cache: on ctx's CPU, or on the GPU when ctx is null.
+struct Pass {
+  std::unique_ptr<model::KvCache> kv;
+  std::unique_ptr<model::Forward> fwd;
+};
+
+Pass make_pass(Loaded& l, compute::Context* ctx, bool kv_f32) {
+  Pass p;
+  const model::HParams& hp = l.model->hparams();
+  if (ctx != nullptr) {
+    p.kv = std::make_unique<model::KvCache>(hp, kNCtx, kv_f32);
+    p.fwd = std::make_unique<model::Forward>(l.model, *ctx, *l.provider, 64, kNCtx);
+    return p;
+  }
+  if (!l.device) {
+    auto d = tiers::DeviceWeights::read(l.file, std::vector<bool>(l.file.tensors().size(), true));
+    EXPECT_TRUE(d.is_ok()) << d.status().message();
+    if (!d.is_ok()) return p;
+    l.device = std::move(d).value();
+  }
+  auto kv = model::KvCache::on_device(hp, kNCtx);
+  auto blocks = model::make_cuda_blocks(hp, l.model->weights(), l.file, *l.device, 64, kNCtx);
+  EXPECT_TRUE(kv.is_ok()) << kv.status().message();
+  EXPECT_TRUE(blocks.is_ok()) << blocks.status().message();
+  if (!kv.is_ok() || !blocks.is_ok()) return p;
+  p.kv = std::move(kv).value();
+  std::vector<model::ForwardStage> stages;
+  stages.push_back({std::move(blocks).value(), hp.n_layer});
+  p.fwd = std::make_unique<model::Forward>(l.model, std::move(stages), 64);
+  return p;
+}
 
 std::unique_ptr<Loaded> load(const std::string& path) {
   auto l = std::make_unique<Loaded>();
@@ -119,17 +172,18 @@ std::unique_ptr<Loaded> load(const std::string& path) {
   return l;
 }
 
-// Logits of every position of `tokens` in one pass from an empty cache.
-std::vector<float> eval(Loaded& l, compute::Context& ctx, const std::vector<int32_t>& tokens,
+// Logits of every position of `tokens` in batches of 64 from an empty cache (ctx: as
+// make_pass).
+std::vector<float> eval(Loaded& l, compute::Context* ctx, const std::vector<int32_t>& tokens,
                         bool kv_f32) {
   const int64_t n_vocab = l.model->hparams().n_vocab;
-  model::KvCache kv(l.model->hparams(), kNCtx, kv_f32);
-  model::Forward fwd(l.model, ctx, *l.provider, 64, kNCtx);
+  Pass p = make_pass(l, ctx, kv_f32);
   std::vector<float> logits(tokens.size() * n_vocab);
+  if (!p.fwd) return logits;
   for (size_t i = 0; i < tokens.size(); i += 64) {
     const int64_t n = std::min<int64_t>(64, static_cast<int64_t>(tokens.size() - i));
-    Status st = fwd.run(tokens.data() + i, n, static_cast<int64_t>(i), kv, true,
-                        logits.data() + i * n_vocab);
+    Status st = p.fwd->run(tokens.data() + i, n, static_cast<int64_t>(i), *p.kv, true,
+                           logits.data() + i * n_vocab);
     EXPECT_TRUE(st.is_ok()) << st.message();
   }
   return logits;
@@ -149,13 +203,15 @@ Bounds bounds(bool f32, bool exact, bool moe) {
 
 // Greedy continuation of B with teacher forcing: each step's argmax against llama.cpp's
 // id where its top-1 margin is > 0.5, llama.cpp's id fed back either way.
-void check_greedy(Loaded& l, compute::Context& ctx, const std::vector<int32_t>& b, const json& run,
+void check_greedy(Loaded& l, compute::Context* ctx, const std::vector<int32_t>& b, const json& run,
                   bool kv_f32, float max_gap, const std::string& what) {
   const auto want = run["greedy_B"].get<std::vector<int32_t>>();
   const auto margins = run["greedy_B_top1_margins"].get<std::vector<double>>();
   const int64_t n_vocab = l.model->hparams().n_vocab;
-  model::KvCache kv(l.model->hparams(), kNCtx, kv_f32);
-  model::Forward fwd(l.model, ctx, *l.provider, 64, kNCtx);
+  Pass p = make_pass(l, ctx, kv_f32);
+  ASSERT_TRUE(p.fwd);
+  model::Forward& fwd = *p.fwd;
+  model::KvCache& kv = *p.kv;
   std::vector<int32_t> tokens = b;
   std::vector<float> logits(n_vocab);
   ASSERT_TRUE(fwd.run(tokens.data(), tokens.size(), 0, kv, false, logits.data()).is_ok());
@@ -177,8 +233,8 @@ void check_greedy(Loaded& l, compute::Context& ctx, const std::vector<int32_t>& 
 }
 
 // One model ("f32", "q4_k_m", ...) of a golden folder, one run ("default" or "exact"),
-// on one SIMD level.
-void check_run(Loaded& l, compute::Context& ctx, const json& m, const std::string& dir,
+// on one SIMD level (or the GPU: ctx null).
+void check_run(Loaded& l, compute::Context* ctx, const json& m, const std::string& dir,
                const std::string& what, const json& run, bool f32, bool exact) {
   const int64_t n_vocab = l.model->hparams().n_vocab;
   const Bounds b = bounds(f32, exact, l.model->hparams().n_expert > 0);
@@ -207,8 +263,11 @@ void check_run(Loaded& l, compute::Context& ctx, const json& m, const std::strin
 
 class SynthGolden : public testing::TestWithParam<std::string> {};
 
-TEST_P(SynthGolden, MatchesLlamaCpp) {
-  const std::string name = GetParam();
+// check(model, key, f32, run name, run) for every run of every model of the folder, each
+// model loaded once (the F32 one written again first).
+void for_each_run(const std::string& name,
+                  const std::function<void(Loaded&, const std::string&, bool, const std::string&,
+                                           const json&)>& check) {
   const std::string dir = kSynthGoldens + "/" + name;
   const json m = read_manifest(name);
   for (const auto& [key, entry] : m["models"].items()) {
@@ -222,17 +281,44 @@ TEST_P(SynthGolden, MatchesLlamaCpp) {
     }
     auto l = load(path);
     ASSERT_TRUE(l) << path;
-    for (const char* level : kLevels) {
-      compute::Context ctx(2, level);
-      if (std::string(ctx.simd_name()) != level) continue;  // the CPU lacks it
-      for (const auto& [run_name, run] : entry["runs"].items()) {
-        const std::string what = name + " " + key + " " + run_name + " " + level;
-        check_run(*l, ctx, m, dir, what, run, f32, run_name == "exact");
-      }
-    }
+    for (const auto& [run_name, run] : entry["runs"].items()) check(*l, key, f32, run_name, run);
     l.reset();
     if (f32) fs::remove(path);
   }
+}
+
+TEST_P(SynthGolden, MatchesLlamaCpp) {
+  const std::string name = GetParam();
+  const json m = read_manifest(name);
+  for_each_run(name, [&](Loaded& l, const std::string& key, bool f32, const std::string& run_name,
+                         const json& run) {
+    for (const char* level : kLevels) {
+      compute::Context ctx(2, level);
+      if (std::string(ctx.simd_name()) != level) continue;  // the CPU lacks it
+      const std::string what = name + " " + key + " " + run_name + " " + level;
+      check_run(l, &ctx, m, kSynthGoldens + "/" + name, what, run, f32, run_name == "exact");
+    }
+  });
+}
+
+TEST_P(SynthGolden, MatchesLlamaCppOnTheGpu) {
+#if HYPURA_HAVE_CUDA
+  if (compute::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string name = GetParam();
+  const json m = read_manifest(name);
+  for_each_run(name, [&](Loaded& l, const std::string& key, bool f32, const std::string& run_name,
+                         const json& run) {
+    const std::string what = name + " " + key + " " + run_name + " gpu";
+    if (run_name == "exact") return;  // F32 KV: the CPU's only
+    if (Status st = model::cuda_supports(l.model->hparams(), l.file); !st.is_ok()) {
+      std::printf("%-40s skipped: %s\n", what.c_str(), st.message().c_str());
+      return;
+    }
+    check_run(l, nullptr, m, kSynthGoldens + "/" + name, what, run, f32, false);
+  });
+#else
+  GTEST_SKIP() << "a build without CUDA";
+#endif
 }
 
 std::string param_name(const testing::TestParamInfo<std::string>& info) {

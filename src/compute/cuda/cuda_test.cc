@@ -273,8 +273,10 @@ TEST_F(CudaTest, RopeMatchesCpuNormalAndNeox) {
   std::vector<float> factors(head_dim / 4);
   for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.25f * static_cast<float>(i % 5);
   for (bool neox : {false, true}) {
-    for (bool with_ff : {false, true}) {
-      const int64_t n_rot = with_ff ? head_dim / 2 : head_dim;  // partial rotation with factors
+    for (int variant = 0; variant < 3; ++variant) {
+      // Full rotation; partial (glm4moe's NeoX first half); partial with frequency factors.
+      const bool with_ff = variant == 2;
+      const int64_t n_rot = variant == 0 ? head_dim : head_dim / 2;
       std::vector<float> want = x;
       for (int64_t t = 0; t < n_tok; ++t) {
         for (int64_t h = 0; h < n_head; ++h) {
@@ -292,7 +294,7 @@ TEST_F(CudaTest, RopeMatchesCpuNormalAndNeox) {
       p.neox = neox;
       cuda::rope(dx.as<float>(), n_tok, n_head, n_head * head_dim, dpos.as<int32_t>(), p,
                  stream_.handle());
-      EXPECT_LE(rel_l2(download(dx, x.size()), want), kFloatRelL2) << neox << with_ff;
+      EXPECT_LE(rel_l2(download(dx, x.size()), want), kFloatRelL2) << neox << variant;
     }
   }
 }
@@ -628,8 +630,12 @@ TEST_F(CudaTest, GptOssPiecesMatchCpu) {
   }
   DeviceBuffer dl = upload(logits), db = upload(bias), dsel = poisoned(n_tok * k),
                dw = poisoned(n_tok * k);
+  RouteOptions opt;
+  opt.gating = RouteGating::kSoftmaxOfK;
+  opt.logit_bias = db.as<float>();
+  opt.norm = false;
   moe_route(dl.as<float>(), n_tok, ne, k, dsel.as<int32_t>(), dw.as<float>(), stream_.handle(),
-            db.as<float>(), /*softmax_of_k=*/true);
+            opt);
   std::vector<int32_t> sel(n_tok * k);
   ASSERT_TRUE(stream_.synchronize());
   ASSERT_TRUE(copy_to_host(sel.data(), dsel.data(), sel.size() * 4));

@@ -11,6 +11,7 @@
 
 #include "model/testing/golden.h"
 #include "runtime/tiered_weights.h"
+#include "synth/synth.h"
 
 namespace hypura::runtime::golden {
 
@@ -26,6 +27,21 @@ using model::golden::read_f32_file;
 using model::golden::sequence;
 using model::golden::top1;
 using model::golden::Top1;
+
+// `hypura synth`'s preset in `mix` with the golden models' 384-token vocabulary, at path.
+inline Status write_synth(const std::string& preset_name, synth::QuantMix mix,
+                          const std::string& path) {
+  HYPURA_ASSIGN_OR_RETURN(const synth::Preset preset, synth::find_preset(preset_name));
+  synth::SynthSpec spec;
+  spec.arch = preset.default_arch;
+  HYPURA_ASSIGN_OR_RETURN(spec.shape, synth::preset_shape(preset, spec.arch));
+  spec.mix = mix;
+  spec.vocab_from = kDir + "/llama-f32.gguf";
+  HYPURA_ASSIGN_OR_RETURN(const auto vocab, synth::load_vocab(spec.vocab_from, 0));
+  spec.shape.n_vocab = vocab.n_vocab;
+  HYPURA_ASSIGN_OR_RETURN(const auto valid, synth::validate(spec));
+  return synth::write_model(valid, vocab, path);
+}
 
 // TieredWeights options of the tiered tests: the fixture profile (the same plan on every
 // machine, no storage benchmark), a small context and batch, no mlock.
