@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -47,7 +48,10 @@ inline Status write_synth(const std::string& preset_name, synth::QuantMix mix,
 // machine, no storage benchmark), a small context and batch, no mlock.
 inline TierOptions fixture_tier_options() {
   TierOptions opts;
-  opts.plan.profile_file = std::string(HYPURA_SOURCE_DIR) + "/src/scheduler/testdata/cpu_24g.json";
+  // The checkout's copy where the built-in path is absent (a device machine's checkout).
+  const std::string profile = "src/scheduler/testdata/cpu_24g.json";
+  const std::string built_in = std::string(HYPURA_SOURCE_DIR) + "/" + profile;
+  opts.plan.profile_file = std::ifstream(built_in).good() ? built_in : profile;
   opts.plan.budgets.n_ctx = 64;
   opts.plan.budgets.n_batch = 16;
   opts.lock_resident = false;
