@@ -17,8 +17,7 @@ namespace hypura::experts {
 namespace {
 
 TEST(RoutingTrace, FileRoundTrip) {
-  RoutingTrace t =
-      TraceGenerator{.n_layer = 3, .n_expert = 16, .n_expert_used = 4}.generate(5);
+  RoutingTrace t = TraceGenerator{.n_layer = 3, .n_expert = 16, .n_expert_used = 4}.generate(5);
   const int32_t prompt[] = {1, 2, 3, 4, 5, 6, 7, 8};  // a 2-token batch record
   t.add(5, 1, prompt, 8);
   const std::string path =
@@ -48,7 +47,7 @@ TEST(RoutingTrace, FileRoundTrip) {
 TEST(ExpertCache, AdaptiveFollowsTheBetterGhost) {
   const RoutingTrace t = TraceGenerator{}.generate(80);
   ExpertCache cache(static_cast<uint32_t>(0.05 * t.n_layer * t.n_expert), t.n_layer, t.n_expert,
-                             CachePolicy::kAdaptive);
+                    CachePolicy::kAdaptive);
   for (const RoutingRecord& r : t.records) {
     std::vector<int32_t> distinct(r.selected.begin(), r.selected.end());
     std::sort(distinct.begin(), distinct.end());

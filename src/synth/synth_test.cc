@@ -395,7 +395,8 @@ Status synth_file(const SynthSpec& spec, const std::string& path) {
 TEST(SynthFile, EveryArchitectureReadsBack) {
   TempDir dir;
   std::string vocab = write_test_vocab(dir);
-  std::string check = std::string(HYPURA_PYTHON) + " " + kSource + "/src/synth/check_synth.py";
+  std::string check =
+      std::string(HYPURA_PYTHON) + " " + kSource + "/src/synth/testing/check_synth.py";
   for (Arch arch : {Arch::kLlama, Arch::kQwen2, Arch::kQwen3, Arch::kGemma3, Arch::kMixtral,
                     Arch::kQwen3Moe, Arch::kGptOss}) {
     for (QuantMix mix : {QuantMix::kF32, QuantMix::kF16, QuantMix::kQ8_0, QuantMix::kQ4_K_M,

@@ -17,7 +17,7 @@
 #include <sstream>
 
 #include "tokenizer/jinja.h"
-#include "tokenizer/test_util.h"
+#include "tokenizer/testing/test_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hypura::tokenizer {

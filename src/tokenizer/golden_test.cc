@@ -10,7 +10,7 @@
 #include <map>
 #include <sstream>
 
-#include "tokenizer/test_util.h"
+#include "tokenizer/testing/test_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hypura::tokenizer {

@@ -6,7 +6,7 @@
 
 #include <random>
 
-#include "tokenizer/test_util.h"
+#include "tokenizer/testing/test_util.h"
 #include "tokenizer/unicode.h"
 
 namespace hypura::tokenizer {

@@ -9,7 +9,7 @@
 #include "gguf/gguf.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
-#include "tokenizer/test_util.h"
+#include "tokenizer/testing/test_util.h"
 #include "tokenizer/unicode.h"
 
 namespace hypura::tokenizer {

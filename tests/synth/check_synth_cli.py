@@ -21,7 +21,7 @@ ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "mixtral", "qwen3moe"]
 def main():
     hypura, source = sys.argv[1], sys.argv[2]
     vocab = os.path.join(golden_dir(source), "llama-f32.gguf")
-    check = os.path.join(source, "src", "synth", "check_synth.py")
+    check = os.path.join(source, "src", "synth", "testing", "check_synth.py")
     with tempfile.TemporaryDirectory(prefix="hypura-synth-cli-") as tmp:
         pairs = []
         for arch in ARCHS:
