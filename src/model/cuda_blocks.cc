@@ -27,6 +27,7 @@
 #include "compute/cuda/quantize.h"
 #include "compute/cuda/rope.h"
 #include "compute/cuda/softmax.h"
+#include "compute/cuda/strided.h"
 #include "compute/cuda/unary.h"
 #endif
 
@@ -70,17 +71,17 @@ Sizes sizes_for(const HParams& hp, const gguf::GgufFile& file, int64_t max_batch
 
 Status cuda_supports(const HParams& hp, const gguf::GgufFile& file) {
 #if HYPURA_HAVE_CUDA
-  if (hp.is_mla()) {
-    return unsupported("the GPU blocks do not run multi-head latent attention (" + hp.arch_name +
-                       ") yet; use --device cpu");
-  }
-  const auto dims_ok = [](int64_t d) {
-    return d > 0 && d % 8 == 0 && d <= compute::cuda::kAttnMaxHeadDim;
-  };
-  if (!dims_ok(hp.head_dim) || !dims_ok(hp.head_dim_v)) {
+  // Multi-head latent attention runs as MQA over the latent cache (attention.h's latent form).
+  const bool latent = hp.is_mla();
+  const int64_t max_k = latent ? compute::cuda::kAttnMaxLatentDim : compute::cuda::kAttnMaxHeadDim;
+  const int64_t max_v = latent ? compute::cuda::kAttnMaxLatentDimV : compute::cuda::kAttnMaxHeadDim;
+  const auto dims_ok = [](int64_t d, int64_t most) { return d > 0 && d % 8 == 0 && d <= most; };
+  if (!dims_ok(hp.head_dim, max_k) || !dims_ok(hp.head_dim_v, max_v) ||
+      (latent && hp.n_head_kv != 1)) {
     return unsupported("the GPU attention needs head sizes that are multiples of 8 up to " +
-                       std::to_string(compute::cuda::kAttnMaxHeadDim) + " (model: " +
-                       std::to_string(hp.head_dim) + ", " + std::to_string(hp.head_dim_v) + ")");
+                       std::to_string(max_k) + " (keys) and " + std::to_string(max_v) +
+                       " (values) (model: " + std::to_string(hp.head_dim) + ", " +
+                       std::to_string(hp.head_dim_v) + ")");
   }
   if (hp.n_expert > compute::cuda::kRouteMaxExperts) {
     return unsupported("the GPU routing kernel takes at most " +
@@ -158,6 +159,7 @@ bool act_format(gguf::GgmlType weight_type, cuda::ActFormat* format) {
 struct Layout {
   size_t x, cur, tmp, q, k, v, attn, ff_gate, ff_up, logits;
   size_t probs, weights, slot_out, expert_in, expert_out, selected, pairs, shared, step;
+  size_t mla_lora, mla_heads, mla_nope;
   size_t total;
 };
 
@@ -191,6 +193,12 @@ Layout layout_for(const HParams& hp, const Sizes& s) {
     l.selected = take(rows(b, s.k));
     l.pairs = take(rows(b, s.k));
     if (hp.n_expert_shared > 0) l.shared = take(rows(b, hp.n_embd));
+  }
+  if (hp.is_mla()) {
+    l.mla_lora = take(rows(b, hp.q_lora_rank));
+    l.mla_heads = take(rows(b, hp.n_head * std::max(hp.head_dim_mla, hp.head_dim_v_mla)));
+    // A chunk of (token, head) rows' q_nope (CudaBlocks::head_products).
+    l.mla_nope = take(rows(std::min(b, kCudaSmallBatch), hp.n_head * hp.qk_nope()));
   }
   l.step = take(static_cast<size_t>(2 * b) * 4);  // token ids, then positions
   l.total = at;
@@ -232,10 +240,9 @@ class CudaBlocks final : public Blocks {
   }
   void rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) override;
   void rope_qk(float freq_base, float freq_scale) override;
-  // MLA never reaches the GPU blocks (cuda_supports refuses it).
-  void mla_kv(const WeightView&) override { assert(false); }
-  void mla_absorb_q(const float*, const WeightView&) override { assert(false); }
-  void mla_values(const WeightView&, float*) override { assert(false); }
+  void mla_kv(const WeightView& kv_norm) override;
+  void mla_absorb_q(const float* q_heads, const WeightView& wk_b) override;
+  void mla_values(const WeightView& wv_b, float* out) override;
   void scale(float* rows, int64_t width, float sc) override {
     if (replaying()) return;
     flush_norm();
@@ -351,6 +358,10 @@ class CudaBlocks final : public Blocks {
     return serve_host_calls(pending);
   }
   void gather_last_rows();
+  // MLA's per-head products: out row (t, h) (contiguous, w's per-head rows wide) = w[h] .
+  // the first w.n_cols values of in row (t, h) (rows in_stride apart): grouped matvecs, one
+  // "expert" per head, over chunks of kCudaSmallBatch tokens.
+  void head_products(const WeightView& w, const float* in, int64_t in_stride, float* out);
 
   Sizes sizes_;
   Layout lay_{};
@@ -359,6 +370,7 @@ class CudaBlocks final : public Blocks {
   cuda::DeviceBuffer rows_;            // the row buffers (lay_)
   cuda::DeviceBuffer act_;             // quantized activations of a small batch
   cuda::DeviceBuffer attn_scratch_;    // decode attention's partials
+  cuda::DeviceBuffer head_ids_;        // MLA: (kCudaSmallBatch * n_head) pair i's head, i % n_head
   cuda::PinnedBuffer step_host_;       // token ids and positions staged for the copy
   cuda::PinnedBuffer x_host_;          // (max_batch, n_embd) residual rows from a CPU stage
   cuda::PinnedBuffer logits_host_;     // (kGraphSeqs, n_vocab) last rows' logits staged
@@ -439,6 +451,14 @@ Status CudaBlocks::init(const gguf::GgufFile& file) {
   k_ = at(lay_.k);
   v_ = at(lay_.v);
   attn_ = at(lay_.attn);
+  if (hp_.is_mla()) {
+    mla_lora_ = at(lay_.mla_lora);
+    mla_heads_ = at(lay_.mla_heads);
+    std::vector<int32_t> ids(static_cast<size_t>(kCudaSmallBatch * hp_.n_head));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i % hp_.n_head);
+    HYPURA_ASSIGN_OR_RETURN(head_ids_, cuda::DeviceBuffer::allocate(ids.size() * 4));
+    HYPURA_RETURN_IF_ERROR(cuda::copy_to_device(head_ids_.data(), ids.data(), ids.size() * 4));
+  }
   return stream_.synchronize();
 }
 
@@ -584,6 +604,53 @@ void CudaBlocks::rope_qk(float freq_base, float freq_scale) {
                 rope_params(freq_base, freq_scale), s());
 }
 
+// The latent normed in place (its columns of each k() row), then k_pe rotated.
+void CudaBlocks::mla_kv(const WeightView& kv_norm) {
+  if (replaying()) return;
+  flush_norm();
+  const int64_t rank = hp_.kv_lora_rank, d = hp_.head_dim;
+  cuda::rms_norm_cols(k(), n_tokens_, d, rank, floats(kv_norm), hp_.rms_eps, s());
+  cuda::rope(k() + rank, n_tokens_, 1, d, positions(),
+             rope_params(hp_.rope_freq_base, hp_.rope_freq_scale), s());
+}
+
+void CudaBlocks::head_products(const WeightView& w, const float* in, int64_t in_stride,
+                               float* out) {
+  const int64_t h = hp_.n_head;
+  const WeightView head{w.data, w.type, w.n_cols, w.n_rows / h};  // head 0's; the rest follow
+  for (int64_t t0 = 0; t0 < n_tokens_; t0 += kCudaSmallBatch) {
+    const int64_t rows = std::min(kCudaSmallBatch, n_tokens_ - t0) * h;
+    const float* x = in + t0 * h * in_stride;
+    if (in_stride != head.n_cols) {  // the rows' first n_cols values, packed
+      cuda::copy_cols(x, in_stride, at(lay_.mla_nope), head.n_cols, rows, head.n_cols, s());
+      x = at(lay_.mla_nope);
+    }
+    const cuda::ActQ8 act = cuda::quantize_for(w.type, x, rows * head.n_cols, act_.data(), s());
+    cuda::matvec_grouped(head, head_ids_.as<int32_t>(), rows, 1, act, out + t0 * h * head.n_rows,
+                         s());
+  }
+}
+
+// q_nope absorbed into the latent space (through attn(), free until attention), then laid
+// out beside q_pe, which is rotated.
+void CudaBlocks::mla_absorb_q(const float* q_heads, const WeightView& wk_b) {
+  if (replaying()) return;
+  flush_norm();
+  const int64_t dq = hp_.head_dim_mla, d = hp_.head_dim, rank = hp_.kv_lora_rank,
+                rows = n_tokens_ * hp_.n_head;
+  head_products(wk_b, q_heads, dq, attn());
+  cuda::copy_cols(attn(), rank, q(), d, rows, rank, s());
+  cuda::copy_cols(q_heads + hp_.qk_nope(), dq, q() + rank, d, rows, hp_.n_rot, s());
+  cuda::rope(q() + rank, n_tokens_, hp_.n_head, hp_.n_head * d, positions(),
+             rope_params(hp_.rope_freq_base, hp_.rope_freq_scale), s());
+}
+
+void CudaBlocks::mla_values(const WeightView& wv_b, float* out) {
+  if (replaying()) return;
+  flush_norm();
+  head_products(wv_b, attn(), hp_.kv_lora_rank, out);
+}
+
 void CudaBlocks::matvec_rows(const WeightView& w, const cuda::ActQ8& act, int64_t n, float* out,
                              float* add_to) {
   if (n == 1) {
@@ -672,14 +739,17 @@ void CudaBlocks::attention(int64_t il, bool swa, float kq_scale, const WeightVie
 }
 
 // One sequence's rows: its keys and values stored in its cache, then its queries attended.
+// MLA caches keys only and reads the values from them (the kernels' latent form).
 void CudaBlocks::attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_scale) {
+  const bool latent = hp_.is_mla();
   auto* kc = static_cast<uint16_t*>(seq.kv->device_k(il));
-  auto* vc = static_cast<uint16_t*>(seq.kv->device_v(il));
+  auto* vc = latent ? kc : static_cast<uint16_t*>(seq.kv->device_v(il));
   const int64_t r0 = seq.row0, n = seq.n_tokens;
+  const int64_t v_width = latent ? 0 : hp_.v_width();
   float* q_rows = q() + r0 * hp_.q_width();
   float* out_rows = attn() + r0 * hp_.n_head * hp_.head_dim_v;
-  cuda::store_kv_f16(k() + r0 * hp_.k_width(), v() + r0 * hp_.v_width(), n, hp_.k_width(),
-                     hp_.v_width(), positions() + r0, kc, vc, s());
+  cuda::store_kv_f16(k() + r0 * hp_.k_width(), v() + r0 * v_width, n, hp_.k_width(), v_width,
+                     positions() + r0, kc, vc, s());
   // The fields both attention kernels take alike.
   const auto shape = [&](auto& a) {
     a.k = kc;
@@ -689,7 +759,7 @@ void CudaBlocks::attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_s
     a.head_dim = hp_.head_dim;
     a.head_dim_v = hp_.head_dim_v;
     a.k_stride = hp_.k_width();
-    a.v_stride = hp_.v_width();
+    a.v_stride = latent ? hp_.k_width() : hp_.v_width();
     a.kq_scale = kq_scale;
     a.sinks = sinks_;
   };

@@ -747,6 +747,19 @@ TEST(DiscreteGpu, BudgetDecidesASuffixOfLayers) {
   EXPECT_EQ(all.memory.ram_weights, 0u);
 }
 
+// Multi-head latent attention (Kimi-K2's shape, deepseek2): the KV cache the GPU tier holds
+// is one row of kv_lora_rank + qk_rope values per layer and position (model::KvCache), not
+// K and V of every head.
+TEST(DiscreteGpu, LatentKvCacheSizedAsTheLatent) {
+  const ModelTensors m = synthetic_model(kimi_k2_q4km());
+  EXPECT_EQ(m.kv_elements_per_token, uint64_t{61} * (512 + 64));
+  const Budgets b = gpu_budget(uint64_t{128} << 30);
+  const Plan plan = must_place(m, with_discrete_gpu(), b);
+  ASSERT_TRUE(plan.gpu.any());
+  EXPECT_GT(plan.memory.kv_gpu, 0u);
+  EXPECT_EQ(plan.memory.kv_gpu + plan.memory.kv_ram, uint64_t{61} * 576 * 2 * 4096);
+}
+
 // Under a RAM budget too small for the CPU's share, the CPU's layers stream; the GPU's
 // never do.
 TEST(DiscreteGpu, CpuLayersStreamUnderARamBudget) {

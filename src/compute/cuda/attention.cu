@@ -57,40 +57,48 @@ __global__ void __launch_bounds__(kThreads)
       static_cast<int>(max(int64_t{0}, min(kv_end - first, static_cast<int64_t>(seg_len))));
 
   // Scores. A key row is read by lpk lanes, 8 dims each; a warp step covers 32 / lpk keys.
+  // Keys wider than 256 dims (MLA's 576) take several passes of 256, each adding its dots.
   {
-    const int lpk = pow2_at_least(hd / 8), kps = 32 / lpk;
-    const int sub = lane % lpk, d0 = sub * 8;
-    const bool active = d0 < hd;
-    float qr[kG][8];
+    const int lpk = min(32, pow2_at_least(hd / 8)), kps = 32 / lpk;
+    const int sub = lane % lpk;
+    for (int c0 = 0; c0 < hd; c0 += lpk * 8) {
+      const int d0 = c0 + sub * 8;
+      const bool active = d0 < hd, first_pass = c0 == 0, last_pass = c0 + lpk * 8 >= hd;
+      float qr[kG][8];
 #pragma unroll
-    for (int g = 0; g < kG; ++g) {
+      for (int g = 0; g < kG; ++g) {
 #pragma unroll
-      for (int t = 0; t < 8; ++t) {
-        qr[g][t] = (g < ng && active) ? a.q[(head0 + g) * a.head_dim + d0 + t] : 0.0f;
+        for (int t = 0; t < 8; ++t) {
+          qr[g][t] = (g < ng && active) ? a.q[(head0 + g) * a.head_dim + d0 + t] : 0.0f;
+        }
       }
-    }
-    const uint16_t* kbase = a.k + first * a.k_stride + kv_head * a.head_dim + d0;
-    for (int j0 = warp * kps + lane / lpk; j0 - lane / lpk < n_keys; j0 += kWarps * kps * kUnroll) {
-      uint4 raw[kUnroll];
+      const uint16_t* kbase = a.k + first * a.k_stride + kv_head * a.head_dim + d0;
+      for (int j0 = warp * kps + lane / lpk; j0 - lane / lpk < n_keys;
+           j0 += kWarps * kps * kUnroll) {
+        uint4 raw[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int j = j0 + u * kWarps * kps;
-        raw[u] = (active && j < n_keys) ? *reinterpret_cast<const uint4*>(kbase + j * a.k_stride)
-                                        : make_uint4(0, 0, 0, 0);
-      }
+        for (int u = 0; u < kUnroll; ++u) {
+          const int j = j0 + u * kWarps * kps;
+          raw[u] = (active && j < n_keys) ? *reinterpret_cast<const uint4*>(kbase + j * a.k_stride)
+                                          : make_uint4(0, 0, 0, 0);
+        }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int j = j0 + u * kWarps * kps;
-        float kf[8];
-        widen8(raw[u], kf);
+        for (int u = 0; u < kUnroll; ++u) {
+          const int j = j0 + u * kWarps * kps;
+          float kf[8];
+          widen8(raw[u], kf);
 #pragma unroll
-        for (int g = 0; g < kG; ++g) {
-          if (g >= ng) break;  // uniform over the block
-          float dot = 0.0f;
+          for (int g = 0; g < kG; ++g) {
+            if (g >= ng) break;  // uniform over the block
+            float dot = 0.0f;
 #pragma unroll
-          for (int t = 0; t < 8; ++t) dot += qr[g][t] * kf[t];
-          for (int o = lpk / 2; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-          if (sub == 0 && j < n_keys) s_p[g][j] = dot * a.kq_scale;
+            for (int t = 0; t < 8; ++t) dot += qr[g][t] * kf[t];
+            for (int o = lpk / 2; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+            if (sub == 0 && j < n_keys) {  // the same thread owns key j in every pass
+              const float sum = first_pass ? dot : s_p[g][j] + dot;
+              s_p[g][j] = last_pass ? sum * a.kq_scale : sum;
+            }
+          }
         }
       }
     }

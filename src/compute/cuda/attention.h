@@ -9,6 +9,10 @@
 // The math is the CPU's (model/blocks.cc): s = (q . k) * kq_scale, softmax over the
 // visible keys, out = sum p v; GQA: q head h reads kv head h / (n_head / n_head_kv).
 // Results match it to float rounding (the order of the sums differs).
+//
+// Multi-head latent attention (deepseek2) runs as MQA over the latent cache: keys of
+// kv_lora_rank + n_rot dims (576), and values that are the first head_dim_v (512) dims of
+// the same rows, given as v == k with v_stride == k_stride (the "latent" form).
 #pragma once
 
 #include <cstddef>
@@ -18,8 +22,10 @@
 
 namespace hypura::compute::cuda {
 
-constexpr int64_t kAttnSegment = 256;  // keys per segment
-constexpr int64_t kAttnMaxHeadDim = 256;
+constexpr int64_t kAttnSegment = 256;        // keys per segment
+constexpr int64_t kAttnMaxHeadDim = 256;     // keys and values in rows of their own
+constexpr int64_t kAttnMaxLatentDim = 576;   // the latent form's keys
+constexpr int64_t kAttnMaxLatentDimV = 512;  // and values (their prefix)
 
 struct AttnDecodeArgs {
   const float* q = nullptr;     // (n_head, head_dim)
@@ -45,11 +51,11 @@ struct AttnDecodeArgs {
 // Bytes of device scratch attention_decode needs for up to n_kv visible keys.
 size_t attention_scratch_bytes(int64_t n_head, int64_t n_head_kv, int64_t head_dim_v, int64_t n_kv);
 
-// REQUIRES: head_dim, head_dim_v multiples of 8 and <= kAttnMaxHeadDim; k, v, k_stride,
-// v_stride 16-byte aligned (multiples of 8 halves); n_head % n_head_kv == 0;
-// 0 < kv_end - kv_first <= 1024 * kAttnSegment (with pos: 0 < visible keys <= max_kv, the same
-// bound); scratch >= attention_scratch_bytes(n_head, n_head_kv, head_dim_v, n) for n the
-// visible keys (with pos: max_kv).
+// REQUIRES: head_dim, head_dim_v multiples of 8 and <= kAttnMaxHeadDim (latent form:
+// kAttnMaxLatentDim, kAttnMaxLatentDimV); k, v, k_stride, v_stride 16-byte aligned (multiples of 8
+// halves); n_head % n_head_kv == 0; 0 < kv_end - kv_first <= 1024 * kAttnSegment (with pos: 0 <
+// visible keys <= max_kv, the same bound); scratch >= attention_scratch_bytes(n_head, n_head_kv,
+// head_dim_v, n) for n the visible keys (with pos: max_kv).
 void attention_decode(const AttnDecodeArgs& a, void* scratch, StreamHandle stream);
 
 // Prefill attention: the queries of n_tokens consecutive tokens (positions pos0 ..) against
@@ -57,7 +63,8 @@ void attention_decode(const AttnDecodeArgs& a, void* scratch, StreamHandle strea
 // positions [first, pos0 + t], first = max(0, pos0 + t - n_swa + 1) with a window, else 0.
 // A thread block takes 16 query rows (tokens x the q heads of one kv head) and walks the
 // keys in tiles of 32 widened into shared memory, with an online softmax per row (lane j
-// scores key j of a tile; each lane accumulates head_dim_v / 32 output dims), in F32.
+// scores key j of a tile; each lane accumulates head_dim_v / 32 output dims), in F32. In
+// the latent form the values are read from the key tile.
 // Results match the CPU's to float rounding.
 struct AttnPrefillArgs {
   const float* q = nullptr;     // (n_tokens, n_head * head_dim)
@@ -72,8 +79,9 @@ struct AttnPrefillArgs {
   const float* sinks = nullptr;  // (n_head) sink logits, as AttnDecodeArgs::sinks
 };
 
-// REQUIRES: head_dim, head_dim_v multiples of 8 and <= kAttnMaxHeadDim; k, v, strides
-// 16-byte aligned; n_head % n_head_kv == 0.
+// REQUIRES: head_dim, head_dim_v multiples of 8 and <= kAttnMaxHeadDim (latent form:
+// kAttnMaxLatentDim, kAttnMaxLatentDimV); k, v, strides 16-byte aligned; n_head %
+// n_head_kv == 0.
 void attention_prefill(const AttnPrefillArgs& a, StreamHandle stream);
 
 // Writes n_tokens rows of keys and values into F16 caches: row t (k: k_width floats, v:

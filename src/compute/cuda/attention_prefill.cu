@@ -2,6 +2,7 @@
 // head, keys in shared-memory tiles of 32.
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 
@@ -17,16 +18,24 @@ constexpr int kRowsPerWarp = 4;
 constexpr int kRows = kWarps * kRowsPerWarp;  // query rows per block
 constexpr int kTile = 32;                     // keys per tile (one per lane)
 
+// The latent form (attention.h): values are the key rows' prefix, read from the key tile.
+__host__ __device__ inline bool latent_form(const AttnPrefillArgs& a) {
+  return a.v == a.k && a.v_stride == a.k_stride;
+}
+
 struct Smem {
   int q_stride, k_stride, v_stride;  // floats
   size_t bytes;
 };
-__host__ __device__ inline Smem smem_layout(int hd, int kd) {
+__host__ __device__ inline Smem smem_layout(int hd, int kd, bool latent) {
   Smem s;
   s.q_stride = hd;
   s.k_stride = hd + 4;  // lane j reads row j with 16-byte loads: no bank conflicts
-  s.v_stride = 32 * kd;
-  s.bytes = static_cast<size_t>(kRows * s.q_stride + kTile * s.k_stride + kTile * s.v_stride) * 4;
+  s.v_stride = latent ? s.k_stride : 32 * kd;
+  // Latent: no value tile, but 32 kd floats past the last key row, which the lanes' value
+  // reads past head_dim_v reach (those outputs are never stored).
+  const int v_floats = latent ? 32 * kd : kTile * s.v_stride;
+  s.bytes = static_cast<size_t>(kRows * s.q_stride + kTile * s.k_stride + v_floats) * 4;
   return s;
 }
 
@@ -58,10 +67,11 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnPrefillArgs 
   grid_dep_wait();
   grid_dep_launch();
   const int hd = static_cast<int>(a.head_dim), hdv = static_cast<int>(a.head_dim_v);
-  const Smem lay = smem_layout(hd, kD);
+  const bool latent = latent_form(a);
+  const Smem lay = smem_layout(hd, kD, latent);
   float* s_q = smem;
   float* s_k = s_q + kRows * lay.q_stride;
-  float* s_v = s_k + kTile * lay.k_stride;
+  float* s_v = latent ? s_k : s_k + kTile * lay.k_stride;
   const int group = static_cast<int>(a.n_head / a.n_head_kv);
   const int kv = blockIdx.y;
   const int64_t n_rows = a.n_tokens * group;
@@ -105,7 +115,7 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnPrefillArgs 
   for (int64_t kt0 = key_lo / kTile * kTile; kt0 <= key_hi; kt0 += kTile) {
     __syncthreads();  // the previous tile is consumed (and s_q written, the first time)
     load_tile(kbase, a.k_stride, kt0, key_hi, hd, s_k, lay.k_stride);
-    load_tile(vbase, a.v_stride, kt0, key_hi, hdv, s_v, lay.v_stride);
+    if (!latent) load_tile(vbase, a.v_stride, kt0, key_hi, hdv, s_v, lay.v_stride);
     __syncthreads();
     // Skip the tile when none of this warp's rows sees any of its keys (uniform per warp).
     bool any = false;
@@ -177,12 +187,13 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnPrefillArgs 
 
 template <int kD>
 void launch_prefill(const AttnPrefillArgs& a, StreamHandle stream) {
-  const Smem lay = smem_layout(static_cast<int>(a.head_dim), kD);
+  const Smem lay = smem_layout(static_cast<int>(a.head_dim), kD, latent_form(a));
   static bool configured = false;  // the opt-in for more than 48 KiB, once per process
   if (!configured) {
-    cudaFuncSetAttribute(
-        attn_prefill_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        static_cast<int>(smem_layout(static_cast<int>(kAttnMaxHeadDim), kD).bytes));
+    const size_t most = std::max(smem_layout(static_cast<int>(kAttnMaxHeadDim), kD, false).bytes,
+                                 smem_layout(static_cast<int>(kAttnMaxLatentDim), kD, true).bytes);
+    cudaFuncSetAttribute(attn_prefill_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(most));
     configured = true;
   }
   const int64_t n_rows = a.n_tokens * (a.n_head / a.n_head_kv);
@@ -211,15 +222,21 @@ __global__ void store_kv_kernel(const float* __restrict__ k, const float* __rest
 }  // namespace
 
 void attention_prefill(const AttnPrefillArgs& a, StreamHandle stream) {
-  const int64_t widest = a.head_dim > a.head_dim_v ? a.head_dim : a.head_dim_v;
-  assert(widest <= kAttnMaxHeadDim && a.head_dim % 8 == 0 && a.head_dim_v % 8 == 0);
+  const bool latent = latent_form(a);
+  // The output dims per lane cover the values (and, with rows of their own, the keys).
+  const int64_t widest = latent ? a.head_dim_v : std::max(a.head_dim, a.head_dim_v);
+  assert(a.head_dim % 8 == 0 && a.head_dim_v % 8 == 0);
+  assert(latent ? a.head_dim <= kAttnMaxLatentDim && a.head_dim_v <= kAttnMaxLatentDimV
+                : widest <= kAttnMaxHeadDim);
   if (a.n_tokens == 0) return;
   if (widest <= 64) {
     launch_prefill<2>(a, stream);
   } else if (widest <= 128) {
     launch_prefill<4>(a, stream);
-  } else {
+  } else if (widest <= 256) {
     launch_prefill<8>(a, stream);
+  } else {
+    launch_prefill<16>(a, stream);
   }
 }
 

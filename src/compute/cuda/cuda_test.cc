@@ -35,6 +35,7 @@
 #include "compute/cuda/quantize.h"
 #include "compute/cuda/rope.h"
 #include "compute/cuda/softmax.h"
+#include "compute/cuda/strided.h"
 #include "compute/cuda/unary.h"
 #include "quant/fp16.h"
 #include "quant/quant.h"
@@ -330,12 +331,15 @@ TEST_F(CudaTest, UnaryAndBinaryMatchCpu) {
 
 // The CPU's attention math for one token's queries q (n_head, head_dim) over F16 cache rows
 // [first, end) (width n_head_kv * head_dim): softmax of scaled dots, weighted sum of V.
+// head_dim_v (0: head_dim) values per head, rows v_width (0: the keys' width) apart.
 std::vector<float> attention_reference(const float* q, const std::vector<uint16_t>& k,
                                        const std::vector<uint16_t>& v, int64_t n_head,
                                        int64_t n_head_kv, int64_t head_dim, int64_t first,
-                                       int64_t end, float kq_scale) {
+                                       int64_t end, float kq_scale, int64_t head_dim_v = 0,
+                                       int64_t v_width = 0) {
   const int64_t width = n_head_kv * head_dim, group = n_head / n_head_kv, n_kv = end - first;
-  std::vector<float> out(n_head * head_dim, 0.0f), p(n_kv);
+  const int64_t hdv = head_dim_v > 0 ? head_dim_v : head_dim, vw = v_width > 0 ? v_width : width;
+  std::vector<float> out(n_head * hdv, 0.0f), p(n_kv);
   for (int64_t h = 0; h < n_head; ++h) {
     const int64_t kvh = h / group;
     for (int64_t j = 0; j < n_kv; ++j) {
@@ -348,9 +352,8 @@ std::vector<float> attention_reference(const float* q, const std::vector<uint16_
     }
     compute::softmax(p.data(), n_kv);
     for (int64_t j = 0; j < n_kv; ++j) {
-      for (int64_t d = 0; d < head_dim; ++d) {
-        out[h * head_dim + d] +=
-            p[j] * quant::fp16_to_f32(v[(first + j) * width + kvh * head_dim + d]);
+      for (int64_t d = 0; d < hdv; ++d) {
+        out[h * hdv + d] += p[j] * quant::fp16_to_f32(v[(first + j) * vw + kvh * hdv + d]);
       }
     }
   }
@@ -463,6 +466,81 @@ TEST_F(CudaTest, AttentionPrefillMatchesCpu) {
     attention_prefill(a, stream_.handle());
     EXPECT_LE(rel_l2(download(dout, want.size()), want), kAttnRelL2);
   }
+}
+
+// Multi-head latent attention's form (deepseek2): MQA over 576-dim keys whose first 512 dims
+// are the values (v == k), GQA groups of 16 (V2-Lite) and 128 (V3); decode, its replayable
+// form and prefill against the CPU's math.
+TEST_F(CudaTest, AttentionLatentFormMatchesCpu) {
+  constexpr int64_t kD = kAttnMaxLatentDim, kDv = kAttnMaxLatentDimV;
+  struct Case {
+    int64_t n_head, pos0, n_tokens;
+  };
+  for (const Case& c : {Case{16, 700, 37}, Case{128, 90, 20}, Case{16, 0, 5}}) {
+    SCOPED_TRACE(std::to_string(c.n_head) + " heads, pos0 " + std::to_string(c.pos0));
+    const int64_t n_ctx = c.pos0 + c.n_tokens, qw = c.n_head * kD;
+    const std::vector<float> q = random_floats(c.n_tokens * qw, 21);
+    const std::vector<uint16_t> k = to_fp16(random_floats(n_ctx * kD, 22));
+    const float kq_scale = 1.0f / std::sqrt(192.0f);
+    std::vector<float> want;
+    for (int64_t t = 0; t < c.n_tokens; ++t) {
+      const auto row = attention_reference(q.data() + t * qw, k, k, c.n_head, 1, kD, 0,
+                                           c.pos0 + t + 1, kq_scale, kDv, kD);
+      want.insert(want.end(), row.begin(), row.end());
+    }
+    const int64_t ow = c.n_head * kDv;
+    DeviceBuffer dq = upload(q), dk = upload(k), dout = poisoned(want.size());
+    AttnPrefillArgs a;
+    attention_shape(a, dq, dk, dk, dout, c.n_head, 1, kD, kD, kq_scale);
+    a.head_dim_v = kDv;
+    a.n_tokens = c.n_tokens;
+    a.pos0 = c.pos0;
+    attention_prefill(a, stream_.handle());
+    EXPECT_LE(rel_l2(download(dout, want.size()), want), kAttnRelL2) << "prefill";
+
+    // Decode of the last token, plain and replayable.
+    const int64_t last = c.n_tokens - 1;
+    const std::vector<float> want_last(want.begin() + last * ow, want.end());
+    DeviceBuffer dq1 = upload(std::vector<float>(q.begin() + last * qw, q.end()));
+    DeviceBuffer d1 = poisoned(ow), d2 = poisoned(ow);
+    const std::vector<int32_t> pos = {static_cast<int32_t>(n_ctx - 1)};
+    DeviceBuffer dpos = upload(pos);
+    auto scratch = DeviceBuffer::allocate(attention_scratch_bytes(c.n_head, 1, kDv, 2 * n_ctx));
+    ASSERT_TRUE(scratch.is_ok());
+    AttnDecodeArgs d;
+    attention_shape(d, dq1, dk, dk, d1, c.n_head, 1, kD, kD, kq_scale);
+    d.head_dim_v = kDv;
+    d.kv_first = 0;
+    d.kv_end = n_ctx;
+    attention_decode(d, scratch->data(), stream_.handle());
+    EXPECT_LE(rel_l2(download(d1, ow), want_last), kAttnRelL2) << "decode";
+    d.out = d2.as<float>();
+    d.pos = dpos.as<int32_t>();
+    d.max_kv = 2 * n_ctx;
+    attention_decode(d, scratch->data(), stream_.handle());
+    EXPECT_LE(rel_l2(download(d2, ow), want_last), kAttnRelL2) << "decode, replayable";
+  }
+}
+
+// The column-range ops of MLA: a copy between strided rows and an RMS norm of each row's
+// first values in place, against the CPU's rms_norm of those values.
+TEST_F(CudaTest, StridedColumnsMatchCpu) {
+  const int64_t n_rows = 7, stride = 576, n = 512;
+  const std::vector<float> x = random_floats(n_rows * stride, 31, 3.0f), w = random_floats(n, 32);
+  std::vector<float> want = x;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    compute::rms_norm(want.data() + r * stride, w.data(), n, 1e-6f, want.data() + r * stride);
+  }
+  DeviceBuffer dx = upload(x), dw = upload(w), dc = poisoned(n_rows * 64);
+  rms_norm_cols(dx.as<float>(), n_rows, stride, n, dw.as<float>(), 1e-6f, stream_.handle());
+  EXPECT_LE(rel_l2(download(dx, x.size()), want), kFloatRelL2);
+  copy_cols(dx.as<float>() + n, stride, dc.as<float>(), 64, n_rows, 64, stream_.handle());
+  const std::vector<float> got = download(dc, n_rows * 64);
+  int bad = 0;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (int64_t c = 0; c < 64; ++c) bad += got[r * 64 + c] != x[r * stride + n + c];
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 // Dequantized rows: F32 bit for bit the CPU's dequantize_row, F16 that value rounded.
