@@ -469,15 +469,17 @@ TEST_F(CudaTest, AttentionPrefillMatchesCpu) {
 }
 
 // Multi-head latent attention's form (deepseek2): MQA over 576-dim keys whose first 512 dims
-// are the values (v == k), GQA groups of 16 (V2-Lite) and 128 (V3); decode, its replayable
-// form and prefill against the CPU's math.
+// are the values (v == k), GQA groups of 16 (V2-Lite) and 128 (V3), and the test presets'
+// 80 / 64; decode, its replayable form and prefill against the CPU's math.
 TEST_F(CudaTest, AttentionLatentFormMatchesCpu) {
-  constexpr int64_t kD = kAttnMaxLatentDim, kDv = kAttnMaxLatentDimV;
   struct Case {
-    int64_t n_head, pos0, n_tokens;
+    int64_t n_head, pos0, n_tokens, kD = kAttnMaxLatentDim, kDv = kAttnMaxLatentDimV;
   };
-  for (const Case& c : {Case{16, 700, 37}, Case{128, 90, 20}, Case{16, 0, 5}}) {
-    SCOPED_TRACE(std::to_string(c.n_head) + " heads, pos0 " + std::to_string(c.pos0));
+  for (const Case& c : {Case{16, 700, 37}, Case{128, 90, 20}, Case{16, 0, 5},
+                        Case{4, 30, 20, 80, 64}, Case{4, 0, 40, 80, 64}}) {
+    const int64_t kD = c.kD, kDv = c.kDv;
+    SCOPED_TRACE(std::to_string(c.n_head) + " heads, pos0 " + std::to_string(c.pos0) + ", dims " +
+                 std::to_string(kD));
     const int64_t n_ctx = c.pos0 + c.n_tokens, qw = c.n_head * kD;
     const std::vector<float> q = random_floats(c.n_tokens * qw, 21);
     const std::vector<uint16_t> k = to_fp16(random_floats(n_ctx * kD, 22));
