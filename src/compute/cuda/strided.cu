@@ -29,8 +29,8 @@ __global__ void rms_norm_cols_kernel(float* x, int64_t stride, int n, const floa
 
 }  // namespace
 
-void copy_cols(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
-               int64_t n_rows, int64_t width, StreamHandle stream) {
+void copy_cols(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t n_rows,
+               int64_t width, StreamHandle stream) {
   const int64_t n = n_rows * width;
   if (n == 0) return;
   launch_kernel(copy_cols_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, src,

@@ -11,8 +11,8 @@ namespace hypura::compute::cuda {
 
 // dst[r * dst_stride + c] = src[r * src_stride + c] for r < n_rows, c < width (device
 // floats; the two ranges do not overlap).
-void copy_cols(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
-               int64_t n_rows, int64_t width, StreamHandle stream);
+void copy_cols(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t n_rows,
+               int64_t width, StreamHandle stream);
 
 // rms_norm (norm.h) in place of the first n values of each of n_rows rows, rows `stride`
 // floats apart: the same floats as rms_norm of those values as rows of their own.
