@@ -16,6 +16,7 @@
 #include "cli/command.h"
 #include "common/size.h"
 #include "synth/synth.h"
+#include "tokenizer/builtin_templates.h"
 
 namespace hypura::cli {
 namespace {
@@ -89,6 +90,7 @@ Result<synth::SynthSpec> build_spec(const SynthArgs& args) {
   spec.vocab_from = args.vocab_from.empty()
                         ? synth::default_vocab_source(arch, default_models_dir())
                         : args.vocab_from;
+  if (arch == synth::Arch::kGptOss) spec.chat_template = tokenizer::gpt_oss_chat_template();
   spec.name = args.name.empty() ? "synthetic " + std::string(synth::arch_cli_name(arch)) + " " +
                                       preset.name + " " + synth::mix_name(spec.mix)
                                 : args.name;

@@ -143,7 +143,11 @@ Status write_model(const SynthSpec& spec, const Vocab& vocab, const std::string&
   gguf::GgufWriter writer;
   add_general(writer, spec);
   add_hparams(writer, spec);
-  for (const auto& [key, value] : vocab.entries) writer.add_metadata(key, value);
+  for (const auto& [key, value] : vocab.entries) {
+    if (key != "tokenizer.chat_template" || spec.chat_template.empty())
+      writer.add_metadata(key, value);
+  }
+  if (!spec.chat_template.empty()) writer.add_string("tokenizer.chat_template", spec.chat_template);
 
   std::vector<TensorPlan> tensors = plan_tensors(spec);
   if (spec.header_only) {

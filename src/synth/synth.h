@@ -149,6 +149,9 @@ struct SynthSpec {
   Shape shape;
   QuantMix mix = QuantMix::kQ4_K_M;
   std::string vocab_from;  // a GGUF whose tokenizer.* metadata is copied
+  // Non-empty: written as tokenizer.chat_template instead of the vocabulary source's
+  // (gpt-oss presets carry gpt-oss's own, so chat runs its template end to end).
+  std::string chat_template;
   uint64_t seed = 42;
   bool tied_embeddings = false;  // no output.weight: the head reuses token_embd (gemma3 always)
   // Multiplies the output head's weight std (the tied token_embd's when there is no output):

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <ctime>
 
+#include "tokenizer/builtin_templates.h"
 #include "tokenizer/jinja.h"
 #include "tokenizer/tokenizer.h"
 
@@ -174,6 +175,11 @@ ChatTemplate ChatTemplate::for_tokenizer(const Tokenizer& tok) {
   }
   if (tok.find_token("<|user|>") >= 0 && tok.find_token("<|end|>") >= 0) {
     return from_text("<|user|><|end|><|system|>", bos, eos, add_bos);
+  }
+  // gpt-oss's harmony markers: its own template, which we carry.
+  if (tok.find_token("<|start|>") >= 0 && tok.find_token("<|message|>") >= 0 &&
+      tok.find_token("<|channel|>") >= 0) {
+    return from_text(gpt_oss_chat_template(), bos, eos, add_bos);
   }
   return from_text("", bos, eos, add_bos);
 }
@@ -447,6 +453,7 @@ Result<PromptText> ChatTemplate::run_jinja(const JinjaTemplate& t, std::span<con
   options.data_vars = {"messages", "tools"};
   options.trusted_strings = {"system", "user", "assistant", "tool"};  // roles the server validates
   options.limits = limits_;
+  options.fixed_time = fixed_time_;
   auto out = t.render(context, options);
   if (!out.is_ok()) return out.status();
   PromptText text = std::move(out).value();

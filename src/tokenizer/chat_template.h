@@ -19,7 +19,8 @@
 //   zephyr   <|user|>\n...</s>\n<|assistant|>\n
 // A template we do not recognise is run by a small Jinja interpreter (jinja.h); only if
 // that cannot parse or render it do we fall back to chatml, with a warning. A missing
-// template is chosen from the vocabulary's marker tokens.
+// template is chosen from the vocabulary's marker tokens (gpt-oss's harmony markers: its
+// own template, which we carry: builtin_templates.h).
 //
 // render() returns a PromptText: the text with the bytes that came from messages (roles
 // and contents) marked as data. Encode it with Tokenizer::encode(PromptText, true): the
@@ -32,7 +33,9 @@
 // Thread-safety: immutable after construction.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -105,6 +108,8 @@ class ChatTemplate {
 
   // Llama 3.1+ templates print today's date; tests pin it ("26 Jul 2024" format).
   void set_date_for_testing(std::string date) { date_ = std::move(date); }
+  // Interpreted templates' strftime_now prints this time (seconds since the epoch, UTC).
+  void set_time_for_testing(int64_t seconds) { fixed_time_ = seconds; }
   // Bounds for interpreted templates (kJinja); the defaults suit a server.
   void set_limits(const RenderLimits& limits) { limits_ = limits; }
 
@@ -130,13 +135,14 @@ class ChatTemplate {
   bool fallback_ = false;
   std::string bos_;
   std::string eos_;
-  std::string leading_bos_;          // BOS text the template writes first, unless the
-                                     // tokenizer adds BOS itself; else empty
-  std::string default_system_;       // chatml: the template's default system prompt
-  bool llama3_date_header_ = false;  // Llama 3.1+: "Cutting Knowledge Date" system block
-  std::string date_;                 // llama3 "Today Date"; empty: today
-  bool phi3_system_ = false;         // phi3: the template renders system messages
-  bool strip_think_ = false;         // chatml: drop "...</think>" from earlier replies
+  std::string leading_bos_;            // BOS text the template writes first, unless the
+                                       // tokenizer adds BOS itself; else empty
+  std::string default_system_;         // chatml: the template's default system prompt
+  bool llama3_date_header_ = false;    // Llama 3.1+: "Cutting Knowledge Date" system block
+  std::string date_;                   // llama3 "Today Date"; empty: today
+  std::optional<int64_t> fixed_time_;  // kJinja strftime_now's time; unset: now
+  bool phi3_system_ = false;           // phi3: the template renders system messages
+  bool strip_think_ = false;           // chatml: drop "...</think>" from earlier replies
 };
 
 }  // namespace hypura::tokenizer

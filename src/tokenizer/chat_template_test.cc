@@ -16,6 +16,7 @@
 #include <random>
 #include <sstream>
 
+#include "tokenizer/builtin_templates.h"
 #include "tokenizer/jinja.h"
 #include "tokenizer/testing/test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -135,7 +136,7 @@ TEST(ChatTemplate, UnknownTemplateIsInterpreted) {
 
 TEST(ChatTemplate, UnusableTemplateFallsBackToChatml) {
   const ChatTemplate ct =
-      ChatTemplate::from_text("{% macro turn(m) %}{{ m }}{% endmacro %}", "<s>", "</s>", true);
+      ChatTemplate::from_text("{% include 'turn.jinja' %}", "<s>", "</s>", true);
   EXPECT_TRUE(ct.is_fallback());
   EXPECT_EQ(ct.family(), ChatFamily::kChatml);
   const std::vector<ChatMessage> m = {{"user", "Hi"}};
@@ -213,7 +214,8 @@ std::vector<std::vector<ChatMessage>> varied_conversations() {
 }
 
 // Exercises the interpreter's Jinja features (whitespace control, trim/lstrip blocks,
-// comments, namespace, loop variables, slices, filters, tests, methods, operators); the
+// comments, namespace, loop variables, slices, filters, tests, methods, operators,
+// macros); the
 // differential test below renders it with jinja2 too.
 constexpr const char* kFeatureTemplate = R"({#- comment -#}
 {%- set ns = namespace(n=0, seen=[]) -%}
@@ -231,6 +233,10 @@ nothing
 {%- for k, v in {'x': 1, 'y': 2}.items() %} {{ k }}={{ v }}{% endfor %}
 {{ 'yes' if 'sys' in (messages[0].role) else 'no' }} {{ messages[-1].content.startswith('h') }} {{ range(3) | list }}
 {{ messages[-1].content | upper }} {{ messages[-1].content | lower }} {{ messages[-1].content | title }} {{ messages[-1].content[::-1] }}
+{%- macro show(m, sep=': ', depth=0) -%}
+  {{ m.role }}{{ sep }}{{ m.content | trim }}{% if depth < 2 %}<{{ show(m, sep='=', depth=depth + 1) }}>{% endif %}
+{%- endmacro %}
+{% for m in messages %}{{ show(m) }}|{{ show(m, ' ~ ')|length }}{% endfor %}
 {%- if add_generation_prompt %}{{ '
 <gen>' }}{% endif %})";
 
@@ -247,6 +253,9 @@ TEST(ChatTemplate, MatchesJinja2OnVariedConversations) {
   }
   sources.push_back({"alpaca", kAlpacaTemplate, "<s>", "</s>", true});
   sources.push_back({"features", kFeatureTemplate, "<s>", "</s>", false});
+  // Prints today's date (both sides read the clock; a render across midnight can differ).
+  sources.push_back(
+      {"gpt-oss", std::string(gpt_oss_chat_template()), "<|startoftext|>", "<|return|>", false});
   for (const Tokenizer* tok : {testing_util::golden_tokenizer("phi-3"),
                                testing_util::real_model_tokenizer({"gpt2/smollm"}, "smollm2"),
                                testing_util::real_model_tokenizer({"gpt2/qwen2"}, "qwen2")}) {
@@ -310,6 +319,7 @@ TEST(ChatTemplate, MatchesJinja2OnVariedConversations) {
 TEST(JinjaTemplate, SurvivesMutatedAndHostileTemplates) {
   std::vector<std::string> seeds;
   for (const Case& c : kCases) seeds.push_back(read_file(kData / (std::string(c.name) + ".jinja")));
+  seeds.push_back(std::string(gpt_oss_chat_template()));  // macros
   const nlohmann::ordered_json context = {
       {"messages", {{{"role", "system"}, {"content", "S"}}, {{"role", "user"}, {"content", "U"}}}},
       {"add_generation_prompt", true},
@@ -351,7 +361,10 @@ TEST(JinjaTemplate, SurvivesMutatedAndHostileTemplates) {
         std::string(
             "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"),
         std::string("{{ 'x' * 1000000000 }}"), std::string("{{ range(1000000000) | length }}"),
-        std::string("{% if 1 %}") + std::string(1000, ' '), std::string("{{ 'unterminated }}")}) {
+        std::string("{% if 1 %}") + std::string(1000, ' '), std::string("{{ 'unterminated }}"),
+        std::string("{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}"
+                    "{% endmacro %}{{ f(60) }}"),
+        std::string("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}")}) {
     auto tmpl = JinjaTemplate::parse(hostile);
     if (tmpl.is_ok()) {
       auto out = tmpl->render(context);

@@ -8,8 +8,11 @@
 // `or`/`not`, conditional expressions, the common filters (trim, length, tojson, join,
 // default, upper, lower, ...), tests (defined, none, string, ...), string and dict
 // methods (strip, split, startswith, items, get, ...), and raise_exception, namespace,
-// range, strftime_now. Macros, includes, call blocks and custom filters are not
-// supported: such templates fail to parse and the caller falls back.
+// range, strftime_now; {% macro %} with positional, keyword and default arguments,
+// called as functions (recursion included; a macro sees the template's variables and
+// its arguments, not its caller's). Includes, imports, call blocks, filter blocks, block
+// sets and custom filters are not supported: such templates fail to parse (an error
+// naming the construct) and the caller falls back.
 //
 // Values are JSON (nlohmann::ordered_json); `messages` and other context values are
 // passed as JSON. Rendering errors (a template's raise_exception, an unsupported
@@ -34,6 +37,7 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -58,6 +62,9 @@ struct RenderOptions {
   // still make a control token).
   std::vector<std::string> trusted_strings;
   RenderLimits limits;
+  // strftime_now's time in seconds since the epoch, printed as UTC, for reproducible
+  // renderings; unset: the current local time.
+  std::optional<int64_t> fixed_time;
 };
 
 class JinjaTemplate {

@@ -101,14 +101,16 @@ struct Expr {
 
 // A statement tree node; a template is a list of these.
 struct JinjaTemplate::Node {
-  enum class Kind { kText, kOutput, kIf, kFor, kSet, kBreak, kContinue } kind;
-  std::string text;                  // kText
+  enum class Kind { kText, kOutput, kIf, kFor, kSet, kBreak, kContinue, kMacro } kind;
+  std::string text;                  // kText; kMacro name
   jinja_detail::ExprPtr expr;        // kOutput, kFor iterable, kSet value
   jinja_detail::ExprPtr filter;      // kFor "if" filter
-  std::vector<std::string> targets;  // kFor loop variables; kSet name [, attribute]
+  std::vector<std::string> targets;  // kFor loop variables; kSet name [, attribute];
+                                     // kMacro parameters
   std::vector<std::pair<jinja_detail::ExprPtr, std::vector<std::shared_ptr<const Node>>>>
       branches;                                              // kIf
-  std::vector<std::shared_ptr<const Node>> body, else_body;  // kFor
+  std::vector<std::shared_ptr<const Node>> body, else_body;  // kFor; kMacro body
+  std::vector<jinja_detail::ExprPtr> defaults;  // kMacro: per parameter, nullptr for none
 };
 
 namespace jinja_detail {

@@ -1,6 +1,7 @@
 // Jinja subset, parsing: lexer (template -> text and tag pieces, whitespace control
 // resolved), expression tokenizer and parser (-> Expr trees), statement parser (-> Node
 // trees).
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 
@@ -510,13 +511,13 @@ class StmtParser {
     while (pos_ < pieces_.size()) {
       const Piece& p = pieces_[pos_++];
       if (p.kind == Piece::Kind::kText) {
-        nodes.push_back(
-            std::make_shared<const Node>(Node{Node::Kind::kText, p.text, {}, {}, {}, {}, {}, {}}));
+        nodes.push_back(std::make_shared<const Node>(
+            Node{Node::Kind::kText, p.text, {}, {}, {}, {}, {}, {}, {}}));
         continue;
       }
       ExprParser ep(tokenize(p.text));
       if (p.kind == Piece::Kind::kExpr) {
-        Node n{Node::Kind::kOutput, "", ep.parse_expression(), {}, {}, {}, {}, {}};
+        Node n{Node::Kind::kOutput, "", ep.parse_expression(), {}, {}, {}, {}, {}, {}};
         if (!ep.at_end()) fail("junk after expression: " + p.text);
         nodes.push_back(std::make_shared<const Node>(std::move(n)));
         continue;
@@ -540,16 +541,18 @@ class StmtParser {
     if (kw == "if") return parse_if(ep);
     if (kw == "for") return parse_for(ep);
     if (kw == "set") return parse_set(ep);
+    if (kw == "macro") return parse_macro(ep);
     if (kw == "break")
-      return std::make_shared<const Node>(Node{Node::Kind::kBreak, "", {}, {}, {}, {}, {}, {}});
+      return std::make_shared<const Node>(Node{Node::Kind::kBreak, "", {}, {}, {}, {}, {}, {}, {}});
     if (kw == "continue")
-      return std::make_shared<const Node>(Node{Node::Kind::kContinue, "", {}, {}, {}, {}, {}, {}});
+      return std::make_shared<const Node>(
+          Node{Node::Kind::kContinue, "", {}, {}, {}, {}, {}, {}, {}});
     if (kw == "generation" || kw == "endgeneration") return nullptr;  // training-mask markers
     fail("unsupported statement {% " + kw + " %}");
   }
 
   NodePtr parse_if(ExprParser& ep) {
-    Node n{Node::Kind::kIf, "", {}, {}, {}, {}, {}, {}};
+    Node n{Node::Kind::kIf, "", {}, {}, {}, {}, {}, {}, {}};
     ExprPtr cond = ep.parse_expression();
     for (;;) {
       std::string stop;
@@ -567,7 +570,7 @@ class StmtParser {
   }
 
   NodePtr parse_for(ExprParser& ep) {
-    Node n{Node::Kind::kFor, "", {}, {}, {}, {}, {}, {}};
+    Node n{Node::Kind::kFor, "", {}, {}, {}, {}, {}, {}, {}};
     n.targets.push_back(ep.expect_name());
     while (ep.is_op(",")) {
       ep.skip();
@@ -587,7 +590,7 @@ class StmtParser {
   }
 
   NodePtr parse_set(ExprParser& ep) {
-    Node n{Node::Kind::kSet, "", {}, {}, {}, {}, {}, {}};
+    Node n{Node::Kind::kSet, "", {}, {}, {}, {}, {}, {}, {}};
     n.targets.push_back(ep.expect_name());
     if (ep.is_op(".")) {
       ep.skip();
@@ -596,6 +599,32 @@ class StmtParser {
     if (!ep.is_op("=")) fail("unsupported {% set %} form (block set)");
     ep.skip();
     n.expr = ep.parse_expression();
+    return std::make_shared<const Node>(std::move(n));
+  }
+
+  // {% macro name(param, param=default, ...) %} body {% endmacro %}
+  NodePtr parse_macro(ExprParser& ep) {
+    Node n{Node::Kind::kMacro, ep.expect_name(), {}, {}, {}, {}, {}, {}, {}};
+    ep.expect_op("(");
+    while (!ep.is_op(")")) {
+      const std::string param = ep.expect_name();
+      if (std::find(n.targets.begin(), n.targets.end(), param) != n.targets.end())
+        fail("macro '" + n.text + "' repeats parameter '" + param + "'");
+      n.targets.push_back(param);
+      ExprPtr dflt;
+      if (ep.is_op("=")) {
+        ep.skip();
+        dflt = ep.parse_expression();
+      } else if (!n.defaults.empty() && n.defaults.back()) {
+        fail("macro '" + n.text + "': parameter '" + param + "' without default after defaults");
+      }
+      n.defaults.push_back(std::move(dflt));
+      if (!ep.is_op(")")) ep.expect_op(",");
+    }
+    ep.expect_op(")");
+    if (!ep.at_end()) fail("junk after {% macro " + n.text + "(...) %}");
+    std::string stop;
+    n.body = parse_until({"endmacro"}, &stop);
     return std::make_shared<const Node>(std::move(n));
   }
 
@@ -618,7 +647,7 @@ Result<JinjaTemplate> JinjaTemplate::parse(std::string_view source) {
     using jinja_detail::Node;
     JinjaTemplate t;
     // The root is a sequence: an if-node with one always-true branch holding it all.
-    Node root{Node::Kind::kIf, "", {}, {}, {}, {}, {}, {}};
+    Node root{Node::Kind::kIf, "", {}, {}, {}, {}, {}, {}, {}};
     root.branches.emplace_back(nullptr, jinja_detail::parse_template(source));
     t.root_ = std::make_shared<const Node>(std::move(root));
     return t;

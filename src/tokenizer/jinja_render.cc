@@ -9,6 +9,7 @@
 #include <ctime>
 #include <limits>
 #include <map>
+#include <utility>
 
 #include "tokenizer/jinja.h"
 #include "tokenizer/jinja_internal.h"
@@ -23,7 +24,9 @@ namespace {
 class Renderer {
  public:
   Renderer(const Json& context, const RenderOptions& options)
-      : budget_(options.limits), trusted_strings_(options.trusted_strings) {
+      : budget_(options.limits),
+        trusted_strings_(options.trusted_strings),
+        fixed_time_(options.fixed_time) {
     scopes_.emplace_back();
     const auto& data = options.data_vars;
     for (auto it = context.begin(); it != context.end(); ++it) {
@@ -73,6 +76,9 @@ class Renderer {
         return Flow::kBreak;
       case Node::Kind::kContinue:
         return Flow::kContinue;
+      case Node::Kind::kMacro:
+        scopes_.back()[n.text] = Value{Json(), false, n.text, {}, &n};
+        return Flow::kNormal;
     }
     return Flow::kNormal;
   }
@@ -178,10 +184,12 @@ class Renderer {
     return Flow::kNormal;
   }
 
+  // Innermost first, down to the running macro's frame, then the template's variables.
   Value* lookup_ref(const std::string& name) {
-    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
-      auto f = it->find(name);
-      if (f != it->end()) return &f->second;
+    for (size_t k = scopes_.size(); k-- > 0;) {
+      if (k < frame_ && k > 0) k = 0;
+      auto f = scopes_[k].find(name);
+      if (f != scopes_[k].end()) return &f->second;
     }
     return nullptr;
   }
@@ -190,7 +198,7 @@ class Renderer {
     if (Value* v = lookup_ref(name)) return *v;
     if (name == "raise_exception" || name == "namespace" || name == "range" ||
         name == "strftime_now") {
-      return Value{Json(), false, name, {}};
+      return Value{Json(), false, name, {}, nullptr};
     }
     return Value::undef();
   }
@@ -369,7 +377,12 @@ class Renderer {
 
   Value call(const Expr& e) {
     std::vector<Value> args = eval_args(e, 1);
-    if (!e.args[0]) return with_data(call_global(e, args), any_data(args));
+    if (!e.args[0]) {
+      if (const Value* f = lookup_ref(e.name); f != nullptr && f->macro) {
+        return call_macro(*f->macro, e, args);
+      }
+      return with_data(call_global(e, args), any_data(args));
+    }
     Value holder;
     const Value& self = view(*e.args[0], holder);
     return with_data(call_method(self, e.name, args), self.taint.any() || any_data(args));
@@ -404,6 +417,47 @@ class Renderer {
       if (m == "items" || m == "keys" || m == "values") return dict_view(self.j, m);
     }
     fail("unsupported method '" + m + "' on " + repr(self.j));
+  }
+
+  // A macro call: its body rendered in a frame of its own (arguments, then defaults
+  // evaluated there), seeing the template's variables but not the caller's; the text it
+  // writes, with its data ranges, is the value.
+  Value call_macro(const Node& m, const Expr& e, std::vector<Value>& args) {
+    DepthGuard guard(macro_depth_);
+    std::map<std::string, Value> params;
+    size_t positional = 0;
+    for (size_t i = 0; i < args.size(); ++i) {
+      const std::string& kw = e.kwargs[i + 1];
+      std::string name;
+      if (kw.empty()) {
+        if (positional >= m.targets.size())
+          fail("macro '" + m.text + "' takes " + std::to_string(m.targets.size()) + " arguments");
+        name = m.targets[positional++];
+      } else if (std::find(m.targets.begin(), m.targets.end(), kw) != m.targets.end()) {
+        name = kw;
+      } else {
+        fail("macro '" + m.text + "' has no parameter '" + kw + "'");
+      }
+      if (!params.emplace(name, std::move(args[i])).second)
+        fail("macro '" + m.text + "' got parameter '" + name + "' twice");
+    }
+    const size_t saved_frame = frame_;
+    scopes_.emplace_back();
+    frame_ = scopes_.size() - 1;
+    for (size_t k = 0; k < m.targets.size(); ++k) {
+      auto given = params.find(m.targets[k]);
+      scopes_.back()[m.targets[k]] = given != params.end() ? std::move(given->second)
+                                     : m.defaults[k]       ? eval(*m.defaults[k])
+                                                           : Value::undef();
+    }
+    PromptText caller_out = std::exchange(out_, PromptText{});
+    render_nodes(m.body);
+    PromptText text = std::exchange(out_, std::move(caller_out));
+    scopes_.resize(frame_);
+    frame_ = saved_frame;
+    Value v = str(std::move(text.text));
+    v.taint.ranges = std::move(text.data);
+    return v;
   }
 
   Value dict_view(const Json& obj, const std::string& which) {
@@ -455,9 +509,13 @@ class Renderer {
   // successful result non-empty, so strftime's 0 always means "too small" (its buffer is
   // then indeterminate and must not be read).
   std::string strftime_now(const std::string& format) {
-    const std::time_t now = std::time(nullptr);
+    const std::time_t now =
+        fixed_time_ ? static_cast<std::time_t>(*fixed_time_) : std::time(nullptr);
     std::tm tm{};
-    localtime_r(&now, &tm);
+    if (fixed_time_)
+      gmtime_r(&now, &tm);
+    else
+      localtime_r(&now, &tm);
     const std::string fmt = format + ' ';
     for (size_t size = 128; size <= budget_.max_bytes(); size *= 4) {
       budget_.charge(size);
@@ -840,10 +898,13 @@ class Renderer {
 
   Budget budget_;
   const std::vector<std::string>& trusted_strings_;
+  const std::optional<int64_t> fixed_time_;
   std::vector<std::map<std::string, Value>> scopes_;
+  size_t frame_ = 0;  // first scope of the running macro (0: none)
   PromptText out_;
   int64_t iterations_ = 0;  // loop iterations so far (kMaxLoopIterations)
   int eval_depth_ = 0;
+  int macro_depth_ = 0;
 };
 
 }  // namespace

@@ -9,7 +9,7 @@ namespace hypura::tokenizer::jinja_detail {
 using Clock = std::chrono::steady_clock;
 
 Value json_value(Json j) {
-  return Value{std::move(j), false, "", {}};
+  return Value{std::move(j), false, "", {}, nullptr};
 }
 
 // `v` as data as a whole when `data` is set.

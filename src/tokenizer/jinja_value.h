@@ -22,14 +22,15 @@ struct Taint {
   bool any() const { return all || !ranges.empty(); }
 };
 
-// A value: JSON, or undefined, or a builtin function (by name).
+// A value: JSON, or undefined, or a builtin function (by name), or a macro.
 struct Value {
   Json j;
   bool undefined = false;
-  std::string func;
+  std::string func;  // builtin or macro name
   Taint taint;
+  const Node* macro;  // a {% macro %}: its definition, which the template owns
 
-  static Value undef() { return {Json(), true, "", {}}; }
+  static Value undef() { return {Json(), true, "", {}, nullptr}; }
 };
 
 Value json_value(Json j);
