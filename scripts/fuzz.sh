@@ -2,7 +2,8 @@
 # Builds the libFuzzer targets with clang into build-fuzz and runs the GGUF parser target
 # for $1 seconds (default 60), then the HTTP request parser target for half that, then
 # the chat-template interpreter (jinja_fuzz) for a third (seeded with the chat templates
-# in src/tokenizer/testdata/chat and the hostile templates of issue 14). GGUF is seeded with the golden models (../shared/golden/*.gguf, when present) and
+# in src/tokenizer/testdata/chat and src/tokenizer/templates and the hostile templates of
+# issue 14). GGUF is seeded with the golden models (../shared/golden/*.gguf, when present) and
 # the hostile corpus (tests/hostile/*.gguf). New inputs accumulate in fuzz-out/corpus;
 # crashes are written to fuzz-out/ and make this script fail.
 #   bash scripts/fuzz.sh [SECONDS]
@@ -57,7 +58,7 @@ echo "fuzz: no crash in ${http_seconds}s (http)"
 # or integer overflow would pass unseen.
 jinja_seconds=$(( (seconds + 2) / 3 ))
 mkdir -p fuzz-out/jinja-corpus fuzz-out/jinja-seeds
-cp -f src/tokenizer/testdata/chat/*.jinja fuzz-out/jinja-seeds/
+cp -f src/tokenizer/testdata/chat/*.jinja src/tokenizer/templates/*.jinja fuzz-out/jinja-seeds/
 printf '%s' '{{ (-9223372036854775807 - 1) // -1 }}{{ 7 % -3 }}' >fuzz-out/jinja-seeds/intmin.txt
 printf '%s' "{% set s='a'*16000000 %}{% for i in range(100000) %}{% if s|length>0 %}{% endif %}{% endfor %}" \
   >fuzz-out/jinja-seeds/slow.txt

@@ -390,6 +390,18 @@ Status synth_file(const SynthSpec& spec, const std::string& path) {
   return write_model(spec, vocab, path);
 }
 
+// SynthSpec::chat_template replaces the vocabulary source's template (one key, not two).
+TEST(SynthFile, ChatTemplateReplacesTheVocabularys) {
+  TempDir dir;
+  SynthSpec spec = tiny_spec(Arch::kLlama, write_test_vocab(dir));
+  spec.chat_template = "{{ 'mine' }}";
+  const std::string path = dir.file("templated.gguf");
+  ASSERT_TRUE(synth_file(spec, path).is_ok());
+  auto file = gguf::GgufFile::open(path);
+  ASSERT_TRUE(file.is_ok()) << file.status().message();
+  EXPECT_EQ(file->metadata().get_string("tokenizer.chat_template").value_or(""), "{{ 'mine' }}");
+}
+
 // Every architecture in every mix: our reader validates the file and sees the planned
 // tensors, and the gguf package agrees (metadata keys, llama.cpp's tensor set, statistics).
 TEST(SynthFile, EveryArchitectureReadsBack) {
