@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -11,6 +12,8 @@
 #include "tokenizer/builtin_templates.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/jinja.h"
+#include "tokenizer/test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace hypura::tokenizer {
 namespace {
@@ -173,6 +176,32 @@ TEST(GptOssTemplate, ChatTemplateRendersIt) {
   out = ct.render(calls, true, tools);
   ASSERT_TRUE(out.is_ok()) << out.status().message();
   EXPECT_EQ(out->text, expected("tool call and result"));
+}
+
+// gpt-oss's vocabulary without a template gets gpt-oss's template, whose markers encode
+// as their tokens. (Harmony's markup tokens are user-defined, as llama.cpp makes them, so
+// they are matched inside messages too: the vocabulary's rule, not the template's.)
+TEST(GptOssTemplate, HarmonyVocabularyGetsIt) {
+  const fs::path path =
+      fs::path(HYPURA_SOURCE_DIR) / "test-models" / "vocab" / "ggml-vocab-gpt-oss.gguf";
+  if (!fs::exists(path)) GTEST_SKIP() << path << " is missing (run scripts/fetch-models.sh)";
+  const Tokenizer* tok = testing_util::load_cached(path.string());
+  ASSERT_NE(tok, nullptr);
+  ASSERT_TRUE(tok->chat_template().empty());
+  const ChatTemplate ct = ChatTemplate::for_tokenizer(*tok);
+  EXPECT_EQ(ct.family(), ChatFamily::kJinja);
+  EXPECT_FALSE(ct.is_fallback());
+  auto prompt = ct.render(std::vector<ChatMessage>{{"user", "Hi"}}, true);
+  ASSERT_TRUE(prompt.is_ok()) << prompt.status().message();
+  const std::vector<int32_t> ids = tok->encode(*prompt, true);
+  const int32_t start = tok->find_token("<|start|>"), end = tok->find_token("<|end|>");
+  ASSERT_GE(start, 0);
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.front(), start);
+  // system, user, and the generation prompt open turns; system and user close them.
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), start), 3);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), end), 2);
+  EXPECT_EQ(ids.back(), tok->find_token("assistant"));
 }
 
 // The stored expectations are what jinja2 renders today (skipped without jinja2).
