@@ -90,7 +90,6 @@ Result<synth::SynthSpec> build_spec(const SynthArgs& args) {
   spec.vocab_from = args.vocab_from.empty()
                         ? synth::default_vocab_source(arch, default_models_dir())
                         : args.vocab_from;
-  if (arch == synth::Arch::kGptOss) spec.chat_template = tokenizer::gpt_oss_chat_template();
   spec.name = args.name.empty() ? "synthetic " + std::string(synth::arch_cli_name(arch)) + " " +
                                       preset.name + " " + synth::mix_name(spec.mix)
                                 : args.name;
@@ -183,6 +182,21 @@ void print_plan(const synth::SynthSpec& spec, const synth::SynthSummary& sum) {
                format_size(sum.data_bytes).c_str(), spec.vocab_from.c_str());
 }
 
+// A harmony vocabulary (gpt-oss's) that carries no chat template: the file gets
+// gpt-oss's own, as a real gpt-oss file has it.
+bool harmony_without_template(const synth::Vocab& vocab) {
+  bool harmony = false;
+  for (const auto& [key, value] : vocab.entries) {
+    if (key == "tokenizer.chat_template") return false;
+    if (key != "tokenizer.ggml.tokens" || value.as_array() == nullptr) continue;
+    for (const gguf::Value& token : *value.as_array()) {
+      const auto text = token.as_string();
+      harmony = harmony || (text && *text == "<|channel|>");
+    }
+  }
+  return harmony;
+}
+
 int run_synth(const SynthArgs& args) {
   Result<synth::SynthSpec> spec = build_spec(args);
   if (!spec.is_ok()) {
@@ -195,6 +209,8 @@ int run_synth(const SynthArgs& args) {
     return 1;
   }
   spec->shape.n_vocab = vocab->n_vocab;
+  if (spec->arch == synth::Arch::kGptOss && harmony_without_template(*vocab))
+    spec->chat_template = tokenizer::gpt_oss_chat_template();
   synth::SynthSummary sum = synth::summarize(synth::plan_tensors(*spec));
   if (!args.quiet || args.dry_run) print_plan(*spec, sum);
   if (args.dry_run) return 0;

@@ -150,7 +150,7 @@ struct SynthSpec {
   QuantMix mix = QuantMix::kQ4_K_M;
   std::string vocab_from;  // a GGUF whose tokenizer.* metadata is copied
   // Non-empty: written as tokenizer.chat_template instead of the vocabulary source's
-  // (gpt-oss presets carry gpt-oss's own, so chat runs its template end to end).
+  // (hypura synth gives gpt-oss files on a harmony vocabulary gpt-oss's own).
   std::string chat_template;
   uint64_t seed = 42;
   bool tied_embeddings = false;  // no output.weight: the head reuses token_embd (gemma3 always)
