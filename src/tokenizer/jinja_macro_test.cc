@@ -12,7 +12,7 @@
 #include "tokenizer/builtin_templates.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/jinja.h"
-#include "tokenizer/test_util.h"
+#include "tokenizer/testing/test_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hypura::tokenizer {
