@@ -27,6 +27,7 @@ struct RunArgs {
   std::string model;
   std::string prompt;
   std::string system;
+  std::string reasoning_effort;  // templates that take one (gpt-oss's); "": their default
   int max_tokens = 256;
   float temperature = 0.8f;
   int top_k = 40;
@@ -111,7 +112,9 @@ Result<std::vector<int32_t>> tokenize_turn(runtime::Engine& engine, const RunArg
                                            const std::vector<runtime::ChatMessage>& chat,
                                            const std::string& raw) {
   if (a.no_chat) return engine.tokenize(raw, /*add_special=*/true);
-  return engine.tokenize_chat(chat, runtime::ChatOptions{});
+  runtime::ChatOptions options;
+  options.reasoning_effort = a.reasoning_effort;
+  return engine.tokenize_chat(chat, options);
 }
 
 int run_once(runtime::Engine& engine, const RunArgs& a) {
@@ -215,6 +218,9 @@ std::function<int()> setup_run(CLI::App& app) {
   app.add_option("model", a->model, "GGUF file; default: the default test model");
   app.add_option("-p,--prompt", a->prompt, "prompt text (the first turn with --interactive)");
   app.add_option("--system", a->system, "system message (chat mode)");
+  app.add_option("--reasoning-effort", a->reasoning_effort,
+                 "reasoning effort for chat templates that take one (gpt-oss: default medium)")
+      ->check(CLI::IsMember({"low", "medium", "high"}));
   app.add_option("-n,--max-tokens", a->max_tokens,
                  "tokens to generate at most (-1: until the "
                  "context is full)")

@@ -361,10 +361,12 @@ Result<std::vector<int32_t>> LocalEngine::tokenize_chat(const std::vector<ChatMe
   if (options.continue_final && (msgs.empty() || msgs.back().role != "assistant")) {
     return invalid_argument("only an assistant's reply can be continued");
   }
-  HYPURA_ASSIGN_OR_RETURN(tokenizer::PromptText prompt,
-                          options.continue_final
-                              ? chat_->render_continuing(msgs, options.tools)
-                              : chat_->render(msgs, options.add_generation_prompt, options.tools));
+  HYPURA_ASSIGN_OR_RETURN(
+      tokenizer::PromptText prompt,
+      options.continue_final
+          ? chat_->render_continuing(msgs, options.tools, options.reasoning_effort)
+          : chat_->render(msgs, options.add_generation_prompt, options.tools,
+                          options.reasoning_effort));
   return tokenizer_->encode(prompt, /*add_special=*/true);
 }
 

@@ -130,6 +130,9 @@ struct ChatOptions {
   // ([{"type": "function", "function": {"name", "description", "parameters"}}]), or "".
   // Rendered by the model's own template (Engine::supports_tools()).
   std::string tools;
+  // "low", "medium" or "high" for templates that take a reasoning effort (gpt-oss's);
+  // "" for the template's default.
+  std::string reasoning_effort;
 };
 
 // How the hidden states of an input's tokens become one embedding (GGUF

@@ -448,6 +448,11 @@ Status parse_openai_chat(const json& body, const RequestLimits& limits, Generati
     req->tools.clear();
   }
   HYPURA_RETURN_IF_ERROR(parse_openai_response_format(body, req));
+  HYPURA_RETURN_IF_ERROR(get_string(body, "reasoning_effort", "", &req->reasoning_effort));
+  const std::string& effort = req->reasoning_effort;
+  if (!effort.empty() && effort != "low" && effort != "medium" && effort != "high") {
+    return invalid_argument("\"reasoning_effort\": must be \"low\", \"medium\" or \"high\"");
+  }
   const json* messages = field(body, "messages");
   if (!messages) return invalid_argument("\"messages\": required");
   if (!messages->is_array()) return type_error("messages", "an array");

@@ -69,6 +69,8 @@ struct GenerationRequest {
   // Chat APIs' "tools": the definitions as a JSON array (OpenAI's shape), "" for none
   // (also after OpenAI's tool_choice "none").
   std::string tools;
+  // OpenAI chat's "reasoning_effort": "low", "medium", "high", or "" (the model's default).
+  std::string reasoning_effort;
   bool unload = false;  // keep_alive 0: unload the model after this request
 
   runtime::SamplingParams sampling;

@@ -160,6 +160,24 @@ TEST(ApiRequest, ToolsAndToolMessages) {
   }
 }
 
+// OpenAI's reasoning_effort reaches the chat template (gpt-oss's reads it).
+TEST(ApiRequest, ReasoningEffort) {
+  auto req = parse_ok(Api::kOpenAiChat, R"({"model": "m", "reasoning_effort": "high",
+    "messages": [{"role": "user", "content": "q"}]})");
+  EXPECT_EQ(req.reasoning_effort, "high");
+  req = parse_ok(Api::kOpenAiChat,
+                 R"({"model": "m", "messages": [{"role": "user", "content": "q"}]})");
+  EXPECT_EQ(req.reasoning_effort, "");
+  EXPECT_NE(parse_error(Api::kOpenAiChat, R"({"model": "m", "reasoning_effort": "max",
+    "messages": [{"role": "user", "content": "q"}]})")
+                .find("\"reasoning_effort\": must be"),
+            std::string::npos);
+  EXPECT_NE(parse_error(Api::kOpenAiChat, R"({"model": "m", "reasoning_effort": 2,
+    "messages": [{"role": "user", "content": "q"}]})")
+                .find("reasoning_effort"),
+            std::string::npos);
+}
+
 TEST(ApiRequest, OpenAiChat) {
   auto req = parse_ok(Api::kOpenAiChat, R"({
     "model": "m", "stream": true, "stream_options": {"include_usage": true},

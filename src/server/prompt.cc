@@ -101,6 +101,7 @@ runtime::ChatOptions chat_options(const GenerationRequest& request) {
   options.continue_final =
       !m.empty() && m.back().role == "assistant" && m.back().tool_calls.empty();
   options.tools = request.tools;
+  options.reasoning_effort = request.reasoning_effort;
   return options;
 }
 

@@ -185,11 +185,11 @@ ChatTemplate ChatTemplate::for_tokenizer(const Tokenizer& tok) {
 }
 
 Result<PromptText> ChatTemplate::render(std::span<const ChatMessage> m, bool gen,
-                                        std::string_view tools) const {
+                                        std::string_view tools, std::string_view effort) const {
   const bool tool_turns = std::any_of(m.begin(), m.end(), [](const ChatMessage& msg) {
     return msg.role == "tool" || !msg.tool_calls.empty();
   });
-  if (!tools.empty() || tool_turns) return render_tools(m, gen, tools);
+  if (!tools.empty() || tool_turns) return render_tools(m, gen, tools, effort);
   PromptText out;
   if (family_ != ChatFamily::kChatml && family_ != ChatFamily::kJinja)
     out.append_template(leading_bos_);
@@ -216,16 +216,17 @@ Result<PromptText> ChatTemplate::render(std::span<const ChatMessage> m, bool gen
       render_zephyr(m, gen, out);
       break;
     case ChatFamily::kJinja:
-      return render_jinja(m, gen);
+      return render_jinja(m, gen, effort);
   }
   return out;
 }
 
 Result<PromptText> ChatTemplate::render_continuing(std::span<const ChatMessage> m,
-                                                   std::string_view tools) const {
+                                                   std::string_view tools,
+                                                   std::string_view effort) const {
   const std::string reply = trim(m.back().content);
-  if (reply.empty()) return render(m.first(m.size() - 1), true, tools);
-  HYPURA_ASSIGN_OR_RETURN(PromptText full, render(m, false, tools));
+  if (reply.empty()) return render(m.first(m.size() - 1), true, tools, effort);
+  HYPURA_ASSIGN_OR_RETURN(PromptText full, render(m, false, tools, effort));
   const size_t at = full.text.rfind(reply);
   if (at == std::string::npos) {
     return invalid_argument(
@@ -420,12 +421,14 @@ void ChatTemplate::render_zephyr(std::span<const ChatMessage> m, bool gen, Promp
 }
 
 // The template itself, interpreted with transformers' context (messages,
-// add_generation_prompt, bos_token, eos_token), the messages as data; a leading BOS is
+// add_generation_prompt, bos_token, eos_token; tools and reasoning_effort when given),
+// the messages, tools and effort as data; a leading BOS is
 // dropped when the tokenizer adds one. A template that fails at render time (e.g. its
 // raise_exception for a role it rejects) falls back to chatml for this conversation, with
 // a warning; one that goes over its limits (RenderLimits) is an error.
 Result<PromptText> ChatTemplate::run_jinja(const JinjaTemplate& t, std::span<const ChatMessage> m,
-                                           bool gen, std::string_view tools) const {
+                                           bool gen, std::string_view tools,
+                                           std::string_view effort) const {
   using ojson = nlohmann::ordered_json;
   ojson messages = ojson::array();
   for (const auto& msg : m) {
@@ -449,8 +452,9 @@ Result<PromptText> ChatTemplate::run_jinja(const JinjaTemplate& t, std::span<con
     if (!parsed.is_array()) return invalid_argument("tools: expected a JSON array");
     context["tools"] = std::move(parsed);
   }
+  if (!effort.empty()) context["reasoning_effort"] = std::string(effort);
   RenderOptions options;
-  options.data_vars = {"messages", "tools"};
+  options.data_vars = {"messages", "tools", "reasoning_effort"};
   options.trusted_strings = {"system", "user", "assistant", "tool"};  // roles the server validates
   options.limits = limits_;
   options.fixed_time = fixed_time_;
@@ -464,13 +468,15 @@ Result<PromptText> ChatTemplate::run_jinja(const JinjaTemplate& t, std::span<con
 // Tools go through the template itself; a template that fails here fails the request
 // (falling back to chatml would silently drop the tools).
 Result<PromptText> ChatTemplate::render_tools(std::span<const ChatMessage> m, bool gen,
-                                              std::string_view tools) const {
+                                              std::string_view tools,
+                                              std::string_view effort) const {
   if (!tools_jinja_) return unsupported("this model's chat template does not support tools");
-  return run_jinja(*tools_jinja_, m, gen, tools);
+  return run_jinja(*tools_jinja_, m, gen, tools, effort);
 }
 
-Result<PromptText> ChatTemplate::render_jinja(std::span<const ChatMessage> m, bool gen) const {
-  auto out = run_jinja(*jinja_, m, gen, {});
+Result<PromptText> ChatTemplate::render_jinja(std::span<const ChatMessage> m, bool gen,
+                                              std::string_view effort) const {
+  auto out = run_jinja(*jinja_, m, gen, {}, effort);
   if (out.status().code() == StatusCode::kResourceExhausted) return out.status();
   if (!out.is_ok()) {
     spdlog::warn("{}; using chatml for this conversation", out.status().message());

@@ -81,8 +81,12 @@ class ChatTemplate {
   // tools: a JSON array of tool definitions (OpenAI's shape) or "". A conversation with
   // tools, tool calls or tool results is rendered by the model's own template (which
   // must handle them: supports_tools()), with `tools` as data; kUnsupported otherwise.
+  // reasoning_effort: the template variable of that name ("low", "medium", "high": the
+  // templates that read it, gpt-oss's, default to medium), "" for none; the explicit
+  // renderers have no such setting.
   Result<PromptText> render(std::span<const ChatMessage> messages, bool add_generation_prompt,
-                            std::string_view tools = {}) const;
+                            std::string_view tools = {},
+                            std::string_view reasoning_effort = {}) const;
 
   // Whether the model's template renders tools (it is Jinja that uses `tools`).
   bool supports_tools() const { return tools_jinja_ != nullptr; }
@@ -94,7 +98,8 @@ class ChatTemplate {
   // prompt. kInvalidArgument when the template does not write the reply.
   // REQUIRES: !messages.empty().
   Result<PromptText> render_continuing(std::span<const ChatMessage> messages,
-                                       std::string_view tools = {}) const;
+                                       std::string_view tools = {},
+                                       std::string_view reasoning_effort = {}) const;
 
   // What render(messages) adds to render(messages[0, n_old)) (without generation
   // prompt): the text to feed after a cached earlier turn. Empty `ok` result when the
@@ -121,11 +126,12 @@ class ChatTemplate {
   void render_mistral(std::span<const ChatMessage> m, bool gen, PromptText& out) const;
   void render_phi3(std::span<const ChatMessage> m, bool gen, PromptText& out) const;
   void render_zephyr(std::span<const ChatMessage> m, bool gen, PromptText& out) const;
-  Result<PromptText> render_jinja(std::span<const ChatMessage> m, bool gen) const;
-  Result<PromptText> render_tools(std::span<const ChatMessage> m, bool gen,
-                                  std::string_view tools) const;
+  Result<PromptText> render_jinja(std::span<const ChatMessage> m, bool gen,
+                                  std::string_view effort) const;
+  Result<PromptText> render_tools(std::span<const ChatMessage> m, bool gen, std::string_view tools,
+                                  std::string_view effort) const;
   Result<PromptText> run_jinja(const JinjaTemplate& t, std::span<const ChatMessage> m, bool gen,
-                               std::string_view tools) const;
+                               std::string_view tools, std::string_view effort) const;
 
   ChatFamily family_ = ChatFamily::kChatml;
   std::shared_ptr<const JinjaTemplate> jinja_;        // kJinja only

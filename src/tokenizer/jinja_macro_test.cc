@@ -176,6 +176,12 @@ TEST(GptOssTemplate, ChatTemplateRendersIt) {
   out = ct.render(calls, true, tools);
   ASSERT_TRUE(out.is_ok()) << out.status().message();
   EXPECT_EQ(out->text, expected("tool call and result"));
+  out = ct.render(std::vector<ChatMessage>{{"user", "Prove it."}}, true, {}, "high");
+  ASSERT_TRUE(out.is_ok()) << out.status().message();
+  EXPECT_EQ(out->text, expected("reasoning high"));
+  // Explicit renderers have no such setting: the effort changes nothing there.
+  const ChatTemplate chatml = ChatTemplate::from_text("<|im_start|>", "", "<|im_end|>", false);
+  EXPECT_EQ(chatml.render(plain, true, {}, "high")->text, chatml.render(plain, true)->text);
 }
 
 // gpt-oss's vocabulary without a template gets gpt-oss's template, whose markers encode
