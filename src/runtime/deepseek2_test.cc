@@ -49,7 +49,7 @@ Synthesized synthesize(const std::string& preset, synth::QuantMix mix = synth::Q
   spec.arch = synth::Arch::kDeepseek2;
   spec.mix = mix;
   spec.shape = synth::preset_shape(synth::find_preset(preset).value(), spec.arch).value();
-  if (all_dense) spec.shape.mla.n_dense_lead = spec.shape.n_layer;
+  if (all_dense) spec.shape.n_dense_lead = spec.shape.n_layer;
   spec.vocab_from = golden::kDir + "/llama-f32.gguf";
   auto vocab = synth::load_vocab(spec.vocab_from, 0);
   EXPECT_TRUE(vocab.is_ok()) << vocab.status().message();

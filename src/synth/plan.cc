@@ -132,7 +132,7 @@ class Planner {
   // experts with the router's score bias and the shared experts.
   void add_deepseek2_layer(int64_t il) {
     const Mla& m = s_.mla;
-    const int64_t e = s_.n_embd, h = s_.n_head, nope = s_.head_dim - m.qk_rope;
+    const int64_t e = s_.n_embd, h = s_.n_head, nope = s_.head_dim - s_.n_rot;
     add_blk(il, "attn_norm.weight", Kind::kNorm, {e});
     if (m.q_lora_rank > 0) {
       add_blk(il, "attn_q_a.weight", Kind::kAttnQ, {e, m.q_lora_rank});
@@ -141,21 +141,19 @@ class Planner {
     } else {
       add_blk(il, "attn_q.weight", Kind::kAttnQ, {e, h * s_.head_dim});
     }
-    add_blk(il, "attn_kv_a_mqa.weight", Kind::kAttnQ, {e, m.kv_lora_rank + m.qk_rope});
+    add_blk(il, "attn_kv_a_mqa.weight", Kind::kAttnQ, {e, m.kv_lora_rank + s_.n_rot});
     add_blk(il, "attn_kv_a_norm.weight", Kind::kNorm, {m.kv_lora_rank});
     add_blk(il, "attn_k_b.weight", Kind::kAttnQ, {nope, m.kv_lora_rank, h});
     add_blk(il, "attn_v_b.weight", Kind::kAttnQ, {m.kv_lora_rank, m.v_head_dim, h});
     add_blk(il, "attn_output.weight", Kind::kAttnOut, {h * m.v_head_dim, e});
     add_blk(il, "ffn_norm.weight", Kind::kNorm, {e});
-    if (il < m.n_dense_lead) {
+    if (il < s_.n_dense_lead) {
       add_blk(il, "ffn_gate.weight", Kind::kFfnGateUp, {e, s_.n_ff});
       add_blk(il, "ffn_up.weight", Kind::kFfnGateUp, {e, s_.n_ff});
       add_blk(il, "ffn_down.weight", Kind::kFfnDown, {s_.n_ff, e});
       return;
     }
     add_experts(il);
-    if (m.sigmoid) add_blk(il, "exp_probs_b.bias", Kind::kBias, {s_.n_expert});
-    add_shared_expert(il, s_.n_ff_exp * m.n_expert_shared);
   }
 
   // Shared experts of `width` (0: none): a dense SwiGLU beside the routed ones.
@@ -230,6 +228,9 @@ class Planner {
     if (biases) add_blk(il, "ffn_down_exps.bias", Kind::kBias, {s_.n_embd, s_.n_expert});
     if (spec_.arch == Arch::kGlm4Moe) {
       add_blk(il, "exp_probs_b.bias", Kind::kSelectionBias, {s_.n_expert});
+    } else if (spec_.arch == Arch::kDeepseek2 && s_.mla.sigmoid) {
+      // At a bias's scale: the deepseek2 goldens were made from these values.
+      add_blk(il, "exp_probs_b.bias", Kind::kBias, {s_.n_expert});
     }
     add_shared_expert(il, s_.n_ff_exp * s_.n_expert_shared);
   }

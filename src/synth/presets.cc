@@ -57,9 +57,8 @@ Status check_mla(const Shape& s) {
   const Mla& m = s.mla;
   HYPURA_RETURN_IF_ERROR(check_range("kv_lora_rank", m.kv_lora_rank, 2, kMaxDim));
   HYPURA_RETURN_IF_ERROR(check_range("q_lora_rank", m.q_lora_rank, 0, kMaxDim));
-  HYPURA_RETURN_IF_ERROR(check_range("qk_rope", m.qk_rope, 2, s.head_dim - 2));
+  HYPURA_RETURN_IF_ERROR(check_range("qk_rope (n_rot)", s.n_rot, 2, s.head_dim - 2));
   HYPURA_RETURN_IF_ERROR(check_range("v_head_dim", m.v_head_dim, 1, kMaxDim));
-  HYPURA_RETURN_IF_ERROR(check_range("n_dense_lead", m.n_dense_lead, 0, s.n_layer));
   if (m.n_group > 0 && s.n_expert % m.n_group != 0) {
     return invalid_argument("n_expert must be a multiple of the expert groups");
   }
@@ -88,14 +87,18 @@ Status check_experts(Arch arch, Shape& s) {
   return check_range("n_ff", s.n_ff, 1, kMaxDim);
 }
 
-// glm4moe's parts: partial RoPE, shared experts, leading dense layers, NextN layers.
-Status check_glm_parts(Arch arch, Shape& s) {
-  if (arch != Arch::kGlm4Moe) {
-    if (s.n_rot != 0 || s.n_expert_shared != 0 || s.n_dense_lead != 0 || s.n_nextn != 0 ||
+// glm4moe's and deepseek2's parts: partial RoPE, shared experts, leading dense layers, the
+// expert weights scale; NextN layers (glm4moe's only).
+Status check_shared_parts(Arch arch, Shape& s) {
+  if (arch != Arch::kGlm4Moe && s.n_nextn != 0) {
+    return invalid_argument("n_nextn is glm4moe's (--arch glm4moe)");
+  }
+  if (arch != Arch::kGlm4Moe && arch != Arch::kDeepseek2) {
+    if (s.n_rot != 0 || s.n_expert_shared != 0 || s.n_dense_lead != 0 ||
         s.expert_weights_scale != 1.0) {
       return invalid_argument(
-          "n_rot, n_expert_shared, n_dense_lead, n_nextn and the expert weights scale are "
-          "glm4moe's (--arch glm4moe)");
+          "n_rot, n_expert_shared, n_dense_lead and the expert weights scale are glm4moe's and "
+          "deepseek2's (--arch glm4moe or deepseek2)");
     }
     return Status::ok();
   }
@@ -116,7 +119,7 @@ Status check_row_lengths(const SynthSpec& spec) {
   const Shape& s = spec.shape;
   const bool dense_ffn = !arch_is_moe(spec.arch) || s.n_dense_lead > 0;
   const Mla& m = s.mla;
-  const int64_t nope = spec.arch == Arch::kDeepseek2 ? s.head_dim - m.qk_rope : 32;
+  const int64_t nope = spec.arch == Arch::kDeepseek2 ? s.head_dim - s.n_rot : 32;
   int64_t rows[] = {s.n_embd,
                     s.n_head * s.head_dim,
                     arch_is_moe(spec.arch) ? s.n_ff_exp : s.n_ff,
@@ -150,7 +153,7 @@ Status check_shape(Arch arch, Shape& s) {
   HYPURA_RETURN_IF_ERROR(check_range("n_vocab", s.n_vocab, 0, kMaxVocab));
   HYPURA_RETURN_IF_ERROR(check_range("n_ctx", s.n_ctx, 1, 1 << 24));
   HYPURA_RETURN_IF_ERROR(check_experts(arch, s));
-  return check_glm_parts(arch, s);
+  return check_shared_parts(arch, s);
 }
 
 Shape dense(int64_t n_vocab, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
@@ -253,18 +256,31 @@ const std::vector<Preset>& presets() {
     // DeepSeek-V3 / R1 (config.json): sigmoid routing over 8 groups of 32 experts, 4 used.
     Shape v3 = with_experts(dense(129280, 7168, 61, 128, 128, 18432, 163840, 10000), 256, 8, 2048);
     v3.head_dim = 192;
-    v3.mla = {1536, 512, 64, 128, 1, 3, 8, 4, true, true, 2.5f, 40.0f, 4096, 1.0f};
+    v3.n_rot = 64;
+    v3.n_expert_shared = 1;
+    v3.n_dense_lead = 3;
+    v3.expert_weights_scale = 2.5;
+    v3.mla = {1536, 512, 128, 8, 4, true, true, 40.0f, 4096, 1.0f};
     // DeepSeek-V2-Lite: no q compression, softmax routing without renormalisation.
     Shape v2_lite =
         with_experts(dense(102400, 2048, 27, 16, 16, 10944, 163840, 10000), 64, 6, 1408);
     v2_lite.head_dim = 192;
-    v2_lite.mla = {0, 512, 64, 128, 2, 1, 1, 1, false, false, 1.0f, 40.0f, 4096, 0.707f};
+    v2_lite.n_rot = 64;
+    v2_lite.n_expert_shared = 2;
+    v2_lite.n_dense_lead = 1;
+    v2_lite.mla = {0, 512, 128, 1, 1, false, false, 40.0f, 4096, 0.707f};
     // Test shapes of both attention variants; the vocabulary comes from --vocab-from.
     Shape ds_tiny = with_experts(dense(0, 256, 3, 4, 4, 512, 512, 10000), 8, 2, 256);
     ds_tiny.head_dim = 48;
-    ds_tiny.mla = {96, 64, 16, 32, 1, 1, 2, 1, true, true, 2.5f, 4.0f, 128, 1.0f};
+    ds_tiny.n_rot = 16;
+    ds_tiny.n_expert_shared = 1;
+    ds_tiny.n_dense_lead = 1;
+    ds_tiny.expert_weights_scale = 2.5;
+    ds_tiny.mla = {96, 64, 32, 2, 1, true, true, 4.0f, 128, 1.0f};
     Shape ds_lite_tiny = ds_tiny;
-    ds_lite_tiny.mla = {0, 64, 16, 32, 2, 1, 0, 0, false, false, 1.0f, 0.0f, 0, 0.0f};
+    ds_lite_tiny.n_expert_shared = 2;
+    ds_lite_tiny.expert_weights_scale = 1.0;
+    ds_lite_tiny.mla = {0, 64, 32, 0, 0, false, false, 0.0f, 0, 0.0f};
     // gpt-oss: head_dim 64 (64 * 64 != n_embd), window 128, YaRN x32 over 4096 positions.
     const auto gpt_oss = [](int64_t n_vocab, int64_t n_embd, int64_t n_layer, int64_t n_head,
                             int64_t n_head_kv, int64_t n_expert, int64_t n_used, int64_t n_ff,
@@ -342,7 +358,7 @@ Result<Shape> preset_shape(const Preset& preset, Arch arch) {
         "preset " + preset.name + " is dense; " + arch_cli_name(arch) +
         " needs experts (use tiny, moe, mixtral-8x7b, qwen3-30b-a3b, gpt-oss-20b)");
   }
-  if (arch != Arch::kGlm4Moe) {  // another architecture of a glm4moe preset's sizes
+  if (arch != Arch::kGlm4Moe && arch != Arch::kDeepseek2) {  // a glm4moe preset's sizes
     s.n_rot = s.n_expert_shared = s.n_dense_lead = s.n_nextn = 0;
     s.expert_weights_scale = 1.0;
   }

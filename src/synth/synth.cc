@@ -46,23 +46,23 @@ void add_u32(gguf::GgufWriter& w, const std::string& key, int64_t v) {
 void add_deepseek2(gguf::GgufWriter& w, const std::string& a, const Shape& s) {
   const Mla& m = s.mla;
   add_u32(w, a + "vocab_size", s.n_vocab);
-  add_u32(w, a + "leading_dense_block_count", m.n_dense_lead);
+  add_u32(w, a + "leading_dense_block_count", s.n_dense_lead);
   add_u32(w, a + "attention.q_lora_rank", m.q_lora_rank);
   add_u32(w, a + "attention.kv_lora_rank", m.kv_lora_rank);
-  add_u32(w, a + "attention.key_length", m.kv_lora_rank + m.qk_rope);
+  add_u32(w, a + "attention.key_length", m.kv_lora_rank + s.n_rot);
   add_u32(w, a + "attention.value_length", m.kv_lora_rank);
   add_u32(w, a + "attention.key_length_mla", s.head_dim);
   add_u32(w, a + "attention.value_length_mla", m.v_head_dim);
   add_u32(w, a + "expert_feed_forward_length", s.n_ff_exp);
-  add_u32(w, a + "expert_shared_count", m.n_expert_shared);
-  w.add_f32(a + "expert_weights_scale", m.weights_scale);
+  add_u32(w, a + "expert_shared_count", s.n_expert_shared);
+  w.add_f32(a + "expert_weights_scale", static_cast<float>(s.expert_weights_scale));
   if (m.weights_norm) w.add_bool(a + "expert_weights_norm", true);
   add_u32(w, a + "expert_gating_func", m.sigmoid ? 2 : 1);  // llama.cpp: 1 softmax, 2 sigmoid
   if (m.n_group > 0) {
     add_u32(w, a + "expert_group_count", m.n_group);
     add_u32(w, a + "expert_group_used_count", m.n_group_used);
   }
-  add_u32(w, a + "rope.dimension_count", m.qk_rope);
+  add_u32(w, a + "rope.dimension_count", s.n_rot);
   if (m.yarn_factor > 0.0f) {
     w.add_string(a + "rope.scaling.type", "yarn");
     w.add_f32(a + "rope.scaling.factor", m.yarn_factor);

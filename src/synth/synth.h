@@ -87,19 +87,16 @@ gguf::GgmlType mix_type(const MixModel& model, TensorKind kind, int64_t layer,
                         const std::vector<int64_t>& ne);
 
 // deepseek2's extras: multi-head latent attention (head_dim of the Shape is qk_nope +
-// qk_rope), shared experts after leading dense layers, its routing and YaRN keys.
+// qk_rope, n_rot its qk_rope), its routing and YaRN keys; the shared experts, leading
+// dense layers and weights scale are the Shape's.
 struct Mla {
   int64_t q_lora_rank = 0;  // 0: attn_q straight from n_embd (V2-Lite)
   int64_t kv_lora_rank = 0;
-  int64_t qk_rope = 0;  // rope.dimension_count
   int64_t v_head_dim = 0;
-  int64_t n_expert_shared = 0;
-  int64_t n_dense_lead = 0;               // leading layers with a dense FFN of n_ff
   int64_t n_group = 0, n_group_used = 0;  // group-limited top-k; 0: not written
   bool sigmoid = false;                   // sigmoid gating with exp_probs_b (V3); softmax otherwise
   bool weights_norm = false;              // expert weights renormalised to sum 1
-  float weights_scale = 1.0f;
-  float yarn_factor = 0.0f;  // 0: no rope scaling
+  float yarn_factor = 0.0f;               // 0: no rope scaling
   int64_t yarn_orig_ctx = 0;
   float yarn_mscale_all_dim = 0.0f;
 };
@@ -117,8 +114,9 @@ struct Shape {
   int64_t n_expert = 0;  // 0 for dense models
   int64_t n_expert_used = 0;
   int64_t n_ff_exp = 0;  // width of one expert's FFN
-  // glm4moe: partial RoPE, a shared expert, leading dense layers, NextN layers after the
-  // n_layer of the model (written, never run), the routed weights' scale.
+  // glm4moe and deepseek2: partial RoPE (deepseek2: the qk_rope dims of each head), shared
+  // experts, leading dense layers (a dense FFN of n_ff), the routed weights' scale;
+  // glm4moe only: NextN layers after the n_layer of the model (written, never run).
   int64_t n_rot = 0;  // rotated dims per head; 0: head_dim
   int64_t n_expert_shared = 0;
   int64_t n_dense_lead = 0;
