@@ -9,6 +9,7 @@
 // Neither step changes the order in which an output element is reduced, which is what
 // makes results independent of n_tokens and of the thread count.
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
@@ -74,9 +75,10 @@ struct Context::Impl {
 
   ThreadPool pool;
   const KernelTable* kernels;
-  std::vector<uint8_t> act;   // (n_tokens, activation row bytes): quantized x rows
-  std::vector<float> row;     // (max_cols): one dequantized row for get_rows fallbacks
-  mutable uint64_t macs = 0;  // matmul + attention multiply-accumulates so far
+  std::vector<uint8_t> act;  // (n_tokens, activation row bytes): quantized x rows
+  std::vector<float> row;    // (max_cols): one dequantized row for get_rows fallbacks
+  // matmul + attention multiply-accumulates so far; pool threads add theirs at once.
+  mutable std::atomic<uint64_t> macs{0};
 
   void ensure_act(size_t bytes) {
     if (act.size() < bytes) act.resize(bytes);  // only when reserve() was too small
@@ -117,7 +119,7 @@ void Context::reserve(int64_t max_tokens, int64_t max_cols) {
 }
 
 uint64_t Context::macs() const {
-  return impl_->macs;
+  return impl_->macs.load(std::memory_order_relaxed);
 }
 
 double Context::int8_peak_macs_per_second(double seconds) {
@@ -131,7 +133,8 @@ double Context::int8_peak_macs_per_second(double seconds) {
 }
 
 void Context::matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
-  impl_->macs += static_cast<uint64_t>(w.n_rows * w.n_cols * n_tokens);
+  impl_->macs.fetch_add(static_cast<uint64_t>(w.n_rows * w.n_cols * n_tokens),
+                        std::memory_order_relaxed);
   const gguf::GgmlType act_type = quant::activation_type(w.type);
   const TileFn tile = tile_fn(*impl_->kernels, w.type);
   assert(tile != nullptr && "matmul: weight type without kernels");
@@ -205,7 +208,8 @@ void Context::matmul_shared(const WeightView* const* w, float* const* y, int n, 
   int64_t total_rows = 0;
   for (int i = 0; i < n; ++i) {
     const WeightView& wi = *w[i];
-    impl_->macs += static_cast<uint64_t>(wi.n_rows * wi.n_cols * n_tokens);
+    impl_->macs.fetch_add(static_cast<uint64_t>(wi.n_rows * wi.n_cols * n_tokens),
+                          std::memory_order_relaxed);
     const gguf::GgmlType act_type = quant::activation_type(wi.type);
     p[i].tile = tile_fn(*impl_->kernels, wi.type);
     assert(p[i].tile != nullptr && "matmul_shared: weight type without kernels");
@@ -258,7 +262,8 @@ void Context::matmul_shared(const WeightView* const* w, float* const* y, int n, 
 void Context::matmul_grouped(const WeightView& w, int64_t n_groups, const float* x,
                              int64_t n_tokens, float* y) {
   assert(n_groups > 0 && w.n_rows % n_groups == 0);
-  impl_->macs += static_cast<uint64_t>(w.n_rows * w.n_cols * n_tokens);
+  impl_->macs.fetch_add(static_cast<uint64_t>(w.n_rows * w.n_cols * n_tokens),
+                        std::memory_order_relaxed);
   const gguf::GgmlType act_type = quant::activation_type(w.type);
   const TileFn tile = tile_fn(*impl_->kernels, w.type);
   assert(tile != nullptr && "matmul_grouped: weight type without kernels");
@@ -319,7 +324,8 @@ void Context::attention_step(const AttentionRows& rows, const float* keys, const
   impl_->kernels->attention_step(rows, keys, values, n_keys);
   int64_t visible = 0;
   for (int64_t r = 0; r < rows.n_rows; ++r) visible += std::max(0, rows.hi[r] - rows.lo[r]);
-  impl_->macs += static_cast<uint64_t>(visible * (rows.head_dim + rows.head_dim_v));
+  impl_->macs.fetch_add(static_cast<uint64_t>(visible * (rows.head_dim + rows.head_dim_v)),
+                        std::memory_order_relaxed);
 }
 
 }  // namespace hypura::compute
