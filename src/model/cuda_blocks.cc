@@ -67,6 +67,11 @@ Sizes sizes_for(const HParams& hp, const gguf::GgufFile& file, int64_t max_batch
   return s;
 }
 
+// Activation values of a prompt's MoE products: every (token, slot) row at once.
+int64_t pair_elems(const HParams& hp, const Sizes& s) {
+  return hp.n_expert > 0 ? s.max_batch * s.k * std::max(hp.n_embd, hp.n_ff_expert) : 0;
+}
+
 }  // namespace
 
 Status cuda_supports(const HParams& hp, const gguf::GgufFile& file) {
@@ -158,7 +163,8 @@ bool act_format(gguf::GgmlType weight_type, cuda::ActFormat* format) {
 // Offsets of the row buffers inside one device allocation.
 struct Layout {
   size_t x, cur, tmp, q, k, v, attn, ff_gate, ff_up, logits;
-  size_t probs, weights, slot_out, expert_in, expert_out, selected, pairs, shared, step;
+  size_t probs, weights, slot_out, expert_in, expert_out, pair_gate, pair_up, selected, pairs,
+      shared, step;
   size_t mla_lora, mla_heads, mla_nope;
   size_t total;
 };
@@ -188,17 +194,20 @@ Layout layout_for(const HParams& hp, const Sizes& s) {
     l.probs = take(rows(b, hp.n_expert));
     l.weights = take(rows(b, s.k));
     l.slot_out = take(rows(b * s.k, hp.n_embd));
-    l.expert_in = take(rows(b, hp.n_embd));
-    l.expert_out = take(rows(b, hp.n_embd));
+    // A prompt's (token, slot) rows grouped by expert (CudaBlocks::moe_batch).
+    l.expert_in = take(rows(b * s.k, hp.n_embd));
+    l.expert_out = take(rows(b * s.k, hp.n_embd));
+    l.pair_gate = take(rows(b * s.k, hp.n_ff_expert));
+    l.pair_up = take(rows(b * s.k, hp.n_ff_expert));
     l.selected = take(rows(b, s.k));
-    l.pairs = take(rows(b, s.k));
+    l.pairs = take(rows(b, 2 * s.k));  // the pairs grouped by expert, then their experts
     if (hp.n_expert_shared > 0) l.shared = take(rows(b, hp.n_embd));
   }
   if (hp.is_mla()) {
     l.mla_lora = take(rows(b, hp.q_lora_rank));
     l.mla_heads = take(rows(b, hp.n_head * std::max(hp.head_dim_mla, hp.head_dim_v_mla)));
-    // A chunk of (token, head) rows' q_nope (CudaBlocks::head_products).
-    l.mla_nope = take(rows(std::min(b, kCudaSmallBatch), hp.n_head * hp.qk_nope()));
+    // The (token, head) rows' q_nope packed (CudaBlocks::head_products).
+    l.mla_nope = take(rows(b, hp.n_head * hp.qk_nope()));
   }
   l.step = take(static_cast<size_t>(2 * b) * 4);  // token ids, then positions
   l.total = at;
@@ -329,6 +338,8 @@ class CudaBlocks final : public Blocks {
   Status moe_small(const FfnViews& w, const WeightView (&e)[3], const float* in,
                    const cuda::ActQ8* act, float* slot_out);
   Status moe_batch(const FfnViews& w, int64_t il, const float* in, float* out);
+  Result<bool> experts_stacked(const FfnViews& w, int64_t il);  // sets stacked_ when true
+  Status moe_batch_stacked(const FfnViews& w, const float* in, float* out);
   // out = the slot outputs summed by the routing weights, plus shared (or null) rows.
   void combine_slots(float* out, const float* shared);
   bool experts_on_host(int64_t il) const {
@@ -375,7 +386,8 @@ class CudaBlocks final : public Blocks {
   cuda::PinnedBuffer x_host_;          // (max_batch, n_embd) residual rows from a CPU stage
   cuda::PinnedBuffer logits_host_;     // (kGraphSeqs, n_vocab) last rows' logits staged
   cuda::PinnedBuffer sel_host_;        // (max_batch, k) MoE selection of a prompt batch
-  cuda::PinnedBuffer pairs_host_;      // (max_batch * k) pairs grouped by expert
+  cuda::PinnedBuffer pairs_host_;      // (max_batch * k) pairs grouped by expert, their experts
+  WeightView stacked_[3];              // expert 0's gate, up, down (experts_stacked)
   std::vector<int64_t> expert_begin_;  // (n_expert + 1) offsets into pairs, host
   std::vector<int64_t> expert_next_;   // (n_expert) fill positions while sorting
   HostExpertLayers host_;
@@ -416,8 +428,8 @@ Status CudaBlocks::init(const gguf::GgufFile& file) {
       cuda::DeviceBuffer::allocate(cuda::act_q8_layout(sizes_.small_rows * sizes_.max_cols).total));
   HYPURA_ASSIGN_OR_RETURN(attn_scratch_, cuda::DeviceBuffer::allocate(cuda::attention_scratch_bytes(
                                              hp_.n_head, hp_.n_head_kv, hp_.head_dim_v, n_ctx_)));
-  HYPURA_ASSIGN_OR_RETURN(gemm_,
-                          cuda::Gemm::create(s(), max_batch_, sizes_.max_cols, sizes_.tile_elems));
+  HYPURA_ASSIGN_OR_RETURN(gemm_, cuda::Gemm::create(s(), max_batch_, sizes_.max_cols,
+                                                    sizes_.tile_elems, pair_elems(hp_, sizes_)));
   HYPURA_ASSIGN_OR_RETURN(step_host_,
                           cuda::PinnedBuffer::allocate(static_cast<size_t>(2 * max_batch_) * 4));
   HYPURA_ASSIGN_OR_RETURN(
@@ -428,7 +440,7 @@ Status CudaBlocks::init(const gguf::GgufFile& file) {
   if (hp_.n_expert > 0) {
     const size_t pairs = static_cast<size_t>(max_batch_ * sizes_.k) * 4;
     HYPURA_ASSIGN_OR_RETURN(sel_host_, cuda::PinnedBuffer::allocate(pairs));
-    HYPURA_ASSIGN_OR_RETURN(pairs_host_, cuda::PinnedBuffer::allocate(pairs));
+    HYPURA_ASSIGN_OR_RETURN(pairs_host_, cuda::PinnedBuffer::allocate(2 * pairs));
     expert_begin_.assign(static_cast<size_t>(hp_.n_expert + 1), 0);
     expert_next_.assign(static_cast<size_t>(hp_.n_expert), 0);
   }
@@ -618,6 +630,16 @@ void CudaBlocks::head_products(const WeightView& w, const float* in, int64_t in_
                                float* out) {
   const int64_t h = hp_.n_head;
   const WeightView head{w.data, w.type, w.n_cols, w.n_rows / h};  // head 0's; the rest follow
+  if (n_tokens_ > kCudaSmallBatch) {  // a prompt: strided batched products over the heads
+    const float* x = in;
+    if (in_stride != head.n_cols) {
+      cuda::copy_cols(in, in_stride, at(lay_.mla_nope), head.n_cols, n_tokens_ * h, head.n_cols,
+                      s());
+      x = at(lay_.mla_nope);
+    }
+    fail(gemm_->matmul_heads(w, h, x, n_tokens_, out));
+    return;
+  }
   for (int64_t t0 = 0; t0 < n_tokens_; t0 += kCudaSmallBatch) {
     const int64_t rows = std::min(kCudaSmallBatch, n_tokens_ - t0) * h;
     const float* x = in + t0 * h * in_stride;
@@ -985,10 +1007,16 @@ Status CudaBlocks::moe_batch(const FfnViews& w, int64_t il, const float* in, flo
   for (int64_t e = 0; e < ne; ++e) expert_begin_[e + 1] += expert_begin_[e];
   const std::vector<int64_t>& fill = expert_begin_;
   std::copy(fill.begin(), fill.end() - 1, expert_next_.begin());
-  for (int64_t i = 0; i < n_pairs; ++i) pairs[expert_next_[sel[i]]++] = static_cast<int32_t>(i);
+  int32_t* pair_expert = pairs + n_pairs;  // each grouped row's expert
+  for (int64_t i = 0; i < n_pairs; ++i) {
+    pair_expert[expert_next_[sel[i]]] = sel[i];
+    pairs[expert_next_[sel[i]]++] = static_cast<int32_t>(i);
+  }
   int32_t* pairs_dev = ints(lay_.pairs);
-  HYPURA_RETURN_IF_ERROR(
-      cuda::copy_to_device_async(pairs_dev, pairs, static_cast<size_t>(n_pairs) * 4, s()));
+  HYPURA_ASSIGN_OR_RETURN(const bool stacked, experts_stacked(w, il));
+  HYPURA_RETURN_IF_ERROR(cuda::copy_to_device_async(
+      pairs_dev, pairs, static_cast<size_t>((stacked ? 2 : 1) * n_pairs) * 4, s()));
+  if (stacked) return moe_batch_stacked(w, in, slot_out);
   float* ein = at(lay_.expert_in);
   float* eout = at(lay_.expert_out);
   float* g = at(lay_.ff_gate);
@@ -1016,6 +1044,51 @@ Status CudaBlocks::moe_batch(const FfnViews& w, int64_t il, const float* in, flo
     matmul(views[2], g, m, eout);
     cuda::scatter_rows(eout, pairs_dev + off, m, hp_.n_embd, slot_out, s());
   }
+  cuda::add_rows_by_id(slot_out, as_floats(w.down_exps_b), ints(lay_.selected), n_pairs, hp_.n_embd,
+                       s());
+  return Status::ok();
+}
+
+// Whether every expert's matrices lie at expert 0's plus its index times their bytes (a
+// resident or staged stacked tensor), so a prompt's products may run over all experts at once.
+Result<bool> CudaBlocks::experts_stacked(const FfnViews& w, int64_t il) {
+  const auto last = static_cast<int32_t>(hp_.n_expert - 1);
+  const ExpertRequest first[3] = {{w.gate_exps, 0}, {w.up_exps, 0}, {w.down_exps, 0}};
+  const ExpertRequest end[3] = {{w.gate_exps, last}, {w.up_exps, last}, {w.down_exps, last}};
+  WeightView v0[3], v1[3];
+  HYPURA_RETURN_IF_ERROR(provider_.acquire_experts(static_cast<int>(il), first, v0));
+  HYPURA_RETURN_IF_ERROR(provider_.acquire_experts(static_cast<int>(il), end, v1));
+  for (int i = 0; i < 3; ++i) {
+    const size_t bytes = quant::row_size(v0[i].type, v0[i].n_cols) * v0[i].n_rows;
+    if (static_cast<const uint8_t*>(v1[i].data) !=
+        static_cast<const uint8_t*>(v0[i].data) + static_cast<size_t>(last) * bytes)
+      return false;
+  }
+  for (int i = 0; i < 3; ++i) stacked_[i] = v0[i];
+  return true;
+}
+
+// Every expert at once (expert_begin_ and the grouped pairs and their experts on the
+// device): one gather, gate and up over all grouped rows, one activation, down, one scatter.
+Status CudaBlocks::moe_batch_stacked(const FfnViews& w, const float* in, float* slot_out) {
+  const int64_t k = hp_.n_expert_used, n_pairs = n_tokens_ * k, ff = stacked_[0].n_rows;
+  const int32_t* pairs_dev = ints(lay_.pairs);
+  const int32_t* expert_of = pairs_dev + n_pairs;
+  float* ein = at(lay_.expert_in);
+  float* eout = at(lay_.expert_out);
+  float* g = at(lay_.pair_gate);
+  float* u = at(lay_.pair_up);
+  cuda::gather_rows(in, pairs_dev, n_pairs, k, hp_.n_embd, ein, s());
+  const WeightView* gu[2] = {&stacked_[0], &stacked_[1]};
+  float* gu_out[2] = {g, u};
+  fail(gemm_->matmul_experts(gu, gu_out, 2, expert_begin_, ein));
+  cuda::add_rows_by_id(g, as_floats(w.gate_exps_b), expert_of, n_pairs, ff, s());
+  cuda::add_rows_by_id(u, as_floats(w.up_exps_b), expert_of, n_pairs, ff, s());
+  cuda::glu(unary_op(hp_.expert_act), g, u, n_pairs * ff, s());
+  const WeightView* d[1] = {&stacked_[2]};
+  float* d_out[1] = {eout};
+  fail(gemm_->matmul_experts(d, d_out, 1, expert_begin_, g));
+  cuda::scatter_rows(eout, pairs_dev, n_pairs, hp_.n_embd, slot_out, s());
   cuda::add_rows_by_id(slot_out, as_floats(w.down_exps_b), ints(lay_.selected), n_pairs, hp_.n_embd,
                        s());
   return Status::ok();
@@ -1165,7 +1238,8 @@ uint64_t cuda_blocks_bytes(const HParams& hp, const gguf::GgufFile& file, int64_
   constexpr uint64_t kCublasWorkspace = uint64_t{64} << 20;  // cuBLAS's own, an estimate
   return layout_for(hp, s).total + cuda::act_q8_layout(s.small_rows * s.max_cols).total +
          cuda::attention_scratch_bytes(hp.n_head, hp.n_head_kv, hp.head_dim_v, n_ctx) +
-         cuda::Gemm::scratch_bytes(max_batch, s.max_cols, std::max(s.tile_elems, 64 * s.max_cols)) +
+         cuda::Gemm::scratch_bytes(max_batch, s.max_cols, std::max(s.tile_elems, 64 * s.max_cols),
+                                   pair_elems(hp, s)) +
          kCublasWorkspace;
 }
 

@@ -602,6 +602,78 @@ TEST_F(CudaTest, GemmMatchesCpu) {
   }
 }
 
+// Per-head products of a stacked tensor (MLA's wk_b / wv_b in a prompt) against the CPU's
+// matmul of each head's slice: activations converted in chunks of 16 tokens and weights
+// dequantized one head per tile (the scratch is sized to force both).
+TEST_F(CudaTest, GemmHeadsMatchesCpu) {
+  Context cpu(1, "scalar");
+  uint32_t seed = 750;
+  const int64_t n = 37, n_heads = 4, r = 64, k = 256;
+  auto gemm = Gemm::create(stream_.handle(), 64, k, r * k);
+  ASSERT_TRUE(gemm.is_ok()) << gemm.status().message();
+  for (GgmlType type : kAllTypes) {
+    SCOPED_TRACE(gguf::type_name(type));
+    const std::vector<uint8_t> w = random_weights(type, n_heads * r, k, &seed);
+    const std::vector<float> x = random_floats(n * n_heads * k, seed++);
+    std::vector<float> want(n * n_heads * r), xh(n * k), yh(n * r);
+    for (int64_t h = 0; h < n_heads; ++h) {
+      for (int64_t t = 0; t < n; ++t)
+        std::copy_n(x.data() + (t * n_heads + h) * k, k, xh.data() + t * k);
+      const uint8_t* wh = w.data() + h * r * quant::row_size(type, k);
+      cpu.matmul(WeightView{wh, type, k, r}, xh.data(), n, yh.data());
+      for (int64_t t = 0; t < n; ++t)
+        std::copy_n(yh.data() + t * r, r, want.data() + (t * n_heads + h) * r);
+    }
+    DeviceBuffer dw = upload(w), dx = upload(x), dy = poisoned(n * n_heads * r);
+    ASSERT_TRUE((*gemm)->matmul_heads(WeightView{dw.data(), type, k, n_heads * r}, n_heads,
+                                      dx.as<float>(), n, dy.as<float>()));
+    EXPECT_LE(rel_l2(download(dy, n * n_heads * r), want),
+              type == GgmlType::F32 ? kFloatRelL2 : kGemmRelL2);
+  }
+}
+
+// A prompt's MoE products over every expert at once (rows grouped by expert, one empty
+// expert, two experts per weight tile) against the CPU's matmul of each expert's rows;
+// two stacked tensors share the converted activations.
+TEST_F(CudaTest, GemmExpertsMatchesCpu) {
+  Context cpu(1, "scalar");
+  uint32_t seed = 780;
+  const std::vector<int64_t> begin = {0, 10, 10, 37, 38, 60};
+  const int64_t n_expert = 5, n = begin.back(), r = 64, k = 256;
+  auto gemm = Gemm::create(stream_.handle(), 16, k, 2 * r * k, n * k);
+  ASSERT_TRUE(gemm.is_ok()) << gemm.status().message();
+  for (GgmlType type : kAllTypes) {
+    SCOPED_TRACE(gguf::type_name(type));
+    const std::vector<float> x = random_floats(n * k, seed++);
+    std::vector<uint8_t> w[2];
+    std::vector<float> want[2];
+    DeviceBuffer dw[2], dy[2];
+    WeightView views[2];
+    float* ys[2];
+    for (int i = 0; i < 2; ++i) {
+      w[i] = random_weights(type, n_expert * r, k, &seed);
+      want[i].assign(n * r, 0.0f);
+      for (int64_t e = 0; e < n_expert; ++e) {
+        const uint8_t* we = w[i].data() + e * r * quant::row_size(type, k);
+        if (begin[e + 1] > begin[e])
+          cpu.matmul(WeightView{we, type, k, r}, x.data() + begin[e] * k, begin[e + 1] - begin[e],
+                     want[i].data() + begin[e] * r);
+      }
+      dw[i] = upload(w[i]);
+      dy[i] = poisoned(n * r);
+      views[i] = WeightView{dw[i].data(), type, k, r};
+      ys[i] = dy[i].as<float>();
+    }
+    DeviceBuffer dx = upload(x);
+    const WeightView* ws[2] = {&views[0], &views[1]};
+    ASSERT_TRUE((*gemm)->matmul_experts(ws, ys, 2, begin, dx.as<float>()));
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_LE(rel_l2(download(dy[i], n * r), want[i]),
+                type == GgmlType::F32 ? kFloatRelL2 : kGemmRelL2);
+    }
+  }
+}
+
 // Batched products (a few tokens, the weights read once): each row as the CPU's matmul.
 TEST_F(CudaTest, BatchedMatvecMatchesCpu) {
   Context cpu(1, "scalar");

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "common/status.h"
 #include "compute/compute.h"
@@ -31,10 +32,14 @@ class Gemm {
  public:
   // A cuBLAS handle on `stream` and scratch for products of up to max_rows activation
   // rows of up to max_cols columns, dequantizing weight tiles of up to tile_elems elements.
+  // x_elems: activation values converted at once, when more than max_rows * max_cols (the
+  // (token, slot) rows of matmul_experts).
   static Result<std::unique_ptr<Gemm>> create(StreamHandle stream, int64_t max_rows,
-                                              int64_t max_cols, int64_t tile_elems);
+                                              int64_t max_cols, int64_t tile_elems,
+                                              int64_t x_elems = 0);
   // Device bytes create() takes for these sizes (the planner's estimate).
-  static size_t scratch_bytes(int64_t max_rows, int64_t max_cols, int64_t tile_elems);
+  static size_t scratch_bytes(int64_t max_rows, int64_t max_cols, int64_t tile_elems,
+                              int64_t x_elems = 0);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -46,13 +51,30 @@ class Gemm {
   // activations are converted once per activation format.
   Status matmul_shared(const WeightView* const* ws, float* const* ys, int count, const float* x,
                        int64_t n);
+  // Per-head products of one stacked tensor (MLA's wk_b / wv_b): w holds n_heads matrices of
+  // w.n_rows / n_heads rows each; x is (n, n_heads, w.n_cols) and y (n, n_heads, w.n_rows /
+  // n_heads), row (t, h) of y = W_h x(t, h). One strided batched cuBLAS product per weight
+  // tile of whole heads. REQUIRES: 0 < n, n_heads divides w.n_rows, a head's elements fit
+  // a tile (tile_elems), matvec_supported(w.type).
+  // A prompt's MoE products: x holds begin.back() rows grouped by expert (expert e's rows
+  // begin[e] .. begin[e + 1]), and ys[i]'s row j = expert(e) of ws[i] . x row j. ws[i] is
+  // expert 0's matrix of a stacked tensor of begin.size() - 1 experts (expert e's rows follow
+  // at e times its bytes). The activations are converted once per activation format for
+  // all rows, the weights dequantized a tile of consecutive experts at a time, one cuBLAS
+  // product per expert with rows. REQUIRES: begin.back() * w.n_cols <= the x capacity.
+  Status matmul_experts(const WeightView* const* ws, float* const* ys, int count,
+                        std::span<const int64_t> begin, const float* x);
+  Status matmul_heads(const WeightView& w, int64_t n_heads, const float* x, int64_t n, float* y);
 
  private:
+  // x16_ = x (count values) in the activation format of weights of `type`, widened to F16.
+  void convert(gguf::GgmlType type, const float* x, int64_t count);
+
   Gemm() = default;
   StreamHandle stream_ = nullptr;
   cublasContext* handle_ = nullptr;
-  int64_t max_rows_ = 0, max_cols_ = 0, tile_elems_ = 0;
-  DeviceBuffer x16_;  // (max_rows, max_cols) F16 activations
+  int64_t max_rows_ = 0, max_cols_ = 0, tile_elems_ = 0, x_elems_ = 0;
+  DeviceBuffer x16_;  // (x_elems) F16 activations
   DeviceBuffer w16_;  // (tile_elems) F16 weight tile
 };
 
