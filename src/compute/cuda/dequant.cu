@@ -12,6 +12,9 @@ namespace {
 using quant::kQK;
 using quant::kQK_K;
 
+__device__ __forceinline__ uint32_t load_u32_a4(const uint8_t* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
 __device__ __forceinline__ float h2f(const uint8_t* p) {
   return half_bits_to_float(load_u16(p));
 }
@@ -73,14 +76,21 @@ struct DqQ8_0 {
     }
   }
 };
+// Elements i0..i0+7 are the low (i0 < 16) or high nibbles of 8 consecutive code bytes:
+// two words of four codes, each turned into its doubled E2M1 values by mxfp4_values4.
 struct DqMXFP4 {
   static constexpr int kBlockBytes = 17, kBlockElems = kQK;
   static __device__ void dequant8(const uint8_t* b, int i0, float (&v)[8]) {
     const float d = e8m0_half_to_float(b[0]);
-    for (int k = 0; k < 8; ++k) {
-      const int i = i0 + k;
-      const uint32_t code = (b[1 + i % 16] >> (4 * (i / 16))) & 0xF;
-      v[k] = __fmul_rn(static_cast<float>(static_cast<int8_t>(mxfp4_values4(code) & 0xFF)), d);
+    const uint8_t* q = b + 1 + i0 % 16;
+    const int shift = 4 * (i0 / 16);
+    for (int w = 0; w < 2; ++w) {
+      const uint32_t bytes = q[4 * w] | (q[4 * w + 1] << 8) | (q[4 * w + 2] << 16) |
+                             (static_cast<uint32_t>(q[4 * w + 3]) << 24);
+      const int vals = mxfp4_values4((bytes >> shift) & 0x0F0F0F0Fu);
+      for (int k = 0; k < 4; ++k) {
+        v[4 * w + k] = __fmul_rn(static_cast<float>(static_cast<int8_t>(vals >> (8 * k))), d);
+      }
     }
   }
 };
@@ -132,11 +142,20 @@ struct DqK4 {
     }
     const float dl = __fmul_rn(h2f(b), static_cast<float>(sc));
     const float ml = __fmul_rn(h2f(b + 2), static_cast<float>(mn));
-    const uint8_t* qs = b + kQs + (j / 2) * 32;
+    // The 8 quant bytes (and Q5_K's 8 high-bit bytes) as two aligned words each: blocks,
+    // their fields and i0 % 32 are multiples of 4 bytes.
+    const int l0 = i0 % 32;
+    const uint8_t* qs = b + kQs + (j / 2) * 32 + l0;
+    const uint32_t lo[2] = {load_u32_a4(qs), load_u32_a4(qs + 4)};
+    uint32_t hi[2] = {0, 0};
+    if constexpr (kFive) {
+      hi[0] = load_u32_a4(b + 16 + l0);
+      hi[1] = load_u32_a4(b + 20 + l0);
+    }
     for (int k = 0; k < 8; ++k) {
-      const int l = (i0 + k) % 32;
-      int val = (qs[l] >> (4 * (j % 2))) & 0xF;
-      if constexpr (kFive) val |= ((b[16 + l] >> j) & 1) << 4;
+      const int sh = 8 * (k % 4);
+      int val = static_cast<int>((lo[k / 4] >> (sh + 4 * (j % 2))) & 0xF);
+      if constexpr (kFive) val |= static_cast<int>(((hi[k / 4] >> (sh + j)) & 1) << 4);
       v[k] = mul_sub(dl, val, ml);
     }
   }
@@ -167,16 +186,18 @@ __device__ __forceinline__ void store(OutT* out, float v) {
 
 // Rows of a quantized matrix; thread g takes elements 8 (g % groups) .. + 7 of output row
 // g / groups (source row ids[r], or row0 + r).
-template <class F, class OutT>
+// Index is the type of the group index: 32-bit division where the groups fit (a 64-bit
+// division costs more than the thread's bytes).
+template <class F, class OutT, class Index>
 __global__ void dequant_kernel(const uint8_t* __restrict__ w, size_t row_bytes,
                                const int32_t* __restrict__ ids, int64_t row0, int n_cols,
                                int64_t n_groups, OutT* __restrict__ out) {
   grid_dep_wait();
   grid_dep_launch();
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int groups = n_cols / 8;
-  if (g >= n_groups) return;
-  const int64_t r = g / groups;
+  const Index g = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const Index groups = static_cast<Index>(n_cols / 8);
+  if (static_cast<int64_t>(g) >= n_groups) return;
+  const auto r = static_cast<int64_t>(g / groups);
   const int e0 = static_cast<int>(g % groups) * 8;
   const int64_t src = ids != nullptr ? ids[r] : row0 + r;
   const uint8_t* block = w + static_cast<size_t>(src) * row_bytes +
@@ -225,9 +246,16 @@ template <class F, class OutT>
 void launch_quant(const DequantArgs& a, OutT* out) {
   const int64_t n_groups = a.n_rows * (a.n_cols / 8);
   if (n_groups == 0) return;
-  launch_kernel(dequant_kernel<F, OutT>, static_cast<unsigned>((n_groups + 255) / 256), 256, 0,
-                a.stream, static_cast<const uint8_t*>(a.w), a.row_bytes, a.ids, a.row0,
-                static_cast<int>(a.n_cols), n_groups, out);
+  const auto blocks = static_cast<unsigned>((n_groups + 255) / 256);
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  const int n_cols = static_cast<int>(a.n_cols);
+  if (n_groups + 256 < (int64_t{1} << 32)) {
+    launch_kernel(dequant_kernel<F, OutT, uint32_t>, blocks, 256, 0, a.stream, w, a.row_bytes,
+                  a.ids, a.row0, n_cols, n_groups, out);
+  } else {
+    launch_kernel(dequant_kernel<F, OutT, uint64_t>, blocks, 256, 0, a.stream, w, a.row_bytes,
+                  a.ids, a.row0, n_cols, n_groups, out);
+  }
 }
 
 template <int kFmt, class OutT>
