@@ -200,6 +200,7 @@ void KvCache::store(int64_t il, int64_t pos, int64_t n_tokens, const float* k, c
 void KvCache::store_rows(uint8_t* dst, int64_t width, int64_t pos, int64_t n_tokens,
                          const float* src) {
   const int64_t n = n_tokens * width;
+  if (n == 0) return;  // MLA keeps no V rows: its values are the latent's first columns
   if (f32_) {
     std::memcpy(dst + pos * width * 4, src, static_cast<size_t>(n) * 4);
     return;

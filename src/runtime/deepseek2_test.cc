@@ -126,9 +126,10 @@ TEST(Deepseek2Long, BatchInvariantAcrossKeySegments) {
 // (prefill attention, batched products), then a token a step with the last row's logits
 // only (decode attention; each step a CUDA graph, captured once per context bucket and then
 // replayed). split > 0: layers [0, split) on the CPU (their KV rows in host memory).
-std::vector<float> gpu_logits(const Synthesized& s, tiers::DeviceWeights& device,
-                              model::WeightProvider& host, const std::vector<int32_t>& tokens,
-                              int64_t prompt, int64_t split) {
+[[maybe_unused]] std::vector<float> gpu_logits(const Synthesized& s, tiers::DeviceWeights& device,
+                                               model::WeightProvider& host,
+                                               const std::vector<int32_t>& tokens, int64_t prompt,
+                                               int64_t split) {
   const model::HParams& hp = s.model->hparams();
   const auto n_ctx = static_cast<int64_t>(tokens.size());
   compute::Context ctx(2);

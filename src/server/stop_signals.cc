@@ -1,6 +1,7 @@
 #include "server/stop_signals.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -45,6 +46,19 @@ void arm_hard_stop() {
   }).detach();
 }
 
+// Serves with SIGINT and SIGTERM blocked on this thread, so the kernel hands them to
+// another: this one sits in accept(), where a sanitizer's runtime (which runs handlers at
+// its next intercepted call) would hold the signal until a client connects.
+void run_with_stop_signals_blocked(HttpServer& server) {
+  sigset_t stop, old;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, &old);
+  server.run();
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
 }  // namespace
 
 int serve_until_stopped(HttpServer& server) {
@@ -64,7 +78,7 @@ int serve_until_stopped(HttpServer& server) {
     arm_hard_stop();
     server.shutdown();
   });
-  server.run();
+  run_with_stop_signals_blocked(server);
   if (!signalled) {
     const unsigned char wake = 0;
     [[maybe_unused]] ssize_t n = ::write(g_stop_pipe[1], &wake, 1);

@@ -2,7 +2,7 @@
 """End-to-end test of expert streaming at the ends of the supported MoE range (ctest
 experts_cli).
 
-Usage: check_experts_cli.py HYPURA_BINARY SOURCE_DIR
+Usage: check_experts_cli.py HYPURA_BINARY SOURCE_DIR [--asan]  (--asan: no peak-RSS bound)
 
 For three synthetic Q4_K_M models with the golden llama's 384-token vocabulary, a
 qwen3moe with 512 experts of which 10 are used, a mixtral with 8 of which 1 is used and a
@@ -25,7 +25,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from cli_check import expect, failures, golden_dir, report, run  # noqa: E402
+from cli_check import ASAN, expect, failures, golden_dir, report, run  # noqa: E402
 
 # name, synth arguments, budget (bytes) that leaves room for only part of the experts
 # (qwen3moe: 172 MiB of weights, mixtral: 119 MiB; the process itself plans ~14 MiB)
@@ -58,7 +58,7 @@ def check_shape(hypura, golden, profile, tmp, name, synth_args, budget):
         j = json.loads(r.stdout)
         t = j["tiers"]
         expect(j["mode"] == "expert-streaming", f"{name}: mode {j['mode']}")
-        expect(0 < t["peak_rss_bytes"] <= budget, f"{name}: peak RSS {t['peak_rss_bytes']} > budget {budget}")
+        expect(ASAN or 0 < t["peak_rss_bytes"] <= budget, f"{name}: peak RSS {t['peak_rss_bytes']} > budget {budget}")
         expect(t["ledger_peak_bytes"] <= budget, f"{name}: ledger peak {t['ledger_peak_bytes']} > budget")
         e = j["experts"]
         expect(e.get("expert_bytes_per_token", 0) > 0, f"{name}: no expert bytes read: {e}")

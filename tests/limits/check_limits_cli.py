@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from cli_check import expect, golden_dir, report, run  # noqa: E402
+from cli_check import ASAN, expect, golden_dir, report, run  # noqa: E402
 
 
 def expect_usage_error(binary, args, flag):
@@ -54,7 +54,6 @@ def check_bench_context(binary):
 
 def main():
     binary = sys.argv[1]
-    asan = "--asan" in sys.argv[2:]
     for cmd in ("run", "serve", "bench"):
         expect_usage_error(binary, [cmd, "model.gguf", "-t", "100000"], "--threads")
     for cmd in ("run", "serve"):
@@ -63,7 +62,7 @@ def main():
         path = os.path.join(tmp, "huge_array.gguf")
         huge_array_gguf(path, 30_000_000)
         r = subprocess.run([binary, "inspect", path], capture_output=True, text=True, timeout=60,
-                           preexec_fn=None if asan else limit_address_space)
+                           preexec_fn=None if ASAN else limit_address_space)
         expect(r.returncode == 1, f"inspect of a 30M-element array under 1 GiB: exit {r.returncode}")
         expect("more than 4194304 metadata values" in r.stderr, f"inspect message: {r.stderr[-300:]!r}")
     check_bench_context(binary)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end test of streaming under a memory budget (run by ctest as streaming_cli).
 
-Usage: check_streaming_cli.py HYPURA_BINARY SOURCE_DIR
+Usage: check_streaming_cli.py HYPURA_BINARY SOURCE_DIR [--asan]  (--asan: no peak-RSS bound)
 
 Writes a "1b"-shaped synthetic Q4_K_M model (~640 MiB, the golden llama's 384-token
 vocabulary) and runs the real binary on it with a fixture hardware profile, so the plan
@@ -22,7 +22,7 @@ import tempfile
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from cli_check import expect, failures, golden_dir, report, run  # noqa: E402
+from cli_check import ASAN, expect, failures, golden_dir, report, run  # noqa: E402
 
 BUDGET = 400 << 20
 
@@ -48,7 +48,7 @@ def main():
             t = j["tiers"]
             expect(j["mode"] in ("dense-ffn-streaming", "full-streaming"), f"mode {j['mode']}")
             expect(t["ram_budget_bytes"] == BUDGET, f"ledger budget {t['ram_budget_bytes']}")
-            expect(0 < t["peak_rss_bytes"] <= BUDGET, f"peak RSS {t['peak_rss_bytes']} > budget {BUDGET}")
+            expect(ASAN or 0 < t["peak_rss_bytes"] <= BUDGET, f"peak RSS {t['peak_rss_bytes']} > budget {BUDGET}")
             expect(t["ledger_peak_bytes"] <= BUDGET, f"ledger peak {t['ledger_peak_bytes']} > budget")
             expect(t["planned_ram_bytes"] <= BUDGET, f"plan {t['planned_ram_bytes']} > budget")
             streamed = t["streamed_bytes_per_token"]
