@@ -18,6 +18,8 @@ import pathlib
 import sys
 import time
 
+import tokenizer_chat_templates
+
 DATA = pathlib.Path(__file__).resolve().parents[2] / "src/tokenizer/testdata/chat"
 TEMPLATE = pathlib.Path(__file__).resolve().parents[2] / "src/tokenizer/templates/gpt-oss.jinja"
 CASES = DATA / "gpt-oss.cases.json"
@@ -153,25 +155,7 @@ CONVERSATIONS = [
 
 
 def make_env():
-    import jinja2
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    def raise_exception(msg):
-        raise jinja2.exceptions.TemplateError(msg)
-
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                          sort_keys=sort_keys)
-
-    def strftime_now(fmt):
-        return time.strftime(fmt, time.gmtime(FIXED_TIME))
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = strftime_now
-    return env
+    return tokenizer_chat_templates.make_env(now=FIXED_TIME)
 
 
 def render_all(env):

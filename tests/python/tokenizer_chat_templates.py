@@ -38,7 +38,9 @@ SPECIAL = {
 }
 
 
-def make_env():
+def make_env(now=None):
+    """transformers' template environment; now: a fixed time for strftime_now (seconds
+    since the epoch, rendered in UTC), the local clock if None."""
     import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -52,6 +54,8 @@ def make_env():
 
     def strftime_now(fmt):
         import datetime
+        if now is not None:
+            return datetime.datetime.fromtimestamp(now, datetime.timezone.utc).strftime(fmt)
         return datetime.datetime.now().strftime(fmt)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
