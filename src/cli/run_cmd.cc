@@ -13,11 +13,13 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 
 #include "cli/command.h"
 #include "runtime/session.h"
+#include "server/harmony.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hypura::cli {
@@ -94,16 +96,40 @@ runtime::GenerateOptions generate_options(const RunArgs& a) {
   return o;
 }
 
-// Generates one reply to `prompt` tokens, streaming it to stdout.
-Result<runtime::GenerateResult> reply(runtime::Session& session, const std::vector<int32_t>& prompt,
-                                      const runtime::GenerateOptions& options) {
+// Prints a parsed piece of a harmony reply: the answer to stdout, reasoning and calls to
+// stderr (so stdout holds only the answer); returns the answer's text.
+std::string print_pieces(const server::ReplyPieces& p) {
+  std::fwrite(p.thinking.data(), 1, p.thinking.size(), stderr);
+  for (const server::ToolCall& c : p.calls)
+    std::fprintf(stderr, "\n[tool call] %s %s\n", c.name.c_str(), c.arguments.dump().c_str());
+  std::fwrite(p.text.data(), 1, p.text.size(), stdout);
+  std::fflush(stdout);
+  return p.text;
+}
+
+// Generates one reply to `prompt` tokens, streaming it to stdout; *answer gets the reply
+// as a chat history keeps it. A harmony reply (gpt-oss, with its chat template) is split:
+// its reasoning goes to stderr, its final answer to stdout and *answer.
+Result<runtime::GenerateResult> reply(runtime::Engine& engine, const RunArgs& a,
+                                      runtime::Session& session, const std::vector<int32_t>& prompt,
+                                      const runtime::GenerateOptions& options,
+                                      std::string* answer) {
+  std::optional<server::HarmonyParser> harmony;
+  if (engine.writes_harmony() && !a.no_chat) harmony.emplace();
+  answer->clear();
   g_cancel.store(false);
   g_generating.store(true);
-  auto result = session.generate(prompt, options, [](std::string_view piece) {
+  auto result = session.generate(prompt, options, [&](std::string_view piece) {
+    if (harmony) {
+      *answer += print_pieces(harmony->push(piece));
+      return true;
+    }
+    *answer += piece;
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
     return true;
   });
+  if (harmony) *answer += print_pieces(harmony->finish());
   g_generating.store(false);
   return result;
 }
@@ -134,7 +160,8 @@ int run_once(runtime::Engine& engine, const RunArgs& a) {
     std::fprintf(stderr, "\n");
   }
   auto session = engine.new_session();
-  auto result = reply(*session, *prompt, generate_options(a));
+  std::string answer;
+  auto result = reply(engine, a, *session, *prompt, generate_options(a), &answer);
   if (!result.is_ok()) {
     std::cerr << "\nhypura run: " << result.status().message() << "\n";
     return 1;
@@ -171,12 +198,13 @@ int run_interactive(runtime::Engine& engine, const RunArgs& a) {
       std::cerr << "hypura run: " << prompt.status().message() << "\n";
       return 1;
     }
-    auto result = reply(*session, *prompt, options);
+    std::string answer;
+    auto result = reply(engine, a, *session, *prompt, options, &answer);
     if (!result.is_ok()) {
       std::cerr << "\nhypura run: " << result.status().message() << "\n";
       return 1;
     }
-    chat.push_back({"assistant", result->text});
+    chat.push_back({"assistant", answer});
     raw_so_far += result->text;
     print_stats(*result);
   }

@@ -174,6 +174,7 @@ class LocalEngine final : public Engine {
   }
   std::optional<FimTokens> fim_tokens() const override;
   bool supports_tools() const override { return chat_->supports_tools(); }
+  bool writes_harmony() const override { return tokenizer_->harmony(); }
 
   const std::shared_ptr<const model::Model>& model() const { return model_; }
   Status place_on_device(const std::function<void(uint64_t, uint64_t)>& progress);

@@ -238,6 +238,9 @@ class Engine {
   virtual std::optional<FimTokens> fim_tokens() const { return std::nullopt; }
   // Whether the model's chat template renders tools, tool calls and tool results.
   virtual bool supports_tools() const { return false; }
+  // Whether the model writes its replies in harmony's channels (gpt-oss): reasoning,
+  // answer and tool calls in one stream of markup that the server splits apart.
+  virtual bool writes_harmony() const { return false; }
 };
 
 }  // namespace hypura::runtime

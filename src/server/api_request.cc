@@ -266,8 +266,30 @@ Status parse_ollama_options(const json& body, const RequestLimits& limits, Gener
   return get_stop(*opts, p, limits, &req->stop);
 }
 
+Status check_reasoning_effort(std::string_view field_name, const std::string& effort) {
+  if (effort.empty() || effort == "low" || effort == "medium" || effort == "high")
+    return Status::ok();
+  return invalid_argument("\"" + std::string(field_name) +
+                          "\": must be \"low\", \"medium\" or \"high\"");
+}
+
+// Ollama's "think": true or false (whether the reply's reasoning is returned), or a
+// reasoning effort ("low", "medium", "high"; gpt-oss), which returns it.
+Status parse_think(const json& body, GenerationRequest* req) {
+  const json* think = field(body, "think");
+  if (think == nullptr || think->is_null()) return Status::ok();
+  if (think->is_boolean()) {
+    req->show_thinking = think->get<bool>();
+    return Status::ok();
+  }
+  if (!think->is_string()) return type_error("think", "a boolean or a string");
+  req->reasoning_effort = think->get<std::string>();
+  return check_reasoning_effort("think", req->reasoning_effort);
+}
+
 Status parse_ollama_common(const json& body, const RequestLimits& limits, GenerationRequest* req) {
   HYPURA_RETURN_IF_ERROR(parse_model(body, req));
+  HYPURA_RETURN_IF_ERROR(parse_think(body, req));
   HYPURA_RETURN_IF_ERROR(get_bool(body, "stream", "", &req->stream));
   HYPURA_RETURN_IF_ERROR(parse_ollama_format(body, req));
   HYPURA_RETURN_IF_ERROR(parse_keep_alive(body, &req->unload));
@@ -449,10 +471,7 @@ Status parse_openai_chat(const json& body, const RequestLimits& limits, Generati
   }
   HYPURA_RETURN_IF_ERROR(parse_openai_response_format(body, req));
   HYPURA_RETURN_IF_ERROR(get_string(body, "reasoning_effort", "", &req->reasoning_effort));
-  const std::string& effort = req->reasoning_effort;
-  if (!effort.empty() && effort != "low" && effort != "medium" && effort != "high") {
-    return invalid_argument("\"reasoning_effort\": must be \"low\", \"medium\" or \"high\"");
-  }
+  HYPURA_RETURN_IF_ERROR(check_reasoning_effort("reasoning_effort", req->reasoning_effort));
   const json* messages = field(body, "messages");
   if (!messages) return invalid_argument("\"messages\": required");
   if (!messages->is_array()) return type_error("messages", "an array");

@@ -7,7 +7,7 @@
 //
 // Field names follow the upstream APIs:
 //   Ollama  POST /api/generate  model prompt suffix system template raw format images
-//                               options stream keep_alive (context, think: accepted)
+//                               options stream keep_alive think (context: accepted)
 //   Ollama  POST /api/chat      model messages[{role, content, images}] format options
 //                               stream keep_alive
 //   OpenAI  POST /v1/chat/completions  model messages[{role, content: str | [parts]}]
@@ -69,8 +69,11 @@ struct GenerationRequest {
   // Chat APIs' "tools": the definitions as a JSON array (OpenAI's shape), "" for none
   // (also after OpenAI's tool_choice "none").
   std::string tools;
-  // OpenAI chat's "reasoning_effort": "low", "medium", "high", or "" (the model's default).
+  // OpenAI chat's "reasoning_effort" or Ollama's "think" as a level: "low", "medium",
+  // "high", or "" (the model's default).
   std::string reasoning_effort;
+  // Ollama's "think": false leaves the reasoning parsed from a reply out of the response.
+  bool show_thinking = true;
   bool unload = false;  // keep_alive 0: unload the model after this request
 
   runtime::SamplingParams sampling;

@@ -103,12 +103,14 @@ json ResponseFormatter::openai_base(bool chunk) const {
           {"system_fingerprint", "fp_hypura"}};
 }
 
-json ResponseFormatter::ollama_text(std::string_view text) const {
+json ResponseFormatter::ollama_text(std::string_view text, std::string_view thinking) const {
   json j = ollama_base();
   if (api_ == Api::kOllamaChat) {
     j["message"] = {{"role", "assistant"}, {"content", std::string(text)}};
+    if (!thinking.empty()) j["message"]["thinking"] = std::string(thinking);
   } else {
     j["response"] = std::string(text);
+    if (!thinking.empty()) j["thinking"] = std::string(thinking);
   }
   return j;
 }
@@ -203,6 +205,23 @@ std::string ResponseFormatter::stream_piece(std::string_view piece) const {
   return "data: " + dump_json(j) + "\n\n";
 }
 
+std::string ResponseFormatter::stream_thinking(std::string_view thinking) const {
+  if (thinking.empty()) return "";
+  if (!is_openai(api_)) {
+    json j = ollama_text("", thinking);
+    j["done"] = false;
+    return dump_json(j) + "\n";
+  }
+  if (api_ != Api::kOpenAiChat) return "";  // completions have no place for it
+  json j = openai_base(true);
+  j["choices"] = json::array({{{"index", 0},
+                               {"delta", {{"reasoning_content", std::string(thinking)}}},
+                               {"logprobs", nullptr},
+                               {"finish_reason", nullptr}}});
+  if (include_usage_) j["usage"] = nullptr;
+  return "data: " + dump_json(j) + "\n\n";
+}
+
 std::string ResponseFormatter::stream_end(const Outcome& o, bool made_calls) const {
   if (!is_openai(api_)) {
     json j = ollama_text("");
@@ -235,9 +254,10 @@ std::string ResponseFormatter::stream_error(std::string_view message) const {
 }
 
 std::string ResponseFormatter::full(const std::string& text, const Outcome& o,
-                                    const std::vector<ToolCall>& calls) const {
+                                    const std::vector<ToolCall>& calls,
+                                    const std::string& thinking) const {
   if (!is_openai(api_)) {
-    json j = ollama_text(text);
+    json j = ollama_text(text, thinking);
     if (!calls.empty()) j["message"]["tool_calls"] = ollama_calls(calls);
     add_ollama_stats(o, &j);
     return dump_json(j);
@@ -247,6 +267,7 @@ std::string ResponseFormatter::full(const std::string& text, const Outcome& o,
       {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(o, !calls.empty())}};
   if (api_ == Api::kOpenAiChat) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
+    if (!thinking.empty()) choice["message"]["reasoning_content"] = thinking;
     if (!calls.empty()) {
       choice["message"]["tool_calls"] = openai_calls(calls, 0, false);
       if (text.empty()) choice["message"]["content"] = nullptr;  // as OpenAI answers a pure call

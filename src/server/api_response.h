@@ -26,7 +26,7 @@
 #include "runtime/session.h"
 #include "server/api_request.h"
 #include "server/model_info.h"
-#include "server/tool_calls.h"
+#include "server/reply_parser.h"
 
 namespace hypura::server {
 
@@ -66,6 +66,9 @@ class ResponseFormatter {
   // Sent once before the first piece ("" for Ollama; the role delta for OpenAI chat).
   std::string stream_start() const;
   std::string stream_piece(std::string_view piece) const;
+  // Reasoning parsed from the reply (harmony's analysis channel): Ollama's "thinking" (in
+  // "message" for chat), OpenAI chat's delta "reasoning_content" (as llama.cpp's server).
+  std::string stream_thinking(std::string_view thinking) const;
   // Tool calls parsed from the reply (chat APIs); `first_index` numbers them across the
   // reply (OpenAI's tool_calls[].index). Ollama: a message chunk with "tool_calls";
   // OpenAI: a delta with "tool_calls" ({"index", "id", "type", "function": {"name",
@@ -78,7 +81,7 @@ class ResponseFormatter {
   std::string stream_error(std::string_view message) const;
   // The one body of a non-streaming response.
   std::string full(const std::string& text, const Outcome& outcome,
-                   const std::vector<ToolCall>& calls = {}) const;
+                   const std::vector<ToolCall>& calls = {}, const std::string& thinking = {}) const;
   // Ollama's answer to a request with no prompt/messages: done_reason "load", or
   // "unload" for keep_alive 0.
   std::string load_response(std::string_view done_reason = "load") const;
@@ -86,7 +89,8 @@ class ResponseFormatter {
  private:
   nlohmann::json ollama_base() const;
   nlohmann::json openai_base(bool chunk) const;
-  nlohmann::json ollama_text(std::string_view text) const;  // {"response"} or {"message"}
+  // {"response"} or {"message"}, with "thinking" when not empty.
+  nlohmann::json ollama_text(std::string_view text, std::string_view thinking = {}) const;
   void add_ollama_stats(const Outcome& outcome, nlohmann::json* j) const;
   nlohmann::json usage(const Outcome& outcome) const;
   nlohmann::json ollama_calls(const std::vector<ToolCall>& calls) const;

@@ -12,8 +12,10 @@
 #include "server/api_request.h"
 #include "server/api_response.h"
 #include "server/generation_worker.h"
+#include "server/harmony.h"
 #include "server/host_policy.h"
 #include "server/prompt.h"
+#include "server/tool_calls.h"
 
 namespace hypura::server {
 namespace {
@@ -60,8 +62,10 @@ struct Exchange {
   bool started = false;
   std::string text;             // non-streaming: the pieces so far
   size_t dropped_messages = 0;  // oldest chat messages left out to fit the context
-  bool tools = false;           // the request offered tools: the reply is parsed for calls
-  ToolCallParser parser{};
+  // The reply's format needs parsing (harmony's channels, offered tools); null: plain text.
+  std::unique_ptr<ReplyParser> parser{};
+  bool show_thinking = true;      // Ollama "think": false leaves the reasoning out
+  std::string thinking{};         // non-streaming: the reasoning so far
   std::vector<ToolCall> calls{};  // non-streaming: the calls so far
   size_t n_calls = 0;             // calls made so far
 };
@@ -73,6 +77,14 @@ std::vector<std::string> tool_names(const std::string& tools) {
     names.push_back(t["function"]["name"].get<std::string>());
   }
   return names;
+}
+
+// The parser a reply needs: harmony's channels for a model that writes them (when its chat
+// template made the prompt), Hermes tags when tools were offered; none otherwise.
+std::unique_ptr<ReplyParser> reply_parser(const GenerationRequest& request, bool harmony) {
+  if (harmony && uses_chat_template(request)) return std::make_unique<HarmonyParser>();
+  if (!request.tools.empty()) return std::make_unique<ToolCallParser>(tool_names(request.tools));
+  return nullptr;
 }
 
 // What /api/show lists besides "completion".
@@ -112,8 +124,7 @@ struct HttpServer::Impl {
                   httplib::Response& res);
   void start_exchange(std::shared_ptr<Exchange> ex, httplib::Response& res);
   bool pump(Exchange& ex, httplib::DataSink& sink);
-  bool forward(Exchange& ex, httplib::DataSink& sink, std::string text,
-               std::vector<ToolCall> calls);
+  bool forward(Exchange& ex, httplib::DataSink& sink, ReplyPieces pieces);
   bool finish_exchange(Exchange& ex, httplib::DataSink& sink);
   uint64_t fresh_seed();
 
@@ -407,8 +418,8 @@ void HttpServer::Impl::handle_generation(Api api, const httplib::Request& req,
   auto ex = std::make_shared<Exchange>(
       Exchange{job, std::move(fmt), request.stream, n_prompt, false, {}});
   ex->dropped_messages = prompt->dropped_messages;
-  ex->tools = !request.tools.empty();
-  if (ex->tools) ex->parser = ToolCallParser(tool_names(request.tools));
+  ex->parser = reply_parser(request, engine.writes_harmony());
+  ex->show_thinking = request.show_thinking;
   start_exchange(std::move(ex), res);
 }
 
@@ -533,12 +544,8 @@ bool HttpServer::Impl::pump(Exchange& ex, httplib::DataSink& sink) {
   }
   Job::Update update = ex.job->wait(kPollInterval);
   for (std::string& piece : update.pieces) {
-    if (ex.tools) {
-      ToolCallParser::Output out = ex.parser.push(piece);
-      if (!forward(ex, sink, std::move(out.text), std::move(out.calls))) return false;
-    } else if (!forward(ex, sink, std::move(piece), {})) {
-      return false;  // the releaser cancels the job
-    }
+    ReplyPieces out = ex.parser ? ex.parser->push(piece) : ReplyPieces{std::move(piece), {}, {}};
+    if (!forward(ex, sink, std::move(out))) return false;  // the releaser cancels the job
   }
   if (update.done) return finish_exchange(ex, sink);
   // A stream notices a departed client when a write fails; a non-streamed answer writes
@@ -547,27 +554,30 @@ bool HttpServer::Impl::pump(Exchange& ex, httplib::DataSink& sink) {
   return true;
 }
 
-// Text and tool calls of the reply to the client (streaming) or to the final body.
-bool HttpServer::Impl::forward(Exchange& ex, httplib::DataSink& sink, std::string text,
-                               std::vector<ToolCall> calls) {
+// Reasoning, text and tool calls of the reply to the client (streaming) or to the final
+// body.
+bool HttpServer::Impl::forward(Exchange& ex, httplib::DataSink& sink, ReplyPieces pieces) {
   const size_t first = ex.n_calls;
-  ex.n_calls += calls.size();
+  ex.n_calls += pieces.calls.size();
+  if (!ex.show_thinking) pieces.thinking.clear();
   if (!ex.stream) {
-    ex.text += text;
-    for (ToolCall& c : calls) ex.calls.push_back(std::move(c));
+    ex.thinking += pieces.thinking;
+    ex.text += pieces.text;
+    for (ToolCall& c : pieces.calls) ex.calls.push_back(std::move(c));
     return true;
   }
-  for (const std::string& s : {text.empty() ? std::string() : ex.fmt.stream_piece(text),
-                               ex.fmt.stream_tool_calls(calls, first)}) {
+  for (const std::string& s :
+       {ex.fmt.stream_thinking(pieces.thinking),
+        pieces.text.empty() ? std::string() : ex.fmt.stream_piece(pieces.text),
+        ex.fmt.stream_tool_calls(pieces.calls, first)}) {
     if (!s.empty() && !sink.write(s.data(), s.size())) return false;
   }
   return true;
 }
 
 bool HttpServer::Impl::finish_exchange(Exchange& ex, httplib::DataSink& sink) {
-  if (ex.tools) {
-    ToolCallParser::Output out = ex.parser.finish();
-    if (!forward(ex, sink, std::move(out.text), std::move(out.calls))) return false;
+  if (ex.parser) {
+    if (!forward(ex, sink, ex.parser->finish())) return false;
     // A reply that calls tools has no content besides the whitespace around its calls.
     if (ex.n_calls > 0 && ex.text.find_first_not_of(" \t\r\n") == std::string::npos)
       ex.text.clear();
@@ -583,7 +593,7 @@ bool HttpServer::Impl::finish_exchange(Exchange& ex, httplib::DataSink& sink) {
     Outcome outcome{*result, ex.n_prompt, ns_between(t_log.start, job.finished()),
                     ns_between(t_log.start, job.started())};
     body = ex.stream ? ex.fmt.stream_end(outcome, ex.n_calls > 0)
-                     : ex.fmt.full(ex.text, outcome, ex.calls);
+                     : ex.fmt.full(ex.text, outcome, ex.calls, ex.thinking);
     const double tok_s =
         result->generate_seconds > 0 ? result->generated_tokens / result->generate_seconds : 0;
     t_log.detail = fmt::format("prompt={} (reused {}) eval={} {:.1f} tok/s done={} ctx={}",

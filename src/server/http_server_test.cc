@@ -180,6 +180,49 @@ TEST_F(ServerTest, OpenAiChatSseWithUsage) {
   EXPECT_EQ(cmpl["usage"]["completion_tokens"], 2);
 }
 
+// A harmony model (gpt-oss): the reply's markup is parsed into reasoning and content, in
+// both APIs, streamed or not; Ollama's "think": false drops the reasoning; raw prompts are
+// not in the model's format and pass as they come.
+TEST_F(ServerTest, HarmonyRepliesSplitIntoThinkingAndContent) {
+  FakeConfig config;
+  config.harmony = true;
+  start(config);
+  json one = json::parse(post("/api/chat", chat_body(false))->body);
+  EXPECT_EQ(one["message"]["thinking"], "The user wants words.");
+  const std::string text = one["message"]["content"];
+  EXPECT_FALSE(text.empty());
+  EXPECT_EQ(text.find("<|"), std::string::npos) << text;
+
+  std::string thinking, joined;
+  for (const json& line : ndjson(post("/api/chat", chat_body(true))->body)) {
+    thinking += line["message"].value("thinking", "");
+    joined += line["message"]["content"].get<std::string>();
+  }
+  EXPECT_EQ(thinking, "The user wants words.");
+  EXPECT_EQ(joined, text);
+
+  json no_think = chat_body(false);
+  no_think["think"] = false;
+  json hidden = json::parse(post("/api/chat", no_think)->body);
+  EXPECT_FALSE(hidden["message"].contains("thinking"));
+  EXPECT_EQ(hidden["message"]["content"], text);
+  no_think["think"] = "sometimes";
+  EXPECT_EQ(post("/api/chat", no_think)->status, 400);
+
+  json openai = {{"model", "fake"},
+                 {"temperature", 0},
+                 {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}};
+  json whole = json::parse(post("/v1/chat/completions", openai)->body);
+  EXPECT_EQ(whole["choices"][0]["message"]["reasoning_content"], "The user wants words.");
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], text);
+
+  json raw = json::parse(
+      post("/api/generate", {{"model", "fake"}, {"prompt", "x"}, {"raw", true}, {"stream", false}})
+          ->body);
+  EXPECT_EQ(raw["response"].get<std::string>().rfind("<|channel|>analysis", 0), 0u);
+  EXPECT_FALSE(raw.contains("thinking"));
+}
+
 TEST_F(ServerTest, BadRequestsGet400Json) {
   ServerOptions options;
   options.max_body_bytes = 2048;

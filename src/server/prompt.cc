@@ -192,6 +192,18 @@ Result<PreparedPrompt> fit_chat(const runtime::Engine& engine, const GenerationR
 
 }  // namespace
 
+bool uses_chat_template(const GenerationRequest& request) {
+  switch (request.api) {
+    case Api::kOllamaChat:
+    case Api::kOpenAiChat:
+      return true;
+    case Api::kOllamaGenerate:
+      return request.suffix.empty() && !request.raw && request.prompt_template.empty();
+    default:
+      return false;
+  }
+}
+
 Result<std::vector<int32_t>> tokenize_request(const runtime::Engine& engine,
                                               const GenerationRequest& request) {
   std::vector<int32_t> tokens;

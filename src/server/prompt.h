@@ -58,6 +58,10 @@ struct PreparedPrompt {
 Result<PreparedPrompt> prepare_prompt(const runtime::Engine& engine,
                                       const GenerationRequest& request, bool* too_long);
 
+// Whether the prompt is rendered by the model's chat template (chat APIs, and
+// /api/generate without raw, template or suffix), so the reply is in the model's format.
+bool uses_chat_template(const GenerationRequest& request);
+
 // The prompt's token ids, without fitting them to a context (no turn is dropped).
 Result<std::vector<int32_t>> tokenize_request(const runtime::Engine& engine,
                                               const GenerationRequest& request);

@@ -8,14 +8,6 @@ namespace {
 constexpr std::string_view kOpen = "<tool_call>";
 constexpr std::string_view kClose = "</tool_call>";
 
-// Length of the longest suffix of `text` that is a proper prefix of `tag`.
-size_t partial_tag(std::string_view text, std::string_view tag) {
-  for (size_t n = std::min(text.size(), tag.size() - 1); n > 0; --n) {
-    if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
-  }
-  return 0;
-}
-
 }  // namespace
 
 bool parse_tool_call(std::string_view body, ToolCall* call) {
@@ -43,7 +35,7 @@ void ToolCallParser::drain(Output* out) {
     if (!in_call_) {
       const size_t open = buffer_.find(kOpen);
       if (open == std::string::npos) {
-        const size_t keep = partial_tag(buffer_, kOpen);
+        const size_t keep = partial_marker(buffer_, kOpen);
         out->text += buffer_.substr(0, buffer_.size() - keep);
         buffer_.erase(0, buffer_.size() - keep);
         return;

@@ -17,34 +17,26 @@
 // Thread-safety: one instance per reply, used by one thread.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "server/reply_parser.h"
+
 namespace hypura::server {
 
-struct ToolCall {
-  std::string name;
-  nlohmann::json arguments = nlohmann::json::object();
-};
-
-class ToolCallParser {
+class ToolCallParser final : public ReplyParser {
  public:
+  using Output = ReplyPieces;
   // tool_names: the offered tools' names (a bare JSON call must name one of them).
   explicit ToolCallParser(std::vector<std::string> tool_names = {})
       : names_(std::move(tool_names)) {}
 
-  struct Output {
-    std::string text;             // content that is final now
-    std::vector<ToolCall> calls;  // calls completed by this piece
-  };
-
-  Output push(std::string_view piece);
+  Output push(std::string_view piece) override;
   // The end of the reply: held-back text, and a call whose closing tag never came if its
   // body is a complete object (models often end with EOS instead of </tool_call>).
-  Output finish();
+  Output finish() override;
 
  private:
   void drain(Output* out);

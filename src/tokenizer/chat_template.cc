@@ -177,8 +177,7 @@ ChatTemplate ChatTemplate::for_tokenizer(const Tokenizer& tok) {
     return from_text("<|user|><|end|><|system|>", bos, eos, add_bos);
   }
   // gpt-oss's harmony markers: its own template, which we carry.
-  if (tok.find_token("<|start|>") >= 0 && tok.find_token("<|message|>") >= 0 &&
-      tok.find_token("<|channel|>") >= 0) {
+  if (tok.harmony()) {
     return from_text(gpt_oss_chat_template(), bos, eos, add_bos);
   }
   return from_text("", bos, eos, add_bos);

@@ -167,6 +167,8 @@ void Tokenizer::find_end_of_generation_tokens() {
 // (matched without parse_special, printed) so a reply's markup reaches its parser; when
 // <|return|> and <|call|> end a turn, <|end|> only closes one message and is printed too.
 void Tokenizer::apply_harmony_rules() {
+  harmony_ = index_.find("<|start|>") >= 0 && index_.find("<|channel|>") >= 0 &&
+             index_.find("<|message|>") >= 0;
   for (std::string_view text : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"}) {
     if (const int32_t id = index_.find(text); id >= 0) vocab_.types[id] = TokenType::kUserDefined;
   }

@@ -90,6 +90,9 @@ class Tokenizer {
   // Id of the token whose raw text is exactly `text`, or -1.
   int32_t find_token(std::string_view text) const { return index_.find(text); }
   const std::string& chat_template() const { return vocab_.chat_template; }
+  // The vocabulary carries harmony's message markup (gpt-oss's <|start|>, <|channel|>,
+  // <|message|>): prompts and replies are written in channels (server/harmony.h).
+  bool harmony() const { return harmony_; }
   const Vocab& vocab() const { return vocab_; }
 
  private:
@@ -127,6 +130,7 @@ class Tokenizer {
   std::array<bool, 256> special_first_byte_{};  // byte starts some special text
   std::vector<std::string> pieces_;             // (n_vocab) token_to_piece(id, special = false)
   std::unordered_set<int32_t> eog_ids_;
+  bool harmony_ = false;
 };
 
 }  // namespace hypura::tokenizer

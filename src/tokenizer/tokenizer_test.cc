@@ -232,11 +232,13 @@ TEST(Tokenizer, HarmonyMarkupTokens) {
   EXPECT_TRUE(tok->is_end_of_generation(15));
   EXPECT_TRUE(tok->is_end_of_generation(16));
   EXPECT_EQ(tok->token_to_piece(15), "");  // <|return|> stays a control token
+  EXPECT_TRUE(tok->harmony());
   // Without <|return|>/<|call|> (Phi-3's <|end|>), <|end|> still ends generation.
   Vocab phi = tiny_bpe("gpt-2");
   phi.tokens.push_back("<|end|>");
   phi.types.push_back(TokenType::kControl);
   EXPECT_TRUE(Tokenizer::from_vocab(phi).value()->is_end_of_generation(10));
+  EXPECT_FALSE(Tokenizer::from_vocab(phi).value()->harmony());
 }
 
 // GLM-4 files name their BOS ([gMASK]) themselves; without one there is none, not GPT-2's 11.

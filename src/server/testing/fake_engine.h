@@ -59,7 +59,13 @@ struct FakeConfig {
   bool eos = true;                              // false: only limits end an answer
   std::shared_ptr<GenerationGate> gate{};       // null: nothing holds generations
   int gate_at = 0;                              // generated tokens before the gate
+  bool harmony = false;  // replies open with a harmony reasoning message (kHarmonyOpening)
 };
+
+// What a harmony fake's reply starts with: reasoning, then the final channel's header.
+inline constexpr std::string_view kHarmonyOpening =
+    "<|channel|>analysis<|message|>The user wants words.<|end|>"
+    "<|start|>assistant<|channel|>final<|message|>";
 
 inline const std::vector<std::string>& fake_words() {
   static const std::vector<std::string> words = {
@@ -113,6 +119,7 @@ class FakeSession : public runtime::Session {
         break;
       }
       std::this_thread::sleep_for(config_.token_delay);
+      if (config_.harmony && i == 0) pending += kHarmonyOpening;
       const uint64_t w = fake_hash(h, static_cast<uint64_t>(i)) % fake_words().size();
       cache_.push_back(1000 + static_cast<int32_t>(w));
       ++r.generated_tokens;
@@ -232,6 +239,7 @@ class FakeEngine : public runtime::Engine {
   int64_t n_embd() const override { return FakeSession::kFakeEmbd; }
   std::string architecture() const override { return "fake"; }
   std::string mode() const override { return "full-resident"; }
+  bool writes_harmony() const override { return config_.harmony; }
 
   // "<|role|>content\n" per message, then "<|assistant|>"; a continued last message
   // has no "\n" and no generation prompt follows.
