@@ -206,6 +206,7 @@ int run_interactive(runtime::Engine& engine, const RunArgs& a) {
     }
     chat.push_back({"assistant", answer});
     raw_so_far += result->text;
+    std::fputs("\n", stdout);  // the next prompt starts on a line of its own
     print_stats(*result);
   }
   std::printf("\n");

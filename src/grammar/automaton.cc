@@ -550,6 +550,15 @@ bool step_bytes(const Grammar& g, const State& s, std::string_view bytes, State*
   return true;
 }
 
+bool accepts_document(const Grammar& g, std::string_view text) {
+  State start, a, b;
+  initial_state(g, g.root, &start);
+  const State* after = nullptr;
+  if (!step_bytes(g, start, text, &a, &b, &after)) return false;
+  State scratch;
+  return accepts_end(g, *after, &scratch);
+}
+
 bool string_tops(const Grammar& g, const State& s, std::array<StringTop, kMaxThreads>* out) {
   for (int t = 0; t < s.n_threads; ++t) {
     const Frame& f = s.top(t);

@@ -74,6 +74,9 @@ bool can_continue(const Grammar& g, const State& s, State* scratch);
 bool step_bytes(const Grammar& g, const State& s, std::string_view bytes, State* a, State* b,
                 const State** out);
 
+// Whether `text` as a whole is a document of the grammar (validation, not sampling).
+bool accepts_document(const Grammar& g, std::string_view text);
+
 // Where a thread's top frame stands inside a string value or a free object key (one
 // that may name no property), for the vocabulary fast path (token_mask.h).
 struct StringTop {

@@ -32,16 +32,16 @@ class HarmonyParser final : public ReplyParser {
   enum class Body { kContent, kThinking, kCall };
 
   void drain(ReplyPieces* out);
-  bool read_header();                     // false: the header is not complete yet
+  bool read_header();  // false: the header is not complete yet
   void emit(std::string_view text, ReplyPieces* out);
-  void end_message(ReplyPieces* out);     // a call's body becomes a ToolCall
+  void end_message(ReplyPieces* out);  // a call's body becomes a ToolCall
 
-  std::string buffer_;      // text not yet handed on
-  bool at_start_ = true;    // nothing but whitespace so far: the reply may have no markup
-  bool in_header_ = true;   // the reply starts in the first message's header
+  std::string buffer_;     // text not yet handed on
+  bool at_start_ = true;   // nothing but whitespace so far: the reply may have no markup
+  bool in_header_ = true;  // the reply starts in the first message's header
   Body body_ = Body::kContent;
-  std::string call_name_;   // kCall: the function's name
-  std::string call_body_;   // kCall: its arguments so far
+  std::string call_name_;  // kCall: the function's name
+  std::string call_body_;  // kCall: its arguments so far
 };
 
 }  // namespace hypura::server

@@ -65,11 +65,11 @@ TEST(Harmony, ArgumentsThatAreNotAnObjectPassAsWritten) {
 }
 
 TEST(Harmony, PreamblesAreContentAndBuiltInToolsAreReasoning) {
-  ReplyPieces out = run(
-      "<|channel|>commentary<|message|>Checking now.<|end|>"
-      "<|start|>assistant<|channel|>analysis to=browser.search<|message|>{\"q\": 1}<|end|>"
-      "<|start|>assistant<|channel|>final<|message|>Done.",
-      3);
+  ReplyPieces out =
+      run("<|channel|>commentary<|message|>Checking now.<|end|>"
+          "<|start|>assistant<|channel|>analysis to=browser.search<|message|>{\"q\": 1}<|end|>"
+          "<|start|>assistant<|channel|>final<|message|>Done.",
+          3);
   EXPECT_EQ(out.text, "Checking now.Done.");
   EXPECT_EQ(out.thinking, "{\"q\": 1}");
   EXPECT_TRUE(out.calls.empty());

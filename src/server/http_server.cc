@@ -70,20 +70,11 @@ struct Exchange {
   size_t n_calls = 0;             // calls made so far
 };
 
-// The names of the tools a request offers (its "tools", validated by the parser).
-std::vector<std::string> tool_names(const std::string& tools) {
-  std::vector<std::string> names;
-  for (const nlohmann::json& t : nlohmann::json::parse(tools, nullptr, false)) {
-    names.push_back(t["function"]["name"].get<std::string>());
-  }
-  return names;
-}
-
 // The parser a reply needs: harmony's channels for a model that writes them (when its chat
 // template made the prompt), Hermes tags when tools were offered; none otherwise.
 std::unique_ptr<ReplyParser> reply_parser(const GenerationRequest& request, bool harmony) {
   if (harmony && uses_chat_template(request)) return std::make_unique<HarmonyParser>();
-  if (!request.tools.empty()) return std::make_unique<ToolCallParser>(tool_names(request.tools));
+  if (!request.tools.empty()) return std::make_unique<ToolCallParser>(offered_tools(request.tools));
   return nullptr;
 }
 

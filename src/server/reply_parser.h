@@ -6,9 +6,8 @@
 // Thread-safety: one instance per reply, used by one thread.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>

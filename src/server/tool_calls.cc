@@ -2,11 +2,30 @@
 
 #include <algorithm>
 
+#include "grammar/automaton.h"
+
 namespace hypura::server {
 namespace {
 
 constexpr std::string_view kOpen = "<tool_call>";
 constexpr std::string_view kClose = "</tool_call>";
+constexpr std::string_view kFence = "```";
+constexpr std::string_view kBlank = " \t\r\n";
+
+// `text` without the blanks around it and, when it is one Markdown code block, its fences.
+std::string_view unfenced(std::string_view text) {
+  auto trim = [](std::string_view t) {
+    const size_t b = t.find_first_not_of(kBlank);
+    if (b == std::string_view::npos) return std::string_view();
+    return t.substr(b, t.find_last_not_of(kBlank) - b + 1);
+  };
+  text = trim(text);
+  if (!text.starts_with(kFence) || !text.ends_with(kFence) || text.size() < 2 * kFence.size())
+    return text;
+  const size_t line = text.find('\n');
+  if (line == std::string_view::npos) return text;
+  return trim(text.substr(line, text.size() - kFence.size() - line));
+}
 
 }  // namespace
 
@@ -57,13 +76,36 @@ void ToolCallParser::drain(Output* out) {
   }
 }
 
+std::vector<OfferedTool> offered_tools(const std::string& tools_json) {
+  std::vector<OfferedTool> tools;
+  for (const nlohmann::json& t : nlohmann::json::parse(tools_json, nullptr, false)) {
+    const nlohmann::json& fn = t["function"];
+    OfferedTool tool{fn["name"].get<std::string>(), nullptr};
+    if (const auto params = fn.find("parameters"); params != fn.end() && params->is_object()) {
+      auto compiled = grammar::compile_json_schema(*params);
+      if (compiled.is_ok()) tool.parameters = std::move(compiled).value();
+    }
+    tools.push_back(std::move(tool));
+  }
+  return tools;
+}
+
+bool ToolCallParser::offered(const ToolCall& call) const {
+  for (const OfferedTool& t : tools_) {
+    if (t.name != call.name) continue;
+    return t.parameters == nullptr ||
+           grammar::accepts_document(*t.parameters, call.arguments.dump());
+  }
+  return false;
+}
+
 bool ToolCallParser::bare_calls(std::vector<ToolCall>* calls) const {
-  const nlohmann::json j = nlohmann::json::parse(buffer_, nullptr, false);
+  const std::string_view reply = unfenced(buffer_);
+  const nlohmann::json j = nlohmann::json::parse(reply.begin(), reply.end(), nullptr, false);
   if (!j.is_object() && !(j.is_array() && !j.empty())) return false;
   for (const nlohmann::json& item : j.is_array() ? j : nlohmann::json::array({j})) {
     ToolCall call;
-    if (!item.is_object() || !parse_tool_call(item.dump(), &call) ||
-        std::find(names_.begin(), names_.end(), call.name) == names_.end()) {
+    if (!item.is_object() || !parse_tool_call(item.dump(), &call) || !offered(call)) {
       return false;
     }
     calls->push_back(std::move(call));
@@ -74,14 +116,25 @@ bool ToolCallParser::bare_calls(std::vector<ToolCall>* calls) const {
 ToolCallParser::Output ToolCallParser::push(std::string_view piece) {
   Output out;
   buffer_.append(piece);
-  if (at_start_) {
-    const size_t first = buffer_.find_first_not_of(" \t\r\n");
-    if (first == std::string::npos) return out;  // only whitespace yet
-    at_start_ = false;
-    bare_ = buffer_[first] == '{' || buffer_[first] == '[';
-  }
+  if (at_start_ && !decide_bare()) return out;
   if (!bare_) drain(&out);
   return out;
+}
+
+bool ToolCallParser::decide_bare() {
+  size_t first = buffer_.find_first_not_of(kBlank);
+  if (first == std::string::npos) return false;  // only whitespace yet
+  const std::string_view rest = std::string_view(buffer_).substr(first);
+  if (rest.size() < kFence.size() && kFence.starts_with(rest)) return false;
+  if (rest.starts_with(kFence)) {  // a code block: what its first line opens decides
+    const size_t line = buffer_.find('\n', first);
+    if (line == std::string::npos) return false;
+    first = buffer_.find_first_not_of(kBlank, line);
+    if (first == std::string::npos) return false;
+  }
+  at_start_ = false;
+  bare_ = buffer_[first] == '{' || buffer_[first] == '[';
+  return true;
 }
 
 ToolCallParser::Output ToolCallParser::finish() {

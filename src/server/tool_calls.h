@@ -7,10 +7,12 @@
 // Text outside the tags is the reply's content; each tagged JSON object with a string
 // "name" is one call ("arguments" an object, or a JSON string holding one; absent: {}).
 // A tag's body that is not such an object is passed on as text, tags included, so
-// nothing the model wrote is lost. Small models often write the call without its tags
-// (Qwen2.5-Coder-0.5B does, from the reference prompt too): a reply that is, as a whole,
-// one such object or an array of them, naming only offered tools, is taken as calls;
-// so a reply whose first non-blank byte is '{' or '[' is held back to its end. Text that might be
+// nothing the model wrote is lost. Small models often write the call without its tags,
+// or in a Markdown code block (Qwen2.5-Coder-0.5B does both): a reply that is, as a whole,
+// one such object or an array of them (fenced or not), naming only offered tools with
+// arguments that validate against their schemas, is taken as calls; so a reply whose
+// first non-blank byte is '{' or '[', or whose opening fence line is followed by one, is
+// held back to its end. Text that might be
 // the start of "<tool_call>" is held back until it is known not to be (as stop strings are), so a
 // client never sees half a tag.
 //
@@ -22,16 +24,26 @@
 #include <utility>
 #include <vector>
 
+#include "grammar/json_schema.h"
 #include "server/reply_parser.h"
 
 namespace hypura::server {
 
+// A tool the request offers: its name, and its parameters' schema compiled (null when it
+// has none or uses a keyword the compiler does not support: then any object passes).
+struct OfferedTool {
+  std::string name;
+  std::shared_ptr<const grammar::Grammar> parameters;
+};
+
+// The request's "tools" (OpenAI's shape, validated by the request parser) as OfferedTools.
+std::vector<OfferedTool> offered_tools(const std::string& tools_json);
+
 class ToolCallParser final : public ReplyParser {
  public:
   using Output = ReplyPieces;
-  // tool_names: the offered tools' names (a bare JSON call must name one of them).
-  explicit ToolCallParser(std::vector<std::string> tool_names = {})
-      : names_(std::move(tool_names)) {}
+  // tools: what a bare JSON call must name and validate against.
+  explicit ToolCallParser(std::vector<OfferedTool> tools = {}) : tools_(std::move(tools)) {}
 
   Output push(std::string_view piece) override;
   // The end of the reply: held-back text, and a call whose closing tag never came if its
@@ -42,9 +54,12 @@ class ToolCallParser final : public ReplyParser {
   void drain(Output* out);
   bool bare_calls(std::vector<ToolCall>* calls) const;  // the held reply as bare JSON calls
 
-  std::vector<std::string> names_;
+  bool decide_bare();  // at the reply's start: false while undecided
+  bool offered(const ToolCall& call) const;
+
+  std::vector<OfferedTool> tools_;
   bool at_start_ = true;  // nothing but whitespace so far
-  bool bare_ = false;     // the reply began with '{' or '[': held to the end
+  bool bare_ = false;     // the reply began with '{' or '[' (after a fence): held to the end
 
   std::string buffer_;  // text not yet returned (after "<tool_call>" while in_call_)
   bool in_call_ = false;

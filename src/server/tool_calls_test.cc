@@ -6,8 +6,10 @@ namespace hypura::server {
 namespace {
 
 // Feeds `reply` in pieces of `step` bytes; returns the text and calls it came out as.
-ToolCallParser::Output run(const std::string& reply, size_t step) {
-  ToolCallParser p({"get_weather", "f"});
+ToolCallParser::Output run(const std::string& reply, size_t step,
+                           std::vector<OfferedTool> tools = {{"get_weather", nullptr},
+                                                             {"f", nullptr}}) {
+  ToolCallParser p(std::move(tools));
   ToolCallParser::Output all;
   const auto add = [&](ToolCallParser::Output o, bool last) {
     // Until the end, returned text never stops inside what could be an opening tag.
@@ -81,6 +83,46 @@ TEST(ToolCalls, BareJsonCallsOfOfferedTools) {
     EXPECT_TRUE(out.calls.empty()) << text;
     EXPECT_EQ(out.text, text);
   }
+}
+
+// Qwen2.5-Coder-0.5B writes its call in a Markdown code block; a code block that is not a
+// call streams as it comes.
+TEST(ToolCalls, FencedBareCalls) {
+  const std::string fenced =
+      "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```";
+  for (size_t step : {1, 2, 4, 1000}) {
+    ToolCallParser::Output out = run(fenced, step);
+    EXPECT_EQ(out.text, "") << step;
+    ASSERT_EQ(out.calls.size(), 1u) << step;
+    EXPECT_EQ(out.calls[0].name, "get_weather");
+  }
+  ToolCallParser p({{"f", nullptr}});
+  EXPECT_EQ(p.push("```python\nprint(1)\n").text, "```python\nprint(1)\n");  // not held back
+  EXPECT_EQ(p.finish().text, "");
+}
+
+// A bare call counts only when its arguments validate against the tool's schema.
+TEST(ToolCalls, BareCallsValidateTheirArguments) {
+  const auto schema = grammar::compile_json_schema(nlohmann::json::parse(
+      R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})"));
+  ASSERT_TRUE(schema.is_ok());
+  const std::vector<OfferedTool> tools = {{"get_weather", schema.value()}};
+  EXPECT_EQ(
+      run(R"({"name": "get_weather", "arguments": {"city": "Paris"}})", 3, tools).calls.size(), 1u);
+  for (const std::string text : {R"({"name": "get_weather", "arguments": {"city": 7}})",
+                                 R"({"name": "get_weather", "arguments": {}})"}) {
+    ToolCallParser::Output out = run(text, 3, tools);
+    EXPECT_TRUE(out.calls.empty()) << text;
+    EXPECT_EQ(out.text, text);
+  }
+  // offered_tools compiles each tool's parameters from the request's JSON.
+  const std::vector<OfferedTool> parsed = offered_tools(
+      R"([{"type": "function", "function": {"name": "g", "parameters": {"type": "object"}}},
+          {"type": "function", "function": {"name": "h"}}])");
+  ASSERT_EQ(parsed.size(), 2u);
+  EXPECT_EQ(parsed[0].name, "g");
+  EXPECT_NE(parsed[0].parameters, nullptr);
+  EXPECT_EQ(parsed[1].parameters, nullptr);
 }
 
 }  // namespace
