@@ -65,7 +65,8 @@ struct BenchArgs {
 
 struct Stats {
   double mean = 0, stddev = 0;
-  double gflops = 0;  // 2 x matmul and attention MACs / timed seconds, mean over runs
+  double gflops = 0;          // 2 x matmul and attention MACs / timed seconds, mean over runs
+  double jobs_per_token = 0;  // CPU pool jobs (Context::pool_jobs) per token, mean over runs
 };
 
 Stats stats(const std::vector<double>& v) {
@@ -110,7 +111,7 @@ double reference_or_zero(const Result<double>& bps) {
 }
 
 struct RunFigures {
-  double tps = 0, gflops = 0;
+  double tps = 0, gflops = 0, jobs_per_token = 0;
 };
 
 // One timed run: tok/s of processing `tokens` as a prompt (pp) or one by one (tg) after
@@ -122,6 +123,7 @@ Result<RunFigures> time_run(runtime::Engine& engine, runtime::Session& session, 
   std::vector<float> logits;
   const compute::Context* ctx = engine.compute_context();
   const uint64_t macs0 = ctx != nullptr ? ctx->macs() : 0;
+  const uint64_t jobs0 = ctx != nullptr ? ctx->pool_jobs() : 0;
   const auto t0 = Clock::now();
   // Only the last position's logits, as generate() and llama-bench compute them.
   if (tg) {
@@ -131,7 +133,9 @@ Result<RunFigures> time_run(runtime::Engine& engine, runtime::Session& session, 
   }
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   const double macs = ctx != nullptr ? static_cast<double>(ctx->macs() - macs0) : 0;
-  return RunFigures{static_cast<double>(tokens.size()) / s, 2 * macs / s / 1e9};
+  const double jobs = ctx != nullptr ? static_cast<double>(ctx->pool_jobs() - jobs0) : 0;
+  const auto n = static_cast<double>(tokens.size());
+  return RunFigures{n / s, 2 * macs / s / 1e9, jobs / n};
 }
 
 std::vector<int32_t> random_tokens(const runtime::Engine& engine, int n, uint32_t seed) {
@@ -163,14 +167,16 @@ Result<Stats> run_test(runtime::Engine& engine, runtime::Session& session, int n
   HYPURA_RETURN_IF_ERROR(time_run(engine, session, depth, warm, tg).status());
   if (after_warmup) after_warmup();
   std::vector<double> tps;
-  double gflops = 0;
+  double gflops = 0, jobs = 0;
   for (int r = 0; r < reps; ++r) {
     HYPURA_ASSIGN_OR_RETURN(RunFigures v, time_run(engine, session, depth, tokens, tg));
     tps.push_back(v.tps);
     gflops += v.gflops / reps;
+    jobs += v.jobs_per_token / reps;
   }
   Stats s = stats(tps);
   s.gflops = gflops;
+  s.jobs_per_token = jobs;
   return s;
 }
 
@@ -616,6 +622,7 @@ nlohmann::json bench_json(const BenchArgs& a, const BenchReport& r) {
          {"tps_mean", row.s.mean},
          {"tps_stddev", row.s.stddev},
          {"gflops", row.s.gflops},
+         {"pool_jobs_per_token", row.s.jobs_per_token},
          {"share_of_int8_peak", r.int8_peak > 0 ? row.s.gflops * 1e9 / (2 * r.int8_peak) : 0}});
   }
   return j;
@@ -635,6 +642,14 @@ void print_bench_table(const BenchReport& r) {
                 r.arch.c_str(), file_gib, r.mode.c_str(), r.threads, row.test.c_str(), row.s.mean,
                 row.s.stddev, row.s.gflops, share);
   }
+  // The fan-outs a token costs on the CPU pool: the overhead that small models' steps pay.
+  std::string jobs;
+  for (const auto& row : r.rows) {
+    if (row.s.jobs_per_token > 0)
+      jobs +=
+          (jobs.empty() ? "" : ", ") + row.test + " " + fmt::format("{:.1f}", row.s.jobs_per_token);
+  }
+  if (!jobs.empty()) std::printf("CPU pool jobs per token: %s\n", jobs.c_str());
 }
 
 void print_bench_references(const BenchReport& r) {

@@ -128,6 +128,9 @@ class Context {
   // Multiply-accumulates done so far by matmul() and attention_step() (q.k and p.v of the
   // visible keys): bench's GFLOP/s per test is 2 x the difference over the test.
   uint64_t macs() const;
+  // Jobs the pool has handed to its workers so far (ThreadPool::jobs()): bench's jobs per
+  // token, the count of fan-outs and waits a step pays whatever its arithmetic.
+  uint64_t pool_jobs() const;
   // The CPU's int8 dot-product ceiling on this path, measured now for about `seconds`
   // on every pool thread: int8 multiply-accumulates per second of a register-only
   // maddubs/madd loop (the instructions the quantized kernels use); 0 on the scalar path.
@@ -142,10 +145,15 @@ class Context {
   // kSharedMaxTokens rows they run as one job of the pool over all their rows (one wait
   // instead of n), x quantized once per activation format; more rows, one by one.
   // REQUIRES: every w[i]->n_cols is equal.
-  static constexpr int kMaxSharedProducts = 4;
+  static constexpr int kMaxSharedProducts = 8;
   static constexpr int64_t kSharedMaxTokens = 16;
   void matmul_shared(const WeightView* const* w, float* const* y, int n, const float* x,
                      int64_t n_tokens);
+  // y[i] = matmul(*w[i], x[i], n_tokens) for i < n (<= kMaxSharedProducts): products with
+  // inputs of their own (a MoE step's expert downs), in one job as matmul_shared's, each
+  // input quantized once however many products read it.
+  void matmul_many(const WeightView* const* w, const float* const* x, float* const* y, int n,
+                   int64_t n_tokens);
 
   // Per-group products of one stacked tensor: for g < n_groups, y_g = W_g . x_g with W_g
   // the rows [g * n_out, (g + 1) * n_out) of w (n_out = w.n_rows / n_groups), x_g the
@@ -155,6 +163,14 @@ class Context {
   // REQUIRES: w.n_rows % n_groups == 0.
   void matmul_grouped(const WeightView& w, int64_t n_groups, const float* x, int64_t n_tokens,
                       float* y);
+  // Where matmul_grouped's rows live, in floats: group g's token t reads w.n_cols values at
+  // x + g * x_group + t * x_token and writes n_out at y + g * y_group + t * y_token (MLA's
+  // heads, read and written in place inside each token's row of all heads).
+  struct GroupedLayout {
+    int64_t x_group, x_token, y_group, y_token;
+  };
+  void matmul_grouped(const WeightView& w, int64_t n_groups, const float* x, int64_t n_tokens,
+                      float* y, const GroupedLayout& layout);
 
   // out[i, :] = dequantized row ids[i] of W (embedding lookup). out: (n_ids, W.n_cols).
   void get_rows(const WeightView& w, const int32_t* ids, int64_t n_ids, float* out);
@@ -207,6 +223,12 @@ Yarn yarn(int64_t n_rot, int64_t n_ctx_orig, float freq_base, float beta_fast, f
 // rope() with YaRN: the rotated dims are x[0..n_rot).
 void rope_yarn(float* x, int64_t n_rot, int64_t pos, float freq_base, float freq_scale,
                const float* freq_factors, const Yarn& y, bool neox);
+// rope_yarn() in two steps, for many heads at one position: the angles once (cs: n_rot
+// values, each pair's scaled cos then sin), then each head's rotation by them; bit for bit
+// rope_yarn's result.
+void rope_yarn_angles(int64_t n_rot, int64_t pos, float freq_base, float freq_scale,
+                      const float* freq_factors, const Yarn& y, float* cs);
+void rope_rotate(float* x, int64_t n_rot, const float* cs, bool neox);
 void silu(float* x, int64_t n);  // x * sigmoid(x), in place
 // gpt-oss's clamped SwiGLU, in place on gate: g = min(gate, limit), u = clamp(up, +-limit),
 // gate = g * sigmoid(alpha * g) * (u + 1). gpt-oss's constants (llama.cpp's too) below.

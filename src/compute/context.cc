@@ -40,17 +40,32 @@ int64_t rows_per_item(int64_t n_rows, int n_threads) {
   return std::max<int64_t>(kRowAlign, (n_rows + n_share - 1) / n_share / kRowAlign * kRowAlign);
 }
 
-// Quantizes n_tokens rows of x (n_cols floats each) into `act`, `stride` bytes apart, in
-// act_type with the kernels' own quantizer `own` when they have one, one row per item.
-void quantize_rows(ThreadPool& pool, gguf::GgmlType act_type, QuantizeActFn own, const float* x,
-                   int64_t n_tokens, int64_t n_cols, uint8_t* act, size_t stride) {
-  pool.parallel_for(n_tokens, [&](int64_t t) {
+// Rows quantized on the calling thread when the whole input has at most this many floats:
+// a decode step's few short rows cost less than waking the pool.
+constexpr int64_t kInlineQuantizeFloats = 8192;
+
+// Quantizes n_rows rows of n_cols floats (row i at src(i)) into `act`, `stride` bytes
+// apart, in act_type with the kernels' own quantizer `own` when they have one.
+template <class Src>
+void quantize_rows(ThreadPool& pool, gguf::GgmlType act_type, QuantizeActFn own, Src src,
+                   int64_t n_rows, int64_t n_cols, uint8_t* act, size_t stride) {
+  auto one = [&](int64_t i) {
     if (own) {
-      own(x + t * n_cols, act + t * stride, n_cols);
+      own(src(i), act + i * stride, n_cols);
     } else {
-      quant::quantize_activations(act_type, x + t * n_cols, act + t * stride, n_cols);
+      quant::quantize_activations(act_type, src(i), act + i * stride, n_cols);
     }
-  });
+  };
+  if (n_rows * n_cols <= kInlineQuantizeFloats) {
+    for (int64_t i = 0; i < n_rows; ++i) one(i);
+    return;
+  }
+  pool.parallel_for(n_rows, one);
+}
+
+// Rows of a row-major (n_rows, n_cols) matrix, for quantize_rows.
+auto dense_rows(const float* x, int64_t n_cols) {
+  return [x, n_cols](int64_t i) { return x + i * n_cols; };
 }
 
 SimdLevel level_from_name(std::string_view name) {
@@ -122,6 +137,10 @@ uint64_t Context::macs() const {
   return impl_->macs.load(std::memory_order_relaxed);
 }
 
+uint64_t Context::pool_jobs() const {
+  return impl_->pool.jobs();
+}
+
 double Context::int8_peak_macs_per_second(double seconds) {
   const auto probe = impl_->kernels->int8_peak;
   if (probe == nullptr) return 0;
@@ -147,8 +166,8 @@ void Context::matmul(const WeightView& w, const float* x, int64_t n_tokens, floa
   if (act_type != gguf::GgmlType::F32) {
     x_stride = quant::row_size(act_type, n_cols);
     impl_->ensure_act(x_stride * static_cast<size_t>(n_tokens));
-    quantize_rows(impl_->pool, act_type, quantize_act_fn(*impl_->kernels, w.type), x, n_tokens,
-                  n_cols, impl_->act.data(), x_stride);
+    quantize_rows(impl_->pool, act_type, quantize_act_fn(*impl_->kernels, w.type),
+                  dense_rows(x, n_cols), n_tokens, n_cols, impl_->act.data(), x_stride);
     xa = impl_->act.data();
   }
 
@@ -173,70 +192,83 @@ void Context::matmul(const WeightView& w, const float* x, int64_t n_tokens, floa
 void Context::matmul_shared(const WeightView* const* w, float* const* y, int n, const float* x,
                             int64_t n_tokens) {
   assert(n >= 1 && n <= kMaxSharedProducts);
+  const float* xs[kMaxSharedProducts];
+  for (int i = 0; i < n; ++i) xs[i] = x;
+  matmul_many(w, xs, y, n, n_tokens);
+}
+
+void Context::matmul_many(const WeightView* const* w, const float* const* x, float* const* y, int n,
+                          int64_t n_tokens) {
+  assert(n >= 1 && n <= kMaxSharedProducts);
   if (n == 1 || n_tokens > kSharedMaxTokens) {
-    for (int i = 0; i < n; ++i) matmul(*w[i], x, n_tokens, y[i]);
+    for (int i = 0; i < n; ++i) matmul(*w[i], x[i], n_tokens, y[i]);
     return;
   }
-  const int64_t n_cols = w[0]->n_cols;
   struct Product {
     TileFn tile;
     const uint8_t* w;
     size_t w_stride;
-    const uint8_t* x;
+    const uint8_t* x;  // the input itself (F32 products) or its quantized region
     size_t x_stride;
-    int64_t n_rows, first_item;
+    int64_t n_cols, n_rows, first_item;
+    int region;  // index into `done`, or -1 for an F32 input used in place
     float* y;
   };
   Product p[kMaxSharedProducts];
-  // Each distinct (activation format, quantizer) quantizes x once, into its own region.
+  // Each distinct (input, activation format, quantizer) is quantized once, into its own
+  // region of the scratch.
   struct Quantized {
+    const float* x;
     gguf::GgmlType type;
     QuantizeActFn fn;
-    int region;
+    int64_t n_cols;
+    size_t offset;
   };
   Quantized done[kMaxSharedProducts];
-  int n_done = 0, n_regions = 0;
-  size_t region_bytes = 0;
-  for (int i = 0; i < n; ++i) {
-    assert(w[i]->n_cols == n_cols);
-    if (quant::activation_type(w[i]->type) != gguf::GgmlType::F32)
-      region_bytes =
-          std::max(region_bytes, quant::row_size(quant::activation_type(w[i]->type), n_cols) *
-                                     static_cast<size_t>(n_tokens));
-  }
-  impl_->ensure_act(region_bytes * static_cast<size_t>(n));
+  int n_done = 0;
+  size_t act_bytes = 0;
   int64_t total_rows = 0;
   for (int i = 0; i < n; ++i) {
     const WeightView& wi = *w[i];
     impl_->macs.fetch_add(static_cast<uint64_t>(wi.n_rows * wi.n_cols * n_tokens),
                           std::memory_order_relaxed);
     const gguf::GgmlType act_type = quant::activation_type(wi.type);
-    p[i].tile = tile_fn(*impl_->kernels, wi.type);
-    assert(p[i].tile != nullptr && "matmul_shared: weight type without kernels");
+    Product& q = p[i];
+    q.tile = tile_fn(*impl_->kernels, wi.type);
+    assert(q.tile != nullptr && "matmul_many: weight type without kernels");
     assert(wi.n_cols % quant::block_size(wi.type) == 0);
-    p[i].w = static_cast<const uint8_t*>(wi.data);
-    p[i].w_stride = quant::row_size(wi.type, n_cols);
-    p[i].n_rows = wi.n_rows;
-    p[i].y = y[i];
+    q.w = static_cast<const uint8_t*>(wi.data);
+    q.w_stride = quant::row_size(wi.type, wi.n_cols);
+    q.n_cols = wi.n_cols;
+    q.n_rows = wi.n_rows;
+    q.y = y[i];
+    q.region = -1;
     total_rows += wi.n_rows;
     if (act_type == gguf::GgmlType::F32) {
-      p[i].x = reinterpret_cast<const uint8_t*>(x);
-      p[i].x_stride = static_cast<size_t>(n_cols) * sizeof(float);
+      q.x = reinterpret_cast<const uint8_t*>(x[i]);
+      q.x_stride = static_cast<size_t>(wi.n_cols) * sizeof(float);
       continue;
     }
-    p[i].x_stride = quant::row_size(act_type, n_cols);
+    q.x_stride = quant::row_size(act_type, wi.n_cols);
     const QuantizeActFn own = quantize_act_fn(*impl_->kernels, wi.type);
-    int region = -1;
     for (int j = 0; j < n_done; ++j) {
-      if (done[j].type == act_type && done[j].fn == own) region = done[j].region;
+      const Quantized& d = done[j];
+      if (d.x == x[i] && d.n_cols == wi.n_cols && d.type == act_type && d.fn == own) q.region = j;
     }
-    if (region < 0) {
-      region = n_regions++;
-      done[n_done++] = {act_type, own, region};
-      quantize_rows(impl_->pool, act_type, own, x, n_tokens, n_cols,
-                    impl_->act.data() + static_cast<size_t>(region) * region_bytes, p[i].x_stride);
+    if (q.region < 0) {
+      q.region = n_done++;
+      done[q.region] = {x[i], act_type, own, wi.n_cols, act_bytes};
+      act_bytes += q.x_stride * static_cast<size_t>(n_tokens);
     }
-    p[i].x = impl_->act.data() + static_cast<size_t>(region) * region_bytes;
+  }
+  impl_->ensure_act(act_bytes);
+  for (int j = 0; j < n_done; ++j) {
+    const Quantized& d = done[j];
+    quantize_rows(impl_->pool, d.type, d.fn, dense_rows(d.x, d.n_cols), n_tokens, d.n_cols,
+                  impl_->act.data() + d.offset, quant::row_size(d.type, d.n_cols));
+  }
+  for (int i = 0; i < n; ++i) {
+    if (p[i].region >= 0) p[i].x = impl_->act.data() + done[p[i].region].offset;
   }
   // Items of kRowAlign-multiple rows over all the products' rows, claimed dynamically.
   const int64_t per_item = rows_per_item(total_rows, n_threads());
@@ -253,7 +285,7 @@ void Context::matmul_shared(const WeightView* const* w, float* const* y, int n, 
     const int64_t r_end = std::min(q.n_rows, r_begin + per_item);
     for (int64_t r0 = r_begin; r0 < r_end; r0 += kRowBlock) {
       const int nr = static_cast<int>(std::min(kRowBlock, r_end - r0));
-      q.tile(n_cols, q.w + r0 * q.w_stride, q.w_stride, nr, q.x, q.x_stride,
+      q.tile(q.n_cols, q.w + r0 * q.w_stride, q.w_stride, nr, q.x, q.x_stride,
              static_cast<int>(n_tokens), q.y + r0, static_cast<size_t>(q.n_rows));
     }
   });
@@ -261,6 +293,13 @@ void Context::matmul_shared(const WeightView* const* w, float* const* y, int n, 
 
 void Context::matmul_grouped(const WeightView& w, int64_t n_groups, const float* x,
                              int64_t n_tokens, float* y) {
+  const int64_t n_out = w.n_rows / n_groups;
+  matmul_grouped(w, n_groups, x, n_tokens, y,
+                 GroupedLayout{n_tokens * w.n_cols, w.n_cols, n_tokens * n_out, n_out});
+}
+
+void Context::matmul_grouped(const WeightView& w, int64_t n_groups, const float* x,
+                             int64_t n_tokens, float* y, const GroupedLayout& layout) {
   assert(n_groups > 0 && w.n_rows % n_groups == 0);
   impl_->macs.fetch_add(static_cast<uint64_t>(w.n_rows * w.n_cols * n_tokens),
                         std::memory_order_relaxed);
@@ -271,18 +310,24 @@ void Context::matmul_grouped(const WeightView& w, int64_t n_groups, const float*
   const size_t w_stride = quant::row_size(w.type, w.n_cols);
   const int64_t n_cols = w.n_cols, n_out = w.n_rows / n_groups;
 
-  const void* xa = x;
-  size_t x_stride = static_cast<size_t>(n_cols) * sizeof(float);
+  // Group g's rows: the input's own (F32 weights), or its quantized copy, one block of
+  // n_tokens rows per group.
+  const auto* xbytes = reinterpret_cast<const uint8_t*>(x);
+  size_t x_token = static_cast<size_t>(layout.x_token) * sizeof(float);
+  size_t x_group = static_cast<size_t>(layout.x_group) * sizeof(float);
   if (act_type != gguf::GgmlType::F32) {
-    x_stride = quant::row_size(act_type, n_cols);
-    impl_->ensure_act(x_stride * static_cast<size_t>(n_groups * n_tokens));
-    quantize_rows(impl_->pool, act_type, quantize_act_fn(*impl_->kernels, w.type), x,
-                  n_groups * n_tokens, n_cols, impl_->act.data(), x_stride);
-    xa = impl_->act.data();
+    x_token = quant::row_size(act_type, n_cols);
+    x_group = x_token * static_cast<size_t>(n_tokens);
+    impl_->ensure_act(x_group * static_cast<size_t>(n_groups));
+    const auto src = [&](int64_t i) {
+      return x + (i / n_tokens) * layout.x_group + (i % n_tokens) * layout.x_token;
+    };
+    quantize_rows(impl_->pool, act_type, quantize_act_fn(*impl_->kernels, w.type), src,
+                  n_groups * n_tokens, n_cols, impl_->act.data(), x_token);
+    xbytes = impl_->act.data();
   }
 
   const auto* wbytes = static_cast<const uint8_t*>(w.data);
-  const auto* xbytes = static_cast<const uint8_t*>(xa);
   // Items of kRowAlign-multiple rows within one group, claimed dynamically.
   const int64_t per_item = std::min(n_out, rows_per_item(w.n_rows, n_threads()));
   const int64_t items_per_group = (n_out + per_item - 1) / per_item;
@@ -291,14 +336,14 @@ void Context::matmul_grouped(const WeightView& w, int64_t n_groups, const float*
     const int64_t r_begin = (item % items_per_group) * per_item;
     const int64_t r_end = std::min(n_out, r_begin + per_item);
     const uint8_t* wg = wbytes + static_cast<size_t>(g * n_out) * w_stride;
-    const uint8_t* xg = xbytes + static_cast<size_t>(g * n_tokens) * x_stride;
-    float* yg = y + g * n_tokens * n_out;
+    const uint8_t* xg = xbytes + static_cast<size_t>(g) * x_group;
+    float* yg = y + g * layout.y_group;
     for (int64_t r0 = r_begin; r0 < r_end; r0 += kRowBlock) {
       const int nr = static_cast<int>(std::min(kRowBlock, r_end - r0));
       for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokBlock) {
         const int nt = static_cast<int>(std::min(kTokBlock, n_tokens - t0));
-        tile(n_cols, wg + r0 * w_stride, w_stride, nr, xg + t0 * x_stride, x_stride, nt,
-             yg + t0 * n_out + r0, static_cast<size_t>(n_out));
+        tile(n_cols, wg + r0 * w_stride, w_stride, nr, xg + t0 * x_token, x_token, nt,
+             yg + t0 * layout.y_token + r0, static_cast<size_t>(layout.y_token));
       }
     }
   });

@@ -451,6 +451,85 @@ TEST(Matmul, GroupedMatchesOneProductPerGroup) {
   }
 }
 
+// Products with inputs of their own in one job (matmul_many: a decode step's expert downs,
+// the shared expert's among them with another row length) give each product's matmul()
+// bit for bit; an input that two products read is quantized once for both.
+TEST(Matmul, ManyInputsMatchOneProductEach) {
+  std::mt19937 rng(9);
+  const std::vector<std::pair<GgmlType, int64_t>> shapes = {
+      {GgmlType::Q4_K, 256},  {GgmlType::Q6_K, 256}, {GgmlType::Q4_K, 512},
+      {GgmlType::MXFP4, 256}, {GgmlType::Q8_0, 256}, {GgmlType::F32, 256}};
+  for (const char* path : supported_paths()) {
+    for (int64_t n_tok : {int64_t{1}, int64_t{3}, int64_t{19}}) {
+      std::vector<Problem> ps;
+      for (size_t i = 0; i < shapes.size(); ++i)
+        ps.push_back(make_problem(shapes[i].first, 40 + 8 * static_cast<int64_t>(i),
+                                  shapes[i].second, n_tok, rng));
+      Context ctx(3, path);
+      ctx.reserve(19, 512);
+      std::vector<WeightView> views;
+      std::vector<const WeightView*> w;
+      std::vector<const float*> x;
+      std::vector<std::vector<float>> many, one;
+      for (size_t i = 0; i < ps.size(); ++i) views.push_back(ps[i].view());
+      for (size_t i = 0; i < ps.size(); ++i) {
+        // Products 0 and 1 read the same input (one quantized copy of two formats' rows).
+        const float* xi = (i == 1 ? ps[0] : ps[i]).x.data();
+        w.push_back(&views[i]);
+        x.push_back(xi);
+        many.emplace_back(n_tok * ps[i].n_rows, std::nanf(""));
+        one.emplace_back(n_tok * ps[i].n_rows, std::nanf(""));
+        ctx.matmul(views[i], xi, n_tok, one.back().data());
+      }
+      std::vector<float*> y;
+      for (auto& m : many) y.push_back(m.data());
+      ctx.matmul_many(w.data(), x.data(), y.data(), static_cast<int>(ps.size()), n_tok);
+      for (size_t i = 0; i < ps.size(); ++i) {
+        EXPECT_EQ(std::memcmp(one[i].data(), many[i].data(), one[i].size() * sizeof(float)), 0)
+            << path << " " << gguf::type_name(shapes[i].first) << " product " << i << ", " << n_tok
+            << " tokens";
+      }
+    }
+  }
+}
+
+// matmul_grouped with its rows in place (GroupedLayout: heads interleaved in each token's
+// row, as MLA keeps them) gives the contiguous-block call's products bit for bit.
+TEST(Matmul, GroupedInPlaceMatchesBlocks) {
+  std::mt19937 rng(10);
+  for (const char* path : supported_paths()) {
+    for (GgmlType type : {GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K}) {
+      for (int64_t n_tok : {int64_t{1}, int64_t{4}}) {
+        const int64_t n_groups = 3, n_out = 32, n_cols = 256, in_stride = 288, out_stride = 40;
+        const Problem p = make_problem(type, n_groups * n_out, n_cols, n_groups * n_tok, rng);
+        // The same rows interleaved: group g of token t at (t * n_groups + g) * stride.
+        std::vector<float> in(n_tok * n_groups * in_stride, std::nanf(""));
+        for (int64_t g = 0; g < n_groups; ++g) {
+          for (int64_t t = 0; t < n_tok; ++t)
+            std::copy_n(p.x.data() + (g * n_tok + t) * n_cols, n_cols,
+                        in.data() + (t * n_groups + g) * in_stride);
+        }
+        Context ctx(3, path);
+        std::vector<float> blocks(n_groups * n_tok * n_out);
+        std::vector<float> placed(n_tok * n_groups * out_stride, -1.0f);
+        ctx.matmul_grouped(p.view(), n_groups, p.x.data(), n_tok, blocks.data());
+        ctx.matmul_grouped(p.view(), n_groups, in.data(), n_tok, placed.data(),
+                           Context::GroupedLayout{in_stride, n_groups * in_stride, out_stride,
+                                                  n_groups * out_stride});
+        for (int64_t g = 0; g < n_groups; ++g) {
+          for (int64_t t = 0; t < n_tok; ++t) {
+            const float* want = blocks.data() + (g * n_tok + t) * n_out;
+            const float* got = placed.data() + (t * n_groups + g) * out_stride;
+            EXPECT_EQ(std::memcmp(want, got, n_out * sizeof(float)), 0)
+                << path << " " << gguf::type_name(type) << " group " << g << " token " << t;
+            EXPECT_EQ(got[n_out], -1.0f) << "wrote past the group's outputs";
+          }
+        }
+      }
+    }
+  }
+}
+
 // The SIMD tables really replace the scalar kernels (else the tests above prove little).
 TEST(Dispatch, SimdTablesProvideOwnKernels) {
   const KernelTable& scalar = *kernel_table(SimdLevel::kScalar);

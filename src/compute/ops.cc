@@ -69,30 +69,73 @@ Yarn yarn(int64_t n_rot, int64_t n_ctx_orig, float freq_base, float beta_fast, f
   return y;
 }
 
-void rope_yarn(float* x, int64_t n_rot, int64_t pos, float freq_base, float freq_scale,
-               const float* freq_factors, const Yarn& y, bool neox) {
-  const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
-  float mscale = y.attn_factor;
-  if (y.ext_factor != 0.0f) mscale *= 1.0f + 0.1f * std::log(1.0f / freq_scale);
-  float theta_base = static_cast<float>(pos);
-  for (int64_t i0 = 0; i0 < n_rot; i0 += 2) {
-    const float ff = freq_factors ? freq_factors[i0 / 2] : 1.0f;
-    const float theta_extrap = theta_base / ff;
-    float theta = freq_scale * theta_extrap;
-    if (y.ext_factor != 0.0f) {
+namespace {
+
+// rope_yarn's angles pair by pair: next() gives the scaled cos and sin of pair i0 / 2, in
+// order (theta advances by repeated multiplication, as ggml's does).
+class RopeAngles {
+ public:
+  RopeAngles(int64_t n_rot, int64_t pos, float freq_base, float freq_scale,
+             const float* freq_factors, const Yarn& y)
+      : theta_scale_(std::pow(freq_base, -2.0f / static_cast<float>(n_rot))),
+        mscale_(y.attn_factor),
+        theta_base_(static_cast<float>(pos)),
+        freq_scale_(freq_scale),
+        freq_factors_(freq_factors),
+        y_(y) {
+    if (y.ext_factor != 0.0f) mscale_ *= 1.0f + 0.1f * std::log(1.0f / freq_scale);
+  }
+
+  void next(int64_t i0, float* c, float* s) {
+    const float ff = freq_factors_ ? freq_factors_[i0 / 2] : 1.0f;
+    const float theta_extrap = theta_base_ / ff;
+    float theta = freq_scale_ * theta_extrap;
+    if (y_.ext_factor != 0.0f) {
       const float r =
-          (static_cast<float>(i0 / 2) - y.corr_lo) / std::max(0.001f, y.corr_hi - y.corr_lo);
-      const float mix = (1.0f - std::min(1.0f, std::max(0.0f, r))) * y.ext_factor;
+          (static_cast<float>(i0 / 2) - y_.corr_lo) / std::max(0.001f, y_.corr_hi - y_.corr_lo);
+      const float mix = (1.0f - std::min(1.0f, std::max(0.0f, r))) * y_.ext_factor;
       theta = theta * (1.0f - mix) + theta_extrap * mix;
     }
-    const float c = std::cos(theta) * mscale, s = std::sin(theta) * mscale;
-    const int64_t a = neox ? i0 / 2 : i0;
-    const int64_t b = neox ? i0 / 2 + n_rot / 2 : i0 + 1;
-    const float x0 = x[a], x1 = x[b];
-    x[a] = x0 * c - x1 * s;
-    x[b] = x0 * s + x1 * c;
-    theta_base *= theta_scale;
+    *c = std::cos(theta) * mscale_;
+    *s = std::sin(theta) * mscale_;
+    theta_base_ *= theta_scale_;
   }
+
+ private:
+  float theta_scale_, mscale_, theta_base_, freq_scale_;
+  const float* freq_factors_;
+  const Yarn& y_;
+};
+
+// Rotates pair i0 / 2 of x (adjacent, or n_rot / 2 apart for NeoX) by (c, s).
+inline void rotate_pair(float* x, int64_t i0, int64_t n_rot, float c, float s, bool neox) {
+  const int64_t a = neox ? i0 / 2 : i0;
+  const int64_t b = neox ? i0 / 2 + n_rot / 2 : i0 + 1;
+  const float x0 = x[a], x1 = x[b];
+  x[a] = x0 * c - x1 * s;
+  x[b] = x0 * s + x1 * c;
+}
+
+}  // namespace
+
+void rope_yarn(float* x, int64_t n_rot, int64_t pos, float freq_base, float freq_scale,
+               const float* freq_factors, const Yarn& y, bool neox) {
+  RopeAngles angles(n_rot, pos, freq_base, freq_scale, freq_factors, y);
+  for (int64_t i0 = 0; i0 < n_rot; i0 += 2) {
+    float c, s;
+    angles.next(i0, &c, &s);
+    rotate_pair(x, i0, n_rot, c, s, neox);
+  }
+}
+
+void rope_yarn_angles(int64_t n_rot, int64_t pos, float freq_base, float freq_scale,
+                      const float* freq_factors, const Yarn& y, float* cs) {
+  RopeAngles angles(n_rot, pos, freq_base, freq_scale, freq_factors, y);
+  for (int64_t i0 = 0; i0 < n_rot; i0 += 2) angles.next(i0, &cs[i0], &cs[i0 + 1]);
+}
+
+void rope_rotate(float* x, int64_t n_rot, const float* cs, bool neox) {
+  for (int64_t i0 = 0; i0 < n_rot; i0 += 2) rotate_pair(x, i0, n_rot, cs[i0], cs[i0 + 1], neox);
 }
 
 void silu(float* x, int64_t n) {

@@ -89,6 +89,31 @@ TEST(Ops, RopeYarnMatchesFloat64) {
   EXPECT_EQ(plain, off);
 }
 
+// The angles once, then any number of heads rotated by them: rope_yarn() bit for bit, with
+// YaRN, frequency factors and both pair layouts.
+TEST(Ops, RopeAnglesThenRotateIsRopeYarn) {
+  const int64_t n_rot = 32;
+  const Yarn y = yarn(n_rot, 4096, 150000.0f, 32.0f, 1.0f, 1.0f, 1.0f);
+  std::vector<float> factors(n_rot / 2);
+  for (int64_t i = 0; i < n_rot / 2; ++i) factors[i] = 1.0f + 0.25f * static_cast<float>(i % 3);
+  for (bool neox : {false, true}) {
+    for (const float* ff :
+         {static_cast<const float*>(nullptr), static_cast<const float*>(factors.data())}) {
+      for (int64_t pos : {0, 1, 77, 4000}) {
+        std::vector<float> cs(n_rot);
+        rope_yarn_angles(n_rot, pos, 150000.0f, 1.0f / 32, ff, y, cs.data());
+        for (int head = 0; head < 3; ++head) {
+          auto want = random_vec(n_rot, 2.0f, 10 + head);
+          auto got = want;
+          rope_yarn(want.data(), n_rot, pos, 150000.0f, 1.0f / 32, ff, y, neox);
+          rope_rotate(got.data(), n_rot, cs.data(), neox);
+          EXPECT_EQ(got, want) << "pos " << pos << " neox " << neox << " head " << head;
+        }
+      }
+    }
+  }
+}
+
 TEST(Ops, Activations) {
   auto x = random_vec(1000, 4.0f, 4);
   auto s = x, g = x, h = x;

@@ -30,6 +30,21 @@ TEST(ThreadPool, EveryThreadRunsEveryJobOnce) {
   }
 }
 
+// jobs() counts the jobs handed to workers: not those that run on the caller alone (one
+// item, or a pool of one thread).
+TEST(ThreadPool, CountsJobsHandedToWorkers) {
+  ThreadPool pool(2), alone(1);
+  std::atomic<int> items{0};
+  pool.parallel_for(1, [&](int64_t) { items++; });
+  EXPECT_EQ(pool.jobs(), 0u);
+  pool.parallel_for(5, [&](int64_t) { items++; });
+  pool.run([&](int, int) { items++; });
+  EXPECT_EQ(pool.jobs(), 2u);
+  alone.parallel_for(5, [&](int64_t) { items++; });
+  EXPECT_EQ(alone.jobs(), 0u);
+  EXPECT_EQ(items.load(), 1 + 5 + 2 + 5);
+}
+
 TEST(ThreadPool, SplitRangeCoversEverythingOnce) {
   for (int64_t n : {0, 1, 15, 16, 17, 100, 14336}) {
     for (int nth : {1, 2, 3, 7}) {

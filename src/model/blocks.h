@@ -116,6 +116,12 @@ class Blocks {
   // q(), k(), v() = linear(wq / wk / wv, in): one input for three products (the GPU rounds
   // it to 8 bits once).
   virtual void project_qkv(const AttnViews& a, const float* in) = 0;
+  // out[i] = linear(*w[i], in) for i < n (at most 4): products of one input, which an
+  // implementation may run together (the CPU: one pool job, as project_qkv's).
+  virtual void linear_shared(const WeightView* const* w, float* const* out, int n,
+                             const float* in) {
+    for (int i = 0; i < n; ++i) linear(*w[i], in, out[i]);
+  }
   // rows (n_tokens, b.n_cols) += b
   virtual void add_bias(float* rows, const WeightView& b) = 0;
   // q(), k(), v() += the layer's q/k/v biases, those the file has.
@@ -137,6 +143,7 @@ class Blocks {
   virtual void mla_kv(const WeightView& kv_norm) = 0;
   // q() = per head [wk_b[h] . q_nope, RoPE(q_pe)] from q_heads (n_tokens, n_head *
   // head_dim_mla) laid out [q_nope, q_pe] per head: q_nope absorbed into the latent space.
+  // Called after the layer's mla_kv(), whose rotation it shares.
   virtual void mla_absorb_q(const float* q_heads, const WeightView& wk_b) = 0;
   // out (n_tokens, n_head * head_dim_v_mla) = per head wv_b[h] . attn()[t, h]: each head's
   // attention over latents decompressed into its values.

@@ -29,6 +29,7 @@ CpuBlocks::CpuBlocks(const HParams& hp, const WeightMap& weights, compute::Conte
   k_buf_.resize(rows(hp.k_width()));
   v_buf_.resize(rows(hp.v_width()));
   attn_buf_.resize(rows(hp.n_head * hp.head_dim_v));
+  rope_cs_.resize(rows(hp.n_rot));
   x_ = x_buf_.data();
   cur_ = cur_buf_.data();
   tmp_ = tmp_buf_.data();
@@ -40,8 +41,6 @@ CpuBlocks::CpuBlocks(const HParams& hp, const WeightMap& weights, compute::Conte
     const int64_t heads = hp.n_head * std::max(hp.head_dim_mla, hp.head_dim_v_mla);
     mla_lora_buf_.resize(rows(hp.q_lora_rank));
     mla_heads_buf_.resize(rows(heads));
-    head_in_.resize(rows(hp.n_head * std::max(hp.qk_nope(), hp.kv_lora_rank)));
-    head_out_.resize(rows(hp.n_head * std::max(hp.kv_lora_rank, hp.head_dim_v_mla)));
     mla_lora_ = mla_lora_buf_.data();
     mla_heads_ = mla_heads_buf_.data();
   }
@@ -140,7 +139,12 @@ void CpuBlocks::linear(const WeightView& w, const float* in, float* out) {
 void CpuBlocks::project_qkv(const AttnViews& a, const float* in) {
   const WeightView* w[] = {&a.wq, &a.wk, &a.wv};
   float* y[] = {q(), k(), v()};
-  ctx_.matmul_shared(w, y, 3, in, n_tokens_);
+  linear_shared(w, y, 3, in);
+}
+
+void CpuBlocks::linear_shared(const WeightView* const* w, float* const* out, int n,
+                              const float* in) {
+  ctx_.matmul_shared(w, out, n, in, n_tokens_);
 }
 
 void CpuBlocks::add_bias(float* rows, const WeightView& b) {
@@ -156,22 +160,37 @@ void CpuBlocks::head_norm(float* rows, int64_t n_heads, const WeightView& w) {
   });
 }
 
-void CpuBlocks::rope_row(float* row, int64_t n_heads, int64_t head_stride, int64_t t,
-                         float freq_base, float freq_scale) const {
+const float* CpuBlocks::rope_angles(int64_t t, float freq_base, float freq_scale) {
   const compute::Yarn y =
       compute::yarn(hp_.n_rot, hp_.n_ctx_orig_yarn, freq_base, hp_.yarn_beta_fast,
                     hp_.yarn_beta_slow, hp_.yarn_ext_factor, hp_.yarn_attn_factor);
-  for (int64_t h = 0; h < n_heads; ++h) {
-    compute::rope_yarn(row + h * head_stride, hp_.n_rot, row_pos_[static_cast<size_t>(t)],
-                       freq_base, freq_scale, rope_factors_, y, hp_.rope_neox);
-  }
+  float* cs = rope_cs_.data() + t * hp_.n_rot;  // row t's own slice: rows run on any thread
+  compute::rope_yarn_angles(hp_.n_rot, row_pos_[static_cast<size_t>(t)], freq_base, freq_scale,
+                            rope_factors_, y, cs);
+  return cs;
+}
+
+void CpuBlocks::rotate_heads(float* row, int64_t n_heads, int64_t head_stride,
+                             const float* cs) const {
+  for (int64_t h = 0; h < n_heads; ++h)
+    compute::rope_rotate(row + h * head_stride, hp_.n_rot, cs, hp_.rope_neox);
 }
 
 void CpuBlocks::rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) {
   const int64_t d = hp_.head_dim;
   parallel_for(n_tokens_, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      rotate_heads(rows + t * n_heads * d, n_heads, d, rope_angles(t, freq_base, freq_scale));
+  });
+}
+
+void CpuBlocks::rope_qk(float freq_base, float freq_scale) {
+  const int64_t d = hp_.head_dim;
+  parallel_for(n_tokens_, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      rope_row(rows + t * n_heads * d, n_heads, d, t, freq_base, freq_scale);
+      const float* cs = rope_angles(t, freq_base, freq_scale);  // one row's angles for q and k
+      rotate_heads(q() + t * hp_.n_head * d, hp_.n_head, d, cs);
+      rotate_heads(k() + t * hp_.n_head_kv * d, hp_.n_head_kv, d, cs);
     }
   });
 }
@@ -182,28 +201,18 @@ void CpuBlocks::mla_kv(const WeightView& kv_norm) {
     for (int64_t t = t0; t < t1; ++t) {
       float* row = k() + t * d;
       compute::rms_norm(row, as_floats(kv_norm), rank, hp_.rms_eps, row);
-      rope_row(row + rank, 1, d, t, hp_.rope_freq_base, hp_.rope_freq_scale);
+      rotate_heads(row + rank, 1, d, rope_angles(t, hp_.rope_freq_base, hp_.rope_freq_scale));
     }
   });
 }
 
 void CpuBlocks::head_products(const WeightView& w, const float* in, int64_t in_stride, float* out,
                               int64_t out_stride) {
-  const int64_t n_head = hp_.n_head, n_out = w.n_rows / n_head, n_in = w.n_cols;
-  // Head-major blocks for one grouped product: head h's rows at (h * n_tokens + t).
-  for (int64_t h = 0; h < n_head; ++h) {
-    for (int64_t t = 0; t < n_tokens_; ++t) {
-      std::copy_n(in + (t * n_head + h) * in_stride, n_in,
-                  head_in_.data() + (h * n_tokens_ + t) * n_in);
-    }
-  }
-  ctx_.matmul_grouped(w, n_head, head_in_.data(), n_tokens_, head_out_.data());
-  for (int64_t h = 0; h < n_head; ++h) {
-    for (int64_t t = 0; t < n_tokens_; ++t) {
-      std::copy_n(head_out_.data() + (h * n_tokens_ + t) * n_out, n_out,
-                  out + (t * n_head + h) * out_stride);
-    }
-  }
+  const int64_t n_head = hp_.n_head;
+  // Each head's rows read and written in place: head h of token t at (t * n_head + h) * stride.
+  ctx_.matmul_grouped(w, n_head, in, n_tokens_, out,
+                      compute::Context::GroupedLayout{in_stride, n_head * in_stride, out_stride,
+                                                      n_head * out_stride});
 }
 
 void CpuBlocks::mla_absorb_q(const float* q_heads, const WeightView& wk_b) {
@@ -215,8 +224,9 @@ void CpuBlocks::mla_absorb_q(const float* q_heads, const WeightView& wk_b) {
         std::copy_n(q_heads + (t * hp_.n_head + h) * dq + nope, hp_.n_rot,
                     q() + (t * hp_.n_head + h) * d + hp_.kv_lora_rank);
       }
-      rope_row(q() + t * hp_.n_head * d + hp_.kv_lora_rank, hp_.n_head, d, t, hp_.rope_freq_base,
-               hp_.rope_freq_scale);
+      // mla_kv's angles: the same rows at the same positions and frequencies.
+      rotate_heads(q() + t * hp_.n_head * d + hp_.kv_lora_rank, hp_.n_head, d,
+                   rope_cs_.data() + t * hp_.n_rot);
     }
   });
 }
@@ -262,14 +272,20 @@ void CpuBlocks::attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_sc
   const int64_t n_segments = (seq.pos + n - 1) / kKeySegment + 1;
   const bool split = n <= kSplitMaxTokens && n_segments > 1;
   if (!split) {
-    ctx_.pool().run([&](int ith, int nth) {
+    const auto blocks = [&](int ith, int nth) {
       int64_t begin, end;
       compute::split_range(n_qblocks * n_kv, ith, nth, 1, &begin, &end);
       for (int64_t i = begin; i < end; ++i) {
         const int64_t t0 = (i / n_kv) * kQueryBlock;
         attend_block(il, seq, i % n_kv, t0, std::min(n, t0 + kQueryBlock), swa, kq_scale, ith);
       }
-    });
+    };
+    // One item (a decode step of MLA's single kv head): the caller, without a pool job.
+    if (n_qblocks * n_kv == 1) {
+      blocks(0, 1);
+    } else {
+      ctx_.pool().run(blocks);
+    }
     return;
   }
   // One query block (n <= kSplitMaxTokens): items are (kv head, segment).
@@ -397,17 +413,7 @@ void CpuBlocks::attend_block(int64_t il, const SeqRows& seq, int64_t g, int64_t 
 }
 
 void CpuBlocks::dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) {
-  gated_ffn(w.gate, w.up, w.down, act, in, out);
-}
-
-void CpuBlocks::gated_ffn(const WeightView& gate, const WeightView& up, const WeightView& down,
-                          FfnAct act, const float* in, float* out) {
-  const int64_t ff = gate.n_rows;
-  const WeightView* gate_up[] = {&gate, &up};
-  float* y[] = {ff_gate_.data(), ff_up_.data()};
-  ctx_.matmul_shared(gate_up, y, 2, in, n_tokens_);
-  gated_activation(ctx_, act, ff_gate_.data(), ff_up_.data(), n_tokens_ * ff);
-  linear(down, ff_gate_.data(), out);
+  gated_ffn(ctx_, w.gate, w.up, w.down, act, in, n_tokens_, ff_gate_.data(), ff_up_.data(), out);
 }
 
 // Router: each row's logits (router_probs_) to its selected experts and weights.
@@ -452,12 +458,13 @@ Status CpuBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float*
                               as_floats(w.gate_exps_b),
                               as_floats(w.up_exps_b),
                               as_floats(w.down_exps_b)};
-  HYPURA_RETURN_IF_ERROR(experts_->run(il, tensors, in, n_tokens_, selected_.data(),
-                                       selected_w_.data(), slot_out_.data()));
   // The shared expert reads in before out (which may alias it) is written.
   const bool shared = w.down_shexp.data != nullptr;
-  if (shared)
-    gated_ffn(w.gate_shexp, w.up_shexp, w.down_shexp, FfnAct::kSilu, in, shared_out_.data());
+  const SharedExpert shexp{&w.gate_shexp,   &w.up_shexp,   &w.down_shexp,
+                           ff_gate_.data(), ff_up_.data(), shared_out_.data()};
+  HYPURA_RETURN_IF_ERROR(experts_->run(il, tensors, in, n_tokens_, selected_.data(),
+                                       selected_w_.data(), slot_out_.data(),
+                                       shared ? &shexp : nullptr));
   const int64_t k = hp_.n_expert_used, e = hp_.n_embd;
   for (int64_t t = 0; t < n_tokens_; ++t) {
     const float* slots = slot_out_.data() + t * k * e;

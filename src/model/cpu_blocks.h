@@ -27,13 +27,12 @@ class CpuBlocks final : public Blocks {
   void norm(const float* in, const WeightView& w, float* out) override;
   void linear(const WeightView& w, const float* in, float* out) override;
   void project_qkv(const AttnViews& a, const float* in) override;
+  void linear_shared(const WeightView* const* w, float* const* out, int n,
+                     const float* in) override;
   void add_bias(float* rows, const WeightView& b) override;
   void head_norm(float* rows, int64_t n_heads, const WeightView& w) override;
   void rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) override;
-  void rope_qk(float freq_base, float freq_scale) override {
-    rope(q(), hp_.n_head, freq_base, freq_scale);
-    rope(k(), hp_.n_head_kv, freq_base, freq_scale);
-  }
+  void rope_qk(float freq_base, float freq_scale) override;
   void mla_kv(const WeightView& kv_norm) override;
   void mla_absorb_q(const float* q_heads, const WeightView& wk_b) override;
   void mla_values(const WeightView& wv_b, float* out) override;
@@ -69,26 +68,24 @@ class CpuBlocks final : public Blocks {
   template <class Fn>
   void parallel_for(int64_t n, Fn&& fn);
   void gather_last_rows(const float* rows, float* out) const;
-  // The rotation of n_heads vectors of n_rot values, head_stride apart, in row t.
-  void rope_row(float* row, int64_t n_heads, int64_t head_stride, int64_t t, float freq_base,
-                float freq_scale) const;
+  // Row t's rotation angles (rope_cs_'s row t, valid until the next call for that row).
+  const float* rope_angles(int64_t t, float freq_base, float freq_scale);
+  // The rotation by angles cs of n_heads vectors of n_rot values, head_stride apart.
+  void rotate_heads(float* row, int64_t n_heads, int64_t head_stride, const float* cs) const;
   // out[t, h] = w[h] . in[t, h] for every head h: a per-head product of a stacked
   // (n_cols, n_out, n_head) tensor, in/out (n_tokens, n_head, stride) at column offsets.
   void head_products(const WeightView& w, const float* in, int64_t in_stride, float* out,
                      int64_t out_stride);
   void observe_last_rows(int64_t il, const float* in);
   void route(const WeightView& bias);
-  // out = down(act(gate(in)) * up(in)): a dense FFN or a shared expert.
-  void gated_ffn(const WeightView& gate, const WeightView& up, const WeightView& down, FfnAct act,
-                 const float* in, float* out);
 
   compute::Context& ctx_;
   std::vector<float> x_buf_, cur_buf_, tmp_buf_, k_buf_, v_buf_, attn_buf_;
+  std::vector<float> rope_cs_;  // (max_batch, n_rot) each row's rotation angles (rope_angles)
   compute::AlignedVector<float> q_buf_;              // the attention kernels load query rows whole
   std::vector<float> mla_lora_buf_, mla_heads_buf_;  // MLA rows (blocks.h)
-  std::vector<float> head_in_, head_out_;  // (n_head, max_batch, head width) per-head products
-  std::vector<float> ff_gate_;             // (max_batch, max(n_ff, n_ff_expert))
-  std::vector<float> ff_up_;               // (max_batch, max(n_ff, n_ff_expert))
+  std::vector<float> ff_gate_;                       // (max_batch, max(n_ff, n_ff_expert))
+  std::vector<float> ff_up_;                         // (max_batch, max(n_ff, n_ff_expert))
   // Attention tiles (cpu_blocks.cc): query tokens per block, keys per aligned block, keys
   // per aligned segment, and the most tokens a step may have to split its segments over the pool.
   static constexpr int64_t kQueryBlock = 32;

@@ -45,6 +45,7 @@ void ThreadPool::run_items(int64_t n_items, ItemFn fn, void* ctx) {
     for (int64_t i = 0; i < n_items; ++i) fn(ctx, i);
     return;
   }
+  jobs_.store(jobs_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   // Close the previous (complete) job first: a late worker still holding its state word
   // then fails its claim instead of taking an item against the new job's fields.
   state_.store((job_of(state_.load(std::memory_order_relaxed)) << 32) | kClosed,

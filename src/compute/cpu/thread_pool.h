@@ -30,6 +30,9 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  // Jobs handed to the workers so far (calls that ran inline on the caller not counted):
+  // each costs a wake-up and a wait for the last item, the per-op overhead of a decode step.
+  uint64_t jobs() const { return jobs_.load(std::memory_order_relaxed); }
 
   // Calls fn(i) for every i in [0, n_items) (n_items < 2^32), each exactly once; returns
   // when all calls have finished. fn must not throw.
@@ -58,6 +61,7 @@ class ThreadPool {
   int n_threads_;
   std::vector<std::thread> workers_;
   uint64_t generation_ = 0;         // caller-side job counter
+  std::atomic<uint64_t> jobs_{0};   // jobs(); written by the submitting thread only
   std::atomic<uint64_t> state_{0};  // (generation << 32) | next unclaimed item
   std::atomic<int64_t> n_items_{0};
   std::atomic<ItemFn> fn_{nullptr};
