@@ -172,6 +172,18 @@ class Context {
   void matmul_grouped(const WeightView& w, int64_t n_groups, const float* x, int64_t n_tokens,
                       float* y, const GroupedLayout& layout);
 
+  // Two per-group products in a chain, for one token row x (w1.n_cols): for g < n_groups,
+  // y1_g = W1_g . x, then y2_g = W2_g . y1_g[0..w2.n_cols), with W1_g and W2_g group g's
+  // rows of w1 and w2 (n_groups blocks each), y1_g at y1 + g * y1_stride and y2_g at
+  // y2 + g * y2_stride; and, when extra is not null, extra_y = *extra . x beside them. One
+  // job over the groups (MLA's query per head: its q rows, then their absorption), each
+  // output bit-identical to its own matmul().
+  // REQUIRES: w1.n_rows % n_groups == w2.n_rows % n_groups == 0, w2.n_cols <= y1_stride,
+  // extra->n_cols == w1.n_cols.
+  void matmul_chained(const WeightView& w1, const WeightView& w2, int64_t n_groups, const float* x,
+                      float* y1, int64_t y1_stride, float* y2, int64_t y2_stride,
+                      const WeightView* extra, float* extra_y);
+
   // out[i, :] = dequantized row ids[i] of W (embedding lookup). out: (n_ids, W.n_cols).
   void get_rows(const WeightView& w, const int32_t* ids, int64_t n_ids, float* out);
 

@@ -349,6 +349,75 @@ void Context::matmul_grouped(const WeightView& w, int64_t n_groups, const float*
   });
 }
 
+void Context::matmul_chained(const WeightView& w1, const WeightView& w2, int64_t n_groups,
+                             const float* x, float* y1, int64_t y1_stride, float* y2,
+                             int64_t y2_stride, const WeightView* extra, float* extra_y) {
+  assert(n_groups > 0 && w1.n_rows % n_groups == 0 && w2.n_rows % n_groups == 0);
+  assert(w2.n_cols <= y1_stride && (extra == nullptr || extra->n_cols == w1.n_cols));
+  impl_->macs.fetch_add(static_cast<uint64_t>(w1.n_rows * w1.n_cols + w2.n_rows * w2.n_cols +
+                                              (extra ? extra->n_rows * extra->n_cols : 0)),
+                        std::memory_order_relaxed);
+  // One operand of a product: its tile and weight rows, its activation row's format.
+  struct Operand {
+    TileFn tile;
+    const uint8_t* w;
+    size_t w_stride, x_bytes;
+    gguf::GgmlType act;
+    QuantizeActFn quantize;
+  };
+  const auto operand = [&](const WeightView& w) {
+    Operand o{tile_fn(*impl_->kernels, w.type),  static_cast<const uint8_t*>(w.data),
+              quant::row_size(w.type, w.n_cols), 0,
+              quant::activation_type(w.type),    quantize_act_fn(*impl_->kernels, w.type)};
+    assert(o.tile != nullptr && w.n_cols % quant::block_size(w.type) == 0);
+    o.x_bytes = o.act == gguf::GgmlType::F32 ? static_cast<size_t>(w.n_cols) * sizeof(float)
+                                             : quant::row_size(o.act, w.n_cols);
+    return o;
+  };
+  const Operand a = operand(w1), b = operand(w2);
+  const Operand e = extra != nullptr ? operand(*extra) : Operand{};
+  // Scratch: x as w1 reads it, x as extra reads it, then each group's y1 as w2 reads it.
+  const size_t e_off = a.x_bytes, g_off = e_off + e.x_bytes;
+  impl_->ensure_act(g_off + b.x_bytes * static_cast<size_t>(n_groups));
+  uint8_t* act = impl_->act.data();
+  const auto quantize_one = [&](const Operand& o, const float* row, int64_t n_cols,
+                                uint8_t* dst) -> const uint8_t* {
+    if (o.act == gguf::GgmlType::F32) return reinterpret_cast<const uint8_t*>(row);
+    if (o.quantize) {
+      o.quantize(row, dst, n_cols);
+    } else {
+      quant::quantize_activations(o.act, row, dst, n_cols);
+    }
+    return dst;
+  };
+  const uint8_t* xa = quantize_one(a, x, w1.n_cols, act);
+  const uint8_t* xe = extra != nullptr ? quantize_one(e, x, extra->n_cols, act + e_off) : nullptr;
+  const int64_t n1 = w1.n_rows / n_groups, n2 = w2.n_rows / n_groups;
+  // y[0..count) = rows [first, first + count) of o's weights . xq.
+  const auto rows = [](const Operand& o, int64_t n_cols, int64_t first, int64_t count,
+                       const uint8_t* xq, float* y) {
+    for (int64_t r = 0; r < count; r += kRowBlock) {
+      const int nr = static_cast<int>(std::min(kRowBlock, count - r));
+      o.tile(n_cols, o.w + (first + r) * o.w_stride, o.w_stride, nr, xq, o.x_bytes, 1, y + r, 1);
+    }
+  };
+  // Items: one per group, then the extra product's rows in kRowAlign-multiple items.
+  const int64_t per_item = extra != nullptr ? rows_per_item(extra->n_rows, n_threads()) : 1;
+  const int64_t n_extra = extra != nullptr ? (extra->n_rows + per_item - 1) / per_item : 0;
+  impl_->pool.parallel_for(n_groups + n_extra, [&](int64_t item) {
+    if (item >= n_groups) {
+      const int64_t first = (item - n_groups) * per_item;
+      rows(e, extra->n_cols, first, std::min(per_item, extra->n_rows - first), xe, extra_y + first);
+      return;
+    }
+    const int64_t g = item;
+    float* y1g = y1 + g * y1_stride;
+    rows(a, w1.n_cols, g * n1, n1, xa, y1g);
+    const uint8_t* x2 = quantize_one(b, y1g, w2.n_cols, act + g_off + g * b.x_bytes);
+    rows(b, w2.n_cols, g * n2, n2, x2, y2 + g * y2_stride);
+  });
+}
+
 void Context::get_rows(const WeightView& w, const int32_t* ids, int64_t n_ids, float* out) {
   const size_t w_stride = quant::row_size(w.type, w.n_cols);
   const auto* base = static_cast<const uint8_t*>(w.data);

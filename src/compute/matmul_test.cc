@@ -530,6 +530,47 @@ TEST(Matmul, GroupedInPlaceMatchesBlocks) {
   }
 }
 
+// Chained per-group products (matmul_chained: MLA's q rows of each head, then their
+// absorption, with Wkv_a beside them) give matmul() of each group's rows, then matmul() of
+// the first w2.n_cols of that result, bit for bit; the extra product as its own matmul().
+TEST(Matmul, ChainedMatchesTwoProductsPerGroup) {
+  std::mt19937 rng(11);
+  for (const char* path : supported_paths()) {
+    for (auto [t1, t2] :
+         {std::pair{GgmlType::Q5_0, GgmlType::Q5_0}, std::pair{GgmlType::Q4_K, GgmlType::Q8_0},
+          std::pair{GgmlType::F32, GgmlType::F32}, std::pair{GgmlType::Q6_K, GgmlType::F16}}) {
+      for (bool with_extra : {false, true}) {
+        const int64_t n_groups = 4, n1 = 48, n2 = 64, n_cols = 256, nope = 32;
+        const int64_t y1_stride = n1, y2_stride = 80;  // y2's groups padded, as q()'s heads
+        const Problem p1 = make_problem(t1, n_groups * n1, n_cols, 1, rng);
+        const Problem p2 = make_problem(t2, n_groups * n2, nope, 1, rng);
+        const Problem pe = make_problem(GgmlType::Q4_K, 80, n_cols, 1, rng);
+        Context ctx(3, path);
+        std::vector<float> y1(n_groups * y1_stride, std::nanf(""));
+        std::vector<float> y2(n_groups * y2_stride, -1.0f), ye(80, std::nanf(""));
+        const WeightView extra = pe.view();
+        ctx.matmul_chained(p1.view(), p2.view(), n_groups, p1.x.data(), y1.data(), y1_stride,
+                           y2.data(), y2_stride, with_extra ? &extra : nullptr, ye.data());
+        std::vector<float> want1(n_groups * n1), want2(n2), want_e(80);
+        ctx.matmul(p1.view(), p1.x.data(), 1, want1.data());
+        EXPECT_EQ(std::memcmp(want1.data(), y1.data(), want1.size() * sizeof(float)), 0)
+            << path << " " << gguf::type_name(t1);
+        for (int64_t g = 0; g < n_groups; ++g) {
+          ctx.matmul(p2.view().rows(g * n2, n2), want1.data() + g * n1, 1, want2.data());
+          EXPECT_EQ(std::memcmp(want2.data(), y2.data() + g * y2_stride, n2 * sizeof(float)), 0)
+              << path << " " << gguf::type_name(t2) << " group " << g;
+          EXPECT_EQ(y2[g * y2_stride + n2], -1.0f) << "wrote past group " << g;
+        }
+        if (with_extra) {
+          ctx.matmul(extra, p1.x.data(), 1, want_e.data());
+          EXPECT_EQ(std::memcmp(want_e.data(), ye.data(), want_e.size() * sizeof(float)), 0)
+              << path << " extra";
+        }
+      }
+    }
+  }
+}
+
 // The SIMD tables really replace the scalar kernels (else the tests above prove little).
 TEST(Dispatch, SimdTablesProvideOwnKernels) {
   const KernelTable& scalar = *kernel_table(SimdLevel::kScalar);

@@ -43,6 +43,21 @@ void Blocks::begin(std::span<const SeqRows> seqs, bool logits_only) {
   logits_only_ = logits_only;
 }
 
+void Blocks::mla_query_key(const AttnViews& a) {
+  float* q_heads = mla_heads();
+  const bool q_lora = hp_.q_lora_rank > 0;
+  // The q path's first product and Wkv_a read the same rows.
+  const WeightView* w[] = {q_lora ? &a.wq_a : &a.wq, &a.wkv_a};
+  float* out[] = {q_lora ? mla_lora() : q_heads, k()};
+  linear_shared(w, out, 2, cur());
+  if (q_lora) {
+    norm(mla_lora(), a.q_a_norm, mla_lora());
+    linear(a.wq_b, mla_lora(), q_heads);
+  }
+  mla_kv(a.kv_a_norm);
+  mla_absorb_q(q_heads, a.wk_b);
+}
+
 Status Blocks::acquire_attention(int64_t il, AttnViews* out) {
   const LayerWeights& lw = weights_.layers[il];
   return acquire_views(provider_, il,

@@ -145,6 +145,10 @@ class Blocks {
   // head_dim_mla) laid out [q_nope, q_pe] per head: q_nope absorbed into the latent space.
   // Called after the layer's mla_kv(), whose rotation it shares.
   virtual void mla_absorb_q(const float* q_heads, const WeightView& wk_b) = 0;
+  // MLA's query and key from the normed rows in cur(): q_heads (mla_heads()) = Wq_b
+  // RMSNorm(Wq_a cur) (or Wq cur), k() = Wkv_a cur, then mla_kv() and mla_absorb_q(). An
+  // implementation may fuse the products (the CPU's decode step: the per-head ones in one job).
+  virtual void mla_query_key(const AttnViews& a);
   // out (n_tokens, n_head * head_dim_v_mla) = per head wv_b[h] . attn()[t, h]: each head's
   // attention over latents decompressed into its values.
   virtual void mla_values(const WeightView& wv_b, float* out) = 0;

@@ -216,8 +216,35 @@ void CpuBlocks::head_products(const WeightView& w, const float* in, int64_t in_s
 }
 
 void CpuBlocks::mla_absorb_q(const float* q_heads, const WeightView& wk_b) {
+  head_products(wk_b, q_heads, hp_.head_dim_mla, q(), hp_.head_dim);
+  rope_q_pe(q_heads);
+}
+
+// A decode step's q path in two pool jobs (one when there is no q compression): the heads'
+// q rows and their absorption chained per head (Context::matmul_chained), Wkv_a beside
+// them or beside Wq_a; each product as mla_absorb_q() and linear() compute it.
+void CpuBlocks::mla_query_key(const AttnViews& a) {
+  if (n_tokens_ != 1) {
+    Blocks::mla_query_key(a);
+    return;
+  }
+  const int64_t n_head = hp_.n_head, dq = hp_.head_dim_mla, d = hp_.head_dim;
+  float* q_heads = mla_heads();
+  if (hp_.q_lora_rank > 0) {
+    const WeightView* w[] = {&a.wq_a, &a.wkv_a};
+    float* out[] = {mla_lora(), k()};
+    linear_shared(w, out, 2, cur());
+    norm(mla_lora(), a.q_a_norm, mla_lora());
+    ctx_.matmul_chained(a.wq_b, a.wk_b, n_head, mla_lora(), q_heads, dq, q(), d, nullptr, nullptr);
+  } else {
+    ctx_.matmul_chained(a.wq, a.wk_b, n_head, cur(), q_heads, dq, q(), d, &a.wkv_a, k());
+  }
+  mla_kv(a.kv_a_norm);
+  rope_q_pe(q_heads);
+}
+
+void CpuBlocks::rope_q_pe(const float* q_heads) {
   const int64_t dq = hp_.head_dim_mla, d = hp_.head_dim, nope = hp_.qk_nope();
-  head_products(wk_b, q_heads, dq, q(), d);
   parallel_for(n_tokens_, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       for (int64_t h = 0; h < hp_.n_head; ++h) {

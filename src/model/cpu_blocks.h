@@ -35,6 +35,7 @@ class CpuBlocks final : public Blocks {
   void rope_qk(float freq_base, float freq_scale) override;
   void mla_kv(const WeightView& kv_norm) override;
   void mla_absorb_q(const float* q_heads, const WeightView& wk_b) override;
+  void mla_query_key(const AttnViews& a) override;
   void mla_values(const WeightView& wv_b, float* out) override;
   void scale(float* rows, int64_t width, float s) override;
   void residual(float* x, const float* y) override;
@@ -76,6 +77,8 @@ class CpuBlocks final : public Blocks {
   // (n_cols, n_out, n_head) tensor, in/out (n_tokens, n_head, stride) at column offsets.
   void head_products(const WeightView& w, const float* in, int64_t in_stride, float* out,
                      int64_t out_stride);
+  // q() heads' [.., q_pe] = q_pe of q_heads rotated by mla_kv()'s angles.
+  void rope_q_pe(const float* q_heads);
   void observe_last_rows(int64_t il, const float* in);
   void route(const WeightView& bias);
 

@@ -21,18 +21,7 @@ namespace {
 // Leaves the layer's attention output (before Wo) in b.mla_heads().
 void latent_attention(Blocks& b, int64_t il, const AttnViews& a) {
   const HParams& hp = b.hp();
-  float* q_heads = b.mla_heads();
-  const bool q_lora = hp.q_lora_rank > 0;
-  // The q path's first product and Wkv_a read the same rows.
-  const WeightView* w[] = {q_lora ? &a.wq_a : &a.wq, &a.wkv_a};
-  float* out[] = {q_lora ? b.mla_lora() : q_heads, b.k()};
-  b.linear_shared(w, out, 2, b.cur());
-  if (q_lora) {
-    b.norm(b.mla_lora(), a.q_a_norm, b.mla_lora());
-    b.linear(a.wq_b, b.mla_lora(), q_heads);
-  }
-  b.mla_kv(a.kv_a_norm);
-  b.mla_absorb_q(q_heads, a.wk_b);
+  b.mla_query_key(a);
   b.attention(il, /*swa=*/false, hp.kq_scale);
   b.mla_values(a.wv_b, b.mla_heads());
 }
