@@ -13,6 +13,8 @@ constexpr int kMaxSeg = 1024;  // segments the merge kernel keeps in shared memo
 constexpr int kSeg = static_cast<int>(kAttnSegment);
 constexpr int kUnroll = 4;        // key rows loaded before the first is used
 constexpr int kFillBlocks = 264;  // about two thread blocks per multiprocessor of an H100/H200
+constexpr int kKeepSeg = 32;      // shortest segment before q heads are split over blocks
+constexpr int kMinSeg = 8;        // shortest segment
 
 __device__ __forceinline__ int pow2_at_least(int v) {
   int p = 1;
@@ -31,7 +33,7 @@ __device__ __forceinline__ void widen8(const uint4& raw, float (&out)[8]) {
 }
 
 // One (segment, kv head, chunk of up to kG q heads): partials m, l, acc[head_dim_v].
-// kG is 4 or 8 (kMaxG): registers hold kG x 8 query values and accumulators.
+// kG is 2, 4 or 8 (kMaxG): registers hold kG x 8 query values and accumulators.
 template <int kG>
 __global__ void __launch_bounds__(kThreads)
     attn_segment(AttnDecodeArgs a, float* __restrict__ partial, int n_seg, int seg_len) {
@@ -214,20 +216,30 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// q heads per block: 4 when the GQA group fits (fewer registers, more blocks resident).
-int heads_per_block(int64_t n_head, int64_t n_head_kv) {
-  return n_head / n_head_kv <= 4 ? 4 : kMaxG;
-}
-int64_t head_chunks(int64_t n_head, int64_t n_head_kv) {
-  const int g = heads_per_block(n_head, n_head_kv);
-  return (n_head / n_head_kv + g - 1) / g;
+// A launch's shape: q heads per block (kMaxG, 4 or 2) and keys per segment.
+struct Shape {
+  int heads = kMaxG;
+  int64_t seg = kSeg;
+};
+
+int64_t blocks_of(const Shape& sh, int64_t n_kv, int64_t group, int64_t n_head_kv) {
+  return (n_kv + sh.seg - 1) / sh.seg * n_head_kv * ((group + sh.heads - 1) / sh.heads);
 }
 
-// Keys per segment: kSeg, halved (down to 32) while that leaves fewer than kFillBlocks blocks.
-int64_t segment_length(int64_t n_kv, int64_t blocks_per_segment) {
-  int64_t seg = kSeg;
-  while (seg > 32 && (n_kv + seg - 1) / seg * blocks_per_segment < kFillBlocks) seg /= 2;
-  return seg;
+// Fewer blocks than kFillBlocks leave the GPU idle, so the shape is cut down in three
+// steps, each while the blocks stay too few: segments down to kKeepSeg keys (blocks sharing
+// every q head of a group, so long contexts read K and V once), then q heads per block down
+// to 2 (short contexts: their keys are few, a block's serial work is what costs), then
+// segments down to kMinSeg.
+Shape launch_shape(int64_t n_kv, int64_t n_head, int64_t n_head_kv) {
+  const int64_t group = n_head / n_head_kv;
+  Shape sh;
+  sh.heads = group <= 2 ? 2 : group <= 4 ? 4 : kMaxG;
+  const auto few = [&] { return blocks_of(sh, n_kv, group, n_head_kv) < kFillBlocks; };
+  while (sh.seg > kKeepSeg && few()) sh.seg /= 2;
+  while (sh.heads > 2 && few()) sh.heads /= 2;
+  while (sh.seg > kMinSeg && few()) sh.seg /= 2;
+  return sh;
 }
 
 }  // namespace
@@ -235,27 +247,29 @@ int64_t segment_length(int64_t n_kv, int64_t blocks_per_segment) {
 size_t attention_scratch_bytes(int64_t n_head, int64_t n_head_kv, int64_t head_dim_v,
                                int64_t n_kv) {
   // Shorter segments only happen while segments x blocks < kFillBlocks, so their count stays
-  // under 2 * kFillBlocks / blocks + 2 (one halving past the threshold, rounding up).
-  const int64_t per_seg = n_head_kv * head_chunks(n_head, n_head_kv);
+  // under 2 * kFillBlocks / blocks + 2 (one halving past the threshold, rounding up); a
+  // segment has the fewest blocks with kMaxG heads each.
+  const int64_t per_seg = n_head_kv * ((n_head / n_head_kv + kMaxG - 1) / kMaxG);
   const int64_t n_seg = (n_kv + kSeg - 1) / kSeg + 2 * ((kFillBlocks + per_seg - 1) / per_seg) + 2;
   return static_cast<size_t>(n_head * n_seg * (head_dim_v + 2)) * sizeof(float);
 }
 
 void attention_decode(const AttnDecodeArgs& a, void* scratch, StreamHandle stream) {
   const int64_t n_kv = a.pos != nullptr ? a.max_kv : a.kv_end - a.kv_first;
-  const int64_t chunks = head_chunks(a.n_head, a.n_head_kv);
-  const int64_t seg_len = segment_length(n_kv, a.n_head_kv * chunks);
-  const int n_seg = static_cast<int>((n_kv + seg_len - 1) / seg_len);
+  const Shape sh = launch_shape(n_kv, a.n_head, a.n_head_kv);
+  const int64_t chunks = (a.n_head / a.n_head_kv + sh.heads - 1) / sh.heads;
+  const int n_seg = static_cast<int>((n_kv + sh.seg - 1) / sh.seg);
   auto* partial = static_cast<float*>(scratch);
   const dim3 grid(static_cast<unsigned>(n_seg), static_cast<unsigned>(a.n_head_kv),
                   static_cast<unsigned>(chunks));
   assert(n_seg <= kMaxSeg);
-  if (heads_per_block(a.n_head, a.n_head_kv) == 4) {
-    launch_kernel(attn_segment<4>, grid, kThreads, 0, stream, a, partial, n_seg,
-                  static_cast<int>(seg_len));
+  const int seg_len = static_cast<int>(sh.seg);
+  if (sh.heads == 2) {
+    launch_kernel(attn_segment<2>, grid, kThreads, 0, stream, a, partial, n_seg, seg_len);
+  } else if (sh.heads == 4) {
+    launch_kernel(attn_segment<4>, grid, kThreads, 0, stream, a, partial, n_seg, seg_len);
   } else {
-    launch_kernel(attn_segment<kMaxG>, grid, kThreads, 0, stream, a, partial, n_seg,
-                  static_cast<int>(seg_len));
+    launch_kernel(attn_segment<kMaxG>, grid, kThreads, 0, stream, a, partial, n_seg, seg_len);
   }
   launch_kernel(attn_merge, static_cast<unsigned>(a.n_head), kThreads, 0, stream, partial, n_seg,
                 static_cast<int>(a.head_dim_v), a.sinks, a.out);

@@ -1,10 +1,13 @@
 // Decode attention on the GPU: the queries of one token against an F16 KV cache in device
 // memory, split over keys. A thread block takes one segment of keys (up to kAttnSegment;
-// shorter when that gives too few blocks to fill the GPU) of one kv head and every q head
-// that reads it (GQA), so K and V are read once: scores, their max m, the sum l of
-// exp(s - m) and the exp-weighted sum of V rows per q head. A second kernel merges the
-// segments of a head (the log-sum-exp merge), so long contexts use the whole GPU even
-// with one kv head. Loads are 16 bytes (8 halves) per thread, several keys in flight.
+// shorter when that gives too few blocks to fill the GPU) of one kv head and up to 8 of the
+// q heads that read it (GQA), so long contexts read K and V about once; short ones, with too
+// few blocks even at 32-key segments, split a group's q heads over blocks of 2 and then
+// shorten segments to 8 keys (their keys are few: a block's serial work is what costs).
+// Per q head: scores, their max m, the sum l of exp(s - m) and the exp-weighted sum of V rows. A
+// second kernel merges the segments of a head (the log-sum-exp merge), so long contexts use the
+// whole GPU even with one kv head. Loads are 16 bytes (8 halves) per thread, several keys in
+// flight.
 //
 // The math is the CPU's (model/blocks.cc): s = (q . k) * kq_scale, softmax over the
 // visible keys, out = sum p v; GQA: q head h reads kv head h / (n_head / n_head_kv).

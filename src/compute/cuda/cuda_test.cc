@@ -389,12 +389,12 @@ TEST_F(CudaTest, AttentionDecodeMatchesCpu) {
   struct Case {
     int64_t n_head, n_head_kv, head_dim, kv_first, kv_end;
   };
-  // GQA groups of 4, 1, 2, 12 (two blocks of q heads) and 3; head_dim 128, 64, 256 and 96
-  // (lanes per key not a power of two); one key; windows not starting at 0; short contexts
-  // (shortened segments) and long ones.
+  // GQA groups of 4, 1, 2, 12 (two or more blocks of q heads), 3 and 8; head_dim 128, 64, 256
+  // and 96 (lanes per key not a power of two); one key; windows not starting at 0; short
+  // contexts (shortened segments, q heads split over blocks) and long ones (8 q heads a block).
   for (const Case& c : {Case{8, 2, 128, 100, 1000}, Case{4, 4, 64, 0, 1}, Case{2, 1, 256, 0, 300},
                         Case{32, 8, 128, 0, 4096}, Case{12, 1, 128, 0, 700}, Case{6, 2, 96, 5, 333},
-                        Case{32, 8, 128, 0, 20000}}) {
+                        Case{32, 8, 128, 0, 20000}, Case{16, 2, 128, 0, 20000}}) {
     SCOPED_TRACE(std::to_string(c.head_dim) + " " + std::to_string(c.kv_end));
     const int64_t n_ctx = c.kv_end, width = c.n_head_kv * c.head_dim;
     const std::vector<float> q = random_floats(c.n_head * c.head_dim, 8);
