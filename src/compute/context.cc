@@ -391,7 +391,11 @@ void Context::matmul_chained(const WeightView& w1, const WeightView& w2, int64_t
     return dst;
   };
   const uint8_t* xa = quantize_one(a, x, w1.n_cols, act);
-  const uint8_t* xe = extra != nullptr ? quantize_one(e, x, extra->n_cols, act + e_off) : nullptr;
+  // x once for both when w1 and extra read it in the same format.
+  const bool same = extra != nullptr && e.act == a.act && e.quantize == a.quantize;
+  const uint8_t* xe = extra == nullptr ? nullptr
+                      : same           ? xa
+                                       : quantize_one(e, x, extra->n_cols, act + e_off);
   const int64_t n1 = w1.n_rows / n_groups, n2 = w2.n_rows / n_groups;
   // y[0..count) = rows [first, first + count) of o's weights . xq.
   const auto rows = [](const Operand& o, int64_t n_cols, int64_t first, int64_t count,
