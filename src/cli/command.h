@@ -67,22 +67,25 @@ CLI::Option* add_context_option(CLI::App& app, int64_t* n_ctx);
 // The options of every command that loads a model (run, bench, serve, perplexity):
 // -t/--threads, --device, --kv-type f16|f32, --ram-budget, --vram-budget, --profile, and expert
 // streaming's
-// --expert-predictor none|coact|router|both and --expert-lookahead N (docs/MOE.md).
+// --expert-predictor none|coact|router|both, --expert-lookahead N, --expert-prefetch-budget
+// SIZE and --expert-prefetch-precision P (docs/MOE.md).
 // engine_options() makes the
 // Engine's options of them, so the four load (and plan) a model the same way.
 struct EngineFlags {
   int threads = 0;
   std::string device = "auto";  // --device auto|cpu|cuda
   std::string kv_type = "f16";
-  uint64_t ram_budget = 0;       // 0: the profile's usable memory
-  uint64_t vram_budget = 0;      // 0: the GPU's free memory less a reserve
-  int gpu_layers = -1;           // --gpu-layers N; -1: as many as fit
-  int cpu_moe_layers = -1;       // --cpu-moe-layers N; -1: as the budget decides
-  std::string profile;           // --profile FILE
-  std::string expert_predictor;  // --expert-predictor; empty: the default (both)
-  int expert_lookahead = 0;      // --expert-lookahead 1..4; 0: the default (1)
-  std::string simd;              // --simd LEVEL; empty: the best this CPU runs
-  bool no_cuda_graphs = false;   // --no-cuda-graphs
+  uint64_t ram_budget = 0;                       // 0: the profile's usable memory
+  uint64_t vram_budget = 0;                      // 0: the GPU's free memory less a reserve
+  int gpu_layers = -1;                           // --gpu-layers N; -1: as many as fit
+  int cpu_moe_layers = -1;                       // --cpu-moe-layers N; -1: as the budget decides
+  std::string profile;                           // --profile FILE
+  std::string expert_predictor;                  // --expert-predictor; empty: the default (both)
+  int expert_lookahead = 0;                      // --expert-lookahead 1..4; 0: the default (1)
+  uint64_t expert_prefetch_budget = UINT64_MAX;  // --expert-prefetch-budget; MAX: the plan's
+  double expert_prefetch_precision = -1;         // --expert-prefetch-precision; < 0: default
+  std::string simd;                              // --simd LEVEL; empty: the best this CPU runs
+  bool no_cuda_graphs = false;                   // --no-cuda-graphs
 };
 void add_engine_flags(CLI::App& app, EngineFlags* flags);
 runtime::EngineOptions engine_options(const EngineFlags& flags, const std::string& model_path,

@@ -115,6 +115,14 @@ void add_engine_flags(CLI::App& app, EngineFlags* flags) {
   app.add_option("--expert-lookahead", flags->expert_lookahead,
                  "MoE expert streaming: layers ahead the router predictor guesses (default 1)")
       ->check(CLI::Range(1, experts::kMaxRouterLookahead));
+  add_size_option(app, "--expert-prefetch-budget", &flags->expert_prefetch_budget,
+                  "MoE expert streaming: bytes per token read ahead on router guesses below the "
+                  "probability threshold whose rank has proven right often enough, e.g. 160M "
+                  "(0: none; default: what the disk reads while a token computes, from the plan)");
+  app.add_option("--expert-prefetch-precision", flags->expert_prefetch_precision,
+                 "MoE expert streaming: how often guesses of a rank must have been right for "
+                 "that budget to read them (0..1, default 0.5)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--simd", flags->simd,
                  "the CPU kernels' instruction set: scalar, avx2, avx512, avx512vnni or amx (a "
                  "level this CPU lacks falls back to the best below it; default: the best)")
@@ -139,6 +147,8 @@ runtime::EngineOptions engine_options(const EngineFlags& flags, const std::strin
   eo.profile_path = flags.profile;
   eo.expert_predictor = flags.expert_predictor;
   eo.expert_lookahead = flags.expert_lookahead;
+  eo.expert_prefetch_budget = flags.expert_prefetch_budget;
+  eo.expert_prefetch_precision = flags.expert_prefetch_precision;
   eo.simd = flags.simd;
   eo.cuda_graphs = !flags.no_cuda_graphs;
   return eo;

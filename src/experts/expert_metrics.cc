@@ -83,6 +83,17 @@ ExpertRunMetrics expert_run_metrics(const ExpertProvider& p, const ExpertStats& 
                             before.router_confident_at[d].predicted) /
         n;
   }
+  m.prob_reads_per_token =
+      static_cast<double>(after.router_prob_reads - before.router_prob_reads) / n;
+  m.budget_reads_per_token =
+      static_cast<double>(after.router_budget_reads - before.router_budget_reads) / n;
+  const PrefetchRule& rule = p.prefetch_rule();
+  m.prefetch_budget_bytes = rule.config().budget_bytes;
+  m.prefetch_min_precision = rule.config().min_precision;
+  const int ranks = std::min(rule.config().n_expert_used, kMaxPrefetchRank);
+  for (int d = 0; d < m.router_lookahead && d < kMaxRouterLookahead; ++d) {
+    for (int r = 0; r < ranks; ++r) m.rank_precision[d].push_back(rule.precision(d + 1, r));
+  }
   m.wasted_bytes = after.wasted_bytes;
   m.stall_s_per_token = (after.stall_seconds - before.stall_seconds) / n;
   m.stall_miss = stall_metrics(before.stall_miss, after.stall_miss, n);
@@ -115,6 +126,11 @@ nlohmann::json expert_run_json(const ExpertRunMetrics& m) {
                         {"coactivation_prediction", predictor_json(m.coact)},
                         {"router_prediction", predictor_json(m.router)},
                         {"router_prediction_by_distance", router_distance_json(m)},
+                        {"router_prob_reads_per_token", m.prob_reads_per_token},
+                        {"router_budget_reads_per_token", m.budget_reads_per_token},
+                        {"prefetch_budget_bytes", m.prefetch_budget_bytes},
+                        {"prefetch_min_precision", m.prefetch_min_precision},
+                        {"uncached_guess_precision_by_distance_rank", m.rank_precision},
                         {"prefetch_wasted_bytes", m.wasted_bytes},
                         {"expert_stall_s_per_token", m.stall_s_per_token},
                         {"stall_on_misses", stall_json(m.stall_miss)},
@@ -179,6 +195,21 @@ std::string expert_run_text(const ExpertRunMetrics& m) {
         m.router_confident_at[d].reads_per_token, 100 * m.router_confident_at[d].precision);
     out += buf;
   }
+  std::snprintf(buf, sizeof buf,
+                "  router reads: %.2f/token by probability, %.2f/token by the budgeted rule "
+                "(%.1f MiB/token, precision >= %.2f); uncached guesses right by rank:",
+                m.prob_reads_per_token, m.budget_reads_per_token,
+                m.prefetch_budget_bytes / 1048576.0, m.prefetch_min_precision);
+  out += buf;
+  for (int d = 0; d < m.router_lookahead && d < kMaxRouterLookahead; ++d) {
+    out += d == 0 ? " " : "; ";
+    out += std::to_string(d + 1) + " ahead";
+    for (double p : m.rank_precision[d]) {
+      std::snprintf(buf, sizeof buf, " %.0f%%", 100 * p);
+      out += buf;
+    }
+  }
+  out += "\n";
   if (m.disk_read_bps > 0) {
     std::snprintf(
         buf, sizeof buf,

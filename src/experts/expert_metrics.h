@@ -12,6 +12,10 @@
 //                         lookahead): precision and recall of all top-k, and of those
 //                         reaching its read threshold (confident; reads_per_token = how
 //                         many such guesses per token)
+//   prefetch rule         router reads per token admitted by probability and by the
+//                         budgeted rule (prefetch_rule.h), its budget and threshold, and
+//                         the precision it measured (whole run, with its prior) of
+//                         uncached guesses by distance and rank
 //   wasted_bytes          speculative reads evicted before use (whole run, at the end)
 //   stall_s_per_token     time acquire_experts waited for reads / tokens, split into
 //                         waits for misses and for prefetched experts still arriving
@@ -71,6 +75,11 @@ struct ExpertRunMetrics {
   int router_lookahead = 0;
   PredictorRunMetrics coact, router;
   std::array<PredictorRunMetrics, kMaxRouterLookahead> router_at, router_confident_at;
+  double prob_reads_per_token = 0, budget_reads_per_token = 0;
+  uint64_t prefetch_budget_bytes = 0;
+  double prefetch_min_precision = 0;
+  // [d - 1][rank], rank < n_expert_used (at most kMaxPrefetchRank)
+  std::array<std::vector<double>, kMaxRouterLookahead> rank_precision;
   uint64_t wasted_bytes = 0;
   double stall_s_per_token = 0;
   StallRunMetrics stall_miss, stall_prefetched;

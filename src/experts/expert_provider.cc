@@ -86,12 +86,21 @@ Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufF
   p->cache_ = std::make_unique<ExpertCache>(n_slots, n_layer, p->n_expert_, p->config_.policy);
   p->coact_pred_.resize(static_cast<size_t>(n_layer));
   p->router_pred_.resize(static_cast<size_t>(n_layer));
-  p->router_read_.resize(static_cast<size_t>(n_layer));
+  p->router_guess_.resize(static_cast<size_t>(n_layer));
   p->config_.router_lookahead = std::clamp(p->config_.router_lookahead, 1, kMaxRouterLookahead);
   for (int d = 0; d < kMaxRouterLookahead; ++d) {
     p->router_at_[d].resize(static_cast<size_t>(n_layer));
     p->router_confident_at_[d].resize(static_cast<size_t>(n_layer));
+    p->uncached_at_[d].resize(static_cast<size_t>(n_layer));
   }
+  PrefetchRuleConfig rule;
+  rule.n_expert = p->n_expert_;
+  rule.n_expert_used = p->n_expert_used_;
+  rule.n_layers = static_cast<int>(p->moe_layers_.size());
+  rule.min_prob = p->config_.router_min_prob;
+  rule.budget_bytes = p->config_.prefetch_budget_bytes;
+  rule.min_precision = p->config_.prefetch_min_precision;
+  p->rule_ = std::make_unique<PrefetchRule>(rule);
   p->wanted_.resize(static_cast<size_t>(n_layer));
   p->coact_ = std::make_unique<CoactivationStats>(n_layer, p->n_expert_);
   if (!p->config_.stats_path.empty()) {
@@ -107,10 +116,12 @@ Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufF
   HYPURA_RETURN_IF_ERROR(p->load_resident(p->config_.lock_resident, progress));
   p->resident_storage_bytes_ = p->storage_bytes_since_load();
   spdlog::info(
-      "expert prefetch: {} (router lookahead {} layers, min probability {}, {} in flight at most, "
-      "{} priority); experts computed in {} order",
+      "expert prefetch: {} (router lookahead {} layers, min probability {}, else measured "
+      "precision {} within {}/token; {} in flight at most, {} priority); experts computed in {} "
+      "order",
       expert_predictor_name(p->predictor()), p->config_.router_lookahead,
-      p->config_.router_min_prob, p->config_.max_speculative_inflight,
+      p->config_.router_min_prob, p->config_.prefetch_min_precision,
+      format_size(p->config_.prefetch_budget_bytes), p->config_.max_speculative_inflight,
       p->config_.background_speculation ? "background" : "normal",
       p->config_.order_by_arrival ? "arrival" : "id");
   return p;
@@ -398,8 +409,11 @@ void ExpertProvider::check_predictions(int layer, std::span<const int32_t> exper
   };
   score(coact_pred_[layer], stats_.coact);
   score(router_pred_[layer], stats_.router);
-  router_read_[layer].clear();
+  router_guess_[layer].clear();
   for (int d = 0; d < kMaxRouterLookahead; ++d) {
+    for (auto [e, rank] : uncached_at_[d][layer])
+      rule_->score(d + 1, rank, std::binary_search(experts.begin(), experts.end(), e));
+    uncached_at_[d][layer].clear();
     score(router_at_[d][layer], stats_.router_at[d]);
     score(router_confident_at_[d][layer], stats_.router_confident_at[d]);
   }
@@ -434,19 +448,25 @@ void ExpertProvider::predict_router(int layer, const float* x, int64_t n_rows) {
     }
     // Their union, rank by rank: every row's best first, then every row's second, ...
     std::vector<int32_t>& pred = router_pred_[target];
-    std::vector<int32_t>& read = router_read_[target];
+    std::vector<Guess>& guess = router_guess_[target];
+    std::vector<int32_t>& confident = router_confident_at_[d - 1][target];
+    auto& uncached = uncached_at_[d - 1][target];
     pred.clear();
-    read.clear();
+    guess.clear();
+    confident.clear();
+    uncached.clear();
     for (int slot = 0; slot < k; ++slot) {
       for (int64_t r = 0; r < n_rows; ++r) {
         const int32_t e = router_top_[r * k + slot];
         if (std::find(pred.begin(), pred.end(), e) != pred.end()) continue;
         pred.push_back(e);
-        if (router_logits_[r * n_expert_ + e] >= config_.router_min_prob) read.push_back(e);
+        const float prob = router_logits_[r * n_expert_ + e];
+        guess.push_back({e, d, slot, prob});
+        if (prob >= config_.router_min_prob) confident.push_back(e);
+        if (cache_->lookup(target, e) < 0) uncached.emplace_back(e, slot);
       }
     }
     router_at_[d - 1][target] = pred;
-    router_confident_at_[d - 1][target] = read;
   }
 }
 
@@ -458,22 +478,44 @@ void ExpertProvider::observe_hidden(int layer, std::span<const float> x, int64_t
   predict_router(layer, x.data(), std::min(n_rows, kMaxPredictedRows));
 }
 
-// Reads the not yet cached guesses for `layer` speculatively, best first, while slots can
-// be freed; a guess already being read speculatively is credited to this predictor too.
-void ExpertProvider::speculate_layer(int layer, std::span<const int32_t> guesses, uint8_t source) {
-  for (int32_t e : guesses) {
-    if (spec_in_flight_ >= config_.max_speculative_inflight) return;
-    const int slot = cache_->lookup(layer, e);
-    if (slot >= 0) {
-      Slot& s = slots_[slot];
-      if (s.speculative && (s.sources & source) == 0) {
-        s.sources |= source;
-        (source == kFromCoact ? stats_.coact : stats_.router).reads++;
-      }
-      continue;
+// Starts a speculative read of (layer, expert) for `source` unless it is cached; one
+// already being read speculatively is credited to this predictor too. kStarted, kCached,
+// or kNoSlot when no slot could be freed.
+ExpertProvider::GuessRead ExpertProvider::read_guess(int layer, int32_t expert, uint8_t source) {
+  const int slot = cache_->lookup(layer, expert);
+  if (slot >= 0) {
+    Slot& s = slots_[slot];
+    if (s.speculative && (s.sources & source) == 0) {
+      s.sources |= source;
+      (source == kFromCoact ? stats_.coact : stats_.router).reads++;
     }
-    if (!start_read(layer, e, source)) return;
-    ++spec_in_flight_;
+    return GuessRead::kCached;
+  }
+  if (!start_read(layer, expert, source)) return GuessRead::kNoSlot;
+  ++spec_in_flight_;
+  rule_->charge(layers_[layer].expert_bytes);
+  return GuessRead::kStarted;
+}
+
+// The co-activation guesses for `layer`, best first, while slots can be freed.
+void ExpertProvider::speculate_coact(int layer) {
+  for (int32_t e : coact_pred_[layer]) {
+    if (spec_in_flight_ >= config_.max_speculative_inflight) return;
+    if (read_guess(layer, e, kFromCoact) == GuessRead::kNoSlot) return;
+  }
+}
+
+// The router's guesses for `layer` that the rule admits, in rank order.
+void ExpertProvider::speculate_router(int layer) {
+  for (const Guess& g : router_guess_[layer]) {
+    if (spec_in_flight_ >= config_.max_speculative_inflight) return;
+    const PrefetchRule::Admit a = rule_->test(g.prob, g.distance, g.rank);
+    if (a == PrefetchRule::Admit::kNo) continue;
+    const GuessRead r = read_guess(layer, g.expert, kFromRouter);
+    if (r == GuessRead::kNoSlot) return;
+    if (r == GuessRead::kStarted)
+      (a == PrefetchRule::Admit::kMeasured ? stats_.router_budget_reads
+                                           : stats_.router_prob_reads)++;
   }
 }
 
@@ -488,8 +530,8 @@ void ExpertProvider::speculate(int layer, std::span<const int32_t> experts) {
   const bool use_router = p == ExpertPredictor::kRouter || p == ExpertPredictor::kBoth;
   const bool use_coact = p == ExpertPredictor::kCoactivation || p == ExpertPredictor::kBoth;
   for (int d = 1; d <= config_.router_lookahead && layer + d < n_layer(); ++d) {
-    if (use_router) speculate_layer(layer + d, router_read_[layer + d], kFromRouter);
-    if (use_coact && d == 1) speculate_layer(layer + 1, coact_pred_[layer + 1], kFromCoact);
+    if (use_router) speculate_router(layer + d);
+    if (use_coact && d == 1) speculate_coact(layer + 1);
   }
 }
 
@@ -508,6 +550,7 @@ void ExpertProvider::route(int layer, std::span<const int32_t> selected, int n_e
   distinct_.erase(std::unique(distinct_.begin(), distinct_.end()), distinct_.end());
   cache_->begin_routing(layer, distinct_);
   check_predictions(layer, distinct_);
+  rule_->begin_layer();
   wanted_[layer].clear();
   for (int32_t e : distinct_) {
     stats_.lookups++;

@@ -45,6 +45,7 @@
 
 #include "experts/coactivation.h"
 #include "experts/expert_cache.h"
+#include "experts/prefetch_rule.h"
 #include "experts/routing_trace.h"
 #include "gguf/gguf.h"
 #include "io/storage.h"
@@ -71,7 +72,11 @@ inline constexpr ExpertPredictor kDefaultExpertPredictor = ExpertPredictor::kBot
 inline constexpr int kDefaultRouterLookahead = 1;
 inline constexpr double kDefaultRouterMinProb = 0.3;
 inline constexpr int kDefaultMaxSpeculativeInflight = 1 << 20;
-inline constexpr int kMaxRouterLookahead = 4;  // router_lookahead is clamped to 1..this
+inline constexpr int kMaxRouterLookahead = kMaxPrefetchDistance;  // router_lookahead: 1..this
+// The budgeted rule (prefetch_rule.h): a router guess that misses router_min_prob is still
+// read when guesses of its distance and rank that were not cached turned out right at least
+// this often, within prefetch_budget_bytes per token.
+inline constexpr double kDefaultPrefetchMinPrecision = 0.5;
 // The router predictor guesses the experts of up to this many sequences of a step (one
 // row each: WeightProvider::observe_hidden).
 inline constexpr int64_t kMaxPredictedRows = 8;
@@ -86,9 +91,14 @@ struct ExpertConfig {
   // serve and perplexity (EngineOptions); the rest below are fixed (tests set them).
   ExpertPredictor predictor = kDefaultExpertPredictor;
   int router_lookahead = kDefaultRouterLookahead;  // layers ahead the router predictor guesses
-  // A router guess is read only when its softmax probability reaches this (all top-k
-  // guesses are scored).
+  // A router guess is read when its gating probability reaches this (all top-k guesses
+  // are scored), or when the budgeted rule admits it (prefetch_rule.h).
   double router_min_prob = kDefaultRouterMinProb;
+  // `--expert-prefetch-budget` and `--expert-prefetch-precision`: the budgeted rule's bytes
+  // per token (0: off; TieredWeights defaults it to what the disk reads while a token
+  // computes, from the plan) and its precision threshold.
+  uint64_t prefetch_budget_bytes = 0;
+  double prefetch_min_precision = kDefaultPrefetchMinPrecision;
   // Speculative reads in flight at most (each one started takes a slot that could hold a
   // cached expert until it arrives or is evicted).
   int max_speculative_inflight = kDefaultMaxSpeculativeInflight;
@@ -136,7 +146,9 @@ struct ExpertStats {
   uint64_t misses = 0;   // demand reads
   uint64_t speculative_reads = 0;
   uint64_t speculative_used = 0;  // speculative reads later routed to
-  uint64_t wasted_bytes = 0;      // speculative reads evicted unused (+ unused now)
+  // Router reads by the test that admitted them (prefetch_rule.h): probability, budgeted.
+  uint64_t router_prob_reads = 0, router_budget_reads = 0;
+  uint64_t wasted_bytes = 0;  // speculative reads evicted unused (+ unused now)
   uint64_t demand_bytes = 0, speculative_bytes = 0;
   uint64_t bytes_read = 0;       // demand_bytes + speculative_bytes
   PredictorStats coact, router;  // per predictor
@@ -194,6 +206,8 @@ class ExpertProvider final : public model::WeightProvider, public model::ExpertR
   }
   int router_lookahead() const { return config_.router_lookahead; }
   uint32_t cache_experts() const { return static_cast<uint32_t>(slots_.size()); }
+  // The router reads' rule and its measured precision by distance and rank.
+  const PrefetchRule& prefetch_rule() const { return *rule_; }
   uint64_t slot_bytes() const { return slot_bytes_; }
   // The resident load (its memory and file ranges).
   const tiers::ResidentTensors& resident() const { return resident_; }
@@ -250,7 +264,10 @@ class ExpertProvider final : public model::WeightProvider, public model::ExpertR
   Status ensure(int layer, int expert, int* slot_out);
   void start_wanted(int layer);
   void speculate(int layer, std::span<const int32_t> experts);
-  void speculate_layer(int layer, std::span<const int32_t> guesses, uint8_t source);
+  enum class GuessRead : uint8_t { kStarted, kCached, kNoSlot };
+  GuessRead read_guess(int layer, int32_t expert, uint8_t source);
+  void speculate_coact(int layer);
+  void speculate_router(int layer);
   void check_predictions(int layer, std::span<const int32_t> experts);
   // The router guesses for the layers after `layer` from rows x (n_rows, n_embd): the
   // union of each row's top experts, taken row by row in rank order (the best of every
@@ -281,7 +298,17 @@ class ExpertProvider final : public model::WeightProvider, public model::ExpertR
   std::unique_ptr<CoactivationStats> coact_;
   std::vector<std::vector<int32_t>> coact_pred_;   // (n_layer): co-activation guess for it
   std::vector<std::vector<int32_t>> router_pred_;  // (n_layer): nearest router guess for it
-  std::vector<std::vector<int32_t>> router_read_;  // (n_layer): of those, confident enough to read
+  // One router guess: its expert, the distance and rank it was made at, its probability.
+  struct Guess {
+    int32_t expert = 0;
+    int distance = 0, rank = 0;
+    float prob = 0;
+  };
+  std::vector<std::vector<Guess>> router_guess_;  // (n_layer): the nearest guess, ranked
+  std::unique_ptr<PrefetchRule> rule_;
+  // [d - 1][layer]: (expert, rank) of the guesses for `layer` made d layers before it
+  // that were not cached then: the budgeted rule's precision is theirs.
+  std::array<std::vector<std::vector<std::pair<int32_t, int>>>, kMaxRouterLookahead> uncached_at_;
   // [d - 1][layer]: the guess for `layer` made d layers before it, all / confident.
   std::array<std::vector<std::vector<int32_t>>, kMaxRouterLookahead> router_at_,
       router_confident_at_;

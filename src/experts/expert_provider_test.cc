@@ -38,6 +38,7 @@ struct Case {
   int slots_per_layer;  // 0: one slot in all
   bool speculate;
   experts::ExpertPredictor predictor = experts::kDefaultExpertPredictor;
+  bool budgeted = false;  // the budgeted rule reads every guess (and probability none)
 };
 
 class ExpertLogits : public testing::TestWithParam<Case> {};
@@ -58,6 +59,11 @@ TEST_P(ExpertLogits, BitIdenticalAndReadsOnlyMisses) {
   config.speculate = c.speculate;
   config.predictor = c.predictor;
   config.min_confidence = 0.0;  // speculate whenever the predictor has support
+  if (c.budgeted) {
+    config.router_min_prob = 1.01;
+    config.prefetch_budget_bytes = uint64_t{1} << 30;
+    config.prefetch_min_precision = 0.0;
+  }
   config.storage.queue_depth = 8;
   tiers::MemoryLedger probe(0);
   {
@@ -138,16 +144,42 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{"mixtral-f32", 1, true, experts::ExpertPredictor::kRouter},
                     Case{"mixtral-q4_k_m", 3, true, experts::ExpertPredictor::kCoactivation},
                     Case{"qwen3moe-f32", 2, true, experts::ExpertPredictor::kRouter},
-                    Case{"qwen3moe-q4_k_m", 0, true, experts::ExpertPredictor::kRouter}),
+                    Case{"qwen3moe-q4_k_m", 0, true, experts::ExpertPredictor::kRouter},
+                    Case{"qwen3moe-f32", 2, true, experts::ExpertPredictor::kRouter, true},
+                    Case{"mixtral-q4_k_m", 1, true, experts::ExpertPredictor::kBoth, true}),
     [](const auto& info) {
       std::string n =
           std::string(info.param.model) + "_" + std::to_string(info.param.slots_per_layer) +
           (info.param.speculate
                ? std::string("_spec_") + experts::expert_predictor_name(info.param.predictor)
-               : "");
+               : "") +
+          (info.param.budgeted ? "_budgeted" : "");
       for (char& ch : n) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
       return n;
     });
+
+// A random hidden state x (one token) and layer 1's router's top-k on it, best first.
+void layer1_guess(const Model& m, experts::ExpertProvider& ep, std::vector<float>* x,
+                  std::vector<int32_t>* ranked) {
+  const auto& hp = m.model->hparams();
+  x->resize(static_cast<size_t>(hp.n_embd));  // (n_embd)
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  for (float& v : *x) v = normal(rng);
+  const gguf::TensorInfo* t = m.file.find_tensor("blk.1.ffn_gate_inp.weight");
+  ASSERT_NE(t, nullptr);
+  const model::TensorId router_id = static_cast<model::TensorId>(t - m.file.tensors().data());
+  compute::WeightView router;
+  ASSERT_TRUE(ep.acquire(1, std::span(&router_id, 1), std::span(&router, 1)).is_ok());
+  std::vector<float> logits(static_cast<size_t>(hp.n_expert));  // (n_expert)
+  compute::Context ctx(1);
+  ctx.matmul(router, x->data(), 1, logits.data());
+  ranked->resize(static_cast<size_t>(hp.n_expert));
+  std::iota(ranked->begin(), ranked->end(), 0);
+  std::stable_sort(ranked->begin(), ranked->end(),
+                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  ranked->resize(static_cast<size_t>(hp.n_expert_used));
+}
 
 // observe_hidden(0, x) makes layer 1's guess the top-k of layer 1's router on x, read
 // speculatively after layer 0's routing; layer 1 then routed to exactly those finds them.
@@ -164,23 +196,9 @@ TEST(ExpertProvider, RouterPredictorReadsTheNextRoutersTopK) {
   ASSERT_TRUE(created.is_ok()) << created.status().message();
   experts::ExpertProvider& ep = *created.value();
 
-  std::vector<float> x(static_cast<size_t>(hp.n_embd));  // (n_embd): one token
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal;
-  for (float& v : x) v = normal(rng);
-  const gguf::TensorInfo* t = m.file.find_tensor("blk.1.ffn_gate_inp.weight");
-  ASSERT_NE(t, nullptr);
-  const model::TensorId router_id = static_cast<model::TensorId>(t - m.file.tensors().data());
-  compute::WeightView router;
-  ASSERT_TRUE(ep.acquire(1, std::span(&router_id, 1), std::span(&router, 1)).is_ok());
-  std::vector<float> logits(static_cast<size_t>(hp.n_expert));  // (n_expert)
-  compute::Context ctx(1);
-  ctx.matmul(router, x.data(), 1, logits.data());
-  std::vector<int32_t> want(static_cast<size_t>(hp.n_expert));
-  std::iota(want.begin(), want.end(), 0);
-  std::stable_sort(want.begin(), want.end(),
-                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  want.resize(static_cast<size_t>(hp.n_expert_used));
+  std::vector<float> x;
+  std::vector<int32_t> want;
+  ASSERT_NO_FATAL_FAILURE(layer1_guess(m, ep, &x, &want));
   std::sort(want.begin(), want.end());
 
   ep.observe_hidden(0, x, 1);
@@ -217,6 +235,51 @@ TEST(ExpertProvider, RouterPredictorReadsTheNextRoutersTopK) {
   EXPECT_EQ(strict.value()->stats().router.correct, want.size());
   EXPECT_EQ(strict.value()->stats().router.reads, 0u);
   EXPECT_EQ(strict.value()->stats().speculative_reads, 0u);
+}
+
+// The budgeted rule (prefetch_rule.h) where no guess reaches the probability: with a budget
+// of one expert per layer and the threshold at 0, the router's best guess for layer 1 is
+// read, and only it; with the threshold above chance and nothing scored yet, none is.
+TEST(ExpertProvider, BudgetedRuleReadsTheBestGuessWithinTheBudget) {
+  Model m = open_model("mixtral-f32");
+  const auto& hp = m.model->hparams();
+  for (double min_precision : {0.0, 0.9}) {
+    experts::ExpertConfig config;
+    config.cache_experts = static_cast<uint32_t>(hp.n_layer * hp.n_expert);
+    config.predictor = experts::ExpertPredictor::kRouter;
+    config.router_min_prob = 1.01;  // no guess reaches it
+    tiers::MemoryLedger ledger(0);
+    auto probe = experts::ExpertProvider::create(m.file, config, ledger, nullptr);
+    ASSERT_TRUE(probe.is_ok()) << probe.status().message();
+    config.prefetch_budget_bytes =
+        probe.value()->expert_bytes(0) * static_cast<uint64_t>(hp.n_layer);
+    config.prefetch_min_precision = min_precision;
+    auto created = experts::ExpertProvider::create(m.file, config, ledger, nullptr);
+    ASSERT_TRUE(created.is_ok()) << created.status().message();
+    experts::ExpertProvider& ep = *created.value();
+    std::vector<float> x;
+    std::vector<int32_t> ranked;
+    ASSERT_NO_FATAL_FAILURE(layer1_guess(m, ep, &x, &ranked));
+    ep.observe_hidden(0, x, 1);
+    const std::vector<int32_t> layer0 = {0, 1};
+    ep.route(0, layer0, 2);
+    const experts::ExpertStats s = ep.stats();
+    EXPECT_EQ(s.router_prob_reads, 0u);
+    if (min_precision > 0.5) {
+      EXPECT_EQ(s.speculative_reads, 0u) << "chance (2 of 8) is below 0.9";
+      continue;
+    }
+    EXPECT_EQ(s.router_budget_reads, 1u);
+    EXPECT_EQ(s.speculative_reads, 1u);
+    // Layer 1 routed to the best guess and another: the guess is a hit, the other a miss.
+    std::vector<int32_t> layer1 = {ranked[0], ranked[1]};
+    std::sort(layer1.begin(), layer1.end());
+    ep.route(1, layer1, 2);
+    EXPECT_EQ(ep.stats().hits, 1u);
+    EXPECT_EQ(ep.stats().router.reads_used, 1u);
+    EXPECT_EQ(ep.prefetch_rule().scored(1, 0), 1u) << "rank 0 was uncached when guessed";
+    EXPECT_EQ(ep.storage_bytes_since_load(), ep.stats().bytes_read);
+  }
 }
 
 // order_experts puts the batch's cached experts before those still to be read (the model

@@ -282,6 +282,12 @@ Result<std::unique_ptr<Engine>> LocalEngine::create(const EngineOptions& options
     }
     tier.expert_lookahead = d;
   }
+  tier.expert_prefetch_budget = options.expert_prefetch_budget;
+  if (const double p = options.expert_prefetch_precision; p >= 0) {
+    if (p > 1)
+      return invalid_argument("expert prefetch precision " + std::to_string(p) + " is not in 0..1");
+    tier.expert_prefetch_precision = p;
+  }
   HYPURA_ASSIGN_OR_RETURN(e->weights_, TieredWeights::load(e->file_, tier));
   // The plan capped the context to the model's trained length unless asked not to: past
   // it RoPE keeps rotating but the model was never trained there, so only a speed

@@ -63,6 +63,11 @@ struct EngineOptions {
   // ahead the router predictor guesses (1..4; 0: the default).
   std::string expert_predictor;
   int expert_lookahead = 0;
+  // The budgeted prefetch rule (experts/prefetch_rule.h): bytes per token (UINT64_MAX: the
+  // plan's, what the disk reads while a token computes; 0: off) and its precision
+  // threshold (< 0: the default).
+  uint64_t expert_prefetch_budget = UINT64_MAX;
+  double expert_prefetch_precision = -1;
   // The CPU kernels' SIMD level ("scalar", "avx2", "avx512", "avx512vnni", "amx"; a level
   // the CPU lacks falls back to the best below it); empty: the best this CPU runs.
   std::string simd;

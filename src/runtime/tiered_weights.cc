@@ -68,6 +68,13 @@ Result<std::unique_ptr<TieredWeights>> TieredWeights::load(const gguf::GgufFile&
   return w;
 }
 
+uint64_t prefetch_budget_for(const scheduler::PlannedModel& planned) {
+  const double bps = planned.profile.storage.seq_read_bps;
+  const double compute_s = planned.plan.prediction.compute_s;
+  if (!(bps > 0) || !(compute_s > 0)) return 0;
+  return static_cast<uint64_t>(bps * compute_s);
+}
+
 // Expert-streaming: every non-expert tensor resident, the experts read on demand into a
 // cache of the plan's size (expert_provider.h).
 Status TieredWeights::load_experts(const gguf::GgufFile& file, const TierOptions& options) {
@@ -78,6 +85,10 @@ Status TieredWeights::load_experts(const gguf::GgufFile& file, const TierOptions
   config.absent = on_gpu_only(file);
   config.predictor = options.expert_predictor;
   config.router_lookahead = options.expert_lookahead;
+  config.prefetch_budget_bytes = options.expert_prefetch_budget == UINT64_MAX
+                                     ? prefetch_budget_for(planned_)
+                                     : options.expert_prefetch_budget;
+  config.prefetch_min_precision = options.expert_prefetch_precision;
   config.stats_path =
       experts::CoactivationStats::default_path(file.paths().front(), file.total_bytes());
   if (plan.io_queue_depth > 0) config.storage.queue_depth = plan.io_queue_depth;

@@ -47,7 +47,15 @@ struct TierOptions {
   // (ExpertConfig).
   experts::ExpertPredictor expert_predictor = experts::kDefaultExpertPredictor;
   int expert_lookahead = experts::kDefaultRouterLookahead;
+  // The budgeted prefetch rule's bytes per token (UINT64_MAX: prefetch_budget_for(plan))
+  // and precision threshold.
+  uint64_t expert_prefetch_budget = UINT64_MAX;
+  double expert_prefetch_precision = experts::kDefaultPrefetchMinPrecision;
 };
+
+// The budgeted prefetch rule's default bytes per token: what the profile's disk reads in
+// the plan's compute time per token, the time a disk that only serves misses sits idle.
+uint64_t prefetch_budget_for(const scheduler::PlannedModel& planned);
 
 // The plan request of an engine's options (budget, context, KV type, profile; the
 // runtime's prompt batch; no GPU tier until a device decision sets one): what
