@@ -65,7 +65,11 @@ ExpertRunMetrics expert_run_metrics(const ExpertProvider& p, const ExpertStats& 
   const double n = tokens > 0 ? tokens : 1;
   m.hit_rate = ratio(static_cast<double>(after.hits - before.hits),
                      static_cast<double>(after.lookups - before.lookups));
-  m.bytes_per_token = static_cast<double>(after.bytes_read - before.bytes_read) / n;
+  // What the device read: cancelled reads' dropped bytes were requested, never read.
+  m.bytes_per_token = static_cast<double>((after.bytes_read - after.cancelled_bytes) -
+                                          (before.bytes_read - before.cancelled_bytes)) /
+                      n;
+  m.cancelled_per_token = static_cast<double>(after.cancelled_reads - before.cancelled_reads) / n;
   m.misses_per_token = static_cast<double>(after.misses - before.misses) / n;
   m.speculative_per_token =
       static_cast<double>(after.speculative_reads - before.speculative_reads) / n;
@@ -128,6 +132,7 @@ nlohmann::json expert_run_json(const ExpertRunMetrics& m) {
                         {"router_prediction_by_distance", router_distance_json(m)},
                         {"router_prob_reads_per_token", m.prob_reads_per_token},
                         {"router_budget_reads_per_token", m.budget_reads_per_token},
+                        {"cancelled_reads_per_token", m.cancelled_per_token},
                         {"prefetch_budget_bytes", m.prefetch_budget_bytes},
                         {"prefetch_min_precision", m.prefetch_min_precision},
                         {"uncached_guess_precision_by_distance_rank", m.rank_precision},
@@ -197,9 +202,11 @@ std::string expert_run_text(const ExpertRunMetrics& m) {
   }
   std::snprintf(buf, sizeof buf,
                 "  router reads: %.2f/token by probability, %.2f/token by the budgeted rule "
-                "(%.1f MiB/token, precision >= %.2f); uncached guesses right by rank:",
+                "(%.1f MiB/token, precision >= %.2f); wrong guesses cancelled before fully "
+                "issued %.2f/token; uncached guesses right by rank:",
                 m.prob_reads_per_token, m.budget_reads_per_token,
-                m.prefetch_budget_bytes / 1048576.0, m.prefetch_min_precision);
+                m.prefetch_budget_bytes / 1048576.0, m.prefetch_min_precision,
+                m.cancelled_per_token);
   out += buf;
   for (int d = 0; d < m.router_lookahead && d < kMaxRouterLookahead; ++d) {
     out += d == 0 ? " " : "; ";

@@ -2,7 +2,8 @@
 // timed run of `tokens` generated tokens (after warm-up, so the cache is warm):
 //
 //   hit_rate              cache hits / distinct experts routed
-//   bytes_per_token       storage bytes read (demand + speculative) / tokens
+//   bytes_per_token       storage bytes read (demand + speculative, less the cancelled
+//                         reads' bytes never issued) / tokens
 //   coact, router         per next-layer predictor (both are scored; `predictor` names the
 //                         ones that read): precision (experts predicted for a layer that
 //                         its router then chose / predicted), recall (/ chosen), the
@@ -75,7 +76,7 @@ struct ExpertRunMetrics {
   int router_lookahead = 0;
   PredictorRunMetrics coact, router;
   std::array<PredictorRunMetrics, kMaxRouterLookahead> router_at, router_confident_at;
-  double prob_reads_per_token = 0, budget_reads_per_token = 0;
+  double prob_reads_per_token = 0, budget_reads_per_token = 0, cancelled_per_token = 0;
   uint64_t prefetch_budget_bytes = 0;
   double prefetch_min_precision = 0;
   // [d - 1][rank], rank < n_expert_used (at most kMaxPrefetchRank)

@@ -344,8 +344,40 @@ void ExpertProvider::start_wanted(int layer) {
   w.erase(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(started));
 }
 
-// Marks speculative reads that have completed ready (a failure empties the slot), so a
-// wrong guess's slot becomes evictable without anyone waiting on it.
+void ExpertProvider::drop_cancelled(int slot) {
+  Slot& s = slots_[slot];
+  (void)io::wait_all(storages_, s.reads);
+  count_eviction(slot);
+  cache_->erase(slot);
+  s = Slot{};
+}
+
+int ExpertProvider::lookup_live(int layer, int expert) {
+  const int slot = cache_->lookup(layer, expert);
+  if (slot < 0 || !slots_[slot].cancelled) return slot;
+  drop_cancelled(slot);
+  return -1;
+}
+
+// A wrong guess whose read has not been fully issued yet would still take device time
+// that the next layers' reads need: what is not yet issued is dropped.
+void ExpertProvider::cancel_unrouted(int layer) {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (s.state != SlotState::kReading || !s.speculative || s.wanted || s.cancelled ||
+        cache_->layer_of(static_cast<int>(i)) != layer)
+      continue;
+    uint64_t dropped = 0;
+    for (const io::PendingRead& r : s.reads) dropped += storages_[r.file_index]->cancel(r.id);
+    if (dropped == 0) continue;
+    s.cancelled = true;
+    stats_.cancelled_reads++;
+    stats_.cancelled_bytes += dropped;
+  }
+}
+
+// Marks speculative reads that have completed ready (a failure or a cancelled read empties
+// the slot), so a wrong guess's slot becomes evictable without anyone waiting on it.
 // Returns the speculative reads still in flight.
 int ExpertProvider::reap_speculative() {
   int in_flight = 0;
@@ -355,7 +387,9 @@ int ExpertProvider::reap_speculative() {
     const bool done = std::all_of(s.reads.begin(), s.reads.end(), [this](const io::PendingRead& r) {
       return storages_[r.file_index]->done(r.id);
     });
-    if (done) {
+    if (done && s.cancelled) {
+      drop_cancelled(static_cast<int>(i));
+    } else if (done) {
       (void)wait_slot(static_cast<int>(i));
     } else {
       ++in_flight;
@@ -370,7 +404,11 @@ bool ExpertProvider::finish_speculative() {
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     if (s.state != SlotState::kReading || !s.speculative) continue;
-    (void)wait_slot(static_cast<int>(i));
+    if (s.cancelled) {
+      drop_cancelled(static_cast<int>(i));
+    } else {
+      (void)wait_slot(static_cast<int>(i));
+    }
     return true;
   }
   return false;
@@ -482,7 +520,7 @@ void ExpertProvider::observe_hidden(int layer, std::span<const float> x, int64_t
 // already being read speculatively is credited to this predictor too. kStarted, kCached,
 // or kNoSlot when no slot could be freed.
 ExpertProvider::GuessRead ExpertProvider::read_guess(int layer, int32_t expert, uint8_t source) {
-  const int slot = cache_->lookup(layer, expert);
+  const int slot = lookup_live(layer, expert);
   if (slot >= 0) {
     Slot& s = slots_[slot];
     if (s.speculative && (s.sources & source) == 0) {
@@ -554,7 +592,7 @@ void ExpertProvider::route(int layer, std::span<const int32_t> selected, int n_e
   wanted_[layer].clear();
   for (int32_t e : distinct_) {
     stats_.lookups++;
-    const int slot = cache_->lookup(layer, e);
+    const int slot = lookup_live(layer, e);
     if (slot < 0) {
       wanted_[layer].push_back(e);
       continue;
@@ -573,6 +611,7 @@ void ExpertProvider::route(int layer, std::span<const int32_t> selected, int n_e
     s.sources = 0;
     s.wanted = true;
   }
+  cancel_unrouted(layer);
   start_wanted(layer);
   speculate(layer, distinct_);
 }
@@ -592,7 +631,7 @@ void ExpertProvider::order_experts(int layer, std::span<int32_t> experts) {
 }
 
 Status ExpertProvider::ensure(int layer, int expert, int* slot_out) {
-  int slot = cache_->lookup(layer, expert);
+  int slot = lookup_live(layer, expert);
   if (slot < 0) {
     // Not routed through route(), or no slot was free then: read it now.
     auto& w = wanted_[layer];

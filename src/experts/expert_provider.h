@@ -148,6 +148,10 @@ struct ExpertStats {
   uint64_t speculative_used = 0;  // speculative reads later routed to
   // Router reads by the test that admitted them (prefetch_rule.h): probability, budgeted.
   uint64_t router_prob_reads = 0, router_budget_reads = 0;
+  // Speculative reads still queued when their layer routed elsewhere: the bytes not yet
+  // issued are dropped (io::Storage::cancel). cancelled_bytes is part of bytes_read (which
+  // counts what was requested) but never came from the device.
+  uint64_t cancelled_reads = 0, cancelled_bytes = 0;
   uint64_t wasted_bytes = 0;  // speculative reads evicted unused (+ unused now)
   uint64_t demand_bytes = 0, speculative_bytes = 0;
   uint64_t bytes_read = 0;       // demand_bytes + speculative_bytes
@@ -234,6 +238,7 @@ class ExpertProvider final : public model::WeightProvider, public model::ExpertR
     bool speculative = false;          // read speculatively and not routed to since
     uint8_t sources = 0;               // speculative: kFromCoact | kFromRouter
     bool read_as_speculative = false;  // the read in flight was started speculatively
+    bool cancelled = false;            // its reads were cancelled: never hand its bytes out
     uint64_t read_seq = 0;             // start order of the read (reads arrive in about this order)
     std::chrono::steady_clock::time_point submitted;
     std::vector<io::PendingRead> reads;
@@ -261,6 +266,12 @@ class ExpertProvider final : public model::WeightProvider, public model::ExpertR
   Status wait_slot(int slot);
   bool finish_speculative();
   int reap_speculative();
+  // Cancels the speculative reads of `layer` still in flight that the batch did not route to.
+  void cancel_unrouted(int layer);
+  // Waits for a cancelled slot's reads in flight and empties it (its read counts as wasted).
+  void drop_cancelled(int slot);
+  // cache_->lookup, with a cancelled slot dropped first (-1 then).
+  int lookup_live(int layer, int expert);
   Status ensure(int layer, int expert, int* slot_out);
   void start_wanted(int layer);
   void speculate(int layer, std::span<const int32_t> experts);

@@ -369,6 +369,74 @@ TEST(ExpertProvider, FailedExpertReadEndsThePassWithAClearError) {
   EXPECT_NE(st.message().find("qwen3moe-f32.gguf"), std::string::npos) << st.message();
 }
 
+// A wrong guess whose read is still queued when its layer routes elsewhere is cancelled
+// (held at the gate: layer 1's expert bytes), its slot is never handed out, and the expert
+// routed to later is read afresh with the file's bytes.
+TEST(ExpertProvider, CancelsWrongGuessesStillQueued) {
+  Model m = open_model("mixtral-f32");
+  const auto& hp = m.model->hparams();
+  const auto& w = m.model->weights().layers[1];
+  const model::TensorId held[3] = {w.ffn_gate_exps, w.ffn_up_exps, w.ffn_down_exps};
+  io::FaultPlan plan;
+  plan.gate = std::make_shared<io::ReadGate>();
+  for (size_t id = 0; id < m.file.tensors().size(); ++id) {
+    if (std::find(std::begin(held), std::end(held), static_cast<model::TensorId>(id)) !=
+        std::end(held))
+      continue;
+    const auto& t = m.file.tensors()[id];
+    plan.gate->open(t.offset, t.offset + t.n_bytes);
+  }
+  io::OpenAtExit open_at_exit{plan.gate};
+  experts::ExpertConfig config;
+  config.cache_experts = static_cast<uint32_t>(hp.n_layer * hp.n_expert);
+  config.predictor = experts::ExpertPredictor::kRouter;
+  config.router_min_prob = 0.0;    // read every guess
+  config.storage.queue_depth = 8;  // background reads one device read at a time
+  config.storage.request_bytes = 4096;
+  config.make_queue = [plan] {
+    return std::make_unique<io::FaultInjectingQueue>(io::make_thread_queue(8, 2), plan);
+  };
+  tiers::MemoryLedger ledger(0);
+  auto created = experts::ExpertProvider::create(m.file, config, ledger, nullptr);
+  ASSERT_TRUE(created.is_ok()) << created.status().message();
+  experts::ExpertProvider& ep = *created.value();
+  std::vector<float> x;
+  std::vector<int32_t> guessed;
+  ASSERT_NO_FATAL_FAILURE(layer1_guess(m, ep, &x, &guessed));
+  std::vector<int32_t> others;
+  for (int32_t e = 0; e < hp.n_expert && others.size() < 2; ++e)
+    if (std::find(guessed.begin(), guessed.end(), e) == guessed.end()) others.push_back(e);
+  ep.observe_hidden(0, x, 1);
+  ep.route(0, std::vector<int32_t>{0, 1}, 2);
+  ASSERT_EQ(ep.stats().speculative_reads, 2u);
+  ep.route(1, others, 2);  // the guesses were wrong
+  EXPECT_EQ(ep.stats().cancelled_reads, 2u);
+  EXPECT_GT(ep.stats().cancelled_bytes, 0u);
+  plan.gate->open_all();
+  // Layer 1 routed to a guessed expert at the next token: a fresh read, bytes intact.
+  std::vector<int32_t> next = {std::min(guessed[0], others[0]), std::max(guessed[0], others[0])};
+  ep.route(0, std::vector<int32_t>{0, 1}, 2);
+  ep.route(1, next, 2);
+  auto resident = tiers::ResidentProvider::load(m.file, nullptr);
+  ASSERT_TRUE(resident.is_ok()) << resident.status().message();
+  for (int part = 0; part < 3; ++part) {
+    const model::ExpertRequest r = {held[part], guessed[0]};
+    compute::WeightView v, whole;
+    ASSERT_TRUE(ep.acquire_experts(1, std::span(&r, 1), std::span(&v, 1)).is_ok());
+    ASSERT_TRUE(
+        resident.value()->acquire(1, std::span(&held[part], 1), std::span(&whole, 1)).is_ok());
+    const uint64_t bytes =
+        m.file.tensors()[held[part]].n_bytes / static_cast<uint64_t>(hp.n_expert);
+    EXPECT_EQ(
+        std::memcmp(v.data, static_cast<const uint8_t*>(whole.data) + guessed[0] * bytes, bytes), 0)
+        << "part " << part;
+  }
+  ep.release(1);
+  const experts::ExpertStats s = ep.stats();
+  EXPECT_EQ(s.wasted_bytes, 2 * ep.expert_bytes(1));
+  EXPECT_EQ(ep.storage_bytes_since_load(), s.bytes_read);
+}
+
 // Statistics learned in one run are saved and loaded by the next provider of the file.
 TEST(ExpertProvider, CoactivationStatisticsPersist) {
   Model m = open_model("mixtral-f32");

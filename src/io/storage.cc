@@ -395,6 +395,29 @@ void Storage::expedite(ReadId id) {
   m.engine->wake();
 }
 
+uint64_t Storage::cancel(ReadId id) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mu);
+  auto it = m.requests.find(id);
+  if (it == m.requests.end() || it->second->done) return 0;
+  Request* r = it->second.get();
+  bool queued = false;
+  for (auto* queue : {&m.to_cut, &m.to_cut_background}) {
+    auto q = std::find(queue->begin(), queue->end(), r);
+    if (q == queue->end()) continue;
+    queue->erase(q);
+    queued = true;
+  }
+  if (!queued || r->cursor >= r->cursor_end) return 0;
+  const uint64_t dropped = r->cursor_end - r->cursor;
+  r->cursor = r->cursor_end;  // nothing more is cut from it
+  r->status = Status(StatusCode::kCancelled, "read of " + m.path + " at offset " +
+                                                 std::to_string(r->offset) + " cancelled");
+  ++m.stats.cancelled_requests;
+  m.maybe_finish(*r);
+  return dropped;
+}
+
 Status Storage::wait(ReadId id) {
   Impl& m = *impl_;
   std::unique_lock lock(m.mu);

@@ -63,6 +63,7 @@ struct StorageStats {
   uint64_t bounced_bytes = 0;    // bytes copied out of bounce buffers
   uint64_t short_reads = 0;
   uint64_t failed_requests = 0;
+  uint64_t cancelled_requests = 0;  // cancel() calls that dropped segments
 };
 
 class Storage {
@@ -96,6 +97,12 @@ class Storage {
   // segments not yet issued queue behind the normal requests already waiting. No effect
   // on other reads.
   void expedite(ReadId id);
+  // Drops the segments of read `id` not yet issued (e.g. a speculative read that turned
+  // out not to be needed); those in flight complete. Returns the file bytes dropped; when
+  // not 0, wait(id) returns kCancelled once the segments in flight are done, and the
+  // destination holds unspecified bytes. 0 when every segment was already issued (the
+  // read completes normally) or the id is unknown.
+  uint64_t cancel(ReadId id);
   // Blocks until read `id` completed or failed. Call exactly once per id.
   Status wait(ReadId id);
   // True once wait(id) would not block.

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "io/aligned_buffer.h"
@@ -275,6 +276,36 @@ TEST_P(FaultTest, ExpeditedBackgroundReadOvertakesOtherBackgroundReads) {
   plan.gate->open_all();
   ASSERT_TRUE(s->wait(a).is_ok());
   expect_bytes(first.data(), 4096, first.size());
+}
+
+// cancel() drops the segments of a read not yet issued: a background read of eight
+// device reads, its first one held at the gate, ends kCancelled after that one alone; a
+// read whose only segment is in flight cannot be cancelled and completes.
+TEST_P(FaultTest, CancelDropsSegmentsNotYetIssued) {
+  FaultPlan plan;
+  plan.gate = std::make_shared<ReadGate>();
+  std::shared_ptr<const FaultCounts> counts;
+  auto s = open_faulty(plan, &counts);
+  OpenAtExit open_at_exit{plan.gate};
+  std::vector<uint8_t> background(2 << 20), small(4096);
+  ReadId bg = s->submit(4096, background, Priority::kBackground);
+  while (s->stats().device_reads < 1) std::this_thread::yield();  // its first read is held
+  ReadId one = s->submit(3 << 20, small);
+  while (s->stats().device_reads < 2) std::this_thread::yield();
+  EXPECT_EQ(s->cancel(bg), (2u << 20) - (256u << 10)) << "seven of its eight reads";
+  EXPECT_EQ(s->cancel(one), 0u) << "its only segment is in flight";
+  EXPECT_EQ(s->cancel(bg + one + 100), 0u) << "unknown id";
+  plan.gate->open_all();
+  EXPECT_EQ(s->wait(bg).code(), StatusCode::kCancelled);
+  ASSERT_TRUE(s->wait(one).is_ok());
+  expect_bytes(small.data(), 3 << 20, small.size());
+  const StorageStats st = s->stats();
+  EXPECT_EQ(st.device_reads, 2u);
+  EXPECT_EQ(st.cancelled_requests, 1u);
+  EXPECT_EQ(st.failed_requests, 0u);
+  // The same bytes read again afterwards arrive intact.
+  ASSERT_TRUE(s->wait(s->submit(4096, background, Priority::kBackground)).is_ok());
+  expect_bytes(background.data(), 4096, background.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, FaultTest,
