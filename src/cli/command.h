@@ -68,7 +68,7 @@ CLI::Option* add_context_option(CLI::App& app, int64_t* n_ctx);
 // -t/--threads, --device, --kv-type f16|f32, --ram-budget, --vram-budget, --profile, and expert
 // streaming's
 // --expert-predictor none|coact|router|both, --expert-lookahead N, --expert-prefetch-budget
-// SIZE and --expert-prefetch-precision P (docs/MOE.md).
+// SIZE, --expert-prefetch-precision P and --no-expert-cancel (docs/MOE.md).
 // engine_options() makes the
 // Engine's options of them, so the four load (and plan) a model the same way.
 struct EngineFlags {
@@ -84,6 +84,7 @@ struct EngineFlags {
   int expert_lookahead = 0;                      // --expert-lookahead 1..4; 0: the default (1)
   uint64_t expert_prefetch_budget = UINT64_MAX;  // --expert-prefetch-budget; MAX: the plan's
   double expert_prefetch_precision = -1;         // --expert-prefetch-precision; < 0: default
+  bool no_expert_cancel = false;                 // --no-expert-cancel
   std::string simd;                              // --simd LEVEL; empty: the best this CPU runs
   bool no_cuda_graphs = false;                   // --no-cuda-graphs
 };

@@ -123,6 +123,9 @@ void add_engine_flags(CLI::App& app, EngineFlags* flags) {
                  "MoE expert streaming: how often guesses of a rank must have been right for "
                  "that budget to read them (0..1, default 0.5)")
       ->check(CLI::Range(0.0, 1.0));
+  app.add_flag("--no-expert-cancel", flags->no_expert_cancel,
+               "MoE expert streaming: let a read-ahead expert that its layer did not route to "
+               "finish reading instead of dropping what is not yet issued");
   app.add_option("--simd", flags->simd,
                  "the CPU kernels' instruction set: scalar, avx2, avx512, avx512vnni or amx (a "
                  "level this CPU lacks falls back to the best below it; default: the best)")
@@ -149,6 +152,7 @@ runtime::EngineOptions engine_options(const EngineFlags& flags, const std::strin
   eo.expert_lookahead = flags.expert_lookahead;
   eo.expert_prefetch_budget = flags.expert_prefetch_budget;
   eo.expert_prefetch_precision = flags.expert_prefetch_precision;
+  eo.expert_cancel = !flags.no_expert_cancel;
   eo.simd = flags.simd;
   eo.cuda_graphs = !flags.no_cuda_graphs;
   return eo;

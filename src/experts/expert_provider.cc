@@ -117,11 +117,13 @@ Result<std::unique_ptr<ExpertProvider>> ExpertProvider::create(const gguf::GgufF
   p->resident_storage_bytes_ = p->storage_bytes_since_load();
   spdlog::info(
       "expert prefetch: {} (router lookahead {} layers, min probability {}, else measured "
-      "precision {} within {}/token; {} in flight at most, {} priority); experts computed in {} "
-      "order",
+      "precision {} within {}/token; wrong guesses {}; {} in flight at most, {} priority); "
+      "experts computed in {} order",
       expert_predictor_name(p->predictor()), p->config_.router_lookahead,
       p->config_.router_min_prob, p->config_.prefetch_min_precision,
-      format_size(p->config_.prefetch_budget_bytes), p->config_.max_speculative_inflight,
+      format_size(p->config_.prefetch_budget_bytes),
+      p->config_.cancel_wrong_reads ? "cancelled" : "not cancelled",
+      p->config_.max_speculative_inflight,
       p->config_.background_speculation ? "background" : "normal",
       p->config_.order_by_arrival ? "arrival" : "id");
   return p;
@@ -362,6 +364,7 @@ int ExpertProvider::lookup_live(int layer, int expert) {
 // A wrong guess whose read has not been fully issued yet would still take device time
 // that the next layers' reads need: what is not yet issued is dropped.
 void ExpertProvider::cancel_unrouted(int layer) {
+  if (!config_.cancel_wrong_reads) return;
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     if (s.state != SlotState::kReading || !s.speculative || s.wanted || s.cancelled ||

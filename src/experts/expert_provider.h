@@ -99,6 +99,9 @@ struct ExpertConfig {
   // computes, from the plan) and its precision threshold.
   uint64_t prefetch_budget_bytes = 0;
   double prefetch_min_precision = kDefaultPrefetchMinPrecision;
+  // `--no-expert-cancel` turns it off: a speculative read still queued when its layer
+  // routes elsewhere is cancelled (io::Storage::cancel).
+  bool cancel_wrong_reads = true;
   // Speculative reads in flight at most (each one started takes a slot that could hold a
   // cached expert until it arrives or is evicted).
   int max_speculative_inflight = kDefaultMaxSpeculativeInflight;

@@ -283,6 +283,7 @@ Result<std::unique_ptr<Engine>> LocalEngine::create(const EngineOptions& options
     tier.expert_lookahead = d;
   }
   tier.expert_prefetch_budget = options.expert_prefetch_budget;
+  tier.expert_cancel = options.expert_cancel;
   if (const double p = options.expert_prefetch_precision; p >= 0) {
     if (p > 1)
       return invalid_argument("expert prefetch precision " + std::to_string(p) + " is not in 0..1");

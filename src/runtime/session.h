@@ -68,6 +68,7 @@ struct EngineOptions {
   // threshold (< 0: the default).
   uint64_t expert_prefetch_budget = UINT64_MAX;
   double expert_prefetch_precision = -1;
+  bool expert_cancel = true;  // --no-expert-cancel: false
   // The CPU kernels' SIMD level ("scalar", "avx2", "avx512", "avx512vnni", "amx"; a level
   // the CPU lacks falls back to the best below it); empty: the best this CPU runs.
   std::string simd;

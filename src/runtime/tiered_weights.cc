@@ -89,6 +89,7 @@ Status TieredWeights::load_experts(const gguf::GgufFile& file, const TierOptions
                                      ? prefetch_budget_for(planned_)
                                      : options.expert_prefetch_budget;
   config.prefetch_min_precision = options.expert_prefetch_precision;
+  config.cancel_wrong_reads = options.expert_cancel;
   config.stats_path =
       experts::CoactivationStats::default_path(file.paths().front(), file.total_bytes());
   if (plan.io_queue_depth > 0) config.storage.queue_depth = plan.io_queue_depth;

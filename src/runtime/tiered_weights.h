@@ -51,6 +51,7 @@ struct TierOptions {
   // and precision threshold.
   uint64_t expert_prefetch_budget = UINT64_MAX;
   double expert_prefetch_precision = experts::kDefaultPrefetchMinPrecision;
+  bool expert_cancel = true;  // ExpertConfig::cancel_wrong_reads
 };
 
 // The budgeted prefetch rule's default bytes per token: what the profile's disk reads in
