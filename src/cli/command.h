@@ -92,4 +92,16 @@ void add_engine_flags(CLI::App& app, EngineFlags* flags);
 runtime::EngineOptions engine_options(const EngineFlags& flags, const std::string& model_path,
                                       int64_t n_ctx);
 
+// Speculative decoding of run, bench and serve (docs/SPECULATIVE.md): --lookup (guesses
+// from the context's own n-grams), --draft MODEL (from a small model of the same
+// vocabulary), --spec-max K (the most guesses a pass verifies). --lookup and --draft
+// exclude each other.
+struct SpecFlags {
+  bool lookup = false;
+  std::string draft;  // the draft model's path; empty: none
+  int spec_max = 8;
+};
+void add_spec_flags(CLI::App& app, SpecFlags* flags);
+runtime::SpeculationOptions speculation_options(const SpecFlags& flags);
+
 }  // namespace hypura::cli

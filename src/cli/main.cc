@@ -135,6 +135,31 @@ void add_engine_flags(CLI::App& app, EngineFlags* flags) {
                "profilers that time kernels one by one)");
 }
 
+void add_spec_flags(CLI::App& app, SpecFlags* flags) {
+  CLI::Option* lookup =
+      app.add_flag("--lookup", flags->lookup,
+                   "speculative decoding with guesses from the context's own n-grams (prompt "
+                   "lookup): faster where the reply repeats its input, the same output");
+  app.add_option("--draft", flags->draft,
+                 "speculative decoding with guesses from this small model of the same vocabulary "
+                 "(loaded resident; its memory comes out of the budgets)")
+      ->check(CLI::ExistingFile)
+      ->excludes(lookup);
+  app.add_option("--spec-max", flags->spec_max,
+                 "speculative decoding: the most guesses one pass verifies (fewer where they do "
+                 "not pay)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+}
+
+runtime::SpeculationOptions speculation_options(const SpecFlags& flags) {
+  runtime::SpeculationOptions o;
+  o.lookup = flags.lookup;
+  o.draft_model = !flags.draft.empty();
+  o.max_draft = flags.spec_max;
+  return o;
+}
+
 runtime::EngineOptions engine_options(const EngineFlags& flags, const std::string& model_path,
                                       int64_t n_ctx) {
   runtime::EngineOptions eo;

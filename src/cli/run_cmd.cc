@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <string>
@@ -40,10 +41,12 @@ struct RunArgs {
   int64_t context = 4096;
   std::string trace;  // expert-streaming routing trace file
   EngineFlags engine;
+  SpecFlags spec;
   std::vector<std::string> stop;
   bool no_chat = false;
   bool interactive = false;
   bool show_tokens = false;
+  bool json = false;  // one JSON object on stdout at the end instead of the streamed text
 };
 
 std::atomic<bool> g_cancel{false};
@@ -71,14 +74,41 @@ void draw_progress(uint64_t done, uint64_t total) {
   std::fflush(stderr);
 }
 
+double per_second(double n, double seconds) {
+  return seconds > 0 ? n / seconds : 0;
+}
+
 void print_stats(const runtime::GenerateResult& r) {
-  const double pp = r.prompt_seconds > 0 ? r.prompt_tokens / r.prompt_seconds : 0;
-  const double tg = r.generate_seconds > 0 ? r.generated_tokens / r.generate_seconds : 0;
   std::fprintf(stderr,
                "\nprompt: %d tokens (%d cached), %.1f tok/s | generation: %d tokens, "
                "%.1f tok/s | %s\n",
-               r.prompt_tokens, r.prompt_tokens_reused, pp, r.generated_tokens, tg,
-               r.done_reason.c_str());
+               r.prompt_tokens, r.prompt_tokens_reused,
+               per_second(r.prompt_tokens, r.prompt_seconds), r.generated_tokens,
+               per_second(r.generated_tokens, r.generate_seconds), r.done_reason.c_str());
+  const runtime::SpecStats& s = r.spec;
+  if (s.drafted == 0) return;
+  std::fprintf(stderr,
+               "speculation: %lld guesses, %lld kept (%.0f%%), %lld passes, %.2f tokens a pass\n",
+               static_cast<long long>(s.drafted), static_cast<long long>(s.accepted),
+               100.0 * s.accepted / s.drafted, static_cast<long long>(s.passes),
+               per_second(r.generated_tokens, static_cast<double>(s.passes)));
+}
+
+// --json: the reply and its figures as one object.
+nlohmann::json result_json(const runtime::GenerateResult& r) {
+  const runtime::SpecStats& s = r.spec;
+  return {{"text", r.text},
+          {"done_reason", r.done_reason},
+          {"prompt_tokens", r.prompt_tokens},
+          {"prompt_tokens_cached", r.prompt_tokens_reused},
+          {"prompt_tok_per_s", per_second(r.prompt_tokens, r.prompt_seconds)},
+          {"generated_tokens", r.generated_tokens},
+          {"tok_per_s", per_second(r.generated_tokens, r.generate_seconds)},
+          {"spec",
+           {{"drafted", s.drafted},
+            {"accepted", s.accepted},
+            {"target_passes", s.passes},
+            {"tokens_per_pass", per_second(r.generated_tokens, static_cast<double>(s.passes))}}}};
 }
 
 runtime::GenerateOptions generate_options(const RunArgs& a) {
@@ -93,6 +123,7 @@ runtime::GenerateOptions generate_options(const RunArgs& a) {
   s.min_p = a.min_p;
   s.repeat_penalty = a.repeat_penalty;
   s.seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed) : std::random_device{}();
+  o.speculation = speculation_options(a.spec);
   return o;
 }
 
@@ -115,7 +146,7 @@ Result<runtime::GenerateResult> reply(runtime::Engine& engine, const RunArgs& a,
                                       const runtime::GenerateOptions& options,
                                       std::string* answer) {
   std::optional<server::HarmonyParser> harmony;
-  if (engine.writes_harmony() && !a.no_chat) harmony.emplace();
+  if (engine.writes_harmony() && !a.no_chat && !a.json) harmony.emplace();
   answer->clear();
   g_cancel.store(false);
   g_generating.store(true);
@@ -125,6 +156,7 @@ Result<runtime::GenerateResult> reply(runtime::Engine& engine, const RunArgs& a,
       return true;
     }
     *answer += piece;
+    if (a.json) return true;
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
     return true;
@@ -166,7 +198,11 @@ int run_once(runtime::Engine& engine, const RunArgs& a) {
     std::cerr << "\nhypura run: " << result.status().message() << "\n";
     return 1;
   }
-  std::fputs("\n", stdout);
+  if (a.json) {
+    std::printf("%s\n", result_json(*result).dump().c_str());
+  } else {
+    std::fputs("\n", stdout);
+  }
   print_stats(*result);
   return 0;
 }
@@ -224,8 +260,13 @@ int run_run(const RunArgs& a) {
     std::cerr << "hypura run: give --prompt TEXT or --interactive\n";
     return 2;
   }
+  if (a.json && a.interactive) {
+    std::cerr << "hypura run: --json prints one reply; it does not go with --interactive\n";
+    return 2;
+  }
   runtime::EngineOptions eo = engine_options(a.engine, path, a.context);
   eo.trace_path = a.trace;
+  eo.draft_model = a.spec.draft;
   if (isatty(STDERR_FILENO)) eo.load_progress = draw_progress;
   const auto t0 = std::chrono::steady_clock::now();
   auto engine = runtime::Engine::load(eo);
@@ -265,10 +306,14 @@ std::function<int()> setup_run(CLI::App& app) {
                  "(hypura trace-replay reads it)");
   add_context_option(app, &a->context);
   add_engine_flags(app, &a->engine);
+  add_spec_flags(app, &a->spec);
   app.add_option("--stop", a->stop, "stop string (repeatable)");
   app.add_flag("--no-chat", a->no_chat, "feed the prompt as raw text, without the chat template");
   app.add_flag("-i,--interactive", a->interactive, "chat REPL");
   app.add_flag("--show-tokens", a->show_tokens, "print the prompt's token ids to stderr");
+  app.add_flag("--json", a->json,
+               "print the reply, its token counts, speeds and speculation figures as one JSON "
+               "object at the end (stdout holds nothing else)");
   return [a] { return run_run(*a); };
 }
 

@@ -32,7 +32,9 @@ Status acquire_views(WeightProvider& provider, int64_t il,
 void Blocks::begin(std::span<const SeqRows> seqs, bool logits_only) {
   seqs_.assign(seqs.begin(), seqs.end());
   int64_t row = 0;
+  logit_rows_ = 0;
   for (SeqRows& s : seqs_) {
+    logit_rows_ += s.n_logits;
     assert(s.n_tokens > 0 && row + s.n_tokens <= max_batch_);
     s.row0 = row;
     for (int64_t t = 0; t < s.n_tokens; ++t)

@@ -79,12 +79,14 @@ class Blocks {
   virtual bool on_device() const = 0;
 
   // Starts a batch of the sequences' rows, in order (row0 is filled in), each caching
-  // into its own kv. logits_only: the outputs are the last row's logits of each sequence
-  // (finish() gets no hidden states). REQUIRES: 1..max_batch rows in all, distinct caches.
+  // into its own kv. logits_only: the outputs are the logits of each sequence's last
+  // n_logits rows (finish() gets no hidden states). REQUIRES: 1..max_batch rows in all, distinct
+  // caches.
   void begin(std::span<const SeqRows> seqs, bool logits_only = false);
   // llama3 RoPE frequency factors (n_rot / 2), or null; valid for the current batch.
   void set_rope_factors(const float* factors) { rope_factors_ = factors; }
   int64_t n_tokens() const { return n_tokens_; }
+  int64_t logit_rows() const { return logit_rows_; }  // the batch's n_logits, summed
   std::span<const SeqRows> seqs() const { return seqs_; }
   // Every row's position, host memory (n_tokens).
   const int32_t* row_positions() const { return row_pos_.data(); }
@@ -175,11 +177,10 @@ class Blocks {
   virtual Status moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) = 0;
 
   // Ends the batch: hidden (when not null, host) = cur() (n_tokens, n_embd), the final-
-  // norm states; logits (host, when not null) = output . cur() for every row (all_logits,
-  // one sequence) or the last row of each sequence ((seqs().size(), n_vocab)). Returns the
-  // first error of the batch's device work, if any.
-  virtual Status finish(const WeightView& output, bool all_logits, float* logits,
-                        float* hidden) = 0;
+  // norm states; logits (host, when not null) = output . cur() for the last n_logits rows
+  // of each sequence, in order ((logit_rows(), n_vocab)). Returns the first error of the
+  // batch's device work, if any.
+  virtual Status finish(const WeightView& output, float* logits, float* hidden) = 0;
 
  protected:
   Blocks(const HParams& hp, const WeightMap& weights, WeightProvider& provider, int64_t max_batch,
@@ -199,6 +200,7 @@ class Blocks {
   std::vector<SeqRows> seqs_;     // the batch's sequences (capacity max_batch)
   std::vector<int32_t> row_pos_;  // (max_batch) each row's position
   bool logits_only_ = false;
+  int64_t logit_rows_ = 0;
   const float* rope_factors_ = nullptr;
 
   // The row buffers, set by the implementation (its memory).

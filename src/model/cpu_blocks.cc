@@ -105,21 +105,21 @@ void CpuBlocks::continue_from(const float* host_x) {
   std::copy_n(host_x, n_tokens_ * hp_.n_embd, x());
 }
 
-Status CpuBlocks::finish(const WeightView& output, bool all_logits, float* logits, float* hidden) {
+Status CpuBlocks::finish(const WeightView& output, float* logits, float* hidden) {
   const int64_t e = hp_.n_embd;
   if (hidden != nullptr) std::copy_n(cur(), n_tokens_ * e, hidden);
   if (logits == nullptr) return Status::ok();  // embeddings only: no output layer
-  if (all_logits) {
+  if (logit_rows_ == n_tokens_) {
     ctx_.matmul(output, cur(), n_tokens_, logits);
     return Status::ok();
   }
   if (seqs_.size() == 1) {
-    ctx_.matmul(output, cur() + (n_tokens_ - 1) * e, 1, logits);
+    ctx_.matmul(output, cur() + (n_tokens_ - logit_rows_) * e, logit_rows_, logits);
     return Status::ok();
   }
-  // Each sequence's last row, gathered: one product for all (rows are independent).
-  gather_last_rows(cur(), tmp());
-  ctx_.matmul(output, tmp(), static_cast<int64_t>(seqs_.size()), logits);
+  // Each sequence's output rows, gathered: one product for all (rows are independent).
+  gather_last_rows(cur(), tmp(), /*logit_rows=*/true);
+  ctx_.matmul(output, tmp(), logit_rows_, logits);
   return Status::ok();
 }
 
@@ -452,12 +452,13 @@ void CpuBlocks::route(const WeightView& bias) {
   }
 }
 
-// out row i = rows' (n_tokens, n_embd) last row of sequence i.
-void CpuBlocks::gather_last_rows(const float* rows, float* out) const {
+// out = rows' (n_tokens, n_embd) last row of each sequence in order, or its last n_logits
+// rows (logit_rows).
+void CpuBlocks::gather_last_rows(const float* rows, float* out, bool logit_rows) const {
   const int64_t e = hp_.n_embd;
-  for (size_t i = 0; i < seqs_.size(); ++i) {
-    const SeqRows& s = seqs_[i];
-    std::copy_n(rows + (s.row0 + s.n_tokens - 1) * e, e, out + static_cast<int64_t>(i) * e);
+  for (const SeqRows& s : seqs_) {
+    const int64_t n = logit_rows ? s.n_logits : 1;
+    out = std::copy_n(rows + (s.row0 + s.n_tokens - n) * e, n * e, out);
   }
 }
 

@@ -43,7 +43,7 @@ class CpuBlocks final : public Blocks {
   void attention(int64_t il, bool swa, float kq_scale, const WeightView& sinks) override;
   void dense_ffn(const FfnViews& w, FfnAct act, const float* in, float* out) override;
   Status moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) override;
-  Status finish(const WeightView& output, bool all_logits, float* logits, float* hidden) override;
+  Status finish(const WeightView& output, float* logits, float* hidden) override;
 
  private:
   // Attention (cpu_blocks.cc): a softmax partial over some keys of query rows: running max
@@ -68,7 +68,7 @@ class CpuBlocks final : public Blocks {
   // Elementwise and row-wise work only: results do not depend on the split.
   template <class Fn>
   void parallel_for(int64_t n, Fn&& fn);
-  void gather_last_rows(const float* rows, float* out) const;
+  void gather_last_rows(const float* rows, float* out, bool logit_rows = false) const;
   // Row t's rotation angles (rope_cs_'s row t, valid until the next call for that row).
   const float* rope_angles(int64_t t, float freq_base, float freq_scale);
   // The rotation by angles cs of n_heads vectors of n_rot values, head_stride apart.

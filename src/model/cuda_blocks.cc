@@ -272,7 +272,7 @@ class CudaBlocks final : public Blocks {
   // The shared expert's output (lay_.shared) of in, or null when the layer has none.
   const float* shared_expert(const FfnViews& w, const float* in);
   Status moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) override;
-  Status finish(const WeightView& output, bool all_logits, float* logits, float* hidden) override;
+  Status finish(const WeightView& output, float* logits, float* hidden) override;
 
  private:
   cuda::StreamHandle s() const { return stream_.handle(); }
@@ -1141,23 +1141,24 @@ Status CudaBlocks::serve_host_calls(std::span<const HostCall> calls) {
   return first;
 }
 
-// tmp() rows i = cur()'s last row of sequence i (device copies on the stream).
+// tmp() = cur()'s last n_logits rows of each sequence, in order (device copies on the stream).
 void CudaBlocks::gather_last_rows() {
   const int64_t e = hp_.n_embd;
-  for (size_t i = 0; i < seqs_.size(); ++i) {
-    const SeqRows& q = seqs_[i];
-    fail(cuda::copy_device_to_device_async(tmp() + static_cast<int64_t>(i) * e,
-                                           cur() + (q.row0 + q.n_tokens - 1) * e,
-                                           static_cast<size_t>(e) * 4, s()));
+  int64_t out = 0;
+  for (const SeqRows& q : seqs_) {
+    fail(cuda::copy_device_to_device_async(tmp() + out * e,
+                                           cur() + (q.row0 + q.n_tokens - q.n_logits) * e,
+                                           static_cast<size_t>(q.n_logits * e) * 4, s()));
+    out += q.n_logits;
   }
 }
 
-Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logits, float* hidden) {
+Status CudaBlocks::finish(const WeightView& output, float* logits, float* hidden) {
   const int64_t e = hp_.n_embd, nv = hp_.n_vocab;
-  // Last rows' logits of at most kGraphSeqs sequences are staged in pinned memory (a
-  // graph's copy needs it); every row's, or more sequences', go straight to `logits`.
-  const bool staged = logits != nullptr && !(all_logits && n_tokens_ > 1) &&
-                      static_cast<int64_t>(seqs_.size()) <= kGraphSeqs;
+  const auto n_seqs = static_cast<int64_t>(seqs_.size());
+  // One row's logits of each of at most kGraphSeqs sequences are staged in pinned memory (a
+  // graph's copy needs it); more rows, or more sequences, go straight to `logits`.
+  const bool staged = logits != nullptr && logit_rows_ == n_seqs && n_seqs <= kGraphSeqs;
   // The host thread serves the pass's host-expert layers (if any) once their work is
   // queued: after the launch of a graph, before an eager pass's copies to pageable memory,
   // which would block this thread until the stream, waiting for it, got there.
@@ -1173,7 +1174,7 @@ Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logi
     }
     float* dev_logits = at(lay_.logits);
     // Logits of n rows from `rows`, kLogitRows at a time, straight into `logits`.
-    const auto logit_rows = [&](const float* rows, int64_t n) {
+    const auto head_rows = [&](const float* rows, int64_t n) {
       for (int64_t r0 = 0; r0 < n; r0 += kLogitRows) {
         const int64_t m = std::min(kLogitRows, n - r0);
         matmul(output, rows + r0 * e, m, dev_logits);
@@ -1181,17 +1182,17 @@ Status CudaBlocks::finish(const WeightView& output, bool all_logits, float* logi
                                       s()));
       }
     };
-    if (logits != nullptr && all_logits && n_tokens_ > 1) {
-      logit_rows(cur(), n_tokens_);
-    } else if (logits != nullptr) {  // the last row of each sequence
-      const auto m = static_cast<int64_t>(seqs_.size());
-      const float* rows = cur() + (n_tokens_ - 1) * e;
-      if (m > 1) {
+    if (logits != nullptr && logit_rows_ == n_tokens_ && n_tokens_ > 1) {
+      head_rows(cur(), n_tokens_);
+    } else if (logits != nullptr) {  // the last n_logits rows of each sequence
+      const int64_t m = logit_rows_;
+      const float* rows = cur() + (n_tokens_ - m) * e;
+      if (n_seqs > 1) {
         gather_last_rows();
         rows = tmp();
       }
       if (!staged) {
-        logit_rows(rows, m);
+        head_rows(rows, m);
       } else {
         matmul(output, rows, m, dev_logits);
         fail(cuda::copy_to_host_async(logits_host_.data(), dev_logits,

@@ -78,14 +78,14 @@ int64_t stage_begin(const std::vector<ForwardStage>& stages, size_t i) {
 
 Status Forward::run(const int32_t* tokens, int64_t n_tokens, int64_t pos, KvCache& kv,
                     bool all_logits, float* logits, float* hidden) {
-  const SeqRows seq{&kv, pos, n_tokens};
+  const SeqRows seq{&kv, pos, n_tokens, all_logits ? n_tokens : 1};
   HYPURA_RETURN_IF_ERROR(check(tokens, std::span(&seq, 1)));
-  return run_rows(tokens, std::span(&seq, 1), all_logits, logits, hidden);
+  return run_rows(tokens, std::span(&seq, 1), logits, hidden);
 }
 
 Status Forward::run_batch(const int32_t* tokens, std::span<const SeqRows> seqs, float* logits) {
   HYPURA_RETURN_IF_ERROR(check(tokens, seqs));
-  return run_rows(tokens, seqs, /*all_logits=*/false, logits, nullptr);
+  return run_rows(tokens, seqs, logits, nullptr);
 }
 
 // A stage's layers must have their rows where it computes.
@@ -111,6 +111,10 @@ Status Forward::check(const int32_t* tokens, std::span<const SeqRows> seqs) cons
     const KvCache& kv = *s.kv;
     if (s.n_tokens <= 0)
       return invalid_argument("a sequence of " + std::to_string(s.n_tokens) + " tokens");
+    if (s.n_logits < 1 || s.n_logits > s.n_tokens) {
+      return invalid_argument("logits of " + std::to_string(s.n_logits) +
+                              " rows of a sequence of " + std::to_string(s.n_tokens));
+    }
     if (s.pos < 0 || s.pos + s.n_tokens > kv.n_ctx()) {
       return resource_exhausted("context full: positions " + std::to_string(s.pos) + ".." +
                                 std::to_string(s.pos + s.n_tokens - 1) + " exceed n_ctx " +
@@ -159,8 +163,8 @@ Status Forward::run_layers(ForwardStage& stage, int64_t first) {
 // A wide batch (the GPU computes the host layers too) syncs their mirrored KV rows: the
 // rows before the batch to the device first, the batch's own back to the host after. A
 // batch with a CPU stage leaves those rows newer on the host.
-Status Forward::run_rows(const int32_t* tokens, std::span<const SeqRows> seqs, bool all_logits,
-                         float* logits, float* hidden) {
+Status Forward::run_rows(const int32_t* tokens, std::span<const SeqRows> seqs, float* logits,
+                         float* hidden) {
   int64_t n_rows = 0;
   for (const SeqRows& s : seqs) n_rows += s.n_tokens;
   const bool is_wide = wide(n_rows);
@@ -171,7 +175,7 @@ Status Forward::run_rows(const int32_t* tokens, std::span<const SeqRows> seqs, b
       s.kv->host_rows_written(s.pos);
     }
   }
-  HYPURA_RETURN_IF_ERROR(run_stages(stages_for(n_rows), tokens, seqs, all_logits, logits, hidden));
+  HYPURA_RETURN_IF_ERROR(run_stages(stages_for(n_rows), tokens, seqs, logits, hidden));
   if (is_wide) {
     for (const SeqRows& s : seqs)
       HYPURA_RETURN_IF_ERROR(s.kv->mirror_to_host(s.pos, s.pos + s.n_tokens));
@@ -180,8 +184,7 @@ Status Forward::run_rows(const int32_t* tokens, std::span<const SeqRows> seqs, b
 }
 
 Status Forward::run_stages(std::vector<ForwardStage>& stages, const int32_t* tokens,
-                           std::span<const SeqRows> seqs, bool all_logits, float* logits,
-                           float* hidden) {
+                           std::span<const SeqRows> seqs, float* logits, float* hidden) {
   const HParams& hp = model_->hparams();
   const WeightMap& wm = model_->weights();
   const bool logits_only = logits != nullptr && hidden == nullptr;
@@ -234,7 +237,7 @@ Status Forward::run_stages(std::vector<ForwardStage>& stages, const int32_t* tok
   }
   Blocks& back = *stages.back().blocks;
   back.norm(back.x(), out_norm, back.cur());
-  Status st = back.finish(output, all_logits, logits, hidden);
+  Status st = back.finish(output, logits, hidden);
   release_globals();
   return st;
 }

@@ -99,21 +99,21 @@ class Forward {
              float* logits, float* hidden = nullptr);
 
   // One pass over the weights for several sequences at once (continuous batching):
-  // tokens holds each sequence's n_tokens ids in order; logits (seqs.size(), n_vocab) gets
-  // the last row of each. A sequence's logits are the same as its run() alone on the CPU
-  // (batch invariance), within the GPU's tolerance there (docs/GPU.md).
-  // REQUIRES: what run() requires of each sequence, 1..max_batch rows in all, distinct KV
-  // caches, each no longer than the context this Forward was built for (checked: error).
+  // tokens holds each sequence's n_tokens ids in order; logits (sum of n_logits, n_vocab)
+  // gets the last n_logits rows of each, in order. A sequence's logits are the same as its run()
+  // alone on the CPU (batch invariance), within the GPU's tolerance there (docs/GPU.md). REQUIRES:
+  // what run() requires of each sequence, 1..max_batch rows in all, distinct KV caches, each no
+  // longer than the context this Forward was built for (checked: error).
   Status run_batch(const int32_t* tokens, std::span<const SeqRows> seqs, float* logits);
 
   int64_t n_ctx() const;  // the longest KV cache a batch may attend over
 
  private:
   Status check(const int32_t* tokens, std::span<const SeqRows> seqs) const;
-  Status run_rows(const int32_t* tokens, std::span<const SeqRows> seqs, bool all_logits,
-                  float* logits, float* hidden);
+  Status run_rows(const int32_t* tokens, std::span<const SeqRows> seqs, float* logits,
+                  float* hidden);
   Status run_stages(std::vector<ForwardStage>& stages, const int32_t* tokens,
-                    std::span<const SeqRows> seqs, bool all_logits, float* logits, float* hidden);
+                    std::span<const SeqRows> seqs, float* logits, float* hidden);
   // Layers [first, stage.end) on the stage's blocks, releasing each.
   Status run_layers(ForwardStage& stage, int64_t first);
   bool wide(int64_t n_rows) const { return !wide_.empty() && n_rows >= wide_min_rows_; }

@@ -20,9 +20,11 @@
 #include "model/cuda_blocks.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "profiler/profiler.h"
 #include "profiler/system_info.h"
 #include "runtime/device_choice.h"
 #include "runtime/sampler.h"
+#include "runtime/speculative.h"
 #include "runtime/step_batcher.h"
 #include "runtime/tiered_weights.h"
 #include "tiers/device_weights.h"
@@ -123,9 +125,11 @@ class LocalSession final : public Session {
 
  private:
   // Runs tokens at the end of the cache through the engine's steps (shared with the other
-  // sessions); the last token's logits land in logits_. kCancelled when *cancel is set
-  // before the tokens are all processed.
-  Status feed(std::span<const int32_t> tokens, const std::atomic<bool>* cancel = nullptr);
+  // sessions); the last n_logits tokens' logits land in out (n_logits, n_vocab), or, for
+  // the last token alone by default, in logits_. kCancelled when *cancel is set before the
+  // tokens are all processed.
+  Status feed(std::span<const int32_t> tokens, const std::atomic<bool>* cancel = nullptr,
+              int64_t n_logits = 1, float* out = nullptr);
   // As feed(), alone and in batches of kMaxBatch, with every token's logits in *all.
   Status feed_all_logits(std::span<const int32_t> tokens, std::vector<float>* all);
   Status check_room(size_t n_tokens) const;
@@ -141,8 +145,12 @@ class LocalSession final : public Session {
   std::vector<float> logits_;      // (n_vocab) of the last fed token
   std::vector<uint64_t> allowed_;  // (n_vocab / 64) the token mask of constrained sampling
 
+  std::unique_ptr<Session> draft_session_;  // the draft model's (speculation), made on first use
+  std::vector<float> spec_logits_;          // (1 + guesses, n_vocab) of a speculative pass
+
   // Sets the logits of the tokens the grammar refuses to -inf; false when none is left.
-  bool mask_logits(grammar::TokenMatcher& matcher);
+  bool mask_logits(grammar::TokenMatcher& matcher, float* logits);
+  Result<std::unique_ptr<Drafter>> drafter_for(const SpeculationOptions& options);
 };
 
 class LocalEngine final : public Engine {
@@ -175,6 +183,7 @@ class LocalEngine final : public Engine {
   std::optional<FimTokens> fim_tokens() const override;
   bool supports_tools() const override { return chat_->supports_tools(); }
   bool writes_harmony() const override { return tokenizer_->harmony(); }
+  Engine* draft_model() const override { return draft_.get(); }
 
   const std::shared_ptr<const model::Model>& model() const { return model_; }
   Status place_on_device(const std::function<void(uint64_t, uint64_t)>& progress);
@@ -227,7 +236,9 @@ class LocalEngine final : public Engine {
   int64_t n_ctx_ = 0;
   bool kv_f32_ = false;
   std::unique_ptr<StepBatcher> batcher_;  // owns the one Forward all sessions share
+  std::unique_ptr<Engine> draft_;         // EngineOptions::draft_model (null: none)
   Result<std::unique_ptr<model::Forward>> make_forward(int64_t n_ctx);
+  Status load_draft(const EngineOptions& options, scheduler::Budgets* budgets);
   Status stage_host_layers();
   mutable std::once_flag vocab_index_once_;
   mutable std::unique_ptr<grammar::VocabIndex> vocab_index_;
@@ -268,6 +279,7 @@ Result<std::unique_ptr<Engine>> LocalEngine::create(const EngineOptions& options
                                                     options.kv_f32, options.gpu_budget));
   TierOptions tier;
   tier.plan = plan_request(options, e->device_);
+  HYPURA_RETURN_IF_ERROR(e->load_draft(options, &tier.plan.budgets));
   tier.progress = options.load_progress;
   tier.trace_path = options.trace_path;
   const std::string& predictor = options.expert_predictor;
@@ -312,6 +324,56 @@ Result<std::unique_ptr<Engine>> LocalEngine::create(const EngineOptions& options
   HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<model::Forward> forward, e->make_forward(e->n_ctx_));
   e->batcher_ = std::make_unique<StepBatcher>(std::move(forward), e->n_vocab());
   return std::unique_ptr<Engine>(std::move(e));
+}
+
+// The draft model, loaded first (resident, on the target's device) and charged to the
+// target's budgets: its weights, caches and buffers come out of what the target may use.
+// Its vocabulary must be the target's, token for token.
+Status LocalEngine::load_draft(const EngineOptions& options, scheduler::Budgets* budgets) {
+  if (options.draft_model.empty()) return Status::ok();
+  EngineOptions d = options;
+  d.model_path = options.draft_model;
+  d.draft_model.clear();
+  d.ram_budget = 0;
+  d.gpu_budget = 0;
+  d.trace_path.clear();
+  spdlog::info("loading the draft model {}", d.model_path);
+  HYPURA_ASSIGN_OR_RETURN(draft_, Engine::load(d));
+  const tokenizer::Tokenizer& ours = *tokenizer_;
+  const tokenizer::Tokenizer& theirs = draft_->tokenizer();
+  const int32_t n = std::min(ours.n_vocab(), theirs.n_vocab());
+  for (int32_t id = 0; id < n; ++id) {
+    if (ours.token_to_piece(id) != theirs.token_to_piece(id)) {
+      return invalid_argument("the draft model's vocabulary differs from the model's at token " +
+                              std::to_string(id) + " ('" + theirs.token_to_piece(id) + "' vs '" +
+                              ours.token_to_piece(id) + "')");
+    }
+  }
+  if (ours.n_vocab() != theirs.n_vocab()) {
+    return invalid_argument("the draft model's vocabulary has " + std::to_string(theirs.n_vocab()) +
+                            " tokens, the model's " + std::to_string(ours.n_vocab()));
+  }
+  const scheduler::Plan& plan = draft_->tiers()->plan();
+  if (plan.mode != scheduler::Mode::kFullResident) {
+    return resource_exhausted("the draft model does not fit in memory (its plan: " +
+                              draft_->mode() + "); a draft must be resident");
+  }
+  const scheduler::MemoryPlan& m = plan.memory;
+  const uint64_t ram = m.ram_total() - m.overhead_ram, gpu = m.gpu_total();
+  if (budgets->ram_bytes) {
+    if (ram >= *budgets->ram_bytes) {
+      return resource_exhausted("the draft model takes " + std::to_string(ram >> 20) +
+                                " MiB of the RAM budget of " +
+                                std::to_string(*budgets->ram_bytes >> 20) + " MiB");
+    }
+    *budgets->ram_bytes -= ram;
+  } else {
+    budgets->reserve_bytes = budgets->reserve_bytes.value_or(profiler::kDefaultReserveBytes) + ram;
+  }
+  if (budgets->gpu_bytes && gpu > 0) *budgets->gpu_bytes -= std::min(gpu, *budgets->gpu_bytes);
+  spdlog::info("draft model: {} MiB of RAM and {} MiB of GPU memory charged to the budgets",
+               ram >> 20, gpu >> 20);
+  return Status::ok();
 }
 
 // The GPU's share of the plan read from the file into device memory (the host loaded
@@ -530,14 +592,16 @@ Status LocalSession::reserve_context(int64_t n_ctx) {
   return Status::ok();
 }
 
-Status LocalSession::feed(std::span<const int32_t> tokens, const std::atomic<bool>* cancel) {
+Status LocalSession::feed(std::span<const int32_t> tokens, const std::atomic<bool>* cancel,
+                          int64_t n_logits, float* out) {
   HYPURA_RETURN_IF_ERROR(init_);
   if (tokens.empty()) return Status::ok();
   StepBatcher::Request r;
   r.kv = kv_.get();
   r.tokens = tokens;
   r.pos = static_cast<int64_t>(history_.size());
-  r.logits = logits_.data();
+  r.logits = out != nullptr ? out : logits_.data();
+  r.n_logits = n_logits;
   r.member = membership_ != nullptr;
   r.cancel = cancel;
   HYPURA_RETURN_IF_ERROR(engine_.batcher().submit(r));
@@ -638,7 +702,14 @@ Status LocalSession::check_fits(size_t n_prompt, int max_tokens) const {
   return Status::ok();
 }
 
-bool LocalSession::mask_logits(grammar::TokenMatcher& matcher) {
+Result<std::unique_ptr<Drafter>> LocalSession::drafter_for(const SpeculationOptions& options) {
+  Engine* draft = engine_.draft_model();
+  if (options.on() && options.draft_model && draft != nullptr && !draft_session_)
+    draft_session_ = draft->new_session();
+  return make_drafter(options, draft_session_.get(), engine_.n_vocab());
+}
+
+bool LocalSession::mask_logits(grammar::TokenMatcher& matcher, float* logits) {
   matcher.fill_mask(allowed_);
   bool any = false;
   const int64_t n_vocab = engine_.n_vocab();
@@ -648,7 +719,7 @@ bool LocalSession::mask_logits(grammar::TokenMatcher& matcher) {
     if (word == ~uint64_t{0}) continue;
     const int64_t last = std::min<int64_t>(64, n_vocab - w * 64);
     for (int64_t b = 0; b < last; ++b) {
-      if (!((word >> b) & 1)) logits_[w * 64 + b] = -INFINITY;
+      if (!((word >> b) & 1)) logits[w * 64 + b] = -INFINITY;
     }
   }
   return any;
@@ -698,6 +769,27 @@ Result<GenerateResult> LocalSession::generate(
     listening = on_piece ? on_piece(text) : true;
     return listening;
   };
+  HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<Drafter> drafter, drafter_for(options.speculation));
+  DraftLength draft_length(options.speculation.max_draft);
+  const int64_t n_vocab = engine_.n_vocab();
+  // A speculative pass fed [token, guesses...] from position `base`; row r of spec_logits_
+  // holds the logits after its token r, and the next token is sampled from row `row`.
+  // Outside such a pass (spec_rows == 0) it is sampled from logits_.
+  std::vector<int32_t> fed, guesses;
+  int64_t base = 0, spec_rows = 0, row = 0;
+  // The last pass, for DraftLength once its rows are sampled (what it kept is known then).
+  struct Pass {
+    int guessed = 0;
+    int64_t kept_before = 0;
+    double pass_s = 0, draft_s = 0;
+  };
+  std::optional<Pass> last_pass;
+  const auto settle_pass = [&] {
+    if (!last_pass) return;
+    const auto kept = static_cast<int>(result.spec.accepted - last_pass->kept_before);
+    draft_length.record(last_pass->guessed, kept, last_pass->pass_s, last_pass->draft_s);
+    last_pass.reset();
+  };
   t0 = Clock::now();
   bool stopped = false;
   for (int64_t i = 0; i < limit; ++i) {
@@ -705,15 +797,22 @@ Result<GenerateResult> LocalSession::generate(
       result.done_reason = "cancelled";
       break;
     }
+    float* logits = spec_rows > 0 ? spec_logits_.data() + row * n_vocab : logits_.data();
     if (matcher) {
       const auto tm = Clock::now();
-      const bool any = mask_logits(*matcher);
+      const bool any = mask_logits(*matcher, logits);
       result.grammar_seconds += seconds_since(tm);
       if (!any)
         return Status(StatusCode::kInternal,
                       "constrained sampling: no token of the vocabulary continues the document");
     }
-    const int32_t id = sampler.sample(logits_.data(), history_);
+    // The tokens this row's logits follow: a pass's later guesses are not context yet.
+    const auto seen = spec_rows > 0 ? std::span<const int32_t>(history_).first(base + row + 1)
+                                    : std::span<const int32_t>(history_);
+    const int32_t guess = row + 1 < spec_rows ? guesses[row] : -1;
+    bool kept = false;
+    const int32_t id = sampler.sample_draft(logits, seen, guess, &kept);
+    if (kept) result.spec.accepted++;
     if (tok.is_end_of_generation(id)) {
       result.done_reason = "stop";
       break;
@@ -732,9 +831,49 @@ Result<GenerateResult> LocalSession::generate(
       result.done_reason = "stop";
       break;
     }
+    if (kept) {  // the guess is in the cache already: its row's logits come next
+      ++row;
+      continue;
+    }
+    if (spec_rows > 0) history_.resize(static_cast<size_t>(base + row + 1));  // drop the rest
+    spec_rows = 0;
+    settle_pass();
     if (n_past() >= n_ctx()) break;  // context full: "length"
-    HYPURA_RETURN_IF_ERROR(feed(std::span(&id, 1)));
+    // The next pass: the token, and as many guesses as pay (none without a drafter).
+    const int64_t room = std::min(limit - i - 1, n_ctx() - n_past() - 1);
+    const int want = drafter ? static_cast<int>(std::min<int64_t>(draft_length.next(), room)) : 0;
+    const auto td = Clock::now();
+    guesses.clear();
+    if (want > 0) {
+      history_.push_back(id);  // the context the guesses continue
+      const Status st = drafter->propose(history_, want, &guesses);
+      history_.pop_back();
+      HYPURA_RETURN_IF_ERROR(st);
+      // Nothing follows an end of generation: guesses past one would never be judged.
+      const auto end = std::find_if(guesses.begin(), guesses.end(),
+                                    [&](int32_t g) { return tok.is_end_of_generation(g); });
+      if (end != guesses.end()) guesses.erase(end + 1, guesses.end());
+    }
+    const double draft_s = seconds_since(td);
+    const auto tp = Clock::now();
+    result.spec.passes++;
+    if (guesses.empty()) {
+      HYPURA_RETURN_IF_ERROR(feed(std::span(&id, 1)));
+    } else {
+      fed.assign(1, id);
+      fed.insert(fed.end(), guesses.begin(), guesses.end());
+      spec_rows = static_cast<int64_t>(fed.size());
+      spec_logits_.resize(static_cast<size_t>(spec_rows * n_vocab));
+      base = n_past();
+      row = 0;
+      HYPURA_RETURN_IF_ERROR(feed(fed, nullptr, spec_rows, spec_logits_.data()));
+      result.spec.drafted += static_cast<int64_t>(guesses.size());
+    }
+    if (drafter)
+      last_pass =
+          Pass{static_cast<int>(guesses.size()), result.spec.accepted, seconds_since(tp), draft_s};
   }
+  if (spec_rows > 0) history_.resize(static_cast<size_t>(base + row + 1));
   // Bytes still held by the detokenizer are the start of a character that will never be
   // completed (the answer was cut, or the model ended mid-character).
   if (options.drop_unfinished_char) {

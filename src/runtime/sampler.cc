@@ -68,8 +68,19 @@ void Sampler::truncate() {
 }
 
 int32_t Sampler::sample(float* logits, std::span<const int32_t> history) {
+  bool accepted = false;
+  return sample_draft(logits, history, -1, &accepted);
+}
+
+int32_t Sampler::sample_draft(float* logits, std::span<const int32_t> history, int32_t draft,
+                              bool* accepted) {
+  *accepted = false;
   penalize(logits, history);
-  if (params_.temperature <= 0.0f) return argmax(logits, n_vocab_);
+  if (params_.temperature <= 0.0f) {
+    const int32_t id = argmax(logits, n_vocab_);
+    *accepted = id == draft;
+    return id;
+  }
   candidates_.resize(static_cast<size_t>(n_vocab_));
   for (int64_t i = 0; i < n_vocab_; ++i) candidates_[i] = {static_cast<int32_t>(i), logits[i]};
   const auto by_logit = [](const Candidate& a, const Candidate& b) {
@@ -89,12 +100,29 @@ int32_t Sampler::sample(float* logits, std::span<const int32_t> history) {
     probs_[i] = std::exp((candidates_[i].logit - max_logit) / params_.temperature);
     sum += probs_[i];
   }
+  if (draft >= 0) {
+    const auto it = std::find_if(candidates_.begin(), candidates_.end(),
+                                 [&](const Candidate& c) { return c.id == draft; });
+    if (it != candidates_.end()) {
+      float& p = probs_[static_cast<size_t>(it - candidates_.begin())];
+      // Kept with probability p / sum; else drawn from the residual, the rest renormalised.
+      if (uniform(sum) < p || sum - p <= 0.0f) {
+        *accepted = true;
+        return draft;
+      }
+      sum -= p;
+      p = 0.0f;
+    }
+  }
   // Uniform in [0, sum) from 53 random bits: portable, unlike std::uniform_real_distribution.
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * sum;
+  const double u = uniform(sum);
   double cum = 0.0;
   for (size_t i = 0; i < candidates_.size(); ++i) {
     cum += probs_[i];
     if (u < cum) return candidates_[i].id;
+  }
+  for (size_t i = candidates_.size(); i-- > 0;) {  // rounding past the end: the last drawable
+    if (probs_[i] > 0.0f) return candidates_[i].id;
   }
   return candidates_.back().id;
 }

@@ -27,6 +27,12 @@ class Sampler {
   // logits: (n_vocab), modified in place by the penalty. history: tokens so far (prompt
   // and generated), the last repeat_last_n of which are penalised.
   int32_t sample(float* logits, std::span<const int32_t> history);
+  // As sample(), with a guess: greedy keeps it when it is the argmax; sampling keeps it with
+  // the probability the chain gives it and otherwise draws from the other candidates
+  // (speculative rejection sampling for a one-token proposal: the result is distributed as
+  // sample()'s). *accepted: whether the result is the guess kept.
+  int32_t sample_draft(float* logits, std::span<const int32_t> history, int32_t draft,
+                       bool* accepted);
 
   static int32_t argmax(const float* logits, int64_t n_vocab);
 
@@ -37,6 +43,7 @@ class Sampler {
   };
   void penalize(float* logits, std::span<const int32_t> history);
   void truncate();  // top-k, top-p, min-p on candidates_ (sorted by logit, descending)
+  double uniform(double scale) { return static_cast<double>(rng_() >> 11) * 0x1.0p-53 * scale; }
 
   SamplingParams params_;
   int64_t n_vocab_;

@@ -73,6 +73,10 @@ struct EngineOptions {
   // the CPU lacks falls back to the best below it); empty: the best this CPU runs.
   std::string simd;
   bool cuda_graphs = true;  // false: every GPU decode step eager (kernel-by-kernel profiling)
+  // --draft: a small model with the same vocabulary whose greedy guesses speculative decoding
+  // verifies (SpeculationOptions::draft_model). Loaded resident on the same device, first:
+  // the memory it takes comes out of the target's budgets.
+  std::string draft_model;
   std::function<void(uint64_t done, uint64_t total)> load_progress;  // bytes loaded
 };
 
@@ -84,6 +88,16 @@ struct SamplingParams {
   float repeat_penalty = 1.1f;  // 1: off
   int repeat_last_n = 64;
   uint64_t seed = 0;  // same seed, same output
+};
+
+// Speculative decoding (runtime/speculative.h, docs/SPECULATIVE.md): guessed tokens verified
+// several in one pass of the model; the output is what decoding without it gives (greedy:
+// the same tokens; sampling: the same distribution).
+struct SpeculationOptions {
+  bool lookup = false;       // --lookup: guesses from the context's own n-grams
+  bool draft_model = false;  // --draft: guesses from the engine's draft model
+  int max_draft = 8;         // --spec-max: the most guesses a pass verifies
+  bool on() const { return (lookup || draft_model) && max_draft > 0; }
 };
 
 struct GenerateOptions {
@@ -100,6 +114,13 @@ struct GenerateOptions {
   // min-p, temperature) pick; end-of-generation only once the document is whole, and
   // generation stops ("stop") as soon as nothing can be added to it. Null: unconstrained.
   std::shared_ptr<const grammar::Grammar> grammar;
+  SpeculationOptions speculation;
+};
+
+// What speculation did in one generation: guesses fed to the model, guesses kept, and the
+// forward passes generation ran (with or without guesses).
+struct SpecStats {
+  int64_t drafted = 0, accepted = 0, passes = 0;
 };
 
 // Why generation ended: "stop" (EOS/EOT/stop string), "length" (max_tokens or context),
@@ -113,6 +134,7 @@ struct GenerateResult {
   double prompt_seconds = 0;
   double generate_seconds = 0;
   double grammar_seconds = 0;  // of generate_seconds: computing token masks
+  SpecStats spec;
 };
 
 struct ChatMessage {
@@ -247,6 +269,8 @@ class Engine {
   // Whether the model writes its replies in harmony's channels (gpt-oss): reasoning,
   // answer and tool calls in one stream of markup that the server splits apart.
   virtual bool writes_harmony() const { return false; }
+  // The draft model speculation may use (EngineOptions::draft_model), or null.
+  virtual Engine* draft_model() const { return nullptr; }
 };
 
 }  // namespace hypura::runtime

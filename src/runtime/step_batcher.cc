@@ -16,6 +16,9 @@ StepBatcher::StepBatcher(std::unique_ptr<model::Forward> forward, int64_t n_voca
 
 Status StepBatcher::submit(const Request& r) {
   if (r.tokens.empty()) return invalid_argument("no tokens to feed");
+  if (r.n_logits < 1 || r.n_logits > static_cast<int64_t>(r.tokens.size()))
+    return invalid_argument("logits of " + std::to_string(r.n_logits) + " of " +
+                            std::to_string(r.tokens.size()) + " tokens");
   Pending p;
   p.r = &r;
   std::unique_lock lock(mu_);
@@ -138,12 +141,21 @@ void StepBatcher::compose() {
   });
   step_seqs_.clear();
   step_tokens_.clear();
-  for (const Pending* p : step_pending_) {
-    step_seqs_.push_back({p->r->kv, p->r->pos + p->done, p->take});
+  int64_t logit_rows = 0;
+  for (Pending* p : step_pending_) {
+    // The request's wanted rows (its last n_logits tokens) that fall in this step; a step
+    // without any still computes one row's logits (a pass's minimum), then dropped.
+    const auto size = static_cast<int64_t>(p->r->tokens.size());
+    const int64_t wanted_from = std::max(p->done, size - p->r->n_logits);
+    p->out = std::max<int64_t>(0, p->done + p->take - wanted_from);
+    p->row = logit_rows;
+    const int64_t n_logits = std::max<int64_t>(1, p->out);
+    step_seqs_.push_back({p->r->kv, p->r->pos + p->done, p->take, n_logits});
+    logit_rows += n_logits;
     const auto first = p->r->tokens.begin() + p->done;
     step_tokens_.insert(step_tokens_.end(), first, first + p->take);
   }
-  const size_t logits = n * static_cast<size_t>(n_vocab_);
+  const size_t logits = static_cast<size_t>(logit_rows * n_vocab_);
   if (step_logits_.size() < logits) step_logits_.resize(logits);
 }
 
@@ -152,17 +164,19 @@ void StepBatcher::compose() {
 void StepBatcher::hand_out(const Status& st) {
   ++counts_.steps;
   counts_.seqs += step_seqs_.size();
-  for (size_t i = 0; i < step_pending_.size(); ++i) {
-    Pending& p = *step_pending_[i];
+  for (Pending* pending : step_pending_) {
+    Pending& p = *pending;
     counts_.rows += static_cast<uint64_t>(p.take);
     p.done += p.take;
-    const bool complete = p.done == static_cast<int64_t>(p.r->tokens.size());
-    if (!st.is_ok() || complete) {
+    const auto size = static_cast<int64_t>(p.r->tokens.size());
+    if (st.is_ok() && p.out > 0) {  // the wanted rows end at this step's last row
+      const int64_t first_wanted = p.done - p.out - (size - p.r->n_logits);
+      std::copy_n(step_logits_.data() + p.row * n_vocab_, p.out * n_vocab_,
+                  p.r->logits + first_wanted * n_vocab_);
+    }
+    if (!st.is_ok() || p.done == size) {
       p.finished = true;
       p.status = st;
-      if (st.is_ok()) {
-        std::copy_n(step_logits_.data() + i * static_cast<size_t>(n_vocab_), n_vocab_, p.r->logits);
-      }
       queue_.erase(std::find(queue_.begin(), queue_.end(), &p));
     }
   }

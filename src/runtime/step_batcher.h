@@ -61,7 +61,8 @@ class StepBatcher {
     model::KvCache* kv = nullptr;
     std::span<const int32_t> tokens;            // REQUIRES: not empty
     int64_t pos = 0;                            // position of tokens[0] in kv
-    float* logits = nullptr;                    // (n_vocab): the last token's logits
+    float* logits = nullptr;                    // (n_logits, n_vocab): the last tokens' logits
+    int64_t n_logits = 1;                       // 1..tokens.size()
     bool member = false;                        // from a member (see above)
     const std::atomic<bool>* cancel = nullptr;  // checked between steps: kCancelled
   };
@@ -86,6 +87,8 @@ class StepBatcher {
     const Request* r = nullptr;
     int64_t done = 0;  // tokens processed
     int64_t take = 0;  // tokens of the step being composed
+    int64_t out = 0;   // of them, rows whose logits the request wants
+    int64_t row = 0;   // its first row in step_logits_
     bool finished = false;
     Status status;
   };
@@ -109,7 +112,7 @@ class StepBatcher {
   std::vector<Pending*> step_pending_;
   std::vector<model::SeqRows> step_seqs_;
   std::vector<int32_t> step_tokens_;
-  std::vector<float> step_logits_;  // (seqs, n_vocab)
+  std::vector<float> step_logits_;  // (the step's logit rows, n_vocab)
 };
 
 // A member for the lifetime of the object (StepBatcher::join / leave).

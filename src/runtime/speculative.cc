@@ -1,0 +1,112 @@
+#include "runtime/speculative.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/sampler.h"
+
+namespace hypura::runtime {
+
+Status LookupDrafter::propose(std::span<const int32_t> context, int max,
+                              std::vector<int32_t>* out) {
+  out->clear();
+  const auto n = static_cast<int64_t>(context.size());
+  for (int ng = kMaxNgram; ng >= kMinNgram && max > 0; --ng) {
+    if (n <= ng) continue;
+    const auto tail = context.subspan(static_cast<size_t>(n - ng));
+    // The latest earlier occurrence: the most recent text is the likeliest to be repeated.
+    for (int64_t i = n - ng - 1; i >= 0; --i) {
+      if (!std::equal(tail.begin(), tail.end(), context.begin() + i)) continue;
+      const int64_t from = i + ng;
+      const int64_t take = std::min<int64_t>(max, n - from);
+      out->assign(context.begin() + from, context.begin() + from + take);
+      return Status::ok();
+    }
+  }
+  return Status::ok();
+}
+
+// The probability softmax gives the largest of logits.
+static float top_probability(const float* logits, int64_t n, int32_t top) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i] - logits[top]));
+  return static_cast<float>(1.0 / sum);
+}
+
+Status ModelDrafter::propose(std::span<const int32_t> context, int max, std::vector<int32_t>* out) {
+  out->clear();
+  const auto n = static_cast<int64_t>(context.size());
+  if (max <= 0 || n == 0) return Status::ok();
+  const int64_t room = session_.n_ctx() - n;  // the draft's own guesses take cache rows too
+  if (room < 1) return Status::ok();
+  max = static_cast<int>(std::min<int64_t>(max, room));
+  feed_.assign(context.begin(), context.end());
+  // The draft session keeps what it saw last time; at least one token is fed for logits.
+  const int64_t common = std::min(session_.cached_prefix(feed_), n - 1);
+  session_.truncate(common);
+  feed_.erase(feed_.begin(), feed_.begin() + common);
+  for (int j = 0; j < max; ++j) {
+    HYPURA_RETURN_IF_ERROR(session_.prefill(feed_, &logits_));
+    const int32_t top = Sampler::argmax(logits_.data(), n_vocab_);
+    if (top_probability(logits_.data(), n_vocab_, top) < kMinConfidence) break;
+    out->push_back(top);
+    feed_.assign(1, top);
+  }
+  return Status::ok();
+}
+
+int DraftLength::next() {
+  if (max_ <= 0 || plain_s_ <= 0) return 0;  // a one-token pass is measured first
+  if (row_s_ < 0) return std::min(max_, 4);  // then a wider one
+  const double a = acceptance();
+  int best_k = 0;
+  double best_rate = 1.0 / plain_s_, expected = 1.0, a_pow = 1.0;
+  for (int k = 1; k <= max_; ++k) {
+    a_pow *= a;
+    expected += a_pow;  // tokens a pass of k guesses yields: 1 + a + ... + a^k
+    const double rate = expected / (plain_s_ + k * (row_s_ + draft_s_));
+    if (rate > best_rate) {
+      best_rate = rate;
+      best_k = k;
+    }
+  }
+  if (best_k > 0) {
+    since_probe_ = 0;
+    return best_k;
+  }
+  if (++since_probe_ < kProbeEvery) return 0;
+  since_probe_ = 0;
+  return 1;
+}
+
+void DraftLength::record(int drafted, int accepted, double pass_s, double draft_s) {
+  constexpr double kKeep = 0.8, kDecay = 0.9;  // weights of the past in the running estimates
+  const auto blend = [&](double old, double now, bool first) {
+    return first ? now : kKeep * old + (1 - kKeep) * now;
+  };
+  draft_s_ = blend(draft_s_, draft_s / std::max(drafted, 1), draft_s_ == 0);
+  if (drafted == 0) {
+    plain_s_ = blend(plain_s_, pass_s, plain_s_ <= 0);
+    return;
+  }
+  // Judged guesses: every kept one, and the first refused one (the rest were never judged).
+  kept_ = kDecay * kept_ + accepted;
+  tried_ = kDecay * tried_ + accepted + (accepted < drafted ? 1 : 0);
+  if (plain_s_ <= 0) return;
+  const double row = std::max(0.0, (pass_s - plain_s_) / drafted);
+  row_s_ = blend(row_s_, row, row_s_ < 0);
+}
+
+Result<std::unique_ptr<Drafter>> make_drafter(const SpeculationOptions& options,
+                                              Session* draft_session, int64_t n_vocab) {
+  if (options.max_draft <= 0) return std::unique_ptr<Drafter>();
+  if (options.draft_model) {
+    if (draft_session == nullptr)
+      return invalid_argument("speculation with a draft model, but none is loaded (--draft)");
+    return std::unique_ptr<Drafter>(std::make_unique<ModelDrafter>(*draft_session, n_vocab));
+  }
+  if (options.lookup) return std::unique_ptr<Drafter>(std::make_unique<LookupDrafter>());
+  return std::unique_ptr<Drafter>();
+}
+
+}  // namespace hypura::runtime

@@ -1,0 +1,88 @@
+// Speculative decoding (docs/SPECULATIVE.md): a drafter guesses the tokens that follow,
+// one forward pass of the target model computes the logits of every guessed position, and
+// the sampler keeps the guesses it would have drawn itself. A pass over streamed weights
+// costs about one read of them whatever its width, so every accepted guess is a token for
+// free; over resident weights a wider pass costs compute, and DraftLength weighs it.
+//
+// Exactness: greedy decoding keeps a guess only when it is the argmax of its row, and the
+// CPU's rows are bit-identical to one-token steps (batch invariance, model.h), so the
+// output is the same token for token. Sampling keeps a guess with the probability the
+// target gives it and otherwise draws from the rest (Sampler::sample_draft), so the output
+// distribution is the target's.
+//
+// Thread-safety: one instance per generation stream.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/session.h"
+
+namespace hypura::runtime {
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // Up to max tokens that may follow context (the tokens so far, prompt and output), into
+  // *out (cleared first); fewer, or none, when the drafter has no good guess.
+  virtual Status propose(std::span<const int32_t> context, int max, std::vector<int32_t>* out) = 0;
+};
+
+// Prompt lookup: the tokens that followed the latest earlier occurrence of the context's
+// last n tokens (the longest n from kMaxNgram down to kMinNgram that occurs). Free, and
+// right where the output repeats its input: code edits, quotes, summaries, RAG.
+class LookupDrafter final : public Drafter {
+ public:
+  static constexpr int kMaxNgram = 4;
+  static constexpr int kMinNgram = 2;
+  Status propose(std::span<const int32_t> context, int max, std::vector<int32_t>* out) override;
+};
+
+// A small model with the target's vocabulary, in its own session: greedy tokens while it
+// is confident of them (its top probability at least kMinConfidence).
+class ModelDrafter final : public Drafter {
+ public:
+  static constexpr float kMinConfidence = 0.3f;
+  ModelDrafter(Session& session, int64_t n_vocab) : session_(session), n_vocab_(n_vocab) {}
+  Status propose(std::span<const int32_t> context, int max, std::vector<int32_t>* out) override;
+
+ private:
+  Session& session_;  // the draft model's, kept across generations (its cache is reused)
+  int64_t n_vocab_;
+  std::vector<int32_t> feed_;
+  std::vector<float> logits_;
+};
+
+// How many tokens to draft for the next pass: the k (0..max) with the most expected tokens
+// per second, (1 - a^(k+1)) / (1 - a) tokens for plain + k * (row + draft) seconds, where
+// a is the measured chance that a guess is kept given the one before it was, plain the
+// time of a one-token pass, row the extra time of each verified row and draft the time
+// the drafter takes per guess. Where no k > 0 pays it drafts nothing, except for a probe
+// every kProbeEvery passes that keeps the estimates current.
+class DraftLength {
+ public:
+  static constexpr int kProbeEvery = 16;
+  explicit DraftLength(int max) : max_(max) {}
+  int next();
+  // A pass fed `drafted` guesses, kept `accepted`, took pass_s; drafting took draft_s.
+  void record(int drafted, int accepted, double pass_s, double draft_s);
+  double acceptance() const { return (kept_ + 1.0) / (tried_ + 1.5); }
+
+ private:
+  int max_;
+  double kept_ = 0, tried_ = 0;  // guesses kept and judged, decaying
+  double plain_s_ = 0;           // a one-token pass (0: not measured yet)
+  double row_s_ = -1;            // a verified row beyond the first (< 0: not measured yet)
+  double draft_s_ = 0;           // the drafter's time per guess
+  int since_probe_ = 0;
+};
+
+// The drafter a generation asks for (SpeculationOptions), or null for none. draft_session:
+// the draft model's session, null when the engine has no draft model (an error if asked).
+Result<std::unique_ptr<Drafter>> make_drafter(const SpeculationOptions& options,
+                                              Session* draft_session, int64_t n_vocab);
+
+}  // namespace hypura::runtime

@@ -1,0 +1,189 @@
+// Speculative decoding: the drafters, the draft-length rule, rejection sampling against the
+// target's own distribution, and generation on a real model with and without speculation
+// (greedy: the same text, token for token).
+#include "runtime/speculative.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <filesystem>
+
+#include "runtime/sampler.h"
+
+namespace hypura::runtime {
+namespace {
+
+TEST(LookupDrafter, ContinuesTheLatestEarlierOccurrenceOfTheLongestTail) {
+  LookupDrafter d;
+  std::vector<int32_t> out;
+  const std::vector<int32_t> context = {1, 2, 3, 4, 9, 1, 2, 3};
+  ASSERT_TRUE(d.propose(context, 8, &out).is_ok());
+  EXPECT_EQ(out, (std::vector<int32_t>{4, 9, 1, 2, 3}));  // after the earlier "1 2 3"
+  ASSERT_TRUE(d.propose(context, 2, &out).is_ok());
+  EXPECT_EQ(out, (std::vector<int32_t>{4, 9}));
+  // "7 1 2" occurs twice before the tail: the later one's continuation (5) wins.
+  const std::vector<int32_t> twice = {7, 1, 2, 6, 7, 1, 2, 5, 7, 1, 2};
+  ASSERT_TRUE(d.propose(twice, 1, &out).is_ok());
+  EXPECT_EQ(out, (std::vector<int32_t>{5}));
+  const std::vector<int32_t> fresh = {1, 2, 3, 4, 5};  // no repeated n-gram: no guess
+  ASSERT_TRUE(d.propose(fresh, 8, &out).is_ok());
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(DraftLength, DraftsWhenWideRowsAreCheapAndStopsWhenTheyAreNot) {
+  DraftLength cheap(8);
+  EXPECT_EQ(cheap.next(), 0);  // a one-token pass is measured first
+  cheap.record(0, 0, 0.100, 0);
+  EXPECT_EQ(cheap.next(), 4);  // then a wider one
+  for (int i = 0; i < 20; ++i) cheap.record(4, 4, 0.102, 0);
+  EXPECT_EQ(cheap.next(), 8);  // streamed weights: a row costs ~nothing, guesses are kept
+
+  DraftLength dear(8);
+  dear.record(0, 0, 0.010, 0);
+  for (int i = 0; i < 20; ++i) dear.record(4, 0, 0.030, 0);  // every guess refused
+  int drafted = 0;
+  for (int i = 0; i < 2 * DraftLength::kProbeEvery; ++i) drafted += dear.next();
+  EXPECT_EQ(drafted, 2);  // off but for one-guess probes
+}
+
+// Counts of n samples of each of the candidates against the probabilities p: chi-square.
+double chi_square(const std::vector<int>& counts, const std::vector<double>& p, int n) {
+  double chi = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double e = p[i] * n;
+    if (e > 0) chi += (counts[i] - e) * (counts[i] - e) / e;
+  }
+  return chi;
+}
+
+TEST(Sampler, DraftedTokensKeepTheTargetDistribution) {
+  SamplingParams sp;
+  sp.temperature = 0.7f;
+  sp.top_k = 0;
+  sp.top_p = 1.0f;
+  sp.min_p = 0.0f;
+  sp.repeat_penalty = 1.0f;
+  sp.seed = 7;
+  const std::array<float, 6> logits = {1.0f, 2.0f, 0.5f, 1.5f, -1.0f, 0.0f};
+  std::vector<double> p(logits.size());
+  double sum = 0;
+  for (size_t i = 0; i < p.size(); ++i) sum += p[i] = std::exp(logits[i] / sp.temperature);
+  for (double& v : p) v /= sum;
+  // 5 degrees of freedom: 20.5 is the 0.999 quantile.
+  constexpr double kChi999 = 20.5;
+  constexpr int kSamples = 40000;
+  for (int32_t draft : {1, 2, 4}) {  // the likeliest, a middling and an unlikely guess
+    Sampler s(sp, static_cast<int64_t>(logits.size()));
+    std::vector<int> counts(logits.size(), 0);
+    int kept = 0;
+    for (int i = 0; i < kSamples; ++i) {
+      std::array<float, 6> l = logits;
+      bool accepted = false;
+      const int32_t id = s.sample_draft(l.data(), {}, draft, &accepted);
+      ASSERT_EQ(accepted, accepted && id == draft);
+      kept += accepted ? 1 : 0;
+      counts[static_cast<size_t>(id)]++;
+    }
+    EXPECT_LT(chi_square(counts, p, kSamples), kChi999) << "guess " << draft;
+    // The guess is kept about as often as the target draws it.
+    EXPECT_NEAR(static_cast<double>(kept) / kSamples, p[static_cast<size_t>(draft)], 0.01);
+  }
+}
+
+TEST(Sampler, GreedyKeepsTheGuessOnlyWhenItIsTheArgmax) {
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.repeat_penalty = 1.0f;
+  Sampler s(sp, 4);
+  float logits[4] = {0.0f, 3.0f, 1.0f, 2.0f};
+  bool kept = false;
+  EXPECT_EQ(s.sample_draft(logits, {}, 1, &kept), 1);
+  EXPECT_TRUE(kept);
+  EXPECT_EQ(s.sample_draft(logits, {}, 3, &kept), 1);
+  EXPECT_FALSE(kept);
+}
+
+const std::string kModels = std::string(HYPURA_SOURCE_DIR) + "/test-models/";
+
+std::unique_ptr<Engine> load_or_skip(const std::string& file, const std::string& draft = "") {
+  EngineOptions o;
+  o.model_path = kModels + file;
+  o.draft_model = draft.empty() ? "" : kModels + draft;
+  o.n_ctx = 512;
+  o.n_threads = 2;
+  auto e = Engine::load(o);
+  EXPECT_TRUE(e.is_ok()) << e.status().message();
+  return e.is_ok() ? std::move(e).value() : nullptr;
+}
+
+Result<GenerateResult> greedy(Engine& e, const std::string& prompt, SpeculationOptions spec) {
+  GenerateOptions o;
+  o.max_tokens = 40;
+  o.sampling.temperature = 0;
+  o.sampling.repeat_penalty = 1.0f;  // the draft's guesses are plain argmaxes
+  o.speculation = spec;
+  auto tokens = e.tokenize_chat({{"user", prompt}}, ChatOptions{});
+  if (!tokens.is_ok()) return tokens.status();
+  return e.new_session()->generate(*tokens, o, nullptr);
+}
+
+constexpr const char* kSmol = "smollm2-135m-instruct-q4_1.gguf";
+constexpr const char* kEditPrompt =
+    "Repeat this code exactly:\ndef add(a, b):\n    return a + b\n\n"
+    "def sub(a, b):\n    return a - b\n";
+
+TEST(Speculation, GreedyOutputIsTheSameWithLookupAndWithADraftModel) {
+  if (!std::filesystem::exists(kModels + kSmol)) GTEST_SKIP() << "scripts/fetch-models.sh";
+  // The model as its own draft: every guess it is confident of is kept.
+  auto engine = load_or_skip(kSmol, kSmol);
+  ASSERT_NE(engine, nullptr);
+  auto plain = greedy(*engine, kEditPrompt, {});
+  ASSERT_TRUE(plain.is_ok()) << plain.status().message();
+  EXPECT_EQ(plain->spec.drafted, 0);
+  EXPECT_EQ(plain->spec.passes, plain->generated_tokens);
+  SpeculationOptions lookup;
+  lookup.lookup = true;
+  SpeculationOptions draft;
+  draft.draft_model = true;
+  draft.max_draft = 4;
+  for (const SpeculationOptions& spec : {lookup, draft}) {
+    auto fast = greedy(*engine, kEditPrompt, spec);
+    ASSERT_TRUE(fast.is_ok()) << fast.status().message();
+    EXPECT_EQ(fast->text, plain->text);
+    EXPECT_EQ(fast->generated_tokens, plain->generated_tokens);
+    EXPECT_GT(fast->spec.accepted, 0) << (spec.lookup ? "lookup" : "draft");
+    EXPECT_LT(fast->spec.passes, plain->spec.passes);
+    if (spec.draft_model) {
+      EXPECT_EQ(fast->spec.accepted, fast->spec.drafted);
+    }
+  }
+}
+
+TEST(Speculation, ADraftOfAnotherVocabularyIsRefusedByName) {
+  const std::string gemma = "gemma-3-270m-q4_k_m.gguf";
+  if (!std::filesystem::exists(kModels + kSmol) || !std::filesystem::exists(kModels + gemma))
+    GTEST_SKIP() << "scripts/fetch-models.sh";
+  EngineOptions o;
+  o.model_path = kModels + kSmol;
+  o.draft_model = kModels + gemma;
+  o.n_ctx = 256;
+  auto e = Engine::load(o);
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_NE(e.status().message().find("vocabulary differs from the model's at token"),
+            std::string::npos)
+      << e.status().message();
+}
+
+TEST(Speculation, AskingForADraftModelWithoutOneIsAnError) {
+  if (!std::filesystem::exists(kModels + kSmol)) GTEST_SKIP() << "scripts/fetch-models.sh";
+  auto engine = load_or_skip(kSmol);
+  ASSERT_NE(engine, nullptr);
+  SpeculationOptions draft;
+  draft.draft_model = true;
+  auto r = greedy(*engine, "hi", draft);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("--draft"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hypura::runtime
