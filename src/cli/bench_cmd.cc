@@ -7,7 +7,7 @@
 // tokens already in the KV cache ("pp512 @ d4096"), put there untimed before each run. Beside the
 // figures it prints a same-run reference: the memory read bandwidth measured just
 // before, divided by the weight bytes one generated token must read (the memory-bound
-// ceiling of tg).
+// ceiling of tg). --prompt-file runs the speculation comparison instead (cli/spec_bench.h).
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -25,6 +26,7 @@
 
 #include "cli/batch_bench.h"
 #include "cli/command.h"
+#include "cli/spec_bench.h"
 #include "cli/sweep.h"
 #include "common/size.h"
 #include "compute/compute.h"
@@ -61,6 +63,8 @@ struct BenchArgs {
   std::string plot;                // --plot FILE: the sweep's SVG chart
   std::vector<int> batch;          // --batch: sequence counts decoded at once (cli/batch_bench.h)
   bool n_prompt_given = false;     // -p on the command line (else the defaults, clipped)
+  std::string prompt_file;         // --prompt-file: generation after real text (cli/spec_bench.h)
+  SpecFlags spec;                  // --lookup, --draft, --spec-max (with --prompt-file)
 };
 
 struct Stats {
@@ -272,6 +276,45 @@ int run_batched_bench(const BenchArgs& a, const std::string& path) {
   }
   std::printf("%s: %s, %s on %s\n\n%s", path.c_str(), e.architecture().c_str(), e.mode().c_str(),
               e.device().c_str(), batch_table(*rows, o).c_str());
+  return 0;
+}
+
+int run_speculation_bench(const BenchArgs& a, const std::string& path) {
+  SpecBenchOptions o;
+  {
+    std::ifstream in(a.prompt_file, std::ios::binary);
+    if (!in) {
+      std::cerr << "hypura bench: cannot read --prompt-file " << a.prompt_file << "\n";
+      return 2;
+    }
+    o.text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  o.n_gen = a.n_gen;
+  o.reps = a.reps;
+  o.speculation = speculation_options(a.spec);
+  runtime::EngineOptions eo = engine_options(a.engine, path, a.context > 0 ? a.context : 4096);
+  eo.draft_model = a.spec.draft;
+  auto engine = runtime::Engine::load(eo);
+  if (!engine.is_ok()) {
+    std::cerr << "hypura bench: " << path << ": " << engine.status().message() << "\n";
+    return 1;
+  }
+  runtime::Engine& e = **engine;
+  auto rows = run_spec_bench(e, o);
+  if (!rows.is_ok()) {
+    std::cerr << "hypura bench: --prompt-file: " << rows.status().message() << "\n";
+    return 1;
+  }
+  if (a.json) {
+    nlohmann::json j = {{"model", path},         {"arch", e.architecture()},
+                        {"mode", e.mode()},      {"device", e.device()},
+                        {"draft", a.spec.draft}, {"speculation", spec_json(*rows)}};
+    std::cout << j.dump(1) << "\n";
+    return 0;
+  }
+  std::printf("%s: %s, %s on %s; tg%d after %s\n\n%s", path.c_str(), e.architecture().c_str(),
+              e.mode().c_str(), e.device().c_str(), a.n_gen, a.prompt_file.c_str(),
+              spec_table(*rows).c_str());
   return 0;
 }
 
@@ -704,6 +747,12 @@ int run_bench(const BenchArgs& a) {
   }
   if (!a.sweep.empty()) return run_sweep_bench(a, path);
   if (!a.batch.empty()) return run_batched_bench(a, path);
+  if (!a.prompt_file.empty()) return run_speculation_bench(a, path);
+  if (a.spec.lookup || !a.spec.draft.empty()) {
+    std::cerr << "hypura bench: --lookup and --draft measure generation after real text: give "
+                 "--prompt-file FILE\n";
+    return 2;
+  }
   BenchArgs clipped = a;
   if (Status st = fit_tests_to_context(clipped); !st.is_ok()) {
     std::cerr << "hypura bench: " << st.message() << "\n";
@@ -761,6 +810,14 @@ std::function<int()> setup_bench(CLI::App& app) {
           ->delimiter(',')
           ->check(CLI::Range(1, 32));
   batch->excludes(sweep);
+  add_spec_flags(app, &a->spec);
+  app.add_option("--prompt-file", a->prompt_file,
+                 "generate -n tokens greedily after this file's text (the user's turn of the chat "
+                 "template), without and with --lookup or --draft: tok/s, guesses kept, tokens "
+                 "per pass (docs/SPECULATIVE.md)")
+      ->check(CLI::ExistingFile)
+      ->excludes(batch)
+      ->excludes(sweep);
   sweep->excludes(app.get_option("--ram-budget"));
   sweep->excludes(
       app.get_option("--json"));  // a sweep prints its table (its children's JSON is read)

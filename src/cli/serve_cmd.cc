@@ -36,6 +36,7 @@ struct ServeArgs {
   int64_t context = 4096;
   int parallel = 0;  // --parallel (0: from memory)
   EngineFlags engine;
+  SpecFlags spec;
 };
 
 int run_serve(ServeArgs a) {
@@ -47,6 +48,7 @@ int run_serve(ServeArgs a) {
   }
   runtime::EngineOptions eo = engine_options(a.engine, path, a.context);
   eo.n_parallel = a.parallel;  // 0: the plan's default from memory
+  eo.draft_model = a.spec.draft;
   const auto t0 = std::chrono::steady_clock::now();
   auto engine = runtime::Engine::load(eo);
   if (!engine.is_ok()) {
@@ -60,6 +62,7 @@ int run_serve(ServeArgs a) {
   info.mode = e.mode();
   server::ServerOptions options = a.server;
   options.parallel = e.n_parallel();
+  options.speculation = speculation_options(a.spec);
   server::HttpServer http(e, info, options);
   if (Status st = http.bind(); !st.is_ok()) {
     std::cerr << "hypura serve: " << st.message() << "\n";
@@ -109,6 +112,7 @@ std::function<int()> setup_serve(CLI::App& app) {
                      app_schemes());
   app.add_option("--alias", a->alias, "model name to serve under (default: the file name)");
   add_engine_flags(app, &a->engine);
+  add_spec_flags(app, &a->spec);
   return [a] { return run_serve(*a); };
 }
 

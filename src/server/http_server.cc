@@ -398,6 +398,7 @@ void HttpServer::Impl::handle_generation(Api api, const httplib::Request& req,
   Result<runtime::GenerateOptions> gen =
       generate_options(request, n_prompt, prompt->n_ctx, fresh_seed());
   if (!gen.is_ok()) return reply_error(res, api, 400, gen.status().message());
+  gen->speculation = options.speculation;
   if (gen->max_tokens == 0) return respond_now(request, fmt, n_prompt, res);
 
   auto job =

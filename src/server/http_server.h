@@ -52,6 +52,7 @@ struct ServerOptions {
   ConnectionLimits connections;              // raised to max_queue + 9 connections if lower
   std::vector<std::string> allowed_hosts;    // --allow-host: more Host names ("*": any)
   std::vector<std::string> allowed_origins;  // --allow-origin: more Origins ("*": any)
+  runtime::SpeculationOptions speculation;   // --lookup, --draft, --spec-max: every request's
 };
 
 class HttpServer {
