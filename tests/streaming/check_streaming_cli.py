@@ -27,6 +27,30 @@ from cli_check import ASAN, expect, failures, golden_dir, report, run  # noqa: E
 BUDGET = 400 << 20
 
 
+def check_lookup_streamed(hypura, source, profile):
+    """Speculative decoding (prompt lookup) on a real model whose FFN streams under 100M: the
+    guesses are verified several per pass over the streamed weights, and greedy output is
+    the resident run's without speculation."""
+    model = os.path.join(source, "test-models", "smollm2-135m-instruct-q4_1.gguf")
+    if not os.path.exists(model):
+        print("skipping the lookup check: no SmolLM2 (scripts/fetch-models.sh)")
+        return
+    prompt = ["-p", "Repeat this code exactly:\ndef add(a, b):\n    return a + b\n\ndef sub(a, b):\n"
+              "    return a - b\n", "--temp", "0", "--repeat-penalty", "1", "-n", "24",
+              "--profile", profile, "--context", "256"]
+    plain = run([hypura, "run", model] + prompt)
+    spec = run([hypura, "run", model, "--ram-budget", "100M", "--lookup", "--json"] + prompt)
+    expect(plain.returncode == 0 and spec.returncode == 0,
+           f"lookup: exit {plain.returncode}/{spec.returncode}: {spec.stderr[-300:]}")
+    if plain.returncode != 0 or spec.returncode != 0:
+        return
+    expect("dense-ffn-streaming" in spec.stderr, f"lookup run not streaming: {spec.stderr[-300:]}")
+    j = json.loads(spec.stdout)
+    expect(j["text"] + "\n" == plain.stdout, f"text with --lookup differs: {j['text']!r} vs {plain.stdout!r}")
+    s = j["spec"]
+    expect(s["accepted"] > 0 and s["target_passes"] < j["generated_tokens"], f"lookup figures {s}")
+
+
 def main():
     hypura, source = sys.argv[1], sys.argv[2]
     golden = golden_dir(source)
@@ -79,6 +103,8 @@ def main():
         expect("streaming" in tight.stderr, f"budget run not streaming: {tight.stderr[-300:]}")
         expect(roomy.stdout == tight.stdout and roomy.stdout.strip() != "",
                f"streamed text differs: {tight.stdout!r} vs resident {roomy.stdout!r}")
+
+        check_lookup_streamed(hypura, source, profile)
 
         r = run([hypura, "run", model, "--ram-budget", "50M"] + prompt + common)
         expect(r.returncode == 1 and "no placement fits" in r.stderr,
