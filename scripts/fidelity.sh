@@ -3,7 +3,7 @@
 # on every SIMD level this CPU has, and whether every level agrees with the scalar path.
 #
 # The exact model is the quantized file with every tensor dequantized to F32 by the
-# `gguf` package (scripts/make_f32_reference.py), made once and cached in
+# `gguf` package (scripts/dequantize_gguf.py --type f32), made once and cached in
 # test-models/f32/ (git-ignored) with its log-probabilities on the suite's text. Then
 # `hypura perplexity MODEL --kl-divergence` scores the quantized model teacher-forced on
 # the same tokens: mean / p99 KL divergence and top-1 agreement, per SIMD level.
@@ -60,7 +60,7 @@ for name in "${names[@]}"; do
   exact="$MODELS_DIR/f32/$stem.f32.gguf"
   if [ ! -f "$exact" ] || [ "$exact" -ot "$model" ]; then
     log "$name: writing the exact (F32) model"
-    "$PY" scripts/make_f32_reference.py "$model" "$exact"
+    "$PY" scripts/dequantize_gguf.py --type f32 --force "$model" "$exact"
   fi
   # Reference log-probs, cached per text, context and chunk count.
   logp="$MODELS_DIR/f32/$stem.$text_sha.c$CONTEXT.n$CHUNKS.logp"
