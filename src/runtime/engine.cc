@@ -146,7 +146,10 @@ class LocalSession final : public Session {
   std::vector<uint64_t> allowed_;  // (n_vocab / 64) the token mask of constrained sampling
 
   std::unique_ptr<Session> draft_session_;  // the draft model's (speculation), made on first use
-  std::vector<float> spec_logits_;          // (1 + guesses, n_vocab) of a speculative pass
+  // The guesses per pass, measured across this session's generations with one drafter.
+  std::optional<DraftLength> draft_length_;
+  SpeculationOptions draft_length_for_;
+  std::vector<float> spec_logits_;  // (1 + guesses, n_vocab) of a speculative pass
 
   // Sets the logits of the tokens the grammar refuses to -inf; false when none is left.
   bool mask_logits(grammar::TokenMatcher& matcher, float* logits);
@@ -770,7 +773,13 @@ Result<GenerateResult> LocalSession::generate(
     return listening;
   };
   HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<Drafter> drafter, drafter_for(options.speculation));
-  DraftLength draft_length(options.speculation.max_draft);
+  const SpeculationOptions& so = options.speculation;
+  if (!draft_length_ || so.lookup != draft_length_for_.lookup ||
+      so.draft_model != draft_length_for_.draft_model || so.max_draft != draft_length_->max()) {
+    draft_length_.emplace(so.max_draft);  // a new drafter: its costs are measured afresh
+    draft_length_for_ = so;
+  }
+  DraftLength& draft_length = *draft_length_;
   const int64_t n_vocab = engine_.n_vocab();
   // A speculative pass fed [token, guesses...] from position `base`; row r of spec_logits_
   // holds the logits after its token r, and the next token is sampled from row `row`.

@@ -56,15 +56,15 @@ Status ModelDrafter::propose(std::span<const int32_t> context, int max, std::vec
 }
 
 int DraftLength::next() {
-  if (max_ <= 0 || plain_s_ <= 0) return 0;  // a one-token pass is measured first
-  if (row_s_ < 0) return std::min(max_, 4);  // then a wider one
-  const double a = acceptance();
+  if (max_ <= 0 || plain_s_ <= 0) return 0;     // a one-token pass is measured first
+  if (guesses_ <= 0) return std::min(max_, 4);  // then a wider one
+  const double a = acceptance(), per_guess = row_s() + draft_s();
   int best_k = 0;
-  double best_rate = 1.0 / plain_s_, expected = 1.0, a_pow = 1.0;
+  double best_rate = kMinGain / plain_s_, expected = 1.0, a_pow = 1.0;
   for (int k = 1; k <= max_; ++k) {
     a_pow *= a;
     expected += a_pow;  // tokens a pass of k guesses yields: 1 + a + ... + a^k
-    const double rate = expected / (plain_s_ + k * (row_s_ + draft_s_));
+    const double rate = expected / (plain_s_ + k * per_guess);
     if (rate > best_rate) {
       best_rate = rate;
       best_k = k;
@@ -74,27 +74,26 @@ int DraftLength::next() {
     since_probe_ = 0;
     return best_k;
   }
-  if (++since_probe_ < kProbeEvery) return 0;
+  // One guess adds per_guess to a pass: probes that far apart cost kProbeShare of the time.
+  const double spacing = std::max<double>(kProbeEvery, per_guess / (kProbeShare * plain_s_));
+  if (++since_probe_ < spacing) return 0;
   since_probe_ = 0;
   return 1;
 }
 
 void DraftLength::record(int drafted, int accepted, double pass_s, double draft_s) {
   constexpr double kKeep = 0.8, kDecay = 0.9;  // weights of the past in the running estimates
-  const auto blend = [&](double old, double now, bool first) {
-    return first ? now : kKeep * old + (1 - kKeep) * now;
-  };
-  draft_s_ = blend(draft_s_, draft_s / std::max(drafted, 1), draft_s_ == 0);
+  draft_sum_s_ = kDecay * draft_sum_s_ + draft_s;
+  guesses_ = kDecay * guesses_ + drafted;
+  extra_s_ *= kDecay;
   if (drafted == 0) {
-    plain_s_ = blend(plain_s_, pass_s, plain_s_ <= 0);
+    plain_s_ = plain_s_ <= 0 ? pass_s : kKeep * plain_s_ + (1 - kKeep) * pass_s;
     return;
   }
   // Judged guesses: every kept one, and the first refused one (the rest were never judged).
   kept_ = kDecay * kept_ + accepted;
   tried_ = kDecay * tried_ + accepted + (accepted < drafted ? 1 : 0);
-  if (plain_s_ <= 0) return;
-  const double row = std::max(0.0, (pass_s - plain_s_) / drafted);
-  row_s_ = blend(row_s_, row, row_s_ < 0);
+  extra_s_ += std::max(0.0, pass_s - plain_s_);
 }
 
 Result<std::unique_ptr<Drafter>> make_drafter(const SpeculationOptions& options,

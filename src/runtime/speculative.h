@@ -60,23 +60,34 @@ class ModelDrafter final : public Drafter {
 // per second, (1 - a^(k+1)) / (1 - a) tokens for plain + k * (row + draft) seconds, where
 // a is the measured chance that a guess is kept given the one before it was, plain the
 // time of a one-token pass, row the extra time of each verified row and draft the time
-// the drafter takes per guess. Where no k > 0 pays it drafts nothing, except for a probe
-// every kProbeEvery passes that keeps the estimates current.
+// the drafter takes per guess. A k > 0 must promise kMinGain times plain decoding's rate.
+// Where none does it drafts nothing, except for a one-guess probe that keeps the estimates
+// current, spaced so that probes cost about kProbeShare of the time (every kProbeEvery
+// passes at the closest: a free drafter's probe costs one verified row).
 class DraftLength {
  public:
+  static constexpr double kMinGain = 1.03;
+  static constexpr double kProbeShare = 0.01;
   static constexpr int kProbeEvery = 16;
   explicit DraftLength(int max) : max_(max) {}
+  int max() const { return max_; }
   int next();
   // A pass fed `drafted` guesses, kept `accepted`, took pass_s; drafting took draft_s.
   void record(int drafted, int accepted, double pass_s, double draft_s);
   double acceptance() const { return (kept_ + 1.0) / (tried_ + 1.5); }
 
  private:
+  // Per guess, from sums over the recent passes (a ratio of sums: a pass that drafted
+  // little but paid the drafter's fixed costs weighs as much as it cost).
+  double row_s() const { return extra_s_ / guesses_; }
+  double draft_s() const { return draft_sum_s_ / guesses_; }
+
   int max_;
   double kept_ = 0, tried_ = 0;  // guesses kept and judged, decaying
   double plain_s_ = 0;           // a one-token pass (0: not measured yet)
-  double row_s_ = -1;            // a verified row beyond the first (< 0: not measured yet)
-  double draft_s_ = 0;           // the drafter's time per guess
+  // Decaying sums over passes: guesses fed, the time passes took beyond plain_s_, and the
+  // drafter's time (also on passes where it found nothing).
+  double guesses_ = 0, extra_s_ = 0, draft_sum_s_ = 0;
   int since_probe_ = 0;
 };
 

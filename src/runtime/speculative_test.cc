@@ -41,9 +41,15 @@ TEST(DraftLength, DraftsWhenWideRowsAreCheapAndStopsWhenTheyAreNot) {
   DraftLength dear(8);
   dear.record(0, 0, 0.010, 0);
   for (int i = 0; i < 20; ++i) dear.record(4, 0, 0.030, 0);  // every guess refused
+  // Off but for one-guess probes, each costing a 5 ms row: one in 50 passes is 1% of 10 ms.
   int drafted = 0;
-  for (int i = 0; i < 2 * DraftLength::kProbeEvery; ++i) drafted += dear.next();
-  EXPECT_EQ(drafted, 2);  // off but for one-guess probes
+  for (int i = 0; i < 100; ++i) drafted += dear.next();
+  EXPECT_EQ(drafted, 2);
+
+  DraftLength barely(8);  // guesses that would gain under 3% are not worth drafting
+  barely.record(0, 0, 0.010, 0);
+  for (int i = 0; i < 20; ++i) barely.record(1, 1, 0.0195, 0);
+  EXPECT_EQ(barely.next(), 0);
 }
 
 // Counts of n samples of each of the candidates against the probabilities p: chi-square.
