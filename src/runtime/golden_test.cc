@@ -375,8 +375,9 @@ TEST_P(GoldenQ4, BatchInvariance) {
 
 // Several sequences fed through one forward pass per step (continuous batching): each
 // started sequence contributes its next chunk of chunk_of(sequence, step) tokens (a
-// decode step when 1). Returns, per sequence, the logits of its last row of every step,
-// keyed by that row's position.
+// decode step when 1), asking for the logits of its last 1..3 rows (a speculative
+// verification asks for several). Returns, per sequence, every row's logits it got,
+// keyed by the row's position.
 using StepLogits = std::vector<std::pair<int64_t, std::vector<float>>>;
 std::vector<StepLogits> run_together(Loaded& l, bool gpu,
                                      const std::vector<std::vector<int32_t>>& seqs,
@@ -396,24 +397,28 @@ std::vector<StepLogits> run_together(Loaded& l, bool gpu,
       if (step < start_step[i] || fed[i] == seqs[i].size() || !passes[i].fwd) continue;
       const int64_t n = std::min<int64_t>(chunk_of(i, step), seqs[i].size() - fed[i]);
       tokens.insert(tokens.end(), seqs[i].begin() + fed[i], seqs[i].begin() + fed[i] + n);
-      rows.push_back({passes[i].kv.get(), static_cast<int64_t>(fed[i]), n});
+      const int64_t n_logits = std::min<int64_t>(n, 1 + static_cast<int64_t>(i + step) % 3);
+      rows.push_back({passes[i].kv.get(), static_cast<int64_t>(fed[i]), n, n_logits});
       who.push_back(i);
     }
     if (rows.empty()) {
       if (std::all_of(fed.begin(), fed.end(), [&](size_t f) { return f > 0; })) break;
       continue;  // a gap before a late start
     }
-    std::vector<float> logits(rows.size() * n_vocab);
+    int64_t logit_rows = 0;
+    for (const model::SeqRows& r : rows) logit_rows += r.n_logits;
+    std::vector<float> logits(logit_rows * n_vocab);
     // Any pass runs the batch: a sequence's rows read only its own cache.
     const Status st = passes[who[0]].fwd->run_batch(tokens.data(), rows, logits.data());
     EXPECT_TRUE(st.is_ok()) << st.message();
     if (!st.is_ok()) break;
+    auto row = logits.begin();
     for (size_t j = 0; j < rows.size(); ++j) {
       const size_t i = who[j];
       fed[i] += static_cast<size_t>(rows[j].n_tokens);
-      out[i].emplace_back(
-          static_cast<int64_t>(fed[i]) - 1,
-          std::vector<float>(logits.begin() + j * n_vocab, logits.begin() + (j + 1) * n_vocab));
+      for (int64_t r = rows[j].n_logits; r > 0; --r, row += n_vocab)
+        out[i].emplace_back(static_cast<int64_t>(fed[i]) - r,
+                            std::vector<float>(row, row + n_vocab));
     }
   }
   return out;
