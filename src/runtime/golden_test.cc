@@ -481,6 +481,51 @@ TEST_P(GoldenQ4, SequencesInOneBatch) {
   check_sequences_together(std::string(GetParam()) + "-q4_k_m", false, 0);
 }
 
+// One pass over two sequences that each ask for the logits of several last rows (a
+// speculative verification beside another sequence's), then over one sequence alone: every
+// row against the sequence's own all-rows eval, bit for bit on the CPU, within `tol` on the GPU.
+void check_logit_rows(const std::string& name, bool gpu, double tol) {
+  auto l = load(name);
+  ASSERT_TRUE(l);
+  const int64_t n_vocab = l->model->hparams().n_vocab;
+  const auto c = sequence("C"), b = sequence("B");
+  const std::vector<std::vector<int32_t>> seqs = {{c.begin(), c.begin() + 6},
+                                                  {b.begin(), b.begin() + 4}};
+  const std::vector<int64_t> wanted = {3, 2};
+  for (size_t n_seqs : {size_t{2}, size_t{1}}) {
+    std::vector<Pass> passes;
+    std::vector<model::SeqRows> rows;
+    std::vector<int32_t> tokens;
+    int64_t logit_rows = 0;
+    for (size_t i = 0; i < n_seqs; ++i) {
+      passes.push_back(make_pass(*l, gpu, false, kNCtx));
+      rows.push_back({passes[i].kv.get(), 0, static_cast<int64_t>(seqs[i].size()), wanted[i]});
+      tokens.insert(tokens.end(), seqs[i].begin(), seqs[i].end());
+      logit_rows += wanted[i];
+    }
+    std::vector<float> logits(static_cast<size_t>(logit_rows * n_vocab));
+    const Status st = passes[0].fwd->run_batch(tokens.data(), rows, logits.data());
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    auto got = logits.begin();
+    for (size_t i = 0; i < n_seqs; ++i) {
+      const auto alone = eval(*l, seqs[i], false, 64, kNCtx, gpu);
+      const auto want = alone.end() - wanted[i] * n_vocab;
+      const std::vector<float> g(got, got + wanted[i] * n_vocab), w(want, alone.end());
+      got += wanted[i] * n_vocab;
+      const Diff d = compare(g, w);
+      EXPECT_LE(d.rel_l2, tol) << name << ": " << n_seqs << " sequences, sequence " << i;
+      if (gpu) {
+        std::printf("%-14s gpu logit rows of %zu sequences, sequence %zu: rel_l2 %.2e\n",
+                    name.c_str(), n_seqs, i, d.rel_l2);
+      }
+    }
+  }
+}
+
+TEST_P(GoldenF32, LogitsOfSeveralRowsPerSequence) {
+  check_logit_rows(std::string(GetParam()) + "-f32", false, 0);
+}
+
 // Two long sequences: one decodes past two 512-key segments (the split path of steps of
 // up to 4 tokens) while the other still fills its prompt in batches of 24.
 TEST_P(GoldenF32, SequencesInOneBatchAcrossKeySegments) {
@@ -602,6 +647,11 @@ TEST_P(GoldenGpu, SequencesInOneBatch) {
   const std::string name = std::string(GetParam());
   check_sequences_together(name + "-f32", true, is_gemma(name) || is_moe(name) ? 3e-4 : 1e-4);
   check_sequences_together(name + "-q4_k_m", true, is_moe(name) ? 1e-1 : 5e-2);
+}
+
+TEST_P(GoldenGpu, LogitsOfSeveralRowsPerSequence) {
+  const std::string name = std::string(GetParam());
+  check_logit_rows(name + "-f32", true, is_gemma(name) || is_moe(name) ? 3e-4 : 1e-4);
 }
 
 // The model split between the CPU (the first layers, host KV rows) and the GPU (the rest,
