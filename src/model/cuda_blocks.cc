@@ -1182,12 +1182,11 @@ Status CudaBlocks::finish(const WeightView& output, float* logits, float* hidden
                                       s()));
       }
     };
-    if (logits != nullptr && logit_rows_ == n_tokens_ && n_tokens_ > 1) {
-      head_rows(cur(), n_tokens_);
-    } else if (logits != nullptr) {  // the last n_logits rows of each sequence
+    if (logits != nullptr) {  // the last n_logits rows of each sequence
       const int64_t m = logit_rows_;
+      // Every row, or one sequence's last rows, are contiguous already; else gathered.
       const float* rows = cur() + (n_tokens_ - m) * e;
-      if (n_seqs > 1) {
+      if (m < n_tokens_ && n_seqs > 1) {
         gather_last_rows();
         rows = tmp();
       }
