@@ -850,7 +850,8 @@ Result<GenerateResult> LocalSession::generate(
     if (n_past() >= n_ctx()) break;  // context full: "length"
     // The next pass: the token, and as many guesses as pay (none without a drafter).
     const int64_t room = std::min(limit - i - 1, n_ctx() - n_past() - 1);
-    const int want = drafter ? static_cast<int>(std::min<int64_t>(draft_length.next(), room)) : 0;
+    const int64_t length = so.fixed_length ? so.max_draft : draft_length.next();
+    const int want = drafter ? static_cast<int>(std::min(length, room)) : 0;
     const auto td = Clock::now();
     guesses.clear();
     if (want > 0) {

@@ -97,6 +97,9 @@ struct SpeculationOptions {
   bool lookup = false;       // --lookup: guesses from the context's own n-grams
   bool draft_model = false;  // --draft: guesses from the engine's draft model
   int max_draft = 8;         // --spec-max: the most guesses a pass verifies
+  // Every pass asks for max_draft guesses instead of what DraftLength's timings say pays
+  // (tests: what is verified must not depend on how fast the machine is).
+  bool fixed_length = false;
   bool on() const { return (lookup || draft_model) && max_draft > 0; }
 };
 
