@@ -48,7 +48,10 @@ def check_lookup_streamed(hypura, source, profile):
     j = json.loads(spec.stdout)
     expect(j["text"] + "\n" == plain.stdout, f"text with --lookup differs: {j['text']!r} vs {plain.stdout!r}")
     s = j["spec"]
-    expect(s["accepted"] > 0 and s["target_passes"] < j["generated_tokens"], f"lookup figures {s}")
+    # Under ASan the measured costs of a wide pass can turn speculation off (DraftLength):
+    # the text must still match, the kept guesses are only asserted at full speed.
+    expect(ASAN or (s["accepted"] > 0 and s["target_passes"] < j["generated_tokens"]),
+           f"lookup figures {s}")
 
 
 def main():
