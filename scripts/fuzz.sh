@@ -4,9 +4,12 @@
 # the chat-template interpreter (jinja_fuzz) for a third (seeded with the chat templates
 # in src/tokenizer/testdata/chat and src/tokenizer/templates and the hostile templates of
 # issue 14). GGUF is seeded with the golden models (../shared/golden/*.gguf, when present) and
-# the hostile corpus (tests/hostile/*.gguf). New inputs accumulate in fuzz-out/corpus;
-# crashes are written to fuzz-out/ and make this script fail.
-#   bash scripts/fuzz.sh [SECONDS]
+# the hostile corpus (tests/hostile/*.gguf). Every target also reads the corpus kept in the
+# repository (fuzz/corpus/<target>: minimized inputs of earlier long runs, docs/TESTING.md).
+# New inputs accumulate in fuzz-out/corpus (and http-corpus, jinja-corpus); crashes are
+# written to fuzz-out/ and make this script fail. --save-corpus afterwards minimizes
+# fuzz-out's corpora together with the kept ones into fuzz/corpus (to commit).
+#   bash scripts/fuzz.sh [SECONDS] [--save-corpus]
 # env: FUZZ_JOBS     parallel workers (default 1)
 #      FUZZ_TIMEOUT  seconds one input may take before it counts as a hang (default 10;
 #                    raise it on a loaded machine, where a starved process looks hung)
@@ -15,6 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
+save_corpus=${2:-}
 build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
 jobs=${FUZZ_JOBS:-1}
 
@@ -29,7 +33,7 @@ done
 
 # max_len: the golden headers are ~11 KB; longer inputs only add tensor bytes the parser
 # never reads. rss_limit guards against allocations sized by the input.
-args=(fuzz-out/corpus fuzz-out/seeds -max_total_time="$seconds" -max_len=16384
+args=(fuzz-out/corpus fuzz-out/seeds fuzz/corpus/gguf -max_total_time="$seconds" -max_len=16384
       -rss_limit_mb=2048 -timeout="${FUZZ_TIMEOUT:-10}" -artifact_prefix=fuzz-out/
       -print_final_stats=1)
 if ((jobs > 1)); then
@@ -49,7 +53,7 @@ printf '\x01{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":fa
 printf '\x02{"model":"m","messages":[{"role":"system","content":"s"}],"stream":true,"stream_options":{"include_usage":true}}' \
   >fuzz-out/http-seeds/openai_chat.json
 echo "fuzz: running http_request_fuzz for ${http_seconds}s"
-"$build_dir/fuzz/http_request_fuzz" fuzz-out/http-corpus fuzz-out/http-seeds \
+"$build_dir/fuzz/http_request_fuzz" fuzz-out/http-corpus fuzz-out/http-seeds fuzz/corpus/http \
   -max_total_time="$http_seconds" -max_len=4096 -rss_limit_mb=2048 \
   -timeout="${FUZZ_TIMEOUT:-10}" -artifact_prefix=fuzz-out/http- -print_final_stats=1
 echo "fuzz: no crash in ${http_seconds}s (http)"
@@ -66,7 +70,7 @@ printf '%s' "{{ 'abcd' * 4611686018427387904 }}{{ range(-9223372036854775807, 92
   >fuzz-out/jinja-seeds/sizes.txt
 printf '%s' "{% set ns = namespace(s=messages[0].content) %}{% for m in messages[::-1] %}{% set ns.s = ns.s ~ m.content|trim %}{{ m.content.split('<')[0] ~ strftime_now('%Y') }}{% endfor %}{{ ns.s | tojson(indent=2) }}" \
   >fuzz-out/jinja-seeds/data.txt
-jinja_args=(fuzz-out/jinja-corpus fuzz-out/jinja-seeds -max_total_time="$jinja_seconds"
+jinja_args=(fuzz-out/jinja-corpus fuzz-out/jinja-seeds fuzz/corpus/jinja -max_total_time="$jinja_seconds"
             -max_len=8192 -rss_limit_mb=2048 -timeout="${FUZZ_TIMEOUT:-10}"
             -artifact_prefix=fuzz-out/jinja- -print_final_stats=1)
 if ((jobs > 1)); then
@@ -75,6 +79,19 @@ fi
 echo "fuzz: running jinja_fuzz for ${jinja_seconds}s"
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 "$build_dir/fuzz/jinja_fuzz" "${jinja_args[@]}"
 echo "fuzz: no crash in ${jinja_seconds}s (jinja)"
+
+if [ "$save_corpus" = --save-corpus ]; then
+  # -merge=1 keeps the smallest set of inputs that covers what all of them cover.
+  for t in gguf:gguf_fuzz:corpus:16384 http:http_request_fuzz:http-corpus:4096 \
+           jinja:jinja_fuzz:jinja-corpus:8192; do
+    IFS=: read -r name bin found len <<<"$t"
+    rm -rf "fuzz-out/merged-$name" && mkdir -p "fuzz-out/merged-$name"
+    "$build_dir/fuzz/$bin" -merge=1 -max_len="$len" "fuzz-out/merged-$name" "fuzz/corpus/$name" \
+      "fuzz-out/$found" >/dev/null 2>&1
+    rm -rf "fuzz/corpus/$name" && mv "fuzz-out/merged-$name" "fuzz/corpus/$name"
+    echo "fuzz: kept $(ls "fuzz/corpus/$name" | wc -l) inputs in fuzz/corpus/$name"
+  done
+fi
 
 if [ "${FUZZ_COVERAGE:-0}" = 1 ]; then
   cov_dir="${build_dir}-cov"

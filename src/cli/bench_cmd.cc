@@ -28,6 +28,7 @@
 #include "cli/command.h"
 #include "cli/spec_bench.h"
 #include "cli/sweep.h"
+#include "common/atomic_file.h"
 #include "common/size.h"
 #include "compute/compute.h"
 #include "eval/mmap_baseline.h"
@@ -229,11 +230,8 @@ int run_sweep_bench(const BenchArgs& a, const std::string& path) {
   if (!a.plot.empty()) {
     const std::string title = path.substr(path.find_last_of('/') + 1) + ": tg" +
                               std::to_string(a.n_gen) + " against the RAM budget";
-    FILE* f = std::fopen(a.plot.c_str(), "w");
-    const std::string svg = sweep_svg(points, title);
-    if (f == nullptr || std::fwrite(svg.data(), 1, svg.size(), f) != svg.size() ||
-        std::fclose(f) != 0) {
-      std::cerr << "hypura bench: --plot " << a.plot << ": cannot write\n";
+    if (Status st = write_file_atomically(a.plot, sweep_svg(points, title)); !st.is_ok()) {
+      std::cerr << "hypura bench: --plot: " << st.message() << "\n";
       return 1;
     }
     std::cerr << "hypura bench: wrote " << a.plot << "\n";

@@ -29,6 +29,10 @@ struct CommandSpec {
 
 std::vector<CommandSpec>& command_registry();
 
+// Parses the command line and runs the subcommand; main() of the hypura binary (and of the
+// test build's hypura_faulty, testing/faulty_main.cc).
+int run_cli(int argc, char** argv);
+
 struct Registrar {
   explicit Registrar(CommandSpec spec) { command_registry().push_back(std::move(spec)); }
 };

@@ -1,6 +1,6 @@
 // log(): the logger library code writes to. It goes to stderr, so commands that print
 // JSON on stdout (`profile --json`, `inspect --plan --json`) stay parseable whatever the
-// default spdlog logger is. The level follows the default logger (HYPURA_LOG in main.cc).
+// default spdlog logger is. The level follows the default logger (HYPURA_LOG in cli/commands.cc).
 // Thread-safety: spdlog loggers are thread-safe; creation is guarded by a static.
 #pragma once
 

@@ -25,6 +25,10 @@ Status file_error(const std::string& what, const std::string& path) {
   return io_error(what + " " + path + ": " + std::strerror(errno));
 }
 
+std::span<const uint8_t> as_bytes(const void* data, size_t n) {
+  return {static_cast<const uint8_t*>(data), n};
+}
+
 }  // namespace
 
 void log_softmax(const float* logits, int64_t n_vocab, std::vector<double>* out) {
@@ -109,38 +113,25 @@ Result<std::unique_ptr<LogProbWriter>> LogProbWriter::create(const std::string& 
   if (static_cast<int64_t>(tokens.size()) != n_ctx * n_chunks) {
     return invalid_argument("log-prob file: token count does not match n_ctx * n_chunks");
   }
-  std::unique_ptr<LogProbWriter> w(new LogProbWriter());
-  w->path_ = path;
-  w->f_ = std::fopen(path.c_str(), "wb");
-  if (w->f_ == nullptr) return file_error("cannot create", path);
+  HYPURA_ASSIGN_OR_RETURN(AtomicFile file, AtomicFile::create(path));
+  std::unique_ptr<LogProbWriter> w(new LogProbWriter(std::move(file)));
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof(kMagic));
   h.n_vocab = static_cast<uint32_t>(n_vocab);
   h.n_ctx = static_cast<uint32_t>(n_ctx);
   h.n_chunks = static_cast<uint32_t>(n_chunks);
-  if (std::fwrite(&h, sizeof(h), 1, w->f_) != 1 ||
-      std::fwrite(tokens.data(), sizeof(int32_t), tokens.size(), w->f_) != tokens.size()) {
-    return file_error("cannot write", path);
-  }
+  HYPURA_RETURN_IF_ERROR(w->file_.write(as_bytes(&h, sizeof(h))));
+  HYPURA_RETURN_IF_ERROR(w->file_.write(as_bytes(tokens.data(), tokens.size() * sizeof(int32_t))));
   return w;
-}
-
-LogProbWriter::~LogProbWriter() {
-  if (f_ != nullptr) std::fclose(f_);
 }
 
 Status LogProbWriter::write_row(const std::vector<double>& log_probs) {
   row_.assign(log_probs.begin(), log_probs.end());
-  if (std::fwrite(row_.data(), sizeof(float), row_.size(), f_) != row_.size()) {
-    return file_error("cannot write", path_);
-  }
-  return Status::ok();
+  return file_.write(as_bytes(row_.data(), row_.size() * sizeof(float)));
 }
 
 Status LogProbWriter::close() {
-  const int rc = std::fclose(f_);
-  f_ = nullptr;
-  return rc == 0 ? Status::ok() : file_error("cannot write", path_);
+  return file_.commit();
 }
 
 Result<std::unique_ptr<LogProbReader>> LogProbReader::open(const std::string& path) {

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "common/atomic_file.h"
 #include "common/status.h"
 
 namespace hypura::eval {
@@ -78,14 +79,14 @@ class LogProbWriter {
   static Result<std::unique_ptr<LogProbWriter>> create(const std::string& path, int64_t n_vocab,
                                                        int64_t n_ctx, int64_t n_chunks,
                                                        const std::vector<int32_t>& tokens);
-  ~LogProbWriter();
   Status write_row(const std::vector<double>& log_probs);
-  Status close();  // flushes; REQUIRES: every row written
+  // Puts the file in place; REQUIRES: every row written. Without it (an error, an
+  // interruption) no file appears and an older one at the path stays as it was.
+  Status close();
 
  private:
-  LogProbWriter() = default;
-  std::FILE* f_ = nullptr;
-  std::string path_;
+  explicit LogProbWriter(AtomicFile file) : file_(std::move(file)) {}
+  AtomicFile file_;
   std::vector<float> row_;
 };
 

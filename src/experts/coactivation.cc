@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/atomic_file.h"
 #include "common/cache_dir.h"
 #include "common/log.h"
 
@@ -100,15 +101,7 @@ Status CoactivationStats::save(const std::string& path) const {
   j["pairs"] = std::move(pairs);
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << j.dump();
-    if (!out) return io_error("cannot write expert statistics '" + tmp + "'");
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return io_error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
-  return Status::ok();
+  return write_file_atomically(path, j.dump());
 }
 
 Result<CoactivationStats> CoactivationStats::load(const std::string& path, int n_layer,

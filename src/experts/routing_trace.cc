@@ -7,6 +7,8 @@
 #include <random>
 #include <sstream>
 
+#include "common/atomic_file.h"
+
 namespace hypura::experts {
 namespace {
 
@@ -47,17 +49,14 @@ void RoutingTrace::add(uint32_t pass, int layer, const int32_t* selected, int64_
 }
 
 Status RoutingTrace::write(const std::string& path) const {
-  std::ofstream out(path);
-  if (!out) return io_error("cannot write routing trace '" + path + "'");
+  std::ostringstream out;
   out << kMagic << " 1 " << n_layer << ' ' << n_expert << ' ' << n_expert_used << '\n';
   for (const RoutingRecord& r : records) {
     out << r.pass << ' ' << r.layer << ' ' << r.n_tokens;
     for (int32_t id : r.selected) out << ' ' << id;
     out << '\n';
   }
-  out.close();
-  if (!out) return io_error("writing routing trace '" + path + "' failed");
-  return Status::ok();
+  return write_file_atomically(path, out.str());
 }
 
 Result<RoutingTrace> RoutingTrace::read(const std::string& path) {

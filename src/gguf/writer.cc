@@ -2,12 +2,11 @@
 // The byte layout is the one documented atop gguf.cc (always version 3 here).
 #include "gguf/writer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
+#include <algorithm>
 #include <cassert>
-#include <cerrno>
 #include <cstring>
+
+#include "common/atomic_file.h"
 
 namespace hypura::gguf {
 namespace {
@@ -98,18 +97,6 @@ void put_value_body(HeaderBuffer& out, const Value& v) {
   }
 }
 
-// Writes all of `bytes` to fd, retrying short writes.
-Status write_all(int fd, const uint8_t* bytes, uint64_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, bytes, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return io_error(path + ": write failed: " + std::strerror(errno));
-    bytes += w;
-    n -= static_cast<uint64_t>(w);
-  }
-  return Status::ok();
-}
-
 }  // namespace
 
 GgufWriter::GgufWriter(uint32_t alignment) : alignment_(alignment) {
@@ -196,59 +183,44 @@ static std::vector<uint8_t> serialize_header(const Metadata& metadata, uint32_t 
 Status GgufWriter::write(const std::string& path, const Fill& fill, uint64_t chunk_bytes,
                          const std::function<void(uint64_t, uint64_t)>& progress) const {
   assert(chunk_bytes > 0);
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return io_error(path + ": cannot create: " + std::strerror(errno));
-  Status st = [&]() -> Status {
-    std::vector<uint8_t> header = serialize_header(metadata_, alignment_, tensors_);
-    HYPURA_RETURN_IF_ERROR(write_all(fd, header.data(), header.size(), path));
-    // One reusable chunk buffer: memory stays constant whatever the file size.
-    std::vector<uint8_t> chunk(
-        std::min<uint64_t>(chunk_bytes, std::max<uint64_t>(data_bytes(), 1)));
-    const uint64_t total = data_bytes();
-    uint64_t written = 0;
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-      const PendingTensor& t = tensors_[i];
-      for (uint64_t done = 0; done < t.n_bytes;) {
-        uint64_t n = std::min<uint64_t>(chunk.size(), t.n_bytes - done);
-        std::span<uint8_t> out(chunk.data(), n);
-        HYPURA_RETURN_IF_ERROR(fill(i, done, out));
-        HYPURA_RETURN_IF_ERROR(write_all(fd, out.data(), n, path));
-        done += n;
-        written += n;
-        if (progress) progress(written, total);
-      }
-      // Zero padding up to the next tensor (and after the last one, like gguf-py).
-      uint64_t pad = align_up(t.offset + t.n_bytes, alignment_) - (t.offset + t.n_bytes);
-      std::fill_n(chunk.begin(), std::min<uint64_t>(pad, chunk.size()), 0);
-      for (uint64_t left = pad; left > 0;) {
-        uint64_t n = std::min<uint64_t>(left, chunk.size());
-        HYPURA_RETURN_IF_ERROR(write_all(fd, chunk.data(), n, path));
-        left -= n;
-        written += n;
-      }
+  // Atomic: an interrupted write leaves no half-written model behind.
+  HYPURA_ASSIGN_OR_RETURN(AtomicFile file, AtomicFile::create(path));
+  HYPURA_RETURN_IF_ERROR(file.write(serialize_header(metadata_, alignment_, tensors_)));
+  // One reusable chunk buffer: memory stays constant whatever the file size.
+  std::vector<uint8_t> chunk(std::min<uint64_t>(chunk_bytes, std::max<uint64_t>(data_bytes(), 1)));
+  const uint64_t total = data_bytes();
+  uint64_t written = 0;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const PendingTensor& t = tensors_[i];
+    for (uint64_t done = 0; done < t.n_bytes;) {
+      uint64_t n = std::min<uint64_t>(chunk.size(), t.n_bytes - done);
+      std::span<uint8_t> out(chunk.data(), n);
+      HYPURA_RETURN_IF_ERROR(fill(i, done, out));
+      HYPURA_RETURN_IF_ERROR(file.write(out));
+      done += n;
+      written += n;
+      if (progress) progress(written, total);
     }
-    if (progress) progress(total, total);
-    return Status::ok();
-  }();
-  if (::close(fd) != 0 && st.is_ok())
-    st = io_error(path + ": close failed: " + std::strerror(errno));
-  if (!st.is_ok()) ::unlink(path.c_str());  // no half-written model left behind
-  return st;
+    // Zero padding up to the next tensor (and after the last one, like gguf-py).
+    uint64_t pad = align_up(t.offset + t.n_bytes, alignment_) - (t.offset + t.n_bytes);
+    std::fill_n(chunk.begin(), std::min<uint64_t>(pad, chunk.size()), 0);
+    for (uint64_t left = pad; left > 0;) {
+      uint64_t n = std::min<uint64_t>(left, chunk.size());
+      HYPURA_RETURN_IF_ERROR(file.write(std::span<const uint8_t>(chunk.data(), n)));
+      left -= n;
+      written += n;
+    }
+  }
+  if (progress) progress(total, total);
+  return file.commit();
 }
 
 Status GgufWriter::write_header_only(const std::string& path) const {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return io_error(path + ": cannot create: " + std::strerror(errno));
+  HYPURA_ASSIGN_OR_RETURN(AtomicFile file, AtomicFile::create(path));
   std::vector<uint8_t> header = serialize_header(metadata_, alignment_, tensors_);
-  Status st = write_all(fd, header.data(), header.size(), path);
-  const auto size = static_cast<off_t>(header.size() + data_bytes());
-  if (st.is_ok() && ::ftruncate(fd, size) != 0)
-    st = io_error(path + ": cannot extend to " + std::to_string(size) +
-                  " bytes: " + std::strerror(errno));
-  if (::close(fd) != 0 && st.is_ok())
-    st = io_error(path + ": close failed: " + std::strerror(errno));
-  if (!st.is_ok()) ::unlink(path.c_str());
-  return st;
+  HYPURA_RETURN_IF_ERROR(file.write(header));
+  HYPURA_RETURN_IF_ERROR(file.truncate(header.size() + data_bytes()));
+  return file.commit();
 }
 
 Status GgufWriter::write(const std::string& path,

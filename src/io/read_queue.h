@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -59,8 +60,15 @@ enum class QueueKind { kAuto, kUring, kThreads };
 Result<std::unique_ptr<ReadQueue>> make_uring_queue(uint32_t queue_depth);
 // `n_threads` threads each doing blocking pread; capacity() == queue_depth.
 std::unique_ptr<ReadQueue> make_thread_queue(uint32_t queue_depth, uint32_t n_threads);
-// kAuto: io_uring, else threads (with a logged note saying why).
+// kAuto: io_uring, else threads (with a logged note saying why). Passed through the
+// queue wrapper when one is set.
 Result<std::unique_ptr<ReadQueue>> make_queue(QueueKind kind, uint32_t queue_depth);
+
+// Wraps every queue make_queue() returns from then on: the test build's hypura_faulty sets
+// the fault-injecting one (testing/fault_queue.h) so a whole process reads through it. Set
+// it at start-up, before any file is opened (not synchronized).
+using QueueWrapper = std::function<std::unique_ptr<ReadQueue>(std::unique_ptr<ReadQueue>)>;
+void set_queue_wrapper(QueueWrapper wrapper);
 
 const char* queue_kind_name(QueueKind kind);
 

@@ -49,6 +49,7 @@ struct Segment {
   int bounce = -1;           // bounce buffer index, or -1 for direct
   uint32_t done_bytes = 0;   // already read (continuations after short reads)
   int stalled = 0;
+  int failures = 0;  // failed attempts of this read (EIO and the like), retried up to a limit
 };
 
 }  // namespace
@@ -193,10 +194,23 @@ struct Storage::Impl {
       return;
     }
     if (res.result < 0) {
-      fail(r, io_error("read of " + path + " at offset " +
-                       std::to_string(s.file_offset + s.done_bytes) + " (" +
-                       std::to_string(s.length - s.done_bytes) +
-                       " bytes) failed: " + std::strerror(static_cast<int>(-res.result))));
+      const int err = static_cast<int>(-res.result);
+      const std::string what = "read of " + path + " at offset " +
+                               std::to_string(s.file_offset + s.done_bytes) + " (" +
+                               std::to_string(s.length - s.done_bytes) + " bytes)";
+      // A device error may be transient (a cable, a controller reset): read again before
+      // giving up. Errors of the request itself would only repeat.
+      if (err != EINVAL && err != EBADF && err != EFAULT && s.failures < options.read_retries) {
+        ++s.failures;
+        ++stats.retried_reads;
+        log().warn("io: {} failed: {}; reading again ({} of {})", what, std::strerror(err),
+                   s.failures, options.read_retries);
+        retry.push_back(res.cookie);
+        return;
+      }
+      fail(r, io_error(what + " failed" +
+                       (s.failures > 0 ? " " + std::to_string(s.failures + 1) + " times" : "") +
+                       ": " + std::strerror(err)));
       return finish_segment(res.cookie, false);
     }
     stats.device_bytes += static_cast<uint64_t>(res.result);

@@ -8,8 +8,9 @@
 // device queue full. An unaligned head and tail of a range are read into aligned bounce
 // buffers and copied; so is a whole range whose destination address is not congruent to
 // its file offset modulo alignment() (use aligned_view() to lay out buffers that avoid
-// the copy). Short reads are continued, EINTR/EAGAIN retried, anything else ends the
-// request with a Status naming the file, the offset and the errno text. A failed request
+// the copy). Short reads are continued, EINTR/EAGAIN retried, a failed device read (EIO)
+// issued again up to read_retries times; what still fails ends the request with a Status
+// naming the file, the offset and the errno text. A failed request
 // leaves its destination in an unspecified state: callers must not compute on it.
 //
 // The file is never written. Page cache: with O_DIRECT the reads bypass it, so figures
@@ -49,6 +50,9 @@ struct StorageOptions {
   // Device reads in flight at most while only background requests are being served;
   // 0 picks max(1, queue_depth / 8).
   uint32_t background_queue_depth = 0;
+  // A device read that fails (EIO and the like) is issued again up to this many times
+  // before its request fails.
+  int read_retries = 2;
 };
 
 enum class Priority : uint8_t { kNormal, kBackground };
@@ -62,6 +66,7 @@ struct StorageStats {
   uint64_t device_bytes = 0;     // bytes the device returned (alignment padding included)
   uint64_t bounced_bytes = 0;    // bytes copied out of bounce buffers
   uint64_t short_reads = 0;
+  uint64_t retried_reads = 0;  // failed device reads issued again (read_retries)
   uint64_t failed_requests = 0;
   uint64_t cancelled_requests = 0;  // cancel() calls that dropped segments
 };

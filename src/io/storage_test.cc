@@ -131,7 +131,8 @@ INSTANTIATE_TEST_SUITE_P(Engines, StorageTest,
 
 class FaultTest : public StorageTest {
  protected:
-  std::unique_ptr<Storage> open_faulty(FaultPlan plan, std::shared_ptr<const FaultCounts>* counts) {
+  std::unique_ptr<Storage> open_faulty(FaultPlan plan, std::shared_ptr<const FaultCounts>* counts,
+                                       int read_retries = StorageOptions{}.read_retries) {
     auto inner = make_queue(GetParam(), 8);
     EXPECT_TRUE(inner.is_ok());
     auto engine = std::make_unique<FaultInjectingQueue>(std::move(inner).value(), plan);
@@ -139,6 +140,7 @@ class FaultTest : public StorageTest {
     StorageOptions o;
     o.request_bytes = 256 << 10;
     o.queue_depth = 8;
+    o.read_retries = read_retries;
     auto s = Storage::open(*path_, o, std::move(engine));
     EXPECT_TRUE(s.is_ok());
     return std::move(s).value();
@@ -158,10 +160,29 @@ TEST_P(FaultTest, EioFailsOnlyTheRequestsThatTouchTheBadRange) {
   EXPECT_EQ(st.code(), StatusCode::kIoError);
   EXPECT_NE(st.message().find("Input/output error"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find(*path_), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("failed 3 times"), std::string::npos) << st.message();
   ASSERT_TRUE(s->wait(b).is_ok());
   expect_bytes(good.data(), 3 << 20, good.size());
-  EXPECT_GE(counts->eio, 1u);
+  EXPECT_GE(counts->eio, 3u);  // the read and its two retries
+  EXPECT_EQ(s->stats().retried_reads, 2u);
   EXPECT_EQ(s->stats().failed_requests, 1u);
+}
+
+TEST_P(FaultTest, TransientEioIsReadAgain) {
+  FaultPlan plan;
+  plan.eio_probability = 0.05;
+  plan.seed = 5;
+  std::shared_ptr<const FaultCounts> counts;
+  auto s = open_faulty(plan, &counts, /*read_retries=*/4);  // 5 failures in a row: ~3e-7
+  std::vector<uint8_t> buf(1 << 20);
+  for (int i = 0; i < 20; ++i) {
+    const uint64_t offset = static_cast<uint64_t>(i) * 99991;
+    ASSERT_TRUE(s->read(offset, buf).is_ok());
+    expect_bytes(buf.data(), offset, buf.size());
+  }
+  EXPECT_GT(counts->eio, 0u);
+  EXPECT_EQ(s->stats().retried_reads, counts->eio);
+  EXPECT_EQ(s->stats().failed_requests, 0u);
 }
 
 TEST_P(FaultTest, ShortReadsAndInterruptsAreContinued) {
@@ -188,7 +209,7 @@ TEST_P(FaultTest, RandomEioNeverReportsSuccessForABadBuffer) {
   plan.eio_probability = 0.05;
   plan.seed = 3;
   std::shared_ptr<const FaultCounts> counts;
-  auto s = open_faulty(plan, &counts);
+  auto s = open_faulty(plan, &counts, /*read_retries=*/0);
   std::vector<uint8_t> buf(1 << 20);
   int failed = 0;
   for (int i = 0; i < 30; ++i) {
@@ -204,6 +225,56 @@ TEST_P(FaultTest, RandomEioNeverReportsSuccessForABadBuffer) {
   }
   EXPECT_GT(failed, 0);
   EXPECT_EQ(static_cast<uint64_t>(failed), s->stats().failed_requests);
+}
+
+TEST_P(FaultTest, StalledReadCompletesLateWithItsBytes) {
+  FaultPlan plan;
+  plan.stall_probability = 1;
+  plan.stall_ms = 60;
+  std::shared_ptr<const FaultCounts> counts;
+  auto s = open_faulty(plan, &counts);
+  std::vector<uint8_t> buf(100000);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(s->read(12345, buf).is_ok());
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(60));
+  expect_bytes(buf.data(), 12345, buf.size());
+  EXPECT_GT(counts->stalls, 0u);
+}
+
+TEST(FaultPlanText, EveryKeyParsesAndAnythingElseIsRefused) {
+  auto plan = parse_fault_plan(
+      "eio=0.25,short=0.5,eintr=1,stall=0.01:3000,fail=100-200,fail-times=3,seed=9");
+  ASSERT_TRUE(plan.is_ok()) << plan.status().message();
+  EXPECT_EQ(plan->eio_probability, 0.25);
+  EXPECT_EQ(plan->short_probability, 0.5);
+  EXPECT_EQ(plan->eintr_probability, 1.0);
+  EXPECT_EQ(plan->stall_probability, 0.01);
+  EXPECT_EQ(plan->stall_ms, 3000);
+  EXPECT_EQ(plan->fail_begin, 100u);
+  EXPECT_EQ(plan->fail_end, 200u);
+  EXPECT_EQ(plan->fail_times, 3u);
+  EXPECT_EQ(plan->seed, 9u);
+  EXPECT_TRUE(parse_fault_plan("").is_ok());
+  for (const char* bad : {"eio=2", "eio=-0.1", "eio=x", "stall=0.1", "stall=0.1:-5", "fail=200-100",
+                          "fail=5", "seed=1.5", "bogus=1", "eio", "eio=0.1,,seed=1"}) {
+    EXPECT_FALSE(parse_fault_plan(bad).is_ok()) << bad;
+  }
+}
+
+// A failing range that heals after fail_times failures: the read succeeds after that many
+// attempts (Storage's retries absorb them).
+TEST_P(FaultTest, RangeThatHealsIsReadOnTheLastRetry) {
+  FaultPlan plan;
+  plan.fail_begin = 5000;
+  plan.fail_end = 5001;
+  plan.fail_times = 2;
+  std::shared_ptr<const FaultCounts> counts;
+  auto s = open_faulty(plan, &counts);
+  std::vector<uint8_t> buf(8000);
+  ASSERT_TRUE(s->read(0, buf).is_ok());
+  expect_bytes(buf.data(), 0, buf.size());
+  EXPECT_EQ(counts->eio, 2u);
+  EXPECT_EQ(s->stats().retried_reads, 2u);
 }
 
 TEST_P(FaultTest, HeldReadCompletesWhenItsGateOpens) {

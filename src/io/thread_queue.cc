@@ -107,13 +107,32 @@ std::unique_ptr<ReadQueue> make_thread_queue(uint32_t queue_depth, uint32_t n_th
   return std::make_unique<ThreadQueue>(queue_depth, n_threads == 0 ? 1 : n_threads);
 }
 
-Result<std::unique_ptr<ReadQueue>> make_queue(QueueKind kind, uint32_t queue_depth) {
+namespace {
+
+QueueWrapper& queue_wrapper() {
+  static QueueWrapper wrapper;
+  return wrapper;
+}
+
+Result<std::unique_ptr<ReadQueue>> make_plain_queue(QueueKind kind, uint32_t queue_depth) {
   if (queue_depth == 0) return invalid_argument("I/O queue depth must be at least 1");
   if (kind == QueueKind::kThreads) return make_thread_queue(queue_depth, queue_depth);
   auto uring = make_uring_queue(queue_depth);
   if (uring.is_ok() || kind == QueueKind::kUring) return uring;
   log().info("io: io_uring unavailable ({}); using a pread thread pool", uring.status().message());
   return make_thread_queue(queue_depth, queue_depth);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ReadQueue>> make_queue(QueueKind kind, uint32_t queue_depth) {
+  HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<ReadQueue> queue, make_plain_queue(kind, queue_depth));
+  if (queue_wrapper()) return queue_wrapper()(std::move(queue));
+  return queue;
+}
+
+void set_queue_wrapper(QueueWrapper wrapper) {
+  queue_wrapper() = std::move(wrapper);
 }
 
 const char* queue_kind_name(QueueKind kind) {

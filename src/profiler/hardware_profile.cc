@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/atomic_file.h"
+
 namespace hypura::profiler {
 namespace {
 
@@ -271,16 +273,7 @@ Result<HardwareProfile> load_profile_file(const std::string& path) {
 }
 
 Status save_profile_file(const HardwareProfile& profile, const std::string& path) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return io_error("cannot write " + tmp);
-    out << profile_to_json(profile);
-    if (!out) return io_error("cannot write " + tmp);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    return io_error("cannot rename " + tmp + " to " + path);
-  return Status::ok();
+  return write_file_atomically(path, profile_to_json(profile));
 }
 
 }  // namespace hypura::profiler

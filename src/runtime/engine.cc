@@ -163,6 +163,7 @@ class LocalEngine final : public Engine {
   const gguf::GgufFile& file() const override { return file_; }
   const tokenizer::Tokenizer& tokenizer() const override { return *tokenizer_; }
   std::unique_ptr<Session> new_session() override { return std::make_unique<LocalSession>(*this); }
+  Status check_host_memory() const override;
   int64_t n_ctx() const override { return n_ctx_; }
   int64_t max_context() const override { return std::max(n_ctx_, model_->hparams().n_ctx_train); }
   int64_t n_vocab() const override { return model_->hparams().n_vocab; }
@@ -489,6 +490,17 @@ Status LocalSession::build(int64_t n_ctx) {
   HYPURA_ASSIGN_OR_RETURN(
       kv_, model::KvCache::on_device(hp, n_ctx, engine_.first_gpu_layer(), engine_.wide_prompts()));
   return Status::ok();
+}
+
+Status LocalEngine::check_host_memory() const {
+  const profiler::MemoryProfile now = profiler::probe_memory(0);
+  const uint64_t held = weights_->ledger().used();
+  if (!now.cgroup_limit_bytes || *now.cgroup_limit_bytes >= held) return Status::ok();
+  return resource_exhausted("the cgroup " + now.cgroup_version + " memory limit is now " +
+                            format_size(*now.cgroup_limit_bytes) + ", below the " +
+                            format_size(held) +
+                            " the loaded model's plan holds: raise the limit, or restart to "
+                            "plan for it");
 }
 
 // A split model's prompts: every layer on the GPU, the host layers' weights (or an expert

@@ -232,6 +232,10 @@ class Engine {
   virtual const gguf::GgufFile& file() const = 0;
   virtual const tokenizer::Tokenizer& tokenizer() const = 0;
   virtual std::unique_ptr<Session> new_session() = 0;
+  // Whether the host memory limit still holds what the loaded plan holds. A cgroup limit
+  // lowered since the plan (a container resized) is an error naming it: a long-lived
+  // server asks before it loads a session again, instead of growing into the OOM killer.
+  virtual Status check_host_memory() const { return Status::ok(); }
   // The context window a new session starts with (--context, capped by the trained length).
   virtual int64_t n_ctx() const = 0;
   // The largest window a session may grow to (Session::reserve_context): the trained length.

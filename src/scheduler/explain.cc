@@ -47,16 +47,7 @@ std::string gpu_split_text(const ModelTensors& m, const GpuSplit& g) {
 void explain_limits(const ModelTensors& m, const profiler::HardwareProfile& p, const Budgets& b,
                     const Limits& lim, Plan& plan) {
   auto& e = plan.explanation;
-  uint64_t reserve = b.reserve_bytes.value_or(p.memory.reserve_bytes);
-  std::string limit_src = "RAM " + gib(p.memory.total_bytes) + " - reserve " + gib(reserve);
-  if (p.memory.cgroup_limit_bytes &&
-      *p.memory.cgroup_limit_bytes <=
-          p.memory.total_bytes - std::min(reserve, p.memory.total_bytes)) {
-    limit_src =
-        "cgroup " + p.memory.cgroup_version + " memory limit " + gib(*p.memory.cgroup_limit_bytes);
-  }
-  if (b.ram_bytes && *b.ram_bytes == lim.ram) limit_src = "--ram-budget " + gib(*b.ram_bytes);
-  e.push_back("Host memory limit " + gib(lim.ram) + ": " + limit_src + ".");
+  e.push_back("Host memory limit " + gib(lim.ram) + ": " + host_limit_source(p, b, lim) + ".");
   if (lim.has_gpu) {
     e.push_back(
         "GPU " + p.gpus.front().name + ": " + gib(lim.gpu) + " usable" +
@@ -159,6 +150,17 @@ void explain_prediction(const profiler::HardwareProfile& p, const Limits& lim, P
 
 std::string gib(uint64_t bytes) {
   return format_size(bytes);
+}
+
+std::string host_limit_source(const profiler::HardwareProfile& p, const Budgets& b,
+                              const Limits& lim) {
+  if (b.ram_bytes && *b.ram_bytes == lim.ram) return "--ram-budget " + gib(*b.ram_bytes);
+  const uint64_t reserve = b.reserve_bytes.value_or(p.memory.reserve_bytes);
+  const uint64_t machine = p.memory.total_bytes - std::min(reserve, p.memory.total_bytes);
+  if (p.memory.cgroup_limit_bytes && *p.memory.cgroup_limit_bytes <= machine)
+    return "cgroup " + p.memory.cgroup_version + " memory limit " +
+           gib(*p.memory.cgroup_limit_bytes);
+  return "RAM " + gib(p.memory.total_bytes) + " - reserve " + gib(reserve);
 }
 
 void explain(const ModelTensors& m, const profiler::HardwareProfile& p, const Budgets& b,

@@ -110,6 +110,10 @@ Mode derive_mode(const ModelTensors& m, const std::vector<Tier>& tiers);
 // ---- explain.cc ----
 
 std::string gib(uint64_t bytes);
+// Where the host memory limit comes from: "--ram-budget 3.00 GiB", "cgroup v1 memory limit
+// 320 MiB" or "RAM 24.0 GiB - reserve 2.00 GiB".
+std::string host_limit_source(const profiler::HardwareProfile& p, const Budgets& b,
+                              const Limits& lim);
 void explain(const ModelTensors& m, const profiler::HardwareProfile& p, const Budgets& b,
              const CostModel& c, const Limits& lim, Plan& plan);
 

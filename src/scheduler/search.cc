@@ -233,11 +233,12 @@ Status no_fit_error(const ModelTensors& m, const profiler::HardwareProfile& p, c
   }
   probe.prefetch_depth = 1;
   evaluate(m, p, b, c, probe);
-  return resource_exhausted("no placement fits: even streaming every large tensor needs " +
-                            gib(probe.memory.ram_total()) + " of host memory (limit " +
-                            gib(lim.ram) + ": KV cache " + gib(probe.memory.kv_ram) +
-                            ", work buffers " + gib(probe.memory.work_ram) + ", pool " +
-                            gib(probe.memory.pool) + "); lower --context or raise the budget");
+  return resource_exhausted(
+      "no placement fits: even streaming every large tensor needs " +
+      gib(probe.memory.ram_total()) + " of host memory (KV cache " + gib(probe.memory.kv_ram) +
+      ", work buffers " + gib(probe.memory.work_ram) + ", pool " + gib(probe.memory.pool) +
+      "), over the limit of " + gib(lim.ram) + " (" + host_limit_source(p, b, lim) +
+      "); lower --context or raise the budget");
 }
 
 // Whole layers resident in order, the rest streamed: for each depth the most resident

@@ -151,6 +151,7 @@ void GenerationWorker::serve(Slot& slot, Job& job) {
 
 Status GenerationWorker::ensure_session(Slot& slot, int64_t n_ctx) {
   if (!slot.session) {
+    HYPURA_RETURN_IF_ERROR(engine_.check_host_memory());
     slot.session = engine_.new_session();
     spdlog::info("model loaded again (context {})", slot.session->n_ctx());
   }

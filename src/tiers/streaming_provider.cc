@@ -242,9 +242,7 @@ Status StreamingProvider::ensure_ready(int layer, int* slot_out) {
   const auto t0 = Clock::now();
   Status st = wait_slot(slot);
   stats_.stall_seconds += seconds_since(t0);
-  if (!st.is_ok()) {
-    return st.with_context("streaming layer " + std::to_string(layer));
-  }
+  if (!st.is_ok()) return st.with_context("streamed weights");  // the forward names the layer
   slots_[slot].state = SlotState::kInUse;
   top_up();
   *slot_out = slot;

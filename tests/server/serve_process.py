@@ -7,17 +7,20 @@ import threading
 import urllib.request
 
 
-def start_serve(hypura, model, extra_args=()):
+def start_serve(hypura, model, extra_args=(), log=None):
     """(process, port) of `hypura serve MODEL --port 0 EXTRA_ARGS`, once it listens; its
-    output is drained by a thread so the pipe never fills."""
+    output is drained by a thread so the pipe never fills, into the list `log` if given."""
     proc = subprocess.Popen([hypura, "serve", model, "--port", "0", *extra_args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace")
+    keep = log.append if log is not None else (lambda line: None)
     for line in proc.stdout:
+        keep(line)
         m = re.search(r"on http://[^:]+:(\d+)", line)
         if m:
-            threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+            threading.Thread(target=lambda: [keep(line) for line in proc.stdout], daemon=True).start()
             return proc, int(m.group(1))
-    raise RuntimeError("server did not start")
+    raise RuntimeError("server did not start:\n" + "".join(log or []))
 
 
 def served_model(port):

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Memory limits of a real cgroup (issue 39; docs/TESTING.md "Reliability").
+
+Creates a child memory cgroup (v1: memory.limit_in_bytes, the kind these machines have;
+v2: memory.max) and runs the real binary inside it:
+  - `hypura run` of SmolLM2-135M (~90 MiB of weights, ~125 MiB resident with its buffers)
+    under a 100 MiB limit plans around the limit (streams) and finishes: the plan fills the
+    limit and the OOM killer never comes;
+  - under a 64 MiB limit, where no placement fits, it fails at plan time with a message
+    naming the cgroup limit, with exit status 1 (not SIGKILL);
+  - `hypura serve` (4 sequences of 2048 tokens: its plan holds ~320 MiB) started under a
+    512 MiB limit answers; after the model is unloaded (keep_alive 0: the KV caches are
+    freed) the limit is lowered to 200 MiB, above what the process uses then but below
+    what its plan holds, and the next request is refused with an error naming the limit
+    instead of loading the caches again; the server keeps running, and answers again once
+    the limit is raised.
+Skipped (exit status 77) when no cgroup can be made (not root, no memory controller) or the
+model was not fetched (scripts/fetch-models.sh).
+
+  test_cgroup_budget.py --hypura BUILD/hypura --source-dir .
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "server"))
+from serve_process import served_model, start_serve  # noqa: E402
+
+ROOMY = 100 << 20
+SERVE = 512 << 20
+LOWERED = 200 << 20
+TIGHT = 64 << 20
+
+
+class Cgroup:
+    """A child memory cgroup of our own, removed on exit."""
+
+    def __init__(self):
+        name = f"hypura-test-{os.getpid()}"
+        v1 = "/sys/fs/cgroup/memory"
+        if os.path.isfile(os.path.join(v1, "memory.limit_in_bytes")):
+            self.path, self.limit_file = os.path.join(v1, name), "memory.limit_in_bytes"
+        else:
+            self.path, self.limit_file = os.path.join("/sys/fs/cgroup", name), "memory.max"
+        os.mkdir(self.path)
+        if not os.path.exists(os.path.join(self.path, self.limit_file)):
+            os.rmdir(self.path)
+            raise OSError("no memory controller in " + self.path)
+
+    def set_limit(self, n_bytes):
+        with open(os.path.join(self.path, self.limit_file), "w") as f:
+            f.write(str(n_bytes))
+
+    def enter(self):
+        """For preexec_fn: moves the calling (child) process into the cgroup."""
+        with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+
+    def remove(self):
+        for _ in range(50):
+            try:
+                os.rmdir(self.path)
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
+def post(port, body):
+    """The JSON answer of /api/generate, an error status's included."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/api/generate", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=300) as resp:
+            return json.load(resp)
+    except urllib.error.HTTPError as e:
+        return json.load(e)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hypura", required=True)
+    ap.add_argument("--source-dir", required=True)
+    args = ap.parse_args()
+    model = os.path.join(args.source_dir, "test-models", "smollm2-135m-instruct-q4_1.gguf")
+    if not os.path.exists(model):
+        print("skipped: no SmolLM2-135M (scripts/fetch-models.sh)")
+        return 77
+    try:
+        cg = Cgroup()
+    except OSError as e:
+        print(f"skipped: cannot make a memory cgroup ({e})")
+        return 77
+    failures = []
+
+    def expect(ok, message):
+        if not ok:
+            failures.append(message)
+            print("FAIL:", message, flush=True)
+
+    # The hardware profile is measured once into a scratch cache (not under the limit).
+    env = dict(os.environ, XDG_CACHE_HOME=tempfile.mkdtemp(prefix="hypura-cgroup-"))
+    run = [args.hypura, "run", model, "-p", "The sea is", "-n", "8", "--temp", "0", "--context", "256",
+           "--threads", "2"]
+    try:
+        subprocess.run([args.hypura, "profile"], env=env, capture_output=True, timeout=300)
+        cg.set_limit(ROOMY)
+        roomy = subprocess.run(run, env=env, capture_output=True, text=True, timeout=300, preexec_fn=cg.enter)
+        expect(roomy.returncode == 0, f"under {ROOMY >> 20} MiB: exit {roomy.returncode}:\n{roomy.stderr[-1500:]}")
+        expect("streaming" in roomy.stderr, f"the plan under {ROOMY >> 20} MiB does not stream:\n"
+               + roomy.stderr[-1500:])
+
+        cg.set_limit(TIGHT)
+        tight = subprocess.run(run, env=env, capture_output=True, text=True, timeout=300, preexec_fn=cg.enter)
+        expect(tight.returncode == 1, f"under {TIGHT >> 20} MiB: exit {tight.returncode} (want 1, not a kill):\n"
+               + tight.stderr[-1500:])
+        expect("cgroup v" in tight.stderr and "memory limit" in tight.stderr,
+               f"the error under {TIGHT >> 20} MiB does not name the cgroup limit:\n{tight.stderr[-1500:]}")
+
+        cg.set_limit(SERVE)
+        log = []
+        proc, port = start_serve(args.hypura, model, ["--context", "2048", "--parallel", "4", "--threads", "2"],
+                                 log=log)
+        try:
+            # start_serve ran the server outside the cgroup: move it in now.
+            with open(os.path.join(cg.path, "cgroup.procs"), "w") as f:
+                f.write(str(proc.pid))
+            body = {"model": served_model(port), "prompt": "def add(a, b):", "stream": False, "keep_alive": 0,
+                    "options": {"temperature": 0, "num_predict": 4}}
+            first = post(port, body)
+            expect("response" in first, f"serve under {SERVE >> 20} MiB: {first}")
+            time.sleep(1)  # keep_alive 0: the model is unloaded after the answer
+            cg.set_limit(LOWERED)
+            second = post(port, body)
+            error = second.get("error", "")
+            expect("cgroup v" in error and "memory limit is now" in error,
+                   f"after lowering the limit the server did not notice: {second}\n" + "".join(log[-20:]))
+            expect(proc.poll() is None, "the server exited after the refusal")
+            cg.set_limit(SERVE)
+            third = post(port, body)
+            expect(third.get("response") == first.get("response"),
+                   f"with the limit raised again: {third} (first: {first})")
+        finally:
+            cg.set_limit(SERVE)
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(30)
+            expect(code == 0, f"serve exit status {code}")
+    finally:
+        cg.remove()
+    print(f"{len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
