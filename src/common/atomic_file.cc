@@ -63,15 +63,27 @@ Status sync_directory(const fs::path& path) {
 
 }  // namespace
 
-Result<AtomicFile> AtomicFile::create(const std::string& path) {
+Result<AtomicFile> AtomicFile::create(const std::string& given) {
   static std::atomic<uint64_t> counter{0};
+  std::error_code ec;
+  const fs::file_status st = fs::status(given, ec);
+  if (fs::exists(st) && !fs::is_regular_file(st)) {  // a device or a pipe: in place
+    const int fd = ::open(given.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return io_error(errno_text("cannot open", given, errno));
+    return AtomicFile(given, "", fd);
+  }
+  std::string path = given;
+  if (fs::exists(st)) {
+    path = fs::canonical(given, ec).string();
+    if (ec) return io_error("cannot resolve '" + given + "': " + ec.message());
+  }
   remove_leftovers(fs::path(path));
   const std::string prefix = temp_prefix(fs::path(path)) + std::to_string(::getpid()) + "-";
   for (int attempt = 0; attempt < 100; ++attempt) {
     std::string temp = prefix + std::to_string(counter.fetch_add(1));
     const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd >= 0) return AtomicFile(path, std::move(temp), fd);
-    if (errno != EEXIST) return io_error(errno_text("cannot create", temp, errno));
+    if (errno != EEXIST) return io_error(errno_text("cannot write", path, errno));
   }
   return io_error("cannot create a temporary file for '" + path + "'");
 }
@@ -121,6 +133,7 @@ Status AtomicFile::write(std::string_view text) {
 }
 
 Status AtomicFile::truncate(uint64_t size) {
+  if (temp_.empty()) return Status::ok();  // a device or a pipe has no size to set
   if (::ftruncate(fd_, static_cast<off_t>(size)) != 0)
     return io_error(errno_text("cannot set the size of", path_, errno));
   return Status::ok();
@@ -128,10 +141,12 @@ Status AtomicFile::truncate(uint64_t size) {
 
 Status AtomicFile::commit() {
   if (fd_ < 0) return io_error("'" + path_ + "' committed twice");
-  if (::fsync(fd_) != 0) return io_error(errno_text("cannot sync", path_, errno));
+  const bool in_place = temp_.empty();
+  if (!in_place && ::fsync(fd_) != 0) return io_error(errno_text("cannot sync", path_, errno));
   const int rc = ::close(fd_);
   fd_ = -1;
   if (rc != 0) return io_error(errno_text("cannot close", path_, errno));
+  if (in_place) return Status::ok();
   if (::rename(temp_.c_str(), path_.c_str()) != 0)
     return io_error(errno_text("cannot rename " + temp_ + " to", path_, errno));
   temp_.clear();

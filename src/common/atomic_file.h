@@ -6,7 +6,9 @@
 // the temporary over the target and syncs the directory so the rename itself survives a
 // power loss. A writer destroyed without commit() (an error, an exception) removes its
 // temporary; one killed leaves it behind, and the next AtomicFile for the same target
-// removes the leftovers whose process is gone.
+// removes the leftovers whose process is gone. A target that is a symbolic link is
+// resolved first (the file it names is replaced, the link stays); one that exists and is
+// not a regular file (/dev/null, a pipe) is written in place, having nothing to replace.
 //
 // Every file Hypura writes goes through here: the hardware profile, expert statistics,
 // routing traces, --save-logits files, bench plots and `hypura synth` models.
@@ -43,7 +45,7 @@ class AtomicFile {
   Status commit();
 
   const std::string& path() const { return path_; }
-  const std::string& temp_path() const { return temp_; }
+  const std::string& temp_path() const { return temp_; }  // "" when written in place
 
  private:
   AtomicFile(std::string path, std::string temp, int fd)

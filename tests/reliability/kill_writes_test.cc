@@ -4,6 +4,7 @@
 // (issue 39; common/atomic_file.h).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -208,6 +209,30 @@ TEST_F(KillWrites, AbandonedWriteKeepsTheOldFile) {
   }
   EXPECT_EQ(leftovers(), 0);
   EXPECT_EQ(read_file(p), "old");
+}
+
+// A link is followed: the file it names gets the new contents and the link stays a link.
+TEST_F(KillWrites, SymbolicLinkKeepsPointingAtTheNewFile) {
+  const std::string target = path("target.txt"), link = path("link.txt");
+  ASSERT_TRUE(write_file_atomically(target, "old").is_ok());
+  fs::create_symlink(target, link);
+  ASSERT_TRUE(write_file_atomically(link, "new").is_ok());
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(read_file(target), "new");
+  EXPECT_EQ(leftovers(), 0);
+}
+
+// A pipe (like /dev/null, not a regular file) is written in place, never replaced.
+TEST_F(KillWrites, PipeIsWrittenInPlace) {
+  const std::string fifo = path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] { got = read_file(fifo); });
+  EXPECT_TRUE(write_file_atomically(fifo, "through the pipe").is_ok());
+  reader.join();
+  EXPECT_EQ(got, "through the pipe");
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  EXPECT_EQ(leftovers(), 0);
 }
 
 }  // namespace
