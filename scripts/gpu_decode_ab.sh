@@ -36,22 +36,7 @@ if has ncu; then
     timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
       --launch-skip "${NCU_SKIP:-3000}" --launch-count "${NCU_COUNT:-460}" "$DIR/bin/hypura" bench "$M/$m.gguf" --device cuda -p 0 -n 16 -r 1 --no-reference --no-cuda-graphs \
       > "/tmp/ncu_$m.csv" 2> "/tmp/ncu_$m.err"
-    python3 - "/tmp/ncu_$m.csv" "$m" <<'PY'
-import csv, sys, re, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-if not rows: print("no ncu rows"); sys.exit()
-h = rows[0]; ki = h.index("Kernel Name"); vi = h.index("Metric Value"); ui = h.index("Metric Unit")
-agg = collections.defaultdict(lambda: [0, 0.0]); tot = 0.0
-for r in rows[1:]:
-    v = float(r[vi].replace(",", "")); v = v / 1000 if r[ui] in ("nsecond", "ns") else v
-    name = re.sub(r"\(.*", "", r[ki]); name = re.sub(r"hypura::compute::cuda::|\(anonymous namespace\)::", "", name)[:90]
-    agg[name][0] += 1; agg[name][1] += v; tot += v
-    if "matvec" in name and "Grid Size" in h:
-        g = agg["  by grid " + r[h.index("Grid Size")] + " " + name[-12:]]; g[0] += 1; g[1] += v
-print(f"ncu {sys.argv[2]}: {len(rows)-1} kernels, {tot:.0f} us total (serialized)")
-for n, (c, t) in sorted(agg.items(), key=lambda x: -x[1][1])[:24]:
-    print(f"  {t:8.1f} us {c:4d}x {t/c:7.2f} us  {n}")
-PY
+    python3 "$DIR/scripts/ncu_summary.py" "/tmp/ncu_$m.csv" "$m"
   done
   echo "ncu done at $((SECONDS - T0)) s"
 fi

@@ -21,5 +21,6 @@ ldd "$DIR/bin/hypura" "$DIR/bin/runtime_test" | awk '/=> \// {print $3}' | sort 
   while read -r lib; do cp -L "$lib" "$DIR/lib/"; done
 cp "$GOLDEN"/*.gguf "$GOLDEN"/*.f32 "$GOLDEN"/manifest.json "$DIR/golden/"
 cp scripts/gpu_engine.sh scripts/gpu.sh scripts/gpu_vs_llama.sh scripts/gpu_decode_ab.sh \
+  scripts/gpu_batch_profile.sh scripts/ncu_summary.py \
   scripts/gpu_split_ab.sh "$DIR/scripts/"
 du -sh "$DIR"

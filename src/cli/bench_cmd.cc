@@ -31,6 +31,7 @@
 #include "common/atomic_file.h"
 #include "common/size.h"
 #include "compute/compute.h"
+#include "compute/op_profile.h"
 #include "eval/mmap_baseline.h"
 #include "eval/tier_metrics.h"
 #include "experts/expert_metrics.h"
@@ -66,12 +67,16 @@ struct BenchArgs {
   bool n_prompt_given = false;     // -p on the command line (else the defaults, clipped)
   std::string prompt_file;         // --prompt-file: generation after real text (cli/spec_bench.h)
   SpecFlags spec;                  // --lookup, --draft, --spec-max (with --prompt-file)
+  bool profile_ops = false;        // --profile-ops: where each test's CPU time goes
 };
 
 struct Stats {
   double mean = 0, stddev = 0;
   double gflops = 0;          // 2 x matmul and attention MACs / timed seconds, mean over runs
   double jobs_per_token = 0;  // CPU pool jobs (Context::pool_jobs) per token, mean over runs
+  // --profile-ops: the timed runs' operations (compute/op_profile.h) and their wall time.
+  std::vector<compute::OpProfile::Entry> ops;
+  double timed_seconds = 0;
 };
 
 Stats stats(const std::vector<double>& v) {
@@ -116,7 +121,7 @@ double reference_or_zero(const Result<double>& bps) {
 }
 
 struct RunFigures {
-  double tps = 0, gflops = 0, jobs_per_token = 0;
+  double tps = 0, gflops = 0, jobs_per_token = 0, seconds = 0;
 };
 
 // One timed run: tok/s of processing `tokens` as a prompt (pp) or one by one (tg) after
@@ -140,7 +145,7 @@ Result<RunFigures> time_run(runtime::Engine& engine, runtime::Session& session, 
   const double macs = ctx != nullptr ? static_cast<double>(ctx->macs() - macs0) : 0;
   const double jobs = ctx != nullptr ? static_cast<double>(ctx->pool_jobs() - jobs0) : 0;
   const auto n = static_cast<double>(tokens.size());
-  return RunFigures{n / s, 2 * macs / s / 1e9, jobs / n};
+  return RunFigures{n / s, 2 * macs / s / 1e9, jobs / n, s};
 }
 
 std::vector<int32_t> random_tokens(const runtime::Engine& engine, int n, uint32_t seed) {
@@ -151,8 +156,10 @@ std::vector<int32_t> random_tokens(const runtime::Engine& engine, int n, uint32_
   return tokens;
 }
 
+// profile (may be null): times the operations of the runs after the warm-up.
 Result<Stats> run_test(runtime::Engine& engine, runtime::Session& session, int n, bool tg,
-                       int depth, int reps, const std::function<void()>& after_warmup = nullptr) {
+                       int depth, int reps, compute::OpProfile* profile,
+                       const std::function<void()>& after_warmup = nullptr) {
   const std::vector<int32_t> tokens = random_tokens(engine, n, 1234);
   // The depth is filled once (untimed); every run starts from it (Session::truncate).
   session.reset();
@@ -171,17 +178,34 @@ Result<Stats> run_test(runtime::Engine& engine, runtime::Session& session, int n
                                   tokens.begin() + static_cast<std::ptrdiff_t>(n_warm));
   HYPURA_RETURN_IF_ERROR(time_run(engine, session, depth, warm, tg).status());
   if (after_warmup) after_warmup();
-  std::vector<double> tps;
-  double gflops = 0, jobs = 0;
-  for (int r = 0; r < reps; ++r) {
-    HYPURA_ASSIGN_OR_RETURN(RunFigures v, time_run(engine, session, depth, tokens, tg));
-    tps.push_back(v.tps);
-    gflops += v.gflops / reps;
-    jobs += v.jobs_per_token / reps;
+  compute::Context* ctx = engine.compute_context();
+  if (profile != nullptr && ctx != nullptr) {
+    profile->clear();
+    ctx->set_op_profile(profile);
   }
+  std::vector<double> tps;
+  double gflops = 0, jobs = 0, seconds = 0;
+  Status failed = Status::ok();
+  for (int r = 0; r < reps && failed.is_ok(); ++r) {
+    Result<RunFigures> v = time_run(engine, session, depth, tokens, tg);
+    if (!v.is_ok()) {
+      failed = v.status();
+      break;
+    }
+    tps.push_back(v->tps);
+    gflops += v->gflops / reps;
+    jobs += v->jobs_per_token / reps;
+    seconds += v->seconds;
+  }
+  if (ctx != nullptr) ctx->set_op_profile(nullptr);
+  HYPURA_RETURN_IF_ERROR(failed);
   Stats s = stats(tps);
   s.gflops = gflops;
   s.jobs_per_token = jobs;
+  if (profile != nullptr && ctx != nullptr) {
+    s.ops = profile->entries();
+    s.timed_seconds = seconds;
+  }
   return s;
 }
 
@@ -411,7 +435,7 @@ Status fit_tests_to_context(BenchArgs& a) {
 // --baseline run frees it before the report is rendered).
 struct BenchReport {
   std::string path, arch, mode, device, simd;
-  int threads = 0;
+  int threads = 0, reps = 1;
   uint64_t file_bytes = 0;
   double bytes_per_token = 0;
   double bandwidth = 0;  // memory read bandwidth, before the load (0: not measured)
@@ -514,8 +538,9 @@ Status measure_tests(const BenchArgs& a, runtime::Engine& engine, runtime::Sessi
         tier_t0 = Clock::now();
       }
     };
-    HYPURA_ASSIGN_OR_RETURN(
-        Stats s, run_test(engine, session, test.n, test.tg, test.depth, a.reps, snapshot));
+    compute::OpProfile profile;
+    HYPURA_ASSIGN_OR_RETURN(Stats s, run_test(engine, session, test.n, test.tg, test.depth, a.reps,
+                                              a.profile_ops ? &profile : nullptr, snapshot));
     r.rows.push_back({(test.tg ? "tg" : "pp") + std::to_string(test.n) +
                           (test.depth > 0 ? " @ d" + std::to_string(test.depth) : ""),
                       s});
@@ -577,6 +602,7 @@ Result<BenchReport> measure_bench(const BenchArgs& a, const std::string& path) {
   eo.n_ctx_past_trained = true;  // pp4096 on a 2048-token model, as llama-bench runs it
   eo.trace_path = a.trace;
   r.threads = a.engine.threads > 0 ? a.engine.threads : runtime::physical_cores();
+  r.reps = a.reps;
   // The memory reference first, in a child process: its 1 GiB buffer must not count in
   // this process's peak RSS, which bench compares with --ram-budget.
   if (!a.no_reference) {
@@ -610,6 +636,20 @@ Result<BenchReport> measure_bench(const BenchArgs& a, const std::string& path) {
 double baseline_speedup(const BenchReport& r) {
   return r.baseline && r.baseline->tg_tok_s > 0 && r.tier ? r.tier->tok_s / r.baseline->tg_tok_s
                                                           : 0;
+}
+
+nlohmann::json ops_json(const Stats& s) {
+  nlohmann::json ops = nlohmann::json::array();
+  for (const compute::OpProfile::Entry& e : s.ops) {
+    ops.push_back({{"op", e.key.op},
+                   {"type", e.key.n_cols > 0 ? gguf::type_name(e.key.type) : ""},
+                   {"n_cols", e.key.n_cols},
+                   {"n_rows", e.key.n_rows},
+                   {"calls", e.stats.calls},
+                   {"seconds", e.stats.seconds},
+                   {"macs", e.stats.macs}});
+  }
+  return ops;
 }
 
 nlohmann::json bench_json(const BenchArgs& a, const BenchReport& r) {
@@ -665,8 +705,41 @@ nlohmann::json bench_json(const BenchArgs& a, const BenchReport& r) {
          {"gflops", row.s.gflops},
          {"pool_jobs_per_token", row.s.jobs_per_token},
          {"share_of_int8_peak", r.int8_peak > 0 ? row.s.gflops * 1e9 / (2 * r.int8_peak) : 0}});
+    if (row.s.timed_seconds > 0) {
+      j["tests"].back()["ops"] = ops_json(row.s);
+      j["tests"].back()["timed_seconds"] = row.s.timed_seconds;
+    }
   }
   return j;
+}
+
+// --profile-ops: one test's operations, most time first, as a share of its timed runs
+// (ops under half a percent folded into one line; "outside the blocks" is the rest of the
+// wall time: the forward's bookkeeping, logits and session work).
+void print_ops_table(const BenchReport::Row& row, int reps) {
+  if (row.s.timed_seconds <= 0) return;
+  const double total = row.s.timed_seconds;
+  std::printf("\n%s: where the time goes (exclusive time per run)\n", row.test.c_str());
+  std::printf("| share | ms | GFLOP/s | calls | op |\n| ---: | ---: | ---: | ---: | --- |\n");
+  const auto line = [&](double seconds, double macs, double calls, const std::string& op) {
+    char gflops[16] = "";
+    if (macs > 0) std::snprintf(gflops, sizeof gflops, "%.1f", 2 * macs / seconds / 1e9);
+    std::printf("| %.1f%% | %.2f | %s | %.0f | %s |\n", 100 * seconds / total, 1e3 * seconds / reps,
+                gflops, calls / reps, op.c_str());
+  };
+  double small = 0, counted = 0;
+  int n_small = 0;
+  for (const compute::OpProfile::Entry& e : row.s.ops) {
+    counted += e.stats.seconds;
+    if (e.stats.seconds < 0.005 * total) {
+      small += e.stats.seconds;
+      ++n_small;
+      continue;
+    }
+    line(e.stats.seconds, e.stats.macs, static_cast<double>(e.stats.calls), e.key.label());
+  }
+  if (n_small > 0) line(small, 0, 0, fmt::format("{} smaller ops", n_small));
+  line(std::max(0.0, total - counted), 0, 0, "outside the blocks");
 }
 
 void print_bench_table(const BenchReport& r) {
@@ -728,6 +801,7 @@ void print_bench_references(const BenchReport& r) {
 
 void print_bench_text(const BenchReport& r) {
   print_bench_table(r);
+  for (const auto& row : r.rows) print_ops_table(row, r.reps);
   if (r.experts) std::printf("\n%s", experts::expert_run_text(*r.experts).c_str());
   if (r.tier) std::printf("\n%s", eval::tier_metrics_text(*r.tier).c_str());
   if (r.baseline) {
@@ -809,6 +883,9 @@ std::function<int()> setup_bench(CLI::App& app) {
           ->check(CLI::Range(1, 32));
   batch->excludes(sweep);
   add_spec_flags(app, &a->spec);
+  app.add_flag("--profile-ops", a->profile_ops,
+               "time every operation of the CPU's forward pass (products by weight format and "
+               "shape, attention, norms, ...) and print where each test's time goes");
   app.add_option("--prompt-file", a->prompt_file,
                  "generate -n tokens greedily after this file's text (the user's turn of the chat "
                  "template), without and with --lookup or --draft: tok/s, guesses kept, tokens "

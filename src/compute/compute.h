@@ -98,6 +98,7 @@ struct AttentionRows {
 };
 
 class ThreadPool;  // compute/cpu/thread_pool.h
+class OpProfile;   // compute/op_profile.h
 
 // The dispatch path a Context made with the default gets on this CPU, e.g. "avx512vnni":
 // for reports that say which kernels produced a figure.
@@ -131,6 +132,10 @@ class Context {
   // Jobs the pool has handed to its workers so far (ThreadPool::jobs()): bench's jobs per
   // token, the count of fan-outs and waits a step pays whatever its arithmetic.
   uint64_t pool_jobs() const;
+  // Times this context's products and activation quantizations into `profile` (null: off),
+  // and lets the model's blocks time theirs (op_profile()).
+  void set_op_profile(OpProfile* profile);
+  OpProfile* op_profile() const;
   // The CPU's int8 dot-product ceiling on this path, measured now for about `seconds`
   // on every pool thread: int8 multiply-accumulates per second of a register-only
   // maddubs/madd loop (the instructions the quantized kernels use); 0 on the scalar path.

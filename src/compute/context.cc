@@ -19,6 +19,7 @@
 #include "compute/compute.h"
 #include "compute/cpu/kernels.h"
 #include "compute/cpu/thread_pool.h"
+#include "compute/op_profile.h"
 #include "quant/quant.h"
 
 namespace hypura::compute {
@@ -94,6 +95,7 @@ struct Context::Impl {
   std::vector<float> row;    // (max_cols): one dequantized row for get_rows fallbacks
   // matmul + attention multiply-accumulates so far; pool threads add theirs at once.
   mutable std::atomic<uint64_t> macs{0};
+  OpProfile* profile = nullptr;  // set_op_profile(); null: off
 
   void ensure_act(size_t bytes) {
     if (act.size() < bytes) act.resize(bytes);  // only when reserve() was too small
@@ -137,6 +139,13 @@ uint64_t Context::macs() const {
   return impl_->macs.load(std::memory_order_relaxed);
 }
 
+void Context::set_op_profile(OpProfile* profile) {
+  impl_->profile = profile;
+}
+OpProfile* Context::op_profile() const {
+  return impl_->profile;
+}
+
 uint64_t Context::pool_jobs() const {
   return impl_->pool.jobs();
 }
@@ -152,8 +161,9 @@ double Context::int8_peak_macs_per_second(double seconds) {
 }
 
 void Context::matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
-  impl_->macs.fetch_add(static_cast<uint64_t>(w.n_rows * w.n_cols * n_tokens),
-                        std::memory_order_relaxed);
+  const double macs = static_cast<double>(w.n_rows * w.n_cols * n_tokens);
+  OpProfile::Scope scope(impl_->profile, {"matmul", w.type, w.n_cols, w.n_rows}, macs);
+  impl_->macs.fetch_add(static_cast<uint64_t>(macs), std::memory_order_relaxed);
   const gguf::GgmlType act_type = quant::activation_type(w.type);
   const TileFn tile = tile_fn(*impl_->kernels, w.type);
   assert(tile != nullptr && "matmul: weight type without kernels");
@@ -166,6 +176,7 @@ void Context::matmul(const WeightView& w, const float* x, int64_t n_tokens, floa
   if (act_type != gguf::GgmlType::F32) {
     x_stride = quant::row_size(act_type, n_cols);
     impl_->ensure_act(x_stride * static_cast<size_t>(n_tokens));
+    OpProfile::Scope q(impl_->profile, {"quantize x", act_type, n_cols, 0});
     quantize_rows(impl_->pool, act_type, quantize_act_fn(*impl_->kernels, w.type),
                   dense_rows(x, n_cols), n_tokens, n_cols, impl_->act.data(), x_stride);
     xa = impl_->act.data();
@@ -214,6 +225,11 @@ void Context::matmul_many(const WeightView* const* w, const float* const* x, flo
     int region;  // index into `done`, or -1 for an F32 input used in place
     float* y;
   };
+  int64_t all_rows = 0;
+  for (int i = 0; i < n; ++i) all_rows += w[i]->n_rows;
+  // Keyed by the first product's format and width, the rows of all.
+  OpProfile::Scope scope(impl_->profile, {"matmul shared", w[0]->type, w[0]->n_cols, all_rows},
+                         static_cast<double>(all_rows * w[0]->n_cols * n_tokens));
   Product p[kMaxSharedProducts];
   // Each distinct (input, activation format, quantizer) is quantized once, into its own
   // region of the scratch.
@@ -264,6 +280,7 @@ void Context::matmul_many(const WeightView* const* w, const float* const* x, flo
   impl_->ensure_act(act_bytes);
   for (int j = 0; j < n_done; ++j) {
     const Quantized& d = done[j];
+    OpProfile::Scope q(impl_->profile, {"quantize x", d.type, d.n_cols, 0});
     quantize_rows(impl_->pool, d.type, d.fn, dense_rows(d.x, d.n_cols), n_tokens, d.n_cols,
                   impl_->act.data() + d.offset, quant::row_size(d.type, d.n_cols));
   }
@@ -301,8 +318,9 @@ void Context::matmul_grouped(const WeightView& w, int64_t n_groups, const float*
 void Context::matmul_grouped(const WeightView& w, int64_t n_groups, const float* x,
                              int64_t n_tokens, float* y, const GroupedLayout& layout) {
   assert(n_groups > 0 && w.n_rows % n_groups == 0);
-  impl_->macs.fetch_add(static_cast<uint64_t>(w.n_rows * w.n_cols * n_tokens),
-                        std::memory_order_relaxed);
+  const double macs = static_cast<double>(w.n_rows * w.n_cols * n_tokens);
+  OpProfile::Scope scope(impl_->profile, {"matmul grouped", w.type, w.n_cols, w.n_rows}, macs);
+  impl_->macs.fetch_add(static_cast<uint64_t>(macs), std::memory_order_relaxed);
   const gguf::GgmlType act_type = quant::activation_type(w.type);
   const TileFn tile = tile_fn(*impl_->kernels, w.type);
   assert(tile != nullptr && "matmul_grouped: weight type without kernels");
@@ -319,6 +337,7 @@ void Context::matmul_grouped(const WeightView& w, int64_t n_groups, const float*
     x_token = quant::row_size(act_type, n_cols);
     x_group = x_token * static_cast<size_t>(n_tokens);
     impl_->ensure_act(x_group * static_cast<size_t>(n_groups));
+    OpProfile::Scope q(impl_->profile, {"quantize x", act_type, n_cols, 0});
     const auto src = [&](int64_t i) {
       return x + (i / n_tokens) * layout.x_group + (i % n_tokens) * layout.x_token;
     };
@@ -354,9 +373,10 @@ void Context::matmul_chained(const WeightView& w1, const WeightView& w2, int64_t
                              int64_t y2_stride, const WeightView* extra, float* extra_y) {
   assert(n_groups > 0 && w1.n_rows % n_groups == 0 && w2.n_rows % n_groups == 0);
   assert(w2.n_cols <= y1_stride && (extra == nullptr || extra->n_cols == w1.n_cols));
-  impl_->macs.fetch_add(static_cast<uint64_t>(w1.n_rows * w1.n_cols + w2.n_rows * w2.n_cols +
-                                              (extra ? extra->n_rows * extra->n_cols : 0)),
-                        std::memory_order_relaxed);
+  const double macs = static_cast<double>(w1.n_rows * w1.n_cols + w2.n_rows * w2.n_cols +
+                                          (extra ? extra->n_rows * extra->n_cols : 0));
+  OpProfile::Scope scope(impl_->profile, {"matmul chained", w1.type, w1.n_cols, w1.n_rows}, macs);
+  impl_->macs.fetch_add(static_cast<uint64_t>(macs), std::memory_order_relaxed);
   // One operand of a product: its tile and weight rows, its activation row's format.
   struct Operand {
     TileFn tile;
@@ -423,6 +443,7 @@ void Context::matmul_chained(const WeightView& w1, const WeightView& w2, int64_t
 }
 
 void Context::get_rows(const WeightView& w, const int32_t* ids, int64_t n_ids, float* out) {
+  OpProfile::Scope scope(impl_->profile, {"get_rows", w.type, w.n_cols, 0});
   const size_t w_stride = quant::row_size(w.type, w.n_cols);
   const auto* base = static_cast<const uint8_t*>(w.data);
   for (int64_t i = 0; i < n_ids; ++i) {

@@ -2,6 +2,8 @@
 
 #include <cassert>
 
+#include "compute/op_profile.h"
+
 namespace hypura::model {
 namespace {
 
@@ -61,6 +63,7 @@ void Blocks::mla_query_key(const AttnViews& a) {
 }
 
 Status Blocks::acquire_attention(int64_t il, AttnViews* out) {
+  const compute::OpProfile::Scope wait(op_profile(), {"weights wait"});
   const LayerWeights& lw = weights_.layers[il];
   return acquire_views(provider_, il,
                        {{lw.attn_norm, &out->norm},
@@ -86,6 +89,7 @@ Status Blocks::acquire_attention(int64_t il, AttnViews* out) {
 }
 
 Status Blocks::acquire_ffn(int64_t il, FfnViews* out) {
+  const compute::OpProfile::Scope wait(op_profile(), {"weights wait"});
   const LayerWeights& lw = weights_.layers[il];
   out->gate_exps = lw.ffn_gate_exps;
   out->up_exps = lw.ffn_up_exps;

@@ -77,6 +77,8 @@ class Blocks {
   int64_t n_ctx() const { return n_ctx_; }  // the longest sequence the scratch is sized for
   // Whether the row buffers and the KV cache this implementation reads are device memory.
   virtual bool on_device() const = 0;
+  // Where this implementation times its work (`bench --profile-ops`); null: not timed.
+  virtual compute::OpProfile* op_profile() const { return nullptr; }
 
   // Starts a batch of the sequences' rows, in order (row0 is filled in), each caching
   // into its own kv. logits_only: the outputs are the logits of each sequence's last

@@ -84,6 +84,10 @@ CpuBlocks::CpuBlocks(const HParams& hp, const WeightMap& weights, compute::Conte
                         hp.n_head * hp.head_dim_v_mla, hp.n_ff_expert * hp.n_expert_shared}));
 }
 
+compute::OpProfile::Scope CpuBlocks::timed(std::string_view op) const {
+  return {op_profile(), {op}};
+}
+
 template <class Fn>
 void CpuBlocks::parallel_for(int64_t n, Fn&& fn) {
   if (n < 2 || ctx_.n_threads() == 1) {
@@ -98,6 +102,7 @@ void CpuBlocks::parallel_for(int64_t n, Fn&& fn) {
 }
 
 void CpuBlocks::embed(const WeightView& table, const int32_t* tokens) {
+  const auto scope = timed("embed");
   ctx_.get_rows(table, tokens, n_tokens_, x());
 }
 
@@ -106,6 +111,7 @@ void CpuBlocks::continue_from(const float* host_x) {
 }
 
 Status CpuBlocks::finish(const WeightView& output, float* logits, float* hidden) {
+  const auto scope = timed("output head");
   const int64_t e = hp_.n_embd;
   if (hidden != nullptr) std::copy_n(cur(), n_tokens_ * e, hidden);
   if (logits == nullptr) return Status::ok();  // embeddings only: no output layer
@@ -124,6 +130,7 @@ Status CpuBlocks::finish(const WeightView& output, float* logits, float* hidden)
 }
 
 void CpuBlocks::norm(const float* in, const WeightView& w, float* out) {
+  const auto scope = timed("norm");
   const int64_t width = w.n_cols;
   parallel_for(n_tokens_, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -148,10 +155,12 @@ void CpuBlocks::linear_shared(const WeightView* const* w, float* const* out, int
 }
 
 void CpuBlocks::add_bias(float* rows, const WeightView& b) {
+  const auto scope = timed("bias");
   for (int64_t t = 0; t < n_tokens_; ++t) compute::add(rows + t * b.n_cols, as_floats(b), b.n_cols);
 }
 
 void CpuBlocks::head_norm(float* rows, int64_t n_heads, const WeightView& w) {
+  const auto scope = timed("head norm");
   const int64_t d = w.n_cols;
   parallel_for(n_tokens_, [&](int64_t t0, int64_t t1) {
     for (int64_t i = t0 * n_heads; i < t1 * n_heads; ++i) {
@@ -177,6 +186,7 @@ void CpuBlocks::rotate_heads(float* row, int64_t n_heads, int64_t head_stride,
 }
 
 void CpuBlocks::rope(float* rows, int64_t n_heads, float freq_base, float freq_scale) {
+  const auto scope = timed("rope");
   const int64_t d = hp_.head_dim;
   parallel_for(n_tokens_, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t)
@@ -185,6 +195,7 @@ void CpuBlocks::rope(float* rows, int64_t n_heads, float freq_base, float freq_s
 }
 
 void CpuBlocks::rope_qk(float freq_base, float freq_scale) {
+  const auto scope = timed("rope");
   const int64_t d = hp_.head_dim;
   parallel_for(n_tokens_, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -196,6 +207,7 @@ void CpuBlocks::rope_qk(float freq_base, float freq_scale) {
 }
 
 void CpuBlocks::mla_kv(const WeightView& kv_norm) {
+  const auto scope = timed("mla");
   const int64_t rank = hp_.kv_lora_rank, d = hp_.head_dim;
   parallel_for(n_tokens_, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -216,6 +228,7 @@ void CpuBlocks::head_products(const WeightView& w, const float* in, int64_t in_s
 }
 
 void CpuBlocks::mla_absorb_q(const float* q_heads, const WeightView& wk_b) {
+  const auto scope = timed("mla");
   head_products(wk_b, q_heads, hp_.head_dim_mla, q(), hp_.head_dim);
   rope_q_pe(q_heads);
 }
@@ -224,6 +237,7 @@ void CpuBlocks::mla_absorb_q(const float* q_heads, const WeightView& wk_b) {
 // q rows and their absorption chained per head (Context::matmul_chained), Wkv_a beside
 // them or beside Wq_a; each product as mla_absorb_q() and linear() compute it.
 void CpuBlocks::mla_query_key(const AttnViews& a) {
+  const auto scope = timed("mla");
   if (n_tokens_ != 1) {
     Blocks::mla_query_key(a);
     return;
@@ -259,14 +273,17 @@ void CpuBlocks::rope_q_pe(const float* q_heads) {
 }
 
 void CpuBlocks::mla_values(const WeightView& wv_b, float* out) {
+  const auto scope = timed("mla");
   head_products(wv_b, attn(), hp_.head_dim_v, out, hp_.head_dim_v_mla);
 }
 
 void CpuBlocks::scale(float* rows, int64_t width, float s) {
+  const auto scope = timed("scale");
   compute::scale(rows, s, n_tokens_ * width);
 }
 
 void CpuBlocks::residual(float* x, const float* y) {
+  const auto scope = timed("residual");
   compute::add(x, y, n_tokens_ * hp_.n_embd);
 }
 
@@ -287,6 +304,7 @@ void CpuBlocks::residual(float* x, const float* y) {
 // and every score, update and merge is computed by the same code whichever path, batch or
 // block it is in, so a prompt split into any batches gives bit-identical rows.
 void CpuBlocks::attention(int64_t il, bool swa, float kq_scale, const WeightView& sinks) {
+  const auto scope = timed("attention");
   sinks_ = as_floats(sinks);
   for (const SeqRows& seq : seqs_) attend_seq(il, seq, swa, kq_scale);
 }
@@ -472,6 +490,7 @@ void CpuBlocks::observe_last_rows(int64_t il, const float* in) {
 }
 
 Status CpuBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float* out) {
+  const auto scope = timed("moe routing, experts' waits and sums");
   observe_last_rows(il, in);
   linear(w.router, in, router_probs_.data());
   // gpt-oss's router bias shifts the logits themselves (exp_probs_b only the selection).

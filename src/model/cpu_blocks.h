@@ -9,8 +9,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
+#include "compute/op_profile.h"
 #include "model/blocks.h"
 #include "model/host_experts.h"
 
@@ -22,6 +24,7 @@ class CpuBlocks final : public Blocks {
             WeightProvider& provider, int64_t max_batch, int64_t n_ctx);
 
   bool on_device() const override { return false; }
+  compute::OpProfile* op_profile() const override { return ctx_.op_profile(); }
   void embed(const WeightView& table, const int32_t* tokens) override;
   void continue_from(const float* host_x) override;
   void norm(const float* in, const WeightView& w, float* out) override;
@@ -63,6 +66,8 @@ class CpuBlocks final : public Blocks {
   void clear_partial(const Partial& p, int64_t n_rows) const;
   void merge_partial(const Partial& total, const Partial& part, int64_t n_rows) const;
   void write_attention(const SeqRows& seq, int64_t g, int64_t t0, int64_t t1, const Partial& total);
+  // Times the block's own work (the products it calls are timed apart) when profiling.
+  compute::OpProfile::Scope timed(std::string_view op) const;
   const float* sinks_ = nullptr;  // the current attention()'s sink logits (n_head), or null
   // Runs fn(begin, end) over [0, n) split across the compute pool (inline when n < 2).
   // Elementwise and row-wise work only: results do not depend on the split.

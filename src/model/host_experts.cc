@@ -4,11 +4,13 @@
 #include <cstring>
 
 #include "compute/cpu/thread_pool.h"
+#include "compute/op_profile.h"
 #include "model/weight_provider.h"
 
 namespace hypura::model {
 
 void gated_activation(compute::Context& ctx, FfnAct act, float* gate, const float* up, int64_t n) {
+  const compute::OpProfile::Scope scope(ctx.op_profile(), {"ffn activation"});
   constexpr int64_t kChunk = 1024;
   const auto chunks = [&](int64_t c0, int64_t c1) {
     const int64_t begin = c0 * kChunk, len = std::min(c1 * kChunk, n) - begin;
@@ -84,7 +86,10 @@ Status HostExperts::run(int64_t il, const ExpertTensors& t, const float* in, int
   for (int32_t id : used_) {
     const ExpertRequest requests[3] = {{t.gate, id}, {t.up, id}, {t.down, id}};
     WeightView views[3];
-    HYPURA_RETURN_IF_ERROR(provider_.acquire_experts(static_cast<int>(il), requests, views));
+    {
+      const compute::OpProfile::Scope wait(ctx_.op_profile(), {"expert weights wait"});
+      HYPURA_RETURN_IF_ERROR(provider_.acquire_experts(static_cast<int>(il), requests, views));
+    }
     int64_t m = 0;
     for (int64_t i = 0; i < n_rows * k; ++i) {
       if (selected[i] != id) continue;
@@ -128,7 +133,10 @@ Status HostExperts::run_one_row(int64_t il, const ExpertTensors& t, const float*
     for (TensorId id : {t.gate, t.up, t.down}) requests_.push_back({id, selected[s]});
   }
   views_.resize(requests_.size());
-  HYPURA_RETURN_IF_ERROR(provider_.acquire_experts(static_cast<int>(il), requests_, views_));
+  {
+    const compute::OpProfile::Scope wait(ctx_.op_profile(), {"expert weights wait"});
+    HYPURA_RETURN_IF_ERROR(provider_.acquire_experts(static_cast<int>(il), requests_, views_));
+  }
   // Products in order: expert s's gate, up, down at views_[3s..3s+2], then the shared
   // expert's as product k; gate and up rows of product s at s * ff.
   const int64_t n_products = k + (shared != nullptr ? 1 : 0);

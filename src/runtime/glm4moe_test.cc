@@ -3,7 +3,6 @@
 // expert cache (one slot, and with speculative reads) give the resident logits bit for
 // bit, while the dense lead layer, the shared experts and the router bias stay resident.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 
@@ -34,8 +33,7 @@ golden::Model write_tiny() {
   auto valid = synth::validate(spec);
   EXPECT_TRUE(valid.is_ok()) << valid.status().message();
   // One file per process: ctest runs this file's tests in parallel processes.
-  const std::string path =
-      testing::TempDir() + "/glm4moe-tiny-f32." + std::to_string(::getpid()) + ".gguf";
+  const std::string path = golden::process_temp_dir() + "/glm4moe-tiny-f32.gguf";
   EXPECT_TRUE(synth::write_model(*valid, *vocab, path).is_ok());
   auto file = gguf::GgufFile::open(path);
   EXPECT_TRUE(file.is_ok()) << file.status().message();

@@ -774,8 +774,7 @@ TEST_P(GoldenGpu, ExpertSplitAgrees) {
 // partial NeoX RoPE, q/k/v biases) and gpt-oss-tiny (expert and router biases, sinks),
 // written by hypura synth in F32 once per process.
 std::unique_ptr<Loaded> load_synth(const std::string& preset_name) {
-  const std::string path =
-      testing::TempDir() + "/gpu-" + preset_name + "-f32." + std::to_string(::getpid()) + ".gguf";
+  const std::string path = golden::process_temp_dir() + "/gpu-" + preset_name + "-f32.gguf";
   if (!std::filesystem::exists(path)) {
     const Status st = golden::write_synth(preset_name, synth::QuantMix::kF32, path);
     EXPECT_TRUE(st.is_ok()) << st.message();

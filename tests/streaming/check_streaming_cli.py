@@ -54,6 +54,22 @@ def check_lookup_streamed(hypura, source, profile):
            f"lookup figures {s}")
 
 
+def check_profile_ops(j):
+    """--profile-ops: each test's exclusive op times fit in its timed runs and cover most of
+    them; the products carry their format, shape and multiply-accumulates."""
+    for test in j["tests"]:
+        ops, wall = test.get("ops", []), test.get("timed_seconds", 0)
+        names = {o["op"] for o in ops}
+        own = sum(o["seconds"] for o in ops)
+        expect(wall > 0 and 0.5 * wall <= own <= wall * 1.001,
+               f"{test['test']}: ops take {own} s of {wall} s")
+        expect({"matmul", "attention", "norm"} <= names | {"matmul shared"},
+               f"{test['test']}: ops {sorted(names)}")
+        products = [o for o in ops if o["op"].startswith("matmul")]
+        expect(products and all(o["macs"] > 0 and o["type"] and o["n_cols"] > 0 for o in products),
+               f"{test['test']}: products {products[:3]}")
+
+
 def main():
     hypura, source = sys.argv[1], sys.argv[2]
     golden = golden_dir(source)
@@ -68,7 +84,7 @@ def main():
         common = ["--profile", profile, "--context", "256"]
 
         r = run([hypura, "bench", model, "--ram-budget", "400M", "-p", "8", "-n", "4", "-r", "1",
-                 "--no-reference", "--json"] + common)
+                 "--no-reference", "--json", "--profile-ops"] + common)
         expect(r.returncode == 0, f"bench under 400M: exit {r.returncode}: {r.stderr[-500:]}")
         if r.returncode == 0:
             j = json.loads(r.stdout)
@@ -83,6 +99,7 @@ def main():
             # Every generated token is one forward pass reading each streamed tensor once.
             expect(abs(t["bytes_read_per_token"] - streamed) <= 1e-6 * streamed,
                    f"read {t['bytes_read_per_token']} bytes per token, plan streams {streamed}")
+            check_profile_ops(j)
 
             r = run([hypura, "inspect", model, "--plan", "--json", "--ram-budget", "400M"] + common)
             expect(r.returncode == 0, f"inspect --plan: exit {r.returncode}: {r.stderr[-300:]}")

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -28,6 +30,22 @@ using model::golden::read_f32_file;
 using model::golden::sequence;
 using model::golden::top1;
 using model::golden::Top1;
+
+// A folder of this test process's own, removed when the process exits: models a test
+// binary writes once per process live here (ctest runs a file's tests in parallel
+// processes, and a 27 MB model left behind per run fills /tmp).
+inline const std::string& process_temp_dir() {
+  struct Dir {
+    std::string path = ::testing::TempDir() + "/hypura-test-" + std::to_string(::getpid());
+    Dir() { std::filesystem::create_directories(path); }
+    ~Dir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const Dir dir;
+  return dir.path;
+}
 
 // `hypura synth`'s preset in `mix` with the golden models' 384-token vocabulary, at path.
 inline Status write_synth(const std::string& preset_name, synth::QuantMix mix,
