@@ -361,14 +361,20 @@ TEST(Matmul, BatchInvariance) {
   std::mt19937 rng(4);  // fixed: failures reproduce
   for (GgmlType type : all_types()) {
     const int64_t bs = std::max<int64_t>(quant::block_size(type), 32);
-    const Problem p = make_problem(type, 70, bs * 4, 19, rng);
-    for (const char* path : supported_paths()) {
-      const auto whole = run_matmul(p, 2, path, p.n_tok);
-      for (auto [threads, chunk] :
-           {std::pair{1, 1}, std::pair{2, 1}, std::pair{2, 7}, std::pair{1, 19}}) {
-        const auto other = run_matmul(p, threads, path, chunk);
-        EXPECT_EQ(std::memcmp(whole.data(), other.data(), whole.size() * sizeof(float)), 0)
-            << path << " " << gguf::type_name(type) << " threads " << threads << " chunk " << chunk;
+    // The 32-element formats also at 37 blocks: two full groups of 16 and a partial one
+    // (the VNNI levels switch kernels by token count; both must agree bit for bit).
+    for (int64_t n_blocks : {int64_t{4}, int64_t{37}}) {
+      if (n_blocks == 37 && bs != 32) continue;
+      const Problem p = make_problem(type, 70, bs * n_blocks, 19, rng);
+      for (const char* path : supported_paths()) {
+        const auto whole = run_matmul(p, 2, path, p.n_tok);
+        for (auto [threads, chunk] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{2, 3},
+                                      std::pair{2, 7}, std::pair{1, 19}}) {
+          const auto other = run_matmul(p, threads, path, chunk);
+          EXPECT_EQ(std::memcmp(whole.data(), other.data(), whole.size() * sizeof(float)), 0)
+              << path << " " << gguf::type_name(type) << " blocks " << n_blocks << " threads "
+              << threads << " chunk " << chunk;
+        }
       }
     }
   }

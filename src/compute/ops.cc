@@ -3,6 +3,7 @@
 // theta by repeated multiplication in float.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "compute/compute.h"
 #include "quant/fp16.h"
@@ -160,14 +161,30 @@ void gelu_tanh(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = gelu_tanh_one(x[i]);
 }
 
+namespace {
+// fp16(gelu(h)) for every fp16 value h, by its bits: the function's inputs and results are
+// fp16 anyway, so one lookup replaces a tanh and two conversions (13 ns -> ~2 ns a value).
+const float* gelu_fp16_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t bits = 0; bits < 65536; ++bits) {
+      const float h = quant::fp16_to_f32(static_cast<uint16_t>(bits));
+      t[bits] = quant::fp16_to_f32(quant::f32_to_fp16(gelu_tanh_one(h)));
+    }
+    return t;
+  }();
+  return table.data();
+}
+}  // namespace
+
 void gelu_tanh_fp16(float* x, int64_t n) {
+  const float* table = gelu_fp16_table();
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
     if (v <= -10.0f) {
       x[i] = 0.0f;
     } else if (v < 10.0f) {
-      const float h = quant::fp16_to_f32(quant::f32_to_fp16(v));
-      x[i] = quant::fp16_to_f32(quant::f32_to_fp16(gelu_tanh_one(h)));
+      x[i] = table[quant::f32_to_fp16(v)];
     }
   }
 }

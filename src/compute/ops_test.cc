@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "compute/compute.h"
+#include "quant/fp16.h"
 
 namespace hypura::compute {
 namespace {
@@ -126,6 +128,34 @@ TEST(Ops, Activations) {
     const double gr = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
     EXPECT_NEAR(g[i], gr, 1e-6 * (1 + std::fabs(v)));
     EXPECT_NEAR(h[i], gr, 2e-3 * (1 + std::fabs(v)));  // fp16 input and output rounding
+  }
+}
+
+// The table behind gelu_tanh_fp16 gives what rounding, the formula and rounding again give,
+// bit for bit, at every fp16 value and between them; outside (-10, 10) it is 0 or x.
+TEST(Ops, GeluFp16IsTheRoundedFormulaEverywhere) {
+  std::vector<float> x;
+  for (uint32_t bits = 0; bits < 65536; ++bits) {
+    const float h = quant::fp16_to_f32(static_cast<uint16_t>(bits));
+    if (!std::isfinite(h)) continue;
+    x.push_back(h);
+    x.push_back(std::nextafter(h, 0.0f));  // rounds to h or its neighbour
+  }
+  std::vector<float> got = x;
+  gelu_tanh_fp16(got.data(), static_cast<int64_t>(got.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float v = x[i];
+    float want = v;
+    if (v <= -10.0f) {
+      want = 0.0f;
+    } else if (v < 10.0f) {
+      const float h = quant::fp16_to_f32(quant::f32_to_fp16(v));
+      const float g =
+          0.5f * h *
+          (1.0f + std::tanh(0.79788456080286535587989211986876f * h * (1.0f + 0.044715f * h * h)));
+      want = quant::fp16_to_f32(quant::f32_to_fp16(g));
+    }
+    ASSERT_EQ(std::memcmp(&got[i], &want, sizeof(float)), 0) << "x = " << v;
   }
 }
 

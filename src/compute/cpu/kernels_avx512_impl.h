@@ -527,57 +527,84 @@ inline void add_fifth_bit(const uint8_t* b, size_t bs, int m, int qh_off, __m512
 
 // Each format's weights of one group: W[k] = elements 4k..4k+3 of each block, as signed
 // bytes (kSigned) or unsigned ones (formats with a minimum). Legacy32 reads the scale (and
-// minimum) fields, which every format keeps at byte 0 (and 2).
+// minimum) fields, which every format keeps at byte 0 (and 2). unsigned_weights() gives
+// the same values plus kOffset as unsigned bytes, lane L from the block at b + L * stride
+// (Rows32: one block of each of 16 rows).
 struct WQ8_0 {
   using Block = BlockQ8_0;
   static constexpr bool kSigned = true;
+  static constexpr int kOffset = 128;
   static void weights(const uint8_t* b, int m, __m512i* W) {
     load_transposed16(b, sizeof(Block), m, offsetof(Block, qs), W);
     load_transposed16(b, sizeof(Block), m, offsetof(Block, qs) + 16, W + 4);
   }
+  static void unsigned_weights(const uint8_t* b, size_t stride, int m, __m512i* W) {
+    load_transposed16(b, stride, m, offsetof(Block, qs), W);
+    load_transposed16(b, stride, m, offsetof(Block, qs) + 16, W + 4);
+    for (int k = 0; k < 8; ++k) W[k] = _mm512_xor_si512(W[k], _mm512_set1_epi8(-128));
+  }
 };
+// A signed nibble format's weights: its unsigned ones less the offset.
+template <class WF>
+inline void signed_weights(const uint8_t* b, int m, __m512i* W) {
+  WF::unsigned_weights(b, sizeof(typename WF::Block), m, W);
+  for (int k = 0; k < 8; ++k) W[k] = _mm512_sub_epi8(W[k], _mm512_set1_epi8(WF::kOffset));
+}
 struct WQ4_0 {
   using Block = BlockQ4_0;
   static constexpr bool kSigned = true;
-  static void weights(const uint8_t* b, int m, __m512i* W) {
-    nibbles_transposed(b, sizeof(Block), m, offsetof(Block, qs), W);
-    for (int k = 0; k < 8; ++k) W[k] = _mm512_sub_epi8(W[k], _mm512_set1_epi8(8));
+  static constexpr int kOffset = 8;
+  static void weights(const uint8_t* b, int m, __m512i* W) { signed_weights<WQ4_0>(b, m, W); }
+  static void unsigned_weights(const uint8_t* b, size_t stride, int m, __m512i* W) {
+    nibbles_transposed(b, stride, m, offsetof(Block, qs), W);
   }
 };
 struct WQ5_0 {
   using Block = BlockQ5_0;
   static constexpr bool kSigned = true;
-  static void weights(const uint8_t* b, int m, __m512i* W) {
-    nibbles_transposed(b, sizeof(Block), m, offsetof(Block, qs), W);
-    add_fifth_bit(b, sizeof(Block), m, offsetof(Block, qh), W);
-    for (int k = 0; k < 8; ++k) W[k] = _mm512_sub_epi8(W[k], _mm512_set1_epi8(16));
+  static constexpr int kOffset = 16;
+  static void weights(const uint8_t* b, int m, __m512i* W) { signed_weights<WQ5_0>(b, m, W); }
+  static void unsigned_weights(const uint8_t* b, size_t stride, int m, __m512i* W) {
+    nibbles_transposed(b, stride, m, offsetof(Block, qs), W);
+    add_fifth_bit(b, stride, m, offsetof(Block, qh), W);
   }
 };
-// MXFP4: nibble codes looked up in the doubled E2M1 values (one table per 128-bit lane;
-// written out here rather than read from quant::kMxfp4Values: see check_isa_symbols.cmake).
+// MXFP4: nibble codes looked up in the doubled E2M1 values plus 12 (one table per 128-bit
+// lane; written out here rather than read from quant::kMxfp4Values: see
+// check_isa_symbols.cmake).
 struct WMXFP4 {
   using Block = BlockMXFP4;
   static constexpr bool kSigned = true;
-  static void weights(const uint8_t* b, int m, __m512i* W) {
-    nibbles_transposed(b, sizeof(Block), m, offsetof(Block, qs), W);
+  static constexpr int kOffset = 12;
+  static void weights(const uint8_t* b, int m, __m512i* W) { signed_weights<WMXFP4>(b, m, W); }
+  static void unsigned_weights(const uint8_t* b, size_t stride, int m, __m512i* W) {
+    nibbles_transposed(b, stride, m, offsetof(Block, qs), W);
     const __m512i values = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
     for (int k = 0; k < 8; ++k) W[k] = _mm512_shuffle_epi8(values, W[k]);
   }
 };
 struct WQ4_1 {
   using Block = BlockQ4_1;
   static constexpr bool kSigned = false;
+  static constexpr int kOffset = 0;
   static void weights(const uint8_t* b, int m, __m512i* W) {
-    nibbles_transposed(b, sizeof(Block), m, offsetof(Block, qs), W);
+    unsigned_weights(b, sizeof(Block), m, W);
+  }
+  static void unsigned_weights(const uint8_t* b, size_t stride, int m, __m512i* W) {
+    nibbles_transposed(b, stride, m, offsetof(Block, qs), W);
   }
 };
 struct WQ5_1 {
   using Block = BlockQ5_1;
   static constexpr bool kSigned = false;
+  static constexpr int kOffset = 0;
   static void weights(const uint8_t* b, int m, __m512i* W) {
-    nibbles_transposed(b, sizeof(Block), m, offsetof(Block, qs), W);
-    add_fifth_bit(b, sizeof(Block), m, offsetof(Block, qh), W);
+    unsigned_weights(b, sizeof(Block), m, W);
+  }
+  static void unsigned_weights(const uint8_t* b, size_t stride, int m, __m512i* W) {
+    nibbles_transposed(b, stride, m, offsetof(Block, qs), W);
+    add_fifth_bit(b, stride, m, offsetof(Block, qh), W);
   }
 };
 
@@ -660,6 +687,140 @@ struct Legacy32 {
   }
 };
 
+#if defined(__AVX512VNNI__)
+// ---- 32-element formats on the VNNI levels: row-interleaved tiles for prompts ----
+//
+// Legacy32 puts 16 blocks of one row in the lanes, so a row's last group leaves lanes idle
+// (576 columns are 18 blocks in 32 lanes, 640 are 20) and every (row, token) ends in a
+// horizontal sum. Rows32 puts one block of 16 rows in the lanes instead: lane L of every
+// vector belongs to row r0 + L, so the lanes are full whatever the row width, and a
+// token's 16 outputs leave in one store. It computes what Legacy32 computes, bit for bit:
+// per row, partial sum j takes blocks j, j + 16, ... in order with the same float
+// operations as Legacy32's lane j (kept in memory, A[t][j], lanes = rows), and the 16
+// partials meet in hsum512's order. So a tile picks either by its token count (Legacy32
+// for a few tokens: it reads each row as one stream, which decode needs) and results stay
+// batch-invariant.
+//
+// The weights are unsigned (the format's values plus kOffset, transposed in registers per
+// block and shared by the tile's tokens), so the exact integer dot product is dpbusd(u, y)
+// - kOffset * sum(y), with the activation sums taken once per tile call and token. dpbusd
+// adds into int32 without 16-bit steps, so Q8_0's u up to 255 does not saturate (hence
+// VNNI only). Activations are Legacy32's transposed groups.
+template <class WF>
+struct Rows32 {
+  using Block = typename WF::Block;
+  static constexpr bool kMin = !WF::kSigned;
+  static constexpr int kFields = kMin ? 2 : 1;  // fp16 fields ahead of a group's rows
+  static constexpr size_t kActBlock = kMin ? sizeof(BlockQ8_1) : sizeof(BlockQ8_0);
+  static constexpr int kTok = 8;               // tokens sharing one unpacking of a block's weights
+  static constexpr int kMinTokens = 4;         // fewer: Legacy32
+  static constexpr int64_t kMaxBlocks = 1024;  // wider rows (32768 columns): Legacy32
+
+  // sums[t * nb + b] = kOffset * the sum of token t's quants in block b (a group's row k
+  // holds dword k of each block: eight dpbusd with ones leave each block's sum in its lane).
+  static void offset_sums(int64_t nb, const uint8_t* x, size_t xs, int nt, int32_t* sums) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int t = 0; t < nt; ++t) {
+      for (int64_t b0 = 0; b0 < nb; b0 += kLanes) {
+        const ActGroup y{x + t * xs + b0 * kActBlock, group_size(nb, b0)};
+        __m512i sum = _mm512_setzero_si512();
+        for (int k = 0; k < 8; ++k) sum = _mm512_dpbusd_epi32(sum, ones, y.row(k, kFields));
+        sum = _mm512_mullo_epi32(sum, _mm512_set1_epi32(WF::kOffset));
+        _mm512_mask_storeu_epi32(sums + t * nb + b0, lane_mask(y.m), sum);
+      }
+    }
+  }
+
+  // hsum512's order over 16 vectors, lane by lane: (p0 + p8) + (p4 + p12) ... as it pairs
+  // the halves, then the quarters, then the pairs.
+  static __m512 sum16(const __m512* p) {
+    __m512 h[8], q[4];
+    for (int j = 0; j < 8; ++j) h[j] = _mm512_add_ps(p[j], p[j + 8]);
+    for (int j = 0; j < 4; ++j) q[j] = _mm512_add_ps(h[j], h[j + 4]);
+    return _mm512_add_ps(_mm512_add_ps(q[0], q[2]), _mm512_add_ps(q[1], q[3]));
+  }
+
+  // Rows r < m of w against T tokens: y[t * ys + r]. Partial j runs over blocks j, j + 16,
+  // ... with its T accumulators in registers, then rests in memory until the sum.
+  template <int T>
+  static void rows(int64_t nb, const uint8_t* w, size_t ws, int m, const uint8_t* x, size_t xs,
+                   const int32_t* sums, float* y, size_t ys) {
+    alignas(64) __m512 part[T][kLanes], part_m[kMin ? T : 1][kLanes];
+    for (int j = 0; j < kLanes; ++j) {
+      __m512 acc[T], accm[T];
+      for (int t = 0; t < T; ++t) acc[t] = accm[t] = _mm512_setzero_ps();
+      for (int64_t b0 = 0; b0 + j < nb; b0 += kLanes) {
+        const int g = group_size(nb, b0);
+        const uint8_t* wb = w + (b0 + j) * sizeof(Block);
+        __m512i W[8];
+        WF::unsigned_weights(wb, ws, m, W);
+        const __m512i fields = gather_fields(wb, ws, m, 0);  // d (and m for Q4_1/Q5_1)
+        const __m512 dw = weight_scales<Block>(fields);
+        for (int t = 0; t < T; ++t) {
+          const uint8_t* group = x + t * xs + b0 * kActBlock;       // token t's activation group
+          const uint8_t* dword0 = group + 2 * kFields * g + 4 * j;  // of block j, row 0
+          __m512i isum = _mm512_setzero_si512();
+          if constexpr (WF::kOffset != 0) isum = _mm512_set1_epi32(-sums[t * nb + b0 + j]);
+          for (int k = 0; k < 8; ++k) {
+            int32_t q4;
+            std::memcpy(&q4, dword0 + 4 * k * g, 4);
+            isum = _mm512_dpbusd_epi32(isum, W[k], _mm512_set1_epi32(q4));
+          }
+          uint16_t dy;
+          std::memcpy(&dy, group + 2 * j, 2);
+          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
+                                   _mm512_mul_ps(dw, _mm512_set1_ps(h2f(dy))), acc[t]);
+          if constexpr (kMin) {
+            uint16_t sy;
+            std::memcpy(&sy, group + 2 * g + 2 * j, 2);
+            accm[t] = _mm512_fmadd_ps(halves_of(fields, true), _mm512_set1_ps(h2f(sy)), accm[t]);
+          }
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        part[t][j] = acc[t];
+        if constexpr (kMin) part_m[t][j] = accm[t];
+      }
+    }
+    const __mmask16 mask = lane_mask(m);
+    for (int t = 0; t < T; ++t) {
+      __m512 out = sum16(part[t]);
+      if constexpr (kMin) out = _mm512_add_ps(out, sum16(part_m[t]));
+      _mm512_mask_storeu_ps(y + t * ys, mask, out);
+    }
+  }
+
+  static void tile(int64_t n, const void* w, size_t w_stride, int n_rows, const void* x,
+                   size_t x_stride, int n_tok, float* y, size_t y_stride) {
+    const int64_t nb = n / quant::kQK;
+    if (n_tok < kMinTokens || nb > kMaxBlocks) {
+      tile_of<Legacy32<WF>, 8>(n, w, w_stride, n_rows, x, x_stride, n_tok, y, y_stride);
+      return;
+    }
+    using RowsFn = void (*)(int64_t, const uint8_t*, size_t, int, const uint8_t*, size_t,
+                            const int32_t*, float*, size_t);
+    static constexpr auto fns = []<int... I>(std::integer_sequence<int, I...>) {
+      return std::array<RowsFn, kTok>{&rows<I + 1>...};
+    }
+    (std::make_integer_sequence<int, kTok>{});
+    // On the stack: no std containers in ISA code (check_isa_symbols.cmake).
+    alignas(64) int32_t sums[kTok * kMaxBlocks];
+    const auto* wb = static_cast<const uint8_t*>(w);
+    const auto* xb = static_cast<const uint8_t*>(x);
+    for (int t0 = 0; t0 < n_tok; t0 += kTok) {
+      const int nt = n_tok - t0 < kTok ? n_tok - t0 : kTok;
+      const uint8_t* xt = xb + t0 * x_stride;
+      if constexpr (WF::kOffset != 0) offset_sums(nb, xt, x_stride, nt, sums);
+      for (int r0 = 0; r0 < n_rows; r0 += kLanes) {
+        const int m = n_rows - r0 < kLanes ? n_rows - r0 : kLanes;
+        fns[nt - 1](nb, wb + r0 * w_stride, w_stride, m, xt, x_stride, sums, y + t0 * y_stride + r0,
+                    y_stride);
+      }
+    }
+  }
+};
+#endif  // __AVX512VNNI__
+
 // ---- float weights against F32 activations ----
 
 struct LoadF32 {
@@ -723,12 +884,21 @@ void fill_avx512_table(KernelTable* table) {
   set(gguf::GgmlType::F32, tile_of<FloatDot<LoadF32>>);
   set(gguf::GgmlType::F16, tile_of<FloatDot<LoadF16>>);
   set(gguf::GgmlType::BF16, tile_of<FloatDot<LoadBF16>>);
+#if defined(__AVX512VNNI__)
+  set(gguf::GgmlType::Q8_0, Rows32<WQ8_0>::tile);
+  set(gguf::GgmlType::Q4_0, Rows32<WQ4_0>::tile);
+  set(gguf::GgmlType::Q5_0, Rows32<WQ5_0>::tile);
+  set(gguf::GgmlType::Q4_1, Rows32<WQ4_1>::tile);
+  set(gguf::GgmlType::Q5_1, Rows32<WQ5_1>::tile);
+  set(gguf::GgmlType::MXFP4, Rows32<WMXFP4>::tile);
+#else
   set(gguf::GgmlType::Q8_0, tile_of<Legacy32<WQ8_0>, 8>);
   set(gguf::GgmlType::Q4_0, tile_of<Legacy32<WQ4_0>, 8>);
   set(gguf::GgmlType::Q5_0, tile_of<Legacy32<WQ5_0>, 8>);
   set(gguf::GgmlType::Q4_1, tile_of<Legacy32<WQ4_1>, 8>);
   set(gguf::GgmlType::Q5_1, tile_of<Legacy32<WQ5_1>, 8>);
   set(gguf::GgmlType::MXFP4, tile_of<Legacy32<WMXFP4>, 8>);
+#endif
   set(gguf::GgmlType::Q2_K, tile_of<Q2K, 8>);
   set(gguf::GgmlType::Q3_K, tile_of<Q3K, 8>);
   set(gguf::GgmlType::Q4_K, tile_of<QK4<false>, 8>);
