@@ -597,6 +597,10 @@ bool HttpServer::Impl::finish_exchange(Exchange& ex, httplib::DataSink& sink) {
       t_log.detail += fmt::format(" mask={:.2f}ms/token",
                                   1e3 * result->grammar_seconds / result->generated_tokens);
     }
+    if (result->spec.drafted > 0) {  // --lookup / --draft: guesses kept of those verified
+      t_log.detail += fmt::format(" spec={}/{} in {} passes", result->spec.accepted,
+                                  result->spec.drafted, result->spec.passes);
+    }
   }
   if (!sink.write(body.data(), body.size())) return false;
   sink.done();

@@ -385,6 +385,36 @@ class QwenTests(ServedModel):
         self.assertEqual(c.choices[0].text, r.response)
 
 
+class LookupTests(ServedModel):
+    """`serve --lookup` (issue 33): greedy replies are the plain server's, token for token,
+    whole and streamed, and the request's log line counts the guesses kept."""
+    MODEL_FILE = QWEN
+    SERVE_ARGS = ("--context", "1024", "--alias", "qwen", "--lookup")
+    PROMPT = ("Copy this code exactly, without any explanation:\n"
+              "def scale(values, factor):\n    out = []\n    for value in values:\n"
+              "        out.append(value * factor)\n    return out\n")
+    OPTIONS = {"temperature": 0, "num_predict": 48, "repeat_penalty": 1}
+
+    def test_greedy_replies_are_the_plain_servers(self):
+        plain = Serve(self.path, "--context", "1024", "--alias", "qwen")
+        try:
+            want = plain.ollama.generate(self.model, self.PROMPT, options=self.OPTIONS).response
+        finally:
+            self.assertEqual(plain.stop(), 0, plain.log())
+        since = len(self.s.lines)
+        got = self.s.ollama.generate(self.model, self.PROMPT, options=self.OPTIONS)
+        self.assertEqual(got.response, want)
+        spec = self.s.wait_log(r"spec=(\d+)/(\d+) in (\d+) passes", since)
+        self.assertTrue(spec, self.s.log())
+        kept, drafted, passes = map(int, spec[-1])
+        self.assertGreater(drafted, 0)
+        self.assertGreater(kept, 0, "no guess kept on a reply that copies its prompt")
+        self.assertLess(passes, got.eval_count, "every token took a pass of its own")
+        streamed = "".join(part.response for part in self.s.ollama.generate(
+            self.model, self.PROMPT, options=self.OPTIONS, stream=True))
+        self.assertEqual(streamed, want)
+
+
 class QwenToolTests(ServedModel):
     """Tool calling with Qwen2.5-Coder's template and <tool_call> format."""
     MODEL_FILE = QWEN
