@@ -791,26 +791,12 @@ Result<GenerateResult> LocalSession::generate(
     draft_length_.emplace(so.max_draft);  // a new drafter: its costs are measured afresh
     draft_length_for_ = so;
   }
-  DraftLength& draft_length = *draft_length_;
-  const int64_t n_vocab = engine_.n_vocab();
-  // A speculative pass fed [token, guesses...] from position `base`; row r of spec_logits_
-  // holds the logits after its token r, and the next token is sampled from row `row`.
-  // Outside such a pass (spec_rows == 0) it is sampled from logits_.
-  std::vector<int32_t> fed, guesses;
-  int64_t base = 0, spec_rows = 0, row = 0;
-  // The last pass, for DraftLength once its rows are sampled (what it kept is known then).
-  struct Pass {
-    int guessed = 0;
-    int64_t kept_before = 0;
-    double pass_s = 0, draft_s = 0;
-  };
-  std::optional<Pass> last_pass;
-  const auto settle_pass = [&] {
-    if (!last_pass) return;
-    const auto kept = static_cast<int>(result.spec.accepted - last_pass->kept_before);
-    draft_length.record(last_pass->guessed, kept, last_pass->pass_s, last_pass->draft_s);
-    last_pass.reset();
-  };
+  SpeculativePasses passes(drafter.get(), *draft_length_, so, engine_.n_vocab(), history_,
+                           logits_.data(), spec_logits_,
+                           [this](std::span<const int32_t> tokens, int64_t n_rows, float* rows) {
+                             return n_rows > 0 ? feed(tokens, nullptr, n_rows, rows) : feed(tokens);
+                           });
+  const auto ends = [&](int32_t t) { return tok.is_end_of_generation(t); };
   t0 = Clock::now();
   bool stopped = false;
   for (int64_t i = 0; i < limit; ++i) {
@@ -818,7 +804,7 @@ Result<GenerateResult> LocalSession::generate(
       result.done_reason = "cancelled";
       break;
     }
-    float* logits = spec_rows > 0 ? spec_logits_.data() + row * n_vocab : logits_.data();
+    float* logits = passes.logits();
     if (matcher) {
       const auto tm = Clock::now();
       const bool any = mask_logits(*matcher, logits);
@@ -827,14 +813,10 @@ Result<GenerateResult> LocalSession::generate(
         return Status(StatusCode::kInternal,
                       "constrained sampling: no token of the vocabulary continues the document");
     }
-    // The tokens this row's logits follow: a pass's later guesses are not context yet.
-    const auto seen = spec_rows > 0 ? std::span<const int32_t>(history_).first(base + row + 1)
-                                    : std::span<const int32_t>(history_);
-    const int32_t guess = row + 1 < spec_rows ? guesses[row] : -1;
     bool kept = false;
-    const int32_t id = sampler.sample_draft(logits, seen, guess, &kept);
+    const int32_t id = sampler.sample_draft(logits, passes.seen(), passes.guess(), &kept);
     if (kept) result.spec.accepted++;
-    if (tok.is_end_of_generation(id)) {
+    if (ends(id)) {
       result.done_reason = "stop";
       break;
     }
@@ -853,49 +835,16 @@ Result<GenerateResult> LocalSession::generate(
       break;
     }
     if (kept) {  // the guess is in the cache already: its row's logits come next
-      ++row;
+      passes.kept();
       continue;
     }
-    if (spec_rows > 0) history_.resize(static_cast<size_t>(base + row + 1));  // drop the rest
-    spec_rows = 0;
-    settle_pass();
+    passes.settle(result.spec);
     if (n_past() >= n_ctx()) break;  // context full: "length"
     // The next pass: the token, and as many guesses as pay (none without a drafter).
     const int64_t room = std::min(limit - i - 1, n_ctx() - n_past() - 1);
-    const int64_t length = so.fixed_length ? so.max_draft : draft_length.next();
-    const int want = drafter ? static_cast<int>(std::min(length, room)) : 0;
-    const auto td = Clock::now();
-    guesses.clear();
-    if (want > 0) {
-      history_.push_back(id);  // the context the guesses continue
-      const Status st = drafter->propose(history_, want, &guesses);
-      history_.pop_back();
-      HYPURA_RETURN_IF_ERROR(st);
-      // Nothing follows an end of generation: guesses past one would never be judged.
-      const auto end = std::find_if(guesses.begin(), guesses.end(),
-                                    [&](int32_t g) { return tok.is_end_of_generation(g); });
-      if (end != guesses.end()) guesses.erase(end + 1, guesses.end());
-    }
-    const double draft_s = seconds_since(td);
-    const auto tp = Clock::now();
-    result.spec.passes++;
-    if (guesses.empty()) {
-      HYPURA_RETURN_IF_ERROR(feed(std::span(&id, 1)));
-    } else {
-      fed.assign(1, id);
-      fed.insert(fed.end(), guesses.begin(), guesses.end());
-      spec_rows = static_cast<int64_t>(fed.size());
-      spec_logits_.resize(static_cast<size_t>(spec_rows * n_vocab));
-      base = n_past();
-      row = 0;
-      HYPURA_RETURN_IF_ERROR(feed(fed, nullptr, spec_rows, spec_logits_.data()));
-      result.spec.drafted += static_cast<int64_t>(guesses.size());
-    }
-    if (drafter)
-      last_pass =
-          Pass{static_cast<int>(guesses.size()), result.spec.accepted, seconds_since(tp), draft_s};
+    HYPURA_RETURN_IF_ERROR(passes.next_pass(id, room, ends, &result.spec));
   }
-  if (spec_rows > 0) history_.resize(static_cast<size_t>(base + row + 1));
+  passes.finish();
   // Bytes still held by the detokenizer are the start of a character that will never be
   // completed (the answer was cut, or the model ended mid-character).
   if (options.drop_unfinished_char) {

@@ -1,6 +1,7 @@
 #include "runtime/speculative.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "runtime/sampler.h"
@@ -106,6 +107,81 @@ Result<std::unique_ptr<Drafter>> make_drafter(const SpeculationOptions& options,
   }
   if (options.lookup) return std::unique_ptr<Drafter>(std::make_unique<LookupDrafter>());
   return std::unique_ptr<Drafter>();
+}
+
+SpeculativePasses::SpeculativePasses(Drafter* drafter, DraftLength& length,
+                                     const SpeculationOptions& options, int64_t n_vocab,
+                                     std::vector<int32_t>& history, float* plain,
+                                     std::vector<float>& rows, Feed feed)
+    : drafter_(drafter),
+      length_(length),
+      options_(options),
+      n_vocab_(n_vocab),
+      history_(history),
+      plain_(plain),
+      rows_(rows),
+      feed_(std::move(feed)) {}
+
+float* SpeculativePasses::logits() {
+  return n_rows_ > 0 ? rows_.data() + row_ * n_vocab_ : plain_;
+}
+
+std::span<const int32_t> SpeculativePasses::seen() const {
+  // A pass's later guesses are not context yet.
+  const std::span<const int32_t> all(history_);
+  return n_rows_ > 0 ? all.first(static_cast<size_t>(base_ + row_ + 1)) : all;
+}
+
+void SpeculativePasses::finish() {
+  if (n_rows_ > 0) history_.resize(static_cast<size_t>(base_ + row_ + 1));
+  n_rows_ = 0;
+}
+
+void SpeculativePasses::settle(const SpecStats& stats) {
+  finish();  // the guesses after the row sampled are dropped
+  if (!last_) return;
+  const auto kept = static_cast<int>(stats.accepted - last_->kept_before);
+  length_.record(last_->guessed, kept, last_->pass_s, last_->draft_s);
+  last_.reset();
+}
+
+Status SpeculativePasses::next_pass(int32_t id, int64_t room,
+                                    const std::function<bool(int32_t)>& stop, SpecStats* stats) {
+  using Clock = std::chrono::steady_clock;
+  const auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  const int64_t length = options_.fixed_length ? options_.max_draft : length_.next();
+  const int want = drafter_ != nullptr ? static_cast<int>(std::min(length, room)) : 0;
+  const auto td = Clock::now();
+  guesses_.clear();
+  if (want > 0) {
+    history_.push_back(id);  // the context the guesses continue
+    const Status st = drafter_->propose(history_, want, &guesses_);
+    history_.pop_back();
+    HYPURA_RETURN_IF_ERROR(st);
+    // Nothing follows an end of generation: guesses past one would never be judged.
+    const auto end = std::find_if(guesses_.begin(), guesses_.end(), stop);
+    if (end != guesses_.end()) guesses_.erase(end + 1, guesses_.end());
+  }
+  const double draft_s = since(td);
+  const auto tp = Clock::now();
+  stats->passes++;
+  if (guesses_.empty()) {
+    HYPURA_RETURN_IF_ERROR(feed_(std::span(&id, 1), 0, nullptr));
+  } else {
+    fed_.assign(1, id);
+    fed_.insert(fed_.end(), guesses_.begin(), guesses_.end());
+    n_rows_ = static_cast<int64_t>(fed_.size());
+    rows_.resize(static_cast<size_t>(n_rows_ * n_vocab_));
+    base_ = static_cast<int64_t>(history_.size());
+    row_ = 0;
+    HYPURA_RETURN_IF_ERROR(feed_(fed_, n_rows_, rows_.data()));
+    stats->drafted += static_cast<int64_t>(guesses_.size());
+  }
+  if (drafter_ != nullptr)
+    last_ = Pass{static_cast<int>(guesses_.size()), stats->accepted, since(tp), draft_s};
+  return Status::ok();
 }
 
 }  // namespace hypura::runtime

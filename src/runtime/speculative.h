@@ -14,7 +14,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -89,6 +91,58 @@ class DraftLength {
   // drafter's time (also on passes where it found nothing).
   double guesses_ = 0, extra_s_ = 0, draft_sum_s_ = 0;
   int since_probe_ = 0;
+};
+
+// The passes of one generation (LocalSession::generate): each feeds the last sampled token
+// and the guesses the drafter makes after it, so the row that follows a kept guess is
+// already computed. It knows which row of the pass in flight the next token is sampled
+// from, drops the cache rows of guesses that were not kept, and tells DraftLength what each
+// pass cost and kept. Without a drafter every pass is the one token.
+class SpeculativePasses {
+ public:
+  // Feeds tokens after the session's history; n_rows > 0 puts the logits of the last
+  // n_rows tokens in rows (n_rows, n_vocab), else the last token's in the plain buffer.
+  using Feed = std::function<Status(std::span<const int32_t> tokens, int64_t n_rows, float* rows)>;
+  // history: the session's tokens (the pass's guesses join it as they are fed); plain: the
+  // logits of a one-token pass; rows: the buffer a pass's rows go to (grown as needed).
+  SpeculativePasses(Drafter* drafter, DraftLength& length, const SpeculationOptions& options,
+                    int64_t n_vocab, std::vector<int32_t>& history, float* plain,
+                    std::vector<float>& rows, Feed feed);
+
+  // The logits the next token is sampled from, the tokens they follow, and the pass's
+  // guess for that position (-1: none).
+  float* logits();
+  std::span<const int32_t> seen() const;
+  int32_t guess() const { return row_ + 1 < n_rows_ ? guesses_[static_cast<size_t>(row_)] : -1; }
+  // The sampled token was the guess: its cache row and the next row's logits exist.
+  void kept() { ++row_; }
+  // The sampled token was not a guess: the rest of the pass is dropped and the pass is
+  // recorded (stats->accepted must count the guesses kept so far).
+  void settle(const SpecStats& stats);
+  // Feeds `id` and up to `room` guesses after it (stop: the tokenizer's end test, nothing
+  // follows such a guess); counts the pass and the guesses in *stats.
+  Status next_pass(int32_t id, int64_t room, const std::function<bool(int32_t)>& stop,
+                   SpecStats* stats);
+  // At the end: the history keeps only the tokens sampled.
+  void finish();
+
+ private:
+  struct Pass {  // the last pass, recorded once its rows are sampled
+    int guessed = 0;
+    int64_t kept_before = 0;
+    double pass_s = 0, draft_s = 0;
+  };
+  Drafter* drafter_;
+  DraftLength& length_;
+  const SpeculationOptions& options_;
+  int64_t n_vocab_;
+  std::vector<int32_t>& history_;
+  float* plain_;
+  std::vector<float>& rows_;
+  Feed feed_;
+  std::vector<int32_t> fed_, guesses_;
+  int64_t base_ = 0, n_rows_ = 0, row_ = 0;  // the pass's first position, its rows, the next
+  std::optional<Pass> last_;
 };
 
 // The drafter a generation asks for (SpeculationOptions), or null for none. draft_session:

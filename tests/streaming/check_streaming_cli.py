@@ -61,7 +61,9 @@ def check_profile_ops(j):
         ops, wall = test.get("ops", []), test.get("timed_seconds", 0)
         names = {o["op"] for o in ops}
         own = sum(o["seconds"] for o in ops)
-        expect(wall > 0 and 0.5 * wall <= own <= wall * 1.001,
+        # Exclusive times never exceed the wall time; they cover most of it on a quiet
+        # machine, less where the process waits for a core between passes (ctest -j).
+        expect(wall > 0 and 0.2 * wall <= own <= wall * 1.001,
                f"{test['test']}: ops take {own} s of {wall} s")
         expect({"matmul", "attention", "norm"} <= names | {"matmul shared"},
                f"{test['test']}: ops {sorted(names)}")
