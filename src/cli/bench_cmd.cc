@@ -178,31 +178,30 @@ Result<Stats> run_test(runtime::Engine& engine, runtime::Session& session, int n
                                   tokens.begin() + static_cast<std::ptrdiff_t>(n_warm));
   HYPURA_RETURN_IF_ERROR(time_run(engine, session, depth, warm, tg).status());
   if (after_warmup) after_warmup();
-  compute::Context* ctx = engine.compute_context();
-  if (profile != nullptr && ctx != nullptr) {
+  compute::Context* ctx = profile != nullptr ? engine.compute_context() : nullptr;
+  if (ctx != nullptr) {
     profile->clear();
     ctx->set_op_profile(profile);
   }
+  struct Detach {  // however the runs end: the context outlives this test's profile
+    compute::Context* ctx;
+    ~Detach() {
+      if (ctx != nullptr) ctx->set_op_profile(nullptr);
+    }
+  } detach{ctx};
   std::vector<double> tps;
   double gflops = 0, jobs = 0, seconds = 0;
-  Status failed = Status::ok();
-  for (int r = 0; r < reps && failed.is_ok(); ++r) {
-    Result<RunFigures> v = time_run(engine, session, depth, tokens, tg);
-    if (!v.is_ok()) {
-      failed = v.status();
-      break;
-    }
-    tps.push_back(v->tps);
-    gflops += v->gflops / reps;
-    jobs += v->jobs_per_token / reps;
-    seconds += v->seconds;
+  for (int r = 0; r < reps; ++r) {
+    HYPURA_ASSIGN_OR_RETURN(RunFigures v, time_run(engine, session, depth, tokens, tg));
+    tps.push_back(v.tps);
+    gflops += v.gflops / reps;
+    jobs += v.jobs_per_token / reps;
+    seconds += v.seconds;
   }
-  if (ctx != nullptr) ctx->set_op_profile(nullptr);
-  HYPURA_RETURN_IF_ERROR(failed);
   Stats s = stats(tps);
   s.gflops = gflops;
   s.jobs_per_token = jobs;
-  if (profile != nullptr && ctx != nullptr) {
+  if (ctx != nullptr) {
     s.ops = profile->entries();
     s.timed_seconds = seconds;
   }

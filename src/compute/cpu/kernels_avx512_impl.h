@@ -696,8 +696,8 @@ struct Legacy32 {
 // vector belongs to row r0 + L, so the lanes are full whatever the row width, and a
 // token's 16 outputs leave in one store. It computes what Legacy32 computes, bit for bit:
 // per row, partial sum j takes blocks j, j + 16, ... in order with the same float
-// operations as Legacy32's lane j (kept in memory, A[t][j], lanes = rows), and the 16
-// partials meet in hsum512's order. So a tile picks either by its token count (Legacy32
+// operations as Legacy32's lane j (a vector per token, lanes = rows), and the 16 partials
+// meet in hsum512's order. So a tile picks either by its token count (Legacy32
 // for a few tokens: it reads each row as one stream, which decode needs) and results stay
 // batch-invariant.
 //
