@@ -97,6 +97,12 @@ struct Context::Impl {
   mutable std::atomic<uint64_t> macs{0};
   OpProfile* profile = nullptr;  // set_op_profile(); null: off
 
+  // Counts a product's multiply-accumulates, and times it while profiling.
+  OpProfile::Scope product(const OpKey& key, double n_macs) {
+    macs.fetch_add(static_cast<uint64_t>(n_macs), std::memory_order_relaxed);
+    return {profile, key, n_macs};
+  }
+
   void ensure_act(size_t bytes) {
     if (act.size() < bytes) act.resize(bytes);  // only when reserve() was too small
   }
@@ -161,9 +167,8 @@ double Context::int8_peak_macs_per_second(double seconds) {
 }
 
 void Context::matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
-  const double macs = static_cast<double>(w.n_rows * w.n_cols * n_tokens);
-  OpProfile::Scope scope(impl_->profile, {"matmul", w.type, w.n_cols, w.n_rows}, macs);
-  impl_->macs.fetch_add(static_cast<uint64_t>(macs), std::memory_order_relaxed);
+  const auto scope = impl_->product({"matmul", w.type, w.n_cols, w.n_rows},
+                                    static_cast<double>(w.n_rows * w.n_cols * n_tokens));
   const gguf::GgmlType act_type = quant::activation_type(w.type);
   const TileFn tile = tile_fn(*impl_->kernels, w.type);
   assert(tile != nullptr && "matmul: weight type without kernels");
@@ -225,11 +230,15 @@ void Context::matmul_many(const WeightView* const* w, const float* const* x, flo
     int region;  // index into `done`, or -1 for an F32 input used in place
     float* y;
   };
-  int64_t all_rows = 0;
-  for (int i = 0; i < n; ++i) all_rows += w[i]->n_rows;
+  int64_t total_rows = 0;
+  double n_macs = 0;
+  for (int i = 0; i < n; ++i) {
+    total_rows += w[i]->n_rows;
+    n_macs += static_cast<double>(w[i]->n_rows * w[i]->n_cols * n_tokens);
+  }
   // Keyed by the first product's format and width, the rows of all.
-  OpProfile::Scope scope(impl_->profile, {"matmul shared", w[0]->type, w[0]->n_cols, all_rows},
-                         static_cast<double>(all_rows * w[0]->n_cols * n_tokens));
+  const auto scope =
+      impl_->product({"matmul shared", w[0]->type, w[0]->n_cols, total_rows}, n_macs);
   Product p[kMaxSharedProducts];
   // Each distinct (input, activation format, quantizer) is quantized once, into its own
   // region of the scratch.
@@ -243,11 +252,8 @@ void Context::matmul_many(const WeightView* const* w, const float* const* x, flo
   Quantized done[kMaxSharedProducts];
   int n_done = 0;
   size_t act_bytes = 0;
-  int64_t total_rows = 0;
   for (int i = 0; i < n; ++i) {
     const WeightView& wi = *w[i];
-    impl_->macs.fetch_add(static_cast<uint64_t>(wi.n_rows * wi.n_cols * n_tokens),
-                          std::memory_order_relaxed);
     const gguf::GgmlType act_type = quant::activation_type(wi.type);
     Product& q = p[i];
     q.tile = tile_fn(*impl_->kernels, wi.type);
@@ -259,7 +265,6 @@ void Context::matmul_many(const WeightView* const* w, const float* const* x, flo
     q.n_rows = wi.n_rows;
     q.y = y[i];
     q.region = -1;
-    total_rows += wi.n_rows;
     if (act_type == gguf::GgmlType::F32) {
       q.x = reinterpret_cast<const uint8_t*>(x[i]);
       q.x_stride = static_cast<size_t>(wi.n_cols) * sizeof(float);
@@ -318,9 +323,8 @@ void Context::matmul_grouped(const WeightView& w, int64_t n_groups, const float*
 void Context::matmul_grouped(const WeightView& w, int64_t n_groups, const float* x,
                              int64_t n_tokens, float* y, const GroupedLayout& layout) {
   assert(n_groups > 0 && w.n_rows % n_groups == 0);
-  const double macs = static_cast<double>(w.n_rows * w.n_cols * n_tokens);
-  OpProfile::Scope scope(impl_->profile, {"matmul grouped", w.type, w.n_cols, w.n_rows}, macs);
-  impl_->macs.fetch_add(static_cast<uint64_t>(macs), std::memory_order_relaxed);
+  const auto scope = impl_->product({"matmul grouped", w.type, w.n_cols, w.n_rows},
+                                    static_cast<double>(w.n_rows * w.n_cols * n_tokens));
   const gguf::GgmlType act_type = quant::activation_type(w.type);
   const TileFn tile = tile_fn(*impl_->kernels, w.type);
   assert(tile != nullptr && "matmul_grouped: weight type without kernels");
@@ -373,10 +377,10 @@ void Context::matmul_chained(const WeightView& w1, const WeightView& w2, int64_t
                              int64_t y2_stride, const WeightView* extra, float* extra_y) {
   assert(n_groups > 0 && w1.n_rows % n_groups == 0 && w2.n_rows % n_groups == 0);
   assert(w2.n_cols <= y1_stride && (extra == nullptr || extra->n_cols == w1.n_cols));
-  const double macs = static_cast<double>(w1.n_rows * w1.n_cols + w2.n_rows * w2.n_cols +
-                                          (extra ? extra->n_rows * extra->n_cols : 0));
-  OpProfile::Scope scope(impl_->profile, {"matmul chained", w1.type, w1.n_cols, w1.n_rows}, macs);
-  impl_->macs.fetch_add(static_cast<uint64_t>(macs), std::memory_order_relaxed);
+  const auto scope =
+      impl_->product({"matmul chained", w1.type, w1.n_cols, w1.n_rows},
+                     static_cast<double>(w1.n_rows * w1.n_cols + w2.n_rows * w2.n_cols +
+                                         (extra ? extra->n_rows * extra->n_cols : 0)));
   // One operand of a product: its tile and weight rows, its activation row's format.
   struct Operand {
     TileFn tile;

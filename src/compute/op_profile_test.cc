@@ -86,6 +86,14 @@ TEST(OpProfile, ContextRecordsProductsAndQuantizationsWhileSet) {
   ctx.matmul(view, x.data(), kTokens, y.data());
   ctx.set_op_profile(nullptr);
   ctx.matmul(view, x.data(), kTokens, y.data());  // not recorded
+  // The context counts every product's multiply-accumulates, profiled or not, shared too.
+  const uint64_t one = kCols * kRows * kTokens;
+  EXPECT_EQ(ctx.macs(), 3 * one);
+  const WeightView* both[] = {&view, &view};
+  std::vector<float> y2(y.size());
+  float* outs[] = {y.data(), y2.data()};
+  ctx.matmul_shared(both, outs, 2, x.data(), kTokens);
+  EXPECT_EQ(ctx.macs(), 5 * one);
 
   const std::optional<OpStats> product = find(p, "matmul Q4_0 64x8");
   ASSERT_TRUE(product.has_value());
