@@ -96,6 +96,16 @@ int default_parallel(const ModelTensors& m, const profiler::HardwareProfile& p, 
   return static_cast<int>(std::clamp<uint64_t>(fit, 1, kDefaultMaxParallel));
 }
 
+int gpu_parallel(const ModelTensors& m, const Plan& plan) {
+  const MemoryPlan& mem = plan.memory;
+  const int n = std::max(1, plan.n_seq);
+  if (mem.unified || plan.gpu.layers < m.n_layer || !plan.gpu.head || mem.kv_gpu == 0) return n;
+  const uint64_t kv_one = std::max<uint64_t>(mem.kv_gpu / static_cast<uint64_t>(n), 1);
+  const uint64_t used = mem.gpu_total();
+  const uint64_t more = (mem.gpu_limit > used ? mem.gpu_limit - used : 0) / 2 / kv_one;
+  return static_cast<int>(std::clamp<uint64_t>(n + more, n, std::max(n, kGpuMaxParallel)));
+}
+
 uint64_t process_overhead_bytes(const ModelTensors& m, const CostModel& c) {
   return c.process_base_bytes + c.process_slack_bytes +
          c.metadata_element_bytes * m.metadata_array_elements + c.token_bytes * m.n_tokens +

@@ -215,6 +215,13 @@ Result<Plan> place(const ModelTensors& model, const profiler::HardwareProfile& p
 inline constexpr int kDefaultMaxParallel = 4;
 int default_parallel(const ModelTensors& m, const profiler::HardwareProfile& p, const Budgets& b);
 
+// The same on a plan that holds every layer and the head in a discrete GPU's memory, KV
+// caches there too: a batched decode step there costs little more than one sequence's, so
+// up to kGpuMaxParallel sequences (what one step's attention launch takes), as many as fit
+// in half of the GPU memory the plan leaves free. Other plans: plan.n_seq.
+inline constexpr int kGpuMaxParallel = 16;
+int gpu_parallel(const ModelTensors& m, const Plan& plan);
+
 // ---- the cost model, exposed so tests can compare placements ----
 
 // Fills memory, pool, prefetch, expert cache and prediction for given tiers and depth,

@@ -56,6 +56,18 @@ Result<PlannedModel> plan_model(const gguf::GgufFile& file, const PlanRequest& r
     pm.budgets.n_seq = 1;
     HYPURA_ASSIGN_OR_RETURN(pm.plan, place(pm.tensors, pm.profile, pm.budgets, pm.cost));
   }
+  // A model wholly in VRAM: as many sequences as the card's free memory and a batched step
+  // take, if the plan with their caches still keeps every layer there.
+  const int on_gpu = auto_parallel ? gpu_parallel(pm.tensors, pm.plan) : pm.budgets.n_seq;
+  if (on_gpu > pm.budgets.n_seq) {
+    Budgets wider = pm.budgets;
+    wider.n_seq = on_gpu;
+    Result<Plan> plan = place(pm.tensors, pm.profile, wider, pm.cost);
+    if (plan.is_ok() && plan->gpu.layers == pm.plan.gpu.layers && plan->gpu.head) {
+      pm.budgets = wider;
+      pm.plan = *std::move(plan);
+    }
+  }
   return pm;
 }
 

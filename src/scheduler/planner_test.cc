@@ -715,6 +715,33 @@ void expect_suffix_split(const ModelTensors& m, const Plan& plan) {
   }
 }
 
+// serve's default --parallel with the whole model in VRAM: KV caches in half of what the
+// plan leaves free, up to kGpuMaxParallel; a CPU plan or a split keeps its own figure.
+TEST(DiscreteGpu, ParallelSequencesFromFreeVram) {
+  const ModelTensors m = synthetic_model(llama3_8b_q4km());  // 512 MiB of KV at 4096
+  const HardwareProfile p = with_discrete_gpu();
+  const Plan roomy = must_place(m, p, gpu_budget(uint64_t{40} << 30));
+  ASSERT_EQ(roomy.gpu.layers, m.n_layer);
+  EXPECT_EQ(gpu_parallel(m, roomy), kGpuMaxParallel);
+  const Plan tight = must_place(m, p, gpu_budget(uint64_t{7} << 30));
+  ASSERT_EQ(tight.gpu.layers, m.n_layer);
+  const int n = gpu_parallel(m, tight);
+  const uint64_t kv_one = tight.memory.kv_gpu,
+                 free = tight.memory.gpu_limit - tight.memory.gpu_total();
+  EXPECT_EQ(static_cast<uint64_t>(n), 1 + free / 2 / kv_one);
+  EXPECT_GT(n, 1);
+  EXPECT_LT(n, kGpuMaxParallel);
+  Budgets wider = gpu_budget(uint64_t{7} << 30);
+  wider.n_seq = n;
+  const Plan with_caches = must_place(m, p, wider);
+  EXPECT_EQ(with_caches.gpu.layers, m.n_layer);  // the caches fit beside every layer
+  EXPECT_EQ(with_caches.memory.kv_gpu, static_cast<uint64_t>(n) * kv_one);
+  const Plan split = must_place(m, p, gpu_budget(uint64_t{2} << 30));
+  ASSERT_LT(split.gpu.layers, m.n_layer);
+  EXPECT_EQ(gpu_parallel(m, split), split.n_seq);
+  EXPECT_EQ(gpu_parallel(m, must_place(m, fixture("cpu_24g.json"), gpu_budget(0))), 1);
+}
+
 // More VRAM puts more of the last layers on the GPU, never more than fits, and predicts a
 // faster token; all of the 8b fits in 8 GiB, embedding included.
 TEST(DiscreteGpu, BudgetDecidesASuffixOfLayers) {
