@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev liburing-dev libpcre2-dev
-  libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libcpp-httplib-dev libssl-dev libgtest-dev libgmock-dev libbenchmark-dev
   clang clang-format libclang-rt-14-dev python3-venv python3-pip curl fio
 )
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/session.h"
+#include "store/model_store.h"
 
 namespace hypura::cli {
 
@@ -37,9 +38,15 @@ struct Registrar {
   explicit Registrar(CommandSpec spec) { command_registry().push_back(std::move(spec)); }
 };
 
-// Resolves the model argument of run/bench/serve/inspect: an explicit path, or the default
-// test model (test-models/, see docs/MODELS.md) when empty. Returns "" when none exists.
+// Resolves the model argument of run/bench/serve/inspect: an explicit path, a model `hypura
+// pull` downloaded (by its name, e.g. hf.co/ORG/REPO:QUANT), or the default test model
+// (test-models/, see docs/MODELS.md) when empty. Returns "" when none exists.
 std::string resolve_model_path(const std::string& arg);
+
+// --models-dir DIR of pull, list and rm (default: ModelStore::default_dir()), and the store
+// it names.
+CLI::Option* add_models_dir_option(CLI::App& app, std::string* dir);
+Result<store::ModelStore> open_model_store(const std::string& dir);
 
 // --ram-budget SIZE (e.g. 3G, 2.5GiB): a cap on host memory for the planner and the memory
 // ledger; a model that does not fit under it streams. A malformed size is a usage error.

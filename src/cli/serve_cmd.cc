@@ -78,7 +78,11 @@ int run_serve(ServeArgs a) {
 
 std::function<int()> setup_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
-  app.add_option("model", a->model, "GGUF file; default: the default test model");
+  app.add_option("model", a->model,
+                 "GGUF file or pulled model (hypura list); default: the default test model");
+  add_models_dir_option(app, &a->server.models_dir);
+  app.add_option("--hf-endpoint", a->server.hf_endpoint,
+                 "the Hugging Face Hub /api/pull resolves hf.co names at (a mirror)");
   app.add_option("--host", a->server.host, "address to listen on")->capture_default_str();
   app.add_option("--port", a->server.port, "port (11434 is Ollama's; 0: any free port)")
       ->check(CLI::Range(0, 65535))
@@ -90,7 +94,8 @@ std::function<int()> setup_serve(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--parallel", a->parallel,
                  "requests generated at once, in shared forward passes (each keeps a KV cache of "
-                 "--context); 0: as many as a quarter of the memory holds, up to 4")
+                 "--context); 0: as many as a quarter of the memory holds, up to 4 (a model "
+                 "wholly in VRAM: half of the free VRAM, up to 16)")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
   app.add_option("--max-body", a->server.max_body_bytes,

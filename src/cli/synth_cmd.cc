@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/progress_bar.h"
 #include "common/size.h"
 #include "synth/synth.h"
 #include "tokenizer/builtin_templates.h"
@@ -95,41 +96,6 @@ Result<synth::SynthSpec> build_spec(const SynthArgs& args) {
                                 : args.name;
   return synth::validate(spec);
 }
-
-// A one-line progress bar on stderr, redrawn at most 10 times a second (every 10% when
-// stderr is not a terminal, so CI logs stay short).
-class ProgressBar {
- public:
-  ProgressBar() : start_(Clock::now()), tty_(isatty(STDERR_FILENO)) {}
-
-  void update(uint64_t done, uint64_t total) {
-    if (done == last_done_) return;  // the writer reports the end twice (data, padding)
-    last_done_ = done;
-    Clock::time_point now = Clock::now();
-    int decile = total ? static_cast<int>(10 * done / total) : 10;
-    bool due = tty_ ? now - last_ >= std::chrono::milliseconds(100) : decile != last_decile_;
-    if (!due && done != total) return;
-    last_ = now;
-    last_decile_ = decile;
-    double secs = std::chrono::duration<double>(now - start_).count();
-    double rate = secs > 0 ? static_cast<double>(done) / secs : 0;
-    double frac = total ? static_cast<double>(done) / static_cast<double>(total) : 1;
-    int filled = static_cast<int>(frac * 30);
-    std::fprintf(stderr, "%s[%s%s] %3d%% %s / %s  %s/s  ETA %.0fs%s", tty_ ? "\r" : "",
-                 std::string(filled, '#').c_str(), std::string(30 - filled, '.').c_str(),
-                 static_cast<int>(frac * 100), format_size(done).c_str(),
-                 format_size(total).c_str(), format_size(static_cast<uint64_t>(rate)).c_str(),
-                 rate > 0 ? static_cast<double>(total - done) / rate : 0.0, tty_ ? "" : "\n");
-    if (tty_ && done == total) std::fputc('\n', stderr);
-  }
-
- private:
-  Clock::time_point start_;
-  Clock::time_point last_{};
-  int last_decile_ = -1;
-  uint64_t last_done_ = UINT64_MAX;
-  bool tty_;
-};
 
 Status check_free_space(const std::string& path, uint64_t need) {
   std::error_code ec;

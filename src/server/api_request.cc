@@ -667,6 +667,14 @@ Result<std::string> parse_show_request(std::string_view body) {
   return model;
 }
 
+Result<PullRequest> parse_pull_request(std::string_view body) {
+  PullRequest req;
+  HYPURA_ASSIGN_OR_RETURN(req.model, parse_show_request(body));
+  HYPURA_ASSIGN_OR_RETURN(json doc, parse_body_object(body));
+  HYPURA_RETURN_IF_ERROR(get_bool(doc, "stream", "", &req.stream));
+  return req;
+}
+
 bool keep_alive_is_zero(const json& value) {
   if (value.is_number()) return value.get<double>() == 0.0;
   if (!value.is_string()) return false;

@@ -126,8 +126,16 @@ Result<GenerationRequest> parse_generation_request(Api api, std::string_view bod
 Result<EmbedRequest> parse_embed_request(Api api, std::string_view body,
                                          const RequestLimits& limits = {});
 
-// POST /api/show body: {"model": "..."} (Ollama also accepts the older "name").
+// POST /api/show body: {"model": "..."} (Ollama also accepts the older "name"); the same
+// for DELETE /api/delete.
 Result<std::string> parse_show_request(std::string_view body);
+
+// POST /api/pull body: {"model": "hf.co/ORG/REPO[:QUANT]" or a .gguf URL, "stream": true}.
+struct PullRequest {
+  std::string model;
+  bool stream = true;
+};
+Result<PullRequest> parse_pull_request(std::string_view body);
 
 // Whether an Ollama keep_alive value (a number of seconds or a Go duration such as "0",
 // "0s", "5m", "-1") is zero: the model is to be unloaded after the request.

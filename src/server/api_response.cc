@@ -354,11 +354,32 @@ std::string version_body(std::string_view ollama_version, std::string_view hypur
       {{"version", std::string(ollama_version)}, {"hypura_version", std::string(hypura_version)}});
 }
 
-std::string tags_body(const ModelInfo& info) {
+std::string tags_body(const ModelInfo& info, const std::vector<store::StoredModel>& pulled) {
   const std::string modified = info.modified_at.empty() ? rfc3339(0) : info.modified_at;
   json m = {{"name", info.name},       {"model", info.name},    {"modified_at", modified},
             {"size", info.size_bytes}, {"digest", info.digest}, {"details", details(info)}};
-  return dump_json({{"models", json::array({m})}});
+  json models = json::array({m});
+  for (const store::StoredModel& p : pulled) {
+    if (p.name == info.name) continue;
+    const std::string& sha = p.files.front().sha256;
+    models.push_back({{"name", p.name},
+                      {"model", p.name},
+                      {"modified_at", rfc3339(p.pulled_at * 1000000000)},
+                      {"size", p.bytes()},
+                      {"digest", sha},
+                      {"details", {{"format", "gguf"}}}});
+  }
+  return dump_json({{"models", models}});
+}
+
+std::string pull_event_line(const store::PullEvent& e) {
+  json j = {{"status", e.status}};
+  if (!e.file.empty()) {
+    if (!e.digest.empty()) j["digest"] = e.digest;
+    j["total"] = e.total;
+    j["completed"] = e.completed;
+  }
+  return dump_json(j) + "\n";
 }
 
 std::string ps_body(const ModelInfo& info, int64_t context) {

@@ -27,6 +27,7 @@
 #include "server/api_request.h"
 #include "server/model_info.h"
 #include "server/reply_parser.h"
+#include "store/model_store.h"
 
 namespace hypura::server {
 
@@ -119,7 +120,11 @@ std::string base64_floats(const std::vector<float>& v);
 // Model listing and metadata bodies. /api/version: {"version": the Ollama API version we
 // implement, "hypura_version": ours}.
 std::string version_body(std::string_view ollama_version, std::string_view hypura_version);
-std::string tags_body(const ModelInfo& info);
+// The loaded model, then the models `hypura pull` downloaded (each once).
+std::string tags_body(const ModelInfo& info, const std::vector<store::StoredModel>& pulled = {});
+// One line of /api/pull's NDJSON stream, as Ollama writes it: {"status"} and, while a file
+// downloads, its "digest", "total" and "completed".
+std::string pull_event_line(const store::PullEvent& e);
 // The running model with the context window in force; no model when unloaded (context 0).
 std::string ps_body(const ModelInfo& info, int64_t context);
 // parameters "num_ctx" is the context in force (the trained length is in model_info).

@@ -4,7 +4,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <random>
 
@@ -103,6 +106,8 @@ struct HttpServer::Impl {
   bool pre_route(const httplib::Request& req, httplib::Response& res);
   bool refuse_foreign(const httplib::Request& req, httplib::Response& res);
   void setup_routes();
+  void handle_pull(const httplib::Request& req, httplib::Response& res);
+  Result<store::ModelStore> model_store() const;
   bool model_matches(const std::string& requested) const;
   void reply_error(httplib::Response& res, Api api, int status, const std::string& message);
   void handle_generation(Api api, const httplib::Request& req, httplib::Response& res);
@@ -300,7 +305,22 @@ void HttpServer::Impl::setup_routes() {
     res.set_content(version_body(kOllamaApiVersion, kVersion), "application/json");
   });
   svr.Get("/api/tags", [this](const Request&, Response& res) {
-    res.set_content(tags_body(info), "application/json");
+    Result<store::ModelStore> models = model_store();
+    Result<std::vector<store::StoredModel>> pulled =
+        models.is_ok() ? models->list() : Result<std::vector<store::StoredModel>>(models.status());
+    res.set_content(tags_body(info, pulled.is_ok() ? *pulled : std::vector<store::StoredModel>{}),
+                    "application/json");
+  });
+  svr.Post("/api/pull", [this](const Request& req, Response& res) { handle_pull(req, res); });
+  svr.Delete("/api/delete", [this](const Request& req, Response& res) {
+    Result<std::string> model = parse_show_request(req.body);
+    if (!model.is_ok()) return reply_error(res, Api::kOllamaChat, 400, model.status().message());
+    Result<store::ModelStore> models = model_store();
+    const Status st = models.is_ok() ? models->remove(*model) : models.status();
+    if (st.code() == StatusCode::kNotFound) {
+      return reply_error(res, Api::kOllamaChat, 404, "model \"" + *model + "\" not found");
+    }
+    if (!st.is_ok()) return reply_error(res, Api::kOllamaChat, 500, st.message());
   });
   svr.Get("/api/ps", [this](const Request&, Response& res) {
     res.set_content(ps_body(info, worker.context()), "application/json");
@@ -343,6 +363,71 @@ void HttpServer::Impl::setup_routes() {
     svr.Post(path,
              [this, api = api](const Request& req, Response& res) { handle_embed(api, req, res); });
   }
+}
+
+Result<store::ModelStore> HttpServer::Impl::model_store() const {
+  if (!options.models_dir.empty()) return store::ModelStore(options.models_dir);
+  HYPURA_ASSIGN_OR_RETURN(std::string dir, store::ModelStore::default_dir());
+  return store::ModelStore(std::move(dir));
+}
+
+// POST /api/pull: the download runs on this connection's thread. Streamed: an NDJSON line
+// per event (progress at most every 1% or 0.5 s), an {"error"} line if it fails, and a
+// client that goes away cancels it (the part stays, a later pull resumes). Not streamed:
+// {"status": "success"} or the error with its HTTP status.
+void HttpServer::Impl::handle_pull(const httplib::Request& req, httplib::Response& res) {
+  Result<PullRequest> pr = parse_pull_request(req.body);
+  if (!pr.is_ok()) return reply_error(res, Api::kOllamaChat, 400, pr.status().message());
+  Result<store::ModelStore> models = model_store();
+  if (!models.is_ok()) return reply_error(res, Api::kOllamaChat, 500, models.status().message());
+  const auto status_of = [](const Status& st) {
+    switch (st.code()) {
+      case StatusCode::kInvalidArgument:
+        return 400;
+      case StatusCode::kNotFound:
+        return 404;
+      default:
+        return 500;
+    }
+  };
+  store::PullOptions o;
+  o.endpoint = options.hf_endpoint;
+  if (const char* token = std::getenv("HF_TOKEN")) o.http.token = token;
+  if (!pr->stream) {
+    Result<store::StoredModel> m = models->pull(pr->model, o, nullptr);
+    if (!m.is_ok())
+      return reply_error(res, Api::kOllamaChat, status_of(m.status()), m.status().message());
+    res.set_content(pull_event_line({"success", "", "", 0, 0, 0, 0}), "application/json");
+    return;
+  }
+  auto store = std::make_shared<store::ModelStore>(*std::move(models));
+  res.set_chunked_content_provider(
+      "application/x-ndjson", [store, o, model = pr->model](size_t, httplib::DataSink& sink) {
+        std::atomic<bool> gone{false};
+        store::PullOptions opts = o;
+        opts.http.cancel = &gone;
+        auto last = std::chrono::steady_clock::now();
+        uint64_t last_completed = 0;
+        const auto send = [&](const store::PullEvent& e) {
+          if (gone) return;
+          const auto now = std::chrono::steady_clock::now();
+          const bool progress = !e.file.empty() && e.completed > 0 && e.completed < e.total;
+          if (progress && now - last < std::chrono::milliseconds(500) &&
+              e.completed - last_completed < e.total / 100)
+            return;
+          last = now;
+          last_completed = e.completed;
+          const std::string line = pull_event_line(e);
+          if (!sink.write(line.data(), line.size())) gone = true;
+        };
+        Result<store::StoredModel> m = store->pull(model, opts, send);
+        if (!m.is_ok() && !gone) {
+          const std::string line = error_body(Api::kOllamaChat, 500, m.status().message()) + "\n";
+          sink.write(line.data(), line.size());
+        }
+        sink.done();
+        return true;
+      });
 }
 
 bool HttpServer::Impl::model_matches(const std::string& requested) const {

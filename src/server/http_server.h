@@ -52,7 +52,9 @@ struct ServerOptions {
   ConnectionLimits connections;              // raised to max_queue + 9 connections if lower
   std::vector<std::string> allowed_hosts;    // --allow-host: more Host names ("*": any)
   std::vector<std::string> allowed_origins;  // --allow-origin: more Origins ("*": any)
-  runtime::SpeculationOptions speculation;   // --lookup, --draft, --spec-max: every request's
+  std::string models_dir;                    // /api/pull's folder ("": ModelStore::default_dir)
+  std::string hf_endpoint = "https://huggingface.co";  // where /api/pull resolves hf.co names
+  runtime::SpeculationOptions speculation;  // --lookup, --draft, --spec-max: every request's
 };
 
 class HttpServer {

@@ -9,6 +9,7 @@
 
 #include "server/testing/fake_engine.h"
 #include "server/testing/server_fixture.h"
+#include "store/testing/fake_hub.h"
 
 namespace hypura::server {
 namespace {
@@ -505,6 +506,63 @@ TEST_F(ServerTest, ShutdownEndsOpenStreamsWithAnError) {
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines.back()["error"], "server is shutting down");
   EXPECT_FALSE(client().Get("/"));  // no longer listening
+}
+
+}  // namespace
+}  // namespace hypura::server
+
+namespace hypura::server {
+namespace {
+
+// /api/pull against the loopback Hub: Ollama's NDJSON progress, the pulled model in
+// /api/tags, /api/delete; errors as a line of the stream or with their HTTP status.
+TEST_F(ServerTest, PullListAndDeleteModels) {
+  store::testing::FakeHub hub;
+  const std::string dir = ::testing::TempDir() + "/hypura-server-pull-" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  hub.list_hashes(dir + "/h");
+  ServerOptions options;
+  options.models_dir = dir;
+  options.hf_endpoint = hub.endpoint();
+  start({}, options);
+  auto pulled = post("/api/pull", {{"model", "hf.co/org/repo"}});
+  ASSERT_TRUE(pulled);
+  EXPECT_EQ(pulled->status, 200);
+  const std::vector<json> lines = ndjson(pulled->body);
+  ASSERT_GE(lines.size(), 4u);
+  EXPECT_EQ(lines.front()["status"], "pulling manifest");
+  EXPECT_EQ(lines.back()["status"], "success");
+  bool progress = false;
+  for (const json& l : lines) {
+    if (l.contains("completed") && l["completed"] == l["total"] && l["total"] == 3 << 20) {
+      progress = l["digest"] == "sha256:" + hub.shas_["m-Q4_K_M.gguf"];
+    }
+  }
+  EXPECT_TRUE(progress) << pulled->body;
+  const json tags = json::parse(client().Get("/api/tags")->body)["models"];
+  ASSERT_EQ(tags.size(), 2u);
+  EXPECT_EQ(tags[1]["name"], "hf.co/org/repo:Q4_K_M");
+  EXPECT_EQ(tags[1]["size"], 3 << 20);
+  // Not streamed; a missing repository; a bad name.
+  auto quiet = post("/api/pull", {{"model", "hf.co/org/repo:Q8_0"}, {"stream", false}});
+  EXPECT_EQ(quiet->status, 200);
+  EXPECT_EQ(json::parse(quiet->body)["status"], "success");
+  auto missing = post("/api/pull", {{"model", "hf.co/org/missing"}});
+  EXPECT_EQ(
+      ndjson(missing->body).back()["error"].get<std::string>().find("404") != std::string::npos,
+      true);
+  EXPECT_EQ(post("/api/pull", {{"model", "llama3"}, {"stream", false}})->status, 400);
+  // Deleted once, then gone.
+  httplib::Request del;
+  del.method = "DELETE";
+  del.path = "/api/delete";
+  del.body = json{{"model", "hf.co/org/repo:Q4_K_M"}}.dump();
+  del.set_header("Content-Type", "application/json");
+  EXPECT_EQ(client().send(del)->status, 200);
+  EXPECT_EQ(client().send(del)->status, 404);
+  EXPECT_EQ(json::parse(client().Get("/api/tags")->body)["models"].size(), 2u);  // the Q8_0 stays
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

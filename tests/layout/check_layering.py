@@ -16,7 +16,7 @@ LEVELS = [
     ["gguf"],
     ["quant"],
     ["compute", "synth"],
-    ["tokenizer", "grammar", "io"],
+    ["tokenizer", "grammar", "io", "store"],
     ["profiler", "model"],
     ["scheduler", "tiers"],
     ["experts"],
