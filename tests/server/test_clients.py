@@ -19,7 +19,7 @@ and `openai` Python clients, with curl and with raw HTTP:
   test_clients.py --server BUILD/hypura --source-dir . [--model FILE]
 
 With a real binary the model is --model, else $HYPURA_SERVE_MODEL, else
-test-models/default.gguf, else ../shared/golden/llama-q4_k_m.gguf; when none exists the
+test-models/smollm2-135m-instruct-q4_1.gguf, else ../shared/golden/llama-q4_k_m.gguf; when none exists the
 test is skipped (exit status 77).
 """
 import argparse
@@ -479,7 +479,7 @@ class StopTests(unittest.TestCase):
 
 def find_model(source_dir):
     candidates = [ARGS.model, os.environ.get("HYPURA_SERVE_MODEL"),
-                  os.path.join(source_dir, "test-models", "default.gguf"),
+                  os.path.join(source_dir, "test-models", "smollm2-135m-instruct-q4_1.gguf"),
                   os.path.join(source_dir, "..", "shared", "golden", "llama-q4_k_m.gguf")]
     for c in candidates:
         if c and os.path.exists(c):
@@ -498,7 +498,7 @@ def main():
     if not ARGS.fake:
         MODEL_PATH = find_model(ARGS.source_dir)
         if MODEL_PATH is None:
-            print("SKIP: no model (test-models/default.gguf or ../shared/golden/llama-q4_k_m.gguf)")
+            print("SKIP: no model (test-models/smollm2-135m-instruct-q4_1.gguf or ../shared/golden/llama-q4_k_m.gguf)")
             return 77
         print(f"model: {MODEL_PATH}")
     program = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
