@@ -26,12 +26,14 @@ if ((${#missing[@]})); then
     { $SUDO apt-get update && $SUDO apt-get install -y --no-install-recommends "${missing[@]}"; }
 fi
 
-PY_PACKAGES=(numpy "gguf==0.19.0" requests ollama openai jinja2 jsonschema)
+PY_PACKAGES=(numpy "gguf==0.19.0" requests ollama openai jinja2 jsonschema langchain-ollama
+             llama-index-llms-ollama selenium)
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import numpy, gguf, requests, ollama, openai, jsonschema" 2>/dev/null; then
-  .venv/bin/pip install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}"
+PY_IMPORTS="numpy, gguf, requests, ollama, openai, jsonschema, langchain_ollama, selenium"
+if ! .venv/bin/python -c "import $PY_IMPORTS, llama_index.llms.ollama" 2>/dev/null; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}"
 fi
 echo "setup: ok"
