@@ -1,15 +1,19 @@
 // libFuzzer target for the server's request parsing (src/server/api_request.h) and the
-// pure steps that follow it: Go-template rendering, context-fit checks, response bodies.
+// pure steps that follow it: Go-template rendering, context-fit checks, response bodies;
+// and what `hypura pull` reads from the network or the user (src/store/model_ref.h): model
+// names, the Hub's tree listings and the file choice made from them.
 // The first input byte picks the API; the rest is the request body. Any crash, sanitizer
 // report, or an OK parse whose fields break the documented ranges is a bug.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include "server/api_request.h"
 #include "server/api_response.h"
 #include "server/prompt.h"
+#include "store/model_ref.h"
 
 using namespace hypura::server;
 
@@ -18,6 +22,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Api api = static_cast<Api>(data[0] % 4);
   const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   (void)parse_show_request(body);
+  (void)parse_pull_request(body);
+  (void)hypura::store::parse_model_ref(body);
+  (void)hypura::store::quant_of(body);
+  auto tree = hypura::store::parse_repo_tree(body);
+  if (tree.is_ok()) {
+    for (const auto& f : *tree) {
+      if (f.path.empty() || f.path[0] == '/' || f.path.find("..") != std::string::npos)
+        std::abort();
+    }
+    std::string chosen;
+    (void)hypura::store::pick_quant(*tree, data[0] % 2 ? "" : "Q8_0", &chosen);
+  }
   (void)render_prompt_template(body, TemplateVars{"sys", "prompt", ""});
   for (Api embed_api : {Api::kOllamaEmbed, Api::kOllamaEmbeddings, Api::kOpenAiEmbeddings}) {
     auto e = parse_embed_request(embed_api, body);

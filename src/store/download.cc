@@ -1,11 +1,11 @@
 #include "store/download.h"
 
+#include <httplib.h>
 #include <openssl/evp.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <httplib.h>
 #include <memory>
 #include <thread>
 
@@ -45,7 +45,8 @@ std::string resolve_location(const Url& from, const std::string& location) {
 Status http_status_error(int status, const std::string& url, bool has_token) {
   if (status == 401 || status == 403) {
     return invalid_argument(
-        "HTTP " + std::to_string(status) + " from " + url + ": the repository is gated or private; " +
+        "HTTP " + std::to_string(status) + " from " + url +
+        ": the repository is gated or private; " +
         (has_token ? "the token in HF_TOKEN has no access to it (accept its terms on the Hub)"
                    : "set HF_TOKEN to a Hugging Face token that has access"));
   }
@@ -76,7 +77,8 @@ class Sha256 {
 };
 
 Status hash_file_into(const std::string& path, Sha256* hash) {
-  std::unique_ptr<std::FILE, decltype(&std::fclose)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  std::unique_ptr<std::FILE, decltype(&std::fclose)> f(std::fopen(path.c_str(), "rb"),
+                                                       &std::fclose);
   if (!f) return io_error("cannot read " + path);
   std::vector<char> buf(1 << 20);
   size_t n;
@@ -153,7 +155,8 @@ Result<std::string> http_get_text(const std::string& url, const HttpOptions& o) 
         return body.size() < (size_t{64} << 20);  // listings are small
       });
   if (ex.status == 200 && ex.error == httplib::Error::Success) return body;
-  if (ex.status != 0 && ex.status != 200) return http_status_error(ex.status, url, !o.token.empty());
+  if (ex.status != 0 && ex.status != 200)
+    return http_status_error(ex.status, url, !o.token.empty());
   return io_error("cannot fetch " + url + ": " + httplib::to_string(ex.error));
 }
 
@@ -198,7 +201,8 @@ Status download_file(const FileDownload& file, const HttpOptions& o, const ByteP
           }
           if (r.status != 200 && r.status != 206) return false;
           if (r.status == 206 &&
-              r.get_header_value("Content-Range").rfind("bytes " + std::to_string(have) + "-", 0) != 0)
+              r.get_header_value("Content-Range").rfind("bytes " + std::to_string(have) + "-", 0) !=
+                  0)
             return bad_range = true, false;
           if (total == 0 && r.has_header("Content-Length"))
             total = have + std::stoull(r.get_header_value("Content-Length"));
@@ -223,9 +227,9 @@ Status download_file(const FileDownload& file, const HttpOptions& o, const ByteP
       if (total == 0) total = have;
       break;
     }
-    last = io_error("the connection to " + file.url + " dropped at " + std::to_string(have) +
-                    " of " + std::to_string(total) + " bytes (" + httplib::to_string(ex.error) +
-                    ")");
+    last =
+        io_error("the connection to " + file.url + " dropped at " + std::to_string(have) + " of " +
+                 std::to_string(total) + " bytes (" + httplib::to_string(ex.error) + ")");
   }
   if (total == 0 || have != total) {
     return last.is_ok() ? io_error("incomplete download of " + file.url)

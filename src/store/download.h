@@ -22,7 +22,7 @@ struct HttpOptions {
   std::string token;  // bearer token (HF_TOKEN) for gated repositories; never logged
   int attempts = 5;   // tries of one file, each resuming where the last stopped
   int timeout_s = 30;
-  int retry_delay_ms = 1000;              // before the second try; doubled each time after
+  int retry_delay_ms = 1000;                  // before the second try; doubled each time after
   const std::atomic<bool>* cancel = nullptr;  // set: stop at the next chunk (kCancelled)
 };
 

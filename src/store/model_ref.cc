@@ -214,9 +214,9 @@ Result<std::vector<RepoFile>> pick_quant(const std::vector<RepoFile>& files,
     if (by_quant.empty()) return not_found("the repository has no GGUF files");
     std::string have;
     for (const auto& [q, group] : by_quant) have += (have.empty() ? "" : ", ") + q;
-    return not_found((want.empty() ? std::string("no default quantization")
-                                   : "no " + want + " file") +
-                     " in the repository; it has: " + have + " (pull NAME:QUANT)");
+    return not_found(
+        (want.empty() ? std::string("no default quantization") : "no " + want + " file") +
+        " in the repository; it has: " + have + " (pull NAME:QUANT)");
   }
   std::vector<RepoFile> group = it->second;
   const SplitPart first = split_part(group.front().path);

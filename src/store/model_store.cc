@@ -48,7 +48,8 @@ Result<StoredModel> from_json(const json& j) {
   for (const json& f : j["files"]) {
     if (!f.is_object() || !f.contains("path") || !f["path"].is_string())
       return corrupt("a file of " + m.name + " lacks its path");
-    StoredFile sf{f["path"].get<std::string>(), f.value("size", uint64_t{0}), f.value("sha256", "")};
+    StoredFile sf{f["path"].get<std::string>(), f.value("size", uint64_t{0}),
+                  f.value("sha256", "")};
     if (sf.path.empty() || sf.path[0] == '/' || sf.path.find("..") != std::string::npos)
       return corrupt("unsafe path '" + sf.path + "' in " + m.name);
     m.files.push_back(std::move(sf));
@@ -145,7 +146,8 @@ uint64_t StoredModel::bytes() const {
 }
 
 Result<std::string> ModelStore::default_dir() {
-  if (const char* dir = std::getenv("HYPURA_MODELS"); dir != nullptr && *dir != '\0') return std::string(dir);
+  if (const char* dir = std::getenv("HYPURA_MODELS"); dir != nullptr && *dir != '\0')
+    return std::string(dir);
   if (const char* data = std::getenv("XDG_DATA_HOME"); data != nullptr && *data != '\0')
     return std::string(data) + "/hypura/models";
   if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0')
@@ -196,7 +198,8 @@ Result<StoredModel> ModelStore::find(std::string_view name) const {
     }
   }
   if (n == 1) return *only;
-  if (n > 1) return invalid_argument("'" + std::string(name) + "' names several pulled models; add :QUANT");
+  if (n > 1)
+    return invalid_argument("'" + std::string(name) + "' names several pulled models; add :QUANT");
   return not_found("'" + std::string(name) + "' is not a pulled model (hypura list shows them)");
 }
 

@@ -43,8 +43,8 @@ struct StoredModel {
 // "success".
 struct PullEvent {
   std::string status;
-  std::string file;       // the file being downloaded, "" otherwise
-  std::string digest;     // its sha256:HEX when known
+  std::string file;          // the file being downloaded, "" otherwise
+  std::string digest;        // its sha256:HEX when known
   int index = 0, count = 0;  // file index (1-based) of count
   uint64_t completed = 0, total = 0;
 };

@@ -29,9 +29,9 @@ TEST(ModelRef, ParsesTheNamesPullAccepts) {
   r = parse_model_ref("https://mirror.lan:8080/models/x.gguf?download=1");
   ASSERT_TRUE(r.is_ok());
   EXPECT_EQ(r->kind, ModelRef::Kind::kUrl);
-  for (const char* bad : {"llama3", "hf.co/org", "hf.co/org/repo/extra", "hf.co/../x",
-                          "hf.co/org/repo:notaquant", "https://host/model.bin", "ftp://h/x.gguf",
-                          "hf.co/org/re po"}) {
+  for (const char* bad :
+       {"llama3", "hf.co/org", "hf.co/org/repo/extra", "hf.co/../x", "hf.co/org/repo:notaquant",
+        "https://host/model.bin", "ftp://h/x.gguf", "hf.co/org/re po"}) {
     EXPECT_FALSE(parse_model_ref(bad).is_ok()) << bad;
   }
   EXPECT_EQ(quant_of("Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf"), "Q4_K_M");
@@ -43,10 +43,12 @@ TEST(ModelRef, ParsesTheNamesPullAccepts) {
 }
 
 TEST(ModelRef, PicksTheQuantizationAndEverySplitPart) {
-  const std::vector<RepoFile> files = {
-      {"m-Q8_0-00002-of-00002.gguf", 2, ""}, {"m-Q8_0-00001-of-00002.gguf", 1, ""},
-      {"m-Q4_K_M.gguf", 3, ""},              {"mmproj-m-F16.gguf", 4, ""},
-      {"README.md", 5, ""},                  {"sub/m-IQ2_XS.gguf", 6, ""}};
+  const std::vector<RepoFile> files = {{"m-Q8_0-00002-of-00002.gguf", 2, ""},
+                                       {"m-Q8_0-00001-of-00002.gguf", 1, ""},
+                                       {"m-Q4_K_M.gguf", 3, ""},
+                                       {"mmproj-m-F16.gguf", 4, ""},
+                                       {"README.md", 5, ""},
+                                       {"sub/m-IQ2_XS.gguf", 6, ""}};
   std::string chosen;
   Result<std::vector<RepoFile>> p = pick_quant(files, "", &chosen);
   ASSERT_TRUE(p.is_ok()) << p.status().message();
@@ -69,8 +71,9 @@ TEST(ModelRef, PicksTheQuantizationAndEverySplitPart) {
 class PullTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = (fs::path(::testing::TempDir()) / ("hypura-store-" + std::to_string(getpid()) + "-" +
-                                            ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+    dir_ = (fs::path(::testing::TempDir()) /
+            ("hypura-store-" + std::to_string(getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name()))
                .string();
     fs::remove_all(dir_);
     fs::create_directories(dir_);

@@ -50,9 +50,8 @@ class FakeHub {
     files_["m-Q8_0-00001-of-00002.gguf"] = gguf_bytes(1 << 20, 2);
     files_["m-Q8_0-00002-of-00002.gguf"] = std::string(700000, 'x');
     files_["notgguf-Q4_0.gguf"] = std::string(5000, 'y');
-    server_.Get(R"(/api/models/([^/]+)/([^/]+)/tree/main)", [this](const auto& q, auto& r) {
-      tree(q, r);
-    });
+    server_.Get(R"(/api/models/([^/]+)/([^/]+)/tree/main)",
+                [this](const auto& q, auto& r) { tree(q, r); });
     server_.Get(R"(/([^/]+)/([^/]+)/resolve/main/(.+))", [this](const auto& q, auto& r) {
       // The CDN is the same server under another host name: the token must not follow.
       const bool other_host = q.matches[2] == "gated";
