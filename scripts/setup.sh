@@ -2,7 +2,8 @@
 # Installs what Hypura needs to build and test, idempotently:
 #   Debian packages (compiler, CMake, libraries) and a project-local Python venv (.venv)
 #   with numpy and the `gguf` package used by cross-check tests (and the clients and
-#   jsonschema that the server and grammar tests use).
+#   jsonschema that the server and grammar tests use; Chromium and its driver for the chat
+#   page's browser test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +12,7 @@ APT_PACKAGES=(
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev liburing-dev libpcre2-dev
   libcpp-httplib-dev libssl-dev libgtest-dev libgmock-dev libbenchmark-dev
   clang clang-format libclang-rt-14-dev python3-venv python3-pip curl fio
+  chromium chromium-driver
 )
 
 missing=()

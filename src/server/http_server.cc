@@ -10,10 +10,12 @@
 #include <cstdlib>
 #include <mutex>
 #include <random>
+#include <utility>
 
 #include "common/log.h"
 #include "server/api_request.h"
 #include "server/api_response.h"
+#include "server/chat_page.h"
 #include "server/generation_worker.h"
 #include "server/harmony.h"
 #include "server/host_policy.h"
@@ -30,6 +32,19 @@ constexpr const char* kVersion = "0.1.0";
 constexpr const char* kOllamaApiVersion = "0.9.0";
 constexpr auto kPollInterval = std::chrono::milliseconds(100);  // client-gone checks
 constexpr auto kShutdownGrace = std::chrono::seconds(5);        // for responses to finish
+
+// The chat page needs nothing from elsewhere, and its policy says so: a slip in its Markdown
+// rendering could then load nothing from, and send nothing to, another site (connect-src
+// 'self': only this server's API), and no other site can frame it. img-src: the data: icon.
+constexpr std::pair<const char*, const char*> kChatPageHeaders[] = {
+    {"Content-Security-Policy",
+     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+     "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+     "frame-ancestors 'none'"},
+    {"X-Content-Type-Options", "nosniff"},
+    {"Referrer-Policy", "no-referrer"},
+    {"Cache-Control", "no-cache"},  // a new binary's page replaces the old one at once
+};
 
 int64_t ns_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
@@ -298,8 +313,15 @@ bool HttpServer::Impl::refuse_foreign(const httplib::Request& req, httplib::Resp
 void HttpServer::Impl::setup_routes() {
   using httplib::Request;
   using httplib::Response;
-  svr.Get("/", [](const Request&, Response& res) {
-    res.set_content("Hypura is running", "text/plain; charset=utf-8");
+  // Browsers (their Accept names text/html) get the chat page; Ollama clients and health
+  // checks get the plain answer they look for.
+  svr.Get("/", [](const Request& req, Response& res) {
+    if (req.get_header_value("Accept").find("text/html") == std::string::npos) {
+      res.set_content("Hypura is running", "text/plain; charset=utf-8");
+      return;
+    }
+    for (const auto& [name, value] : kChatPageHeaders) res.set_header(name, value);
+    res.set_content(kChatPage, sizeof(kChatPage) - 1, "text/html; charset=utf-8");
   });
   svr.Get("/api/version", [](const Request&, Response& res) {
     res.set_content(version_body(kOllamaApiVersion, kVersion), "application/json");

@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -66,6 +70,44 @@ TEST_F(ServerTest, StatusAndListings) {
   auto unknown = client().Get("/api/nothing");
   EXPECT_EQ(unknown->status, 404);
   EXPECT_TRUE(json::parse(unknown->body)["error"].is_string());
+}
+
+// Browsers get the chat page at /, byte for byte the file in the source tree (embedded at
+// build time), self-contained; every other client keeps the plain-text answer.
+TEST_F(ServerTest, RootServesChatPageToBrowsers) {
+  start();
+  httplib::Client c = client();
+  auto page = c.Get("/", {{"Accept", "text/html,application/xhtml+xml,*/*;q=0.8"}});
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_EQ(page->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  EXPECT_NE(page->get_header_value("Content-Security-Policy").find("connect-src 'self'"),
+            std::string::npos);
+  std::ifstream file(std::string(HYPURA_SOURCE_DIR) + "/src/server/chat_page.html",
+                     std::ios::binary);
+  ASSERT_TRUE(file);
+  const std::string source((std::istreambuf_iterator<char>(file)), {});
+  EXPECT_EQ(page->body, source);
+  for (const char* id : {"id=\"prompt\"", "id=\"send\"", "id=\"stop\"", "id=\"model\"",
+                         "id=\"messages\"", "/api/chat", "/api/tags"}) {
+    EXPECT_NE(page->body.find(id), std::string::npos) << id;
+  }
+  std::string lower = page->body;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char ch) { return std::tolower(ch); });
+  for (const char* external : {"src=\"http", "src='http", "href=\"http", "href='http", "url(http",
+                               "@import", "cdn", "//fonts."}) {
+    EXPECT_EQ(lower.find(external), std::string::npos) << external;
+  }
+
+  for (const httplib::Headers& headers : {httplib::Headers{}, httplib::Headers{{"Accept", "*/*"}},
+                                          httplib::Headers{{"Accept", "application/json"}}}) {
+    auto plain = c.Get("/", headers);
+    ASSERT_TRUE(plain);
+    EXPECT_EQ(plain->status, 200);
+    EXPECT_EQ(plain->body, "Hypura is running");
+    EXPECT_EQ(plain->get_header_value("Content-Type"), "text/plain; charset=utf-8");
+  }
 }
 
 TEST_F(ServerTest, ChatStreamMatchesNonStreamAndHasStats) {

@@ -3,7 +3,8 @@
 // concurrency, disconnects and shutdown quickly and without a model file.
 //
 //   hypura_fake_server [--port 0] [--token-delay-ms 5] [--n-ctx 256] [--max-queue 16]
-//                      [--max-body BYTES]
+//                      [--max-body BYTES] [--eos 1]
+// --eos 0: answers run until num_predict or the context ends them (a long answer to stop).
 // Prints the same "serving ... on http://HOST:PORT" line as `hypura serve`.
 #include <spdlog/spdlog.h>
 
@@ -36,6 +37,8 @@ int main(int argc, char** argv) {
       options.max_queue = static_cast<size_t>(value);
     else if (flag == "--max-body")
       options.max_body_bytes = static_cast<size_t>(value);
+    else if (flag == "--eos")
+      config.eos = value != 0;
     else {
       spdlog::error("unknown flag {}", flag);
       return 2;
