@@ -122,9 +122,12 @@ std::vector<std::pair<std::string, std::string>> cors_headers(std::string_view o
   return h;
 }
 
-bool origin_allowed(const HostPolicy& policy, std::string_view origin_header) {
+bool origin_allowed(const HostPolicy& policy, std::string_view origin_header,
+                    std::string_view host_header) {
   const std::string origin = lower(origin_header);
   if (origin.empty()) return true;
+  const std::string host = lower(host_header);
+  if (!host.empty() && (origin == "http://" + host || origin == "https://" + host)) return true;
   for (const std::string& pattern : policy.allowed_origins) {
     if (pattern == "*" || glob_match(pattern, origin)) return true;
   }
@@ -140,10 +143,10 @@ bool origin_allowed(const HostPolicy& policy, std::string_view origin_header) {
   } else {
     return false;  // "null", browser extensions' schemes: only by --allow-origin
   }
-  const std::string host = host_part(std::string_view(origin).substr(authority));
+  const std::string origin_host = host_part(std::string_view(origin).substr(authority));
   bool loopback = false;
-  return (is_ip_literal(host, &loopback) && loopback) || is_localhost_name(host) ||
-         is_bind_host(policy, host);
+  return (is_ip_literal(origin_host, &loopback) && loopback) || is_localhost_name(origin_host) ||
+         is_bind_host(policy, origin_host);
 }
 
 }  // namespace hypura::server

@@ -11,8 +11,10 @@
 //           address, any port; the desktop and editor apps' schemes Ollama allows by
 //           default (app://, file://, tauri://, vscode-webview://, vscode-file://); or an
 //           origin matching an --allow-origin pattern ('*' matches a run of characters:
-//           "*" allows any, "https://*.example.com" a domain's sites). "null" (sandboxed
-//           frames, file: pages in most browsers) is refused unless allowed.
+//           "*" allows any, "https://*.example.com" a domain's sites); or the request's own
+//           Host (same origin: the chat page served at / from a LAN address; the Host itself
+//           passed its check first). "null" (sandboxed frames, file: pages in most
+//           browsers) is refused unless allowed.
 // Ollama applies the same idea (its allowed hosts and OLLAMA_ORIGINS). An allowed Origin
 // gets CORS headers naming it (cors_headers), so browser front-ends can read the replies.
 //
@@ -39,7 +41,9 @@ struct HostPolicy {
 };
 
 bool host_allowed(const HostPolicy& policy, std::string_view host_header);
-bool origin_allowed(const HostPolicy& policy, std::string_view origin_header);
+// host_header: the request's Host, for the same-origin rule ("": none).
+bool origin_allowed(const HostPolicy& policy, std::string_view origin_header,
+                    std::string_view host_header = "");
 
 // Whether `text` matches `pattern`, where '*' stands for any run of characters other than
 // '/'; ASCII case is ignored.

@@ -228,6 +228,10 @@ TEST(HostPolicy, Origins) {
   }
   EXPECT_TRUE(origin_allowed(HostPolicy{"10.0.0.2", {}, {}}, "http://10.0.0.2:8080"));
   EXPECT_TRUE(origin_allowed(HostPolicy{"127.0.0.1", {}, {"*"}}, "https://anything.example"));
+  // Same origin: the chat page opened at a LAN address posts with that address as Origin.
+  EXPECT_TRUE(origin_allowed(p, "http://192.168.1.5:8080", "192.168.1.5:8080"));
+  EXPECT_FALSE(origin_allowed(p, "http://192.168.1.5:8081", "192.168.1.5:8080"));
+  EXPECT_FALSE(origin_allowed(p, "https://evil.example", "192.168.1.5:8080"));
 }
 
 TEST(HostPolicy, GlobMatch) {

@@ -301,7 +301,7 @@ bool HttpServer::Impl::refuse_foreign(const httplib::Request& req, httplib::Resp
                     "\" is not allowed (hypura serve --allow-host NAME)");
     return true;
   }
-  if (!origin_allowed(policy, req.get_header_value("Origin"))) {
+  if (!origin_allowed(policy, req.get_header_value("Origin"), req.get_header_value("Host"))) {
     reply_error(res, dialect, 403,
                 "Origin \"" + req.get_header_value("Origin") +
                     "\" is not allowed (hypura serve --allow-origin ORIGIN)");
