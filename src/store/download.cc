@@ -1,7 +1,9 @@
 #include "store/download.h"
 
+#include <fcntl.h>
 #include <httplib.h>
 #include <openssl/evp.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -242,6 +244,12 @@ Status download_file(const FileDownload& file, const HttpOptions& o, const ByteP
       return corrupt(file.url + ": SHA-256 " + got + " is not the expected " + file.sha256 +
                      "; the partial file was deleted, run the pull again");
     }
+  }
+  // On the disk before its final name: a power loss never leaves a short model file.
+  if (const int fd = ::open(part.c_str(), O_RDONLY); fd >= 0) {
+    const int synced = ::fsync(fd);
+    ::close(fd);
+    if (synced != 0) return io_error("cannot sync " + part);
   }
   fs::rename(part, file.dest, ec);
   if (ec) return io_error("cannot rename " + part + ": " + ec.message());

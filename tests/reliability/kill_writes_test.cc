@@ -25,6 +25,8 @@
 #include "gguf/gguf.h"
 #include "gguf/writer.h"
 #include "profiler/hardware_profile.h"
+#include "store/model_store.h"
+#include "store/testing/fake_hub.h"
 
 namespace hypura {
 namespace {
@@ -198,6 +200,46 @@ TEST_F(KillWrites, SynthesizedModel) {
 }
 
 // A writer that fails (or is destroyed unfinished) leaves the old file and no temporary.
+// `hypura pull` killed mid-download, in a loop: the manifest always reads, a listed model's
+// file is whole, a part left behind is a prefix of the file, and the next pull completes it.
+TEST_F(KillWrites, PulledModel) {
+  store::testing::FakeHub hub;
+  hub.slow_ms_ = 2;  // 3 MiB in 48 chunks: about 0.1 s a pull
+  hub.list_hashes(path("scratch"));
+  store::PullOptions o;
+  o.endpoint = hub.endpoint();
+  o.http.retry_delay_ms = 10;
+  const std::string& bytes = hub.files_["m-Q4_K_M.gguf"];
+  const std::string file = path("hf.co/org/repo/m-Q4_K_M.gguf");
+  const store::ModelStore models(dir_.string());
+  std::mt19937 rng(11);
+  int parts_seen = 0;
+  for (int round = 0; round < 8; ++round) {
+    if (round == 4) fs::remove(file);  // pulled whole once: download it again
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) _exit(models.pull("hf.co/org/repo", o, nullptr).is_ok() ? 0 : 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5 + rng() % 60));
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    Result<std::vector<store::StoredModel>> listed = models.list();
+    ASSERT_TRUE(listed.is_ok()) << "round " << round << ": " << listed.status().message();
+    if (fs::exists(file)) {
+      EXPECT_EQ(read_file(file), bytes) << "round " << round;
+    }
+    if (fs::exists(file + ".part")) {
+      const std::string part = read_file(file + ".part");
+      EXPECT_EQ(part, bytes.substr(0, part.size())) << "round " << round;
+      ++parts_seen;
+    }
+  }
+  EXPECT_GT(parts_seen, 0) << "no kill landed mid-download";
+  Result<store::StoredModel> m = models.pull("hf.co/org/repo", o, nullptr);
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  EXPECT_EQ(read_file(file), bytes);
+}
+
 TEST_F(KillWrites, AbandonedWriteKeepsTheOldFile) {
   const std::string p = path("kept.txt");
   ASSERT_TRUE(write_file_atomically(p, "old").is_ok());

@@ -8,11 +8,13 @@
 //                                        name, so a token must not follow)
 //   GET /cdn/PATH                        the bytes, Range requests answered; while
 //                                        drops_left_ > 0, half of what was asked and then
-//                                        the connection closes
+//                                        the connection closes; with slow_ms_ > 0, 64 KiB
+//                                        at a time
 #pragma once
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -79,6 +81,7 @@ class FakeHub {
   std::map<std::string, std::string> shas_;  // filled by the test: file -> listed hash
   std::atomic<int> cdn_gets_{0}, range_gets_{0}, drops_left_{0}, authorized_{0};
   std::atomic<int> token_at_cdn_{0};
+  std::atomic<int> slow_ms_{0};  // > 0: files served 64 KiB at a time, this many ms apart
   std::string range_seen_;
   std::mutex mu_;
 
@@ -134,6 +137,15 @@ class FakeHub {
                                if (offset >= stop) return false;
                                sink.write(bytes.data() + offset, stop - offset);
                                return true;
+                             });
+      return;
+    }
+    if (slow_ms_ > 0) {  // a slow link: a kill or a drop lands mid-file
+      r.set_content_provider(bytes.size(), "application/octet-stream",
+                             [this, &bytes](size_t offset, size_t, httplib::DataSink& sink) {
+                               std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms_));
+                               const size_t n = std::min<size_t>(64 << 10, bytes.size() - offset);
+                               return sink.write(bytes.data() + offset, n);
                              });
       return;
     }
