@@ -563,7 +563,6 @@ TEST_F(ServerTest, PullListAndDeleteModels) {
   const std::string dir = ::testing::TempDir() + "/hypura-server-pull-" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  hub.list_hashes(dir + "/h");
   ServerOptions options;
   options.models_dir = dir;
   options.hf_endpoint = hub.endpoint();

@@ -162,6 +162,12 @@ Result<std::string> http_get_text(const std::string& url, const HttpOptions& o) 
   return io_error("cannot fetch " + url + ": " + httplib::to_string(ex.error));
 }
 
+std::string sha256_hex(std::string_view bytes) {
+  Sha256 hash;
+  hash.update(bytes.data(), bytes.size());
+  return hash.hex();
+}
+
 Result<std::string> sha256_of_file(const std::string& path) {
   Sha256 hash;
   HYPURA_RETURN_IF_ERROR(hash_file_into(path, &hash));

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
@@ -46,5 +47,7 @@ Status download_file(const FileDownload& file, const HttpOptions& options,
 
 // SHA-256 of a file's bytes, lower-case hex.
 Result<std::string> sha256_of_file(const std::string& path);
+// SHA-256 of bytes in memory, lower-case hex.
+std::string sha256_hex(std::string_view bytes);
 
 }  // namespace hypura::store

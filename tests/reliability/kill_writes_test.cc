@@ -205,7 +205,6 @@ TEST_F(KillWrites, SynthesizedModel) {
 TEST_F(KillWrites, PulledModel) {
   store::testing::FakeHub hub;
   hub.slow_ms_ = 2;  // 3 MiB in 48 chunks: about 0.1 s a pull
-  hub.list_hashes(path("scratch"));
   store::PullOptions o;
   o.endpoint = hub.endpoint();
   o.http.retry_delay_ms = 10;

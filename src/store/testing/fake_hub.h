@@ -17,8 +17,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -38,13 +36,6 @@ inline std::string gguf_bytes(size_t n, uint32_t seed) {
   return s;
 }
 
-inline std::string sha256_hex(const std::string& bytes, const std::string& scratch) {
-  std::ofstream(scratch, std::ios::binary) << bytes;
-  Result<std::string> h = sha256_of_file(scratch);
-  std::filesystem::remove(scratch);
-  return h.is_ok() ? *h : "";
-}
-
 class FakeHub {
  public:
   FakeHub() {
@@ -52,6 +43,9 @@ class FakeHub {
     files_["m-Q8_0-00001-of-00002.gguf"] = gguf_bytes(1 << 20, 2);
     files_["m-Q8_0-00002-of-00002.gguf"] = std::string(700000, 'x');
     files_["notgguf-Q4_0.gguf"] = std::string(5000, 'y');
+    // Listed hashes are the files' own; all set before the server thread starts (its reads
+    // need no lock).
+    for (const auto& [name, bytes] : files_) shas_[name] = sha256_hex(bytes);
     server_.Get(R"(/api/models/([^/]+)/([^/]+)/tree/main)",
                 [this](const auto& q, auto& r) { tree(q, r); });
     server_.Get(R"(/([^/]+)/([^/]+)/resolve/main/(.+))", [this](const auto& q, auto& r) {
@@ -72,20 +66,21 @@ class FakeHub {
     thread_.join();
   }
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  // Lists every file's true SHA-256 (scratch: a file path to hash through).
-  void list_hashes(const std::string& scratch) {
-    for (const auto& [name, bytes] : files_) shas_[name] = sha256_hex(bytes, scratch);
-  }
 
   std::map<std::string, std::string> files_;
-  std::map<std::string, std::string> shas_;  // filled by the test: file -> listed hash
+  std::map<std::string, std::string> shas_;  // file -> its listed SHA-256
   std::atomic<int> cdn_gets_{0}, range_gets_{0}, drops_left_{0}, authorized_{0};
   std::atomic<int> token_at_cdn_{0};
   std::atomic<int> slow_ms_{0};  // > 0: files served 64 KiB at a time, this many ms apart
-  std::string range_seen_;
-  std::mutex mu_;
+  std::string range_seen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return range_seen_;
+  }
 
  private:
+  std::string range_seen_;  // the last Range header
+  std::mutex mu_;
+
   void tree(const httplib::Request& q, httplib::Response& r) {
     const std::string repo = q.matches[2];
     if (repo == "missing") {
@@ -102,7 +97,7 @@ class FakeHub {
     for (const auto& [name, bytes] : files_) {
       uint64_t size = bytes.size();
       if (repo == "huge") size = uint64_t{1} << 60;
-      std::string sha = shas_.count(name) ? shas_[name] : "";
+      std::string sha = shas_.at(name);
       if (repo == "badhash") sha = std::string(64, '0');
       list.push_back({{"type", "file"},
                       {"path", name},
@@ -116,11 +111,12 @@ class FakeHub {
     ++cdn_gets_;
     if (q.has_header("Authorization")) ++token_at_cdn_;
     const std::string name = q.matches[1];
-    if (!files_.count(name)) {
+    const auto file = files_.find(name);
+    if (file == files_.end()) {
       r.status = 404;
       return;
     }
-    const std::string& bytes = files_[name];
+    const std::string& bytes = file->second;
     size_t from = 0;
     if (q.has_header("Range")) {  // httplib answers the range (206, Content-Range) itself
       ++range_gets_;
