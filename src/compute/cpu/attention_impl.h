@@ -9,9 +9,7 @@
 
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cmath>
-#include <type_traits>
 
 #include "compute/cpu/kernels.h"
 #include "compute/cpu/simd_common.h"
@@ -52,30 +50,6 @@ inline float fold_lanes(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 }
 
-// The 8 keys' dot products (one vector per key, lanes still to add) to one vector of 8
-// scores: the same fold as the scalar twin.
-inline __m256 finish8(__m256 (&a)[8]) {
-  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
-  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
-  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
-
-#if defined(__AVX512F__)
-// Each key's 16-float partials, its two halves added (then any last 8 floats: d % 16 == 8).
-inline void fold8(__m512 (&w)[8], const float* q, const float* keys, int64_t d, int64_t c,
-                  __m256 (&a)[8]) {
-  for (int k = 0; k < 8; ++k) {
-    a[k] = _mm256_add_ps(_mm512_castps512_ps256(w[k]),
-                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(w[k]), 1)));
-  }
-  if (c < d) {
-    const __m256 qv = _mm256_loadu_ps(q + c);
-    for (int k = 0; k < 8; ++k) a[k] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + k * d + c), a[k]);
-  }
-}
-#endif
-
 // Scores of keys j0..j0+7 (rows of d floats) against q: one vector.
 inline __m256 scores8(const float* q, const float* keys, int64_t d) {
   __m256 a[8];
@@ -88,7 +62,14 @@ inline __m256 scores8(const float* q, const float* keys, int64_t d) {
     const __m512 qv = _mm512_loadu_ps(q + c);
     for (int k = 0; k < 8; ++k) w[k] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(keys + k * d + c), w[k]);
   }
-  fold8(w, q, keys, d, c, a);
+  for (int k = 0; k < 8; ++k) {
+    a[k] = _mm256_add_ps(_mm512_castps512_ps256(w[k]),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(w[k]), 1)));
+  }
+  if (c < d) {  // d % 16 == 8
+    const __m256 qv = _mm256_loadu_ps(q + c);
+    for (int k = 0; k < 8; ++k) a[k] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + k * d + c), a[k]);
+  }
 #else
   for (int k = 0; k < 8; ++k) a[k] = _mm256_setzero_ps();
   for (int64_t c = 0; c < d; c += 8) {
@@ -96,31 +77,11 @@ inline __m256 scores8(const float* q, const float* keys, int64_t d) {
     for (int k = 0; k < 8; ++k) a[k] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + k * d + c), a[k]);
   }
 #endif
-  return finish8(a);
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
-
-#if defined(__AVX512F__)
-// scores8 of two queries, each computed with exactly its FMAs, the keys loaded once.
-inline void scores8_pair(const float* qa, const float* qb, const float* keys, int64_t d,
-                         __m256* out_a, __m256* out_b) {
-  __m512 wa[8], wb[8];
-  for (int k = 0; k < 8; ++k) wa[k] = wb[k] = _mm512_setzero_ps();
-  int64_t c = 0;
-  for (; c + 16 <= d; c += 16) {
-    const __m512 qva = _mm512_loadu_ps(qa + c), qvb = _mm512_loadu_ps(qb + c);
-    for (int k = 0; k < 8; ++k) {
-      const __m512 kv = _mm512_loadu_ps(keys + k * d + c);
-      wa[k] = _mm512_fmadd_ps(qva, kv, wa[k]);
-      wb[k] = _mm512_fmadd_ps(qvb, kv, wb[k]);
-    }
-  }
-  __m256 a[8];
-  fold8(wa, qa, keys, d, c, a);
-  *out_a = finish8(a);
-  fold8(wb, qb, keys, d, c, a);
-  *out_b = finish8(a);
-}
-#endif
 
 // Lanes of positions g..g+7 inside [lo, hi).
 inline __m256 visible(int32_t g, int32_t lo, int32_t hi) {
@@ -154,54 +115,6 @@ inline void accumulate_values_n(float* acc, const float* e, const float* values,
   }
   for (int i = 0; i < N; ++i) _mm512_storeu_ps(acc + 16 * i, a[i]);
   if constexpr (H == 1) _mm256_storeu_ps(acc + 16 * N, b);
-}
-
-// accumulate_values_n for two rows over the same keys [lo, hi), each value row loaded once:
-// per row the same FMAs in the same key order as alone.
-template <int N, int H>
-inline void accumulate_values_pair_n(float* acc_a, float* acc_b, const float* e_a, const float* e_b,
-                                     const float* values, int64_t dv, int32_t lo, int32_t hi,
-                                     const float (&shrink)[2], const bool (&rescale)[2]) {
-  __m512 a[N > 0 ? N : 1], b[N > 0 ? N : 1];
-  __m256 ha = _mm256_setzero_ps(), hb = _mm256_setzero_ps();
-  for (int i = 0; i < N; ++i) {
-    a[i] = _mm512_loadu_ps(acc_a + 16 * i);
-    b[i] = _mm512_loadu_ps(acc_b + 16 * i);
-  }
-  if constexpr (H == 1) {
-    ha = _mm256_loadu_ps(acc_a + 16 * N);
-    hb = _mm256_loadu_ps(acc_b + 16 * N);
-  }
-  if (rescale[0]) {
-    for (int i = 0; i < N; ++i) a[i] = _mm512_mul_ps(a[i], _mm512_set1_ps(shrink[0]));
-    if constexpr (H == 1) ha = _mm256_mul_ps(ha, _mm256_set1_ps(shrink[0]));
-  }
-  if (rescale[1]) {
-    for (int i = 0; i < N; ++i) b[i] = _mm512_mul_ps(b[i], _mm512_set1_ps(shrink[1]));
-    if constexpr (H == 1) hb = _mm256_mul_ps(hb, _mm256_set1_ps(shrink[1]));
-  }
-  for (int32_t j = lo; j < hi; ++j) {
-    const __m512 ea = _mm512_set1_ps(e_a[j]), eb = _mm512_set1_ps(e_b[j]);
-    const float* vj = values + j * dv;
-    for (int i = 0; i < N; ++i) {
-      const __m512 v = _mm512_loadu_ps(vj + 16 * i);
-      a[i] = _mm512_fmadd_ps(ea, v, a[i]);
-      b[i] = _mm512_fmadd_ps(eb, v, b[i]);
-    }
-    if constexpr (H == 1) {
-      const __m256 v = _mm256_loadu_ps(vj + 16 * N);
-      ha = _mm256_fmadd_ps(_mm512_castps512_ps256(ea), v, ha);
-      hb = _mm256_fmadd_ps(_mm512_castps512_ps256(eb), v, hb);
-    }
-  }
-  for (int i = 0; i < N; ++i) {
-    _mm512_storeu_ps(acc_a + 16 * i, a[i]);
-    _mm512_storeu_ps(acc_b + 16 * i, b[i]);
-  }
-  if constexpr (H == 1) {
-    _mm256_storeu_ps(acc_a + 16 * N, ha);
-    _mm256_storeu_ps(acc_b + 16 * N, hb);
-  }
 }
 
 #else
@@ -239,13 +152,12 @@ inline void accumulate_chunk(float* acc, const float* e, const float* values, in
 #endif
 }
 
-// f(std::integral_constant<int, n>{}) for n = width / 8, 1..16 (kDvChunk / 8 at most).
-template <class F>
-inline void with_width(int64_t width, F&& f) {
+inline void accumulate_values(float* acc, const float* e, const float* values, int64_t dv,
+                              int64_t width, int32_t lo, int32_t hi, float shrink, bool rescale) {
   switch (width / 8) {
 #define HYPURA_ACC_CASE(n) \
   case n:                  \
-    return f(std::integral_constant<int, n>{});
+    return accumulate_chunk<n>(acc, e, values, dv, lo, hi, shrink, rescale);
     HYPURA_ACC_CASE(1)
     HYPURA_ACC_CASE(2)
     HYPURA_ACC_CASE(3)
@@ -264,13 +176,6 @@ inline void with_width(int64_t width, F&& f) {
     HYPURA_ACC_CASE(16)
 #undef HYPURA_ACC_CASE
   }
-}
-
-inline void accumulate_values(float* acc, const float* e, const float* values, int64_t dv,
-                              int64_t width, int32_t lo, int32_t hi, float shrink, bool rescale) {
-  with_width(width, [&](auto n) {
-    accumulate_chunk<decltype(n)::value>(acc, e, values, dv, lo, hi, shrink, rescale);
-  });
 }
 
 // A row's share of the block: its query, its visible keys [lo, hi) and their scratch.
@@ -337,64 +242,6 @@ void attend_row(const AttentionRows& rows, int64_t r, const float* keys, const f
   rows.l[r] += fold_lanes(lane);
 }
 
-#if defined(__AVX512F__)
-// Rows r and r + 1 (a token's q heads of one kv head, or neighbouring tokens: their key
-// ranges mostly overlap) with each key and value row loaded once for both. Every number of
-// a row is computed by the same operations in the same order as attend_row's, so a row's
-// result does not depend on its neighbour: scores of the groups covering either row (each
-// row keeps only its own groups), then over the values the keys before the shared range
-// row by row, the shared range together, the keys after it row by row, every row's keys in
-// ascending order and its rescale applied once, first.
-void attend_pair(const AttentionRows& rows, int64_t r, const float* keys, const float* values,
-                 float (&s)[2][kAttnMaxKeys]) {
-  const int64_t d = rows.head_dim, dv = rows.head_dim_v;
-  const RowStep row[2] = {row_step(rows, r, s[0]), row_step(rows, r + 1, s[1])};
-  const __m256 scale = _mm256_set1_ps(rows.scale);
-  __m256 vmax[2] = {_mm256_set1_ps(-INFINITY), _mm256_set1_ps(-INFINITY)};
-  for (int32_t g = std::min(row[0].g0, row[1].g0); g < std::max(row[0].g1, row[1].g1); g += 8) {
-    __m256 raw[2];
-    scores8_pair(row[0].q, row[1].q, keys + g * d, d, &raw[0], &raw[1]);
-    for (int i = 0; i < 2; ++i) {
-      if (g >= row[i].g0 && g < row[i].g1)
-        vmax[i] = _mm256_max_ps(vmax[i], store_scores(row[i], g, raw[i], scale));
-    }
-  }
-  float shrink[2];
-  bool rescale[2];
-  __m256 lane[2];
-  for (int i = 0; i < 2; ++i) lane[i] = exps(rows, r + i, row[i], vmax[i], &shrink[i], &rescale[i]);
-  const int32_t both_lo = std::max(row[0].lo, row[1].lo), both_hi = std::min(row[0].hi, row[1].hi);
-  for (int64_t c = 0; c < dv; c += kDvChunk) {
-    const int64_t width = dv - c < kDvChunk ? dv - c : kDvChunk;
-    float* acc[2] = {rows.acc + r * dv + c, rows.acc + (r + 1) * dv + c};
-    if (both_lo >= both_hi) {  // no keys in common: each row alone
-      for (int i = 0; i < 2; ++i) {
-        accumulate_values(acc[i], s[i], values + c, dv, width, row[i].lo, row[i].hi, shrink[i],
-                          rescale[i]);
-      }
-      continue;
-    }
-    bool pending[2] = {rescale[0], rescale[1]};  // a row's rescale goes with its first keys
-    for (int i = 0; i < 2; ++i) {
-      if (row[i].lo >= both_lo) continue;
-      accumulate_values(acc[i], s[i], values + c, dv, width, row[i].lo, both_lo, shrink[i],
-                        pending[i]);
-      pending[i] = false;
-    }
-    with_width(width, [&](auto n) {
-      constexpr int kN = decltype(n)::value;
-      accumulate_values_pair_n<kN / 2, kN % 2>(acc[0], acc[1], s[0], s[1], values + c, dv, both_lo,
-                                               both_hi, shrink, pending);
-    });
-    for (int i = 0; i < 2; ++i) {
-      if (row[i].hi > both_hi)
-        accumulate_values(acc[i], s[i], values + c, dv, width, both_hi, row[i].hi, 1.0f, false);
-    }
-  }
-  for (int i = 0; i < 2; ++i) rows.l[r + i] += fold_lanes(lane[i]);
-}
-#endif
-
 void attention_step_simd(const AttentionRows& rows, const float* keys, const float* values,
                          int64_t n_keys) {
   const int64_t d = rows.head_dim, dv = rows.head_dim_v;
@@ -402,17 +249,9 @@ void attention_step_simd(const AttentionRows& rows, const float* keys, const flo
     ref::attention_step(rows, keys, values, n_keys);
     return;
   }
-  alignas(32) float s[2][kAttnMaxKeys];
+  alignas(32) float s[kAttnMaxKeys];
   for (int64_t r = 0; r < rows.n_rows; ++r) {
-    if (rows.lo[r] >= rows.hi[r]) continue;
-#if defined(__AVX512F__)
-    if (r + 1 < rows.n_rows && rows.lo[r + 1] < rows.hi[r + 1]) {
-      attend_pair(rows, r, keys, values, s);
-      ++r;
-      continue;
-    }
-#endif
-    attend_row(rows, r, keys, values, s[0]);
+    if (rows.lo[r] < rows.hi[r]) attend_row(rows, r, keys, values, s);
   }
 }
 
