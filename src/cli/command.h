@@ -43,10 +43,8 @@ struct Registrar {
 // (test-models/, see docs/MODELS.md) when empty. Returns "" when none exists.
 std::string resolve_model_path(const std::string& arg);
 
-// --models-dir DIR of pull, list and rm (default: ModelStore::default_dir()), and the store
-// it names.
+// --models-dir DIR of pull, list, rm and serve (default: ModelStore::default_dir()).
 CLI::Option* add_models_dir_option(CLI::App& app, std::string* dir);
-Result<store::ModelStore> open_model_store(const std::string& dir);
 
 // --ram-budget SIZE (e.g. 3G, 2.5GiB): a cap on host memory for the planner and the memory
 // ledger; a model that does not fit under it streams. A malformed size is a usage error.

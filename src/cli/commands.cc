@@ -24,7 +24,7 @@ std::string resolve_model_path(const std::string& arg) {
     std::error_code ec;
     if (std::filesystem::exists(arg, ec)) return arg;
     // Not a file: a pulled model's name, if it is one (else the path, for its error).
-    Result<store::ModelStore> s = open_model_store("");
+    Result<store::ModelStore> s = store::ModelStore::open("");
     Result<std::string> pulled = s.is_ok() ? s->path_of(arg) : Result<std::string>(s.status());
     return pulled.is_ok() ? *pulled : arg;
   }
@@ -42,12 +42,6 @@ CLI::Option* add_models_dir_option(CLI::App& app, std::string* dir) {
   return app.add_option("--models-dir", *dir,
                         "the models folder (default $HYPURA_MODELS, else "
                         "$XDG_DATA_HOME/hypura/models or ~/.local/share/hypura/models)");
-}
-
-Result<store::ModelStore> open_model_store(const std::string& dir) {
-  if (!dir.empty()) return store::ModelStore(dir);
-  HYPURA_ASSIGN_OR_RETURN(std::string d, store::ModelStore::default_dir());
-  return store::ModelStore(std::move(d));
 }
 
 namespace {

@@ -27,7 +27,7 @@ std::string date_of(int64_t unix_s) {
 }
 
 int run_list(const ListArgs& args) {
-  Result<store::ModelStore> s = open_model_store(args.models_dir);
+  Result<store::ModelStore> s = store::ModelStore::open(args.models_dir);
   Result<std::vector<store::StoredModel>> models =
       s.is_ok() ? s->list() : Result<std::vector<store::StoredModel>>(s.status());
   if (!models.is_ok()) {

@@ -22,7 +22,7 @@ struct PullArgs {
 };
 
 int run_pull(const PullArgs& args) {
-  Result<store::ModelStore> s = open_model_store(args.models_dir);
+  Result<store::ModelStore> s = store::ModelStore::open(args.models_dir);
   if (!s.is_ok()) {
     std::cerr << "hypura pull: " << s.status().message() << "\n";
     return 1;

@@ -15,7 +15,7 @@ struct RmArgs {
 };
 
 int run_rm(const RmArgs& args) {
-  Result<store::ModelStore> s = open_model_store(args.models_dir);
+  Result<store::ModelStore> s = store::ModelStore::open(args.models_dir);
   if (!s.is_ok()) {
     std::cerr << "hypura rm: " << s.status().message() << "\n";
     return 1;

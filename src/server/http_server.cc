@@ -122,7 +122,6 @@ struct HttpServer::Impl {
   bool refuse_foreign(const httplib::Request& req, httplib::Response& res);
   void setup_routes();
   void handle_pull(const httplib::Request& req, httplib::Response& res);
-  Result<store::ModelStore> model_store() const;
   bool model_matches(const std::string& requested) const;
   void reply_error(httplib::Response& res, Api api, int status, const std::string& message);
   void handle_generation(Api api, const httplib::Request& req, httplib::Response& res);
@@ -327,7 +326,7 @@ void HttpServer::Impl::setup_routes() {
     res.set_content(version_body(kOllamaApiVersion, kVersion), "application/json");
   });
   svr.Get("/api/tags", [this](const Request&, Response& res) {
-    Result<store::ModelStore> models = model_store();
+    Result<store::ModelStore> models = store::ModelStore::open(options.models_dir);
     Result<std::vector<store::StoredModel>> pulled =
         models.is_ok() ? models->list() : Result<std::vector<store::StoredModel>>(models.status());
     res.set_content(tags_body(info, pulled.is_ok() ? *pulled : std::vector<store::StoredModel>{}),
@@ -337,7 +336,7 @@ void HttpServer::Impl::setup_routes() {
   svr.Delete("/api/delete", [this](const Request& req, Response& res) {
     Result<std::string> model = parse_show_request(req.body);
     if (!model.is_ok()) return reply_error(res, Api::kOllamaChat, 400, model.status().message());
-    Result<store::ModelStore> models = model_store();
+    Result<store::ModelStore> models = store::ModelStore::open(options.models_dir);
     const Status st = models.is_ok() ? models->remove(*model) : models.status();
     if (st.code() == StatusCode::kNotFound) {
       return reply_error(res, Api::kOllamaChat, 404, "model \"" + *model + "\" not found");
@@ -387,12 +386,6 @@ void HttpServer::Impl::setup_routes() {
   }
 }
 
-Result<store::ModelStore> HttpServer::Impl::model_store() const {
-  if (!options.models_dir.empty()) return store::ModelStore(options.models_dir);
-  HYPURA_ASSIGN_OR_RETURN(std::string dir, store::ModelStore::default_dir());
-  return store::ModelStore(std::move(dir));
-}
-
 // POST /api/pull: the download runs on this connection's thread. Streamed: an NDJSON line
 // per event (progress at most every 1% or 0.5 s), an {"error"} line if it fails, and a
 // client that goes away cancels it (the part stays, a later pull resumes). Not streamed:
@@ -400,7 +393,7 @@ Result<store::ModelStore> HttpServer::Impl::model_store() const {
 void HttpServer::Impl::handle_pull(const httplib::Request& req, httplib::Response& res) {
   Result<PullRequest> pr = parse_pull_request(req.body);
   if (!pr.is_ok()) return reply_error(res, Api::kOllamaChat, 400, pr.status().message());
-  Result<store::ModelStore> models = model_store();
+  Result<store::ModelStore> models = store::ModelStore::open(options.models_dir);
   if (!models.is_ok()) return reply_error(res, Api::kOllamaChat, 500, models.status().message());
   const auto status_of = [](const Status& st) {
     switch (st.code()) {

@@ -155,6 +155,12 @@ Result<std::string> ModelStore::default_dir() {
   return not_found("no models folder: set HYPURA_MODELS (or HOME)");
 }
 
+Result<ModelStore> ModelStore::open(const std::string& dir) {
+  if (!dir.empty()) return ModelStore(dir);
+  HYPURA_ASSIGN_OR_RETURN(std::string d, default_dir());
+  return ModelStore(std::move(d));
+}
+
 Result<std::vector<StoredModel>> ModelStore::list() const {
   const std::string path = dir_ + "/" + kManifest;
   std::error_code ec;

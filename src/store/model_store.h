@@ -59,6 +59,8 @@ class ModelStore {
  public:
   // The folder from the environment, as above. Fails without HOME and XDG_DATA_HOME.
   static Result<std::string> default_dir();
+  // The store of `dir`, or of default_dir() when dir is "".
+  static Result<ModelStore> open(const std::string& dir);
   explicit ModelStore(std::string dir) : dir_(std::move(dir)) {}
 
   const std::string& dir() const { return dir_; }
