@@ -22,18 +22,18 @@ configure() {  # configure DIR SANITIZERS
 }
 
 if [ "$job" = asan ] || [ "$job" = all ]; then
-  echo "== AddressSanitizer + UBSan: build (build-asan) =="
+  echo "== AddressSanitizer + UBSan: build (build-asan) == ($(date -u +%T))"
   configure build-asan address,undefined
   cmake --build build-asan -j"$jobs"
-  echo "== AddressSanitizer + UBSan: every test =="
+  echo "== AddressSanitizer + UBSan: every test == ($(date -u +%T))"
   ctest --test-dir build-asan --output-on-failure -j"$jobs" --timeout 900
 fi
 
 if [ "$job" = tsan ] || [ "$job" = all ]; then
-  echo "== ThreadSanitizer: build of the concurrent modules' tests (build-tsan) =="
+  echo "== ThreadSanitizer: build of the concurrent modules' tests (build-tsan) == ($(date -u +%T))"
   configure build-tsan thread
   cmake --build build-tsan -j"$jobs" --target hypura_concurrent_tests
-  echo "== ThreadSanitizer: tests labelled concurrent =="
+  echo "== ThreadSanitizer: tests labelled concurrent == ($(date -u +%T))"
   ctest --test-dir build-tsan --output-on-failure -j"$jobs" --timeout 900 -L concurrent \
     -E '^RealModels\.|RealModelReference|AcrossKeySegments'
 fi

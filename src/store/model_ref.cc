@@ -5,6 +5,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "store/json_field.h"
+
 namespace hypura::store {
 namespace {
 
@@ -141,7 +143,7 @@ Result<std::vector<RepoFile>> parse_repo_tree(std::string_view json) {
   if (!tree.is_array()) return corrupt("the repository listing is not a JSON array");
   std::vector<RepoFile> files;
   for (const nlohmann::json& e : tree) {
-    if (!e.is_object() || e.value("type", "") != "file") continue;
+    if (!e.is_object() || string_field(e, "type") != "file") continue;
     RepoFile f;
     const auto path = e.find("path");
     const auto size = e.find("size");
@@ -151,9 +153,8 @@ Result<std::vector<RepoFile>> parse_repo_tree(std::string_view json) {
     f.size = size->get<uint64_t>();
     const auto lfs = e.find("lfs");
     if (lfs != e.end() && lfs->is_object()) {
-      f.sha256 = lfs->value("oid", "");
-      if (lfs->contains("size") && (*lfs)["size"].is_number_unsigned())
-        f.size = (*lfs)["size"].get<uint64_t>();
+      f.sha256 = string_field(*lfs, "oid");
+      if (const uint64_t lfs_size = unsigned_field(*lfs, "size")) f.size = lfs_size;
     }
     if (f.path.empty() || f.path.find("..") != std::string::npos || f.path[0] == '/')
       return corrupt("the repository listing names an unsafe path '" + f.path + "'");

@@ -13,6 +13,7 @@
 
 #include "common/atomic_file.h"
 #include "common/size.h"
+#include "store/json_field.h"
 #include "store/model_ref.h"
 
 namespace hypura::store {
@@ -43,13 +44,13 @@ Result<StoredModel> from_json(const json& j) {
       !j["files"].is_array())
     return corrupt("an entry lacks its name or files");
   m.name = j["name"].get<std::string>();
-  m.source = j.value("source", "");
-  m.pulled_at = j.value("pulled_at", int64_t{0});
+  m.source = string_field(j, "source");
+  m.pulled_at = integer_field(j, "pulled_at");
   for (const json& f : j["files"]) {
     if (!f.is_object() || !f.contains("path") || !f["path"].is_string())
       return corrupt("a file of " + m.name + " lacks its path");
-    StoredFile sf{f["path"].get<std::string>(), f.value("size", uint64_t{0}),
-                  f.value("sha256", "")};
+    StoredFile sf{f["path"].get<std::string>(), unsigned_field(f, "size"),
+                  string_field(f, "sha256")};
     if (sf.path.empty() || sf.path[0] == '/' || sf.path.find("..") != std::string::npos)
       return corrupt("unsafe path '" + sf.path + "' in " + m.name);
     m.files.push_back(std::move(sf));

@@ -68,6 +68,19 @@ TEST(ModelRef, PicksTheQuantizationAndEverySplitPart) {
   EXPECT_FALSE(pick_quant(gap, "Q8_0", &chosen).is_ok());
 }
 
+TEST(ModelRef, TreeListingWithFieldsOfTheWrongTypeIsNotACrash) {
+  // Found by http_request_fuzz: a later duplicate "type" key holding a number.
+  Result<std::vector<RepoFile>> tree = parse_repo_tree(
+      R"([{"type":"file","path":"a-Q8_0.gguf","type":5,"size":1},)"
+      R"({"type":"file","path":"b-Q4_K_M.gguf","size":2,"lfs":{"oid":7,"size":"x"}}])");
+  ASSERT_TRUE(tree.is_ok()) << tree.status().message();
+  ASSERT_EQ(tree->size(), 1u);  // an entry whose type is not "file" is skipped
+  EXPECT_EQ((*tree)[0].path, "b-Q4_K_M.gguf");
+  EXPECT_EQ((*tree)[0].size, 2u);  // the malformed lfs fields are ignored
+  EXPECT_EQ((*tree)[0].sha256, "");
+  EXPECT_FALSE(parse_repo_tree(R"([{"type":"file","path":3,"size":1}])").is_ok());
+}
+
 class PullTest : public ::testing::Test {
  protected:
   void SetUp() override {
