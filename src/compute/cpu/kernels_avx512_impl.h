@@ -484,11 +484,20 @@ inline void load_transposed16(const uint8_t* b, size_t bs, int m, int off, __m51
 
 // The dword at byte `off` of each block of the group (zero lanes past m).
 inline __m512i gather_fields(const uint8_t* b, size_t bs, int m, int off) {
-  // Scalar loads into a vector: vpgatherdd is slow on CPUs with the gather data sampling
-  // mitigation (on the Xeon VM, one-token Q8_0 products ran a fifth faster without it).
-  alignas(64) uint32_t f[kLanes] = {};
-  for (int l = 0; l < m; ++l) std::memcpy(&f[l], b + l * bs + off, 4);
-  return _mm512_load_si512(f);
+  // Scalar loads inserted into lanes: vpgatherdd is slow on CPUs with the gather data
+  // sampling mitigation (on the Xeon VM, one-token Q8_0 products ran a fifth faster without
+  // it), and stores to a stack array then one wide load stall on store forwarding (Q4_1's
+  // one-token products took twice as long on Zen 4).
+  auto dword = [&](int l) {
+    int v = 0;
+    if (l < m) std::memcpy(&v, b + l * bs + off, 4);
+    return v;
+  };
+  __m128i q[4];
+  for (int g = 0; g < 4; ++g)
+    q[g] = _mm_setr_epi32(dword(4 * g), dword(4 * g + 1), dword(4 * g + 2), dword(4 * g + 3));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(q[1], q[0])),
+                            _mm256_set_m128i(q[3], q[2]), 1);
 }
 
 // The low (hi = false) or high halves of 16 dwords as floats (fp16 fields).
@@ -525,11 +534,11 @@ inline void add_fifth_bit(const uint8_t* b, size_t bs, int m, int qh_off, __m512
   }
 }
 
-// Each format's weights of one group: W[k] = elements 4k..4k+3 of each block, as signed
-// bytes (kSigned) or unsigned ones (formats with a minimum). Legacy32 reads the scale (and
-// minimum) fields, which every format keeps at byte 0 (and 2). unsigned_weights() gives
-// the same values plus kOffset as unsigned bytes, lane L from the block at b + L * stride
-// (Rows32: one block of each of 16 rows).
+// Each format's weights of one group: unsigned_weights() gives W[k] = elements 4k..4k+3 of
+// each block plus kOffset as unsigned bytes, lane L from the block at b + L * stride
+// (Legacy32: a row's consecutive blocks; Rows32: one block of each of 16 rows); Q8_0's
+// weights() gives its signed bytes. Legacy32 reads the scale (and minimum) fields, which
+// every format keeps at byte 0 (and 2).
 struct WQ8_0 {
   using Block = BlockQ8_0;
   static constexpr bool kSigned = true;
@@ -544,17 +553,10 @@ struct WQ8_0 {
     for (int k = 0; k < 8; ++k) W[k] = _mm512_xor_si512(W[k], _mm512_set1_epi8(-128));
   }
 };
-// A signed nibble format's weights: its unsigned ones less the offset.
-template <class WF>
-inline void signed_weights(const uint8_t* b, int m, __m512i* W) {
-  WF::unsigned_weights(b, sizeof(typename WF::Block), m, W);
-  for (int k = 0; k < 8; ++k) W[k] = _mm512_sub_epi8(W[k], _mm512_set1_epi8(WF::kOffset));
-}
 struct WQ4_0 {
   using Block = BlockQ4_0;
   static constexpr bool kSigned = true;
   static constexpr int kOffset = 8;
-  static void weights(const uint8_t* b, int m, __m512i* W) { signed_weights<WQ4_0>(b, m, W); }
   static void unsigned_weights(const uint8_t* b, size_t stride, int m, __m512i* W) {
     nibbles_transposed(b, stride, m, offsetof(Block, qs), W);
   }
@@ -563,7 +565,6 @@ struct WQ5_0 {
   using Block = BlockQ5_0;
   static constexpr bool kSigned = true;
   static constexpr int kOffset = 16;
-  static void weights(const uint8_t* b, int m, __m512i* W) { signed_weights<WQ5_0>(b, m, W); }
   static void unsigned_weights(const uint8_t* b, size_t stride, int m, __m512i* W) {
     nibbles_transposed(b, stride, m, offsetof(Block, qs), W);
     add_fifth_bit(b, stride, m, offsetof(Block, qh), W);
@@ -576,7 +577,6 @@ struct WMXFP4 {
   using Block = BlockMXFP4;
   static constexpr bool kSigned = true;
   static constexpr int kOffset = 12;
-  static void weights(const uint8_t* b, int m, __m512i* W) { signed_weights<WMXFP4>(b, m, W); }
   static void unsigned_weights(const uint8_t* b, size_t stride, int m, __m512i* W) {
     nibbles_transposed(b, stride, m, offsetof(Block, qs), W);
     const __m512i values = _mm512_broadcast_i32x4(
@@ -588,9 +588,6 @@ struct WQ4_1 {
   using Block = BlockQ4_1;
   static constexpr bool kSigned = false;
   static constexpr int kOffset = 0;
-  static void weights(const uint8_t* b, int m, __m512i* W) {
-    unsigned_weights(b, sizeof(Block), m, W);
-  }
   static void unsigned_weights(const uint8_t* b, size_t stride, int m, __m512i* W) {
     nibbles_transposed(b, stride, m, offsetof(Block, qs), W);
   }
@@ -599,9 +596,6 @@ struct WQ5_1 {
   using Block = BlockQ5_1;
   static constexpr bool kSigned = false;
   static constexpr int kOffset = 0;
-  static void weights(const uint8_t* b, int m, __m512i* W) {
-    unsigned_weights(b, sizeof(Block), m, W);
-  }
   static void unsigned_weights(const uint8_t* b, size_t stride, int m, __m512i* W) {
     nibbles_transposed(b, stride, m, offsetof(Block, qs), W);
     add_fifth_bit(b, stride, m, offsetof(Block, qh), W);
@@ -634,16 +628,57 @@ inline __m512i dot_u8s8_acc(__m512i acc, __m512i w, __m512i y) {
 
 // Every 32-element format: per group, T tokens' exact block sums (lane L = block L), then
 // acc += sums * (d_w * d_y) per lane; formats with a minimum add m_w * s_y per lane.
-// Signed weights meet the activations as |w| and y with w's sign (|w| <= 128 fits u8).
 template <class WF>
 struct Legacy32 {
   using Block = typename WF::Block;
   static constexpr bool kMin = !WF::kSigned;
+  // The signed nibble formats as unsigned weights (values + kOffset) less the exact
+  // kOffset * sum(y) per block: two dot products a row instead of the abs/sign steps, and
+  // the same integer sums (u <= 31: maddubs's int16 steps cannot saturate). Q8_0 keeps the
+  // abs/sign steps, measured faster than its xor and second product.
+  static constexpr bool kOffsetDot = WF::kSigned && WF::kOffset <= 64;
+  static constexpr int kFields = kMin ? 2 : 1;  // fp16 fields ahead of an activation group's rows
+  static constexpr size_t kActBlock = kMin ? sizeof(BlockQ8_1) : sizeof(BlockQ8_0);
+
+  // isum[t] lane L = the exact integer dot product of the group's block L with token t's.
+  template <int T>
+  static void block_sums(const uint8_t* wb, int m, const ActGroup* y, __m512i* isum) {
+    __m512i W[8];
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    if constexpr (WF::kSigned && !kOffsetDot) {  // |w| against y with w's sign (|w| <= 128)
+      WF::weights(wb, m, W);
+      for (int k = 0; k < 8; ++k) {
+        const __mmask64 neg = _mm512_movepi8_mask(W[k]);
+        const __m512i aw = _mm512_abs_epi8(W[k]);
+        for (int t = 0; t < T; ++t) {
+          const __m512i yk = y[t].row(k, kFields);
+          isum[t] =
+              dot_u8s8_acc(isum[t], aw, _mm512_mask_sub_epi8(yk, neg, _mm512_setzero_si512(), yk));
+        }
+      }
+      return;
+    }
+    WF::unsigned_weights(wb, sizeof(Block), m, W);
+    const __m512i ones = _mm512_set1_epi8(1);
+    [[maybe_unused]] __m512i ysum[T];
+    for (int t = 0; t < T; ++t) ysum[t] = _mm512_setzero_si512();
+    for (int k = 0; k < 8; ++k) {
+      for (int t = 0; t < T; ++t) {
+        const __m512i yk = y[t].row(k, kFields);
+        isum[t] = dot_u8s8_acc(isum[t], W[k], yk);
+        if constexpr (kOffsetDot) ysum[t] = dot_u8s8_acc(ysum[t], ones, yk);
+      }
+    }
+    if constexpr (kOffsetDot) {
+      const __m512i offset = _mm512_set1_epi32(WF::kOffset);
+      for (int t = 0; t < T; ++t)
+        isum[t] = _mm512_sub_epi32(isum[t], _mm512_mullo_epi32(ysum[t], offset));
+    }
+  }
+
   template <int T>
   static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out,
                   bool prefetch) {
-    constexpr int kFields = kMin ? 2 : 1;  // fp16 fields ahead of an activation group's rows
-    constexpr size_t kActBlock = kMin ? sizeof(BlockQ8_1) : sizeof(BlockQ8_0);
     __m512 acc[T], accm[T];
     for (int t = 0; t < T; ++t) acc[t] = accm[t] = _mm512_setzero_ps();
     const int64_t nb = n / quant::kQK;
@@ -651,27 +686,12 @@ struct Legacy32 {
       const int m = group_size(nb, b0);
       const uint8_t* wb = wr + b0 * sizeof(Block);
       if (prefetch) prefetch_ahead(wb, kLanes * sizeof(Block));
-      __m512i W[8];
-      WF::weights(wb, m, W);
-      const __m512i fields = gather_fields(wb, sizeof(Block), m, 0);  // d (and m for Q4_1/Q5_1)
-      const __m512 dw = weight_scales<Block>(fields);
       ActGroup y[T];
       for (int t = 0; t < T; ++t) y[t] = {x + t * xs + b0 * kActBlock, m};
       __m512i isum[T];
-      for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
-      for (int k = 0; k < 8; ++k) {
-        if constexpr (WF::kSigned) {
-          const __mmask64 neg = _mm512_movepi8_mask(W[k]);
-          const __m512i aw = _mm512_abs_epi8(W[k]);
-          for (int t = 0; t < T; ++t) {
-            const __m512i yk = y[t].row(k, kFields);
-            isum[t] = dot_u8s8_acc(isum[t], aw,
-                                   _mm512_mask_sub_epi8(yk, neg, _mm512_setzero_si512(), yk));
-          }
-        } else {
-          for (int t = 0; t < T; ++t) isum[t] = dot_u8s8_acc(isum[t], W[k], y[t].row(k, kFields));
-        }
-      }
+      block_sums<T>(wb, m, y, isum);
+      const __m512i fields = gather_fields(wb, sizeof(Block), m, 0);  // d (and m for Q4_1/Q5_1)
+      const __m512 dw = weight_scales<Block>(fields);
       for (int t = 0; t < T; ++t) {
         acc[t] =
             _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, y[t].halves(0)), acc[t]);
