@@ -776,8 +776,9 @@ struct Rows32 {
         WF::unsigned_weights(wb, ws, m, W);
         const __m512i fields = gather_fields(wb, ws, m, 0);  // d (and m for Q4_1/Q5_1)
         const __m512 dw = weight_scales<Block>(fields);
-#pragma GCC \
-    unroll 8  // keeps acc[] in registers (rolled, GCC spilled it: a store and reload a token)
+        // Unrolled, acc[] stays in registers (rolled, GCC spilled it: a store and a reload
+        // per token and block).
+#pragma GCC unroll 8
         for (int t = 0; t < T; ++t) {
           const uint8_t* group = x + t * xs + b0 * kActBlock;       // token t's activation group
           const uint8_t* dword0 = group + 2 * kFields * g + 4 * j;  // of block j, row 0
