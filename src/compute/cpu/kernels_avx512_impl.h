@@ -732,7 +732,9 @@ struct Rows32 {
   static constexpr bool kMin = !WF::kSigned;
   static constexpr int kFields = kMin ? 2 : 1;  // fp16 fields ahead of a group's rows
   static constexpr size_t kActBlock = kMin ? sizeof(BlockQ8_1) : sizeof(BlockQ8_0);
-  static constexpr int kTok = 8;               // tokens sharing one unpacking of a block's weights
+  // Tokens sharing one unpacking of a block's weights: 16, but 8 for the formats with a
+  // minimum, whose second set of accumulators would not fit the 32 registers.
+  static constexpr int kTok = kMin ? 8 : 16;
   static constexpr int kMinTokens = 4;         // fewer: Legacy32
   static constexpr int64_t kMaxBlocks = 1024;  // wider rows (32768 columns): Legacy32
 
@@ -778,7 +780,7 @@ struct Rows32 {
         const __m512 dw = weight_scales<Block>(fields);
         // Unrolled, acc[] stays in registers (rolled, GCC spilled it: a store and a reload
         // per token and block).
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
           const uint8_t* group = x + t * xs + b0 * kActBlock;       // token t's activation group
           const uint8_t* dword0 = group + 2 * kFields * g + 4 * j;  // of block j, row 0
