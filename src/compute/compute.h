@@ -204,6 +204,10 @@ class Context {
   void attention_step(const AttentionRows& rows, const float* keys, const float* values,
                       int64_t n_keys) const;
 
+  // gate[i] = silu(gate[i]) * up[i] for i < n, with this context's instruction set (the
+  // SIMD exp differs from std::exp by a few ulp; elementwise, so batch-invariant).
+  void silu_mul(float* gate, const float* up, int64_t n) const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -461,6 +461,10 @@ void Context::widen_rows(const KvRows& src, int64_t n_rows, int64_t width, float
   impl_->kernels->widen_rows(src, n_rows, width, out);
 }
 
+void Context::silu_mul(float* gate, const float* up, int64_t n) const {
+  impl_->kernels->silu_mul(gate, up, n);
+}
+
 void Context::attention_step(const AttentionRows& rows, const float* keys, const float* values,
                              int64_t n_keys) const {
   assert(n_keys <= kAttnMaxKeys);

@@ -20,11 +20,11 @@ void gated_activation(compute::Context& ctx, FfnAct act, float* gate, const floa
       return;
     }
     if (act == FfnAct::kSilu) {
-      compute::silu(g, len);
-    } else {
-      // ggml's CPU GELU rounds input and output through fp16; so do we, to match it.
-      compute::gelu_tanh_fp16(g, len);
+      ctx.silu_mul(g, up + begin, len);
+      return;
     }
+    // ggml's CPU GELU rounds input and output through fp16; so do we, to match it.
+    compute::gelu_tanh_fp16(g, len);
     compute::mul(g, up + begin, len);
   };
   const int64_t n_chunks = (n + kChunk - 1) / kChunk;

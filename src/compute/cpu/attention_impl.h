@@ -43,6 +43,23 @@ inline __m256 exp_nonpositive(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+// gate = silu(gate) * up, 8 lanes at a time (then the scalar twin for the tail). With
+// e = e^-|x| (never above 1, so it cannot overflow): sigmoid(x) = 1 / (1 + e) for x >= 0
+// and e / (1 + e) below; about 2 ulp from the scalar twin's std::exp, at a fraction of its
+// cost (the activation took 6 % of a Qwen2.5 prompt with std::exp).
+inline void silu_mul_simd(float* gate, const float* up, int64_t n) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(gate + i);
+    const __m256 e = exp_nonpositive(_mm256_or_ps(x, sign));  // e^-|x|
+    const __m256 num = _mm256_blendv_ps(one, e, x);           // x's sign bit picks e
+    const __m256 sig = _mm256_div_ps(num, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_mul_ps(x, sig), _mm256_loadu_ps(up + i)));
+  }
+  ref::silu_mul(gate + i, up + i, n - i);
+}
+
 // The same fold as the scalar twin: ((0+4) + (1+5)) + ((2+6) + (3+7)).
 inline float fold_lanes(__m256 v) {
   const __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -34,6 +34,8 @@ constexpr int kSimdLevels = 5;  // scalar .. amx
 using WidenRowsFn = void (*)(const KvRows& src, int64_t n_rows, int64_t width, float* out);
 using AttentionStepFn = void (*)(const AttentionRows& rows, const float* keys, const float* values,
                                  int64_t n_keys);
+// gate[i] = silu(gate[i]) * up[i] for i < n (the SwiGLU of a gated FFN).
+using SiluMulFn = void (*)(float* gate, const float* up, int64_t n);
 
 constexpr int kMaxTypeId = 40;
 
@@ -46,6 +48,7 @@ struct KernelTable {
   QuantizeActFn quantize_act[kMaxTypeId] = {};
   WidenRowsFn widen_rows = nullptr;          // never null once a table is built
   AttentionStepFn attention_step = nullptr;  // never null once a table is built
+  SiluMulFn silu_mul = nullptr;              // never null once a table is built
   // int8 multiply-accumulates per second of one thread running the path's dot-product
   // instructions on registers for about `seconds`; null: not measured (scalar).
   double (*int8_peak)(double seconds) = nullptr;
@@ -71,8 +74,8 @@ void fill_avx512_kernels(KernelTable* table);
 void fill_avx512vnni_kernels(KernelTable* table);
 // avx512vnni with the Q4_K / Q5_K / Q6_K products on the AMX tile unit (kernels_amx.cc).
 void fill_amx_kernels(KernelTable* table);
-// The AVX2 + FMA + F16C attention kernels and the int8 peak probe, used by every level
-// from AVX2 up; the AVX-512 levels then take the AVX-512 attention kernels.
+// The AVX2 + FMA + F16C attention kernels, the SwiGLU and the int8 peak probe, used by every
+// level from AVX2 up; the AVX-512 levels then take the AVX-512 attention kernels.
 void fill_avx2_attention(KernelTable* table);
 void fill_avx512_attention(KernelTable* table);
 
@@ -96,6 +99,7 @@ float dot_q6_k(int64_t n, const void* w, const void* x);
 void widen_rows(const KvRows& src, int64_t n_rows, int64_t width, float* out);
 void attention_step(const AttentionRows& rows, const float* keys, const float* values,
                     int64_t n_keys);
+void silu_mul(float* gate, const float* up, int64_t n);  // with std::exp (kernels_scalar.cc)
 }  // namespace ref
 
 // A tile built from a one-row dot function: loops rows outside, tokens inside.

@@ -53,6 +53,7 @@ double int8_peak_avx2(double seconds) {
 void fill_avx2_attention(KernelTable* table) {
   table->widen_rows = widen_rows_simd;
   table->attention_step = attention_step_simd;
+  table->silu_mul = silu_mul_simd;
   if (!table->int8_peak) table->int8_peak = int8_peak_avx2;  // amx brings its own
 }
 

@@ -239,6 +239,10 @@ float dot_q6_k(int64_t n, const void* w, const void* x) {
   return sum;
 }
 
+void silu_mul(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
 }  // namespace hypura::compute::ref
 
 namespace hypura::compute {
@@ -265,6 +269,7 @@ const KernelTable& scalar_kernels() {
     set(gguf::GgmlType::Q6_K, tile_from_dot<ref::dot_q6_k>);
     t.widen_rows = ref::widen_rows;
     t.attention_step = ref::attention_step;
+    t.silu_mul = ref::silu_mul;
     return t;
   }();
   return table;
