@@ -133,9 +133,10 @@ TEST(Ops, Activations) {
 }
 
 // SwiGLU on every instruction set this CPU has (the SIMD exp and the scalar twin's
-// std::exp) against float64: relative error <= 1e-6 (a few ulp), over inputs up to +-100
-// (sigmoid saturated both ways: e^-|x| is clamped near 1e-38, so below about -87 the result
-// is off by at most |x * up| * 1e-38) and lengths that leave a tail past the vectors.
+// std::exp) against float64: relative error <= 1e-6 (a few ulp), over inputs of standard
+// deviation 100 (sigmoid saturated both ways: e^-|x| is clamped near 1e-38, so below about
+// -87 the result is off by at most |x * up| * 1e-38) and lengths that leave a tail past the
+// vectors.
 TEST(Ops, SiluMulOfEveryPathMatchesFloat64) {
   for (const int64_t n : {1, 7, 8, 1003}) {
     const auto x = random_vec(n, 100.0f, 5), up = random_vec(n, 4.0f, 6);
