@@ -99,7 +99,7 @@ float dot_q6_k(int64_t n, const void* w, const void* x);
 void widen_rows(const KvRows& src, int64_t n_rows, int64_t width, float* out);
 void attention_step(const AttentionRows& rows, const float* keys, const float* values,
                     int64_t n_keys);
-void silu_mul(float* gate, const float* up, int64_t n);  // with std::exp (kernels_scalar.cc)
+void silu_mul(float* gate, const float* up, int64_t n);  // compute::silu, then mul
 }  // namespace ref
 
 // A tile built from a one-row dot function: loops rows outside, tokens inside.
