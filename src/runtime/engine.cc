@@ -164,13 +164,14 @@ class LocalEngine final : public Engine {
   const tokenizer::Tokenizer& tokenizer() const override { return *tokenizer_; }
   std::unique_ptr<Session> new_session() override { return std::make_unique<LocalSession>(*this); }
   Status check_host_memory() const override;
+  Status replan() override;
   int64_t n_ctx() const override { return n_ctx_; }
   int64_t max_context() const override { return std::max(n_ctx_, model_->hparams().n_ctx_train); }
   int64_t n_vocab() const override { return model_->hparams().n_vocab; }
   int64_t n_embd() const override { return model_->hparams().n_embd; }
   Pooling pooling() const override;
   std::string architecture() const override { return model_->hparams().arch_name; }
-  std::string mode() const override { return weights_->mode(); }
+  std::string mode() const override { return weights_ ? weights_->mode() : "unloaded"; }
   std::string device() const override { return device_kind_name(device_.kind); }
   bool on_gpu() const { return device_.kind == DeviceKind::kCuda; }
   tiers::DeviceWeights& device_weights() { return *device_weights_; }
@@ -242,7 +243,12 @@ class LocalEngine final : public Engine {
   std::unique_ptr<StepBatcher> batcher_;  // owns the one Forward all sessions share
   std::unique_ptr<Engine> draft_;         // EngineOptions::draft_model (null: none)
   Result<std::unique_ptr<model::Forward>> make_forward(int64_t n_ctx);
-  Status load_draft(const EngineOptions& options, scheduler::Budgets* budgets);
+  Status load_draft(const EngineOptions& options);
+  Status charge_draft(scheduler::Budgets* budgets) const;
+  Result<TierOptions> tier_options() const;
+  Status load_weights(const TierOptions& tier);
+  void release_weights();
+  EngineOptions options_;  // what the engine was loaded with: a re-plan's request
   Status stage_host_layers();
   mutable std::once_flag vocab_index_once_;
   mutable std::unique_ptr<grammar::VocabIndex> vocab_index_;
@@ -281,59 +287,18 @@ Result<std::unique_ptr<Engine>> LocalEngine::create(const EngineOptions& options
   HYPURA_ASSIGN_OR_RETURN(const DeviceRequest request, parse_device(options.device));
   HYPURA_ASSIGN_OR_RETURN(e->device_, choose_device(request, e->file_, e->model_->hparams(),
                                                     options.kv_f32, options.gpu_budget));
-  TierOptions tier;
-  tier.plan = plan_request(options, e->device_);
-  HYPURA_RETURN_IF_ERROR(e->load_draft(options, &tier.plan.budgets));
+  e->options_ = options;
+  e->options_.load_progress = nullptr;  // a re-plan loads without the caller's progress bar
+  HYPURA_RETURN_IF_ERROR(e->load_draft(options));
+  HYPURA_ASSIGN_OR_RETURN(TierOptions tier, e->tier_options());
   tier.progress = options.load_progress;
-  tier.trace_path = options.trace_path;
-  const std::string& predictor = options.expert_predictor;
-  if (!predictor.empty() && !experts::parse_expert_predictor(predictor, &tier.expert_predictor)) {
-    return invalid_argument("expert predictor '" + predictor +
-                            "' is not none, coact, router or both");
-  }
-  if (const int d = options.expert_lookahead; d != 0) {
-    if (d < 1 || d > experts::kMaxRouterLookahead) {
-      return invalid_argument("expert lookahead " + std::to_string(d) + " is not 1.." +
-                              std::to_string(experts::kMaxRouterLookahead));
-    }
-    tier.expert_lookahead = d;
-  }
-  tier.expert_prefetch_budget = options.expert_prefetch_budget;
-  tier.expert_cancel = options.expert_cancel;
-  if (const double p = options.expert_prefetch_precision; p >= 0) {
-    if (p > 1)
-      return invalid_argument("expert prefetch precision " + std::to_string(p) + " is not in 0..1");
-    tier.expert_prefetch_precision = p;
-  }
-  HYPURA_ASSIGN_OR_RETURN(e->weights_, TieredWeights::load(e->file_, tier));
-  // The plan capped the context to the model's trained length unless asked not to: past
-  // it RoPE keeps rotating but the model was never trained there, so only a speed
-  // measurement (bench, like llama-bench) may ask for it.
-  e->n_ctx_ = e->weights_->plan().n_ctx;
-  const int64_t want = tier.plan.budgets.n_ctx, n_train = e->model_->hparams().n_ctx_train;
-  if (want > n_train && options.n_ctx_past_trained) {
-    spdlog::warn(
-        "context {} exceeds the model's trained length {}: speed only, outputs past it are not "
-        "meaningful",
-        want, n_train);
-  } else if (e->n_ctx_ < want) {
-    spdlog::info("context {} capped to the model's trained length {}", want, e->n_ctx_);
-  }
-  HYPURA_RETURN_IF_ERROR(e->place_on_device(options.load_progress));
-  const int n_threads = options.n_threads > 0 ? options.n_threads : physical_cores();
-  const std::string simd = e->cpu_stage_simd(options.simd);
-  e->ctx_ = std::make_unique<compute::Context>(n_threads, simd);
-  if (!simd.empty())
-    spdlog::info("the CPU's layers decode with the {} kernels", e->ctx_->simd_name());
-  HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<model::Forward> forward, e->make_forward(e->n_ctx_));
-  e->batcher_ = std::make_unique<StepBatcher>(std::move(forward), e->n_vocab());
+  HYPURA_RETURN_IF_ERROR(e->load_weights(tier));
   return std::unique_ptr<Engine>(std::move(e));
 }
 
-// The draft model, loaded first (resident, on the target's device) and charged to the
-// target's budgets: its weights, caches and buffers come out of what the target may use.
-// Its vocabulary must be the target's, token for token.
-Status LocalEngine::load_draft(const EngineOptions& options, scheduler::Budgets* budgets) {
+// The draft model, loaded first (resident, on the target's device). Its vocabulary must be
+// the target's, token for token.
+Status LocalEngine::load_draft(const EngineOptions& options) {
   if (options.draft_model.empty()) return Status::ok();
   EngineOptions d = options;
   d.model_path = options.draft_model;
@@ -357,12 +322,17 @@ Status LocalEngine::load_draft(const EngineOptions& options, scheduler::Budgets*
     return invalid_argument("the draft model's vocabulary has " + std::to_string(theirs.n_vocab()) +
                             " tokens, the model's " + std::to_string(ours.n_vocab()));
   }
-  const scheduler::Plan& plan = draft_->tiers()->plan();
-  if (plan.mode != scheduler::Mode::kFullResident) {
+  if (draft_->tiers()->plan().mode != scheduler::Mode::kFullResident) {
     return resource_exhausted("the draft model does not fit in memory (its plan: " +
                               draft_->mode() + "); a draft must be resident");
   }
-  const scheduler::MemoryPlan& m = plan.memory;
+  return Status::ok();
+}
+
+// The draft model's weights, caches and buffers come out of what the target may use.
+Status LocalEngine::charge_draft(scheduler::Budgets* budgets) const {
+  if (!draft_) return Status::ok();
+  const scheduler::MemoryPlan& m = draft_->tiers()->plan().memory;
   const uint64_t ram = m.ram_total() - m.overhead_ram, gpu = m.gpu_total();
   if (budgets->ram_bytes) {
     if (ram >= *budgets->ram_bytes) {
@@ -377,6 +347,89 @@ Status LocalEngine::load_draft(const EngineOptions& options, scheduler::Budgets*
   if (budgets->gpu_bytes && gpu > 0) *budgets->gpu_bytes -= std::min(gpu, *budgets->gpu_bytes);
   spdlog::info("draft model: {} MiB of RAM and {} MiB of GPU memory charged to the budgets",
                ram >> 20, gpu >> 20);
+  return Status::ok();
+}
+
+// What the weights are placed with: the plan request of the options and the device
+// decision (less the draft model's share), and the expert streaming's settings.
+Result<TierOptions> LocalEngine::tier_options() const {
+  const EngineOptions& options = options_;
+  TierOptions tier;
+  tier.plan = plan_request(options, device_);
+  HYPURA_RETURN_IF_ERROR(charge_draft(&tier.plan.budgets));
+  tier.trace_path = options.trace_path;
+  const std::string& predictor = options.expert_predictor;
+  if (!predictor.empty() && !experts::parse_expert_predictor(predictor, &tier.expert_predictor)) {
+    return invalid_argument("expert predictor '" + predictor +
+                            "' is not none, coact, router or both");
+  }
+  if (const int d = options.expert_lookahead; d != 0) {
+    if (d < 1 || d > experts::kMaxRouterLookahead) {
+      return invalid_argument("expert lookahead " + std::to_string(d) + " is not 1.." +
+                              std::to_string(experts::kMaxRouterLookahead));
+    }
+    tier.expert_lookahead = d;
+  }
+  tier.expert_prefetch_budget = options.expert_prefetch_budget;
+  tier.expert_cancel = options.expert_cancel;
+  if (const double p = options.expert_prefetch_precision; p >= 0) {
+    if (p > 1)
+      return invalid_argument("expert prefetch precision " + std::to_string(p) + " is not in 0..1");
+    tier.expert_prefetch_precision = p;
+  }
+  return tier;
+}
+
+// The weights placed by the plan (TieredWeights, then the GPU's share), the compute context
+// for them and the one Forward every session shares.
+Status LocalEngine::load_weights(const TierOptions& tier) {
+  HYPURA_ASSIGN_OR_RETURN(weights_, TieredWeights::load(file_, tier));
+  if (n_ctx_ == 0) {  // the first plan's context: a re-plan has the same budgets, so the same
+    // The plan capped the context to the model's trained length unless asked not to: past
+    // it RoPE keeps rotating but the model was never trained there, so only a speed
+    // measurement (bench, like llama-bench) may ask for it.
+    n_ctx_ = weights_->plan().n_ctx;
+    const int64_t want = tier.plan.budgets.n_ctx, n_train = model_->hparams().n_ctx_train;
+    if (want > n_train && options_.n_ctx_past_trained) {
+      spdlog::warn(
+          "context {} exceeds the model's trained length {}: speed only, outputs past it are "
+          "not meaningful",
+          want, n_train);
+    } else if (n_ctx_ < want) {
+      spdlog::info("context {} capped to the model's trained length {}", want, n_ctx_);
+    }
+  }
+  HYPURA_RETURN_IF_ERROR(place_on_device(tier.progress));
+  const int n_threads = options_.n_threads > 0 ? options_.n_threads : physical_cores();
+  const std::string simd = cpu_stage_simd(options_.simd);
+  ctx_ = std::make_unique<compute::Context>(n_threads, simd);
+  if (!simd.empty()) spdlog::info("the CPU's layers decode with the {} kernels", ctx_->simd_name());
+  HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<model::Forward> forward, make_forward(n_ctx_));
+  batcher_ = std::make_unique<StepBatcher>(std::move(forward), n_vocab());
+  return Status::ok();
+}
+
+// Everything load_weights() made, in the reverse order of their dependencies.
+void LocalEngine::release_weights() {
+  batcher_.reset();
+  host_experts_.reset();
+  staged_weights_.reset();
+  device_weights_.reset();
+  ctx_.reset();
+  weights_.reset();
+}
+
+Status LocalEngine::replan() {
+  HYPURA_ASSIGN_OR_RETURN(const TierOptions tier, tier_options());
+  // Planned first: where nothing fits, the loaded weights stay and the error names the limit.
+  HYPURA_RETURN_IF_ERROR(plan_weights(file_, tier.plan).status());
+  release_weights();  // before the new ones: the lowered limit never holds both
+  if (Status st = load_weights(tier); !st.is_ok()) {
+    release_weights();
+    return st.with_context("loading the weights again");
+  }
+  spdlog::info("re-planned for the host memory of now: mode {}, {} held", weights_->mode(),
+               format_size(weights_->ledger().used()));
   return Status::ok();
 }
 
@@ -493,14 +546,13 @@ Status LocalSession::build(int64_t n_ctx) {
 }
 
 Status LocalEngine::check_host_memory() const {
+  if (!weights_) return resource_exhausted("the model's weights are not loaded (a re-plan failed)");
   const profiler::MemoryProfile now = profiler::probe_memory(0);
   const uint64_t held = weights_->ledger().used();
   if (!now.cgroup_limit_bytes || *now.cgroup_limit_bytes >= held) return Status::ok();
   return resource_exhausted("the cgroup " + now.cgroup_version + " memory limit is now " +
                             format_size(*now.cgroup_limit_bytes) + ", below the " +
-                            format_size(held) +
-                            " the loaded model's plan holds: raise the limit, or restart to "
-                            "plan for it");
+                            format_size(held) + " the loaded model's plan holds");
 }
 
 // A split model's prompts: every layer on the GPU, the host layers' weights (or an expert

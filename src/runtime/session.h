@@ -236,6 +236,10 @@ class Engine {
   // lowered since the plan (a container resized) is an error naming it: a long-lived
   // server asks before it loads a session again, instead of growing into the OOM killer.
   virtual Status check_host_memory() const { return Status::ok(); }
+  // Plans the weights again for the host memory of now and loads them (the old ones freed
+  // first, so a lowered limit never holds both). REQUIRES: no session of this engine exists.
+  // Where nothing fits, an error naming the limit, and the loaded weights stay.
+  virtual Status replan() { return check_host_memory(); }
   // The context window a new session starts with (--context, capped by the trained length).
   virtual int64_t n_ctx() const = 0;
   // The largest window a session may grow to (Session::reserve_context): the trained length.

@@ -151,13 +151,31 @@ void GenerationWorker::serve(Slot& slot, Job& job) {
 
 Status GenerationWorker::ensure_session(Slot& slot, int64_t n_ctx) {
   if (!slot.session) {
-    HYPURA_RETURN_IF_ERROR(engine_.check_host_memory());
+    std::lock_guard loading(load_mu_);
+    HYPURA_RETURN_IF_ERROR(fit_host_memory());
     slot.session = engine_.new_session();
+    slot.context.store(slot.session->n_ctx());
     spdlog::info("model loaded again (context {})", slot.session->n_ctx());
   }
   Status st = slot.session->reserve_context(n_ctx);
   slot.context.store(slot.session->n_ctx());
   return st;
+}
+
+// A host memory limit lowered below what the plan holds (a container resized) re-plans
+// the weights once no slot holds a session; while one does, the request is refused.
+Status GenerationWorker::fit_host_memory() {
+  const Status held = engine_.check_host_memory();
+  if (held.is_ok()) return held;
+  const bool in_use = std::any_of(slots_.begin(), slots_.end(),
+                                  [](const auto& s) { return s->context.load() > 0; });
+  if (in_use) {
+    return held.with_context(
+        "not loading the model again while other requests hold their caches (it is planned "
+        "again once every one is unloaded)");
+  }
+  spdlog::warn("{}: planning again", held.message());
+  return engine_.replan().with_context(held.message() + "; planning again");
 }
 
 // Each input from position 0 of the slot's KV cache (a chat's cached prefix is lost, and

@@ -13,7 +13,9 @@
 // Unloading (keep_alive 0) drops the Sessions of the slot that served the job and of
 // every idle slot (their KV caches); the next job creates a new one ("loads" again). An
 // unload-only request waits for every slot to be idle. The weights belong to the Engine
-// and stay loaded.
+// and stay loaded, unless the host memory limit was lowered below what their plan holds
+// (a container resized): then the first load after every slot is unloaded re-plans them
+// (Engine::replan), and loads before that are refused.
 //
 // Thread-safety: submit() and shutdown() may be called from any thread. A slot's Session
 // is touched by its own thread while it serves a job, otherwise (unloading) under the
@@ -73,6 +75,7 @@ class GenerationWorker {
   Result<runtime::GenerateResult> generate(Slot& slot, Job& job);
   Result<runtime::GenerateResult> embed(Slot& slot, Job& job);
   Status ensure_session(Slot& slot, int64_t n_ctx);
+  Status fit_host_memory();  // REQUIRES: load_mu_ held
   void unload(Slot& slot);
   void unload_idle();  // REQUIRES: mu_ held
 
@@ -80,6 +83,8 @@ class GenerationWorker {
   FairQueue queue_;
   std::vector<std::unique_ptr<Slot>> slots_;
   mutable std::mutex mu_;
+  // Held while a slot makes its Session: a re-plan sees every slot's (Slot::context).
+  std::mutex load_mu_;
   std::condition_variable cv_;  // a slot became idle or got a job; shutting down
   bool stopping_ = false;
   std::once_flag shutdown_once_;

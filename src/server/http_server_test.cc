@@ -21,6 +21,7 @@ namespace {
 using json = nlohmann::json;
 using testing::FakeConfig;
 using testing::FakeEngine;
+using testing::FakeHostMemory;
 using testing::GenerationGate;
 using testing::ServerTest;
 
@@ -373,6 +374,51 @@ TEST_F(ServerTest, KeepAliveZeroUnloads) {
   body["keep_alive"] = "5m";
   EXPECT_EQ(post("/api/chat", body)->status, 200);
   EXPECT_EQ(json::parse(client().Get("/api/ps")->body)["models"].size(), 1u);
+}
+
+// A host memory limit lowered below the plan (a container resized): while a request holds
+// its cache, loading another slot is refused; once every slot is unloaded the next load
+// plans again; where nothing fits, the refusal names the limit and the server runs on.
+TEST_F(ServerTest, LoweredMemoryLimitReplansOnceEverySlotIsUnloaded) {
+  auto memory = std::make_shared<FakeHostMemory>();
+  auto gate = std::make_shared<GenerationGate>();
+  ServerOptions options;
+  options.parallel = 2;
+  start(FakeConfig{.gate = gate, .memory = memory}, options);
+  const auto generate = [&](const std::string& prompt, int keep_alive) {
+    return post("/api/generate", {{"model", "fake"},
+                                  {"prompt", prompt},
+                                  {"stream", false},
+                                  {"keep_alive", keep_alive},
+                                  {"options", {{"num_predict", 2}}}});
+  };
+  ASSERT_EQ(post("/api/generate", {{"model", "fake"}, {"keep_alive", 0}})->status, 200);  // unload
+  int held_status = 0;
+  std::thread held([&] { held_status = generate("held", 300)->status; });
+  ASSERT_TRUE(eventually([&] { return gate->waiting.load() == 1; }));
+  memory->lowered = true;
+  auto res = generate("other", 300);  // the idle slot has no session: it would load
+  std::string error = json::parse(res->body).value("error", "");
+  EXPECT_NE(error.find("memory limit is now"), std::string::npos) << error;
+  EXPECT_NE(error.find("hold their caches"), std::string::npos) << error;
+  EXPECT_EQ(memory->replans, 0);
+  gate->open();
+  held.join();
+  ASSERT_EQ(held_status, 200);
+  // The held request's slot still has its session: it answers, then unloads every slot.
+  EXPECT_EQ(generate("held", 0)->status, 200);
+  memory->fits = false;
+  res = generate("next", 300);
+  error = json::parse(res->body).value("error", "");
+  EXPECT_NE(error.find("memory limit is now"), std::string::npos) << error;
+  EXPECT_NE(error.find("planning again: no placement fits"), std::string::npos) << error;
+  EXPECT_EQ(memory->replans, 1);
+  memory->fits = true;
+  EXPECT_TRUE(json::parse(generate("next", 300)->body).contains("response"));
+  EXPECT_EQ(memory->replans, 2);
+  EXPECT_FALSE(memory->lowered);
+  EXPECT_TRUE(json::parse(generate("again", 300)->body).contains("response"));
+  EXPECT_EQ(memory->replans, 2);
 }
 
 // curl -d sends application/x-www-form-urlencoded: read as JSON, up to --max-body.

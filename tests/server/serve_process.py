@@ -7,12 +7,13 @@ import threading
 import urllib.request
 
 
-def start_serve(hypura, model, extra_args=(), log=None):
+def start_serve(hypura, model, extra_args=(), log=None, preexec_fn=None):
     """(process, port) of `hypura serve MODEL --port 0 EXTRA_ARGS`, once it listens; its
-    output is drained by a thread so the pipe never fills, into the list `log` if given."""
+    output is drained by a thread so the pipe never fills, into the list `log` if given.
+    preexec_fn runs in the child before the server starts (e.g. entering a cgroup)."""
     proc = subprocess.Popen([hypura, "serve", model, "--port", "0", *extra_args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace")
+                            errors="replace", preexec_fn=preexec_fn)
     keep = log.append if log is not None else (lambda line: None)
     for line in proc.stdout:
         keep(line)

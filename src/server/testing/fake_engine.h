@@ -51,6 +51,14 @@ class GenerationGate {
   std::atomic<bool> open_{false};
 };
 
+// The host memory limit a test lowers: check_host_memory() fails while `lowered`, and a
+// counted replan() clears it unless `fits` is false (nothing fits the limit).
+struct FakeHostMemory {
+  std::atomic<bool> lowered{false};
+  std::atomic<bool> fits{true};
+  std::atomic<int> replans{0};
+};
+
 struct FakeConfig {
   int64_t n_ctx = 256;
   int64_t max_ctx = 0;                          // trained length; 0: n_ctx
@@ -60,6 +68,7 @@ struct FakeConfig {
   std::shared_ptr<GenerationGate> gate{};       // null: nothing holds generations
   int gate_at = 0;                              // generated tokens before the gate
   bool harmony = false;  // replies open with a harmony reasoning message (kHarmonyOpening)
+  std::shared_ptr<FakeHostMemory> memory{};  // null: the limit always holds the plan
 };
 
 // What a harmony fake's reply starts with: reasoning, then the final channel's header.
@@ -240,6 +249,21 @@ class FakeEngine : public runtime::Engine {
   std::string architecture() const override { return "fake"; }
   std::string mode() const override { return "full-resident"; }
   bool writes_harmony() const override { return config_.harmony; }
+  Status check_host_memory() const override {
+    if (!config_.memory || !config_.memory->lowered) return Status::ok();
+    return resource_exhausted(
+        "the cgroup v1 memory limit is now 100 MiB, below the 300 MiB the loaded model's plan "
+        "holds");
+  }
+  Status replan() override {
+    if (!config_.memory) return Status::ok();
+    ++config_.memory->replans;
+    if (!config_.memory->fits) {
+      return resource_exhausted("no placement fits: the KV cache alone needs 180 MiB");
+    }
+    config_.memory->lowered = false;
+    return Status::ok();
+  }
 
   // "<|role|>content\n" per message, then "<|assistant|>"; a continued last message
   // has no "\n" and no generation prompt follows.
