@@ -66,6 +66,7 @@ static_assert(std::is_trivially_copyable_v<DecodeRate>, "sent through a pipe as 
 
 std::vector<DecodeRate> measure_decode_rates_in_child(std::span<const DecodeShape> shapes,
                                                       int n_threads, double seconds_each) {
+  if (!child_fits(kDecodeProbeBytes, "the decode-rate probe")) return {};
   const auto bytes = run_in_child([&] {
     const std::vector<DecodeRate> rates = measure_decode_rates(shapes, n_threads, seconds_each);
     return std::string(reinterpret_cast<const char*>(rates.data()),

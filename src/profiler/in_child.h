@@ -12,6 +12,7 @@
 // Thread-safety: one call at a time per process is the intended use; nothing shared.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -19,5 +20,11 @@
 namespace hypura::profiler {
 
 std::optional<std::string> run_in_child(const std::function<std::string()>& fn);
+
+// Whether a child that touches `bytes` fits under this process's memory cgroup limit beside
+// what this process holds (twice the bytes of room): a full cgroup's OOM killer takes its
+// largest process, which is this one once it holds more than the child (a server planning
+// again beside its loaded weights). When not, says so in the log, naming `what`.
+bool child_fits(uint64_t bytes, const char* what);
 
 }  // namespace hypura::profiler

@@ -15,6 +15,10 @@ v2: memory.max) and runs the real binary inside it:
     answers the same text; lowered again to 200 MiB, where no plan fits the caches, the
     next request is refused with an error naming the limit and the server keeps its
     weights and runs on; once the limit is raised it answers again.
+  - and the OOM killer ended no process of the cgroup (memory.oom_control's oom_kill):
+    the profiler's probes (a 512 MiB decode-rate buffer, a 1 GiB memory-bandwidth buffer)
+    run in forked children only where they fit beside the process, since a full cgroup's
+    OOM killer takes its largest process, which a server beside its weights may be.
 Skipped (exit status 77) when no cgroup can be made (not root, no memory controller) or the
 model was not fetched (scripts/fetch-models.sh).
 
@@ -60,6 +64,19 @@ class Cgroup:
     def set_limit(self, n_bytes):
         with open(os.path.join(self.path, self.limit_file), "w") as f:
             f.write(str(n_bytes))
+
+    def oom_kills(self):
+        """Processes of the cgroup the OOM killer ended so far (None: the kernel does not say)."""
+        for name in ("memory.oom_control", "memory.events"):  # v1, v2
+            try:
+                with open(os.path.join(self.path, name)) as f:
+                    for line in f:
+                        key, _, value = line.partition(" ")
+                        if key == "oom_kill":
+                            return int(value)
+            except OSError:
+                pass
+        return None
 
     def enter(self):
         """For preexec_fn: moves the calling (child) process into the cgroup."""
@@ -163,6 +180,10 @@ def main():
             proc.send_signal(signal.SIGTERM)
             code = proc.wait(30)
             expect(code == 0, f"serve exit status {code}")
+        # Not even a profiler probe's child: the OOM killer takes the largest process of a
+        # full cgroup, which a server beside its weights may be.
+        kills = cg.oom_kills()
+        expect(kills in (0, None), f"the OOM killer ended {kills} processes in the cgroup")
     finally:
         cg.remove()
     print(f"{len(failures)} failures")
