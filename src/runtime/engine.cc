@@ -230,7 +230,8 @@ class LocalEngine final : public Engine {
   std::unique_ptr<tokenizer::ChatTemplate> chat_;
   std::unique_ptr<TieredWeights> weights_;  // placed by the planner (tiered_weights.h)
   std::unique_ptr<compute::Context> ctx_;
-  DeviceChoice device_;                                   // where the forward passes run
+  DeviceChoice chosen_device_;  // choose_device's decision, which the plans start from
+  DeviceChoice device_;         // where the forward passes run (the plan may leave the GPU out)
   std::unique_ptr<tiers::DeviceWeights> device_weights_;  // the weights in GPU memory (cuda)
   // A split model's prompts on the GPU alone: the host layers' weights copied per layer
   // (null: no such path).
@@ -285,8 +286,9 @@ Result<std::unique_ptr<Engine>> LocalEngine::create(const EngineOptions& options
   e->kv_f32_ = options.kv_f32;
   e->cuda_graphs_ = options.cuda_graphs;
   HYPURA_ASSIGN_OR_RETURN(const DeviceRequest request, parse_device(options.device));
-  HYPURA_ASSIGN_OR_RETURN(e->device_, choose_device(request, e->file_, e->model_->hparams(),
-                                                    options.kv_f32, options.gpu_budget));
+  HYPURA_ASSIGN_OR_RETURN(e->chosen_device_, choose_device(request, e->file_, e->model_->hparams(),
+                                                           options.kv_f32, options.gpu_budget));
+  e->device_ = e->chosen_device_;
   e->options_ = options;
   e->options_.load_progress = nullptr;  // a re-plan loads without the caller's progress bar
   HYPURA_RETURN_IF_ERROR(e->load_draft(options));
@@ -355,7 +357,7 @@ Status LocalEngine::charge_draft(scheduler::Budgets* budgets) const {
 Result<TierOptions> LocalEngine::tier_options() const {
   const EngineOptions& options = options_;
   TierOptions tier;
-  tier.plan = plan_request(options, device_);
+  tier.plan = plan_request(options, chosen_device_);
   HYPURA_RETURN_IF_ERROR(charge_draft(&tier.plan.budgets));
   tier.trace_path = options.trace_path;
   const std::string& predictor = options.expert_predictor;
@@ -438,6 +440,7 @@ Status LocalEngine::replan() {
 // an error (the host does not hold those tensors): --device cpu or a smaller
 // --vram-budget avoids it.
 Status LocalEngine::place_on_device(const std::function<void(uint64_t, uint64_t)>& progress) {
+  device_ = chosen_device_;  // a re-plan decides again
   const scheduler::GpuSplit& split = weights_->plan().gpu;
   if (device_.kind == DeviceKind::kCuda && !split.any()) {
     device_.kind = DeviceKind::kCpu;
