@@ -37,6 +37,7 @@
 #include "experts/expert_metrics.h"
 #include "gguf/gguf.h"
 #include "profiler/decode_rates.h"
+#include "profiler/in_child.h"
 #include "profiler/memory_bandwidth.h"
 #include "runtime/engine.h"
 #include "runtime/session.h"
@@ -607,7 +608,8 @@ Result<BenchReport> measure_bench(const BenchArgs& a, const std::string& path) {
   if (!a.no_reference) {
     profiler::MemoryBandwidthOptions mo;
     mo.n_threads = r.threads;
-    r.bandwidth = profiler::measure_memory_read_bandwidth_in_child(mo).read_bytes_per_second;
+    if (profiler::child_fits(profiler::memory_probe_bytes(mo), "the memory bandwidth reference"))
+      r.bandwidth = profiler::measure_memory_read_bandwidth_in_child(mo).read_bytes_per_second;
   }
   auto loaded = runtime::Engine::load(eo);
   if (!loaded.is_ok()) return loaded.status().with_context(path);

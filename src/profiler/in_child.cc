@@ -1,14 +1,9 @@
 #include "profiler/in_child.h"
 
-#include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <fstream>
-
-#include "common/size.h"
-#include "profiler/system_info.h"
 
 namespace hypura::profiler {
 
@@ -48,29 +43,6 @@ std::optional<std::string> run_in_child(const std::function<std::string()>& fn) 
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::string();
   return out;
-}
-
-namespace {
-
-uint64_t resident_bytes_of_this_process() {
-  std::ifstream statm("/proc/self/statm");
-  uint64_t size_pages = 0, resident_pages = 0;
-  if (!(statm >> size_pages >> resident_pages)) return 0;
-  return resident_pages * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-}
-
-}  // namespace
-
-bool child_fits(uint64_t bytes, const char* what) {
-  const MemoryProfile m = probe_memory(0);
-  if (!m.cgroup_limit_bytes) return true;
-  const uint64_t limit = *m.cgroup_limit_bytes, held = resident_bytes_of_this_process();
-  if (held < limit && limit - held >= 2 * bytes) return true;
-  spdlog::info(
-      "{} skipped: its {} do not fit twice beside this process's {} under the cgroup {} "
-      "memory limit of {} (planning without the figure)",
-      what, format_size(bytes), format_size(held), m.cgroup_version, format_size(limit));
-  return false;
 }
 
 }  // namespace hypura::profiler

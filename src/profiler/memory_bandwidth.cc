@@ -62,16 +62,14 @@ size_t last_level_cache_bytes() {
   return best;
 }
 
-namespace {
-size_t probe_buffer_bytes(const MemoryBandwidthOptions& options) {
+size_t memory_probe_bytes(const MemoryBandwidthOptions& options) {
   if (options.buffer_bytes != 0) return options.buffer_bytes;
   return std::max<size_t>(4 * last_level_cache_bytes(), size_t{1} << 30);
 }
-}  // namespace
 
 MemoryBandwidth measure_memory_read_bandwidth(const MemoryBandwidthOptions& options) {
   const int nth = std::max(1, options.n_threads);
-  const size_t bytes = probe_buffer_bytes(options);
+  const size_t bytes = memory_probe_bytes(options);
   const size_t words_per_thread = bytes / sizeof(uint64_t) / nth / 8 * 8;
   std::vector<uint64_t> buffer(words_per_thread * nth);  // zero-filled: pages are touched
 
@@ -109,7 +107,6 @@ MemoryBandwidth measure_memory_read_bandwidth(const MemoryBandwidthOptions& opti
 }
 
 MemoryBandwidth measure_memory_read_bandwidth_in_child(const MemoryBandwidthOptions& options) {
-  if (!child_fits(probe_buffer_bytes(options), "the memory bandwidth probe")) return {};
   const auto bytes = run_in_child([&] {
     const MemoryBandwidth m = measure_memory_read_bandwidth(options);
     return std::string(reinterpret_cast<const char*>(&m), sizeof m);

@@ -30,11 +30,15 @@ struct MemoryBandwidth {
 // Size of the last-level cache from sysfs (bytes), or 0 when unknown.
 size_t last_level_cache_bytes();
 
+// The probe's buffer: options.buffer_bytes, else 4x the last-level cache and at least 1 GiB.
+size_t memory_probe_bytes(const MemoryBandwidthOptions& options);
+
 MemoryBandwidth measure_memory_read_bandwidth(const MemoryBandwidthOptions& options);
 
 // The same, run in a child process (fork), so its buffer never counts in this process's
 // peak RSS (VmHWM) or against a memory budget that bench checks afterwards. Falls back
-// to measuring in this process when fork fails. Call it before starting threads.
+// to measuring in this process when fork fails. Call it before starting threads, and
+// where a cgroup limit may be small only after child_fits(memory_probe_bytes(...)).
 MemoryBandwidth measure_memory_read_bandwidth_in_child(const MemoryBandwidthOptions& options);
 
 }  // namespace hypura::profiler

@@ -17,6 +17,7 @@
 #include "common/size.h"
 #include "profiler/decode_rates.h"
 #include "profiler/gpu_probe.h"
+#include "profiler/in_child.h"
 #include "profiler/memory_bandwidth.h"
 #include "profiler/storage_bench.h"
 #include "profiler/system_info.h"
@@ -219,7 +220,8 @@ HardwareProfile load_or_quick_measure(uint64_t reserve, std::span<const DecodeSh
   p.fingerprint = fingerprint;
   MemoryBandwidthOptions mo;
   mo.n_threads = std::max(1, p.cpu.physical_cores);
-  p.memory.read_bandwidth_bps = measure_memory_read_bandwidth_in_child(mo).read_bytes_per_second;
+  if (child_fits(memory_probe_bytes(mo), "the memory bandwidth probe"))
+    p.memory.read_bandwidth_bps = measure_memory_read_bandwidth_in_child(mo).read_bytes_per_second;
   add_missing_decode_rates(p, shapes);
   p.storage.seq_read_bps = 1e9;
   save_to_cache(p, quick_cache_path());
