@@ -738,8 +738,9 @@ struct Rows32 {
   static constexpr int kMinTokens = 4;         // fewer: Legacy32
   static constexpr int64_t kMaxBlocks = 1024;  // wider rows (32768 columns): Legacy32
 
-  // sums[t * nb + b] = kOffset * the sum of token t's quants in block b (a group's row k
-  // holds dword k of each block: eight dpbusd with ones leave each block's sum in its lane).
+  // sums[t * nb + b] = -kOffset * the sum of token t's quants in block b (a group's row k
+  // holds dword k of each block: eight dpbusd with ones leave each block's sum in its
+  // lane), negated here so that the token loop starts its dot from a plain broadcast.
   static void offset_sums(int64_t nb, const uint8_t* x, size_t xs, int nt, int32_t* sums) {
     const __m512i ones = _mm512_set1_epi8(1);
     for (int t = 0; t < nt; ++t) {
@@ -747,8 +748,28 @@ struct Rows32 {
         const ActGroup y{x + t * xs + b0 * kActBlock, group_size(nb, b0)};
         __m512i sum = _mm512_setzero_si512();
         for (int k = 0; k < 8; ++k) sum = _mm512_dpbusd_epi32(sum, ones, y.row(k, kFields));
-        sum = _mm512_mullo_epi32(sum, _mm512_set1_epi32(WF::kOffset));
+        sum = _mm512_mullo_epi32(sum, _mm512_set1_epi32(-WF::kOffset));
         _mm512_mask_storeu_epi32(sums + t * nb + b0, lane_mask(y.m), sum);
+      }
+    }
+  }
+
+  // scales[t * nb + b] (and mins[...] for the formats with a minimum): token t's fp16
+  // scale (and d * sum) of block b widened once per tile call, so the token loop
+  // broadcasts a float from memory instead of converting a half per (token, block).
+  static void act_scales(int64_t nb, const uint8_t* x, size_t xs, int nt, float* scales,
+                         float* mins) {
+    for (int t = 0; t < nt; ++t) {
+      for (int64_t b0 = 0; b0 < nb; b0 += kLanes) {
+        const int g = group_size(nb, b0);
+        const uint8_t* group = x + t * xs + b0 * kActBlock;
+        const __mmask16 mask = lane_mask(g);
+        _mm512_mask_storeu_ps(scales + t * nb + b0, mask,
+                              _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, group)));
+        if constexpr (kMin) {
+          _mm512_mask_storeu_ps(mins + t * nb + b0, mask,
+                                _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, group + 2 * g)));
+        }
       }
     }
   }
@@ -766,7 +787,8 @@ struct Rows32 {
   // ... with its T accumulators in registers, then rests in memory until the sum.
   template <int T>
   static void rows(int64_t nb, const uint8_t* w, size_t ws, int m, const uint8_t* x, size_t xs,
-                   const int32_t* sums, float* y, size_t ys) {
+                   const int32_t* sums, const float* scales, const float* mins, float* y,
+                   size_t ys) {
     alignas(64) __m512 part[T][kLanes], part_m[kMin ? T : 1][kLanes];
     for (int j = 0; j < kLanes; ++j) {
       __m512 acc[T], accm[T];
@@ -785,20 +807,17 @@ struct Rows32 {
           const uint8_t* group = x + t * xs + b0 * kActBlock;       // token t's activation group
           const uint8_t* dword0 = group + 2 * kFields * g + 4 * j;  // of block j, row 0
           __m512i isum = _mm512_setzero_si512();
-          if constexpr (WF::kOffset != 0) isum = _mm512_set1_epi32(-sums[t * nb + b0 + j]);
+          if constexpr (WF::kOffset != 0) isum = _mm512_set1_epi32(sums[t * nb + b0 + j]);
           for (int k = 0; k < 8; ++k) {
             int32_t q4;
             std::memcpy(&q4, dword0 + 4 * k * g, 4);
             isum = _mm512_dpbusd_epi32(isum, W[k], _mm512_set1_epi32(q4));
           }
-          uint16_t dy;
-          std::memcpy(&dy, group + 2 * j, 2);
+          const int64_t tb = t * nb + b0 + j;
           acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
-                                   _mm512_mul_ps(dw, _mm512_set1_ps(h2f(dy))), acc[t]);
+                                   _mm512_mul_ps(dw, _mm512_set1_ps(scales[tb])), acc[t]);
           if constexpr (kMin) {
-            uint16_t sy;
-            std::memcpy(&sy, group + 2 * g + 2 * j, 2);
-            accm[t] = _mm512_fmadd_ps(halves_of(fields, true), _mm512_set1_ps(h2f(sy)), accm[t]);
+            accm[t] = _mm512_fmadd_ps(halves_of(fields, true), _mm512_set1_ps(mins[tb]), accm[t]);
           }
         }
       }
@@ -823,23 +842,25 @@ struct Rows32 {
       return;
     }
     using RowsFn = void (*)(int64_t, const uint8_t*, size_t, int, const uint8_t*, size_t,
-                            const int32_t*, float*, size_t);
+                            const int32_t*, const float*, const float*, float*, size_t);
     static constexpr auto fns = []<int... I>(std::integer_sequence<int, I...>) {
       return std::array<RowsFn, kTok>{&rows<I + 1>...};
     }
     (std::make_integer_sequence<int, kTok>{});
     // On the stack: no std containers in ISA code (check_isa_symbols.cmake).
     alignas(64) int32_t sums[kTok * kMaxBlocks];
+    alignas(64) float scales[kTok * kMaxBlocks], mins[kMin ? kTok * kMaxBlocks : 1];
     const auto* wb = static_cast<const uint8_t*>(w);
     const auto* xb = static_cast<const uint8_t*>(x);
     for (int t0 = 0; t0 < n_tok; t0 += kTok) {
       const int nt = n_tok - t0 < kTok ? n_tok - t0 : kTok;
       const uint8_t* xt = xb + t0 * x_stride;
       if constexpr (WF::kOffset != 0) offset_sums(nb, xt, x_stride, nt, sums);
+      act_scales(nb, xt, x_stride, nt, scales, mins);
       for (int r0 = 0; r0 < n_rows; r0 += kLanes) {
         const int m = n_rows - r0 < kLanes ? n_rows - r0 : kLanes;
-        fns[nt - 1](nb, wb + r0 * w_stride, w_stride, m, xt, x_stride, sums, y + t0 * y_stride + r0,
-                    y_stride);
+        fns[nt - 1](nb, wb + r0 * w_stride, w_stride, m, xt, x_stride, sums, scales, mins,
+                    y + t0 * y_stride + r0, y_stride);
       }
     }
   }
