@@ -32,6 +32,7 @@
 #endif
 
 namespace hypura::model {
+#if HYPURA_HAVE_CUDA  // what the device code and its size estimate share
 namespace {
 
 // Logit rows computed per output product when every row's logits are wanted.
@@ -73,6 +74,7 @@ int64_t pair_elems(const HParams& hp, const Sizes& s) {
 }
 
 }  // namespace
+#endif
 
 Status cuda_supports(const HParams& hp, const gguf::GgufFile& file) {
 #if HYPURA_HAVE_CUDA
