@@ -18,7 +18,7 @@ namespace {
 constexpr uint64_t kNotStaged = std::numeric_limits<uint64_t>::max();
 constexpr uint64_t kSlotAlign = 256;  // device loads of every block format stay aligned
 
-uint64_t align_up(uint64_t n) {
+[[maybe_unused]] uint64_t align_up(uint64_t n) {  // unused without CUDA
   return (n + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
 }
 
@@ -115,6 +115,7 @@ Status StagedWeights::stage(int layer, model::TensorId id, compute::WeightView* 
     bytes_copied_ += t.n_bytes;
 #else
     (void)layer;
+    (void)t;
     return unsupported("this build has no CUDA backend (HYPURA_CUDA)");
 #endif
   }
