@@ -38,8 +38,8 @@ namespace {
 // Logit rows computed per output product when every row's logits are wanted.
 constexpr int64_t kLogitRows = 32;
 // The most sequences a decode step may hold and still be a CUDA graph (their logits are
-// staged in pinned memory, which a graph's copies need).
-constexpr int64_t kGraphSeqs = 8;
+// staged in pinned memory, which a graph's copies need); their attention is one launch.
+constexpr int64_t kGraphSeqs = 16;
 // Graphs kept (one per set of KV caches and context bucket): a server's changing batches
 // would otherwise accumulate them; the oldest goes first.
 constexpr size_t kMaxGraphs = 64;
@@ -135,6 +135,13 @@ compute::cuda::RouteOptions cuda_route_options(const HParams& hp, const float* l
 namespace {
 
 namespace cuda = compute::cuda;
+static_assert(kGraphSeqs == cuda::kAttnMaxSeqs);
+
+// Decode attention's partials: every sequence of a decode step's one launch at n_ctx keys.
+size_t attention_scratch_bytes(const HParams& hp, int64_t n_ctx) {
+  return static_cast<size_t>(kGraphSeqs) *
+         cuda::attention_scratch_bytes(hp.n_head, hp.n_head_kv, hp.head_dim_v, n_ctx);
+}
 
 // A device F32 vector's elements (null for an absent tensor).
 const float* as_floats(const WeightView& w) {
@@ -263,6 +270,22 @@ class CudaBlocks final : public Blocks {
   using Blocks::attention;
   void attention(int64_t il, bool swa, float kq_scale, const WeightView& sinks) override;
   void attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_scale);
+  void attend_step(int64_t il, bool swa, float kq_scale);
+  // The fields both attention kernels' arguments take alike; MLA reads values from keys.
+  template <class Args>
+  void attention_shape(Args& a, const uint16_t* kc, const uint16_t* vc, float kq_scale) const {
+    const bool latent = hp_.is_mla();
+    a.k = kc;
+    a.v = vc;
+    a.n_head = hp_.n_head;
+    a.n_head_kv = hp_.n_head_kv;
+    a.head_dim = hp_.head_dim;
+    a.head_dim_v = hp_.head_dim_v;
+    a.k_stride = hp_.k_width();
+    a.v_stride = latent ? hp_.k_width() : hp_.v_width();
+    a.kq_scale = kq_scale;
+    a.sinks = sinks_;
+  }
   const float* sinks_ = nullptr;  // the current attention()'s sink logits (device), or null
   // The router (bias, gating) over lay_.probs' logits: lay_.selected and lay_.weights.
   void route(const FfnViews& w);
@@ -428,8 +451,8 @@ Status CudaBlocks::init(const gguf::GgufFile& file) {
   HYPURA_ASSIGN_OR_RETURN(
       act_,
       cuda::DeviceBuffer::allocate(cuda::act_q8_layout(sizes_.small_rows * sizes_.max_cols).total));
-  HYPURA_ASSIGN_OR_RETURN(attn_scratch_, cuda::DeviceBuffer::allocate(cuda::attention_scratch_bytes(
-                                             hp_.n_head, hp_.n_head_kv, hp_.head_dim_v, n_ctx_)));
+  HYPURA_ASSIGN_OR_RETURN(attn_scratch_,
+                          cuda::DeviceBuffer::allocate(attention_scratch_bytes(hp_, n_ctx_)));
   HYPURA_ASSIGN_OR_RETURN(gemm_, cuda::Gemm::create(s(), max_batch_, sizes_.max_cols,
                                                     sizes_.tile_elems, pair_elems(hp_, sizes_)));
   HYPURA_ASSIGN_OR_RETURN(step_host_,
@@ -759,7 +782,37 @@ void CudaBlocks::attention(int64_t il, bool swa, float kq_scale, const WeightVie
   sinks_ = static_cast<const float*>(sinks.data);
   if (replaying()) return;
   flush_norm();
+  // A captured decode step: every sequence's one row, rows in sequence order.
+  if (mode_ == Mode::kCapture) {
+    attend_step(il, swa, kq_scale);
+    return;
+  }
   for (const SeqRows& seq : seqs_) attend_seq(il, seq, swa, kq_scale);
+}
+
+// A captured decode step's attention in one launch (and its cache writes in one): each
+// sequence's one token attends to its visible keys from its device position, in a launch
+// sized for the bucket's keys, exactly as it would alone in a step of that bucket.
+void CudaBlocks::attend_step(int64_t il, bool swa, float kq_scale) {
+  const bool latent = hp_.is_mla();
+  cuda::AttnSeqs caches;
+  caches.n = static_cast<int>(seqs_.size());
+  caches.q_stride = hp_.q_width();
+  caches.out_stride = hp_.n_head * hp_.head_dim_v;
+  for (size_t i = 0; i < seqs_.size(); ++i) {
+    caches.k[i] = static_cast<uint16_t*>(seqs_[i].kv->device_k(il));
+    caches.v[i] = latent ? caches.k[i] : static_cast<uint16_t*>(seqs_[i].kv->device_v(il));
+  }
+  const int64_t v_width = latent ? 0 : hp_.v_width();
+  cuda::store_kv_f16_seqs(k(), v(), hp_.k_width(), v_width, positions(), caches, s());
+  cuda::AttnDecodeArgs a;
+  attention_shape(a, nullptr, nullptr, kq_scale);  // the caches are each sequence's
+  a.q = q();
+  a.out = attn();
+  a.pos = positions();
+  a.n_swa = swa ? hp_.n_swa : 0;
+  a.max_kv = swa ? std::min(bucket_, hp_.n_swa) : bucket_;
+  cuda::attention_decode_seqs(a, caches, attn_scratch_.data(), s());
 }
 
 // One sequence's rows: its keys and values stored in its cache, then its queries attended.
@@ -774,31 +827,9 @@ void CudaBlocks::attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_s
   float* out_rows = attn() + r0 * hp_.n_head * hp_.head_dim_v;
   cuda::store_kv_f16(k() + r0 * hp_.k_width(), v() + r0 * v_width, n, hp_.k_width(), v_width,
                      positions() + r0, kc, vc, s());
-  // The fields both attention kernels take alike.
-  const auto shape = [&](auto& a) {
-    a.k = kc;
-    a.v = vc;
-    a.n_head = hp_.n_head;
-    a.n_head_kv = hp_.n_head_kv;
-    a.head_dim = hp_.head_dim;
-    a.head_dim_v = hp_.head_dim_v;
-    a.k_stride = hp_.k_width();
-    a.v_stride = latent ? hp_.k_width() : hp_.v_width();
-    a.kq_scale = kq_scale;
-    a.sinks = sinks_;
-  };
   if (n <= kCudaDecodeAttention) {
     cuda::AttnDecodeArgs a;
-    shape(a);
-    if (mode_ == Mode::kCapture) {  // one token: its visible keys from its device position
-      a.q = q_rows;
-      a.out = out_rows;
-      a.pos = positions() + r0;
-      a.n_swa = swa ? hp_.n_swa : 0;
-      a.max_kv = swa ? std::min(bucket_, hp_.n_swa) : bucket_;
-      cuda::attention_decode(a, attn_scratch_.data(), s());
-      return;
-    }
+    attention_shape(a, kc, vc, kq_scale);
     for (int64_t t = 0; t < n; ++t) {
       const int64_t p = seq.pos + t;
       a.q = q_rows + t * hp_.q_width();
@@ -810,7 +841,7 @@ void CudaBlocks::attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_s
     return;
   }
   cuda::AttnPrefillArgs a;
-  shape(a);
+  attention_shape(a, kc, vc, kq_scale);
   a.q = q_rows;
   a.out = out_rows;
   a.n_tokens = n;
@@ -1239,7 +1270,7 @@ uint64_t cuda_blocks_bytes(const HParams& hp, const gguf::GgufFile& file, int64_
   const Sizes s = sizes_for(hp, file, max_batch);
   constexpr uint64_t kCublasWorkspace = uint64_t{64} << 20;  // cuBLAS's own, an estimate
   return layout_for(hp, s).total + cuda::act_q8_layout(s.small_rows * s.max_cols).total +
-         cuda::attention_scratch_bytes(hp.n_head, hp.n_head_kv, hp.head_dim_v, n_ctx) +
+         attention_scratch_bytes(hp, n_ctx) +
          cuda::Gemm::scratch_bytes(max_batch, s.max_cols, std::max(s.tile_elems, 64 * s.max_cols),
                                    pair_elems(hp, s)) +
          kCublasWorkspace;

@@ -649,6 +649,60 @@ TEST_P(GoldenGpu, SequencesInOneBatch) {
   check_sequences_together(name + "-q4_k_m", true, is_moe(name) ? 1e-1 : 5e-2);
 }
 
+// Decode steps of n sequences at once (one token each: CUDA graphs, the batched products
+// and the one-launch attention) against each sequence's own steps alone: bit for bit, as
+// long as the sequences share a context bucket (positions under 256 here). Each prompt is
+// fed alone first, as it would be alone.
+std::vector<std::vector<float>> decode_steps(Loaded& l,
+                                             const std::vector<std::vector<int32_t>>& seqs,
+                                             int64_t prompt) {
+  const int64_t n_vocab = l.model->hparams().n_vocab;
+  std::vector<Pass> passes;
+  std::vector<std::vector<float>> out(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    passes.push_back(make_pass(l, true, false, kNCtx));
+    std::vector<float> logits(n_vocab);
+    const std::vector<model::SeqRows> rows = {{passes[i].kv.get(), 0, prompt, 1}};
+    EXPECT_TRUE(passes[i].fwd->run_batch(seqs[i].data(), rows, logits.data()).is_ok());
+  }
+  for (int64_t pos = prompt; pos < static_cast<int64_t>(seqs[0].size()); ++pos) {
+    std::vector<int32_t> tokens;
+    std::vector<model::SeqRows> rows;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      tokens.push_back(seqs[i][pos]);
+      rows.push_back({passes[i].kv.get(), pos, 1, 1});
+    }
+    std::vector<float> logits(seqs.size() * n_vocab);
+    EXPECT_TRUE(passes[0].fwd->run_batch(tokens.data(), rows, logits.data()).is_ok());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      out[i].insert(out[i].end(), logits.begin() + i * n_vocab, logits.begin() + (i + 1) * n_vocab);
+    }
+  }
+  return out;
+}
+
+TEST_P(GoldenGpu, DecodeStepsAsAloneBitForBit) {
+  for (const char* quant : {"-f32", "-q4_k_m"}) {
+    const std::string name = std::string(GetParam()) + quant;
+    auto l = load(name);
+    ASSERT_TRUE(l);
+    const auto lng = long_sequence();
+    for (size_t n : {size_t{3}, size_t{16}}) {
+      std::vector<std::vector<int32_t>> seqs;
+      for (size_t i = 0; i < n; ++i) {
+        seqs.emplace_back(lng.begin() + 11 * i, lng.begin() + 11 * i + 40);
+      }
+      const auto together = decode_steps(*l, seqs, 8 + static_cast<int64_t>(n % 5));
+      for (size_t i = 0; i < n; ++i) {
+        const auto alone = decode_steps(*l, {seqs[i]}, 8 + static_cast<int64_t>(n % 5));
+        ASSERT_EQ(together[i].size(), alone[0].size());
+        EXPECT_EQ(0, std::memcmp(together[i].data(), alone[0].data(), alone[0].size() * 4))
+            << name << ": sequence " << i << " of " << n;
+      }
+    }
+  }
+}
+
 TEST_P(GoldenGpu, LogitsOfSeveralRowsPerSequence) {
   const std::string name = std::string(GetParam());
   check_logit_rows(name + "-f32", true, is_gemma(name) || is_moe(name) ? 3e-4 : 1e-4);

@@ -32,25 +32,36 @@ __device__ __forceinline__ void widen8(const uint4& raw, float (&out)[8]) {
   }
 }
 
-// One (segment, kv head, chunk of up to kG q heads): partials m, l, acc[head_dim_v].
-// kG is 2, 4 or 8 (kMaxG): registers hold kG x 8 query values and accumulators.
+// One (segment, kv head, chunk of up to kG q heads, sequence): partials m, l,
+// acc[head_dim_v]. kG is 2, 4 or 8 (kMaxG): registers hold kG x 8 query values and
+// accumulators. blockIdx.z is sequence * chunks + chunk; a sequence's partials are
+// seq_partial floats after the previous one's. The caches are read from the grid-constant
+// parameter in place (a copy indexed by the sequence would go to the stack).
 template <int kG>
 __global__ void __launch_bounds__(kThreads)
-    attn_segment(AttnDecodeArgs a, float* __restrict__ partial, int n_seg, int seg_len) {
+    attn_segment(AttnDecodeArgs a, const __grid_constant__ AttnSeqs seqs,
+                 float* __restrict__ partial, int n_seg, int seg_len, int chunks,
+                 int64_t seq_partial) {
   __shared__ float s_p[kG][kSeg];            // scores, then exp(s - m)
   __shared__ float s_ml[kG][2];              // m, l per q head
   __shared__ float s_red[kThreads * kG][8];  // V partials of every key slot
   grid_dep_wait();
   grid_dep_launch();
   const int seg = blockIdx.x, kv_head = blockIdx.y;
+  const int seq = blockIdx.z / chunks;
+  const uint16_t* kc = seqs.k[seq];
+  const uint16_t* vc = seqs.v[seq];
+  const float* q = a.q + seq * seqs.q_stride;
+  const int32_t* pos = a.pos != nullptr ? a.pos + seq : nullptr;
+  partial += seq * seq_partial;
   const int group = static_cast<int>(a.n_head / a.n_head_kv);
-  const int g0 = blockIdx.z * kG, ng = min(kG, group - g0);
+  const int g0 = static_cast<int>(blockIdx.z % chunks) * kG, ng = min(kG, group - g0);
   const int head0 = kv_head * group + g0;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int hd = static_cast<int>(a.head_dim), hdv = static_cast<int>(a.head_dim_v);
   int64_t kv_first = a.kv_first, kv_end = a.kv_end;
-  if (a.pos != nullptr) {  // the replayable form: the position from the device
-    kv_end = static_cast<int64_t>(*a.pos) + 1;
+  if (pos != nullptr) {  // the replayable form: the position from the device
+    kv_end = static_cast<int64_t>(*pos) + 1;
     kv_first = a.n_swa > 0 ? max(int64_t{0}, kv_end - a.n_swa) : 0;
   }
   const int64_t first = kv_first + static_cast<int64_t>(seg) * seg_len;
@@ -71,10 +82,10 @@ __global__ void __launch_bounds__(kThreads)
       for (int g = 0; g < kG; ++g) {
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
-          qr[g][t] = (g < ng && active) ? a.q[(head0 + g) * a.head_dim + d0 + t] : 0.0f;
+          qr[g][t] = (g < ng && active) ? q[(head0 + g) * a.head_dim + d0 + t] : 0.0f;
         }
       }
-      const uint16_t* kbase = a.k + first * a.k_stride + kv_head * a.head_dim + d0;
+      const uint16_t* kbase = kc + first * a.k_stride + kv_head * a.head_dim + d0;
       for (int j0 = warp * kps + lane / lpk; j0 - lane / lpk < n_keys;
            j0 += kWarps * kps * kUnroll) {
         uint4 raw[kUnroll];
@@ -131,7 +142,7 @@ __global__ void __launch_bounds__(kThreads)
   const int sub = threadIdx.x % vpk, slot = threadIdx.x / vpk, d0 = sub * 8;
   const bool active = d0 < hdv;
   float acc[kG][8] = {};
-  const uint16_t* vbase = a.v + first * a.v_stride + kv_head * a.head_dim_v + d0;
+  const uint16_t* vbase = vc + first * a.v_stride + kv_head * a.head_dim_v + d0;
   for (int j0 = slot; j0 < n_keys; j0 += slots * kUnroll) {
     uint4 raw[kUnroll];
 #pragma unroll
@@ -178,17 +189,20 @@ __global__ void __launch_bounds__(kThreads)
 // out[head] = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s (plus e^(sink - M) with a
 // sink, M then covering it too). The segments' weights go to shared memory first (threads
 // over segments), so no thread walks the partials serially for its statistics; then a
-// thread per dimension sums the weighted accumulators.
+// thread per dimension sums the weighted accumulators. blockIdx.x is sequence * n_head +
+// head.
 __global__ void __launch_bounds__(kThreads)
-    attn_merge(const float* __restrict__ partial, int n_seg, int hdv, const float* sinks,
-               float* __restrict__ out) {
+    attn_merge(const float* __restrict__ partial, int n_seg, int hdv, int n_head,
+               const float* sinks, float* __restrict__ out, int64_t out_stride) {
   __shared__ float s_w[kMaxSeg];
   __shared__ float s_red[kWarps];
   grid_dep_wait();
   grid_dep_launch();
-  const int head = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int head = blockIdx.x % n_head, seq = blockIdx.x / n_head;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int stride = hdv + 2;
-  const float* ph = partial + static_cast<size_t>(head) * n_seg * stride;
+  const float* ph = partial + static_cast<size_t>(blockIdx.x) * n_seg * stride;
+  out += seq * out_stride;
   float big = -INFINITY;
   for (int s = threadIdx.x; s < n_seg; s += kThreads) big = fmaxf(big, ph[s * stride]);
   big = warp_max(big);
@@ -254,25 +268,40 @@ size_t attention_scratch_bytes(int64_t n_head, int64_t n_head_kv, int64_t head_d
   return static_cast<size_t>(n_head * n_seg * (head_dim_v + 2)) * sizeof(float);
 }
 
-void attention_decode(const AttnDecodeArgs& a, void* scratch, StreamHandle stream) {
+void attention_decode_seqs(const AttnDecodeArgs& a, const AttnSeqs& seqs, void* scratch,
+                           StreamHandle stream) {
+  assert(seqs.n >= 1 && seqs.n <= kAttnMaxSeqs && (seqs.n == 1 || a.pos != nullptr));
   const int64_t n_kv = a.pos != nullptr ? a.max_kv : a.kv_end - a.kv_first;
   const Shape sh = launch_shape(n_kv, a.n_head, a.n_head_kv);
   const int64_t chunks = (a.n_head / a.n_head_kv + sh.heads - 1) / sh.heads;
   const int n_seg = static_cast<int>((n_kv + sh.seg - 1) / sh.seg);
   auto* partial = static_cast<float*>(scratch);
   const dim3 grid(static_cast<unsigned>(n_seg), static_cast<unsigned>(a.n_head_kv),
-                  static_cast<unsigned>(chunks));
+                  static_cast<unsigned>(chunks * seqs.n));
   assert(n_seg <= kMaxSeg);
   const int seg_len = static_cast<int>(sh.seg);
+  const int64_t seq_partial = a.n_head * n_seg * (a.head_dim_v + 2);
+  const auto segments = [&](auto kernel) {
+    launch_kernel(kernel, grid, kThreads, 0, stream, a, seqs, partial, n_seg, seg_len,
+                  static_cast<int>(chunks), seq_partial);
+  };
   if (sh.heads == 2) {
-    launch_kernel(attn_segment<2>, grid, kThreads, 0, stream, a, partial, n_seg, seg_len);
+    segments(attn_segment<2>);
   } else if (sh.heads == 4) {
-    launch_kernel(attn_segment<4>, grid, kThreads, 0, stream, a, partial, n_seg, seg_len);
+    segments(attn_segment<4>);
   } else {
-    launch_kernel(attn_segment<kMaxG>, grid, kThreads, 0, stream, a, partial, n_seg, seg_len);
+    segments(attn_segment<kMaxG>);
   }
-  launch_kernel(attn_merge, static_cast<unsigned>(a.n_head), kThreads, 0, stream, partial, n_seg,
-                static_cast<int>(a.head_dim_v), a.sinks, a.out);
+  launch_kernel(attn_merge, static_cast<unsigned>(a.n_head * seqs.n), kThreads, 0, stream, partial,
+                n_seg, static_cast<int>(a.head_dim_v), static_cast<int>(a.n_head), a.sinks, a.out,
+                seqs.out_stride);
+}
+
+void attention_decode(const AttnDecodeArgs& a, void* scratch, StreamHandle stream) {
+  AttnSeqs one;
+  one.k[0] = const_cast<uint16_t*>(a.k);  // only read
+  one.v[0] = const_cast<uint16_t*>(a.v);
+  attention_decode_seqs(a, one, scratch, stream);
 }
 
 }  // namespace hypura::compute::cuda

@@ -51,6 +51,17 @@ struct AttnDecodeArgs {
   const float* sinks = nullptr;
 };
 
+// Several sequences' decode steps in one launch (attention_decode_seqs): sequence i's own
+// caches, its query row at q + i * q_stride, its output at out + i * out_stride and its
+// position at pos[i] (the replayable form only).
+constexpr int kAttnMaxSeqs = 16;
+struct AttnSeqs {
+  uint16_t* k[kAttnMaxSeqs] = {};
+  uint16_t* v[kAttnMaxSeqs] = {};
+  int n = 1;
+  int64_t q_stride = 0, out_stride = 0;  // floats
+};
+
 // Bytes of device scratch attention_decode needs for up to n_kv visible keys.
 size_t attention_scratch_bytes(int64_t n_head, int64_t n_head_kv, int64_t head_dim_v, int64_t n_kv);
 
@@ -60,6 +71,13 @@ size_t attention_scratch_bytes(int64_t n_head, int64_t n_head_kv, int64_t head_d
 // visible keys <= max_kv, the same bound); scratch >= attention_scratch_bytes(n_head, n_head_kv,
 // head_dim_v, n) for n the visible keys (with pos: max_kv).
 void attention_decode(const AttnDecodeArgs& a, void* scratch, StreamHandle stream);
+
+// attention_decode of seqs.n sequences in one launch, each exactly as alone (the same
+// launch shape: every sequence is sized for max_kv keys). a.k and a.v are ignored.
+// REQUIRES: as attention_decode, in the replayable form (a.pos set); 1 <= seqs.n <=
+// kAttnMaxSeqs; scratch >= seqs.n * attention_scratch_bytes(..., max_kv).
+void attention_decode_seqs(const AttnDecodeArgs& a, const AttnSeqs& seqs, void* scratch,
+                           StreamHandle stream);
 
 // Prefill attention: the queries of n_tokens consecutive tokens (positions pos0 ..) against
 // the F16 cache, which already holds their own keys and values. Token t sees the keys at
@@ -92,5 +110,10 @@ void attention_prefill(const AttnPrefillArgs& a, StreamHandle stream);
 void store_kv_f16(const float* k, const float* v, int64_t n_tokens, int64_t k_width,
                   int64_t v_width, const int32_t* pos, uint16_t* k_cache, uint16_t* v_cache,
                   StreamHandle stream);
+
+// store_kv_f16 of one row for each of seqs.n sequences: row i into seqs.k[i] / seqs.v[i]
+// at position pos[i] (v_width 0: keys only).
+void store_kv_f16_seqs(const float* k, const float* v, int64_t k_width, int64_t v_width,
+                       const int32_t* pos, const AttnSeqs& seqs, StreamHandle stream);
 
 }  // namespace hypura::compute::cuda

@@ -219,6 +219,23 @@ __global__ void store_kv_kernel(const float* __restrict__ k, const float* __rest
       __float2half_rn((is_v ? v : k)[j]);
 }
 
+// One row per sequence, each into its own caches: the row is the sequence.
+__global__ void store_kv_seqs_kernel(const float* __restrict__ k, const float* __restrict__ v,
+                                     int k_width, int v_width, const int32_t* __restrict__ pos,
+                                     const __grid_constant__ AttnSeqs seqs) {
+  grid_dep_wait();
+  grid_dep_launch();
+  const int t = blockIdx.y, width = k_width + v_width;
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= width) return;
+  const bool is_v = i >= k_width;
+  const int j = is_v ? i - k_width : i;
+  const int w = is_v ? v_width : k_width;
+  auto* cache = reinterpret_cast<__half*>(is_v ? seqs.v[t] : seqs.k[t]);
+  cache[static_cast<int64_t>(pos[t]) * w + j] =
+      __float2half_rn((is_v ? v : k)[static_cast<int64_t>(t) * w + j]);
+}
+
 }  // namespace
 
 void attention_prefill(const AttnPrefillArgs& a, StreamHandle stream) {
@@ -248,6 +265,14 @@ void store_kv_f16(const float* k, const float* v, int64_t n_tokens, int64_t k_wi
   launch_kernel(store_kv_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, k, v, nk,
                 n, static_cast<int>(k_width), static_cast<int>(v_width), pos,
                 reinterpret_cast<__half*>(k_cache), reinterpret_cast<__half*>(v_cache));
+}
+
+void store_kv_f16_seqs(const float* k, const float* v, int64_t k_width, int64_t v_width,
+                       const int32_t* pos, const AttnSeqs& seqs, StreamHandle stream) {
+  const int64_t width = k_width + v_width;
+  const dim3 grid(static_cast<unsigned>((width + 255) / 256), static_cast<unsigned>(seqs.n));
+  launch_kernel(store_kv_seqs_kernel, grid, 256, 0, stream, k, v, static_cast<int>(k_width),
+                static_cast<int>(v_width), pos, seqs);
 }
 
 }  // namespace hypura::compute::cuda

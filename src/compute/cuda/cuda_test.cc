@@ -433,6 +433,74 @@ TEST_F(CudaTest, AttentionDecodeMatchesCpu) {
   }
 }
 
+// A decode step of several sequences in one launch (each its own caches, position and
+// window) and their cache writes in one: every sequence's output bit for bit its launch
+// alone in the same replayable shape, and the stored rows as store_kv_f16's.
+TEST_F(CudaTest, AttentionOfSeveralSequencesAsAlone) {
+  const int64_t n_head = 8, n_head_kv = 2, head_dim = 128, width = n_head_kv * head_dim;
+  const int64_t max_kv = 2048, qw = n_head * head_dim;
+  const float kq_scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  for (int n : {1, 3, 16}) {
+    for (int64_t n_swa : {int64_t{0}, int64_t{100}}) {
+      SCOPED_TRACE(std::to_string(n) + " sequences, window " + std::to_string(n_swa));
+      std::vector<int32_t> pos(n);
+      std::vector<DeviceBuffer> kc, vc, kc1, vc1;
+      AttnSeqs seqs, alone;
+      seqs.n = n;
+      seqs.q_stride = qw;
+      seqs.out_stride = qw;
+      for (int i = 0; i < n; ++i) {
+        pos[i] = static_cast<int32_t>((i * 397 + 1) % max_kv);
+        const std::vector<uint16_t> k = to_fp16(random_floats(max_kv * width, 40 + i)),
+                                    v = to_fp16(random_floats(max_kv * width, 70 + i));
+        kc.push_back(upload(k));
+        vc.push_back(upload(v));
+        kc1.push_back(upload(k));
+        vc1.push_back(upload(v));
+        seqs.k[i] = kc.back().as<uint16_t>();
+        seqs.v[i] = vc.back().as<uint16_t>();
+      }
+      const std::vector<float> q = random_floats(n * qw, 11), kn = random_floats(n * width, 12),
+                               vn = random_floats(n * width, 13);
+      DeviceBuffer dq = upload(q), dkn = upload(kn), dvn = upload(vn), dpos = upload(pos),
+                   dout = poisoned(n * qw), dout1 = poisoned(n * qw);
+      auto scratch =
+          DeviceBuffer::allocate(n * attention_scratch_bytes(n_head, n_head_kv, head_dim, max_kv));
+      ASSERT_TRUE(scratch.is_ok());
+      store_kv_f16_seqs(dkn.as<float>(), dvn.as<float>(), width, width, dpos.as<int32_t>(), seqs,
+                        stream_.handle());
+      AttnDecodeArgs a;
+      attention_shape(a, dq, kc[0], vc[0], dout, n_head, n_head_kv, head_dim, width, kq_scale);
+      a.pos = dpos.as<int32_t>();
+      a.n_swa = n_swa;
+      a.max_kv = max_kv;
+      attention_decode_seqs(a, seqs, scratch->data(), stream_.handle());
+      for (int i = 0; i < n; ++i) {
+        store_kv_f16(dkn.as<float>() + i * width, dvn.as<float>() + i * width, 1, width, width,
+                     dpos.as<int32_t>() + i, kc1[i].as<uint16_t>(), vc1[i].as<uint16_t>(),
+                     stream_.handle());
+        AttnDecodeArgs b = a;
+        b.k = kc1[i].as<uint16_t>();
+        b.v = vc1[i].as<uint16_t>();
+        b.q = dq.as<float>() + i * qw;
+        b.out = dout1.as<float>() + i * qw;
+        b.pos = dpos.as<int32_t>() + i;
+        attention_decode(b, scratch->data(), stream_.handle());
+      }
+      EXPECT_EQ(download(dout, n * qw), download(dout1, n * qw));
+      for (int i = 0; i < n; ++i) {
+        std::vector<uint16_t> got(max_kv * width), want(max_kv * width);
+        ASSERT_TRUE(copy_to_host(got.data(), kc[i].data(), got.size() * 2));
+        ASSERT_TRUE(copy_to_host(want.data(), kc1[i].data(), want.size() * 2));
+        EXPECT_EQ(got, want) << "keys of " << i;
+        ASSERT_TRUE(copy_to_host(got.data(), vc[i].data(), got.size() * 2));
+        ASSERT_TRUE(copy_to_host(want.data(), vc1[i].data(), want.size() * 2));
+        EXPECT_EQ(got, want) << "values of " << i;
+      }
+    }
+  }
+}
+
 // Prefill attention: every token of a batch against the cache holding its own keys, causal,
 // with GQA, a sliding window and batches that start past position 0.
 TEST_F(CudaTest, AttentionPrefillMatchesCpu) {
@@ -682,7 +750,7 @@ TEST_F(CudaTest, BatchedMatvecMatchesCpu) {
     SCOPED_TRACE(gguf::type_name(type));
     const int64_t rows = 70, cols = quant::block_size(type) == 1 ? 136 : 768;
     const std::vector<uint8_t> w = random_weights(type, rows, cols, &seed);
-    for (int64_t n : {2, 5, 16}) {
+    for (int64_t n : {2, 3, 5, 8, 16}) {
       const std::vector<float> x = random_floats(n * cols, seed++);
       std::vector<float> want(n * rows);
       cpu.matmul(WeightView{w.data(), type, cols, rows}, x.data(), n, want.data());
@@ -695,6 +763,34 @@ TEST_F(CudaTest, BatchedMatvecMatchesCpu) {
                      stream_.handle());
       const std::vector<float> got = download(dy, n * rows);
       EXPECT_LE(rel_l2(got, want), kMatvecRelL2) << n;
+      // In every configuration (one or two rows per warp, each row split over two warps),
+      // each token bit for bit its single-token product, its activations quantized alone.
+      std::vector<ActQ8> alone(n);
+      std::vector<DeviceBuffer> keep;
+      for (int64_t t = 0; t < n; ++t) {
+        keep.push_back(
+            upload(std::vector<float>(x.begin() + t * cols, x.begin() + (t + 1) * cols)));
+        auto st = DeviceBuffer::allocate(act_q8_layout(cols).total);
+        ASSERT_TRUE(st.is_ok());
+        alone[t] = quantize_for(type, keep.back().as<float>(), cols, st->data(), stream_.handle());
+        keep.push_back(std::move(st).value());
+      }
+      for (int config : {0, 1, 2}) {
+        g_matvec_config_override = config;
+        DeviceBuffer dyb = poisoned(n * rows);
+        matvec_batched(WeightView{dw.data(), type, cols, rows}, act, n, dyb.as<float>(),
+                       stream_.handle());
+        const std::vector<float> batch = download(dyb, n * rows);
+        for (int64_t t = 0; t < n; ++t) {
+          DeviceBuffer dyt = poisoned(rows);
+          matvec_quantized(WeightView{dw.data(), type, cols, rows}, alone[t], dyt.as<float>(),
+                           stream_.handle());
+          EXPECT_EQ(download(dyt, rows),
+                    std::vector<float>(batch.begin() + t * rows, batch.begin() + (t + 1) * rows))
+              << "token " << t << " of " << n << ", configuration " << config;
+        }
+        g_matvec_config_override = -1;
+      }
       // With a residual, the single-token kernel on row 0 in each configuration: the
       // product also added to the residual row (exactly compute::add of it).
       for (int config : {0, 1, 2}) {

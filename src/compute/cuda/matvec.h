@@ -61,8 +61,8 @@ void matvec_grouped_pair(const WeightView& first, const WeightView& second, cons
 
 // Batched products for a few tokens: y[t, :] = W . x_t for t < n (n <= kMatvecMaxTokens),
 // the weights read once; x_t is row t of act (quantized over n * W.n_cols values), y is
-// (n, W.n_rows). Each row's result equals what matvec_quantized() gives that row, to
-// float rounding.
+// (n, W.n_rows). Each row's result is bit for bit what matvec_quantized() gives that row
+// in a configuration without a split (one or two rows per warp), whatever n.
 void matvec_batched(const WeightView& w, const ActQ8& act, int64_t n, float* y,
                     StreamHandle stream);
 

@@ -17,6 +17,27 @@ template <FloatFmt kFmt>
 struct Float8 {
   static constexpr int kElemBytes = kFmt == FloatFmt::kF32 ? 4 : 2;
   static constexpr int kBlockElems = 8, kBlockBytes = 8 * kElemBytes, kChunks = 1;
+  struct Chunk {
+    float w[8];
+  };
+  static __device__ __forceinline__ Chunk load(const uint8_t* w, int) {
+    Chunk k;
+    if constexpr (kFmt == FloatFmt::kF32) {
+      const float4* wf = reinterpret_cast<const float4*>(w);
+      const float4 w0 = wf[0], w1 = wf[1];
+      k.w[0] = w0.x, k.w[1] = w0.y, k.w[2] = w0.z, k.w[3] = w0.w;
+      k.w[4] = w1.x, k.w[5] = w1.y, k.w[6] = w1.z, k.w[7] = w1.w;
+    } else {
+      const uint4 raw = *reinterpret_cast<const uint4*>(w);
+      const uint32_t r[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        k.w[2 * j] = widen<kFmt>(static_cast<uint16_t>(r[j] & 0xffff));
+        k.w[2 * j + 1] = widen<kFmt>(static_cast<uint16_t>(r[j] >> 16));
+      }
+    }
+    return k;
+  }
   static __device__ __forceinline__ float dot(const uint8_t* w, const ActQ8& act, int b, int) {
     const float4* xv = reinterpret_cast<const float4*>(act.x + b * 8);
     const float4 x0 = xv[0], x1 = xv[1];
@@ -38,18 +59,37 @@ struct Float8 {
     return wv[0] * x0.x + wv[1] * x0.y + wv[2] * x0.z + wv[3] * x0.w + wv[4] * x1.x + wv[5] * x1.y +
            wv[6] * x1.z + wv[7] * x1.w;
   }
+  static __device__ __forceinline__ float dot(const Chunk& k, const ActQ8& act, int b, int) {
+    const float4* xv = reinterpret_cast<const float4*>(act.x + b * 8);
+    const float4 x0 = xv[0], x1 = xv[1];
+    return k.w[0] * x0.x + k.w[1] * x0.y + k.w[2] * x0.z + k.w[3] * x0.w + k.w[4] * x1.x +
+           k.w[5] * x1.y + k.w[6] * x1.z + k.w[7] * x1.w;
+  }
 };
 
 template <FloatFmt kFmt>
 struct Float1 {
   static constexpr int kElemBytes = kFmt == FloatFmt::kF32 ? 4 : 2;
   static constexpr int kBlockElems = 1, kBlockBytes = kElemBytes, kChunks = 1;
+  struct Chunk {
+    float w;
+  };
+  static __device__ __forceinline__ Chunk load(const uint8_t* w, int) {
+    if constexpr (kFmt == FloatFmt::kF32) {
+      return {*reinterpret_cast<const float*>(w)};
+    } else {
+      return {widen<kFmt>(load_u16(w))};
+    }
+  }
   static __device__ __forceinline__ float dot(const uint8_t* w, const ActQ8& act, int b, int) {
     if constexpr (kFmt == FloatFmt::kF32) {
       return *reinterpret_cast<const float*>(w) * act.x[b];
     } else {
       return widen<kFmt>(load_u16(w)) * act.x[b];
     }
+  }
+  static __device__ __forceinline__ float dot(const Chunk& k, const ActQ8& act, int b, int) {
+    return k.w * act.x[b];
   }
 };
 

@@ -6,6 +6,14 @@
 // and how one chunk dots with the activations:
 //   kBlockBytes, kBlockElems, kChunks (a power of two)
 //   static float dot(const uint8_t* block, const ActQ8& act, int block_index, int chunk)
+// and the same dot in two steps, for batched products, which unpack a chunk once for all
+// of their tokens:
+//   struct Chunk                                  (the unpacked weights, in registers)
+//   static Chunk load(const uint8_t* block, int chunk)
+//   static float dot(const Chunk& w, const ActQ8& act, int block_index, int chunk)
+// Both compute the same integers and the same float operations in the same order. The
+// single-token kernels keep the one-step form: built from the two steps, ptxas gave them
+// 4-10 more registers (Q4_K 32 -> 38), so fewer warps in flight.
 // Integer formats multiply 8-bit quants with dp4a, exact in integers, and scale once per
 // chunk; the sum over chunks and lanes is in float, so results differ from the CPU's
 // (which sums whole blocks first) only by float rounding.
@@ -112,54 +120,102 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   }
 }
 
-// Batched products: one warp per row, the row's (block, chunk) items read once for up to
-// kMatvecMaxTokens activation rows (the block bytes stay in L1 between the tokens' dots);
-// each token's sum is reduced in the plain kernel's order (lane partials, then the warp
-// tree), so a token's result does not depend on how many share the launch.
-template <class Traits>
+// Token t's activations in a batched product (rows q_stride quants and d_stride scales
+// apart, as in MatvecGroup).
+__device__ __forceinline__ ActQ8 token_act(ActQ8 a, int t, int64_t q_stride, int64_t d_stride) {
+  if (a.q != nullptr) a.q += t * q_stride;
+  if (a.d != nullptr) a.d += t * d_stride;
+  if (a.s != nullptr) a.s += t * (q_stride / 32);
+  if (a.x != nullptr) a.x += t * q_stride;
+  return a;
+}
+
+// Batched products of n_tok <= kTok activation rows: each (block, chunk) item loaded and
+// unpacked once and dotted with every token (kU items' loads in flight before the first is
+// used while the tokens are few). One row per warp, or with kSplit == 2 a pair of warps per
+// row, as the single-token kernel: each token sums its items in that kernel's order (lane
+// partials in item order, the warp tree, the pair's sum), so its result is the single-token
+// product's of the same configuration bit for bit, whatever the batch.
+template <class Traits, int kTok, int kSplit>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_batched_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_blocks, ActQ8 act,
                           float* __restrict__ y, int n_rows, int n_tok, int64_t q_stride,
                           int64_t d_stride) {
+  constexpr int kU = kTok <= 4 ? 2 : 1;
+  __shared__ float s_part[kSplit == 2 ? kMatvecWarps : 1][kTok];
   grid_dep_wait();
   grid_dep_launch();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kMatvecWarps + warp;
-  if (row >= n_rows) return;
-  const uint8_t* wr = w + static_cast<size_t>(row) * row_bytes;
-  const int n_items = n_blocks * Traits::kChunks;
-  float sum[kMatvecMaxTokens] = {};
-  for (int i = lane; i < n_items; i += 32) {
-    const int b = i / Traits::kChunks, c = i % Traits::kChunks;
-    const uint8_t* block = wr + static_cast<size_t>(b) * Traits::kBlockBytes;
+  const int row = blockIdx.x * (kMatvecWarps / kSplit) + warp / kSplit;
+  const int part = warp % kSplit;
+  const bool live = row < n_rows;  // no early return: split rows meet at a barrier
+  const uint8_t* wr = w + static_cast<size_t>(live ? row : 0) * row_bytes;
+  const int n_items = live ? n_blocks * Traits::kChunks : 0;
+  float sum[kTok] = {};
+  for (int i0 = part * 32 + lane; i0 < n_items; i0 += 32 * kSplit * kU) {
+    typename Traits::Chunk chunk[kU];
 #pragma unroll
-    for (int t = 0; t < kMatvecMaxTokens; ++t) {
-      if (t < n_tok) {
-        ActQ8 at = act;
-        if (at.q != nullptr) at.q += t * q_stride;
-        if (at.d != nullptr) at.d += t * d_stride;
-        if (at.s != nullptr) at.s += t * (q_stride / 32);
-        if (at.x != nullptr) at.x += t * q_stride;
-        sum[t] += Traits::dot(block, at, b, c);
+    for (int u = 0; u < kU; ++u) {
+      const int i = i0 + 32 * kSplit * u;
+      if (i < n_items) {
+        chunk[u] = Traits::load(wr + static_cast<size_t>(i / Traits::kChunks) * Traits::kBlockBytes,
+                                i % Traits::kChunks);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int i = i0 + 32 * kSplit * u;
+      if (i >= n_items) break;
+      const int b = i / Traits::kChunks, c = i % Traits::kChunks;
+#pragma unroll
+      for (int t = 0; t < kTok; ++t) {
+        if (t < n_tok) sum[t] += Traits::dot(chunk[u], token_act(act, t, q_stride, d_stride), b, c);
       }
     }
   }
 #pragma unroll
-  for (int t = 0; t < kMatvecMaxTokens; ++t) {
-    if (t < n_tok) {
-      const float v = warp_sum(sum[t]);
-      if (lane == 0) y[static_cast<int64_t>(t) * n_rows + row] = v;
+  for (int t = 0; t < kTok; ++t) sum[t] = warp_sum(sum[t]);
+  if constexpr (kSplit == 2) {
+    if (lane == 0) {
+#pragma unroll
+      for (int t = 0; t < kTok; ++t) s_part[warp][t] = sum[t];
     }
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) sum[t] = s_part[warp][t] + s_part[warp + 1][t];
+  }
+  if (lane != 0 || !live) return;
+#pragma unroll
+  for (int t = 0; t < kTok; ++t) {
+    if (t < n_tok) y[static_cast<int64_t>(t) * n_rows + row] = sum[t];
   }
 }
 
-template <class Traits>
-void launch_matvec_batched(const MatvecArgs& a) {
-  const unsigned grid = static_cast<unsigned>((a.n_rows + kMatvecWarps - 1) / kMatvecWarps);
-  launch_kernel(matvec_batched_kernel<Traits>, grid, kMatvecWarps * 32, 0, a.stream,
+template <class Traits, int kTok, int kSplit>
+void launch_matvec_tokens(const MatvecArgs& a) {
+  const int64_t rows_per_block = kMatvecWarps / kSplit;
+  const unsigned grid = static_cast<unsigned>((a.n_rows + rows_per_block - 1) / rows_per_block);
+  launch_kernel(matvec_batched_kernel<Traits, kTok, kSplit>, grid, kMatvecWarps * 32, 0, a.stream,
                 static_cast<const uint8_t*>(a.w), a.row_bytes,
                 static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y,
                 static_cast<int>(a.n_rows), a.n_tok, a.q_stride, a.d_stride);
+}
+
+// The smallest instantiation that holds the batch (the tokens' sums live in registers),
+// split over two warps where the single-token product of this shape is.
+template <class Traits, int kSplit>
+void launch_matvec_batched(const MatvecArgs& a) {
+  static_assert(kMatvecMaxTokens == 16);
+  if (a.n_tok <= 2) {
+    launch_matvec_tokens<Traits, 2, kSplit>(a);
+  } else if (a.n_tok <= 4) {
+    launch_matvec_tokens<Traits, 4, kSplit>(a);
+  } else if (a.n_tok <= 8) {
+    launch_matvec_tokens<Traits, 8, kSplit>(a);
+  } else {
+    launch_matvec_tokens<Traits, 16, kSplit>(a);
+  }
 }
 
 template <class Traits, int kRows, int kSplit>
@@ -184,23 +240,17 @@ void launch_matvec_grouped(const MatvecArgs& a) {
                 static_cast<int>(a.n_rows), *a.group, nullptr);
 }
 
+// The single-token configuration of a shape: 0 one row per warp, 1 two rows per warp, 2
+// each row split over two warps (the policy above, or g_matvec_config_override).
 template <class Traits>
-void launch_matvec(const MatvecArgs& a) {
-  if (a.group != nullptr) {
-    launch_matvec_grouped<Traits>(a);
-    return;
-  }
-  if (a.n_tok > 1) {
-    launch_matvec_batched<Traits>(a);
-    return;
-  }
+int matvec_config(const MatvecArgs& a) {
   const int64_t items_per_lane = a.n_cols / Traits::kBlockElems * Traits::kChunks / 32;
   constexpr bool kFloat = Traits::kBlockElems < 32;  // F32 / F16 / BF16
-  int config = 0;                                    // one row per warp
+  int config = 0;
   if (a.n_rows >= kMatvecOutputRows) {
-    config = 1;  // two rows per warp
+    config = 1;
   } else if (a.n_rows >= kMatvecTallRows) {
-    config = items_per_lane < 8 ? 1 : 2;  // 2: split over two warps
+    config = items_per_lane < 8 ? 1 : 2;
   } else if (a.n_rows <= kMatvecShortRows && items_per_lane >= 8 && !kFloat) {
     config = 2;
   } else if (kFloat && a.n_rows <= kMatvecSplitFloatRows && items_per_lane >= 8) {
@@ -208,6 +258,24 @@ void launch_matvec(const MatvecArgs& a) {
   }
   if (g_matvec_config_override >= 0) config = g_matvec_config_override;
   if (a.add_to != nullptr && config == 1) config = 0;  // the residual needs one row per warp
+  return config;
+}
+
+template <class Traits>
+void launch_matvec(const MatvecArgs& a) {
+  if (a.group != nullptr) {
+    launch_matvec_grouped<Traits>(a);
+    return;
+  }
+  const int config = matvec_config<Traits>(a);
+  if (a.n_tok > 1) {  // the single-token order: split where it splits
+    if (config == 2) {
+      launch_matvec_batched<Traits, 2>(a);
+    } else {
+      launch_matvec_batched<Traits, 1>(a);
+    }
+    return;
+  }
   switch (config) {
     case 1:
       launch_matvec_config<Traits, 2, 1>(a);

@@ -43,15 +43,28 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int* sc, i
 }
 
 // d_x * d * isum - d_x * dmin * summs in the CPU's order (Q2_K, Q4_K, Q5_K); d and dmin
-// point at the block's fp16 scales.
-__device__ __forceinline__ float scale_and_min(float dx, const uint8_t* d, const uint8_t* dmin,
-                                               int isum, int summs) {
-  return dx * half_bits_to_float(load_u16(d)) * static_cast<float>(isum) -
-         dx * half_bits_to_float(load_u16(dmin)) * static_cast<float>(summs);
+// the block's fp16 scales, widened.
+__device__ __forceinline__ float scale_and_min(float dx, float d, float dmin, int isum, int summs) {
+  return dx * d * static_cast<float>(isum) - dx * dmin * static_cast<float>(summs);
 }
 
 struct Q2_K {
   static constexpr int kBlockBytes = 84, kBlockElems = kQK_K, kChunks = 4;
+  struct Chunk {
+    int v[4], sc[4];  // 2-bit quants of four sub-blocks; their scale-and-min bytes
+    float d, dmin;
+  };
+  static __device__ __forceinline__ Chunk load(const uint8_t* w, int c) {
+    const int cc = c / 2, mh = c % 2;
+    Chunk k;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) k.v[j] = load_int_a4(w + 16 + cc * 32 + 16 * mh + 4 * j);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) k.sc[s] = w[cc * 8 + 2 * s + mh];
+    k.d = half_bits_to_float(load_u16(w + 80));
+    k.dmin = half_bits_to_float(load_u16(w + 82));
+    return k;
+  }
   static __device__ __forceinline__ float dot(const uint8_t* w, const ActQ8& act, int b, int c) {
     const int cc = c / 2, mh = c % 2;
     int v[4];
@@ -69,12 +82,48 @@ struct Q2_K {
       isum += (sc & 0xF) * r.sumi;
       summs += (sc >> 4) * r.sx;
     }
-    return scale_and_min(act.d[b], w + 80, w + 82, isum, summs);
+    return scale_and_min(act.d[b], half_bits_to_float(load_u16(w + 80)),
+                         half_bits_to_float(load_u16(w + 82)), isum, summs);
+  }
+  static __device__ __forceinline__ float dot(const Chunk& k, const ActQ8& act, int b, int c) {
+    const int cc = c / 2, mh = c % 2;
+    const int8_t* xq = act.q + b * kQK_K + cc * 128 + 16 * mh;
+    int isum = 0, summs = 0;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      int q[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) q[j] = (k.v[j] >> (2 * s)) & 0x03030303;
+      const Dot16 r = dot16(q, xq + 32 * s);
+      isum += (k.sc[s] & 0xF) * r.sumi;
+      summs += (k.sc[s] >> 4) * r.sx;
+    }
+    return scale_and_min(act.d[b], k.d, k.dmin, isum, summs);
   }
 };
 
 struct Q3_K {
   static constexpr int kBlockBytes = 110, kBlockElems = kQK_K, kChunks = 4;
+  struct Chunk {
+    int v[4], hm[4], scale[4];  // low quants, high-bit masks, four sub-blocks' scales
+    float d;
+  };
+  static __device__ __forceinline__ Chunk load(const uint8_t* w, int c) {
+    const int cc = c / 2, mh = c % 2;
+    Chunk k;
+    load16_a2(w + 32 + cc * 32 + 16 * mh, k.v);
+    load16_a2(w + 16 * mh, k.hm);
+    const uint8_t* packed = w + 96;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const int j = cc * 8 + 2 * s + mh;
+      const int low = (packed[j % 8] >> (4 * (j / 8))) & 0xF;
+      const int high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+      k.scale[s] = (low | (high << 4)) - 32;
+    }
+    k.d = half_bits_to_float(load_u16(w + 108));
+    return k;
+  }
   static __device__ __forceinline__ float dot(const uint8_t* w, const ActQ8& act, int b, int c) {
     const int cc = c / 2, mh = c % 2;
     int v[4], hm[4];
@@ -98,6 +147,22 @@ struct Q3_K {
     }
     return act.d[b] * half_bits_to_float(load_u16(w + 108)) * static_cast<float>(isum);
   }
+  static __device__ __forceinline__ float dot(const Chunk& k, const ActQ8& act, int b, int c) {
+    const int cc = c / 2, mh = c % 2;
+    const int8_t* xq = act.q + b * kQK_K + cc * 128 + 16 * mh;
+    int isum = 0;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      int q[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        q[j] = ((k.v[j] >> (2 * s)) & 0x03030303) | (((k.hm[j] >> (cc * 4 + s)) & 0x01010101) << 2);
+      }
+      const Dot16 r = dot16(q, xq + 32 * s);
+      isum += k.scale[s] * (r.sumi - 4 * r.sx);  // q - 4 * !hbit
+    }
+    return act.d[b] * k.d * static_cast<float>(isum);
+  }
 };
 
 // Q4_K (kFive = false) and Q5_K: chunk c covers bytes 16 * (c % 2) .. + 16 of the 32-byte
@@ -106,6 +171,36 @@ template <bool kFive>
 struct K4 {
   static constexpr int kBlockBytes = kFive ? 176 : 144, kBlockElems = kQK_K, kChunks = 8;
   static constexpr int kQs = kFive ? 48 : 16;
+  struct Chunk {
+    int lo[4], hi[4];  // the quants of sub-blocks 2p and 2p + 1
+    int sc_lo, m_lo, sc_hi, m_hi;
+    float d, dmin;
+  };
+  static __device__ __forceinline__ Chunk load(const uint8_t* w, int c) {
+    const int p = c / 2, h = c % 2;
+    Chunk k;
+    int v[4];
+    load16_a4(w + kQs + 32 * p + 16 * h, v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      k.lo[j] = v[j] & 0x0F0F0F0F;
+      k.hi[j] = (v[j] >> 4) & 0x0F0F0F0F;
+    }
+    if constexpr (kFive) {
+      int qh[4];
+      load16_a4(w + 16 + 16 * h, qh);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        k.lo[j] |= ((qh[j] >> (2 * p)) & 0x01010101) << 4;
+        k.hi[j] |= ((qh[j] >> (2 * p + 1)) & 0x01010101) << 4;
+      }
+    }
+    scale_min_k4(2 * p, w + 4, &k.sc_lo, &k.m_lo);
+    scale_min_k4(2 * p + 1, w + 4, &k.sc_hi, &k.m_hi);
+    k.d = half_bits_to_float(load_u16(w));
+    k.dmin = half_bits_to_float(load_u16(w + 2));
+    return k;
+  }
   static __device__ __forceinline__ float dot(const uint8_t* w, const ActQ8& act, int b, int c) {
     const int p = c / 2, h = c % 2;
     int v[4];
@@ -132,12 +227,44 @@ struct K4 {
     scale_min_k4(2 * p + 1, w + 4, &sc_hi, &m_hi);
     const int isum = sc_lo * rl.sumi + sc_hi * rh.sumi;
     const int summs = m_lo * rl.sx + m_hi * rh.sx;
-    return scale_and_min(act.d[b], w, w + 2, isum, summs);
+    return scale_and_min(act.d[b], half_bits_to_float(load_u16(w)),
+                         half_bits_to_float(load_u16(w + 2)), isum, summs);
+  }
+  static __device__ __forceinline__ float dot(const Chunk& k, const ActQ8& act, int b, int c) {
+    const int p = c / 2, h = c % 2;
+    const int8_t* xq = act.q + b * kQK_K + 64 * p + 16 * h;
+    const Dot16 rl = dot16(k.lo, xq), rh = dot16(k.hi, xq + 32);
+    const int isum = k.sc_lo * rl.sumi + k.sc_hi * rh.sumi;
+    const int summs = k.m_lo * rl.sx + k.m_hi * rh.sx;
+    return scale_and_min(act.d[b], k.d, k.dmin, isum, summs);
   }
 };
 
 struct Q6_K {
   static constexpr int kBlockBytes = 210, kBlockElems = kQK_K, kChunks = 8;
+  struct Chunk {
+    int lo[4], hi[4];  // 6-bit quants of two sub-blocks (unsigned, offset 32)
+    int sc0, sc1;
+    float d;
+  };
+  static __device__ __forceinline__ Chunk load(const uint8_t* w, int c) {
+    const int c2 = c / 4, mq = c % 4;
+    int ql[4], qh[4];
+    load16_a2(w + c2 * 64 + 16 * mq, ql);
+    load16_a2(w + 128 + c2 * 32 + 16 * (mq % 2), qh);
+    const int s0 = mq / 2, s1 = 2 + mq / 2;
+    Chunk k;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      k.lo[j] = (ql[j] & 0x0F0F0F0F) | (((qh[j] >> (2 * s0)) & 0x03030303) << 4);
+      k.hi[j] = ((ql[j] >> 4) & 0x0F0F0F0F) | (((qh[j] >> (2 * s1)) & 0x03030303) << 4);
+    }
+    const auto* scales = reinterpret_cast<const int8_t*>(w + 192);
+    k.sc0 = scales[c2 * 8 + mq];
+    k.sc1 = scales[c2 * 8 + 4 + mq];
+    k.d = half_bits_to_float(load_u16(w + 208));
+    return k;
+  }
   static __device__ __forceinline__ float dot(const uint8_t* w, const ActQ8& act, int b, int c) {
     const int c2 = c / 4, mq = c % 4;
     int ql[4], qh[4];
@@ -156,6 +283,13 @@ struct Q6_K {
     const int isum = scales[c2 * 8 + mq] * (r0.sumi - 32 * r0.sx) +
                      scales[c2 * 8 + 4 + mq] * (r1.sumi - 32 * r1.sx);
     return act.d[b] * half_bits_to_float(load_u16(w + 208)) * static_cast<float>(isum);
+  }
+  static __device__ __forceinline__ float dot(const Chunk& k, const ActQ8& act, int b, int c) {
+    const int c2 = c / 4, mq = c % 4;
+    const int8_t* xq = act.q + b * kQK_K + c2 * 128 + 16 * mq;
+    const Dot16 r0 = dot16(k.lo, xq), r1 = dot16(k.hi, xq + 64);
+    const int isum = k.sc0 * (r0.sumi - 32 * r0.sx) + k.sc1 * (r1.sumi - 32 * r1.sx);
+    return act.d[b] * k.d * static_cast<float>(isum);
   }
 };
 

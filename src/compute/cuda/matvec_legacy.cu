@@ -15,6 +15,30 @@ template <int kBytes, int kM, int kQh, int kQs>
 struct Legacy4 {
   static constexpr int kBlockBytes = kBytes, kBlockElems = kQK, kChunks = 2;
   static constexpr bool kHasMin = kM >= 0, kFive = kQh >= 0;
+  struct Chunk {
+    int lo[2], hi[2];  // elements j..j+7 and j+16..j+23, with Q5's high bits
+    float d, m;        // m: the minimum (with kHasMin, chunk 0 only)
+  };
+
+  static __device__ __forceinline__ Chunk load(const uint8_t* w, int c) {
+    const uint8_t* qs = w + kQs + 8 * c;
+    const int v[2] = {load_int_a2(qs), load_int_a2(qs + 4)};
+    uint32_t qh = 0;
+    if constexpr (kFive) qh = static_cast<uint32_t>(load_int_a2(w + kQh));
+    Chunk k;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      k.lo[j] = v[j] & 0x0F0F0F0F;
+      k.hi[j] = (v[j] >> 4) & 0x0F0F0F0F;
+      if constexpr (kFive) {
+        k.lo[j] |= spread_bits4((qh >> (8 * c + 4 * j)) & 0xF);
+        k.hi[j] |= spread_bits4((qh >> (16 + 8 * c + 4 * j)) & 0xF);
+      }
+    }
+    k.d = half_bits_to_float(load_u16(w));
+    k.m = kHasMin && c == 0 ? half_bits_to_float(load_u16(w + kM)) : 0.0f;
+    return k;
+  }
 
   static __device__ __forceinline__ float dot(const uint8_t* w, const ActQ8& act, int b, int c) {
     const uint8_t* qs = w + kQs + 8 * c;
@@ -48,6 +72,28 @@ struct Legacy4 {
       return static_cast<float>(sumi - offset * sx) * (dw * act.d[b]);
     }
   }
+  static __device__ __forceinline__ float dot(const Chunk& k, const ActQ8& act, int b, int c) {
+    const int8_t* xq = act.q + b * kQK + 8 * c;
+    const int xlo[2] = {load_int_a4(reinterpret_cast<const uint8_t*>(xq)),
+                        load_int_a4(reinterpret_cast<const uint8_t*>(xq + 4))};
+    const int xhi[2] = {load_int_a4(reinterpret_cast<const uint8_t*>(xq + 16)),
+                        load_int_a4(reinterpret_cast<const uint8_t*>(xq + 20))};
+    int sumi = 0, sx = 0;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      sumi = __dp4a(k.lo[j], xlo[j], sumi);
+      sumi = __dp4a(k.hi[j], xhi[j], sumi);
+      sx = byte_sum(xlo[j], byte_sum(xhi[j], sx));
+    }
+    if constexpr (kHasMin) {
+      // x = d q + m: the minimum meets s = d_x * sum(q_x) of the whole block, once.
+      const float r = static_cast<float>(sumi) * (k.d * act.d[b]);
+      return c == 0 ? r + k.m * act.s[b] : r;
+    } else {
+      const int offset = kFive ? 16 : 8;  // x = d (q - offset)
+      return static_cast<float>(sumi - offset * sx) * (k.d * act.d[b]);
+    }
+  }
 };
 
 using Q4_0 = Legacy4<18, -1, -1, 2>;
@@ -57,6 +103,18 @@ using Q5_1 = Legacy4<24, 2, 4, 8>;
 
 struct Q8_0 {
   static constexpr int kBlockBytes = 34, kBlockElems = kQK, kChunks = 2;
+  struct Chunk {
+    int q[4];  // 16 quants
+    float d;
+  };
+  static __device__ __forceinline__ Chunk load(const uint8_t* w, int c) {
+    const uint8_t* qs = w + 2 + 16 * c;
+    Chunk k;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) k.q[j] = load_int_a2(qs + 4 * j);
+    k.d = half_bits_to_float(load_u16(w));
+    return k;
+  }
   static __device__ __forceinline__ float dot(const uint8_t* w, const ActQ8& act, int b, int c) {
     const uint8_t* qs = w + 2 + 16 * c;
     const auto* xq = reinterpret_cast<const int4*>(act.q + b * kQK + 16 * c);
@@ -67,11 +125,35 @@ struct Q8_0 {
     sumi = __dp4a(load_int_a2(qs + 12), x.w, sumi);
     return static_cast<float>(sumi) * (half_bits_to_float(load_u16(w)) * act.d[b]);
   }
+  static __device__ __forceinline__ float dot(const Chunk& k, const ActQ8& act, int b, int c) {
+    const int4 x = *reinterpret_cast<const int4*>(act.q + b * kQK + 16 * c);
+    int sumi = __dp4a(k.q[0], x.x, 0);
+    sumi = __dp4a(k.q[1], x.y, sumi);
+    sumi = __dp4a(k.q[2], x.z, sumi);
+    sumi = __dp4a(k.q[3], x.w, sumi);
+    return static_cast<float>(sumi) * (k.d * act.d[b]);
+  }
 };
 
 // MXFP4: the codes become their doubled E2M1 values (mxfp4_values4), then dot as Q4_0.
 struct MXFP4 {
   static constexpr int kBlockBytes = 17, kBlockElems = kQK, kChunks = 2;
+  struct Chunk {
+    int lo[2], hi[2];  // the values of elements j..j+7 and j+16..j+23
+    float d;
+  };
+  static __device__ __forceinline__ Chunk load(const uint8_t* w, int c) {
+    const uint8_t* qs = w + 1 + 8 * c;
+    Chunk k;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const uint32_t v = static_cast<uint32_t>(load_int_a1(qs + 4 * j));
+      k.lo[j] = mxfp4_values4(v & 0x0F0F0F0Fu);
+      k.hi[j] = mxfp4_values4((v >> 4) & 0x0F0F0F0Fu);
+    }
+    k.d = e8m0_half_to_float(w[0]);
+    return k;
+  }
   static __device__ __forceinline__ float dot(const uint8_t* w, const ActQ8& act, int b, int c) {
     const uint8_t* qs = w + 1 + 8 * c;
     const auto* xq = reinterpret_cast<const uint8_t*>(act.q + b * kQK + 8 * c);
@@ -83,6 +165,16 @@ struct MXFP4 {
       sumi = __dp4a(mxfp4_values4((v >> 4) & 0x0F0F0F0Fu), load_int_a4(xq + 16 + 4 * k), sumi);
     }
     return static_cast<float>(sumi) * (e8m0_half_to_float(w[0]) * act.d[b]);
+  }
+  static __device__ __forceinline__ float dot(const Chunk& k, const ActQ8& act, int b, int c) {
+    const auto* xq = reinterpret_cast<const uint8_t*>(act.q + b * kQK + 8 * c);
+    int sumi = 0;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      sumi = __dp4a(k.lo[j], load_int_a4(xq + 4 * j), sumi);
+      sumi = __dp4a(k.hi[j], load_int_a4(xq + 16 + 4 * j), sumi);
+    }
+    return static_cast<float>(sumi) * (k.d * act.d[b]);
   }
 };
 
