@@ -137,10 +137,19 @@ namespace {
 namespace cuda = compute::cuda;
 static_assert(kGraphSeqs == cuda::kAttnMaxSeqs);
 
-// Decode attention's partials: every sequence of a decode step's one launch at n_ctx keys.
+// Keys per sequence up to which a decode step's sequences attend in one launch: the
+// scratch holds every sequence's partials at this length (or one sequence's at n_ctx), so
+// long contexts do not cost 16 times one sequence's scratch.
+constexpr int64_t kStepAttentionKeys = 4096;
+
+// Decode attention's partials: one sequence at n_ctx keys, or every sequence of a step at
+// kStepAttentionKeys.
 size_t attention_scratch_bytes(const HParams& hp, int64_t n_ctx) {
-  return static_cast<size_t>(kGraphSeqs) *
-         cuda::attention_scratch_bytes(hp.n_head, hp.n_head_kv, hp.head_dim_v, n_ctx);
+  const auto bytes = [&](int64_t n_kv) {
+    return cuda::attention_scratch_bytes(hp.n_head, hp.n_head_kv, hp.head_dim_v, n_kv);
+  };
+  return std::max(bytes(n_ctx),
+                  static_cast<size_t>(kGraphSeqs) * bytes(std::min(n_ctx, kStepAttentionKeys)));
 }
 
 // A device F32 vector's elements (null for an absent tensor).
@@ -812,7 +821,23 @@ void CudaBlocks::attend_step(int64_t il, bool swa, float kq_scale) {
   a.pos = positions();
   a.n_swa = swa ? hp_.n_swa : 0;
   a.max_kv = swa ? std::min(bucket_, hp_.n_swa) : bucket_;
-  cuda::attention_decode_seqs(a, caches, attn_scratch_.data(), s());
+  const size_t per_seq =
+      cuda::attention_scratch_bytes(hp_.n_head, hp_.n_head_kv, hp_.head_dim_v, a.max_kv);
+  if (per_seq * seqs_.size() <= attn_scratch_.size()) {
+    cuda::attention_decode_seqs(a, caches, attn_scratch_.data(), s());
+    return;
+  }
+  // A bucket past kStepAttentionKeys: a launch per sequence, each the same computation.
+  for (int i = 0; i < caches.n; ++i) {
+    cuda::AttnSeqs one;
+    one.k[0] = caches.k[i];
+    one.v[0] = caches.v[i];
+    cuda::AttnDecodeArgs ai = a;
+    ai.q = a.q + i * caches.q_stride;
+    ai.out = a.out + i * caches.out_stride;
+    ai.pos = a.pos + i;
+    cuda::attention_decode_seqs(ai, one, attn_scratch_.data(), s());
+  }
 }
 
 // One sequence's rows: its keys and values stored in its cache, then its queries attended.
