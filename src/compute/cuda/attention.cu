@@ -34,10 +34,12 @@ __device__ __forceinline__ void widen8(const uint4& raw, float (&out)[8]) {
 
 // One (segment, kv head, chunk of up to kG q heads, sequence): partials m, l,
 // acc[head_dim_v]. kG is 2, 4 or 8 (kMaxG): registers hold kG x 8 query values and
-// accumulators. blockIdx.z is sequence * chunks + chunk; a sequence's partials are
-// seq_partial floats after the previous one's. The caches are read from the grid-constant
-// parameter in place (a copy indexed by the sequence would go to the stack).
-template <int kG>
+// accumulators. With kSeqs, blockIdx.z is sequence * chunks + chunk and a sequence's
+// partials are seq_partial floats after the previous one's; without, the launch has one
+// sequence and keeps the registers of a kernel without a sequence index. The caches are
+// read from the grid-constant parameter in place (a copy indexed by the sequence would go
+// to the stack).
+template <int kG, bool kSeqs>
 __global__ void __launch_bounds__(kThreads)
     attn_segment(AttnDecodeArgs a, const __grid_constant__ AttnSeqs seqs,
                  float* __restrict__ partial, int n_seg, int seg_len, int chunks,
@@ -48,14 +50,15 @@ __global__ void __launch_bounds__(kThreads)
   grid_dep_wait();
   grid_dep_launch();
   const int seg = blockIdx.x, kv_head = blockIdx.y;
-  const int seq = blockIdx.z / chunks;
+  const int seq = kSeqs ? static_cast<int>(blockIdx.z) / chunks : 0;
   const uint16_t* kc = seqs.k[seq];
   const uint16_t* vc = seqs.v[seq];
   const float* q = a.q + seq * seqs.q_stride;
   const int32_t* pos = a.pos != nullptr ? a.pos + seq : nullptr;
   partial += seq * seq_partial;
   const int group = static_cast<int>(a.n_head / a.n_head_kv);
-  const int g0 = static_cast<int>(blockIdx.z % chunks) * kG, ng = min(kG, group - g0);
+  const int chunk = kSeqs ? static_cast<int>(blockIdx.z) % chunks : static_cast<int>(blockIdx.z);
+  const int g0 = chunk * kG, ng = min(kG, group - g0);
   const int head0 = kv_head * group + g0;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int hd = static_cast<int>(a.head_dim), hdv = static_cast<int>(a.head_dim_v);
@@ -281,16 +284,16 @@ void attention_decode_seqs(const AttnDecodeArgs& a, const AttnSeqs& seqs, void* 
   assert(n_seg <= kMaxSeg);
   const int seg_len = static_cast<int>(sh.seg);
   const int64_t seq_partial = a.n_head * n_seg * (a.head_dim_v + 2);
-  const auto segments = [&](auto kernel) {
-    launch_kernel(kernel, grid, kThreads, 0, stream, a, seqs, partial, n_seg, seg_len,
-                  static_cast<int>(chunks), seq_partial);
+  const auto segments = [&](auto one, auto several) {
+    launch_kernel(seqs.n > 1 ? several : one, grid, kThreads, 0, stream, a, seqs, partial, n_seg,
+                  seg_len, static_cast<int>(chunks), seq_partial);
   };
   if (sh.heads == 2) {
-    segments(attn_segment<2>);
+    segments(attn_segment<2, false>, attn_segment<2, true>);
   } else if (sh.heads == 4) {
-    segments(attn_segment<4>);
+    segments(attn_segment<4, false>, attn_segment<4, true>);
   } else {
-    segments(attn_segment<kMaxG>);
+    segments(attn_segment<kMaxG, false>, attn_segment<kMaxG, true>);
   }
   launch_kernel(attn_merge, static_cast<unsigned>(a.n_head * seqs.n), kThreads, 0, stream, partial,
                 n_seg, static_cast<int>(a.head_dim_v), static_cast<int>(a.n_head), a.sinks, a.out,
