@@ -4,13 +4,14 @@ beside `hypura bench --batch N` on the same model (issue 19: within 0.9x of it).
 
 Starts the server, warms it with one request, then N threads each send one streamed
 /api/generate at the same moment (raw prompts that differ, greedy, num_predict tokens).
-Aggregate = tokens received by all clients / time from the first client's first token to
-the last client's last token (HTTP, JSON and the queue included). Then runs
+Aggregate = tokens generated for all clients / time from the first client's first token to
+the last client's last token (each client's first token: its last one less the server's
+eval_duration; HTTP, JSON and the queue included). Then runs
 `hypura bench --batch N -p P -n T` (P: the prompts' mean token count, from the server's
 prompt_eval_count) right after, and prints both and their ratio.
 
   parallel_clients.py --hypura build/hypura --model M [--clients 4] [--tokens 64] [--runs 2]
-                      [--ram-budget 3G]   (passed to both serve and bench)
+                      [--ram-budget 3G] [--device cuda]   (passed to both serve and bench)
 """
 import argparse
 import json
@@ -34,7 +35,7 @@ def start_server(args):
 
 
 def budget_args(args):
-    return ["--ram-budget", args.ram_budget] if args.ram_budget else []
+    return (["--ram-budget", args.ram_budget] if args.ram_budget else []) + ["--device", args.device]
 
 
 def generate(port, model, prompt, tokens, out, barrier):
@@ -44,20 +45,18 @@ def generate(port, model, prompt, tokens, out, barrier):
                                  headers={"Content-Type": "application/json"})
     if barrier:
         barrier.wait()
-    first = last = None
-    n = 0
     final = {}
     with urllib.request.urlopen(req, timeout=1800) as resp:
         for line in resp:
             chunk = json.loads(line)
-            if chunk.get("response"):
-                now = time.monotonic()
-                first = first or now
-                last = now
-                n += 1
             if chunk.get("done"):
                 final = chunk
-    out.append({"first": first, "last": last, "chunks": n, "eval_count": final.get("eval_count", 0),
+                done = time.monotonic()
+    # The client's generation ran from its first token to its last: the server's own
+    # eval_duration before the final chunk. Chunk arrival times do not say it: a synthetic
+    # model's chunks on the GPU arrived in bursts (spans of milliseconds for 128 tokens).
+    out.append({"first": done - final.get("eval_duration", 0) / 1e9, "last": done,
+                "eval_count": final.get("eval_count", 0),
                 "prompt_eval_count": final.get("prompt_eval_count", 0)})
 
 
@@ -93,6 +92,7 @@ def main():
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ram-budget", default="")
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     args = ap.parse_args()
     proc, port = start_server(args)
     try:
