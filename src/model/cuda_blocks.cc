@@ -852,15 +852,20 @@ void CudaBlocks::attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_s
   float* out_rows = attn() + r0 * hp_.n_head * hp_.head_dim_v;
   cuda::store_kv_f16(k() + r0 * hp_.k_width(), v() + r0 * v_width, n, hp_.k_width(), v_width,
                      positions() + r0, kc, vc, s());
-  if (n <= kCudaDecodeAttention) {
+  // Few rows, or a speculative pass's rows (every row's logits wanted): each row attends
+  // as its token would in a decode step of this sequence alone (the replayable form, its
+  // position read on the device, the launch sized for its bucket), so a verified guess
+  // gets the logits plain decoding would have given it, bit for bit.
+  if (n <= kCudaDecodeAttention || (seq.n_logits > 1 && n <= kCudaSmallBatch)) {
     cuda::AttnDecodeArgs a;
     attention_shape(a, kc, vc, kq_scale);
+    a.n_swa = swa ? hp_.n_swa : 0;
     for (int64_t t = 0; t < n; ++t) {
-      const int64_t p = seq.pos + t;
+      const int64_t bucket = bucket_for(seq.pos + t + 1);
       a.q = q_rows + t * hp_.q_width();
       a.out = out_rows + t * hp_.n_head * hp_.head_dim_v;
-      a.kv_first = swa ? std::max<int64_t>(0, p - hp_.n_swa + 1) : 0;
-      a.kv_end = p + 1;
+      a.pos = positions() + r0 + t;
+      a.max_kv = swa ? std::min(bucket, hp_.n_swa) : bucket;
       cuda::attention_decode(a, attn_scratch_.data(), s());
     }
     return;

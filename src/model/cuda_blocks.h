@@ -9,8 +9,8 @@
 //               dots, as exact as the CPU's); products sharing an input (Q, K, V; gate, up)
 //               share the quantization; larger batches: cuBLAS on F16 (gemm.h)
 //   attention   the batch's keys and values rounded to F16 into the device cache, then
-//               decode attention per token (up to kCudaDecodeAttention tokens) or prefill
-//               attention
+//               decode attention per token (up to kCudaDecodeAttention tokens, or a
+//               speculative pass's rows up to kCudaSmallBatch) or prefill attention
 //   moe_ffn     router, softmax and top-k on the device; few tokens: grouped expert
 //               matvecs over (token, slot) pairs, no host round trip; a prompt: the
 //               selection copied to the host, each used expert's rows gathered and

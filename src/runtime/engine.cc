@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -174,6 +175,12 @@ class LocalEngine final : public Engine {
   std::string mode() const override { return weights_ ? weights_->mode() : "unloaded"; }
   std::string device() const override { return device_kind_name(device_.kind); }
   bool on_gpu() const { return device_.kind == DeviceKind::kCuda; }
+  // The most guesses a pass may verify and still give plain decoding's logits bit for bit:
+  // the GPU computes passes of up to kCudaSmallBatch rows of a sequence as decode steps.
+  int max_exact_draft() const {
+    return on_gpu() ? static_cast<int>(model::kCudaSmallBatch) - 1
+                    : std::numeric_limits<int>::max();
+  }
   tiers::DeviceWeights& device_weights() { return *device_weights_; }
   const TieredWeights* tiers() const override { return weights_.get(); }
   StepCounts step_counts() const override { return batcher_->counts(); }
@@ -840,7 +847,8 @@ Result<GenerateResult> LocalSession::generate(
     return listening;
   };
   HYPURA_ASSIGN_OR_RETURN(std::unique_ptr<Drafter> drafter, drafter_for(options.speculation));
-  const SpeculationOptions& so = options.speculation;
+  SpeculationOptions so = options.speculation;
+  so.max_draft = std::min(so.max_draft, engine_.max_exact_draft());
   if (!draft_length_ || so.lookup != draft_length_for_.lookup ||
       so.draft_model != draft_length_for_.draft_model || so.max_draft != draft_length_->max()) {
     draft_length_.emplace(so.max_draft);  // a new drafter: its costs are measured afresh

@@ -703,6 +703,49 @@ TEST_P(GoldenGpu, DecodeStepsAsAloneBitForBit) {
   }
 }
 
+// Speculative verification on the GPU: a pass of k + 1 rows (up to kCudaSmallBatch) of one
+// sequence that asks for every row's logits (SeqRows::n_logits) gives each row the logits
+// of decoding its token alone, bit for bit, so greedy text with speculation is the text
+// without it.
+std::vector<float> logits_in_chunks(Loaded& l, const std::vector<int32_t>& seq, int64_t prompt,
+                                    int64_t chunk) {
+  const int64_t n_vocab = l.model->hparams().n_vocab;
+  Pass pass = make_pass(l, true, false, kNCtx);
+  std::vector<float> first(n_vocab);
+  const std::vector<model::SeqRows> p = {{pass.kv.get(), 0, prompt, 1}};
+  EXPECT_TRUE(pass.fwd->run_batch(seq.data(), p, first.data()).is_ok());
+  std::vector<float> out;
+  for (int64_t pos = prompt; pos < static_cast<int64_t>(seq.size()); pos += chunk) {
+    const int64_t n = std::min<int64_t>(chunk, static_cast<int64_t>(seq.size()) - pos);
+    std::vector<float> logits(static_cast<size_t>(n * n_vocab));
+    const std::vector<model::SeqRows> rows = {{pass.kv.get(), pos, n, n}};
+    EXPECT_TRUE(pass.fwd->run_batch(seq.data() + pos, rows, logits.data()).is_ok());
+    out.insert(out.end(), logits.begin(), logits.end());
+  }
+  return out;
+}
+
+TEST_P(GoldenGpu, VerificationRowsAsDecodeStepsBitForBit) {
+  for (const char* quant : {"-f32", "-q4_k_m"}) {
+    const std::string name = std::string(GetParam()) + quant;
+    auto l = load(name);
+    ASSERT_TRUE(l);
+    const auto lng = long_sequence();
+    // Past the first context bucket (256 keys), where a step's launch is sized anew.
+    const std::vector<int32_t> seq(lng.begin(), lng.begin() + 300);
+    const auto steps = logits_in_chunks(*l, seq, 8, 1);
+    for (int64_t chunk : {2, 5, 9, 16}) {
+      const auto rows = logits_in_chunks(*l, seq, 8, chunk);
+      ASSERT_EQ(rows.size(), steps.size());
+      const Diff d = compare(rows, steps);
+      EXPECT_EQ(0, std::memcmp(rows.data(), steps.data(), steps.size() * 4))
+          << name << ": verification passes of " << chunk << " rows (rel_l2 " << d.rel_l2 << ")";
+      std::printf("%-14s gpu passes of %lld rows vs decode steps: rel_l2 %.2e\n", name.c_str(),
+                  static_cast<long long>(chunk), d.rel_l2);
+    }
+  }
+}
+
 TEST_P(GoldenGpu, LogitsOfSeveralRowsPerSequence) {
   const std::string name = std::string(GetParam());
   check_logit_rows(name + "-f32", true, is_gemma(name) || is_moe(name) ? 3e-4 : 1e-4);
