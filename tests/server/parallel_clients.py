@@ -45,7 +45,7 @@ def generate(port, model, prompt, tokens, out, barrier):
                                  headers={"Content-Type": "application/json"})
     if barrier:
         barrier.wait()
-    final = {}
+    final, done = {}, None
     with urllib.request.urlopen(req, timeout=1800) as resp:
         for line in resp:
             chunk = json.loads(line)
@@ -55,6 +55,7 @@ def generate(port, model, prompt, tokens, out, barrier):
     # The client's generation ran from its first token to its last: the server's own
     # eval_duration before the final chunk. Chunk arrival times do not say it: a synthetic
     # model's chunks on the GPU arrived in bursts (spans of milliseconds for 128 tokens).
+    done = done or time.monotonic()  # a stream without its final chunk: no tokens counted
     out.append({"first": done - final.get("eval_duration", 0) / 1e9, "last": done,
                 "eval_count": final.get("eval_count", 0),
                 "prompt_eval_count": final.get("prompt_eval_count", 0)})
