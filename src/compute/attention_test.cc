@@ -79,8 +79,12 @@ struct Problem {
   }
 };
 
-// Runs the problem through `table` in key blocks of kAttnMaxKeys; returns acc / l.
-std::vector<float> run(const KernelTable& table, const Problem& p, float scale) {
+// Runs the problem through `table` in key blocks of kAttnMaxKeys; returns acc / l. With
+// f16_values the step reads the values as F16 rows (they must be F16 values already).
+std::vector<float> run(const KernelTable& table, const Problem& p, float scale,
+                       bool f16_values = false) {
+  std::vector<uint16_t> vals16;
+  for (float v : p.vals) vals16.push_back(quant::f32_to_fp16(v));
   std::vector<const float*> qs;
   for (int64_t r = 0; r < p.n_rows; ++r) qs.push_back(p.q.data() + r * p.d);
   std::vector<int32_t> lo(p.n_rows), hi(p.n_rows);
@@ -96,11 +100,13 @@ std::vector<float> run(const KernelTable& table, const Problem& p, float scale) 
       lo[r] = static_cast<int32_t>(j0 - kb);
       hi[r] = static_cast<int32_t>(std::max(j0, j1) - kb);
     }
-    // Scratch as the model uses it: kAttnMaxKeys rows, only n_keys of them current.
+    // Scratch as the model uses it: kAttnMaxKeys keys, only n_keys of them current.
     std::vector<float> kbuf(kAttnMaxKeys * p.d, 7.0f), vbuf(kAttnMaxKeys * p.dv, 7.0f);
-    std::copy(p.keys.begin() + kb * p.d, p.keys.begin() + (kb + n_keys) * p.d, kbuf.begin());
+    table.widen_keys(KvRows{p.keys.data() + kb * p.d, p.d, false}, n_keys, p.d, kbuf.data());
     std::copy(p.vals.begin() + kb * p.dv, p.vals.begin() + (kb + n_keys) * p.dv, vbuf.begin());
-    table.attention_step(rows, kbuf.data(), vbuf.data(), n_keys);
+    const KvRows values = f16_values ? KvRows{vals16.data() + kb * p.dv, p.dv, true}
+                                     : KvRows{vbuf.data(), p.dv, false};
+    table.attention_step(rows, kbuf.data(), values, n_keys);
   }
   for (int64_t r = 0; r < p.n_rows; ++r) {
     for (int64_t c = 0; c < p.dv; ++c)
@@ -141,9 +147,9 @@ TEST(Attention, EveryPathMatchesFloat64) {
 }
 
 // A row computed alone, or among other rows with other masks, gives the same bits: also
-// where AVX-512 pairs it with a neighbour (keys and values loaded once for both; shared,
-// partly shared and disjoint key ranges), for head sizes with a half-vector tail (40, 24)
-// and values wider than one register pass (256).
+// where a tile holds it with up to three neighbours (keys and values loaded once for all;
+// shared, partly shared and disjoint key ranges), for head sizes with a half-vector tail
+// (40, 24) and values wider than one register pass (256).
 TEST(Attention, RowsAreIndependent) {
   for (const Problem& all : {Problem(64, 64, 300, 12, 7, 1.5f), Problem(40, 24, 150, 7, 8, 1.0f),
                              Problem(256, 256, 130, 5, 9, 0.5f)}) {
@@ -186,6 +192,68 @@ TEST(Attention, WidenRowsIsExact) {
         ASSERT_EQ(out32[r * width + c], f[r * stride + c]) << simd_level_name(level);
       }
     }
+  }
+}
+
+// Keys widened transposed: every element exact, in its column, for whole and partial
+// groups of 8 keys and head sizes with and without a vector tail; columns past the keys
+// are left untouched.
+TEST(Attention, WidenKeysTransposesExactly) {
+  std::mt19937 rng(4);
+  std::uniform_int_distribution<int> bits(0, 0xffff);
+  const int64_t stride = 600;
+  std::vector<uint16_t> h(kAttnMaxKeys * stride);
+  for (auto& x : h) {
+    do x = static_cast<uint16_t>(bits(rng));
+    while ((x & 0x7c00) == 0x7c00);  // finite
+  }
+  std::vector<float> f(h.size());
+  for (size_t i = 0; i < f.size(); ++i) f[i] = quant::fp16_to_f32(h[i]);
+  for (const int64_t d : {64, 40, 576, 20}) {
+    for (const int64_t n_keys : {64, 61, 8, 3}) {
+      for (SimdLevel level : supported_levels()) {
+        for (const bool f16 : {true, false}) {
+          std::vector<float> out(kAttnMaxKeys * d, -1.0f);
+          const KvRows src = f16 ? KvRows{h.data(), stride, true} : KvRows{f.data(), stride, false};
+          kernel_table(level)->widen_keys(src, n_keys, d, out.data());
+          for (int64_t c = 0; c < d; ++c) {
+            for (int64_t j = 0; j < kAttnMaxKeys; ++j) {
+              ASSERT_EQ(out[c * kAttnMaxKeys + j], j < n_keys ? f[j * stride + c] : -1.0f)
+                  << simd_level_name(level) << " d=" << d << " n_keys=" << n_keys << " f16=" << f16;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Values read from F16 rows (a decode step reading the cache) or widened first (a prompt
+// tile) give the same bits on every path: widening is exact.
+TEST(Attention, F16ValuesAsWidened) {
+  for (Problem p : {Problem(64, 64, 300, 3, 21, 1.5f), Problem(40, 24, 150, 5, 22, 1.0f),
+                    Problem(576, 512, 140, 4, 23, 0.3f)}) {
+    for (float& v : p.vals) v = quant::fp16_to_f32(quant::f32_to_fp16(v));
+    for (SimdLevel level : supported_levels()) {
+      const std::vector<float> widened = run(*kernel_table(level), p, 0.125f);
+      const std::vector<float> f16 = run(*kernel_table(level), p, 0.125f, true);
+      for (size_t i = 0; i < widened.size(); ++i) {
+        ASSERT_EQ(widened[i], f16[i]) << simd_level_name(level) << " d=" << p.d << " at " << i;
+      }
+    }
+  }
+}
+
+// The two SIMD levels do the same FMAs in the same order: their outputs agree bit for bit.
+TEST(Attention, SimdLevelsAgreeBitForBit) {
+  if (!cpu_supports(SimdLevel::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (const Problem& p :
+       {Problem(64, 64, 300, 13, 11, 1.5f), Problem(256, 256, 130, 6, 12, 0.5f),
+        Problem(576, 512, 140, 5, 13, 0.3f), Problem(40, 24, 150, 7, 14, 1.0f)}) {
+    const std::vector<float> avx2 = run(*kernel_table(SimdLevel::kAvx2), p, 0.125f);
+    const std::vector<float> avx512 = run(*kernel_table(SimdLevel::kAvx512), p, 0.125f);
+    for (size_t i = 0; i < avx2.size(); ++i)
+      ASSERT_EQ(avx2[i], avx512[i]) << "d=" << p.d << " at " << i;
   }
 }
 

@@ -55,6 +55,9 @@ struct KvRows {
 
 // The most keys one attention_step() takes (a key block).
 constexpr int64_t kAttnMaxKeys = 64;
+// Query rows the SIMD attention step computes together (each key and value load serves
+// all of them).
+constexpr int64_t kAttnTileRows = 4;
 
 // Buffers the kernels stream through with full-width loads start on a cache line: a
 // 64-byte load from a 16-byte-aligned vector<float> spans two lines every time (the AVX-512
@@ -194,14 +197,21 @@ class Context {
 
   // ---- attention (flash-attention style; the loop over blocks is the caller's) ----
 
-  // Widens n_rows rows of `width` cached values (keys or values of one head, F16 or F32,
-  // rows src.stride elements apart) to F32. out: (n_rows, width).
+  // Widens n_rows rows of `width` cached values (one head, F16 or F32, rows src.stride
+  // elements apart) to F32. out: (n_rows, width).
   void widen_rows(const KvRows& src, int64_t n_rows, int64_t width, float* out) const;
+  // Widens n_keys <= kAttnMaxKeys cached keys of d elements to F32, transposed: out is
+  // (d, kAttnMaxKeys), key j's element c at out[c * kAttnMaxKeys + j] (the scores then take
+  // one element of many keys per instruction; columns past n_keys are left as they are).
+  void widen_keys(const KvRows& src, int64_t n_keys, int64_t d, float* out) const;
   // One online-softmax step of rows.n_rows query rows against a block of n_keys keys
-  // (see AttentionRows). keys: (n_keys, head_dim), values: (n_keys, head_dim_v), F32.
+  // (see AttentionRows). keys_t: widen_keys()'s (head_dim, kAttnMaxKeys), its columns past
+  // n_keys finite; values: n_keys rows of head_dim_v, widen_rows()'s F32 or the cache's
+  // own rows (F16 widened on the fly: the same bits, without the pass over the block that
+  // a step of few rows would not earn back).
   // REQUIRES: n_keys <= kAttnMaxKeys; the block starts at a position that is a multiple of
   // 8 (lanes of the row sums follow absolute positions, which keeps batch invariance).
-  void attention_step(const AttentionRows& rows, const float* keys, const float* values,
+  void attention_step(const AttentionRows& rows, const float* keys_t, const KvRows& values,
                       int64_t n_keys) const;
 
   // gate[i] = silu(gate[i]) * up[i] for i < n, with this context's instruction set (the

@@ -461,14 +461,19 @@ void Context::widen_rows(const KvRows& src, int64_t n_rows, int64_t width, float
   impl_->kernels->widen_rows(src, n_rows, width, out);
 }
 
+void Context::widen_keys(const KvRows& src, int64_t n_keys, int64_t d, float* out) const {
+  assert(n_keys <= kAttnMaxKeys);
+  impl_->kernels->widen_keys(src, n_keys, d, out);
+}
+
 void Context::silu_mul(float* gate, const float* up, int64_t n) const {
   impl_->kernels->silu_mul(gate, up, n);
 }
 
-void Context::attention_step(const AttentionRows& rows, const float* keys, const float* values,
+void Context::attention_step(const AttentionRows& rows, const float* keys_t, const KvRows& values,
                              int64_t n_keys) const {
   assert(n_keys <= kAttnMaxKeys);
-  impl_->kernels->attention_step(rows, keys, values, n_keys);
+  impl_->kernels->attention_step(rows, keys_t, values, n_keys);
   int64_t visible = 0;
   for (int64_t r = 0; r < rows.n_rows; ++r) visible += std::max(0, rows.hi[r] - rows.lo[r]);
   impl_->macs.fetch_add(static_cast<uint64_t>(visible * (rows.head_dim + rows.head_dim_v)),

@@ -344,7 +344,8 @@ void CpuBlocks::attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_sc
     int64_t begin, end;
     compute::split_range(n_kv * n_segments, ith, nth, 1, &begin, &end);
     for (int64_t i = begin; i < end; ++i) {
-      const int64_t g = i / n_segments, seg = i % n_segments;
+      const int64_t seg = i / n_kv,
+                    g = i % n_kv;  // a segment's heads in turn: its cache rows are read whole
       segment_partial(il, seq, g, 0, n, seg, swa, kq_scale, attn_scratch_[ith], part(g, seg));
     }
   });
@@ -406,17 +407,24 @@ void CpuBlocks::segment_partial(int64_t il, const SeqRows& seq, int64_t g, int64
   }
   const compute::AttentionRows rows{n_rows,      d,           dv,    kq_scale, s.q_rows.data(),
                                     s.lo.data(), s.hi.data(), out.m, out.l,    out.acc};
+  // Values widened once per block for a tile's many rows; a few rows (a decode step)
+  // read the cache's rows directly. Widening is exact, so both give the same bits.
+  const bool widen_values = n_rows > kWidenValuesRows;
   for (int64_t kb = lo / kKeyBlock * kKeyBlock; kb <= hi; kb += kKeyBlock) {
     const int64_t n_keys = std::min(kb + kKeyBlock, hi + 1) - kb;
-    ctx_.widen_rows(seq.kv->k_rows(il, g, kb), n_keys, d, s.keys.data());
-    ctx_.widen_rows(seq.kv->v_rows(il, g, kb), n_keys, dv, s.values.data());
+    ctx_.widen_keys(seq.kv->k_rows(il, g, kb), n_keys, d, s.keys.data());
+    compute::KvRows values = seq.kv->v_rows(il, g, kb);
+    if (widen_values) {
+      ctx_.widen_rows(values, n_keys, dv, s.values.data());
+      values = compute::KvRows{s.values.data(), dv, false};
+    }
     for (int64_t r = 0; r < n_rows; ++r) {
       const int64_t p = seq.pos + t0 + r / n_gqa;
       const int64_t j0 = std::max({kb, lo, first_key(p)}), j1 = std::min(kb + n_keys, p + 1);
       s.lo[r] = static_cast<int32_t>(j0 - kb);
       s.hi[r] = static_cast<int32_t>(std::max(j0, j1) - kb);
     }
-    ctx_.attention_step(rows, s.keys.data(), s.values.data(), n_keys);
+    ctx_.attention_step(rows, s.keys.data(), values, n_keys);
   }
 }
 

@@ -100,9 +100,12 @@ class CpuBlocks final : public Blocks {
   static constexpr int64_t kKeyBlock = compute::kAttnMaxKeys;
   static constexpr int64_t kKeySegment = 512;
   static constexpr int64_t kSplitMaxTokens = 4;
+  // Above this many query rows a step widens its value block once (compute::kAttnTileRows
+  // rows share each value load; more rows would convert every value again per tile).
+  static constexpr int64_t kWidenValuesRows = compute::kAttnTileRows;
   // Attention scratch per pool thread; rows = kQueryBlock * (n_head / n_head_kv).
   struct AttnScratch {
-    compute::AlignedVector<float> keys;     // (kKeyBlock, head_dim) one widened key block
+    compute::AlignedVector<float> keys;  // (head_dim, kKeyBlock) one widened key block, transposed
     compute::AlignedVector<float> values;   // (kKeyBlock, head_dim_v)
     std::vector<const float*> q_rows;       // (rows) each row's query vector
     std::vector<int32_t> lo, hi;            // (rows) visible keys of the current key block

@@ -1,15 +1,15 @@
 // The CPU attention step (see kernels_avx2_attention.cc for the method), compiled once per
 // instruction set: kernels_avx2_attention.cc with the AVX2 flags, kernels_avx512_attention.cc
-// with the AVX-512 ones. Under AVX-512 the two hot loops take 16 floats per instruction:
-// the scores' dot products (16-float chunks of the head, folded to 8 lanes before the same
-// horizontal-add tree) and the value accumulation (the same FMAs per element, in the same
-// key order, so its results equal the AVX2 ones bit for bit). Everything stays in an
-// anonymous namespace (tile_common.h says why).
+// with the AVX-512 ones, written once over a vector of 8 or 16 floats (VecF). Both levels
+// do the same FMAs in the same order, so their scores and value sums agree bit for bit.
+// Everything stays in an anonymous namespace (tile_common.h says why).
 #pragma once
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "compute/cpu/kernels.h"
 #include "compute/cpu/simd_common.h"
@@ -17,11 +17,84 @@
 namespace hypura::compute {
 namespace {
 
+// One vector of floats: 16 under AVX-512, 8 under AVX2. The step's products are written
+// once over it.
 #if defined(__AVX512F__)
-constexpr int kDvChunk = 128;  // accumulator floats kept in registers per pass (8 zmm)
+using VecF = __m512;
+constexpr int kW = 16;
+constexpr int kScoreVecs = 4;  // key vectors a score pass holds per row (64 keys)
+constexpr int kValueVecs = 4;  // value vectors a pass holds per row
+inline VecF vzero() {
+  return _mm512_setzero_ps();
+}
+inline VecF vset1(float x) {
+  return _mm512_set1_ps(x);
+}
+inline VecF vload(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+inline void vstore(float* p, VecF v) {
+  _mm512_storeu_ps(p, v);
+}
+inline VecF vfma(VecF a, VecF b, VecF c) {
+  return _mm512_fmadd_ps(a, b, c);
+}
+inline VecF vmul(VecF a, VecF b) {
+  return _mm512_mul_ps(a, b);
+}
+// The first n <= kW floats (a value row's last, partial vector; the rest read as 0).
+inline VecF vload_n(const float* p, int n) {
+  return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
+}
+inline void vstore_n(float* p, VecF v, int n) {
+  _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
+}
+// kW halves widened (exact), or the first n of them.
+inline VecF vload_h(const uint16_t* p) {
+  return _mm512_cvtph_ps(load256(p));
+}
+inline VecF vload_h_n(const uint16_t* p, int n) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << n) - 1), p));
+}
 #else
-constexpr int kDvChunk = 64;  // accumulator floats kept in registers per pass (8 ymm)
+using VecF = __m256;
+constexpr int kW = 8;
+constexpr int kScoreVecs = 2;  // 16 registers: 4 rows x 2 key vectors, their loads, a broadcast
+constexpr int kValueVecs = 2;
+inline VecF vzero() {
+  return _mm256_setzero_ps();
+}
+inline VecF vset1(float x) {
+  return _mm256_set1_ps(x);
+}
+inline VecF vload(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+inline void vstore(float* p, VecF v) {
+  _mm256_storeu_ps(p, v);
+}
+inline VecF vfma(VecF a, VecF b, VecF c) {
+  return _mm256_fmadd_ps(a, b, c);
+}
+inline VecF vmul(VecF a, VecF b) {
+  return _mm256_mul_ps(a, b);
+}
+// Value rows are whole vectors here (head_dim_v % 8 == 0).
+inline VecF vload_n(const float* p, int) {
+  return _mm256_loadu_ps(p);
+}
+inline void vstore_n(float* p, VecF v, int) {
+  _mm256_storeu_ps(p, v);
+}
+inline VecF vload_h(const uint16_t* p) {
+  return _mm256_cvtph_ps(load128(p));
+}
+inline VecF vload_h_n(const uint16_t* p, int) {
+  return vload_h(p);
+}
 #endif
+
+constexpr int kTileRows = static_cast<int>(kAttnTileRows);
 
 // e^x for x <= 0 (inputs below -87.3 return ~1e-38, which the sums cannot see).
 inline __m256 exp_nonpositive(__m256 x) {
@@ -67,37 +140,124 @@ inline float fold_lanes(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 }
 
-// Scores of keys j0..j0+7 (rows of d floats) against q: one vector.
-inline __m256 scores8(const float* q, const float* keys, int64_t d) {
-  __m256 a[8];
+// Scores of R rows against the NC key vectors at kt (key j's element c at
+// kt[c * kAttnMaxKeys + j]): s[r][j] = q[r][0] k_j[0] + ... + q[r][d-1] k_j[d-1], one FMA
+// chain per score in ascending c, so a score is the same whatever rows share its tile.
+template <int R, int NC>
+inline void score_tile(const float* const* q, int64_t d, const float* kt, float* s) {
+  VecF acc[R][NC];
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < NC; ++i) acc[r][i] = vzero();
+  }
+  for (int64_t c = 0; c < d; ++c) {
+    const float* kc = kt + c * kAttnMaxKeys;
+    VecF k[NC];
+    for (int i = 0; i < NC; ++i) k[i] = vload(kc + i * kW);
+    for (int r = 0; r < R; ++r) {
+      const VecF qc = vset1(q[r][c]);
+      for (int i = 0; i < NC; ++i) acc[r][i] = vfma(qc, k[i], acc[r][i]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < NC; ++i) vstore(s + r * kAttnMaxKeys + i * kW, acc[r][i]);
+  }
+}
+
+// Scores of R rows for keys [k0, k1) (whole vectors), kScoreVecs vectors a pass.
+template <int R>
+inline void score_rows(const float* const* q, int64_t d, const float* kt, float* s, int32_t k0,
+                       int32_t k1) {
+  for (int32_t k = k0; k < k1; k += kScoreVecs * kW) {
+    const int n = std::min<int32_t>(kScoreVecs, (k1 - k) / kW);
+    if (n == kScoreVecs) {
+      score_tile<R, kScoreVecs>(q, d, kt + k, s + k);
+    } else if (n == 1) {
+      score_tile<R, 1>(q, d, kt + k, s + k);
+    } else if constexpr (kScoreVecs > 2) {
+      if (n == 2) {
+        score_tile<R, 2>(q, d, kt + k, s + k);
+      } else {
+        score_tile<R, 3>(q, d, kt + k, s + k);
+      }
+    }
+  }
+}
+
+// acc[r][0..width) = acc[r] * shrink[r] + sum_{j in [j0, j1)} e[r][j] v_j (j ascending), for
+// width = NV vectors (with kPartial, the last one n_last floats); the values are T (float,
+// or F16 widened on the fly: exact, so the same sums). A key outside row r's range has
+// e[r][j] == 0, which adds an exact zero: each element gets the FMAs of its own keys in
+// their order, whatever rows share the tile (acc is never -0, so + 0 leaves it as it is).
+template <int R, int NV, bool kPartial, class T>
+inline void value_tile(float* const* acc, const float* shrink, const float* e, const T* values,
+                       int64_t stride, int32_t j0, int32_t j1, int n_last) {
+  // Masked loads only where needed: GCC keeps the accumulators on the stack around them.
+  auto load_acc = [&](const float* p, int i) {
+    return kPartial && i == NV - 1 ? vload_n(p, n_last) : vload(p);
+  };
+  auto load_value = [&](const T* p, int i) {
+    if constexpr (std::is_same_v<T, uint16_t>) {
+      return kPartial && i == NV - 1 ? vload_h_n(p, n_last) : vload_h(p);
+    } else {
+      return load_acc(p, i);
+    }
+  };
+  VecF a[R * NV];
+  for (int r = 0; r < R; ++r) {
+    const VecF sr = vset1(shrink[r]);  // 1 where nothing rescales: x * 1 == x
+    for (int i = 0; i < NV; ++i) a[r * NV + i] = vmul(load_acc(acc[r] + i * kW, i), sr);
+  }
+  for (int32_t j = j0; j < j1; ++j) {
+    const T* vj = values + j * stride;
+    VecF v[NV];
+    for (int i = 0; i < NV; ++i) v[i] = load_value(vj + i * kW, i);
+    for (int r = 0; r < R; ++r) {
+      const VecF er = vset1(e[r * kAttnMaxKeys + j]);
+      for (int i = 0; i < NV; ++i) a[r * NV + i] = vfma(er, v[i], a[r * NV + i]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < NV; ++i) {
+      if (kPartial && i == NV - 1) {
+        vstore_n(acc[r] + i * kW, a[r * NV + i], n_last);
+      } else {
+        vstore(acc[r] + i * kW, a[r * NV + i]);
+      }
+    }
+  }
+}
+
+// The value sums of R rows over keys [j0, j1), kValueVecs vectors of columns a pass.
+template <int R, class T>
+inline void value_rows(float* const* acc_rows, const float* shrink, const float* e, const T* values,
+                       int64_t stride, int64_t dv, int32_t j0, int32_t j1) {
+  float* acc[R];
+  for (int64_t c = 0; c < dv; c += kValueVecs * kW) {
+    const int64_t width = std::min<int64_t>(kValueVecs * kW, dv - c);
+    const int whole = static_cast<int>(width / kW), part = static_cast<int>(width % kW);
+    for (int r = 0; r < R; ++r) acc[r] = acc_rows[r] + c;
+    const T* v = values + c;
+    switch (whole) {
+      case 1:
+        value_tile<R, 1, false>(acc, shrink, e, v, stride, j0, j1, kW);
+        break;
+      case 2:
+        value_tile<R, 2, false>(acc, shrink, e, v, stride, j0, j1, kW);
+        break;
 #if defined(__AVX512F__)
-  // 16-float chunks, then each key's two halves added, then any last 8 floats.
-  __m512 w[8];
-  for (int k = 0; k < 8; ++k) w[k] = _mm512_setzero_ps();
-  int64_t c = 0;
-  for (; c + 16 <= d; c += 16) {
-    const __m512 qv = _mm512_loadu_ps(q + c);
-    for (int k = 0; k < 8; ++k) w[k] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(keys + k * d + c), w[k]);
-  }
-  for (int k = 0; k < 8; ++k) {
-    a[k] = _mm256_add_ps(_mm512_castps512_ps256(w[k]),
-                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(w[k]), 1)));
-  }
-  if (c < d) {  // d % 16 == 8
-    const __m256 qv = _mm256_loadu_ps(q + c);
-    for (int k = 0; k < 8; ++k) a[k] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + k * d + c), a[k]);
-  }
-#else
-  for (int k = 0; k < 8; ++k) a[k] = _mm256_setzero_ps();
-  for (int64_t c = 0; c < d; c += 8) {
-    const __m256 qv = _mm256_loadu_ps(q + c);
-    for (int k = 0; k < 8; ++k) a[k] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + k * d + c), a[k]);
-  }
+      case 3:
+        value_tile<R, 3, false>(acc, shrink, e, v, stride, j0, j1, kW);
+        break;
+      case 4:
+        value_tile<R, 4, false>(acc, shrink, e, v, stride, j0, j1, kW);
+        break;
 #endif
-  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
-  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
-  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+    }
+    if (part > 0) {  // AVX-512 only (dv % 8 == 0): a last vector of 8
+      for (int r = 0; r < R; ++r) acc[r] += whole * kW;
+      value_tile<R, 1, true>(acc, shrink, e, v + whole * kW, stride, j0, j1, part);
+    }
+  }
 }
 
 // Lanes of positions g..g+7 inside [lo, hi).
@@ -109,166 +269,94 @@ inline __m256 visible(int32_t g, int32_t lo, int32_t hi) {
   return _mm256_castsi256_ps(_mm256_and_si256(ge_lo, lt_hi));
 }
 
-#if defined(__AVX512F__)
-// acc[0..16N + 8H) = acc * shrink + sum_{j in [lo, hi)} e[j] * v_j[...]: N zmm and H (0 or 1)
-// ymm accumulators, the same per-element FMAs in the same key order as the AVX2 build.
-template <int N, int H>
-inline void accumulate_values_n(float* acc, const float* e, const float* values, int64_t dv,
-                                int32_t lo, int32_t hi, float shrink, bool rescale) {
-  __m512 a[N > 0 ? N : 1];
-  __m256 b = _mm256_setzero_ps();
-  for (int i = 0; i < N; ++i) a[i] = _mm512_loadu_ps(acc + 16 * i);
-  if constexpr (H == 1) b = _mm256_loadu_ps(acc + 16 * N);
-  if (rescale) {
-    for (int i = 0; i < N; ++i) a[i] = _mm512_mul_ps(a[i], _mm512_set1_ps(shrink));
-    if constexpr (H == 1) b = _mm256_mul_ps(b, _mm256_set1_ps(shrink));
+// Row r's softmax step over its raw scores s[lo, hi): scaled and masked, the running
+// maximum, the rescale of what was summed, then the exps in place of the scores (masked
+// keys 0) over the 8-key groups covering the range. Returns the factor the row's
+// accumulator takes (1: no rescale).
+inline float row_exps(const AttentionRows& rows, int64_t r, float* s) {
+  const int32_t lo = rows.lo[r], hi = rows.hi[r], g0 = lo & ~7, g1 = (hi + 7) & ~7;
+  const __m256 scale = _mm256_set1_ps(rows.scale), neg_inf = _mm256_set1_ps(-INFINITY);
+  __m256 vmax = neg_inf;
+  for (int32_t g = g0; g < g1; g += 8) {
+    // Lanes past the block's keys scored stale scratch columns (finite) and are masked.
+    const __m256 sc = _mm256_mul_ps(_mm256_load_ps(s + g), scale);
+    const __m256 masked = _mm256_blendv_ps(neg_inf, sc, visible(g, lo, hi));
+    _mm256_store_ps(s + g, masked);
+    vmax = _mm256_max_ps(vmax, masked);
   }
-  for (int32_t j = lo; j < hi; ++j) {
-    const __m512 ej = _mm512_set1_ps(e[j]);
-    const float* vj = values + j * dv;
-    for (int i = 0; i < N; ++i) a[i] = _mm512_fmadd_ps(ej, _mm512_loadu_ps(vj + 16 * i), a[i]);
-    if constexpr (H == 1)
-      b = _mm256_fmadd_ps(_mm512_castps512_ps256(ej), _mm256_loadu_ps(vj + 16 * N), b);
-  }
-  for (int i = 0; i < N; ++i) _mm512_storeu_ps(acc + 16 * i, a[i]);
-  if constexpr (H == 1) _mm256_storeu_ps(acc + 16 * N, b);
-}
-
-#else
-// acc[0..8N) = acc * shrink + sum_{j in [lo, hi)} e[j] * v_j[0..8N). N is a template
-// parameter so that the N accumulators live in registers: with a run-time count GCC kept
-// them in a stack array and every FMA waited on a store-to-load round trip (the tile ran
-// at 23 GFLOP/s on a Zen 3 core, 37 with this; bench/kernels_bench.cc attention_tile).
-template <int N>
-inline void accumulate_values_n(float* acc, const float* e, const float* values, int64_t dv,
-                                int32_t lo, int32_t hi, float shrink, bool rescale) {
-  __m256 a[N];
-  for (int i = 0; i < N; ++i) a[i] = _mm256_loadu_ps(acc + 8 * i);
-  if (rescale) {
-    const __m256 s = _mm256_set1_ps(shrink);
-    for (int i = 0; i < N; ++i) a[i] = _mm256_mul_ps(a[i], s);
-  }
-  for (int32_t j = lo; j < hi; ++j) {
-    const __m256 ej = _mm256_broadcast_ss(e + j);
-    const float* vj = values + j * dv;
-    for (int i = 0; i < N; ++i) a[i] = _mm256_fmadd_ps(ej, _mm256_loadu_ps(vj + 8 * i), a[i]);
-  }
-  for (int i = 0; i < N; ++i) _mm256_storeu_ps(acc + 8 * i, a[i]);
-}
-
-#endif
-
-// acc[0..width) as above, width = 8n floats (n <= kDvChunk / 8) in registers.
-template <int n>
-inline void accumulate_chunk(float* acc, const float* e, const float* values, int64_t dv,
-                             int32_t lo, int32_t hi, float shrink, bool rescale) {
-#if defined(__AVX512F__)
-  accumulate_values_n<n / 2, n % 2>(acc, e, values, dv, lo, hi, shrink, rescale);
-#else
-  if constexpr (n <= 8) accumulate_values_n<n>(acc, e, values, dv, lo, hi, shrink, rescale);
-#endif
-}
-
-inline void accumulate_values(float* acc, const float* e, const float* values, int64_t dv,
-                              int64_t width, int32_t lo, int32_t hi, float shrink, bool rescale) {
-  switch (width / 8) {
-#define HYPURA_ACC_CASE(n) \
-  case n:                  \
-    return accumulate_chunk<n>(acc, e, values, dv, lo, hi, shrink, rescale);
-    HYPURA_ACC_CASE(1)
-    HYPURA_ACC_CASE(2)
-    HYPURA_ACC_CASE(3)
-    HYPURA_ACC_CASE(4)
-    HYPURA_ACC_CASE(5)
-    HYPURA_ACC_CASE(6)
-    HYPURA_ACC_CASE(7)
-    HYPURA_ACC_CASE(8)
-    HYPURA_ACC_CASE(9)
-    HYPURA_ACC_CASE(10)
-    HYPURA_ACC_CASE(11)
-    HYPURA_ACC_CASE(12)
-    HYPURA_ACC_CASE(13)
-    HYPURA_ACC_CASE(14)
-    HYPURA_ACC_CASE(15)
-    HYPURA_ACC_CASE(16)
-#undef HYPURA_ACC_CASE
-  }
-}
-
-// A row's share of the block: its query, its visible keys [lo, hi) and their scratch.
-struct RowStep {
-  const float* q;
-  int32_t lo, hi;
-  int32_t g0, g1;  // the 8-key groups covering [lo, hi)
-  float* s;        // (kAttnMaxKeys) its scores, then its exps
-};
-
-RowStep row_step(const AttentionRows& rows, int64_t r, float* s) {
-  const int32_t lo = rows.lo[r], hi = rows.hi[r];
-  return RowStep{rows.q[r], lo, hi, lo & ~7, (hi + 7) & ~7, s};
-}
-
-// Scores of one group for one row, masked, stored; returns them for the running maximum.
-inline __m256 store_scores(const RowStep& row, int32_t g, __m256 raw, __m256 scale) {
-  const __m256 sc = _mm256_mul_ps(raw, scale);
-  const __m256 masked = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), sc, visible(g, row.lo, row.hi));
-  _mm256_store_ps(row.s + g, masked);
-  return masked;
-}
-
-// Steps 2-3 of a row after its scores: the new maximum, the rescale, the exps in place
-// and their lane sum. Returns the lane sum; *shrink, *rescale for accumulate_values.
-inline __m256 exps(const AttentionRows& rows, int64_t r, const RowStep& row, __m256 vmax,
-                   float* shrink, bool* rescale) {
   const float m_old = rows.m[r];
   const float m_new = std::fmax(m_old, hmax256(vmax));
-  *rescale = rows.l[r] > 0 && m_new > m_old;
-  *shrink = *rescale ? std::exp(m_old - m_new) : 1.0f;
-  if (*rescale) rows.l[r] *= *shrink;
+  const bool rescale = rows.l[r] > 0 && m_new > m_old;
+  const float shrink = rescale ? std::exp(m_old - m_new) : 1.0f;
+  if (rescale) rows.l[r] *= shrink;
   rows.m[r] = m_new;
-  const __m256 neg_inf = _mm256_set1_ps(-INFINITY), mv = _mm256_set1_ps(m_new);
+  const __m256 mv = _mm256_set1_ps(m_new);
   __m256 lane = _mm256_setzero_ps();
-  for (int32_t g = row.g0; g < row.g1; g += 8) {
-    const __m256 x = _mm256_load_ps(row.s + g);
+  for (int32_t g = g0; g < g1; g += 8) {
+    const __m256 x = _mm256_load_ps(s + g);
     const __m256 e = _mm256_and_ps(exp_nonpositive(_mm256_sub_ps(x, mv)),
                                    _mm256_cmp_ps(x, neg_inf, _CMP_NEQ_OQ));
-    _mm256_store_ps(row.s + g, e);
+    _mm256_store_ps(s + g, e);
     lane = _mm256_add_ps(lane, e);
   }
-  return lane;
-}
-
-void attend_row(const AttentionRows& rows, int64_t r, const float* keys, const float* values,
-                float* s) {
-  const int64_t d = rows.head_dim, dv = rows.head_dim_v;
-  const RowStep row = row_step(rows, r, s);
-  const __m256 scale = _mm256_set1_ps(rows.scale);
-  __m256 vmax = _mm256_set1_ps(-INFINITY);
-  for (int32_t g = row.g0; g < row.g1; g += 8) {
-    // Lanes past n_keys read stale scratch rows (finite) and are masked out.
-    vmax = _mm256_max_ps(vmax, store_scores(row, g, scores8(row.q, keys + g * d, d), scale));
-  }
-  float shrink;
-  bool rescale;
-  const __m256 lane = exps(rows, r, row, vmax, &shrink, &rescale);
-  float* acc = rows.acc + r * dv;
-  for (int64_t c = 0; c < dv; c += kDvChunk) {
-    const int64_t width = dv - c < kDvChunk ? dv - c : kDvChunk;
-    accumulate_values(acc + c, s, values + c, dv, width, row.lo, row.hi, shrink, rescale);
-  }
   rows.l[r] += fold_lanes(lane);
+  return shrink;
 }
 
-void attention_step_simd(const AttentionRows& rows, const float* keys, const float* values,
+// Rows r0..r0+R-1 of the step: their scores over the union of their key ranges, each
+// row's softmax step, then their value sums (a key outside a row's range weighs 0).
+template <int R>
+void attend_tile(const AttentionRows& rows, int64_t r0, const float* keys_t, const KvRows& values,
+                 float* s) {
+  int32_t lo = kAttnMaxKeys, hi = 0;
+  for (int r = 0; r < R; ++r) {
+    if (rows.lo[r0 + r] >= rows.hi[r0 + r]) continue;
+    lo = std::min(lo, rows.lo[r0 + r]);
+    hi = std::max(hi, rows.hi[r0 + r]);
+  }
+  if (lo >= hi) return;
+  const float* q[R];
+  for (int r = 0; r < R; ++r) q[r] = rows.q[r0 + r];
+  score_rows<R>(q, rows.head_dim, keys_t, s, lo / kW * kW, (hi + kW - 1) / kW * kW);
+  float shrink[R];
+  float* acc[R];
+  for (int r = 0; r < R; ++r) {
+    float* sr = s + r * kAttnMaxKeys;
+    const int32_t rlo = rows.lo[r0 + r], rhi = rows.hi[r0 + r];
+    acc[r] = rows.acc + (r0 + r) * rows.head_dim_v;
+    shrink[r] = rlo < rhi ? row_exps(rows, r0 + r, sr) : 1.0f;
+    // Weights 0 for the tile's keys outside the row's 8-key groups.
+    const int32_t g0 = rlo < rhi ? rlo & ~7 : hi, g1 = rlo < rhi ? (rhi + 7) & ~7 : hi;
+    std::fill(sr + lo, sr + std::max(lo, g0), 0.0f);
+    std::fill(sr + std::min(hi, g1), sr + hi, 0.0f);
+  }
+  if (values.f16) {
+    value_rows<R>(acc, shrink, s, static_cast<const uint16_t*>(values.data), values.stride,
+                  rows.head_dim_v, lo, hi);
+  } else {
+    value_rows<R>(acc, shrink, s, static_cast<const float*>(values.data), values.stride,
+                  rows.head_dim_v, lo, hi);
+  }
+}
+
+void attention_step_simd(const AttentionRows& rows, const float* keys_t, const KvRows& values,
                          int64_t n_keys) {
-  const int64_t d = rows.head_dim, dv = rows.head_dim_v;
-  if (d % 8 != 0 || dv % 8 != 0) {
-    ref::attention_step(rows, keys, values, n_keys);
+  if (rows.head_dim_v % 8 != 0) {
+    ref::attention_step(rows, keys_t, values, n_keys);
     return;
   }
-  alignas(32) float s[kAttnMaxKeys];
-  for (int64_t r = 0; r < rows.n_rows; ++r) {
-    if (rows.lo[r] < rows.hi[r]) attend_row(rows, r, keys, values, s);
+  alignas(64) float s[kTileRows * kAttnMaxKeys];
+  int64_t r0 = 0;
+  for (; r0 + kTileRows <= rows.n_rows; r0 += kTileRows) {
+    attend_tile<kTileRows>(rows, r0, keys_t, values, s);
+  }
+  switch (rows.n_rows - r0) {
+    case 1:
+      return attend_tile<1>(rows, r0, keys_t, values, s);
+    case 2:
+      return attend_tile<2>(rows, r0, keys_t, values, s);
+    case 3:
+      return attend_tile<3>(rows, r0, keys_t, values, s);
   }
 }
 
@@ -286,6 +374,105 @@ void widen_rows_simd(const KvRows& src, int64_t n_rows, int64_t width, float* ou
                        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + c))));
     }
     for (; c < width; ++c) o[c] = _cvtsh_ss(in[c]);
+  }
+}
+
+// The unpacks of 16-, 32- and 64-bit elements within 128-bit lanes, by register width.
+#define HYPURA_UNPACKS(V, P)         \
+  inline V lo16(V a, V b) {          \
+    return P##_unpacklo_epi16(a, b); \
+  }                                  \
+  inline V hi16(V a, V b) {          \
+    return P##_unpackhi_epi16(a, b); \
+  }                                  \
+  inline V lo32(V a, V b) {          \
+    return P##_unpacklo_epi32(a, b); \
+  }                                  \
+  inline V hi32(V a, V b) {          \
+    return P##_unpackhi_epi32(a, b); \
+  }                                  \
+  inline V lo64(V a, V b) {          \
+    return P##_unpacklo_epi64(a, b); \
+  }                                  \
+  inline V hi64(V a, V b) {          \
+    return P##_unpackhi_epi64(a, b); \
+  }
+HYPURA_UNPACKS(__m128i, _mm)
+#if defined(__AVX512F__)
+HYPURA_UNPACKS(__m512i, _mm512)
+#endif
+#undef HYPURA_UNPACKS
+
+// Eight rows of eight halves transposed (t[i] = element i of every row) in every 128-bit
+// lane of V.
+template <class V>
+inline void transpose8x8_epi16(V* t) {
+  V a[8], b[8];
+  for (int i = 0; i < 4; ++i) {
+    a[2 * i] = lo16(t[2 * i], t[2 * i + 1]);
+    a[2 * i + 1] = hi16(t[2 * i], t[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    for (int h = 0; h < 2; ++h) {
+      b[4 * i + 2 * h] = lo32(a[4 * i + h], a[4 * i + h + 2]);
+      b[4 * i + 2 * h + 1] = hi32(a[4 * i + h], a[4 * i + h + 2]);
+    }
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = lo64(b[i], b[i + 4]);
+    t[2 * i + 1] = hi64(b[i], b[i + 4]);
+  }
+}
+
+// Keys j..j+7, elements c..c+7: one 8x8 transpose of halves, then each element's eight
+// keys widened with one conversion.
+inline void widen_keys_8x8(const uint16_t* in, int64_t stride, float* out) {
+  __m128i t[8];
+  for (int i = 0; i < 8; ++i) t[i] = load128(in + i * stride);
+  transpose8x8_epi16(t);
+  for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + i * kAttnMaxKeys, _mm256_cvtph_ps(t[i]));
+}
+
+#if defined(__AVX512F__)
+// Keys j..j+7, elements c..c+31: four 8x8 transposes side by side in the 128-bit lanes
+// (lane L of t[i] holds element 8L + i), half the shuffles per element of widen_keys_8x8.
+inline void widen_keys_8x32(const uint16_t* in, int64_t stride, float* out) {
+  __m512i t[8];
+  for (int i = 0; i < 8; ++i) t[i] = _mm512_loadu_si512(in + i * stride);
+  transpose8x8_epi16(t);
+  for (int i = 0; i < 8; ++i) {
+    const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(t[i]));        // lanes 0, 1
+    const __m512 hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(t[i], 1));  // lanes 2, 3
+    _mm256_storeu_ps(out + i * kAttnMaxKeys, _mm512_castps512_ps256(lo));
+    _mm256_storeu_ps(out + (8 + i) * kAttnMaxKeys, _mm512_extractf32x8_ps(lo, 1));
+    _mm256_storeu_ps(out + (16 + i) * kAttnMaxKeys, _mm512_castps512_ps256(hi));
+    _mm256_storeu_ps(out + (24 + i) * kAttnMaxKeys, _mm512_extractf32x8_ps(hi, 1));
+  }
+}
+#endif
+
+// Keys widened and transposed: out[c * kAttnMaxKeys + j] = key j's element c. Groups of
+// eight keys are transposed as halves and then widened (a conversion writes one element
+// of eight keys); a last group of fewer keys goes through the twin.
+void widen_keys_simd(const KvRows& src, int64_t n_keys, int64_t d, float* out) {
+  if (!src.f16 || d % 8 != 0) {
+    ref::widen_keys(src, n_keys, d, out);
+    return;
+  }
+  const uint16_t* in = static_cast<const uint16_t*>(src.data);
+  const int64_t whole = n_keys & ~7;
+  for (int64_t j = 0; j < whole; j += 8) {
+    int64_t c = 0;
+#if defined(__AVX512F__)
+    for (; c + 32 <= d; c += 32)
+      widen_keys_8x32(in + j * src.stride + c, src.stride, out + c * kAttnMaxKeys + j);
+#endif
+    for (; c < d; c += 8)
+      widen_keys_8x8(in + j * src.stride + c, src.stride, out + c * kAttnMaxKeys + j);
+  }
+  if (whole < n_keys) {
+    const KvRows rest{in + whole * src.stride, src.stride, true};
+    ref::widen_keys(rest, n_keys - whole, d, out + whole);
   }
 }
 

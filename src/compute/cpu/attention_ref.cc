@@ -2,7 +2,8 @@
 // against, and the path on CPUs without AVX2.
 //
 // One online-softmax step (flash attention's inner loop) for each query row:
-//   1. scores s_j = (q . k_j) * scale for the visible keys, their maximum;
+//   1. scores s_j = (q . k_j) * scale for the visible keys (the dot product summed in
+//      ascending element order, as the SIMD paths' FMA chains do), their maximum;
 //   2. a larger running maximum rescales what was summed so far by exp(m_old - m_new);
 //   3. e_j = exp(s_j - m_new) is added to the row's sum (in 8 lanes indexed by the key's
 //      position mod 8, folded in a fixed order at the end of the step) and e_j * v_j to
@@ -19,16 +20,17 @@ namespace {
 
 constexpr int kLanes = 8;
 
-// q . k in 8 fixed lanes, then a fixed pairwise sum (one order for every caller).
-float dot_lanes(const float* a, const float* b, int64_t n) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[i + l];
-  }
-  float tail = 0.0f;
-  for (; i < n; ++i) tail += a[i] * b[i];
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+// q . k_j with key j's elements kAttnMaxKeys apart (the transposed block), in order.
+float dot_key(const float* q, const float* keys_t, int64_t j, int64_t d) {
+  float acc = 0.0f;
+  for (int64_t c = 0; c < d; ++c) acc += q[c] * keys_t[c * kAttnMaxKeys + j];
+  return acc;
+}
+
+float value(const KvRows& v, int64_t j, int64_t c) {
+  const int64_t at = j * v.stride + c;
+  return v.f16 ? quant::fp16_to_f32(static_cast<const uint16_t*>(v.data)[at])
+               : static_cast<const float*>(v.data)[at];
 }
 
 float fold_lanes(const float* lane) {
@@ -50,7 +52,15 @@ void widen_rows(const KvRows& src, int64_t n_rows, int64_t width, float* out) {
   }
 }
 
-void attention_step(const AttentionRows& rows, const float* keys, const float* values,
+void widen_keys(const KvRows& src, int64_t n_keys, int64_t d, float* out) {
+  for (int64_t j = 0; j < n_keys; ++j) {
+    for (int64_t c = 0; c < d; ++c) {
+      out[c * kAttnMaxKeys + j] = value(src, j, c);
+    }
+  }
+}
+
+void attention_step(const AttentionRows& rows, const float* keys_t, const KvRows& values,
                     int64_t n_keys) {
   const int64_t d = rows.head_dim, dv = rows.head_dim_v;
   float s[kAttnMaxKeys];
@@ -59,7 +69,7 @@ void attention_step(const AttentionRows& rows, const float* keys, const float* v
     if (lo >= hi) continue;
     float block_max = -INFINITY;
     for (int32_t j = lo; j < hi; ++j) {
-      s[j] = dot_lanes(rows.q[r], keys + j * d, d) * rows.scale;
+      s[j] = dot_key(rows.q[r], keys_t, j, d) * rows.scale;
       block_max = std::fmax(block_max, s[j]);
     }
     float* acc = rows.acc + r * dv;
@@ -74,8 +84,7 @@ void attention_step(const AttentionRows& rows, const float* keys, const float* v
     for (int32_t j = lo; j < hi; ++j) {
       const float e = std::exp(s[j] - m_new);
       lane[j % kLanes] += e;
-      const float* vj = values + j * dv;
-      for (int64_t c = 0; c < dv; ++c) acc[c] += e * vj[c];
+      for (int64_t c = 0; c < dv; ++c) acc[c] += e * value(values, j, c);
     }
     rows.l[r] += fold_lanes(lane);
   }

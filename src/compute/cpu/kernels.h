@@ -32,8 +32,9 @@ constexpr int kSimdLevels = 5;  // scalar .. amx
 
 // Attention kernels (see Context::widen_rows / attention_step in compute.h).
 using WidenRowsFn = void (*)(const KvRows& src, int64_t n_rows, int64_t width, float* out);
-using AttentionStepFn = void (*)(const AttentionRows& rows, const float* keys, const float* values,
-                                 int64_t n_keys);
+using WidenKeysFn = void (*)(const KvRows& src, int64_t n_keys, int64_t d, float* out);
+using AttentionStepFn = void (*)(const AttentionRows& rows, const float* keys_t,
+                                 const KvRows& values, int64_t n_keys);
 // gate[i] = silu(gate[i]) * up[i] for i < n (the SwiGLU of a gated FFN).
 using SiluMulFn = void (*)(float* gate, const float* up, int64_t n);
 
@@ -47,6 +48,7 @@ struct KernelTable {
   // Only set together with the matching tile (a table's own layout never leaks out).
   QuantizeActFn quantize_act[kMaxTypeId] = {};
   WidenRowsFn widen_rows = nullptr;          // never null once a table is built
+  WidenKeysFn widen_keys = nullptr;          // never null once a table is built
   AttentionStepFn attention_step = nullptr;  // never null once a table is built
   SiluMulFn silu_mul = nullptr;              // never null once a table is built
   // int8 multiply-accumulates per second of one thread running the path's dot-product
@@ -97,7 +99,8 @@ float dot_q5_k(int64_t n, const void* w, const void* x);
 float dot_q6_k(int64_t n, const void* w, const void* x);
 // Attention twins (attention_ref.cc).
 void widen_rows(const KvRows& src, int64_t n_rows, int64_t width, float* out);
-void attention_step(const AttentionRows& rows, const float* keys, const float* values,
+void widen_keys(const KvRows& src, int64_t n_keys, int64_t d, float* out);
+void attention_step(const AttentionRows& rows, const float* keys_t, const KvRows& values,
                     int64_t n_keys);
 void silu_mul(float* gate, const float* up, int64_t n);  // compute::silu, then mul
 }  // namespace ref

@@ -1,15 +1,18 @@
 // AVX2 + FMA + F16C attention kernels (built with the AVX2 flags; see
-// src/compute/CMakeLists.txt). The same step as the scalar twin (attention_ref.cc), eight
-// keys at a time:
-//   scores: q held one 8-float chunk at a time against 8 keys (8 accumulators), folded
-//           into one vector of 8 scores by a fixed horizontal-add tree;
+// src/compute/CMakeLists.txt). The same step as the scalar twin (attention_ref.cc), for
+// tiles of up to four query rows at a time:
+//   scores: the key block transposed when it is widened (widen_keys), so one vector holds
+//           one element of 8 (16) keys; each row's element is broadcast and one FMA chain
+//           per score runs over the head in order: no horizontal sums, and every key
+//           vector loaded once for the tile's rows;
 //   exps:   a vectorised exp (Cephes-style polynomial, ~1 ulp), masked keys set to 0;
-//   values: the accumulator row in registers, 64 floats per pass, FMAs over the keys in
-//           ascending order.
+//   values: the tile's accumulator rows in registers, FMAs over the keys in ascending
+//           order, each value vector loaded once for the tile's rows (a key outside a
+//           row's range weighs an exact 0).
 // The lane sums of exp follow absolute key positions (blocks start at multiples of 8),
 // so masked keys add exact zeros and a row's result does not depend on its batch.
-// Head sizes that are not multiples of 8 take the scalar twin. The step's code is in
-// attention_impl.h, compiled here and, with 16-float loops, in kernels_avx512_attention.cc.
+// Value widths that are not multiples of 8 take the scalar twin. The step's code is in
+// attention_impl.h, compiled here and, with 16-float vectors, in kernels_avx512_attention.cc.
 // Also here: the int8 dot-product peak probe bench reports as its same-run yardstick.
 #include <immintrin.h>
 
@@ -52,6 +55,7 @@ double int8_peak_avx2(double seconds) {
 
 void fill_avx2_attention(KernelTable* table) {
   table->widen_rows = widen_rows_simd;
+  table->widen_keys = widen_keys_simd;
   table->attention_step = attention_step_simd;
   table->silu_mul = silu_mul_simd;
   if (!table->int8_peak) table->int8_peak = int8_peak_avx2;  // amx brings its own

@@ -6,6 +6,7 @@ namespace hypura::compute {
 
 void fill_avx512_attention(KernelTable* table) {
   table->widen_rows = widen_rows_simd;
+  table->widen_keys = widen_keys_simd;
   table->attention_step = attention_step_simd;
 }
 

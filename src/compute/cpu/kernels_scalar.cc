@@ -269,6 +269,7 @@ const KernelTable& scalar_kernels() {
     set(gguf::GgmlType::Q5_K, tile_from_dot<ref::dot_q5_k>);
     set(gguf::GgmlType::Q6_K, tile_from_dot<ref::dot_q6_k>);
     t.widen_rows = ref::widen_rows;
+    t.widen_keys = ref::widen_keys;
     t.attention_step = ref::attention_step;
     t.silu_mul = ref::silu_mul;
     return t;
