@@ -181,44 +181,52 @@ void BM_AttentionTile(benchmark::State& state) {
 // A decode step's attention at depth as the model runs it: one token's q heads of each kv
 // head against n_keys positions of n_layers layers' F16 caches (interleaved heads, 3 kv
 // heads of 64 as in SmolLM2), so that the caches (~47 MB at 2048 keys and 30 layers)
-// come from memory as they do at depth, not from L2: GFLOP/s on one thread. seg_major 1
+// come from memory as they do at depth, not from L2: GFLOP/s on one thread. order 1
 // takes a 512-key segment's heads in turn (CpuBlocks' order: the segment's cache rows are
 // fetched whole once), 0 each head's segments in turn (a head's 128 bytes of every row,
-// the lines of the others fetched beside them and gone again before their turn).
+// the lines of the others fetched beside them and gone again before their turn). Taking
+// each key block's heads in turn, or prefetching the next block's rows, measured no faster
+// than order 1.
 void BM_AttentionDepth(benchmark::State& state) {
-  const int64_t n_keys = state.range(0), n_layers = state.range(1);
-  const bool seg_major = state.range(2) != 0;
+  const int64_t n_keys = state.range(0), n_layers = state.range(1), order = state.range(2);
   const int64_t d = 64, n_kv = 3, n_gqa = 3, width = n_kv * d;
   Context ctx(1, g_simd);
   std::mt19937 rng(6);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<uint16_t> cache(2 * n_layers * n_keys * width);
   for (auto& h : cache) h = quant::f32_to_fp16(dist(rng));
-  std::vector<float> q(n_gqa * d), m(n_gqa);
-  hypura::compute::AlignedVector<float> keys(hypura::compute::kAttnMaxKeys * d), acc(n_gqa * d);
+  std::vector<float> q(n_kv * n_gqa * d), m(n_kv * n_gqa);
+  hypura::compute::AlignedVector<float> keys(hypura::compute::kAttnMaxKeys * d),
+      acc(n_kv * n_gqa * d);
   for (auto& v : q) v = dist(rng);
-  std::vector<double> l(n_gqa);
+  std::vector<double> l(n_kv * n_gqa);
   std::vector<const float*> qs;
-  for (int64_t r = 0; r < n_gqa; ++r) qs.push_back(q.data() + r * d);
+  for (int64_t r = 0; r < n_kv * n_gqa; ++r) qs.push_back(q.data() + r * d);
   std::vector<int32_t> lo(n_gqa, 0), hi(n_gqa, 64);
-  const hypura::compute::AttentionRows rows{n_gqa,     d,         d,        0.125f,   qs.data(),
-                                            lo.data(), hi.data(), m.data(), l.data(), acc.data()};
+  std::vector<hypura::compute::AttentionRows> rows;
+  for (int64_t g = 0; g < n_kv; ++g) {
+    const int64_t r = g * n_gqa;
+    rows.push_back({n_gqa, d, d, 0.125f, qs.data() + r, lo.data(), hi.data(), m.data() + r,
+                    l.data() + r, acc.data() + r * d});
+  }
+  auto step = [&](const uint16_t* k_layer, const uint16_t* v_layer, int64_t g, int64_t kb) {
+    ctx.widen_keys({k_layer + kb * width + g * d, width, true}, 64, d, keys.data());
+    ctx.attention_step(rows[g], keys.data(), {v_layer + kb * width + g * d, width, true}, 64);
+  };
+  const int64_t n_seg = n_keys / 512;
   for (auto _ : state) {
     for (int64_t il = 0; il < n_layers; ++il) {
       const uint16_t* k_layer = cache.data() + 2 * il * n_keys * width;
       const uint16_t* v_layer = k_layer + n_keys * width;
-      const int64_t n_seg = n_keys / 512;
+      std::fill(m.begin(), m.end(), -INFINITY);
+      std::fill(l.begin(), l.end(), 0.0);
+      std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t i = 0; i < n_kv * n_seg; ++i) {
-        const int64_t g = seg_major ? i % n_kv : i / n_seg, seg = seg_major ? i / n_kv : i % n_seg;
-        std::fill(m.begin(), m.end(), -INFINITY);
-        std::fill(l.begin(), l.end(), 0.0);
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int64_t kb = seg * 512; kb < (seg + 1) * 512; kb += 64) {
-          ctx.widen_keys({k_layer + kb * width + g * d, width, true}, 64, d, keys.data());
-          ctx.attention_step(rows, keys.data(), {v_layer + kb * width + g * d, width, true}, 64);
-        }
-        benchmark::DoNotOptimize(acc.data());
+        const int64_t g = order == 0 ? i / n_seg : i % n_kv,
+                      seg = order == 0 ? i % n_seg : i / n_kv;
+        for (int64_t kb = seg * 512; kb < (seg + 1) * 512; kb += 64) step(k_layer, v_layer, g, kb);
       }
+      benchmark::DoNotOptimize(acc.data());
     }
   }
   const double flops =
@@ -292,10 +300,11 @@ int main(int argc, char** argv) {
       ->Args({4096, 64, 3})
       ->Args({4096, 128, 8});
   benchmark::RegisterBenchmark("attention_depth", BM_AttentionDepth)
-      ->ArgNames({"keys", "layers", "seg_major"})
+      ->ArgNames({"keys", "layers", "order"})
       ->Args({2048, 30, 0})
       ->Args({2048, 30, 1})
-      ->Args({2048, 1, 0});
+
+      ->Args({2048, 1, 1});
   for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q4_1,
                         GgmlType::Q8_0, GgmlType::MXFP4}) {
     const std::string name = std::string("prompt/") + hypura::gguf::type_name(type);
