@@ -217,6 +217,9 @@ class Context {
   // gate[i] = silu(gate[i]) * up[i] for i < n, with this context's instruction set (the
   // SIMD exp differs from std::exp by a few ulp; elementwise, so batch-invariant).
   void silu_mul(float* gate, const float* up, int64_t n) const;
+  // gate[i] = gelu_tanh_fp16(gate[i]) * up[i] for i < n: the same bits on every instruction
+  // set (one table lookup and one product; F16C rounds to the table's index from AVX2 up).
+  void gelu_mul(float* gate, const float* up, int64_t n) const;
 
  private:
   struct Impl;
@@ -270,6 +273,8 @@ void gelu_tanh(float* x, int64_t n);  // tanh approximation, in place
 // As ggml's CPU GELU: input and result rounded through fp16 (its lookup table), so
 // gemma-style models match llama.cpp's logits closely. x <= -10 -> 0, x >= 10 -> x.
 void gelu_tanh_fp16(float* x, int64_t n);
+// gelu_tanh_fp16's table: entry h (the bits of an fp16 value) = fp16(gelu(h)).
+const float* gelu_fp16_table();
 void add(float* y, const float* x, int64_t n);  // y += x
 void mul(float* y, const float* x, int64_t n);  // y *= x (elementwise)
 void scale(float* y, float s, int64_t n);       // y *= s

@@ -470,6 +470,10 @@ void Context::silu_mul(float* gate, const float* up, int64_t n) const {
   impl_->kernels->silu_mul(gate, up, n);
 }
 
+void Context::gelu_mul(float* gate, const float* up, int64_t n) const {
+  impl_->kernels->gelu_mul(gate, up, n);
+}
+
 void Context::attention_step(const AttentionRows& rows, const float* keys_t, const KvRows& values,
                              int64_t n_keys) const {
   assert(n_keys <= kAttnMaxKeys);

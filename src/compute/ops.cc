@@ -161,7 +161,6 @@ void gelu_tanh(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = gelu_tanh_one(x[i]);
 }
 
-namespace {
 // fp16(gelu(h)) for every fp16 value h, by its bits: the function's inputs and results are
 // fp16 anyway, so one lookup replaces a tanh and two conversions (13 ns -> ~2 ns a value).
 const float* gelu_fp16_table() {
@@ -175,7 +174,6 @@ const float* gelu_fp16_table() {
   }();
   return table.data();
 }
-}  // namespace
 
 void gelu_tanh_fp16(float* x, int64_t n) {
   const float* table = gelu_fp16_table();

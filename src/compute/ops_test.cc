@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -149,6 +150,43 @@ TEST(Ops, SiluMulOfEveryPathMatchesFloat64) {
         const double v = x[i], want = v / (1 + std::exp(-v)) * up[i];
         EXPECT_NEAR(got[i], want, 1e-6 * std::fabs(want) + 1e-36 * std::fabs(v * up[i]))
             << table->name << " x " << v << " n " << n;
+      }
+    }
+  }
+}
+
+// gelu_mul on every instruction set this CPU has gives the scalar twin's bits: at every
+// finite fp16 value and beside it, at the +-10 edges, infinities and NaN, over lengths that
+// leave a tail past the vectors.
+TEST(Ops, GeluMulOfEveryPathIsTheScalarTwin) {
+  std::vector<float> x = {-10.0f,   std::nextafter(-10.0f, 0.0f),
+                          10.0f,    std::nextafter(10.0f, 0.0f),
+                          INFINITY, -INFINITY,
+                          NAN,      1e30f,
+                          -1e30f,   0.0f,
+                          -0.0f};
+  for (uint32_t bits = 0; bits < 65536; ++bits) {
+    const float h = quant::fp16_to_f32(static_cast<uint16_t>(bits));
+    if (!std::isfinite(h)) continue;
+    x.push_back(h);
+    x.push_back(std::nextafter(h, 0.0f));
+  }
+  const auto up = random_vec(static_cast<int64_t>(x.size()), 2.0f, 7);
+  for (const int64_t n : {int64_t{5}, int64_t{13}, static_cast<int64_t>(x.size())}) {
+    std::vector<float> want(x.begin(), x.begin() + n);
+    ref::gelu_mul(want.data(), up.data(), n);
+    for (int l = 0; l < kSimdLevels; ++l) {
+      const KernelTable* table = kernel_table(static_cast<SimdLevel>(l));
+      if (table == nullptr) continue;
+      std::vector<float> got(x.begin(), x.begin() + n);
+      table->gelu_mul(got.data(), up.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        if (std::isnan(want[i])) {
+          ASSERT_TRUE(std::isnan(got[i])) << table->name << " x " << x[i];
+        } else {
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+              << table->name << " x " << x[i] << " up " << up[i];
+        }
       }
     }
   }

@@ -24,8 +24,7 @@ void gated_activation(compute::Context& ctx, FfnAct act, float* gate, const floa
       return;
     }
     // ggml's CPU GELU rounds input and output through fp16; so do we, to match it.
-    compute::gelu_tanh_fp16(g, len);
-    compute::mul(g, up + begin, len);
+    ctx.gelu_mul(g, up + begin, len);
   };
   const int64_t n_chunks = (n + kChunk - 1) / kChunk;
   if (n_chunks < 2 || ctx.n_threads() == 1) {

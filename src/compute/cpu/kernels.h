@@ -51,6 +51,7 @@ struct KernelTable {
   WidenKeysFn widen_keys = nullptr;          // never null once a table is built
   AttentionStepFn attention_step = nullptr;  // never null once a table is built
   SiluMulFn silu_mul = nullptr;              // never null once a table is built
+  SiluMulFn gelu_mul = nullptr;              // never null once a table is built
   // int8 multiply-accumulates per second of one thread running the path's dot-product
   // instructions on registers for about `seconds`; null: not measured (scalar).
   double (*int8_peak)(double seconds) = nullptr;
@@ -103,6 +104,7 @@ void widen_keys(const KvRows& src, int64_t n_keys, int64_t d, float* out);
 void attention_step(const AttentionRows& rows, const float* keys_t, const KvRows& values,
                     int64_t n_keys);
 void silu_mul(float* gate, const float* up, int64_t n);  // compute::silu, then mul
+void gelu_mul(float* gate, const float* up, int64_t n);  // compute::gelu_tanh_fp16, then mul
 }  // namespace ref
 
 // A tile built from a one-row dot function: loops rows outside, tokens inside.

@@ -58,6 +58,7 @@ void fill_avx2_attention(KernelTable* table) {
   table->widen_keys = widen_keys_simd;
   table->attention_step = attention_step_simd;
   table->silu_mul = silu_mul_simd;
+  table->gelu_mul = gelu_mul_simd;
   if (!table->int8_peak) table->int8_peak = int8_peak_avx2;  // amx brings its own
 }
 

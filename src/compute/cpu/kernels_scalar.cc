@@ -244,6 +244,11 @@ void silu_mul(float* gate, const float* up, int64_t n) {
   mul(gate, up, n);
 }
 
+void gelu_mul(float* gate, const float* up, int64_t n) {
+  gelu_tanh_fp16(gate, n);
+  mul(gate, up, n);
+}
+
 }  // namespace hypura::compute::ref
 
 namespace hypura::compute {
@@ -272,6 +277,7 @@ const KernelTable& scalar_kernels() {
     t.widen_keys = ref::widen_keys;
     t.attention_step = ref::attention_step;
     t.silu_mul = ref::silu_mul;
+    t.gelu_mul = ref::gelu_mul;
     return t;
   }();
   return table;
