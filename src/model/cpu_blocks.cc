@@ -343,9 +343,10 @@ void CpuBlocks::attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_sc
   ctx_.pool().run([&](int ith, int nth) {
     int64_t begin, end;
     compute::split_range(n_kv * n_segments, ith, nth, 1, &begin, &end);
+    // Items in segment order, a segment's kv heads in turn: its cache rows (every head's
+    // keys side by side) are fetched from memory whole once.
     for (int64_t i = begin; i < end; ++i) {
-      const int64_t seg = i / n_kv,
-                    g = i % n_kv;  // a segment's heads in turn: its cache rows are read whole
+      const int64_t seg = i / n_kv, g = i % n_kv;
       segment_partial(il, seq, g, 0, n, seg, swa, kq_scale, attn_scratch_[ith], part(g, seg));
     }
   });
