@@ -313,6 +313,8 @@ int main(int argc, char** argv) {
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
     p->Args({4096, 14336, 512, 1})->Args({4096, 14336, 512, 2});
+    // A small real model's rows (SmolLM2-135M's FFN: 576 columns, 1536 rows).
+    p->Args({576, 1536, 512, 1});
   }
   benchmark::Initialize(&argc, argv);
   RatioReporter reporter;

@@ -362,9 +362,10 @@ TEST(Matmul, BatchInvariance) {
   for (GgmlType type : all_types()) {
     const int64_t bs = std::max<int64_t>(quant::block_size(type), 32);
     // The 32-element formats also at 37 blocks: two full groups of 16 and a partial one
-    // (the VNNI levels switch kernels by token count; both must agree bit for bit).
-    for (int64_t n_blocks : {int64_t{4}, int64_t{37}}) {
-      if (n_blocks == 37 && bs != 32) continue;
+    // (the VNNI levels switch kernels by token count; both must agree bit for bit), and at
+    // 260, past the rows their prompt kernel unpacks once (it unpacks per token chunk).
+    for (int64_t n_blocks : {int64_t{4}, int64_t{37}, int64_t{260}}) {
+      if (n_blocks != 4 && bs != 32) continue;
       const Problem p = make_problem(type, 70, bs * n_blocks, 19, rng);
       for (const char* path : supported_paths()) {
         const auto whole = run_matmul(p, 2, path, p.n_tok);

@@ -1,6 +1,7 @@
 #include "model/cpu_blocks.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cmath>
 #include <cstring>
@@ -317,16 +318,20 @@ void CpuBlocks::attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_sc
   const int64_t n_segments = (seq.pos + n - 1) / kKeySegment + 1;
   const bool split = n <= kSplitMaxTokens && n_segments > 1;
   if (!split) {
-    const auto blocks = [&](int ith, int nth) {
-      int64_t begin, end;
-      compute::split_range(n_qblocks * n_kv, ith, nth, 1, &begin, &end);
-      for (int64_t i = begin; i < end; ++i) {
+    // Items (query block, kv head) claimed one at a time, the last query blocks first: a
+    // causal prompt's blocks see more keys the later they come, so equal counts of items
+    // would leave one share with most of the work.
+    const int64_t n_items = n_qblocks * n_kv;
+    std::atomic<int64_t> next{0};
+    const auto blocks = [&](int ith, int) {
+      for (int64_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < n_items;) {
+        const int64_t i = n_items - 1 - k;
         const int64_t t0 = (i / n_kv) * kQueryBlock;
         attend_block(il, seq, i % n_kv, t0, std::min(n, t0 + kQueryBlock), swa, kq_scale, ith);
       }
     };
     // One item (a decode step of MLA's single kv head): the caller, without a pool job.
-    if (n_qblocks * n_kv == 1) {
+    if (n_items == 1) {
       blocks(0, 1);
     } else {
       ctx_.pool().run(blocks);

@@ -721,20 +721,21 @@ struct Legacy32 {
 // for a few tokens: it reads each row as one stream, which decode needs) and results stay
 // batch-invariant.
 //
-// The weights are unsigned (the format's values plus kOffset, transposed in registers per
-// block and shared by the tile's tokens), so the exact integer dot product is dpbusd(u, y)
-// - kOffset * sum(y), with the activation sums taken once per tile call and token. dpbusd
-// adds into int32 without 16-bit steps, so Q8_0's u up to 255 does not saturate (hence
-// VNNI only). Activations are Legacy32's transposed groups.
+// The weights are unsigned (the format's values plus kOffset, transposed per block, once
+// per 16-row group for all the tile's tokens), so the exact integer dot product is
+// dpbusd(u, y) - kOffset * sum(y), with the activation sums taken once per span of tokens.
+// dpbusd adds into int32 without 16-bit steps, so Q8_0's u up to 255 does not saturate
+// (hence VNNI only). Activations are Legacy32's transposed groups. Each token's dot is its
+// own chain, eight in flight (one chain per token, eight dpbusd deep, left the pipes idle),
+// and the partials live in L1 while a group's blocks pass, so an activation cache line
+// (dword k of 16 blocks) serves its 16 blocks back to back rather than once per partial.
 template <class WF>
 struct Rows32 {
   using Block = typename WF::Block;
   static constexpr bool kMin = !WF::kSigned;
   static constexpr int kFields = kMin ? 2 : 1;  // fp16 fields ahead of a group's rows
   static constexpr size_t kActBlock = kMin ? sizeof(BlockQ8_1) : sizeof(BlockQ8_0);
-  // Tokens sharing one unpacking of a block's weights: 16, but 8 for the formats with a
-  // minimum, whose second set of accumulators would not fit the 32 registers.
-  static constexpr int kTok = kMin ? 8 : 16;
+  static constexpr int kTok = kMin ? 8 : 16;   // tokens of one rows() call
   static constexpr int kMinTokens = 4;         // fewer: Legacy32
   static constexpr int64_t kMaxBlocks = 1024;  // wider rows (32768 columns): Legacy32
 
@@ -755,7 +756,7 @@ struct Rows32 {
   }
 
   // scales[t * nb + b] (and mins[...] for the formats with a minimum): token t's fp16
-  // scale (and d * sum) of block b widened once per tile call, so the token loop
+  // scale (and d * sum) of block b widened once per span of tokens, so the token loop
   // broadcasts a float from memory instead of converting a half per (token, block).
   static void act_scales(int64_t nb, const uint8_t* x, size_t xs, int nt, float* scales,
                          float* mins) {
@@ -783,49 +784,119 @@ struct Rows32 {
     return _mm512_add_ps(_mm512_add_ps(q[0], q[2]), _mm512_add_ps(q[1], q[3]));
   }
 
-  // Rows r < m of w against T tokens: y[t * ys + r]. Partial j runs over blocks j, j + 16,
-  // ... with its T accumulators in registers, then rests in memory until the sum.
-  template <int T>
-  static void rows(int64_t nb, const uint8_t* w, size_t ws, int m, const uint8_t* x, size_t xs,
-                   const int32_t* sums, const float* scales, const float* mins, float* y,
-                   size_t ys) {
-    alignas(64) __m512 part[T][kLanes], part_m[kMin ? T : 1][kLanes];
-    for (int j = 0; j < kLanes; ++j) {
-      __m512 acc[T], accm[T];
-      for (int t = 0; t < T; ++t) acc[t] = accm[t] = _mm512_setzero_ps();
-      for (int64_t b0 = 0; b0 + j < nb; b0 += kLanes) {
-        const int g = group_size(nb, b0);
-        const uint8_t* wb = w + (b0 + j) * sizeof(Block);
-        __m512i W[8];
-        WF::unsigned_weights(wb, ws, m, W);
-        const __m512i fields = gather_fields(wb, ws, m, 0);  // d (and m for Q4_1/Q5_1)
-        const __m512 dw = weight_scales<Block>(fields);
-        // Unrolled, acc[] stays in registers (rolled, GCC spilled it: a store and a reload
-        // per token and block).
-#pragma GCC unroll 16
-        for (int t = 0; t < T; ++t) {
-          const uint8_t* group = x + t * xs + b0 * kActBlock;       // token t's activation group
-          const uint8_t* dword0 = group + 2 * kFields * g + 4 * j;  // of block j, row 0
-          __m512i isum = _mm512_setzero_si512();
-          if constexpr (WF::kOffset != 0) isum = _mm512_set1_epi32(sums[t * nb + b0 + j]);
-          for (int k = 0; k < 8; ++k) {
-            int32_t q4;
-            std::memcpy(&q4, dword0 + 4 * k * g, 4);
-            isum = _mm512_dpbusd_epi32(isum, W[k], _mm512_set1_epi32(q4));
-          }
-          const int64_t tb = t * nb + b0 + j;
-          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
-                                   _mm512_mul_ps(dw, _mm512_set1_ps(scales[tb])), acc[t]);
-          if constexpr (kMin) {
-            accm[t] = _mm512_fmadd_ps(halves_of(fields, true), _mm512_set1_ps(mins[tb]), accm[t]);
-          }
-        }
-      }
-      for (int t = 0; t < T; ++t) {
-        part[t][j] = acc[t];
-        if constexpr (kMin) part_m[t][j] = accm[t];
+  // One block of 16 rows as rows() reads it: unsigned weights, scales (and minimums).
+  struct Unpacked {
+    __m512i w[8];
+    __m512 d, min;
+  };
+  // Rows of up to this many blocks (8192 columns) are unpacked once per 16-row group and
+  // read back for every token chunk; wider ones are unpacked again for each chunk.
+  static constexpr int64_t kUnpackedBlocks = 256;
+  // (token, block) activation terms held at once: a span of kActEntries / nb tokens.
+  static constexpr int64_t kActEntries = 16 * kMaxBlocks;
+
+  static void unpack(const uint8_t* wb, size_t ws, int m, Unpacked* u) {
+    WF::unsigned_weights(wb, ws, m, u->w);
+    const __m512i fields = gather_fields(wb, ws, m, 0);  // d (and m for Q4_1/Q5_1)
+    u->d = weight_scales<Block>(fields);
+    if constexpr (kMin) u->min = halves_of(fields, true);
+  }
+
+  // Tokens T0 .. T0 + N - 1 against block b (partial j): their exact dots as N independent
+  // chains, weight vector k loaded once for all of them, then part[t][j] += dot * (d_w *
+  // d_y); kFirst: the partials start from zero here.
+  template <int T0, int N, bool kFirst>
+  static void block_tokens(const Unpacked& u, const uint8_t* dword0, size_t xs, int g, int64_t b,
+                           int j, int64_t nb, const int32_t* sums, const float* scales,
+                           __m512 (*part)[kLanes]) {
+    __m512i isum[N];
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      isum[i] =
+          WF::kOffset != 0 ? _mm512_set1_epi32(sums[(T0 + i) * nb + b]) : _mm512_setzero_si512();
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const __m512i wk = u.w[k];
+#pragma GCC unroll 8
+      for (int i = 0; i < N; ++i) {
+        int32_t q4;
+        std::memcpy(&q4, dword0 + (T0 + i) * xs + 4 * k * g, 4);
+        isum[i] = _mm512_dpbusd_epi32(isum[i], wk, _mm512_set1_epi32(q4));
       }
     }
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const int64_t tb = (T0 + i) * nb + b;
+      __m512& acc = part[T0 + i][j];
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i]),
+                            _mm512_mul_ps(u.d, _mm512_set1_ps(scales[tb])),
+                            kFirst ? _mm512_setzero_ps() : acc);
+    }
+  }
+
+  // The formats with a minimum: part_m[t][j] = sum of m_w * s_y over blocks j, j + 16, ...
+  // in order, Legacy32's second accumulator, in registers over a partial's blocks.
+  template <int T, bool kStored>
+  static void min_partials(int64_t nb, const uint8_t* w, size_t ws, int m, const Unpacked* stored,
+                           const float* mins, __m512 (*part_m)[kLanes]) {
+    for (int j = 0; j < kLanes; ++j) {
+      __m512 accm[T];
+      for (int t = 0; t < T; ++t) accm[t] = _mm512_setzero_ps();
+      for (int64_t b = j; b < nb; b += kLanes) {
+        const __m512 mw = kStored ? stored[b].min
+                                  : halves_of(gather_fields(w + b * sizeof(Block), ws, m, 0), true);
+#pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) {
+          accm[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(mins[t * nb + b]), accm[t]);
+        }
+      }
+      for (int t = 0; t < T; ++t) part_m[t][j] = accm[t];
+    }
+  }
+
+  // Rows r < m of w against T tokens: y[t * ys + r]. Partial j takes blocks j, j + 16, ...
+  // in order; the partials rest in L1 while a group's 16 blocks pass, so each activation
+  // row k of the group (a cache line: dword k of its 16 blocks) is read while it is hot.
+  // kStored: block b's weights are stored[b]; else they are unpacked from w here.
+  template <int T, bool kStored>
+  static void rows(int64_t nb, const uint8_t* w, size_t ws, int m, const Unpacked* stored,
+                   const uint8_t* x, size_t xs, const int32_t* sums, const float* scales,
+                   const float* mins, float* y, size_t ys) {
+    // Dot chains in flight at once: 8 keep isum[] and the operands within 32 registers.
+    constexpr int kChains = 8;
+    alignas(64) __m512 part[T][kLanes], part_m[kMin ? T : 1][kLanes];
+    const auto tokens = [&]<bool kFirst>(const Unpacked& u, const uint8_t* dword0, int g, int64_t b,
+                                         int j) {
+      block_tokens<0, (T < kChains ? T : kChains), kFirst>(u, dword0, xs, g, b, j, nb, sums, scales,
+                                                           part);
+      if constexpr (T > kChains) {
+        block_tokens<kChains, T - kChains, kFirst>(u, dword0, xs, g, b, j, nb, sums, scales, part);
+      }
+    };
+    for (int64_t b0 = 0; b0 < nb; b0 += kLanes) {
+      const int g = group_size(nb, b0);
+      const uint8_t* group = x + b0 * kActBlock;  // token 0's activation group
+      for (int j = 0; j < g; ++j) {
+        Unpacked local;
+        const Unpacked* u = &local;
+        if constexpr (kStored) {
+          u = &stored[b0 + j];
+        } else {
+          unpack(w + (b0 + j) * sizeof(Block), ws, m, &local);
+        }
+        const uint8_t* dword0 = group + 2 * kFields * g + 4 * j;  // dword 0 of block j
+        if (b0 == 0) {
+          tokens.template operator()<true>(*u, dword0, g, j, j);
+        } else {
+          tokens.template operator()<false>(*u, dword0, g, b0 + j, j);
+        }
+      }
+    }
+    for (int j = static_cast<int>(nb); j < kLanes; ++j) {  // rows of fewer than 16 blocks
+      for (int t = 0; t < T; ++t) part[t][j] = _mm512_setzero_ps();
+    }
+    if constexpr (kMin) min_partials<T, kStored>(nb, w, ws, m, stored, mins, part_m);
     const __mmask16 mask = lane_mask(m);
     for (int t = 0; t < T; ++t) {
       __m512 out = sum16(part[t]);
@@ -834,6 +905,8 @@ struct Rows32 {
     }
   }
 
+  // Loop order: spans of tokens (their activation terms taken once), then 16-row groups
+  // (unpacked once per span where the row fits), then chunks of kTok tokens.
   static void tile(int64_t n, const void* w, size_t w_stride, int n_rows, const void* x,
                    size_t x_stride, int n_tok, float* y, size_t y_stride) {
     const int64_t nb = n / quant::kQK;
@@ -841,26 +914,39 @@ struct Rows32 {
       tile_of<Legacy32<WF>, 8>(n, w, w_stride, n_rows, x, x_stride, n_tok, y, y_stride);
       return;
     }
-    using RowsFn = void (*)(int64_t, const uint8_t*, size_t, int, const uint8_t*, size_t,
-                            const int32_t*, const float*, const float*, float*, size_t);
+    using RowsFn = void (*)(int64_t, const uint8_t*, size_t, int, const Unpacked*, const uint8_t*,
+                            size_t, const int32_t*, const float*, const float*, float*, size_t);
     static constexpr auto fns = []<int... I>(std::integer_sequence<int, I...>) {
-      return std::array<RowsFn, kTok>{&rows<I + 1>...};
+      return std::array<std::array<RowsFn, kTok>, 2>{
+          std::array<RowsFn, kTok>{&rows<I + 1, false>...},
+          std::array<RowsFn, kTok>{&rows<I + 1, true>...}};
     }
     (std::make_integer_sequence<int, kTok>{});
     // On the stack: no std containers in ISA code (check_isa_symbols.cmake).
-    alignas(64) int32_t sums[kTok * kMaxBlocks];
-    alignas(64) float scales[kTok * kMaxBlocks], mins[kMin ? kTok * kMaxBlocks : 1];
+    alignas(64) int32_t sums[WF::kOffset != 0 ? kActEntries : 1];
+    alignas(64) float scales[kActEntries], mins[kMin ? kActEntries : 1];
+    alignas(64) Unpacked stored[kUnpackedBlocks];
+    const bool store = nb <= kUnpackedBlocks;
+    const int span = static_cast<int>(kActEntries / nb / kTok * kTok);  // >= kTok
     const auto* wb = static_cast<const uint8_t*>(w);
     const auto* xb = static_cast<const uint8_t*>(x);
-    for (int t0 = 0; t0 < n_tok; t0 += kTok) {
-      const int nt = n_tok - t0 < kTok ? n_tok - t0 : kTok;
-      const uint8_t* xt = xb + t0 * x_stride;
-      if constexpr (WF::kOffset != 0) offset_sums(nb, xt, x_stride, nt, sums);
-      act_scales(nb, xt, x_stride, nt, scales, mins);
+    for (int s0 = 0; s0 < n_tok; s0 += span) {
+      const int ns = n_tok - s0 < span ? n_tok - s0 : span;
+      const uint8_t* xs = xb + s0 * x_stride;
+      if constexpr (WF::kOffset != 0) offset_sums(nb, xs, x_stride, ns, sums);
+      act_scales(nb, xs, x_stride, ns, scales, mins);
       for (int r0 = 0; r0 < n_rows; r0 += kLanes) {
         const int m = n_rows - r0 < kLanes ? n_rows - r0 : kLanes;
-        fns[nt - 1](nb, wb + r0 * w_stride, w_stride, m, xt, x_stride, sums, scales, mins,
-                    y + t0 * y_stride + r0, y_stride);
+        const uint8_t* wr = wb + r0 * w_stride;
+        if (store) {
+          for (int64_t b = 0; b < nb; ++b) unpack(wr + b * sizeof(Block), w_stride, m, &stored[b]);
+        }
+        for (int t0 = 0; t0 < ns; t0 += kTok) {
+          const int nt = ns - t0 < kTok ? ns - t0 : kTok;
+          fns[store][nt - 1](nb, wr, w_stride, m, stored, xs + t0 * x_stride, x_stride,
+                             sums + (WF::kOffset != 0 ? t0 * nb : 0), scales + t0 * nb,
+                             mins + (kMin ? t0 * nb : 0), y + (s0 + t0) * y_stride + r0, y_stride);
+        }
       }
     }
   }
