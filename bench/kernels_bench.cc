@@ -282,6 +282,7 @@ int main(int argc, char** argv) {
     for (int threads : {1, 2}) {
       b->Args({4096, 14336, threads});
       b->Args({14336, 4096, threads});
+      b->Args({896, 9728, threads});  // a small real model's narrow rows (Qwen2.5-0.5B's gate + up)
     }
   }
   for (GgmlType type : types) {

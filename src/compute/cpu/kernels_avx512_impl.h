@@ -458,7 +458,7 @@ struct ActGroup {
 
 // 4x4 dword transposes inside each 128-bit lane: z[g] lane i = 16 bytes of block g + 4i;
 // out v[c] dword lane 4i + g = dword c of block 4i + g.
-inline void transpose_lanes(const __m512i* z, __m512i* v) {
+[[gnu::always_inline]] inline void transpose_lanes(const __m512i* z, __m512i* v) {
   const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
   const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
   v[0] = _mm512_unpacklo_epi64(t0, t2);
@@ -469,7 +469,8 @@ inline void transpose_lanes(const __m512i* z, __m512i* v) {
 
 // Bytes [off, off + 16) of each of the group's m blocks (stride `bs`), transposed: v[c]
 // lane L = dword c of those bytes of block L (zero for L >= m).
-inline void load_transposed16(const uint8_t* b, size_t bs, int m, int off, __m512i* v) {
+[[gnu::always_inline]] inline void load_transposed16(const uint8_t* b, size_t bs, int m, int off,
+                                                     __m512i* v) {
   __m512i z[4];
   for (int g = 0; g < 4; ++g) {
     __m512i r = _mm512_setzero_si512();
@@ -483,7 +484,7 @@ inline void load_transposed16(const uint8_t* b, size_t bs, int m, int off, __m51
 }
 
 // The dword at byte `off` of each block of the group (zero lanes past m).
-inline __m512i gather_fields(const uint8_t* b, size_t bs, int m, int off) {
+[[gnu::always_inline]] inline __m512i gather_fields(const uint8_t* b, size_t bs, int m, int off) {
   // Scalar loads inserted into lanes: vpgatherdd is slow on CPUs with the gather data
   // sampling mitigation (on the Xeon VM, one-token Q8_0 products ran a fifth faster without
   // it), and stores to a stack array then one wide load stall on store forwarding (Q4_1's
@@ -507,7 +508,8 @@ inline __m512 halves_of(__m512i dwords, bool hi) {
 }
 
 // Nibble formats: W[k] for k < 4 are the low nibbles of qs dword k, W[k + 4] the high ones.
-inline void nibbles_transposed(const uint8_t* b, size_t bs, int m, int qs_off, __m512i* W) {
+[[gnu::always_inline]] inline void nibbles_transposed(const uint8_t* b, size_t bs, int m,
+                                                      int qs_off, __m512i* W) {
   __m512i v[4];
   load_transposed16(b, bs, m, qs_off, v);
   const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -518,9 +520,9 @@ inline void nibbles_transposed(const uint8_t* b, size_t bs, int m, int qs_off, _
 }
 
 // Adds 16 to the bytes whose element has its qh bit set (Q5_0 / Q5_1): byte p of W[k]'s
-// lane is element 4k + p, whose bit sits in qh byte k / 2 at bit 4 (k % 2) + p.
-inline void add_fifth_bit(const uint8_t* b, size_t bs, int m, int qh_off, __m512i* W) {
-  const __m512i qh = gather_fields(b, bs, m, qh_off);
+// lane is element 4k + p, whose bit sits in qh byte k / 2 at bit 4 (k % 2) + p; lane L of
+// `qh` holds block L's qh dword.
+[[gnu::always_inline]] inline void add_fifth_bit(__m512i qh, __m512i* W) {
   const __m512i sixteen = _mm512_set1_epi8(16);
   for (int k = 0; k < 8; ++k) {
     // Every byte of dword j of each 128-bit lane takes qh byte k / 2 of that dword.
@@ -534,11 +536,25 @@ inline void add_fifth_bit(const uint8_t* b, size_t bs, int m, int qh_off, __m512
   }
 }
 
+// The five-bit formats' headers (the scale fields, then qh) from one transposed load of
+// each block's first 16 bytes: half the loads and lane inserts of gathering the two
+// apart, which bound the one-token Q5_0 product. Returns the dword at byte 0 (the
+// fields); *qh = the qh dword at byte qh_off (2 or 4).
+[[gnu::always_inline]] inline __m512i fields_and_qh(const uint8_t* b, size_t bs, int m, int qh_off,
+                                                    __m512i* qh) {
+  __m512i v[4];
+  load_transposed16(b, bs, m, 0, v);
+  *qh = qh_off == 4 ? v[1]
+                    : _mm512_or_si512(_mm512_srli_epi32(v[0], 8 * qh_off),
+                                      _mm512_slli_epi32(v[1], 32 - 8 * qh_off));
+  return v[0];
+}
+
 // Each format's weights of one group: unsigned_weights() gives W[k] = elements 4k..4k+3 of
 // each block plus kOffset as unsigned bytes, lane L from the block at b + L * stride
-// (Legacy32: a row's consecutive blocks; Rows32: one block of each of 16 rows); Q8_0's
-// weights() gives its signed bytes. Legacy32 reads the scale (and minimum) fields, which
-// every format keeps at byte 0 (and 2).
+// (Legacy32: a row's consecutive blocks; Rows32: one block of each of 16 rows), and
+// returns lane L = the dword at byte 0 of that block: the scale (and minimum) fields,
+// which every format keeps at byte 0 (and 2). Q8_0's weights() gives its signed bytes.
 struct WQ8_0 {
   using Block = BlockQ8_0;
   static constexpr bool kSigned = true;
@@ -547,27 +563,35 @@ struct WQ8_0 {
     load_transposed16(b, sizeof(Block), m, offsetof(Block, qs), W);
     load_transposed16(b, sizeof(Block), m, offsetof(Block, qs) + 16, W + 4);
   }
-  static void unsigned_weights(const uint8_t* b, size_t stride, int m, __m512i* W) {
+  [[gnu::always_inline]] static __m512i unsigned_weights(const uint8_t* b, size_t stride, int m,
+                                                         __m512i* W) {
     load_transposed16(b, stride, m, offsetof(Block, qs), W);
     load_transposed16(b, stride, m, offsetof(Block, qs) + 16, W + 4);
     for (int k = 0; k < 8; ++k) W[k] = _mm512_xor_si512(W[k], _mm512_set1_epi8(-128));
+    return gather_fields(b, stride, m, 0);
   }
 };
 struct WQ4_0 {
   using Block = BlockQ4_0;
   static constexpr bool kSigned = true;
   static constexpr int kOffset = 8;
-  static void unsigned_weights(const uint8_t* b, size_t stride, int m, __m512i* W) {
+  [[gnu::always_inline]] static __m512i unsigned_weights(const uint8_t* b, size_t stride, int m,
+                                                         __m512i* W) {
     nibbles_transposed(b, stride, m, offsetof(Block, qs), W);
+    return gather_fields(b, stride, m, 0);
   }
 };
 struct WQ5_0 {
   using Block = BlockQ5_0;
   static constexpr bool kSigned = true;
   static constexpr int kOffset = 16;
-  static void unsigned_weights(const uint8_t* b, size_t stride, int m, __m512i* W) {
+  [[gnu::always_inline]] static __m512i unsigned_weights(const uint8_t* b, size_t stride, int m,
+                                                         __m512i* W) {
     nibbles_transposed(b, stride, m, offsetof(Block, qs), W);
-    add_fifth_bit(b, stride, m, offsetof(Block, qh), W);
+    __m512i qh;
+    const __m512i fields = fields_and_qh(b, stride, m, offsetof(Block, qh), &qh);
+    add_fifth_bit(qh, W);
+    return fields;
   }
 };
 // MXFP4: nibble codes looked up in the doubled E2M1 values plus 12 (one table per 128-bit
@@ -577,28 +601,36 @@ struct WMXFP4 {
   using Block = BlockMXFP4;
   static constexpr bool kSigned = true;
   static constexpr int kOffset = 12;
-  static void unsigned_weights(const uint8_t* b, size_t stride, int m, __m512i* W) {
+  [[gnu::always_inline]] static __m512i unsigned_weights(const uint8_t* b, size_t stride, int m,
+                                                         __m512i* W) {
     nibbles_transposed(b, stride, m, offsetof(Block, qs), W);
     const __m512i values = _mm512_broadcast_i32x4(
         _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
     for (int k = 0; k < 8; ++k) W[k] = _mm512_shuffle_epi8(values, W[k]);
+    return gather_fields(b, stride, m, 0);
   }
 };
 struct WQ4_1 {
   using Block = BlockQ4_1;
   static constexpr bool kSigned = false;
   static constexpr int kOffset = 0;
-  static void unsigned_weights(const uint8_t* b, size_t stride, int m, __m512i* W) {
+  [[gnu::always_inline]] static __m512i unsigned_weights(const uint8_t* b, size_t stride, int m,
+                                                         __m512i* W) {
     nibbles_transposed(b, stride, m, offsetof(Block, qs), W);
+    return gather_fields(b, stride, m, 0);
   }
 };
 struct WQ5_1 {
   using Block = BlockQ5_1;
   static constexpr bool kSigned = false;
   static constexpr int kOffset = 0;
-  static void unsigned_weights(const uint8_t* b, size_t stride, int m, __m512i* W) {
+  [[gnu::always_inline]] static __m512i unsigned_weights(const uint8_t* b, size_t stride, int m,
+                                                         __m512i* W) {
     nibbles_transposed(b, stride, m, offsetof(Block, qs), W);
-    add_fifth_bit(b, stride, m, offsetof(Block, qh), W);
+    __m512i qh;
+    const __m512i fields = fields_and_qh(b, stride, m, offsetof(Block, qh), &qh);
+    add_fifth_bit(qh, W);
+    return fields;
   }
 };
 
@@ -626,6 +658,25 @@ inline __m512i dot_u8s8_acc(__m512i acc, __m512i w, __m512i y) {
 #endif
 }
 
+// sums[t * nb + b] = -offset * the sum of token t's quants in block b, for activations in
+// transposed groups with `fields` fp16 fields ahead of their rows (a group's row k holds
+// dword k of each block: eight dot products with ones leave each block's sum in its lane).
+// Negated so that a dot starts from them.
+template <int kFields>
+void offset_sums(int64_t nb, const uint8_t* x, size_t xs, int nt, int offset, int32_t* sums) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  constexpr size_t kActBlock = kFields == 2 ? sizeof(BlockQ8_1) : sizeof(BlockQ8_0);
+  for (int t = 0; t < nt; ++t) {
+    for (int64_t b0 = 0; b0 < nb; b0 += kLanes) {
+      const ActGroup y{x + t * xs + b0 * kActBlock, group_size(nb, b0)};
+      __m512i sum = _mm512_setzero_si512();
+      for (int k = 0; k < 8; ++k) sum = dot_u8s8_acc(sum, ones, y.row(k, kFields));
+      sum = _mm512_mullo_epi32(sum, _mm512_set1_epi32(-offset));
+      _mm512_mask_storeu_epi32(sums + t * nb + b0, lane_mask(y.m), sum);
+    }
+  }
+}
+
 // Every 32-element format: per group, T tokens' exact block sums (lane L = block L), then
 // acc += sums * (d_w * d_y) per lane; formats with a minimum add m_w * s_y per lane.
 template <class WF>
@@ -640,11 +691,24 @@ struct Legacy32 {
   static constexpr int kFields = kMin ? 2 : 1;  // fp16 fields ahead of an activation group's rows
   static constexpr size_t kActBlock = kMin ? sizeof(BlockQ8_1) : sizeof(BlockQ8_0);
 
-  // isum[t] lane L = the exact integer dot product of the group's block L with token t's.
+  // Offset terms of a tile's tokens taken once for all its rows (they cost eight dot
+  // products and a multiply per group and token) where a row's blocks fit in kMaxSumBlocks.
+  static constexpr int kMaxTok = 8;
+  static constexpr int64_t kMaxSumBlocks = 1024;
+
+  // isum[t] lane L = the exact integer dot product of the group's block L with token t's;
+  // `sums` (kOffsetDot formats; null: computed here) holds the offset terms of the
+  // group's blocks for token t at sums + t * nb. Returns the blocks' fields (the dwords at
+  // byte 0: d, and m for Q4_1/Q5_1).
   template <int T>
-  static void block_sums(const uint8_t* wb, int m, const ActGroup* y, __m512i* isum) {
+  [[gnu::always_inline]] static __m512i block_sums(const uint8_t* wb, int m, const ActGroup* y,
+                                                   const int32_t* sums, int64_t nb, __m512i* isum) {
     __m512i W[8];
-    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    for (int t = 0; t < T; ++t) {
+      isum[t] = kOffsetDot && sums != nullptr
+                    ? _mm512_maskz_loadu_epi32(lane_mask(m), sums + t * nb)
+                    : _mm512_setzero_si512();
+    }
     if constexpr (WF::kSigned && !kOffsetDot) {  // |w| against y with w's sign (|w| <= 128)
       WF::weights(wb, m, W);
       for (int k = 0; k < 8; ++k) {
@@ -656,29 +720,37 @@ struct Legacy32 {
               dot_u8s8_acc(isum[t], aw, _mm512_mask_sub_epi8(yk, neg, _mm512_setzero_si512(), yk));
         }
       }
-      return;
+      return gather_fields(wb, sizeof(Block), m, 0);
     }
-    WF::unsigned_weights(wb, sizeof(Block), m, W);
+    const __m512i fields = WF::unsigned_weights(wb, sizeof(Block), m, W);
     const __m512i ones = _mm512_set1_epi8(1);
     [[maybe_unused]] __m512i ysum[T];
     for (int t = 0; t < T; ++t) ysum[t] = _mm512_setzero_si512();
+    const bool inline_sums = kOffsetDot && sums == nullptr;
     for (int k = 0; k < 8; ++k) {
       for (int t = 0; t < T; ++t) {
         const __m512i yk = y[t].row(k, kFields);
         isum[t] = dot_u8s8_acc(isum[t], W[k], yk);
-        if constexpr (kOffsetDot) ysum[t] = dot_u8s8_acc(ysum[t], ones, yk);
+        if (inline_sums) ysum[t] = dot_u8s8_acc(ysum[t], ones, yk);
       }
     }
-    if constexpr (kOffsetDot) {
+    if (inline_sums) {
       const __m512i offset = _mm512_set1_epi32(WF::kOffset);
       for (int t = 0; t < T; ++t)
         isum[t] = _mm512_sub_epi32(isum[t], _mm512_mullo_epi32(ysum[t], offset));
     }
+    return fields;
   }
 
   template <int T>
   static void dot(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs, float* out,
                   bool prefetch) {
+    dot_with_sums<T>(n, wr, x, xs, nullptr, out, prefetch);
+  }
+
+  template <int T>
+  static void dot_with_sums(int64_t n, const uint8_t* wr, const uint8_t* x, size_t xs,
+                            const int32_t* sums, float* out, bool prefetch) {
     __m512 acc[T], accm[T];
     for (int t = 0; t < T; ++t) acc[t] = accm[t] = _mm512_setzero_ps();
     const int64_t nb = n / quant::kQK;
@@ -689,8 +761,7 @@ struct Legacy32 {
       ActGroup y[T];
       for (int t = 0; t < T; ++t) y[t] = {x + t * xs + b0 * kActBlock, m};
       __m512i isum[T];
-      block_sums<T>(wb, m, y, isum);
-      const __m512i fields = gather_fields(wb, sizeof(Block), m, 0);  // d (and m for Q4_1/Q5_1)
+      const __m512i fields = block_sums<T>(wb, m, y, sums ? sums + b0 : nullptr, nb, isum);
       const __m512 dw = weight_scales<Block>(fields);
       for (int t = 0; t < T; ++t) {
         acc[t] =
@@ -703,6 +774,35 @@ struct Legacy32 {
     }
     for (int t = 0; t < T; ++t) {
       out[t] = kMin ? hsum512(acc[t]) + hsum512(accm[t]) : hsum512(acc[t]);
+    }
+  }
+
+  // tile_of's loop, with the offset terms of each token group taken once for its rows.
+  static void tile(int64_t n, const void* w, size_t w_stride, int n_rows, const void* x,
+                   size_t x_stride, int n_tok, float* y, size_t y_stride) {
+    const int64_t nb = n / quant::kQK;
+    if (!kOffsetDot || nb > kMaxSumBlocks) {
+      tile_of<Legacy32, kMaxTok>(n, w, w_stride, n_rows, x, x_stride, n_tok, y, y_stride);
+      return;
+    }
+    using DotFn =
+        void (*)(int64_t, const uint8_t*, const uint8_t*, size_t, const int32_t*, float*, bool);
+    static constexpr auto dots = []<int... I>(std::integer_sequence<int, I...>) {
+      return std::array<DotFn, kMaxTok>{&dot_with_sums<I + 1>...};
+    }
+    (std::make_integer_sequence<int, kMaxTok>{});
+    alignas(64) int32_t sums[kOffsetDot ? kMaxTok * kMaxSumBlocks : 1];
+    const auto* xb = static_cast<const uint8_t*>(x);
+    float out[kMaxTok];
+    for (int t0 = 0; t0 < n_tok; t0 += kMaxTok) {
+      const int nt = n_tok - t0 < kMaxTok ? n_tok - t0 : kMaxTok;
+      const uint8_t* xt = xb + t0 * x_stride;
+      offset_sums<kFields>(nb, xt, x_stride, nt, WF::kOffset, sums);
+      for (int r = 0; r < n_rows; ++r) {
+        const auto* wr = static_cast<const uint8_t*>(w) + r * w_stride;
+        dots[nt - 1](n, wr, xt, x_stride, sums, out, t0 == 0);
+        for (int t = 0; t < nt; ++t) y[(t0 + t) * y_stride + r] = out[t];
+      }
     }
   }
 };
@@ -740,22 +840,6 @@ struct Rows32 {
   static constexpr int kTok = kMin ? 8 : 16;
   static constexpr int kMinTokens = 4;         // fewer: Legacy32
   static constexpr int64_t kMaxBlocks = 1024;  // wider rows (32768 columns): Legacy32
-
-  // sums[t * nb + b] = -kOffset * the sum of token t's quants in block b (a group's row k
-  // holds dword k of each block: eight dpbusd with ones leave each block's sum in its
-  // lane), negated here so that the token loop starts its dot from a plain broadcast.
-  static void offset_sums(int64_t nb, const uint8_t* x, size_t xs, int nt, int32_t* sums) {
-    const __m512i ones = _mm512_set1_epi8(1);
-    for (int t = 0; t < nt; ++t) {
-      for (int64_t b0 = 0; b0 < nb; b0 += kLanes) {
-        const ActGroup y{x + t * xs + b0 * kActBlock, group_size(nb, b0)};
-        __m512i sum = _mm512_setzero_si512();
-        for (int k = 0; k < 8; ++k) sum = _mm512_dpbusd_epi32(sum, ones, y.row(k, kFields));
-        sum = _mm512_mullo_epi32(sum, _mm512_set1_epi32(-WF::kOffset));
-        _mm512_mask_storeu_epi32(sums + t * nb + b0, lane_mask(y.m), sum);
-      }
-    }
-  }
 
   // scales[t * nb + b] (and mins[...] for the formats with a minimum): token t's fp16
   // scale (and d * sum) of block b widened once per span of tokens, so the token loop
@@ -798,8 +882,7 @@ struct Rows32 {
   static constexpr int64_t kActEntries = 16 * kMaxBlocks;
 
   static void unpack(const uint8_t* wb, size_t ws, int m, Unpacked* u) {
-    WF::unsigned_weights(wb, ws, m, u->w);
-    const __m512i fields = gather_fields(wb, ws, m, 0);  // d (and m for Q4_1/Q5_1)
+    const __m512i fields = WF::unsigned_weights(wb, ws, m, u->w);
     u->d = weight_scales<Block>(fields);
     if constexpr (kMin) u->min = halves_of(fields, true);
   }
@@ -913,7 +996,7 @@ struct Rows32 {
                    size_t x_stride, int n_tok, float* y, size_t y_stride) {
     const int64_t nb = n / quant::kQK;
     if (n_tok < kMinTokens || nb > kMaxBlocks) {
-      tile_of<Legacy32<WF>, 8>(n, w, w_stride, n_rows, x, x_stride, n_tok, y, y_stride);
+      Legacy32<WF>::tile(n, w, w_stride, n_rows, x, x_stride, n_tok, y, y_stride);
       return;
     }
     using RowsFn = void (*)(int64_t, const uint8_t*, size_t, int, const Unpacked*, const uint8_t*,
@@ -935,7 +1018,7 @@ struct Rows32 {
     for (int s0 = 0; s0 < n_tok; s0 += span) {
       const int ns = n_tok - s0 < span ? n_tok - s0 : span;
       const uint8_t* xs = xb + s0 * x_stride;
-      if constexpr (WF::kOffset != 0) offset_sums(nb, xs, x_stride, ns, sums);
+      if constexpr (WF::kOffset != 0) offset_sums<kFields>(nb, xs, x_stride, ns, WF::kOffset, sums);
       act_scales(nb, xs, x_stride, ns, scales, mins);
       for (int r0 = 0; r0 < n_rows; r0 += kLanes) {
         const int m = n_rows - r0 < kLanes ? n_rows - r0 : kLanes;
@@ -1026,12 +1109,12 @@ void fill_avx512_table(KernelTable* table) {
   set(gguf::GgmlType::Q5_1, Rows32<WQ5_1>::tile);
   set(gguf::GgmlType::MXFP4, Rows32<WMXFP4>::tile);
 #else
-  set(gguf::GgmlType::Q8_0, tile_of<Legacy32<WQ8_0>, 8>);
-  set(gguf::GgmlType::Q4_0, tile_of<Legacy32<WQ4_0>, 8>);
-  set(gguf::GgmlType::Q5_0, tile_of<Legacy32<WQ5_0>, 8>);
-  set(gguf::GgmlType::Q4_1, tile_of<Legacy32<WQ4_1>, 8>);
-  set(gguf::GgmlType::Q5_1, tile_of<Legacy32<WQ5_1>, 8>);
-  set(gguf::GgmlType::MXFP4, tile_of<Legacy32<WMXFP4>, 8>);
+  set(gguf::GgmlType::Q8_0, Legacy32<WQ8_0>::tile);
+  set(gguf::GgmlType::Q4_0, Legacy32<WQ4_0>::tile);
+  set(gguf::GgmlType::Q5_0, Legacy32<WQ5_0>::tile);
+  set(gguf::GgmlType::Q4_1, Legacy32<WQ4_1>::tile);
+  set(gguf::GgmlType::Q5_1, Legacy32<WQ5_1>::tile);
+  set(gguf::GgmlType::MXFP4, Legacy32<WMXFP4>::tile);
 #endif
   set(gguf::GgmlType::Q2_K, tile_of<Q2K, 8>);
   set(gguf::GgmlType::Q3_K, tile_of<Q3K, 8>);
