@@ -770,8 +770,17 @@ void CudaBlocks::shared_input(const WeightView* const* ws, float* const* outs, i
   }
   flush_norm();
   for (int i = 0; i < n; ++i) {
-    matvec_rows(*ws[i], activations(ws[i]->type, in, ws[i]->n_cols, n_tokens_, &cached_type, &act),
-                n_tokens_, outs[i]);
+    const WeightView& w = *ws[i];
+    const cuda::ActQ8 a = activations(w.type, in, w.n_cols, n_tokens_, &cached_type, &act);
+    // One token through two matrices of one type and shape (K and V, gate and up): one
+    // launch, one ramp and tail.
+    if (n_tokens_ == 1 && i + 1 < n && ws[i + 1]->type == w.type && ws[i + 1]->n_rows == w.n_rows &&
+        ws[i + 1]->n_cols == w.n_cols) {
+      cuda::matvec_pair(w, *ws[i + 1], a, outs[i], outs[i + 1], s());
+      ++i;
+      continue;
+    }
+    matvec_rows(w, a, n_tokens_, outs[i]);
   }
 }
 

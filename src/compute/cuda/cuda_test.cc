@@ -811,6 +811,35 @@ TEST_F(CudaTest, BatchedMatvecMatchesCpu) {
   }
 }
 
+// Two matrices of one shape on one token (K and V, gate and up): bit for bit two single
+// products in every configuration, the ones that split rows (two launches) included.
+TEST_F(CudaTest, PairedMatvecIsTwoProducts) {
+  uint32_t seed = 1500;
+  for (GgmlType type : kAllTypes) {
+    SCOPED_TRACE(gguf::type_name(type));
+    const int64_t rows = 70, cols = quant::block_size(type) == 1 ? 136 : 768;
+    const std::vector<uint8_t> w = random_weights(type, rows, cols, &seed),
+                               w2 = random_weights(type, rows, cols, &seed);
+    const std::vector<float> x = random_floats(cols, seed++);
+    DeviceBuffer dw = upload(w), dw2 = upload(w2), dx = upload(x);
+    auto scratch = DeviceBuffer::allocate(act_q8_layout(cols).total);
+    ASSERT_TRUE(scratch.is_ok());
+    const ActQ8 act = quantize_for(type, dx.as<float>(), cols, scratch->data(), stream_.handle());
+    const WeightView a{dw.data(), type, cols, rows}, b{dw2.data(), type, cols, rows};
+    for (int config : {-1, 0, 1, 2}) {
+      g_matvec_config_override = config;
+      DeviceBuffer ya = poisoned(rows), yb = poisoned(rows), pa = poisoned(rows),
+                   pb = poisoned(rows);
+      matvec_quantized(a, act, ya.as<float>(), stream_.handle());
+      matvec_quantized(b, act, yb.as<float>(), stream_.handle());
+      matvec_pair(a, b, act, pa.as<float>(), pb.as<float>(), stream_.handle());
+      g_matvec_config_override = -1;
+      EXPECT_EQ(download(pa, rows), download(ya, rows)) << config;
+      EXPECT_EQ(download(pb, rows), download(yb, rows)) << config;
+    }
+  }
+}
+
 // Grouped expert products: each (token, slot) pair's expert matrix times its token's row,
 // against the CPU's matmul of that expert's slice.
 TEST_F(CudaTest, GroupedMatvecMatchesCpu) {

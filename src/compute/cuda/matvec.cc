@@ -153,6 +153,11 @@ void matvec_grouped_pair(const WeightView& first, const WeightView& second, cons
   launch_grouped(first, &second, ids, n_pairs, act_div, act, y, y_second, stream);
 }
 
+void matvec_pair(const WeightView& w, const WeightView& w_second, const ActQ8& act, float* y,
+                 float* y_second, StreamHandle stream) {
+  launch_grouped(w, &w_second, nullptr, 1, 1, act, y, y_second, stream);
+}
+
 void matvec_batched(const WeightView& w, const ActQ8& act, int64_t n, float* y,
                     StreamHandle stream) {
   assert(n >= 1 && n <= kMatvecMaxTokens);

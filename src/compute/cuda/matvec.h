@@ -59,6 +59,13 @@ void matvec_grouped_pair(const WeightView& first, const WeightView& second, cons
                          int64_t n_pairs, int act_div, const ActQ8& act, float* y, float* y_second,
                          StreamHandle stream);
 
+// y = W . x and y_second = W_second . x for one token and two matrices of one type and
+// shape (K beside V, up beside gate), in one launch where that keeps each product's
+// single-token order (the shape does not split rows over two warps), else in two: bit for
+// bit two matvec_quantized() calls either way.
+void matvec_pair(const WeightView& w, const WeightView& w_second, const ActQ8& act, float* y,
+                 float* y_second, StreamHandle stream);
+
 // Batched products for a few tokens: y[t, :] = W . x_t for t < n (n <= kMatvecMaxTokens),
 // the weights read once; x_t is row t of act (quantized over n * W.n_cols values), y is
 // (n, W.n_rows). Each row's result is bit for bit what matvec_quantized() gives that row

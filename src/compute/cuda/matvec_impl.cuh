@@ -51,7 +51,8 @@ constexpr int64_t kMatvecSplitFloatRows = 1024;
 // cost registers and occupancy (measured, device call 5).
 //
 // kGrouped: blockIdx.y is a pair of MatvecGroup (its own expert, activation row and output
-// row); a separate instantiation, so the plain products keep their registers.
+// row; no ids: one pair, the tensors themselves); a separate instantiation, so the plain
+// products keep their registers.
 template <class Traits, int kRows, int kSplit, bool kGrouped = false>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_blocks, ActQ8 act,
@@ -66,7 +67,7 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
       w = group.w_second;
       y = group.y_second;
     }
-    w += static_cast<size_t>(group.ids[pair]) * group.expert_bytes;
+    if (group.ids != nullptr) w += static_cast<size_t>(group.ids[pair]) * group.expert_bytes;
     if (act.q != nullptr) act.q += a * group.q_stride;
     if (act.d != nullptr) act.d += a * group.d_stride;
     if (act.s != nullptr) act.s += a * (group.q_stride / 32);
@@ -262,9 +263,34 @@ int matvec_config(const MatvecArgs& a) {
 }
 
 template <class Traits>
+void launch_matvec(const MatvecArgs& a);
+
+// Two single-token products of one shape on one input (a MatvecGroup without ids): one
+// grouped launch (one ramp and tail for both), whose one-row-per-warp order is each
+// product's own single-token and batched order unless the shape splits its rows over two
+// warps; then a launch each.
+template <class Traits>
+void launch_matvec_pair(const MatvecArgs& a) {
+  if (matvec_config<Traits>(a) != 2) {
+    launch_matvec_grouped<Traits>(a);
+    return;
+  }
+  MatvecArgs one = a;
+  one.group = nullptr;
+  launch_matvec<Traits>(one);
+  one.w = a.group->w_second;
+  one.y = a.group->y_second;
+  launch_matvec<Traits>(one);
+}
+
+template <class Traits>
 void launch_matvec(const MatvecArgs& a) {
   if (a.group != nullptr) {
-    launch_matvec_grouped<Traits>(a);
+    if (a.group->ids == nullptr) {
+      launch_matvec_pair<Traits>(a);
+    } else {
+      launch_matvec_grouped<Traits>(a);
+    }
     return;
   }
   const int config = matvec_config<Traits>(a);

@@ -16,7 +16,7 @@ namespace hypura::compute::cuda {
 // Most activation rows one batched product (matvec_batched) multiplies per weight read.
 constexpr int kMatvecMaxTokens = 16;
 struct MatvecGroup {
-  const int32_t* ids = nullptr;  // (n_pairs) device
+  const int32_t* ids = nullptr;  // (n_pairs) device; null: one pair, no expert offset
   size_t expert_bytes = 0;
   int n_pairs = 0, act_div = 1;
   int64_t q_stride = 0, d_stride = 0;  // quants / scales between activation rows
