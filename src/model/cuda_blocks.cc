@@ -279,7 +279,6 @@ class CudaBlocks final : public Blocks {
   using Blocks::attention;
   void attention(int64_t il, bool swa, float kq_scale, const WeightView& sinks) override;
   void attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_scale);
-  void attend_step(int64_t il, bool swa, float kq_scale);
   // The fields both attention kernels' arguments take alike; MLA reads values from keys.
   template <class Args>
   void attention_shape(Args& a, const uint16_t* kc, const uint16_t* vc, float kq_scale) const {
@@ -363,8 +362,16 @@ class CudaBlocks final : public Blocks {
   void defer_product(const float* out, std::function<void(float* add_to)> launch) {
     product_ = {out, std::move(launch)};
   }
+  // A captured decode step's RoPE of q and k waits for its attention, which rotates them
+  // and stores the step's keys and values in one launch; any other op launches it first.
+  struct PendingRope {
+    bool pending = false;
+    float freq_base = 0, freq_scale = 0;
+  };
+  void attend_step(int64_t il, bool swa, float kq_scale, const PendingRope& rope);
+  void launch_rope_qk(float freq_base, float freq_scale);
   // Queues what waits (the pending product, then the pending norm: at most one of the two
-  // is pending at a time, as every op starts here).
+  // is pending at a time, as every op starts here; then the pending RoPE).
   void flush_norm();
   // out (n, w.n_rows) = in (n, w.n_cols) W^T: per-row matvecs or the matrix product;
   // add_to (small batches only): also added to these rows.
@@ -437,6 +444,7 @@ class CudaBlocks final : public Blocks {
   size_t step_served_ = 0;            // step_calls_ served so far
   Status error_;                      // the first error of the batch, returned by finish()
   PendingNorm pending_;
+  PendingRope rope_;
   PendingProduct product_;
   Mode mode_ = Mode::kEager;
   bool use_graphs_ = true;  // false (--no-cuda-graphs): every step eager
@@ -572,6 +580,7 @@ void CudaBlocks::stage_step(const int32_t* tokens) {
   start_step();
   pending_ = {};
   product_ = {};
+  rope_ = {};
   if (replaying()) return;
   fail(cuda::copy_to_device_async(ints(lay_.step), host, static_cast<size_t>(2 * max_batch_) * 4,
                                   s()));
@@ -608,10 +617,15 @@ void CudaBlocks::flush_norm() {
     product_ = {};
     p.launch(nullptr);
   }
-  if (pending_.in == nullptr) return;
-  cuda::rms_norm(pending_.in, pending_.w, n_tokens_, pending_.width, hp_.rms_eps, pending_.out,
-                 s());
-  pending_ = {};
+  if (pending_.in != nullptr) {
+    cuda::rms_norm(pending_.in, pending_.w, n_tokens_, pending_.width, hp_.rms_eps, pending_.out,
+                   s());
+    pending_ = {};
+  }
+  if (rope_.pending) {
+    const PendingRope r = std::exchange(rope_, {});
+    launch_rope_qk(r.freq_base, r.freq_scale);
+  }
 }
 
 cuda::RopeParams CudaBlocks::rope_params(float freq_base, float freq_scale) const {
@@ -646,6 +660,14 @@ void CudaBlocks::rope(float* rows, int64_t n_heads, float freq_base, float freq_
 void CudaBlocks::rope_qk(float freq_base, float freq_scale) {
   if (replaying()) return;
   flush_norm();
+  if (mode_ == Mode::kCapture) {
+    rope_ = {true, freq_base, freq_scale};
+    return;
+  }
+  launch_rope_qk(freq_base, freq_scale);
+}
+
+void CudaBlocks::launch_rope_qk(float freq_base, float freq_scale) {
   cuda::rope_qk(q(), hp_.n_head, k(), hp_.n_head_kv, n_tokens_, positions(),
                 rope_params(freq_base, freq_scale), s());
 }
@@ -799,10 +821,12 @@ void CudaBlocks::project_qkv(const AttnViews& a, const float* in) {
 void CudaBlocks::attention(int64_t il, bool swa, float kq_scale, const WeightView& sinks) {
   sinks_ = static_cast<const float*>(sinks.data);
   if (replaying()) return;
+  // Pending in a captured step only, taken before flush_norm launches it.
+  const PendingRope rope = std::exchange(rope_, {});
   flush_norm();
   // A captured decode step: every sequence's one row, rows in sequence order.
   if (mode_ == Mode::kCapture) {
-    attend_step(il, swa, kq_scale);
+    attend_step(il, swa, kq_scale, rope);
     return;
   }
   for (const SeqRows& seq : seqs_) attend_seq(il, seq, swa, kq_scale);
@@ -811,7 +835,7 @@ void CudaBlocks::attention(int64_t il, bool swa, float kq_scale, const WeightVie
 // A captured decode step's attention in one launch (and its cache writes in one): each
 // sequence's one token attends to its visible keys from its device position, in a launch
 // sized for the bucket's keys, exactly as it would alone in a step of that bucket.
-void CudaBlocks::attend_step(int64_t il, bool swa, float kq_scale) {
+void CudaBlocks::attend_step(int64_t il, bool swa, float kq_scale, const PendingRope& rope) {
   const bool latent = hp_.is_mla();
   cuda::AttnSeqs caches;
   caches.n = static_cast<int>(seqs_.size());
@@ -822,7 +846,12 @@ void CudaBlocks::attend_step(int64_t il, bool swa, float kq_scale) {
     caches.v[i] = latent ? caches.k[i] : static_cast<uint16_t*>(seqs_[i].kv->device_v(il));
   }
   const int64_t v_width = latent ? 0 : hp_.v_width();
-  cuda::store_kv_f16_seqs(k(), v(), hp_.k_width(), v_width, positions(), caches, s());
+  if (rope.pending) {
+    cuda::rope_qk_store_seqs(q(), hp_.n_head, k(), hp_.n_head_kv, v(), v_width, positions(),
+                             rope_params(rope.freq_base, rope.freq_scale), caches, s());
+  } else {
+    cuda::store_kv_f16_seqs(k(), v(), hp_.k_width(), v_width, positions(), caches, s());
+  }
   cuda::AttnDecodeArgs a;
   attention_shape(a, nullptr, nullptr, kq_scale);  // the caches are each sequence's
   a.q = q();

@@ -1147,6 +1147,55 @@ TEST_F(CudaTest, FusedKernelsMatchTheirUnfusedPairsExactly) {
   rope_qk(q2.as<float>(), nq, k2.as<float>(), nk, n_tok, dpos.as<int32_t>(), p, stream_.handle());
   EXPECT_EQ(rel_l2(download(q2, q.size()), download(q1, q.size())), 0.0);
   EXPECT_EQ(rel_l2(download(k2, k.size()), download(k1, k.size())), 0.0);
+
+  // A decode step's RoPE and KV store in one launch (each of n_tok sequences one row, its
+  // own caches), normal and NeoX, all dims or a rotated part: the two launches' floats and
+  // halves.
+  const int64_t vw = nk * 64, n_ctx = 7001;
+  const std::vector<float> v = random_floats(n_tok * vw, 46);
+  DeviceBuffer dv = upload(v);
+  const auto halves = [&](const DeviceBuffer& b, size_t n) {
+    std::vector<uint16_t> h(n);
+    EXPECT_TRUE(stream_.synchronize());
+    EXPECT_TRUE(copy_to_host(h.data(), b.data(), n * 2));
+    return h;
+  };
+  for (const bool neox : {false, true}) {
+    for (const int64_t n_rot : {hd, hd / 2}) {
+      SCOPED_TRACE(std::to_string(neox) + " " + std::to_string(n_rot));
+      p.neox = neox;
+      p.n_rot = n_rot;
+      std::vector<DeviceBuffer> caches;
+      AttnSeqs one, both;
+      one.n = both.n = static_cast<int>(n_tok);
+      for (int64_t t = 0; t < n_tok; ++t) {
+        for (int c = 0; c < 4; ++c) caches.push_back(poisoned(n_ctx * nk * hd / 2));
+        one.k[t] = caches[4 * t].as<uint16_t>();
+        one.v[t] = caches[4 * t + 1].as<uint16_t>();
+        both.k[t] = caches[4 * t + 2].as<uint16_t>();
+        both.v[t] = caches[4 * t + 3].as<uint16_t>();
+      }
+      DeviceBuffer qa = upload(q), ka = upload(k), qb = upload(q), kb = upload(k);
+      rope_qk(qa.as<float>(), nq, ka.as<float>(), nk, n_tok, dpos.as<int32_t>(), p,
+              stream_.handle());
+      store_kv_f16_seqs(ka.as<float>(), dv.as<float>(), nk * hd, vw, dpos.as<int32_t>(), one,
+                        stream_.handle());
+      rope_qk_store_seqs(qb.as<float>(), nq, kb.as<float>(), nk, dv.as<float>(), vw,
+                         dpos.as<int32_t>(), p, both, stream_.handle());
+      EXPECT_EQ(download(qb, q.size()), download(qa, q.size()));
+      EXPECT_EQ(download(kb, k.size()), download(ka, k.size()));
+      for (int64_t t = 0; t < n_tok; ++t) {
+        for (int c = 0; c < 2; ++c) {
+          const size_t w = c == 0 ? nk * hd : vw, at = static_cast<size_t>(pos[t]) * w;
+          const std::vector<uint16_t> a = halves(caches[4 * t + c], at + w),
+                                      b = halves(caches[4 * t + 2 + c], at + w);
+          EXPECT_EQ(std::vector<uint16_t>(b.begin() + at, b.end()),
+                    std::vector<uint16_t>(a.begin() + at, a.end()))
+              << "sequence " << t << (c == 0 ? " keys" : " values");
+        }
+      }
+    }
+  }
 }
 
 // KV stores round to F16 exactly as the CPU cache; bias rows and the gated activation.

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "compute/cuda/attention.h"
 #include "compute/cuda/device.h"
 
 namespace hypura::compute::cuda {
@@ -32,5 +33,13 @@ void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t token_stride, cons
 // (token stride n_head * head_dim).
 void rope_qk(float* q, int64_t n_head_q, float* k, int64_t n_head_k, int64_t n_tokens,
              const int32_t* pos, const RopeParams& p, StreamHandle stream);
+
+// A decode step's rope_qk and store_kv_f16_seqs in one launch: row t of q and k (sequence
+// t's one token, rows packed) rotated in place, and row t's keys (rotated) and values
+// (v_width floats; 0: keys only) stored at pos[t] of seqs.k[t] / seqs.v[t]: the same
+// floats and halves as the two launches.
+void rope_qk_store_seqs(float* q, int64_t n_head_q, float* k, int64_t n_head_k, const float* v,
+                        int64_t v_width, const int32_t* pos, const RopeParams& p,
+                        const AttnSeqs& seqs, StreamHandle stream);
 
 }  // namespace hypura::compute::cuda
