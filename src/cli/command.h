@@ -103,12 +103,14 @@ runtime::EngineOptions engine_options(const EngineFlags& flags, const std::strin
 
 // Speculative decoding of run, bench and serve (docs/SPECULATIVE.md): --lookup (guesses
 // from the context's own n-grams), --draft MODEL (from a small model of the same
-// vocabulary), --spec-max K (the most guesses a pass verifies). --lookup and --draft
+// vocabulary), --spec-max K (the most guesses a pass verifies on its main branch),
+// --spec-side N (the most off it: a draft tree, on the CPU). --lookup and --draft
 // exclude each other.
 struct SpecFlags {
   bool lookup = false;
   std::string draft;  // the draft model's path; empty: none
   int spec_max = 8;
+  int spec_side = 4;
 };
 void add_spec_flags(CLI::App& app, SpecFlags* flags);
 runtime::SpeculationOptions speculation_options(const SpecFlags& flags);

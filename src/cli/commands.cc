@@ -164,6 +164,11 @@ void add_spec_flags(CLI::App& app, SpecFlags* flags) {
                  "not pay)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  app.add_option("--spec-side", flags->spec_side,
+                 "speculative decoding on the CPU: the most guesses off the main branch, a draft "
+                 "tree's second choices (fewer where they do not pay; 0: a chain)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
 }
 
 runtime::SpeculationOptions speculation_options(const SpecFlags& flags) {
@@ -171,6 +176,7 @@ runtime::SpeculationOptions speculation_options(const SpecFlags& flags) {
   o.lookup = flags.lookup;
   o.draft_model = !flags.draft.empty();
   o.max_draft = flags.spec_max;
+  o.max_side = flags.spec_side;
   return o;
 }
 

@@ -92,6 +92,10 @@ void print_stats(const runtime::GenerateResult& r) {
                static_cast<long long>(s.drafted), static_cast<long long>(s.accepted),
                100.0 * s.accepted / s.drafted, static_cast<long long>(s.passes),
                per_second(r.generated_tokens, static_cast<double>(s.passes)));
+  if (s.side_drafted > 0) {
+    std::fprintf(stderr, "draft trees: %lld guesses off the main branch, %lld kept\n",
+                 static_cast<long long>(s.side_drafted), static_cast<long long>(s.side_accepted));
+  }
 }
 
 // --json: the reply and its figures as one object.
@@ -107,6 +111,8 @@ nlohmann::json result_json(const runtime::GenerateResult& r) {
           {"spec",
            {{"drafted", s.drafted},
             {"accepted", s.accepted},
+            {"side_drafted", s.side_drafted},
+            {"side_accepted", s.side_accepted},
             {"target_passes", s.passes},
             {"tokens_per_pass", per_second(r.generated_tokens, static_cast<double>(s.passes))}}}};
 }

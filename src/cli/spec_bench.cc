@@ -62,12 +62,14 @@ Result<std::vector<SpecBenchRow>> run_spec_bench(runtime::Engine& engine,
 
 std::string spec_table(const std::vector<SpecBenchRow>& rows) {
   std::string out =
-      "| mode | tokens | t/s | guesses | kept | passes | tokens a pass |\n"
-      "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+      "| mode | tokens | t/s | guesses | kept | off the main branch: guesses, kept | passes | "
+      "tokens a pass |\n"
+      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
   for (const SpecBenchRow& r : rows) {
-    out += fmt::format("| {} | {} | {:.2f} ± {:.2f} | {} | {} | {} | {:.2f} |\n", r.mode,
-                       r.generated, r.tps_mean, r.tps_stddev, r.spec.drafted, r.spec.accepted,
-                       r.spec.passes, tokens_per_pass(r));
+    out +=
+        fmt::format("| {} | {} | {:.2f} ± {:.2f} | {} | {} | {}, {} | {} | {:.2f} |\n", r.mode,
+                    r.generated, r.tps_mean, r.tps_stddev, r.spec.drafted, r.spec.accepted,
+                    r.spec.side_drafted, r.spec.side_accepted, r.spec.passes, tokens_per_pass(r));
   }
   if (rows.size() > 1 && rows[0].tps_mean > 0) {
     out += fmt::format("speculation: {:.2f}x the plain runs' tok/s; the same output: {}\n",
@@ -86,6 +88,8 @@ nlohmann::json spec_json(const std::vector<SpecBenchRow>& rows) {
                  {"tps_stddev", r.tps_stddev},
                  {"drafted", r.spec.drafted},
                  {"accepted", r.spec.accepted},
+                 {"side_drafted", r.spec.side_drafted},
+                 {"side_accepted", r.spec.side_accepted},
                  {"target_passes", r.spec.passes},
                  {"tokens_per_pass", tokens_per_pass(r)},
                  {"same_output_as_plain", r.text == rows[0].text}});

@@ -40,7 +40,7 @@ void Blocks::begin(std::span<const SeqRows> seqs, bool logits_only) {
     assert(s.n_tokens > 0 && row + s.n_tokens <= max_batch_);
     s.row0 = row;
     for (int64_t t = 0; t < s.n_tokens; ++t)
-      row_pos_[static_cast<size_t>(row + t)] = static_cast<int32_t>(s.pos + t);
+      row_pos_[static_cast<size_t>(row + t)] = static_cast<int32_t>(s.position(t));
     row += s.n_tokens;
   }
   n_tokens_ = row;

@@ -62,6 +62,8 @@ CpuBlocks::CpuBlocks(const HParams& hp, const WeightMap& weights, compute::Conte
     s.seg_m.resize(block_rows);
     s.seg_l.resize(block_rows);
     s.seg_acc.resize(block_rows * static_cast<size_t>(hp.head_dim_v));
+    s.gathered_k.resize(static_cast<size_t>(kKeyBlock * hp.head_dim) * sizeof(float));
+    s.gathered_v.resize(static_cast<size_t>(kKeyBlock * hp.head_dim_v) * sizeof(float));
   }
   // Partials of a split step: (kv head, segment, rows of up to kSplitMaxTokens tokens).
   const auto split_rows =
@@ -313,6 +315,7 @@ void CpuBlocks::attention(int64_t il, bool swa, float kq_scale, const WeightView
 void CpuBlocks::attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_scale) {
   const int64_t n = seq.n_tokens;
   seq.kv->store(il, seq.pos, n, k() + seq.row0 * hp_.k_width(), v() + seq.row0 * hp_.v_width());
+  if (seq.tree_parent != nullptr) return attend_tree(il, seq, swa, kq_scale);
   const int64_t n_kv = hp_.n_head_kv;
   const int64_t n_qblocks = (n + kQueryBlock - 1) / kQueryBlock;
   const int64_t n_segments = (seq.pos + n - 1) / kKeySegment + 1;
@@ -364,6 +367,47 @@ void CpuBlocks::attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_sc
   }
 }
 
+// A draft tree's rows, each alone (items: row, kv head) over its own branch: the same
+// segments, key blocks and merges as the branch's token decoded by itself.
+void CpuBlocks::attend_tree(int64_t il, const SeqRows& seq, bool swa, float kq_scale) {
+  const int64_t n = seq.n_tokens, n_kv = hp_.n_head_kv;
+  branches_.resize(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<int32_t>& b = branches_[static_cast<size_t>(t)];
+    b.clear();
+    for (int32_t node = static_cast<int32_t>(seq.pos + t - seq.tree_base); node >= 0;
+         node = seq.tree_parent[node]) {
+      b.push_back(node);
+    }
+    std::reverse(b.begin(), b.end());
+  }
+  std::atomic<int64_t> next{0};
+  ctx_.pool().run([&](int ith, int) {
+    for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n * n_kv;) {
+      const int64_t t = i / n_kv;
+      attend_block(il, seq, i % n_kv, t, t + 1, swa, kq_scale, ith,
+                   branches_[static_cast<size_t>(t)]);
+    }
+  });
+}
+
+compute::KvRows CpuBlocks::gather_branch(int64_t il, const SeqRows& seq, int64_t g, bool keys,
+                                         int64_t first, int64_t n, std::span<const int32_t> branch,
+                                         AttnScratch& s) const {
+  const int64_t width = keys ? hp_.head_dim : hp_.head_dim_v;
+  const size_t row = static_cast<size_t>(width) * (seq.kv->is_f32() ? 4 : 2);
+  uint8_t* out = (keys ? s.gathered_k : s.gathered_v).data();
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t p = first + j, i = p - seq.tree_base;
+    const int64_t slot = i >= 0 && i < static_cast<int64_t>(branch.size())
+                             ? seq.tree_base + branch[static_cast<size_t>(i)]
+                             : p;
+    const compute::KvRows src = keys ? seq.kv->k_rows(il, g, slot) : seq.kv->v_rows(il, g, slot);
+    std::memcpy(out + static_cast<size_t>(j) * row, src.data, row);
+  }
+  return compute::KvRows{out, width, !seq.kv->is_f32()};
+}
+
 void CpuBlocks::clear_partial(const Partial& p, int64_t n_rows) const {
   std::fill(p.m, p.m + n_rows, -INFINITY);
   std::fill(p.l, p.l + n_rows, 0.0);
@@ -398,15 +442,15 @@ void CpuBlocks::merge_partial(const Partial& total, const Partial& part, int64_t
 // the kernel's lanes always follow absolute positions.
 void CpuBlocks::segment_partial(int64_t il, const SeqRows& seq, int64_t g, int64_t t0, int64_t t1,
                                 int64_t seg, bool swa, float kq_scale, AttnScratch& s,
-                                const Partial& out) {
+                                const Partial& out, std::span<const int32_t> branch) {
   const int64_t d = hp_.head_dim, dv = hp_.head_dim_v;
   const int64_t n_gqa = hp_.n_head / hp_.n_head_kv;
   const int64_t n_rows = (t1 - t0) * n_gqa;
   auto first_key = [&](int64_t p) { return swa ? std::max<int64_t>(0, p - hp_.n_swa + 1) : 0; };
   clear_partial(out, n_rows);
   // Keys any row may see, within the segment.
-  const int64_t lo = std::max(first_key(seq.pos + t0), seg * kKeySegment);
-  const int64_t hi = std::min(seq.pos + t1 - 1, (seg + 1) * kKeySegment - 1);
+  const int64_t lo = std::max(first_key(seq.position(t0)), seg * kKeySegment);
+  const int64_t hi = std::min(seq.position(t1 - 1), (seg + 1) * kKeySegment - 1);
   for (int64_t r = 0; r < n_rows; ++r) {
     const int64_t t = t0 + r / n_gqa, h = g * n_gqa + r % n_gqa;
     s.q_rows[r] = q() + ((seq.row0 + t) * hp_.n_head + h) * d;
@@ -418,14 +462,18 @@ void CpuBlocks::segment_partial(int64_t il, const SeqRows& seq, int64_t g, int64
   const bool widen_values = n_rows > kWidenValuesRows;
   for (int64_t kb = lo / kKeyBlock * kKeyBlock; kb <= hi; kb += kKeyBlock) {
     const int64_t n_keys = std::min(kb + kKeyBlock, hi + 1) - kb;
-    ctx_.widen_keys(seq.kv->k_rows(il, g, kb), n_keys, d, s.keys.data());
-    compute::KvRows values = seq.kv->v_rows(il, g, kb);
+    const bool gather = !branch.empty() && kb + n_keys > seq.tree_base;
+    ctx_.widen_keys(
+        gather ? gather_branch(il, seq, g, true, kb, n_keys, branch, s) : seq.kv->k_rows(il, g, kb),
+        n_keys, d, s.keys.data());
+    compute::KvRows values = gather ? gather_branch(il, seq, g, false, kb, n_keys, branch, s)
+                                    : seq.kv->v_rows(il, g, kb);
     if (widen_values) {
       ctx_.widen_rows(values, n_keys, dv, s.values.data());
       values = compute::KvRows{s.values.data(), dv, false};
     }
     for (int64_t r = 0; r < n_rows; ++r) {
-      const int64_t p = seq.pos + t0 + r / n_gqa;
+      const int64_t p = seq.position(t0 + r / n_gqa);
       const int64_t j0 = std::max({kb, lo, first_key(p)}), j1 = std::min(kb + n_keys, p + 1);
       s.lo[r] = static_cast<int32_t>(j0 - kb);
       s.hi[r] = static_cast<int32_t>(std::max(j0, j1) - kb);
@@ -457,15 +505,16 @@ void CpuBlocks::write_attention(const SeqRows& seq, int64_t g, int64_t t0, int64
 // Query rows t in [t0, t1) of every q head of kv head g: the segments' partials merged in
 // order, then normalised.
 void CpuBlocks::attend_block(int64_t il, const SeqRows& seq, int64_t g, int64_t t0, int64_t t1,
-                             bool swa, float kq_scale, int thread) {
+                             bool swa, float kq_scale, int thread,
+                             std::span<const int32_t> branch) {
   AttnScratch& s = attn_scratch_[thread];
   const int64_t n_rows = (t1 - t0) * (hp_.n_head / hp_.n_head_kv);
   const Partial total{s.m.data(), s.l.data(), s.acc.data()};
   const Partial seg_part{s.seg_m.data(), s.seg_l.data(), s.seg_acc.data()};
   clear_partial(total, n_rows);
-  const int64_t first = swa ? std::max<int64_t>(0, seq.pos + t0 - hp_.n_swa + 1) : 0;
-  for (int64_t seg = first / kKeySegment; seg * kKeySegment <= seq.pos + t1 - 1; ++seg) {
-    segment_partial(il, seq, g, t0, t1, seg, swa, kq_scale, s, seg_part);
+  const int64_t first = swa ? std::max<int64_t>(0, seq.position(t0) - hp_.n_swa + 1) : 0;
+  for (int64_t seg = first / kKeySegment; seg * kKeySegment <= seq.position(t1 - 1); ++seg) {
+    segment_partial(il, seq, g, t0, t1, seg, swa, kq_scale, s, seg_part, branch);
     merge_partial(total, seg_part, n_rows);
   }
   write_attention(seq, g, t0, t1, total);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -58,11 +59,19 @@ class CpuBlocks final : public Blocks {
   };
   struct AttnScratch;
   // One sequence's rows (t: the sequence's own token index, 0..seq.n_tokens).
+  // branch: a draft tree's row (t1 = t0 + 1) reads position seq.tree_base + i from slot
+  // seq.tree_base + branch[i] (its ancestors' nodes, then its own); empty otherwise.
   void attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_scale);
+  void attend_tree(int64_t il, const SeqRows& seq, bool swa, float kq_scale);
   void attend_block(int64_t il, const SeqRows& seq, int64_t g, int64_t t0, int64_t t1, bool swa,
-                    float kq_scale, int thread);
+                    float kq_scale, int thread, std::span<const int32_t> branch = {});
   void segment_partial(int64_t il, const SeqRows& seq, int64_t g, int64_t t0, int64_t t1,
-                       int64_t seg, bool swa, float kq_scale, AttnScratch& s, const Partial& out);
+                       int64_t seg, bool swa, float kq_scale, AttnScratch& s, const Partial& out,
+                       std::span<const int32_t> branch = {});
+  // The rows of positions [first, first + n) of a branch's keys (values: !keys) in s's
+  // gathered buffer, each from the slot the branch puts it in.
+  compute::KvRows gather_branch(int64_t il, const SeqRows& seq, int64_t g, bool keys, int64_t first,
+                                int64_t n, std::span<const int32_t> branch, AttnScratch& s) const;
   void clear_partial(const Partial& p, int64_t n_rows) const;
   void merge_partial(const Partial& total, const Partial& part, int64_t n_rows) const;
   void write_attention(const SeqRows& seq, int64_t g, int64_t t0, int64_t t1, const Partial& total);
@@ -115,7 +124,9 @@ class CpuBlocks final : public Blocks {
     std::vector<float> seg_m;               // (rows) the partial of the segment being computed
     std::vector<double> seg_l;              // (rows)
     compute::AlignedVector<float> seg_acc;  // (rows, head_dim_v)
+    std::vector<uint8_t> gathered_k, gathered_v;  // (kKeyBlock, head_dim[_v]) a branch's rows
   };
+  std::vector<std::vector<int32_t>> branches_;  // a draft tree's rows' branches (attend_tree)
   std::vector<AttnScratch> attn_scratch_;
   // Partials of a split step: (kv head, segment, row) for up to kSplitMaxTokens tokens.
   std::vector<float> split_m_;               // (rows)

@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cstring>
 #include <tuple>
+#include <utility>
 
 #include "quant/fp16.h"
 
@@ -207,6 +208,24 @@ void KvCache::store_rows(uint8_t* dst, int64_t width, int64_t pos, int64_t n_tok
   }
   auto* out = reinterpret_cast<uint16_t*>(dst) + pos * width;
   for (int64_t i = 0; i < n; ++i) out[i] = quant::f32_to_fp16(src[i]);
+}
+
+void KvCache::keep_branch(int64_t base, std::span<const int32_t> nodes) {
+  assert(!on_device() && (nodes.empty() || nodes[0] == 0));
+  const size_t elem = f32_ ? 4 : 2;
+  for (size_t i = 1; i < nodes.size(); ++i) {
+    const int64_t from = base + nodes[i], to = base + static_cast<int64_t>(i);
+    assert(from >= to && from < n_ctx_);
+    if (from == to) continue;
+    for (int64_t il = 0; il < n_layer_; ++il) {
+      for (const auto& [rows, width] :
+           {std::pair{k_base_[il], k_width_}, std::pair{v_base_[il], v_width_}}) {
+        const size_t row = static_cast<size_t>(width) * elem;
+        std::memmove(rows + static_cast<size_t>(to) * row, rows + static_cast<size_t>(from) * row,
+                     row);
+      }
+    }
+  }
 }
 
 compute::KvRows KvCache::rows(const uint8_t* base, int64_t width, int64_t col,

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "common/status.h"
@@ -73,6 +74,12 @@ class KvCache {
   // Stores n_tokens rows starting at position pos. k: (n_tokens, k_width), v: (n_tokens,
   // v_width). REQUIRES: pos + n_tokens <= n_ctx, !on_device(il).
   void store(int64_t il, int64_t pos, int64_t n_tokens, const float* k, const float* v);
+
+  // After a draft tree's verification (seq_rows.h): the kept branch's nodes, in slots
+  // base + nodes[i], move to slots base + i, so the cache holds the branch as if it had
+  // been decoded token by token. nodes[0] must be 0 and the nodes increasing (a branch).
+  // Rows of host layers are copied; REQUIRES: !on_device().
+  void keep_branch(int64_t base, std::span<const int32_t> nodes);
 
   // Head `h` of layer il from position `first` on: head_dim (keys) or head_dim_v (values)
   // elements per row, in host memory for a host layer. REQUIRES: first < n_ctx.

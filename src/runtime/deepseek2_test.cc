@@ -122,6 +122,17 @@ TEST(Deepseek2Long, BatchInvariantAcrossKeySegments) {
   std::filesystem::remove(s.path);
 }
 
+// A draft tree's rows (the latent cache: keys and values in one row) against their
+// branches decoded alone.
+TEST_P(Deepseek2, DraftTreeRowsAsTheirBranchesAlone) {
+  Synthesized s = synthesize(GetParam());
+  ASSERT_NE(s.model, nullptr);
+  auto resident = tiers::ResidentProvider::load(s.file, nullptr);
+  ASSERT_TRUE(resident.is_ok()) << resident.status().message();
+  model::golden::expect_draft_tree_rows_as_branches(s.model, *resident.value(), GetParam());
+  std::filesystem::remove(s.path);
+}
+
 // Logits of every position of `tokens` on the GPU: the first `prompt` tokens in one batch
 // (prefill attention, batched products), then a token a step with the last row's logits
 // only (decode attention; each step a CUDA graph, captured once per context bucket and then

@@ -129,8 +129,10 @@ class LocalSession final : public Session {
   // sessions); the last n_logits tokens' logits land in out (n_logits, n_vocab), or, for
   // the last token alone by default, in logits_. kCancelled when *cancel is set before the
   // tokens are all processed.
+  // tree_parent: the tokens are a draft tree (StepBatcher::Request), else empty.
   Status feed(std::span<const int32_t> tokens, const std::atomic<bool>* cancel = nullptr,
-              int64_t n_logits = 1, float* out = nullptr);
+              int64_t n_logits = 1, float* out = nullptr,
+              std::span<const int32_t> tree_parent = {});
   // As feed(), alone and in batches of kMaxBatch, with every token's logits in *all.
   Status feed_all_logits(std::span<const int32_t> tokens, std::vector<float>* all);
   Status check_room(size_t n_tokens) const;
@@ -181,6 +183,8 @@ class LocalEngine final : public Engine {
     return on_gpu() ? static_cast<int>(model::kCudaSmallBatch) - 1
                     : std::numeric_limits<int>::max();
   }
+  // Whether a pass may verify a draft tree (its attention is the CPU's, model::SeqRows).
+  bool verifies_trees() const { return !on_gpu(); }
   tiers::DeviceWeights& device_weights() { return *device_weights_; }
   const TieredWeights* tiers() const override { return weights_.get(); }
   StepCounts step_counts() const override { return batcher_->counts(); }
@@ -670,7 +674,7 @@ Status LocalSession::reserve_context(int64_t n_ctx) {
 }
 
 Status LocalSession::feed(std::span<const int32_t> tokens, const std::atomic<bool>* cancel,
-                          int64_t n_logits, float* out) {
+                          int64_t n_logits, float* out, std::span<const int32_t> tree_parent) {
   HYPURA_RETURN_IF_ERROR(init_);
   if (tokens.empty()) return Status::ok();
   StepBatcher::Request r;
@@ -679,6 +683,7 @@ Status LocalSession::feed(std::span<const int32_t> tokens, const std::atomic<boo
   r.pos = static_cast<int64_t>(history_.size());
   r.logits = out != nullptr ? out : logits_.data();
   r.n_logits = n_logits;
+  r.tree_parent = tree_parent.empty() ? nullptr : tree_parent.data();
   r.member = membership_ != nullptr;
   r.cancel = cancel;
   HYPURA_RETURN_IF_ERROR(engine_.batcher().submit(r));
@@ -850,15 +855,25 @@ Result<GenerateResult> LocalSession::generate(
   SpeculationOptions so = options.speculation;
   so.max_draft = std::min(so.max_draft, engine_.max_exact_draft());
   if (!draft_length_ || so.lookup != draft_length_for_.lookup ||
-      so.draft_model != draft_length_for_.draft_model || so.max_draft != draft_length_->max()) {
-    draft_length_.emplace(so.max_draft);  // a new drafter: its costs are measured afresh
+      so.draft_model != draft_length_for_.draft_model || so.max_draft != draft_length_->max() ||
+      so.max_side != draft_length_->max_side()) {
+    draft_length_.emplace(so.max_draft, so.max_side);  // a new drafter: costs measured afresh
     draft_length_for_ = so;
   }
-  SpeculativePasses passes(drafter.get(), *draft_length_, so, engine_.n_vocab(), history_,
-                           logits_.data(), spec_logits_,
-                           [this](std::span<const int32_t> tokens, int64_t n_rows, float* rows) {
-                             return n_rows > 0 ? feed(tokens, nullptr, n_rows, rows) : feed(tokens);
-                           });
+  SpeculativePasses::Target target;
+  target.n_vocab = engine_.n_vocab();
+  target.trees = engine_.verifies_trees();
+  target.history = &history_;
+  target.plain = logits_.data();
+  target.rows = &spec_logits_;
+  target.feed = [this](std::span<const int32_t> tokens, std::span<const int32_t> parent,
+                       int64_t n_rows, float* rows) {
+    return n_rows > 0 ? feed(tokens, nullptr, n_rows, rows, parent) : feed(tokens);
+  };
+  target.keep = [this](int64_t base, std::span<const int32_t> nodes) {
+    kv_->keep_branch(base, nodes);
+  };
+  SpeculativePasses passes(drafter.get(), *draft_length_, so, std::move(target), &result.spec);
   const auto ends = [&](int32_t t) { return tok.is_end_of_generation(t); };
   t0 = Clock::now();
   bool stopped = false;
@@ -876,9 +891,9 @@ Result<GenerateResult> LocalSession::generate(
         return Status(StatusCode::kInternal,
                       "constrained sampling: no token of the vocabulary continues the document");
     }
-    bool kept = false;
-    const int32_t id = sampler.sample_draft(logits, passes.seen(), passes.guess(), &kept);
-    if (kept) result.spec.accepted++;
+    int kept = -1;
+    const int32_t id = sampler.sample_draft(logits, passes.seen(), passes.guesses(), &kept);
+    if (kept >= 0) result.spec.accepted++;
     if (ends(id)) {
       result.done_reason = "stop";
       break;
@@ -897,15 +912,15 @@ Result<GenerateResult> LocalSession::generate(
       result.done_reason = "stop";
       break;
     }
-    if (kept) {  // the guess is in the cache already: its row's logits come next
-      passes.kept();
+    if (kept >= 0) {  // the guess is in the cache already: its row's logits come next
+      passes.kept(kept);
       continue;
     }
-    passes.settle(result.spec);
+    passes.settle();
     if (n_past() >= n_ctx()) break;  // context full: "length"
     // The next pass: the token, and as many guesses as pay (none without a drafter).
     const int64_t room = std::min(limit - i - 1, n_ctx() - n_past() - 1);
-    HYPURA_RETURN_IF_ERROR(passes.next_pass(id, room, ends, &result.spec));
+    HYPURA_RETURN_IF_ERROR(passes.next_pass(id, room, ends));
   }
   passes.finish();
   // Bytes still held by the detokenizer are the start of a character that will never be

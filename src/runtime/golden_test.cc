@@ -526,6 +526,20 @@ TEST_P(GoldenF32, LogitsOfSeveralRowsPerSequence) {
   check_logit_rows(std::string(GetParam()) + "-f32", false, 0);
 }
 
+// A draft tree's rows against their branches decoded alone (golden.h).
+void check_tree_rows(const std::string& name) {
+  auto l = load(name);
+  ASSERT_TRUE(l);
+  model::golden::expect_draft_tree_rows_as_branches(l->model, *l->provider, name);
+}
+
+TEST_P(GoldenF32, DraftTreeRowsAsTheirBranchesAlone) {
+  check_tree_rows(std::string(GetParam()) + "-f32");
+}
+TEST_P(GoldenQ4, DraftTreeRowsAsTheirBranchesAlone) {
+  check_tree_rows(std::string(GetParam()) + "-q4_k_m");
+}
+
 // Two long sequences: one decodes past two 512-key segments (the split path of steps of
 // up to 4 tokens) while the other still fills its prompt in batches of 24.
 TEST_P(GoldenF32, SequencesInOneBatchAcrossKeySegments) {

@@ -169,6 +169,14 @@ TEST(GptOss, BatchInvarianceAcrossKeySegments) {
   }
 }
 
+// A draft tree's rows (sinks, a 16-key sliding window over the branch) against their
+// branches decoded alone.
+TEST(GptOss, DraftTreeRowsAsTheirBranchesAlone) {
+  auto t = open_tiny();
+  ASSERT_TRUE(t);
+  model::golden::expect_draft_tree_rows_as_branches(t->model, *t->provider, "gpt-oss-tiny");
+}
+
 // Under a RAM budget short of part of the experts the planner streams them; the logits
 // are bit for bit those of the mmap run (expert biases stay resident).
 TEST(GptOss, ExpertStreamingIsBitIdentical) {

@@ -68,17 +68,18 @@ void Sampler::truncate() {
 }
 
 int32_t Sampler::sample(float* logits, std::span<const int32_t> history) {
-  bool accepted = false;
-  return sample_draft(logits, history, -1, &accepted);
+  int kept = -1;
+  return sample_draft(logits, history, {}, &kept);
 }
 
-int32_t Sampler::sample_draft(float* logits, std::span<const int32_t> history, int32_t draft,
-                              bool* accepted) {
-  *accepted = false;
+int32_t Sampler::sample_draft(float* logits, std::span<const int32_t> history,
+                              std::span<const int32_t> drafts, int* kept) {
+  *kept = -1;
   penalize(logits, history);
   if (params_.temperature <= 0.0f) {
     const int32_t id = argmax(logits, n_vocab_);
-    *accepted = id == draft;
+    const auto it = std::find(drafts.begin(), drafts.end(), id);
+    if (it != drafts.end()) *kept = static_cast<int>(it - drafts.begin());
     return id;
   }
   candidates_.resize(static_cast<size_t>(n_vocab_));
@@ -100,19 +101,19 @@ int32_t Sampler::sample_draft(float* logits, std::span<const int32_t> history, i
     probs_[i] = std::exp((candidates_[i].logit - max_logit) / params_.temperature);
     sum += probs_[i];
   }
-  if (draft >= 0) {
+  for (size_t d = 0; d < drafts.size(); ++d) {
     const auto it = std::find_if(candidates_.begin(), candidates_.end(),
-                                 [&](const Candidate& c) { return c.id == draft; });
-    if (it != candidates_.end()) {
-      float& p = probs_[static_cast<size_t>(it - candidates_.begin())];
-      // Kept with probability p / sum; else drawn from the residual, the rest renormalised.
-      if (uniform(sum) < p || sum - p <= 0.0f) {
-        *accepted = true;
-        return draft;
-      }
-      sum -= p;
-      p = 0.0f;
+                                 [&](const Candidate& c) { return c.id == drafts[d]; });
+    if (it == candidates_.end()) continue;
+    float& p = probs_[static_cast<size_t>(it - candidates_.begin())];
+    if (p <= 0.0f) continue;
+    // Kept with probability p / sum; else refused: the rest renormalised without it.
+    if (uniform(sum) < p || sum - p <= 0.0f) {
+      *kept = static_cast<int>(d);
+      return drafts[d];
     }
+    sum -= p;
+    p = 0.0f;
   }
   // Uniform in [0, sum) from 53 random bits: portable, unlike std::uniform_real_distribution.
   const double u = uniform(sum);

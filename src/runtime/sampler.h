@@ -27,12 +27,13 @@ class Sampler {
   // logits: (n_vocab), modified in place by the penalty. history: tokens so far (prompt
   // and generated), the last repeat_last_n of which are penalised.
   int32_t sample(float* logits, std::span<const int32_t> history);
-  // As sample(), with a guess: greedy keeps it when it is the argmax; sampling keeps it with
-  // the probability the chain gives it and otherwise draws from the other candidates
-  // (speculative rejection sampling for a one-token proposal: the result is distributed as
-  // sample()'s). *accepted: whether the result is the guess kept.
-  int32_t sample_draft(float* logits, std::span<const int32_t> history, int32_t draft,
-                       bool* accepted);
+  // As sample(), with guesses (distinct tokens): greedy keeps the one that is the argmax;
+  // sampling tries them in order, keeping each with the probability the chain gives it
+  // among the tokens not refused yet, and otherwise draws from the rest (speculative
+  // rejection sampling for proposals of one token each: the result is distributed as
+  // sample()'s). *kept: the index of the guess kept, or -1.
+  int32_t sample_draft(float* logits, std::span<const int32_t> history,
+                       std::span<const int32_t> drafts, int* kept);
 
   static int32_t argmax(const float* logits, int64_t n_vocab);
 

@@ -97,6 +97,7 @@ struct SpeculationOptions {
   bool lookup = false;       // --lookup: guesses from the context's own n-grams
   bool draft_model = false;  // --draft: guesses from the engine's draft model
   int max_draft = 8;         // --spec-max: the most guesses a pass verifies
+  int max_side = 4;          // --spec-side: the most of them off the main branch (CPU)
   // Every pass asks for max_draft guesses instead of what DraftLength's timings say pays
   // (tests: what is verified must not depend on how fast the machine is).
   bool fixed_length = false;
@@ -124,6 +125,7 @@ struct GenerateOptions {
 // forward passes generation ran (with or without guesses).
 struct SpecStats {
   int64_t drafted = 0, accepted = 0, passes = 0;
+  int64_t side_drafted = 0, side_accepted = 0;  // of them, off a draft tree's main branch
 };
 
 // Why generation ended: "stop" (EOS/EOT/stop string), "length" (max_tokens or context),

@@ -15,19 +15,36 @@ namespace {
 
 TEST(LookupDrafter, ContinuesTheLatestEarlierOccurrenceOfTheLongestTail) {
   LookupDrafter d;
-  std::vector<int32_t> out;
+  DraftTree out;
   const std::vector<int32_t> context = {1, 2, 3, 4, 9, 1, 2, 3};
-  ASSERT_TRUE(d.propose(context, 8, &out).is_ok());
-  EXPECT_EQ(out, (std::vector<int32_t>{4, 9, 1, 2, 3}));  // after the earlier "1 2 3"
-  ASSERT_TRUE(d.propose(context, 2, &out).is_ok());
-  EXPECT_EQ(out, (std::vector<int32_t>{4, 9}));
+  ASSERT_TRUE(d.propose(context, {8, 0}, &out).is_ok());
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{4, 9, 1, 2, 3}));  // after the earlier "1 2 3"
+  EXPECT_EQ(out.parent, (std::vector<int32_t>{-1, 0, 1, 2, 3}));
+  EXPECT_EQ(out.main, 5);
+  ASSERT_TRUE(d.propose(context, {2, 0}, &out).is_ok());
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{4, 9}));
   // "7 1 2" occurs twice before the tail: the later one's continuation (5) wins.
   const std::vector<int32_t> twice = {7, 1, 2, 6, 7, 1, 2, 5, 7, 1, 2};
-  ASSERT_TRUE(d.propose(twice, 1, &out).is_ok());
-  EXPECT_EQ(out, (std::vector<int32_t>{5}));
+  ASSERT_TRUE(d.propose(twice, {1, 0}, &out).is_ok());
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{5}));
   const std::vector<int32_t> fresh = {1, 2, 3, 4, 5};  // no repeated n-gram: no guess
-  ASSERT_TRUE(d.propose(fresh, 8, &out).is_ok());
-  EXPECT_TRUE(out.empty());
+  ASSERT_TRUE(d.propose(fresh, {8, 0}, &out).is_ok());
+  EXPECT_EQ(out.size(), 0u);
+}
+
+TEST(LookupDrafter, EarlierOccurrencesBranchOffWhereTheyDiffer) {
+  LookupDrafter d;
+  DraftTree out;
+  // "1 2" is followed by 5 6 (latest), 5 8 and 7: the main branch 5 6, then 8 after 5 and
+  // 7 at the root.
+  const std::vector<int32_t> context = {1, 2, 7, 0, 1, 2, 5, 8, 1, 2, 5, 6, 1, 2};
+  ASSERT_TRUE(d.propose(context, {2, 4}, &out).is_ok());
+  EXPECT_EQ(out.main, 2);
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{5, 6, 8, 7, 0}));
+  EXPECT_EQ(out.parent, (std::vector<int32_t>{-1, 0, 0, -1, 3}));
+  // The side budget bounds what branches add.
+  ASSERT_TRUE(d.propose(context, {2, 1}, &out).is_ok());
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{5, 6, 8}));
 }
 
 TEST(DraftLength, DraftsWhenWideRowsAreCheapAndStopsWhenTheyAreNot) {
@@ -50,6 +67,111 @@ TEST(DraftLength, DraftsWhenWideRowsAreCheapAndStopsWhenTheyAreNot) {
   barely.record(0, 0, 0.010, 0);
   for (int i = 0; i < 20; ++i) barely.record(1, 1, 0.0195, 0);
   EXPECT_EQ(barely.next(), 0);
+}
+
+TEST(DraftLength, SideGuessesWhereTheyBuyTokensCheaperThanThePass) {
+  // Streamed weights: a row costs ~nothing, so side guesses pay even when few are kept.
+  DraftLength cheap(8, 4);
+  cheap.record(0, 0, 0.100, 0);
+  EXPECT_EQ(cheap.side(4), 0);  // nothing measured yet
+  for (int i = 0; i < 20; ++i) cheap.record({4, 4, 2, 1, 0.101, 0});
+  EXPECT_EQ(cheap.side(cheap.next()), 4);
+
+  // Resident: a row costs a fifth of a pass, and a side guess is seldom kept.
+  DraftLength dear(8, 4);
+  dear.record(0, 0, 0.010, 0);
+  for (int i = 0; i < 20; ++i) dear.record({4, 4, 4, 0, 0.018, 0});
+  int offered = 0;
+  for (int i = 0; i < 64; ++i) offered += dear.side(dear.next());
+  EXPECT_EQ(offered, 4);                    // one-guess probes every kProbeEvery passes
+  EXPECT_EQ(DraftLength(8, 0).side(8), 0);  // --spec-side 0: chains
+}
+
+// A toy target whose next token is next_of(last token), and a drafter whose main branch
+// goes wrong at its second guess while a side branch holds the right tokens.
+constexpr int32_t kToyVocab = 50;
+int32_t next_of(int32_t t) {
+  return (t * 7 + 3) % kToyVocab;
+}
+
+class SideBranchDrafter final : public Drafter {
+ public:
+  Status propose(std::span<const int32_t> context, DraftShape shape, DraftTree* out) override {
+    out->clear();
+    const int32_t a = next_of(context.back()), b = next_of(a);
+    main_ = {a, (b + 1) % kToyVocab};
+    out->set_main(main_);
+    if (shape.side >= 2) out->child(out->child(0, b, true), next_of(b), true);
+    return Status::ok();
+  }
+
+ private:
+  std::vector<int32_t> main_;
+};
+
+TEST(SpeculativePasses, WalksDownASideBranchAndKeepsItsRows) {
+  SideBranchDrafter drafter;
+  DraftLength length(2, 2);
+  SpeculationOptions so;
+  so.lookup = true;
+  so.max_draft = 2;
+  so.max_side = 2;
+  so.fixed_length = true;
+  std::vector<int32_t> history = {5};
+  std::vector<float> plain(kToyVocab), rows;
+  std::vector<std::vector<int32_t>> kept_branches;
+  const auto one_hot = [](float* row, int32_t t) {
+    std::fill(row, row + kToyVocab, 0.0f);
+    row[next_of(t)] = 1.0f;
+  };
+  one_hot(plain.data(), 5);
+  SpeculativePasses::Target target;
+  target.n_vocab = kToyVocab;
+  target.trees = true;
+  target.history = &history;
+  target.plain = plain.data();
+  target.rows = &rows;
+  target.feed = [&](std::span<const int32_t> tokens, std::span<const int32_t> parent,
+                    int64_t n_rows, float* out) {
+    EXPECT_TRUE(parent.empty() || parent.size() == tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i)
+      one_hot(n_rows > 0 ? out + i * kToyVocab : plain.data(), tokens[i]);
+    history.insert(history.end(), tokens.begin(), tokens.end());
+    return Status::ok();
+  };
+  target.keep = [&](int64_t base, std::span<const int32_t> nodes) {
+    EXPECT_EQ(base, static_cast<int64_t>(history.size()) - 5);  // the pass fed 5 tokens
+    kept_branches.emplace_back(nodes.begin(), nodes.end());
+  };
+  SpecStats stats;
+  SpeculativePasses passes(&drafter, length, so, target, &stats);
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.repeat_penalty = 1.0f;
+  Sampler sampler(sp, kToyVocab);
+  std::vector<int32_t> want = {5};
+  for (int i = 0; i < 13; ++i) {  // the prompt's token, then three passes of four
+    int kept = -1;
+    const int32_t id =
+        sampler.sample_draft(passes.logits(), passes.seen(), passes.guesses(), &kept);
+    want.push_back(next_of(want.back()));
+    ASSERT_EQ(id, want.back());
+    if (kept >= 0) {
+      passes.kept(kept);
+      continue;
+    }
+    passes.settle();
+    ASSERT_TRUE(passes.next_pass(id, 100, [](int32_t) { return false; }).is_ok());
+  }
+  passes.finish();
+  EXPECT_EQ(history, want);
+  // Each pass: the token, then a (kept), the main branch's wrong guess, b and its child on
+  // the side branch (both kept): nodes 0, 1, 3, 4 of the pass.
+  EXPECT_EQ(kept_branches.size(), 3u);
+  for (const auto& nodes : kept_branches) EXPECT_EQ(nodes, (std::vector<int32_t>{0, 1, 3, 4}));
+  EXPECT_EQ(stats.passes, 4);
+  EXPECT_EQ(stats.side_drafted, 8);
+  EXPECT_EQ(stats.side_accepted, 6);
 }
 
 // Counts of n samples of each of the candidates against the probabilities p: chi-square.
@@ -78,21 +200,25 @@ TEST(Sampler, DraftedTokensKeepTheTargetDistribution) {
   // 5 degrees of freedom: 20.5 is the 0.999 quantile.
   constexpr double kChi999 = 20.5;
   constexpr int kSamples = 40000;
-  for (int32_t draft : {1, 2, 4}) {  // the likeliest, a middling and an unlikely guess
+  // One guess (the likeliest, a middling and an unlikely one), then siblings of a tree.
+  const std::vector<std::vector<int32_t>> guesses = {{1}, {2}, {4}, {2, 1}, {4, 0, 3}};
+  for (const std::vector<int32_t>& drafts : guesses) {
     Sampler s(sp, static_cast<int64_t>(logits.size()));
     std::vector<int> counts(logits.size(), 0);
     int kept = 0;
     for (int i = 0; i < kSamples; ++i) {
       std::array<float, 6> l = logits;
-      bool accepted = false;
-      const int32_t id = s.sample_draft(l.data(), {}, draft, &accepted);
-      ASSERT_EQ(accepted, accepted && id == draft);
-      kept += accepted ? 1 : 0;
+      int which = -1;
+      const int32_t id = s.sample_draft(l.data(), {}, drafts, &which);
+      ASSERT_TRUE(which < 0 || id == drafts[static_cast<size_t>(which)]);
+      kept += which >= 0 ? 1 : 0;
       counts[static_cast<size_t>(id)]++;
     }
-    EXPECT_LT(chi_square(counts, p, kSamples), kChi999) << "guess " << draft;
-    // The guess is kept about as often as the target draws it.
-    EXPECT_NEAR(static_cast<double>(kept) / kSamples, p[static_cast<size_t>(draft)], 0.01);
+    EXPECT_LT(chi_square(counts, p, kSamples), kChi999) << "guesses " << drafts[0] << "...";
+    // A guess is kept about as often as the target draws it.
+    double p_any = 0;
+    for (const int32_t d : drafts) p_any += p[static_cast<size_t>(d)];
+    EXPECT_NEAR(static_cast<double>(kept) / kSamples, p_any, 0.01);
   }
 }
 
@@ -102,11 +228,14 @@ TEST(Sampler, GreedyKeepsTheGuessOnlyWhenItIsTheArgmax) {
   sp.repeat_penalty = 1.0f;
   Sampler s(sp, 4);
   float logits[4] = {0.0f, 3.0f, 1.0f, 2.0f};
-  bool kept = false;
-  EXPECT_EQ(s.sample_draft(logits, {}, 1, &kept), 1);
-  EXPECT_TRUE(kept);
-  EXPECT_EQ(s.sample_draft(logits, {}, 3, &kept), 1);
-  EXPECT_FALSE(kept);
+  int kept = -1;
+  const std::vector<int32_t> right = {1}, wrong = {3}, siblings = {3, 1};
+  EXPECT_EQ(s.sample_draft(logits, {}, right, &kept), 1);
+  EXPECT_EQ(kept, 0);
+  EXPECT_EQ(s.sample_draft(logits, {}, wrong, &kept), 1);
+  EXPECT_EQ(kept, -1);
+  EXPECT_EQ(s.sample_draft(logits, {}, siblings, &kept), 1);
+  EXPECT_EQ(kept, 1);
 }
 
 const std::string kModels = std::string(HYPURA_SOURCE_DIR) + "/test-models/";
@@ -162,8 +291,10 @@ TEST(Speculation, GreedyOutputIsTheSameWithLookupAndWithADraftModel) {
     EXPECT_EQ(fast->generated_tokens, plain->generated_tokens);
     EXPECT_GT(fast->spec.accepted, 0) << (spec.lookup ? "lookup" : "draft");
     EXPECT_LT(fast->spec.passes, plain->spec.passes);
-    if (spec.draft_model) {
-      EXPECT_EQ(fast->spec.accepted, fast->spec.drafted);
+    if (spec.draft_model) {  // its own draft's side guesses are never the argmax
+      EXPECT_EQ(fast->spec.accepted, fast->spec.drafted - fast->spec.side_drafted);
+      EXPECT_GT(fast->spec.side_drafted, 0);
+      EXPECT_EQ(fast->spec.side_accepted, 0);
     }
   }
 }

@@ -151,6 +151,8 @@ void StepBatcher::compose() {
     p->row = logit_rows;
     const int64_t n_logits = std::max<int64_t>(1, p->out);
     step_seqs_.push_back({p->r->kv, p->r->pos + p->done, p->take, n_logits});
+    step_seqs_.back().tree_parent = p->r->tree_parent;
+    step_seqs_.back().tree_base = p->r->pos;
     logit_rows += n_logits;
     const auto first = p->r->tokens.begin() + p->done;
     step_tokens_.insert(step_tokens_.end(), first, first + p->take);

@@ -65,6 +65,9 @@ class StepBatcher {
     int64_t n_logits = 1;                       // 1..tokens.size()
     bool member = false;                        // from a member (see above)
     const std::atomic<bool>* cancel = nullptr;  // checked between steps: kCancelled
+    // A draft tree (model::SeqRows): tokens[i] continues tokens[tree_parent[i]], tokens[0]
+    // (tree_parent -1) the cache before pos. Null: the tokens follow each other.
+    const int32_t* tree_parent = nullptr;
   };
 
   StepBatcher(std::unique_ptr<model::Forward> forward, int64_t n_vocab);

@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -138,6 +140,84 @@ inline Status forward_logits(const std::shared_ptr<const model::Model>& m,
     i += static_cast<size_t>(n);
   }
   return Status::ok();
+}
+
+// The logits of the last of `tokens` (fed in batches of up to 64: the CPU's rows do not
+// depend on the split).
+inline std::vector<float> last_logits(const std::shared_ptr<const model::Model>& m,
+                                      model::WeightProvider& provider,
+                                      const std::vector<int32_t>& tokens) {
+  const int64_t n_vocab = m->hparams().n_vocab, n = static_cast<int64_t>(tokens.size());
+  compute::Context ctx(2);
+  model::KvCache kv(m->hparams(), n, false);
+  model::Forward fwd(m, ctx, provider, 64, n);
+  std::vector<float> out(static_cast<size_t>(n_vocab));
+  for (int64_t i = 0; i < n; i += 64) {
+    const Status st =
+        fwd.run(tokens.data() + i, std::min<int64_t>(64, n - i), i, kv, false, out.data());
+    EXPECT_TRUE(st.is_ok()) << st.message();
+  }
+  return out;
+}
+
+// A draft tree verified in one pass (model::SeqRows's tree rows): every node's logits are
+// its branch's decoded alone, bit for bit; once the kept branch's rows move to their
+// positions (KvCache::keep_branch) the next token's are the branch's too. Prefixes put the
+// tree inside a key block, and across a 512-key segment with the pass in two batches (as
+// the step batcher may split it). Token ids stay under 20 (every golden vocabulary).
+inline void expect_draft_tree_rows_as_branches(const std::shared_ptr<const model::Model>& m,
+                                               model::WeightProvider& provider,
+                                               const std::string& name) {
+  const int64_t n_vocab = m->hparams().n_vocab;
+  const std::vector<int32_t> tokens = {11, 12, 13, 14, 15, 16, 17};
+  const std::vector<int32_t> parent = {-1, 0, 0, 1, 2, 2, 5};
+  const std::vector<int32_t> kept = {0, 2, 5, 6};
+  constexpr int64_t kN = 7, kCtx = 600;
+  const auto branch = [&](std::vector<int32_t> seq, int32_t node) {
+    const auto at = static_cast<std::ptrdiff_t>(seq.size());
+    for (; node >= 0; node = parent[static_cast<size_t>(node)])
+      seq.insert(seq.begin() + at, tokens[static_cast<size_t>(node)]);
+    return seq;
+  };
+  for (const int64_t prefix : {int64_t{70}, int64_t{510}}) {
+    std::vector<int32_t> before(static_cast<size_t>(prefix));
+    for (int64_t i = 0; i < prefix; ++i) before[static_cast<size_t>(i)] = 3 + (i * 37) % 17;
+    compute::Context ctx(2);
+    model::KvCache kv(m->hparams(), kCtx, false);
+    model::Forward fwd(m, ctx, provider, 64, kCtx);
+    std::vector<float> got(static_cast<size_t>(kN * n_vocab));
+    for (int64_t i = 0; i < prefix; i += 64) {
+      const Status st =
+          fwd.run(before.data() + i, std::min<int64_t>(64, prefix - i), i, kv, false, got.data());
+      ASSERT_TRUE(st.is_ok()) << st.message();
+    }
+    const int64_t first = prefix == 70 ? kN : 3;  // the pass's first batch
+    for (int64_t from = 0; from < kN;) {
+      const int64_t n = from == 0 ? first : kN - from;
+      model::SeqRows rows{&kv, prefix + from, n, n};
+      rows.tree_parent = parent.data();
+      rows.tree_base = prefix;
+      const Status st =
+          fwd.run_batch(tokens.data() + from, std::span(&rows, 1), got.data() + from * n_vocab);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      from += n;
+    }
+    for (int32_t node = 0; node < kN; ++node) {
+      const auto want = last_logits(m, provider, branch(before, node));
+      EXPECT_EQ(0, std::memcmp(got.data() + node * n_vocab, want.data(), want.size() * 4))
+          << name << " prefix " << prefix << " node " << node;
+    }
+    kv.keep_branch(prefix, kept);
+    const int32_t next = 18;
+    const Status st =
+        fwd.run(&next, 1, prefix + static_cast<int64_t>(kept.size()), kv, false, got.data());
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    std::vector<int32_t> seq = branch(before, kept.back());
+    seq.push_back(next);
+    const auto want = last_logits(m, provider, seq);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4))
+        << name << " prefix " << prefix << " after the kept branch";
+  }
 }
 
 }  // namespace hypura::model::golden
