@@ -96,7 +96,7 @@ Status ModelDrafter::propose(std::span<const int32_t> context, DraftShape shape,
   const int64_t common = std::min(session_.cached_prefix(feed_), n - 1);
   session_.truncate(common);
   feed_.erase(feed_.begin(), feed_.begin() + common);
-  std::vector<int32_t> chain;
+  chain_.clear();
   std::array<std::pair<int32_t, float>, kChoices> top;
   for (int j = 0; j < depth; ++j) {
     HYPURA_RETURN_IF_ERROR(session_.prefill(feed_, &logits_));
@@ -107,10 +107,10 @@ Status ModelDrafter::propose(std::span<const int32_t> context, DraftShape shape,
         leaves_.push_back({j - 1, top[c].first, top[c].second});
     }
     if (!confident) break;
-    chain.push_back(top[0].first);
+    chain_.push_back(top[0].first);
     feed_.assign(1, top[0].first);
   }
-  out->set_main(chain);
+  out->set_main(chain_);
   std::stable_sort(leaves_.begin(), leaves_.end(),
                    [](const Leaf& a, const Leaf& b) { return a.p > b.p; });
   for (size_t i = 0; i < leaves_.size() && static_cast<int>(i) < shape.side; ++i)
@@ -257,18 +257,19 @@ void SpeculativePasses::settle() {
 
 // Nothing follows an end of generation: nodes after one would never be judged.
 void SpeculativePasses::drop_after_ends(const std::function<bool(int32_t)>& stop) {
-  std::vector<int32_t> index(tree_.size(), -1);
-  DraftTree kept;
+  index_.assign(tree_.size(), -1);
+  pruned_.clear();
   for (size_t i = 0; i < tree_.size(); ++i) {
     const int32_t p = tree_.parent[i];
-    if (p >= 0 && (index[static_cast<size_t>(p)] < 0 || stop(tree_.tokens[static_cast<size_t>(p)])))
+    if (p >= 0 &&
+        (index_[static_cast<size_t>(p)] < 0 || stop(tree_.tokens[static_cast<size_t>(p)])))
       continue;
-    index[i] = static_cast<int32_t>(kept.size());
-    kept.tokens.push_back(tree_.tokens[i]);
-    kept.parent.push_back(p >= 0 ? index[static_cast<size_t>(p)] : -1);
-    if (static_cast<int>(i) < tree_.main) kept.main = static_cast<int>(kept.size());
+    index_[i] = static_cast<int32_t>(pruned_.size());
+    pruned_.tokens.push_back(tree_.tokens[i]);
+    pruned_.parent.push_back(p >= 0 ? index_[static_cast<size_t>(p)] : -1);
+    if (static_cast<int>(i) < tree_.main) pruned_.main = static_cast<int>(pruned_.size());
   }
-  tree_ = std::move(kept);
+  std::swap(tree_, pruned_);
 }
 
 Status SpeculativePasses::next_pass(int32_t id, int64_t room,

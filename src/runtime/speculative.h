@@ -95,7 +95,7 @@ class ModelDrafter final : public Drafter {
   };
   Session& session_;  // the draft model's, kept across generations (its cache is reused)
   int64_t n_vocab_;
-  std::vector<int32_t> feed_;
+  std::vector<int32_t> feed_, chain_;
   std::vector<float> logits_;
   std::vector<Leaf> leaves_;
 };
@@ -211,9 +211,10 @@ class SpeculativePasses {
   const SpeculationOptions& options_;
   Target t_;
   SpecStats* stats_;
-  DraftTree tree_;
-  std::vector<int32_t> fed_, fed_parent_;            // the pass: the token, then the tree's nodes
-  std::vector<int32_t> path_;                        // the nodes kept so far (fed_ indices), from 0
+  DraftTree tree_, pruned_;                // the drafter's guesses; drop_after_ends's scratch
+  std::vector<int32_t> index_;             // drop_after_ends's: a node's index in pruned_
+  std::vector<int32_t> fed_, fed_parent_;  // the pass: the token, then the tree's nodes
+  std::vector<int32_t> path_;              // the nodes kept so far (fed_ indices), from 0
   std::vector<int32_t> child_tokens_, child_nodes_;  // the current node's children
   int64_t base_ = 0, n_rows_ = 0;  // the pass's first position and its rows (0: plain)
   std::optional<Pass> last_;
