@@ -220,6 +220,7 @@ void KvCache::keep_branch(int64_t base, std::span<const int32_t> nodes) {
     for (int64_t il = 0; il < n_layer_; ++il) {
       for (const auto& [rows, width] :
            {std::pair{k_base_[il], k_width_}, std::pair{v_base_[il], v_width_}}) {
+        if (width == 0) continue;  // MLA keeps no V rows
         const size_t row = static_cast<size_t>(width) * elem;
         std::memmove(rows + static_cast<size_t>(to) * row, rows + static_cast<size_t>(from) * row,
                      row);
