@@ -282,8 +282,10 @@ Status SpeculativePasses::next_pass(int32_t id, int64_t room,
   if (drafter_ != nullptr) {
     const int64_t depth = options_.fixed_length ? options_.max_draft : length_.next();
     shape.depth = static_cast<int>(std::min(depth, room));
-    const int side = options_.fixed_length ? options_.max_side : length_.side(shape.depth);
-    if (t_.trees) shape.side = static_cast<int>(std::min<int64_t>(side, room - shape.depth));
+    if (t_.trees) {  // only a tree pass takes side guesses (and their probes)
+      const int side = options_.fixed_length ? options_.max_side : length_.side(shape.depth);
+      shape.side = static_cast<int>(std::min<int64_t>(side, room - shape.depth));
+    }
   }
   const auto td = Clock::now();
   tree_.clear();
