@@ -165,7 +165,7 @@ void add_spec_flags(CLI::App& app, SpecFlags* flags) {
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   app.add_option("--spec-side", flags->spec_side,
-                 "speculative decoding on the CPU: the most guesses off the main branch, a draft "
+                 "speculative decoding: the most guesses off the main branch, a draft "
                  "tree's second choices (fewer where they do not pay; 0: a chain)")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));

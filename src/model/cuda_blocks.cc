@@ -227,7 +227,7 @@ Layout layout_for(const HParams& hp, const Sizes& s) {
     // The (token, head) rows' q_nope packed (CudaBlocks::head_products).
     l.mla_nope = take(rows(b, hp.n_head * hp.qk_nope()));
   }
-  l.step = take(static_cast<size_t>(2 * b) * 4);  // token ids, then positions
+  l.step = take(static_cast<size_t>(3 * b) * 4);  // token ids, positions, cache slots
   l.total = at;
   return l;
 }
@@ -314,6 +314,9 @@ class CudaBlocks final : public Blocks {
   int32_t* ints(size_t offset) const { return reinterpret_cast<int32_t*>(base() + offset); }
   uint8_t* base() const { return static_cast<uint8_t*>(rows_.data()); }
   const int32_t* positions() const { return ints(lay_.step) + max_batch_; }
+  // Each row's cache slot: its position, except in a draft tree (model/seq_rows.h).
+  const int32_t* slots() const { return ints(lay_.step) + 2 * max_batch_; }
+  static bool is_tree(const SeqRows& seq) { return seq.tree_parent != nullptr; }
   void fail(const Status& st) {
     if (error_.is_ok() && !st.is_ok()) error_ = st;
   }
@@ -410,6 +413,7 @@ class CudaBlocks final : public Blocks {
     return serve_host_calls(pending);
   }
   void gather_last_rows();
+  Status stage_branches();
   // MLA's per-head products: out row (t, h) (contiguous, w's per-head rows wide) = w[h] .
   // the first w.n_cols values of in row (t, h) (rows in_stride apart): grouped matvecs, one
   // "expert" per head, over chunks of kCudaSmallBatch tokens.
@@ -419,11 +423,18 @@ class CudaBlocks final : public Blocks {
   Layout lay_{};
   cuda::Stream stream_;
   std::unique_ptr<cuda::Gemm> gemm_;
-  cuda::DeviceBuffer rows_;            // the row buffers (lay_)
-  cuda::DeviceBuffer act_;             // quantized activations of a small batch
-  cuda::DeviceBuffer attn_scratch_;    // decode attention's partials
-  cuda::DeviceBuffer head_ids_;        // MLA: (kCudaSmallBatch * n_head) pair i's head, i % n_head
-  cuda::PinnedBuffer step_host_;       // token ids and positions staged for the copy
+  cuda::DeviceBuffer rows_;          // the row buffers (lay_)
+  cuda::DeviceBuffer act_;           // quantized activations of a small batch
+  cuda::DeviceBuffer attn_scratch_;  // decode attention's partials
+  cuda::DeviceBuffer head_ids_;      // MLA: (kCudaSmallBatch * n_head) pair i's head, i % n_head
+  cuda::PinnedBuffer step_host_;     // token ids, positions and slots staged for the copy
+  // A draft tree's rows: each row's branch (its ancestors' slots by depth, the kernels'
+  // AttnDecodeArgs::branch), staged and on the device, branch_cap_ entries each; row r's
+  // at branch_at_[r].
+  cuda::PinnedBuffer branch_host_;
+  cuda::DeviceBuffer branch_dev_;
+  size_t branch_cap_ = 0;
+  std::vector<int64_t> branch_at_;
   cuda::PinnedBuffer x_host_;          // (max_batch, n_embd) residual rows from a CPU stage
   cuda::PinnedBuffer logits_host_;     // (kGraphSeqs, n_vocab) last rows' logits staged
   cuda::PinnedBuffer sel_host_;        // (max_batch, k) MoE selection of a prompt batch
@@ -473,7 +484,7 @@ Status CudaBlocks::init(const gguf::GgufFile& file) {
   HYPURA_ASSIGN_OR_RETURN(gemm_, cuda::Gemm::create(s(), max_batch_, sizes_.max_cols,
                                                     sizes_.tile_elems, pair_elems(hp_, sizes_)));
   HYPURA_ASSIGN_OR_RETURN(step_host_,
-                          cuda::PinnedBuffer::allocate(static_cast<size_t>(2 * max_batch_) * 4));
+                          cuda::PinnedBuffer::allocate(static_cast<size_t>(3 * max_batch_) * 4));
   HYPURA_ASSIGN_OR_RETURN(
       x_host_, cuda::PinnedBuffer::allocate(static_cast<size_t>(max_batch_ * hp_.n_embd) * 4));
   HYPURA_ASSIGN_OR_RETURN(logits_host_, cuda::PinnedBuffer::allocate(
@@ -550,7 +561,9 @@ void CudaBlocks::start_step() {
   mode_ = Mode::kEager;
   const auto n_seqs = static_cast<int64_t>(seqs_.size());
   // A decode step: one token of each sequence.
-  if (!use_graphs_ || n_tokens_ != n_seqs || n_seqs > kGraphSeqs || !logits_only_) return;
+  if (!use_graphs_ || n_tokens_ != n_seqs || n_seqs > kGraphSeqs || !logits_only_ ||
+      std::any_of(seqs_.begin(), seqs_.end(), is_tree))
+    return;
   step_kv_.clear();
   int64_t longest = 0;
   for (const SeqRows& q : seqs_) {
@@ -577,13 +590,51 @@ void CudaBlocks::stage_step(const int32_t* tokens) {
   int32_t* host = step_host_.as<int32_t>();
   if (tokens != nullptr) std::memcpy(host, tokens, static_cast<size_t>(n_tokens_) * 4);
   std::copy_n(row_pos_.data(), n_tokens_, host + max_batch_);
+  for (const SeqRows& seq : seqs_) {
+    for (int64_t t = 0; t < seq.n_tokens; ++t)
+      host[2 * max_batch_ + seq.row0 + t] = static_cast<int32_t>(seq.pos + t);
+  }
   start_step();
   pending_ = {};
   product_ = {};
   rope_ = {};
   if (replaying()) return;
-  fail(cuda::copy_to_device_async(ints(lay_.step), host, static_cast<size_t>(2 * max_batch_) * 4,
+  fail(cuda::copy_to_device_async(ints(lay_.step), host, static_cast<size_t>(3 * max_batch_) * 4,
                                   s()));
+  fail(stage_branches());
+}
+
+// The branches of a draft tree's rows, for their attention. A tree pass is eager (never
+// captured), so the buffers may grow here.
+Status CudaBlocks::stage_branches() {
+  size_t n = 0;
+  for (const SeqRows& seq : seqs_) {
+    if (!is_tree(seq)) continue;
+    for (int64_t t = 0; t < seq.n_tokens; ++t)
+      n += static_cast<size_t>(seq.position(t) - seq.tree_base + 1);
+  }
+  if (n == 0) return Status::ok();
+  if (n > branch_cap_) {
+    branch_cap_ = std::max(2 * branch_cap_, n);
+    HYPURA_RETURN_IF_ERROR(stream_.synchronize());  // the old buffers may still be read
+    HYPURA_ASSIGN_OR_RETURN(branch_host_, cuda::PinnedBuffer::allocate(branch_cap_ * 4));
+    HYPURA_ASSIGN_OR_RETURN(branch_dev_, cuda::DeviceBuffer::allocate(branch_cap_ * 4));
+  }
+  branch_at_.resize(static_cast<size_t>(max_batch_));
+  int32_t* host = branch_host_.as<int32_t>();
+  int64_t at = 0;
+  for (const SeqRows& seq : seqs_) {
+    if (!is_tree(seq)) continue;
+    for (int64_t t = 0; t < seq.n_tokens; ++t) {
+      branch_at_[static_cast<size_t>(seq.row0 + t)] = at;
+      const int64_t depth = seq.position(t) - seq.tree_base;
+      int32_t node = static_cast<int32_t>(seq.pos + t - seq.tree_base);
+      for (int64_t d = depth; d >= 0; --d, node = seq.tree_parent[node])
+        host[at + d] = static_cast<int32_t>(seq.tree_base + node);
+      at += depth + 1;
+    }
+  }
+  return cuda::copy_to_device_async(branch_dev_.data(), host, n * 4, s());
 }
 
 void CudaBlocks::embed(const WeightView& table, const int32_t* tokens) {
@@ -850,7 +901,7 @@ void CudaBlocks::attend_step(int64_t il, bool swa, float kq_scale, const Pending
     cuda::rope_qk_store_seqs(q(), hp_.n_head, k(), hp_.n_head_kv, v(), v_width, positions(),
                              rope_params(rope.freq_base, rope.freq_scale), caches, s());
   } else {
-    cuda::store_kv_f16_seqs(k(), v(), hp_.k_width(), v_width, positions(), caches, s());
+    cuda::store_kv_f16_seqs(k(), v(), hp_.k_width(), v_width, slots(), caches, s());
   }
   cuda::AttnDecodeArgs a;
   attention_shape(a, nullptr, nullptr, kq_scale);  // the caches are each sequence's
@@ -889,20 +940,25 @@ void CudaBlocks::attend_seq(int64_t il, const SeqRows& seq, bool swa, float kq_s
   float* q_rows = q() + r0 * hp_.q_width();
   float* out_rows = attn() + r0 * hp_.n_head * hp_.head_dim_v;
   cuda::store_kv_f16(k() + r0 * hp_.k_width(), v() + r0 * v_width, n, hp_.k_width(), v_width,
-                     positions() + r0, kc, vc, s());
+                     slots() + r0, kc, vc, s());
   // Few rows, or a speculative pass's rows (every row's logits wanted): each row attends
   // as its token would in a decode step of this sequence alone (the replayable form, its
   // position read on the device, the launch sized for its bucket), so a verified guess
-  // gets the logits plain decoding would have given it, bit for bit.
-  if (n <= kCudaDecodeAttention || (seq.n_logits > 1 && n <= kCudaSmallBatch)) {
+  // gets the logits plain decoding would have given it, bit for bit. A draft tree's row
+  // reads the keys of its own branch.
+  if (is_tree(seq) || n <= kCudaDecodeAttention || (seq.n_logits > 1 && n <= kCudaSmallBatch)) {
     cuda::AttnDecodeArgs a;
     attention_shape(a, kc, vc, kq_scale);
     a.n_swa = swa ? hp_.n_swa : 0;
+    if (is_tree(seq)) a.branch_base = seq.tree_base;
     for (int64_t t = 0; t < n; ++t) {
-      const int64_t bucket = bucket_for(seq.pos + t + 1);
+      const int64_t bucket = bucket_for(seq.position(t) + 1);
       a.q = q_rows + t * hp_.q_width();
       a.out = out_rows + t * hp_.n_head * hp_.head_dim_v;
       a.pos = positions() + r0 + t;
+      if (is_tree(seq))
+        a.branch = static_cast<const int32_t*>(branch_dev_.data()) +
+                   branch_at_[static_cast<size_t>(r0 + t)];
       a.max_kv = swa ? std::min(bucket, hp_.n_swa) : bucket;
       cuda::attention_decode(a, attn_scratch_.data(), s());
     }

@@ -124,6 +124,26 @@ Status KvCache::grow_device(int64_t n_ctx) {
   return Status::ok();
 }
 
+// Slot `from`'s row of every layer with device rows, copied to slot `to`: the layers' K
+// (and V) runs are evenly spaced in the buffer, so one 2D copy takes each.
+Status KvCache::move_device_row(int64_t from, int64_t to) {
+  namespace cuda = compute::cuda;
+  const int64_t first = mirror_ ? 0 : first_device_;
+  const int64_t n_dev = n_layer_ - first;
+  if (!device_ || n_dev == 0) return Status::ok();
+  const DeviceLayout l = device_layout(n_dev, n_ctx_, k_width_, v_width_);
+  for (const auto& [rows, width, pitch] :
+       {std::tuple{dev_k_, k_width_, l.k_layer}, std::tuple{dev_v_, v_width_, l.v_layer}}) {
+    if (width == 0) continue;  // MLA keeps no V rows
+    const size_t row = static_cast<size_t>(width) * 2;
+    uint8_t* layer0 = rows[static_cast<size_t>(first)];
+    HYPURA_RETURN_IF_ERROR(cuda::copy_device_to_device_2d(layer0 + static_cast<size_t>(to) * row,
+                                                          layer0 + static_cast<size_t>(from) * row,
+                                                          row, static_cast<size_t>(n_dev), pitch));
+  }
+  return Status::ok();
+}
+
 // Rows [from, to) of every host layer, copied between its host and device storage.
 Status KvCache::copy_host_layers(int64_t from, int64_t to, bool to_device) {
   namespace cuda = compute::cuda;
@@ -177,6 +197,10 @@ Status KvCache::mirror_to_host(int64_t, int64_t) {
 Status KvCache::grow_device(int64_t) {
   return unsupported("no CUDA in this build");
 }
+
+Status KvCache::move_device_row(int64_t, int64_t) {
+  return Status::ok();  // no device rows
+}
 #endif
 
 // The device part first: when it cannot get the memory, nothing has changed.
@@ -210,14 +234,16 @@ void KvCache::store_rows(uint8_t* dst, int64_t width, int64_t pos, int64_t n_tok
   for (int64_t i = 0; i < n; ++i) out[i] = quant::f32_to_fp16(src[i]);
 }
 
-void KvCache::keep_branch(int64_t base, std::span<const int32_t> nodes) {
-  assert(!on_device() && (nodes.empty() || nodes[0] == 0));
+// Rows move in increasing order: row i's source, base + nodes[i] >= base + i, is never an
+// earlier move's destination.
+Status KvCache::keep_branch(int64_t base, std::span<const int32_t> nodes) {
+  assert(nodes.empty() || nodes[0] == 0);
   const size_t elem = f32_ ? 4 : 2;
   for (size_t i = 1; i < nodes.size(); ++i) {
     const int64_t from = base + nodes[i], to = base + static_cast<int64_t>(i);
     assert(from >= to && from < n_ctx_);
     if (from == to) continue;
-    for (int64_t il = 0; il < n_layer_; ++il) {
+    for (int64_t il = 0; il < first_device_layer(); ++il) {
       for (const auto& [rows, width] :
            {std::pair{k_base_[il], k_width_}, std::pair{v_base_[il], v_width_}}) {
         if (width == 0) continue;  // MLA keeps no V rows
@@ -226,7 +252,9 @@ void KvCache::keep_branch(int64_t base, std::span<const int32_t> nodes) {
                      row);
       }
     }
+    HYPURA_RETURN_IF_ERROR(move_device_row(from, to));
   }
+  return Status::ok();
 }
 
 compute::KvRows KvCache::rows(const uint8_t* base, int64_t width, int64_t col,

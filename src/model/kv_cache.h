@@ -78,8 +78,9 @@ class KvCache {
   // After a draft tree's verification (seq_rows.h): the kept branch's nodes, in slots
   // base + nodes[i], move to slots base + i, so the cache holds the branch as if it had
   // been decoded token by token. nodes[0] must be 0 and the nodes increasing (a branch).
-  // Rows of host layers are copied; REQUIRES: !on_device().
-  void keep_branch(int64_t base, std::span<const int32_t> nodes);
+  // Host rows move in memory, device rows by one copy per moved row over every device
+  // layer (synchronous: after the pass). Fails only on a device error.
+  Status keep_branch(int64_t base, std::span<const int32_t> nodes);
 
   // Head `h` of layer il from position `first` on: head_dim (keys) or head_dim_v (values)
   // elements per row, in host memory for a host layer. REQUIRES: first < n_ctx.
@@ -101,6 +102,7 @@ class KvCache {
   void point_at_host();
   Status grow_device(int64_t n_ctx);
   Status copy_host_layers(int64_t from, int64_t to, bool to_device);
+  Status move_device_row(int64_t from, int64_t to);
 
   int64_t n_ctx_;
   bool f32_;

@@ -100,13 +100,9 @@ static Status check_kv_placement(const KvCache& kv, const Blocks& b, int64_t fir
   return Status::ok();
 }
 
-// A draft tree's nodes continue earlier nodes, and its attention is the CPU's.
-static Status check_tree(const SeqRows& s, const std::vector<ForwardStage>& stages) {
+// A draft tree's nodes continue earlier nodes.
+static Status check_tree(const SeqRows& s) {
   if (s.tree_parent == nullptr) return Status::ok();
-  for (const ForwardStage& stage : stages) {
-    if (stage.blocks->on_device())
-      return invalid_argument("draft trees are verified on the CPU only");
-  }
   if (s.tree_base < 0 || s.tree_base > s.pos)
     return invalid_argument("a draft tree after its rows");
   for (int64_t node = 0; node < s.pos + s.n_tokens - s.tree_base; ++node) {
@@ -147,7 +143,7 @@ Status Forward::check(const int32_t* tokens, std::span<const SeqRows> seqs) cons
       HYPURA_RETURN_IF_ERROR(
           check_kv_placement(kv, *stages[st].blocks, stage_begin(stages, st), stages[st].end));
     }
-    HYPURA_RETURN_IF_ERROR(check_tree(s, stages));
+    HYPURA_RETURN_IF_ERROR(check_tree(s));
     for (size_t j = 0; j < i; ++j) {
       if (seqs[j].kv == s.kv)
         return invalid_argument("two sequences of one batch share a KV cache");

@@ -133,6 +133,34 @@ TEST_P(Deepseek2, DraftTreeRowsAsTheirBranchesAlone) {
   std::filesystem::remove(s.path);
 }
 
+// The same on the GPU: the latent cache's rows of a branch read through its slots.
+TEST_P(Deepseek2, GpuDraftTreeRowsAsTheirBranchesAlone) {
+#if HYPURA_HAVE_CUDA
+  if (compute::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  Synthesized s = synthesize(GetParam());
+  ASSERT_NE(s.model, nullptr);
+  auto device =
+      tiers::DeviceWeights::read(s.file, std::vector<bool>(s.file.tensors().size(), true));
+  ASSERT_TRUE(device.is_ok()) << device.status().message();
+  const model::HParams& hp = s.model->hparams();
+  const auto make = [&](int64_t n_ctx) {
+    model::golden::OwnedPass p;
+    auto blocks =
+        model::make_cuda_blocks(hp, s.model->weights(), s.file, *device.value(), 64, n_ctx);
+    auto kv = model::KvCache::on_device(hp, n_ctx);
+    EXPECT_TRUE(blocks.is_ok() && kv.is_ok());
+    if (!blocks.is_ok() || !kv.is_ok()) return p;
+    p.kv = std::move(kv).value();
+    p.fwd = std::make_unique<model::Forward>(s.model, std::move(blocks).value(), 64);
+    return p;
+  };
+  model::golden::expect_draft_tree_rows_as_branches(make, hp.n_vocab, GetParam());
+  std::filesystem::remove(s.path);
+#else
+  GTEST_SKIP() << "a build without CUDA";
+#endif
+}
+
 // Logits of every position of `tokens` on the GPU: the first `prompt` tokens in one batch
 // (prefill attention, batched products), then a token a step with the last row's logits
 // only (decode attention; each step a CUDA graph, captured once per context bucket and then

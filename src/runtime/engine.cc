@@ -177,14 +177,13 @@ class LocalEngine final : public Engine {
   std::string mode() const override { return weights_ ? weights_->mode() : "unloaded"; }
   std::string device() const override { return device_kind_name(device_.kind); }
   bool on_gpu() const { return device_.kind == DeviceKind::kCuda; }
-  // The most guesses a pass may verify and still give plain decoding's logits bit for bit:
-  // the GPU computes passes of up to kCudaSmallBatch rows of a sequence as decode steps.
+  // The most guesses (a draft tree's nodes) a pass may verify and still give plain
+  // decoding's logits bit for bit: the GPU computes passes of up to kCudaSmallBatch rows of
+  // a sequence as decode steps.
   int max_exact_draft() const {
     return on_gpu() ? static_cast<int>(model::kCudaSmallBatch) - 1
                     : std::numeric_limits<int>::max();
   }
-  // Whether a pass may verify a draft tree (its attention is the CPU's, model::SeqRows).
-  bool verifies_trees() const { return !on_gpu(); }
   tiers::DeviceWeights& device_weights() { return *device_weights_; }
   const TieredWeights* tiers() const override { return weights_.get(); }
   StepCounts step_counts() const override { return batcher_->counts(); }
@@ -862,7 +861,6 @@ Result<GenerateResult> LocalSession::generate(
   }
   SpeculativePasses::Target target;
   target.n_vocab = engine_.n_vocab();
-  target.trees = engine_.verifies_trees();
   target.history = &history_;
   target.plain = logits_.data();
   target.rows = &spec_logits_;
@@ -871,7 +869,7 @@ Result<GenerateResult> LocalSession::generate(
     return n_rows > 0 ? feed(tokens, nullptr, n_rows, rows, parent) : feed(tokens);
   };
   target.keep = [this](int64_t base, std::span<const int32_t> nodes) {
-    kv_->keep_branch(base, nodes);
+    return kv_->keep_branch(base, nodes);
   };
   SpeculativePasses passes(drafter.get(), *draft_length_, so, std::move(target), &result.spec);
   const auto ends = [&](int32_t t) { return tok.is_end_of_generation(t); };
@@ -916,13 +914,14 @@ Result<GenerateResult> LocalSession::generate(
       passes.kept(kept);
       continue;
     }
-    passes.settle();
+    HYPURA_RETURN_IF_ERROR(passes.settle());
     if (n_past() >= n_ctx()) break;  // context full: "length"
     // The next pass: the token, and as many guesses as pay (none without a drafter).
-    const int64_t room = std::min(limit - i - 1, n_ctx() - n_past() - 1);
+    const int64_t room = std::min(
+        {limit - i - 1, n_ctx() - n_past() - 1, static_cast<int64_t>(engine_.max_exact_draft())});
     HYPURA_RETURN_IF_ERROR(passes.next_pass(id, room, ends));
   }
-  passes.finish();
+  HYPURA_RETURN_IF_ERROR(passes.finish());
   // Bytes still held by the detokenizer are the start of a character that will never be
   // completed (the answer was cut, or the model ended mid-character).
   if (options.drop_unfinished_char) {

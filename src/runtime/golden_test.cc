@@ -760,6 +760,22 @@ TEST_P(GoldenGpu, VerificationRowsAsDecodeStepsBitForBit) {
   }
 }
 
+// Draft trees on the GPU (golden.h): every layer there, and split with the CPU (the first
+// half of the layers on the CPU, with host KV rows).
+TEST_P(GoldenGpu, DraftTreeRowsAsTheirBranchesAlone) {
+  for (const char* quant : {"-f32", "-q4_k_m"}) {
+    const std::string name = std::string(GetParam()) + quant;
+    auto l = load(name);
+    ASSERT_TRUE(l);
+    const int64_t n_layer = l->model->hparams().n_layer;
+    for (const int64_t split : {int64_t{-1}, n_layer / 2}) {
+      const auto make = [&](int64_t n_ctx) { return make_pass(*l, true, false, n_ctx, split); };
+      model::golden::expect_draft_tree_rows_as_branches(make, l->model->hparams().n_vocab,
+                                                        name + (split < 0 ? " gpu" : " split"));
+    }
+  }
+}
+
 TEST_P(GoldenGpu, LogitsOfSeveralRowsPerSequence) {
   const std::string name = std::string(GetParam());
   check_logit_rows(name + "-f32", true, is_gemma(name) || is_moe(name) ? 3e-4 : 1e-4);

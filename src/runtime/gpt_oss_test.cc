@@ -177,6 +177,33 @@ TEST(GptOss, DraftTreeRowsAsTheirBranchesAlone) {
   model::golden::expect_draft_tree_rows_as_branches(t->model, *t->provider, "gpt-oss-tiny");
 }
 
+// The same on the GPU: the sinks and the window over a branch read through its slots.
+TEST(GptOss, GpuDraftTreeRowsAsTheirBranchesAlone) {
+#if HYPURA_HAVE_CUDA
+  if (compute::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  auto t = open_tiny();
+  ASSERT_TRUE(t);
+  const model::HParams& hp = t->model->hparams();
+  auto device =
+      tiers::DeviceWeights::read(t->file, std::vector<bool>(t->file.tensors().size(), true));
+  ASSERT_TRUE(device.is_ok()) << device.status().message();
+  const auto make = [&](int64_t n_ctx) {
+    model::golden::OwnedPass p;
+    auto blocks =
+        model::make_cuda_blocks(hp, t->model->weights(), t->file, *device.value(), 64, n_ctx);
+    auto kv = model::KvCache::on_device(hp, n_ctx);
+    EXPECT_TRUE(blocks.is_ok() && kv.is_ok());
+    if (!blocks.is_ok() || !kv.is_ok()) return p;
+    p.kv = std::move(kv).value();
+    p.fwd = std::make_unique<model::Forward>(t->model, std::move(blocks).value(), 64);
+    return p;
+  };
+  model::golden::expect_draft_tree_rows_as_branches(make, hp.n_vocab, "gpt-oss-tiny");
+#else
+  GTEST_SKIP() << "a build without CUDA";
+#endif
+}
+
 // Under a RAM budget short of part of the experts the planner streams them; the logits
 // are bit for bit those of the mmap run (expert biases stay resident).
 TEST(GptOss, ExpertStreamingIsBitIdentical) {

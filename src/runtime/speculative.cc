@@ -232,27 +232,30 @@ void SpeculativePasses::kept(int i) {
   find_children();
 }
 
-void SpeculativePasses::finish() {
+Status SpeculativePasses::finish() {
+  Status st;
   if (n_rows_ > 0) {
-    if (path_.back() + 1 != static_cast<int32_t>(path_.size())) t_.keep(base_, path_);
+    if (path_.back() + 1 != static_cast<int32_t>(path_.size())) st = t_.keep(base_, path_);
     t_.history->resize(static_cast<size_t>(base_) + path_.size());
   }
   n_rows_ = 0;
   child_tokens_.clear();
   child_nodes_.clear();
+  return st;
 }
 
-void SpeculativePasses::settle() {
+Status SpeculativePasses::settle() {
   int kept_main = 0;
   while (kept_main + 1 < static_cast<int>(path_.size()) && path_[kept_main + 1] == kept_main + 1 &&
          kept_main < tree_.main) {
     ++kept_main;
   }
   const int kept_side = std::max(0, static_cast<int>(path_.size()) - 1 - kept_main);
-  finish();  // the guesses after the row sampled are dropped
-  if (!last_) return;
+  HYPURA_RETURN_IF_ERROR(finish());  // the guesses after the row sampled are dropped
+  if (!last_) return Status::ok();
   length_.record({last_->main, last_->side, kept_main, kept_side, last_->pass_s, last_->draft_s});
   last_.reset();
+  return Status::ok();
 }
 
 // Nothing follows an end of generation: nodes after one would never be judged.
@@ -282,10 +285,8 @@ Status SpeculativePasses::next_pass(int32_t id, int64_t room,
   if (drafter_ != nullptr) {
     const int64_t depth = options_.fixed_length ? options_.max_draft : length_.next();
     shape.depth = static_cast<int>(std::min(depth, room));
-    if (t_.trees) {  // only a tree pass takes side guesses (and their probes)
-      const int side = options_.fixed_length ? options_.max_side : length_.side(shape.depth);
-      shape.side = static_cast<int>(std::min<int64_t>(side, room - shape.depth));
-    }
+    const int side = options_.fixed_length ? options_.max_side : length_.side(shape.depth);
+    shape.side = static_cast<int>(std::min<int64_t>(side, room - shape.depth));
   }
   const auto td = Clock::now();
   tree_.clear();

@@ -169,10 +169,9 @@ class SpeculativePasses {
   using Feed = std::function<Status(std::span<const int32_t> tokens,
                                     std::span<const int32_t> parent, int64_t n_rows, float* rows)>;
   // Moves a kept branch's cache rows (KvCache::keep_branch).
-  using KeepBranch = std::function<void(int64_t base, std::span<const int32_t> nodes)>;
+  using KeepBranch = std::function<Status(int64_t base, std::span<const int32_t> nodes)>;
   struct Target {
     int64_t n_vocab = 0;
-    bool trees = false;                       // side branches are verified (the CPU's attention)
     std::vector<int32_t>* history = nullptr;  // the session's tokens; a pass's nodes join it
     float* plain = nullptr;                   // the logits of a one-token pass
     std::vector<float>* rows = nullptr;       // a pass's rows (grown as needed)
@@ -190,13 +189,13 @@ class SpeculativePasses {
   // The sampled token was guesses()[i]: its cache row and the next row's logits exist.
   void kept(int i);
   // The sampled token was not a guess: the rest of the pass is dropped and the pass is
-  // recorded.
-  void settle();
+  // recorded. Fails only where the kept branch's rows could not move (a device error).
+  Status settle();
   // Feeds `id` and up to `room` guesses after it (stop: the tokenizer's end test, nothing
   // follows such a guess).
   Status next_pass(int32_t id, int64_t room, const std::function<bool(int32_t)>& stop);
   // At the end: the history and the cache keep only the tokens sampled.
-  void finish();
+  Status finish();
 
  private:
   void drop_after_ends(const std::function<bool(int32_t)>& stop);

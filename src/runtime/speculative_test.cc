@@ -127,7 +127,6 @@ TEST(SpeculativePasses, WalksDownASideBranchAndKeepsItsRows) {
   one_hot(plain.data(), 5);
   SpeculativePasses::Target target;
   target.n_vocab = kToyVocab;
-  target.trees = true;
   target.history = &history;
   target.plain = plain.data();
   target.rows = &rows;
@@ -142,6 +141,7 @@ TEST(SpeculativePasses, WalksDownASideBranchAndKeepsItsRows) {
   target.keep = [&](int64_t base, std::span<const int32_t> nodes) {
     EXPECT_EQ(base, static_cast<int64_t>(history.size()) - 5);  // the pass fed 5 tokens
     kept_branches.emplace_back(nodes.begin(), nodes.end());
+    return Status::ok();
   };
   SpecStats stats;
   SpeculativePasses passes(&drafter, length, so, target, &stats);
@@ -160,10 +160,10 @@ TEST(SpeculativePasses, WalksDownASideBranchAndKeepsItsRows) {
       passes.kept(kept);
       continue;
     }
-    passes.settle();
+    ASSERT_TRUE(passes.settle().is_ok());
     ASSERT_TRUE(passes.next_pass(id, 100, [](int32_t) { return false; }).is_ok());
   }
-  passes.finish();
+  ASSERT_TRUE(passes.finish().is_ok());
   EXPECT_EQ(history, want);
   // Each pass: the token, then a (kept), the main branch's wrong guess, b and its child on
   // the side branch (both kept): nodes 0, 1, 3, 4 of the pass.

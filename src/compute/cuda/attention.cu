@@ -38,8 +38,9 @@ __device__ __forceinline__ void widen8(const uint4& raw, float (&out)[8]) {
 // partials are seq_partial floats after the previous one's; without, the launch has one
 // sequence and keeps the registers of a kernel without a sequence index. The caches are
 // read from the grid-constant parameter in place (a copy indexed by the sequence would go
-// to the stack).
-template <int kG, bool kSeqs>
+// to the stack). kBranch: a draft tree's row, whose keys past a.branch_base are read from
+// its branch's slots (the same keys in the same order as its branch decoded alone).
+template <int kG, bool kSeqs, bool kBranch = false>
 __global__ void __launch_bounds__(kThreads)
     attn_segment(AttnDecodeArgs a, const __grid_constant__ AttnSeqs seqs,
                  float* __restrict__ partial, int n_seg, int seg_len, int chunks,
@@ -71,6 +72,14 @@ __global__ void __launch_bounds__(kThreads)
   // Segments past the end (replayable form) have no keys: m = -inf, l = 0, acc = 0.
   const int n_keys =
       static_cast<int>(max(int64_t{0}, min(kv_end - first, static_cast<int64_t>(seg_len))));
+  // Rows between key j's slot and the segment's first position.
+  const auto row = [&](int j) -> int64_t {
+    if constexpr (kBranch) {
+      const int64_t p = first + j;
+      return (p < a.branch_base ? p : a.branch[p - a.branch_base]) - first;
+    }
+    return j;
+  };
 
   // Scores. A key row is read by lpk lanes, 8 dims each; a warp step covers 32 / lpk keys.
   // Keys wider than 256 dims (MLA's 576) take several passes of 256, each adding its dots.
@@ -95,8 +104,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int j = j0 + u * kWarps * kps;
-          raw[u] = (active && j < n_keys) ? *reinterpret_cast<const uint4*>(kbase + j * a.k_stride)
-                                          : make_uint4(0, 0, 0, 0);
+          raw[u] = (active && j < n_keys)
+                       ? *reinterpret_cast<const uint4*>(kbase + row(j) * a.k_stride)
+                       : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
@@ -151,7 +161,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int j = j0 + u * slots;
-      raw[u] = (active && j < n_keys) ? *reinterpret_cast<const uint4*>(vbase + j * a.v_stride)
+      raw[u] = (active && j < n_keys) ? *reinterpret_cast<const uint4*>(vbase + row(j) * a.v_stride)
                                       : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
@@ -274,6 +284,7 @@ size_t attention_scratch_bytes(int64_t n_head, int64_t n_head_kv, int64_t head_d
 void attention_decode_seqs(const AttnDecodeArgs& a, const AttnSeqs& seqs, void* scratch,
                            StreamHandle stream) {
   assert(seqs.n >= 1 && seqs.n <= kAttnMaxSeqs && (seqs.n == 1 || a.pos != nullptr));
+  assert(seqs.n == 1 || a.branch == nullptr);
   const int64_t n_kv = a.pos != nullptr ? a.max_kv : a.kv_end - a.kv_first;
   const Shape sh = launch_shape(n_kv, a.n_head, a.n_head_kv);
   const int64_t chunks = (a.n_head / a.n_head_kv + sh.heads - 1) / sh.heads;
@@ -284,16 +295,20 @@ void attention_decode_seqs(const AttnDecodeArgs& a, const AttnSeqs& seqs, void* 
   assert(n_seg <= kMaxSeg);
   const int seg_len = static_cast<int>(sh.seg);
   const int64_t seq_partial = a.n_head * n_seg * (a.head_dim_v + 2);
-  const auto segments = [&](auto one, auto several) {
-    launch_kernel(seqs.n > 1 ? several : one, grid, kThreads, 0, stream, a, seqs, partial, n_seg,
-                  seg_len, static_cast<int>(chunks), seq_partial);
+  const auto segments = [&](auto one, auto several, auto tree_row) {
+    launch_kernel(a.branch != nullptr ? tree_row
+                  : seqs.n > 1        ? several
+                                      : one,
+                  grid, kThreads, 0, stream, a, seqs, partial, n_seg, seg_len,
+                  static_cast<int>(chunks), seq_partial);
   };
   if (sh.heads == 2) {
-    segments(attn_segment<2, false>, attn_segment<2, true>);
+    segments(attn_segment<2, false>, attn_segment<2, true>, attn_segment<2, false, true>);
   } else if (sh.heads == 4) {
-    segments(attn_segment<4, false>, attn_segment<4, true>);
+    segments(attn_segment<4, false>, attn_segment<4, true>, attn_segment<4, false, true>);
   } else {
-    segments(attn_segment<kMaxG, false>, attn_segment<kMaxG, true>);
+    segments(attn_segment<kMaxG, false>, attn_segment<kMaxG, true>,
+             attn_segment<kMaxG, false, true>);
   }
   launch_kernel(attn_merge, static_cast<unsigned>(a.n_head * seqs.n), kThreads, 0, stream, partial,
                 n_seg, static_cast<int>(a.head_dim_v), static_cast<int>(a.n_head), a.sinks, a.out,

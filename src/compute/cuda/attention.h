@@ -49,6 +49,11 @@ struct AttnDecodeArgs {
   // (n_head) sink logits (gpt-oss): head h's softmax denominator also sums exp(sinks[h]),
   // a logit with no value vector; null: none.
   const float* sinks = nullptr;
+  // A draft tree's row (model/seq_rows.h): the keys at positions p >= branch_base sit in
+  // slots branch[p - branch_base] (device int32, its ancestors' slots by depth), the ones
+  // before in slot p. Null: every key in the slot of its position. One sequence only.
+  const int32_t* branch = nullptr;
+  int64_t branch_base = 0;
 };
 
 // Several sequences' decode steps in one launch (attention_decode_seqs): sequence i's own
@@ -73,7 +78,8 @@ size_t attention_scratch_bytes(int64_t n_head, int64_t n_head_kv, int64_t head_d
 void attention_decode(const AttnDecodeArgs& a, void* scratch, StreamHandle stream);
 
 // attention_decode of seqs.n sequences in one launch, each exactly as alone (the same
-// launch shape: every sequence is sized for max_kv keys). a.k and a.v are ignored.
+// launch shape: every sequence is sized for max_kv keys). a.k and a.v are ignored, and
+// a.branch must be null.
 // REQUIRES: as attention_decode, in the replayable form (a.pos set); 1 <= seqs.n <=
 // kAttnMaxSeqs; scratch >= seqs.n * attention_scratch_bytes(..., max_kv).
 void attention_decode_seqs(const AttnDecodeArgs& a, const AttnSeqs& seqs, void* scratch,

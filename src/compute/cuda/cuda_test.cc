@@ -501,6 +501,58 @@ TEST_F(CudaTest, AttentionOfSeveralSequencesAsAlone) {
   }
 }
 
+// A draft tree's row (AttnDecodeArgs::branch): its keys past the branch's base read from
+// the branch's slots give, bit for bit, the attention over the same keys in the slots of
+// their positions (the branch decoded alone), inside a segment and across one, with and
+// without a window.
+TEST_F(CudaTest, AttentionOverABranchAsOverItsKeysInPlace) {
+  const int64_t n_head = 8, n_head_kv = 2, head_dim = 64, width = n_head_kv * head_dim;
+  const int64_t n_ctx = 600, qw = n_head * head_dim;
+  const float kq_scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const std::vector<float> q = random_floats(qw, 21);
+  const std::vector<uint16_t> k = to_fp16(random_floats(n_ctx * width, 22)),
+                              v = to_fp16(random_floats(n_ctx * width, 23));
+  DeviceBuffer dq = upload(q), din_place_k = upload(k), din_place_v = upload(v);
+  for (const int64_t base : {int64_t{70}, int64_t{250}}) {
+    for (const int64_t n_swa : {int64_t{0}, int64_t{40}}) {
+      SCOPED_TRACE("base " + std::to_string(base) + ", window " + std::to_string(n_swa));
+      // The branch's 9 keys (positions base..base+8) sit in the tree's slots base + 3 * d
+      // (other nodes between them), their rows in place in the reference.
+      const int64_t depth = 8, pos = base + depth;
+      std::vector<int32_t> branch(depth + 1);
+      std::vector<uint16_t> kt = to_fp16(random_floats(n_ctx * width, 24)), vt = kt;
+      std::copy_n(k.begin(), base * width, kt.begin());
+      std::copy_n(v.begin(), base * width, vt.begin());
+      for (int64_t d = 0; d <= depth; ++d) {
+        branch[d] = static_cast<int32_t>(base + 3 * d);
+        std::copy_n(k.begin() + (base + d) * width, width, kt.begin() + branch[d] * width);
+        std::copy_n(v.begin() + (base + d) * width, width, vt.begin() + branch[d] * width);
+      }
+      const std::vector<int32_t> position = {static_cast<int32_t>(pos)};
+      DeviceBuffer dk = upload(kt), dv = upload(vt), dbranch = upload(branch),
+                   dpos = upload(position), dout = poisoned(qw), dwant = poisoned(qw);
+      auto scratch =
+          DeviceBuffer::allocate(attention_scratch_bytes(n_head, n_head_kv, head_dim, 512));
+      ASSERT_TRUE(scratch.is_ok());
+      AttnDecodeArgs a;
+      attention_shape(a, dq, din_place_k, din_place_v, dwant, n_head, n_head_kv, head_dim, width,
+                      kq_scale);
+      a.pos = dpos.as<int32_t>();
+      a.n_swa = n_swa;
+      a.max_kv = n_swa > 0 ? n_swa : 512;
+      attention_decode(a, scratch->data(), stream_.handle());
+      AttnDecodeArgs b = a;
+      b.k = dk.as<uint16_t>();
+      b.v = dv.as<uint16_t>();
+      b.out = dout.as<float>();
+      b.branch = dbranch.as<int32_t>();
+      b.branch_base = base;
+      attention_decode(b, scratch->data(), stream_.handle());
+      EXPECT_EQ(download(dout, qw), download(dwant, qw));
+    }
+  }
+}
+
 // Prefill attention: every token of a batch against the cache holding its own keys, causal,
 // with GQA, a sliding window and batches that start past position 0.
 TEST_F(CudaTest, AttentionPrefillMatchesCpu) {

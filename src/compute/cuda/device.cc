@@ -211,6 +211,12 @@ Status copy_device_to_device(void* dst, const void* src, size_t bytes) {
   return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy D2D");
 }
 
+Status copy_device_to_device_2d(void* dst, const void* src, size_t width, size_t height,
+                                size_t pitch) {
+  return cuda_status(cudaMemcpy2D(dst, pitch, src, pitch, width, height, cudaMemcpyDeviceToDevice),
+                     "cudaMemcpy2D D2D");
+}
+
 Status zero_device(void* dst, size_t bytes) {
   return cuda_status(cudaMemset(dst, 0, bytes), "cudaMemset");
 }

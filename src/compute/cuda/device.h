@@ -125,6 +125,10 @@ Status synchronize_device();
 Status copy_to_device(void* dst, const void* src, size_t bytes);
 Status copy_to_host(void* dst, const void* src, size_t bytes);
 Status copy_device_to_device(void* dst, const void* src, size_t bytes);
+// `height` runs of `width` bytes, each `pitch` bytes after the previous, in both buffers
+// (cudaMemcpy2D: one call for a row of every layer of a KV cache).
+Status copy_device_to_device_2d(void* dst, const void* src, size_t width, size_t height,
+                                size_t pitch);
 Status zero_device(void* dst, size_t bytes);  // cudaMemset to 0, synchronous
 // Asynchronous copies on `stream` (src / dst in host memory must stay valid until done).
 Status copy_to_device_async(void* dst, const void* src, size_t bytes, StreamHandle stream);

@@ -142,20 +142,26 @@ inline Status forward_logits(const std::shared_ptr<const model::Model>& m,
   return Status::ok();
 }
 
-// The logits of the last of `tokens` (fed in batches of up to 64: the CPU's rows do not
-// depend on the split).
-inline std::vector<float> last_logits(const std::shared_ptr<const model::Model>& m,
-                                      model::WeightProvider& provider,
-                                      const std::vector<int32_t>& tokens) {
-  const int64_t n_vocab = m->hparams().n_vocab, n = static_cast<int64_t>(tokens.size());
-  compute::Context ctx(2);
-  model::KvCache kv(m->hparams(), n, false);
-  model::Forward fwd(m, ctx, provider, 64, n);
+// A forward pass, its KV cache and the CPU threads it runs on (none for the GPU alone).
+struct OwnedPass {
+  std::unique_ptr<compute::Context> ctx;
+  std::unique_ptr<model::KvCache> kv;
+  std::unique_ptr<model::Forward> fwd;
+};
+
+// The logits of the last of `tokens` through a fresh pass (make(n_ctx)): the first
+// `prefix` tokens in batches of up to 64, the rest one per step, as decoding gives them.
+template <class MakePass>
+std::vector<float> stepped_logits(MakePass& make, int64_t n_vocab, int64_t n_ctx,
+                                  const std::vector<int32_t>& tokens, int64_t prefix) {
+  auto pass = make(n_ctx);
   std::vector<float> out(static_cast<size_t>(n_vocab));
-  for (int64_t i = 0; i < n; i += 64) {
-    const Status st =
-        fwd.run(tokens.data() + i, std::min<int64_t>(64, n - i), i, kv, false, out.data());
+  const auto n = static_cast<int64_t>(tokens.size());
+  for (int64_t i = 0; i < n;) {
+    const int64_t step = i < prefix ? std::min<int64_t>(64, prefix - i) : 1;
+    const Status st = pass.fwd->run(tokens.data() + i, step, i, *pass.kv, false, out.data());
     EXPECT_TRUE(st.is_ok()) << st.message();
+    i += step;
   }
   return out;
 }
@@ -165,10 +171,9 @@ inline std::vector<float> last_logits(const std::shared_ptr<const model::Model>&
 // positions (KvCache::keep_branch) the next token's are the branch's too. Prefixes put the
 // tree inside a key block, and across a 512-key segment with the pass in two batches (as
 // the step batcher may split it). Token ids stay under 20 (every golden vocabulary).
-inline void expect_draft_tree_rows_as_branches(const std::shared_ptr<const model::Model>& m,
-                                               model::WeightProvider& provider,
-                                               const std::string& name) {
-  const int64_t n_vocab = m->hparams().n_vocab;
+// make(n_ctx): a pass (its .fwd and .kv) on the device under test, batches up to 64 rows.
+template <class MakePass>
+void expect_draft_tree_rows_as_branches(MakePass make, int64_t n_vocab, const std::string& name) {
   const std::vector<int32_t> tokens = {11, 12, 13, 14, 15, 16, 17};
   const std::vector<int32_t> parent = {-1, 0, 0, 1, 2, 2, 5};
   const std::vector<int32_t> kept = {0, 2, 5, 6};
@@ -182,42 +187,56 @@ inline void expect_draft_tree_rows_as_branches(const std::shared_ptr<const model
   for (const int64_t prefix : {int64_t{70}, int64_t{510}}) {
     std::vector<int32_t> before(static_cast<size_t>(prefix));
     for (int64_t i = 0; i < prefix; ++i) before[static_cast<size_t>(i)] = 3 + (i * 37) % 17;
-    compute::Context ctx(2);
-    model::KvCache kv(m->hparams(), kCtx, false);
-    model::Forward fwd(m, ctx, provider, 64, kCtx);
+    auto pass = make(kCtx);
+    ASSERT_TRUE(pass.fwd && pass.kv) << name;
     std::vector<float> got(static_cast<size_t>(kN * n_vocab));
     for (int64_t i = 0; i < prefix; i += 64) {
-      const Status st =
-          fwd.run(before.data() + i, std::min<int64_t>(64, prefix - i), i, kv, false, got.data());
+      const Status st = pass.fwd->run(before.data() + i, std::min<int64_t>(64, prefix - i), i,
+                                      *pass.kv, false, got.data());
       ASSERT_TRUE(st.is_ok()) << st.message();
     }
     const int64_t first = prefix == 70 ? kN : 3;  // the pass's first batch
     for (int64_t from = 0; from < kN;) {
       const int64_t n = from == 0 ? first : kN - from;
-      model::SeqRows rows{&kv, prefix + from, n, n};
+      model::SeqRows rows{pass.kv.get(), prefix + from, n, n};
       rows.tree_parent = parent.data();
       rows.tree_base = prefix;
-      const Status st =
-          fwd.run_batch(tokens.data() + from, std::span(&rows, 1), got.data() + from * n_vocab);
+      const Status st = pass.fwd->run_batch(tokens.data() + from, std::span(&rows, 1),
+                                            got.data() + from * n_vocab);
       ASSERT_TRUE(st.is_ok()) << st.message();
       from += n;
     }
     for (int32_t node = 0; node < kN; ++node) {
-      const auto want = last_logits(m, provider, branch(before, node));
+      const auto want = stepped_logits(make, n_vocab, kCtx, branch(before, node), prefix);
       EXPECT_EQ(0, std::memcmp(got.data() + node * n_vocab, want.data(), want.size() * 4))
           << name << " prefix " << prefix << " node " << node;
     }
-    kv.keep_branch(prefix, kept);
+    const Status moved = pass.kv->keep_branch(prefix, kept);
+    ASSERT_TRUE(moved.is_ok()) << moved.message();
     const int32_t next = 18;
-    const Status st =
-        fwd.run(&next, 1, prefix + static_cast<int64_t>(kept.size()), kv, false, got.data());
+    const Status st = pass.fwd->run(&next, 1, prefix + static_cast<int64_t>(kept.size()), *pass.kv,
+                                    false, got.data());
     ASSERT_TRUE(st.is_ok()) << st.message();
     std::vector<int32_t> seq = branch(before, kept.back());
     seq.push_back(next);
-    const auto want = last_logits(m, provider, seq);
+    const auto want = stepped_logits(make, n_vocab, kCtx, seq, prefix);
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4))
         << name << " prefix " << prefix << " after the kept branch";
   }
+}
+
+// The same on the CPU.
+inline void expect_draft_tree_rows_as_branches(const std::shared_ptr<const model::Model>& m,
+                                               model::WeightProvider& provider,
+                                               const std::string& name) {
+  const auto make = [&](int64_t n_ctx) {
+    OwnedPass p;
+    p.ctx = std::make_unique<compute::Context>(2);
+    p.kv = std::make_unique<model::KvCache>(m->hparams(), n_ctx, false);
+    p.fwd = std::make_unique<model::Forward>(m, *p.ctx, provider, 64, n_ctx);
+    return p;
+  };
+  expect_draft_tree_rows_as_branches(make, m->hparams().n_vocab, name);
 }
 
 }  // namespace hypura::model::golden
