@@ -132,11 +132,11 @@ Status KvCache::move_device_row(int64_t from, int64_t to) {
   const int64_t n_dev = n_layer_ - first;
   if (!device_ || n_dev == 0) return Status::ok();
   const DeviceLayout l = device_layout(n_dev, n_ctx_, k_width_, v_width_);
-  for (const auto& [rows, width, pitch] :
-       {std::tuple{dev_k_, k_width_, l.k_layer}, std::tuple{dev_v_, v_width_, l.v_layer}}) {
+  const auto f = static_cast<size_t>(first);
+  for (const auto& [layer0, width, pitch] :
+       {std::tuple{dev_k_[f], k_width_, l.k_layer}, std::tuple{dev_v_[f], v_width_, l.v_layer}}) {
     if (width == 0) continue;  // MLA keeps no V rows
     const size_t row = static_cast<size_t>(width) * 2;
-    uint8_t* layer0 = rows[static_cast<size_t>(first)];
     HYPURA_RETURN_IF_ERROR(cuda::copy_device_to_device_2d(layer0 + static_cast<size_t>(to) * row,
                                                           layer0 + static_cast<size_t>(from) * row,
                                                           row, static_cast<size_t>(n_dev), pitch));
