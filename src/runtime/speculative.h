@@ -4,18 +4,19 @@
 // costs about one read of them whatever its width, so every accepted guess is a token for
 // free; over resident weights a wider pass costs compute, and DraftLength weighs it.
 //
-// Guesses form a tree: a main branch (a chain), and on the CPU side branches where the
-// drafter had second choices (other continuations of the same n-gram, the draft model's
+// Guesses form a tree: a main branch (a chain), and side branches where the drafter had
+// second choices (other continuations of the same n-gram, the draft model's
 // runners-up). One pass verifies the whole tree (model::SeqRows's tree rows); the tokens
 // sampled walk down it while a child holds them, and the kept branch's cache rows move to
 // their positions (KvCache::keep_branch), a few rows, never the cache.
 //
-// Exactness: greedy decoding keeps a guess only when it is the argmax of its row, and the
-// CPU's rows are bit-identical to one-token steps (batch invariance, model.h; a tree row
-// attends exactly as its branch decoded alone), so the output is the same token for
-// token. Sampling tries a row's guesses in turn, keeping each with the probability the
-// target gives it among the tokens not refused yet, and otherwise draws from the rest
-// (Sampler::sample_draft), so the output distribution is the target's.
+// Exactness: greedy decoding keeps a guess only when it is the argmax of its row, and a
+// pass's rows are bit-identical to one-token steps (batch invariance, model.h; on the GPU
+// for up to 15 guesses a pass; a tree row attends exactly as its branch decoded alone),
+// so the output is the same token for token. Sampling tries a row's guesses in turn,
+// keeping each with the probability the target gives it among the tokens not refused
+// yet, and otherwise draws from the rest (Sampler::sample_draft), so the output
+// distribution is the target's.
 //
 // Thread-safety: one instance per generation stream.
 #pragma once
