@@ -3,7 +3,8 @@
 # on the CI machine (Debian 12, CUDA 13) and carried with the Debian libraries the device
 # lacks (scripts/gpu_pack.sh makes the folder); cuBLAS is the device's own CUDA toolkit's.
 #
-#   bash scripts/gpu_engine.sh [DIR]       DIR: the packed folder (default .devgpu)
+#   bash scripts/gpu_engine.sh [DIR]       DIR: the packed folder (default .devgpu; one packed
+#                                          with PACK_XZ=1 goes through scripts/gpu_unpack.sh)
 #   STEPS="kernels golden 8b moe f16" (default: all) picks the steps:
 #     kernels  compute_cuda_test (every kernel against its CPU twin) and model_test's
 #              CudaRouting (the routing kernel against model::route_row)
@@ -53,7 +54,15 @@ fi
 
 if step golden; then
   echo "== golden (GPU)"
-  timeout 240 "$DIR/bin/runtime_test" --gtest_filter='Archs/GoldenGpu*:Presets/SynthMoeGpu*' > "$LOG/golden.log" 2>&1 || rc=1
+  # The golden architectures packed (GOLDEN_ARCHS of gpu_pack.sh), by their index in
+  # runtime/golden_test.cc's kArchs.
+  filter="Presets/SynthMoeGpu*:*GpuDraftTree*"
+  i=0
+  for arch in llama qwen2 qwen3 gemma3 mixtral qwen3moe; do
+    [ -f "$DIR/golden/$arch-f32.gguf" ] && filter="$filter:Archs/GoldenGpu.*/$i"
+    i=$((i + 1))
+  done
+  timeout 240 "$DIR/bin/runtime_test" --gtest_filter="$filter" > "$LOG/golden.log" 2>&1 || rc=1
   timeout 240 "$DIR/bin/synth_golden_test" --gtest_filter='*OnTheGpu*' >> "$LOG/golden.log" 2>&1 || rc=1
   grep -E "gpu|vs cpu|^\[  FAILED|Failure|Expected|Which is|actual" "$LOG/golden.log" | grep -v "^\[ RUN" | head -80
   tail -2 "$LOG/golden.log"
