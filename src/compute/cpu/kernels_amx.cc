@@ -1,6 +1,7 @@
 // AMX kernels (Intel Advanced Matrix Extensions, INT8 tiles; Sapphire Rapids and later):
-// the avx512vnni table with the K-quant products of Q4_K_M files (Q4_K, Q5_K, Q6_K) moved
-// onto the tile unit. Built with -mamx-tile -mamx-int8 on top of the AVX-512 VNNI flags;
+// the avx512vnni table with the K-quant products of Q4_K_M files (Q4_K, Q5_K, Q6_K) and the
+// prompt products of the signed 32-element formats (Q4_0, Q5_0, Q8_0, MXFP4; at the end)
+// moved onto the tile unit. Built with -mamx-tile -mamx-int8 on top of the AVX-512 VNNI flags;
 // dispatch.cc selects it only where CPUID reports AMX and the kernel grants this process
 // the tile state (arch_prctl).
 //
@@ -24,6 +25,8 @@
 // agree within the kernel tolerances, not bit for bit.
 //
 // Every function lives in an anonymous namespace (see tile_common.h).
+#include <cstdlib>
+
 #include "compute/cpu/kernels_avx512_impl.h"
 
 namespace hypura::compute {
@@ -596,6 +599,219 @@ void tile_amx(int64_t n, const void* w, size_t w_stride, int n_rows, const void*
   }
 }
 
+// ---- signed 32-element formats (Q4_0, Q5_0, Q8_0, MXFP4) on the tile unit ----
+//
+// A 32-element block has a scale of its own, so one tile product covers one block (K = 32)
+// and its exact integer dots leave in a C tile before the next block's: A = 16 tokens'
+// quants of the block (16 x 32 bytes), B = the block of 16 weight rows in the VNNI layout
+// (row k: dword k of each row's block, which is what unsigned_weights() gives, less the
+// offset), C = 16 tokens x 16 rows. The float steps that follow are Rows32's
+// (kernels_avx512_impl.h): a vector per token with the rows in its lanes, partial j taking
+// blocks j, j + 16, ... in order, the partials summed in hsum512's order. So every output
+// is Rows32's (and Legacy32's) bit for bit, and calls of few tokens go to Rows32.
+//
+// Half the depth of the K-quants' products (K = 64) and a C tile stored per product, so
+// the gain over Rows32 is smaller than theirs (docs/BENCHMARKS.md, K6). Q4_1 and Q5_1 stay
+// on Rows32: their second float accumulator (the minimums) made the tile path slower than
+// Rows32 on narrow rows.
+
+// tmm0 / 1: C (16 tokens x 16 rows); tmm2 / 3: A (16 tokens x 32 quants); tmm4 / 5: B (8
+// rows of 16 weight rows x 4 quants). Two of each, so that one block's dots are read while
+// the next block's product runs.
+const TileConfig& block32_config() {
+  static const TileConfig config = [] {
+    TileConfig c;
+    for (int t = 0; t < 6; ++t) {
+      c.rows[t] = 16;
+      c.colsb[t] = 64;
+    }
+    c.colsb[2] = c.colsb[3] = 32;
+    c.rows[4] = c.rows[5] = 8;
+    return c;
+  }();
+  return config;
+}
+
+// A per-thread buffer that grows to the largest call (a tile call's prepared activations and
+// weights: about 3 KiB a block).
+class GrowingBuffer {
+ public:
+  GrowingBuffer() = default;
+  GrowingBuffer(const GrowingBuffer&) = delete;
+  GrowingBuffer& operator=(const GrowingBuffer&) = delete;
+  ~GrowingBuffer() { std::free(data_); }
+  // nullptr when the memory is not there.
+  uint8_t* get(size_t bytes) {
+    if (bytes > size_) {
+      std::free(data_);
+      size_ = (bytes + 4095) & ~size_t{4095};
+      data_ = static_cast<uint8_t*>(std::aligned_alloc(64, size_));
+      if (!data_) size_ = 0;
+    }
+    return data_;
+  }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+thread_local GrowingBuffer block32_scratch;
+
+template <class WF>
+struct Amx32 {
+  using R = Rows32<WF>;
+  using Block = typename WF::Block;
+  using Unpacked = typename R::Unpacked;
+  static_assert(WF::kSigned, "the formats with a minimum stay on Rows32");
+  static constexpr int kMinTokens = 16;       // fewer: Rows32
+  static constexpr int64_t kMaxBlocks = 512;  // wider rows (16384 columns): Rows32
+  static constexpr int kMaxTokens = kMaxTokTiles * kToksPerTile;
+  static constexpr size_t kActTile = kToksPerTile * quant::kQK;  // bytes of one A tile
+  static constexpr int kCTile = kToksPerTile * kLanes;           // int32 of one C tile
+
+  static size_t align64(size_t bytes) { return (bytes + 63) & ~size_t{63}; }
+
+  // Tokens [0, n) of every block as A tiles, act + b * kActTile (token t's quants of block b
+  // in row t); rows past n are zero. A token's group row k holds dword k of its blocks, so a
+  // 16 x 16 dword transpose of the 8 rows (and 8 zero rows) gives block j's 32 quants in the
+  // low half of vector j.
+  static void prepare_tokens(int64_t nb, const uint8_t* x, size_t xs, int n, int8_t* act) {
+    for (int64_t b0 = 0; b0 < nb; b0 += kLanes) {
+      const int m = group_size(nb, b0);
+      for (int t = 0; t < kToksPerTile; ++t) {
+        __m512i v[16];
+        for (int k = 0; k < 16; ++k) v[k] = _mm512_setzero_si512();
+        if (t < n) {
+          const ActGroup g{x + t * xs + b0 * R::kActBlock, m};
+          for (int k = 0; k < 8; ++k) v[k] = g.row(k, R::kFields);
+          transpose16(v);
+        }
+        for (int j = 0; j < m; ++j) {
+          _mm256_store_si256(reinterpret_cast<__m256i*>(act + (b0 + j) * kActTile + 32 * t),
+                             _mm512_castsi512_si256(v[j]));
+        }
+      }
+    }
+  }
+
+  // Rows [0, m) of every block as B tiles (u[b].w) with their scales, less the offset, so
+  // that the tile unit's signed product gives the exact dot at once.
+  static void prepare_rows(int64_t nb, const uint8_t* w, size_t ws, int m, Unpacked* u) {
+    const __m512i offset = _mm512_set1_epi8(static_cast<char>(WF::kOffset));
+    for (int64_t b = 0; b < nb; ++b) {
+      R::unpack(w + b * sizeof(Block), ws, m, &u[b]);
+      for (int k = 0; k < 8; ++k) u[b].w[k] = _mm512_sub_epi8(u[b].w[k], offset);
+    }
+  }
+
+  // One block's exact dots into c (token t's 16 rows at c + 16 t), on tile slot S. (GCC's
+  // tile intrinsics take literal tile numbers.)
+  template <int S>
+  static void product(const Unpacked& u, const int8_t* a, int32_t* c) {
+    if constexpr (S == 0) {
+      _tile_zero(0);
+      _tile_loadd(2, a, 32);
+      _tile_loadd(4, u.w, 64);
+      _tile_dpbssd(0, 2, 4);
+      _tile_stored(0, c, 64);
+    } else {
+      _tile_zero(1);
+      _tile_loadd(3, a, 32);
+      _tile_loadd(5, u.w, 64);
+      _tile_dpbssd(1, 3, 5);
+      _tile_stored(1, c, 64);
+    }
+  }
+
+  // Rows32's float steps of block b for the tile's tokens: part[t][b % 16] takes the block's
+  // dots, the first block of each partial starting it from zero.
+  static void step(const Unpacked& u, int64_t b, int64_t nb, const int32_t* c, int nt,
+                   const float* scales, __m512 (*part)[kLanes]) {
+    const int j = static_cast<int>(b % kLanes);
+    const bool first = b < kLanes;
+    for (int t = 0; t < nt; ++t) {
+      const __m512 dot = _mm512_cvtepi32_ps(_mm512_load_si512(c + kLanes * t));
+      part[t][j] = _mm512_fmadd_ps(dot, _mm512_mul_ps(u.d, _mm512_set1_ps(scales[t * nb + b])),
+                                   first ? _mm512_setzero_ps() : part[t][j]);
+    }
+  }
+
+  // One row tile (m rows) against one token tile (nt tokens): each block's product runs
+  // while the float steps read the previous block's stored dots.
+  static void blocks(int64_t nb, const Unpacked* u, const int8_t* act, const float* scales, int nt,
+                     int m, float* y, size_t ys) {
+    alignas(64) __m512 part[kToksPerTile][kLanes];
+    alignas(64) int32_t c[2][kCTile];
+    for (int64_t b = 0; b < nb; ++b) {
+      if (b & 1) {
+        product<1>(u[b], act + b * kActTile, c[1]);
+      } else {
+        product<0>(u[b], act + b * kActTile, c[0]);
+      }
+      if (b > 0) step(u[b - 1], b - 1, nb, c[(b - 1) & 1], nt, scales, part);
+    }
+    step(u[nb - 1], nb - 1, nb, c[(nb - 1) & 1], nt, scales, part);
+    for (int j = static_cast<int>(nb); j < kLanes; ++j) {  // rows of fewer than 16 blocks
+      for (int t = 0; t < nt; ++t) part[t][j] = _mm512_setzero_ps();
+    }
+    const __mmask16 mask = lane_mask(m);
+    for (int t = 0; t < nt; ++t) _mm512_mask_storeu_ps(y + t * ys, mask, R::sum16(part[t]));
+  }
+
+  // Up to kMaxTokens tokens: the activations are prepared once for all row tiles, each row
+  // tile's weights once for all token tiles.
+  static bool tile_tokens(int64_t nb, const uint8_t* w, size_t ws, int n_rows, const uint8_t* x,
+                          size_t xs, int n_tok, float* y, size_t ys) {
+    const int n_tt = (n_tok + kToksPerTile - 1) / kToksPerTile;
+    const size_t act_bytes = align64(n_tt * nb * kActTile);
+    const size_t scale_bytes = align64(n_tok * nb * sizeof(float));
+    uint8_t* buf = block32_scratch.get(act_bytes + scale_bytes + nb * sizeof(Unpacked));
+    if (!buf) return false;
+    auto* act = reinterpret_cast<int8_t*>(buf);
+    auto* scales = reinterpret_cast<float*>(buf + act_bytes);
+    auto* u = reinterpret_cast<Unpacked*>(buf + act_bytes + scale_bytes);
+    for (int tt = 0; tt < n_tt; ++tt) {
+      prepare_tokens(nb, x + tt * kToksPerTile * xs, xs,
+                     std::min(kToksPerTile, n_tok - tt * kToksPerTile), act + tt * nb * kActTile);
+    }
+    R::act_scales(nb, x, xs, n_tok, scales, nullptr);
+    _tile_loadconfig(&block32_config());
+    for (int r0 = 0; r0 < n_rows; r0 += kLanes) {
+      const int m = std::min(kLanes, n_rows - r0);
+      prepare_rows(nb, w + r0 * ws, ws, m, u);
+      for (int tt = 0; tt < n_tt; ++tt) {
+        const int t0 = tt * kToksPerTile;
+        blocks(nb, u, act + tt * nb * kActTile, scales + t0 * nb,
+               std::min(kToksPerTile, n_tok - t0), m, y + t0 * ys + r0, ys);
+      }
+    }
+    _tile_release();  // see tile_matrix
+    return true;
+  }
+
+  static void tile(int64_t n, const void* w, size_t w_stride, int n_rows, const void* x,
+                   size_t x_stride, int n_tok, float* y, size_t y_stride) {
+    const int64_t nb = n / quant::kQK;
+    const auto* wb = static_cast<const uint8_t*>(w);
+    const auto* xb = static_cast<const uint8_t*>(x);
+    int t0 = 0;
+    if (nb <= kMaxBlocks) {
+      for (; n_tok - t0 >= kMinTokens; t0 += kMaxTokens) {
+        const int nt = std::min(kMaxTokens, n_tok - t0);
+        if (!tile_tokens(nb, wb, w_stride, n_rows, xb + t0 * x_stride, x_stride, nt,
+                         y + t0 * y_stride, y_stride)) {
+          break;
+        }
+      }
+    }
+    if (t0 < n_tok) {
+      R::tile(n, w, w_stride, n_rows, xb + t0 * x_stride, x_stride, n_tok - t0, y + t0 * y_stride,
+              y_stride);
+    }
+  }
+};
+
 // The tile unit's own peak: four independent TDPBUSD chains on zeroed tiles (16 x 16 x 64
 // multiply-accumulates each), timed in rounds until `seconds` have passed. The Q4_K
 // kernels run two TDPBUSD per 64 products (q * s_hi and q * s_lo), so they reach at most
@@ -631,6 +847,10 @@ void fill_amx_kernels(KernelTable* table) {
   table->tile[static_cast<int>(gguf::GgmlType::Q4_K)] = tile_amx<K4<false>>;
   table->tile[static_cast<int>(gguf::GgmlType::Q5_K)] = tile_amx<K4<true>>;
   table->tile[static_cast<int>(gguf::GgmlType::Q6_K)] = tile_amx<K6>;
+  table->tile[static_cast<int>(gguf::GgmlType::Q8_0)] = Amx32<WQ8_0>::tile;
+  table->tile[static_cast<int>(gguf::GgmlType::Q4_0)] = Amx32<WQ4_0>::tile;
+  table->tile[static_cast<int>(gguf::GgmlType::Q5_0)] = Amx32<WQ5_0>::tile;
+  table->tile[static_cast<int>(gguf::GgmlType::MXFP4)] = Amx32<WMXFP4>::tile;
   table->quantize_act[static_cast<int>(gguf::GgmlType::Q4_K)] = quantize_q8_k_nibble_order;
   table->quantize_act[static_cast<int>(gguf::GgmlType::Q5_K)] = quantize_q8_k_nibble_order;
   table->int8_peak = int8_peak_amx;
