@@ -442,23 +442,11 @@ void prepare_tokens(const uint8_t* x, size_t x_stride, int n, int64_t i, TokTile
 
 // Lane r of the result: the sum of the 16 lanes of v[r] (exact in integers).
 inline __m512i reduce16(const int32_t (*v)[16]) {
-  __m512i x[8], y[4], z[2];
-  for (int i = 0; i < 8; ++i) {  // lanes 0-7: row 2i folded to 8, lanes 8-15: row 2i + 1
-    const __m512i a = _mm512_load_si512(v[2 * i]), b = _mm512_load_si512(v[2 * i + 1]);
-    x[i] = _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, 0x44), _mm512_shuffle_i64x2(a, b, 0xEE));
-  }
-  for (int i = 0; i < 4; ++i)  // 128-bit lane L: row 4i + L folded to 4
-    y[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(x[2 * i], x[2 * i + 1], 0x88),
-                            _mm512_shuffle_i32x4(x[2 * i], x[2 * i + 1], 0xDD));
-  for (int i = 0; i < 2; ++i)  // lane L: rows 8i + L, 8i + 4 + L folded to 2 each
-    z[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(y[2 * i], y[2 * i + 1]),
-                            _mm512_unpackhi_epi64(y[2 * i], y[2 * i + 1]));
-  const __m512 e = _mm512_shuffle_ps(_mm512_castsi512_ps(z[0]), _mm512_castsi512_ps(z[1]), 0x88);
-  const __m512 o = _mm512_shuffle_ps(_mm512_castsi512_ps(z[0]), _mm512_castsi512_ps(z[1]), 0xDD);
-  // Lane 4L + j now holds row 4j + L.
-  const __m512i f = _mm512_add_epi32(_mm512_castps_si512(e), _mm512_castps_si512(o));
-  const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-  return _mm512_permutexvar_epi32(order, f);
+  __m512 f[16];
+  for (int r = 0; r < 16; ++r) f[r] = _mm512_castsi512_ps(_mm512_load_si512(v[r]));
+  return _mm512_castps_si512(fold16(f, [](__m512 a, __m512 b) {
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+  }));
 }
 
 // ---- tile functions ----

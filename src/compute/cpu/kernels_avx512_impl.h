@@ -403,39 +403,74 @@ inline __mmask16 lane_mask(int m) {
   return static_cast<__mmask16>((1u << m) - 1);
 }
 
-// 32 floats to int8 as the reference activation quantizer does (id = 127 / amax, round
-// half to even): the same quants and scale bits. Returns amax / 127; *sum = sum of q.
-inline float quantize_block32(const float* x, int8_t* q, int* sum) {
-  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-  const float amax =
-      _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(v0, abs_mask), _mm512_and_ps(v1, abs_mask)));
-  const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-  const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
-  const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(q0));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(q1));
-  *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-  return amax / 127.0f;
+// Lane r of the result: op over the 16 lanes of v[r]; op is max, or add on integers (both
+// exact, so the folding order does not change the result).
+template <class Op>
+inline __m512 fold16(const __m512* v, Op op) {
+  __m512 x[8], y[4], z[2];
+  for (int i = 0; i < 8; ++i) {  // 128-bit lanes 0-1: v[2i] folded to 8, lanes 2-3: v[2i + 1]
+    x[i] = op(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+              _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+  }
+  for (int i = 0; i < 4; ++i) {  // 128-bit lane L: v[4i + L] folded to 4
+    y[i] = op(_mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], 0x88),
+              _mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], 0xDD));
+  }
+  for (int i = 0; i < 2; ++i) {  // lane L: v[8i + L], then v[8i + 4 + L], folded to 2 each
+    const __m512d a = _mm512_castps_pd(y[2 * i]), b = _mm512_castps_pd(y[2 * i + 1]);
+    z[i] =
+        op(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  // Lane 4L + e holds v[4e + L].
+  const __m512 f = op(_mm512_shuffle_ps(z[0], z[1], 0x88), _mm512_shuffle_ps(z[0], z[1], 0xDD));
+  const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  return _mm512_permutexvar_ps(order, f);
 }
 
-// Q8_0 (kSums = false) or Q8_1 (kSums = true) activations in transposed groups.
+// Q8_0 (kSums = false) or Q8_1 (kSums = true) activations in transposed groups, as the
+// reference quantizer rounds them (id = 127 / amax, round half to even; d = amax / 127 and
+// s = d * sum(q) in fp16), a group's 16 blocks at once: their maximums and sums fold into
+// one vector each (lane = block), so the divisions and fp16 conversions run 16 wide.
 template <bool kSums>
 void quantize_grouped(const float* x, void* vy, int64_t n) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const auto max = [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); };
+  const auto add = [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); };
   auto* out = static_cast<uint8_t*>(vy);
   const int64_t nb = n / quant::kQK;
   for (int64_t b0 = 0; b0 < nb; b0 += kLanes) {
     const int m = group_size(nb, b0);
-    auto* d = reinterpret_cast<uint16_t*>(out);
-    uint16_t* s = d + m;
+    const float* xg = x + b0 * quant::kQK;
+    const __mmask16 mask = lane_mask(m);
+    __m512 part[kLanes];
+    for (int l = 0; l < kLanes; ++l) {
+      part[l] = l < m ? _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(xg + 32 * l), abs_mask),
+                                      _mm512_and_ps(_mm512_loadu_ps(xg + 32 * l + 16), abs_mask))
+                      : _mm512_setzero_ps();
+    }
+    const __m512 amax = fold16(part, max);
+    const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
+    alignas(64) float id[kLanes];
+    _mm512_store_ps(id,
+                    _mm512_maskz_div_ps(_mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_NEQ_UQ),
+                                        _mm512_set1_ps(127.0f), amax));
     uint8_t* rows = out + (kSums ? 4 : 2) * m;
     for (int l = 0; l < m; ++l) {
-      alignas(16) int8_t q[quant::kQK];
-      int sum;
-      const float dl = quantize_block32(x + (b0 + l) * quant::kQK, q, &sum);
-      d[l] = f2h(dl);
-      if constexpr (kSums) s[l] = f2h(dl * static_cast<float>(sum));
+      const __m512 scale = _mm512_set1_ps(id[l]);
+      const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xg + 32 * l), scale));
+      const __m512i q1 =
+          _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xg + 32 * l + 16), scale));
+      alignas(32) int8_t q[quant::kQK];
+      _mm_store_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(q0));
+      _mm_store_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(q1));
       for (int k = 0; k < 8; ++k) std::memcpy(rows + 4 * (k * m + l), q + 4 * k, 4);
+      if constexpr (kSums) part[l] = _mm512_cvtepi32_ps(_mm512_add_epi32(q0, q1));
+    }
+    _mm256_mask_storeu_epi16(out, mask, _mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT));
+    if constexpr (kSums) {
+      for (int l = m; l < kLanes; ++l) part[l] = _mm512_setzero_ps();
+      const __m512 s = _mm512_mul_ps(d, fold16(part, add));
+      _mm256_mask_storeu_epi16(out + 2 * m, mask, _mm512_cvtps_ph(s, _MM_FROUND_TO_NEAREST_INT));
     }
     out = rows + quant::kQK * m;
   }
