@@ -2,12 +2,15 @@
 //
 // matmul(W, x) in two parallel steps:
 //   1. quantize each token row of x to the weight type's activation format (scratch);
-//   2. split W's rows into items of whole row groups that the threads claim dynamically;
-//      an item is walked in blocks of kRowBlock rows, each run by the tile kernel against
-//      every token, so a block of weights is read from memory once per batch and then
-//      reused from cache.
+//   2. cut W's rows and the tokens into items that the threads claim dynamically
+//      (ItemGrid): a decode step's rows in blocks of kRowBlock, each run by the tile kernel
+//      against every token, so a block of weights is read from memory once per batch and
+//      then reused from cache; a prompt's blocks of kTokBlock tokens against as many rows as
+//      fit half of L2, so a kernel's per-call preparation of its tokens serves many rows.
 // Neither step changes the order in which an output element is reduced, which is what
 // makes results independent of n_tokens and of the thread count.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cassert>
@@ -40,6 +43,56 @@ int64_t rows_per_item(int64_t n_rows, int n_threads) {
   const int64_t n_share = kItemsPerThread * n_threads;
   return std::max<int64_t>(kRowAlign, (n_rows + n_share - 1) / n_share / kRowAlign * kRowAlign);
 }
+
+// Weight bytes of one prompt work item: half of a core's L2, so that the thread's next item
+// (the same rows, the next tokens) finds them there.
+size_t item_weight_bytes() {
+  static const size_t bytes = [] {
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return l2 > 0 ? static_cast<size_t>(l2) / 2 : size_t{1} << 20;
+  }();
+  return bytes;
+}
+
+// A product's work items: `rows`-row ranges by blocks of kTokBlock tokens, token blocks
+// innermost. Prompts (several token blocks) take ranges as wide as item_weight_bytes()
+// allows, each item one tile call: a kernel prepares its tokens once per call, so wide
+// calls spread that over many row tiles (docs/BENCHMARKS.md, K7). A decode step's tokens
+// are one block, and its rows are shared as rows_per_item() says.
+struct ItemGrid {
+  int64_t rows = 0, n_ranges = 0, n_tok_blocks = 0;
+
+  ItemGrid(int64_t n_rows, size_t w_stride, int64_t n_tokens, int n_threads)
+      : n_tok_blocks((n_tokens + kTokBlock - 1) / kTokBlock) {
+    if (n_tok_blocks <= 1) {
+      rows = rows_per_item(n_rows, n_threads);
+    } else {
+      const int64_t fit = static_cast<int64_t>(item_weight_bytes() / w_stride);
+      rows = std::max<int64_t>(kRowAlign, fit / kRowAlign * kRowAlign);
+      // Enough items for every thread: narrower ranges when the token blocks are few.
+      const int64_t want_ranges = (kItemsPerThread * n_threads + n_tok_blocks - 1) / n_tok_blocks;
+      rows = std::min(rows, std::max<int64_t>(kRowAlign, (n_rows + want_ranges - 1) / want_ranges /
+                                                             kRowAlign * kRowAlign));
+    }
+    n_ranges = (n_rows + rows - 1) / rows;
+  }
+  int64_t count() const { return n_ranges * n_tok_blocks; }
+
+  // Item i's tile calls, as call(first row, rows, first token, tokens).
+  template <class Call>
+  void run(int64_t i, int64_t n_rows, int64_t n_tokens, Call&& call) const {
+    const int64_t r_begin = i / n_tok_blocks * rows, r_end = std::min(n_rows, r_begin + rows);
+    const int64_t t0 = i % n_tok_blocks * kTokBlock;
+    const int nt = static_cast<int>(std::min(kTokBlock, n_tokens - t0));
+    if (n_tok_blocks > 1) {
+      call(r_begin, static_cast<int>(r_end - r_begin), t0, nt);
+      return;
+    }
+    for (int64_t r0 = r_begin; r0 < r_end; r0 += kRowBlock) {
+      call(r0, static_cast<int>(std::min(kRowBlock, r_end - r0)), t0, nt);
+    }
+  }
+};
 
 // Rows quantized on the calling thread when the whole input has at most this many floats:
 // a decode step's few short rows cost less than waking the pool.
@@ -189,19 +242,12 @@ void Context::matmul(const WeightView& w, const float* x, int64_t n_tokens, floa
 
   const auto* wbytes = static_cast<const uint8_t*>(w.data);
   const auto* xbytes = static_cast<const uint8_t*>(xa);
-  // Items of kRowAlign-multiple rows, claimed dynamically.
-  const int64_t per_item = rows_per_item(n_rows, n_threads());
-  const int64_t n_items = (n_rows + per_item - 1) / per_item;
-  impl_->pool.parallel_for(n_items, [&](int64_t item) {
-    const int64_t r_begin = item * per_item, r_end = std::min(n_rows, r_begin + per_item);
-    for (int64_t r0 = r_begin; r0 < r_end; r0 += kRowBlock) {
-      const int nr = static_cast<int>(std::min(kRowBlock, r_end - r0));
-      for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokBlock) {
-        const int nt = static_cast<int>(std::min(kTokBlock, n_tokens - t0));
-        tile(n_cols, wbytes + r0 * w_stride, w_stride, nr, xbytes + t0 * x_stride, x_stride, nt,
-             y + t0 * n_rows + r0, static_cast<size_t>(n_rows));
-      }
-    }
+  const ItemGrid grid(n_rows, w_stride, n_tokens, n_threads());
+  impl_->pool.parallel_for(grid.count(), [&](int64_t item) {
+    grid.run(item, n_rows, n_tokens, [&](int64_t r0, int nr, int64_t t0, int nt) {
+      tile(n_cols, wbytes + r0 * w_stride, w_stride, nr, xbytes + t0 * x_stride, x_stride, nt,
+           y + t0 * n_rows + r0, static_cast<size_t>(n_rows));
+    });
   });
 }
 
@@ -351,24 +397,21 @@ void Context::matmul_grouped(const WeightView& w, int64_t n_groups, const float*
   }
 
   const auto* wbytes = static_cast<const uint8_t*>(w.data);
-  // Items of kRowAlign-multiple rows within one group, claimed dynamically.
-  const int64_t per_item = std::min(n_out, rows_per_item(w.n_rows, n_threads()));
-  const int64_t items_per_group = (n_out + per_item - 1) / per_item;
-  impl_->pool.parallel_for(n_groups * items_per_group, [&](int64_t item) {
-    const int64_t g = item / items_per_group;
-    const int64_t r_begin = (item % items_per_group) * per_item;
-    const int64_t r_end = std::min(n_out, r_begin + per_item);
+  // The grid of one group (the rows shared as among all groups' rows for a decode step).
+  ItemGrid grid(n_out, w_stride, n_tokens, n_threads());
+  if (grid.n_tok_blocks <= 1) {
+    grid.rows = std::min(n_out, rows_per_item(w.n_rows, n_threads()));
+    grid.n_ranges = (n_out + grid.rows - 1) / grid.rows;
+  }
+  impl_->pool.parallel_for(n_groups * grid.count(), [&](int64_t item) {
+    const int64_t g = item / grid.count();
     const uint8_t* wg = wbytes + static_cast<size_t>(g * n_out) * w_stride;
     const uint8_t* xg = xbytes + static_cast<size_t>(g) * x_group;
     float* yg = y + g * layout.y_group;
-    for (int64_t r0 = r_begin; r0 < r_end; r0 += kRowBlock) {
-      const int nr = static_cast<int>(std::min(kRowBlock, r_end - r0));
-      for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokBlock) {
-        const int nt = static_cast<int>(std::min(kTokBlock, n_tokens - t0));
-        tile(n_cols, wg + r0 * w_stride, w_stride, nr, xg + t0 * x_token, x_token, nt,
-             yg + t0 * layout.y_token + r0, static_cast<size_t>(layout.y_token));
-      }
-    }
+    grid.run(item % grid.count(), n_out, n_tokens, [&](int64_t r0, int nr, int64_t t0, int nt) {
+      tile(n_cols, wg + r0 * w_stride, w_stride, nr, xg + t0 * x_token, x_token, nt,
+           yg + t0 * layout.y_token + r0, static_cast<size_t>(layout.y_token));
+    });
   });
 }
 

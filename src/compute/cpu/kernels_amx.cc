@@ -1,6 +1,6 @@
 // AMX kernels (Intel Advanced Matrix Extensions, INT8 tiles; Sapphire Rapids and later):
 // the avx512vnni table with the K-quant products of Q4_K_M files (Q4_K, Q5_K, Q6_K) and the
-// prompt products of the signed 32-element formats (Q4_0, Q5_0, Q8_0, MXFP4; at the end)
+// prompt products of the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4; at the end)
 // moved onto the tile unit. Built with -mamx-tile -mamx-int8 on top of the AVX-512 VNNI flags;
 // dispatch.cc selects it only where CPUID reports AMX and the kernel grants this process
 // the tile state (arch_prctl).
@@ -568,7 +568,7 @@ void tile_amx(int64_t n, const void* w, size_t w_stride, int n_rows, const void*
               int n_tok, float* y, size_t y_stride) {
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* xb = static_cast<const uint8_t*>(x);
-  // Context calls with at most 64 rows and 64 tokens; larger calls are cut here.
+  // Calls of more than 64 rows or 64 tokens are cut here.
   for (int r0 = 0; r0 < n_rows; r0 += kMaxRowTiles * kRowsPerTile) {
     const int nr = std::min(kMaxRowTiles * kRowsPerTile, n_rows - r0);
     for (int t0 = 0; t0 < n_tok;) {
@@ -587,7 +587,7 @@ void tile_amx(int64_t n, const void* w, size_t w_stride, int n_rows, const void*
   }
 }
 
-// ---- signed 32-element formats (Q4_0, Q5_0, Q8_0, MXFP4) on the tile unit ----
+// ---- 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4) on the tile unit ----
 //
 // A 32-element block has a scale of its own, so one tile product covers one block (K = 32)
 // and its exact integer dots leave in a C tile before the next block's: A = 16 tokens'
@@ -598,10 +598,9 @@ void tile_amx(int64_t n, const void* w, size_t w_stride, int n_rows, const void*
 // blocks j, j + 16, ... in order, the partials summed in hsum512's order. So every output
 // is Rows32's (and Legacy32's) bit for bit, and calls of few tokens go to Rows32.
 //
-// Half the depth of the K-quants' products (K = 64) and a C tile stored per product, so
-// the gain over Rows32 is smaller than theirs (docs/BENCHMARKS.md, K6). Q4_1 and Q5_1 stay
-// on Rows32: their second float accumulator (the minimums) made the tile path slower than
-// Rows32 on narrow rows.
+// Q4_1 and Q5_1 take their second sum (minimums times activation sums) as Rows32 does,
+// before the products. Half the depth of the K-quants' products (K = 64) and a C tile stored
+// per product, so the gain over Rows32 is smaller than theirs (docs/BENCHMARKS.md, K6).
 
 // tmm0 / 1: C (16 tokens x 16 rows); tmm2 / 3: A (16 tokens x 32 quants); tmm4 / 5: B (8
 // rows of 16 weight rows x 4 quants). Two of each, so that one block's dots are read while
@@ -651,7 +650,6 @@ struct Amx32 {
   using R = Rows32<WF>;
   using Block = typename WF::Block;
   using Unpacked = typename R::Unpacked;
-  static_assert(WF::kSigned, "the formats with a minimum stay on Rows32");
   static constexpr int kMinTokens = 16;       // fewer: Rows32
   static constexpr int64_t kMaxBlocks = 512;  // wider rows (16384 columns): Rows32
   static constexpr int kMaxTokens = kMaxTokTiles * kToksPerTile;
@@ -726,25 +724,38 @@ struct Amx32 {
   }
 
   // One row tile (m rows) against one token tile (nt tokens): each block's product runs
-  // while the float steps read the previous block's stored dots.
-  static void blocks(int64_t nb, const Unpacked* u, const int8_t* act, const float* scales, int nt,
-                     int m, float* y, size_t ys) {
+  // while the float steps read the dots stored kLag blocks earlier (the tile store's latency
+  // is exposed with less). The formats with a minimum add Rows32's second sum, taken first
+  // into the same partials (mins: 16 tokens' terms, zero past nt).
+  static void blocks(int64_t nb, const Unpacked* u, const int8_t* act, const float* scales,
+                     const float* mins, int nt, int m, float* y, size_t ys) {
     alignas(64) __m512 part[kToksPerTile][kLanes];
-    alignas(64) int32_t c[2][kCTile];
+    __m512 min_sums[R::kMin ? kToksPerTile : 1];
+    if constexpr (R::kMin) {
+      R::template min_partials<kToksPerTile, true>(nb, nullptr, 0, m, u, mins, part);
+      for (int t = 0; t < nt; ++t) min_sums[t] = R::sum16(part[t]);
+    }
+    constexpr int kLag = 2;
+    alignas(64) int32_t c[kLag + 1][kCTile];
     for (int64_t b = 0; b < nb; ++b) {
       if (b & 1) {
-        product<1>(u[b], act + b * kActTile, c[1]);
+        product<1>(u[b], act + b * kActTile, c[b % (kLag + 1)]);
       } else {
-        product<0>(u[b], act + b * kActTile, c[0]);
+        product<0>(u[b], act + b * kActTile, c[b % (kLag + 1)]);
       }
-      if (b > 0) step(u[b - 1], b - 1, nb, c[(b - 1) & 1], nt, scales, part);
+      if (b >= kLag) step(u[b - kLag], b - kLag, nb, c[(b - kLag) % (kLag + 1)], nt, scales, part);
     }
-    step(u[nb - 1], nb - 1, nb, c[(nb - 1) & 1], nt, scales, part);
+    for (int64_t b = std::max<int64_t>(0, nb - kLag); b < nb; ++b)
+      step(u[b], b, nb, c[b % (kLag + 1)], nt, scales, part);
     for (int j = static_cast<int>(nb); j < kLanes; ++j) {  // rows of fewer than 16 blocks
       for (int t = 0; t < nt; ++t) part[t][j] = _mm512_setzero_ps();
     }
     const __mmask16 mask = lane_mask(m);
-    for (int t = 0; t < nt; ++t) _mm512_mask_storeu_ps(y + t * ys, mask, R::sum16(part[t]));
+    for (int t = 0; t < nt; ++t) {
+      __m512 out = R::sum16(part[t]);
+      if constexpr (R::kMin) out = _mm512_add_ps(out, min_sums[t]);
+      _mm512_mask_storeu_ps(y + t * ys, mask, out);
+    }
   }
 
   // Up to kMaxTokens tokens: the activations are prepared once for all row tiles, each row
@@ -754,23 +765,28 @@ struct Amx32 {
     const int n_tt = (n_tok + kToksPerTile - 1) / kToksPerTile;
     const size_t act_bytes = align64(n_tt * nb * kActTile);
     const size_t scale_bytes = align64(n_tok * nb * sizeof(float));
-    uint8_t* buf = block32_scratch.get(act_bytes + scale_bytes + nb * sizeof(Unpacked));
+    const size_t min_bytes = R::kMin ? align64(n_tt * kToksPerTile * nb * sizeof(float)) : 0;
+    uint8_t* buf = block32_scratch.get(act_bytes + scale_bytes + min_bytes + nb * sizeof(Unpacked));
     if (!buf) return false;
     auto* act = reinterpret_cast<int8_t*>(buf);
     auto* scales = reinterpret_cast<float*>(buf + act_bytes);
-    auto* u = reinterpret_cast<Unpacked*>(buf + act_bytes + scale_bytes);
+    auto* mins = reinterpret_cast<float*>(buf + act_bytes + scale_bytes);
+    auto* u = reinterpret_cast<Unpacked*>(buf + act_bytes + scale_bytes + min_bytes);
     for (int tt = 0; tt < n_tt; ++tt) {
       prepare_tokens(nb, x + tt * kToksPerTile * xs, xs,
                      std::min(kToksPerTile, n_tok - tt * kToksPerTile), act + tt * nb * kActTile);
     }
-    R::act_scales(nb, x, xs, n_tok, scales, nullptr);
+    R::act_scales(nb, x, xs, n_tok, scales, mins);
+    if constexpr (R::kMin) {  // the last token tile's missing tokens add nothing
+      for (int64_t i = n_tok * nb; i < n_tt * kToksPerTile * nb; ++i) mins[i] = 0.0f;
+    }
     _tile_loadconfig(&block32_config());
     for (int r0 = 0; r0 < n_rows; r0 += kLanes) {
       const int m = std::min(kLanes, n_rows - r0);
       prepare_rows(nb, w + r0 * ws, ws, m, u);
       for (int tt = 0; tt < n_tt; ++tt) {
         const int t0 = tt * kToksPerTile;
-        blocks(nb, u, act + tt * nb * kActTile, scales + t0 * nb,
+        blocks(nb, u, act + tt * nb * kActTile, scales + t0 * nb, mins + t0 * nb,
                std::min(kToksPerTile, n_tok - t0), m, y + t0 * ys + r0, ys);
       }
     }
@@ -839,6 +855,8 @@ void fill_amx_kernels(KernelTable* table) {
   table->tile[static_cast<int>(gguf::GgmlType::Q4_0)] = Amx32<WQ4_0>::tile;
   table->tile[static_cast<int>(gguf::GgmlType::Q5_0)] = Amx32<WQ5_0>::tile;
   table->tile[static_cast<int>(gguf::GgmlType::MXFP4)] = Amx32<WMXFP4>::tile;
+  table->tile[static_cast<int>(gguf::GgmlType::Q4_1)] = Amx32<WQ4_1>::tile;
+  table->tile[static_cast<int>(gguf::GgmlType::Q5_1)] = Amx32<WQ5_1>::tile;
   table->quantize_act[static_cast<int>(gguf::GgmlType::Q4_K)] = quantize_q8_k_nibble_order;
   table->quantize_act[static_cast<int>(gguf::GgmlType::Q5_K)] = quantize_q8_k_nibble_order;
   table->int8_peak = int8_peak_amx;
