@@ -95,9 +95,8 @@ struct CTiles {
 };
 
 struct Scratch {
-  RowTile rows[2];                // double-buffered: the next step's are written while
-  TokTile toks[2][kMaxTokTiles];  // the tile unit reads the current ones
-  CTiles c[2];
+  RowTile rows[2];  // double-buffered: the next step's are written while the tile unit
+  CTiles c[2];      // reads the current ones
   alignas(64) float acc[kMaxRowTiles][kMaxTokTiles][kRowsPerTile * kToksPerTile];  // [r][t]
   alignas(64) int32_t isum[kMaxVectorTokens][kRowsPerTile][16];  // vector path, per row
   RowMeta meta;                                                  // vector path
@@ -451,6 +450,32 @@ inline __m512i reduce16(const int32_t (*v)[16]) {
 
 // ---- tile functions ----
 
+// A per-thread buffer that grows to the largest call (a call's prepared activations, and
+// for the 32-element formats its weights: about 3 KiB a block).
+class GrowingBuffer {
+ public:
+  GrowingBuffer() = default;
+  GrowingBuffer(const GrowingBuffer&) = delete;
+  GrowingBuffer& operator=(const GrowingBuffer&) = delete;
+  ~GrowingBuffer() { std::free(data_); }
+  // nullptr when the memory is not there.
+  uint8_t* get(size_t bytes) {
+    if (bytes > size_) {
+      std::free(data_);
+      size_ = (bytes + 4095) & ~size_t{4095};
+      data_ = static_cast<uint8_t*>(std::aligned_alloc(64, size_));
+      if (!data_) size_ = 0;
+    }
+    return data_;
+  }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+thread_local GrowingBuffer call_scratch;
+
 // Few tokens on the vector unit: per super-block each of 16 rows is unpacked once and its
 // scaled dot with every token kept as 16 lanes; reduce16 then gives T for all 16 rows.
 template <class F>
@@ -503,13 +528,13 @@ void finish(const Pending& p) {
   if (p.acc[1]) F::accumulate_tokens(*p.rows, p.toks[1], p.c->c + F::kCTiles, p.acc[1]);
 }
 
-// Many tokens on the tile unit. Steps (super-block, row tile) in order; each step's jobs
-// take the token tiles one or two at a time. The next step's weight tiles (and at a
-// super-block's last row tile, the next super-block's activation tiles) are prepared after
-// the step's first job, into the other buffer.
+// Many tokens on the tile unit, their activation tiles prepared (toks[i * kMaxTokTiles + tt]:
+// super-block i, token tile tt). Steps (super-block, row tile) in order; each step's jobs
+// take the token tiles one or two at a time. The next step's weight tiles are prepared
+// after the step's first job, into the other buffer.
 template <class F>
-void tile_matrix(int64_t n, const uint8_t* w, size_t w_stride, int n_rows, const uint8_t* x,
-                 size_t x_stride, int n_tok, float* y, size_t y_stride) {
+void tile_matrix(int64_t n, const uint8_t* w, size_t w_stride, int n_rows, const TokTile* toks_all,
+                 int n_tok, float* y, size_t y_stride) {
   _tile_loadconfig(&tile_config());
   Scratch& s = scratch;
   const int n_rt = (n_rows + kRowsPerTile - 1) / kRowsPerTile;
@@ -521,12 +546,6 @@ void tile_matrix(int64_t n, const uint8_t* w, size_t w_stride, int n_rows, const
     prepare_rows<F>(w + rt * kRowsPerTile * w_stride, w_stride,
                     std::min(kRowsPerTile, n_rows - rt * kRowsPerTile), i, dst);
   };
-  auto prep_toks = [&](int64_t i, TokTile* dst) {
-    for (int tt = 0; tt < n_tt; ++tt)
-      prepare_tokens(x + tt * kToksPerTile * x_stride, x_stride,
-                     std::min(kToksPerTile, n_tok - tt * kToksPerTile), i, &dst[tt]);
-  };
-  prep_toks(0, s.toks[0]);
   prep_rows(0, 0, &s.rows[0]);
   Pending pending;
   int slot = 0;
@@ -536,7 +555,7 @@ void tile_matrix(int64_t n, const uint8_t* w, size_t w_stride, int n_rows, const
     const int64_t i = step / n_rt;
     const int rt = static_cast<int>(step % n_rt);
     const RowTile& rows = s.rows[step & 1];
-    const TokTile* toks = s.toks[i & 1];
+    const TokTile* toks = toks_all + i * kMaxTokTiles;
     for (int tt = 0; tt < n_tt; tt += per_job) {
       const bool pair = F::kPairs && tt + 1 < n_tt;
       F::multiply(rows, toks, tt, pair, &s.c[slot]);
@@ -545,9 +564,7 @@ void tile_matrix(int64_t n, const uint8_t* w, size_t w_stride, int n_rows, const
           &s.c[slot], &rows.meta, toks + tt, {s.acc[rt][tt], pair ? s.acc[rt][tt + 1] : nullptr}};
       slot ^= 1;
       if (tt == 0 && step + 1 < n_steps) {
-        const int64_t ni = (step + 1) / n_rt;
-        prep_rows(ni, static_cast<int>((step + 1) % n_rt), &s.rows[(step + 1) & 1]);
-        if (ni != i) prep_toks(ni, s.toks[ni & 1]);
+        prep_rows((step + 1) / n_rt, static_cast<int>((step + 1) % n_rt), &s.rows[(step + 1) & 1]);
       }
     }
   }
@@ -568,22 +585,43 @@ void tile_amx(int64_t n, const void* w, size_t w_stride, int n_rows, const void*
               int n_tok, float* y, size_t y_stride) {
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* xb = static_cast<const uint8_t*>(x);
-  // Calls of more than 64 rows or 64 tokens are cut here.
-  for (int r0 = 0; r0 < n_rows; r0 += kMaxRowTiles * kRowsPerTile) {
-    const int nr = std::min(kMaxRowTiles * kRowsPerTile, n_rows - r0);
-    for (int t0 = 0; t0 < n_tok;) {
-      const int left = n_tok - t0;
-      const int nt = left <= kMaxVectorTokens ? left : std::min(kMaxTokTiles * kToksPerTile, left);
+  const int64_t n_sb = n / quant::kQK_K;
+  // Calls of more than 64 tokens are cut here, and of more than 64 rows within a token chunk,
+  // whose activation tiles are prepared once for all its rows.
+  for (int t0 = 0; t0 < n_tok;) {
+    const int left = n_tok - t0;
+    const int nt = left <= kMaxVectorTokens ? left : std::min(kMaxTokTiles * kToksPerTile, left);
+    const uint8_t* xt = xb + t0 * x_stride;
+    TokTile* toks = nullptr;
+    if (nt > kMaxVectorTokens) {
+      toks = reinterpret_cast<TokTile*>(call_scratch.get(n_sb * kMaxTokTiles * sizeof(TokTile)));
+      if (toks == nullptr) {  // no memory for the tiles: the vector unit, a few tokens at a time
+        for (int t = 0; t < nt; t += kMaxVectorTokens) {
+          tile_vector<F>(n, wb, w_stride, n_rows, xt + t * x_stride, x_stride,
+                         std::min(kMaxVectorTokens, nt - t), y + (t0 + t) * y_stride, y_stride);
+        }
+        t0 += nt;
+        continue;
+      }
+      for (int64_t i = 0; i < n_sb; ++i) {
+        for (int tt = 0; tt * kToksPerTile < nt; ++tt) {
+          prepare_tokens(xt + tt * kToksPerTile * x_stride, x_stride,
+                         std::min(kToksPerTile, nt - tt * kToksPerTile), i,
+                         &toks[i * kMaxTokTiles + tt]);
+        }
+      }
+    }
+    for (int r0 = 0; r0 < n_rows; r0 += kMaxRowTiles * kRowsPerTile) {
+      const int nr = std::min(kMaxRowTiles * kRowsPerTile, n_rows - r0);
       const uint8_t* wr = wb + r0 * w_stride;
-      const uint8_t* xt = xb + t0 * x_stride;
       float* yt = y + t0 * y_stride + r0;
-      if (nt <= kMaxVectorTokens) {
+      if (toks == nullptr) {
         tile_vector<F>(n, wr, w_stride, nr, xt, x_stride, nt, yt, y_stride);
       } else {
-        tile_matrix<F>(n, wr, w_stride, nr, xt, x_stride, nt, yt, y_stride);
+        tile_matrix<F>(n, wr, w_stride, nr, toks, nt, yt, y_stride);
       }
-      t0 += nt;
     }
+    t0 += nt;
   }
 }
 
@@ -618,32 +656,6 @@ const TileConfig& block32_config() {
   }();
   return config;
 }
-
-// A per-thread buffer that grows to the largest call (a tile call's prepared activations and
-// weights: about 3 KiB a block).
-class GrowingBuffer {
- public:
-  GrowingBuffer() = default;
-  GrowingBuffer(const GrowingBuffer&) = delete;
-  GrowingBuffer& operator=(const GrowingBuffer&) = delete;
-  ~GrowingBuffer() { std::free(data_); }
-  // nullptr when the memory is not there.
-  uint8_t* get(size_t bytes) {
-    if (bytes > size_) {
-      std::free(data_);
-      size_ = (bytes + 4095) & ~size_t{4095};
-      data_ = static_cast<uint8_t*>(std::aligned_alloc(64, size_));
-      if (!data_) size_ = 0;
-    }
-    return data_;
-  }
-
- private:
-  uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-};
-
-thread_local GrowingBuffer block32_scratch;
 
 template <class WF>
 struct Amx32 {
@@ -766,7 +778,7 @@ struct Amx32 {
     const size_t act_bytes = align64(n_tt * nb * kActTile);
     const size_t scale_bytes = align64(n_tok * nb * sizeof(float));
     const size_t min_bytes = R::kMin ? align64(n_tt * kToksPerTile * nb * sizeof(float)) : 0;
-    uint8_t* buf = block32_scratch.get(act_bytes + scale_bytes + min_bytes + nb * sizeof(Unpacked));
+    uint8_t* buf = call_scratch.get(act_bytes + scale_bytes + min_bytes + nb * sizeof(Unpacked));
     if (!buf) return false;
     auto* act = reinterpret_cast<int8_t*>(buf);
     auto* scales = reinterpret_cast<float*>(buf + act_bytes);
