@@ -127,26 +127,27 @@ void GenerationWorker::run_slot(Slot& slot) {
       if (!slot.job) return;  // stopping with nothing to serve
       job = slot.job;
     }
-    serve(slot, *job);
-    std::lock_guard lock(mu_);
-    slot.job.reset();
-    cv_.notify_all();
+    Result<runtime::GenerateResult> result = serve(slot, *job);
+    {
+      std::lock_guard lock(mu_);
+      slot.job.reset();
+      cv_.notify_all();
+    }
+    // Answered once the slot is idle: the client's next request finds it, and its cache.
+    job->finish(std::move(result));
   }
 }
 
-void GenerationWorker::serve(Slot& slot, Job& job) {
+Result<runtime::GenerateResult> GenerationWorker::serve(Slot& slot, Job& job) {
   job.mark_started();
-  if (job.cancelled()) {  // the client left while the job waited
-    job.finish(cancelled_result());
-    return;
-  }
+  if (job.cancelled()) return cancelled_result();  // the client left while the job waited
   Result<runtime::GenerateResult> result = job.is_embed() ? embed(slot, job) : generate(slot, job);
   if (job.unload()) {
     unload(slot);
     std::lock_guard lock(mu_);
     unload_idle();
   }
-  job.finish(std::move(result));
+  return result;
 }
 
 Status GenerationWorker::ensure_session(Slot& slot, int64_t n_ctx) {

@@ -70,8 +70,8 @@ class GenerationWorker {
   };
   void dispatch();
   void run_slot(Slot& slot);
-  Slot* best_idle_slot(const Job& job);  // REQUIRES: mu_ held, an idle slot
-  void serve(Slot& slot, Job& job);
+  Slot* best_idle_slot(const Job& job);                         // REQUIRES: mu_ held, an idle slot
+  Result<runtime::GenerateResult> serve(Slot& slot, Job& job);  // the job's answer
   Result<runtime::GenerateResult> generate(Slot& slot, Job& job);
   Result<runtime::GenerateResult> embed(Slot& slot, Job& job);
   Status ensure_session(Slot& slot, int64_t n_ctx);
