@@ -58,14 +58,15 @@ size_t item_weight_bytes() {
 // innermost. Prompts (several token blocks) take ranges as wide as item_weight_bytes()
 // allows, each item one tile call: a kernel prepares its tokens once per call, so wide
 // calls spread that over many row tiles (docs/BENCHMARKS.md, K7). A decode step's tokens
-// are one block, and its rows are shared as rows_per_item() says.
+// are one block, and its items take rows_per_item(share_rows) rows (a grouped product
+// shares all its groups' rows).
 struct ItemGrid {
   int64_t rows = 0, n_ranges = 0, n_tok_blocks = 0;
 
-  ItemGrid(int64_t n_rows, size_t w_stride, int64_t n_tokens, int n_threads)
+  ItemGrid(int64_t n_rows, size_t w_stride, int64_t n_tokens, int n_threads, int64_t share_rows)
       : n_tok_blocks((n_tokens + kTokBlock - 1) / kTokBlock) {
     if (n_tok_blocks <= 1) {
-      rows = rows_per_item(n_rows, n_threads);
+      rows = std::min(n_rows, rows_per_item(share_rows, n_threads));
     } else {
       const int64_t fit = static_cast<int64_t>(item_weight_bytes() / w_stride);
       rows = std::max<int64_t>(kRowAlign, fit / kRowAlign * kRowAlign);
@@ -242,7 +243,7 @@ void Context::matmul(const WeightView& w, const float* x, int64_t n_tokens, floa
 
   const auto* wbytes = static_cast<const uint8_t*>(w.data);
   const auto* xbytes = static_cast<const uint8_t*>(xa);
-  const ItemGrid grid(n_rows, w_stride, n_tokens, n_threads());
+  const ItemGrid grid(n_rows, w_stride, n_tokens, n_threads(), n_rows);
   impl_->pool.parallel_for(grid.count(), [&](int64_t item) {
     grid.run(item, n_rows, n_tokens, [&](int64_t r0, int nr, int64_t t0, int nt) {
       tile(n_cols, wbytes + r0 * w_stride, w_stride, nr, xbytes + t0 * x_stride, x_stride, nt,
@@ -397,12 +398,7 @@ void Context::matmul_grouped(const WeightView& w, int64_t n_groups, const float*
   }
 
   const auto* wbytes = static_cast<const uint8_t*>(w.data);
-  // The grid of one group (the rows shared as among all groups' rows for a decode step).
-  ItemGrid grid(n_out, w_stride, n_tokens, n_threads());
-  if (grid.n_tok_blocks <= 1) {
-    grid.rows = std::min(n_out, rows_per_item(w.n_rows, n_threads()));
-    grid.n_ranges = (n_out + grid.rows - 1) / grid.rows;
-  }
+  const ItemGrid grid(n_out, w_stride, n_tokens, n_threads(), w.n_rows);  // one group's
   impl_->pool.parallel_for(n_groups * grid.count(), [&](int64_t item) {
     const int64_t g = item / grid.count();
     const uint8_t* wg = wbytes + static_cast<size_t>(g * n_out) * w_stride;
