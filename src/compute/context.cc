@@ -57,9 +57,9 @@ size_t item_weight_bytes() {
 // A product's work items: `rows`-row ranges by blocks of kTokBlock tokens, token blocks
 // innermost. Prompts (several token blocks) take ranges as wide as item_weight_bytes()
 // allows, each item one tile call: a kernel prepares its tokens once per call, so wide
-// calls spread that over many row tiles (docs/BENCHMARKS.md, K7). A decode step's tokens
-// are one block, and its items take rows_per_item(share_rows) rows (a grouped product
-// shares all its groups' rows).
+// calls spread that over many row tiles (docs/BENCHMARKS.md, "CPU kernels"). A decode
+// step's tokens are one block, and its items take rows_per_item(share_rows) rows (a grouped
+// product shares all its groups' rows).
 struct ItemGrid {
   int64_t rows = 0, n_ranges = 0, n_tok_blocks = 0;
 

@@ -638,7 +638,8 @@ void tile_amx(int64_t n, const void* w, size_t w_stride, int n_rows, const void*
 //
 // Q4_1 and Q5_1 take their second sum (minimums times activation sums) as Rows32 does,
 // before the products. Half the depth of the K-quants' products (K = 64) and a C tile stored
-// per product, so the gain over Rows32 is smaller than theirs (docs/BENCHMARKS.md, K6).
+// per product, so the gain over Rows32 is smaller than theirs (docs/BENCHMARKS.md, "CPU
+// kernels").
 
 // tmm0 / 1: C (16 tokens x 16 rows); tmm2 / 3: A (16 tokens x 32 quants); tmm4 / 5: B (8
 // rows of 16 weight rows x 4 quants). Two of each, so that one block's dots are read while
