@@ -752,44 +752,52 @@ TEST_F(CudaTest, GemmHeadsMatchesCpu) {
   }
 }
 
-// A prompt's MoE products over every expert at once (rows grouped by expert, one empty
-// expert, two experts per weight tile) against the CPU's matmul of each expert's rows;
-// two stacked tensors share the converted activations.
+// A prompt's MoE products over every expert at once against the CPU's matmul of each
+// expert's rows; two stacked tensors share the converted activations. Shapes: one empty
+// expert, one of 150 rows (three tiles of the expert kernel), 70 weight rows (a partial
+// tile), columns ending in half a step (32-element formats: 288) or in no multiple of 8
+// (float formats: 136, the cuBLAS loop), and two experts per dequantized weight tile there.
 TEST_F(CudaTest, GemmExpertsMatchesCpu) {
   Context cpu(1, "scalar");
   uint32_t seed = 780;
-  const std::vector<int64_t> begin = {0, 10, 10, 37, 38, 60};
-  const int64_t n_expert = 5, n = begin.back(), r = 64, k = 256;
-  auto gemm = Gemm::create(stream_.handle(), 16, k, 2 * r * k, n * k);
-  ASSERT_TRUE(gemm.is_ok()) << gemm.status().message();
+  const std::vector<int64_t> begin = {0, 10, 10, 37, 187, 188, 210};
+  const int64_t n_expert = static_cast<int64_t>(begin.size()) - 1, n = begin.back(), r = 70;
   for (GgmlType type : kAllTypes) {
-    SCOPED_TRACE(gguf::type_name(type));
-    const std::vector<float> x = random_floats(n * k, seed++);
-    std::vector<uint8_t> w[2];
-    std::vector<float> want[2];
-    DeviceBuffer dw[2], dy[2];
-    WeightView views[2];
-    float* ys[2];
-    for (int i = 0; i < 2; ++i) {
-      w[i] = random_weights(type, n_expert * r, k, &seed);
-      want[i].assign(n * r, 0.0f);
-      for (int64_t e = 0; e < n_expert; ++e) {
-        const uint8_t* we = w[i].data() + e * r * quant::row_size(type, k);
-        if (begin[e + 1] > begin[e])
-          cpu.matmul(WeightView{we, type, k, r}, x.data() + begin[e] * k, begin[e + 1] - begin[e],
-                     want[i].data() + begin[e] * r);
+    const int64_t block = quant::block_size(type);
+    for (const int64_t k : {block == 1    ? int64_t{136}
+                            : block == 32 ? int64_t{288}
+                                          : int64_t{512},
+                            int64_t{256}}) {
+      SCOPED_TRACE(std::string(gguf::type_name(type)) + " k " + std::to_string(k));
+      auto gemm = Gemm::create(stream_.handle(), 16, k, 2 * r * k, n * k);
+      ASSERT_TRUE(gemm.is_ok()) << gemm.status().message();
+      const std::vector<float> x = random_floats(n * k, seed++);
+      std::vector<uint8_t> w[2];
+      std::vector<float> want[2];
+      DeviceBuffer dw[2], dy[2];
+      WeightView views[2];
+      float* ys[2];
+      for (int i = 0; i < 2; ++i) {
+        w[i] = random_weights(type, n_expert * r, k, &seed);
+        want[i].assign(n * r, 0.0f);
+        for (int64_t e = 0; e < n_expert; ++e) {
+          const uint8_t* we = w[i].data() + e * r * quant::row_size(type, k);
+          if (begin[e + 1] > begin[e])
+            cpu.matmul(WeightView{we, type, k, r}, x.data() + begin[e] * k, begin[e + 1] - begin[e],
+                       want[i].data() + begin[e] * r);
+        }
+        dw[i] = upload(w[i]);
+        dy[i] = poisoned(n * r);
+        views[i] = WeightView{dw[i].data(), type, k, r};
+        ys[i] = dy[i].as<float>();
       }
-      dw[i] = upload(w[i]);
-      dy[i] = poisoned(n * r);
-      views[i] = WeightView{dw[i].data(), type, k, r};
-      ys[i] = dy[i].as<float>();
-    }
-    DeviceBuffer dx = upload(x);
-    const WeightView* ws[2] = {&views[0], &views[1]};
-    ASSERT_TRUE((*gemm)->matmul_experts(ws, ys, 2, begin, dx.as<float>()));
-    for (int i = 0; i < 2; ++i) {
-      EXPECT_LE(rel_l2(download(dy[i], n * r), want[i]),
-                type == GgmlType::F32 ? kFloatRelL2 : kGemmRelL2);
+      DeviceBuffer dx = upload(x);
+      const WeightView* ws[2] = {&views[0], &views[1]};
+      ASSERT_TRUE((*gemm)->matmul_experts(ws, ys, 2, begin, dx.as<float>()));
+      for (int i = 0; i < 2; ++i) {
+        EXPECT_LE(rel_l2(download(dy[i], n * r), want[i]),
+                  type == GgmlType::F32 ? kFloatRelL2 : kGemmRelL2);
+      }
     }
   }
 }

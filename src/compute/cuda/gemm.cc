@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "compute/cuda/dequant.h"
+#include "compute/cuda/expert_gemm.h"
 #include "compute/cuda/matvec.h"
 #include "compute/cuda/quantize.h"
 #include "quant/quant.h"
@@ -78,6 +79,37 @@ Status cublas_status(cublasStatus_t st, const char* what) {
       st == CUBLAS_STATUS_ALLOC_FAILED ? StatusCode::kResourceExhausted : StatusCode::kInternal;
   return Status(code, std::string(what) + ": " + cublas().status_name(st) + " (" +
                           cublas().status_string(st) + ")");
+}
+
+// Launches the expert kernel over every expert with rows: tiles of up to kExpertTileRows
+// grouped rows, kMaxExpertTiles a launch.
+void expert_products(const WeightView& w, size_t expert_bytes, std::span<const int64_t> begin,
+                     const uint16_t* x16, float* y, StreamHandle stream) {
+  ExpertGemmArgs a;
+  a.w = w.data;
+  a.expert_bytes = expert_bytes;
+  a.row_bytes = w.row_bytes();
+  a.n_rows = w.n_rows;
+  a.n_cols = w.n_cols;
+  a.x = x16;
+  a.y = y;
+  a.stream = stream;
+  ExpertTiles tiles;
+  const auto type_id = static_cast<uint32_t>(w.type);
+  for (size_t e = 0; e + 1 < begin.size(); ++e) {
+    for (int64_t r = begin[e]; r < begin[e + 1]; r += kExpertTileRows) {
+      if (tiles.count == kMaxExpertTiles) {
+        launch_expert_gemm(type_id, a, tiles);
+        tiles.count = 0;
+      }
+      tiles.first[tiles.count] = static_cast<int32_t>(r);
+      tiles.expert[tiles.count] = static_cast<uint16_t>(e);
+      tiles.rows[tiles.count] =
+          static_cast<uint8_t>(std::min<int64_t>(kExpertTileRows, begin[e + 1] - r));
+      ++tiles.count;
+    }
+  }
+  if (tiles.count > 0) launch_expert_gemm(type_id, a, tiles);
 }
 
 // Tile rows: a multiple of 64 (aligned output columns) within tile_elems.
@@ -200,6 +232,10 @@ Status Gemm::matmul_experts(const WeightView* const* ws, float* const* ys, int c
         return Status(StatusCode::kInternal, "the experts' rows exceed the prefill scratch");
       convert(w.type, x, n * k);
       converted = quant::activation_type(w.type);
+    }
+    if (n_expert <= 65536 && expert_gemm_supported(static_cast<uint32_t>(w.type), k)) {
+      expert_products(w, expert_bytes, begin, x16_.as<uint16_t>(), ys[i], stream_);
+      continue;
     }
     // Tiles of consecutive experts, from the first with rows to the last within the tile.
     const int64_t per_tile = f32 || f16 ? n_expert : std::max<int64_t>(1, tile_elems_ / expert);

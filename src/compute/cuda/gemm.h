@@ -60,7 +60,8 @@ class Gemm {
   // begin[e] .. begin[e + 1]), and ys[i]'s row j = expert(e) of ws[i] . x row j. ws[i] is
   // expert 0's matrix of a stacked tensor of begin.size() - 1 experts (expert e's rows follow
   // at e times its bytes). The activations are converted once per activation format for
-  // all rows, the weights dequantized a tile of consecutive experts at a time, one cuBLAS
+  // all rows; quantized, F16 and BF16 weights of a multiple of 8 columns are then multiplied
+  // by one launch per tensor over every expert (expert_gemm.h), others (F32) by one cuBLAS
   // product per expert with rows. REQUIRES: begin.back() * w.n_cols <= the x capacity.
   Status matmul_experts(const WeightView* const* ws, float* const* ys, int count,
                         std::span<const int64_t> begin, const float* x);
