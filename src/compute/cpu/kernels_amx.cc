@@ -590,19 +590,15 @@ void tile_amx(int64_t n, const void* w, size_t w_stride, int n_rows, const void*
   // whose activation tiles are prepared once for all its rows.
   for (int t0 = 0; t0 < n_tok;) {
     const int left = n_tok - t0;
-    const int nt = left <= kMaxVectorTokens ? left : std::min(kMaxTokTiles * kToksPerTile, left);
+    int nt = left <= kMaxVectorTokens ? left : std::min(kMaxTokTiles * kToksPerTile, left);
     const uint8_t* xt = xb + t0 * x_stride;
     TokTile* toks = nullptr;
     if (nt > kMaxVectorTokens) {
       toks = reinterpret_cast<TokTile*>(call_scratch.get(n_sb * kMaxTokTiles * sizeof(TokTile)));
-      if (toks == nullptr) {  // no memory for the tiles: the vector unit, a few tokens at a time
-        for (int t = 0; t < nt; t += kMaxVectorTokens) {
-          tile_vector<F>(n, wb, w_stride, n_rows, xt + t * x_stride, x_stride,
-                         std::min(kMaxVectorTokens, nt - t), y + (t0 + t) * y_stride, y_stride);
-        }
-        t0 += nt;
-        continue;
-      }
+      // No memory for the tiles: the vector unit, a few tokens at a time.
+      if (toks == nullptr) nt = kMaxVectorTokens;
+    }
+    if (toks != nullptr) {
       for (int64_t i = 0; i < n_sb; ++i) {
         for (int tt = 0; tt * kToksPerTile < nt; ++tt) {
           prepare_tokens(xt + tt * kToksPerTile * x_stride, x_stride,
