@@ -86,12 +86,11 @@ struct DqMXFP4 {
   static constexpr int kBlockBytes = 17, kBlockElems = kQK;
   static __device__ void dequant8(const uint8_t* b, int i0, float (&v)[8]) {
     const float d = e8m0_half_to_float(b[0]);
-    const uint8_t* q = b + 1 + i0 % 16;
+    int words[2];
+    load_8_a1(b + 1 + i0 % 16, words);
     const int shift = 4 * (i0 / 16);
     for (int w = 0; w < 2; ++w) {
-      const uint32_t bytes = q[4 * w] | (q[4 * w + 1] << 8) | (q[4 * w + 2] << 16) |
-                             (static_cast<uint32_t>(q[4 * w + 3]) << 24);
-      const int vals = mxfp4_values4((bytes >> shift) & 0x0F0F0F0Fu);
+      const int vals = mxfp4_values4((static_cast<uint32_t>(words[w]) >> shift) & 0x0F0F0F0Fu);
       for (int k = 0; k < 4; ++k) {
         v[4 * w + k] = __fmul_rn(static_cast<float>(static_cast<int8_t>(vals >> (8 * k))), d);
       }
@@ -184,18 +183,41 @@ struct DqQ6_K {
 template <class Fn>
 __host__ bool visit_block_format(uint32_t type_id, Fn&& fn) {
   switch (type_id) {
-    case 2: fn(DqQ4_0{}); return true;
-    case 3: fn(DqQ4_1{}); return true;
-    case 6: fn(DqQ5<false>{}); return true;
-    case 7: fn(DqQ5<true>{}); return true;
-    case 8: fn(DqQ8_0{}); return true;
-    case 39: fn(DqMXFP4{}); return true;
-    case 10: fn(DqQ2_K{}); return true;
-    case 11: fn(DqQ3_K{}); return true;
-    case 12: fn(DqK4<false>{}); return true;
-    case 13: fn(DqK4<true>{}); return true;
-    case 14: fn(DqQ6_K{}); return true;
-    default: return false;
+    case 2:
+      fn(DqQ4_0{});
+      return true;
+    case 3:
+      fn(DqQ4_1{});
+      return true;
+    case 6:
+      fn(DqQ5<false>{});
+      return true;
+    case 7:
+      fn(DqQ5<true>{});
+      return true;
+    case 8:
+      fn(DqQ8_0{});
+      return true;
+    case 39:
+      fn(DqMXFP4{});
+      return true;
+    case 10:
+      fn(DqQ2_K{});
+      return true;
+    case 11:
+      fn(DqQ3_K{});
+      return true;
+    case 12:
+      fn(DqK4<false>{});
+      return true;
+    case 13:
+      fn(DqK4<true>{});
+      return true;
+    case 14:
+      fn(DqQ6_K{});
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -146,7 +146,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int r = row0 + wm + mi * 16 + gid + (j / 2) * 8, t = wn + ni * 8 + tig * 2 + j % 2;
-        if (r < n_rows && t < count) y[static_cast<size_t>(first + t) * n_rows + r] = acc[mi][ni][j];
+        if (r < n_rows && t < count)
+          y[static_cast<size_t>(first + t) * n_rows + r] = acc[mi][ni][j];
       }
     }
   }

@@ -14,7 +14,7 @@
 
 namespace hypura::compute::cuda {
 
-inline constexpr int kExpertTileRows = 64;  // activation rows of a tile
+inline constexpr int kExpertTileRows = 64;   // activation rows of a tile
 inline constexpr int kMaxExpertTiles = 256;  // tiles of one launch (its parameters hold them)
 
 // Tile i: grouped activation rows first[i] .. first[i] + rows[i] (rows[i] <= kExpertTileRows),

@@ -2,7 +2,7 @@
 // with activations in Q8_0 (Q4_0, Q5_0, Q8_0, MXFP4) or Q8_1 (Q4_1, Q5_1), as on the CPU.
 // Two chunks per block: a chunk is 8 bytes of nibbles (elements j..j+7 and j+16..j+23) or,
 // for Q8_0, 16 quants. The blocks are 2-byte aligned, so quants load as pairs of halves;
-// MXFP4's 17-byte blocks are not, and load byte by byte.
+// MXFP4's 17-byte blocks are not, and load as the aligned words around them.
 #include "compute/cuda/matvec_impl.cuh"
 
 namespace hypura::compute::cuda {
@@ -143,24 +143,25 @@ struct MXFP4 {
     float d;
   };
   static __device__ __forceinline__ Chunk load(const uint8_t* w, int c) {
-    const uint8_t* qs = w + 1 + 8 * c;
+    int v[2];
+    load_8_a1(w + 1 + 8 * c, v);
     Chunk k;
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const uint32_t v = static_cast<uint32_t>(load_int_a1(qs + 4 * j));
-      k.lo[j] = mxfp4_values4(v & 0x0F0F0F0Fu);
-      k.hi[j] = mxfp4_values4((v >> 4) & 0x0F0F0F0Fu);
+      k.lo[j] = mxfp4_values4(static_cast<uint32_t>(v[j]) & 0x0F0F0F0Fu);
+      k.hi[j] = mxfp4_values4((static_cast<uint32_t>(v[j]) >> 4) & 0x0F0F0F0Fu);
     }
     k.d = e8m0_half_to_float(w[0]);
     return k;
   }
   static __device__ __forceinline__ float dot(const uint8_t* w, const ActQ8& act, int b, int c) {
-    const uint8_t* qs = w + 1 + 8 * c;
+    int words[2];
+    load_8_a1(w + 1 + 8 * c, words);
     const auto* xq = reinterpret_cast<const uint8_t*>(act.q + b * kQK + 8 * c);
     int sumi = 0;
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      const uint32_t v = static_cast<uint32_t>(load_int_a1(qs + 4 * k));
+      const auto v = static_cast<uint32_t>(words[k]);
       sumi = __dp4a(mxfp4_values4(v & 0x0F0F0F0Fu), load_int_a4(xq + 4 * k), sumi);
       sumi = __dp4a(mxfp4_values4((v >> 4) & 0x0F0F0F0Fu), load_int_a4(xq + 16 + 4 * k), sumi);
     }
