@@ -12,6 +12,12 @@
 #include "compute/cuda/device.h"
 #include "quant/blocks.h"
 
+// The kernels use the tensor cores' mma.sync and ldmatrix (HYPURA_CUDA_GENCODE's oldest
+// target is compute_80).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "the CUDA kernels need sm_80 or later"
+#endif
+
 namespace hypura::compute::cuda {
 
 // Programmatic dependent launch (sm_90; device.h's pdl_enabled). Every kernel launched by
@@ -48,6 +54,25 @@ void launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
   cfg.attrs = attr;
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
   (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+// Tensor cores (sm_80 and later): c += a (16 x 16, row-major) . b (16 x 8, column-major),
+// F16 in, F32 accumulators. Fragments of lane (g = lane / 4, t = lane % 4): a[0] = row g,
+// columns 2t, 2t + 1; a[1] = row g + 8; a[2], a[3] = the same 8 columns on; b0 = rows (k)
+// 2t, 2t + 1 of column g, b1 = 8 rows on; c[0], c[1] = row g, columns 2t, 2t + 1; c[2], c[3]
+// = row g + 8.
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two F16 halves packed as the fragments hold them (the lower column in the low bits).
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
 }
 
 __device__ __forceinline__ float half_bits_to_float(uint16_t h) {

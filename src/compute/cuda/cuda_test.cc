@@ -554,14 +554,16 @@ TEST_F(CudaTest, AttentionOverABranchAsOverItsKeysInPlace) {
 }
 
 // Prefill attention: every token of a batch against the cache holding its own keys, causal,
-// with GQA, a sliding window and batches that start past position 0.
+// with GQA, a sliding window and batches that start past position 0; the tensor-core kernel
+// (head dims of 64, 96, 128, 256) and the SIMT one (80: values not a multiple of 32).
 TEST_F(CudaTest, AttentionPrefillMatchesCpu) {
   struct Case {
     int64_t n_head, n_head_kv, head_dim, pos0, n_tokens, n_swa;
   };
   for (const Case& c :
        {Case{8, 2, 128, 0, 37, 0}, Case{4, 1, 64, 100, 70, 16}, Case{6, 2, 96, 5, 20, 0},
-        Case{2, 1, 256, 0, 33, 0}, Case{32, 8, 128, 300, 64, 0}, Case{4, 4, 64, 0, 1, 0}}) {
+        Case{2, 1, 256, 0, 33, 0}, Case{32, 8, 128, 300, 64, 0}, Case{4, 4, 64, 0, 1, 0},
+        Case{4, 2, 80, 10, 30, 0}}) {
     SCOPED_TRACE(std::to_string(c.head_dim) + " pos0 " + std::to_string(c.pos0) + " swa " +
                  std::to_string(c.n_swa));
     const int64_t n_ctx = c.pos0 + c.n_tokens, width = c.n_head_kv * c.head_dim,

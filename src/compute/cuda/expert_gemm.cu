@@ -37,27 +37,12 @@ struct DqFloat16 {
 };
 
 __device__ __forceinline__ uint4 to_half8(const float (&v)[8]) {
-  uint32_t packed[4];
-  for (int k = 0; k < 4; ++k) {
-    const __half2 h = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
-    packed[k] = *reinterpret_cast<const uint32_t*>(&h);
-  }
-  return make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  return make_uint4(pack_half2(v[0], v[1]), pack_half2(v[2], v[3]), pack_half2(v[4], v[5]),
+                    pack_half2(v[6], v[7]));
 }
 
 __device__ __forceinline__ uint32_t lds32(const uint16_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
-}
-
-// c += a (16 x 16, row-major) . b (16 x 8, column-major), F16 in, F32 accumulators.
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
 }
 
 template <class F>
