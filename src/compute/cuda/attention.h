@@ -89,9 +89,13 @@ void attention_decode_seqs(const AttnDecodeArgs& a, const AttnSeqs& seqs, void* 
 // the F16 cache, which already holds their own keys and values. Token t sees the keys at
 // positions [first, pos0 + t], first = max(0, pos0 + t - n_swa + 1) with a window, else 0.
 // A thread block takes 16 query rows (tokens x the q heads of one kv head) and walks the
-// keys in tiles of 32 widened into shared memory, with an online softmax per row (lane j
-// scores key j of a tile; each lane accumulates head_dim_v / 32 output dims), in F32. In
-// the latent form the values are read from the key tile.
+// keys in tiles of 32 in shared memory, with an online softmax per row. Where head_dim is a
+// multiple of 16 and head_dim_v of 32, on the tensor cores: each of four warps scores 8 keys
+// of a tile for all 16 rows, and multiplies the tile's probabilities by its quarter of the
+// value dims; the queries and the probabilities enter as two F16 terms each (hi + lo), so
+// the products keep F32 precision. Other dims: SIMT F32 (lane j scores key j of a tile;
+// each lane accumulates head_dim_v / 32 output dims). In the latent form the values are
+// read from the key tile.
 // Results match the CPU's to float rounding.
 struct AttnPrefillArgs {
   const float* q = nullptr;     // (n_tokens, n_head * head_dim)
