@@ -489,6 +489,22 @@ struct ActGroup {
     const uint8_t* p = base + 2 * field * m;
     return _mm512_cvtph_ps(full() ? load256(p) : _mm256_maskz_loadu_epi16(lane_mask(m), p));
   }
+  // Lanes 0..m-1 of one of the token's int32 per-block terms.
+  __m512i terms(const int32_t* p) const { return _mm512_maskz_loadu_epi32(lane_mask(m), p); }
+};
+
+// A token's group of 8 blocks (a row of 256 columns) in both halves of each vector, against
+// two such rows side by side in the lanes (Legacy32's paired rows).
+struct ActPair {
+  static constexpr int kBlocks = 8;
+  const uint8_t* base;
+  __m512i row(int k, int fields) const {
+    return _mm512_broadcast_i64x4(load256(base + 2 * fields * kBlocks + 4 * k * kBlocks));
+  }
+  __m512 halves(int field) const {
+    return _mm512_cvtph_ps(_mm256_broadcastsi128_si256(load128(base + 2 * field * kBlocks)));
+  }
+  __m512i terms(const int32_t* p) const { return _mm512_broadcast_i64x4(load256(p)); }
 };
 
 // 4x4 dword transposes inside each 128-bit lane: z[g] lane i = 16 bytes of block g + 4i;
@@ -735,14 +751,12 @@ struct Legacy32 {
   // `sums` (kOffsetDot formats; null: computed here) holds the offset terms of the
   // group's blocks for token t at sums + t * nb. Returns the blocks' fields (the dwords at
   // byte 0: d, and m for Q4_1/Q5_1).
-  template <int T>
-  [[gnu::always_inline]] static __m512i block_sums(const uint8_t* wb, int m, const ActGroup* y,
+  template <int T, class Y>
+  [[gnu::always_inline]] static __m512i block_sums(const uint8_t* wb, int m, const Y* y,
                                                    const int32_t* sums, int64_t nb, __m512i* isum) {
     __m512i W[8];
     for (int t = 0; t < T; ++t) {
-      isum[t] = kOffsetDot && sums != nullptr
-                    ? _mm512_maskz_loadu_epi32(lane_mask(m), sums + t * nb)
-                    : _mm512_setzero_si512();
+      isum[t] = kOffsetDot && sums != nullptr ? y[t].terms(sums + t * nb) : _mm512_setzero_si512();
     }
     if constexpr (WF::kSigned && !kOffsetDot) {  // |w| against y with w's sign (|w| <= 128)
       WF::weights(wb, m, W);
@@ -812,31 +826,80 @@ struct Legacy32 {
     }
   }
 
-  // tile_of's loop, with the offset terms of each token group taken once for its rows.
+  // Rows of 8 blocks (256 columns, small models) fill half a group's lanes. Where they lie
+  // back to back, two rows share the lanes (row r in 0-7, r + 1 in 8-15) against the
+  // token's group repeated in both halves, and each half is summed as hsum512 sums a lone
+  // row's vector (its upper half +0): the same bits, for half the vector work.
+  template <int T>
+  static void dot_pair(const uint8_t* wr, const uint8_t* x, size_t xs, const int32_t* sums,
+                       float (*out)[kMaxTok], bool prefetch) {
+    constexpr int kBlocks = ActPair::kBlocks;
+    if (prefetch) prefetch_ahead(wr, 2 * kBlocks * sizeof(Block));
+    ActPair y[T];
+    for (int t = 0; t < T; ++t) y[t] = {x + t * xs};
+    __m512i isum[T];
+    const __m512i fields = block_sums<T>(wr, kLanes, y, sums, kBlocks, isum);
+    const __m512 dw = weight_scales<Block>(fields);
+    const __m256 zero = _mm256_setzero_ps();
+    const auto half_sum = [&](__m512 v, int h) {
+      return hsum256(
+          _mm256_add_ps(h == 0 ? _mm512_castps512_ps256(v)
+                               : _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)),
+                        zero));
+    };
+    for (int t = 0; t < T; ++t) {
+      const __m512 acc =
+          _mm512_mul_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, y[t].halves(0)));
+      for (int h = 0; h < 2; ++h) out[h][t] = half_sum(acc, h);
+      if constexpr (kMin) {
+        const __m512 accm = _mm512_mul_ps(halves_of(fields, true), y[t].halves(1));
+        for (int h = 0; h < 2; ++h) out[h][t] += half_sum(accm, h);
+      }
+    }
+  }
+
+  // tile_of's loop, with the offset terms of each token group taken once for its rows, and
+  // rows of 256 columns in pairs.
   static void tile(int64_t n, const void* w, size_t w_stride, int n_rows, const void* x,
                    size_t x_stride, int n_tok, float* y, size_t y_stride) {
     const int64_t nb = n / quant::kQK;
-    if (!kOffsetDot || nb > kMaxSumBlocks) {
+    const bool pairs = nb == ActPair::kBlocks && w_stride == ActPair::kBlocks * sizeof(Block);
+    if (!pairs && (!kOffsetDot || nb > kMaxSumBlocks)) {
       tile_of<Legacy32, kMaxTok>(n, w, w_stride, n_rows, x, x_stride, n_tok, y, y_stride);
       return;
     }
     using DotFn =
         void (*)(int64_t, const uint8_t*, const uint8_t*, size_t, const int32_t*, float*, bool);
+    using PairFn =
+        void (*)(const uint8_t*, const uint8_t*, size_t, const int32_t*, float(*)[kMaxTok], bool);
     static constexpr auto dots = []<int... I>(std::integer_sequence<int, I...>) {
       return std::array<DotFn, kMaxTok>{&dot_with_sums<I + 1>...};
     }
     (std::make_integer_sequence<int, kMaxTok>{});
+    static constexpr auto pair_dots = []<int... I>(std::integer_sequence<int, I...>) {
+      return std::array<PairFn, kMaxTok>{&dot_pair<I + 1>...};
+    }
+    (std::make_integer_sequence<int, kMaxTok>{});
     alignas(64) int32_t sums[kOffsetDot ? kMaxTok * kMaxSumBlocks : 1];
+    const int32_t* terms = kOffsetDot ? sums : nullptr;
     const auto* xb = static_cast<const uint8_t*>(x);
-    float out[kMaxTok];
+    const auto* wb = static_cast<const uint8_t*>(w);
+    float out[2][kMaxTok];
     for (int t0 = 0; t0 < n_tok; t0 += kMaxTok) {
       const int nt = n_tok - t0 < kMaxTok ? n_tok - t0 : kMaxTok;
       const uint8_t* xt = xb + t0 * x_stride;
-      offset_sums<kFields>(nb, xt, x_stride, nt, WF::kOffset, sums);
-      for (int r = 0; r < n_rows; ++r) {
-        const auto* wr = static_cast<const uint8_t*>(w) + r * w_stride;
-        dots[nt - 1](n, wr, xt, x_stride, sums, out, t0 == 0);
-        for (int t = 0; t < nt; ++t) y[(t0 + t) * y_stride + r] = out[t];
+      if constexpr (kOffsetDot) offset_sums<kFields>(nb, xt, x_stride, nt, WF::kOffset, sums);
+      int r = 0;
+      for (; pairs && r + 1 < n_rows; r += 2) {
+        pair_dots[nt - 1](wb + r * w_stride, xt, x_stride, terms, out, t0 == 0);
+        for (int t = 0; t < nt; ++t) {
+          y[(t0 + t) * y_stride + r] = out[0][t];
+          y[(t0 + t) * y_stride + r + 1] = out[1][t];
+        }
+      }
+      for (; r < n_rows; ++r) {
+        dots[nt - 1](n, wb + r * w_stride, xt, x_stride, terms, out[0], t0 == 0);
+        for (int t = 0; t < nt; ++t) y[(t0 + t) * y_stride + r] = out[0][t];
       }
     }
   }
