@@ -116,14 +116,23 @@ __device__ __forceinline__ uint16_t load_u16(const uint8_t* p) {
 
 // Eight bytes at p as two little-endian ints, any alignment (MXFP4's 17-byte blocks): the
 // aligned words that hold them, funnel-shifted (three 4-byte loads, not eight of a byte;
-// the third only where p is unaligned, so no word past the eight bytes is read).
-__device__ __forceinline__ void load_8_a1(const uint8_t* p, int (&v)[2]) {
+// the third only where p is unaligned, so no word past the eight bytes is read). Split in
+// the loads (fetch_8_a1) and the shifts (join_8) for kernels that overlap the two.
+struct Words8 {
+  uint32_t w0, w1, w2, shift;
+};
+__device__ __forceinline__ Words8 fetch_8_a1(const uint8_t* p) {
   const auto addr = reinterpret_cast<uintptr_t>(p);
   const auto* w = reinterpret_cast<const uint32_t*>(addr & ~uintptr_t{3});
   const auto shift = static_cast<uint32_t>(addr & 3) * 8;
-  const uint32_t w0 = w[0], w1 = w[1], w2 = shift != 0 ? w[2] : 0u;
-  v[0] = static_cast<int>(__funnelshift_r(w0, w1, shift));
-  v[1] = static_cast<int>(__funnelshift_r(w1, w2, shift));
+  return {w[0], w[1], shift != 0 ? w[2] : 0u, shift};
+}
+__device__ __forceinline__ void join_8(const Words8& w, int (&v)[2]) {
+  v[0] = static_cast<int>(__funnelshift_r(w.w0, w.w1, w.shift));
+  v[1] = static_cast<int>(__funnelshift_r(w.w1, w.w2, w.shift));
+}
+__device__ __forceinline__ void load_8_a1(const uint8_t* p, int (&v)[2]) {
+  join_8(fetch_8_a1(p), v);
 }
 
 // MXFP4's scale: 2^(e - 128) for the E8M0 byte e (quant::e8m0_half_to_f32).

@@ -1,13 +1,16 @@
 // Internal: the block formats' dequantizers for the kernels that widen weights (dequant.cu,
 // expert_gemm.cu). Each format: kBlockBytes, kBlockElems and dequant8(block, i0, out), the
 // elements i0..i0+7 of a block (8 elements never straddle a sub-block, so a thread decodes
-// its scales once). Products and sums use __fmul_rn / __fsub_rn / __fadd_rn so nvcc does
-// not contract them into FMAs: the CPU rounds each, and the F32 values equal its own.
+// its scales once). The formats the expert kernel runs most also split dequant8 in fetch
+// (the loads, into a Raw) and decode (the arithmetic), so it can issue a step's loads and
+// decode them a step later (Staged). Products and sums use __fmul_rn / __fsub_rn / __fadd_rn so
+// nvcc does not contract them into FMAs: the CPU rounds each, and the F32 values equal its own.
 #pragma once
 
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "compute/cuda/common.cuh"
 
@@ -73,21 +76,41 @@ struct DqQ5 {
 };
 struct DqQ8_0 {
   static constexpr int kBlockBytes = 34, kBlockElems = kQK;
-  static __device__ void dequant8(const uint8_t* b, int i0, float (&v)[8]) {
-    const float d = h2f(b);
+  struct Raw {
+    Words8 quants;
+    uint32_t d;
+  };
+  static __device__ Raw fetch(const uint8_t* b, int i0) {
+    return {fetch_8_a1(b + 2 + i0), load_u16(b)};
+  }
+  static __device__ void decode(const Raw& r, int, float (&v)[8]) {
+    const float d = half_bits_to_float(static_cast<uint16_t>(r.d));
+    int words[2];
+    join_8(r.quants, words);
     for (int k = 0; k < 8; ++k) {
-      v[k] = __fmul_rn(static_cast<float>(static_cast<int8_t>(b[2 + i0 + k])), d);
+      const auto q = static_cast<int8_t>(static_cast<uint32_t>(words[k / 4]) >> (8 * (k % 4)));
+      v[k] = __fmul_rn(static_cast<float>(q), d);
     }
+  }
+  static __device__ void dequant8(const uint8_t* b, int i0, float (&v)[8]) {
+    decode(fetch(b, i0), i0, v);
   }
 };
 // Elements i0..i0+7 are the low (i0 < 16) or high nibbles of 8 consecutive code bytes:
 // two words of four codes, each turned into its doubled E2M1 values by mxfp4_values4.
 struct DqMXFP4 {
   static constexpr int kBlockBytes = 17, kBlockElems = kQK;
-  static __device__ void dequant8(const uint8_t* b, int i0, float (&v)[8]) {
-    const float d = e8m0_half_to_float(b[0]);
+  struct Raw {
+    Words8 codes;
+    uint32_t scale;
+  };
+  static __device__ Raw fetch(const uint8_t* b, int i0) {
+    return {fetch_8_a1(b + 1 + i0 % 16), b[0]};
+  }
+  static __device__ void decode(const Raw& r, int i0, float (&v)[8]) {
+    const float d = e8m0_half_to_float(r.scale);
     int words[2];
-    load_8_a1(b + 1 + i0 % 16, words);
+    join_8(r.codes, words);
     const int shift = 4 * (i0 / 16);
     for (int w = 0; w < 2; ++w) {
       const int vals = mxfp4_values4((static_cast<uint32_t>(words[w]) >> shift) & 0x0F0F0F0Fu);
@@ -95,6 +118,9 @@ struct DqMXFP4 {
         v[4 * w + k] = __fmul_rn(static_cast<float>(static_cast<int8_t>(vals >> (8 * k))), d);
       }
     }
+  }
+  static __device__ void dequant8(const uint8_t* b, int i0, float (&v)[8]) {
+    decode(fetch(b, i0), i0, v);
   }
 };
 struct DqQ2_K {
@@ -127,55 +153,97 @@ struct DqQ3_K {
     }
   }
 };
-// Q4_K (kFive = false) and Q5_K.
+// Q4_K (kFive = false) and Q5_K. Raw: d and dmin, the 12 packed scale bytes, the 8 quant
+// bytes (and Q5_K's 8 high-bit bytes) as aligned words: blocks, their fields and i0 % 32 are
+// multiples of 4 bytes.
 template <bool kFive>
 struct DqK4 {
   static constexpr int kBlockBytes = kFive ? 176 : 144, kBlockElems = kQK_K;
   static constexpr int kQs = kFive ? 48 : 16;
-  static __device__ void dequant8(const uint8_t* b, int i0, float (&v)[8]) {
-    const int j = i0 / 32;
-    const uint8_t* q = b + 4;
-    int sc, mn;
-    if (j < 4) {
-      sc = q[j] & 63;
-      mn = q[j + 4] & 63;
-    } else {
-      sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-      mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-    const float dl = __fmul_rn(h2f(b), static_cast<float>(sc));
-    const float ml = __fmul_rn(h2f(b + 2), static_cast<float>(mn));
-    // The 8 quant bytes (and Q5_K's 8 high-bit bytes) as two aligned words each: blocks,
-    // their fields and i0 % 32 are multiples of 4 bytes.
+  struct Raw {
+    uint32_t dm, scales[3], lo[2], hi[2];
+  };
+  static __device__ Raw fetch(const uint8_t* b, int i0) {
     const int l0 = i0 % 32;
-    const uint8_t* qs = b + kQs + (j / 2) * 32 + l0;
-    const uint32_t lo[2] = {load_u32_a4(qs), load_u32_a4(qs + 4)};
-    uint32_t hi[2] = {0, 0};
+    const uint8_t* qs = b + kQs + (i0 / 64) * 32 + l0;
+    Raw r = {load_u32_a4(b),
+             {load_u32_a4(b + 4), load_u32_a4(b + 8), load_u32_a4(b + 12)},
+             {load_u32_a4(qs), load_u32_a4(qs + 4)},
+             {0, 0}};
     if constexpr (kFive) {
-      hi[0] = load_u32_a4(b + 16 + l0);
-      hi[1] = load_u32_a4(b + 20 + l0);
+      r.hi[0] = load_u32_a4(b + 16 + l0);
+      r.hi[1] = load_u32_a4(b + 20 + l0);
     }
+    return r;
+  }
+  static __device__ void decode(const Raw& r, int i0, float (&v)[8]) {
+    // Sub-block j's 6-bit scale and min: bytes j and j + 4 of the packed 12 (j < 4), or the
+    // nibbles of byte j + 4 and the top bits of bytes j - 4 and j. Byte j % 4 of each word.
+    const int j = i0 / 32, sh = 8 * (j % 4);
+    const uint32_t b0 = (r.scales[0] >> sh) & 0xFF, b1 = (r.scales[1] >> sh) & 0xFF,
+                   b2 = (r.scales[2] >> sh) & 0xFF;
+    const bool low = j < 4;
+    const int sc = static_cast<int>(low ? b0 & 63 : (b2 & 0xF) | ((b0 >> 6) << 4));
+    const int mn = static_cast<int>(low ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4));
+    const float dl =
+        __fmul_rn(half_bits_to_float(static_cast<uint16_t>(r.dm)), static_cast<float>(sc));
+    const float ml =
+        __fmul_rn(half_bits_to_float(static_cast<uint16_t>(r.dm >> 16)), static_cast<float>(mn));
     for (int k = 0; k < 8; ++k) {
-      const int sh = 8 * (k % 4);
-      int val = static_cast<int>((lo[k / 4] >> (sh + 4 * (j % 2))) & 0xF);
-      if constexpr (kFive) val |= static_cast<int>(((hi[k / 4] >> (sh + j)) & 1) << 4);
+      const int bit = 8 * (k % 4);
+      int val = static_cast<int>((r.lo[k / 4] >> (bit + 4 * (j % 2))) & 0xF);
+      if constexpr (kFive) val |= static_cast<int>(((r.hi[k / 4] >> (bit + j)) & 1) << 4);
       v[k] = mul_sub(dl, val, ml);
     }
   }
+  static __device__ void dequant8(const uint8_t* b, int i0, float (&v)[8]) {
+    decode(fetch(b, i0), i0, v);
+  }
 };
+// Raw: the 8 low-nibble and 8 high-bit bytes (2-byte aligned) as words, the scale and d.
 struct DqQ6_K {
   static constexpr int kBlockBytes = 210, kBlockElems = kQK_K;
-  static __device__ void dequant8(const uint8_t* b, int i0, float (&v)[8]) {
-    const float dl =
-        __fmul_rn(h2f(b + 208), static_cast<float>(static_cast<int8_t>(b[192 + i0 / 16])));
-    const int c = i0 / 128, h = (i0 % 128) / 64, s = (i0 % 128) / 32;
+  struct Raw {
+    Words8 low, high;
+    uint32_t scale, d;
+  };
+  static __device__ Raw fetch(const uint8_t* b, int i0) {
+    const int c = i0 / 128;
+    return {fetch_8_a1(b + c * 64 + i0 % 64), fetch_8_a1(b + 128 + c * 32 + i0 % 32),
+            b[192 + i0 / 16], load_u16(b + 208)};
+  }
+  static __device__ void decode(const Raw& r, int i0, float (&v)[8]) {
+    const float dl = __fmul_rn(half_bits_to_float(static_cast<uint16_t>(r.d)),
+                               static_cast<float>(static_cast<int8_t>(r.scale)));
+    const int h = (i0 % 128) / 64, s = (i0 % 128) / 32;
+    int low[2], high[2];
+    join_8(r.low, low);
+    join_8(r.high, high);
     for (int k = 0; k < 8; ++k) {
-      const int i = i0 + k;
-      const int low = (b[c * 64 + i % 64] >> (4 * h)) & 0xF;
-      const int high = (b[128 + c * 32 + i % 32] >> (2 * s)) & 3;
-      v[k] = __fmul_rn(dl, static_cast<float>((low | (high << 4)) - 32));
+      const int bit = 8 * (k % 4);
+      const int lo = (static_cast<uint32_t>(low[k / 4]) >> (bit + 4 * h)) & 0xF;
+      const int hi = (static_cast<uint32_t>(high[k / 4]) >> (bit + 2 * s)) & 3;
+      v[k] = __fmul_rn(dl, static_cast<float>((lo | (hi << 4)) - 32));
     }
   }
+  static __device__ void dequant8(const uint8_t* b, int i0, float (&v)[8]) {
+    decode(fetch(b, i0), i0, v);
+  }
+};
+
+// F's loads and arithmetic apart: its own fetch and decode where it splits them, else the
+// block's address and dequant8 (the loads then wait at decode).
+template <class F, class = void>
+struct Staged {
+  using Raw = const uint8_t*;
+  static __device__ Raw fetch(const uint8_t* b, int) { return b; }
+  static __device__ void decode(Raw b, int i0, float (&v)[8]) { F::dequant8(b, i0, v); }
+};
+template <class F>
+struct Staged<F, std::void_t<typename F::Raw>> {
+  using Raw = typename F::Raw;
+  static __device__ Raw fetch(const uint8_t* b, int i0) { return F::fetch(b, i0); }
+  static __device__ void decode(const Raw& r, int i0, float (&v)[8]) { F::decode(r, i0, v); }
 };
 
 // fn(F{}) for the block format of GGUF type id type_id (gguf::GgmlType); false for a type

@@ -82,10 +82,12 @@ Status cublas_status(cublasStatus_t st, const char* what) {
 }
 
 // Launches the expert kernel over every expert with rows: tiles of up to kExpertTileRows
-// grouped rows, kMaxExpertTiles a launch.
+// grouped rows, kMaxExpertTiles a launch. The activations: x16, or xq's 8-bit ones where set.
 void expert_products(const WeightView& w, size_t expert_bytes, std::span<const int64_t> begin,
-                     const uint16_t* x16, float* y, StreamHandle stream) {
+                     const uint16_t* x16, const ActQ8& xq, float* y, StreamHandle stream) {
   ExpertGemmArgs a;
+  a.xq = xq.q;
+  a.xd = xq.d;
   a.w = w.data;
   a.expert_bytes = expert_bytes;
   a.row_bytes = w.row_bytes();
@@ -219,7 +221,10 @@ Status Gemm::matmul_shared(const WeightView* const* ws, float* const* ys, int co
 Status Gemm::matmul_experts(const WeightView* const* ws, float* const* ys, int count,
                             std::span<const int64_t> begin, const float* x) {
   const int64_t n_expert = static_cast<int64_t>(begin.size()) - 1, n = begin.back();
-  gguf::GgmlType converted = gguf::GgmlType::I64;  // the activation format x16 holds (none yet)
+  // What x16_'s memory holds: x in this activation format widened to F16 (converted), or
+  // quantized to Q8_0 (as_q8.q set); none yet.
+  gguf::GgmlType converted = gguf::GgmlType::I64;
+  ActQ8 as_q8;
   const float one = 1.0f, zero = 0.0f;
   for (int i = 0; i < count; ++i) {
     const WeightView& w = *ws[i];
@@ -227,14 +232,25 @@ Status Gemm::matmul_experts(const WeightView* const* ws, float* const* ys, int c
     const size_t expert_bytes = quant::row_size(w.type, k) * static_cast<size_t>(r);
     const auto* base = static_cast<const uint8_t*>(w.data);
     const bool f32 = w.type == gguf::GgmlType::F32, f16 = w.type == gguf::GgmlType::F16;
+    const auto type_id = static_cast<uint32_t>(w.type);
+    if (n_expert <= 65536 && expert_gemm_takes_q8(type_id, k) &&
+        act_q8_layout(n * k).total <= x16_.size()) {
+      if (as_q8.q == nullptr) {
+        as_q8 = quantize_act(ActFormat::kQ8_0, x, n * k, x16_.data(), stream_);
+        converted = gguf::GgmlType::I64;
+      }
+      expert_products(w, expert_bytes, begin, nullptr, as_q8, ys[i], stream_);
+      continue;
+    }
     if (!f32 && quant::activation_type(w.type) != converted) {
+      as_q8 = {};
       if (n * k > x_elems_)
         return Status(StatusCode::kInternal, "the experts' rows exceed the prefill scratch");
       convert(w.type, x, n * k);
       converted = quant::activation_type(w.type);
     }
-    if (n_expert <= 65536 && expert_gemm_supported(static_cast<uint32_t>(w.type), k)) {
-      expert_products(w, expert_bytes, begin, x16_.as<uint16_t>(), ys[i], stream_);
+    if (n_expert <= 65536 && expert_gemm_supported(type_id, k)) {
+      expert_products(w, expert_bytes, begin, x16_.as<uint16_t>(), {}, ys[i], stream_);
       continue;
     }
     // Tiles of consecutive experts, from the first with rows to the last within the tile.
