@@ -655,7 +655,7 @@ void CudaBlocks::continue_from(const float* host_x) {
 void CudaBlocks::norm(const float* in, const WeightView& w, float* out) {
   if (replaying()) return;
   flush_norm();
-  if (n_tokens_ <= kCudaSmallBatch && w.n_cols % 256 == 0 && in != out) {
+  if (n_tokens_ <= kCudaSmallBatch && w.n_cols % 32 == 0 && in != out) {
     pending_ = {in, floats(w), w.n_cols, out};
     return;
   }
@@ -835,7 +835,8 @@ void CudaBlocks::shared_input(const WeightView* const* ws, float* const* outs, i
   cuda::ActQ8 act;
   cuda::ActFormat format;
   if (product_.out != nullptr) flush_norm();  // (never pending beside a norm)
-  if (pending_.in != nullptr && pending_.out == in && act_format(ws[0]->type, &format)) {
+  if (pending_.in != nullptr && pending_.out == in && act_format(ws[0]->type, &format) &&
+      cuda::norm_quantize_fits(format, pending_.width)) {
     act = cuda::rms_norm_quantize(pending_.in, pending_.w, n_tokens_, pending_.width, hp_.rms_eps,
                                   pending_.out, format, act_.data(), s());
     cached_type = quant::activation_type(ws[0]->type);
@@ -1066,6 +1067,7 @@ Status CudaBlocks::moe_ffn(int64_t il, const FfnViews& w, const float* in, float
   cuda::ActFormat format, router_format;
   const bool router_float = !act_format(w.router.type, &router_format);
   if (pending_.in != nullptr && pending_.out == in && act_format(e0[0].type, &format) &&
+      cuda::norm_quantize_fits(format, pending_.width) &&
       (router_float || router_act == gate_act)) {
     act = cuda::rms_norm_quantize(pending_.in, pending_.w, n_tokens_, pending_.width, hp_.rms_eps,
                                   pending_.out, format, act_.data(), s());

@@ -235,11 +235,13 @@ TEST_F(CudaTest, MatvecMatchesCpuForEveryType) {
 
 TEST_F(CudaTest, RmsNormMatchesCpu) {
   // A few 4096-wide rows (a block per 256 values, 16-byte loads), many (a block per row),
-  // and a width that is no multiple of 256 (scalar loads).
+  // widths that are no multiple of 256 (a partial last block: gpt-oss's 2880; 1000), and
+  // one that is no multiple of 4 (scalar loads).
   struct Shape {
     int64_t rows, n;
   };
-  for (const Shape sh : {Shape{5, 4096}, Shape{20, 4096}, Shape{3, 1000}}) {
+  for (const Shape sh :
+       {Shape{5, 4096}, Shape{20, 4096}, Shape{3, 2880}, Shape{3, 1000}, Shape{2, 999}}) {
     const int64_t rows = sh.rows, n = sh.n;
     const std::vector<float> x = random_floats(rows * n, 1), w = random_floats(n, 2);
     for (bool with_w : {true, false}) {
@@ -1132,10 +1134,11 @@ TEST_F(CudaTest, MoeRoutingAndRowsMatchCpu) {
   EXPECT_EQ(rel_l2(download(dscat, slots.size()), want_s), 0.0);
 }
 
-// The fused decode kernels write exactly what their two unfused kernels write.
+// The fused decode kernels write exactly what their two unfused kernels write, also for
+// rows of a width that is no multiple of 256 (gpt-oss's 2880: a partial last block).
 TEST_F(CudaTest, FusedKernelsMatchTheirUnfusedPairsExactly) {
   const int64_t rows = 3, n = 1024;
-  const std::vector<float> x = random_floats(rows * n, 41, 2.0f), w = random_floats(n, 42);
+  const std::vector<float> x = random_floats(rows * n, 41, 2.0f);
   const std::vector<float> up = random_floats(rows * n, 43);
   const size_t bytes = act_q8_layout(rows * n).total;
   const auto bytes_of = [&](const DeviceBuffer& b, size_t len) {
@@ -1144,20 +1147,31 @@ TEST_F(CudaTest, FusedKernelsMatchTheirUnfusedPairsExactly) {
     EXPECT_TRUE(copy_to_host(v.data(), b.data(), len));
     return v;
   };
+  // rms_norm + quantize_act against rms_norm_quantize on nr rows of `width`.
+  const auto check_norm = [&](ActFormat f, int64_t nr, int64_t width) {
+    SCOPED_TRACE(std::to_string(static_cast<int>(f)) + " width " + std::to_string(width));
+    ASSERT_TRUE(norm_quantize_fits(f, width));
+    const int64_t count = nr * width;
+    const size_t nbytes = act_q8_layout(count).total;
+    DeviceBuffer dx = upload(random_floats(count, 41, 2.0f)), dw = upload(random_floats(width, 42)),
+                 out1 = poisoned(count), out2 = poisoned(count);
+    auto q1 = DeviceBuffer::allocate(nbytes), q2 = DeviceBuffer::allocate(nbytes);
+    ASSERT_TRUE(q1.is_ok() && q2.is_ok());
+    ASSERT_TRUE(zero_device(q1->data(), nbytes) && zero_device(q2->data(), nbytes));
+    rms_norm(dx.as<float>(), dw.as<float>(), nr, width, 1e-5f, out1.as<float>(), stream_.handle());
+    quantize_act(f, out1.as<float>(), count, q1->data(), stream_.handle());
+    rms_norm_quantize(dx.as<float>(), dw.as<float>(), nr, width, 1e-5f, out2.as<float>(), f,
+                      q2->data(), stream_.handle());
+    EXPECT_EQ(bytes_of(out1, count * 4), bytes_of(out2, count * 4));
+    EXPECT_EQ(bytes_of(*q1, nbytes), bytes_of(*q2, nbytes));
+  };
+  for (ActFormat f : {ActFormat::kQ8_0, ActFormat::kQ8_1}) check_norm(f, 2, 2880);
+  EXPECT_FALSE(norm_quantize_fits(ActFormat::kQ8_K, 2880));
   for (ActFormat f : {ActFormat::kQ8_K, ActFormat::kQ8_0, ActFormat::kQ8_1}) {
     SCOPED_TRACE(static_cast<int>(f));
-    DeviceBuffer dx = upload(x), dw = upload(w), out1 = poisoned(rows * n),
-                 out2 = poisoned(rows * n);
+    check_norm(f, rows, n);
     auto q1 = DeviceBuffer::allocate(bytes), q2 = DeviceBuffer::allocate(bytes);
     ASSERT_TRUE(q1.is_ok() && q2.is_ok());
-    ASSERT_TRUE(zero_device(q1->data(), bytes) && zero_device(q2->data(), bytes));
-    rms_norm(dx.as<float>(), dw.as<float>(), rows, n, 1e-5f, out1.as<float>(), stream_.handle());
-    quantize_act(f, out1.as<float>(), rows * n, q1->data(), stream_.handle());
-    rms_norm_quantize(dx.as<float>(), dw.as<float>(), rows, n, 1e-5f, out2.as<float>(), f,
-                      q2->data(), stream_.handle());
-    EXPECT_EQ(bytes_of(out1, rows * n * 4), bytes_of(out2, rows * n * 4));
-    EXPECT_EQ(bytes_of(*q1, bytes), bytes_of(*q2, bytes));
-
     DeviceBuffer g1 = upload(x), g2 = upload(x), du = upload(up);
     ASSERT_TRUE(zero_device(q1->data(), bytes) && zero_device(q2->data(), bytes));
     glu(UnaryOp::kSilu, g1.as<float>(), du.as<float>(), rows * n, stream_.handle());

@@ -20,10 +20,10 @@ __device__ __forceinline__ void quantize_256(float v, int64_t base, int8_t* q, f
   }
 }
 
-// One block of kNormThreads (256) per 256 values of a row (grid: rows x chunks): each block
-// computes its row's scale (the same operations in every block, so the same float) and
-// normalizes and quantizes its chunk. A block per row was latency-bound (its chunks in
-// turn).
+// One block of kNormThreads (256) per 256 values of a row (grid: rows x chunks, the last one
+// partial for Q8_0 / Q8_1): each block computes its row's scale (the same operations in
+// every block, so the same float) and normalizes and quantizes its chunk, a warp per
+// 32-value block. A block per row was latency-bound (its chunks in turn).
 template <ActFormat kFormat>
 __global__ void __launch_bounds__(kNormThreads)
     norm_quantize_kernel(const float* __restrict__ x, const float* __restrict__ w, int n, float eps,
@@ -37,6 +37,7 @@ __global__ void __launch_bounds__(kNormThreads)
   const float* xr = x + row * n;
   const float sc = row_rms_scale(xr, n, eps, partial);
   const int i = c + threadIdx.x;
+  if (c + static_cast<int>(threadIdx.x / 32) * 32 >= n) return;  // a warp past the row
   const float v = normed(xr, w, i, sc);
   out[row * n + i] = v;
   quantize_256<kFormat>(v, row * n + c, q, d, s, sh);
@@ -89,10 +90,14 @@ void launch_glu(ActFormat format, unsigned grid, float* gate, const float* up, c
 
 }  // namespace
 
+bool norm_quantize_fits(ActFormat format, int64_t n) {
+  return n % (format == ActFormat::kQ8_K ? 256 : 32) == 0;
+}
+
 ActQ8 rms_norm_quantize(const float* x, const float* w, int64_t n_rows, int64_t n, float eps,
                         float* out, ActFormat format, void* scratch, StreamHandle stream) {
   const Out o = carve(scratch, n_rows * n);
-  const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>(n / kNormThreads));
+  const dim3 grid(static_cast<unsigned>(n_rows), norm_chunks(n));
   const int nn = static_cast<int>(n);
   switch (format) {
     case ActFormat::kQ8_K:

@@ -14,8 +14,11 @@
 
 namespace hypura::compute::cuda {
 
+// Whether rms_norm_quantize takes rows of n in `format`: n % 256 == 0 for Q8_K, n % 32 == 0
+// for Q8_0 / Q8_1.
+bool norm_quantize_fits(ActFormat format, int64_t n);
 // rms_norm() of n_rows rows of n into out, then quantize_act(format) of out (n_rows * n
-// values) into scratch. REQUIRES: n % 256 == 0; out does not alias x.
+// values) into scratch. REQUIRES: norm_quantize_fits(format, n); out does not alias x.
 ActQ8 rms_norm_quantize(const float* x, const float* w, int64_t n_rows, int64_t n, float eps,
                         float* out, ActFormat format, void* scratch, StreamHandle stream);
 

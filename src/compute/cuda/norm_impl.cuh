@@ -8,12 +8,17 @@ namespace hypura::compute::cuda {
 
 constexpr int kNormThreads = 256;  // threads per row
 
+// Blocks of kNormThreads values a row of n takes in the split kernels (the last one partial).
+inline unsigned norm_chunks(int64_t n) {
+  return static_cast<unsigned>((n + kNormThreads - 1) / kNormThreads);
+}
+
 // 1 / sqrt(mean(x^2) + eps) of row xr (n values), the sum of squares in double as on the
 // CPU. All kNormThreads threads of the block call it; partial: kNormThreads / 32 doubles
 // of shared memory.
 __device__ __forceinline__ float row_rms_scale(const float* xr, int n, float eps, double* partial) {
   double sum = 0.0;
-  if (n % (4 * kNormThreads) == 0 && reinterpret_cast<uintptr_t>(xr) % 16 == 0) {
+  if (n % 4 == 0 && reinterpret_cast<uintptr_t>(xr) % 16 == 0) {
     // 16-byte loads, four issued before the first is used (a decode row is a few of them
     // per thread, so their latency, not bandwidth, is the cost).
     const float4* x4 = reinterpret_cast<const float4*>(xr);
@@ -26,6 +31,7 @@ __device__ __forceinline__ float row_rms_scale(const float* xr, int n, float eps
       sum += static_cast<double>(v.w * v.w);
     }
   } else {
+#pragma unroll 4
     for (int i = threadIdx.x; i < n; i += kNormThreads) sum += static_cast<double>(xr[i] * xr[i]);
   }
 #pragma unroll
