@@ -815,65 +815,80 @@ TEST_F(CudaTest, BatchedMatvecMatchesCpu) {
   Context cpu(1, "scalar");
   uint32_t seed = 1300;
   for (GgmlType type : kAllTypes) {
-    SCOPED_TRACE(gguf::type_name(type));
-    const int64_t rows = 70, cols = quant::block_size(type) == 1 ? 136 : 768;
-    const std::vector<uint8_t> w = random_weights(type, rows, cols, &seed);
-    for (int64_t n : {2, 3, 5, 8, 16}) {
-      const std::vector<float> x = random_floats(n * cols, seed++);
-      std::vector<float> want(n * rows);
-      cpu.matmul(WeightView{w.data(), type, cols, rows}, x.data(), n, want.data());
-      DeviceBuffer dw = upload(w), dx = upload(x), dy = poisoned(n * rows);
-      auto scratch = DeviceBuffer::allocate(act_q8_layout(n * cols).total);
-      ASSERT_TRUE(scratch.is_ok());
-      const ActQ8 act =
-          quantize_for(type, dx.as<float>(), n * cols, scratch->data(), stream_.handle());
-      matvec_batched(WeightView{dw.data(), type, cols, rows}, act, n, dy.as<float>(),
-                     stream_.handle());
-      const std::vector<float> got = download(dy, n * rows);
-      EXPECT_LE(rel_l2(got, want), kMatvecRelL2) << n;
-      // In every configuration (one or two rows per warp, each row split over two warps),
-      // each token bit for bit its single-token product, its activations quantized alone.
-      std::vector<ActQ8> alone(n);
-      std::vector<DeviceBuffer> keep;
-      for (int64_t t = 0; t < n; ++t) {
-        keep.push_back(
-            upload(std::vector<float>(x.begin() + t * cols, x.begin() + (t + 1) * cols)));
-        auto st = DeviceBuffer::allocate(act_q8_layout(cols).total);
-        ASSERT_TRUE(st.is_ok());
-        alone[t] = quantize_for(type, keep.back().as<float>(), cols, st->data(), stream_.handle());
-        keep.push_back(std::move(st).value());
-      }
-      for (int config : {0, 1, 2}) {
-        g_matvec_config_override = config;
-        DeviceBuffer dyb = poisoned(n * rows);
-        matvec_batched(WeightView{dw.data(), type, cols, rows}, act, n, dyb.as<float>(),
+    for (int64_t cols : {int64_t{136}, int64_t{768}, int64_t{2304}}) {
+      // 768 and 2304: 3 and 9 blocks of 256, the tensor-core kernel's groups of 4 blocks
+      // (one partial; three, split two to one) for the K-quants.
+      if ((quant::block_size(type) == 1) != (cols == 136)) continue;
+      if (cols == 2304 && quant::block_size(type) != 256) continue;
+      SCOPED_TRACE(gguf::type_name(type));
+      const int64_t rows = 70;
+      const std::vector<uint8_t> w = random_weights(type, rows, cols, &seed);
+      for (int64_t n : {2, 3, 5, 8, 9, 16}) {
+        const std::vector<float> x = random_floats(n * cols, seed++);
+        std::vector<float> want(n * rows);
+        cpu.matmul(WeightView{w.data(), type, cols, rows}, x.data(), n, want.data());
+        DeviceBuffer dw = upload(w), dx = upload(x), dy = poisoned(n * rows);
+        auto scratch = DeviceBuffer::allocate(act_q8_layout(n * cols).total);
+        ASSERT_TRUE(scratch.is_ok());
+        const ActQ8 act =
+            quantize_for(type, dx.as<float>(), n * cols, scratch->data(), stream_.handle());
+        matvec_batched(WeightView{dw.data(), type, cols, rows}, act, n, dy.as<float>(),
                        stream_.handle());
-        const std::vector<float> batch = download(dyb, n * rows);
+        const std::vector<float> got = download(dy, n * rows);
+        EXPECT_LE(rel_l2(got, want), kMatvecRelL2) << n;
+        // In every configuration (one or two rows per warp, each row split over two warps),
+        // each token bit for bit its single-token product, its activations quantized alone.
+        std::vector<ActQ8> alone(n);
+        std::vector<DeviceBuffer> keep;
         for (int64_t t = 0; t < n; ++t) {
-          DeviceBuffer dyt = poisoned(rows);
-          matvec_quantized(WeightView{dw.data(), type, cols, rows}, alone[t], dyt.as<float>(),
-                           stream_.handle());
-          EXPECT_EQ(download(dyt, rows),
-                    std::vector<float>(batch.begin() + t * rows, batch.begin() + (t + 1) * rows))
-              << "token " << t << " of " << n << ", configuration " << config;
+          keep.push_back(
+              upload(std::vector<float>(x.begin() + t * cols, x.begin() + (t + 1) * cols)));
+          auto st = DeviceBuffer::allocate(act_q8_layout(cols).total);
+          ASSERT_TRUE(st.is_ok());
+          alone[t] =
+              quantize_for(type, keep.back().as<float>(), cols, st->data(), stream_.handle());
+          keep.push_back(std::move(st).value());
         }
-        g_matvec_config_override = -1;
-      }
-      // With a residual, the single-token kernel on row 0 in each configuration: the
-      // product also added to the residual row (exactly compute::add of it).
-      for (int config : {0, 1, 2}) {
-        const std::vector<float> res = random_floats(rows, seed++);
-        std::vector<float> want_res = res;
-        DeviceBuffer dres = upload(res), dy1 = poisoned(rows);
-        g_matvec_config_override = config;
-        matvec_quantized(WeightView{dw.data(), type, cols, rows}, act, dy1.as<float>(),
-                         stream_.handle(), dres.as<float>());
-        g_matvec_config_override = -1;
-        const std::vector<float> got1 = download(dy1, rows);
-        EXPECT_LE(rel_l2(got1, std::vector<float>(want.begin(), want.begin() + rows)), kMatvecRelL2)
-            << config;
-        compute::add(want_res.data(), got1.data(), rows);
-        EXPECT_EQ(download(dres, rows), want_res) << config;
+        // Q4_K, Q5_K and Q6_K on the tensor cores (from 2 tokens) and with dp4a (17).
+        const int mma_default = g_matvec_mma_min_tokens;
+        for (int mma_min : {2, 17}) {
+          g_matvec_mma_min_tokens = mma_min;
+          for (int config : {0, 1, 2}) {
+            g_matvec_config_override = config;
+            DeviceBuffer dyb = poisoned(n * rows);
+            matvec_batched(WeightView{dw.data(), type, cols, rows}, act, n, dyb.as<float>(),
+                           stream_.handle());
+            const std::vector<float> batch = download(dyb, n * rows);
+            for (int64_t t = 0; t < n; ++t) {
+              DeviceBuffer dyt = poisoned(rows);
+              matvec_quantized(WeightView{dw.data(), type, cols, rows}, alone[t], dyt.as<float>(),
+                               stream_.handle());
+              EXPECT_EQ(download(dyt, rows), std::vector<float>(batch.begin() + t * rows,
+                                                                batch.begin() + (t + 1) * rows))
+                  << "token " << t << " of " << n << ", configuration " << config
+                  << ", tensor cores from " << mma_min << " tokens, " << cols << " columns";
+            }
+            g_matvec_config_override = -1;
+          }
+        }
+        g_matvec_mma_min_tokens = mma_default;
+        // With a residual, the single-token kernel on row 0 in each configuration: the
+        // product also added to the residual row (exactly compute::add of it).
+        for (int config : {0, 1, 2}) {
+          const std::vector<float> res = random_floats(rows, seed++);
+          std::vector<float> want_res = res;
+          DeviceBuffer dres = upload(res), dy1 = poisoned(rows);
+          g_matvec_config_override = config;
+          matvec_quantized(WeightView{dw.data(), type, cols, rows}, act, dy1.as<float>(),
+                           stream_.handle(), dres.as<float>());
+          g_matvec_config_override = -1;
+          const std::vector<float> got1 = download(dy1, rows);
+          EXPECT_LE(rel_l2(got1, std::vector<float>(want.begin(), want.begin() + rows)),
+                    kMatvecRelL2)
+              << config;
+          compute::add(want_res.data(), got1.data(), rows);
+          EXPECT_EQ(download(dres, rows), want_res) << config;
+        }
       }
     }
   }

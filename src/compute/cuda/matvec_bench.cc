@@ -7,15 +7,19 @@
 // device memory; products run as a captured CUDA graph of kGraphCalls calls, the way
 // decode steps will run, so launch gaps are not counted; the median of kReps replays.
 //
-// Usage: hypura_bench_cuda [--ncu] [--configs] [type ...]   (default: Q4_K Q8_0 F16)
+// Usage: hypura_bench_cuda [--ncu] [--configs] [--batch N] [type ...]
+//   (default types: Q4_K Q8_0 F16)
 // --ncu: no timing; three plain launches (no graph) of each product, for Nsight Compute.
 // --configs: also time each kernel configuration (matvec_impl.cuh) at every shape.
+// --batch N: also time batched products of N tokens (2..16), with dp4a and, for the
+//   formats that have one, on the tensor cores (matvec_mma_kernel).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -110,8 +114,34 @@ double graph_us(cudaStream_t s, Fn fn) {
   return ms * 1e3 / kGraphCalls;
 }
 
+// Batched products of n_tok tokens at one shape with dp4a and on the tensor cores.
+void bench_batched(gguf::GgmlType type, const Shape& sh, int n_tok, double copy_bps, cudaStream_t s,
+                   size_t bytes, const std::function<compute::WeightView(int)>& view) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(sh.n_cols * n_tok));
+  for (float& v : x) v = dist(rng);
+  auto dx = DeviceBuffer::allocate(x.size() * 4),
+       dy = DeviceBuffer::allocate(sh.n_rows * n_tok * 4);
+  auto scratch = DeviceBuffer::allocate(matvec_scratch_bytes(sh.n_cols * n_tok));
+  if (!dx.is_ok() || !dy.is_ok() || !scratch.is_ok()) std::exit(1);
+  check(cudaMemcpy(dx->data(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), "h2d");
+  const ActQ8 act = quantize_for(type, dx->as<float>(), sh.n_cols * n_tok, scratch->data(), s);
+  const int saved = g_matvec_mma_min_tokens;
+  for (int mma_min : {17, 2}) {
+    g_matvec_mma_min_tokens = mma_min;
+    const double us =
+        graph_us(s, [&](int i) { matvec_batched(view(i), act, n_tok, dy->as<float>(), s); });
+    const double gbps = static_cast<double>(bytes) / (us * 1e-6) / 1e9;
+    std::printf("%-5s %-22s %2d tokens, %-12s kernel %8.2f us %6.0f GB/s %5.1f%%\n",
+                gguf::type_name(type), sh.name, n_tok, mma_min == 17 ? "dp4a" : "tensor cores", us,
+                gbps, 100.0 * gbps * 1e9 / copy_bps);
+  }
+  g_matvec_mma_min_tokens = saved;
+}
+
 void bench_one(gguf::GgmlType type, const Shape& sh, double copy_bps, cudaStream_t s, bool ncu,
-               bool configs) {
+               bool configs, int batch) {
   const size_t row = quant::row_size(type, sh.n_cols);
   const size_t bytes = row * static_cast<size_t>(sh.n_rows);
   // 64 distinct random rows, tiled over the matrix (HBM does not compress cudaMalloc memory).
@@ -162,6 +192,7 @@ void bench_one(gguf::GgmlType type, const Shape& sh, double copy_bps, cudaStream
   const double us_kernel =
       graph_us(s, [&](int i) { matvec_quantized(view(i), act, dy->as<float>(), s); });
   auto gbps = [&](double us) { return static_cast<double>(bytes) / (us * 1e-6) / 1e9; };
+  if (batch > 1) bench_batched(type, sh, batch, copy_bps, s, bytes, view);
   if (configs) {
     const char* names[] = {"1 row/warp", "2 rows/warp", "split over 2 warps"};
     for (int c = 0; c < 3; ++c) {
@@ -250,8 +281,15 @@ int main(int argc, char** argv) {
   std::printf("device-to-device copy (2 GiB, read + write): %.0f GB/s\n", copy_bps / 1e9);
   std::vector<gguf::GgmlType> types;
   bool ncu = false, configs = false;
+  int batch = 1;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--configs") == 0) {
+    if (std::strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
+      batch = std::atoi(argv[++i]);
+      if (batch < 1 || batch > kMatvecMaxTokens) {
+        std::fprintf(stderr, "--batch takes 1..%d\n", kMatvecMaxTokens);
+        return 2;
+      }
+    } else if (std::strcmp(argv[i], "--configs") == 0) {
       configs = true;
     } else if (std::strcmp(argv[i], "--ncu") == 0) {
       ncu = true;
@@ -265,7 +303,7 @@ int main(int argc, char** argv) {
                           {"ffn_down 4096x14336", 4096, 14336},
                           {"output 128256x4096", 128256, 4096}};
   for (gguf::GgmlType t : types) {
-    for (const Shape& sh : shapes) bench_one(t, sh, copy_bps, s, ncu, configs);
+    for (const Shape& sh : shapes) bench_one(t, sh, copy_bps, s, ncu, configs, batch);
   }
   if (!ncu) {
     for (int64_t n_kv : {512, 4096, 16384, 65536}) bench_attention(n_kv, copy_bps, s);

@@ -19,6 +19,8 @@
 // (which sums whole blocks first) only by float rounding.
 #pragma once
 
+#include <type_traits>
+
 #include "compute/cuda/common.cuh"
 #include "compute/cuda/matvec_impl_config.h"
 #include "compute/cuda/matvec_launch.h"
@@ -193,6 +195,163 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   }
 }
 
+// Formats with a tensor-core form (Traits::MmaScale): a chunk is two halves of 16 quants,
+// each half under one integer scale (Q4_K, Q5_K, Q6_K), and a warp takes chunks q4 and
+// q4 + 4 of a block (below):
+//   static MmaRaw mma_fetch(const uint8_t* block, int q4, int t)  (the loads, no use of them)
+//   static MmaQuants mma_quants(const MmaRaw&, int q4, int s)  (chunk q4 + 4s: bytes
+//     4t..4t+3 of each half, as int8, the A fragment's share of lane t of a quad)
+//   static int mma_act(int chunk), kMmaHi   (the halves' activations: elements mma_act(c)
+//     and mma_act(c) + kMmaHi of the block)
+//   static MmaScale mma_scale(const MmaRaw&, const uint8_t* block, int q4, int s)
+//   static float mma_value(const MmaScale&, float dx, int lo, int hi, int sx_lo, int sx_hi)
+//     (the chunk's float from the halves' integer dots, and with kMmaSums the sums of
+//     their activations: the same integers and float operations as Traits::dot)
+
+// Lane t's four int8 quants of each half of a chunk (bytes 4t..4t+3 of the half).
+struct MmaQuants {
+  uint32_t lo, hi;
+};
+
+template <class T, class = void>
+constexpr bool kHasMma = false;
+template <class T>
+constexpr bool kHasMma<T, std::void_t<typename T::MmaScale>> = true;
+
+// Batched products of 2..8 * kTiles tokens on the tensor cores. A block of 4 * kSplit warps
+// takes 16 rows. Warp (part, q4) takes, of every kSplit-th group of 32 items from group
+// `part` on, the items whose index is q4 mod 4: what lanes q4, q4 + 4, .., q4 + 28 of the
+// single-token kernel (of the same split) take. Per item, int8 m16n8k16 products give every
+// (row, token) the integer dots of dp4a; the float step is the format's. Each of the warp's
+// eight lane partials sums its items in item order, and the partials meet in the order of
+// warp_sum's tree (lane bits 4, 3, 2 inside the warp, bits 1 and 0 across warps), then the
+// split's pair: every token's result is its single-token product bit for bit, and a weight
+// row is read once for all tokens.
+template <class Traits, int kSplit, int kTiles>
+__global__ void __launch_bounds__(4 * kSplit * 32)
+    matvec_mma_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_blocks, ActQ8 act,
+                      float* __restrict__ y, int n_rows, int n_tok, int64_t q_stride,
+                      int64_t d_stride) {
+  static_assert(Traits::kChunks == 8, "a warp's group items are chunks q4 and q4 + 4 of 4 blocks");
+  constexpr int kWarps = 4 * kSplit;
+  __shared__ float s_tree[kWarps][kTiles * 4][32];
+  grid_dep_wait();
+  grid_dep_launch();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int part = warp / 4, q4 = warp % 4;
+  const int row0 = blockIdx.x * 16;
+  const uint8_t* wr[2];  // rows g and g + 8 of the tile (past the end: the last row, dropped)
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    wr[r] = w + static_cast<size_t>(min(row0 + g + 8 * r, n_rows - 1)) * row_bytes;
+  }
+  // Tile k: the B fragment's token is 8k + g; the outputs' tokens 8k + 2t and 8k + 2t + 1.
+  const int8_t* xb[kTiles];
+  const float* xd[kTiles][2];
+#pragma unroll
+  for (int k = 0; k < kTiles; ++k) {
+    xb[k] = act.q + min(8 * k + g, n_tok - 1) * q_stride + 4 * t;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) xd[k][e] = act.d + min(8 * k + 2 * t + e, n_tok - 1) * d_stride;
+  }
+  float sum[8][kTiles][4] = {};  // [lane partial j: lane q4 + 4j][tile][output]
+  constexpr uint32_t kOnes = 0x01010101u;
+  const int n_groups = (n_blocks + 3) / 4;
+  for (int grp = part; grp < n_groups; grp += kSplit) {
+    typename Traits::MmaRaw raw[4][2];  // [block][row]: the group's loads in flight
+#pragma unroll
+    for (int b4 = 0; b4 < 4; ++b4) {
+      const size_t off = static_cast<size_t>(min(grp * 4 + b4, n_blocks - 1)) * Traits::kBlockBytes;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) raw[b4][r] = Traits::mma_fetch(wr[r] + off, q4, t);
+    }
+#pragma unroll
+    for (int b4 = 0; b4 < 4; ++b4) {
+      const int b = grp * 4 + b4;
+      if (b >= n_blocks) break;
+      const size_t off = static_cast<size_t>(b) * Traits::kBlockBytes;
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        const int c = q4 + 4 * s;
+        const typename Traits::MmaScale sc[2] = {Traits::mma_scale(raw[b4][0], wr[0] + off, q4, s),
+                                                 Traits::mma_scale(raw[b4][1], wr[1] + off, q4, s)};
+        const MmaQuants wq[2] = {Traits::mma_quants(raw[b4][0], q4, s),
+                                 Traits::mma_quants(raw[b4][1], q4, s)};
+#pragma unroll
+        for (int k = 0; k < kTiles; ++k) {
+          const int8_t* x = xb[k] + b * Traits::kBlockElems + Traits::mma_act(c);
+          const auto blo = *reinterpret_cast<const uint32_t*>(x);
+          const auto bhi = *reinterpret_cast<const uint32_t*>(x + Traits::kMmaHi);
+          int lo[4] = {}, hi[4] = {}, sx_lo[4] = {}, sx_hi[4] = {};
+          mma_s8_16816(lo, wq[0].lo, wq[1].lo, blo);
+          mma_s8_16816(hi, wq[0].hi, wq[1].hi, bhi);
+          if constexpr (Traits::kMmaSums) {
+            mma_s8_16816(sx_lo, kOnes, kOnes, blo);
+            mma_s8_16816(sx_hi, kOnes, kOnes, bhi);
+          }
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            sum[2 * b4 + s][k][e] +=
+                Traits::mma_value(sc[e / 2], xd[k][e % 2][b], lo[e], hi[e], sx_lo[e], sx_hi[e]);
+          }
+        }
+      }
+    }
+  }
+  // warp_sum's levels xor 16, 8, 4 are partials j ^ 4, j ^ 2, j ^ 1 of one warp.
+#pragma unroll
+  for (int k = 0; k < kTiles; ++k) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float p[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) p[j] = sum[j][k][e];
+      s_tree[warp][k * 4 + e][lane] =
+          ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+    }
+  }
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int k = 0; k < kTiles; ++k) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int o = k * 4 + e;
+      float v = 0;
+#pragma unroll
+      for (int p = 0; p < kSplit; ++p) {  // levels xor 2 and 1: warps q4 ^ 2, then q4 ^ 1
+        const int w0 = 4 * p;
+        const float r = (s_tree[w0][o][lane] + s_tree[w0 + 2][o][lane]) +
+                        (s_tree[w0 + 1][o][lane] + s_tree[w0 + 3][o][lane]);
+        v = p == 0 ? r : v + r;
+      }
+      const int row = row0 + g + 8 * (e / 2), tok = 8 * k + 2 * t + e % 2;
+      if (row < n_rows && tok < n_tok) y[static_cast<int64_t>(tok) * n_rows + row] = v;
+    }
+  }
+}
+
+template <class Traits, int kSplit, int kTiles>
+void launch_matvec_mma_tiles(const MatvecArgs& a) {
+  const unsigned grid = static_cast<unsigned>((a.n_rows + 15) / 16);
+  launch_kernel(matvec_mma_kernel<Traits, kSplit, kTiles>, grid, 4 * kSplit * 32, 0, a.stream,
+                static_cast<const uint8_t*>(a.w), a.row_bytes,
+                static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y,
+                static_cast<int>(a.n_rows), a.n_tok, a.q_stride, a.d_stride);
+}
+
+// Tiles of 8 tokens: one up to 8, two from 9.
+template <class Traits, int kSplit>
+void launch_matvec_mma(const MatvecArgs& a) {
+  static_assert(kMatvecMaxTokens == 16);
+  if (a.n_tok <= 8) {
+    launch_matvec_mma_tiles<Traits, kSplit, 1>(a);
+  } else {
+    launch_matvec_mma_tiles<Traits, kSplit, 2>(a);
+  }
+}
+
 template <class Traits, int kTok, int kSplit>
 void launch_matvec_tokens(const MatvecArgs& a) {
   const int64_t rows_per_block = kMatvecWarps / kSplit;
@@ -295,6 +454,16 @@ void launch_matvec(const MatvecArgs& a) {
   }
   const int config = matvec_config<Traits>(a);
   if (a.n_tok > 1) {  // the single-token order: split where it splits
+    if constexpr (kHasMma<Traits>) {
+      if (a.n_tok >= g_matvec_mma_min_tokens) {
+        if (config == 2) {
+          launch_matvec_mma<Traits, 2>(a);
+        } else {
+          launch_matvec_mma<Traits, 1>(a);
+        }
+        return;
+      }
+    }
     if (config == 2) {
       launch_matvec_batched<Traits, 2>(a);
     } else {

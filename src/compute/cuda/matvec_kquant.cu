@@ -238,6 +238,72 @@ struct K4 {
     const int summs = k.m_lo * rl.sx + k.m_hi * rh.sx;
     return scale_and_min(act.d[b], k.d, k.dmin, isum, summs);
   }
+
+  // The tensor-core form (matvec_impl.cuh): halves = sub-blocks 2p (low nibbles) and 2p + 1.
+  // A warp's chunks q4 and q4 + 4 share the block's first 16 bytes (d, dmin and the packed
+  // scales: one load) and, for Q5_K, the high-bit word of half q4 % 2.
+  struct MmaRaw {
+    int4 head;
+    int v[2], qh;
+  };
+  struct MmaScale {
+    int sc_lo, m_lo, sc_hi, m_hi;
+    float d, dmin;
+  };
+  static constexpr int kMmaHi = 32;
+  static constexpr bool kMmaSums = true;
+  static __device__ __forceinline__ int mma_act(int c) {
+    return 64 * (c / 2) + 16 * (c % 2);
+  }
+  static __device__ __forceinline__ MmaRaw mma_fetch(const uint8_t* w, int q4, int t) {
+    MmaRaw r;
+    r.head = *reinterpret_cast<const int4*>(w);  // blocks of 144 / 176 bytes: 16-byte aligned
+#pragma unroll
+    for (int s = 0; s < 2; ++s) r.v[s] = load_int_a4(w + kQs + 16 * (q4 + 4 * s) + 4 * t);
+    r.qh = kFive ? load_int_a4(w + 16 + 16 * (q4 % 2) + 4 * t) : 0;
+    return r;
+  }
+  static __device__ __forceinline__ MmaQuants mma_quants(const MmaRaw& r, int q4, int s) {
+    const int v = r.v[s], p = (q4 + 4 * s) / 2;
+    MmaQuants q{static_cast<uint32_t>(v & 0x0F0F0F0F),
+                static_cast<uint32_t>((v >> 4) & 0x0F0F0F0F)};
+    if constexpr (kFive) {
+      q.lo |= ((r.qh >> (2 * p)) & 0x01010101) << 4;
+      q.hi |= ((r.qh >> (2 * p + 1)) & 0x01010101) << 4;
+    }
+    return q;
+  }
+  // scale_min_k4 of sub-blocks 2p and 2p + 1 from the head's words: for sub-block j, byte
+  // j % 4 of the three scale words (j < 4: 6-bit scale and min; else 4 low bits from the
+  // third word, 2 high bits from the first two).
+  static __device__ __forceinline__ MmaScale mma_scale(const MmaRaw& r, const uint8_t*, int q4,
+                                                       int s) {
+    MmaScale m;
+    const int i0 = (q4 / 2) * 2;  // j % 4 of sub-block 2p
+    int sc[2], mn[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int sh = 8 * (i0 + h);
+      const int b0 = (r.head.y >> sh) & 0xFF, b1 = (r.head.z >> sh) & 0xFF;
+      if (s == 0) {
+        sc[h] = b0 & 63;
+        mn[h] = b1 & 63;
+      } else {
+        const int b2 = (r.head.w >> sh) & 0xFF;
+        sc[h] = (b2 & 0xF) | ((b0 >> 6) << 4);
+        mn[h] = (b2 >> 4) | ((b1 >> 6) << 4);
+      }
+    }
+    m.sc_lo = sc[0], m.m_lo = mn[0], m.sc_hi = sc[1], m.m_hi = mn[1];
+    m.d = half_bits_to_float(static_cast<uint16_t>(r.head.x & 0xFFFF));
+    m.dmin = half_bits_to_float(static_cast<uint16_t>(static_cast<uint32_t>(r.head.x) >> 16));
+    return m;
+  }
+  static __device__ __forceinline__ float mma_value(const MmaScale& s, float dx, int lo, int hi,
+                                                    int sx_lo, int sx_hi) {
+    return scale_and_min(dx, s.d, s.dmin, s.sc_lo * lo + s.sc_hi * hi,
+                         s.m_lo * sx_lo + s.m_hi * sx_hi);
+  }
 };
 
 struct Q6_K {
@@ -290,6 +356,48 @@ struct Q6_K {
     const Dot16 r0 = dot16(k.lo, xq), r1 = dot16(k.hi, xq + 64);
     const int isum = k.sc0 * (r0.sumi - 32 * r0.sx) + k.sc1 * (r1.sumi - 32 * r1.sx);
     return act.d[b] * k.d * static_cast<float>(isum);
+  }
+
+  // The tensor-core form (matvec_impl.cuh): the quants less 32 as int8, so a half's dot is
+  // dot16's sumi - 32 * sx exactly and needs no activation sums. A warp's chunks q4 and
+  // q4 + 4 are chunk q4 of the two 128-element halves of the block.
+  struct MmaRaw {
+    int ql[2], qh[2];
+  };
+  struct MmaScale {
+    int sc0, sc1;
+    float d;
+  };
+  static constexpr int kMmaHi = 64;
+  static constexpr bool kMmaSums = false;
+  static __device__ __forceinline__ int mma_act(int c) {
+    return 128 * (c / 4) + 16 * (c % 4);
+  }
+  static __device__ __forceinline__ MmaRaw mma_fetch(const uint8_t* w, int q4, int t) {
+    MmaRaw r;
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      r.ql[s] = load_int_a2(w + s * 64 + 16 * q4 + 4 * t);
+      r.qh[s] = load_int_a2(w + 128 + s * 32 + 16 * (q4 % 2) + 4 * t);
+    }
+    return r;
+  }
+  static __device__ __forceinline__ MmaQuants mma_quants(const MmaRaw& r, int q4, int s) {
+    const int ql = r.ql[s], qh = r.qh[s];
+    const int s0 = q4 / 2, s1 = 2 + q4 / 2;
+    const int lo = (ql & 0x0F0F0F0F) | (((qh >> (2 * s0)) & 0x03030303) << 4);
+    const int hi = ((ql >> 4) & 0x0F0F0F0F) | (((qh >> (2 * s1)) & 0x03030303) << 4);
+    return {__vsub4(static_cast<uint32_t>(lo), 0x20202020u),
+            __vsub4(static_cast<uint32_t>(hi), 0x20202020u)};
+  }
+  static __device__ __forceinline__ MmaScale mma_scale(const MmaRaw&, const uint8_t* w, int q4,
+                                                       int s) {
+    const auto* scales = reinterpret_cast<const int8_t*>(w + 192);
+    return {scales[s * 8 + q4], scales[s * 8 + 4 + q4], half_bits_to_float(load_u16(w + 208))};
+  }
+  static __device__ __forceinline__ float mma_value(const MmaScale& s, float dx, int lo, int hi,
+                                                    int, int) {
+    return dx * s.d * static_cast<float>(s.sc0 * lo + s.sc1 * hi);
   }
 };
 
