@@ -755,7 +755,7 @@ void CudaBlocks::head_products(const WeightView& w, const float* in, int64_t in_
       x = at(lay_.mla_nope);
     }
     const cuda::ActQ8 act = cuda::quantize_for(w.type, x, rows * head.n_cols, act_.data(), s());
-    cuda::matvec_grouped(head, head_ids_.as<int32_t>(), rows, 1, act, out + t0 * h * head.n_rows,
+    cuda::matvec_grouped(head, h, head_ids_.as<int32_t>(), rows, 1, act, out + t0 * h * head.n_rows,
                          s());
   }
 }
@@ -1113,7 +1113,7 @@ void CudaBlocks::combine_slots(float* out, const float* shared) {
 // act: `in` already rounded for gate's type, or null.
 Status CudaBlocks::moe_small(const FfnViews& w, const WeightView (&e)[3], const float* in,
                              const cuda::ActQ8* act_in, float* slot_out) {
-  const int64_t k = hp_.n_expert_used, n_pairs = n_tokens_ * k;
+  const int64_t k = hp_.n_expert_used, n_pairs = n_tokens_ * k, n_expert = hp_.n_expert;
   const WeightView &gate = e[0], &up = e[1], &down = e[2];
   float* g = at(lay_.ff_gate);
   float* u = at(lay_.ff_up);
@@ -1123,13 +1123,13 @@ Status CudaBlocks::moe_small(const FfnViews& w, const WeightView (&e)[3], const 
                                       : cuda::quantize_for(gate.type, in, n_tokens_ * gate.n_cols,
                                                            act_.data(), s());
   if (gate.type == up.type && gate.n_rows == up.n_rows && gate.n_cols == up.n_cols) {
-    cuda::matvec_grouped_pair(gate, up, sel, n_pairs, act_div, act, g, u, s());
+    cuda::matvec_grouped_pair(gate, up, n_expert, sel, n_pairs, act_div, act, g, u, s());
   } else {
-    cuda::matvec_grouped(gate, sel, n_pairs, act_div, act, g, s());
+    cuda::matvec_grouped(gate, n_expert, sel, n_pairs, act_div, act, g, s());
     if (quant::activation_type(gate.type) != quant::activation_type(up.type)) {
       act = cuda::quantize_for(up.type, in, n_tokens_ * up.n_cols, act_.data(), s());
     }
-    cuda::matvec_grouped(up, sel, n_pairs, act_div, act, u, s());
+    cuda::matvec_grouped(up, n_expert, sel, n_pairs, act_div, act, u, s());
   }
   cuda::add_rows_by_id(g, as_floats(w.gate_exps_b), sel, n_pairs, gate.n_rows, s());
   cuda::add_rows_by_id(u, as_floats(w.up_exps_b), sel, n_pairs, up.n_rows, s());
@@ -1141,7 +1141,7 @@ Status CudaBlocks::moe_small(const FfnViews& w, const WeightView (&e)[3], const 
     cuda::glu(op, g, u, n_pairs * gate.n_rows, s());
     act = cuda::quantize_for(down.type, g, n_pairs * down.n_cols, act_.data(), s());
   }
-  cuda::matvec_grouped(down, sel, n_pairs, 1, act, slot_out, s());
+  cuda::matvec_grouped(down, n_expert, sel, n_pairs, 1, act, slot_out, s());
   cuda::add_rows_by_id(slot_out, as_floats(w.down_exps_b), sel, n_pairs, hp_.n_embd, s());
   return Status::ok();
 }

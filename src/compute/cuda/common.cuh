@@ -56,6 +56,19 @@ void launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
   (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
+// Asks the L2 cache to fetch [p, p + bytes) for loads to come; holds no registers and
+// returns nothing. p and bytes are multiples of 16. One bulk request on sm_90, a request
+// per 128-byte line before it.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+  for (uint32_t off = 0; off < bytes; off += 128) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(p) + off));
+  }
+#endif
+}
+
 // Tensor cores (sm_80 and later): c += a (16 x 16, row-major) . b (16 x 8, column-major),
 // F16 in, F32 accumulators. Fragments of lane (g = lane / 4, t = lane % 4): a[0] = row g,
 // columns 2t, 2t + 1; a[1] = row g + 8; a[2], a[3] = the same 8 columns on; b0 = rows (k)

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "compute/compute.h"
@@ -950,8 +951,8 @@ TEST_F(CudaTest, GroupedMatvecMatchesCpu) {
       ASSERT_TRUE(scratch.is_ok());
       const ActQ8 act =
           quantize_for(type, dx.as<float>(), n_act * cols, scratch->data(), stream_.handle());
-      matvec_grouped(WeightView{dw.data(), type, cols, rows}, dids.as<int32_t>(), n_pairs, act_div,
-                     act, dy.as<float>(), stream_.handle());
+      matvec_grouped(WeightView{dw.data(), type, cols, rows}, n_expert, dids.as<int32_t>(), n_pairs,
+                     act_div, act, dy.as<float>(), stream_.handle());
       const std::vector<float> got = download(dy, n_pairs * rows);
       EXPECT_LE(rel_l2(got, want), kMatvecRelL2) << act_div;
       // Two stacked tensors in one launch (gate and up): the first's results unchanged, the
@@ -959,13 +960,66 @@ TEST_F(CudaTest, GroupedMatvecMatchesCpu) {
       const std::vector<uint8_t> w2 = random_weights(type, n_expert * rows, cols, &seed);
       DeviceBuffer dw2 = upload(w2), dy2 = poisoned(n_pairs * rows),
                    dy2a = poisoned(n_pairs * rows);
-      matvec_grouped(WeightView{dw2.data(), type, cols, rows}, dids.as<int32_t>(), n_pairs, act_div,
-                     act, dy2a.as<float>(), stream_.handle());
+      matvec_grouped(WeightView{dw2.data(), type, cols, rows}, n_expert, dids.as<int32_t>(),
+                     n_pairs, act_div, act, dy2a.as<float>(), stream_.handle());
       matvec_grouped_pair(WeightView{dw.data(), type, cols, rows},
-                          WeightView{dw2.data(), type, cols, rows}, dids.as<int32_t>(), n_pairs,
-                          act_div, act, dy.as<float>(), dy2.as<float>(), stream_.handle());
+                          WeightView{dw2.data(), type, cols, rows}, n_expert, dids.as<int32_t>(),
+                          n_pairs, act_div, act, dy.as<float>(), dy2.as<float>(), stream_.handle());
       EXPECT_EQ(download(dy, n_pairs * rows), got) << act_div;
       EXPECT_EQ(download(dy2, n_pairs * rows), download(dy2a, n_pairs * rows)) << act_div;
+    }
+  }
+}
+
+// Grouped products with several pairs per expert, each expert read once for all its pairs
+// on the tensor cores: every pair bit for bit what the per-pair kernel gives it (its
+// single-token product), 16 tokens of 2 experts each of 5 (gate/up's rows per token, down's
+// per pair), and 21 pairs of one expert (more than a block's 16 tokens at once).
+TEST_F(CudaTest, GroupedExpertsOnTensorCoresAsPerPair) {
+  uint32_t seed = 950;
+  const int64_t n_expert = 5, rows = 70, n_tok = 16, k = 2;
+  std::vector<int32_t> ids(n_tok * k);
+  std::mt19937 rng(seed);
+  for (int64_t t = 0; t < n_tok; ++t) {  // two distinct experts per token
+    ids[t * k] = static_cast<int32_t>(rng() % n_expert);
+    ids[t * k + 1] = static_cast<int32_t>((ids[t * k] + 1 + rng() % (n_expert - 1)) % n_expert);
+  }
+  struct Case {
+    std::vector<int32_t> ids;
+    int act_div;
+  };
+  const std::vector<Case> cases = {
+      {ids, static_cast<int>(k)}, {ids, 1}, {std::vector<int32_t>(21, 3), 1}};
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    for (int64_t cols : {768, 2304}) {  // 3 and 9 blocks: partial groups of 4
+      SCOPED_TRACE(std::string(gguf::type_name(type)) + ", " + std::to_string(cols) + " columns");
+      const std::vector<uint8_t> w = random_weights(type, n_expert * rows, cols, &seed),
+                                 w2 = random_weights(type, n_expert * rows, cols, &seed);
+      DeviceBuffer dw = upload(w), dw2 = upload(w2);
+      const WeightView a{dw.data(), type, cols, rows}, b{dw2.data(), type, cols, rows};
+      for (const Case& c : cases) {
+        const auto n_pairs = static_cast<int64_t>(c.ids.size());
+        const int64_t n_act = n_pairs / c.act_div;
+        const std::vector<float> x = random_floats(n_act * cols, seed++);
+        DeviceBuffer dx = upload(x), dids = upload(c.ids);
+        auto scratch = DeviceBuffer::allocate(act_q8_layout(n_act * cols).total);
+        ASSERT_TRUE(scratch.is_ok());
+        const ActQ8 act =
+            quantize_for(type, dx.as<float>(), n_act * cols, scratch->data(), stream_.handle());
+        std::vector<std::vector<float>> got;
+        const int min_pairs = g_matvec_mma_min_pairs;
+        for (int on : {0, 1}) {  // per pair, then on the tensor cores
+          g_matvec_mma_min_pairs = on != 0 ? 1 : 0x7fff;
+          DeviceBuffer y = poisoned(n_pairs * rows), y2 = poisoned(n_pairs * rows);
+          matvec_grouped_pair(a, b, n_expert, dids.as<int32_t>(), n_pairs, c.act_div, act,
+                              y.as<float>(), y2.as<float>(), stream_.handle());
+          got.push_back(download(y, n_pairs * rows));
+          got.push_back(download(y2, n_pairs * rows));
+        }
+        g_matvec_mma_min_pairs = min_pairs;
+        EXPECT_EQ(got[2], got[0]) << n_pairs << " pairs, act_div " << c.act_div;
+        EXPECT_EQ(got[3], got[1]) << n_pairs << " pairs, act_div " << c.act_div << ", second";
+      }
     }
   }
 }

@@ -118,9 +118,9 @@ ActQ8 act_row(const ActQ8& act, gguf::GgmlType type, int64_t n_cols, int64_t r) 
 }
 
 namespace {
-void launch_grouped(const WeightView& expert, const WeightView* second, const int32_t* ids,
-                    int64_t n_pairs, int act_div, const ActQ8& act, float* y, float* y_second,
-                    StreamHandle stream) {
+void launch_grouped(const WeightView& expert, const WeightView* second, int64_t n_experts,
+                    const int32_t* ids, int64_t n_pairs, int act_div, const ActQ8& act, float* y,
+                    float* y_second, StreamHandle stream) {
   if (n_pairs == 0) return;
   MatvecGroup group;
   if (second != nullptr) {
@@ -133,6 +133,7 @@ void launch_grouped(const WeightView& expert, const WeightView* second, const in
   group.expert_bytes = expert.row_bytes() * static_cast<size_t>(expert.n_rows);
   group.n_pairs = static_cast<int>(n_pairs);
   group.act_div = act_div;
+  group.n_experts = static_cast<int>(n_experts);
   group.q_stride = expert.n_cols;
   const int64_t block = act_block(expert.type);
   group.d_stride = block > 0 ? expert.n_cols / block : 0;
@@ -142,20 +143,20 @@ void launch_grouped(const WeightView& expert, const WeightView* second, const in
 }
 }  // namespace
 
-void matvec_grouped(const WeightView& expert, const int32_t* ids, int64_t n_pairs, int act_div,
-                    const ActQ8& act, float* y, StreamHandle stream) {
-  launch_grouped(expert, nullptr, ids, n_pairs, act_div, act, y, nullptr, stream);
+void matvec_grouped(const WeightView& expert, int64_t n_experts, const int32_t* ids,
+                    int64_t n_pairs, int act_div, const ActQ8& act, float* y, StreamHandle stream) {
+  launch_grouped(expert, nullptr, n_experts, ids, n_pairs, act_div, act, y, nullptr, stream);
 }
 
-void matvec_grouped_pair(const WeightView& first, const WeightView& second, const int32_t* ids,
-                         int64_t n_pairs, int act_div, const ActQ8& act, float* y, float* y_second,
-                         StreamHandle stream) {
-  launch_grouped(first, &second, ids, n_pairs, act_div, act, y, y_second, stream);
+void matvec_grouped_pair(const WeightView& first, const WeightView& second, int64_t n_experts,
+                         const int32_t* ids, int64_t n_pairs, int act_div, const ActQ8& act,
+                         float* y, float* y_second, StreamHandle stream) {
+  launch_grouped(first, &second, n_experts, ids, n_pairs, act_div, act, y, y_second, stream);
 }
 
 void matvec_pair(const WeightView& w, const WeightView& w_second, const ActQ8& act, float* y,
                  float* y_second, StreamHandle stream) {
-  launch_grouped(w, &w_second, nullptr, 1, 1, act, y, y_second, stream);
+  launch_grouped(w, &w_second, 1, nullptr, 1, 1, act, y, y_second, stream);
 }
 
 void matvec_batched(const WeightView& w, const ActQ8& act, int64_t n, float* y,

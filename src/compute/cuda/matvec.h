@@ -49,15 +49,17 @@ void matvec_quantized(const WeightView& w, const ActQ8& act, float* y, StreamHan
 ActQ8 act_row(const ActQ8& act, gguf::GgmlType type, int64_t n_cols, int64_t r);
 
 // Grouped products (MoE): for pair i < n_pairs, y[i, :] (expert.n_rows floats) = E_ids[i] .
-// x_(i / act_div), where E_e is the e-th matrix of expert's shape in the stacked tensor
-// starting at expert.data and x_a is row a of act (quantized as above). ids: device int32.
-void matvec_grouped(const WeightView& expert, const int32_t* ids, int64_t n_pairs, int act_div,
-                    const ActQ8& act, float* y, StreamHandle stream);
+// x_(i / act_div), where E_e is the e-th of the n_experts matrices of expert's shape in the
+// stacked tensor starting at expert.data and x_a is row a of act (quantized as above). ids:
+// device int32. Each pair's result is its single-token product bit for bit, whether the
+// experts are read once per pair or, with several pairs per expert, once for all of them.
+void matvec_grouped(const WeightView& expert, int64_t n_experts, const int32_t* ids,
+                    int64_t n_pairs, int act_div, const ActQ8& act, float* y, StreamHandle stream);
 // Two stacked tensors of one type and shape (gate and up) on the same pairs and activations,
 // in one launch: y = matvec_grouped(first), y_second = matvec_grouped(second).
-void matvec_grouped_pair(const WeightView& first, const WeightView& second, const int32_t* ids,
-                         int64_t n_pairs, int act_div, const ActQ8& act, float* y, float* y_second,
-                         StreamHandle stream);
+void matvec_grouped_pair(const WeightView& first, const WeightView& second, int64_t n_experts,
+                         const int32_t* ids, int64_t n_pairs, int act_div, const ActQ8& act,
+                         float* y, float* y_second, StreamHandle stream);
 
 // y = W . x and y_second = W_second . x for one token and two matrices of one type and
 // shape (K beside V, up beside gate), in one launch where that keeps each product's

@@ -9,10 +9,12 @@
 //
 // Usage: hypura_bench_cuda [--ncu] [--configs] [--batch N] [type ...]
 //   (default types: Q4_K Q8_0 F16)
-// --ncu: no timing; three plain launches (no graph) of each product, for Nsight Compute.
+// --ncu: no timing; three plain launches (no graph) of each product (and with --batch of
+//   each batched product), for Nsight Compute.
 // --configs: also time each kernel configuration (matvec_impl.cuh) at every shape.
 // --batch N: also time batched products of N tokens (2..16), with dp4a and, for the
-//   formats that have one, on the tensor cores (matvec_mma_kernel).
+//   formats that have one, on the tensor cores (matvec_mma_kernel) with L2 requests 0, 1,
+//   2 and 4 groups ahead.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -114,9 +116,10 @@ double graph_us(cudaStream_t s, Fn fn) {
   return ms * 1e3 / kGraphCalls;
 }
 
-// Batched products of n_tok tokens at one shape with dp4a and on the tensor cores.
+// Batched products of n_tok tokens at one shape with dp4a and on the tensor cores (ncu:
+// three plain launches with the defaults, untimed).
 void bench_batched(gguf::GgmlType type, const Shape& sh, int n_tok, double copy_bps, cudaStream_t s,
-                   size_t bytes, const std::function<compute::WeightView(int)>& view) {
+                   size_t bytes, const std::function<compute::WeightView(int)>& view, bool ncu) {
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(sh.n_cols * n_tok));
@@ -127,17 +130,27 @@ void bench_batched(gguf::GgmlType type, const Shape& sh, int n_tok, double copy_
   if (!dx.is_ok() || !dy.is_ok() || !scratch.is_ok()) std::exit(1);
   check(cudaMemcpy(dx->data(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), "h2d");
   const ActQ8 act = quantize_for(type, dx->as<float>(), sh.n_cols * n_tok, scratch->data(), s);
-  const int saved = g_matvec_mma_min_tokens;
-  for (int mma_min : {17, 2}) {
-    g_matvec_mma_min_tokens = mma_min;
+  if (ncu) {
+    for (int i = 0; i < 3; ++i) matvec_batched(view(i), act, n_tok, dy->as<float>(), s);
+    check(cudaStreamSynchronize(s), "sync");
+    return;
+  }
+  const int saved_min = g_matvec_mma_min_tokens, saved_ahead = g_matvec_mma_prefetch;
+  // dp4a (-1), then the tensor cores with L2 requests 0, 1, 2 and 4 groups ahead.
+  for (int ahead : {-1, 0, 1, 2, 4}) {
+    g_matvec_mma_min_tokens = ahead < 0 ? 17 : 2;
+    g_matvec_mma_prefetch = std::max(ahead, 0);
     const double us =
         graph_us(s, [&](int i) { matvec_batched(view(i), act, n_tok, dy->as<float>(), s); });
     const double gbps = static_cast<double>(bytes) / (us * 1e-6) / 1e9;
-    std::printf("%-5s %-22s %2d tokens, %-12s kernel %8.2f us %6.0f GB/s %5.1f%%\n",
-                gguf::type_name(type), sh.name, n_tok, mma_min == 17 ? "dp4a" : "tensor cores", us,
-                gbps, 100.0 * gbps * 1e9 / copy_bps);
+    char name[32];
+    std::snprintf(name, sizeof name, ahead < 0 ? "dp4a" : "tensor, L2 +%d", ahead);
+    std::printf("%-5s %-22s %2d tokens, %-14s kernel %8.2f us %6.0f GB/s %5.1f%%\n",
+                gguf::type_name(type), sh.name, n_tok, name, us, gbps,
+                100.0 * gbps * 1e9 / copy_bps);
   }
-  g_matvec_mma_min_tokens = saved;
+  g_matvec_mma_min_tokens = saved_min;
+  g_matvec_mma_prefetch = saved_ahead;
 }
 
 void bench_one(gguf::GgmlType type, const Shape& sh, double copy_bps, cudaStream_t s, bool ncu,
@@ -184,6 +197,7 @@ void bench_one(gguf::GgmlType type, const Shape& sh, double copy_bps, cudaStream
   if (ncu) {
     for (int i = 0; i < 3; ++i) matvec_quantized(view(i), act, dy->as<float>(), s);
     check(cudaStreamSynchronize(s), "sync");
+    if (batch > 1) bench_batched(type, sh, batch, copy_bps, s, bytes, view, true);
     return;
   }
   // Whole matvec() (quantize + product), then the product alone on pre-quantized x.
@@ -192,7 +206,7 @@ void bench_one(gguf::GgmlType type, const Shape& sh, double copy_bps, cudaStream
   const double us_kernel =
       graph_us(s, [&](int i) { matvec_quantized(view(i), act, dy->as<float>(), s); });
   auto gbps = [&](double us) { return static_cast<double>(bytes) / (us * 1e-6) / 1e9; };
-  if (batch > 1) bench_batched(type, sh, batch, copy_bps, s, bytes, view);
+  if (batch > 1) bench_batched(type, sh, batch, copy_bps, s, bytes, view, false);
   if (configs) {
     const char* names[] = {"1 row/warp", "2 rows/warp", "split over 2 warps"};
     for (int c = 0; c < 3; ++c) {

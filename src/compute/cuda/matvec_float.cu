@@ -108,7 +108,9 @@ void launch_float(const MatvecArgs& a) {
 }  // namespace
 
 int g_matvec_config_override = -1;
-int g_matvec_mma_min_tokens = 5;
+int g_matvec_mma_min_tokens = 4;
+int g_matvec_mma_prefetch = 1;
+int g_matvec_mma_min_pairs = 3;
 
 bool launch_matvec_float(uint32_t type_id, const MatvecArgs& a) {
   switch (type_id) {

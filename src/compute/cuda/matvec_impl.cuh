@@ -19,6 +19,7 @@
 // (which sums whole blocks first) only by float rounding.
 #pragma once
 
+#include <algorithm>
 #include <type_traits>
 
 #include "compute/cuda/common.cuh"
@@ -218,8 +219,62 @@ constexpr bool kHasMma = false;
 template <class T>
 constexpr bool kHasMma<T, std::void_t<typename T::MmaScale>> = true;
 
-// Batched products of 2..8 * kTiles tokens on the tensor cores. A block of 4 * kSplit warps
-// takes 16 rows. Warp (part, q4) takes, of every kSplit-th group of 32 items from group
+// A warp of the tensor-core products (mma_rows, below) holds only one group's loads in
+// flight and computes long between them, so each part asks L2 for its groups `ahead` groups
+// before it loads them (0: none): lanes t == 0 of its first warp, rows g and g + 8 of the
+// tile.
+template <class Traits>
+__device__ __forceinline__ void prefetch_group(const uint8_t* row, int pg, int n_blocks) {
+  if (pg >= (n_blocks + 3) / 4) return;
+  const auto from = reinterpret_cast<uintptr_t>(row) + size_t{4} * pg * Traits::kBlockBytes;
+  const auto to = reinterpret_cast<uintptr_t>(row) +
+                  static_cast<size_t>(min(4 * pg + 4, n_blocks)) * Traits::kBlockBytes;
+  const uintptr_t a = (from + 15) & ~uintptr_t{15}, b = to & ~uintptr_t{15};  // whole units
+  if (b > a) prefetch_l2(reinterpret_cast<const void*>(a), static_cast<uint32_t>(b - a));
+}
+
+// The tile's rows g and g + 8 (past the end: the last row, whose results are dropped).
+__device__ __forceinline__ void mma_tile_rows(const uint8_t* w, size_t row_bytes, int n_rows,
+                                              const uint8_t* (&wr)[2]) {
+  const int row0 = blockIdx.x * 16, g = threadIdx.x % 32 / 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    wr[r] = w + static_cast<size_t>(min(row0 + g + 8 * r, n_rows - 1)) * row_bytes;
+  }
+}
+
+// The groups a part asks for before its loop: 1 .. ahead - 1 on from its first.
+template <class Traits, int kSplit>
+__device__ __forceinline__ void prefetch_first(const uint8_t* w, size_t row_bytes, int n_rows,
+                                               int n_blocks, int ahead) {
+  if (threadIdx.x % 128 >= 32 || threadIdx.x % 4 != 0) return;
+  const uint8_t* wr[2];
+  mma_tile_rows(w, row_bytes, n_rows, wr);
+  const int part = threadIdx.x / 128;
+  for (int d = 1; d < ahead; ++d) {
+    for (const uint8_t* row : wr) prefetch_group<Traits>(row, part + kSplit * d, n_blocks);
+  }
+}
+
+// The tokens of one mma_rows call: token t < n_tok multiplies activation row act_row(t)
+// into output row out_row(t) (n_rows floats apart): t itself, or with kGrouped pair[t]
+// (pair i's activations are row i / act_div).
+template <bool kGrouped>
+struct MmaTokens {
+  int n_tok;
+  const int* pair;  // kGrouped: shared memory
+  int act_div;
+  int64_t q_stride, d_stride;
+  __device__ __forceinline__ int out_row(int t) const { return kGrouped ? pair[t] : t; }
+  __device__ __forceinline__ int act_row(int t) const { return kGrouped ? pair[t] / act_div : t; }
+};
+
+// The warps' partial sums of every output, for the tree across warps.
+template <int kSplit, int kTiles>
+using MmaTree = float[4 * kSplit][kTiles * 4][32];
+
+// Batched products of up to 8 * kTiles tokens on the tensor cores. A block of 4 * kSplit
+// warps takes 16 rows. Warp (part, q4) takes, of every kSplit-th group of 32 items from group
 // `part` on, the items whose index is q4 mod 4: what lanes q4, q4 + 4, .., q4 + 28 of the
 // single-token kernel (of the same split) take. Per item, int8 m16n8k16 products give every
 // (row, token) the integer dots of dp4a; the float step is the format's. Each of the warp's
@@ -227,38 +282,42 @@ constexpr bool kHasMma<T, std::void_t<typename T::MmaScale>> = true;
 // warp_sum's tree (lane bits 4, 3, 2 inside the warp, bits 1 and 0 across warps), then the
 // split's pair: every token's result is its single-token product bit for bit, and a weight
 // row is read once for all tokens.
-template <class Traits, int kSplit, int kTiles>
-__global__ void __launch_bounds__(4 * kSplit * 32)
-    matvec_mma_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_blocks, ActQ8 act,
-                      float* __restrict__ y, int n_rows, int n_tok, int64_t q_stride,
-                      int64_t d_stride) {
+//
+// mma_rows: one block's 16 rows of w times the tokens' activations into y (the whole block
+// calls it; it returns with s_tree free again).
+template <class Traits, int kSplit, int kTiles, bool kGrouped>
+__device__ __forceinline__ void mma_rows(const uint8_t* __restrict__ w, size_t row_bytes,
+                                         int n_blocks, const ActQ8& act, float* __restrict__ y,
+                                         int n_rows, const MmaTokens<kGrouped>& tok, int ahead,
+                                         MmaTree<kSplit, kTiles>& s_tree) {
   static_assert(Traits::kChunks == 8, "a warp's group items are chunks q4 and q4 + 4 of 4 blocks");
-  constexpr int kWarps = 4 * kSplit;
-  __shared__ float s_tree[kWarps][kTiles * 4][32];
-  grid_dep_wait();
-  grid_dep_launch();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int part = warp / 4, q4 = warp % 4;
   const int row0 = blockIdx.x * 16;
-  const uint8_t* wr[2];  // rows g and g + 8 of the tile (past the end: the last row, dropped)
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    wr[r] = w + static_cast<size_t>(min(row0 + g + 8 * r, n_rows - 1)) * row_bytes;
-  }
-  // Tile k: the B fragment's token is 8k + g; the outputs' tokens 8k + 2t and 8k + 2t + 1.
+  const uint8_t* wr[2];
+  mma_tile_rows(w, row_bytes, n_rows, wr);
+  const bool prefetcher = ahead > 0 && q4 == 0 && t == 0;
+  // Tile k: the B fragment's token is 8k + g; the outputs' tokens 8k + 2t and 8k + 2t + 1
+  // (tokens past n_tok repeat the last one; their results are dropped).
   const int8_t* xb[kTiles];
   const float* xd[kTiles][2];
 #pragma unroll
   for (int k = 0; k < kTiles; ++k) {
-    xb[k] = act.q + min(8 * k + g, n_tok - 1) * q_stride + 4 * t;
+    xb[k] = act.q + tok.act_row(min(8 * k + g, tok.n_tok - 1)) * tok.q_stride + 4 * t;
 #pragma unroll
-    for (int e = 0; e < 2; ++e) xd[k][e] = act.d + min(8 * k + 2 * t + e, n_tok - 1) * d_stride;
+    for (int e = 0; e < 2; ++e) {
+      xd[k][e] = act.d + tok.act_row(min(8 * k + 2 * t + e, tok.n_tok - 1)) * tok.d_stride;
+    }
   }
+  const bool second_tile = !kGrouped || tok.n_tok > 8;  // a grouped call's may be empty
   float sum[8][kTiles][4] = {};  // [lane partial j: lane q4 + 4j][tile][output]
   constexpr uint32_t kOnes = 0x01010101u;
   const int n_groups = (n_blocks + 3) / 4;
   for (int grp = part; grp < n_groups; grp += kSplit) {
+    if (prefetcher) {
+      for (const uint8_t* row : wr) prefetch_group<Traits>(row, grp + kSplit * ahead, n_blocks);
+    }
     typename Traits::MmaRaw raw[4][2];  // [block][row]: the group's loads in flight
 #pragma unroll
     for (int b4 = 0; b4 < 4; ++b4) {
@@ -280,6 +339,7 @@ __global__ void __launch_bounds__(4 * kSplit * 32)
                                  Traits::mma_quants(raw[b4][1], q4, s)};
 #pragma unroll
         for (int k = 0; k < kTiles; ++k) {
+          if (k == 1 && !second_tile) break;
           const int8_t* x = xb[k] + b * Traits::kBlockElems + Traits::mma_act(c);
           const auto blo = *reinterpret_cast<const uint32_t*>(x);
           const auto bhi = *reinterpret_cast<const uint32_t*>(x + Traits::kMmaHi);
@@ -312,23 +372,115 @@ __global__ void __launch_bounds__(4 * kSplit * 32)
     }
   }
   __syncthreads();
-  if (warp != 0) return;
+  if (warp == 0) {
 #pragma unroll
-  for (int k = 0; k < kTiles; ++k) {
+    for (int k = 0; k < kTiles; ++k) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int o = k * 4 + e;
-      float v = 0;
+      for (int e = 0; e < 4; ++e) {
+        const int o = k * 4 + e;
+        float v = 0;
 #pragma unroll
-      for (int p = 0; p < kSplit; ++p) {  // levels xor 2 and 1: warps q4 ^ 2, then q4 ^ 1
-        const int w0 = 4 * p;
-        const float r = (s_tree[w0][o][lane] + s_tree[w0 + 2][o][lane]) +
-                        (s_tree[w0 + 1][o][lane] + s_tree[w0 + 3][o][lane]);
-        v = p == 0 ? r : v + r;
+        for (int p = 0; p < kSplit; ++p) {  // levels xor 2 and 1: warps q4 ^ 2, then q4 ^ 1
+          const int w0 = 4 * p;
+          const float r = (s_tree[w0][o][lane] + s_tree[w0 + 2][o][lane]) +
+                          (s_tree[w0 + 1][o][lane] + s_tree[w0 + 3][o][lane]);
+          v = p == 0 ? r : v + r;
+        }
+        const int row = row0 + g + 8 * (e / 2), tk = 8 * k + 2 * t + e % 2;
+        if (row < n_rows && tk < tok.n_tok) {
+          y[static_cast<int64_t>(tok.out_row(tk)) * n_rows + row] = v;
+        }
       }
-      const int row = row0 + g + 8 * (e / 2), tok = 8 * k + 2 * t + e % 2;
-      if (row < n_rows && tok < n_tok) y[static_cast<int64_t>(tok) * n_rows + row] = v;
     }
+  }
+  __syncthreads();
+}
+
+// n_tok (2..8 * kTiles) activation rows q_stride / d_stride apart into y rows n_rows apart.
+// The weights are never written by an earlier kernel, so the first L2 requests go out
+// before grid_dep_wait and overlap the previous kernel's tail.
+template <class Traits, int kSplit, int kTiles>
+__global__ void __launch_bounds__(4 * kSplit * 32)
+    matvec_mma_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_blocks, ActQ8 act,
+                      float* __restrict__ y, int n_rows, int n_tok, int64_t q_stride,
+                      int64_t d_stride, int ahead) {
+  __shared__ MmaTree<kSplit, kTiles> s_tree;
+  prefetch_first<Traits, kSplit>(w, row_bytes, n_rows, n_blocks, ahead);
+  grid_dep_wait();
+  grid_dep_launch();
+  mma_rows<Traits, kSplit, kTiles, false>(w, row_bytes, n_blocks, act, y, n_rows,
+                                          MmaTokens<false>{n_tok, nullptr, 1, q_stride, d_stride},
+                                          ahead, s_tree);
+}
+
+// Grouped products (MatvecGroup with ids) on the tensor cores: block (x, j, z) takes row
+// tile x of the j-th expert in use (ascending id) of tensor z, and that expert's pairs in
+// ascending order, 16 at a time, so each expert is read once for all its pairs. Every pair's
+// result is the grouped single-token kernel's (one row per warp, the kSplit == 1 order) bit
+// for bit. REQUIRES: n_pairs <= kMmaGroupMaxPairs, ids < kMmaGroupMaxExperts.
+constexpr int kMmaGroupMaxPairs = 256, kMmaGroupMaxExperts = 1024;
+template <class Traits>
+__global__ void __launch_bounds__(128)
+    matvec_mma_grouped_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_blocks,
+                              ActQ8 act, float* __restrict__ y, int n_rows, MatvecGroup group,
+                              int ahead) {
+  __shared__ MmaTree<1, 2> s_tree;
+  __shared__ uint32_t s_used[kMmaGroupMaxExperts / 32];
+  __shared__ int s_pairs[kMmaGroupMaxPairs];
+  __shared__ int s_expert, s_count;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  grid_dep_wait();  // the ids come from the routing kernels
+  grid_dep_launch();
+  if (threadIdx.x < kMmaGroupMaxExperts / 32) s_used[threadIdx.x] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < group.n_pairs; i += blockDim.x) {
+    const int e = group.ids[i];
+    atomicOr(&s_used[e / 32], 1u << (e % 32));
+  }
+  __syncthreads();
+  if (warp == 0) {
+    // The j-th set bit of s_used: lane l's word holds bits 32l..32l+31.
+    const int j = blockIdx.y;
+    const uint32_t word = s_used[lane];
+    const int n = __popc(word);
+    int before = n;  // inclusive prefix sum of the counts, then exclusive
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, before, o);
+      if (lane >= o) before += v;
+    }
+    before -= n;
+    const int expert = j >= before && j < before + n
+                           ? 32 * lane + static_cast<int>(__fns(word, 0u, j - before + 1))
+                           : -1;
+    const unsigned owner = __ballot_sync(0xffffffffu, expert >= 0);
+    const int e = owner != 0 ? __shfl_sync(0xffffffffu, expert, __ffs(owner) - 1) : -1;
+    // Its pairs in ascending order.
+    int count = 0;
+    for (int base = 0; base < group.n_pairs && e >= 0; base += 32) {
+      const int i = base + lane;
+      const unsigned hit = __ballot_sync(0xffffffffu, i < group.n_pairs && group.ids[i] == e);
+      if ((hit >> lane) & 1u) s_pairs[count + __popc(hit & ((1u << lane) - 1))] = i;
+      count += __popc(hit);
+    }
+    if (lane == 0) {
+      s_expert = e;
+      s_count = count;
+    }
+  }
+  __syncthreads();
+  const int expert = s_expert, count = s_count;
+  if (expert < 0) return;  // fewer experts in use than blocks
+  if (blockIdx.z == 1) {
+    w = group.w_second;
+    y = group.y_second;
+  }
+  w += static_cast<size_t>(expert) * group.expert_bytes;
+  prefetch_first<Traits, 1>(w, row_bytes, n_rows, n_blocks, ahead);
+  for (int first = 0; first < count; first += 16) {
+    const MmaTokens<true> tok{min(16, count - first), s_pairs + first, group.act_div,
+                              group.q_stride, group.d_stride};
+    mma_rows<Traits, 1, 2, true>(w, row_bytes, n_blocks, act, y, n_rows, tok, ahead, s_tree);
   }
 }
 
@@ -338,7 +490,7 @@ void launch_matvec_mma_tiles(const MatvecArgs& a) {
   launch_kernel(matvec_mma_kernel<Traits, kSplit, kTiles>, grid, 4 * kSplit * 32, 0, a.stream,
                 static_cast<const uint8_t*>(a.w), a.row_bytes,
                 static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y,
-                static_cast<int>(a.n_rows), a.n_tok, a.q_stride, a.d_stride);
+                static_cast<int>(a.n_rows), a.n_tok, a.q_stride, a.d_stride, g_matvec_mma_prefetch);
 }
 
 // Tiles of 8 tokens: one up to 8, two from 9.
@@ -350,6 +502,26 @@ void launch_matvec_mma(const MatvecArgs& a) {
   } else {
     launch_matvec_mma_tiles<Traits, kSplit, 2>(a);
   }
+}
+
+// Whether a grouped product of a format with a tensor-core form runs there: at least
+// g_matvec_mma_min_pairs pairs per expert in use (at most n_experts of them) on average.
+inline bool grouped_on_tensor_cores(const MatvecGroup& gr) {
+  const int slots = std::min(gr.n_pairs, gr.n_experts);
+  return gr.n_pairs <= kMmaGroupMaxPairs && gr.n_experts <= kMmaGroupMaxExperts && slots > 0 &&
+         gr.n_pairs >= g_matvec_mma_min_pairs * slots;
+}
+
+template <class Traits>
+void launch_matvec_mma_grouped(const MatvecArgs& a) {
+  const MatvecGroup& gr = *a.group;
+  const dim3 grid(static_cast<unsigned>((a.n_rows + 15) / 16),
+                  static_cast<unsigned>(std::min(gr.n_pairs, gr.n_experts)),
+                  gr.w_second != nullptr ? 2u : 1u);
+  launch_kernel(matvec_mma_grouped_kernel<Traits>, grid, 128, 0, a.stream,
+                static_cast<const uint8_t*>(a.w), a.row_bytes,
+                static_cast<int>(a.n_cols / Traits::kBlockElems), a.act, a.y,
+                static_cast<int>(a.n_rows), gr, g_matvec_mma_prefetch);
 }
 
 template <class Traits, int kTok, int kSplit>
@@ -447,9 +619,15 @@ void launch_matvec(const MatvecArgs& a) {
   if (a.group != nullptr) {
     if (a.group->ids == nullptr) {
       launch_matvec_pair<Traits>(a);
-    } else {
-      launch_matvec_grouped<Traits>(a);
+      return;
     }
+    if constexpr (kHasMma<Traits>) {
+      if (grouped_on_tensor_cores(*a.group)) {
+        launch_matvec_mma_grouped<Traits>(a);
+        return;
+      }
+    }
+    launch_matvec_grouped<Traits>(a);
     return;
   }
   const int config = matvec_config<Traits>(a);

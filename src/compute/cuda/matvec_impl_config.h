@@ -10,9 +10,21 @@ extern int g_matvec_config_override;
 
 // The fewest tokens a batched product of a format with a tensor-core form (Q4_K, Q5_K,
 // Q6_K) runs on the tensor cores (matvec_mma_kernel) rather than with dp4a; 17: never.
-// Default 5: against dp4a on an H200 they take 0.5-1.0x the time at 2 tokens, 0.9-1.4x at
-// 4 and 1.3-2.1x at 8 (docs/BENCHMARKS.md#gpu-batched). Read at every launch; set only
-// from a test's or a benchmark's single thread.
+// Default 4: with L2 requests one group ahead, on an H100 they take 0.67-0.88x dp4a's time
+// at 4 tokens, 0.52-0.65x at 8 (docs/BENCHMARKS.md#gpu-batched). Read at every launch; set
+// only from a test's or a benchmark's single thread.
 extern int g_matvec_mma_min_tokens;
+
+// The fewest pairs per expert in use, on average, with which a grouped product (MoE
+// experts, matvec_grouped) of a format with a tensor-core form reads each expert once for
+// all its pairs on the tensor cores rather than once per pair; 0x7fff: never. Read at every
+// launch; set only from a test's or a benchmark's single thread.
+extern int g_matvec_mma_min_pairs;
+
+// How many groups of 4 blocks ahead of its loads matvec_mma_kernel asks L2 for a tile's
+// weights (0: no requests). Default 1: at 16 tokens on an H100 it took 0.80-1.0x the time
+// of none, 2 and 4 no better (docs/BENCHMARKS.md#gpu-batched). Read at every launch; set
+// only from a benchmark's single thread.
+extern int g_matvec_mma_prefetch;
 
 }  // namespace hypura::compute::cuda

@@ -19,6 +19,7 @@ struct MatvecGroup {
   const int32_t* ids = nullptr;  // (n_pairs) device; null: one pair, no expert offset
   size_t expert_bytes = 0;
   int n_pairs = 0, act_div = 1;
+  int n_experts = 0;  // matrices in the stacked tensor (ids < n_experts); 0: unknown
   int64_t q_stride = 0, d_stride = 0;  // quants / scales between activation rows
   // A second stacked tensor of the same type and shape on the same pairs (up beside gate):
   // blockIdx.z 1 multiplies it into y_second. Null: one tensor.
