@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "eval/tier_metrics.h"
+#include "runtime/sampler.h"
 #include "runtime/tiered_weights.h"
 
 namespace hypura::cli {
@@ -25,10 +26,6 @@ std::vector<int32_t> random_prompt(int64_t n_vocab, int n, uint32_t seed) {
   std::vector<int32_t> tokens(static_cast<size_t>(n));
   for (auto& t : tokens) t = dist(rng);
   return tokens;
-}
-
-int32_t argmax(const std::vector<float>& logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
 uint64_t bytes_read(const runtime::Engine& e) {
@@ -71,7 +68,8 @@ Result<RunTimes> run_once(runtime::Engine& engine,
       Status st = s.prefill(prompt, &logits);
       prompted.arrive_and_wait();  // every thread arrives, failed or not
       s.set_batch_member(true);
-      for (int k = 0; k < n_gen && st.is_ok(); ++k) st = s.prefill({argmax(logits)}, &logits);
+      for (int k = 0; k < n_gen && st.is_ok(); ++k)
+        st = s.prefill({runtime::Sampler::argmax(logits.data(), engine.n_vocab())}, &logits);
       s.set_batch_member(false);
       ends[static_cast<size_t>(i)] = Clock::now();
       status[static_cast<size_t>(i)] = st;

@@ -13,12 +13,27 @@ Sampler::Sampler(const SamplingParams& params, int64_t n_vocab)
       probs_(static_cast<size_t>(n_vocab)),
       seen_(static_cast<size_t>(n_vocab)) {}
 
+// Two passes: the largest value, kept in 16 running maxima that the compiler holds in
+// vector registers (one comparison chain per index was 5x slower on 128k logits), then
+// its first index. The same answer as "the first i with logits[i] > every earlier one":
+// NaNs never win, and a NaN in front makes it id 0.
 int32_t Sampler::argmax(const float* logits, int64_t n_vocab) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n_vocab; ++i) {
-    if (logits[i] > logits[best]) best = i;
+  constexpr int kLanes = 16;
+  float lane_max[kLanes];
+  std::fill(lane_max, lane_max + kLanes, logits[0]);
+  int64_t i = 0;
+  for (; i + kLanes <= n_vocab; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      lane_max[l] = logits[i + l] > lane_max[l] ? logits[i + l] : lane_max[l];
+    }
   }
-  return static_cast<int32_t>(best);
+  float best = logits[0];
+  for (float m : lane_max) best = m > best ? m : best;
+  for (; i < n_vocab; ++i) best = logits[i] > best ? logits[i] : best;
+  for (int64_t j = 0; j < n_vocab; ++j) {
+    if (logits[j] == best) return static_cast<int32_t>(j);
+  }
+  return 0;  // logits[0] is NaN
 }
 
 void Sampler::penalize(float* logits, std::span<const int32_t> history) {

@@ -5,7 +5,10 @@
 
 #include <cstring>
 #include <fstream>
+#include <limits>
+#include <random>
 #include <set>
+#include <vector>
 
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
@@ -20,6 +23,29 @@ TEST(Sampler, GreedyIsArgmaxLowestIdOnTies) {
   Sampler s(p, 5);
   float logits[5] = {0.1f, 2.0f, -1.0f, 2.0f, 1.9f};
   EXPECT_EQ(s.sample(logits, {}), 1);
+}
+
+// Against the rule itself (the first id whose logit beats every earlier one) on long rows
+// with ties, -inf, NaNs and a NaN in front, at lengths around the 16-wide passes.
+TEST(Sampler, ArgmaxIsTheFirstStrictlyLargest) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> pick(0, 40);
+  for (int64_t n : {1, 15, 16, 17, 1000, 128256}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      std::vector<float> row(static_cast<size_t>(n));
+      for (float& v : row) v = static_cast<float>(pick(rng)) / 4;  // many ties
+      if (variant >= 1) {
+        for (int64_t i = 0; i < n; i += 7) row[i] = -std::numeric_limits<float>::infinity();
+        for (int64_t i = 3; i < n; i += 11) row[i] = std::numeric_limits<float>::quiet_NaN();
+      }
+      if (variant == 2) row[0] = std::numeric_limits<float>::quiet_NaN();
+      int64_t want = 0;
+      for (int64_t i = 1; i < n; ++i) {
+        if (row[i] > row[want]) want = i;
+      }
+      EXPECT_EQ(Sampler::argmax(row.data(), n), want) << n << " " << variant;
+    }
+  }
 }
 
 TEST(Sampler, SameSeedSameTokens) {
