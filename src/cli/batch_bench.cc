@@ -81,7 +81,8 @@ Result<RunTimes> run_once(runtime::Engine& engine,
   t.pp_s = seconds(t1 - t0);
   t.tg_s = seconds(*std::max_element(ends.begin(), ends.end()) - t1);
   for (const auto& end : ends) t.tg_tps_per_seq += n_gen / seconds(end - t1) / batch;
-  t.steps = {steps1.steps - steps0.steps, steps1.rows - steps0.rows, steps1.seqs - steps0.seqs};
+  t.steps = {steps1.steps - steps0.steps, steps1.rows - steps0.rows, steps1.seqs - steps0.seqs,
+             steps1.pass_s - steps0.pass_s};
   t.bytes = bytes_read(engine) - bytes0;
   return t;
 }
@@ -112,6 +113,7 @@ Result<std::vector<BatchRow>> run_batch_bench(runtime::Engine& engine, const Bat
       row.tg_tps_per_seq += t.tg_tps_per_seq / o.reps;
       steps.steps += t.steps.steps;
       steps.seqs += t.steps.seqs;
+      row.pass_share += t.steps.pass_s / t.tg_s / o.reps;
       bytes += t.bytes;
     }
     for (double v : tg) row.tg_tps += v / static_cast<double>(tg.size());
@@ -142,15 +144,17 @@ std::string batch_table(const std::vector<BatchRow>& rows, const BatchBenchOptio
   const double one = single_tps(rows);
   std::string out =
       "| B | pp" + std::to_string(o.n_prompt) + " t/s (all) | tg" + std::to_string(o.n_gen) +
-      " t/s (all) | tg t/s per sequence | vs B=1 | sequences per step | read per token |\n"
-      "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+      " t/s (all) | tg t/s per sequence | vs B=1 | sequences per step | in passes | read per "
+      "token |\n"
+      "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
   char line[256];
   for (const auto& r : rows) {
     char speedup[16] = "-";
     if (one > 0) std::snprintf(speedup, sizeof speedup, "%.2fx", r.tg_tps / one);
-    std::snprintf(line, sizeof line, "| %d | %.2f | %.2f ± %.2f | %.2f | %s | %.2f | %.1f MiB |\n",
-                  r.batch, r.pp_tps, r.tg_tps, r.tg_tps_stddev, r.tg_tps_per_seq, speedup,
-                  r.seqs_per_step, r.read_bytes_per_token / 1048576.0);
+    std::snprintf(line, sizeof line,
+                  "| %d | %.2f | %.2f ± %.2f | %.2f | %s | %.2f | %.0f%% | %.1f MiB |\n", r.batch,
+                  r.pp_tps, r.tg_tps, r.tg_tps_stddev, r.tg_tps_per_seq, speedup, r.seqs_per_step,
+                  100 * r.pass_share, r.read_bytes_per_token / 1048576.0);
     out += line;
   }
   return out;
@@ -169,6 +173,7 @@ nlohmann::json batch_json(const std::vector<BatchRow>& rows, const BatchBenchOpt
                  {"tg_tps_per_seq", r.tg_tps_per_seq},
                  {"speedup_vs_1", one > 0 ? r.tg_tps / one : 0},
                  {"seqs_per_step", r.seqs_per_step},
+                 {"pass_share", r.pass_share},
                  {"read_bytes_per_token", r.read_bytes_per_token}});
   }
   return j;

@@ -31,11 +31,14 @@ struct BatchBenchOptions {
 
 struct BatchRow {
   int batch = 0;
-  double pp_tps = 0;                // prompt tokens of all sequences / prompt wall time
-  double tg_tps = 0;                // generated tokens of all sequences / generation wall time
-  double tg_tps_per_seq = 0;        // mean over sequences of n_gen / its own generation time
-  double tg_tps_stddev = 0;         // of tg_tps over the runs
-  double seqs_per_step = 0;         // of the generation steps
+  double pp_tps = 0;          // prompt tokens of all sequences / prompt wall time
+  double tg_tps = 0;          // generated tokens of all sequences / generation wall time
+  double tg_tps_per_seq = 0;  // mean over sequences of n_gen / its own generation time
+  double tg_tps_stddev = 0;   // of tg_tps over the runs
+  double seqs_per_step = 0;   // of the generation steps
+  // Share of the generation's wall time inside forward passes; the rest is the host's
+  // hand-over between steps (logits out, the members' picks, gathering the next step).
+  double pass_share = 0;
   double read_bytes_per_token = 0;  // storage reads per generated token (0: nothing streams)
 };
 

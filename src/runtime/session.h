@@ -183,6 +183,7 @@ struct FimTokens {
 // rows (tokens) and sequences they held in all.
 struct StepCounts {
   uint64_t steps = 0, rows = 0, seqs = 0;
+  double pass_s = 0;  // wall time inside the steps' forward passes
 };
 
 class Engine;

@@ -81,6 +81,7 @@ void StepBatcher::lead(std::unique_lock<std::mutex>& lock) {
   const auto took = std::chrono::steady_clock::now() - t0;
   lock.lock();
   last_step_ = took;
+  counts_.pass_s += std::chrono::duration<double>(took).count();
   hand_out(st);
   busy_ = false;
   cv_.notify_all();
