@@ -10,9 +10,9 @@ extern int g_matvec_config_override;
 
 // The fewest tokens a batched product of a format with a tensor-core form (Q4_K, Q5_K,
 // Q6_K) runs on the tensor cores (matvec_mma_kernel) rather than with dp4a; 17: never.
-// Default 4: with L2 requests one group ahead, on an H100 they take 0.67-0.88x dp4a's time
-// at 4 tokens, 0.52-0.65x at 8 (docs/BENCHMARKS.md#gpu-batched). Read at every launch; set
-// only from a test's or a benchmark's single thread.
+// Default 4: with L2 requests one group ahead, on an H100 Q4_K takes 0.67-0.88x dp4a's
+// time at 4 tokens (Q6_K not timed there), 0.52-0.65x at 8 (docs/BENCHMARKS.md#gpu-batched).
+// Read at every launch; set only from a test's or a benchmark's single thread.
 extern int g_matvec_mma_min_tokens;
 
 // The fewest pairs per expert in use, on average, with which a grouped product (MoE
