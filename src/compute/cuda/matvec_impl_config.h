@@ -10,21 +10,23 @@ extern int g_matvec_config_override;
 
 // The fewest tokens a batched product of a format with a tensor-core form (Q4_K, Q5_K,
 // Q6_K) runs on the tensor cores (matvec_mma_kernel) rather than with dp4a; 17: never.
-// Default 4: with L2 requests one group ahead, on an H100 Q4_K takes 0.67-0.88x dp4a's
-// time at 4 tokens (Q6_K not timed there), 0.52-0.65x at 8 (docs/BENCHMARKS.md#gpu-batched).
-// Read at every launch; set only from a test's or a benchmark's single thread.
+// Default 4: the fewest at which the tensor cores (asking L2 one group ahead) beat dp4a at
+// every shape timed (Q4_K; docs/BENCHMARKS.md#gpu-batched). Read at every launch; set only
+// from a test's or a benchmark's single thread.
 extern int g_matvec_mma_min_tokens;
 
 // The fewest pairs per expert in use, on average, with which a grouped product (MoE
 // experts, matvec_grouped) of a format with a tensor-core form reads each expert once for
-// all its pairs on the tensor cores rather than once per pair; 0x7fff: never. Read at every
-// launch; set only from a test's or a benchmark's single thread.
+// all its pairs on the tensor cores rather than once per pair; 0x7fff: never. Default 3: at
+// 2 the tensor cores took about as long for two tokens as two single-token products (the
+// kernel bench before the L2 requests); 2 was not timed end to end. Read at every launch;
+// set only from a test's or a benchmark's single thread.
 extern int g_matvec_mma_min_pairs;
 
 // How many groups of 4 blocks ahead of its loads matvec_mma_kernel asks L2 for a tile's
-// weights (0: no requests). Default 1: at 16 tokens on an H100 it took 0.80-1.0x the time
-// of none, 2 and 4 no better (docs/BENCHMARKS.md#gpu-batched). Read at every launch; set
-// only from a benchmark's single thread.
+// weights (0: no requests). Default 1: faster than none at every shape timed, and 2, 4 and
+// 8 no faster (docs/BENCHMARKS.md#gpu-batched). Read at every launch; set only from a
+// benchmark's single thread.
 extern int g_matvec_mma_prefetch;
 
 }  // namespace hypura::compute::cuda
